@@ -1,0 +1,186 @@
+# Metronome: one entry point.
+#   make            libmetronome.a and the programs into bin/
+#   make test       build and run the whole suite under prove (TAP)
+#   make asan       the whole suite again under AddressSanitizer + UBSan
+#   make fuzz       libFuzzer harnesses (clang), FUZZ_SECONDS each
+#   make bench      benchmarks, printing ratios measured in one run
+#   make demo       the main job on the embedded default model
+#   make install    programs and man pages under $(DESTDIR)$(PREFIX)
+#
+# Conventions (so a new module needs no Makefile edit):
+#   src/mt-*.c               one program each, into $(BIN)/
+#   src/*.c (other)          the library libmetronome.a
+#   src/cuda_*.c, kernels/*.cu   only when nvcc is found (MT_HAVE_CUDA)
+#   tests/unit/test_*.c      one TAP executable each, linked with the library
+#   tests/helpers/*.c        test helper programs, into $(B)/tests/
+#   tests/integration/*.sh   TAP shell scripts, run with MT_BIN=$(BIN)
+#   tests/fuzz/fuzz_*.c      harnesses; corpus in tests/fuzz/corpus/NAME/
+
+SHELL   := /bin/bash
+PREFIX  ?= /usr/local
+DESTDIR ?=
+B       ?= build
+BIN     ?= bin
+SAN     ?=
+
+CC      ?= gcc
+ifeq ($(origin CC),default)
+CC      := gcc
+endif
+OPT     ?= -O2 -g
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS  += -std=gnu11 $(OPT) $(WARN) -pthread -Isrc -MMD -MP
+ifneq ($(SAN),)
+CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+PKGS    := sndfile samplerate portaudio-2.0 jansson openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS  += $(PKG_CFLAGS)
+LDLIBS  += $(PKG_LIBS) -lm -lpthread
+
+# ---- CUDA: auto-detected --------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifneq ($(NVCC),)
+CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
+HAVE_CUDA  := 1
+CFLAGS     += -DMT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CU_SRCS    := $(wildcard kernels/*.cu)
+else
+HAVE_CUDA  :=
+CU_SRCS    :=
+endif
+
+PROG_SRCS := $(wildcard src/mt-*.c)
+CUDA_C    := $(wildcard src/cuda_*.c)
+LIB_SRCS  := $(filter-out $(PROG_SRCS) $(CUDA_C),$(wildcard src/*.c))
+ifneq ($(HAVE_CUDA),)
+LIB_SRCS  += $(CUDA_C)
+endif
+LIB_OBJS  := $(LIB_SRCS:src/%.c=$(B)/src/%.o) $(CU_SRCS:kernels/%.cu=$(B)/kernels/%.o)
+LIB       := $(B)/libmetronome.a
+PROGS     := $(PROG_SRCS:src/%.c=$(BIN)/%)
+
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
+HELP_SRCS := $(wildcard tests/helpers/*.c)
+HELP_BINS := $(HELP_SRCS:tests/helpers/%.c=$(B)/tests/%)
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/tests/replay_%)
+INTEG     := $(sort $(wildcard tests/integration/*.sh))
+
+.PHONY: all deps test unit asan fuzz bench demo install clean check-cuda-line
+.DEFAULT_GOAL := all
+
+all: deps $(LIB) $(PROGS) check-cuda-line
+
+deps:
+	@sh tools/deps.sh
+
+check-cuda-line:
+ifeq ($(HAVE_CUDA),)
+	@echo "note: nvcc not found: CUDA backend skipped (CPU backend only)"
+endif
+
+$(B)/src/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/kernels/%.o: kernels/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN)/%: $(B)/src/%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(B)/tests/%.o: tests/unit/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(B)/tests/%: $(B)/tests/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(B)/tests/helpers/%.o: tests/helpers/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(B)/tests/%: $(B)/tests/helpers/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# Seed-corpus replay of each fuzz harness, built with the normal compiler.
+$(B)/tests/fuzz/%.o: tests/fuzz/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(B)/tests/replay_%: $(B)/tests/fuzz/%.o $(B)/tests/fuzz/replay_main.o $(LIB)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(B)/tests/fuzz/replay_main.o: tests/fuzz/replay_main.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+TEST_BINS := $(UNIT_BINS) $(HELP_BINS) $(FUZZ_REPLAY)
+
+# Tests run one at a time: several of them measure real-time behaviour and
+# must not compete with each other for the two cores.
+test: all $(TEST_BINS)
+	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
+	  prove --exec '' $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG)
+
+unit: all $(TEST_BINS)
+	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
+	  prove --exec '' $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY)
+
+# The whole suite, sanitized, in its own build tree.
+asan: deps
+	$(MAKE) B=build-asan BIN=build-asan/bin SAN=1 OPT="-O1 -g" MT_ASAN=1 test
+
+# ---- fuzzing (clang + libFuzzer) -----------------------------------------
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS)
+FUZZ_LIBSRC := $(filter-out $(CUDA_C),$(LIB_SRCS))
+fuzz: deps
+	@mkdir -p build-fuzz tests/fuzz/artifacts
+	@set -e; for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
+	  clang $(FUZZ_CFLAGS) -DMT_FUZZ_BUILD $$f $(filter-out src/cuda_%,$(FUZZ_LIBSRC)) $(filter-out -L% -Wl% -lcu% -lstdc++,$(LDLIBS)) -o build-fuzz/$$n; \
+	  mkdir -p build-fuzz/corpus-$$n; \
+	  echo "== $$n for $(FUZZ_SECONDS)s"; \
+	  build-fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=tests/fuzz/artifacts/ \
+	     build-fuzz/corpus-$$n tests/fuzz/corpus/$${n#fuzz_} 2>&1 | grep -E '^(#[0-9]+ +DONE|Done|==|SUMMARY)' ; \
+	done
+
+# ---- benchmarks, demo -----------------------------------------------------
+bench: all $(TEST_BINS)
+	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
+	  bash bench/run.sh
+
+demo: all
+	@MT_BIN=$(abspath $(BIN)) MT_ROOT=$(CURDIR) bash examples/demo.sh
+
+# ---- install --------------------------------------------------------------
+MAN1 := $(wildcard man/*.1)
+MAN5 := $(wildcard man/*.5)
+MAN7 := $(wildcard man/*.7)
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(MAN1),install -m 0644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
+	$(if $(MAN5),install -m 0644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/)
+	$(if $(MAN7),install -m 0644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7/)
+
+clean:
+	rm -rf build build-asan build-fuzz bin
+
+-include $(LIB_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d)

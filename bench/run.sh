@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# bench/run.sh: runs every bench/bench_*.sh in turn (make bench). Each prints
+# what it measured in this run, with ratios against bounds measured in the
+# same run; none asserts a target.
+set -u
+cd "$(dirname "$0")/.."
+rc=0
+for b in bench/bench_*.sh; do
+    [ -e "$b" ] || continue
+    echo "=== $b"
+    bash "$b" || { echo "bench: $b failed" >&2; rc=1; }
+done
+exit $rc

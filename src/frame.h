@@ -1,0 +1,128 @@
+/* frame.h: the Metronome frame stream (mt-frame(5)).
+ *
+ * Every program speaks this over pipes and Unix sockets. A frame is a fixed
+ * 56-byte little-endian header followed by a bounded payload:
+ *
+ *   off size field
+ *     0    4 magic        "MTFR" (0x4D 0x54 0x46 0x52)
+ *     4    1 version      MT_FRAME_VERSION (1)
+ *     5    1 type         enum mt_frame_type
+ *     6    2 flags        MT_FLAG_*
+ *     8    4 session      session id (assigned by the server in ACCEPT;
+ *                         0 from a client before that)
+ *    12    4 seq          sequence number; AUDIO/TOKENS strictly increase
+ *                         within one direction of one stream; an output
+ *                         frame carries the seq of the input it answers
+ *    16    8 t_send       sender's CLOCK_MONOTONIC time, ns
+ *    24    8 t_arrive     server: when the input frame was read, ns
+ *    32    8 t_start      server: when the step that served it started, ns
+ *    40    8 t_ready      server: when its output was ready, ns
+ *    48    4 length       payload bytes, <= MT_FRAME_MAX_PAYLOAD
+ *    52    4 reserved     0 in version 1
+ *    56    . payload
+ *
+ * Decoding is incremental (bytes in any split, one at a time works) and
+ * never allocates: the decoder owns one frame-sized buffer.
+ */
+#ifndef MT_FRAME_H
+#define MT_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_FRAME_MAGIC        "MTFR"
+#define MT_FRAME_VERSION      1
+#define MT_FRAME_HEADER_SIZE  56
+#define MT_FRAME_MAX_PAYLOAD  32768
+#define MT_FRAME_MAX_SIZE     (MT_FRAME_HEADER_SIZE + MT_FRAME_MAX_PAYLOAD)
+#define MT_REASON_MAX         255   /* REJECT/ERROR reason bytes */
+#define MT_MODEL_NAME_MAX     63
+
+enum mt_frame_type {
+    MT_FRAME_HELLO  = 1, /* client -> server: wanted format (mt_hello) */
+    MT_FRAME_AUDIO  = 2, /* PCM s16le, frame_samples * channels samples */
+    MT_FRAME_TOKENS = 3, /* uint32 LE token ids */
+    MT_FRAME_END    = 4, /* no more input / output; empty payload */
+    MT_FRAME_ACCEPT = 5, /* server -> client: session admitted (mt_hello) */
+    MT_FRAME_REJECT = 6, /* server -> client: refused; UTF-8 reason */
+    MT_FRAME_ERROR  = 7, /* either way: stream ends; UTF-8 reason */
+};
+
+enum mt_frame_flags {
+    MT_FLAG_FILL = 1u << 0, /* silence sent in place of a late output */
+};
+#define MT_FLAGS_KNOWN MT_FLAG_FILL
+
+enum mt_encoding {
+    MT_ENC_PCM_S16LE = 1,
+    MT_ENC_TOKENS_U32 = 2,
+};
+
+/* Results of the decoder: 0 or positive is success, negative an error. */
+enum mt_frame_status {
+    MT_FRAME_OK        = 1,  /* *out holds one whole frame */
+    MT_FRAME_NEED_MORE = 0,  /* all input consumed, no whole frame yet */
+    MT_FERR_MAGIC      = -1, /* bad magic */
+    MT_FERR_VERSION    = -2, /* unknown version */
+    MT_FERR_TYPE       = -3, /* unknown type */
+    MT_FERR_TOO_LONG   = -4, /* payload length over MT_FRAME_MAX_PAYLOAD */
+    MT_FERR_SEQ        = -5, /* AUDIO/TOKENS sequence went backwards */
+    MT_FERR_TRUNCATED  = -6, /* stream ended inside a frame */
+    MT_FERR_FLAGS      = -7, /* unknown flag bits or non-zero reserved */
+    MT_FERR_PAYLOAD    = -8, /* payload inconsistent with type */
+    MT_FERR_ARG        = -9, /* encoder: bad argument / buffer too small */
+};
+
+typedef struct mt_frame {
+    uint8_t  version;
+    uint8_t  type;
+    uint16_t flags;
+    uint32_t session;
+    uint32_t seq;
+    uint64_t t_send, t_arrive, t_start, t_ready;
+    uint32_t length;
+    const uint8_t *payload; /* decoder: points into the decoder's buffer,
+                               valid until the next decode call */
+} mt_frame;
+
+/* HELLO and ACCEPT payload: 12 bytes + model name (no NUL on the wire). */
+typedef struct mt_hello {
+    uint32_t sample_rate;
+    uint32_t frame_samples;
+    uint16_t channels;
+    uint16_t encoding;                  /* enum mt_encoding */
+    char     model[MT_MODEL_NAME_MAX + 1];
+} mt_hello;
+
+typedef struct mt_frame_decoder {
+    uint8_t  buf[MT_FRAME_MAX_SIZE];
+    size_t   have;          /* bytes of the current frame buffered */
+    int      have_seq;      /* a data frame was seen */
+    uint32_t last_seq;      /* seq of the last AUDIO/TOKENS frame */
+    int      error;         /* sticky: after an error the stream is dead */
+} mt_frame_decoder;
+
+void mt_frame_decoder_init(mt_frame_decoder *d);
+
+/* Consumes bytes from buf[0..len). Returns MT_FRAME_OK with *out filled
+ * (stop and call again with the rest: *consumed says how much was used),
+ * MT_FRAME_NEED_MORE when everything was buffered, or an MT_FERR_* code
+ * (sticky). */
+int mt_frame_decode(mt_frame_decoder *d, const uint8_t *buf, size_t len,
+                    size_t *consumed, mt_frame *out);
+
+/* At end of stream: MT_FERR_TRUNCATED if a partial frame is buffered. */
+int mt_frame_decoder_finish(const mt_frame_decoder *d);
+
+/* Writes header + payload into out[0..cap). Returns bytes written, or
+ * MT_FERR_ARG / MT_FERR_TOO_LONG (negative). Never allocates. */
+long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap);
+
+/* HELLO/ACCEPT payload <-> struct. encode returns bytes or negative. */
+long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap);
+int  mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h);
+
+const char *mt_frame_strerror(int status);
+const char *mt_frame_type_name(int type);
+
+#endif

@@ -1,0 +1,96 @@
+/* latline.h: the latency-line format (logfmt) mt-serve prints once per tick,
+ * and its strict parser.
+ *
+ * A line is space-separated `key=value` pairs (or a bare `key`, a flag).
+ * Keys: [a-z0-9_]+. Values: bare (no space, '"', '=') or double-quoted with
+ * \" and \\ escapes. The first key names the record kind:
+ *
+ *   tick=N ...            one per tick (mt_tick below)
+ *   request session=ID .. a session waiting for admission
+ *   frame=SEQ session=.. one per frame with --latency=frames
+ *   anything else         other records (mt-replay's client lines, ...)
+ *
+ * Unknown keys are kept and ignored by the typed readers (forward
+ * compatibility). Malformed syntax is an error naming the line number and
+ * the key. The parser never allocates and never crashes on any input.
+ */
+#ifndef MT_LATLINE_H
+#define MT_LATLINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_LL_MAX_PAIRS 64
+#define MT_LL_MAX_LINE  4096
+#define MT_LL_KEY_MAX   32
+
+typedef struct mt_ll_pair {
+    const char *key;   /* NUL-terminated, inside mt_latline.buf */
+    const char *val;   /* NUL-terminated, unescaped; "" for a flag */
+} mt_ll_pair;
+
+typedef struct mt_latline {
+    char       buf[MT_LL_MAX_LINE + 1];
+    mt_ll_pair pair[MT_LL_MAX_PAIRS];
+    int        n;
+} mt_latline;
+
+/* Parses one line (without or with its trailing newline). Returns 0, or -1
+ * with err filled: "line 12: key 'step_ms': unterminated quote". */
+int mt_latline_parse(const char *line, size_t len, long lineno,
+                     mt_latline *ll, char *err, size_t errlen);
+
+const char *mt_latline_kind(const mt_latline *ll); /* first key, or "" */
+const char *mt_latline_get(const mt_latline *ll, const char *key); /* or NULL */
+/* Typed getters: 0 found and valid, 1 absent, -1 present but malformed. */
+int mt_latline_i64(const mt_latline *ll, const char *key, int64_t *v);
+int mt_latline_f64(const mt_latline *ll, const char *key, double *v);
+
+/* ---- writer: appends to a caller buffer, never overflows ---------------- */
+typedef struct mt_ll_writer {
+    char  *buf;
+    size_t cap, len;
+    int    overflow;
+} mt_ll_writer;
+
+void mt_ll_begin(mt_ll_writer *w, char *buf, size_t cap);
+void mt_ll_int(mt_ll_writer *w, const char *key, int64_t v);
+void mt_ll_u64(mt_ll_writer *w, const char *key, uint64_t v);
+void mt_ll_f(mt_ll_writer *w, const char *key, double v, int decimals);
+void mt_ll_str(mt_ll_writer *w, const char *key, const char *v); /* quotes if needed */
+void mt_ll_flag(mt_ll_writer *w, const char *key);
+/* Returns the length written (without NUL), or -1 if it overflowed. */
+long mt_ll_end(mt_ll_writer *w);
+
+/* ---- the tick record: stable keys, documented in mt-serve(1) ------------ */
+typedef struct mt_tick {
+    int64_t  tick;       /* tick number from 0 */
+    double   t;          /* seconds since the server started */
+    int64_t  active;     /* admitted sessions */
+    int64_t  stepped;    /* sessions stepped in this tick's batch */
+    double   step_ms;    /* compute time of the batch */
+    double   late_ms;    /* age of the oldest input frame not yet answered
+                            with a real output, past its deadline basis */
+    double   p50_ms;     /* per-frame latency (arrival -> ready) over tick */
+    double   p99_ms;
+    int64_t  in;         /* input frames read this tick */
+    int64_t  out;        /* real output frames sent this tick */
+    int64_t  fill;       /* FILL (silence) frames sent this tick */
+    int64_t  kv_used;    /* KV pool bytes in use */
+    int64_t  kv_free;    /* KV pool bytes free */
+    int64_t  pending;    /* sessions waiting for admission */
+    int64_t  admitted;   /* sessions admitted so far (total) */
+    int64_t  rejected;   /* sessions rejected so far (total) */
+    int64_t  preempted;  /* sessions preempted this tick (full mode) */
+    double   naive_ms;   /* compute of completed steps only */
+    double   naive_met;  /* % of deadlines "met", FILL counted as met */
+    double   met;        /* % of deadlines met with a real output */
+} mt_tick;
+
+long mt_tick_format(const mt_tick *t, char *buf, size_t cap);
+/* Reads a tick record; every key above must be present and well formed.
+ * Returns 0, or -1 with err "line N: key 'K': ...". */
+int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
+                      char *err, size_t errlen);
+
+#endif

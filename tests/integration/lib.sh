@@ -1,0 +1,39 @@
+# lib.sh: shared helpers for the integration tests (sourced, not run).
+# TAP output, a private temp dir removed on exit, and process cleanup that
+# ends only the pids this test started.
+MT_BIN=${MT_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
+MT_TESTBIN=${MT_TESTBIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/tests}
+MT_ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+export MT_BIN MT_TESTBIN MT_ROOT
+T_N=0
+T_FAILED=0
+T_PIDS=""
+T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-test.XXXXXX")
+
+t_cleanup() {
+    for p in $T_PIDS; do kill "$p" 2>/dev/null; done
+    for p in $T_PIDS; do wait "$p" 2>/dev/null; done
+    rm -rf "$T_TMP"
+}
+trap t_cleanup EXIT
+
+t_track() { T_PIDS="$T_PIDS $1"; }          # remember a pid to stop at exit
+t_ok() {   # t_ok COND-EXIT-STATUS "name"
+    T_N=$((T_N + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $T_N - $2"
+    else echo "not ok $T_N - $2"; T_FAILED=$((T_FAILED + 1)); fi
+}
+t_check() { # t_check "name" command...
+    local name=$1; shift
+    if "$@"; then t_ok 0 "$name"; else t_ok 1 "$name"; fi
+}
+t_skip() { T_N=$((T_N + 1)); echo "ok $T_N # SKIP $1"; }
+t_skip_all() { echo "1..0 # SKIP $1"; exit 0; }
+t_diag() { echo "# $*"; }
+t_done() { echo "1..$T_N"; [ "$T_FAILED" -eq 0 ]; exit $?; }
+# wait_for_socket PATH [tenths]: until a Unix socket exists
+wait_for_socket() {
+    local i=0 n=${2:-100}
+    while [ ! -S "$1" ] && [ $i -lt "$n" ]; do sleep 0.1; i=$((i + 1)); done
+    [ -S "$1" ]
+}
