@@ -147,16 +147,32 @@ asan: deps
 	$(MAKE) B=build-asan BIN=build-asan/bin SAN=1 OPT="-O1 -g" MT_ASAN=1 test
 
 # ---- fuzzing (clang + libFuzzer) -----------------------------------------
+# The library is built once with clang into its own archive; each harness
+# links against it, so only the code a harness reaches is pulled in.
 FUZZ_SECONDS ?= 60
-FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS)
-FUZZ_LIBSRC := $(filter-out $(CUDA_C),$(LIB_SRCS))
-fuzz: deps
-	@mkdir -p build-fuzz tests/fuzz/artifacts
-	@set -e; for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(FUZZ_CFLAGS) -DMT_FUZZ_BUILD $$f $(filter-out src/cuda_%,$(FUZZ_LIBSRC)) $(filter-out -L% -Wl% -lcu% -lstdc++,$(LDLIBS)) -o build-fuzz/$$n; \
+FUZZ_SAN    := -fsanitize=address,undefined
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -DMT_FUZZ_BUILD $(PKG_CFLAGS)
+FUZZ_OBJS   := $(patsubst src/%.c,build-fuzz/obj/%.o,$(filter-out $(CUDA_C),$(LIB_SRCS)))
+FUZZ_BINS   := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_LDLIBS := $(filter-out -L% -Wl% -lcu% -lstdc++,$(LDLIBS))
+
+build-fuzz/obj/%.o: src/%.c
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+
+build-fuzz/libfuzz.a: $(FUZZ_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c build-fuzz/libfuzz.a
+	clang $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer $< build-fuzz/libfuzz.a $(FUZZ_LDLIBS) -o $@
+
+fuzz: deps $(FUZZ_BINS)
+	@mkdir -p tests/fuzz/artifacts
+	@set -e -o pipefail; for f in $(FUZZ_BINS); do n=$$(basename $$f); \
 	  mkdir -p build-fuzz/corpus-$$n; \
 	  echo "== $$n for $(FUZZ_SECONDS)s"; \
-	  build-fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=tests/fuzz/artifacts/ \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=tests/fuzz/artifacts/ \
 	     build-fuzz/corpus-$$n tests/fuzz/corpus/$${n#fuzz_} 2>&1 | grep -E '^(#[0-9]+ +DONE|Done|==|SUMMARY)' ; \
 	done
 

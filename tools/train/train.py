@@ -264,7 +264,7 @@ def main():
     with open(os.path.join(args.out, "eval.json"), "w") as f:
         json.dump({"heldout_nll_nats_per_byte": nll,
                    "heldout_ppl": math.exp(nll), "heldout_bytes": n,
-                   "eval": "non-overlapping chunks of BOS + T-1 bytes, "
+                   "eval": "non-overlapping chunks of T bytes, each read after BOS, "
                            "full cache within T", "ctx": T,
                    "seed": args.seed, "steps": args.steps,
                    "train_seconds": round(time.time() - t0)}, f, indent=2)
