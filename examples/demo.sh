@@ -1,6 +1,100 @@
 #!/usr/bin/env bash
-# Placeholder until mt-serve, mt-replay and mt-probe land (issue 8 makes this
-# the real main job). It does not pretend.
+# examples/demo.sh: the main job (`make demo`). Generates a spoken file with
+# espeak-ng, starts mt-serve on synthetic:small on a temporary socket with
+# mt-admit deciding admissions (mt-serve's lines -> mt-admit -> a FIFO back
+# into mt-serve's --control), replays several sessions of the speech through
+# it in real time with mt-replay, prints mt-probe summarize's table of the
+# server's and the client's latency lines, writes the returned audio and a
+# plot, stops everything it started (by pid) and says where the files are.
+#
+# If a program is not built yet it says which and exits 1: it never pretends.
+set -u
+ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+BIN=${MT_BIN:-$ROOT/bin}
+OUT=${OUT:-$ROOT/out/demo}
+SESSIONS=${SESSIONS:-4}
+MODEL=${MODEL:-synthetic:small}
+
+missing=""
 for p in mt-serve mt-replay mt-probe mt-admit; do
-    [ -x "${MT_BIN:-bin}/$p" ] || { echo "demo: not yet built: needs $p"; exit 1; }
+    [ -x "$BIN/$p" ] || missing="$missing $p"
 done
+command -v espeak-ng >/dev/null || missing="$missing espeak-ng(Debian package)"
+if [ -n "$missing" ]; then
+    echo "demo: cannot run: not built or not installed:$missing" >&2
+    echo "demo: (run 'make' first; programs are looked for in $BIN)" >&2
+    exit 1
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-demo.XXXXXX")
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null; done
+    for p in $PIDS; do wait "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+step() { printf '\n== %s\n' "$*"; }
+fail() { echo "demo: $*" >&2; exit 1; }
+mkdir -p "$OUT" || fail "cannot create $OUT"
+rm -f "$OUT"/reply-*.wav
+
+step "1. speech: espeak-ng -> $OUT/speech.wav"
+espeak-ng -s 150 -w "$OUT/speech.wav" \
+    "Metronome keeps every conversation on time. Each session keeps a few \
+sink positions and a window of recent frames, so its memory never grows, \
+and the server can tell truthfully how many people it can serve at once." \
+    || fail "espeak-ng failed"
+soxi "$OUT/speech.wav" 2>/dev/null | grep -E 'Sample Rate|Duration' || true
+
+step "2. mt-serve ($MODEL) with mt-admit in the loop"
+mkfifo "$TMP/ctl" "$TMP/lines" "$TMP/lines2" || fail "mkfifo failed"
+# Three stages joined by FIFOs, so each pid is known and stopped by itself:
+#   mt-serve --control ctl > lines ; tee ticks.log < lines > lines2 ;
+#   mt-admit < lines2 > ctl
+"$BIN/mt-admit" --budget 80ms <"$TMP/lines2" >"$TMP/ctl" 2>"$OUT/admit.log" &
+PIDS="$PIDS $!"
+tee "$OUT/ticks.log" <"$TMP/lines" >"$TMP/lines2" &
+PIDS="$PIDS $!"
+"$BIN/mt-serve" -s "$TMP/mt.sock" -m "$MODEL" --control "$TMP/ctl" \
+    >"$TMP/lines" 2>"$OUT/serve.log" &
+SERVE=$!
+PIDS="$SERVE $PIDS"
+for _ in $(seq 300); do
+    [ -S "$TMP/mt.sock" ] && break
+    kill -0 "$SERVE" 2>/dev/null || break
+    sleep 0.1
+done
+[ -S "$TMP/mt.sock" ] || { tail -5 "$OUT/serve.log" >&2; fail "mt-serve did not start (log: $OUT/serve.log)"; }
+echo "mt-serve pid $SERVE on $TMP/mt.sock; $(head -3 "$OUT/serve.log" | tr '\n' ' ')"
+
+step "3. mt-replay: $SESSIONS sessions of the speech, in real time"
+"$BIN/mt-replay" -s "$TMP/mt.sock" -n "$SESSIONS" --stagger 400 \
+    "$OUT/speech.wav" -o "$OUT/reply-%d.wav" >"$OUT/replay.log" 2>"$OUT/replay.err"
+rc=$?
+[ $rc -eq 0 ] || { tail -5 "$OUT/replay.err" >&2; fail "mt-replay failed (exit $rc)"; }
+
+# Stop the server; tee and mt-admit end on end of input.
+kill "$SERVE" 2>/dev/null
+wait "$SERVE" 2>/dev/null
+for p in $PIDS; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+done
+
+step "4. mt-probe summarize: the server's tick lines"
+"$BIN/mt-probe" summarize --kind tick <"$OUT/ticks.log" || fail "no tick lines"
+step "   mt-probe summarize: the client's lines (mt-replay)"
+"$BIN/mt-probe" summarize <"$OUT/replay.log" | grep -v '^tick ' || true
+
+step "5. plot"
+if "$BIN/mt-probe" plot --ticks "$OUT/ticks.log" -o "$OUT/demo.png" \
+    --title "make demo: $SESSIONS sessions of speech through mt-serve + mt-admit"; then
+    echo "wrote $OUT/demo.png"
+else
+    echo "demo: plot skipped (gnuplot missing?)" >&2
+fi
+
+step "done: files in $OUT"
+ls -1 "$OUT" | sed 's/^/  /'
+echo "listen: $OUT/reply-0.wav (what the server returned for session 0)"

@@ -5,6 +5,26 @@
  * with mt_kv_reserve(seq, 1) for every one of them, so a step never fails
  * for lack of cache. Backends: CPU (cpu.c, fp32 + OpenBLAS) always; CUDA
  * (cuda_backend.c + kernels/, bf16 + cuBLAS) when built with nvcc.
+ *
+ * Lengths: a step writes position seq->len of each session (prefill:
+ * seq->len .. seq->len+n-1); mt_decoder_step / mt_decoder_prefill advance
+ * seq->len after the backend returns 0. Backends never change len.
+ *
+ * The KV pool: decoder.c sets kv.position_bytes before it creates the pool
+ * and then the backend: layers * 2 (K,V) * kv_heads * head_dim * element
+ * size, the element being fp32 (4 bytes) on CPU and bf16 (2 bytes) on
+ * CUDA. A backend constructor reads mt_kv_pool_params(pool)->position_bytes
+ * and mt_kv_pool_blocks(pool), owns storage for that many blocks addressed
+ * by block id, and sets be->position_bytes to the same value (checked).
+ *
+ * Adapters (backend-neutral semantics):
+ *   audio in:  x = audio_in . (pcm / 32768)
+ *   audio out: y = audio_out . rmsnorm(h_final); pcm = lrint(clamp(y,-1,1)
+ *              * 32767); audio_passthrough models copy pcm_in to pcm_out
+ *              (the backbone still runs).
+ *   token in:  x = embed_tokens[id] (ids checked in decoder.c: 0 <= id < vocab)
+ *   logits:    lm_head . rmsnorm(h_final)
+ * Outputs that are NULL (or that the model has no adapter for) are skipped.
  */
 #ifndef MT_DECODER_H
 #define MT_DECODER_H
@@ -21,7 +41,8 @@ typedef struct mt_decoder_opts {
     int          max_batch;   /* largest B a step will be given */
     int          threads;     /* CPU threads; 0 = all cores */
     mt_kv_params kv;          /* policy, S, W, rope, budget_bytes;
-                                 position_bytes is filled in by the backend */
+                                 position_bytes is filled in by decoder.c
+                                 (see above) */
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
@@ -56,6 +77,11 @@ void mt_decoder_free(mt_decoder *d);
 mt_kv_pool *mt_decoder_pool(mt_decoder *d);
 const char *mt_decoder_backend_name(const mt_decoder *d);
 const mt_model *mt_decoder_model(const mt_decoder *d);
+/* Why the backend is what it is, for the caller to print: "" normally; with
+ * MT_DEV_AUTO, e.g. "CUDA unavailable (no device): using CPU". */
+const char *mt_decoder_note(const mt_decoder *d);
+/* KV bytes of one position for a backend ("cpu" or "cuda") and model. */
+size_t mt_decoder_position_bytes(const mt_config *c, const char *backend);
 
 int  mt_decoder_step(mt_decoder *d, int B, mt_kv_seq *const *seqs,
                      const mt_step_io *io, char *err, size_t errlen);

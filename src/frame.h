@@ -44,12 +44,14 @@ enum mt_frame_type {
     MT_FRAME_TOKENS = 3, /* uint32 LE token ids */
     MT_FRAME_END    = 4, /* no more input / output; empty payload */
     MT_FRAME_ACCEPT = 5, /* server -> client: session admitted (mt_hello) */
-    MT_FRAME_REJECT = 6, /* server -> client: refused; UTF-8 reason */
-    MT_FRAME_ERROR  = 7, /* either way: stream ends; UTF-8 reason */
+    MT_FRAME_REJECT = 6, /* server -> client: refused; UTF-8 reason
+                            (<= MT_REASON_MAX bytes, no NUL) */
+    MT_FRAME_ERROR  = 7, /* either way: stream ends; UTF-8 reason (same) */
 };
 
 enum mt_frame_flags {
-    MT_FLAG_FILL = 1u << 0, /* silence sent in place of a late output */
+    MT_FLAG_FILL = 1u << 0, /* silence sent in place of a late output;
+                               AUDIO/TOKENS only */
 };
 #define MT_FLAGS_KNOWN MT_FLAG_FILL
 
@@ -111,14 +113,21 @@ void mt_frame_decoder_init(mt_frame_decoder *d);
 int mt_frame_decode(mt_frame_decoder *d, const uint8_t *buf, size_t len,
                     size_t *consumed, mt_frame *out);
 
-/* At end of stream: MT_FERR_TRUNCATED if a partial frame is buffered. */
+/* At end of stream: MT_FERR_TRUNCATED if a partial frame is buffered, the
+ * sticky error if the stream already failed, else 0. */
 int mt_frame_decoder_finish(const mt_frame_decoder *d);
 
-/* Writes header + payload into out[0..cap). Returns bytes written, or
- * MT_FERR_ARG / MT_FERR_TOO_LONG (negative). Never allocates. */
+/* Writes header + payload into out[0..cap). Returns bytes written, or a
+ * negative MT_FERR_*: ARG (NULL, or cap < 56 + length), TOO_LONG, and the
+ * decoder's checks (VERSION, TYPE, FLAGS, PAYLOAD), so whatever it writes
+ * decodes. f->version 0 means MT_FRAME_VERSION. Never allocates; out may
+ * alias f->payload's buffer past the header. */
 long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap);
 
-/* HELLO/ACCEPT payload <-> struct. encode returns bytes or negative. */
+/* HELLO/ACCEPT payload <-> struct. encode returns bytes or MT_FERR_ARG;
+ * decode returns 0 or MT_FERR_PAYLOAD (length outside 12..12+63, or a name
+ * that is not UTF-8 or holds a NUL). Values (rate, channels, encoding) are
+ * not judged here: the server answers what it cannot serve with REJECT. */
 long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap);
 int  mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h);
 

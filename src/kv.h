@@ -51,8 +51,14 @@ typedef struct mt_kv_seq {
     int32_t *blocks;       /* block table */
     int      nblocks;      /* blocks held */
     int      cap;          /* capacity of the blocks array */
-    int      released;     /* full policy: blocks dropped (preempted) */
+    int      released;     /* 1 after mt_kv_release (blocks dropped,
+                              history to recompute) until the next
+                              mt_kv_reserve that takes blocks again */
 } mt_kv_seq;
+
+/* Who moves len: a step (decoder.h) writes position len of each sequence
+ * and mt_decoder_step advances len by one after it; a prefill of n writes
+ * len .. len+n-1 and advances len by n. Backends never change len. */
 
 typedef struct mt_kv_pool mt_kv_pool;
 
@@ -73,12 +79,24 @@ void mt_kv_release(mt_kv_pool *pool, mt_kv_seq *s);
 
 /* Slot of absolute position pos (the caller guarantees it is kept). */
 int64_t mt_kv_slot(const mt_kv_pool *pool, const mt_kv_seq *s, int64_t pos);
-/* The positions a query at position q (already appended) attends to, in
+/* The positions a query at position q attends to (q itself included; q may
+ * be the position being appended by the running step), in
  * age order, with their rotary positions; also the query's rotary
  * position. Returns the count n (<= cap). */
 int  mt_kv_visible(const mt_kv_pool *pool, const mt_kv_seq *s, int64_t q,
                    int64_t *slot, int64_t *rope_pos, int cap,
                    int64_t *q_rope);
+
+/* As mt_kv_visible, also giving each visible entry's absolute position
+ * (abs_pos may be NULL). */
+int  mt_kv_visible_ex(const mt_kv_pool *pool, const mt_kv_seq *s, int64_t q,
+                      int64_t *slot, int64_t *rope_pos, int64_t *abs_pos,
+                      int cap, int64_t *q_rope);
+/* How many positions mt_kv_visible returns for a query at q (to size its
+ * arrays): window min(q+1, S) + min(q+1-S, W) ; full q+1. */
+int64_t mt_kv_visible_count(const mt_kv_pool *pool, int64_t q);
+/* 1 when s holds the slot position s->len will take (reserve was done). */
+int  mt_kv_has_room(const mt_kv_pool *pool, const mt_kv_seq *s);
 
 size_t mt_kv_seq_bytes(const mt_kv_pool *pool, const mt_kv_seq *s);
 size_t mt_kv_used_bytes(const mt_kv_pool *pool);

@@ -13,6 +13,14 @@
  * Unknown keys are kept and ignored by the typed readers (forward
  * compatibility). Malformed syntax is an error naming the line number and
  * the key. The parser never allocates and never crashes on any input.
+ *
+ * Strictness, precisely: pairs are separated by one or more spaces (tabs
+ * and other control bytes, NUL included, are errors anywhere); a bare
+ * value may not be empty (`k=` is an error; the writer emits k=""); keys
+ * are at most MT_LL_KEY_MAX bytes and may not repeat; a line longer than
+ * MT_LL_MAX_LINE (after removing its "\n" or "\r\n") is an error, never
+ * truncated; an empty line parses to n == 0. Non-ASCII bytes in values are
+ * kept as they are.
  */
 #ifndef MT_LATLINE_H
 #define MT_LATLINE_H
@@ -42,7 +50,9 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
 
 const char *mt_latline_kind(const mt_latline *ll); /* first key, or "" */
 const char *mt_latline_get(const mt_latline *ll, const char *key); /* or NULL */
-/* Typed getters: 0 found and valid, 1 absent, -1 present but malformed. */
+/* Typed getters: 0 found and valid, 1 absent, -1 present but malformed
+ * (trailing junk, overflow, NaN/inf spellings, hex; f64 takes plain
+ * decimal with optional exponent). */
 int mt_latline_i64(const mt_latline *ll, const char *key, int64_t *v);
 int mt_latline_f64(const mt_latline *ll, const char *key, double *v);
 
@@ -59,7 +69,10 @@ void mt_ll_u64(mt_ll_writer *w, const char *key, uint64_t v);
 void mt_ll_f(mt_ll_writer *w, const char *key, double v, int decimals);
 void mt_ll_str(mt_ll_writer *w, const char *key, const char *v); /* quotes if needed */
 void mt_ll_flag(mt_ll_writer *w, const char *key);
-/* Returns the length written (without NUL), or -1 if it overflowed. */
+/* Returns the length written (without NUL), or -1 if it overflowed or a
+ * key was not [a-z0-9_]{1,MT_LL_KEY_MAX}. Control characters in string
+ * values are written as '?' (the format has no escape for them); NaN and
+ * infinities are written as nan/inf, which the typed readers refuse. */
 long mt_ll_end(mt_ll_writer *w);
 
 /* ---- the tick record: stable keys, documented in mt-serve(1) ------------ */
@@ -88,8 +101,10 @@ typedef struct mt_tick {
 } mt_tick;
 
 long mt_tick_format(const mt_tick *t, char *buf, size_t cap);
-/* Reads a tick record; every key above must be present and well formed.
- * Returns 0, or -1 with err "line N: key 'K': ...". */
+/* Reads a tick record (first key must be `tick`); every key above must be
+ * present and well formed. Returns 0, or -1 with err "line N: key 'K': ..."
+ * and *t untouched. mt_tick_format writes the keys in the order above, the
+ * floats with fixed decimals: t and *_ms 3, naive_met and met 1. */
 int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
                       char *err, size_t errlen);
 

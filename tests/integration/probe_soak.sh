@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# probe_soak.sh: the collapse soak in miniature (synthetic:tiny, two short
+# runs per configuration, same seeds). Under a load whose unbounded demand
+# is several times the pool, every unbounded run must collapse and no
+# bounded run may; the prediction must be printed beside each unbounded run.
+. "$(dirname "$0")/lib.sh"
+P=$MT_BIN/mt-probe
+for p in mt-probe mt-serve; do
+    [ -x "$MT_BIN/$p" ] || t_skip_all "$p not built"
+done
+M=synthetic:tiny
+pb=$("$P" predict -m $M --kv-mem 1M --samples 1 2>/dev/null |
+     sed -n 's/^kv bytes per position\t.*(\([0-9]*\))$/\1/p')
+[ -n "$pb" ] || t_skip_all "no shape for $M"
+# The pool holds 4 bounded sessions (sink 4 + window 28 = 2 blocks each):
+# 8 blocks of 16 positions. Two arrivals a second for 8 s, each staying to
+# the end: the unbounded demand passes the pool within ~3 s.
+pool=$((8 * 16 * pb))
+t_diag "position $pb bytes, pool $pool bytes"
+"$P" predict -m $M --kv-mem $pool --sink 4 --window 28 --arrivals even:2 \
+    --lengths fixed:8s --duration 8s --samples 2 >"$T_TMP/pred" 2>&1
+grep -q "overflow within run	2 of 2" "$T_TMP/pred"
+t_ok $? "the configured pressure overflows the unbounded pool (predicted)"
+timeout 120 "$P" soak --runs 2 --duration 8s --seed 3 --arrivals even:2 \
+    --lengths fixed:8s --data "$T_TMP/d" --plot "$T_TMP/soak.png" \
+    -- -m $M --device cpu --kv window --sink 4 --window 28 --kv-mem $pool \
+    -- -m $M --device cpu --kv full --kv-mem $pool >"$T_TMP/out" 2>"$T_TMP/err"
+rc=$?
+sed 's/^/# /' "$T_TMP/out"
+[ $rc -eq 0 ] || sed 's/^/# err: /' "$T_TMP/err"
+t_check "soak exits 0" test $rc -eq 0
+rows=$(grep -cE '^(window|full)' "$T_TMP/out")
+t_check "one row per run (4)" test "$rows" -ge 4
+nb=$(grep -cE '^window .* COLLAPSED' "$T_TMP/out")
+nu=$(grep -cE '^full .* COLLAPSED' "$T_TMP/out")
+if [ -n "$MT_ASAN" ]; then
+    t_diag "asan build: collapse counts not asserted (window $nb, full $nu)"
+    t_skip "bounded runs do not collapse (timing, ASan)"
+    t_skip "unbounded runs collapse (timing, ASan)"
+else
+    t_check "bounded: no run collapsed" test "$nb" -eq 0
+    t_check "unbounded: every run collapsed" test "$nu" -eq 2
+fi
+grep -qE '^window +collapsed [0-9]+ of 2 runs' "$T_TMP/out"
+t_ok $? "summary line for the bounded configuration"
+grep -qE '^full +collapsed [0-9]+ of 2 runs' "$T_TMP/out"
+t_ok $? "summary line for the unbounded configuration"
+# the prediction column is filled for the unbounded rows
+awk '$1=="full" && $2 ~ /^[0-9]+$/ {if ($12=="-") bad=1} END{exit bad}' "$T_TMP/out"
+t_ok $? "every unbounded row carries its predicted overflow time"
+grep -q "^full .*predicted: pool overflows" "$T_TMP/out"
+t_ok $? "the summary prints the prediction"
+# same seeds in both configurations
+s1=$(awk '$1=="window" && $2 ~ /^[0-9]+$/ {print $3}' "$T_TMP/out" | tr '\n' ' ')
+s2=$(awk '$1=="full" && $2 ~ /^[0-9]+$/ {print $3}' "$T_TMP/out" | tr '\n' ' ')
+t_check "both configurations played the same seeds ($s1)" test "$s1" = "$s2"
+n=$(ls "$T_TMP"/d/ticks-c*-r*.log 2>/dev/null | wc -l)
+t_check "tick lines kept per run (--data)" test "$n" -eq 4
+if command -v gnuplot >/dev/null; then
+    head -c 8 "$T_TMP/soak.png" 2>/dev/null | od -An -c | grep -q "P   N   G"
+    t_ok $? "soak --plot writes a PNG"
+else
+    t_skip "gnuplot not installed"
+fi
+t_done

@@ -1,0 +1,80 @@
+#!/bin/bash
+# serve_admission: socket safety, admission and options: refuses to replace
+# a file or a live server's socket, replaces a stale socket, creates 0600;
+# static --max-sessions; --control FIFO (accept, reject with reason,
+# timeout); window mode refuses a session the KV pool cannot hold whatever
+# the controller says; usage errors exit 2; SIGTERM removes the socket.
+. "$(dirname "$0")/lib.sh"
+S=$MT_BIN/mt-serve
+FC=$MT_TESTBIN/mt-fakeclient
+[ -x "$S" ] || t_skip_all "mt-serve not built"
+SOCK=$T_TMP/s.sock
+
+"$S" --help >"$T_TMP/help"; t_ok $? "--help exits 0"
+t_check "--help names --kv-mem" grep -q -- '--kv-mem' "$T_TMP/help"
+"$S" --bogus 2>/dev/null; t_check "unknown option: exit 2" [ $? = 2 ]
+"$S" -s "$SOCK" --kv nope 2>/dev/null; t_check "bad --kv value: exit 2" [ $? = 2 ]
+"$S" 2>/dev/null; t_check "neither -s nor --stdio: exit 2" [ $? = 2 ]
+
+echo precious >"$T_TMP/file"
+"$S" -s "$T_TMP/file" -m synthetic:tiny 2>"$T_TMP/e1"; rc=$?
+t_check "refuses a regular file at the socket path (exit 1)" [ $rc = 1 ]
+t_check "and leaves it alone" grep -q precious "$T_TMP/file"
+/usr/bin/python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])" "$SOCK"
+"$S" -s "$SOCK" -m synthetic:tiny --max-sessions 2 >"$T_TMP/lat" 2>"$T_TMP/log" &
+SRV=$!; t_track $SRV
+sleep 0.5; i=0; while ! grep -q 'on ' "$T_TMP/log" && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+t_check "replaces a stale socket" grep -q 'removed stale socket' "$T_TMP/log"
+t_check "socket mode 0600" [ "$(stat -c %a "$SOCK")" = 600 ]
+"$S" -s "$SOCK" -m synthetic:tiny 2>"$T_TMP/e2"; rc=$?
+t_check "refuses a live server's socket (exit 1)" [ $rc = 1 ] && grep -q 'another server' "$T_TMP/e2"
+timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c1"
+t_check "--max-sessions 2: two served, the third rejected" \
+    [ "$(grep -c 'state=done' "$T_TMP/c1")" = 2 ] && grep -q 'state=rejected.*server full' "$T_TMP/c1"
+t_check "request lines for all three" [ "$(grep -c '^request session=' "$T_TMP/lat")" = 3 ]
+t_check "HELLO mismatch answered with REJECT and a reason" \
+    sh -c "timeout 30 '$FC' -s '$SOCK' -n 1 -f 5 --bad wrong-format | grep -q 'state=rejected.*format mismatch'"
+kill -TERM $SRV; wait $SRV
+t_ok $? "SIGTERM: exit 0"
+t_check "socket removed at exit" [ ! -e "$SOCK" ]
+
+# control FIFO; a pool that holds two sessions' bounds (window 64: 68
+# positions, 5 blocks of 16, each 16 positions x position bytes)
+mkfifo "$T_TMP/ctl"
+"$S" -s "$SOCK" -m synthetic:tiny --window 60 --control "$T_TMP/ctl" --admit-timeout 1500 \
+    >"$T_TMP/lat2" 2>"$T_TMP/log2" &
+SRV=$!; t_track $SRV
+wait_for_socket "$SOCK" 300
+bound=""
+( exec 3>"$T_TMP/ctl"
+  i=0; while [ $(grep -c '^request' "$T_TMP/lat2") -lt 3 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  echo "accept 1" >&3; echo "reject 2 over budget" >&3; echo "nonsense" >&3; sleep 3 ) &
+CTL=$!
+timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c2"
+wait $CTL
+t_check "control: accept" [ "$(grep -c 'state=done' "$T_TMP/c2")" = 1 ]
+t_check "control: reject with the controller's reason" grep -q 'state=rejected.*over budget' "$T_TMP/c2"
+t_check "control: unanswered request rejected after --admit-timeout" grep -q 'state=rejected.*admission timeout' "$T_TMP/c2"
+t_check "control: a malformed line is logged and ignored" grep -q 'control: ignoring malformed' "$T_TMP/log2"
+kill -TERM $SRV; wait $SRV
+bound=$(awk '/^request /{for(i=1;i<=NF;i++) if($i ~ /^kv_bound=/){sub("kv_bound=","",$i); print $i; exit}}' "$T_TMP/lat2")
+t_check "request lines carry kv_bound" [ -n "$bound" ]
+
+# window mode: pool of 2 bounds; the controller accepts all 3, the third
+# is still rejected
+"$S" -s "$SOCK" -m synthetic:tiny --window 60 --kv-mem $((2 * bound)) --control "$T_TMP/ctl" \
+    >"$T_TMP/lat3" 2>"$T_TMP/log3" &
+SRV=$!; t_track $SRV
+wait_for_socket "$SOCK" 300
+( exec 3>"$T_TMP/ctl"
+  i=0; while [ $(grep -c '^request' "$T_TMP/lat3") -lt 3 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  echo "accept 1" >&3; echo "accept 2" >&3; echo "accept 3" >&3; sleep 1 ) &
+CTL=$!
+timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c3"
+wait $CTL
+t_check "window: two sessions fit the pool and are served" [ "$(grep -c 'state=done' "$T_TMP/c3")" = 2 ]
+t_check "window: the third is rejected although accepted by the controller" \
+    grep -q 'state=rejected.*KV pool cannot hold' "$T_TMP/c3"
+kill -TERM $SRV; wait $SRV
+t_ok $? "exit 0"
+t_done

@@ -1,0 +1,46 @@
+#!/bin/bash
+# serve_badinput: sessions that send garbage, a truncated header, an
+# oversized length, a wrong format (HELLO and AUDIO), or disconnect in the
+# middle of a frame lose only their own session; the well-behaved sessions
+# running at the same time get every frame back, in order, on time, and the
+# ticks go on without a gap.
+. "$(dirname "$0")/lib.sh"
+[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+SOCK=$T_TMP/serve.sock
+FC=$MT_TESTBIN/mt-fakeclient
+GOOD=6
+LATMAX=160                      # two frame periods
+[ -n "$MT_ASAN" ] && LATMAX=640
+"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:tiny >"$T_TMP/lat" 2>"$T_TMP/log" &
+SRV=$!; t_track $SRV
+t_check "server listens" wait_for_socket "$SOCK" 300
+timeout 90 "$FC" -s "$SOCK" -n $GOOD -f 100 >"$T_TMP/good" &
+G=$!
+sleep 1
+pids=""
+for m in garbage truncated oversized wrong-format wrong-length mid-frame; do
+    timeout 60 "$FC" -s "$SOCK" -n 1 -f 100 --bad $m --bad-at 15 >"$T_TMP/bad.$m" &
+    pids="$pids $!"
+done
+for m in garbage truncated oversized wrong-format wrong-length mid-frame; do :; done
+i=0; for p in $pids; do wait $p; eval "rc$i=$?"; i=$((i+1)); done
+wait $G; grc=$?
+t_ok $grc "the $GOOD good sessions: every frame back, in order"
+i=0
+for m in garbage truncated oversized wrong-format wrong-length mid-frame; do
+    eval "r=\$rc$i"; i=$((i+1))
+    t_ok "$r" "$m: ended as it should ($(awk '/^session=/{print $4, $NF}' "$T_TMP/bad.$m"))"
+done
+t_check "good sessions got no FILL" grep -q '^total .* fill=0 ' "$T_TMP/good"
+lmax=$(awk '/^session=/{for(i=1;i<=NF;i++) if($i ~ /^lat_max_ms=/){sub("lat_max_ms=","",$i); if($i>m)m=$i}} END{print m+0}' "$T_TMP/good")
+t_check "good sessions' worst latency $lmax ms < $LATMAX ms" awk -v m="$lmax" -v l="$LATMAX" 'BEGIN{exit !(m < l)}'
+t_check "log names the bad frames" grep -q 'bad frame' "$T_TMP/log"
+t_check "log names the mid-frame disconnect" grep -q 'disconnected mid-frame' "$T_TMP/log"
+t_check "log names the format mismatch" grep -q 'rejected: format mismatch' "$T_TMP/log"
+gap=$(awk '/^tick=/{for(i=1;i<=NF;i++) if($i ~ /^t=/){sub("t=","",$i); if(p!="" && $i-p>g) g=$i-p; p=$i}} END{print g*1000}' "$T_TMP/lat")
+t_check "no tick gap over two periods (max gap $gap ms)" awk -v g="$gap" -v l="$LATMAX" 'BEGIN{exit !(g < l)}'
+kill -0 $SRV 2>/dev/null
+t_ok $? "server still running"
+kill -TERM $SRV; wait $SRV
+t_ok $? "drained, exit 0"
+t_done

@@ -1,0 +1,52 @@
+#!/bin/bash
+# serve_cliff: the silent cliff of the unbounded baseline. With --kv full,
+# a small --kv-mem and preemption, the pool fills after a few seconds; from
+# then on the engine preempts and recomputes, frames fall behind and FILL
+# (silence) goes out on time. Asserted from the latency lines: after the
+# pool fills, naive_met stays at 100% on every tick while late_ms and the
+# FILL count climb, and met (real outputs on time) falls. The same load in
+# window mode stays healthy (no FILL, late_ms under a frame period).
+. "$(dirname "$0")/lib.sh"
+[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+SOCK=$T_TMP/serve.sock
+FC=$MT_TESTBIN/mt-fakeclient
+N=${MT_CLIFF_N:-6}
+FRAMES=${MT_CLIFF_FRAMES:-250}       # 20 s
+KVMEM=${MT_CLIFF_KVMEM:-12M}
+"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:small --kv full --kv-mem "$KVMEM" \
+    --on-full preempt >"$T_TMP/lat" 2>"$T_TMP/log" &
+SRV=$!; t_track $SRV
+t_check "server listens" wait_for_socket "$SOCK" 300
+timeout 100 "$FC" -s "$SOCK" -n "$N" -f "$FRAMES" --end-timeout 20 >"$T_TMP/cli"
+t_ok $? "every input answered exactly once, in order (real or FILL)"
+kill -TERM $SRV; wait $SRV
+t_ok $? "drained, exit 0"
+# phase 1: before the pool is full; phase 2: from the first preemption on
+awk '/^tick=/{
+  for(i=1;i<=NF;i++){n=index($i,"=");v[substr($i,1,n-1)]=substr($i,n+1)}
+  if(!full && v["preempted"]>0){full=1; late0=v["late_ms"]}
+  if(!full){f1+=v["fill"]; next}
+  k++; f2+=v["fill"]; if(v["naive_met"]+0<100) naive_bad++; if(v["met"]+0<100) met_low++
+  if(v["late_ms"]+0>maxlate) maxlate=v["late_ms"]+0; late[k]=v["late_ms"]+0; fl[k]=f2
+}
+END{
+  n3=int(k/3); lastlate=0; for(j=k-n3+1;j<=k;j++) if(late[j]>lastlate) lastlate=late[j]
+  printf "full=%d ticks_after=%d fill_before=%d fill_after=%d fill_first_third=%d naive_bad=%d met_low=%d late_at_full=%.1f late_max=%.1f late_last_third=%.1f\n",
+    full, k, f1, f2, fl[n3], naive_bad, met_low, late0, maxlate, lastlate
+}' "$T_TMP/lat" >"$T_TMP/sum"
+t_diag "$(cat "$T_TMP/sum")"
+val() { tr ' ' '\n' <"$T_TMP/sum" | awk -F= -v k="$1" '$1==k{print $2}'; }
+t_check "the pool filled and sessions were preempted" [ "$(val full)" = 1 ]
+t_check "no FILL before the pool filled" [ "$(val fill_before)" = 0 ]
+t_check "naive_met stayed at 100% on every tick after" [ "$(val naive_bad)" = 0 ]
+t_check "FILL frames after the pool filled" [ "$(val fill_after)" -gt 0 ]
+t_check "FILL kept climbing (more in the last two thirds than in the first)" \
+    [ "$(val fill_after)" -gt "$((2 * $(val fill_first_third)))" ]
+t_check "late_ms climbed past two frame periods" awk -v m="$(val late_max)" 'BEGIN{exit !(m > 160)}'
+t_check "late_ms in the last third above its value when the pool filled" \
+    awk -v a="$(val late_last_third)" -v b="$(val late_at_full)" 'BEGIN{exit !(a > b + 80)}'
+t_check "met (real outputs on time) fell below 100%" [ "$(val met_low)" -gt 0 ]
+t_check "clients received the FILL frames the lines count" \
+    [ "$(awk '/^total /{for(i=1;i<=NF;i++) if($i ~ /^fill=/){sub("fill=","",$i); print $i}}' "$T_TMP/cli")" = \
+      "$(awk '/^tick=/{for(i=1;i<=NF;i++) if($i ~ /^fill=/){sub("fill=","",$i); s+=$i}} END{print s+0}' "$T_TMP/lat")" ]
+t_done

@@ -1,0 +1,43 @@
+#!/bin/bash
+# serve_stdio: mt-serve --stdio in a plain pipe. A test helper writes the
+# frame stream (HELLO, paced AUDIO, END), mt-serve answers on stdout, a
+# second helper checks every frame came back in order; the latency lines go
+# to stderr, or to --latency-log (SIGHUP reopens it).
+. "$(dirname "$0")/lib.sh"
+[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+FC=$MT_TESTBIN/mt-fakeclient
+timeout 60 "$FC" --emit -f 40 | timeout 60 "$MT_BIN/mt-serve" --stdio -m synthetic:tiny \
+    2>"$T_TMP/err" | timeout 60 "$FC" --read --expect 40 >"$T_TMP/out"
+st=("${PIPESTATUS[@]}")
+t_check "emitter exit 0" [ "${st[0]}" = 0 ]
+t_check "mt-serve --stdio exit 0 at the end of its session" [ "${st[1]}" = 0 ]
+t_ok "${st[2]}" "40 frames in, 40 outputs back in order, then END ($(cat "$T_TMP/out"))"
+t_check "tick lines on stderr" grep -q '^tick=.* stepped=1 ' "$T_TMP/err"
+t_check "request line on stderr" grep -q '^request session=1 ' "$T_TMP/err"
+t_check "sum of in= is 40" [ "$(awk '/^tick=/{for(i=1;i<=NF;i++) if($i ~ /^in=/){sub("in=","",$i); s+=$i}} END{print s+0}' "$T_TMP/err")" = 40 ]
+
+# unpaced input from a regular file: backpressure, nothing dropped
+timeout 60 "$FC" --emit -f 300 --no-pace >"$T_TMP/frames"
+timeout 60 "$MT_BIN/mt-serve" --stdio -m synthetic:tiny --latency-log "$T_TMP/lat" \
+    <"$T_TMP/frames" 2>"$T_TMP/err2" | timeout 60 "$FC" --read --expect 300 >"$T_TMP/out2"
+st=("${PIPESTATUS[@]}")
+t_check "stdin from a file: exit 0" [ "${st[0]}" = 0 ]
+t_ok "${st[1]}" "300 unpaced frames: all answered in order ($(cat "$T_TMP/out2"))"
+t_check "--latency-log holds the tick lines" grep -q '^tick=' "$T_TMP/lat"
+t_check "stderr holds no tick lines with --latency-log" sh -c "! grep -q '^tick=' '$T_TMP/err2'"
+
+# SIGHUP reopens the log (rotation)
+mkfifo "$T_TMP/in"
+timeout 60 "$MT_BIN/mt-serve" --stdio -m synthetic:tiny --latency-log "$T_TMP/rot" \
+    <"$T_TMP/in" >/dev/null 2>"$T_TMP/err3" &
+SRV=$!; t_track $SRV
+exec 7>"$T_TMP/in"
+i=0; while [ ! -s "$T_TMP/rot" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+mv "$T_TMP/rot" "$T_TMP/rot.1"
+kill -HUP $SRV
+i=0; while [ ! -s "$T_TMP/rot" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+t_check "SIGHUP: a new log file is written" grep -q '^tick=' "$T_TMP/rot"
+exec 7>&-
+wait $SRV
+t_check "stdin closed before HELLO: exit 0" [ $? = 0 ]
+t_done

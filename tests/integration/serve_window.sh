@@ -1,0 +1,36 @@
+#!/bin/bash
+# serve_window: window (bounded) mode at a load this machine sustains.
+# late_ms must stay under one frame period on every tick of the run, and
+# kv_used must stay constant (N times one session's bound) while the N
+# sessions are admitted: the bound holds from the first frame on.
+. "$(dirname "$0")/lib.sh"
+[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+SOCK=$T_TMP/serve.sock
+N=${MT_SERVE_WINDOW_N:-8}
+FRAMES=${MT_SERVE_FRAMES:-200}          # 16 s
+PERIOD=80
+LIMIT=$PERIOD
+[ -n "$MT_ASAN" ] && LIMIT=$((PERIOD * 4))   # ASan: timing relaxed only
+tk() { awk -v k="$1" '/^tick=/{for(i=1;i<=NF;i++){n=index($i,"=");if(substr($i,1,n-1)==k)print substr($i,n+1)}}' "$T_TMP/lat"; }
+
+"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:small --kv window --sink 4 --window 64 \
+    --latency=frames >"$T_TMP/lat" 2>"$T_TMP/log" &
+SRV=$!; t_track $SRV
+t_check "server listens" wait_for_socket "$SOCK" 300
+timeout 120 "$MT_TESTBIN/mt-fakeclient" -s "$SOCK" -n "$N" -f "$FRAMES" >"$T_TMP/cli"
+t_ok $? "$N sessions served completely and in order"
+kill -TERM $SRV; wait $SRV
+t_ok $? "drained, exit 0"
+maxlate=$(tk late_ms | sort -g | tail -1)
+t_diag "late_ms max $maxlate ms; step_ms max $(tk step_ms | sort -g | tail -1) ms"
+t_check "late_ms under $LIMIT ms on every tick (max $maxlate)" \
+    awk -v m="$maxlate" -v l="$LIMIT" 'BEGIN{exit !(m < l)}'
+bound=$(awk '/^request /{for(i=1;i<=NF;i++) if($i ~ /^kv_bound=/){sub("kv_bound=","",$i); print $i; exit}}' "$T_TMP/lat")
+used=$(awk -v n="$N" '/^tick=/{a=0;u=0;for(i=1;i<=NF;i++){if($i ~ /^active=/){sub("active=","",$i);a=$i} if($i ~ /^kv_used=/){sub("kv_used=","",$i);u=$i}} if(a==n) print u}' "$T_TMP/lat" | sort -u)
+t_diag "kv_bound $bound; kv_used while $N active: $used"
+t_check "kv_used constant while $N sessions are active" [ "$(echo "$used" | wc -l)" = 1 ] 
+t_check "kv_used is $N x the session bound" [ -n "$bound" ] && [ "$used" = "$((N * bound))" ]
+t_check "one frame line per frame (--latency=frames)" \
+    [ "$(grep -c '^frame=' "$T_TMP/lat")" = "$((N * FRAMES))" ]
+t_check "no FILL in window mode" [ "$(awk '/^tick=/{for(i=1;i<=NF;i++) if($i ~ /^fill=/){sub("fill=","",$i); s+=$i}} END{print s+0}' "$T_TMP/lat")" = 0 ]
+t_done

@@ -1,0 +1,396 @@
+/* test_frame.c: the frame stream codec (src/frame.c, mt-frame(5)).
+ * Round trip of every type, a 100-frame stream decoded identically under
+ * every split point and one byte at a time, one distinct error code per
+ * malformed case, truncation at end of stream, and encoder refusals. */
+#include "frame.h"
+#include "tap.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static uint8_t payload_buf[MT_FRAME_MAX_PAYLOAD];
+
+/* Builds a valid frame of `type` with deterministic fields from i. */
+static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
+{
+    mt_frame f;
+    memset(&f, 0, sizeof f);
+    f.type = (uint8_t)type;
+    f.session = 0x01020304u + (uint32_t)i;
+    f.seq = seq;
+    f.t_send = 0x1122334455667788ull + (uint64_t)i;
+    f.t_arrive = 1000u + (uint64_t)i;
+    f.t_start = 2000u + (uint64_t)i;
+    f.t_ready = UINT64_MAX - (uint64_t)i;
+    size_t n = 0;
+    if (type == MT_FRAME_HELLO || type == MT_FRAME_ACCEPT) {
+        mt_hello h = { 24000, 1920, 1, MT_ENC_PCM_S16LE, "" };
+        snprintf(h.model, sizeof h.model, "synthetic:tiny-%d", i);
+        long r = mt_hello_encode(&h, pl, MT_FRAME_MAX_PAYLOAD);
+        n = r > 0 ? (size_t)r : 0;
+    } else if (type == MT_FRAME_AUDIO) {
+        n = 2 * (size_t)(1 + (i * 37) % 2000);
+        for (size_t k = 0; k < n; k++)
+            pl[k] = (uint8_t)(k * 7 + (size_t)i);
+        f.flags = (i % 3 == 0) ? MT_FLAG_FILL : 0;
+    } else if (type == MT_FRAME_TOKENS) {
+        n = 4 * (size_t)(i % 9);
+        for (size_t k = 0; k < n; k++)
+            pl[k] = (uint8_t)(k ^ (size_t)i);
+    } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR) {
+        n = (size_t)snprintf((char *)pl, 64, "reason %d: caf\xc3\xa9", i);
+    }
+    f.length = (uint32_t)n;
+    f.payload = pl;
+    return f;
+}
+
+static int frames_equal(const mt_frame *a, const mt_frame *b)
+{
+    return a->type == b->type && a->flags == b->flags &&
+           a->session == b->session && a->seq == b->seq &&
+           a->t_send == b->t_send && a->t_arrive == b->t_arrive &&
+           a->t_start == b->t_start && a->t_ready == b->t_ready &&
+           a->length == b->length &&
+           (a->length == 0 || memcmp(a->payload, b->payload, a->length) == 0);
+}
+
+/* ---- round trip ---------------------------------------------------------- */
+
+static mt_frame_decoder dec; /* big: keep off the stack */
+
+static void test_round_trip(void)
+{
+    static uint8_t wire[MT_FRAME_MAX_SIZE];
+    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_ERROR; type++) {
+        mt_frame f = make_frame(type, 7, type, payload_buf), g;
+        long n = mt_frame_encode(&f, wire, sizeof wire);
+        ok(n == (long)(MT_FRAME_HEADER_SIZE + f.length), "%s encodes to %ld bytes",
+           mt_frame_type_name(type), n);
+        mt_frame_decoder_init(&dec);
+        size_t used = 0;
+        int rc = mt_frame_decode(&dec, wire, (size_t)n, &used, &g);
+        is_int(rc, MT_FRAME_OK, "decodes to one frame");
+        is_int(used, n, "consumes the whole frame");
+        ok(g.version == MT_FRAME_VERSION && frames_equal(&f, &g),
+           "%s header fields and payload equal", mt_frame_type_name(type));
+        is_int(mt_frame_decoder_finish(&dec), 0, "nothing left at end");
+        if (type == MT_FRAME_HELLO || type == MT_FRAME_ACCEPT) {
+            mt_hello h;
+            is_int(mt_hello_decode(g.payload, g.length, &h), 0, "hello payload decodes");
+            ok(h.sample_rate == 24000 && h.frame_samples == 1920 && h.channels == 1 &&
+               h.encoding == MT_ENC_PCM_S16LE, "hello numbers survive");
+            like(h.model, "synthetic:tiny-", "hello model name survives");
+        }
+    }
+    /* Byte layout is little-endian at the documented offsets. */
+    mt_frame f = make_frame(MT_FRAME_END, 0x0A0B0C0Du, 0, payload_buf);
+    f.session = 0x11223344u;
+    mt_frame_encode(&f, wire, sizeof wire);
+    ok(memcmp(wire, "MTFR", 4) == 0 && wire[4] == 1 && wire[5] == MT_FRAME_END,
+       "magic, version, type at offsets 0, 4, 5");
+    ok(wire[8] == 0x44 && wire[11] == 0x11 && wire[12] == 0x0D && wire[15] == 0x0A,
+       "session and seq little-endian at 8 and 12");
+    ok(wire[16] == 0x88 && wire[23] == 0x11, "t_send little-endian at 16");
+}
+
+/* ---- splits -------------------------------------------------------------- */
+
+#define NFRAMES 100
+static uint8_t stream[NFRAMES * 4200];
+static uint8_t payloads[NFRAMES][4096];
+static mt_frame want[NFRAMES];
+static size_t stream_len;
+
+static void build_stream(void)
+{
+    uint32_t seq = 0;
+    stream_len = 0;
+    for (int i = 0; i < NFRAMES; i++) {
+        int type = 1 + (i * 5) % 7;
+        if (type == MT_FRAME_AUDIO || type == MT_FRAME_TOKENS)
+            seq += 1 + (uint32_t)(i % 3);
+        want[i] = make_frame(type, seq, i, payloads[i]);
+        long n = mt_frame_encode(&want[i], stream + stream_len,
+                                 sizeof stream - stream_len);
+        if (n < 0) {
+            tap_diag("encode failed for frame %d: %s", i, mt_frame_strerror((int)n));
+            exit(1);
+        }
+        stream_len += (size_t)n;
+    }
+}
+
+/* Feeds chunks [0,k) then [k,len) (k = 0 means one chunk), or 1 byte at a
+ * time when k < 0; returns the number of frames matching `want` in order,
+ * or -1 on any mismatch or error. */
+static int decode_split(long k)
+{
+    mt_frame_decoder_init(&dec);
+    int got = 0;
+    size_t pos = 0;
+    while (pos < stream_len) {
+        size_t chunk;
+        if (k < 0)
+            chunk = 1;
+        else if (pos < (size_t)k)
+            chunk = (size_t)k - pos;
+        else
+            chunk = stream_len - pos;
+        const uint8_t *p = stream + pos;
+        size_t left = chunk;
+        while (left > 0) {
+            size_t used = 0;
+            mt_frame f;
+            int rc = mt_frame_decode(&dec, p, left, &used, &f);
+            if (rc < 0 || used > left)
+                return -1;
+            p += used;
+            left -= used;
+            if (rc == MT_FRAME_OK) {
+                if (got >= NFRAMES || !frames_equal(&f, &want[got]))
+                    return -1;
+                got++;
+            } else if (left != 0) {
+                return -1; /* NEED_MORE must consume everything */
+            }
+        }
+        pos += chunk;
+    }
+    if (mt_frame_decoder_finish(&dec) != 0)
+        return -1;
+    return got;
+}
+
+static void test_splits(void)
+{
+    build_stream();
+    tap_diag("stream of %d frames, %zu bytes", NFRAMES, stream_len);
+    is_int(decode_split(0), NFRAMES, "whole stream in one read");
+    size_t bad = 0, first_bad = 0;
+    for (size_t k = 1; k < stream_len; k++)
+        if (decode_split((long)k) != NFRAMES && bad++ == 0)
+            first_bad = k;
+    if (!ok(bad == 0, "every split point (%zu of them) decodes identically",
+            stream_len - 1))
+        tap_diag("%zu splits failed, first at %zu", bad, first_bad);
+    is_int(decode_split(-1), NFRAMES, "one byte at a time decodes identically");
+}
+
+/* ---- malformed ----------------------------------------------------------- */
+
+/* Decodes bytes (after an optional valid prefix frame) and returns the first
+ * error or status; also checks the error is sticky. */
+static int decode_bytes(const uint8_t *b, size_t n, int bytewise)
+{
+    mt_frame_decoder_init(&dec);
+    mt_frame f;
+    int rc = MT_FRAME_NEED_MORE;
+    size_t pos = 0;
+    while (pos < n) {
+        size_t used = 0, chunk = bytewise ? 1 : n - pos;
+        rc = mt_frame_decode(&dec, b + pos, chunk, &used, &f);
+        pos += used;
+        if (rc < 0) {
+            size_t u2;
+            uint8_t x = 0;
+            if (mt_frame_decode(&dec, &x, 1, &u2, &f) != rc)
+                return 100; /* not sticky */
+            return rc;
+        }
+    }
+    return mt_frame_decoder_finish(&dec);
+}
+
+static size_t enc(const mt_frame *f, uint8_t *out)
+{
+    long n = mt_frame_encode(f, out, MT_FRAME_MAX_SIZE);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void check_bad(const char *name, const uint8_t *b, size_t n, int want_rc)
+{
+    int a = decode_bytes(b, n, 0), c = decode_bytes(b, n, 1);
+    if (!ok(a == want_rc && c == want_rc, "%s -> %s", name, mt_frame_strerror(want_rc)))
+        tap_diag("  got %d (whole) / %d (bytewise), want %d", a, c, want_rc);
+}
+
+static void test_malformed(void)
+{
+    static uint8_t w[2 * MT_FRAME_MAX_SIZE];
+    static uint8_t pl[MT_FRAME_MAX_PAYLOAD];
+    mt_frame f;
+    size_t n;
+
+    f = make_frame(MT_FRAME_END, 1, 0, pl);
+    n = enc(&f, w);
+    w[0] = 'X';
+    check_bad("bad magic", w, n, MT_FERR_MAGIC);
+    check_bad("bad magic seen on its first byte", w, 1, MT_FERR_MAGIC);
+
+    n = enc(&f, w);
+    w[4] = 2;
+    check_bad("unknown version", w, n, MT_FERR_VERSION);
+
+    n = enc(&f, w);
+    w[5] = 0;
+    check_bad("unknown type 0", w, n, MT_FERR_TYPE);
+    w[5] = 8;
+    check_bad("unknown type 8", w, n, MT_FERR_TYPE);
+
+    f = make_frame(MT_FRAME_AUDIO, 1, 1, pl);
+    n = enc(&f, w);
+    put32(w + 48, MT_FRAME_MAX_PAYLOAD + 2);
+    check_bad("payload over the limit (header only)", w, MT_FRAME_HEADER_SIZE,
+              MT_FERR_TOO_LONG);
+    put32(w + 48, 0xFFFFFFFEu);
+    check_bad("4 GiB payload refused at the header", w, MT_FRAME_HEADER_SIZE,
+              MT_FERR_TOO_LONG);
+
+    {
+        mt_frame a = make_frame(MT_FRAME_AUDIO, 5, 1, pl);
+        size_t n1 = enc(&a, w);
+        mt_frame b = make_frame(MT_FRAME_TOKENS, 5, 2, pl);
+        size_t n2 = enc(&b, w + n1);
+        check_bad("seq repeated", w, n1 + n2, MT_FERR_SEQ);
+        b.seq = 4;
+        n2 = enc(&b, w + n1);
+        check_bad("seq going backwards", w, n1 + n2, MT_FERR_SEQ);
+        b.seq = 6;
+        n2 = enc(&b, w + n1);
+        check_bad("seq increasing is fine", w, n1 + n2, 0);
+        mt_frame e = make_frame(MT_FRAME_END, 0, 3, pl);
+        n2 = enc(&e, w + n1);
+        check_bad("control frames do not take part in seq", w, n1 + n2, 0);
+    }
+
+    f = make_frame(MT_FRAME_AUDIO, 1, 1, pl);
+    n = enc(&f, w);
+    check_bad("truncated inside the payload", w, n - 1, MT_FERR_TRUNCATED);
+    check_bad("truncated inside the header", w, 20, MT_FERR_TRUNCATED);
+
+    n = enc(&f, w);
+    w[6] = 0x02;
+    check_bad("unknown flag bit", w, n, MT_FERR_FLAGS);
+    n = enc(&f, w);
+    w[53] = 1;
+    check_bad("non-zero reserved", w, n, MT_FERR_FLAGS);
+    f = make_frame(MT_FRAME_END, 0, 0, pl);
+    n = enc(&f, w);
+    w[6] = MT_FLAG_FILL;
+    check_bad("FILL on a control frame", w, n, MT_FERR_FLAGS);
+
+    /* Payload inconsistent with type. */
+    f = make_frame(MT_FRAME_AUDIO, 1, 1, pl);
+    n = enc(&f, w);
+    put32(w + 48, 3);
+    check_bad("odd AUDIO length", w, MT_FRAME_HEADER_SIZE + 3, MT_FERR_PAYLOAD);
+    f = make_frame(MT_FRAME_TOKENS, 1, 4, pl);
+    n = enc(&f, w);
+    put32(w + 48, 6);
+    check_bad("TOKENS length not a multiple of 4", w, MT_FRAME_HEADER_SIZE + 6,
+              MT_FERR_PAYLOAD);
+    f = make_frame(MT_FRAME_HELLO, 0, 0, pl);
+    n = enc(&f, w);
+    put32(w + 48, 11);
+    check_bad("HELLO too short", w, MT_FRAME_HEADER_SIZE + 11, MT_FERR_PAYLOAD);
+    put32(w + 48, 12 + MT_MODEL_NAME_MAX + 1);
+    memset(w + MT_FRAME_HEADER_SIZE + 12, 'a', MT_MODEL_NAME_MAX + 1);
+    check_bad("HELLO model name too long", w,
+              MT_FRAME_HEADER_SIZE + 12 + MT_MODEL_NAME_MAX + 1, MT_FERR_PAYLOAD);
+    n = enc(&f, w);
+    w[MT_FRAME_HEADER_SIZE + 13] = 0;
+    check_bad("HELLO model name with a NUL", w, n, MT_FERR_PAYLOAD);
+    f = make_frame(MT_FRAME_ACCEPT, 0, 0, pl);
+    n = enc(&f, w);
+    w[MT_FRAME_HEADER_SIZE + 12] = 0xFF;
+    check_bad("ACCEPT model name not UTF-8", w, n, MT_FERR_PAYLOAD);
+    f = make_frame(MT_FRAME_END, 0, 0, pl);
+    n = enc(&f, w);
+    put32(w + 48, 2);
+    check_bad("END with a payload", w, MT_FRAME_HEADER_SIZE + 2, MT_FERR_PAYLOAD);
+    f = make_frame(MT_FRAME_REJECT, 0, 0, pl);
+    n = enc(&f, w);
+    put32(w + 48, MT_REASON_MAX + 1);
+    memset(w + MT_FRAME_HEADER_SIZE, 'r', MT_REASON_MAX + 1);
+    check_bad("REJECT reason over MT_REASON_MAX", w,
+              MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 1, MT_FERR_PAYLOAD);
+    f = make_frame(MT_FRAME_ERROR, 0, 0, pl);
+    n = enc(&f, w);
+    w[n - 2] = 0x80;
+    check_bad("ERROR reason not UTF-8 (stray continuation)", w, n, MT_FERR_PAYLOAD);
+    n = enc(&f, w);
+    w[n - 2] = 0xC0; /* overlong encoding of U+0029-ish */
+    w[n - 1] = 0xA9;
+    check_bad("ERROR reason not UTF-8 (overlong)", w, n, MT_FERR_PAYLOAD);
+    n = enc(&f, w);
+    w[n - 1] = 0xED;
+    check_bad("ERROR reason not UTF-8 (cut sequence)", w, n, MT_FERR_PAYLOAD);
+
+    /* All error codes are distinct. */
+    int codes[] = { MT_FERR_MAGIC, MT_FERR_VERSION, MT_FERR_TYPE, MT_FERR_TOO_LONG,
+                    MT_FERR_SEQ, MT_FERR_TRUNCATED, MT_FERR_FLAGS, MT_FERR_PAYLOAD,
+                    MT_FERR_ARG };
+    int distinct = 1;
+    for (size_t a = 0; a < sizeof codes / sizeof *codes; a++)
+        for (size_t b = a + 1; b < sizeof codes / sizeof *codes; b++)
+            if (codes[a] == codes[b] ||
+                strcmp(mt_frame_strerror(codes[a]), mt_frame_strerror(codes[b])) == 0)
+                distinct = 0;
+    ok(distinct, "error codes and their messages are distinct");
+    is_str(mt_frame_type_name(99), "UNKNOWN", "unknown type name");
+    is_str(mt_frame_type_name(MT_FRAME_TOKENS), "TOKENS", "TOKENS type name");
+}
+
+/* ---- encoder refusals ---------------------------------------------------- */
+
+static void test_encoder(void)
+{
+    static uint8_t w[MT_FRAME_MAX_SIZE + 16];
+    static uint8_t big[MT_FRAME_MAX_PAYLOAD + 2];
+    mt_frame f = make_frame(MT_FRAME_AUDIO, 1, 5, payload_buf);
+    size_t need = MT_FRAME_HEADER_SIZE + f.length;
+    is_int(mt_frame_encode(&f, w, need - 1), MT_FERR_ARG, "buffer one byte short");
+    is_int(mt_frame_encode(&f, w, 10), MT_FERR_ARG, "buffer smaller than a header");
+    is_int(mt_frame_encode(&f, w, need), (long)need, "exact buffer is enough");
+    f.payload = big;
+    f.length = MT_FRAME_MAX_PAYLOAD + 2;
+    is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_TOO_LONG, "over-limit payload");
+    f.length = MT_FRAME_MAX_PAYLOAD;
+    is_int(mt_frame_encode(&f, w, sizeof w), MT_FRAME_MAX_SIZE, "payload at the limit");
+    f.length = 3;
+    is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_PAYLOAD, "odd AUDIO refused");
+    f.length = 2;
+    f.flags = 0x80;
+    is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_FLAGS, "unknown flag refused");
+    f.flags = 0;
+    f.type = 9;
+    is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_TYPE, "unknown type refused");
+    f.type = MT_FRAME_AUDIO;
+    f.version = 3;
+    is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_VERSION, "unknown version refused");
+    f.version = 0;
+    f.payload = NULL;
+    is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_ARG, "NULL payload refused");
+    mt_hello h = { 24000, 1920, 1, 1, "" };
+    memset(h.model, 'm', sizeof h.model); /* no NUL: name too long */
+    is_int(mt_hello_encode(&h, w, sizeof w), MT_FERR_ARG, "hello name too long refused");
+    h.model[5] = '\0';
+    is_int(mt_hello_encode(&h, w, 16), MT_FERR_ARG, "hello buffer too small refused");
+    is_int(mt_hello_encode(&h, w, 17), 17, "hello exact buffer");
+}
+
+int main(void)
+{
+    test_round_trip();
+    test_splits();
+    test_malformed();
+    test_encoder();
+    return tap_done();
+}

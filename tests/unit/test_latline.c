@@ -1,0 +1,240 @@
+/* test_latline.c: the latency-line writer, strict parser and tick record
+ * (src/latline.c). Round trips, every malformed case with its line number
+ * and key in the message, forward compatibility with unknown keys, flags,
+ * quoted values with escapes, typed getters. */
+#include "latline.h"
+#include "tap.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static mt_latline ll; /* ~5 KiB: keep off the stack */
+static char err[256];
+
+static int parse(const char *s, long lineno)
+{
+    err[0] = '\0';
+    return mt_latline_parse(s, strlen(s), lineno, &ll, err, sizeof err);
+}
+
+static void test_writer_round_trip(void)
+{
+    char buf[512];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, "frame", 42);
+    mt_ll_int(&w, "neg", -7);
+    mt_ll_u64(&w, "big", UINT64_MAX);
+    mt_ll_f(&w, "ms", 3.14159, 3);
+    mt_ll_str(&w, "name", "plain");
+    mt_ll_str(&w, "msg", "say \"hi\" = \\ok");
+    mt_ll_str(&w, "empty", "");
+    mt_ll_flag(&w, "fill");
+    long n = mt_ll_end(&w);
+    ok(n > 0 && (size_t)n == strlen(buf), "writer returns the length (%ld)", n);
+    is_str(buf, "frame=42 neg=-7 big=18446744073709551615 ms=3.142 name=plain "
+                "msg=\"say \\\"hi\\\" = \\\\ok\" empty=\"\" fill", "writer output");
+    is_int(parse(buf, 1), 0, "parser reads what the writer wrote");
+    is_int(ll.n, 8, "eight pairs");
+    is_str(mt_latline_kind(&ll), "frame", "kind is the first key");
+    is_str(mt_latline_get(&ll, "msg"), "say \"hi\" = \\ok", "escapes undone");
+    is_str(mt_latline_get(&ll, "empty"), "", "empty quoted value");
+    is_str(mt_latline_get(&ll, "fill"), "", "flag present with empty value");
+    ok(mt_latline_get(&ll, "nope") == NULL, "absent key is NULL");
+    int64_t i = 0;
+    is_int(mt_latline_i64(&ll, "neg", &i), 0, "i64 getter");
+    is_int(i, -7, "i64 value");
+    double d = 0;
+    is_int(mt_latline_f64(&ll, "ms", &d), 0, "f64 getter");
+    is_near(d, 3.142, 1e-12, "f64 value");
+    is_int(mt_latline_i64(&ll, "nope", &i), 1, "absent: 1");
+    is_int(mt_latline_i64(&ll, "name", &i), -1, "not a number: -1");
+    is_int(mt_latline_i64(&ll, "big", &i), -1, "int64 overflow: -1");
+
+    /* Overflow of the caller's buffer: -1, never writes past cap. */
+    char small[16];
+    memset(small, 'Z', sizeof small);
+    mt_ll_begin(&w, small, 10);
+    mt_ll_int(&w, "tick", 123456);
+    mt_ll_int(&w, "more", 1);
+    is_int(mt_ll_end(&w), -1, "overflow reported");
+    ok(small[10] == 'Z' && memchr(small, '\0', 10) != NULL,
+       "nothing written past cap, still NUL-terminated");
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, "Bad-Key", 1);
+    is_int(mt_ll_end(&w), -1, "invalid key poisons the writer");
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_str(&w, "s", "a\nb");
+    ok(mt_ll_end(&w) > 0 && parse(buf, 1) == 0 &&
+       strcmp(mt_latline_get(&ll, "s"), "a?b") == 0,
+       "control characters in a string value keep the line one line");
+}
+
+static void test_tick_round_trip(void)
+{
+    mt_tick t = {
+        .tick = 1234, .t = 98.7654, .active = 16, .stepped = 15,
+        .step_ms = 12.3456, .late_ms = 0.5, .p50_ms = 40.25, .p99_ms = 79.999,
+        .in = 16, .out = 15, .fill = 1, .kv_used = 1073741824LL,
+        .kv_free = 9000000000LL, .pending = 2, .admitted = 20, .rejected = 3,
+        .preempted = 0, .naive_ms = 11.0, .naive_met = 100.0, .met = 93.75,
+    }, u;
+    char buf[1024];
+    long n = mt_tick_format(&t, buf, sizeof buf);
+    ok(n > 0, "tick formats (%ld bytes)", n);
+    tap_diag("%s", buf);
+    like(buf, "tick=1234 t=98.765 active=16 stepped=15 step_ms=12.346 ", "tick keys and decimals");
+    like(buf, " naive_met=100.0 met=93.8", "percent keys with one decimal");
+    is_int(parse(buf, 7), 0, "tick line parses");
+    memset(&u, 0xAB, sizeof u);
+    is_int(mt_tick_from_line(&ll, 7, &u, err, sizeof err), 0, "tick record reads");
+    ok(u.tick == t.tick && u.active == t.active && u.stepped == t.stepped &&
+       u.in == t.in && u.out == t.out && u.fill == t.fill &&
+       u.kv_used == t.kv_used && u.kv_free == t.kv_free &&
+       u.pending == t.pending && u.admitted == t.admitted &&
+       u.rejected == t.rejected && u.preempted == t.preempted,
+       "integer fields equal");
+    ok(fabs(u.t - t.t) < 5e-4 && fabs(u.step_ms - t.step_ms) < 5e-4 &&
+       fabs(u.late_ms - t.late_ms) < 5e-4 && fabs(u.p50_ms - t.p50_ms) < 5e-4 &&
+       fabs(u.p99_ms - t.p99_ms) < 5e-4 && fabs(u.naive_ms - t.naive_ms) < 5e-4 &&
+       fabs(u.naive_met - t.naive_met) < 0.05 && fabs(u.met - t.met) < 0.05,
+       "float fields equal to their printed precision");
+    is_int(mt_tick_format(&t, buf, 50), -1, "tick format refuses a small buffer");
+
+    /* Forward compatibility: unknown keys and flags are tolerated. */
+    mt_tick_format(&t, buf, sizeof buf);
+    strcat(buf, " gpu_ms=3.2 future_thing=\"x y\" experimental");
+    is_int(parse(buf, 8), 0, "line with unknown keys parses");
+    is_int(mt_tick_from_line(&ll, 8, &u, err, sizeof err), 0,
+           "tick record ignores unknown keys");
+    is_str(mt_latline_get(&ll, "future_thing"), "x y", "unknown key kept");
+
+    /* Missing and malformed typed values. */
+    mt_tick_format(&t, buf, sizeof buf);
+    char *p = strstr(buf, " fill=1");
+    memmove(p, p + 7, strlen(p + 7) + 1);
+    parse(buf, 9);
+    is_int(mt_tick_from_line(&ll, 9, &u, err, sizeof err), -1, "missing key refused");
+    is_str(err, "line 9: key 'fill': missing", "message names line and key");
+
+    const char *bad_vals[][2] = {
+        { "active=1x", "active" }, { "step_ms=nan", "step_ms" },
+        { "p99_ms=inf", "p99_ms" }, { "late_ms=1e999", "late_ms" },
+        { "kv_used=99999999999999999999", "kv_used" }, { "met=0x10", "met" },
+        { "in=\" 5\"", "in" }, { "out=", "out" },
+    };
+    for (size_t k = 0; k < sizeof bad_vals / sizeof *bad_vals; k++) {
+        mt_tick_format(&t, buf, sizeof buf);
+        /* Replace the key's pair with the bad one. */
+        char keyeq[40], line[1200];
+        snprintf(keyeq, sizeof keyeq, " %s=", bad_vals[k][1]);
+        char *q = strstr(buf, keyeq);
+        char *e = strchr(q + 1, ' ');
+        snprintf(line, sizeof line, "%.*s %s%s", (int)(q - buf), buf,
+                 bad_vals[k][0], e ? e : "");
+        int rp = parse(line, 10 + (long)k);
+        int rt = rp == 0 ? mt_tick_from_line(&ll, 10 + (long)k, &u, err, sizeof err) : -1;
+        char want[64];
+        snprintf(want, sizeof want, "line %ld: key '%s':", 10 + (long)k, bad_vals[k][1]);
+        ok(rt == -1 && strstr(err, want) != NULL, "bad value %s refused: %s",
+           bad_vals[k][0], err);
+    }
+    parse("request session=3 want=1", 20);
+    is_int(mt_tick_from_line(&ll, 20, &u, err, sizeof err), -1, "non-tick record refused");
+    like(err, "line 20: key 'tick'", "non-tick message names the key");
+}
+
+static void test_malformed(void)
+{
+    static const struct { const char *line; const char *want; } cases[] = {
+        { "tick=1 a=\"open", "line 3: key 'a': unterminated quote" },
+        { "tick=1 a=\"open\\", "line 3: key 'a': unterminated quote" },
+        { "tick=1 a=\"x\\n\"", "line 3: key 'a': bad escape" },
+        { "tick=1 a=\"x\"y", "line 3: key 'a': 'y' after closing quote" },
+        { "tick=1 a=b\"c", "line 3: key 'a': '\"' in unquoted value" },
+        { "tick=1 a=b=c", "line 3: key 'a': '=' in unquoted value" },
+        { "tick=1 a=", "line 3: key 'a': missing value" },
+        { "tick=1 St=2", "line 3: column 8: expected a key, found 'S'" },
+        { "tick=1 s-t=2", "line 3: key 's-': bad character '-' in key" },
+        { "tick=1 =2", "line 3: column 8: expected a key, found '='" },
+        { "tick=1 a=1 a=2", "line 3: key 'a': duplicate key" },
+        { "tick=1\ta=1", "line 3: key 'tick': byte 0x09 in unquoted value" },
+        { "tick=1 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=1",
+          "line 3: key 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...': longer than 32" },
+        { "tick=1 a=\"x\x01\"", "line 3: key 'a': control byte 0x01" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int rc = parse(cases[k].line, 3);
+        if (!ok(rc == -1 && strncmp(err, cases[k].want, strlen(cases[k].want)) == 0,
+                "malformed #%zu refused with the right message", k))
+            tap_diag("  rc %d, err '%s', want prefix '%s'", rc, err, cases[k].want);
+    }
+
+    /* Embedded NUL: the length, not the NUL, ends the line. */
+    const char nul[] = "tick=1 a=x\0y";
+    int rc = mt_latline_parse(nul, sizeof nul - 1, 4, &ll, err, sizeof err);
+    ok(rc == -1 && strstr(err, "line 4: key 'a': byte 0x00"), "embedded NUL refused: %s", err);
+    const char nulkey[] = "tick=1 a\0=x";
+    rc = mt_latline_parse(nulkey, sizeof nulkey - 1, 4, &ll, err, sizeof err);
+    ok(rc == -1 && strstr(err, "line 4: key 'a?': bad character byte 0x00"),
+       "NUL in a key refused: %s", err);
+
+    /* Overlong line: an error, not a truncation. */
+    static char longl[MT_LL_MAX_LINE + 64];
+    memset(longl, 0, sizeof longl);
+    strcpy(longl, "tick=1 pad=");
+    memset(longl + strlen(longl), 'x', MT_LL_MAX_LINE + 1 - strlen(longl));
+    rc = mt_latline_parse(longl, MT_LL_MAX_LINE + 1, 5, &ll, err, sizeof err);
+    ok(rc == -1 && strstr(err, "line 5: longer than 4096"), "overlong line refused: %s", err);
+    longl[MT_LL_MAX_LINE] = '\n'; /* exactly the limit plus its newline: fine */
+    rc = mt_latline_parse(longl, MT_LL_MAX_LINE + 1, 5, &ll, err, sizeof err);
+    ok(rc == 0 && strlen(mt_latline_get(&ll, "pad")) == MT_LL_MAX_LINE - 11,
+       "a line of exactly %d bytes plus newline parses", MT_LL_MAX_LINE);
+
+    /* Worst case for the record buffer: 64 one-letter flags ... */
+    char many[400];
+    size_t m = 0;
+    for (int k = 0; k < MT_LL_MAX_PAIRS; k++)
+        m += (size_t)snprintf(many + m, sizeof many - m, "%s%c%c", k ? " " : "",
+                              'a' + k / 26, 'a' + k % 26);
+    is_int(parse(many, 6), 0, "64 pairs are fine");
+    is_int(ll.n, MT_LL_MAX_PAIRS, "64 pairs read");
+    snprintf(many + m, sizeof many - m, " zz");
+    is_int(parse(many, 6), -1, "65 pairs refused");
+    like(err, "line 6: key 'zz': more than 64 pairs", "too-many message names key");
+
+    /* Lenient where it costs nothing: spaces, CRLF, empty lines. */
+    is_int(parse("  tick=1   x=2  \r\n", 7), 0, "extra spaces and CRLF");
+    is_str(mt_latline_get(&ll, "x"), "2", "value after extra spaces");
+    is_int(parse("", 8), 0, "empty line parses");
+    is_str(mt_latline_kind(&ll), "", "empty line has kind \"\"");
+    is_int(parse("request session=5 name=\"a b\" urgent", 9), 0, "request line with flag");
+    is_str(mt_latline_kind(&ll), "request", "request kind");
+    is_str(mt_latline_get(&ll, "name"), "a b", "quoted value with space");
+    is_str(mt_latline_get(&ll, "urgent"), "", "trailing flag");
+    is_int(parse("a=\"\\\"\\\\\"", 10), 0, "only escapes");
+    is_str(mt_latline_get(&ll, "a"), "\"\\", "escapes unescaped");
+    is_int(parse("a=caf\xc3\xa9", 11), 0, "UTF-8 in a bare value");
+
+    int64_t i;
+    double d;
+    parse("a=+5 b=-0 c=1.5e3 d=.5 e=- f=1e g=9223372036854775807 h=-9223372036854775808", 12);
+    ok(mt_latline_i64(&ll, "a", &i) == 0 && i == 5, "+5 is an integer");
+    ok(mt_latline_i64(&ll, "b", &i) == 0 && i == 0, "-0 is an integer");
+    ok(mt_latline_i64(&ll, "c", &i) == -1, "1.5e3 is not an integer");
+    ok(mt_latline_f64(&ll, "c", &d) == 0 && d == 1500.0, "1.5e3 is a number");
+    ok(mt_latline_f64(&ll, "d", &d) == 0 && d == 0.5, ".5 is a number");
+    ok(mt_latline_f64(&ll, "e", &d) == -1 && mt_latline_i64(&ll, "e", &i) == -1,
+       "lone '-' refused");
+    ok(mt_latline_f64(&ll, "f", &d) == -1, "1e (trailing junk) refused");
+    ok(mt_latline_i64(&ll, "g", &i) == 0 && i == INT64_MAX, "INT64_MAX");
+    ok(mt_latline_i64(&ll, "h", &i) == 0 && i == INT64_MIN, "INT64_MIN");
+}
+
+int main(void)
+{
+    test_writer_round_trip();
+    test_tick_round_trip();
+    test_malformed();
+    return tap_done();
+}
