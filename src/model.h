@@ -86,4 +86,58 @@ uint64_t mt_model_params(const mt_config *c);
 /* Names of the presets, NULL-terminated, for --help and errors. */
 const char *const *mt_model_presets(void);
 
+/* ---- additions (model helper, issue 3); all additive ------------------ */
+
+/* Host weights above this many bytes of fp32 are refused (presets and
+ * directories) unless MT_MODEL_SHAPE_ONLY is given: such models belong on a
+ * GPU backend that makes or uploads its own weights. */
+#define MT_MODEL_HOST_LIMIT_BYTES (8ull << 30)
+
+/* config.json text (HuggingFace LlamaConfig + our audio fields) -> *c,
+ * validated. file names the source in messages ("dir/config.json").
+ * Fields: hidden_size, intermediate_size, num_hidden_layers,
+ * num_attention_heads (required); num_key_value_heads (default heads),
+ * head_dim (default hidden/heads, which must then divide), rms_norm_eps
+ * (default 1e-6), rope_theta (default 10000), vocab_size (default 0; > 0
+ * means the token adapter is expected), tie_word_embeddings (default
+ * false), sample_rate (24000), frame_samples (1920), audio_passthrough
+ * (false). Rejected: hidden_act other than "silu", attention_bias or
+ * mlp_bias true, a non-null rope_scaling (not implemented by the
+ * decoders). Other keys are ignored. has_audio is not a config field: the
+ * loader sets it from the tensors present. */
+int mt_config_parse(const char *json, size_t len, const char *file,
+                    mt_config *c, char *err, size_t errlen);
+/* Range and consistency checks shared by presets and config.json:
+ * dimensions positive and below sane limits (so no size overflows),
+ * heads | hidden (without an explicit head_dim), kv_heads | heads, head_dim
+ * even (rotate-half rotary), at least one adapter when has_* are set. */
+int mt_config_check(const mt_config *c, const char *file, char *err,
+                    size_t errlen);
+
+/* The model's tensors in the one fixed order used for generation, saving
+ * and loading:
+ *   for each layer N: model.layers.N.input_layernorm.weight,
+ *     .self_attn.q_proj.weight, .k_proj, .v_proj, .o_proj,
+ *     .post_attention_layernorm.weight, .mlp.gate_proj.weight, .up_proj,
+ *     .down_proj;
+ *   model.norm.weight;
+ *   token adapter: model.embed_tokens.weight, lm_head.weight (untied only);
+ *   audio adapter: audio_in.weight, audio_out.weight. */
+typedef struct mt_tensor_ref {
+    char     name[80];
+    int      ndim;       /* 1 or 2 */
+    int64_t  shape[2];   /* [out, in] for matrices, [n] for norms */
+    float   *data;       /* NULL when shape_only */
+} mt_tensor_ref;
+int mt_model_tensor_count(const mt_config *c);
+/* i in [0, count): fills *r; returns 0, or -1 when i is out of range. */
+int mt_model_tensor(const mt_model *m, int i, mt_tensor_ref *r);
+
+/* A model with every weight zeroed (norms too), for tests and tools that
+ * fill weights themselves. c is checked with mt_config_check. */
+int mt_model_alloc(const mt_config *c, mt_model **out, char *err,
+                   size_t errlen);
+
+const char *mt_dtype_name(mt_dtype dt);   /* "F32", "F16", "BF16" */
+
 #endif

@@ -736,7 +736,7 @@ LOAD_HELP
                         continue;
                     int m = snprintf(cfg[ncfg].label + len,
                                      sizeof cfg[ncfg].label - len, "%s%s%s",
-                                     len ? " " : "", pre, argv[k + 1]);
+                                     len ? "/" : "", pre, argv[k + 1]);
                     if (m > 0 && len + (size_t)m < sizeof cfg[ncfg].label)
                         len += (size_t)m;
                     else

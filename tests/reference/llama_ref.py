@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""llama_ref.py: an independent numpy reference of the Metronome decoder.
+
+Written from HuggingFace Llama semantics (modeling_llama.py), not from our
+C code, so that tests/integration/reference.sh can check the C decoder
+against it on the same safetensors file:
+
+  * RMSNorm: x * rsqrt(mean(x^2) + eps) * weight
+  * rotary: rotate_half, inv_freq = 1 / theta^(arange(0, d, 2) / d),
+    q' = q cos + rotate_half(q) sin (cos/sin repeated over both halves)
+  * GQA: kv heads repeated (repeat_kv), q head h uses kv head h // n_rep
+  * attention: softmax(q k^T / sqrt(head_dim)) v, causal
+  * MLP: down(silu(gate(x)) * up(x)); residual around both sublayers
+  * token adapter: embed_tokens lookup in, lm_head (or tied embedding) out
+  * audio adapter: audio_in . (pcm / 32768) in, audio_out . norm(h) out,
+    clamp to [-1, 1], round(y * 32767) to s16
+
+Cache policies, computed from the whole history every step (no ring
+buffer, no block table): each session keeps its un-rotated keys for every
+position; a query at position p sees
+  full:   positions 0..p, rotary position = the position;
+  window: the sinks 0..S-1 and the last W positions (StreamingLLM), with
+          rotary position = absolute position (rope absolute), or = index
+          in the kept list, the query taking the last index (rope cache).
+
+The safetensors file is read here with numpy (header JSON + raw bytes;
+F32, F16, BF16). Everything is computed in float64.
+
+Inputs (the test spec shared with tests/helpers/mt-refdump.c): sessions b
+= 0..len(starts)-1; at step t every session with starts[b] <= t is stepped
+at its position i = t - starts[b], all of them as one batch, in order of b.
+  token input:  id = (b * 7919 + i * 104729 + 13) % vocab
+  audio input:  pcm[k] = ((b * 131 + i * 17 + k * 7) % 2001 - 1000) * 8
+Output: for each step, for each stepped session, its logits (float32,
+vocab) or its output pcm (int16, frame_samples), appended in that order.
+
+Usage:
+  llama_ref.py MODEL_DIR --policy full|window --sink S --window W
+               --rope cache|absolute --starts 0,5,11 --steps 60
+               [--input tokens|audio] --out FILE [--check C_FILE] [--tol 1e-4]
+With --check the reference compares C_FILE against its own result, prints
+max_err, scale and rel, and exits 1 when rel >= tol (audio: max |diff| in
+LSB, fails above 1).
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + hlen].decode("utf-8"))
+    data = raw[8 + hlen:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        buf = data[a:b]
+        shape = tuple(info["shape"])
+        dt = info["dtype"]
+        if dt == "F32":
+            arr = np.frombuffer(buf, dtype="<f4")
+        elif dt == "F16":
+            arr = np.frombuffer(buf, dtype="<f2")
+        elif dt == "BF16":
+            u16 = np.frombuffer(buf, dtype="<u2").astype(np.uint32)
+            arr = (u16 << 16).view(np.float32)
+        else:
+            raise SystemExit("llama_ref: %s: unsupported dtype %s" % (name, dt))
+        tensors[name] = arr.astype(np.float64).reshape(shape)
+    return tensors
+
+
+class Llama:
+    def __init__(self, model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            cfg = json.load(f)
+        self.t = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+        self.hidden = cfg["hidden_size"]
+        self.layers = cfg["num_hidden_layers"]
+        self.heads = cfg["num_attention_heads"]
+        self.kv_heads = cfg.get("num_key_value_heads", self.heads)
+        self.head_dim = cfg.get("head_dim") or self.hidden // self.heads
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.theta = cfg.get("rope_theta", 10000.0)
+        self.vocab = cfg.get("vocab_size", 0)
+        self.frame_samples = cfg.get("frame_samples", 1920)
+        t = self.t
+        self.embed = t.get("model.embed_tokens.weight")
+        self.lm_head = t.get("lm_head.weight")
+        if self.lm_head is None and cfg.get("tie_word_embeddings", False):
+            self.lm_head = self.embed
+        self.audio_in = t.get("audio_in.weight")
+        self.audio_out = t.get("audio_out.weight")
+        d = self.head_dim
+        self.inv_freq = 1.0 / (self.theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+
+    def w(self, l, name):
+        return self.t["model.layers.%d.%s.weight" % (l, name)]
+
+    def rmsnorm(self, x, weight):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
+
+    def rope(self, x, pos):
+        """x [n, head_dim] rotated by positions pos [n] (rotate_half)."""
+        ang = np.outer(np.asarray(pos, dtype=np.float64), self.inv_freq)
+        emb = np.concatenate([ang, ang], axis=-1)
+        half = x.shape[-1] // 2
+        rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        return x * np.cos(emb) + rot * np.sin(emb)
+
+
+def kept(policy, S, W, p):
+    """Positions a query at p attends to, oldest first."""
+    if policy == "full":
+        return list(range(p + 1))
+    sinks = list(range(min(S, p + 1)))
+    ring = list(range(max(S, p + 1 - W), p + 1))
+    return sinks + ring
+
+
+class Session:
+    def __init__(self, m):
+        # per layer: un-rotated keys and values of every position so far
+        self.k = [[] for _ in range(m.layers)]
+        self.v = [[] for _ in range(m.layers)]
+        self.len = 0
+
+
+def step(m, sess, x, policy, S, W, rope_mode):
+    """One position of one session: x [hidden] -> final hidden [hidden]."""
+    p = sess.len
+    hd, nh, nkv = m.head_dim, m.heads, m.kv_heads
+    n_rep = nh // nkv
+    vis = kept(policy, S, W, p)
+    if policy == "window" and rope_mode == "cache":
+        key_pos = list(range(len(vis)))
+        q_pos = len(vis) - 1
+    else:
+        key_pos = vis
+        q_pos = p
+    for l in range(m.layers):
+        h = m.rmsnorm(x, m.w(l, "input_layernorm"))
+        q = (m.w(l, "self_attn.q_proj") @ h).reshape(nh, hd)
+        k = (m.w(l, "self_attn.k_proj") @ h).reshape(nkv, hd)
+        v = (m.w(l, "self_attn.v_proj") @ h).reshape(nkv, hd)
+        sess.k[l].append(k)
+        sess.v[l].append(v)
+        K = np.stack([sess.k[l][j] for j in vis])  # [n, nkv, hd]
+        V = np.stack([sess.v[l][j] for j in vis])
+        out = np.zeros((nh, hd))
+        for hq in range(nh):
+            g = hq // n_rep
+            qr = m.rope(q[hq][None, :], [q_pos])[0]
+            kr = m.rope(K[:, g, :], key_pos)
+            s = kr @ qr / np.sqrt(hd)
+            s = np.exp(s - s.max())
+            s /= s.sum()
+            out[hq] = s @ V[:, g, :]
+        x = x + m.w(l, "self_attn.o_proj") @ out.reshape(-1)
+        h = m.rmsnorm(x, m.w(l, "post_attention_layernorm"))
+        gate = m.w(l, "mlp.gate_proj") @ h
+        up = m.w(l, "mlp.up_proj") @ h
+        x = x + m.w(l, "mlp.down_proj") @ (gate / (1.0 + np.exp(-gate)) * up)
+    sess.len += 1
+    return m.rmsnorm(x, m.t["model.norm.weight"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("--policy", choices=["full", "window"], required=True)
+    ap.add_argument("--sink", type=int, default=4)
+    ap.add_argument("--window", type=int, default=16)
+    ap.add_argument("--rope", choices=["cache", "absolute"], default="cache")
+    ap.add_argument("--starts", required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--input", choices=["tokens", "audio"], default="tokens")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--check")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+
+    m = Llama(a.model_dir)
+    starts = [int(s) for s in a.starts.split(",")]
+    sessions = [Session(m) for _ in starts]
+    outs = []
+    for t in range(a.steps):
+        for b, st in enumerate(starts):
+            if t < st:
+                continue
+            i = t - st
+            if a.input == "tokens":
+                tok = (b * 7919 + i * 104729 + 13) % m.vocab
+                x = m.embed[tok].copy()
+            else:
+                k = np.arange(m.frame_samples)
+                pcm = ((b * 131 + i * 17 + k * 7) % 2001 - 1000) * 8
+                x = m.audio_in @ (pcm / 32768.0)
+            hf = step(m, sessions[b], x, a.policy, a.sink, a.window, a.rope)
+            if a.input == "tokens":
+                outs.append((m.lm_head @ hf).astype(np.float32))
+            else:
+                y = np.clip(m.audio_out @ hf, -1.0, 1.0)
+                outs.append(np.rint(y * 32767.0).astype(np.int16))
+    ref = np.concatenate(outs)
+    ref.tofile(a.out)
+    if not a.check:
+        return 0
+    got = np.fromfile(a.check, dtype=ref.dtype)
+    if got.shape != ref.shape:
+        print("size mismatch: C %d values, reference %d" % (got.size, ref.size))
+        return 1
+    if a.input == "tokens":
+        err = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64))))
+        scale = float(np.max(np.abs(ref)))
+        rel = err / scale if scale > 0 else err
+        bad = not np.all(np.isfinite(got)) or rel >= a.tol
+        print("max_err=%.3e scale=%.3e rel=%.3e values=%d" % (err, scale, rel, ref.size))
+    else:
+        err = int(np.max(np.abs(got.astype(np.int32) - ref.astype(np.int32))))
+        print("max_err_lsb=%d values=%d" % (err, ref.size))
+        bad = err > 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
