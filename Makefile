@@ -200,3 +200,12 @@ clean:
 	rm -rf build build-asan build-fuzz bin
 
 -include $(LIB_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d)
+
+# ---- issue 9: quality
+# The quality-under-the-bound table and plot (bench/quality.sh: minutes, so
+# not one of bench/run.sh's bench_*.sh); writes bench/RESULTS.md's
+# "Quality under the bound" block and bench/quality-ppl.png.
+.PHONY: bench-quality
+bench-quality: all $(TEST_BINS)
+	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) \
+	  OUT=$(abspath $(B))/bench-quality bash bench/quality.sh

@@ -5,6 +5,7 @@
  * (a truncated download, a directory, a text file named .wav), and the
  * promise to the user is one clear message and no half-written output.
  */
+#define _GNU_SOURCE
 #include "audio.h"
 
 #include <errno.h>
@@ -956,5 +957,72 @@ void mt_duplex_close(mt_duplex *d)
     free(d->mic_acc);
     free(d->spk_tmp);
     free(d);
+    pa_done();
+}
+
+struct mt_player { PaStream *stream; };
+
+int mt_player_open(int rate, int frame_samples, mt_player **pp,
+                   char *err, size_t errlen)
+{
+    *pp = NULL;
+    PaError e = pa_init_quiet();
+    if (e != paNoError) {
+        seterr(err, errlen, "PortAudio: %s", Pa_GetErrorText(e));
+        return -1;
+    }
+    if (Pa_GetDefaultOutputDevice() == paNoDevice) {
+        mt_pa_device *l = NULL;
+        int n = 0;
+        char found[2048] = "";
+        if (pa_collect(&l, &n, err, errlen) == 0)
+            mt_pa_describe(l, n, found, sizeof found);
+        free(l);
+        seterr(err, errlen, "no default output device (use -o FILE); %s%s",
+               n ? "PortAudio found:\n" : "", found);
+        pa_done();
+        return -1;
+    }
+    mt_player *p = calloc(1, sizeof *p);
+    if (!p) {
+        seterr(err, errlen, "out of memory");
+        pa_done();
+        return -1;
+    }
+    e = Pa_OpenDefaultStream(&p->stream, 0, 1, paInt16, rate,
+                             (unsigned long)frame_samples, NULL, NULL);
+    if (e == paNoError)
+        e = Pa_StartStream(p->stream);
+    if (e != paNoError) {
+        seterr(err, errlen, "cannot open the default output at %d Hz: %s",
+               rate, Pa_GetErrorText(e));
+        if (p->stream)
+            Pa_CloseStream(p->stream);
+        free(p);
+        pa_done();
+        return -1;
+    }
+    *pp = p;
+    return 0;
+}
+
+int mt_player_write(mt_player *p, const int16_t *pcm, size_t n,
+                    char *err, size_t errlen)
+{
+    PaError e = Pa_WriteStream(p->stream, pcm, (unsigned long)n);
+    if (e != paNoError && e != paOutputUnderflowed) {
+        seterr(err, errlen, "playback: %s", Pa_GetErrorText(e));
+        return -1;
+    }
+    return 0;
+}
+
+void mt_player_close(mt_player *p)
+{
+    if (!p)
+        return;
+    Pa_StopStream(p->stream);
+    Pa_CloseStream(p->stream);
+    free(p);
     pa_done();
 }

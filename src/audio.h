@@ -113,4 +113,12 @@ void mt_duplex_get_status(mt_duplex *d, mt_duplex_status *st);
 const char *mt_duplex_device_name(const mt_duplex *d);
 void mt_duplex_close(mt_duplex *d);   /* stops, closes, terminates PA */
 
+/* Output-only playback on the default device, blocking writes (--play). */
+typedef struct mt_player mt_player;
+int  mt_player_open(int rate, int frame_samples, mt_player **p,
+                    char *err, size_t errlen);
+int  mt_player_write(mt_player *p, const int16_t *pcm, size_t n,
+                     char *err, size_t errlen);
+void mt_player_close(mt_player *p);
+
 #endif

@@ -94,7 +94,9 @@ static void *worker_main(void *arg)
 {
     worker_arg *wa = arg;
     tpool *tp = wa->tp;
-    unsigned seen = atomic_load(&tp->gen);
+    /* Threads start while gen is 0: a phase posted before this thread runs
+     * must still be seen as new. */
+    unsigned seen = 0;
     for (;;) {
         int spins = 0;
         while (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen &&

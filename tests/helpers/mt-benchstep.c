@@ -1,0 +1,246 @@
+/* mt-benchstep.c: the CPU step benchmark behind bench/bench_step.sh.
+ * Measures, in one run on this machine: the sgemm peak (a large OpenBLAS
+ * sgemm on all threads), the memory bandwidth (a streaming copy on all
+ * threads), the step time of a model at several batch sizes (window policy)
+ * with the achieved fraction of each bound, and the step time against
+ * session length for the window and full policies side by side.
+ *
+ * Lengths are fast-forwarded (len set, cache blocks held, contents zero):
+ * a step's work depends only on how many positions it attends to, not on
+ * what they hold. Prints logfmt-ish lines; asserts nothing.
+ */
+#include "decoder.h"
+#include "model.h"
+
+#include <cblas.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double sgemm_peak(int T)
+{
+    const int n = 1536;
+    float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b),
+          *c = malloc((size_t)n * n * sizeof *c);
+    if (!a || !b || !c)
+        return 0;
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+    }
+    openblas_set_num_threads(T);
+    double best = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double g = 2.0 * n * n * n / (now() - t0) / 1e9;
+        best = g > best ? g : best;
+    }
+    openblas_set_num_threads(1);
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+typedef struct { char *dst; const char *src; size_t n; } copy_arg;
+static void *copy_main(void *p)
+{
+    copy_arg *a = p;
+    memcpy(a->dst, a->src, a->n);
+    return NULL;
+}
+
+/* GB/s counting bytes read + bytes written. */
+static double copy_bandwidth(int T)
+{
+    size_t n = (size_t)256 << 20;
+    char *src = malloc(n), *dst = malloc(n);
+    if (!src || !dst)
+        return 0;
+    memset(src, 1, n);
+    memset(dst, 2, n);
+    double best = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        pthread_t th[64];
+        copy_arg ar[64];
+        int nt = T < 64 ? T : 64;
+        double t0 = now();
+        for (int i = 0; i < nt; i++) {
+            ar[i] = (copy_arg){ dst + n / nt * i, src + n / nt * i, n / nt };
+            pthread_create(&th[i], NULL, copy_main, &ar[i]);
+        }
+        for (int i = 0; i < nt; i++)
+            pthread_join(th[i], NULL);
+        double g = 2.0 * n / (now() - t0) / 1e9;
+        best = g > best ? g : best;
+    }
+    free(src);
+    free(dst);
+    return best;
+}
+
+typedef struct { double ms; double gflop; } result;
+
+/* Mean step time of B sessions at length len (fast-forwarded). */
+static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, int64_t len,
+                      int reps, int T, result *res)
+{
+    const mt_config *c = &m->cfg;
+    char err[512] = "";
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T };
+    o.kv.policy = pol;
+    o.kv.sink = S;
+    o.kv.window = W;
+    o.kv.rope = MT_ROPE_CACHE;
+    size_t pb = mt_decoder_position_bytes(c, "cpu");
+    int64_t per = pol == MT_KV_WINDOW ? (S + W + 15) / 16 * 16 : (len + reps + 4 + 15) / 16 * 16 + 16;
+    o.kv.budget_bytes = (size_t)per * pb * B;
+    mt_decoder *d = NULL;
+    if (mt_decoder_create(m, &o, &d, err, sizeof err)) {
+        fprintf(stderr, "mt-benchstep: %s\n", err);
+        return -1;
+    }
+    mt_kv_pool *pool = mt_decoder_pool(d);
+    mt_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
+    int fs = c->frame_samples;
+    int16_t *in = calloc((size_t)B * fs, sizeof *in), *out = calloc((size_t)B * fs, sizeof *out);
+    int32_t *tok = calloc((size_t)B, sizeof *tok);
+    float *logits = c->vocab > 0 ? calloc((size_t)B * c->vocab, sizeof *logits) : NULL;
+    for (int b = 0; b < B; b++) {
+        if (mt_kv_seq_open(pool, &seqs[b]) || mt_kv_reserve(pool, seqs[b], len)) {
+            fprintf(stderr, "mt-benchstep: kv pool too small\n");
+            return -1;
+        }
+        seqs[b]->len = len;
+    }
+    for (size_t i = 0; i < (size_t)B * fs; i++)
+        in[i] = (int16_t)((i * 7919) % 20000 - 10000);
+    mt_step_io io = { 0 };
+    if (m->audio_in) {
+        io.pcm_in = in;
+        io.pcm_out = out;
+    } else {
+        io.tokens_in = tok;
+        io.logits = logits;
+    }
+    double t0 = 0;
+    int warm = 2;
+    for (int r = 0; r < warm + reps; r++) {
+        if (r == warm)
+            t0 = now();
+        for (int b = 0; b < B; b++)
+            if (mt_kv_reserve(pool, seqs[b], 1))
+                return -1;
+        if (mt_decoder_step(d, B, seqs, &io, err, sizeof err)) {
+            fprintf(stderr, "mt-benchstep: %s\n", err);
+            return -1;
+        }
+    }
+    double dt = (now() - t0) / reps;
+    /* flops: 2 per weight per row, plus attention 4 * heads * hd per visible */
+    double wparams = 0;
+    int q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+    wparams = (double)c->layers * ((double)c->hidden * (2.0 * q + 2.0 * kv) + 3.0 * c->hidden * c->ffn);
+    wparams += m->audio_in ? 2.0 * c->hidden * fs : (double)c->vocab * c->hidden;
+    double nvis = (double)mt_kv_visible_count(pool, len + warm + reps / 2);
+    double fl = B * (2.0 * wparams + 4.0 * c->layers * c->heads * c->head_dim * nvis);
+    res->ms = dt * 1e3;
+    res->gflop = fl / dt / 1e9;
+    for (int b = 0; b < B; b++)
+        mt_kv_seq_close(pool, seqs[b]);
+    mt_decoder_free(d);
+    free(seqs);
+    free(in);
+    free(out);
+    free(tok);
+    free(logits);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *spec = "synthetic:small";
+    int T = 0, W = 256, S = 4, quick = 0;
+    static const struct option lo[] = { { "model", 1, 0, 'm' }, { "threads", 1, 0, 't' },
+                                        { "window", 1, 0, 'w' }, { "quick", 0, 0, 'q' },
+                                        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+    int ch;
+    while ((ch = getopt_long(argc, argv, "m:t:w:qh", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'm': spec = optarg; break;
+        case 't': T = atoi(optarg); break;
+        case 'w': W = atoi(optarg); break;
+        case 'q': quick = 1; break;
+        case 'h':
+            printf("usage: mt-benchstep [--model SPEC] [--threads T] [--window W] [--quick]\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (T <= 0)
+        T = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char err[512] = "";
+    double peak = sgemm_peak(T);
+    double bw = copy_bandwidth(T);
+    printf("machine threads=%d sgemm_peak_gflops=%.1f copy_bandwidth_gbs=%.2f\n", T, peak, bw);
+    fflush(stdout);
+
+    mt_model *m = NULL;
+    if (mt_model_load(spec, 0, &m, err, sizeof err)) {
+        fprintf(stderr, "mt-benchstep: %s\n", err);
+        return 1;
+    }
+    const mt_config *c = &m->cfg;
+    int q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+    double wbytes = 4.0 * ((double)c->layers * ((double)c->hidden * (2.0 * q + 2.0 * kv) +
+                                                3.0 * c->hidden * c->ffn + 2.0 * c->hidden) +
+                           (m->audio_in ? 2.0 * c->hidden * c->frame_samples
+                                        : (double)c->vocab * c->hidden));
+    printf("model %s hidden=%d layers=%d heads=%d ffn=%d weight_bytes=%.0f\n", spec, c->hidden,
+           c->layers, c->heads, c->ffn, wbytes);
+
+    int Bs[] = { 1, 8, 32, 64 };
+    for (int i = 0; i < 4; i++) {
+        result r;
+        int reps = Bs[i] >= 32 ? 8 : 12;
+        if (quick)
+            reps = 2;
+        if (time_steps(m, MT_KV_WINDOW, S, W, Bs[i], 300, reps, T, &r))
+            return 1;
+        printf("step policy=window S=%d W=%d B=%d step_ms=%.2f gflops=%.1f frac_peak=%.2f",
+               S, W, Bs[i], r.ms, r.gflop, r.gflop / peak);
+        if (Bs[i] == 1) {
+            double bound_ms = wbytes / (bw * 1e9) * 1e3;
+            printf(" bw_bound_ms=%.2f step_over_bound=%.2f", bound_ms, r.ms / bound_ms);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+
+    int Bl = 4;
+    int64_t lens[] = { 300, 2000, 10000 };
+    for (int i = 0; i < 3; i++) {
+        result rw, rf;
+        int reps = quick ? 2 : 6;
+        if (time_steps(m, MT_KV_WINDOW, S, W, Bl, lens[i], reps, T, &rw) ||
+            time_steps(m, MT_KV_FULL, 0, 0, Bl, lens[i], reps, T, &rf))
+            return 1;
+        printf("length B=%d frame=%lld window_ms=%.2f full_ms=%.2f\n", Bl, (long long)lens[i],
+               rw.ms, rf.ms);
+        fflush(stdout);
+    }
+    mt_model_free(m);
+    return 0;
+}
