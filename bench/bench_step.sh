@@ -13,6 +13,12 @@ if [ ! -x "$TB/mt-benchstep" ]; then
     echo "bench_step: $TB/mt-benchstep not built (make bench builds it)" >&2
     exit 1
 fi
+# OpenBLAS misdetects some virtual CPUs and falls back to SSE3 kernels;
+# name the core it should use unless the caller already did.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
 echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ) cpu=\"$(lscpu | sed -n 's/^Model name: *//p' | head -1)\" load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 out=$("$TB/mt-benchstep" "$@") || { echo "$out"; exit 1; }
 echo "$out"

@@ -22,8 +22,9 @@ MODEL=${MODEL:-synthetic:small}
 DEVICE=${DEVICE:-cpu}
 SINK=${SINK:-4}
 WINDOW=${WINDOW:-60}
-CAP=${CAP:-8}                       # bounded sessions the pool holds
-ARRIVALS=${ARRIVALS:-poisson:1}
+CAP=${CAP:-3}                       # bounded sessions the pool holds
+THREADS=${THREADS:-1}               # mt-serve CPU threads (1: robust on a shared machine)
+ARRIVALS=${ARRIVALS:-poisson:0.15}
 LENGTHS=${LENGTHS:-exp:20s}
 OUT=${OUT:-$ROOT/out/collapse}
 
@@ -38,12 +39,12 @@ pb=$("$P" predict -m "$MODEL" --backend $elem --kv-mem 1M --samples 1 |
 [ -n "$pb" ] || { echo "collapse: cannot read the shape of $MODEL" >&2; exit 1; }
 blocks=$(( (SINK + WINDOW + 15) / 16 ))
 POOL=$(( CAP * blocks * 16 * pb ))
-SERVE_COMMON=(-m "$MODEL" --device "$DEVICE" --kv-mem "$POOL")
+SERVE_COMMON=(-m "$MODEL" --device "$DEVICE" --threads "$THREADS" --kv-mem "$POOL")
 
 {
 echo "# collapse.sh $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) ($(nproc) cores)"
 echo "# $RUNS runs x 2 configurations, $DURATION each, $ARRIVALS, $LENGTHS,"
-echo "# model $MODEL on $DEVICE, pool $POOL bytes = $CAP bounded sessions of"
+echo "# model $MODEL on $DEVICE ($THREADS thread), load average $(cut -d" " -f1-3 /proc/loadavg), pool $POOL bytes = $CAP bounded sessions of"
 echo "# sink $SINK + window $WINDOW"
 } | tee "$OUT/conditions.txt"
 

@@ -106,9 +106,11 @@ typedef struct mt_admit_stats {
     int64_t active;          /* last tick's active */
     int64_t violations;      /* ticks whose signal exceeded the budget */
     double  signal_ms;       /* last tick's signal */
-    double  fit_a, fit_b;    /* metronome: signal ~ a + b x active (ms) */
+    double  fit_a, fit_b;    /* metronome: median signal ~ a + b x active (ms) */
+    double  fit_sa, fit_sb;  /* metronome: its spread (sigma) ~ sa + sb x active */
     int     levels;          /* metronome: levels with enough samples */
     int     waiting;         /* metronome: waiting for the last accept */
+    int64_t resets;          /* metronome: change points (data forgotten) */
 } mt_admit_stats;
 
 void mt_admit_get_stats(const mt_admit *a, mt_admit_stats *s);

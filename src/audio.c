@@ -169,8 +169,8 @@ int mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen)
     }
     sf_close(sf);
     if (truncated) {
-        seterr(err, errlen, "%s: truncated file (%zu of %lld frames present)",
-               path, n, (long long)info.frames);
+        seterr(err, errlen, "%s: truncated file (the audio data ends before "
+               "the length its header declares)", path);
         free(mono);
         return -1;
     }

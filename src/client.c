@@ -547,7 +547,14 @@ static void on_accept(mt_client *c, session *s, const mt_frame *f)
               : (uint64_t)h.frame_samples * 1000000000ull / h.sample_rate;
     s->st.state = MT_CS_STREAMING;
     s->t_state = s->st.t_accept;
+    /* Keep the phase the caller chose with t_start (a stagger): frame 0
+     * leaves at the first t_start + k * period not before the ACCEPT, so
+     * sessions admitted in one server tick do not all send at once. */
     s->t0 = s->st.t_accept;
+    if (s->t_start < s->t0 && s->period) {
+        uint64_t k = (s->t0 - s->t_start + s->period - 1) / s->period;
+        s->t0 = s->t_start + k * s->period;
+    }
     c->tot.active++;
     if (c->cb.on_accept) {
         char reason[MT_REASON_MAX + 1] = "";
@@ -598,7 +605,7 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         r.server_ms = (double)(f->t_ready - f->t_arrive) / 1e6;
     if (f->t_start >= f->t_arrive && f->t_arrive)
         r.queue_ms = (double)(f->t_start - f->t_arrive) / 1e6;
-    uint64_t deadline = c->cfg.deadline_ns > 0 ? (uint64_t)c->cfg.deadline_ns : s->period;
+    uint64_t deadline = c->cfg.deadline_ns > 0 ? (uint64_t)c->cfg.deadline_ns : 2 * s->period;
     s->st.received++;
     c->tot.received++;
     if (fill) {
@@ -808,9 +815,11 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
         if (until_ns && until_ns < next)
             next = until_ns;
         now = mt_client_now();
+        /* epoll's millisecond timeout can overshoot: wake about 2 ms
+         * early and finish the wait on the absolute clock. */
         int timeout = 0;
-        if (next > now + 1500000) {
-            uint64_t ms = (next - now - 1000000) / 1000000;
+        if (next > now + 2500000) {
+            uint64_t ms = (next - now - 2000000) / 1000000;
             timeout = ms > 1000 ? 1000 : (int)ms;
         }
         int ne = epoll_wait(c->ep, ev, 64, timeout);
@@ -821,6 +830,10 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
             return -1;
         }
         for (int i = 0; i < ne; i++) {
+            /* Sends come first: a burst of returned frames (all sessions
+             * answered in one tick) must not delay a frame that is due. */
+            if (next != UINT64_MAX && mt_client_now() >= next)
+                next = do_due(c, mt_client_now());
             struct { int idx; int dir; } *tag = ev[i].data.ptr;
             session *s = &c->s[tag->idx];
             if (s->st.state >= MT_CS_DONE)
@@ -836,7 +849,7 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
         }
         if (ne == 0) {
             now = mt_client_now();
-            if (next != UINT64_MAX && next > now && next - now <= 1500000) {
+            if (next != UINT64_MAX && next > now && next - now <= 2500000) {
                 struct timespec ts = { (time_t)(next / 1000000000ull),
                                        (long)(next % 1000000000ull) };
                 clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);

@@ -121,7 +121,8 @@ typedef struct mt_client_config {
     mt_hello hello;          /* the format asked in HELLO (channels 1,
                                 MT_ENC_PCM_S16LE; model may be "") */
     int64_t  period_ns;      /* 0: frame_samples / sample_rate of ACCEPT */
-    int64_t  deadline_ns;    /* late threshold on rtt; 0: one period */
+    int64_t  deadline_ns;    /* late threshold on rtt; 0: two periods
+                                (mt-serve's default deadline) */
     int64_t  connect_timeout_ns; /* 0: 5 s */
     int64_t  accept_timeout_ns;  /* HELLO -> ACCEPT/REJECT; 0: 30 s */
     int64_t  drain_timeout_ns;   /* our END -> server's END; 0: 10 s */

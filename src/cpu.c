@@ -67,6 +67,9 @@
 #define cpu_relax() ((void)0)
 #endif
 
+/* The vector helpers below are static inline: no ABI crosses a call. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 enum { PREFILL_CHUNK = 64, SLICE_ALIGN = 32, SPIN = 4000 };
 
 /* ---- thread pool ------------------------------------------------------ */
@@ -230,21 +233,26 @@ static inline float *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
 
 /* ---- small kernels ------------------------------------------------------ */
 
-typedef float v4 __attribute__((vector_size(16)));
+/* Attention's inner loops use GCC vector types: 8 floats, one AVX register
+ * in the x86-64-v3 clone of attend() (chosen at load time by the CPU), two
+ * SSE registers in the default clone. */
+typedef float v8 __attribute__((vector_size(32)));
 
-static inline v4 load4(const float *p) { v4 v; memcpy(&v, p, sizeof v); return v; }
-static inline void store4(float *p, v4 v) { memcpy(p, &v, sizeof v); }
+static inline v8 load8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
+static inline void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
 
 static inline float dot(const float *a, const float *b, int n)
 {
-    v4 s0 = { 0 }, s1 = { 0 };
+    v8 s0 = { 0 }, s1 = { 0 };
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        s0 += load4(a + i) * load4(b + i);
-        s1 += load4(a + i + 4) * load4(b + i + 4);
+    for (; i + 16 <= n; i += 16) {
+        s0 += load8(a + i) * load8(b + i);
+        s1 += load8(a + i + 8) * load8(b + i + 8);
     }
+    for (; i + 8 <= n; i += 8)
+        s0 += load8(a + i) * load8(b + i);
     s0 += s1;
-    float s = s0[0] + s0[1] + s0[2] + s0[3];
+    float s = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
     for (; i < n; i++)
         s += a[i] * b[i];
     return s;
@@ -252,10 +260,10 @@ static inline float dot(const float *a, const float *b, int n)
 
 static inline void axpy(float *y, float a, const float *x, int n)
 {
-    v4 av = { a, a, a, a };
+    v8 av = { a, a, a, a, a, a, a, a };
     int i = 0;
-    for (; i + 4 <= n; i += 4)
-        store4(y + i, load4(y + i) + av * load4(x + i));
+    for (; i + 8 <= n; i += 8)
+        store8(y + i, load8(y + i) + av * load8(x + i));
     for (; i < n; i++)
         y[i] += a * x[i];
 }
@@ -274,7 +282,13 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
 /* Rotate-half rotary on one head vector of hd = 2*half, in place. */
 static inline void rope_apply(float *v, const float *cs, const float *sn, int half)
 {
-    for (int i = 0; i < half; i++) {
+    int i = 0;
+    for (; i + 8 <= half; i += 8) {
+        v8 a = load8(v + i), b = load8(v + i + half), c = load8(cs + i), s = load8(sn + i);
+        store8(v + i, a * c - b * s);
+        store8(v + i + half, b * c + a * s);
+    }
+    for (; i < half; i++) {
         float a = v[i], b = v[i + half];
         v[i] = a * cs[i] - b * sn[i];
         v[i + half] = b * cs[i] + a * sn[i];
@@ -352,6 +366,9 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
 
 /* Attention of one (row, kv head) item: the group's q heads against the
  * row's visible positions. */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
 static void attend(cpu_backend *be, scratch *sc, int r, int g)
 {
     const mt_config *c = be->c;

@@ -13,6 +13,28 @@
  * "synthetic:moshi-7b", "synthetic:llama-3.2-1b", optionally
  * "synthetic:NAME:seed=N") whose weights are generated deterministically.
  *
+ * Synthetic init (implemented in synthetic.c; values never depend on the
+ * thread count or the machine's word size):
+ *   - generator: xoshiro256**, one stream per (tensor, chunk of 65536
+ *     elements), seeded by splitmix64 from seed ^ (tensor index + 1) *
+ *     0x9E3779B97F4A7C15 and then from chunk index; tensors in the fixed
+ *     order of mt_model_tensor() below; default seed 1.
+ *   - normal: Marsaglia's polar method on pairs of 53-bit uniforms in
+ *     (-1,1) (pairs outside the unit disc or at 0 are drawn again), both
+ *     outputs used in order, computed in double and rounded to fp32.
+ *   - std per tensor (so activations are O(1) at any width, attention is
+ *     far from uniform and the residual stream stays bounded over depth):
+ *       RMSNorm weights              1.0 (constant)
+ *       q, k, v, gate, up            1 / sqrt(hidden)
+ *       o_proj                       1 / sqrt(heads*head_dim) / sqrt(2*layers)
+ *       down_proj                    1 / sqrt(ffn) / sqrt(2*layers)
+ *       embed_tokens                 1.0
+ *       lm_head (untied)             1 / sqrt(hidden)
+ *       audio_in                     10 / sqrt(frame_samples): speech at
+ *                                    -20 dBFS RMS maps to a unit-RMS vector
+ *       audio_out                    0.1 / sqrt(hidden): output RMS about
+ *                                    0.1 (-20 dBFS), rarely clipped
+ *
  * All matrices are row-major in HuggingFace's [out_features, in_features]
  * orientation, fp32, so y = W x is cblas_sgemv(RowMajor, NoTrans, ...).
  */
@@ -139,5 +161,12 @@ int mt_model_alloc(const mt_config *c, mt_model **out, char *err,
                    size_t errlen);
 
 const char *mt_dtype_name(mt_dtype dt);   /* "F32", "F16", "BF16" */
+
+/* The values of synthetic tensor i (mt_model_tensor order) for m's config
+ * and m->seed, written to dst [numel floats]; works on shape_only models,
+ * so a device backend can make a preset's weights tensor by tensor
+ * (identical to what a host load of the same spec holds). Returns 0, or -1
+ * when i is out of range. */
+int mt_model_synthetic_tensor(const mt_model *m, int i, float *dst);
 
 #endif

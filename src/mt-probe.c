@@ -24,6 +24,26 @@
 #include <unistd.h>
 
 static const char *prog = "mt-probe";
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* Ctrl-C and SIGTERM end a sweep or soak cleanly: its servers are stopped
+ * by pid, nothing is left running. */
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
 
 static void usage_main(FILE *f)
 {
@@ -109,7 +129,7 @@ enum {
     O_TSV, O_SERVE, O_RUNS, O_DURATION, O_SEED, O_ARRIVALS, O_LENGTHS,
     O_MAXSESS, O_STARVE, O_DATA, O_LAYERS, O_KVHEADS, O_HEADDIM, O_BACKEND,
     O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES,
-    O_KIND, O_STRICT, O_TITLE, O_OUT,
+    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET,
 };
 
 typedef struct load_opts {
@@ -527,6 +547,7 @@ static int cmd_sweep(int argc, char **argv)
         {"plot", required_argument, 0, O_PLOT},
         {"tsv", required_argument, 0, O_TSV},
         {"serve", required_argument, 0, O_SERVE},
+        {"budget", required_argument, 0, O_BUDGET},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -566,7 +587,11 @@ static int cmd_sweep(int argc, char **argv)
 "  --ticks FILE        a file a running mt-serve's stdout is written to, for\n"
 "                      step time and KV bytes\n"
 "  --plot FILE.png     latency vs concurrency, with the wall\n"
-"  --tsv FILE          also write the table's rows to FILE\n");
+"  --tsv FILE          also write the table's rows to FILE\n"
+"  --budget MS         the wall's latency budget (default: one frame period;\n"
+"                      frames wait up to a period for their tick, so two\n"
+"                      periods, mt-serve's default deadline, is the\n"
+"                      practical budget of a tick-batched server)\n");
             return 0;
         case 's': o.sock = optarg; break;
         case O_FROM:
@@ -595,6 +620,14 @@ static int cmd_sweep(int argc, char **argv)
         case O_PLOT: o.plot = optarg; break;
         case O_TSV: o.tsv_out = optarg; break;
         case O_SERVE: serve = optarg; break;
+        case O_BUDGET: {
+            char *end;
+            o.budget_ms = strtod(optarg, &end);
+            if (end == optarg || (*end && strcmp(end, "ms")) ||
+                !(o.budget_ms > 0))
+                return bad_usage("sweep", "bad --budget '%s' (ms)", optarg);
+            break;
+        }
         default: return bad_usage("sweep", "bad option%s", "");
         }
     }
@@ -618,6 +651,8 @@ static int cmd_sweep(int argc, char **argv)
     }
     mt_sweep_row *rows;
     int n, wall;
+    o.stop = &stop_flag;
+    catch_signals();
     if (mt_sweep_run(&o, stdout, &rows, &n, &wall, err, sizeof err)) {
         fprintf(stderr, "%s sweep: %s\n", prog, err);
         return 1;
@@ -726,10 +761,11 @@ LOAD_HELP
                 cfg[ncfg].label[0] = 0;
                 size_t len = 0;
                 /* The label: the policy and its pool or bound. */
+                for (int pass = 0; pass < 2; pass++)
                 for (int k = start; k + 1 < i; k++) {
                     const char *pre = NULL;
-                    if (!strcmp(argv[k], "--kv")) pre = "";
-                    else if (!strcmp(argv[k], "--kv-mem")) pre = "";
+                    if (!strcmp(argv[k], "--kv")) pre = pass ? NULL : "";
+                    else if (!pass) pre = NULL;
                     else if (!strcmp(argv[k], "--window")) pre = "W=";
                     else if (!strcmp(argv[k], "--on-full")) pre = "";
                     if (!pre)
@@ -797,6 +833,8 @@ LOAD_HELP
         }
     }
     signal(SIGPIPE, SIG_IGN);
+    o.stop = &stop_flag;
+    catch_signals();
     mt_soak_run *runs;
     int nruns;
     if (mt_soak(&o, stdout, &runs, &nruns, err, sizeof err)) {

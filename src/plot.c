@@ -35,6 +35,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
 static int run_gnuplot(const char *script, const char *log, char *err,
                        size_t errlen)
 {
+    fflush(NULL);   /* a child must not inherit (and flush) our buffers */
     pid_t pid = fork();
     if (pid < 0) {
         set_err(err, errlen, "plot: fork: %s", strerror(errno));
@@ -77,6 +78,7 @@ int mt_plot_available(char *term, size_t n)
     /* `set terminal pngcairo` fails in a gnuplot built without cairo. */
     const char *cands[] = {"pngcairo", "png"};
     for (int i = 0; i < 2; i++) {
+        fflush(NULL);   /* a child must not inherit (and flush) our buffers */
         pid_t pid = fork();
         if (pid < 0)
             return 0;
@@ -202,7 +204,7 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
     fprintf(f, "set style fill transparent solid 0.25 noborder\n");
     fprintf(f, "set arrow from graph 0, first %g to graph 1, first %g nohead "
             "lc rgb 'black' dt 2 lw 2 front\n", period_ms, period_ms);
-    fprintf(f, "set label 'frame period %.0f ms' at graph 0.99, first %g "
+    fprintf(f, "set label 'latency budget %.0f ms' at graph 0.99, first %g "
             "right offset 0,0.7 front\n", period_ms, period_ms);
     if (wall > 0) {
         fprintf(f, "set arrow from first %d, graph 0 to first %d, graph 1 "

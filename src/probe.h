@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 
 /* ---- parsing helpers (probe_workload.c) --------------------------------- */
@@ -218,6 +219,8 @@ typedef struct mt_sweep_opts {
     const char *plot;           /* PNG path or NULL */
     const char *tsv_out;        /* also write the table here (plots) */
     int         progress;       /* stderr progress lines */
+    double      budget_ms;      /* the wall's latency budget; 0: one period */
+    volatile sig_atomic_t *stop;/* set (by a signal handler): end cleanly */
     /* spawn our own server instead of -s: */
     const char *serve_bin;
     char *const *serve_args;
@@ -259,6 +262,8 @@ typedef struct mt_soak_opts {
     const char  *plot;            /* PNG or NULL */
     const char  *data_dir;        /* keep per-run tick logs here (or NULL) */
     int          progress;
+    volatile sig_atomic_t *stop;  /* set by a signal handler: end cleanly,
+                                     stopping the run's server */
     mt_predict_params pred;       /* shape filled from -m; pool per config */
     const char  *model;           /* from the mt-serve args, for predict */
 } mt_soak_opts;

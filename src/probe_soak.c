@@ -89,6 +89,7 @@ int mt_server_start(mt_server_proc *sp, const char *serve_bin,
         return -1;
     }
     unlink(sock);
+    fflush(NULL);   /* a child must not inherit (and flush) our buffers */
     pid_t pid = fork();
     if (pid < 0) {
         close(pfd[0]);
@@ -519,6 +520,12 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         }
         if (left == 0)
             break;
+        if (o->stop && *o->stop) {
+            mt_client_stop(cl);
+            mt_server_stop(&sp, 2.0, on_tick_line, x);
+            set_err(err, errlen, "interrupted");
+            goto out;
+        }
         if (!stopped && now > t_end + 3000000000ull) {
             mt_client_stop(cl);      /* a stalled server: end every input */
             stopped = 1;
@@ -600,7 +607,7 @@ static void print_row(FILE *out, const mt_soak_opts *o, const mt_soak_run *r)
     else snprintf(coll, sizeof coll, "-");
     if (r->overflow_s >= 0) snprintf(ovf, sizeof ovf, "%.1f", r->overflow_s);
     else snprintf(ovf, sizeof ovf, "-");
-    fprintf(out, "%-14s %3d %6llu %5d %5d %5d %8llu %7llu %7.1f %9.0f %8.0f "
+    fprintf(out, "%-20s %3d %6llu %5d %5d %5d %8llu %7llu %7.1f %9.0f %8.0f "
             "%8s %8s %8s  %s%s%s\n", o->cfg[r->cfg].label, r->run,
             (unsigned long long)r->seed, r->sessions, r->accepted, r->rejected,
             (unsigned long long)r->real, (unsigned long long)r->fills,
@@ -664,7 +671,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             o->runs, o->ncfg, o->duration_s, a, l,
             (unsigned long long)o->seed,
             (unsigned long long)(o->seed + (uint64_t)o->runs - 1), o->starve_s);
-    fprintf(out, "%-14s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
+    fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
             "%s\n", "# config", "run", "seed", "sess", "acc", "rej", "real",
             "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s", "ovf_s",
             "verdict");
@@ -719,7 +726,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
                 nm++;
             }
         }
-        fprintf(out, "%-14s collapsed %d of %d runs; %d sessions refused in "
+        fprintf(out, "%-20s collapsed %d of %d runs; %d sessions refused in "
                 "all\n", o->cfg[c].label, coll, n, rej);
         if (pok[c]) {
             mt_predict_result pr;
@@ -727,14 +734,14 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             pp[c].samples = 400;
             if (!mt_predict(&pp[c], &pr, e, sizeof e)) {
                 if (is_full(&o->cfg[c])) {
-                    fprintf(out, "%-14s predicted: pool overflows in %.0f%% of "
+                    fprintf(out, "%-20s predicted: pool overflows in %.0f%% of "
                             "seeds (%.1f of %d runs), median at %.1f s "
                             "(p10 %.1f, p90 %.1f)\n", o->cfg[c].label,
                             100 * pr.p_overflow, pr.p_overflow * n, n,
                             pr.t_p50, pr.t_p10, pr.t_p90);
                     pred_med_all = pr.t_p50;
                 } else {
-                    fprintf(out, "%-14s predicted: bounded capacity %d "
+                    fprintf(out, "%-20s predicted: bounded capacity %d "
                             "sessions, %.1f refusals per run, no overflow\n",
                             o->cfg[c].label, pr.capacity, pr.rejected_mean);
                 }
@@ -742,7 +749,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
         }
         if (nm) {
             double mm = median_of(m, nm), pm = median_of(p, nm);
-            fprintf(out, "%-14s time to collapse: measured median %.1f s, "
+            fprintf(out, "%-20s time to collapse: measured median %.1f s, "
                     "predicted median %.1f s over the same %d seeds: %+.0f%%"
                     "%s\n", o->cfg[c].label, mm, pm, nm,
                     pm > 0 ? 100.0 * (mm - pm) / pm : 0.0,

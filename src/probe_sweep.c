@@ -230,6 +230,11 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
             mt_client_stop(cl);
             break;
         }
+        if (o->stop && *o->stop) {
+            mt_client_free(cl);
+            set_err(err, errlen, "interrupted");
+            return -1;
+        }
         if (o->progress) {
             static uint64_t last;
             if (now - last > 500000000ull) {
@@ -386,26 +391,29 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
             goto out2;
         if (x->period_ms > 0)
             period_ms = x->period_ms;
+        double budget = o->budget_ms > 0 ? o->budget_ms : period_ms;
         if (o->progress)
             fprintf(stderr, "\r%-60s\r", "");
         print_row(out, &rows[n]);
         int pass = rows[n].accepted == c && rows[n].rejected == 0 &&
                    rows[n].failed == 0 && rows[n].real > 0 &&
                    isfinite(rows[n].p99_true_ms) &&
-                   rows[n].p99_true_ms < period_ms;
+                   rows[n].p99_true_ms < budget;
         if (walling && pass)
             wall = c;
         else
             walling = 0;
         n++;
     }
+    double budget = o->budget_ms > 0 ? o->budget_ms : period_ms;
+    const char *what = o->budget_ms > 0 ? "budget" : "frame period";
     if (wall)
         fprintf(out, "# wall: %d sessions (the largest level from %d up with "
                 "every session admitted and the truthful p99 under the %.0f ms "
-                "period)\n", wall, o->from, period_ms);
+                "%s)\n", wall, o->from, budget, what);
     else
         fprintf(out, "# wall: below %d sessions (no level kept the truthful "
-                "p99 under the %.0f ms period)\n", o->from, period_ms);
+                "p99 under the %.0f ms %s)\n", o->from, budget, what);
     if (o->tsv_out) {
         FILE *t = fopen(o->tsv_out, "w");
         if (t) {
@@ -414,7 +422,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
             fclose(t);
         }
     }
-    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall, period_ms, err,
+    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall, budget, err,
                                  errlen))
         goto out2;
     rc = 0;

@@ -107,7 +107,7 @@ grep -q "^client	rtt_ms	2	20" "$T_TMP/c"
 t_ok $? "summarize --tsv: other record kinds (client lines)"
 : | "$P" summarize >/dev/null 2>&1
 t_check "summarize: empty input is an error (exit 1)" test $? -eq 1
-head -c 3000 /dev/urandom | "$P" summarize >/dev/null 2>&1
+{ printf 'A\001'; head -c 3000 /dev/urandom | tr -d '\n'; } | "$P" summarize >/dev/null 2>&1
 rc=$?
 t_check "summarize: binary garbage is refused cleanly" test $rc -eq 1
 

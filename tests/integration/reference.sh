@@ -50,6 +50,7 @@ done
 # (a decoder that ignored the policy would pass every case above only if
 # the reference made the same mistake).
 differ() {
+    [ -s "$1" ] && [ -s "$2" ] || return 1
     $PY - "$1" "$2" <<'PY'
 import sys, numpy as np
 a = np.fromfile(sys.argv[1], dtype=np.float32); b = np.fromfile(sys.argv[2], dtype=np.float32)

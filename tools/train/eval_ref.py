@@ -110,11 +110,11 @@ def main():
     uni = np.mean([1.0 / (t + 1) for t in range(a.from_pos, T)])
     print(f"mean attention of queries at positions {a.from_pos}..{T - 1} "
           f"(uniform share of one position: {uni:.4f})")
-    print("layer head  on BOS (pos 0)  on pos 1..3")
+    print("layer head  on BOS (pos 0)  on pos 1..3 (sum)")
     for L in range(att.shape[0]):
         for H in range(att.shape[1]):
             print(f"{L:5d} {H:4d}  {att[L, H, 0]:14.4f}  {att[L, H, 1]:11.4f}")
-    print(f"all heads: on BOS {att[..., 0].mean():.4f}, on pos 1..3 {att[..., 1].mean():.4f}")
+    print(f"all heads: on BOS {att[..., 0].mean():.4f}, on pos 1..3 (sum) {att[..., 1].mean():.4f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# bench_replay.sh: mt-replay's pacing, measured: the send jitter (actual
+# send time minus scheduled time) of 1, 16 and 64 sessions from one
+# process against mt-serve running synthetic:echo, and of --emit alone
+# (no server) as the floor. Ratios are against the 2 ms target and the
+# 80 ms frame period, all measured in this run.
+set -u
+B=${MT_BIN:-$(cd "$(dirname "$0")/.." && pwd)/bin}
+R=$B/mt-replay
+S=$B/mt-serve
+DUR=${BENCH_REPLAY_SECONDS:-10}
+[ -x "$R" ] || { echo "bench_replay: $R not built"; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/mt-bench-replay.XXXXXX")
+SP=
+cleanup() { [ -n "$SP" ] && kill "$SP" 2>/dev/null && wait "$SP" 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+sox -n -r 16000 -c 1 "$T/tone.wav" synth 2 sine 440 vol 0.5
+
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
+row() { # label line
+    local p50 p99 max
+    p50=$(echo "$2" | field jitter_p50_ms); p99=$(echo "$2" | field jitter_p99_ms)
+    max=$(echo "$2" | field jitter_max_ms)
+    awk -v l="$1" -v a="$p50" -v b="$p99" -v c="$max" 'BEGIN {
+        printf "%-22s %9.3f %9.3f %9.3f %10.2f %10.4f\n", l, a, b, c, b / 2.0, b / 80.0 }'
+}
+echo "mt-replay send jitter, $DUR s per run, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+printf "%-22s %9s %9s %9s %10s %10s\n" config p50_ms p99_ms max_ms p99/2ms p99/period
+line=$("$R" --emit "$T/tone.wav" --loop --duration "$DUR" --rate-check 2>&1 >/dev/null | grep '^replay_rate')
+row "emit (no server)" "$line"
+[ -x "$S" ] || { echo "bench_replay: mt-serve not built: server rows skipped"; exit 0; }
+# The server runs one BLAS thread at low priority: what is measured is the
+# client's pacing, not how two processes share two cores.
+nice -n 10 "$S" -s "$T/mt.sock" -m synthetic:echo --threads 1 --max-sessions 128 > "$T/serve.log" 2> "$T/serve.err" &
+SP=$!
+for i in $(seq 100); do [ -S "$T/mt.sock" ] && break; sleep 0.1; done
+for n in 1 16 64; do
+    for st in 0 1.25; do
+        line=$("$R" -s "$T/mt.sock" -n $n --stagger $st --loop --duration "$DUR" \
+                --rate-check --latency none "$T/tone.wav" | grep '^replay_rate')
+        row "$n sessions stagger $st" "$line"
+    done
+done

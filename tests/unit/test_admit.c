@@ -1,0 +1,463 @@
+/* test_admit.c: the admission policies (src/admit.c) against a simulated
+ * server whose step time is a + b x active plus noise and rare outliers.
+ *
+ * The simulator answers accepts the way mt-serve does (the session is
+ * active at the next tick) and sends a new request every tick, faster
+ * than capacity. Checks: metronome climbs to within a few percent of the
+ * true N* (the largest level whose clean p99 stays under margin x budget)
+ * and never above it, one admission at a time, never on a stale signal;
+ * it ignores outliers, follows a server that slows down, and unblocks on
+ * a refusal; aimd oscillates around the wall; gradient stays bounded;
+ * static caps; the options are checked.
+ */
+#include "admit.h"
+#include "tap.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- a deterministic simulated server ---------------------------------- */
+
+static uint64_t sim_seed;   /* MT_ADMIT_SEED overrides, to try others */
+
+typedef struct sim {
+    double a, b, rel_noise, abs_noise, outlier_p, outlier_x;
+    double period_ms;
+    int    life;                 /* session life in ticks (0: forever) */
+    uint64_t rng;
+    int64_t tick, admitted, rejected;
+    int    active, to_admit, refuse_next;
+    int    born[4096];           /* tick each active session began */
+    uint32_t next_id;
+    double backlog;
+    /* what happened */
+    int    max_active, accepts, rejects;
+    int64_t last_accept_tick, min_gap;
+    int    accepts_same_tick;
+    int64_t accept_tick[4096];
+} sim;
+
+static double urand(sim *s)
+{
+    s->rng ^= s->rng << 13;
+    s->rng ^= s->rng >> 7;
+    s->rng ^= s->rng << 17;
+    return (double)(s->rng >> 11) / 9007199254740992.0;
+}
+
+static double nrand(sim *s)
+{
+    double u1 = urand(s), u2 = urand(s);
+    if (u1 < 1e-12)
+        u1 = 1e-12;
+    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static double true_step(const sim *s, int x) { return s->a + s->b * x; }
+static double true_sigma(const sim *s, int x)
+{
+    return s->rel_noise * true_step(s, x) + s->abs_noise;
+}
+
+/* The largest level whose clean p99 (2.33 sigma) stays under target. */
+static int true_nstar(const sim *s, double target)
+{
+    int n = 0;
+    for (int x = 1; x < 1000; x++)
+        if (true_step(s, x) + 2.33 * true_sigma(s, x) <= target)
+            n = x;
+    return n;
+}
+
+static void sim_emit(void *ctx, uint32_t id, int accept, const char *reason)
+{
+    sim *s = ctx;
+    (void)id;
+    (void)reason;
+    if (!accept) {
+        s->rejects++;
+        return;
+    }
+    s->accepts++;
+    if (s->accepts <= 4096)
+        s->accept_tick[s->accepts - 1] = s->tick;
+    if (s->last_accept_tick >= 0) {
+        int64_t gap = s->tick - s->last_accept_tick;
+        if (gap < s->min_gap)
+            s->min_gap = gap;
+        if (gap == 0)
+            s->accepts_same_tick++;
+    }
+    s->last_accept_tick = s->tick;
+    s->to_admit++;
+}
+
+static void sim_init(sim *s, double a, double b)
+{
+    memset(s, 0, sizeof *s);
+    s->a = a;
+    s->b = b;
+    s->rel_noise = 0.03;
+    s->abs_noise = 0.2;
+    s->outlier_p = 0.01;
+    s->outlier_x = 4;
+    s->period_ms = 80;
+    s->rng = 0x9E3779B97F4A7C15ull ^ (sim_seed * 0x2545F4914F6CDD1Dull);
+    for (int i = 0; i < 8; i++)
+        (void)urand(s);
+    s->next_id = 1;
+    s->last_accept_tick = -1;
+    s->min_gap = INT64_MAX;
+}
+
+/* One tick: admissions decided since the last tick take effect, sessions
+ * past their life end, the batch is stepped, the record goes to the
+ * controller, then one new request arrives. */
+static void sim_tick(sim *s, mt_admit *a)
+{
+    while (s->to_admit > 0) {
+        s->to_admit--;
+        if (s->refuse_next) {
+            s->refuse_next = 0;
+            s->rejected++;
+            continue;
+        }
+        if (s->active < 4096)
+            s->born[s->active++] = (int)s->tick;
+        s->admitted++;
+    }
+    if (s->life > 0) {
+        int k = 0;
+        for (int i = 0; i < s->active; i++)
+            if (s->tick - s->born[i] < s->life)
+                s->born[k++] = s->born[i];
+        s->active = k;
+    }
+    if (s->active > s->max_active)
+        s->max_active = s->active;
+    mt_tick t;
+    memset(&t, 0, sizeof t);
+    t.tick = s->tick;
+    t.t = s->tick * s->period_ms / 1000.0;
+    t.active = s->active;
+    t.stepped = s->active;
+    double step = 0;
+    if (s->active > 0) {
+        step = true_step(s, s->active) + true_sigma(s, s->active) * nrand(s);
+        if (step < 0.05)
+            step = 0.05;
+        if (urand(s) < s->outlier_p)
+            step *= s->outlier_x;
+    }
+    s->backlog += step - s->period_ms;
+    if (s->backlog < 0)
+        s->backlog = 0;
+    t.step_ms = step;
+    t.late_ms = s->active ? step * (0.5 + 0.5 * urand(s)) + s->backlog : 0;
+    t.p50_ms = s->active ? s->period_ms / 2 + step : 0;
+    t.p99_ms = s->active ? s->period_ms + step : 0;
+    t.admitted = s->admitted;
+    t.rejected = s->rejected;
+    t.met = 100;
+    t.naive_met = 100;
+    mt_admit_tick(a, &t);
+    mt_admit_request(a, s->next_id++, t.t + 0.001);
+    s->tick++;
+}
+
+static mt_admit *make(mt_admit_opts *o, sim *s)
+{
+    char err[256];
+    mt_admit *a = NULL;
+    if (mt_admit_create(o, sim_emit, s, &a, err, sizeof err) != 0) {
+        tap_diag("create: %s", err);
+        return NULL;
+    }
+    return a;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_metronome_converges(double a0, double b0, const char *name)
+{
+    sim s;
+    sim_init(&s, a0, b0);
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    int reached_at = -1;
+    for (int i = 0; i < 3000; i++) {
+        sim_tick(&s, a);
+        if (getenv("ADMIT_TRACE")) {
+            mt_admit_stats t;
+            mt_admit_get_stats(a, &t);
+            printf("# trace %d active %d limit %d m %.3f+%.4fx s %.3f+%.4fx lv %d resets %lld\n",
+                   i, s.active, mt_admit_limit(a), t.fit_a, t.fit_b, t.fit_sa, t.fit_sb,
+                   t.levels, (long long)t.resets);
+        }
+        if (reached_at < 0 && s.active >= 0.95 * nstar)
+            reached_at = i;
+    }
+    tap_diag("%s: a=%.1f b=%.2f N*=%d reached %d (max %d) limit %d at tick %d",
+             name, a0, b0, nstar, s.active, s.max_active, mt_admit_limit(a), reached_at);
+    ok(s.max_active <= nstar, "metronome (%s): never above N* (max %d, N* %d)", name,
+       s.max_active, nstar);
+    ok(s.active >= 0.95 * nstar, "metronome (%s): settles within 5%% of N* (%d of %d)",
+       name, s.active, nstar);
+    ok(s.accepts_same_tick == 0 && s.min_gap >= o.settle_ticks,
+       "metronome (%s): one admission at a time, >= %d ticks apart (min gap %lld)",
+       name, o.settle_ticks, (long long)s.min_gap);
+    mt_admit_stats st;
+    mt_admit_get_stats(a, &st);
+    tap_diag("  resets %lld", (long long)st.resets);
+    tap_diag("  fit m = %.3f + %.4f x (true %.3f + %.4f x), s = %.3f + %.4f x (true %.3f + %.4f x)",
+             st.fit_a, st.fit_b, a0, b0, st.fit_sa, st.fit_sb, s.abs_noise + s.rel_noise * a0,
+             s.rel_noise * b0);
+    ok(st.fit_b > 0.8 * b0 && st.fit_b < 1.5 * b0,
+       "metronome (%s): learnt slope %.3f near the tail slope", name, st.fit_b);
+    mt_admit_free(a);
+}
+
+static void test_metronome_outliers(void)
+{
+    sim s;
+    sim_init(&s, 4, 1.2);
+    s.outlier_p = 0.05;         /* one tick in twenty takes 4x as long */
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    for (int i = 0; i < 3000; i++)
+        sim_tick(&s, a);
+    tap_diag("outliers 5%%: N*=%d reached %d", nstar, s.active);
+    ok(s.active >= 0.9 * nstar && s.max_active <= nstar,
+       "metronome: 5%% outliers barely move it (%d of N* %d)", s.active, nstar);
+    mt_admit_free(a);
+}
+
+static void test_metronome_slowdown(void)
+{
+    sim s;
+    sim_init(&s, 3, 1.0);
+    s.life = 400;               /* sessions leave: the limit can act */
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    for (int i = 0; i < 1500; i++)
+        sim_tick(&s, a);
+    int before = mt_admit_limit(a);
+    s.b *= 2;                   /* the server gets twice as slow per session */
+    int nstar2 = true_nstar(&s, o.margin * o.budget_ms);
+    int max_after = 0;
+    for (int i = 0; i < 2500; i++) {
+        sim_tick(&s, a);
+        if (getenv("ADMIT_TRACE2")) {
+            mt_admit_stats t;
+            mt_admit_get_stats(a, &t);
+            printf("# trace %d active %d limit %d m %.3f+%.4fx s %.3f+%.4fx lv %d resets %lld\n",
+                   i, s.active, mt_admit_limit(a), t.fit_a, t.fit_b, t.fit_sa, t.fit_sb,
+                   t.levels, (long long)t.resets);
+        }
+        if (i > 1200 && s.active > max_after)
+            max_after = s.active;
+    }
+    tap_diag("slowdown: limit %d -> %d, new N* %d, active after %d", before,
+             mt_admit_limit(a), nstar2, max_after);
+    ok(mt_admit_limit(a) <= nstar2 && max_after <= nstar2,
+       "metronome: follows a server that slows down (limit %d, N* %d)",
+       mt_admit_limit(a), nstar2);
+    ok(mt_admit_limit(a) >= 0.8 * nstar2, "metronome: and stays useful (limit %d)",
+       mt_admit_limit(a));
+    mt_admit_free(a);
+}
+
+static void test_metronome_refusal(void)
+{
+    sim s;
+    sim_init(&s, 5, 2);
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    o.stale_ticks = 1000;       /* only the refusal can unblock it */
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    for (int i = 0; i < 50; i++)
+        sim_tick(&s, a);
+    int acc = s.accepts;
+    s.refuse_next = 1;          /* the server refuses what is accepted next */
+    int64_t refused_tick = -1;
+    for (int i = 0; i < 100 && refused_tick < 0; i++) {
+        sim_tick(&s, a);
+        if (s.rejected > 0)
+            refused_tick = s.tick;
+    }
+    for (int i = 0; i < 2; i++)
+        sim_tick(&s, a);
+    tap_diag("refusal at tick %lld: accepts %d -> %d", (long long)refused_tick, acc, s.accepts);
+    ok(refused_tick > 0 && s.accepts >= acc + 2,
+       "metronome: a refusal by the server (rejected total) unblocks the wait");
+    mt_admit_free(a);
+}
+
+static void test_aimd_oscillates(void)
+{
+    sim s;
+    sim_init(&s, 3, 1.5);
+    s.life = 300;
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    o.policy = MT_POL_AIMD;
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    int prev = mt_admit_limit(a), dir = 0, turns = 0, above = 0;
+    for (int i = 0; i < 6000; i++) {
+        sim_tick(&s, a);
+        int l = mt_admit_limit(a);
+        int d = l > prev ? 1 : l < prev ? -1 : 0;
+        if (d && dir && d != dir)
+            turns++;
+        if (d)
+            dir = d;
+        prev = l;
+        if (i > 1000 && s.active > nstar)
+            above++;
+    }
+    tap_diag("aimd: N*=%d turns=%d ticks above N*=%d max %d", nstar, turns, above,
+             s.max_active);
+    ok(turns >= 4, "aimd: the limit oscillates (%d reversals)", turns);
+    ok(above > 0, "aimd: and overshoots N* (%d ticks above)", above);
+    mt_admit_free(a);
+}
+
+static void test_gradient_bounded(void)
+{
+    sim s;
+    sim_init(&s, 3, 1.5);
+    s.life = 300;
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    o.policy = MT_POL_GRADIENT;
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    int lo = 1 << 30, hi = 0;
+    for (int i = 0; i < 4000; i++) {
+        sim_tick(&s, a);
+        int l = mt_admit_limit(a);
+        if (i > 1000) {
+            if (l < lo) lo = l;
+            if (l > hi) hi = l;
+        }
+    }
+    tap_diag("gradient: limit in [%d, %d], max active %d, N* %d", lo, hi, s.max_active,
+             true_nstar(&s, o.margin * o.budget_ms));
+    ok(hi > 1 && hi < 200, "gradient: the limit grows from 1 and stays bounded (%d..%d)",
+       lo, hi);
+    mt_admit_free(a);
+}
+
+static void test_static(void)
+{
+    sim s;
+    sim_init(&s, 3, 1.5);
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    char err[128];
+    ok(mt_admit_policy_parse("static:7", &o, err, sizeof err) == 0 && o.static_n == 7,
+       "static:7 parses");
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    for (int i = 0; i < 200; i++)
+        sim_tick(&s, a);
+    is_int(s.max_active, 7, "static:7 caps at 7");
+    is_int(mt_admit_limit(a), 7, "static:7 limit is 7");
+    ok(s.rejects > 150, "static: the rest rejected (%d)", s.rejects);
+    mt_admit_free(a);
+}
+
+static void test_hold(void)
+{
+    /* a request that arrives while metronome waits is held, then rejected
+     * once hold_ms passes without a fresh signal */
+    sim s;
+    sim_init(&s, 5, 2);
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    o.hold_ms = 100;
+    o.stale_ticks = 10000;
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    mt_admit_request(a, 1, 0);       /* no tick yet: accepted to learn */
+    is_int(s.accepts, 1, "metronome: the first request is accepted (to learn)");
+    mt_admit_request(a, 2, 0.01);
+    is_int(s.accepts + s.rejects, 1, "metronome: the second is held while waiting");
+    mt_tick t;
+    memset(&t, 0, sizeof t);
+    t.t = 0.2;                       /* the server never shows the admission */
+    mt_admit_tick(a, &t);
+    ok(s.rejects == 1 && s.accepts == 1, "metronome: held past --hold, then rejected");
+    mt_admit_request(a, 3, 0.25);
+    mt_admit_finish(a);
+    is_int(s.rejects, 2, "finish: held requests are rejected");
+    mt_admit_free(a);
+}
+
+static void test_opts(void)
+{
+    mt_admit_opts o;
+    char err[128];
+    mt_admit_opts_default(&o);
+    ok(mt_admit_opts_check(&o, err, sizeof err) == 0, "defaults are valid");
+    ok(mt_admit_policy_parse("nope", &o, err, sizeof err) != 0, "unknown policy refused");
+    like(err, "unknown policy", "and says so");
+    ok(mt_admit_policy_parse("static:x", &o, err, sizeof err) != 0, "static:x refused");
+    ok(mt_admit_policy_parse("static:-1", &o, err, sizeof err) != 0, "static:-1 refused");
+    mt_admit_opts_default(&o);
+    o.margin = 1.5;
+    ok(mt_admit_opts_check(&o, err, sizeof err) != 0, "margin 1.5 refused");
+    like(err, "margin", "naming the margin");
+    mt_admit_opts_default(&o);
+    o.beta = 1;
+    mt_admit *a = NULL;
+    ok(mt_admit_create(&o, NULL, NULL, &a, err, sizeof err) != 0 && !a,
+       "create refuses bad options");
+    mt_tick t;
+    memset(&t, 0, sizeof t);
+    t.step_ms = 3;
+    t.late_ms = 9;
+    t.p99_ms = 90;
+    mt_admit_opts_default(&o);
+    is_near(mt_admit_signal_of(&o, &t), 9, 1e-9, "service signal = max(step, late)");
+    o.signal = MT_SIG_P99;
+    is_near(mt_admit_signal_of(&o, &t), 90, 1e-9, "p99 signal");
+}
+
+int main(void)
+{
+    if (getenv("MT_ADMIT_SEED"))
+        sim_seed = strtoull(getenv("MT_ADMIT_SEED"), NULL, 10);
+    test_opts();
+    test_metronome_converges(5, 2.0, "a=5 b=2");
+    test_metronome_converges(20, 0.5, "a=20 b=0.5");
+    test_metronome_converges(1, 4.0, "a=1 b=4");
+    test_metronome_outliers();
+    test_metronome_slowdown();
+    test_metronome_refusal();
+    test_hold();
+    test_aimd_oscillates();
+    test_gradient_bounded();
+    test_static();
+    return tap_done();
+}

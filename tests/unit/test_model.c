@@ -1,0 +1,467 @@
+/* test_model.c: the model loader, writer and synthetic presets. Broken
+ * model directories are real files in a mkdtemp directory, one problem
+ * each, and every message must name the file, the tensor (or field) and
+ * the problem. */
+#include "model.h"
+#include "safetensors.h"
+#include "tap.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmp[256];
+static char err[1024];
+static mt_model *tiny;
+
+static void write_file(const char *dir, const char *name, const void *p, size_t n)
+{
+    char path[512];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+        printf("Bail out! cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    *n = 0;
+    if (!f) {
+        printf("Bail out! cannot read %s\n", path);
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)sz + 1);
+    *n = fread(b, 1, (size_t)sz, f);
+    fclose(f);
+    b[*n] = 0;
+    return b;
+}
+
+/* The header of tiny in F32 as a jansson object, for mutation. */
+static json_t *tiny_header(uint64_t *data_len)
+{
+    json_t *h = json_object();
+    uint64_t off = 0;
+    mt_tensor_ref r;
+    for (int i = 0; i < mt_model_tensor_count(&tiny->cfg); i++) {
+        mt_model_tensor(tiny, i, &r);
+        uint64_t n = (uint64_t)r.shape[0] * (r.ndim == 2 ? (uint64_t)r.shape[1] : 1);
+        json_t *sh = r.ndim == 2 ? json_pack("[I,I]", (json_int_t)r.shape[0], (json_int_t)r.shape[1])
+                                 : json_pack("[I]", (json_int_t)r.shape[0]);
+        json_object_set_new(h, r.name, json_pack("{s:s,s:o,s:[I,I]}", "dtype", "F32", "shape", sh,
+                                                 "data_offsets", (json_int_t)off,
+                                                 (json_int_t)(off + 4 * n)));
+        off += 4 * n;
+    }
+    *data_len = off;
+    return h;
+}
+
+/* A directory NAME with tiny's config and a safetensors file made of hdr
+ * (raw header text) and data_len zero bytes; len_field overrides the
+ * length prefix when nonzero. */
+static void make_dir(const char *name, const char *hdr, uint64_t data_len, uint64_t len_field,
+                     char *dir, size_t dlen)
+{
+    snprintf(dir, dlen, "%s/%s", tmp, name);
+    char src[512], *cfg;
+    size_t n = 0;
+    snprintf(src, sizeof src, "%s/good/config.json", tmp);
+    cfg = read_file(src, &n);
+    write_file(dir, "config.json", cfg, n);
+    free(cfg);
+    size_t hl = strlen(hdr);
+    size_t total = 8 + hl + data_len;
+    uint8_t *b = calloc(1, total);
+    uint64_t L = len_field ? len_field : hl;
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(L >> (8 * i));
+    memcpy(b + 8, hdr, hl);
+    write_file(dir, "model.safetensors", b, total);
+    free(b);
+}
+
+static void expect_fail(const char *dir, const char *what, const char *sub1, const char *sub2)
+{
+    mt_model *m = NULL;
+    err[0] = 0;
+    int rc = mt_model_load(dir, 0, &m, err, sizeof err);
+    ok(rc == -1 && m == NULL, "%s: rejected", what);
+    like(err, sub1, what);
+    if (sub2)
+        like(err, sub2, what);
+    mt_model_free(m);
+}
+
+/* Mutated-header case: mutate h, write it, expect the messages. */
+static void header_case(const char *name, json_t *h, uint64_t data_len, const char *sub1,
+                        const char *sub2)
+{
+    char *txt = json_dumps(h, JSON_COMPACT);
+    char dir[512];
+    make_dir(name, txt, data_len, 0, dir, sizeof dir);
+    free(txt);
+    json_decref(h);
+    expect_fail(dir, name, sub1, sub2);
+    like(err, "model.safetensors", "message names the file");
+}
+
+#define Q "model.layers.0.self_attn.q_proj.weight"
+
+static void broken_files(void)
+{
+    uint64_t dl;
+    json_t *h;
+
+    h = tiny_header(&dl);
+    json_object_del(h, "model.layers.1.mlp.up_proj.weight");
+    header_case("missing", h, dl, "model.layers.1.mlp.up_proj.weight", "missing");
+
+    h = tiny_header(&dl);
+    json_t *e = json_incref(json_object_get(h, Q));
+    json_object_del(h, Q);
+    json_object_set_new(h, "model.layers.0.self_attn.q_proj.weigth", e);
+    header_case("misnamed", h, dl, "q_proj.weigth", "unknown tensor name");
+
+    h = tiny_header(&dl);
+    json_object_set_new(h, "extra.weight", json_pack("{s:s,s:[i],s:[I,I]}", "dtype", "F32",
+                                                     "shape", 1, "data_offsets",
+                                                     (json_int_t)dl, (json_int_t)dl + 4));
+    header_case("unknown", h, dl + 4, "extra.weight", "unknown tensor name");
+
+    h = tiny_header(&dl);
+    json_object_set_new(json_object_get(h, Q), "shape", json_pack("[i,i]", 32, 128));
+    header_case("wrong-shape", h, dl, Q, "wrong shape [32, 128], expected [64, 64]");
+
+    h = tiny_header(&dl);
+    json_object_set_new(json_object_get(h, Q), "dtype", json_string("I32"));
+    header_case("wrong-dtype", h, dl, Q, "unsupported dtype I32");
+
+    h = tiny_header(&dl);
+    json_object_set_new(json_object_get(h, Q), "dtype", json_string("F12"));
+    header_case("unknown-dtype", h, dl, Q, "unknown dtype 'F12'");
+
+    h = tiny_header(&dl);
+    header_case("truncated-data", h, dl - 100, "audio_out.weight", "past the end");
+
+    h = tiny_header(&dl);
+    json_t *off = json_object_get(json_object_get(h, Q), "data_offsets");
+    json_array_set_new(off, 1, json_integer((json_int_t)dl + 1000000));
+    header_case("offset-range", h, dl, Q, "out of range");
+
+    h = tiny_header(&dl);
+    off = json_object_get(json_object_get(h, Q), "data_offsets");
+    json_int_t b0 = json_integer_value(json_array_get(off, 0));
+    json_array_set_new(off, 0, json_integer(b0 + 8));
+    json_array_set_new(off, 1, json_integer(b0));
+    header_case("offset-reversed", h, dl, Q, "begin after end");
+
+    h = tiny_header(&dl);
+    off = json_object_get(json_object_get(h, "model.layers.0.self_attn.k_proj.weight"),
+                          "data_offsets");
+    /* k_proj moved 4 bytes back, into q_proj, keeping its size */
+    json_int_t kb = json_integer_value(json_array_get(off, 0)),
+               ke = json_integer_value(json_array_get(off, 1));
+    json_array_set_new(off, 0, json_integer(kb - 4));
+    json_array_set_new(off, 1, json_integer(ke - 4));
+    header_case("overlap", h, dl, "k_proj.weight", "overlap");
+
+    h = tiny_header(&dl);
+    off = json_object_get(json_object_get(h, Q), "data_offsets");
+    json_array_set_new(off, 1, json_integer(json_integer_value(json_array_get(off, 1)) - 4));
+    header_case("size-mismatch", h, dl, Q, "size mismatch");
+
+    h = tiny_header(&dl);
+    json_object_set_new(json_object_get(h, Q), "shape",
+                        json_pack("[I,I,I]", (json_int_t)1 << 40, (json_int_t)1 << 40,
+                                  (json_int_t)1 << 40));
+    header_case("overflow", h, dl, Q, "overflow");
+
+    char dir[512];
+    make_dir("header-past-end", "{}", 0, 1000000, dir, sizeof dir);
+    expect_fail(dir, "header length past the end", "model.safetensors", "past the end");
+
+    make_dir("header-json", "{\"a\": [1, 2,, ]}", 0, 0, dir, sizeof dir);
+    expect_fail(dir, "header JSON error", "model.safetensors", "line 1, column");
+
+    snprintf(dir, sizeof dir, "%s/short", tmp);
+    make_dir("short", "", 0, 0, dir, sizeof dir);
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (truncate(p, 3) != 0)
+        tap_diag("truncate failed");
+    expect_fail(dir, "truncated file (3 bytes)", "model.safetensors", "truncated");
+
+    h = tiny_header(&dl);
+    json_object_del(h, "audio_in.weight");
+    header_case("half-audio", h, dl, "audio_in.weight", "missing");
+}
+
+/* config.json cases, written next to a good safetensors file */
+static void config_case(const char *name, const char *json, const char *sub1, const char *sub2)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/cfg-%s", tmp, name);
+    mkdir(dir, 0755);
+    write_file(dir, "config.json", json, strlen(json));
+    char src[600], *st;
+    size_t n = 0;
+    snprintf(src, sizeof src, "%s/good/model.safetensors", tmp);
+    st = read_file(src, &n);
+    write_file(dir, "model.safetensors", st, n);
+    free(st);
+    expect_fail(dir, name, sub1, sub2);
+    if (strcmp(name, "vs-tensors") == 0)
+        like(err, "model.safetensors", "message names model.safetensors");
+    else
+        like(err, "config.json", "message names config.json");
+}
+
+#define BASECFG "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, " \
+                "\"vocab_size\": 256, "
+
+static void broken_configs(void)
+{
+    config_case("syntax", "{\n  \"hidden_size\": 64,\n  \"x\" 1\n}", "syntax error", "line 3");
+    config_case("missing", "{\"hidden_size\": 64, \"intermediate_size\": 128, "
+                "\"num_hidden_layers\": 2}", "num_attention_heads", "missing");
+    config_case("type", "{" BASECFG "\"num_attention_heads\": \"four\"}",
+                "num_attention_heads", "not an integer");
+    config_case("zero", "{" BASECFG "\"num_attention_heads\": 0}", "num_attention_heads",
+                "out of range");
+    config_case("negative", "{\"hidden_size\": -64, \"intermediate_size\": 128, "
+                "\"num_hidden_layers\": 2, \"num_attention_heads\": 4}", "hidden_size",
+                "out of range");
+    config_case("absurd", "{\"hidden_size\": 1000000000000, \"intermediate_size\": 128, "
+                "\"num_hidden_layers\": 2, \"num_attention_heads\": 4}", "hidden_size",
+                "out of range");
+    config_case("heads", "{" BASECFG "\"num_attention_heads\": 5}", "num_attention_heads",
+                "does not divide hidden_size");
+    config_case("kvheads", "{" BASECFG "\"num_attention_heads\": 4, \"num_key_value_heads\": 3}",
+                "num_key_value_heads", "does not divide");
+    config_case("eps", "{" BASECFG "\"num_attention_heads\": 4, \"rms_norm_eps\": \"x\"}",
+                "rms_norm_eps", "not a number");
+    config_case("tie", "{" BASECFG "\"num_attention_heads\": 4, \"tie_word_embeddings\": 1}",
+                "tie_word_embeddings", "not true or false");
+    config_case("act", "{" BASECFG "\"num_attention_heads\": 4, \"hidden_act\": \"gelu\"}",
+                "hidden_act", "silu");
+    config_case("notobject", "[1, 2]", "config.json", "not a JSON object");
+    /* config shape differs from the tensors: a shape error naming a tensor */
+    config_case("vs-tensors", "{\"hidden_size\": 64, \"intermediate_size\": 256, "
+                "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                "\"num_key_value_heads\": 2, \"vocab_size\": 256}", "gate_proj.weight",
+                "wrong shape");
+}
+
+static int same_weights(const mt_model *a, const mt_model *b, mt_dtype rounding)
+{
+    int nt = mt_model_tensor_count(&a->cfg);
+    if (nt != mt_model_tensor_count(&b->cfg))
+        return 0;
+    mt_tensor_ref ra, rb;
+    for (int i = 0; i < nt; i++) {
+        mt_model_tensor(a, i, &ra);
+        mt_model_tensor(b, i, &rb);
+        if (strcmp(ra.name, rb.name) || ra.shape[0] != rb.shape[0] || ra.shape[1] != rb.shape[1])
+            return 0;
+        size_t n = (size_t)ra.shape[0] * (ra.ndim == 2 ? (size_t)ra.shape[1] : 1);
+        for (size_t k = 0; k < n; k++) {
+            float want = ra.data[k];
+            if (rounding == MT_DT_F16)
+                want = mt_f16_to_f32(mt_f32_to_f16(want));
+            else if (rounding == MT_DT_BF16)
+                want = mt_bf16_to_f32(mt_f32_to_bf16(want));
+            if (memcmp(&want, &rb.data[k], 4) != 0) {
+                tap_diag("%s[%zu]: %g vs %g", ra.name, k, (double)want, (double)rb.data[k]);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static void round_trip(void)
+{
+    static const mt_dtype dts[] = { MT_DT_F32, MT_DT_F16, MT_DT_BF16 };
+    for (int i = 0; i < 3; i++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/rt-%s", tmp, mt_dtype_name(dts[i]));
+        ok(mt_model_save(tiny, dir, dts[i], err, sizeof err) == 0, "save %s (%s)",
+           mt_dtype_name(dts[i]), err);
+        mt_model *m = NULL;
+        ok(mt_model_load(dir, 0, &m, err, sizeof err) == 0, "load %s (%s)",
+           mt_dtype_name(dts[i]), err);
+        if (!m)
+            continue;
+        ok(same_weights(tiny, m, dts[i]), "%s round trip: weights %s",
+           mt_dtype_name(dts[i]), i == 0 ? "bit-identical" : "equal the rounded values");
+        ok(m->cfg.hidden == 64 && m->cfg.kv_heads == 2 && m->cfg.head_dim == 16 &&
+           m->cfg.vocab == 256 && m->cfg.has_audio && m->cfg.has_tokens &&
+           m->cfg.eps == tiny->cfg.eps && m->cfg.rope_theta == tiny->cfg.rope_theta &&
+           m->cfg.frame_samples == 1920 && m->cfg.sample_rate == 24000,
+           "%s round trip: config", mt_dtype_name(dts[i]));
+        mt_model_free(m);
+    }
+    /* audio-only and tied-embedding models survive a round trip too */
+    mt_config c = tiny->cfg;
+    c.tie_embeddings = 1;
+    mt_model *t = NULL, *u = NULL;
+    ok(mt_model_alloc(&c, &t, err, sizeof err) == 0, "alloc tied (%s)", err);
+    ok(t && t->lm_head == t->embed, "tied: lm_head is the embedding");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/rt-tied", tmp);
+    if (t) {
+        t->embed[5] = 0.5f;
+        ok(mt_model_save(t, dir, MT_DT_F32, err, sizeof err) == 0 &&
+           mt_model_load(dir, 0, &u, err, sizeof err) == 0, "tied round trip (%s)", err);
+        ok(u && u->cfg.tie_embeddings && u->lm_head == u->embed && u->embed[5] == 0.5f,
+           "tied model loads tied");
+    }
+    mt_model_free(t);
+    mt_model_free(u);
+    c = tiny->cfg;
+    c.has_tokens = 0;
+    c.vocab = 0;
+    t = u = NULL;
+    snprintf(dir, sizeof dir, "%s/rt-audio", tmp);
+    ok(mt_model_alloc(&c, &t, err, sizeof err) == 0 &&
+       mt_model_save(t, dir, MT_DT_BF16, err, sizeof err) == 0 &&
+       mt_model_load(dir, 0, &u, err, sizeof err) == 0, "audio-only round trip (%s)", err);
+    ok(u && u->cfg.has_audio && !u->cfg.has_tokens && !u->embed && u->audio_in,
+       "audio-only model has no token adapter");
+    mt_model_free(t);
+    mt_model_free(u);
+}
+
+static void conversions(void)
+{
+    /* f16: subnormals, the largest finite, overflow, ties to even */
+    ok(mt_f32_to_f16(65504.0f) == 0x7bff, "f16 max finite");
+    ok(mt_f32_to_f16(65520.0f) == 0x7c00, "f16 65520 rounds to inf");
+    ok(mt_f32_to_f16(1.0f / 16777216.0f) == 0x0001, "f16 smallest subnormal");
+    ok(mt_f32_to_f16(1.0f / 33554432.0f) == 0x0000, "f16 half the smallest subnormal ties to 0");
+    ok(mt_f32_to_f16(3.0f / 33554432.0f) == 0x0002, "f16 1.5 x smallest ties to even (2)");
+    ok(mt_f32_to_f16(-INFINITY) == 0xfc00, "f16 -inf");
+    ok((mt_f32_to_f16(NAN) & 0x7c00) == 0x7c00 && (mt_f32_to_f16(NAN) & 0x3ff), "f16 NaN");
+    ok(mt_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00, "f16 1+2^-11 ties to even (1.0)");
+    ok(mt_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02, "f16 1+3*2^-11 ties to even (up)");
+    ok(mt_f16_to_f32(0x0001) == 1.0f / 16777216.0f && mt_f16_to_f32(0x3555) == 0.333251953125f,
+       "f16 -> f32 exact");
+    int allok = 1;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = mt_f16_to_f32((uint16_t)h);
+        if (!isnan(f) && mt_f32_to_f16(f) != h)
+            allok = 0;
+    }
+    ok(allok, "every non-NaN f16 survives f16 -> f32 -> f16");
+    ok(mt_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80, "bf16 tie to even (down)");
+    ok(mt_f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82, "bf16 tie to even (up)");
+    ok(mt_f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 65536) == 0x3f81, "bf16 above half rounds up");
+    ok(isnan(mt_bf16_to_f32(mt_f32_to_bf16(NAN))), "bf16 NaN stays NaN");
+}
+
+static void presets(void)
+{
+    const char *const *p = mt_model_presets();
+    int n = 0;
+    while (p[n])
+        n++;
+    ok(n >= 6, "%d presets listed", n);
+    mt_model *a = NULL, *b = NULL, *c = NULL;
+    ok(mt_model_load("synthetic:tiny:seed=1", 0, &a, err, sizeof err) == 0, "tiny seed=1");
+    ok(a && same_weights(tiny, a, MT_DT_F32), "default seed is 1; generation deterministic");
+    ok(mt_model_load("synthetic:tiny:seed=2", 0, &b, err, sizeof err) == 0 &&
+       b->layer[0].wq[0] != tiny->layer[0].wq[0], "another seed, other weights");
+    mt_model_free(a);
+    mt_model_free(b);
+    ok(tiny->cfg.heads == 4 && tiny->cfg.kv_heads == 2 && tiny->cfg.ffn == 128 &&
+       tiny->cfg.vocab == 256 && tiny->cfg.has_audio && tiny->cfg.has_tokens &&
+       !tiny->cfg.audio_passthrough, "tiny shape");
+    /* std of q_proj near 1/sqrt(hidden), norms 1 */
+    double s = 0;
+    for (int i = 0; i < 64 * 64; i++)
+        s += (double)tiny->layer[0].wq[i] * tiny->layer[0].wq[i];
+    is_near(sqrt(s / 4096), 0.125, 0.01, "tiny q_proj std ~ 1/sqrt(64)");
+    ok(tiny->layer[1].mlp_norm[7] == 1.0f && tiny->norm[63] == 1.0f, "norm weights 1.0");
+    ok(mt_model_load("synthetic:echo", 0, &a, err, sizeof err) == 0 && a->cfg.audio_passthrough,
+       "echo is passthrough");
+    mt_model_free(a);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ok(mt_model_load("synthetic:small", 0, &a, err, sizeof err) == 0, "small loads");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    tap_diag("synthetic:small generated in %.3f s",
+             (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    if (a) {
+        uint64_t backbone = mt_model_params(&a->cfg) - 2ull * 512 * 1920 - 2ull * 1024 * 512;
+        ok(backbone > 25000000 && backbone < 28000000, "small: %llu backbone params (~25M: 8 x (4 x 512^2 + 3 x 512 x 1536))",
+           (unsigned long long)backbone);
+    }
+    mt_model_free(a);
+    a = NULL;
+    ok(mt_model_load("synthetic:moshi-7b", 0, &a, err, sizeof err) == -1 && !a,
+       "moshi-7b refused with host weights");
+    like(err, "GPU", "refusal suggests a GPU backend");
+    ok(mt_model_load("synthetic:moshi-7b", MT_MODEL_SHAPE_ONLY, &c, err, sizeof err) == 0 &&
+       c->shape_only && !c->layer && c->cfg.hidden == 4096 && c->cfg.layers == 32 &&
+       c->cfg.ffn == 11008 && c->cfg.has_audio, "moshi-7b shape only");
+    if (c) {
+        float *buf = malloc(4096 * sizeof *buf);
+        ok(buf && mt_model_synthetic_tensor(c, 0, buf) == 0 && buf[0] == 1.0f,
+           "synthetic tensor on a shape-only model");
+        free(buf);
+    }
+    mt_model_free(c);
+    ok(mt_model_load("synthetic:llama-3.2-1b", MT_MODEL_SHAPE_ONLY, &c, err, sizeof err) == 0 &&
+       c->cfg.head_dim == 64 && c->cfg.kv_heads == 8 && c->cfg.vocab == 128256 &&
+       c->cfg.tie_embeddings && c->cfg.rope_theta == 500000.0f, "llama-3.2-1b shape");
+    mt_model_free(c);
+    ok(mt_model_load("synthetic:base", MT_MODEL_SHAPE_ONLY, &c, err, sizeof err) == 0 &&
+       c->cfg.hidden == 1024 && c->cfg.kv_heads == 8 && c->cfg.ffn == 2816, "base shape");
+    mt_model_free(c);
+    ok(mt_model_load("synthetic:nope", 0, &a, err, sizeof err) == -1, "unknown preset");
+    like(err, "synthetic:tiny", "unknown preset lists the presets");
+    ok(mt_model_load("synthetic:tiny:seed=x", 0, &a, err, sizeof err) == -1, "bad seed");
+    like(err, "seed=N", "bad seed message");
+    ok(mt_model_load("/nonexistent/dir", 0, &a, err, sizeof err) == -1, "missing directory");
+    like(err, "/nonexistent/dir", "missing directory named");
+}
+
+int main(void)
+{
+    snprintf(tmp, sizeof tmp, "%s/mt-model-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmp)) {
+        printf("Bail out! mkdtemp\n");
+        return 1;
+    }
+    if (mt_model_load("synthetic:tiny", 0, &tiny, err, sizeof err) != 0) {
+        printf("Bail out! %s\n", err);
+        return 1;
+    }
+    char good[512];
+    snprintf(good, sizeof good, "%s/good", tmp);
+    ok(mt_model_save(tiny, good, MT_DT_F32, err, sizeof err) == 0, "save tiny (%s)", err);
+    conversions();
+    presets();
+    round_trip();
+    broken_files();
+    broken_configs();
+    mt_model_free(tiny);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", tmp);
+    return tap_done();
+}
