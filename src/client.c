@@ -160,6 +160,7 @@ struct mt_client {
     volatile sig_atomic_t stop;
     mt_client_totals tot;
     uint8_t  frame_buf[MT_FRAME_MAX_SIZE];
+    uint8_t  payload[MT_FRAME_MAX_PAYLOAD];
 };
 
 int mt_client_new(const mt_client_config *cfg, mt_client **out,
@@ -490,11 +491,8 @@ static void send_audio(mt_client *c, session *s, uint64_t t_sched)
         send_end(c, s);
         return;
     }
-    /* s16le on the wire; this host is little-endian in practice, but
-     * say it in code rather than assume it. */
-    uint8_t *p = c->frame_buf + MT_FRAME_HEADER_SIZE;   /* reuse later */
-    static uint8_t payload[MT_FRAME_MAX_PAYLOAD];
-    (void)p;
+    /* s16le on the wire, written byte by byte rather than assumed. */
+    uint8_t *payload = c->payload;
     for (size_t i = 0; i < s->samples; i++) {
         uint16_t v = (uint16_t)s->pcm[i];
         payload[2 * i] = (uint8_t)v;

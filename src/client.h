@@ -153,7 +153,9 @@ void mt_client_free(mt_client *c);   /* closes every fd it opened */
 int  mt_client_add_unix(mt_client *c, const char *path, uint64_t t_start,
                         char *err, size_t errlen);
 /* A session over an already open pair (e.g. pipes to mt-serve --stdio).
- * The engine makes them non-blocking; it closes them only if own_fds. */
+ * The engine makes them non-blocking; it closes them only if own_fds.
+ * Writes to a pipe can raise SIGPIPE: the program should ignore it
+ * (sockets use MSG_NOSIGNAL). */
 int  mt_client_add_fds(mt_client *c, int rfd, int wfd, int own_fds,
                        uint64_t t_start, char *err, size_t errlen);
 

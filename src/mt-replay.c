@@ -774,6 +774,24 @@ static int list_devices(void)
     return 0;
 }
 
+static void app_free(app *a)
+{
+    if (a->dx)
+        mt_duplex_close(a->dx);
+    a->dx = NULL;
+    mt_client_free(a->cl);
+    a->cl = NULL;
+    for (int i = 0; i < a->ninputs; i++) {
+        mt_audio_free(&a->inputs[i].audio);
+        free(a->inputs[i].pcm);
+    }
+    free(a->inputs);
+    free(a->s);
+    a->inputs = NULL;
+    a->s = NULL;
+    a->ninputs = 0;
+}
+
 int main(int argc, char **argv)
 {
     app a;
@@ -923,6 +941,7 @@ int main(int argc, char **argv)
             a.inputs[i].path = emit ? emit : argv[optind + i];
             if (load_input(&a, &a.inputs[i], err, sizeof err) != 0) {
                 fprintf(stderr, "mt-replay: %s\n", err);
+                app_free(&a);
                 return 1;
             }
         }
@@ -954,35 +973,33 @@ int main(int argc, char **argv)
             if (k < 0 || (k == 0 && a.ns > 1)) {
                 fprintf(stderr, "mt-replay: -o %s: %s\n", a.out_pattern,
                         k < 0 ? "too long" : "needs %d with more than one session");
+                app_free(&a);
                 return 2;
             }
             if (mt_audio_format_for_path(a.s[i].out_path, &fmt, err, sizeof err)) {
                 fprintf(stderr, "mt-replay: %s\n", err);
+                app_free(&a);
                 return 2;
             }
         }
     }
-    if (emit)
-        return run_emit(&a);
+    if (emit) {
+        int erc = run_emit(&a);
+        app_free(&a);
+        return erc;
+    }
     if (mic) {
         int jf = (int)(a.jitter_ms * a.rate / 1000.0 / a.frame_samples + 0.999);
         if (mt_duplex_open(a.device, a.rate, a.frame_samples, jf, &a.dx, err,
                            sizeof err) != 0) {
             fprintf(stderr, "mt-replay: %s\n", err);
+            app_free(&a);
             return 1;
         }
         fprintf(stderr, "mt-replay: live on \"%s\"; Ctrl-C ends the session\n",
                 mt_duplex_device_name(a.dx));
     }
     int rc = run_client(&a, mic);
-    if (a.dx)
-        mt_duplex_close(a.dx);
-    mt_client_free(a.cl);
-    for (int i = 0; i < a.ninputs; i++) {
-        mt_audio_free(&a.inputs[i].audio);
-        free(a.inputs[i].pcm);
-    }
-    free(a.inputs);
-    free(a.s);
+    app_free(&a);
     return rc;
 }

@@ -1,0 +1,71 @@
+#!/bin/bash
+# admit_closedloop: mt-admit's acceptance, closed loop on this machine.
+# 1. The wall N*: mt-serve (window mode, synthetic:small) under a sweep of
+#    N concurrent sessions (mt-fakeclient), N = 1, 2, ...; N* is the
+#    largest N, counting up, whose p99 of the tick's service latency
+#    max(step_ms, late_ms) stays under the budget (the frame period).
+# 2. The loop: `mt-serve --control ctl | mt-admit > ctl`, with one new
+#    client every 0.3 s (far faster than capacity) for 30 s. Asserted from
+#    the server's lines: the admitted concurrency settles at >= 90% of N*,
+#    and after warm-up no tick's lateness exceeds the budget (zero
+#    overshoot); every request was answered by the controller (none timed
+#    out), and mt-admit admitted one session at a time.
+# MT_ADMIT_MARGIN (default 0.95) is the controller's margin: with an
+# affine step time a + bN the controller settles near margin x N*, so the
+# 90% acceptance needs a margin above 0.9.
+. "$(dirname "$0")/lib.sh"
+S=$MT_BIN/mt-serve
+A=$MT_BIN/mt-admit
+FC=$MT_TESTBIN/mt-fakeclient
+[ -x "$S" ] || t_skip_all "mt-serve not built"
+[ -x "$A" ] || t_skip_all "mt-admit not built"
+[ -x "$FC" ] || t_skip_all "mt-fakeclient not built"
+BUDGET=80
+MARGIN=${MT_ADMIT_MARGIN:-0.95}
+MODEL=${MT_ADMIT_MODEL:-synthetic:small}
+grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+SOCK=$T_TMP/s.sock
+. "$(dirname "$0")/admit_lib.sh"
+
+# ---- 1. the wall -----------------------------------------------------------
+"$S" -s "$SOCK" -m "$MODEL" --max-sessions 64 >"$T_TMP/sweep.lat" 2>"$T_TMP/sweep.log" &
+SRV=$!; t_track $SRV
+wait_for_socket "$SOCK" 300 || { t_ok 1 "sweep server started"; t_done; }
+nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 16 45)
+kill -TERM $SRV; wait $SRV
+t_diag "sweep: $(cat "$T_TMP/sweep.levels" 2>/dev/null | tr '\n' ' ')"
+t_check "the sweep found a wall (N* = $nstar)" [ "${nstar:-0}" -ge 1 ]
+
+# ---- 2. the closed loop ----------------------------------------------------
+mkfifo "$T_TMP/ctl"
+( "$S" -s "$SOCK" -m "$MODEL" --control "$T_TMP/ctl" --admit-timeout 2000 2>"$T_TMP/loop.log" |
+    tee "$T_TMP/loop.lat" |
+    "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 >"$T_TMP/ctl" 2>"$T_TMP/admit.err" ) &
+LOOP=$!; t_track $LOOP
+wait_for_socket "$SOCK" 300 || { t_ok 1 "loop server started"; t_done; }
+admit_arrivals "$SOCK" 30 0.3 250 "$T_TMP/clients"
+spid=$(pgrep -P $LOOP -f "mt-serve -s $SOCK" | head -1)
+[ -n "$spid" ] && kill -TERM "$spid"
+wait $LOOP
+
+admit_summary "$T_TMP/loop.lat" "$BUDGET" 5 10 >"$T_TMP/summary"
+t_diag "loop: $(cat "$T_TMP/summary")"
+t_diag "admit: $(grep 'at=end' "$T_TMP/admit.err")"
+settled=$(sed -n 's/.*settled=\([0-9]*\).*/\1/p' "$T_TMP/summary")
+late=$(sed -n 's/.*late_ticks=\([0-9]*\).*/\1/p' "$T_TMP/summary")
+need=$(awk -v n="$nstar" 'BEGIN { x = 0.9 * n; printf "%d", (x == int(x)) ? x : int(x) + 1 }')
+t_check "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
+    [ "${settled:-0}" -ge "$need" ]
+if [ -n "$MT_ASAN" ]; then
+    t_skip "zero overshoot: timing not asserted under sanitizers ($late late ticks)"
+else
+    t_check "after warm-up no tick's lateness exceeds ${BUDGET} ms ($late late ticks)" [ "${late:-1}" = 0 ]
+fi
+t_check "no request timed out: the controller answered every one" \
+    sh -c "! grep -q 'admission timeout' '$T_TMP/loop.log'"
+t_check "the controller wrote limit lines" grep -q '^limit ' "$T_TMP/loop.lat" ||
+    grep -q 'limit=' "$T_TMP/admit.err"
+gaps=$(awk '/^admit session=.*verdict=accept/ { for (i = 1; i <= NF; i++) if ($i ~ /^t=/) t = substr($i, 3);
+            if (n++ && t - p < 0.3) bad++; p = t } END { print bad + 0 }' "$T_TMP/loop.lat")
+t_check "one admission at a time (accepts >= 0.3 s apart; $gaps closer)" [ "$gaps" = 0 ]
+t_done

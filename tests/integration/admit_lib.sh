@@ -1,0 +1,104 @@
+#!/bin/bash
+# admit_lib: shell functions shared by the admit_*.sh tests and
+# bench/bench_admit.sh (sourced after lib.sh): a simple sweep that finds
+# the wall N*, a stream of clients arriving faster than capacity, and the
+# figures of a closed-loop run read from mt-serve's lines.
+# Run directly (as make test does with every tests/integration/*.sh), it
+# only says it is a library.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    echo "1..0 # SKIP helper library, sourced by admit_*.sh and bench_admit.sh"
+    exit 0
+fi
+
+# tick_field FILE-LINES KEY: awk helper text that puts key values in v[]
+ADMIT_AWK_PARSE='{ delete v; for (i = 1; i <= NF; i++) { j = index($i, "="); if (j) v[substr($i, 1, j - 1)] = substr($i, j + 1) } }'
+
+# admit_sweep SOCK LATFILE BUDGET MAXN FRAMES: N = 1, 2, ... MAXN
+# concurrent sessions of FRAMES frames each against a running server whose
+# stdout goes to LATFILE. A level passes when the p99 of max(step_ms,
+# late_ms) over its ticks (the first 8 skipped) is under BUDGET. Prints
+# N*, the largest passing level counting up; one line per level goes to
+# $T_TMP/sweep.levels.
+admit_sweep() {
+    local sock=$1 lat=$2 budget=$3 maxn=$4 frames=$5 n from p99 best=0
+    : >"$T_TMP/sweep.levels"
+    for n in $(seq 1 "$maxn"); do
+        from=$(wc -l <"$lat")
+        timeout $((frames / 8 + 30)) "$FC" -s "$sock" -n "$n" -f "$frames" --end-timeout 5 \
+            >"$T_TMP/sweep.$n" 2>&1
+        sleep 0.3
+        p99=$(tail -n +"$((from + 1))" "$lat" | awk -v n="$n" "/^tick=/ $ADMIT_AWK_PARSE"'
+            /^tick=/ && v["active"] == n && v["stepped"] >= n {
+                if (++k <= 8) next
+                y = v["step_ms"] + 0; if (v["late_ms"] + 0 > y) y = v["late_ms"] + 0
+                ys[++m] = y
+            }
+            END {
+                if (m < 5) { print "nan"; exit }
+                asort(ys); i = int(0.99 * m + 0.999); if (i < 1) i = 1
+                printf "%.2f", ys[i]
+            }')
+        echo "n=$n p99=$p99" >>"$T_TMP/sweep.levels"
+        if [ "$p99" != nan ] && awk -v p="$p99" -v b="$budget" 'BEGIN { exit !(p <= b) }'; then
+            best=$n
+        else
+            break
+        fi
+    done
+    echo "$best"
+}
+
+# admit_arrivals SOCK SECONDS INTERVAL FRAMES: one new client (one
+# session of FRAMES frames) every INTERVAL seconds for SECONDS seconds;
+# then every client still running is stopped. Rejected clients end at
+# once. Client output goes to $T_TMP/clients.N.
+admit_arrivals() {
+    local sock=$1 secs=$2 every=$3 frames=$4 pids="" i=0 end
+    end=$(awk -v s="$secs" 'BEGIN { srand(); print srand() + s }')
+    local t_end=$(( $(date +%s%N) / 1000000 + $(awk -v s="$secs" 'BEGIN { printf "%d", s * 1000 }') ))
+    while [ $(( $(date +%s%N) / 1000000 )) -lt $t_end ]; do
+        timeout $((secs + frames / 12 + 20)) "$FC" -s "$sock" -n 1 -f "$frames" --end-timeout 2 \
+            >"$T_TMP/clients.$i" 2>&1 &
+        pids="$pids $!"
+        t_track $!
+        i=$((i + 1))
+        sleep "$every"
+    done
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    for p in $pids; do wait "$p" 2>/dev/null; done
+    : "$end"
+}
+
+# admit_summary LATFILE BUDGET WARM LAST: figures of a closed-loop run:
+#   settled     median active over the LAST seconds before the last request
+#   peak        highest active in that time
+#   reached_t   seconds from the first accept until active first reached
+#               the settled level
+#   late_ticks  ticks from WARM s after the first accept to the last request
+#               whose late_ms exceeded BUDGET (overshoot, truthfully)
+#   episodes    runs of consecutive such ticks
+#   fills       FILL frames sent (full mode's silent lateness)
+#   accepted, rejected   the server's verdict lines
+admit_summary() {
+    awk -v budget="$2" -v warm="$3" -v last="$4" "$ADMIT_AWK_PARSE"'
+        /^admit / && v["verdict"] == "accept" { if (!fa) fa = v["t"] + 0; acc++ }
+        /^admit / && v["verdict"] == "reject" { rej++ }
+        /^request / { lr = v["t"] + 0 }
+        /^tick=/ { nt++; T[nt] = v["t"] + 0; A[nt] = v["active"] + 0; L[nt] = v["late_ms"] + 0;
+                   F[nt] = v["fill"] + 0; P[nt] = v["preempted"] + 0 }
+        END {
+            m = 0; peak = 0
+            for (i = 1; i <= nt; i++) if (T[i] >= lr - last && T[i] <= lr) { s[++m] = A[i]; if (A[i] > peak) peak = A[i] }
+            asort(s); settled = m ? s[int((m + 1) / 2)] : 0
+            reached = -1
+            for (i = 1; i <= nt; i++) if (fa && T[i] >= fa && A[i] >= settled && settled > 0) { reached = T[i] - fa; break }
+            late = 0; ep = 0; prev = 0; fills = 0; pre = 0
+            for (i = 1; i <= nt; i++) {
+                fills += F[i]; pre += P[i]
+                if (!fa || T[i] < fa + warm || T[i] > lr) { prev = 0; continue }
+                if (L[i] > budget && A[i] > 0) { late++; if (!prev) ep++; prev = 1 } else prev = 0
+            }
+            printf "settled=%d peak=%d reached_t=%.1f late_ticks=%d episodes=%d fills=%d preempted=%d accepted=%d rejected=%d\n",
+                   settled, peak, reached, late, ep, fills, pre, acc, rej
+        }' "$1"
+}
