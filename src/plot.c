@@ -350,6 +350,7 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
     size_t cap = 0;
     ssize_t len;
     long lineno = 0, rows = 0;
+    int64_t amax = 0;
     char e[256];
     fprintf(d, "# t active p99_ms late_ms step_ms fill met naive_met\n");
     while ((len = getline(&line, &cap, in)) >= 0) {
@@ -363,6 +364,8 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
                 (long long)t.active, t.p99_ms, t.late_ms, t.step_ms,
                 (long long)t.fill, t.met, t.naive_met);
         rows++;
+        if (t.active > amax)
+            amax = t.active;
     }
     free(line);
     fclose(in);
@@ -381,17 +384,23 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
     fprintf(f, "set output '%s'\n", png);
     fprintf(f, "set title '%s'\n", title ? title : "mt-serve, per tick");
     fprintf(f, "set xlabel 'server time, s'\nset ylabel 'ms'\n");
-    fprintf(f, "set y2label 'sessions'\nset y2tics\nset ytics nomirror\n");
+    fprintf(f, "set y2label 'active sessions'\nset y2tics 1\n"
+            "set y2range [0:%lld]\nset ytics nomirror\n",
+            (long long)(amax < 4 ? 4 : amax + amax / 4 + 1));
+    if (amax > 20)
+        fprintf(f, "set y2tics autofreq\n");
     fprintf(f, "set grid\nset key top left box opaque\n");
     fprintf(f, "set arrow from graph 0, first %g to graph 1, first %g nohead "
             "dt 2 lc rgb 'black'\n", period_ms, period_ms);
+    fprintf(f, "set label 'frame period' at graph 0.99, first %g right "
+            "offset 0,0.6\n", period_ms);
     fprintf(f, "plot '%s' using 1:3 with lines lw 2 lc rgb '#3366cc' "
             "title 'p99 frame latency', \\\n", dat);
     fprintf(f, "  '' using 1:5 with lines lc rgb '#009944' "
             "title 'step compute', \\\n");
     fprintf(f, "  '' using 1:4 with lines lw 2 lc rgb '#cc0000' "
             "title 'lateness (oldest unanswered frame)', \\\n");
-    fprintf(f, "  '' using 1:2 axes x1y2 with steps lc rgb '#888888' "
+    fprintf(f, "  '' using 1:2 axes x1y2 with steps lw 2 lc rgb '#888888' "
             "title 'active sessions (right)'\n");
     return script_run(f, gp, err, errlen);
 }

@@ -37,16 +37,19 @@ t_diag "sweep: $(cat "$T_TMP/sweep.levels" 2>/dev/null | tr '\n' ' ')"
 t_check "the sweep found a wall (N* = $nstar)" [ "${nstar:-0}" -ge 1 ]
 
 # ---- 2. the closed loop ----------------------------------------------------
-mkfifo "$T_TMP/ctl"
-( "$S" -s "$SOCK" -m "$MODEL" --control "$T_TMP/ctl" --admit-timeout 2000 2>"$T_TMP/loop.log" |
-    tee "$T_TMP/loop.lat" |
-    "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 >"$T_TMP/ctl" 2>"$T_TMP/admit.err" ) &
-LOOP=$!; t_track $LOOP
+mkfifo "$T_TMP/ctl" "$T_TMP/out"
+tee "$T_TMP/loop.lat" <"$T_TMP/out" |
+    "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
+CTL=$!; t_track $CTL
+"$S" -s "$SOCK" -m "$MODEL" --control "$T_TMP/ctl" --admit-timeout 2000 \
+    >"$T_TMP/out" 2>"$T_TMP/loop.log" &
+SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "loop server started"; t_done; }
-admit_arrivals "$SOCK" 30 0.3 250 "$T_TMP/clients"
-spid=$(pgrep -P $LOOP -f "mt-serve -s $SOCK" | head -1)
-[ -n "$spid" ] && kill -TERM "$spid"
-wait $LOOP
+admit_arrivals "$SOCK" 30 0.3 250
+kill -TERM $SRV; wait $SRV
+t_ok $? "mt-serve drained and exited 0"
+wait $CTL
+t_ok $? "mt-admit ended at EOF with exit 0"
 
 admit_summary "$T_TMP/loop.lat" "$BUDGET" 5 10 >"$T_TMP/summary"
 t_diag "loop: $(cat "$T_TMP/summary")"
@@ -63,9 +66,8 @@ else
 fi
 t_check "no request timed out: the controller answered every one" \
     sh -c "! grep -q 'admission timeout' '$T_TMP/loop.log'"
-t_check "the controller wrote limit lines" grep -q '^limit ' "$T_TMP/loop.lat" ||
-    grep -q 'limit=' "$T_TMP/admit.err"
 gaps=$(awk '/^admit session=.*verdict=accept/ { for (i = 1; i <= NF; i++) if ($i ~ /^t=/) t = substr($i, 3);
             if (n++ && t - p < 0.3) bad++; p = t } END { print bad + 0 }' "$T_TMP/loop.lat")
 t_check "one admission at a time (accepts >= 0.3 s apart; $gaps closer)" [ "$gaps" = 0 ]
+[ -n "$MT_ADMIT_KEEP" ] && cp -r "$T_TMP" "$MT_ADMIT_KEEP"
 t_done

@@ -11,7 +11,9 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 fi
 
 # tick_field FILE-LINES KEY: awk helper text that puts key values in v[]
-ADMIT_AWK_PARSE='{ delete v; for (i = 1; i <= NF; i++) { j = index($i, "="); if (j) v[substr($i, 1, j - 1)] = substr($i, j + 1) } }'
+ADMIT_AWK_PARSE='{ split("", v); for (i = 1; i <= NF; i++) { j = index($i, "="); if (j) v[substr($i, 1, j - 1)] = substr($i, j + 1) } }'
+# isort(a, n): sorts a[1..n] numerically (mawk has no asort)
+ADMIT_AWK_SORT='function isort(a, n,   i, j, x) { for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x } }'
 
 # admit_sweep SOCK LATFILE BUDGET MAXN FRAMES: N = 1, 2, ... MAXN
 # concurrent sessions of FRAMES frames each against a running server whose
@@ -27,7 +29,7 @@ admit_sweep() {
         timeout $((frames / 8 + 30)) "$FC" -s "$sock" -n "$n" -f "$frames" --end-timeout 5 \
             >"$T_TMP/sweep.$n" 2>&1
         sleep 0.3
-        p99=$(tail -n +"$((from + 1))" "$lat" | awk -v n="$n" "/^tick=/ $ADMIT_AWK_PARSE"'
+        p99=$(tail -n +"$((from + 1))" "$lat" | awk -v n="$n" "$ADMIT_AWK_SORT /^tick=/ $ADMIT_AWK_PARSE"'
             /^tick=/ && v["active"] == n && v["stepped"] >= n {
                 if (++k <= 8) next
                 y = v["step_ms"] + 0; if (v["late_ms"] + 0 > y) y = v["late_ms"] + 0
@@ -35,11 +37,11 @@ admit_sweep() {
             }
             END {
                 if (m < 5) { print "nan"; exit }
-                asort(ys); i = int(0.99 * m + 0.999); if (i < 1) i = 1
+                isort(ys, m); i = int(0.99 * m + 0.999); if (i < 1) i = 1
                 printf "%.2f", ys[i]
             }')
         echo "n=$n p99=$p99" >>"$T_TMP/sweep.levels"
-        if [ "$p99" != nan ] && awk -v p="$p99" -v b="$budget" 'BEGIN { exit !(p <= b) }'; then
+        if [ -n "$p99" ] && [ "$p99" != nan ] && awk -v p="$p99" -v b="$budget" 'BEGIN { exit !(p <= b) }'; then
             best=$n
         else
             break
@@ -53,8 +55,7 @@ admit_sweep() {
 # then every client still running is stopped. Rejected clients end at
 # once. Client output goes to $T_TMP/clients.N.
 admit_arrivals() {
-    local sock=$1 secs=$2 every=$3 frames=$4 pids="" i=0 end
-    end=$(awk -v s="$secs" 'BEGIN { srand(); print srand() + s }')
+    local sock=$1 secs=$2 every=$3 frames=$4 pids="" i=0
     local t_end=$(( $(date +%s%N) / 1000000 + $(awk -v s="$secs" 'BEGIN { printf "%d", s * 1000 }') ))
     while [ $(( $(date +%s%N) / 1000000 )) -lt $t_end ]; do
         timeout $((secs + frames / 12 + 20)) "$FC" -s "$sock" -n 1 -f "$frames" --end-timeout 2 \
@@ -66,7 +67,6 @@ admit_arrivals() {
     done
     for p in $pids; do kill "$p" 2>/dev/null; done
     for p in $pids; do wait "$p" 2>/dev/null; done
-    : "$end"
 }
 
 # admit_summary LATFILE BUDGET WARM LAST: figures of a closed-loop run:
@@ -80,7 +80,7 @@ admit_arrivals() {
 #   fills       FILL frames sent (full mode's silent lateness)
 #   accepted, rejected   the server's verdict lines
 admit_summary() {
-    awk -v budget="$2" -v warm="$3" -v last="$4" "$ADMIT_AWK_PARSE"'
+    awk -v budget="$2" -v warm="$3" -v last="$4" "$ADMIT_AWK_SORT $ADMIT_AWK_PARSE"'
         /^admit / && v["verdict"] == "accept" { if (!fa) fa = v["t"] + 0; acc++ }
         /^admit / && v["verdict"] == "reject" { rej++ }
         /^request / { lr = v["t"] + 0 }
@@ -89,7 +89,7 @@ admit_summary() {
         END {
             m = 0; peak = 0
             for (i = 1; i <= nt; i++) if (T[i] >= lr - last && T[i] <= lr) { s[++m] = A[i]; if (A[i] > peak) peak = A[i] }
-            asort(s); settled = m ? s[int((m + 1) / 2)] : 0
+            isort(s, m); settled = m ? s[int((m + 1) / 2)] : 0
             reached = -1
             for (i = 1; i <= nt; i++) if (fa && T[i] >= fa && A[i] >= settled && settled > 0) { reached = T[i] - fa; break }
             late = 0; ep = 0; prev = 0; fills = 0; pre = 0

@@ -34,7 +34,9 @@ sox speech.wav -r 44100 -c 2 speech44.flac
 sox -n -r 8000 -c 1 tone8.ogg synth 1.1 sine 440 vol 0.5
 sox -n -r 48000 -c 2 tone48.aiff synth 0.9 sine 200-2000 vol 0.5
 
-"$S" -s "$T_TMP/mt.sock" -m synthetic:echo --max-sessions 80 > serve.log 2> serve.err &
+# one BLAS thread at low priority: the pacing check measures the client,
+# not how two processes share two cores
+nice -n 10 "$S" -s "$T_TMP/mt.sock" -m synthetic:echo --threads 1 --max-sessions 80 > serve.log 2> serve.err &
 t_track $!
 wait_for_socket "$T_TMP/mt.sock" 100
 t_check "mt-serve is listening" test -S "$T_TMP/mt.sock"
@@ -75,7 +77,10 @@ t_check "wrong format: rejected with a reason" grep -Eq '^replay_rejected=reject
 t_check "wrong format: no output file" test -z "$(ls -A rej)"
 t_check "unreachable socket: exit 1" sh -c '! "$0" -s "$1/nope.sock" "$1/tone8.ogg" >/dev/null 2>&1' "$R" "$T_TMP"
 
-# 64 sessions from one process: the send schedule holds
+# 64 sessions from one process: the send schedule holds. A pacing
+# threshold says nothing on a machine already oversubscribed by other jobs
+# (load measured before the run): then the figure is only reported.
+load=$(cut -d' ' -f1 /proc/loadavg)
 timeout 60 "$R" -s "$T_TMP/mt.sock" -n 64 --stagger 1 --loop --duration 4 --rate-check \
     --latency none tone8.ogg > rate.txt 2> rate.err
 rc=$?
@@ -85,8 +90,11 @@ t_check "64 sessions: all done, every frame answered" \
 line=$(grep '^replay_rate=' rate.txt)
 t_diag "$line"
 p99=$(echo "$line" | sed -n 's/.*jitter_p99_ms=\([0-9.]*\).*/\1/p')
+busy=$(awk -v l="$load" -v n="$(nproc)" 'BEGIN { print (l > 1.5 * n) ? 1 : 0 }')
 if [ "${MT_ASAN:-}" = 1 ]; then
     t_skip "send jitter threshold under ASan"
+elif [ "$busy" = 1 ]; then
+    t_skip "send jitter threshold: load average $load on $(nproc) cores"
 else
     t_check "64 sessions: send jitter p99 $p99 ms < 10 ms" awk -v p="$p99" 'BEGIN { exit !(p != "" && p < 10) }'
 fi
