@@ -209,3 +209,22 @@ clean:
 bench-quality: all $(TEST_BINS)
 	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) \
 	  OUT=$(abspath $(B))/bench-quality bash bench/quality.sh
+
+# ---- issue 4: CUDA: parity tests and benchmark on a GPU --------------------
+#   make test-gpu    CUDA vs CPU parity (tests/unit/test_cuda.c); a missing
+#                    GPU fails here instead of skipping (MT_REQUIRE_GPU=1)
+#   make bench-gpu   step time vs B, fractions of the bandwidth bound and of
+#                    the bf16 tensor peak measured in the same run
+#                    (tests/helpers/mt-benchgpu.c; BENCH_GPU_ARGS to change)
+# Both run their programs directly (no prove): the GPU machine may lack Perl's
+# test harness. tests/gpu/run-device.sh wraps them for a lent GPU machine.
+.PHONY: test-gpu bench-gpu
+ifneq ($(HAVE_CUDA),)
+test-gpu: $(LIB) $(B)/tests/test_cuda
+	MT_REQUIRE_GPU=1 $(B)/tests/test_cuda
+bench-gpu: $(LIB) $(B)/tests/mt-benchgpu
+	$(B)/tests/mt-benchgpu $(BENCH_GPU_ARGS)
+else
+test-gpu bench-gpu:
+	@echo "$@: nvcc was not found at build time: no CUDA backend to test" >&2; exit 1
+endif

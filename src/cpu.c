@@ -31,7 +31,8 @@
  * each projection is one batched product over the R rows with the weight
  * matrix read once per step. Attention is split by (row, kv head) work
  * items handed out through an atomic counter (rows of different lengths
- * cost different amounts). The rmsnorms and rotary passes are cheap
+ * cost different amounts); its inner loops are 8-wide vector code with an
+ * AVX2/FMA clone picked at load time. The rmsnorms and rotary passes are cheap
  * (R x hidden) and run on thread 0 between phases.
  *
  * Cache layout: one contiguous allocation addressed by block id,
@@ -171,7 +172,6 @@ typedef struct scratch {
     float   *score;    /* [group, cap] attention weights of the group's heads */
     float   *krot;     /* [cap, head_dim] keys rotated by cache index
                           (window/cache mode only) */
-    float   *q;        /* [group, head_dim] rotated queries */
 } scratch;
 
 typedef struct cpu_backend {
@@ -724,7 +724,6 @@ static void cpu_destroy(mt_backend *b)
                 free(be->scr[t].abs);
                 free(be->scr[t].score);
                 free(be->scr[t].krot);
-                free(be->scr[t].q);
             }
         free(be->scr);
         free(be->wargs);

@@ -263,11 +263,22 @@ void mt_summary_print(FILE *out, const mt_summary *s, int format,
                       const char *only_kind)
 {
     int tsv = format == MT_SUM_TSV;
+    int kw = 4, yw = 3;
+    for (int i = 0; i < s->nkinds; i++) {
+        if (only_kind && strcmp(only_kind, s->kind[i].name))
+            continue;
+        if ((int)strlen(s->kind[i].name) > kw)
+            kw = (int)strlen(s->kind[i].name);
+        for (int j = 0; j < s->kind[i].nkeys; j++)
+            if ((int)strlen(s->kind[i].key[j].name) > yw)
+                yw = (int)strlen(s->kind[i].key[j].name);
+    }
     if (tsv)
         fprintf(out, "kind\tkey\tcount\tmean\tp50\tp90\tp99\tmax\tsum\n");
     else
-        fprintf(out, "%-8s %-12s %8s %10s %10s %10s %10s %10s %10s\n", "kind",
-                "key", "count", "mean", "p50", "p90", "p99", "max", "sum");
+        fprintf(out, "%-*s %-*s %8s %10s %10s %10s %10s %10s %10s\n", kw,
+                "kind", yw, "key", "count", "mean", "p50", "p90", "p99", "max",
+                "sum");
     for (int i = 0; i < s->nkinds; i++) {
         const sum_kind *k = &s->kind[i];
         if (only_kind && strcmp(only_kind, k->name))
@@ -284,7 +295,8 @@ void mt_summary_print(FILE *out, const mt_summary *s, int format,
             if (tsv)
                 fprintf(out, "%s\t%s\t%zu", k->name, key->name, key->n);
             else
-                fprintf(out, "%-8s %-12s %8zu", k->name, key->name, key->n);
+                fprintf(out, "%-*s %-*s %8zu", kw, k->name, yw, key->name,
+                        key->n);
             num(out, key->n ? sum / (double)key->n : NAN, tsv);
             num(out, mt_probe_percentile(key->v, key->n, 0.50), tsv);
             num(out, mt_probe_percentile(key->v, key->n, 0.90), tsv);
