@@ -220,6 +220,9 @@ bench-quality: all $(TEST_BINS)
 # test harness. tests/gpu/run-device.sh wraps them for a lent GPU machine.
 .PHONY: test-gpu bench-gpu
 ifneq ($(HAVE_CUDA),)
+# nvcc writes no dependency files here: the headers the kernels include
+$(CU_SRCS:kernels/%.cu=$(B)/kernels/%.o): kernels/mt_kernels.h src/kv.h
+$(B)/src/cuda_backend.o: kernels/mt_kernels.h
 test-gpu: $(LIB) $(B)/tests/test_cuda
 	MT_REQUIRE_GPU=1 $(B)/tests/test_cuda
 bench-gpu: $(LIB) $(B)/tests/mt-benchgpu

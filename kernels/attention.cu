@@ -112,6 +112,39 @@ __device__ __forceinline__ float rescale(float m, float M)
     return m == -CUDART_INF_F ? 0.f : exp2f(m - M);
 }
 
+// One key (its 8 dims held by this lane) into the running softmax state of
+// the group's G query heads. Every lane of the warp must call it (shuffles);
+// valid says whether this lane's key exists.
+template <int MAXG>
+__device__ __forceinline__ void online_update(const float (&q)[MAXG][8], uint4 ku, uint4 vu,
+                                              bool valid, int G, int T, float (&m)[MAXG],
+                                              float (&l)[MAXG], float (&acc)[MAXG][8])
+{
+    float kf[8], vf[8];
+    bf16x8_to_f32(ku, kf);
+    bf16x8_to_f32(vu, vf);
+#pragma unroll
+    for (int g = 0; g < MAXG; g++) {
+        if (g >= G)
+            break;
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s = fmaf(q[g][i], kf[i], s);
+        for (int o = T / 2; o; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (valid) {
+            float mn = fmaxf(m[g], s);
+            float c = rescale(m[g], mn), pw = exp2f(s - mn);
+            l[g] = l[g] * c + pw;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[g][i] = fmaf(acc[g][i], c, pw * vf[i]);
+            m[g] = mn;
+        }
+    }
+}
+
 template <int MAXG>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_split_kernel(const float *__restrict__ qrot, const mt_cu_row *__restrict__ rows,
@@ -161,42 +194,26 @@ attn_split_kernel(const float *__restrict__ qrot, const mt_cu_row *__restrict__ 
             for (int i = 0; i < 8; i++)
                 q[g][i] = (g < G && act) ? qs[i] : 0.f;
         }
+        // Two keys per group in flight per iteration (both loads issued
+        // before either is used), for more bytes in flight per warp.
         const int stride = ATT_WARPS * NG;
-        for (int base = lo + warp * NG; base < hi; base += stride) { // warp-uniform
-            const int j = base + grp;
-            float kf[8], vf[8];
-            if (j < hi && act) {
-                const __nv_bfloat16 *p = lbase + (size_t)tab[j / MT_KV_BLOCK] * blk_stride +
-                                         (size_t)(j % MT_KV_BLOCK) * D;
-                uint4 ku = __ldg((const uint4 *)p);
-                uint4 vu = __ldg((const uint4 *)(p + kv_off));
-                bf16x8_to_f32(ku, kf);
-                bf16x8_to_f32(vu, vf);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    kf[i] = vf[i] = 0.f;
+        for (int base = lo + warp * NG; base < hi; base += 2 * stride) { // warp-uniform
+            const int j0 = base + grp, j1 = base + stride + grp;
+            uint4 ku0 = make_uint4(0, 0, 0, 0), vu0 = ku0, ku1 = ku0, vu1 = ku0;
+            if (j0 < hi && act) {
+                const __nv_bfloat16 *p = lbase + (size_t)tab[j0 / MT_KV_BLOCK] * blk_stride +
+                                         (size_t)(j0 % MT_KV_BLOCK) * D;
+                ku0 = __ldg((const uint4 *)p);
+                vu0 = __ldg((const uint4 *)(p + kv_off));
             }
-#pragma unroll
-            for (int g = 0; g < MAXG; g++) {
-                if (g >= G)
-                    break;
-                float s = 0.f;
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    s = fmaf(q[g][i], kf[i], s);
-                for (int o = T / 2; o; o >>= 1)
-                    s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (j < hi) {
-                    float mn = fmaxf(m[g], s);
-                    float c = rescale(m[g], mn), pw = exp2f(s - mn);
-                    l[g] = l[g] * c + pw;
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        acc[g][i] = fmaf(acc[g][i], c, pw * vf[i]);
-                    m[g] = mn;
-                }
+            if (j1 < hi && act) {
+                const __nv_bfloat16 *p = lbase + (size_t)tab[j1 / MT_KV_BLOCK] * blk_stride +
+                                         (size_t)(j1 % MT_KV_BLOCK) * D;
+                ku1 = __ldg((const uint4 *)p);
+                vu1 = __ldg((const uint4 *)(p + kv_off));
             }
+            online_update<MAXG>(q, ku0, vu0, j0 < hi, G, T, m, l, acc);
+            online_update<MAXG>(q, ku1, vu1, j1 < hi, G, T, m, l, acc);
         }
     }
 

@@ -20,6 +20,9 @@
 #define RING 48           /* samples kept per level */
 #define QUEUE_MAX 1024    /* held requests */
 #define MIN_LEVEL_N 4     /* samples before a level counts in the fit */
+#define LATE_RUN 25       /* ticks of lateness born at a level, without
+                             recovery, that mark the level as too many (a
+                             hiccup's backlog drains sooner below the wall) */
 
 typedef struct level {
     float   y[RING];
@@ -56,6 +59,10 @@ struct mt_admit {
     int     hard_cap;       /* lowest level seen over the target, or 0 */
     int64_t reset_tick;     /* samples before this tick are forgotten */
     int     behind;         /* the last tick's lateness was over budget */
+    int64_t *born_bad;      /* [level]: tick at which lateness over budget
+                               was born at that level (held LATE_RUN ticks), or 0 */
+    int     level_clean;    /* the current level has had lateness in budget */
+    int     late_run;       /* consecutive late ticks at the current level */
     struct line_fit_s { double A, B, sw, xbar, sxx, chi; int k, prop; } fit_m;
     /* aimd, gradient */
     int     since_update;
@@ -170,9 +177,10 @@ int mt_admit_create(const mt_admit_opts *o, mt_admit_emit_fn emit, void *ctx,
     a->emit = emit;
     a->ctx = ctx;
     a->lv = calloc(MT_ADMIT_MAX_LEVEL + 1, sizeof *a->lv);
+    a->born_bad = calloc(MT_ADMIT_MAX_LEVEL + 1, sizeof *a->born_bad);
     a->mins_cap = o->long_ticks / o->interval_ticks + 1;
     a->mins = calloc((size_t)a->mins_cap, sizeof *a->mins);
-    if (!a->lv || !a->mins) {
+    if (!a->lv || !a->mins || !a->born_bad) {
         mt_admit_free(a);
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -194,6 +202,7 @@ void mt_admit_free(mt_admit *a)
     if (!a)
         return;
     free(a->lv);
+    free(a->born_bad);
     free(a->mins);
     free(a);
 }
@@ -353,6 +362,17 @@ static int metronome_predict(mt_admit *a)
         sv[k] = 1.36 * s * s / n;      /* variance of a MAD-based sigma */
         k++;
     }
+    /* lateness born at a level (not inherited from a higher one) is
+     * direct evidence too: that level cannot keep up, whatever its mean
+     * compute says (e.g. a server that cannot catch up after a hiccup) */
+    for (int x = 1; x <= MT_ADMIT_MAX_LEVEL; x++) {
+        int64_t b = a->born_bad[x];
+        if (b > 0 && b >= a->reset_tick && a->st.ticks - b <= a->o.forget_ticks) {
+            if (!cap || x < cap)
+                cap = x;
+            break;
+        }
+    }
     a->st.levels = k;
     a->hard_cap = cap;
     if (k == 0)
@@ -432,6 +452,19 @@ static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
 {
     (void)y;
     a->behind = t->late_ms > a->o.budget_ms;
+    int xa = (int)t->active;
+    if (!a->have_tick || a->last.active != t->active) {
+        a->level_clean = !a->behind;
+        a->late_run = 0;
+    } else if (!a->behind) {
+        a->level_clean = 1;
+        a->late_run = 0;
+    } else if (a->level_clean && ++a->late_run >= LATE_RUN && xa >= 1 &&
+               xa <= MT_ADMIT_MAX_LEVEL) {
+        a->born_bad[xa] = a->st.ticks;
+        a->st.late_levels++;
+        a->level_clean = 0;
+    }
     y = model_y(a, t);
     int x = (int)(t->stepped >= t->active ? t->active : t->stepped);
     int transient = a->have_tick && a->last.active != t->active;
@@ -677,6 +710,9 @@ void mt_admit_status(const mt_admit *a, char *buf, size_t cap)
         mt_ll_f(&w, "fit_b", a->st.fit_b, 4);
         mt_ll_int(&w, "levels", a->st.levels);
         mt_ll_int(&w, "waiting", a->waiting);
+        mt_ll_int(&w, "cap", a->hard_cap);
+        mt_ll_int(&w, "resets", a->st.resets);
+        mt_ll_int(&w, "late_levels", a->st.late_levels);
     }
     if (mt_ll_end(&w) < 0 && cap)
         snprintf(buf, cap, "admit_status overflow");

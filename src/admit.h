@@ -111,6 +111,7 @@ typedef struct mt_admit_stats {
     int     levels;          /* metronome: levels with enough samples */
     int     waiting;         /* metronome: waiting for the last accept */
     int64_t resets;          /* metronome: change points (data forgotten) */
+    int64_t late_levels;     /* metronome: lateness born at a level (caps) */
 } mt_admit_stats;
 
 void mt_admit_get_stats(const mt_admit *a, mt_admit_stats *s);

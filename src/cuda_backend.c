@@ -789,6 +789,11 @@ int mt_cuda_backend_create(const mt_model *m, mt_kv_pool *pool, const mt_decoder
     be->pool = pool;
     be->kvp = kvp;
     be->R = o->max_batch > PREFILL_CHUNK ? o->max_batch : PREFILL_CHUNK;
+    if (be->R > 65535) { /* a grid dimension of the kernels */
+        snprintf(err, errlen, "cuda: max_batch %d over 65535", o->max_batch);
+        cuda_destroy(b);
+        return -1;
+    }
     be->hd = c->head_dim;
     be->q_dim = c->heads * c->head_dim;
     be->kv_dim = c->kv_heads * c->head_dim;

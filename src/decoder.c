@@ -160,12 +160,12 @@ static int check_io(const mt_decoder *d, int rows, const mt_step_io *io, char *e
         snprintf(err, errlen, "decoder: a step takes exactly one of pcm_in, tokens_in");
         return -1;
     }
-    if (io->pcm_in && !d->m->audio_in) {
+    if (io->pcm_in && !d->m->cfg.has_audio) {
         snprintf(err, errlen, "decoder: model %s has no audio adapter", c->name);
         return -1;
     }
     if (io->tokens_in) {
-        if (!d->m->embed) {
+        if (!d->m->cfg.has_tokens) {
             snprintf(err, errlen, "decoder: model %s has no token adapter", c->name);
             return -1;
         }

@@ -1,6 +1,6 @@
 /* server.c: the I/O side of mt-serve (see server.h).
  *
- * One epoll loop watches: the listening socket, a signalfd (TERM/INT
+ * One epoll loop watches: the listening socket, a signal pipe (TERM/INT
  * drain, HUP reopens the latency log), an eventfd the tick thread writes
  * after every tick, the control input, and every client. Clients are
  * non-blocking; each has a small write buffer refilled from its session's
@@ -29,7 +29,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -72,7 +71,7 @@ typedef struct tagged { int tag; } tagged;
 
 struct mt_server {
     mt_server_opts o;
-    int            lfd, sigfd, evfd, ctlfd, ctl_wfd, epfd;
+    int            lfd, sigfd, sig_wfd, evfd, ctlfd, ctl_wfd, epfd;
     int            ctl_is_socket;
     tagged         t_listen, t_signal, t_event, t_control;
     char           ctlbuf[CTL_LINE];
@@ -95,6 +94,18 @@ struct mt_server {
     char           fatal_msg[256];
     uint8_t        rbuf[RBUF_CAP];
 };
+
+static volatile int sig_pipe_w = -1;
+
+static void on_signal_handler(int signo)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)signo;
+    if (sig_pipe_w >= 0 && write(sig_pipe_w, &b, 1) < 0) {
+        /* pipe full: the signal is already pending there */
+    }
+    errno = saved;
+}
 
 void mt_server_opts_default(mt_server_opts *o)
 {
@@ -316,6 +327,7 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
         return -1;
     }
     s->o = *o;
+    s->sig_wfd = -1;
     s->lfd = s->sigfd = s->evfd = s->ctlfd = s->ctl_wfd = s->epfd = -1;
     s->t_listen.tag = TAG_LISTEN;
     s->t_signal.tag = TAG_SIGNAL;
@@ -324,21 +336,32 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     pthread_mutex_init(&s->lat_mu, NULL);
     atomic_init(&s->stop_ticks, 0);
 
-    /* Signals: SIGPIPE ignored (a peer gone is a write error); the rest
-     * arrive through the signalfd, blocked in every thread (the tick thread
-     * inherits this mask). */
+    /* Signals: SIGPIPE ignored (a peer gone is a write error); TERM, INT
+     * and HUP run a handler that writes the signal number to a pipe the
+     * event loop watches. A handler, not a signalfd: threads started
+     * before us (OpenBLAS starts its pool when it loads) do not block
+     * signals, and one of them may be the thread that receives it. */
     signal(SIGPIPE, SIG_IGN);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    s->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    int sp[2];
+    if (pipe2(sp, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    s->sigfd = sp[0];
+    s->sig_wfd = sp[1];
+    sig_pipe_w = sp[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (s->sigfd < 0 || s->evfd < 0 || s->epfd < 0) {
-        snprintf(err, errlen, "signalfd/eventfd/epoll: %s", strerror(errno));
+        snprintf(err, errlen, "eventfd/epoll: %s", strerror(errno));
         goto fail;
     }
     if (open_latency(s, err, errlen) != 0)
@@ -392,7 +415,14 @@ void mt_server_free(mt_server *s)
     if (s->lfd >= 0)
         close(s->lfd);
     unlink_our_socket(s);
-    if (s->sigfd >= 0) close(s->sigfd);
+    if (s->sigfd >= 0) {
+        sig_pipe_w = -1;
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        close(s->sigfd);
+    }
+    if (s->sig_wfd >= 0) close(s->sig_wfd);
     if (s->evfd >= 0) close(s->evfd);
     if (s->ctlfd >= 0) close(s->ctlfd);
     if (s->ctl_wfd >= 0) close(s->ctl_wfd);
@@ -979,13 +1009,15 @@ static void begin_drain(mt_server *s, const char *why)
 
 static void on_signal(mt_server *s)
 {
-    struct signalfd_siginfo si;
-    while (read(s->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGHUP)
-            reopen_latency(s);
-        else
-            begin_drain(s, si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
-    }
+    unsigned char b[64];
+    ssize_t n;
+    while ((n = read(s->sigfd, b, sizeof b)) > 0)
+        for (ssize_t i = 0; i < n; i++) {
+            if (b[i] == SIGHUP)
+                reopen_latency(s);
+            else
+                begin_drain(s, b[i] == SIGTERM ? "SIGTERM" : "SIGINT");
+        }
 }
 
 int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)

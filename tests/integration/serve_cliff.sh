@@ -13,9 +13,9 @@ grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS
 [ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
 SOCK=$T_TMP/serve.sock
 FC=$MT_TESTBIN/mt-fakeclient
-N=${MT_CLIFF_N:-6}
+N=${MT_CLIFF_N:-4}
 FRAMES=${MT_CLIFF_FRAMES:-250}       # 20 s
-KVMEM=${MT_CLIFF_KVMEM:-12M}
+KVMEM=${MT_CLIFF_KVMEM:-8M}
 "$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:small --kv full --kv-mem "$KVMEM" \
     --on-full preempt >"$T_TMP/lat" 2>"$T_TMP/log" &
 SRV=$!; t_track $SRV
@@ -40,7 +40,11 @@ END{
 t_diag "$(cat "$T_TMP/sum")"
 val() { tr ' ' '\n' <"$T_TMP/sum" | awk -F= -v k="$1" '$1==k{print $2}'; }
 t_check "the pool filled and sessions were preempted" [ "$(val full)" = 1 ]
-t_check "no FILL before the pool filled" [ "$(val fill_before)" = 0 ]
+if [ -n "$MT_ASAN" ]; then   # a timing outcome: ASan may be too slow before
+    t_skip "no FILL before the pool filled (timing; not under ASan)"
+else
+    t_check "no FILL before the pool filled" [ "$(val fill_before)" = 0 ]
+fi
 t_check "naive_met stayed at 100% on every tick after" [ "$(val naive_bad)" = 0 ]
 t_check "FILL frames after the pool filled" [ "$(val fill_after)" -gt 0 ]
 t_check "FILL kept climbing (more in the last two thirds than in the first)" \

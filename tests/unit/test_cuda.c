@@ -1,5 +1,6 @@
 /* test_cuda.c: the CUDA backend against the CPU backend (parity), on
- * synthetic:tiny (head_dim 16, GQA 2) and synthetic:small (head_dim 64):
+ * synthetic:tiny (head_dim 16, GQA 2), synthetic:small (head_dim 64) and a
+ * made-up model with head_dim 128 and GQA 4 (moshi's and llama-1b's shapes):
  * full policy, window without sinks, window + sinks in both rope modes,
  * over 3x the window, batches whose sessions have different lengths
  * (sessions join at different ticks), a prefill, and the audio adapter.
@@ -280,6 +281,35 @@ static void parity_prefill(const mt_model *m, mt_kv_policy pol, int S, int W, in
     free(lg[1]);
 }
 
+/* A model of tiny's kind with head_dim 128 and 4 query heads per kv head
+ * (the shapes of moshi-7b's heads and llama-3.2-1b's grouping, which the
+ * presets above do not reach), weights from the synthetic generator. */
+static mt_model *make_wide(const mt_model *tiny, char *err, size_t errlen)
+{
+    mt_config c = tiny->cfg;
+    snprintf(c.name, sizeof c.name, "wide(hd128,gqa4)");
+    c.hidden = 512;
+    c.heads = 4;
+    c.kv_heads = 1;
+    c.head_dim = 128;
+    c.ffn = 512;
+    c.layers = 2;
+    mt_model *m = NULL;
+    if (mt_model_alloc(&c, &m, err, errlen))
+        return NULL;
+    m->seed = 7;
+    int n = mt_model_tensor_count(&m->cfg);
+    for (int i = 0; i < n; i++) {
+        mt_tensor_ref r;
+        if (mt_model_tensor(m, i, &r) || !r.data || mt_model_synthetic_tensor(m, i, r.data)) {
+            snprintf(err, errlen, "wide model: tensor %d", i);
+            mt_model_free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
 int main(void)
 {
     char why[256] = "";
@@ -332,8 +362,14 @@ int main(void)
         mt_model_free(tiny);
         return tap_done();
     }
-    const mt_model *ms[2] = { tiny, small };
-    for (int i = 0; i < 2; i++) {
+    mt_model *wide = make_wide(tiny, err, sizeof err);
+    if (!ok(wide != NULL, "a head_dim 128, GQA 4 model (%s)", wide ? "made" : err)) {
+        mt_model_free(tiny);
+        mt_model_free(small);
+        return tap_done();
+    }
+    const mt_model *ms[3] = { tiny, small, wide };
+    for (int i = 0; i < 3; i++) {
         const mt_model *m = ms[i];
         const int W = 16;
         const int T = 3 * W + STAGGER * (NS - 1) + 4; /* every session past 3x W */
@@ -349,6 +385,7 @@ int main(void)
     }
     mt_model_free(tiny);
     mt_model_free(small);
+    mt_model_free(wide);
     return tap_done();
 }
 #endif
