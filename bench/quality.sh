@@ -14,7 +14,8 @@
 # prefills a whole window at every step). Nothing here asserts a target.
 #
 # Knobs (environment): STREAMS (4), LENGTH (8 T = 2048), SEEDS ("1 2 3"),
-# SMALL_W (32: the tight-window table), OUT.
+# SMALL_W (32: the tight-window table), OUT; REUSE=1 keeps the runs already
+# in $OUT and only redoes the table and the plot.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -41,7 +42,7 @@ fi
 T=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_position_embeddings"])' "$M/config.json")
 LENGTH=${LENGTH:-$((8 * T))}
 mkdir -p "$OUT"
-rm -f "$OUT"/*.lines "$OUT"/*.pos
+[ "${REUSE:-0}" = 1 ] || rm -f "$OUT"/*.lines "$OUT"/*.pos "$OUT"/seconds
 start=$(date +%s)
 
 q() { nice -n 10 "${Q[@]}" -m "$M" "$@"; }
@@ -49,6 +50,7 @@ q() { nice -n 10 "${Q[@]}" -m "$M" "$@"; }
 # name policy sink window: perplexity over the streams, then generation per seed
 run() {
     local name=$1 pol=$2 s=$3 w=$4 args=(--policy "$2")
+    [ "${REUSE:-0}" = 1 ] && [ -s "$OUT/$name.lines" ] && return 0
     [ "$s" != - ] && args+=(--sink "$s")
     [ "$w" != - ] && args+=(--window "$w")
     echo "bench-quality: $name" >&2
@@ -83,8 +85,10 @@ for r in "${MAIN[@]}" "${SMALL[@]}"; do
     # shellcheck disable=SC2086
     run $r || { echo "bench-quality: run '$r' failed" >&2; exit 1; }
 done
-q -t "$TEXT" --chunk "$T" >"$OUT/chunked.lines" || exit 1
-end=$(date +%s)
+[ "${REUSE:-0}" = 1 ] && [ -s "$OUT/chunked.lines" ] ||
+    q -t "$TEXT" --chunk "$T" >"$OUT/chunked.lines" || exit 1
+[ -s "$OUT/seconds" ] || echo $(($(date +%s) - start)) >"$OUT/seconds"
+secs=$(cat "$OUT/seconds")
 
 # logfmt value of key k from the lines of file f that start with prefix p
 val() { awk -v k="$3" -v p="$2" '$1 == p { for (i = 2; i <= NF; i++) { split($i, a, "="); if (a[1] == k) print a[2] } }' "$1"; }
@@ -123,7 +127,7 @@ chunked_ppl=$(val "$OUT/chunked.lines" quality ppl)
 eval_ppl=$(/usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(open(sys.argv[1]))["heldout_ppl"])' "$M/eval.json")
 TABLE=$OUT/table.md
 {
-    echo "Measured by \`make bench-quality\` on $(date -u +%Y-%m-%d) ($(nproc) CPU(s), one decoder thread, $((end - start)) s)."
+    echo "Measured by \`make bench-quality\` on $(date -u +%Y-%m-%d) ($(nproc) CPU(s), one decoder thread, $secs s of runs)."
     echo "Model \`$M\` (T = $T), text \`$TEXT\`: $STREAMS streams of $LENGTH positions"\
          "(consecutive slices, each [BOS, bytes]), the same streams for every policy;"\
          "generation: BOS + a ${#PROMPT}-byte prompt, $((4 * T)) sampled bytes at temperature 0.8,"\
@@ -156,31 +160,50 @@ TABLE=$OUT/table.md
 cat "$TABLE"
 
 # ---- the plot: perplexity of 32-position bins, mean over the streams --------
+# Top: every policy, log scale. Bottom: the bounded policies against the gold
+# standard (recompute, BOS + last T-1), as a ratio of perplexities.
 for n in full window sink4 recompute1 "w${SMALL_W}_window" "w${SMALL_W}_sink4"; do
     awk -v b=32 '!/^#/ { k = int($1 / b); s[k] += $2; c[k]++ }
         END { for (k in s) printf "%d\t%.6f\n", k * b + b / 2, exp(s[k] / c[k]) }' \
         "$OUT/$n.pos" | sort -n >"$OUT/$n.bins"
 done
+for n in window sink4 "w${SMALL_W}_window" "w${SMALL_W}_sink4"; do
+    paste "$OUT/$n.bins" "$OUT/recompute1.bins" |
+        awk '{ printf "%d\t%.6f\n", $1, $2 / $4 }' >"$OUT/$n.ratio"
+done
 if command -v gnuplot >/dev/null; then
     term=pngcairo
     gnuplot -e 'set terminal pngcairo' 2>/dev/null </dev/null || term=png
     gnuplot <<EOF || { echo "bench-quality: gnuplot failed" >&2; exit 1; }
-set terminal $term size 1000,560
+set terminal $term size 1000,820
 set output '$PNG'
-set title "Perplexity by position, fortune-byte (T = $T), $STREAMS held-out streams, 32-position bins"
-set xlabel 'position in the stream'
-set ylabel 'perplexity (bytes)'
-set key top left
+set multiplot layout 2,1 title "fortune-byte (T = $T): $STREAMS held-out streams of $LENGTH bytes, 32-position bins"
+set xrange [0:$LENGTH]
 set grid
-set yrange [3:*]
-set arrow from $T, graph 0 to $T, graph 1 nohead dt 2 lc rgb 'gray40'
-set label 'T' at $T, graph 0.97 offset 0.5,0
-plot '$OUT/full.bins' w lp lw 2 pt 7 ps 0.6 t 'full cache', \
-     '$OUT/window.bins' w lp lw 2 pt 5 ps 0.6 t 'window only, W = $T', \
-     '$OUT/sink4.bins' w lp lw 2 pt 9 ps 0.6 t '4 sinks + W = $((T - 4))', \
-     '$OUT/recompute1.bins' w lp lw 2 pt 11 ps 0.6 t 'recompute, BOS + last $((T - 1))', \
-     '$OUT/w${SMALL_W}_window.bins' w lp lw 1 dt 3 pt 4 ps 0.6 t 'window only, W = $SMALL_W', \
-     '$OUT/w${SMALL_W}_sink4.bins' w lp lw 1 dt 3 pt 8 ps 0.6 t '4 sinks + W = $SMALL_W'
+set key top left opaque
+set arrow 1 from $T, graph 0 to $T, graph 1 nohead dt 2 lc rgb 'gray40'
+set label 1 'T' at $T, graph 0.06 offset 0.5,0
+set ylabel 'perplexity (bytes, log scale)'
+set logscale y
+set yrange [3:40]
+set ytics (3, 4, 5, 6, 8, 10, 15, 20, 30)
+plot '$OUT/full.bins' w lp lw 2 pt 7 ps 0.6 lc rgb '#9400d3' t 'full cache', \
+     '$OUT/window.bins' w lp lw 2 pt 5 ps 0.6 lc rgb '#009e73' t 'window only, W = $T', \
+     '$OUT/sink4.bins' w lp lw 2 pt 9 ps 0.6 lc rgb '#56b4e9' t '4 sinks + W = $((T - 4))', \
+     '$OUT/recompute1.bins' w l lw 2 dt 2 lc rgb '#e69f00' t 'recompute, BOS + last $((T - 1))', \
+     '$OUT/w${SMALL_W}_window.bins' w lp lw 1 pt 4 ps 0.6 lc rgb '#d55e00' t 'window only, W = $SMALL_W', \
+     '$OUT/w${SMALL_W}_sink4.bins' w lp lw 1 pt 8 ps 0.6 lc rgb '#0072b2' t '4 sinks + W = $SMALL_W'
+unset logscale y
+set yrange [0.9:1.3]
+set ytics auto
+set xlabel 'position in the stream'
+set ylabel 'perplexity / recompute (BOS + last $((T - 1)))'
+plot 1 w l lc rgb 'gray40' notitle, \
+     '$OUT/window.ratio' w lp lw 2 pt 5 ps 0.6 lc rgb '#009e73' t 'window only, W = $T', \
+     '$OUT/sink4.ratio' w lp lw 2 pt 9 ps 0.6 lc rgb '#56b4e9' t '4 sinks + W = $((T - 4))', \
+     '$OUT/w${SMALL_W}_window.ratio' w lp lw 1 pt 4 ps 0.6 lc rgb '#d55e00' t 'window only, W = $SMALL_W', \
+     '$OUT/w${SMALL_W}_sink4.ratio' w lp lw 1 pt 8 ps 0.6 lc rgb '#0072b2' t '4 sinks + W = $SMALL_W'
+unset multiplot
 EOF
     echo "bench-quality: plot $PNG"
 fi
@@ -200,4 +223,4 @@ open(path + ".tmp", "w").write(s[:i] + table + s[j:])
 import os
 os.replace(path + ".tmp", path)
 EOF
-echo "bench-quality: table written to $RESULTS ($((end - start)) s of runs)"
+echo "bench-quality: table written to $RESULTS ($secs s of runs)"

@@ -275,7 +275,11 @@ int main(int argc, char **argv)
     char err[512];
     uint64_t t0 = mt_now_ns();
     mt_model *m = NULL;
-    if (mt_model_load(model, 0, &m, err, sizeof err) != 0) {
+    /* --device cuda with a synthetic preset: the device backend makes the
+     * weights itself, so no host copy (moshi-7b in fp32 would not fit) */
+    int mflags = dopt.device == MT_DEV_CUDA && strncmp(model, "synthetic:", 10) == 0
+                 ? MT_MODEL_SHAPE_ONLY : 0;
+    if (mt_model_load(model, mflags, &m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return 1;
     }

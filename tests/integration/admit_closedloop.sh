@@ -1,11 +1,11 @@
 #!/bin/bash
 # admit_closedloop: mt-admit's acceptance, closed loop on this machine.
 # 1. The wall N*: mt-serve (window mode, synthetic:small) under a sweep of
-#    N concurrent sessions (mt-fakeclient), N = 1, 2, ...; N* is the
-#    largest N, counting up, whose p95 of the tick's service latency
+#    N concurrent sessions (mt-fakeclient), N doubling then bisecting; N*
+#    is the largest N below the first failing level whose p95 of the tick's service latency
 #    max(step_ms, late_ms) stays under the budget (the frame period).
 # 2. The loop: `mt-serve --control ctl | mt-admit > ctl`, with one new
-#    client every 0.3 s (far faster than capacity) for 30 s, each longer
+#    client every 0.25 s (far faster than capacity) for 30 s, each longer
 #    than the run. Asserted from the server's lines: the admitted
 #    concurrency settles at >= 90% of N*; after warm-up no sustained
 #    lateness over the budget (no run of 3+ late ticks; single-tick
@@ -32,7 +32,7 @@ SOCK=$T_TMP/s.sock
 "$S" -s "$SOCK" -m "$MODEL" --max-sessions 64 >"$T_TMP/sweep.lat" 2>"$T_TMP/sweep.log" &
 SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "sweep server started"; t_done; }
-nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 16 60)
+nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 64 40)
 kill -TERM $SRV; wait $SRV
 t_diag "sweep: $(cat "$T_TMP/sweep.levels" 2>/dev/null | tr '\n' ' ')"
 t_check "the sweep found a wall (N* = $nstar)" [ "${nstar:-0}" -ge 1 ]
@@ -46,7 +46,7 @@ CTL=$!; t_track $CTL
     >"$T_TMP/out" 2>"$T_TMP/loop.log" &
 SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "loop server started"; t_done; }
-admit_arrivals "$SOCK" 30 0.3 600
+admit_arrivals "$SOCK" 30 0.25 600
 kill -TERM $SRV; wait $SRV; t_diag "mt-serve exit status $? after SIGTERM"
 wait $CTL
 t_ok $? "mt-admit ended at EOF with exit 0"

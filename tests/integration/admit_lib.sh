@@ -15,40 +15,54 @@ ADMIT_AWK_PARSE='{ split("", v); for (i = 1; i <= NF; i++) { j = index($i, "=");
 # isort(a, n): sorts a[1..n] numerically (mawk has no asort)
 ADMIT_AWK_SORT='function isort(a, n,   i, j, x) { for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x } }'
 
-# admit_sweep SOCK LATFILE BUDGET MAXN FRAMES: N = 1, 2, ... MAXN
-# concurrent sessions of FRAMES frames each against a running server whose
-# stdout goes to LATFILE. A level passes when the p95 of max(step_ms,
-# late_ms) over its ticks (the first 8 skipped) is under BUDGET (with some
-# 50 ticks a level, a p99 would be one hiccup of a shared machine). Prints
-# N*, the largest passing level counting up; one line per level goes to
+admit_level() {   # admit_level SOCK LATFILE BUDGET N FRAMES: p95 or nan
+    local sock=$1 lat=$2 budget=$3 n=$4 frames=$5 from
+    from=$(wc -l <"$lat")
+    timeout $((frames / 8 + 30)) "$FC" -s "$sock" -n "$n" -f "$frames" --end-timeout 5 \
+        >"$T_TMP/sweep.$n" 2>&1
+    sleep 0.3
+    tail -n +"$((from + 1))" "$lat" | awk -v n="$n" "$ADMIT_AWK_SORT /^tick=/ $ADMIT_AWK_PARSE"'
+        /^tick=/ && v["active"] == n && v["stepped"] >= n {
+            if (++k <= 8) next
+            y = v["step_ms"] + 0; if (v["late_ms"] + 0 > y) y = v["late_ms"] + 0
+            ys[++m] = y
+        }
+        END {
+            if (m < 5) { print "nan"; exit }
+            isort(ys, m); i = int(0.95 * m + 0.999); if (i < 1) i = 1
+            printf "%.2f", ys[i]
+        }'
+}
+
+# admit_sweep SOCK LATFILE BUDGET MAXN FRAMES: levels of N concurrent
+# sessions of FRAMES frames each against a running server whose stdout
+# goes to LATFILE, after a warm-up level: N doubles from 1 until a level
+# fails, then bisects. A
+# level passes when the p95 of max(step_ms, late_ms) over its ticks (the
+# first 8 skipped) is under BUDGET (with a few dozen ticks a level, a p99
+# would be one hiccup of a shared machine). Prints N*, the largest
+# passing level below the first failing one; one line per level goes to
 # $T_TMP/sweep.levels.
 admit_sweep() {
-    local sock=$1 lat=$2 budget=$3 maxn=$4 frames=$5 n from p99 best=0
+    local sock=$1 lat=$2 budget=$3 maxn=$4 frames=$5 n=1 lo=0 hi=0 p mid
     : >"$T_TMP/sweep.levels"
-    for n in $(seq 1 "$maxn"); do
-        from=$(wc -l <"$lat")
-        timeout $((frames / 8 + 30)) "$FC" -s "$sock" -n "$n" -f "$frames" --end-timeout 5 \
-            >"$T_TMP/sweep.$n" 2>&1
-        sleep 0.3
-        p99=$(tail -n +"$((from + 1))" "$lat" | awk -v n="$n" "$ADMIT_AWK_SORT /^tick=/ $ADMIT_AWK_PARSE"'
-            /^tick=/ && v["active"] == n && v["stepped"] >= n {
-                if (++k <= 8) next
-                y = v["step_ms"] + 0; if (v["late_ms"] + 0 > y) y = v["late_ms"] + 0
-                ys[++m] = y
-            }
-            END {
-                if (m < 5) { print "nan"; exit }
-                isort(ys, m); i = int(0.95 * m + 0.999); if (i < 1) i = 1
-                printf "%.2f", ys[i]
-            }')
-        echo "n=$n p95=$p99" >>"$T_TMP/sweep.levels"
-        if [ -n "$p99" ] && [ "$p99" != nan ] && awk -v p="$p99" -v b="$budget" 'BEGIN { exit !(p <= b) }'; then
-            best=$n
-        else
-            break
-        fi
+    # a warm-up level, not counted: the first steps of a fresh server pay
+    # for page faults and the BLAS threads' start
+    admit_level "$sock" "$lat" "$budget" 2 30 >/dev/null
+    admit_pass() {
+        p=$(admit_level "$sock" "$lat" "$budget" "$1" "$frames")
+        echo "n=$1 p95=$p" >>"$T_TMP/sweep.levels"
+        [ -n "$p" ] && [ "$p" != nan ] && awk -v p="$p" -v b="$budget" 'BEGIN { exit !(p <= b) }'
+    }
+    while [ $n -le "$maxn" ]; do
+        if admit_pass $n; then lo=$n; n=$((n * 2)); else hi=$n; break; fi
     done
-    echo "$best"
+    [ $hi = 0 ] && { echo "$lo"; return; }
+    while [ $((hi - lo)) -gt 1 ]; do
+        mid=$(((lo + hi) / 2))
+        if admit_pass $mid; then lo=$mid; else hi=$mid; fi
+    done
+    echo "$lo"
 }
 
 # admit_arrivals SOCK SECONDS INTERVAL FRAMES: one new client (one

@@ -1,0 +1,54 @@
+#!/bin/bash
+# admit_kvfull: the same controller against the unbounded baseline
+# (`mt-serve --kv full` with a small pool), to record why the bound
+# matters: while the caches grow, the latency lines look healthy and the
+# controller admits; later the pool runs out (preemption, recompute, FILL)
+# and no controller that reads latency could have known. Asserted from the
+# lines: sessions were admitted while every tick up to the accept was
+# under the budget, and after that the cache ran out (a tick with
+# preempted > 0 or fill > 0, or kv_free 0) with those sessions still
+# active, i.e. the controller admitted past the point where the cache
+# later ran out.
+. "$(dirname "$0")/lib.sh"
+S=$MT_BIN/mt-serve
+A=$MT_BIN/mt-admit
+FC=$MT_TESTBIN/mt-fakeclient
+[ -x "$S" ] || t_skip_all "mt-serve not built"
+[ -x "$A" ] || t_skip_all "mt-admit not built"
+[ -x "$FC" ] || t_skip_all "mt-fakeclient not built"
+BUDGET=80
+MODEL=${MT_ADMIT_MODEL:-synthetic:small}
+grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+SOCK=$T_TMP/s.sock
+. "$(dirname "$0")/admit_lib.sh"
+
+mkfifo "$T_TMP/ctl" "$T_TMP/out"
+tee "$T_TMP/lat" <"$T_TMP/out" |
+    "$A" --budget $BUDGET --margin 0.9 >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
+CTL=$!; t_track $CTL
+"$S" -s "$SOCK" -m "$MODEL" --kv full --kv-mem 32M --control "$T_TMP/ctl" \
+    >"$T_TMP/out" 2>"$T_TMP/log" &
+SRV=$!; t_track $SRV
+wait_for_socket "$SOCK" 300 || { t_ok 1 "server started"; t_done; }
+admit_arrivals "$SOCK" 20 0.25 500
+kill -TERM $SRV; wait $SRV
+wait $CTL
+t_ok $? "mt-admit ended at EOF with exit 0"
+
+# cliff: first tick that shows the cache out (preempted, fill, kv_free 0)
+awk "$ADMIT_AWK_PARSE"'
+    /^tick=/ { if (v["late_ms"] + 0 > '$BUDGET') bad = 1
+               if (!cliff && (v["preempted"] + 0 > 0 || v["fill"] + 0 > 0 || v["kv_free"] + 0 == 0)) {
+                   cliff = v["t"]; active_at = v["active"] }
+               if (cliff) { pre += v["preempted"]; fill += v["fill"]; if (v["late_ms"] + 0 > '$BUDGET') late++ } }
+    /^admit / && v["verdict"] == "accept" { if (!cliff && !bad) healthy++ }
+    END { printf "healthy_accepts=%d cliff_t=%s active_at_cliff=%d preempted=%d fills=%d late_after=%d\n",
+                 healthy, cliff ? cliff : "none", active_at, pre, fill, late }' "$T_TMP/lat" >"$T_TMP/sum"
+t_diag "kv full: $(cat "$T_TMP/sum")"
+t_diag "admit: $(grep 'at=end' "$T_TMP/admit.err")"
+healthy=$(sed -n 's/.*healthy_accepts=\([0-9]*\).*/\1/p' "$T_TMP/sum")
+cliff=$(sed -n 's/.*cliff_t=\([^ ]*\).*/\1/p' "$T_TMP/sum")
+t_check "the controller admitted on a healthy signal ($healthy sessions before any late tick)" \
+    [ "${healthy:-0}" -ge 2 ]
+t_check "then the cache ran out under them (cliff at t=$cliff)" [ "$cliff" != none ]
+t_done
