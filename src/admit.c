@@ -54,7 +54,6 @@ struct mt_admit {
     int64_t wait_admitted;  /* server's admitted total before the accept */
     int64_t wait_rejected;
     int64_t wait_since;     /* tick count at the accept */
-    int     wait_level;     /* active expected once it shows */
     int     settle_left;    /* ticks still to observe at the new level */
     int     hard_cap;       /* lowest level seen over the target, or 0 */
     int64_t reset_tick;     /* samples before this tick are forgotten */
@@ -596,7 +595,6 @@ static void do_accept(mt_admit *a, uint32_t id)
         a->wait_admitted = a->have_tick ? a->last.admitted : 0;
         a->wait_rejected = a->have_tick ? a->last.rejected : 0;
         a->wait_since = a->st.ticks;
-        a->wait_level = (int)((a->have_tick ? a->last.active : 0) + 1);
         a->settle_left = a->o.settle_ticks;
     }
     answer(a, id, 1, NULL);

@@ -13,11 +13,16 @@
  * worse), or p99_ms (per-frame arrival-to-ready latency) with
  * MT_SIG_P99. Policies:
  *
- *   metronome  learns signal(active) online (robust per-level median/MAD
- *              over a forgetting window, weighted affine fit with its
- *              standard error), predicts the largest N whose upper bound
- *              stays under margin x budget, admits one session at a time
- *              and only once the previous admission shows in the ticks.
+ *   metronome  learns the tick's compute time (step_ms; p99_ms with
+ *              MT_SIG_P99) as a function of active sessions, online
+ *              (robust per-level median/MAD over a forgetting window with
+ *              change-point resets, weighted affine fits of median and
+ *              spread with their standard errors), predicts the largest N
+ *              whose p99 upper bound stays under margin x budget, admits
+ *              one session at a time and only once the previous admission
+ *              shows in the ticks; lateness over budget blocks admissions,
+ *              and lateness born at a level that does not recover caps
+ *              the limit below that level.
  *   aimd       limit +1 per interval without violation, x beta on one.
  *   gradient   limit x (min latency x tolerance / recent latency) + queue
  *              allowance, smoothed (Netflix concurrency-limits Gradient2,

@@ -922,6 +922,10 @@ static void control_line(mt_server *s, char *line)
     char *save = NULL, *verb = strtok_r(line, " \t\r", &save);
     if (!verb)
         return;
+    /* mt-admit also publishes its estimate as "limit N"; it is information
+     * for operators and logs, not a decision, so it is not an error. */
+    if (strcmp(verb, "limit") == 0)
+        return;
     char *ids = strtok_r(NULL, " \t\r", &save);
     char *end = NULL;
     unsigned long id = ids ? strtoul(ids, &end, 10) : 0;
