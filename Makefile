@@ -28,7 +28,7 @@ ifeq ($(origin CC),default)
 CC      := gcc
 endif
 OPT     ?= -O2 -g
-WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-psabi
 CFLAGS  += -std=gnu11 $(OPT) $(WARN) -pthread -Isrc -MMD -MP
 ifneq ($(SAN),)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -72,10 +72,12 @@ HELP_SRCS := $(wildcard tests/helpers/*.c)
 HELP_BINS := $(HELP_SRCS:tests/helpers/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/tests/replay_%)
-INTEG     := $(sort $(wildcard tests/integration/*.sh))
+INTEG     := $(sort $(filter-out %lib.sh,$(wildcard tests/integration/*.sh)))
 
 .PHONY: all deps test unit asan fuzz bench demo install clean check-cuda-line
 .DEFAULT_GOAL := all
+# Keep intermediate objects of tests and helpers (no rebuild every run).
+.SECONDARY:
 
 all: deps $(LIB) $(PROGS) check-cuda-line
 
@@ -136,11 +138,11 @@ TEST_BINS := $(UNIT_BINS) $(HELP_BINS) $(FUZZ_REPLAY)
 # must not compete with each other for the two cores.
 test: all $(TEST_BINS)
 	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
-	  prove --exec '' $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG)
+	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG)
 
 unit: all $(TEST_BINS)
 	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
-	  prove --exec '' $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY)
+	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY)
 
 # The whole suite, sanitized, in its own build tree.
 asan: deps

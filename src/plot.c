@@ -228,7 +228,7 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
 
 int mt_plot_soak(const char *png, const mt_plot_series *s, int n,
                  const char *const *cfg_labels, int ncfg, double predicted_s,
-                 double period_ms, const char *title, char *err,
+                 double period_ms, double xmax_s, const char *title, char *err,
                  size_t errlen)
 {
     char term[16], gp[1024];
@@ -266,8 +266,11 @@ int mt_plot_soak(const char *png, const mt_plot_series *s, int n,
     lmax = lmax / 1000.0 * 1.1;
     if (lmax < 1)
         lmax = 1;
-    fprintf(f, "set multiplot layout %d,2 title '%s' font ',14'\n", rows,
-            title ? title : "");
+    fprintf(f, "set multiplot layout %d,2 title \"%s\\n(one line per run: red "
+            "= the run collapsed, blue = it did not; dashed = frame period)\" "
+            "font ',13'\n", rows, title ? title : "");
+    if (xmax_s > 0)
+        fprintf(f, "set xrange [0:%g]\n", xmax_s);
     fprintf(f, "set grid\nunset key\n");
     for (int c = 0; c < rows; c++) {
         int col, crashed = 0, total = 0;

@@ -303,7 +303,7 @@ typedef struct mt_plot_series {
 } mt_plot_series;
 int mt_plot_soak(const char *png, const mt_plot_series *s, int n,
                  const char *const *cfg_labels, int ncfg, double predicted_s,
-                 double period_ms, const char *title,
+                 double period_ms, double xmax_s, const char *title,
                  char *err, size_t errlen);
 /* Writes a tick-line stream as a series file (used by demo). */
 int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,

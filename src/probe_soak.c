@@ -776,7 +776,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
                                pred_med_all,
                                (o->pred.period_s > 0 ? o->pred.period_s
                                                      : 0.08) * 1000,
-                               title, err, errlen);
+                               o->duration_s, title, err, errlen);
         free(labels);
         if (prc)
             goto done2;
