@@ -31,6 +31,11 @@ OUT=${OUT:-$ROOT/out/collapse}
 for p in mt-probe mt-serve; do
     [ -x "$BIN/$p" ] || { echo "collapse: $BIN/$p is not built (run make)" >&2; exit 1; }
 done
+# OpenBLAS misdetects some AVX-512 VMs and falls back to slow SSE3 kernels
+# (mt-serve's note says so); name the core unless the caller did.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+    export OPENBLAS_CORETYPE=SkylakeX
+fi
 mkdir -p "$OUT"
 P=$BIN/mt-probe
 elem=cpu; [ "$DEVICE" = cuda ] && elem=cuda
