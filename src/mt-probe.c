@@ -10,6 +10,7 @@
  * are printed here. Exit status: 0 done, 1 runtime error, 2 usage.
  */
 #define _GNU_SOURCE
+#include "probe_quality.h"
 #include "probe.h"
 #include "kv.h"
 
@@ -61,6 +62,8 @@ static void usage_main(FILE *f)
 "             bounded capacity\n"
 "  summarize  percentiles and counts from latency lines on stdin\n"
 "  plot       draw one PNG from a file of mt-serve tick lines\n"
+"  quality    perplexity and free-generation quality of a token model under\n"
+"             each cache policy (full, window, window+sink, recompute)\n"
 "\n"
 "`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n");
 }
@@ -867,6 +870,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc, argv);
     if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
+    if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage_main(stderr);
     return 2;
