@@ -8,6 +8,7 @@
  * runs are red, survivors are blue, and the naive dashboard figure sits
  * beside the truthful one on the same time axis.
  */
+#include "errmsg.h"
 #include "probe.h"
 #include "latline.h"
 
@@ -19,18 +20,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Runs `gnuplot script` with its output into log; 0 when it exited 0. */
 static int run_gnuplot(const char *script, const char *log, char *err,
                        size_t errlen)
@@ -38,7 +27,7 @@ static int run_gnuplot(const char *script, const char *log, char *err,
     fflush(NULL);   /* a child must not inherit (and flush) our buffers */
     pid_t pid = fork();
     if (pid < 0) {
-        set_err(err, errlen, "plot: fork: %s", strerror(errno));
+        mt_set_err(err, errlen, "plot: fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0) {
@@ -52,7 +41,7 @@ static int run_gnuplot(const char *script, const char *log, char *err,
     int st;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) {
-            set_err(err, errlen, "plot: waitpid: %s", strerror(errno));
+            mt_set_err(err, errlen, "plot: waitpid: %s", strerror(errno));
             return -1;
         }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -64,7 +53,7 @@ static int run_gnuplot(const char *script, const char *log, char *err,
             fclose(f);
         }
         line[strcspn(line, "\n")] = 0;
-        set_err(err, errlen, "plot: gnuplot %s (%s)%s%s",
+        mt_set_err(err, errlen, "plot: gnuplot %s (%s)%s%s",
                 WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "not found"
                                                           : "failed",
                 script, *line ? ": " : "", line);
@@ -118,7 +107,7 @@ static void terminal_line(FILE *f, const char *term, int w, int h)
 static int safe_path(const char *p, char *err, size_t errlen)
 {
     if (strchr(p, '\'') || strchr(p, '\n')) {
-        set_err(err, errlen, "plot: path with a quote or newline: %s", p);
+        mt_set_err(err, errlen, "plot: path with a quote or newline: %s", p);
         return -1;
     }
     return 0;
@@ -130,7 +119,7 @@ static int script_open(const char *png, const char *suffix, char *path,
     snprintf(path, n, "%s%s", png, suffix);
     *f = fopen(path, "w");
     if (!*f) {
-        set_err(err, errlen, "plot: %s: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "plot: %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -140,7 +129,7 @@ static int script_run(FILE *f, const char *gp, char *err, size_t errlen)
 {
     char log[1024];
     if (fclose(f)) {
-        set_err(err, errlen, "plot: writing %s: %s", gp, strerror(errno));
+        mt_set_err(err, errlen, "plot: writing %s: %s", gp, strerror(errno));
         return -1;
     }
     snprintf(log, sizeof log, "%s.log", gp);
@@ -155,7 +144,7 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
 {
     char term[16], dat[1024], gp[1024];
     if (!mt_plot_available(term, sizeof term)) {
-        set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
+        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
         return -1;
     }
     if (safe_path(png, err, errlen))
@@ -163,7 +152,7 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
     snprintf(dat, sizeof dat, "%s.tsv", png);
     FILE *d = fopen(dat, "w");
     if (!d) {
-        set_err(err, errlen, "plot: %s: %s", dat, strerror(errno));
+        mt_set_err(err, errlen, "plot: %s: %s", dat, strerror(errno));
         return -1;
     }
     /* Missed frames (FILL) have no latency: the truthful p99 is drawn at
@@ -185,7 +174,7 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
 #undef NZ
     }
     if (fclose(d)) {
-        set_err(err, errlen, "plot: writing %s: %s", dat, strerror(errno));
+        mt_set_err(err, errlen, "plot: writing %s: %s", dat, strerror(errno));
         return -1;
     }
     FILE *f;
@@ -233,7 +222,7 @@ int mt_plot_soak(const char *png, const mt_plot_series *s, int n,
 {
     char term[16], gp[1024];
     if (!mt_plot_available(term, sizeof term)) {
-        set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
+        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
         return -1;
     }
     if (safe_path(png, err, errlen))
@@ -331,21 +320,21 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
 {
     char term[16], gp[1024], dat[1024];
     if (!mt_plot_available(term, sizeof term)) {
-        set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
+        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
         return -1;
     }
     if (safe_path(png, err, errlen))
         return -1;
     FILE *in = fopen(ticks_path, "r");
     if (!in) {
-        set_err(err, errlen, "plot: %s: %s", ticks_path, strerror(errno));
+        mt_set_err(err, errlen, "plot: %s: %s", ticks_path, strerror(errno));
         return -1;
     }
     snprintf(dat, sizeof dat, "%s.tsv", png);
     FILE *d = fopen(dat, "w");
     if (!d) {
         fclose(in);
-        set_err(err, errlen, "plot: %s: %s", dat, strerror(errno));
+        mt_set_err(err, errlen, "plot: %s: %s", dat, strerror(errno));
         return -1;
     }
     static mt_latline ll;
@@ -373,11 +362,11 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
     free(line);
     fclose(in);
     if (fclose(d)) {
-        set_err(err, errlen, "plot: writing %s: %s", dat, strerror(errno));
+        mt_set_err(err, errlen, "plot: writing %s: %s", dat, strerror(errno));
         return -1;
     }
     if (!rows) {
-        set_err(err, errlen, "plot: no tick lines in %s", ticks_path);
+        mt_set_err(err, errlen, "plot: no tick lines in %s", ticks_path);
         return -1;
     }
     FILE *f;

@@ -18,6 +18,7 @@
  * mt_predict_one(s)). The model assumes the server keeps pace with the
  * frame clock until the pool is full: compute limits are the sweep's job.
  */
+#include "errmsg.h"
 #include "probe.h"
 #include "model.h"
 
@@ -25,18 +26,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 uint64_t mt_predict_position_bytes(const mt_predict_params *p)
 {
@@ -49,16 +38,16 @@ uint64_t mt_predict_position_bytes(const mt_predict_params *p)
 static int check(const mt_predict_params *p, char *err, size_t errlen)
 {
     if (!mt_predict_position_bytes(p)) {
-        set_err(err, errlen, "predict: model shape unknown (give -m MODEL or "
+        mt_set_err(err, errlen, "predict: model shape unknown (give -m MODEL or "
                 "--layers/--kv-heads/--head-dim)");
         return -1;
     }
     if (!p->pool_bytes) {
-        set_err(err, errlen, "predict: pool size unknown (--kv-mem BYTES)");
+        mt_set_err(err, errlen, "predict: pool size unknown (--kv-mem BYTES)");
         return -1;
     }
     if (p->block <= 0 || !(p->period_s > 0) || !(p->duration_s > 0)) {
-        set_err(err, errlen, "predict: block, period and duration must be "
+        mt_set_err(err, errlen, "predict: block, period and duration must be "
                 "positive");
         return -1;
     }
@@ -131,7 +120,7 @@ int mt_predict_one(const mt_predict_params *p, uint64_t seed,
     double *ends = malloc(sizeof *ends * (size_t)(w.n + 1));
     if (!ends) {
         mt_workload_free(&w);
-        set_err(err, errlen, "predict: out of memory");
+        mt_set_err(err, errlen, "predict: out of memory");
         return -1;
     }
     int held = 0;
@@ -228,7 +217,7 @@ int mt_predict(const mt_predict_params *p, mt_predict_result *r,
     int n = p->samples > 0 ? p->samples : 1000;
     double *t = malloc(sizeof *t * (size_t)n);
     if (!t) {
-        set_err(err, errlen, "predict: out of memory");
+        mt_set_err(err, errlen, "predict: out of memory");
         return -1;
     }
     double rej = 0;

@@ -17,6 +17,7 @@
  * last real frame before the gap), in seconds since the load started, the
  * same clock as the prediction (mt_predict_one of the run's seed).
  */
+#include "errmsg.h"
 #include "probe.h"
 #include "client.h"
 #include "latline.h"
@@ -33,18 +34,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t now_ns(void)
 {
@@ -75,7 +64,7 @@ int mt_server_start(mt_server_proc *sp, const char *serve_bin,
     snprintf(sp->log, sizeof sp->log, "%s", log_path ? log_path : "/dev/null");
     char **argv = calloc((size_t)nargs + 4, sizeof *argv);
     if (!argv) {
-        set_err(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     argv[0] = (char *)serve_bin;
@@ -85,7 +74,7 @@ int mt_server_start(mt_server_proc *sp, const char *serve_bin,
         argv[3 + i] = args[i];
     if (pipe(pfd) < 0) {
         free(argv);
-        set_err(err, errlen, "pipe: %s", strerror(errno));
+        mt_set_err(err, errlen, "pipe: %s", strerror(errno));
         return -1;
     }
     unlink(sock);
@@ -95,7 +84,7 @@ int mt_server_start(mt_server_proc *sp, const char *serve_bin,
         close(pfd[0]);
         close(pfd[1]);
         free(argv);
-        set_err(err, errlen, "fork: %s", strerror(errno));
+        mt_set_err(err, errlen, "fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0) {
@@ -138,14 +127,14 @@ int mt_server_start(mt_server_proc *sp, const char *serve_bin,
                 fclose(f);
             }
             line[strcspn(line, "\n")] = 0;
-            set_err(err, errlen, "%s exited (status %d) before listening%s%s",
+            mt_set_err(err, errlen, "%s exited (status %d) before listening%s%s",
                     serve_bin, WIFEXITED(status) ? WEXITSTATUS(status) : -1,
                     *line ? ": " : "", line);
             return -1;
         }
         if (now_ns() > until) {
             mt_server_stop(sp, 1.0, NULL, NULL);
-            set_err(err, errlen, "%s did not create %s within %.0f s",
+            mt_set_err(err, errlen, "%s did not create %s within %.0f s",
                     serve_bin, sock, wait_s);
             return -1;
         }
@@ -432,7 +421,7 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     char sock[512], log[512], tl[1024], e[256];
     int rc = -1;
     if (!x) {
-        set_err(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     memset(run, 0, sizeof *run);
@@ -453,7 +442,7 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         goto out;
     x->s = calloc((size_t)x->w.n + 1, sizeof *x->s);
     if (!x->s) {
-        set_err(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         goto out;
     }
     for (int i = 0; i < x->w.n; i++)
@@ -523,7 +512,7 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         if (o->stop && *o->stop) {
             mt_client_stop(cl);
             mt_server_stop(&sp, 2.0, on_tick_line, x);
-            set_err(err, errlen, "interrupted");
+            mt_set_err(err, errlen, "interrupted");
             goto out;
         }
         if (!stopped && now > t_end + 3000000000ull) {
@@ -632,11 +621,11 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
     *runs_out = NULL;
     *nruns_out = 0;
     if (!runs || !ser || !paths || !pp || !pok) {
-        set_err(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         goto done0;
     }
     if (!(tmpdir = mkdtemp(tmpl))) {
-        set_err(err, errlen, "mkdtemp: %s", strerror(errno));
+        mt_set_err(err, errlen, "mkdtemp: %s", strerror(errno));
         goto done0;
     }
     if (mt_probe_source_open(&src, o->audio, err, errlen))
@@ -710,7 +699,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
         if (!m || !p) {
             free(m);
             free(p);
-            set_err(err, errlen, "out of memory");
+            mt_set_err(err, errlen, "out of memory");
             goto done2;
         }
         for (int k = 0; k < nr; k++) {
@@ -763,7 +752,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
     if (o->plot) {
         const char **labels = calloc((size_t)o->ncfg + 1, sizeof *labels);
         if (!labels) {
-            set_err(err, errlen, "out of memory");
+            mt_set_err(err, errlen, "out of memory");
             goto done2;
         }
         for (int c = 0; c < o->ncfg; c++)

@@ -8,6 +8,7 @@
  * read once (libsndfile through audio.c) and resampled once per server
  * rate (libsamplerate).
  */
+#include "errmsg.h"
 #include "probe.h"
 #include "audio.h"
 
@@ -15,18 +16,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int mt_probe_source_open(mt_probe_source *src, const char *path, char *err,
                          size_t errlen)
@@ -39,7 +28,7 @@ int mt_probe_source_open(mt_probe_source *src, const char *path, char *err,
         return -1;
     if (!a.frames) {
         mt_audio_free(&a);
-        set_err(err, errlen, "%s: no audio", path);
+        mt_set_err(err, errlen, "%s: no audio", path);
         return -1;
     }
     src->file = a.samples;      /* ownership moves here */
@@ -64,7 +53,7 @@ int mt_probe_source_prepare(mt_probe_source *src, int rate, char *err,
     int16_t *pcm = malloc(sizeof *pcm * (out.frames ? out.frames : 1));
     if (!pcm) {
         mt_audio_free(&out);
-        set_err(err, errlen, "audio: out of memory");
+        mt_set_err(err, errlen, "audio: out of memory");
         return -1;
     }
     mt_audio_to_s16(out.samples, pcm, out.frames);
@@ -74,7 +63,7 @@ int mt_probe_source_prepare(mt_probe_source *src, int rate, char *err,
     src->rate = rate;
     mt_audio_free(&out);
     if (!src->pcm_n) {
-        set_err(err, errlen, "audio: nothing left after resampling");
+        mt_set_err(err, errlen, "audio: nothing left after resampling");
         return -1;
     }
     return 0;

@@ -9,6 +9,7 @@
  * exists to show: frames served for real vs filled with silence, and the
  * truthful deadline figure beside the naive one.
  */
+#include "errmsg.h"
 #include "probe.h"
 #include "latline.h"
 
@@ -46,23 +47,11 @@ struct mt_summary {
     mt_latline ll;      /* big: kept here, not on the stack */
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int mt_summary_new(mt_summary **out, char *err, size_t errlen)
 {
     *out = calloc(1, sizeof **out);
     if (!*out) {
-        set_err(err, errlen, "summarize: out of memory");
+        mt_set_err(err, errlen, "summarize: out of memory");
         return -1;
     }
     return 0;
@@ -121,7 +110,7 @@ int mt_summary_add_line(mt_summary *s, const char *line, size_t len,
     if (mt_latline_parse(line, len, lineno, &s->ll, e, sizeof e)) {
         s->bad++;
         if (strict) {
-            set_err(err, errlen, "%s", e);
+            mt_set_err(err, errlen, "%s", e);
             return -1;
         }
         return 0;
@@ -162,7 +151,7 @@ int mt_summary_add_line(mt_summary *s, const char *line, size_t len,
             snprintf(k->name, sizeof k->name, "%s", s->ll.pair[p].key);
         }
         if (push(k, v)) {
-            set_err(err, errlen, "summarize: out of memory");
+            mt_set_err(err, errlen, "summarize: out of memory");
             return -1;
         }
     }
@@ -171,7 +160,7 @@ int mt_summary_add_line(mt_summary *s, const char *line, size_t len,
         if (mt_tick_from_line(&s->ll, lineno, &t, e, sizeof e)) {
             s->bad++;
             if (strict) {
-                set_err(err, errlen, "%s", e);
+                mt_set_err(err, errlen, "%s", e);
                 return -1;
             }
             return 0;
@@ -216,7 +205,7 @@ int mt_summary_read(mt_summary *s, FILE *in, int strict, char *err,
         }
     }
     if (!rc && ferror(in)) {
-        set_err(err, errlen, "summarize: read error");
+        mt_set_err(err, errlen, "summarize: read error");
         rc = -1;
     }
     free(line);

@@ -13,6 +13,7 @@
  * available: the stdout of a server the sweep started itself, or a file a
  * running server's stdout is appended to (--ticks, read like tail -f).
  */
+#include "errmsg.h"
 #include "probe.h"
 #include "client.h"
 #include "latline.h"
@@ -25,18 +26,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 typedef struct sweep_ctx {
     mt_probe_source *src;
@@ -232,7 +221,7 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
         }
         if (o->stop && *o->stop) {
             mt_client_free(cl);
-            set_err(err, errlen, "interrupted");
+            mt_set_err(err, errlen, "interrupted");
             return -1;
         }
         if (o->progress) {
@@ -264,7 +253,7 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
     }
     mt_client_free(cl);
     if (!row->accepted && reason[0]) {
-        set_err(err, errlen, "%d sessions: none admitted: %s", c, reason);
+        mt_set_err(err, errlen, "%d sessions: none admitted: %s", c, reason);
         return -1;
     }
     row->frames = x->frames;
@@ -340,7 +329,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     *nrows = 0;
     *wall_out = 0;
     if (o->from < 1 || o->to < o->from || o->step < 1) {
-        set_err(err, errlen, "sweep: need 1 <= --from <= --to, --step >= 1");
+        mt_set_err(err, errlen, "sweep: need 1 <= --from <= --to, --step >= 1");
         return -1;
     }
     int levels = (o->to - o->from) / o->step + 1;
@@ -349,7 +338,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     if (!rows || !x) {
         free(rows);
         free(x);
-        set_err(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     x->src = &src;
@@ -357,7 +346,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
         goto out0;
     if (o->serve_bin) {
         if (!(tmpdir = mkdtemp(tmpl))) {
-            set_err(err, errlen, "mkdtemp: %s", strerror(errno));
+            mt_set_err(err, errlen, "mkdtemp: %s", strerror(errno));
             goto out1;
         }
         snprintf(sockbuf, sizeof sockbuf, "%s/serve.sock", tmpdir);
@@ -369,13 +358,13 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     } else if (o->ticks_path) {
         tl.fd = open(o->ticks_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         if (tl.fd < 0) {
-            set_err(err, errlen, "%s: %s", o->ticks_path, strerror(errno));
+            mt_set_err(err, errlen, "%s: %s", o->ticks_path, strerror(errno));
             goto out1;
         }
         lseek(tl.fd, 0, SEEK_END);
     }
     if (!sock) {
-        set_err(err, errlen, "sweep: no server (-s SOCK, or -- MT-SERVE-ARGS)");
+        mt_set_err(err, errlen, "sweep: no server (-s SOCK, or -- MT-SERVE-ARGS)");
         goto out2;
     }
     fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "

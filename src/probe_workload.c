@@ -7,6 +7,7 @@
  * distribution. xoshiro256** seeded by splitmix64: fast, and identical on
  * every machine (no libc rand()).
  */
+#include "errmsg.h"
 #include "probe.h"
 
 #include <math.h>
@@ -15,18 +16,6 @@
 #include <string.h>
 #include <strings.h>
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || !errlen)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- parsers ------------------------------------------------------------- */
 
 int mt_probe_parse_seconds(const char *s, double *out, char *err, size_t errlen)
@@ -34,12 +23,12 @@ int mt_probe_parse_seconds(const char *s, double *out, char *err, size_t errlen)
     char *end;
     double v;
     if (!s || !*s) {
-        set_err(err, errlen, "empty duration");
+        mt_set_err(err, errlen, "empty duration");
         return -1;
     }
     v = strtod(s, &end);
     if (end == s || !isfinite(v) || v < 0) {
-        set_err(err, errlen, "bad duration '%s' (e.g. 20s, 800ms, 2m)", s);
+        mt_set_err(err, errlen, "bad duration '%s' (e.g. 20s, 800ms, 2m)", s);
         return -1;
     }
     if (!*end || !strcmp(end, "s"))
@@ -51,7 +40,7 @@ int mt_probe_parse_seconds(const char *s, double *out, char *err, size_t errlen)
     else if (!strcmp(end, "h"))
         v *= 3600.0;
     else {
-        set_err(err, errlen, "bad duration unit in '%s' (s, ms, m, h)", s);
+        mt_set_err(err, errlen, "bad duration unit in '%s' (s, ms, m, h)", s);
         return -1;
     }
     *out = v;
@@ -63,12 +52,12 @@ int mt_probe_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen)
     char *end;
     double v, mul = 1;
     if (!s || !*s) {
-        set_err(err, errlen, "empty size");
+        mt_set_err(err, errlen, "empty size");
         return -1;
     }
     v = strtod(s, &end);
     if (end == s || !isfinite(v) || v < 0) {
-        set_err(err, errlen, "bad size '%s' (e.g. 64M, 1.5G, 4096)", s);
+        mt_set_err(err, errlen, "bad size '%s' (e.g. 64M, 1.5G, 4096)", s);
         return -1;
     }
     if (*end && strcasecmp(end, "b")) {
@@ -77,18 +66,18 @@ int mt_probe_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen)
         case 'm': mul = 1024.0 * 1024; break;
         case 'g': mul = 1024.0 * 1024 * 1024; break;
         default:
-            set_err(err, errlen, "bad size unit in '%s' (K, M, G)", s);
+            mt_set_err(err, errlen, "bad size unit in '%s' (K, M, G)", s);
             return -1;
         }
         end++;
         if (*end && strcasecmp(end, "b") && strcasecmp(end, "ib")) {
-            set_err(err, errlen, "bad size unit in '%s' (K, M, G)", s);
+            mt_set_err(err, errlen, "bad size unit in '%s' (K, M, G)", s);
             return -1;
         }
     }
     v *= mul;
     if (v > 1.8e19) {
-        set_err(err, errlen, "size '%s' too large", s);
+        mt_set_err(err, errlen, "size '%s' too large", s);
         return -1;
     }
     *out = (uint64_t)llround(v);
@@ -148,7 +137,7 @@ int mt_arrivals_parse(const char *s, mt_arrivals *a, char *err, size_t errlen)
     char *end;
     memset(a, 0, sizeof *a);
     if (!colon) {
-        set_err(err, errlen,
+        mt_set_err(err, errlen,
                 "bad arrivals '%s' (poisson:RATE, even:RATE, burst:N)",
                 s ? s : "");
         return -1;
@@ -156,7 +145,7 @@ int mt_arrivals_parse(const char *s, mt_arrivals *a, char *err, size_t errlen)
     size_t k = (size_t)(colon - s);
     double v = strtod(colon + 1, &end);
     if (end == colon + 1 || *end || !isfinite(v) || v <= 0) {
-        set_err(err, errlen, "bad arrivals '%s': need a positive number", s);
+        mt_set_err(err, errlen, "bad arrivals '%s': need a positive number", s);
         return -1;
     }
     if (k == 7 && !strncmp(s, "poisson", 7)) {
@@ -167,13 +156,13 @@ int mt_arrivals_parse(const char *s, mt_arrivals *a, char *err, size_t errlen)
         a->rate = v;
     } else if (k == 5 && !strncmp(s, "burst", 5)) {
         if (v != floor(v) || v > 100000) {
-            set_err(err, errlen, "bad arrivals '%s': burst needs a count", s);
+            mt_set_err(err, errlen, "bad arrivals '%s': burst needs a count", s);
             return -1;
         }
         a->kind = MT_ARR_BURST;
         a->count = (int)v;
     } else {
-        set_err(err, errlen,
+        mt_set_err(err, errlen,
                 "unknown arrivals '%s' (poisson:RATE, even:RATE, burst:N)", s);
         return -1;
     }
@@ -186,7 +175,7 @@ int mt_lengths_parse(const char *s, mt_lengths *l, char *err, size_t errlen)
     const char *c1 = s ? strchr(s, ':') : NULL;
     memset(l, 0, sizeof *l);
     if (!c1 || (size_t)(c1 - s) >= sizeof kind) {
-        set_err(err, errlen,
+        mt_set_err(err, errlen,
                 "bad lengths '%s' (fixed:30s, uniform:10s:60s, exp:20s, "
                 "lognormal:20s:0.5)", s ? s : "");
         return -1;
@@ -196,7 +185,7 @@ int mt_lengths_parse(const char *s, mt_lengths *l, char *err, size_t errlen)
     const char *c2 = strchr(c1 + 1, ':');
     size_t n1 = c2 ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1);
     if (n1 >= sizeof p1 || (c2 && strlen(c2 + 1) >= sizeof p2)) {
-        set_err(err, errlen, "bad lengths '%s'", s);
+        mt_set_err(err, errlen, "bad lengths '%s'", s);
         return -1;
     }
     memcpy(p1, c1 + 1, n1);
@@ -213,18 +202,18 @@ int mt_lengths_parse(const char *s, mt_lengths *l, char *err, size_t errlen)
     else if (!strcmp(kind, "lognormal"))
         l->kind = MT_LEN_LOGNORMAL, two = 1;
     else {
-        set_err(err, errlen, "unknown lengths '%s' (fixed, uniform, exp, "
+        mt_set_err(err, errlen, "unknown lengths '%s' (fixed, uniform, exp, "
                 "lognormal)", s);
         return -1;
     }
     if (two != (c2 != NULL)) {
-        set_err(err, errlen, "lengths '%s': %s takes %s", s, kind,
+        mt_set_err(err, errlen, "lengths '%s': %s takes %s", s, kind,
                 two ? "two parameters" : "one parameter");
         return -1;
     }
     if (mt_probe_parse_seconds(p1, &l->a, err, errlen) || l->a <= 0) {
         if (l->a <= 0)
-            set_err(err, errlen, "lengths '%s': must be positive", s);
+            mt_set_err(err, errlen, "lengths '%s': must be positive", s);
         return -1;
     }
     if (two) {
@@ -232,14 +221,14 @@ int mt_lengths_parse(const char *s, mt_lengths *l, char *err, size_t errlen)
             if (mt_probe_parse_seconds(p2, &l->b, err, errlen))
                 return -1;
             if (l->b < l->a) {
-                set_err(err, errlen, "lengths '%s': max below min", s);
+                mt_set_err(err, errlen, "lengths '%s': max below min", s);
                 return -1;
             }
         } else {
             char *end;
             l->b = strtod(p2, &end);
             if (end == p2 || *end || !isfinite(l->b) || l->b < 0 || l->b > 5) {
-                set_err(err, errlen, "lengths '%s': sigma must be 0..5", s);
+                mt_set_err(err, errlen, "lengths '%s': sigma must be 0..5", s);
                 return -1;
             }
         }
@@ -305,14 +294,14 @@ int mt_workload_make(const mt_arrivals *a, const mt_lengths *l,
     int cap = 64;
     memset(w, 0, sizeof *w);
     if (!(period_s > 0) || !(duration_s > 0)) {
-        set_err(err, errlen, "workload: duration and period must be positive");
+        mt_set_err(err, errlen, "workload: duration and period must be positive");
         return -1;
     }
     w->duration_s = duration_s;
     w->period_s = period_s;
     w->s = malloc(sizeof *w->s * (size_t)cap);
     if (!w->s) {
-        set_err(err, errlen, "workload: out of memory");
+        mt_set_err(err, errlen, "workload: out of memory");
         return -1;
     }
     /* Two streams from one seed: arrivals and lengths never shift each
@@ -349,7 +338,7 @@ int mt_workload_make(const mt_arrivals *a, const mt_lengths *l,
             mt_wl_session *ns = realloc(w->s, sizeof *ns * (size_t)cap);
             if (!ns) {
                 mt_workload_free(w);
-                set_err(err, errlen, "workload: out of memory");
+                mt_set_err(err, errlen, "workload: out of memory");
                 return -1;
             }
             w->s = ns;
