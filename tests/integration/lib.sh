@@ -27,6 +27,15 @@ t_check() { # t_check "name" command...
     local name=$1; shift
     if "$@"; then t_ok 0 "$name"; else t_ok 1 "$name"; fi
 }
+# t_todo "why" "name" command...: a check of a known-open acceptance
+# criterion (its issue stays open). TAP TODO: reported, not counted as a
+# failure; prove says when it unexpectedly passes.
+t_todo() {
+    local why=$1 name=$2; shift 2
+    T_N=$((T_N + 1))
+    if "$@"; then echo "ok $T_N - $name # TODO $why"
+    else echo "not ok $T_N - $name # TODO $why"; fi
+}
 t_skip() { T_N=$((T_N + 1)); echo "ok $T_N # SKIP $1"; }
 t_skip_all() { echo "1..0 # SKIP $1"; exit 0; }
 t_diag() { echo "# $*"; }
