@@ -42,10 +42,23 @@ CFLAGS  += $(PKG_CFLAGS)
 LDLIBS  += $(PKG_LIBS) -lm -lpthread
 
 # ---- CUDA: auto-detected --------------------------------------------------
-NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+# The toolkit root comes from nvcc itself (its -dryrun "TOP="), because the
+# nvcc found on PATH may be a wrapper script (/usr/local/bin/nvcc exec'ing
+# /usr/local/cuda-13.0/bin/nvcc) whose own directory holds no headers.
 ifneq ($(NVCC),)
-CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(origin CUDA_HOME),undefined)
+CUDA_HOME  := $(shell $(NVCC) -dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ TOP=//p' | head -n1 | xargs -r realpath 2>/dev/null)
+endif
+ifneq ($(wildcard $(CUDA_HOME)/include/cublas_v2.h),)
 HAVE_CUDA  := 1
+else
+$(info note: nvcc is $(NVCC) but cublas_v2.h is not under '$(CUDA_HOME)/include' (set CUDA_HOME=...))
+endif
+endif
+ifneq ($(HAVE_CUDA),)
 CFLAGS     += -DMT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
 NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings
@@ -86,7 +99,7 @@ deps:
 
 check-cuda-line:
 ifeq ($(HAVE_CUDA),)
-	@echo "note: nvcc not found: CUDA backend skipped (CPU backend only)"
+	@echo "note: no CUDA toolkit (nvcc and cuBLAS headers) found: CUDA backend skipped (CPU backend only)"
 endif
 
 $(B)/src/%.o: src/%.c
