@@ -127,6 +127,10 @@ typedef struct mt_client_config {
     int64_t  accept_timeout_ns;  /* HELLO -> ACCEPT/REJECT; 0: 30 s */
     int64_t  drain_timeout_ns;   /* our END -> server's END; 0: 10 s */
     int      max_sessions;   /* capacity of the engine; 0: 4096 */
+    int64_t  prepare_ns;     /* next_frame is called this long before the
+                                frame is due, so that at the due instant
+                                only the write is left; 0: 3 ms, < 0: at
+                                the due instant (a live microphone) */
     const mt_client_callbacks *cb;
     void    *user;
 } mt_client_config;

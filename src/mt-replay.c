@@ -452,6 +452,8 @@ static int run_client(app *a, int mic)
     cc.cb = &cb;
     cc.user = a;
     cc.max_sessions = a->ns + 1;
+    /* A microphone frame is read when due: read early it would be short. */
+    cc.prepare_ns = mic ? -1 : 0;
     if (mt_client_new(&cc, &a->cl, err, sizeof err) != 0) {
         fprintf(stderr, "mt-replay: %s\n", err);
         return 1;
