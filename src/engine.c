@@ -782,8 +782,25 @@ static int append_hist(mt_engine *e, sess *s, const int16_t *pcm)
  * delivers (under it). round 0 takes every session with an input waiting;
  * later rounds only sessions whose next input arrived before t_tick.
  * Returns sessions stepped, or -1 on a decoder error. */
-static int run_round(mt_engine *e, int round, uint64_t t_tick, double *comp_ms,
-                     double *step_only_ms, char *err, size_t errlen)
+/* Sessions with a frame that arrived before this tick still queued: what
+ * a catch-up round would step. */
+static int count_behind(mt_engine *e, uint64_t t_tick)
+{
+    int n = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->ns; i++) {
+        sess *s = e->s[i];
+        if (!s->dead && s->state == S_ACTIVE && s->qlen > 0 &&
+            s->q[s->qhead].t_arrive <= t_tick)
+            n++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+static int run_round(mt_engine *e, int round, int max_rows, uint64_t t_tick,
+                     double *comp_ms, double *step_only_ms, char *err,
+                     size_t errlen)
 {
     const mt_kv_params *kp = mt_kv_pool_params(e->pool);
     int keep_hist = kp->policy == MT_KV_FULL && e->o.on_full == MT_ONFULL_PREEMPT;
@@ -791,7 +808,7 @@ static int run_round(mt_engine *e, int round, uint64_t t_tick, double *comp_ms,
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->ns; i++)
         e->s[i]->in_round = 0;
-    for (int i = 0; i < e->ns && B < e->o.max_sessions; i++) {
+    for (int i = 0; i < e->ns && B < max_rows; i++) {
         sess *s = e->s[i];
         if (s->dead || s->state != S_ACTIVE || s->qlen == 0)
             continue;
@@ -926,9 +943,11 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
     double comp_ms = 0, step_ms_only = 0;
     int stepped = 0, rc = 0;
     e->nlat = 0;
+    int max_rows = e->o.max_sessions;
     for (int round = 0; round < MAX_ROUNDS; round++) {
         uint64_t r0 = mt_now_ns();
-        int n = run_round(e, round, t_tick, &comp_ms, &step_ms_only, err, errlen);
+        int n = run_round(e, round, max_rows, t_tick, &comp_ms, &step_ms_only,
+                          err, errlen);
         if (n < 0) {
             rc = -1;
             break;
@@ -936,10 +955,25 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
         stepped += n;
         if (n == 0 || !e->o.catch_up)
             break;
-        /* another round only if one more of the same fits in half a period */
-        uint64_t now = mt_now_ns(), dur = now - r0;
-        if (now + dur > t_tick + e->o.frame_ns / 2)
+        /* A catch-up round steps sessions still behind (a frame that
+         * arrived before this tick still queued: a client phase-shifted
+         * against the ticks, or every session after an overrun tick), as
+         * many as fit before three quarters of the period, costed from
+         * this round: per row, plus a fixed eighth of it for the weights
+         * every round reads whatever its batch. The rest catch up in later
+         * ticks. Without it a single overrun leaves every session one
+         * frame behind (late by a period) for good, near capacity where a
+         * full second round never fits. */
+        int behind = count_behind(e, t_tick);
+        if (behind == 0)
             break;
+        uint64_t now = mt_now_ns(), dur = now - r0;
+        uint64_t per_row = dur / (uint64_t)n, fixed = dur / 8;
+        uint64_t end = t_tick + e->o.frame_ns * 3 / 4;
+        if (now + fixed + per_row > end)
+            break;
+        uint64_t fit = (end - now - fixed) / (per_row ? per_row : 1);
+        max_rows = fit < (uint64_t)behind ? (int)fit : behind;
     }
 
     uint64_t now = mt_now_ns();

@@ -49,6 +49,7 @@ typedef struct fsess {
     uint32_t next_expect;
     double   lat_sum_ms, lat_max_ms;
     uint64_t t_misbehave, t_end;
+    uint64_t t_connect;       /* when it connects (--arrive-ms) */
     char     reason[160];
     mt_frame_decoder dec;
     uint8_t  out[MT_FRAME_MAX_SIZE];
@@ -64,6 +65,7 @@ static uint64_t now_ns(void)
 
 static int rate = 24000, fsamples = 1920, nframes = 0, bad_at = 10;
 static double period_ms = 80;
+static double arrive_ms = 0;       /* --arrive-ms: gap between connects */
 static int16_t *pcm;
 
 static void make_pcm(uint32_t seq)
@@ -277,6 +279,26 @@ static int expected_state(int bad)
     return ST_FAILED;
 }
 
+/* Connect session s and send its HELLO. */
+static void start_one(fsess *s, int epfd, const struct sockaddr_un *sa)
+{
+    uint8_t b[MT_FRAME_MAX_SIZE];
+    s->t_connect = now_ns();
+    s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->fd < 0 || connect(s->fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
+        finish(s, ST_FAILED, strerror(errno));
+        return;
+    }
+    fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, s->fd, &e);
+    long m = enc_hello(b, sizeof b, s->bad == B_WRONGFMT);
+    if (m < 0 || put(s->fd, b, (size_t)m) != 0)
+        finish(s, ST_FAILED, "HELLO not sent");
+    else
+        s->state = ST_HELLO;
+}
+
 static int run_sockets(const char *path, int n, int nbad, int bad, double end_timeout_s)
 {
     fsess *ss = calloc((size_t)n, sizeof *ss);
@@ -289,27 +311,19 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
     sa.sun_family = AF_UNIX;
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     uint8_t b[MT_FRAME_MAX_SIZE];
+    uint64_t t_first = now_ns();
     for (int i = 0; i < n; i++) {
         fsess *s = &ss[i];
         s->idx = i;
+        s->fd = -1;
         s->bad = i < nbad ? bad : B_NONE;
         s->base = (uint64_t)i * P / (uint64_t)n;   /* phase, until ACCEPT */
+        s->t_connect = t_first + (uint64_t)(i * arrive_ms * 1e6);
         mt_frame_decoder_init(&s->dec);
-        s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (s->fd < 0 || connect(s->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-            finish(s, ST_FAILED, strerror(errno));
-            continue;
-        }
-        fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
-        struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
-        epoll_ctl(epfd, EPOLL_CTL_ADD, s->fd, &e);
-        long m = enc_hello(b, sizeof b, s->bad == B_WRONGFMT);
-        if (m < 0 || put(s->fd, b, (size_t)m) != 0)
-            finish(s, ST_FAILED, "HELLO not sent");
-        else
-            s->state = ST_HELLO;
+        if (arrive_ms <= 0)
+            start_one(s, epfd, &sa);
     }
-    uint64_t t_start = now_ns(), hard_end = t_start + (uint64_t)((nframes * period_ms / 1000.0 + end_timeout_s + 30) * 1e9);
+    uint64_t t_start = now_ns(), hard_end = t_start + (uint64_t)((nframes * period_ms / 1000.0 + n * arrive_ms / 1000.0 + end_timeout_s + 30) * 1e9);
     for (;;) {
         uint64_t now = now_ns();
         int live = 0;
@@ -319,7 +333,15 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
             if (s->state >= ST_DONE)
                 continue;
             live++;
-            if (s->state == ST_HELLO && now - t_start > 30000000000ull)
+            if (s->state == ST_CONNECT && s->fd < 0) {
+                if (s->t_connect > now) {
+                    if (s->t_connect < wake)
+                        wake = s->t_connect;
+                    continue;
+                }
+                start_one(s, epfd, &sa);
+            }
+            if (s->state == ST_HELLO && now > s->t_connect && now - s->t_connect > 30000000000ull)
                 finish(s, ST_FAILED, "no ACCEPT/REJECT within 30 s");
             if (s->state == ST_STREAM) {
                 while (s->state == ST_STREAM && s->next_send <= now) {
@@ -529,7 +551,8 @@ static void usage(FILE *f)
 "                      mid-frame, stop-reading\n"
 "  --bad-count K       (default 1)\n"
 "  --bad-at FRAME      misbehave at this frame (default 10)\n"
-"  --end-timeout S     wait for the server's END (default 10)\n");
+"  --end-timeout S     wait for the server's END (default 10)\n"
+"  --arrive-ms MS      session i connects at i * MS, not all at once\n");
 }
 
 int main(int argc, char **argv)
@@ -542,6 +565,7 @@ int main(int argc, char **argv)
         {"bad-count", required_argument, 0, 'K'},
         {"bad-at", required_argument, 0, 'A'},
         {"end-timeout", required_argument, 0, 'E'},
+        {"arrive-ms", required_argument, 0, 'V'},
         {"emit", no_argument, 0, 'e'},
         {"read", no_argument, 0, 'r'},
         {"no-pace", no_argument, 0, 'N'},
@@ -564,6 +588,7 @@ int main(int argc, char **argv)
         case 'K': nbad = atoi(optarg); break;
         case 'A': bad_at = atoi(optarg); break;
         case 'E': end_timeout = atof(optarg); break;
+        case 'V': arrive_ms = atof(optarg); break;
         case 'e': emit = 1; break;
         case 'r': rd = 1; break;
         case 'N': pace = 0; break;
@@ -583,7 +608,7 @@ int main(int argc, char **argv)
         }
     }
     if (n < 1 || n > 4096 || nframes < 0 || fsamples < 1 || fsamples > MT_FRAME_MAX_PAYLOAD / 2 ||
-        period_ms <= 0) {
+        period_ms <= 0 || arrive_ms < 0 || arrive_ms > 60000) {
         fprintf(stderr, "mt-fakeclient: bad arguments\n");
         return 2;
     }

@@ -23,16 +23,26 @@ FC=$MT_TESTBIN/mt-fakeclient
 [ -x "$FC" ] || t_skip_all "mt-fakeclient not built"
 BUDGET=80
 MARGIN=${MT_ADMIT_MARGIN:-0.9}
+ADMIT_ARGS=${MT_ADMIT_ARGS:-}
+LOOP_SECS=${MT_ADMIT_LOOP_SECS:-45}
+# The sweep and the loop must measure the same server: a session's step
+# cost grows until its window is full (S + W positions), and the loop's
+# sessions live far longer than a sweep level. With a short window every
+# sweep level is measured full (its first ADMIT_SKIP ticks are not
+# counted) and the loop's sessions are full after 3 s, as in production.
+WINDOW=${MT_ADMIT_WINDOW:-32}
+export ADMIT_SKIP=$((WINDOW + 4 + 4))
+SWEEP_FRAMES=$((ADMIT_SKIP + 30))
 MODEL=${MT_ADMIT_MODEL:-synthetic:small}
 grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 SOCK=$T_TMP/s.sock
 . "$(dirname "$0")/admit_lib.sh"
 
 # ---- 1. the wall -----------------------------------------------------------
-"$S" -s "$SOCK" -m "$MODEL" --max-sessions 64 >"$T_TMP/sweep.lat" 2>"$T_TMP/sweep.log" &
+"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 >"$T_TMP/sweep.lat" 2>"$T_TMP/sweep.log" &
 SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "sweep server started"; t_done; }
-nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 64 40)
+nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 128 "$SWEEP_FRAMES")
 kill -TERM $SRV; wait $SRV
 t_diag "sweep: $(cat "$T_TMP/sweep.levels" 2>/dev/null | tr '\n' ' ')"
 t_check "the sweep found a wall (N* = $nstar)" [ "${nstar:-0}" -ge 1 ]
@@ -40,13 +50,13 @@ t_check "the sweep found a wall (N* = $nstar)" [ "${nstar:-0}" -ge 1 ]
 # ---- 2. the closed loop ----------------------------------------------------
 mkfifo "$T_TMP/ctl" "$T_TMP/out"
 tee "$T_TMP/loop.lat" <"$T_TMP/out" |
-    "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
+    "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 $ADMIT_ARGS >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
 CTL=$!; t_track $CTL
-"$S" -s "$SOCK" -m "$MODEL" --control "$T_TMP/ctl" --admit-timeout 2000 \
+"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --control "$T_TMP/ctl" --admit-timeout 2000 \
     >"$T_TMP/out" 2>"$T_TMP/loop.log" &
 SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "loop server started"; t_done; }
-admit_arrivals "$SOCK" 30 0.25 600
+admit_arrivals "$SOCK" "$LOOP_SECS" 0.25 $((LOOP_SECS * 20))
 kill -TERM $SRV; wait $SRV; t_diag "mt-serve exit status $? after SIGTERM"
 wait $CTL
 t_ok $? "mt-admit ended at EOF with exit 0"

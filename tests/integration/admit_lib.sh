@@ -21,9 +21,9 @@ admit_level() {   # admit_level SOCK LATFILE BUDGET N FRAMES: p95 or nan
     timeout $((frames / 8 + 30)) "$FC" -s "$sock" -n "$n" -f "$frames" --end-timeout 5 \
         >"$T_TMP/sweep.$n" 2>&1
     sleep 0.3
-    tail -n +"$((from + 1))" "$lat" | awk -v n="$n" "$ADMIT_AWK_SORT /^tick=/ $ADMIT_AWK_PARSE"'
+    tail -n +"$((from + 1))" "$lat" | awk -v n="$n" -v skip="${ADMIT_SKIP:-8}" "$ADMIT_AWK_SORT /^tick=/ $ADMIT_AWK_PARSE"'
         /^tick=/ && v["active"] == n && v["stepped"] >= n {
-            if (++k <= 8) next
+            if (++k <= skip) next
             y = v["step_ms"] + 0; if (v["late_ms"] + 0 > y) y = v["late_ms"] + 0
             ys[++m] = y
         }
@@ -65,23 +65,24 @@ admit_sweep() {
     echo "$lo"
 }
 
-# admit_arrivals SOCK SECONDS INTERVAL FRAMES: one new client (one
-# session of FRAMES frames) every INTERVAL seconds for SECONDS seconds;
-# then every client still running is stopped. Rejected clients end at
-# once. Client output goes to $T_TMP/clients.N.
+# admit_arrivals SOCK SECONDS INTERVAL FRAMES: one new session of FRAMES
+# frames every INTERVAL seconds for SECONDS seconds; then the client is
+# stopped. Rejected sessions end at once. Client output: $T_TMP/clients.
 admit_arrivals() {
-    local sock=$1 secs=$2 every=$3 frames=$4 pids="" i=0
-    local t_end=$(( $(date +%s%N) / 1000000 + $(awk -v s="$secs" 'BEGIN { printf "%d", s * 1000 }') ))
-    while [ $(( $(date +%s%N) / 1000000 )) -lt $t_end ]; do
-        timeout $((secs + frames / 12 + 20)) "$FC" -s "$sock" -n 1 -f "$frames" --end-timeout 2 \
-            >"$T_TMP/clients.$i" 2>&1 &
-        pids="$pids $!"
-        t_track $!
-        i=$((i + 1))
-        sleep "$every"
-    done
-    for p in $pids; do kill "$p" 2>/dev/null; done
-    for p in $pids; do wait "$p" 2>/dev/null; done
+    # One new session every EVERY s for SECS s, all from one mt-fakeclient
+    # process (as the sweep's load comes from one process: a process per
+    # session would compete with the server for the cores and make the
+    # loop see a slower machine than the sweep measured).
+    local sock=$1 secs=$2 every=$3 frames=$4 n ms p
+    n=$(awk -v s="$secs" -v e="$every" 'BEGIN { printf "%d", s / e + 0.999 }')
+    ms=$(awk -v e="$every" 'BEGIN { printf "%g", e * 1000 }')
+    timeout $((secs + frames / 12 + 20)) "$FC" -s "$sock" -n "$n" --arrive-ms "$ms" \
+        -f "$frames" --end-timeout 2 >"$T_TMP/clients" 2>&1 &
+    p=$!
+    t_track $p
+    sleep "$secs"
+    kill "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
 }
 
 # admit_summary LATFILE BUDGET WARM LAST: figures of a closed-loop run:
