@@ -8,7 +8,9 @@
 # (3+ ticks), late ticks, session-ticks late; then metronome against
 # `--kv full` with a small pool, where the latency lies: it admits, then
 # the cache runs out (preemptions, FILL frames). Prints figures; asserts
-# nothing. SECS (default 25) per loop; POLICIES to change the list.
+# nothing. SECS (default 45) per loop; POLICIES to change the list.
+# As in tests/integration/admit_closedloop.sh, sweep and loops run on a
+# short window (WINDOW, default 32) so that both measure full caches.
 set -u
 BIN=${MT_BIN:-bin}
 TESTBIN=${MT_TESTBIN:-build/tests}
@@ -20,7 +22,9 @@ export FC
 MODEL=${MODEL:-synthetic:small}
 BUDGET=${BUDGET:-80}
 MARGIN=${MARGIN:-0.9}
-SECS=${SECS:-25}
+SECS=${SECS:-45}
+WINDOW=${WINDOW:-32}
+export ADMIT_SKIP=$((WINDOW + 8))
 T_TMP=$(mktemp -d /tmp/mt-bench-admit.XXXXXX)
 T_PIDS=""
 t_track() { T_PIDS="$T_PIDS $1"; }
@@ -35,10 +39,10 @@ grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS
 wait_sock() { local i=0; while [ ! -S "$1" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done; }
 SOCK=$T_TMP/s.sock
 
-"$S" -s "$SOCK" -m "$MODEL" --max-sessions 128 >"$T_TMP/sweep.lat" 2>/dev/null &
+"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 >"$T_TMP/sweep.lat" 2>/dev/null &
 SRV=$!; t_track $SRV; wait_sock "$SOCK"
 t0=$(date +%s)
-nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 128 40)
+nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 128 $((ADMIT_SKIP + 30)))
 kill -TERM $SRV 2>/dev/null; wait $SRV 2>/dev/null
 echo "bench_admit: wall N* = $nstar sessions ($MODEL, window, p95 of max(step_ms, late_ms) <= $BUDGET ms; sweep $(( $(date +%s) - t0 )) s: $(tr '\n' ' ' <"$T_TMP/sweep.levels"))"
 
@@ -50,7 +54,7 @@ loop() {
     tee "$T_TMP/loop.lat" <"$T_TMP/out" |
         "$A" --budget "$BUDGET" --margin "$MARGIN" --policy "$pol" >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
     local ctl=$!; t_track $ctl
-    "$S" -s "$SOCK" -m "$MODEL" --control "$T_TMP/ctl" "$@" >"$T_TMP/out" 2>/dev/null &
+    "$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --control "$T_TMP/ctl" "$@" >"$T_TMP/out" 2>/dev/null &
     local srv=$!; t_track $srv
     wait_sock "$SOCK"
     admit_arrivals "$SOCK" "$SECS" 0.25 $((SECS * 25))
