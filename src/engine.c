@@ -958,7 +958,7 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
         /* A catch-up round steps sessions still behind (a frame that
          * arrived before this tick still queued: a client phase-shifted
          * against the ticks, or every session after an overrun tick), as
-         * many as fit before three quarters of the period, costed from
+         * many as fit before 15/16 of the period, costed from
          * this round: per row, plus a fixed eighth of it for the weights
          * every round reads whatever its batch. The rest catch up in later
          * ticks. Without it a single overrun leaves every session one
@@ -969,7 +969,7 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
             break;
         uint64_t now = mt_now_ns(), dur = now - r0;
         uint64_t per_row = dur / (uint64_t)n, fixed = dur / 8;
-        uint64_t end = t_tick + e->o.frame_ns * 3 / 4;
+        uint64_t end = t_tick + e->o.frame_ns * 15 / 16;
         if (now + fixed + per_row > end)
             break;
         uint64_t fit = (end - now - fixed) / (per_row ? per_row : 1);
