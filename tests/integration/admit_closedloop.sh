@@ -68,12 +68,12 @@ settled=$(sed -n 's/.*settled=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 late=$(sed -n 's/.*late_ticks=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 sus=$(sed -n 's/.*sustained=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 need=$(awk -v n="$nstar" 'BEGIN { x = 0.9 * n; printf "%d", (x == int(x)) ? x : int(x) + 1 }')
-t_todo "issue 7 open: met in the last runs here (61 of N* 64, 52 of 40), but the sweep's N* on this shared 2-core VM moves by 30% run to run" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
+t_todo "issue 7 open: met in 2 of the last 3 runs here (61 of N* >= 64, 52 of 40, 48 of 68): the sweep's N* on this 2-core VM moves by 30% run to run" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
     [ "${settled:-0}" -ge "$need" ]
 if [ -n "$MT_ASAN" ]; then
     t_skip "zero overshoot: timing not asserted under sanitizers ($sus sustained, $late late ticks)"
 else
-    t_todo "issue 7 open: near capacity (step over 3/4 of the period) no catch-up round fits, so a session put one frame behind by a hiccup stays late for a few ticks" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
+    t_todo "issue 7 open: zero runs of 3+ late ticks in the last run here, 1 to 4 in the runs before" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
         [ "${sus:-1}" = 0 ]
 fi
 t_check "no request timed out: the controller answered every one" \
