@@ -64,7 +64,10 @@ ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 "$R" -s "$T_TMP/mt.sock" --mic \
     --device null --latency none > int.txt 2> int.err &
 pid=$!
 t_track $pid
-sleep 1.5
+# Ctrl-C once the stream is live and the session had a second to start
+# (under the sanitizers PortAudio's start alone can take over a second).
+for i in $(seq 100); do grep -q 'live on' int.err 2>/dev/null && break; sleep 0.1; done
+sleep 1
 kill -INT $pid
 wait $pid
 rc=$?
