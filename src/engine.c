@@ -778,10 +778,6 @@ static int append_hist(mt_engine *e, sess *s, const int16_t *pcm)
     return 0;
 }
 
-/* One round: builds the batch (under the lock), computes (without it),
- * delivers (under it). round 0 takes every session with an input waiting;
- * later rounds only sessions whose next input arrived before t_tick.
- * Returns sessions stepped, or -1 on a decoder error. */
 /* Sessions with a frame that arrived before this tick still queued: what
  * a catch-up round would step. */
 static int count_behind(mt_engine *e, uint64_t t_tick)
@@ -798,6 +794,11 @@ static int count_behind(mt_engine *e, uint64_t t_tick)
     return n;
 }
 
+/* One round: builds the batch (under the lock), computes (without it),
+ * delivers (under it). round 0 takes every session with an input waiting;
+ * later rounds only sessions whose next input arrived before t_tick; at
+ * most max_rows sessions.
+ * Returns sessions stepped, or -1 on a decoder error. */
 static int run_round(mt_engine *e, int round, int max_rows, uint64_t t_tick,
                      double *comp_ms, double *step_only_ms, char *err,
                      size_t errlen)
@@ -958,9 +959,9 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
         /* A catch-up round steps sessions still behind (a frame that
          * arrived before this tick still queued: a client phase-shifted
          * against the ticks, or every session after an overrun tick), as
-         * many as fit before 15/16 of the period, costed from
-         * this round: per row, plus a fixed eighth of it for the weights
-         * every round reads whatever its batch. The rest catch up in later
+         * many as fit before 15/16 of the period, costed from this round:
+         * per row, plus a fixed eighth of it for the weights every round
+         * reads whatever its batch. The rest catch up in later
          * ticks. Without it a single overrun leaves every session one
          * frame behind (late by a period) for good, near capacity where a
          * full second round never fits. */
