@@ -36,6 +36,17 @@ LDFLAGS += -fsanitize=address,undefined
 endif
 
 PKGS    := sndfile samplerate portaudio-2.0 jansson openblas
+# On a fresh machine the libraries are not there yet when this file is read,
+# and the flags below are computed now: install them before any rule runs
+# (the `deps` target alone would come too late, or race the compiles under -j).
+ifeq ($(filter clean deps,$(MAKECMDGOALS)),)
+ifneq ($(shell pkg-config --exists $(PKGS) 2>/dev/null && echo ok),ok)
+DEPS_RC := $(shell sh tools/deps.sh >&2; echo $$?)
+ifneq ($(DEPS_RC),0)
+$(error deps: the packages above are needed before anything can be built)
+endif
+endif
+endif
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS  += $(PKG_CFLAGS)
