@@ -515,8 +515,7 @@ static int run_client(app *a, int mic)
 
 static void sleep_until(uint64_t t)
 {
-    struct timespec ts = { (time_t)(t / 1000000000ull), (long)(t % 1000000000ull) };
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !g_stop)
+    while (mt_client_sleep_until(t) != 0 && !g_stop)
         ;
 }
 
