@@ -93,6 +93,8 @@ typedef struct run {
     FILE  *out;
     int    replay;
     int    out_failed;
+    long   out_failed_line;     /* input line at the first failed write */
+    long   ticks_after_fail;    /* tick lines read since */
     long   lineno;
     double t;           /* time of the current line */
     mt_admit *a;
@@ -111,9 +113,18 @@ static void out_line(run *r, const char *fmt, ...)
     va_start(ap, fmt);
     int rc = vfprintf(r->out, fmt, ap);
     va_end(ap);
-    if (rc < 0 || fflush(r->out) != 0)
+    if (rc < 0 || fflush(r->out) != 0) {
         r->out_failed = 1;
+        r->out_failed_line = r->lineno;
+    }
 }
+
+/* A server that exits closes its control input first and its output a
+ * moment later, and the lines still in the pipe can carry requests: a
+ * write that fails then is the normal end of a session with the server,
+ * not an error. The server is still running, without a controller, when
+ * it keeps stepping: this many tick lines (2 s) after the failure say so. */
+#define OUT_FAIL_TICKS 25
 
 static void emit(void *ctx, uint32_t id, int accept, const char *reason)
 {
@@ -242,9 +253,11 @@ static int run_input(run *r, FILE *in)
             } else {
                 one_line(r, buf, len, &ll);
             }
+            if (r->out_failed && len >= 5 && memcmp(buf, "tick=", 5) == 0)
+                r->ticks_after_fail++;
             len = 0;
             overlong = 0;
-            if (r->out_failed)
+            if (r->out_failed && (r->replay || r->ticks_after_fail > OUT_FAIL_TICKS))
                 break;
             continue;
         }
@@ -253,7 +266,7 @@ static int run_input(run *r, FILE *in)
         else
             overlong = 1;
     }
-    if (len > 0 && !r->out_failed) {    /* a last line without newline */
+    if (len > 0) {    /* a last line without newline */
         r->lineno++;
         if (overlong) {
             char err[128];
@@ -396,10 +409,14 @@ int main(int argc, char **argv)
             rc = 1;
         if (in != stdin)
             fclose(in);
-        if (r.out_failed) {
-            fprintf(stderr, "%s: cannot write decisions to stdout (control input "
-                    "closed?)\n", prog);
+        if (r.out_failed && (r.replay || r.ticks_after_fail > OUT_FAIL_TICKS)) {
+            fprintf(stderr, "%s: cannot write decisions to stdout since input line "
+                    "%ld (control input closed?)\n", prog, r.out_failed_line);
             rc = 1;
+        } else if (r.out_failed) {
+            fprintf(stderr, "%s: control input closed at input line %ld, %ld lines "
+                    "before the end of input: the server ended\n", prog,
+                    r.out_failed_line, r.lineno - r.out_failed_line);
         }
         mt_admit_stats st;
         mt_admit_get_stats(r.a, &st);

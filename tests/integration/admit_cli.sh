@@ -4,7 +4,8 @@
 # counted and reported with their line numbers, never fatal; EOF exits 0;
 # accept/reject/limit lines on stdout for a generated machine stream;
 # --replay over a generated log, one policy and several; a closed stdout
-# is exit 1, not a hang or a crash.
+# is exit 1, not a hang or a crash, unless the input ends right after it
+# (the server exited).
 . "$(dirname "$0")/lib.sh"
 A=$MT_BIN/mt-admit
 [ -x "$A" ] || t_skip_all "mt-admit not built"
@@ -100,4 +101,15 @@ t_check "--replay of a missing file: exit 1 with a message" [ $rc = 1 ] && grep 
 ( "$A" --status-every 0 <"$T_TMP/log" 2>"$T_TMP/e"; echo $? >"$T_TMP/rc" ) | head -c 1 >/dev/null
 t_check "closed stdout: exit 1" [ "$(cat "$T_TMP/rc")" = 1 ]
 t_check "closed stdout: says why" grep -q 'cannot write decisions' "$T_TMP/e"
+# ...but a server that exits closes its control input a moment before its
+# output ends, and a request can still be in the pipe: answering it fails,
+# the input ends a few lines later, and that is a normal end (exit 0).
+{
+    sed -n 1,2p "$T_TMP/log"; echo 'request session=900 t=0.02 uid=0 pid=1 active=0'
+    sleep 0.5
+    sed -n 3,6p "$T_TMP/log"; echo 'request session=901 t=0.3 uid=0 pid=1 active=0'
+    sed -n 7,9p "$T_TMP/log"
+} | ( "$A" --policy static:5 --status-every 0 2>"$T_TMP/e"; echo $? >"$T_TMP/rc" ) | head -c 1 >/dev/null
+t_check "control input closed just before the end of input: exit 0" [ "$(cat "$T_TMP/rc")" = 0 ]
+t_check "...and says the server ended" grep -q 'control input closed at input line .*the server ended' "$T_TMP/e"
 t_done
