@@ -2,11 +2,12 @@
 # admit_closedloop: mt-admit's acceptance, closed loop on this machine.
 # 1. The wall N*: mt-serve (window mode, synthetic:small) under a sweep of
 #    N concurrent sessions (mt-fakeclient), N doubling then bisecting; N*
-#    is the largest N below the first failing level whose p95 of the tick's service latency
-#    max(step_ms, late_ms) stays under the budget (the frame period).
+#    is the largest N below the first failing level whose p99 of the
+#    tick's service latency max(step_ms, late_ms), over 100 ticks, stays
+#    under the budget (the frame period), as mt-probe sweep's wall is p99.
 # 2. The loop: `mt-serve --control ctl | mt-admit > ctl`, with one new
-#    client every 0.25 s (far faster than capacity) for 45 s, each longer
-#    than the run. Asserted from the server's lines: the admitted
+#    client every 0.25 s (far faster than capacity) for 60 s (one admission
+#    every ~0.5 s: 45 s did not reach an N* of 70), each longer than the run. Asserted from the server's lines: the admitted
 #    concurrency settles at >= 90% of N*; after warm-up no sustained
 #    lateness over the budget (no run of 3+ late ticks; single-tick
 #    hiccups of a shared machine are counted and shown); every request
@@ -24,7 +25,7 @@ FC=$MT_TESTBIN/mt-fakeclient
 BUDGET=80
 MARGIN=${MT_ADMIT_MARGIN:-0.9}
 ADMIT_ARGS=${MT_ADMIT_ARGS:-}
-LOOP_SECS=${MT_ADMIT_LOOP_SECS:-45}
+LOOP_SECS=${MT_ADMIT_LOOP_SECS:-60}
 # The sweep and the loop must measure the same server: a session's step
 # cost grows until its window is full (S + W positions), and the loop's
 # sessions live far longer than a sweep level. With a short window every
@@ -32,7 +33,7 @@ LOOP_SECS=${MT_ADMIT_LOOP_SECS:-45}
 # counted) and the loop's sessions are full after 3 s, as in production.
 WINDOW=${MT_ADMIT_WINDOW:-32}
 export ADMIT_SKIP=$((WINDOW + 4 + 4))
-SWEEP_FRAMES=$((ADMIT_SKIP + 30))
+SWEEP_FRAMES=$((ADMIT_SKIP + ${MT_ADMIT_SWEEP_TICKS:-100}))
 MODEL=${MT_ADMIT_MODEL:-synthetic:small}
 grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 SOCK=$T_TMP/s.sock
@@ -68,12 +69,12 @@ settled=$(sed -n 's/.*settled=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 late=$(sed -n 's/.*late_ticks=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 sus=$(sed -n 's/.*sustained=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 need=$(awk -v n="$nstar" 'BEGIN { x = 0.9 * n; printf "%d", (x == int(x)) ? x : int(x) + 1 }')
-t_todo "issue 7 open: met in 2 of the last 3 runs here (61 of N* >= 64, 52 of 40, 48 of 68): the sweep's N* on this 2-core VM moves by 30% run to run" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
+t_todo "issue 7 open: with the p99 sweep, 64 of 72 (45 s loop), 64 of 61 (60 s): the sweep's N* on this 2-core VM moves by 15-30% run to run" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
     [ "${settled:-0}" -ge "$need" ]
 if [ -n "$MT_ASAN" ]; then
     t_skip "zero overshoot: timing not asserted under sanitizers ($sus sustained, $late late ticks)"
 else
-    t_todo "issue 7 open: zero runs of 3+ late ticks in the last run here, 1 to 4 in the runs before" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
+    t_todo "issue 7 open: 0, 0 and 1 runs of 3+ late ticks in the last three runs here" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
         [ "${sus:-1}" = 0 ]
 fi
 t_check "no request timed out: the controller answered every one" \

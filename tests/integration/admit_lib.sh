@@ -15,32 +15,54 @@ ADMIT_AWK_PARSE='{ split("", v); for (i = 1; i <= NF; i++) { j = index($i, "=");
 # isort(a, n): sorts a[1..n] numerically (mawk has no asort)
 ADMIT_AWK_SORT='function isort(a, n,   i, j, x) { for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x } }'
 
-admit_level() {   # admit_level SOCK LATFILE BUDGET N FRAMES: p95 or nan
-    local sock=$1 lat=$2 budget=$3 n=$4 frames=$5 from
-    from=$(wc -l <"$lat")
-    timeout $((frames / 8 + 30)) "$FC" -s "$sock" -n "$n" -f "$frames" --end-timeout 5 \
-        >"$T_TMP/sweep.$n" 2>&1
-    sleep 0.3
-    tail -n +"$((from + 1))" "$lat" | awk -v n="$n" -v skip="${ADMIT_SKIP:-8}" "$ADMIT_AWK_SORT /^tick=/ $ADMIT_AWK_PARSE"'
+# The percentile a sweep level is judged by: mt-probe sweep's wall and the
+# metronome controller's target are both p99, so N* is too.
+ADMIT_Q=${ADMIT_Q:-0.99}
+
+# admit_level_stat LATFILE FROM N BUDGET: the counted ticks of level N
+# after line FROM of LATFILE, as "COUNT OVER QUANTILE" (OVER: ticks over
+# BUDGET; QUANTILE: nan under 5 ticks)
+admit_level_stat() {
+    tail -n +"$(($2 + 1))" "$1" | awk -v n="$3" -v b="$4" -v q="$ADMIT_Q" -v skip="${ADMIT_SKIP:-8}" "$ADMIT_AWK_SORT /^tick=/ $ADMIT_AWK_PARSE"'
         /^tick=/ && v["active"] == n && v["stepped"] >= n {
             if (++k <= skip) next
             y = v["step_ms"] + 0; if (v["late_ms"] + 0 > y) y = v["late_ms"] + 0
-            ys[++m] = y
+            ys[++m] = y; if (y > b) over++
         }
         END {
-            if (m < 5) { print "nan"; exit }
-            isort(ys, m); i = int(0.95 * m + 0.999); if (i < 1) i = 1
-            printf "%.2f", ys[i]
+            if (m < 5) { printf "%d %d nan\n", m, over; exit }
+            isort(ys, m); i = int(q * m + 0.999); if (i < 1) i = 1
+            printf "%d %d %.2f\n", m, over + 0, ys[i]
         }'
+}
+
+# admit_level SOCK LATFILE BUDGET N FRAMES: the level's p99, or nan. A
+# level is stopped as soon as more of its ticks are over BUDGET than its
+# quantile allows (it has failed: what is left would only take time).
+admit_level() {
+    local sock=$1 lat=$2 budget=$3 n=$4 frames=$5 from p st allow
+    from=$(wc -l <"$lat")
+    allow=$(awk -v f="$frames" -v s="${ADMIT_SKIP:-8}" -v q="$ADMIT_Q" 'BEGIN { printf "%d", (f - s) * (1 - q) }')
+    timeout $((frames / 8 + 30)) "$FC" -s "$sock" -n "$n" -f "$frames" --end-timeout 5 \
+        >"$T_TMP/sweep.$n" 2>&1 &
+    p=$!
+    while kill -0 "$p" 2>/dev/null; do
+        sleep 0.5
+        st=$(admit_level_stat "$lat" "$from" "$n" "$budget")
+        [ "$(echo "$st" | cut -d' ' -f2)" -gt "$allow" ] && { kill "$p" 2>/dev/null; break; }
+    done
+    wait "$p" 2>/dev/null
+    sleep 0.3
+    admit_level_stat "$lat" "$from" "$n" "$budget" | cut -d' ' -f3
 }
 
 # admit_sweep SOCK LATFILE BUDGET MAXN FRAMES: levels of N concurrent
 # sessions of FRAMES frames each against a running server whose stdout
 # goes to LATFILE, after a warm-up level: N doubles from 1 until a level
-# fails, then bisects. A
-# level passes when the p95 of max(step_ms, late_ms) over its ticks (the
-# first 8 skipped) is under BUDGET (with a few dozen ticks a level, a p99
-# would be one hiccup of a shared machine). Prints N*, the largest
+# fails, then bisects. A level passes when the ADMIT_Q quantile (p99) of
+# max(step_ms, late_ms) over its ticks (the first ADMIT_SKIP skipped) is
+# under BUDGET; give a level 100 counted ticks or more, so that one
+# hiccup of a shared machine does not fail it. Prints N*, the largest
 # passing level below the first failing one; one line per level goes to
 # $T_TMP/sweep.levels.
 admit_sweep() {
@@ -51,7 +73,7 @@ admit_sweep() {
     admit_level "$sock" "$lat" "$budget" 2 30 >/dev/null
     admit_pass() {
         p=$(admit_level "$sock" "$lat" "$budget" "$1" "$frames")
-        echo "n=$1 p95=$p" >>"$T_TMP/sweep.levels"
+        echo "n=$1 q$ADMIT_Q=$p" >>"$T_TMP/sweep.levels"
         [ -n "$p" ] && [ "$p" != nan ] && awk -v p="$p" -v b="$budget" 'BEGIN { exit !(p <= b) }'
     }
     while [ $n -le "$maxn" ]; do
