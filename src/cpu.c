@@ -39,9 +39,15 @@
  *   kv[block][layer][k|v][kv_head][MT_KV_BLOCK slots][head_dim]   fp32
  * so one (layer, kv head) of a block is 16 contiguous key rows, and a
  * block is layers*2*kv_heads*16*head_dim floats (16 * position_bytes).
- * Keys are stored rotated by their absolute position (full policy and
- * window/absolute), or un-rotated (window/cache): then each key is rotated
- * at attention time by its index in the kept cache (StreamingLLM).
+ * Keys are stored rotated by their absolute position, in every mode. In
+ * window/cache mode (StreamingLLM) a score must see the rotary distance
+ * between the query's and the key's indices in the kept cache; a rotary
+ * score depends only on the difference of the two angles, so
+ *   R(q_index) q . R(k_index) k  =  R(q_index + d) q . R(k_abs) k,
+ *   d = k_abs - k_index,
+ * and d takes two values: 0 for the sinks (positions 0..S-1 are their own
+ * indices) and pos - q_index for the whole contiguous window. The query is
+ * rotated at most twice per (row, kv head) instead of every key per step.
  *
  * Attention reads the positions that existed before this call from the
  * cache and the positions written by this call (the row itself, and in a
@@ -170,8 +176,9 @@ typedef struct scratch {
     int64_t *rope;     /* [cap]  its rotary position */
     int64_t *abs;      /* [cap]  its absolute position */
     float   *score;    /* [group, cap] attention weights of the group's heads */
-    float   *krot;     /* [cap, head_dim] keys rotated by cache index
-                          (window/cache mode only) */
+    float   *qd;       /* [group, head_dim] the group's queries rotated by a
+                          further d (window/cache mode) */
+    float   *dcs, *dsn;/* [half] rotary of a d that is not the row's own */
 } scratch;
 
 typedef struct cpu_backend {
@@ -197,6 +204,7 @@ typedef struct cpu_backend {
     float *pcmf;         /* [R, frame_samples]  pcm as float, in and out */
     float *rcos, *rsin;  /* [R, half]     rotary of each row's absolute position */
     float *qcos, *qsin;  /* [R, half]     rotary of each row's query position */
+    float *dcos, *dsin;  /* [R, half]     rotary of pos - query index (cache mode) */
     float *ccos, *csin;  /* [S+W, half]   rotary by cache index (cache mode) */
     double *inv_freq;    /* [half] */
 
@@ -377,9 +385,11 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     int64_t q_rope;
     int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope,
                              sc->abs, sc->cap, &q_rope);
-    (void)q_rope; /* the query was rotated before this phase */
     const float scale = 1.0f / sqrtf((float)hd);
-    const float *qrow = be->qkv + (size_t)r * be->qkv_dim;
+    /* the group's q heads, rotated by q_rope before this phase */
+    const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g * group * hd;
+    const float *qk = qg;       /* qg rotated by a further cur_d */
+    int64_t cur_d = 0;
 
     /* scores[i][j] = q_i . k_j * scale */
     for (int j = 0; j < n; j++) {
@@ -392,16 +402,27 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
             k = kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 0, g) +
                 (size_t)(s % MT_KV_BLOCK) * hd;
         }
-        if (be->cache_rope) {
-            float *kr = sc->krot + (size_t)j * hd;
-            memcpy(kr, k, (size_t)hd * sizeof *kr);
-            rope_apply(kr, be->ccos + (size_t)sc->rope[j] * be->half,
-                       be->csin + (size_t)sc->rope[j] * be->half, be->half);
-            k = kr;
+        int64_t d = sc->abs[j] - sc->rope[j];
+        if (be->cache_rope && d != cur_d) {
+            const float *cs = be->dcos + (size_t)r * be->half;
+            const float *sn = be->dsin + (size_t)r * be->half;
+            if (d != rw->pos - q_rope) {
+                rope_table(be, d, sc->dcs, sc->dsn);
+                cs = sc->dcs;
+                sn = sc->dsn;
+            }
+            if (d == 0) {
+                qk = qg;
+            } else {
+                memcpy(sc->qd, qg, (size_t)group * hd * sizeof *sc->qd);
+                for (int i = 0; i < group; i++)
+                    rope_apply(sc->qd + (size_t)i * hd, cs, sn, be->half);
+                qk = sc->qd;
+            }
+            cur_d = d;
         }
         for (int i = 0; i < group; i++)
-            sc->score[(size_t)i * sc->cap + j] =
-                dot(qrow + (size_t)(g * group + i) * hd, k, hd) * scale;
+            sc->score[(size_t)i * sc->cap + j] = dot(qk + (size_t)i * hd, k, hd) * scale;
     }
     /* softmax per head */
     for (int i = 0; i < group; i++) {
@@ -509,10 +530,13 @@ static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
         if (p) sc->abs = p;
         float *s = realloc(sc->score, (size_t)cap * be->group * sizeof *s);
         if (s) sc->score = s;
-        float *k = be->cache_rope ? realloc(sc->krot, (size_t)cap * be->hd * sizeof *k)
-                                  : sc->krot;
-        if (k) sc->krot = k;
-        if (!a || !b || !p || !s || (be->cache_rope && !k)) {
+        if (!sc->qd)
+            sc->qd = malloc((size_t)be->group * be->hd * sizeof *sc->qd);
+        if (!sc->dcs)
+            sc->dcs = malloc((size_t)be->half * sizeof *sc->dcs);
+        if (!sc->dsn)
+            sc->dsn = malloc((size_t)be->half * sizeof *sc->dsn);
+        if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn) {
             snprintf(err, errlen, "cpu: out of memory for attention over %d positions",
                      need);
             return -1;
@@ -568,6 +592,8 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
                    (size_t)half * sizeof(float));
             memcpy(be->qsin + (size_t)r * half, be->csin + (size_t)qi * half,
                    (size_t)half * sizeof(float));
+            rope_table(be, be->rows[r].pos - qi, be->dcos + (size_t)r * half,
+                       be->dsin + (size_t)r * half);
         } else {
             memcpy(be->qcos + (size_t)r * half, be->rcos + (size_t)r * half,
                    (size_t)half * sizeof(float));
@@ -591,17 +617,16 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         add_seg(be, w->wv, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
         tpool_run(&be->tp, be, phase_gemm);
 
-        /* rotary: every q head by the query's position; k heads by the
-         * absolute position unless keys are kept un-rotated (cache mode) */
+        /* rotary: every q head by the query's position (its cache index
+         * in cache mode), k heads by the absolute position */
         for (int r = 0; r < R; r++) {
             float *q = be->qkv + (size_t)r * be->qkv_dim;
             for (int h = 0; h < c->heads; h++)
                 rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
                            be->qsin + (size_t)r * half, half);
-            if (!be->cache_rope)
-                for (int g = 0; g < c->kv_heads; g++)
-                    rope_apply(q + be->q_dim + (size_t)g * hd, be->rcos + (size_t)r * half,
-                               be->rsin + (size_t)r * half, half);
+            for (int g = 0; g < c->kv_heads; g++)
+                rope_apply(q + be->q_dim + (size_t)g * hd, be->rcos + (size_t)r * half,
+                           be->rsin + (size_t)r * half, half);
         }
 
         /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv head) */
@@ -723,7 +748,9 @@ static void cpu_destroy(mt_backend *b)
                 free(be->scr[t].rope);
                 free(be->scr[t].abs);
                 free(be->scr[t].score);
-                free(be->scr[t].krot);
+                free(be->scr[t].qd);
+                free(be->scr[t].dcs);
+                free(be->scr[t].dsn);
             }
         free(be->scr);
         free(be->wargs);
@@ -731,6 +758,7 @@ static void cpu_destroy(mt_backend *b)
         free(be->x); free(be->xn); free(be->qkv); free(be->att);
         free(be->gate); free(be->up); free(be->pcmf);
         free(be->rcos); free(be->rsin); free(be->qcos); free(be->qsin);
+        free(be->dcos); free(be->dsin);
         free(be->ccos); free(be->csin); free(be->inv_freq);
         free(be->rows);
         free(be);
@@ -825,6 +853,8 @@ int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
     be->rsin = alloc_floats(R * be->half, &fail);
     be->qcos = alloc_floats(R * be->half, &fail);
     be->qsin = alloc_floats(R * be->half, &fail);
+    be->dcos = alloc_floats(R * be->half, &fail);
+    be->dsin = alloc_floats(R * be->half, &fail);
     be->rows = calloc(R, sizeof *be->rows);
     be->inv_freq = calloc((size_t)be->half, sizeof *be->inv_freq);
     if (!be->rows || !be->inv_freq)
