@@ -54,7 +54,7 @@ loop() {
     tee "$T_TMP/loop.lat" <"$T_TMP/out" |
         "$A" --budget "$BUDGET" --margin "$MARGIN" --policy "$pol" >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
     local ctl=$!; t_track $ctl
-    "$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --control "$T_TMP/ctl" "$@" >"$T_TMP/out" 2>/dev/null &
+    "$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 --control "$T_TMP/ctl" "$@" >"$T_TMP/out" 2>/dev/null &
     local srv=$!; t_track $srv
     wait_sock "$SOCK"
     admit_arrivals "$SOCK" "$SECS" 0.25 $((SECS * 25))

@@ -53,7 +53,7 @@ mkfifo "$T_TMP/ctl" "$T_TMP/out"
 tee "$T_TMP/loop.lat" <"$T_TMP/out" |
     "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 $ADMIT_ARGS >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
 CTL=$!; t_track $CTL
-"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --control "$T_TMP/ctl" --admit-timeout 2000 \
+"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 --control "$T_TMP/ctl" --admit-timeout 2000 \
     >"$T_TMP/out" 2>"$T_TMP/loop.log" &
 SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "loop server started"; t_done; }
