@@ -65,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -77,7 +78,7 @@
 /* The vector helpers below are static inline: no ABI crosses a call. */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-enum { PREFILL_CHUNK = 64, SLICE_ALIGN = 32, SPIN = 4000 };
+enum { PREFILL_CHUNK = 64, SLICE_ALIGN = 32 };
 
 /* ---- thread pool ------------------------------------------------------ */
 
@@ -98,6 +99,57 @@ typedef struct tpool {
 
 typedef struct worker_arg { tpool *tp; int tid; } worker_arg;
 
+/* How long a thread spins for the next phase (or the phase's end) before
+ * it sleeps on the condition variable. Timed, not counted: a pause
+ * instruction costs 10 to 140 cycles depending on the core. On a VM a
+ * sleeping thread takes 0.1 to several milliseconds to run again (its
+ * vCPU halted and must be woken through the hypervisor); paid at each of
+ * a step's 42 phases, that doubled a small batch's step in mt-serve. So a
+ * thread spins through the whole step (phases follow each other within
+ * microseconds; one thread may be preempted for a while), and sleeps only
+ * between steps, a frame period apart; the server wakes the pool
+ * MT_DECODER_WAKE_NS ahead of each tick (tpool_wake), which SPIN_NS must
+ * outlast. The cost is about SPIN_NS + MT_DECODER_WAKE_NS of spinning per
+ * worker per step: 6% of a core at an 80 ms tick. */
+enum { SPIN_NS = 2 * MT_DECODER_WAKE_NS };
+
+static uint64_t spin_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void spin_until_changed(atomic_uint *gen, unsigned seen)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 0; atomic_load_explicit(gen, memory_order_acquire) == seen; i++) {
+        cpu_relax();
+        if ((i & 63) == 63) {
+            uint64_t t = spin_clock_ns();
+            if (!t0)
+                t0 = t;
+            else if (t - t0 > SPIN_NS)
+                return;
+        }
+    }
+}
+
+static void spin_until_zero(atomic_int *pending)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 0; atomic_load_explicit(pending, memory_order_acquire) > 0; i++) {
+        cpu_relax();
+        if ((i & 63) == 63) {
+            uint64_t t = spin_clock_ns();
+            if (!t0)
+                t0 = t;
+            else if (t - t0 > SPIN_NS)
+                return;
+        }
+    }
+}
+
 /* A phase's workers spin briefly (phases follow each other within
  * microseconds inside a step) and then sleep (between steps). */
 static void *worker_main(void *arg)
@@ -108,12 +160,7 @@ static void *worker_main(void *arg)
      * must still be seen as new. */
     unsigned seen = 0;
     for (;;) {
-        int spins = 0;
-        while (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen &&
-               spins < SPIN) {
-            cpu_relax();
-            spins++;
-        }
+        spin_until_changed(&tp->gen, seen);
         if (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen) {
             pthread_mutex_lock(&tp->mu);
             while (atomic_load(&tp->gen) == seen && !tp->stop)
@@ -132,12 +179,47 @@ static void *worker_main(void *arg)
     }
 }
 
+/* Waits out a wake-up phase (tpool_wake) still running. */
+static void tpool_settle(tpool *tp)
+{
+    spin_until_zero(&tp->pending);
+    if (atomic_load(&tp->pending) > 0) {
+        pthread_mutex_lock(&tp->mu);
+        while (atomic_load(&tp->pending) > 0)
+            pthread_cond_wait(&tp->done, &tp->mu);
+        pthread_mutex_unlock(&tp->mu);
+    }
+}
+
+static void phase_nothing(struct cpu_backend *be, int tid, int nt)
+{
+    (void)be, (void)tid, (void)nt;
+}
+
+/* Posts an empty phase and returns at once: the workers wake from their
+ * sleep now and are spinning (for SPIN_NS) when the step's first phase is
+ * posted, instead of paying their wake-up inside it. */
+static void tpool_wake(tpool *tp, struct cpu_backend *be)
+{
+    if (tp->n == 1)
+        return;
+    tpool_settle(tp);
+    tp->fn = phase_nothing;
+    tp->be = be;
+    atomic_store(&tp->pending, tp->n - 1);
+    pthread_mutex_lock(&tp->mu);
+    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&tp->start);
+    pthread_mutex_unlock(&tp->mu);
+}
+
 static void tpool_run(tpool *tp, struct cpu_backend *be, phase_fn fn)
 {
     if (tp->n == 1) {
         fn(be, 0, 1);
         return;
     }
+    tpool_settle(tp);
     tp->fn = fn;
     tp->be = be;
     atomic_store(&tp->pending, tp->n - 1);
@@ -146,12 +228,7 @@ static void tpool_run(tpool *tp, struct cpu_backend *be, phase_fn fn)
     pthread_cond_broadcast(&tp->start);
     pthread_mutex_unlock(&tp->mu);
     fn(be, 0, tp->n);
-    int spins = 0;
-    while (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0 &&
-           spins < SPIN) {
-        cpu_relax();
-        spins++;
-    }
+    spin_until_zero(&tp->pending);
     pthread_mutex_lock(&tp->mu);
     while (atomic_load(&tp->pending) > 0)
         pthread_cond_wait(&tp->done, &tp->mu);
@@ -722,6 +799,12 @@ static int cpu_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *i
     return 0;
 }
 
+static void cpu_wake(mt_backend *b)
+{
+    cpu_backend *be = b->impl;
+    tpool_wake(&be->tp, be);
+}
+
 static void cpu_destroy(mt_backend *b)
 {
     if (!b)
@@ -812,6 +895,7 @@ int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
     b->position_bytes = pb;
     b->step = cpu_step;
     b->prefill = cpu_prefill;
+    b->wake = cpu_wake;
     b->destroy = cpu_destroy;
     be->m = m;
     be->c = c;

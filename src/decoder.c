@@ -149,6 +149,12 @@ void mt_decoder_free(mt_decoder *d)
 mt_kv_pool *mt_decoder_pool(mt_decoder *d) { return d->pool; }
 const char *mt_decoder_backend_name(const mt_decoder *d) { return d->be->name; }
 const mt_model *mt_decoder_model(const mt_decoder *d) { return d->m; }
+
+void mt_decoder_wake(mt_decoder *d)
+{
+    if (d && d->be->wake)
+        d->be->wake(d->be);
+}
 const char *mt_decoder_note(const mt_decoder *d) { return d->note; }
 
 /* Inputs for rows rows: the adapter exists and every token id is in range. */

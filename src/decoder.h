@@ -66,6 +66,9 @@ typedef struct mt_backend {
      * NULL (only the cache is wanted). */
     int  (*prefill)(struct mt_backend *be, mt_kv_seq *seq, int n,
                     const mt_step_io *io, char *err, size_t errlen);
+    /* Optional (NULL: nothing to do): a step is due shortly (about
+     * MT_DECODER_WAKE_NS from now); wake what sleeps between steps. */
+    void (*wake)(struct mt_backend *be);
     void (*destroy)(struct mt_backend *be);
 } mt_backend;
 
@@ -77,6 +80,13 @@ void mt_decoder_free(mt_decoder *d);
 mt_kv_pool *mt_decoder_pool(mt_decoder *d);
 const char *mt_decoder_backend_name(const mt_decoder *d);
 const mt_model *mt_decoder_model(const mt_decoder *d);
+/* A step is due in about MT_DECODER_WAKE_NS: lets a backend whose threads
+ * sleep between steps wake them ahead of it (on a VM a sleeping thread
+ * takes up to milliseconds to run again, paid inside the step otherwise).
+ * Cheap, never blocks for long, and optional: a step without it is the
+ * same step. */
+enum { MT_DECODER_WAKE_NS = 1500000 };
+void mt_decoder_wake(mt_decoder *d);
 /* Why the backend is what it is, for the caller to print: "" normally; with
  * MT_DEV_AUTO, e.g. "CUDA unavailable (no device): using CPU". */
 const char *mt_decoder_note(const mt_decoder *d);

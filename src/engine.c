@@ -604,6 +604,14 @@ void mt_engine_drain(mt_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+void mt_engine_wake(mt_engine *e)
+{
+    int active = 0;
+    mt_engine_counts(e, &active, NULL);
+    if (active > 0)
+        mt_decoder_wake(e->dec);
+}
+
 void mt_engine_counts(mt_engine *e, int *active, int *pending)
 {
     int a = 0, p = 0;

@@ -112,6 +112,11 @@ uint64_t mt_engine_fill_due(mt_engine *e, uint64_t now);
 int  mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
                     char *err, size_t errlen);
 
+/* The next tick is due in about MT_DECODER_WAKE_NS: wakes the decoder's
+ * sleeping threads ahead of it when any session is active (an idle server
+ * stays asleep). Called by the thread that calls mt_engine_tick. */
+void mt_engine_wake(mt_engine *e);
+
 /* Drain: every session's input is considered ended. */
 void mt_engine_drain(mt_engine *e);
 /* Admitted sessions not yet ended, and sessions waiting for admission. */

@@ -435,6 +435,14 @@ void mt_server_free(mt_server *s)
 
 /* ---- the tick thread ------------------------------------------------------ */
 
+static void sleep_until(uint64_t at)
+{
+    struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
+                          .tv_nsec = (long)(at % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
 static void *tick_main(void *arg)
 {
     mt_server *s = arg;
@@ -443,11 +451,15 @@ static void *tick_main(void *arg)
     char err[256];
     while (!atomic_load(&s->stop_ticks)) {
         uint64_t at = s->o.t0 + (uint64_t)k * P;
-        struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
-                              .tv_nsec = (long)(at % 1000000000ull)};
-        int r;
-        while ((r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL)) == EINTR)
-            ;
+        /* wake the decoder's threads a little ahead of the tick, so that
+         * their wake-up is not paid inside the step */
+        if (at > MT_DECODER_WAKE_NS && mt_now_ns() < at - MT_DECODER_WAKE_NS) {
+            sleep_until(at - MT_DECODER_WAKE_NS);
+            if (atomic_load(&s->stop_ticks))
+                break;
+            mt_engine_wake(s->eng);
+        }
+        sleep_until(at);
         if (atomic_load(&s->stop_ticks))
             break;
         if (mt_engine_tick(s->eng, k, at, err, sizeof err) != 0)
