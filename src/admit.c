@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RING 48           /* samples kept per level */
+#define RING 256          /* samples kept per level */
 #define QUEUE_MAX 1024    /* held requests */
 #define MIN_LEVEL_N 4     /* samples before a level counts in the fit */
 #define LATE_RUN 25       /* ticks of lateness born at a level, without
@@ -28,6 +28,10 @@ typedef struct level {
     float   y[RING];
     int64_t tick[RING];
     int     n, head;
+    /* the going-above test (metronome_predict): its last verdict, and the
+     * sample count and tick it was taken at */
+    int     above_ok, above_n;
+    int64_t above_tick;
 } level;
 
 typedef struct held {
@@ -416,6 +420,38 @@ static int metronome_predict(mt_admit *a)
     }
     if (cap && best >= cap)
         best = cap - 1;
+    /* The level now running is direct evidence too, and the line's
+     * extrapolation one step up is only as good as it: go above it only
+     * once its own p99 estimate, with that estimate's standard error
+     * (median and MAD sigma of its n samples), is under the target. Far
+     * below the target a few ticks show that; near it the level is held
+     * until it has enough ticks to tell. A test repeated at every tick
+     * would pass by chance sooner or later (the estimate wanders, and one
+     * lucky stretch is enough), so the verdict is taken again only when
+     * the level's sample count has doubled since the last one, or a whole
+     * ring of new samples has come: a handful of looks per level. */
+    int xa = a->have_tick ? (int)a->last.active : 0;
+    if (best > xa && xa >= 1 && xa <= MT_ADMIT_MAX_LEVEL) {
+        level *l = &a->lv[xa];
+        double m, s;
+        int n = level_est(a, l, 0, &m, &s);
+        if (n < l->above_n)          /* forgotten, or a change point */
+            l->above_n = 0;
+        if (n >= MIN_LEVEL_N &&
+            (l->above_n == 0 || n >= 2 * l->above_n || a->st.ticks - l->above_tick >= RING)) {
+            /* a few ticks can look tight by chance: the spread is never
+             * taken under what the line fitted over all levels says */
+            double sf = fit_at(&fs, xa);
+            if (s < sf)
+                s = sf;
+            double se = s * sqrt((1.5708 + qz * qz * 1.36) / n);
+            l->above_ok = m + qz * s + a->o.z * se <= target;
+            l->above_n = n;
+            l->above_tick = a->st.ticks;
+        }
+        if (l->above_n == 0 || !l->above_ok)
+            best = xa;
+    }
     return best;
 }
 

@@ -56,23 +56,26 @@ admit_level() {
     admit_level_stat "$lat" "$from" "$n" "$budget" | cut -d' ' -f3
 }
 
-# admit_sweep SOCK LATFILE BUDGET MAXN FRAMES: levels of N concurrent
+# admit_sweep SOCK LATFILE BUDGET MAXN FRAMES [BISECT-FRAMES]: levels of N concurrent
 # sessions of FRAMES frames each against a running server whose stdout
 # goes to LATFILE, after a warm-up level: N doubles from 1 until a level
 # fails, then bisects. A level passes when the ADMIT_Q quantile (p99) of
 # max(step_ms, late_ms) over its ticks (the first ADMIT_SKIP skipped) is
 # under BUDGET; give a level 100 counted ticks or more, so that one
-# hiccup of a shared machine does not fail it. Prints N*, the largest
+# hiccup of a shared machine does not fail it. The bisection's levels,
+# the ones near the wall that decide N*, run BISECT-FRAMES frames
+# (default FRAMES): a p99 over 200 ticks is the third-worst tick, over
+# 100 the second. Prints N*, the largest
 # passing level below the first failing one; one line per level goes to
 # $T_TMP/sweep.levels.
 admit_sweep() {
-    local sock=$1 lat=$2 budget=$3 maxn=$4 frames=$5 n=1 lo=0 hi=0 p mid
+    local sock=$1 lat=$2 budget=$3 maxn=$4 frames=$5 bframes=${6:-$5} n=1 lo=0 hi=0 p mid
     : >"$T_TMP/sweep.levels"
     # a warm-up level, not counted: the first steps of a fresh server pay
     # for page faults and the BLAS threads' start
     admit_level "$sock" "$lat" "$budget" 2 30 >/dev/null
     admit_pass() {
-        p=$(admit_level "$sock" "$lat" "$budget" "$1" "$frames")
+        p=$(admit_level "$sock" "$lat" "$budget" "$1" "${2:-$frames}")
         echo "n=$1 q$ADMIT_Q=$p" >>"$T_TMP/sweep.levels"
         [ -n "$p" ] && [ "$p" != nan ] && awk -v p="$p" -v b="$budget" 'BEGIN { exit !(p <= b) }'
     }
@@ -82,7 +85,7 @@ admit_sweep() {
     [ $hi = 0 ] && { echo "$lo"; return; }
     while [ $((hi - lo)) -gt 1 ]; do
         mid=$(((lo + hi) / 2))
-        if admit_pass $mid; then lo=$mid; else hi=$mid; fi
+        if admit_pass $mid "$bframes"; then lo=$mid; else hi=$mid; fi
     done
     echo "$lo"
 }

@@ -23,6 +23,8 @@ static uint64_t sim_seed;   /* MT_ADMIT_SEED overrides, to try others */
 
 typedef struct sim {
     double a, b, rel_noise, abs_noise, outlier_p, outlier_x;
+    double knee, knee_c;         /* + knee_c (x - knee)^2 past the knee: a
+                                    machine that saturates, not a line */
     double period_ms;
     int    life;                 /* session life in ticks (0: forever) */
     int    stuck_at;             /* from this many sessions on, lateness never
@@ -56,7 +58,11 @@ static double nrand(sim *s)
     return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static double true_step(const sim *s, int x) { return s->a + s->b * x; }
+static double true_step(const sim *s, int x)
+{
+    double over = s->knee_c > 0 && x > s->knee ? x - s->knee : 0;
+    return s->a + s->b * x + s->knee_c * over * over;
+}
 static double true_sigma(const sim *s, int x)
 {
     return s->rel_noise * true_step(s, x) + s->abs_noise;
@@ -242,6 +248,41 @@ static void test_metronome_outliers(void)
     tap_diag("outliers 5%%: N*=%d reached %d", nstar, s.active);
     ok(s.active >= 0.85 * nstar && s.max_active <= nstar,
        "metronome: 5%% outliers barely move it (%d of N* %d)", s.active, nstar);
+    mt_admit_free(a);
+}
+
+/* A server that saturates: the step grows faster than a line past a
+ * knee, so the line fitted over the levels below is optimistic one step
+ * up. The level now running is the evidence: the controller goes above
+ * it only once the level's own p99 is known to be under the target, and
+ * so stops at the wall the line cannot see. */
+static void test_metronome_knee(void)
+{
+    sim s;
+    sim_init(&s, 6, 0.8);
+    s.rel_noise = 0.08;
+    s.knee = 40;
+    s.knee_c = 0.06;
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    mt_admit *a = make(&o, &s);
+    if (!a)
+        return;
+    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    for (int i = 0; i < 4000; i++)
+        sim_tick(&s, a);
+    double target = o.margin * o.budget_ms;
+    double p99_max = true_step(&s, s.max_active) + 2.33 * true_sigma(&s, s.max_active);
+    tap_diag("knee: N*=%d reached %d (max %d), accepts %d; clean p99 at the max %.2f ms, target %.1f",
+             nstar, s.active, s.max_active, s.accepts, p99_max, target);
+    /* Levels past N* here are 1% (51) and 5% (52) over the target: 51
+     * cannot be told from one under it in a run of this length, and a
+     * level looked at a few times with z = 2 passes by chance now and
+     * then (over seeds 0..40: 38 stop at 51, 3 at 52). A line fitted
+     * below the knee, without the level's own test, goes to 53 (9%). */
+    ok(p99_max <= 1.06 * target && s.active >= 0.85 * nstar,
+       "metronome: a server that saturates past a knee is approached, not passed (%d, max %d, N* %d, p99 at the max %.1f of %.1f ms)",
+       s.active, s.max_active, nstar, p99_max, target);
     mt_admit_free(a);
 }
 
@@ -486,6 +527,7 @@ int main(void)
     test_metronome_converges(20, 0.5, "a=20 b=0.5");
     test_metronome_converges(1, 4.0, "a=1 b=4");
     test_metronome_outliers();
+    test_metronome_knee();
     test_metronome_slowdown();
     test_metronome_refusal();
     test_metronome_stuck();
