@@ -76,12 +76,12 @@ settled=$(sed -n 's/.*settled=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 late=$(sed -n 's/.*late_ticks=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 sus=$(sed -n 's/.*sustained=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 need=$(awk -v n="$nstar" 'BEGIN { x = 0.9 * n; printf "%d", (x == int(x)) ? x : int(x) + 1 }')
-t_todo "issue 7 open: with the p99 sweep, 64 of 72 (45 s loop), 64 of 61 (60 s): the sweep's N* on this 2-core VM moves by 15-30% run to run" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
+t_todo "issue 7 open: margin 0.9 gave 62 of 67 and 58 of 63 (passing by one session), margin 0.93 gave 72 of 63 and 75 of 61 with sustained lateness: the sweep's N* and the loop's wall differ by 10-20% on this 2-core VM" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
     [ "${settled:-0}" -ge "$need" ]
 if [ -n "$MT_ASAN" ]; then
     t_skip "zero overshoot: timing not asserted under sanitizers ($sus sustained, $late late ticks)"
 else
-    t_todo "issue 7 open: 0, 0 and 1 runs of 3+ late ticks in the last three runs here" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
+    t_todo "issue 7 open: 0 and 0 runs of 3+ late ticks at margin 0.9 (1 late tick each), 2 and 5 at 0.93" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
         [ "${sus:-1}" = 0 ]
 fi
 t_check "no request timed out: the controller answered every one" \
