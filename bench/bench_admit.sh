@@ -8,7 +8,7 @@
 # (3+ ticks), late ticks, session-ticks late; then metronome against
 # `--kv full` with a small pool, where the latency lies: it admits, then
 # the cache runs out (preemptions, FILL frames). Prints figures; asserts
-# nothing. SECS (default 60) per loop; POLICIES to change the list.
+# nothing. SECS (default 75, as the closed-loop test) per loop; POLICIES to change the list.
 # As in tests/integration/admit_closedloop.sh, sweep and loops run on a
 # short window (WINDOW, default 32) so that both measure full caches.
 set -u
@@ -22,7 +22,7 @@ export FC
 MODEL=${MODEL:-synthetic:small}
 BUDGET=${BUDGET:-80}
 MARGIN=${MARGIN:-0.9}
-SECS=${SECS:-60}
+SECS=${SECS:-75}
 WINDOW=${WINDOW:-32}
 export ADMIT_SKIP=$((WINDOW + 8))
 T_TMP=$(mktemp -d /tmp/mt-bench-admit.XXXXXX)
