@@ -61,6 +61,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,34 +121,43 @@ static uint64_t spin_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* One turn of a spin wait begun at *t0 (0: not yet timed): 1 once it has
+ * lasted SPIN_NS. Past the first SPIN_PAUSE_NS it yields the CPU at every
+ * turn instead of pausing: when more threads are runnable than there are
+ * cores (the clients, the I/O thread, a sanitizer build), a pure spin
+ * would hold the core that the thread it waits for needs. */
+static int spin_turn(uint64_t *t0, unsigned i)
+{
+    enum { SPIN_PAUSE_NS = 50000 };
+    cpu_relax();
+    if ((i & 63) != 63)
+        return 0;
+    uint64_t t = spin_clock_ns();
+    if (!*t0) {
+        *t0 = t;
+        return 0;
+    }
+    if (t - *t0 > SPIN_NS)
+        return 1;
+    if (t - *t0 > SPIN_PAUSE_NS)
+        sched_yield();
+    return 0;
+}
+
 static void spin_until_changed(atomic_uint *gen, unsigned seen)
 {
     uint64_t t0 = 0;
-    for (unsigned i = 0; atomic_load_explicit(gen, memory_order_acquire) == seen; i++) {
-        cpu_relax();
-        if ((i & 63) == 63) {
-            uint64_t t = spin_clock_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > SPIN_NS)
-                return;
-        }
-    }
+    for (unsigned i = 0; atomic_load_explicit(gen, memory_order_acquire) == seen; i++)
+        if (spin_turn(&t0, i))
+            return;
 }
 
 static void spin_until_zero(atomic_int *pending)
 {
     uint64_t t0 = 0;
-    for (unsigned i = 0; atomic_load_explicit(pending, memory_order_acquire) > 0; i++) {
-        cpu_relax();
-        if ((i & 63) == 63) {
-            uint64_t t = spin_clock_ns();
-            if (!t0)
-                t0 = t;
-            else if (t - t0 > SPIN_NS)
-                return;
-        }
-    }
+    for (unsigned i = 0; atomic_load_explicit(pending, memory_order_acquire) > 0; i++)
+        if (spin_turn(&t0, i))
+            return;
 }
 
 /* A phase's workers spin briefly (phases follow each other within
