@@ -189,7 +189,8 @@ static void *worker_main(void *arg)
     }
 }
 
-/* Waits out a wake-up phase (tpool_wake) still running. */
+/* Waits until the workers have finished the phase last posted: spins
+ * (SPIN_NS), then sleeps on done. */
 static void tpool_settle(tpool *tp)
 {
     spin_until_zero(&tp->pending);
@@ -206,15 +207,10 @@ static void phase_nothing(struct cpu_backend *be, int tid, int nt)
     (void)be, (void)tid, (void)nt;
 }
 
-/* Posts an empty phase and returns at once: the workers wake from their
- * sleep now and are spinning (for SPIN_NS) when the step's first phase is
- * posted, instead of paying their wake-up inside it. */
-static void tpool_wake(tpool *tp, struct cpu_backend *be)
+/* Hands fn to the workers as the next phase; returns at once. */
+static void tpool_post(tpool *tp, struct cpu_backend *be, phase_fn fn)
 {
-    if (tp->n == 1)
-        return;
-    tpool_settle(tp);
-    tp->fn = phase_nothing;
+    tp->fn = fn;
     tp->be = be;
     atomic_store(&tp->pending, tp->n - 1);
     pthread_mutex_lock(&tp->mu);
@@ -223,26 +219,27 @@ static void tpool_wake(tpool *tp, struct cpu_backend *be)
     pthread_mutex_unlock(&tp->mu);
 }
 
+/* Posts an empty phase and returns at once: the workers wake from their
+ * sleep now and are spinning (for SPIN_NS) when the step's first phase is
+ * posted, instead of paying their wake-up inside it. */
+static void tpool_wake(tpool *tp, struct cpu_backend *be)
+{
+    if (tp->n == 1)
+        return;
+    tpool_settle(tp);
+    tpool_post(tp, be, phase_nothing);
+}
+
 static void tpool_run(tpool *tp, struct cpu_backend *be, phase_fn fn)
 {
     if (tp->n == 1) {
         fn(be, 0, 1);
         return;
     }
-    tpool_settle(tp);
-    tp->fn = fn;
-    tp->be = be;
-    atomic_store(&tp->pending, tp->n - 1);
-    pthread_mutex_lock(&tp->mu);
-    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&tp->start);
-    pthread_mutex_unlock(&tp->mu);
+    tpool_settle(tp);           /* a wake-up phase may still run */
+    tpool_post(tp, be, fn);
     fn(be, 0, tp->n);
-    spin_until_zero(&tp->pending);
-    pthread_mutex_lock(&tp->mu);
-    while (atomic_load(&tp->pending) > 0)
-        pthread_cond_wait(&tp->done, &tp->mu);
-    pthread_mutex_unlock(&tp->mu);
+    tpool_settle(tp);
 }
 
 /* ---- the backend ------------------------------------------------------ */
