@@ -26,7 +26,7 @@ echo "$out"
 echo "$out" | awk '
 /^machine/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
 /^step / { for (i = 1; i <= NF; i++) { split($i, kv, "="); s[kv[1]] = kv[2] }
-           if (s["B"] >= 32) printf "summary B=%d %.0f%% of sgemm peak (target 60%%)\n", s["B"], 100 * s["frac_peak"];
+           if (s["B"] >= 32) printf "summary B=%d %.0f%% of sgemm peak (target 60%%; at best %.0f%% with GEMMs at the peak and the K/V read at the copy bandwidth, one after the other)\n", s["B"], 100 * s["frac_peak"], 100 * s["serial_ceiling"];
            if (s["B"] == 1) printf "summary B=1 step %.2fx the bandwidth bound (target <= 1.5x)\n", s["step_over_bound"] }
 /^length/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); l[kv[1]] = kv[2] }
             if (l["frame"] == 300) { w0 = l["window_ms"]; f0 = l["full_ms"] }

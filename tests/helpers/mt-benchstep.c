@@ -237,6 +237,15 @@ int main(int argc, char **argv)
         printf("step policy=window S=%d W=%d B=%d step_ms=%.2f gflops=%.1f frac_peak=%.2f"
                " kv_read_mb=%.0f mem_bound_ms=%.2f",
                S, W, Bs[i], r.ms, r.gflop, r.gflop / peak, r.kv_bytes / 1e6, mem_ms);
+        /* The fraction of the peak a step could reach at best: each
+         * layer's attention needs that layer's q/k/v product and the next
+         * product needs its output, so the K/V read (memory-bound) and
+         * the GEMMs (compute-bound) follow each other. With the GEMMs at
+         * the sgemm peak and the K/V read at the copy bandwidth, the step
+         * takes flops / peak + kv_bytes / bandwidth. */
+        double gemm_ms = r.gflop * r.ms / peak, kv_ms = r.kv_bytes / (bw * 1e9) * 1e3;
+        if (Bs[i] >= 32)        /* where the weight read is small beside both */
+            printf(" serial_ceiling=%.2f", gemm_ms / (gemm_ms + kv_ms));
         if (Bs[i] == 1) {
             double bound_ms = wbytes / (bw * 1e9) * 1e3;
             printf(" bw_bound_ms=%.2f step_over_bound=%.2f", bound_ms, r.ms / bound_ms);
