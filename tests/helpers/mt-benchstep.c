@@ -93,9 +93,7 @@ static double copy_bandwidth(int T)
 
 typedef struct { double ms; double gflop; double kv_bytes; } result;
 
-/* Trials per figure (the best is kept): 3 for the batch sizes; the
- * length comparison, a ratio of two small figures on a shared machine,
- * takes 9. */
+/* Trials per figure (the best is kept). */
 static int trials = 3;
 
 /* Mean step time of B sessions at length len (fast-forwarded). */
@@ -181,6 +179,98 @@ static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, 
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Window-policy step time of B sessions at each of nl lengths, measured
+ * interleaved: one decoder, nl groups of B sessions fast-forwarded to
+ * their lengths, and rounds of one step of each group in turn; the median
+ * step of each group is kept. The figures are compared with one another
+ * (flat means within 5%), and a step of B = 4 is about 10 ms, so
+ * measuring one length after the other let a few seconds of another
+ * tenant's load, or the machine's drift, land on one length only (ratios
+ * of 0.89 to 1.09 in runs of a whole step the same at every length). */
+static int time_window_lengths(const mt_model *m, int S, int W, int B, const int64_t *lens,
+                               int nl, int rounds, int T, double *ms)
+{
+    const mt_config *c = &m->cfg;
+    char err[512] = "";
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T };
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.sink = S;
+    o.kv.window = W;
+    o.kv.rope = MT_ROPE_CACHE;
+    size_t pb = mt_decoder_position_bytes(c, "cpu");
+    o.kv.budget_bytes = (size_t)((S + W + 15) / 16 * 16) * pb * B * nl;
+    mt_decoder *d = NULL;
+    if (mt_decoder_create(m, &o, &d, err, sizeof err)) {
+        fprintf(stderr, "mt-benchstep: %s\n", err);
+        return -1;
+    }
+    mt_kv_pool *pool = mt_decoder_pool(d);
+    int n = B * nl, fs = c->frame_samples, rc = -1;
+    mt_kv_seq **seqs = calloc((size_t)n, sizeof *seqs);
+    int16_t *in = calloc((size_t)B * fs, sizeof *in), *out = calloc((size_t)B * fs, sizeof *out);
+    int32_t *tok = calloc((size_t)B, sizeof *tok);
+    float *logits = c->vocab > 0 ? calloc((size_t)B * c->vocab, sizeof *logits) : NULL;
+    double *t = calloc((size_t)nl * rounds, sizeof *t);
+    if (!seqs || !in || !out || !tok || (c->vocab > 0 && !logits) || !t) {
+        fprintf(stderr, "mt-benchstep: out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        if (mt_kv_seq_open(pool, &seqs[i]) || mt_kv_reserve(pool, seqs[i], lens[i / B])) {
+            fprintf(stderr, "mt-benchstep: kv pool too small\n");
+            goto done;
+        }
+        seqs[i]->len = lens[i / B];
+    }
+    for (size_t i = 0; i < (size_t)B * fs; i++)
+        in[i] = (int16_t)((i * 7919) % 20000 - 10000);
+    mt_step_io io = { 0 };
+    if (m->audio_in) {
+        io.pcm_in = in;
+        io.pcm_out = out;
+    } else {
+        io.tokens_in = tok;
+        io.logits = logits;
+    }
+    for (int r = -2; r < rounds; r++)       /* two warm-up rounds */
+        for (int g = 0; g < nl; g++) {
+            mt_kv_seq **grp = seqs + (size_t)g * B;
+            for (int b = 0; b < B; b++)
+                if (mt_kv_reserve(pool, grp[b], 1))
+                    goto done;
+            double t0 = now();
+            if (mt_decoder_step(d, B, grp, &io, err, sizeof err)) {
+                fprintf(stderr, "mt-benchstep: %s\n", err);
+                goto done;
+            }
+            if (r >= 0)
+                t[(size_t)g * rounds + r] = (now() - t0) * 1e3;
+        }
+    for (int g = 0; g < nl; g++) {
+        qsort(t + (size_t)g * rounds, (size_t)rounds, sizeof *t, cmp_double);
+        ms[g] = t[(size_t)g * rounds + rounds / 2];
+    }
+    rc = 0;
+done:
+    for (int i = 0; seqs && i < n; i++)
+        if (seqs[i])
+            mt_kv_seq_close(pool, seqs[i]);
+    mt_decoder_free(d);
+    free(seqs);
+    free(in);
+    free(out);
+    free(tok);
+    free(logits);
+    free(t);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:small";
@@ -254,30 +344,22 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
-    /* The window figures are compared with one another (flat means
-     * within 5%), so each length is timed in three passes spread over
-     * the run, and the best of each kept: a few seconds of another
-     * tenant's load then spoil one pass, not one length. */
+    /* The full policy's figures only have to rise with length: one pass. */
     int Bl = 4;
     int64_t lens[] = { 300, 2000, 10000 };
-    double wbest[3] = { 1e30, 1e30, 1e30 }, fms[3] = { 0 };
-    int reps = quick ? 2 : 5;
+    double wms[3], fms[3] = { 0 };
     trials = quick ? 3 : 5;
-    for (int pass = 0; pass < 3; pass++)
-        for (int i = 0; i < 3; i++) {
-            result rw, rf;
-            if (time_steps(m, MT_KV_WINDOW, S, W, Bl, lens[i], reps, T, &rw))
-                return 1;
-            wbest[i] = rw.ms < wbest[i] ? rw.ms : wbest[i];
-            if (pass == 1) {
-                if (time_steps(m, MT_KV_FULL, 0, 0, Bl, lens[i], reps, T, &rf))
-                    return 1;
-                fms[i] = rf.ms;
-            }
-        }
+    if (time_window_lengths(m, S, W, Bl, lens, 3, quick ? 20 : 100, T, wms))
+        return 1;
+    for (int i = 0; i < 3; i++) {
+        result rf;
+        if (time_steps(m, MT_KV_FULL, 0, 0, Bl, lens[i], quick ? 2 : 5, T, &rf))
+            return 1;
+        fms[i] = rf.ms;
+    }
     for (int i = 0; i < 3; i++)
         printf("length B=%d frame=%lld window_ms=%.2f full_ms=%.2f\n", Bl, (long long)lens[i],
-               wbest[i], fms[i]);
+               wms[i], fms[i]);
     fflush(stdout);
     mt_model_free(m);
     return 0;

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# bench_step_smoke.sh: bench/bench_step.sh (make bench's CPU step figures)
+# runs end to end on synthetic:tiny in a few seconds: every figure it
+# prints is a number, the summary lines are there, and the full policy's
+# step rises with length while the window's does not (a tiny model's
+# attention over 10,000 positions is 40 times its window's, far past the
+# machine's noise). Timing targets are the benchmark's, not asserted here.
+. "$(dirname "$0")/lib.sh"
+[ -x "$MT_TESTBIN/mt-benchstep" ] || t_skip_all "mt-benchstep not built"
+MT_TESTBIN=$MT_TESTBIN bash "$MT_ROOT/bench/bench_step.sh" --quick --model synthetic:tiny \
+    >"$T_TMP/out" 2>"$T_TMP/err"
+t_ok $? "bench_step.sh --quick exits 0"
+t_check "four batch sizes" test "$(grep -c '^step policy=window' "$T_TMP/out")" = 4
+t_check "the bounds were measured" \
+    grep -Eq '^machine .*sgemm_peak_gflops=[0-9.]+ copy_bandwidth_gbs=[0-9.]+' "$T_TMP/out"
+t_check "B >= 32 lines carry the serial ceiling, a fraction" \
+    test "$(awk '/^step / && / B=(32|64) / { for (i = 1; i <= NF; i++) if ($i ~ /^serial_ceiling=/) {
+               x = substr($i, 16) + 0; if (x > 0 && x <= 1) n++ } } END { print n + 0 }' "$T_TMP/out")" = 2
+t_check "four summary lines" test "$(grep -c '^summary' "$T_TMP/out")" = 4
+read -r w0 f0 w2 f2 < <(awk '/^length/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    w[v["frame"]] = v["window_ms"]; f[v["frame"]] = v["full_ms"] }
+    END { print w[300], f[300], w[10000], f[10000] }' "$T_TMP/out")
+t_diag "window ${w0} -> ${w2} ms, full ${f0} -> ${f2} ms"
+t_check "full policy: frame 10,000 slower than frame 300" \
+    awk -v a="$f0" -v b="$f2" 'BEGIN { exit !(a > 0 && b > 2 * a) }'
+t_check "window policy: frame 10,000 no slower than twice frame 300" \
+    awk -v a="$w0" -v b="$w2" 'BEGIN { exit !(a > 0 && b > 0 && b < 2 * a) }'
+t_done
