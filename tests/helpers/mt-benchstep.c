@@ -96,48 +96,111 @@ typedef struct { double ms; double gflop; double kv_bytes; } result;
 /* Trials per figure (the best is kept). */
 static int trials = 3;
 
-/* Mean step time of B sessions at length len (fast-forwarded). */
-static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, int64_t len,
-                      int reps, int T, result *res)
+/* A decoder with ngroups groups of B sessions, group g fast-forwarded to
+ * lens[g], and the step's input and output buffers for one group. */
+typedef struct bench_set {
+    mt_decoder  *d;
+    mt_kv_pool  *pool;
+    mt_kv_seq  **seqs;     /* [ngroups * B] */
+    int          B, ngroups;
+    int16_t     *in, *out; /* [B, frame_samples] */
+    int32_t     *tok;      /* [B] */
+    float       *logits;   /* [B, vocab] */
+    mt_step_io   io;
+} bench_set;
+
+static void bench_close(bench_set *bs)
+{
+    for (int i = 0; bs->seqs && i < bs->B * bs->ngroups; i++)
+        if (bs->seqs[i])
+            mt_kv_seq_close(bs->pool, bs->seqs[i]);
+    mt_decoder_free(bs->d);
+    free(bs->seqs);
+    free(bs->in);
+    free(bs->out);
+    free(bs->tok);
+    free(bs->logits);
+    memset(bs, 0, sizeof *bs);
+}
+
+/* per: cache positions each session may hold. */
+static int bench_open(bench_set *bs, const mt_model *m, mt_kv_policy pol, int S, int W, int B,
+                      int ngroups, const int64_t *lens, int64_t per, int T)
 {
     const mt_config *c = &m->cfg;
     char err[512] = "";
+    memset(bs, 0, sizeof *bs);
+    bs->B = B;
+    bs->ngroups = ngroups;
     mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T };
     o.kv.policy = pol;
     o.kv.sink = S;
     o.kv.window = W;
     o.kv.rope = MT_ROPE_CACHE;
-    size_t pb = mt_decoder_position_bytes(c, "cpu");
-    int64_t per = pol == MT_KV_WINDOW ? (S + W + 15) / 16 * 16 : (len + 3 * reps + 8 + 15) / 16 * 16 + 16;
-    o.kv.budget_bytes = (size_t)per * pb * B;
-    mt_decoder *d = NULL;
-    if (mt_decoder_create(m, &o, &d, err, sizeof err)) {
+    o.kv.budget_bytes = (size_t)per * mt_decoder_position_bytes(c, "cpu") * B * ngroups;
+    if (mt_decoder_create(m, &o, &bs->d, err, sizeof err)) {
         fprintf(stderr, "mt-benchstep: %s\n", err);
         return -1;
     }
-    mt_kv_pool *pool = mt_decoder_pool(d);
-    mt_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
+    bs->pool = mt_decoder_pool(bs->d);
     int fs = c->frame_samples;
-    int16_t *in = calloc((size_t)B * fs, sizeof *in), *out = calloc((size_t)B * fs, sizeof *out);
-    int32_t *tok = calloc((size_t)B, sizeof *tok);
-    float *logits = c->vocab > 0 ? calloc((size_t)B * c->vocab, sizeof *logits) : NULL;
-    for (int b = 0; b < B; b++) {
-        if (mt_kv_seq_open(pool, &seqs[b]) || mt_kv_reserve(pool, seqs[b], len)) {
+    bs->seqs = calloc((size_t)B * ngroups, sizeof *bs->seqs);
+    bs->in = calloc((size_t)B * fs, sizeof *bs->in);
+    bs->out = calloc((size_t)B * fs, sizeof *bs->out);
+    bs->tok = calloc((size_t)B, sizeof *bs->tok);
+    bs->logits = c->vocab > 0 ? calloc((size_t)B * c->vocab, sizeof *bs->logits) : NULL;
+    if (!bs->seqs || !bs->in || !bs->out || !bs->tok || (c->vocab > 0 && !bs->logits)) {
+        fprintf(stderr, "mt-benchstep: out of memory\n");
+        bench_close(bs);
+        return -1;
+    }
+    for (int i = 0; i < B * ngroups; i++) {
+        if (mt_kv_seq_open(bs->pool, &bs->seqs[i]) ||
+            mt_kv_reserve(bs->pool, bs->seqs[i], lens[i / B])) {
+            fprintf(stderr, "mt-benchstep: kv pool too small\n");
+            bench_close(bs);
+            return -1;
+        }
+        bs->seqs[i]->len = lens[i / B];
+    }
+    for (size_t i = 0; i < (size_t)B * fs; i++)
+        bs->in[i] = (int16_t)((i * 7919) % 20000 - 10000);
+    if (m->audio_in) {
+        bs->io.pcm_in = bs->in;
+        bs->io.pcm_out = bs->out;
+    } else {
+        bs->io.tokens_in = bs->tok;
+        bs->io.logits = bs->logits;
+    }
+    return 0;
+}
+
+/* One step of group g: each of its sessions appends one position. */
+static int bench_step(bench_set *bs, int g)
+{
+    char err[512] = "";
+    mt_kv_seq **grp = bs->seqs + (size_t)g * bs->B;
+    for (int b = 0; b < bs->B; b++)
+        if (mt_kv_reserve(bs->pool, grp[b], 1)) {
             fprintf(stderr, "mt-benchstep: kv pool too small\n");
             return -1;
         }
-        seqs[b]->len = len;
+    if (mt_decoder_step(bs->d, bs->B, grp, &bs->io, err, sizeof err)) {
+        fprintf(stderr, "mt-benchstep: %s\n", err);
+        return -1;
     }
-    for (size_t i = 0; i < (size_t)B * fs; i++)
-        in[i] = (int16_t)((i * 7919) % 20000 - 10000);
-    mt_step_io io = { 0 };
-    if (m->audio_in) {
-        io.pcm_in = in;
-        io.pcm_out = out;
-    } else {
-        io.tokens_in = tok;
-        io.logits = logits;
-    }
+    return 0;
+}
+
+/* Mean step time of B sessions at length len (fast-forwarded). */
+static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, int64_t len,
+                      int reps, int T, result *res)
+{
+    const mt_config *c = &m->cfg;
+    int64_t per = pol == MT_KV_WINDOW ? (S + W + 15) / 16 * 16 : (len + 3 * reps + 8 + 15) / 16 * 16 + 16;
+    bench_set bs;
+    if (bench_open(&bs, m, pol, S, W, B, 1, &len, per, T))
+        return -1;
     /* best of `trials` trials of reps steps each, after 2 warm-up steps: the
      * machine is shared, and the minimum is the least disturbed figure */
     int warm = 2;
@@ -147,11 +210,8 @@ static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, 
         for (int r = 0; r < (trial ? 0 : warm) + reps; r++) {
             if (r == (trial ? 0 : warm))
                 t0 = now();
-            for (int b = 0; b < B; b++)
-                if (mt_kv_reserve(pool, seqs[b], 1))
-                    return -1;
-            if (mt_decoder_step(d, B, seqs, &io, err, sizeof err)) {
-                fprintf(stderr, "mt-benchstep: %s\n", err);
+            if (bench_step(&bs, 0)) {
+                bench_close(&bs);
                 return -1;
             }
         }
@@ -162,20 +222,13 @@ static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, 
     double wparams = 0;
     int q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
     wparams = (double)c->layers * ((double)c->hidden * (2.0 * q + 2.0 * kv) + 3.0 * c->hidden * c->ffn);
-    wparams += m->audio_in ? 2.0 * c->hidden * fs : (double)c->vocab * c->hidden;
-    double nvis = (double)mt_kv_visible_count(pool, len + warm + reps);
-    res->kv_bytes = B * nvis * (double)pb;
+    wparams += m->audio_in ? 2.0 * c->hidden * c->frame_samples : (double)c->vocab * c->hidden;
+    double nvis = (double)mt_kv_visible_count(bs.pool, len + warm + reps);
+    res->kv_bytes = B * nvis * (double)mt_decoder_position_bytes(c, "cpu");
     double fl = B * (2.0 * wparams + 4.0 * c->layers * c->heads * c->head_dim * nvis);
     res->ms = dt * 1e3;
     res->gflop = fl / dt / 1e9;
-    for (int b = 0; b < B; b++)
-        mt_kv_seq_close(pool, seqs[b]);
-    mt_decoder_free(d);
-    free(seqs);
-    free(in);
-    free(out);
-    free(tok);
-    free(logits);
+    bench_close(&bs);
     return 0;
 }
 
@@ -196,77 +249,29 @@ static int cmp_double(const void *a, const void *b)
 static int time_window_lengths(const mt_model *m, int S, int W, int B, const int64_t *lens,
                                int nl, int rounds, int T, double *ms)
 {
-    const mt_config *c = &m->cfg;
-    char err[512] = "";
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T };
-    o.kv.policy = MT_KV_WINDOW;
-    o.kv.sink = S;
-    o.kv.window = W;
-    o.kv.rope = MT_ROPE_CACHE;
-    size_t pb = mt_decoder_position_bytes(c, "cpu");
-    o.kv.budget_bytes = (size_t)((S + W + 15) / 16 * 16) * pb * B * nl;
-    mt_decoder *d = NULL;
-    if (mt_decoder_create(m, &o, &d, err, sizeof err)) {
-        fprintf(stderr, "mt-benchstep: %s\n", err);
+    bench_set bs;
+    double *t = calloc((size_t)nl * rounds, sizeof *t);
+    if (!t) {
+        fprintf(stderr, "mt-benchstep: out of memory\n");
         return -1;
     }
-    mt_kv_pool *pool = mt_decoder_pool(d);
-    int n = B * nl, fs = c->frame_samples, rc = -1;
-    mt_kv_seq **seqs = calloc((size_t)n, sizeof *seqs);
-    int16_t *in = calloc((size_t)B * fs, sizeof *in), *out = calloc((size_t)B * fs, sizeof *out);
-    int32_t *tok = calloc((size_t)B, sizeof *tok);
-    float *logits = c->vocab > 0 ? calloc((size_t)B * c->vocab, sizeof *logits) : NULL;
-    double *t = calloc((size_t)nl * rounds, sizeof *t);
-    if (!seqs || !in || !out || !tok || (c->vocab > 0 && !logits) || !t) {
-        fprintf(stderr, "mt-benchstep: out of memory\n");
-        goto done;
+    if (bench_open(&bs, m, MT_KV_WINDOW, S, W, B, nl, lens, (S + W + 15) / 16 * 16, T)) {
+        free(t);
+        return -1;
     }
-    for (int i = 0; i < n; i++) {
-        if (mt_kv_seq_open(pool, &seqs[i]) || mt_kv_reserve(pool, seqs[i], lens[i / B])) {
-            fprintf(stderr, "mt-benchstep: kv pool too small\n");
-            goto done;
-        }
-        seqs[i]->len = lens[i / B];
-    }
-    for (size_t i = 0; i < (size_t)B * fs; i++)
-        in[i] = (int16_t)((i * 7919) % 20000 - 10000);
-    mt_step_io io = { 0 };
-    if (m->audio_in) {
-        io.pcm_in = in;
-        io.pcm_out = out;
-    } else {
-        io.tokens_in = tok;
-        io.logits = logits;
-    }
-    for (int r = -2; r < rounds; r++)       /* two warm-up rounds */
-        for (int g = 0; g < nl; g++) {
-            mt_kv_seq **grp = seqs + (size_t)g * B;
-            for (int b = 0; b < B; b++)
-                if (mt_kv_reserve(pool, grp[b], 1))
-                    goto done;
+    int rc = 0;
+    for (int r = -2; r < rounds && !rc; r++)       /* two warm-up rounds */
+        for (int g = 0; g < nl && !rc; g++) {
             double t0 = now();
-            if (mt_decoder_step(d, B, grp, &io, err, sizeof err)) {
-                fprintf(stderr, "mt-benchstep: %s\n", err);
-                goto done;
-            }
+            rc = bench_step(&bs, g);
             if (r >= 0)
                 t[(size_t)g * rounds + r] = (now() - t0) * 1e3;
         }
-    for (int g = 0; g < nl; g++) {
+    for (int g = 0; g < nl && !rc; g++) {
         qsort(t + (size_t)g * rounds, (size_t)rounds, sizeof *t, cmp_double);
         ms[g] = t[(size_t)g * rounds + rounds / 2];
     }
-    rc = 0;
-done:
-    for (int i = 0; seqs && i < n; i++)
-        if (seqs[i])
-            mt_kv_seq_close(pool, seqs[i]);
-    mt_decoder_free(d);
-    free(seqs);
-    free(in);
-    free(out);
-    free(tok);
-    free(logits);
+    bench_close(&bs);
     free(t);
     return rc;
 }
