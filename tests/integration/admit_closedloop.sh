@@ -42,12 +42,13 @@ export ADMIT_SKIP=$((WINDOW + 4 + 4))
 SWEEP_FRAMES=$((ADMIT_SKIP + ${MT_ADMIT_SWEEP_TICKS:-100}))
 BISECT_FRAMES=$((ADMIT_SKIP + ${MT_ADMIT_BISECT_TICKS:-200}))
 MODEL=${MT_ADMIT_MODEL:-synthetic:small}
+SERVE_ARGS=${MT_ADMIT_SERVE_ARGS:-}
 grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 SOCK=$T_TMP/s.sock
 . "$(dirname "$0")/admit_lib.sh"
 
 # ---- 1. the wall -----------------------------------------------------------
-"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 >"$T_TMP/sweep.lat" 2>"$T_TMP/sweep.log" &
+"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 $SERVE_ARGS >"$T_TMP/sweep.lat" 2>"$T_TMP/sweep.log" &
 SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "sweep server started"; t_done; }
 nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 128 "$SWEEP_FRAMES" "$BISECT_FRAMES")
@@ -60,7 +61,7 @@ mkfifo "$T_TMP/ctl" "$T_TMP/out"
 tee "$T_TMP/loop.lat" <"$T_TMP/out" |
     "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 $ADMIT_ARGS >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
 CTL=$!; t_track $CTL
-"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 --control "$T_TMP/ctl" --admit-timeout 2000 \
+"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 $SERVE_ARGS --control "$T_TMP/ctl" --admit-timeout 2000 \
     >"$T_TMP/out" 2>"$T_TMP/loop.log" &
 SRV=$!; t_track $SRV
 wait_for_socket "$SOCK" 300 || { t_ok 1 "loop server started"; t_done; }
