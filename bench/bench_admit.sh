@@ -8,7 +8,8 @@
 # (3+ ticks), late ticks, session-ticks late; then metronome against
 # `--kv full` with a small pool, where the latency lies: it admits, then
 # the cache runs out (preemptions, FILL frames). Prints figures; asserts
-# nothing. SECS (default 75, as the closed-loop test) per loop; POLICIES to change the list.
+# nothing. The wall is swept again after the policies' loops, to show
+# how far it moved meanwhile. SECS (default 75, as the closed-loop test) per loop; POLICIES to change the list.
 # As in tests/integration/admit_closedloop.sh, sweep and loops run on a
 # short window (WINDOW, default 32) so that both measure full caches.
 set -u
@@ -39,11 +40,18 @@ grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS
 wait_sock() { local i=0; while [ ! -S "$1" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done; }
 SOCK=$T_TMP/s.sock
 
-"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 >"$T_TMP/sweep.lat" 2>/dev/null &
-SRV=$!; t_track $SRV; wait_sock "$SOCK"
+# sweep: sets NSWEEP to the wall N* of a fresh server (run in this shell,
+# so that cleanup knows its pid); its levels go to $T_TMP/sweep.levels
+sweep() {
+    local srv
+    rm -f "$SOCK"
+    "$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 >"$T_TMP/sweep.lat" 2>/dev/null &
+    srv=$!; t_track $srv; wait_sock "$SOCK"
+    NSWEEP=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 128 $((ADMIT_SKIP + 100)))
+    kill -TERM $srv 2>/dev/null; wait $srv 2>/dev/null
+}
 t0=$(date +%s)
-nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 128 $((ADMIT_SKIP + 100)))
-kill -TERM $SRV 2>/dev/null; wait $SRV 2>/dev/null
+sweep; nstar=$NSWEEP
 echo "bench_admit: wall N* = $nstar sessions ($MODEL, window, p99 of max(step_ms, late_ms) over 100 ticks <= $BUDGET ms; sweep $(( $(date +%s) - t0 )) s: $(tr '\n' ' ' <"$T_TMP/sweep.levels"))"
 
 # loop POLICY [SERVE-ARGS...]: one closed loop; prints its figures
@@ -71,6 +79,10 @@ loop() {
 for pol in ${POLICIES:-metronome aimd gradient static:$nstar}; do
     loop "$pol"
 done
+# the wall again, after the loops: on a shared machine it moves within
+# minutes, and of_nstar is only as good as N* still is
+sweep; nafter=$NSWEEP
+echo "bench_admit: wall after the loops N* = $nafter sessions ($(awk -v a="$nstar" -v b="$nafter" 'BEGIN { if (a > 0) printf "%+.0f%%", 100 * (b - a) / a; else print "?" }') on the first; $(tr '\n' ' ' <"$T_TMP/sweep.levels"))"
 # the unbounded cache: the latency lines look fine while the cache fills
 echo "bench_admit: --kv full --kv-mem 32M (the cache runs out; admissions are made on a signal that lies):"
 loop metronome --kv full --kv-mem 32M

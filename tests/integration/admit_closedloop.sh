@@ -77,12 +77,12 @@ settled=$(sed -n 's/.*settled=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 late=$(sed -n 's/.*late_ticks=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 sus=$(sed -n 's/.*sustained=\([0-9]*\).*/\1/p' "$T_TMP/summary")
 need=$(awk -v n="$nstar" 'BEGIN { x = 0.9 * n; printf "%d", (x == int(x)) ? x : int(x) + 1 }')
-t_todo "issue 7 open: margin 0.9 gave 62 of 67 and 58 of 63 (passing by one session), margin 0.93 gave 72 of 63 and 75 of 61 with sustained lateness: the sweep's N* and the loop's wall differ by 10-20% on this 2-core VM" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
+t_todo "issue 7 blocked: the wall of this 2-vCPU VM moves 14-44% within minutes (bench/RESULTS.md, 2026-12-04); at margin 0.9 runs settled at 85% to 146% of the sweep's N*" "admitted concurrency settles at >= 90% of N* ($settled >= $need of $nstar)" \
     [ "${settled:-0}" -ge "$need" ]
 if [ -n "$MT_ASAN" ]; then
     t_skip "zero overshoot: timing not asserted under sanitizers ($sus sustained, $late late ticks)"
 else
-    t_todo "issue 7 open: 0 and 0 runs of 3+ late ticks at margin 0.9 (1 late tick each), 2 and 5 at 0.93" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
+    t_todo "issue 7 blocked: sessions admitted while the VM is fast go late when it slows (92 sessions: mean step 57 to 82 ms within 12 s, 2026-12-04)" "after warm-up no sustained lateness over ${BUDGET} ms ($sus runs of 3+; $late single late ticks in all)" \
         [ "${sus:-1}" = 0 ]
 fi
 t_check "no request timed out: the controller answered every one" \
