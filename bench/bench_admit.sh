@@ -9,7 +9,8 @@
 # `--kv full` with a small pool, where the latency lies: it admits, then
 # the cache runs out (preemptions, FILL frames). Prints figures; asserts
 # nothing. The wall is swept again after the policies' loops, to show
-# how far it moved meanwhile. SECS (default 75, as the closed-loop test) per loop; POLICIES to change the list.
+# how far it moved meanwhile. SECS (default 75, as the closed-loop test)
+# per loop; POLICIES to change the list.
 # As in tests/integration/admit_closedloop.sh, sweep and loops run on a
 # short window (WINDOW, default 32) so that both measure full caches.
 set -u

@@ -21,6 +21,8 @@
 # the measured p99 reaches the budget; with a p99 of c + dN the controller
 # settles near ((margin x budget - c) / (budget - c)) x N*, a little under
 # margin x N* (c is the fixed part of a step, 10 to 20 ms here).
+# MT_ADMIT_SERVE_ARGS adds mt-serve options to both servers (for example
+# --threads 1); MT_ADMIT_KEEP=DIR keeps the run's files there.
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 A=$MT_BIN/mt-admit
