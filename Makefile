@@ -8,9 +8,10 @@
 #   make install    programs and man pages under $(DESTDIR)$(PREFIX)
 #
 # Conventions (so a new module needs no Makefile edit):
-#   src/mt-*.c               one program each, into $(BIN)/
-#   src/*.c (other)          the library libmetronome.a
-#   src/cuda_*.c, kernels/*.cu   only when nvcc is found (MT_HAVE_CUDA)
+#   src/cmd/mt-*.c           one program each, into $(BIN)/
+#   src/STAGE/*.c            the library libmetronome.a (wire, model, decode,
+#                            serve, client, admit, probe, util)
+#   src/decode/backend_cuda.c, kernels/*.cu   only when nvcc is found (MT_HAVE_CUDA)
 #   tests/unit/test_*.c      one TAP executable each, linked with the library
 #   tests/helpers/*.c        test helper programs, into $(B)/tests/
 #   tests/integration/*.sh   TAP shell scripts, run with MT_BIN=$(BIN)
@@ -80,15 +81,17 @@ HAVE_CUDA  :=
 CU_SRCS    :=
 endif
 
-PROG_SRCS := $(wildcard src/mt-*.c)
-CUDA_C    := $(wildcard src/cuda_*.c)
-LIB_SRCS  := $(filter-out $(PROG_SRCS) $(CUDA_C),$(wildcard src/*.c))
+PROG_SRCS := $(wildcard src/cmd/mt-*.c)
+CUDA_C    := $(wildcard src/decode/backend_cuda*.c)
+LIB_SRCS  := $(filter-out $(PROG_SRCS) $(CUDA_C) src/cmd/%,$(wildcard src/*/*.c))
+CMD_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard src/cmd/*.c))
 ifneq ($(HAVE_CUDA),)
 LIB_SRCS  += $(CUDA_C)
 endif
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(B)/src/%.o) $(CU_SRCS:kernels/%.cu=$(B)/kernels/%.o)
 LIB       := $(B)/libmetronome.a
-PROGS     := $(PROG_SRCS:src/%.c=$(BIN)/%)
+PROGS     := $(PROG_SRCS:src/cmd/%.c=$(BIN)/%)
+CMD_OBJS  := $(CMD_SRCS:src/%.c=$(B)/src/%.o)
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
@@ -126,9 +129,9 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN)/%: $(B)/src/%.o $(LIB)
+$(BIN)/%: $(B)/src/cmd/%.o $(CMD_OBJS) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(CMD_OBJS) $(LIB) $(LDLIBS) -o $@
 
 $(B)/tests/%.o: tests/unit/%.c
 	@mkdir -p $(@D)
@@ -225,7 +228,7 @@ install: all
 clean:
 	rm -rf build build-asan build-fuzz bin
 
--include $(LIB_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d)
+-include $(LIB_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d)
 
 # ---- issue 9: quality
 # The quality-under-the-bound table and plot (bench/quality.sh: minutes, so
@@ -247,8 +250,8 @@ bench-quality: all $(TEST_BINS)
 .PHONY: test-gpu bench-gpu
 ifneq ($(HAVE_CUDA),)
 # nvcc writes no dependency files here: the headers the kernels include
-$(CU_SRCS:kernels/%.cu=$(B)/kernels/%.o): kernels/mt_kernels.h src/kv.h
-$(B)/src/cuda_backend.o: kernels/mt_kernels.h
+$(CU_SRCS:kernels/%.cu=$(B)/kernels/%.o): kernels/mt_kernels.h src/decode/kv.h
+$(B)/src/decode/backend_cuda.o: kernels/mt_kernels.h
 test-gpu: $(LIB) $(B)/tests/test_cuda
 	MT_REQUIRE_GPU=1 $(B)/tests/test_cuda
 bench-gpu: $(LIB) $(B)/tests/mt-benchgpu

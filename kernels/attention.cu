@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kv.h"
+#include "decode/kv.h"
 #include "mt_kernels.h"
 
 #define ATT_THREADS 128

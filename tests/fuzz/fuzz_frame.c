@@ -1,9 +1,9 @@
-/* fuzz_frame.c: libFuzzer harness for the frame decoder (src/frame.c).
+/* fuzz_frame.c: libFuzzer harness for the frame decoder (src/wire/frame.c).
  * The input is a byte stream; it is decoded twice, in one read and in
  * chunks whose sizes come from the input itself, and both must agree
  * frame by frame and on the final status. Every decoded frame is encoded
  * again and must decode to the same frame: the codec is its own oracle. */
-#include "frame.h"
+#include "wire/frame.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* fuzz_latline.c: libFuzzer harness for the latency-line parser
- * (src/latline.c). Any bytes go in as one line; the parser must return 0
+ * (src/wire/latline.c). Any bytes go in as one line; the parser must return 0
  * or -1 with a message, and a line it accepts must survive the writer:
  * re-emitting every pair with mt_ll_str / mt_ll_flag and parsing that
  * again gives the same pairs. The typed readers run on every pair. */
-#include "latline.h"
+#include "wire/latline.h"
 
 #include <stdint.h>
 #include <stdlib.h>

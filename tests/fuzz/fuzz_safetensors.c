@@ -1,9 +1,9 @@
 /* fuzz_safetensors.c: libFuzzer harness for the safetensors container
- * parser (src/safetensors.c). Any bytes go in as a whole file; the parser
+ * parser (src/model/safetensors.c). Any bytes go in as a whole file; the parser
  * must return 0 or -1 with a message naming the file, and every tensor it
  * accepts must lie inside the buffer with a size that matches its dtype
  * and shape, and convert (when F32/F16/BF16) without reading outside. */
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * Synthetic models are loaded shape-only: the backend makes the weights on
  * the device.
  */
-#include "decoder.h"
+#include "decode/decoder.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -9,8 +9,8 @@
  * a step's work depends only on how many positions it attends to, not on
  * what they hold. Prints logfmt-ish lines; asserts nothing.
  */
-#include "decoder.h"
-#include "model.h"
+#include "decode/decoder.h"
+#include "model/model.h"
 
 #include <cblas.h>
 #include <getopt.h>

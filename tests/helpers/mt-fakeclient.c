@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frame.h"
+#include "wire/frame.h"
 
 enum { B_NONE = 0, B_GARBAGE, B_TRUNCATED, B_OVERSIZED, B_WRONGFMT,
        B_WRONGLEN, B_MIDFRAME, B_STOPREAD };

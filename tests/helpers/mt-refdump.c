@@ -13,8 +13,8 @@
  * Also saves a model (--save DIR --dtype f32|f16|bf16), so the test can make
  * a safetensors file that both sides read.
  */
-#include "decoder.h"
-#include "model.h"
+#include "decode/decoder.h"
+#include "model/model.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_admit.c: the admission policies (src/admit.c) against a simulated
+/* test_admit.c: the admission policies (src/admit/admit.c) against a simulated
  * server whose step time is a + b x active plus noise and rare outliers.
  *
  * The simulator answers accepts the way mt-serve does (the session is
@@ -10,7 +10,7 @@
  * a refusal; aimd oscillates around the wall; gradient stays bounded;
  * static caps; the options are checked.
  */
-#include "admit.h"
+#include "admit/admit.h"
 #include "tap.h"
 
 #include <math.h>

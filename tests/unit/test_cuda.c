@@ -22,7 +22,7 @@
  * missing GPU fails instead.
  */
 #include "tap.h"
-#include "decoder.h"
+#include "decode/decoder.h"
 
 #include <stdint.h>
 #include <stdlib.h>

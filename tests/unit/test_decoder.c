@@ -5,7 +5,7 @@
  * Equality is within fp32 rounding (a 1-row product and a B-row product
  * take different BLAS kernels), checked relative to the logit scale. */
 #include "tap.h"
-#include "decoder.h"
+#include "decode/decoder.h"
 
 #include <stdint.h>
 

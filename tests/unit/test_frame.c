@@ -1,8 +1,8 @@
-/* test_frame.c: the frame stream codec (src/frame.c, mt-frame(5)).
+/* test_frame.c: the frame stream codec (src/wire/frame.c, mt-frame(5)).
  * Round trip of every type, a 100-frame stream decoded identically under
  * every split point and one byte at a time, one distinct error code per
  * malformed case, truncation at end of stream, and encoder refusals. */
-#include "frame.h"
+#include "wire/frame.h"
 #include "tap.h"
 
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * full policy, exhaustion, release and reopen, ring order across the wrap,
  * and the visible list's rotary positions in both rope modes. */
 #include "tap.h"
-#include "kv.h"
+#include "decode/kv.h"
 
 #include <stdint.h>
 

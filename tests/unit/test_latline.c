@@ -1,8 +1,8 @@
 /* test_latline.c: the latency-line writer, strict parser and tick record
- * (src/latline.c). Round trips, every malformed case with its line number
+ * (src/wire/latline.c). Round trips, every malformed case with its line number
  * and key in the message, forward compatibility with unknown keys, flags,
  * quoted values with escapes, typed getters. */
-#include "latline.h"
+#include "wire/latline.h"
 #include "tap.h"
 
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * model directories are real files in a mkdtemp directory, one problem
  * each, and every message must name the file, the tensor (or field) and
  * the problem. */
-#include "model.h"
-#include "safetensors.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 #include "tap.h"
 
 #include <jansson.h>

@@ -1,0 +1,433 @@
+/* mt-admit: the online admission controller for mt-serve.
+ *
+ * Thin main over admit.c: reads mt-serve's machine stream (tick lines,
+ * `request` and `admit` lines; anything else ignored) on stdin or from a
+ * recorded log (--replay), feeds it to the chosen policy, and writes
+ * `accept ID` / `reject ID reason` and `limit N` lines to stdout, flushed
+ * one by one, for mt-serve's --control input. A bad line is counted and
+ * reported with its line number, never fatal: the controller must outlive
+ * any garbage on its input. End of input ends it cleanly.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admit/admit.h"
+#include "wire/latline.h"
+
+static const char *prog = "mt-admit";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: mt-admit [options] < mt-serve-stdout > control\n"
+"       mt-admit --replay LOG [--policy P[,P...]] [options]\n"
+"  -b, --budget MS        latency budget per tick (default 80; \"80ms\" too)\n"
+"  -p, --policy P         metronome (default), aimd, gradient, static:N;\n"
+"                         with --replay a comma list compares several\n"
+"  -m, --margin F         aim under F x budget (default 0.8)\n"
+"      --signal S         service (max of step_ms and late_ms, default) or p99\n"
+"      --hold MS          longest a request waits for a fresh signal (1000)\n"
+"      --max-limit N      never admit more than N at once (1024)\n"
+"  metronome:\n"
+"      --settle N         ticks observed at a new level before the next\n"
+"                         accept (6)\n"
+"      --stale N          ticks to wait for an accept to show (40)\n"
+"      --forget N         samples older than N ticks are forgotten (3000)\n"
+"      --z F              standard errors of the fit added (2.0)\n"
+"      --quantile-z F     per-level tail: median + F sigma (2.33, ~p99)\n"
+"  aimd, gradient:\n"
+"      --interval N       ticks between limit updates (12)\n"
+"      --initial N        initial limit (1)\n"
+"      --beta F           aimd: decrease factor on a violation (0.7)\n"
+"      --tolerance F      gradient: latency inflation tolerated (2.0)\n"
+"      --long N           gradient: window of the minimum, ticks (600)\n"
+"      --smoothing F      gradient: limit smoothing (0.2)\n"
+"      --queue N          gradient: queue allowance (default sqrt(limit))\n"
+"  output:\n"
+"      --status-every N   a status line on stderr every N ticks (25; 0 off)\n"
+"      --replay LOG       offline: print the decisions for a recorded log\n"
+"  -h, --help             this help\n"
+"See mt-admit(1).\n");
+}
+
+static int parse_d(const char *s, double lo, double hi, double *v, int allow_ms)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (allow_ms && end != s && !strcmp(end, "ms"))
+        end += 2;
+    if (errno || end == s || *end || !(x >= lo && x <= hi))
+        return -1;
+    *v = x;
+    return 0;
+}
+
+static int parse_i(const char *s, long lo, long hi, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+static int bad(const char *opt, const char *val)
+{
+    fprintf(stderr, "%s: bad value for %s: '%s' (see --help)\n", prog, opt, val);
+    return 2;
+}
+
+/* ---- one run of one policy over one input ------------------------------ */
+
+typedef struct run {
+    FILE  *out;
+    int    replay;
+    int    out_failed;
+    long   out_failed_line;     /* input line at the first failed write */
+    long   ticks_after_fail;    /* tick lines read since */
+    long   lineno;
+    double t;           /* time of the current line */
+    mt_admit *a;
+    int    last_limit;
+    long   bad_lines, ignored, reported;
+    int    status_every;
+    const char *policy_name;
+} run;
+
+static void out_line(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_line(run *r, const char *fmt, ...)
+{
+    if (r->out_failed)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfprintf(r->out, fmt, ap);
+    va_end(ap);
+    if (rc < 0 || fflush(r->out) != 0) {
+        r->out_failed = 1;
+        r->out_failed_line = r->lineno;
+    }
+}
+
+/* A server that exits closes its control input first and its output a
+ * moment later, and the lines still in the pipe can carry requests: a
+ * write that fails then is the normal end of a session with the server,
+ * not an error. The server is still running, without a controller, when
+ * it keeps stepping: this many tick lines (2 s) after the failure say so. */
+#define OUT_FAIL_TICKS 25
+
+static void emit(void *ctx, uint32_t id, int accept, const char *reason)
+{
+    run *r = ctx;
+    if (r->replay) {
+        if (accept)
+            out_line(r, "decision line=%ld t=%.3f policy=%s session=%u verdict=accept\n",
+                     r->lineno, r->t, r->policy_name, id);
+        else
+            out_line(r, "decision line=%ld t=%.3f policy=%s session=%u verdict=reject "
+                     "reason=\"%s\"\n", r->lineno, r->t, r->policy_name, id, reason);
+    } else if (accept) {
+        out_line(r, "accept %u\n", id);
+    } else {
+        out_line(r, "reject %u %s\n", id, reason);
+    }
+}
+
+static void report_bad(run *r, const char *msg)
+{
+    r->bad_lines++;
+    if (r->reported < 100) {
+        fprintf(stderr, "%s: ignoring bad input: %s\n", prog, msg);
+        r->reported++;
+        if (r->reported == 100)
+            fprintf(stderr, "%s: further bad lines are only counted\n", prog);
+    }
+}
+
+static void check_limit(run *r)
+{
+    int l = mt_admit_limit(r->a);
+    if (l == r->last_limit)
+        return;
+    r->last_limit = l;
+    if (r->replay)
+        out_line(r, "limit line=%ld t=%.3f policy=%s limit=%d\n", r->lineno, r->t,
+                 r->policy_name, l);
+    else
+        out_line(r, "limit %d\n", l);
+}
+
+static void status(run *r, const char *why)
+{
+    char buf[1024];
+    mt_admit_status(r->a, buf, sizeof buf);
+    fprintf(stderr, "%s%s%s bad_lines=%ld\n", buf, why ? " at=" : "", why ? why : "",
+            r->bad_lines);
+}
+
+static void one_line(run *r, const char *line, size_t len, mt_latline *ll)
+{
+    char err[256];
+    if (mt_latline_parse(line, len, r->lineno, ll, err, sizeof err) != 0) {
+        report_bad(r, err);
+        return;
+    }
+    if (ll->n == 0)
+        return;
+    const char *kind = mt_latline_kind(ll);
+    if (!strcmp(kind, "tick")) {
+        mt_tick t;
+        if (mt_tick_from_line(ll, r->lineno, &t, err, sizeof err) != 0) {
+            report_bad(r, err);
+            return;
+        }
+        r->t = t.t;
+        mt_admit_tick(r->a, &t);
+        mt_admit_stats st;
+        mt_admit_get_stats(r->a, &st);
+        if (r->status_every > 0 && st.ticks % r->status_every == 0)
+            status(r, NULL);
+    } else if (!strcmp(kind, "request") || !strcmp(kind, "admit")) {
+        int64_t id;
+        double t = -1;
+        int rc = mt_latline_i64(ll, "session", &id);
+        if (rc != 0 || id <= 0 || id > UINT32_MAX) {
+            snprintf(err, sizeof err, "line %ld: %s: key 'session': %s", r->lineno, kind,
+                     rc == 1 ? "missing" : "not a session id");
+            report_bad(r, err);
+            return;
+        }
+        if (mt_latline_f64(ll, "t", &t) < 0) {
+            snprintf(err, sizeof err, "line %ld: %s: key 't': not a number", r->lineno, kind);
+            report_bad(r, err);
+            return;
+        }
+        if (t >= 0)
+            r->t = t;
+        if (kind[0] == 'r') {
+            mt_admit_request(r->a, (uint32_t)id, t);
+        } else {
+            const char *v = mt_latline_get(ll, "verdict");
+            if (!v || (strcmp(v, "accept") && strcmp(v, "reject"))) {
+                snprintf(err, sizeof err, "line %ld: admit: key 'verdict': want accept "
+                         "or reject", r->lineno);
+                report_bad(r, err);
+                return;
+            }
+            mt_admit_server_verdict(r->a, (uint32_t)id, v[0] == 'a');
+        }
+    } else {
+        r->ignored++;    /* frame lines, client lines: not ours */
+    }
+    check_limit(r);
+}
+
+/* Reads lines with a fixed buffer: an overlong line is reported and
+ * skipped to its end, never allowed to grow memory. */
+static int run_input(run *r, FILE *in)
+{
+    static char buf[MT_LL_MAX_LINE + 2];
+    static mt_latline ll;
+    size_t len = 0;
+    int overlong = 0, c;
+    r->last_limit = -1;
+    check_limit(r);
+    while ((c = getc(in)) != EOF) {
+        if (c == '\n') {
+            r->lineno++;
+            if (overlong) {
+                char err[128];
+                snprintf(err, sizeof err, "line %ld: longer than %d bytes", r->lineno,
+                         MT_LL_MAX_LINE);
+                report_bad(r, err);
+            } else {
+                one_line(r, buf, len, &ll);
+            }
+            if (r->out_failed && len >= 5 && memcmp(buf, "tick=", 5) == 0)
+                r->ticks_after_fail++;
+            len = 0;
+            overlong = 0;
+            if (r->out_failed && (r->replay || r->ticks_after_fail > OUT_FAIL_TICKS))
+                break;
+            continue;
+        }
+        if (len < MT_LL_MAX_LINE + 1)
+            buf[len++] = (char)c;
+        else
+            overlong = 1;
+    }
+    if (len > 0) {    /* a last line without newline */
+        r->lineno++;
+        if (overlong) {
+            char err[128];
+            snprintf(err, sizeof err, "line %ld: longer than %d bytes", r->lineno, MT_LL_MAX_LINE);
+            report_bad(r, err);
+        } else {
+            one_line(r, buf, len, &ll);
+        }
+    }
+    if (ferror(in)) {
+        fprintf(stderr, "%s: read error: %s\n", prog, strerror(errno));
+        return -1;
+    }
+    mt_admit_finish(r->a);
+    return 0;
+}
+
+enum {
+    O_SIGNAL = 256, O_HOLD, O_MAXLIM, O_SETTLE, O_STALE, O_FORGET, O_Z, O_QZ,
+    O_INTERVAL, O_INITIAL, O_BETA, O_TOL, O_LONG, O_SMOOTH, O_QUEUE, O_STATUS,
+    O_REPLAY,
+};
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"budget", required_argument, 0, 'b'},
+        {"policy", required_argument, 0, 'p'},
+        {"margin", required_argument, 0, 'm'},
+        {"signal", required_argument, 0, O_SIGNAL},
+        {"hold", required_argument, 0, O_HOLD},
+        {"max-limit", required_argument, 0, O_MAXLIM},
+        {"settle", required_argument, 0, O_SETTLE},
+        {"stale", required_argument, 0, O_STALE},
+        {"forget", required_argument, 0, O_FORGET},
+        {"z", required_argument, 0, O_Z},
+        {"quantile-z", required_argument, 0, O_QZ},
+        {"interval", required_argument, 0, O_INTERVAL},
+        {"initial", required_argument, 0, O_INITIAL},
+        {"beta", required_argument, 0, O_BETA},
+        {"tolerance", required_argument, 0, O_TOL},
+        {"long", required_argument, 0, O_LONG},
+        {"smoothing", required_argument, 0, O_SMOOTH},
+        {"queue", required_argument, 0, O_QUEUE},
+        {"status-every", required_argument, 0, O_STATUS},
+        {"replay", required_argument, 0, O_REPLAY},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    mt_admit_opts o;
+    mt_admit_opts_default(&o);
+    const char *policies = "metronome", *replay = NULL;
+    int status_every = 25;
+    char err[256];
+    int c;
+    while ((c = getopt_long(argc, argv, "b:p:m:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'b': if (parse_d(optarg, 0.001, 1e6, &o.budget_ms, 1)) return bad("--budget", optarg); break;
+        case 'p': policies = optarg; break;
+        case 'm': if (parse_d(optarg, 0.001, 1, &o.margin, 0)) return bad("--margin", optarg); break;
+        case O_SIGNAL:
+            if (!strcmp(optarg, "service")) o.signal = MT_SIG_SERVICE;
+            else if (!strcmp(optarg, "p99")) o.signal = MT_SIG_P99;
+            else return bad("--signal", optarg);
+            break;
+        case O_HOLD: if (parse_d(optarg, 0, 1e6, &o.hold_ms, 1)) return bad("--hold", optarg); break;
+        case O_MAXLIM: if (parse_i(optarg, 0, MT_ADMIT_MAX_LEVEL, &o.max_limit)) return bad("--max-limit", optarg); break;
+        case O_SETTLE: if (parse_i(optarg, 1, 10000, &o.settle_ticks)) return bad("--settle", optarg); break;
+        case O_STALE: if (parse_i(optarg, 1, 100000, &o.stale_ticks)) return bad("--stale", optarg); break;
+        case O_FORGET: if (parse_i(optarg, 1, INT_MAX, &o.forget_ticks)) return bad("--forget", optarg); break;
+        case O_Z: if (parse_d(optarg, 0, 20, &o.z, 0)) return bad("--z", optarg); break;
+        case O_QZ: if (parse_d(optarg, 0, 20, &o.quantile_z, 0)) return bad("--quantile-z", optarg); break;
+        case O_INTERVAL: if (parse_i(optarg, 1, 100000, &o.interval_ticks)) return bad("--interval", optarg); break;
+        case O_INITIAL: if (parse_i(optarg, 0, MT_ADMIT_MAX_LEVEL, &o.initial)) return bad("--initial", optarg); break;
+        case O_BETA: if (parse_d(optarg, 0.01, 0.99, &o.beta, 0)) return bad("--beta", optarg); break;
+        case O_TOL: if (parse_d(optarg, 1, 100, &o.tolerance, 0)) return bad("--tolerance", optarg); break;
+        case O_LONG: if (parse_i(optarg, 1, 1000000, &o.long_ticks)) return bad("--long", optarg); break;
+        case O_SMOOTH: if (parse_d(optarg, 0.001, 1, &o.smoothing, 0)) return bad("--smoothing", optarg); break;
+        case O_QUEUE: if (parse_i(optarg, 0, MT_ADMIT_MAX_LEVEL, &o.queue)) return bad("--queue", optarg); break;
+        case O_STATUS: if (parse_i(optarg, 0, INT_MAX, &status_every)) return bad("--status-every", optarg); break;
+        case O_REPLAY: replay = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, argv[optind]);
+        return 2;
+    }
+    /* the policy list: one, or several with --replay */
+    char plist[512];
+    if (strlen(policies) >= sizeof plist)
+        return bad("--policy", policies);
+    strcpy(plist, policies);
+    char *names[16];
+    int npol = 0;
+    char *save = NULL;
+    for (char *p = strtok_r(plist, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        if (npol == 16)
+            return bad("--policy", policies);
+        names[npol++] = p;
+    }
+    if (npol == 0)
+        return bad("--policy", policies);
+    if (npol > 1 && !replay) {
+        fprintf(stderr, "%s: several policies only with --replay\n", prog);
+        return 2;
+    }
+    for (int i = 0; i < npol; i++) {
+        mt_admit_opts oi = o;
+        if (mt_admit_policy_parse(names[i], &oi, err, sizeof err) != 0 ||
+            mt_admit_opts_check(&oi, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);   /* a closed control input is a write error */
+
+    int rc = 0;
+    for (int i = 0; i < npol; i++) {
+        mt_admit_opts oi = o;
+        mt_admit_policy_parse(names[i], &oi, err, sizeof err);
+        run r;
+        memset(&r, 0, sizeof r);
+        r.out = stdout;
+        r.replay = replay != NULL;
+        r.status_every = status_every;
+        r.policy_name = names[i];
+        if (mt_admit_create(&oi, emit, &r, &r.a, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return 1;
+        }
+        FILE *in = stdin;
+        if (replay && !(in = fopen(replay, "r"))) {
+            fprintf(stderr, "%s: %s: %s\n", prog, replay, strerror(errno));
+            mt_admit_free(r.a);
+            return 1;
+        }
+        if (run_input(&r, in) != 0)
+            rc = 1;
+        if (in != stdin)
+            fclose(in);
+        if (r.out_failed && (r.replay || r.ticks_after_fail > OUT_FAIL_TICKS)) {
+            fprintf(stderr, "%s: cannot write decisions to stdout since input line "
+                    "%ld (control input closed?)\n", prog, r.out_failed_line);
+            rc = 1;
+        } else if (r.out_failed) {
+            fprintf(stderr, "%s: control input closed at input line %ld, %ld lines "
+                    "before the end of input: the server ended\n", prog,
+                    r.out_failed_line, r.lineno - r.out_failed_line);
+        }
+        mt_admit_stats st;
+        mt_admit_get_stats(r.a, &st);
+        if (r.replay)
+            out_line(&r, "summary policy=%s lines=%ld ticks=%lld requests=%lld "
+                     "accepted=%lld rejected=%lld final_limit=%d bad_lines=%ld\n",
+                     names[i], r.lineno, (long long)st.ticks, (long long)st.requests,
+                     (long long)st.accepted, (long long)st.rejected,
+                     mt_admit_limit(r.a), r.bad_lines);
+        status(&r, "end");
+        mt_admit_free(r.a);
+    }
+    return rc;
+}

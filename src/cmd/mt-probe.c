@@ -1,0 +1,877 @@
+/* mt-probe: capacity experiments against mt-serve (see mt-probe(1)).
+ *
+ *   mt-probe sweep      latency vs concurrency, finds the wall
+ *   mt-probe soak       sustained runs, counts collapses, bounded vs not
+ *   mt-probe predict    the analytic model of when the unbounded pool fills
+ *   mt-probe summarize  percentiles and counts from latency lines on stdin
+ *   mt-probe plot       one figure from a file of mt-serve tick lines
+ *
+ * A thin main: options in, the library (probe.h) does the work, errors
+ * are printed here. Exit status: 0 done, 1 runtime error, 2 usage.
+ */
+#define _GNU_SOURCE
+#include "probe/quality.h"
+#include "probe/probe.h"
+#include "decode/kv.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *prog = "mt-probe";
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+/* Ctrl-C and SIGTERM end a sweep or soak cleanly: its servers are stopped
+ * by pid, nothing is left running. */
+static void catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+static void usage_main(FILE *f)
+{
+    fprintf(f,
+"usage: mt-probe COMMAND [options]\n"
+"\n"
+"Capacity experiments against mt-serve.\n"
+"\n"
+"commands:\n"
+"  sweep      hold 1..N concurrent sessions, print latency per level, find\n"
+"             the wall (largest level whose p99 stays under the frame period)\n"
+"  soak       R sustained runs per server configuration, each against its own\n"
+"             mt-serve; classify each run as collapsed or not\n"
+"  predict    analytic model: when the unbounded KV pool overflows, and the\n"
+"             bounded capacity\n"
+"  summarize  percentiles and counts from latency lines on stdin\n"
+"  plot       draw one PNG from a file of mt-serve tick lines\n"
+"  quality    perplexity and free-generation quality of a token model under\n"
+"             each cache policy (full, window, window+sink, recompute)\n"
+"\n"
+"`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n");
+}
+
+static int bad_usage(const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "%s %s: ", prog, cmd);
+    fprintf(stderr, fmt, arg ? arg : "");
+    fprintf(stderr, "\nTry '%s %s --help'.\n", prog, cmd);
+    return 2;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* mt-serve next to this program, else on PATH. */
+static const char *default_serve(char *buf, size_t n)
+{
+    char self[PATH_MAX + 1];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) {
+        self[len] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = 0;
+            if (snprintf(buf, n, "%.4000s/mt-serve", self) >= (int)n)
+                return NULL;
+            if (access(buf, X_OK) == 0)
+                return buf;
+        }
+    }
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        const char *c = strchr(path, ':');
+        size_t l = c ? (size_t)(c - path) : strlen(path);
+        snprintf(buf, n, "%.*s/mt-serve", (int)l, path);
+        if (l && access(buf, X_OK) == 0)
+            return buf;
+        path = c ? c + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* ---- load options shared by predict and soak ------------------------------ */
+enum {
+    O_FROM = 256, O_TO, O_STEP, O_HOLD, O_WARMUP, O_AUDIO, O_TICKS, O_PLOT,
+    O_TSV, O_SERVE, O_RUNS, O_DURATION, O_SEED, O_ARRIVALS, O_LENGTHS,
+    O_MAXSESS, O_STARVE, O_DATA, O_LAYERS, O_KVHEADS, O_HEADDIM, O_BACKEND,
+    O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES,
+    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET,
+};
+
+typedef struct load_opts {
+    double      duration_s;
+    uint64_t    seed;
+    mt_arrivals arrivals;
+    mt_lengths  lengths;
+    int         max_sessions;
+} load_opts;
+
+static void load_defaults(load_opts *l)
+{
+    char e[8];
+    l->duration_s = 30;
+    l->seed = 1;
+    mt_arrivals_parse("poisson:1", &l->arrivals, e, sizeof e);
+    mt_lengths_parse("exp:20s", &l->lengths, e, sizeof e);
+    l->max_sessions = 512;
+}
+
+/* Returns 1 if handled, 0 if not a load option, -1 on a bad value (err). */
+static int load_opt(load_opts *l, int c, const char *arg, char *err,
+                    size_t errlen)
+{
+    switch (c) {
+    case O_DURATION:
+        if (mt_probe_parse_seconds(arg, &l->duration_s, err, errlen) ||
+            l->duration_s <= 0)
+            return snprintf(err, errlen, "bad --duration '%s'", arg), -1;
+        return 1;
+    case O_SEED:
+        if (parse_u64(arg, &l->seed))
+            return snprintf(err, errlen, "bad --seed '%s'", arg), -1;
+        return 1;
+    case O_ARRIVALS:
+        return mt_arrivals_parse(arg, &l->arrivals, err, errlen) ? -1 : 1;
+    case O_LENGTHS:
+        return mt_lengths_parse(arg, &l->lengths, err, errlen) ? -1 : 1;
+    case O_MAXSESS:
+        if (parse_int(arg, 1, 100000, &l->max_sessions))
+            return snprintf(err, errlen, "bad --max-sessions '%s'", arg), -1;
+        return 1;
+    }
+    return 0;
+}
+
+#define LOAD_LONGOPTS \
+    {"duration", required_argument, 0, O_DURATION}, \
+    {"seed", required_argument, 0, O_SEED}, \
+    {"arrivals", required_argument, 0, O_ARRIVALS}, \
+    {"lengths", required_argument, 0, O_LENGTHS}, \
+    {"max-sessions", required_argument, 0, O_MAXSESS}
+
+#define LOAD_HELP \
+"  --duration D        length of the load (default 30s; 800ms, 2m, ...)\n" \
+"  --seed S            first seed; run i uses S+i (default 1)\n" \
+"  --arrivals A        poisson:RATE | even:RATE | burst:N  (sessions/s;\n" \
+"                      default poisson:1)\n" \
+"  --lengths L         fixed:T | uniform:T1:T2 | exp:MEAN |\n" \
+"                      lognormal:MEDIAN:SIGMA  (default exp:20s); sessions\n" \
+"                      still running when the load ends are cut there\n" \
+"  --max-sessions N    at most N sessions per run (default 512)\n"
+
+/* ---- predict ----------------------------------------------------------------- */
+
+typedef struct shape_opts {
+    const char *model;
+    int         layers, kv_heads, head_dim;
+    int         elem;
+    uint64_t    position_bytes;
+    int         sink, window, block;
+    double      frame_ms;
+    int         samples;
+} shape_opts;
+
+static void shape_defaults(shape_opts *s)
+{
+    memset(s, 0, sizeof *s);
+    s->elem = 4;
+    s->sink = 4;
+    s->window = 256;
+    s->block = MT_KV_BLOCK;
+    s->samples = 1000;
+}
+
+static int shape_opt(shape_opts *s, int c, const char *arg, char *err,
+                     size_t errlen)
+{
+    switch (c) {
+    case 'm': s->model = arg; return 1;
+    case O_LAYERS:
+        return parse_int(arg, 1, 100000, &s->layers)
+                   ? (snprintf(err, errlen, "bad --layers '%s'", arg), -1) : 1;
+    case O_KVHEADS:
+        return parse_int(arg, 1, 100000, &s->kv_heads)
+                   ? (snprintf(err, errlen, "bad --kv-heads '%s'", arg), -1) : 1;
+    case O_HEADDIM:
+        return parse_int(arg, 1, 100000, &s->head_dim)
+                   ? (snprintf(err, errlen, "bad --head-dim '%s'", arg), -1) : 1;
+    case O_BACKEND:
+        if (!strcmp(arg, "cpu")) s->elem = 4;
+        else if (!strcmp(arg, "cuda")) s->elem = 2;
+        else return snprintf(err, errlen, "bad --backend '%s' (cpu, cuda)",
+                             arg), -1;
+        return 1;
+    case O_POSBYTES:
+        return mt_probe_parse_bytes(arg, &s->position_bytes, err, errlen) ? -1 : 1;
+    case O_SINK:
+        return parse_int(arg, 0, 1 << 24, &s->sink)
+                   ? (snprintf(err, errlen, "bad --sink '%s'", arg), -1) : 1;
+    case O_WINDOW:
+        return parse_int(arg, 1, 1 << 24, &s->window)
+                   ? (snprintf(err, errlen, "bad --window '%s'", arg), -1) : 1;
+    case O_BLOCK:
+        return parse_int(arg, 1, 1 << 20, &s->block)
+                   ? (snprintf(err, errlen, "bad --block '%s'", arg), -1) : 1;
+    case O_FRAMEMS: {
+        double v;
+        if (mt_probe_parse_seconds(arg, &v, err, errlen))
+            return -1;
+        /* a bare number is milliseconds here */
+        s->frame_ms = strpbrk(arg, "sm") ? v * 1000 : atof(arg);
+        if (!(s->frame_ms > 0))
+            return snprintf(err, errlen, "bad --frame-ms '%s'", arg), -1;
+        return 1;
+    }
+    case O_SAMPLES:
+        return parse_int(arg, 1, 1000000, &s->samples)
+                   ? (snprintf(err, errlen, "bad --samples '%s'", arg), -1) : 1;
+    }
+    return 0;
+}
+
+/* Shape from the options, or from the model. 0, or -1 with err. */
+static int shape_fill(const shape_opts *s, mt_predict_params *p, char *err,
+                      size_t errlen)
+{
+    p->elem_bytes = s->elem;
+    p->position_bytes = s->position_bytes;
+    p->sink = s->sink;
+    p->window = s->window;
+    p->block = s->block;
+    p->samples = s->samples;
+    p->period_s = 0.08;
+    if (s->layers && s->kv_heads && s->head_dim) {
+        p->layers = s->layers;
+        p->kv_heads = s->kv_heads;
+        p->head_dim = s->head_dim;
+    } else if (!s->position_bytes) {
+        if (mt_predict_shape_from_model(p, s->model ? s->model
+                                                    : "synthetic:small",
+                                        err, errlen))
+            return -1;
+        if (s->layers) p->layers = s->layers;
+        if (s->kv_heads) p->kv_heads = s->kv_heads;
+        if (s->head_dim) p->head_dim = s->head_dim;
+    }
+    if (s->frame_ms > 0)
+        p->period_s = s->frame_ms / 1000.0;
+    return 0;
+}
+
+#define SHAPE_LONGOPTS \
+    {"model", required_argument, 0, 'm'}, \
+    {"layers", required_argument, 0, O_LAYERS}, \
+    {"kv-heads", required_argument, 0, O_KVHEADS}, \
+    {"head-dim", required_argument, 0, O_HEADDIM}, \
+    {"backend", required_argument, 0, O_BACKEND}, \
+    {"position-bytes", required_argument, 0, O_POSBYTES}, \
+    {"sink", required_argument, 0, O_SINK}, \
+    {"window", required_argument, 0, O_WINDOW}, \
+    {"block", required_argument, 0, O_BLOCK}, \
+    {"frame-ms", required_argument, 0, O_FRAMEMS}, \
+    {"samples", required_argument, 0, O_SAMPLES}
+
+static int cmd_predict(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        SHAPE_LONGOPTS, LOAD_LONGOPTS,
+        {"kv-mem", required_argument, 0, O_KVMEM},
+        {"runs", required_argument, 0, O_RUNS},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    shape_opts so;
+    load_opts ld;
+    mt_predict_params p;
+    char err[512];
+    int runs = 0, c;
+    uint64_t kvmem = 0;
+    shape_defaults(&so);
+    load_defaults(&ld);
+    memset(&p, 0, sizeof p);
+    while ((c = getopt_long(argc, argv, "m:h", lo, NULL)) != -1) {
+        int r;
+        if (c == 'h') {
+            printf(
+"usage: mt-probe predict --kv-mem BYTES [-m MODEL] [load options]\n"
+"\n"
+"The analytic model of the KV wall. Unbounded (--kv full): each live session\n"
+"holds one position per frame, in blocks; the pool overflows when the blocks\n"
+"of the live sessions exceed it. Prints the time to overflow (Monte Carlo\n"
+"over seeded workloads: median, p10, p90; and a mean-field closed form) and,\n"
+"for the bounded policy, the capacity pool / bound and the refusals.\n"
+"\n"
+"  -m, --model SPEC    model for the shape (default synthetic:small)\n"
+"  --layers N --kv-heads N --head-dim N   give the shape instead\n"
+"  --backend B         cpu (fp32 cache, default) or cuda (bf16)\n"
+"  --position-bytes N  KV bytes per position, all layers (overrides shape)\n"
+"  --kv-mem BYTES      the pool (e.g. 64M), as mt-serve --kv-mem\n"
+"  --sink S --window W the bound of --kv window (default 4 and 256)\n"
+"  --block N           positions per block (default %d)\n"
+"  --frame-ms MS       frame period (default: the model's, 80)\n"
+"  --samples N         Monte Carlo seeds (default 1000)\n"
+"  --runs N            also print the model of seeds S..S+N-1, one per row\n"
+LOAD_HELP, MT_KV_BLOCK);
+            return 0;
+        }
+        if (c == '?')
+            return bad_usage("predict", "bad option%s", "");
+        if (c == O_KVMEM) {
+            if (mt_probe_parse_bytes(optarg, &kvmem, err, sizeof err))
+                return bad_usage("predict", "%s", err);
+            continue;
+        }
+        if (c == O_RUNS) {
+            if (parse_int(optarg, 1, 100000, &runs))
+                return bad_usage("predict", "bad --runs '%s'", optarg);
+            continue;
+        }
+        if ((r = shape_opt(&so, c, optarg, err, sizeof err)) ||
+            (r = load_opt(&ld, c, optarg, err, sizeof err))) {
+            if (r < 0)
+                return bad_usage("predict", "%s", err);
+            continue;
+        }
+        return bad_usage("predict", "unexpected option%s", "");
+    }
+    if (optind < argc)
+        return bad_usage("predict", "unexpected argument '%s'", argv[optind]);
+    if (!kvmem)
+        return bad_usage("predict", "--kv-mem BYTES is required%s", "");
+    if (shape_fill(&so, &p, err, sizeof err)) {
+        fprintf(stderr, "%s predict: %s\n", prog, err);
+        return 1;
+    }
+    p.pool_bytes = kvmem;
+    p.arrivals = ld.arrivals;
+    p.lengths = ld.lengths;
+    p.duration_s = ld.duration_s;
+    p.max_sessions = ld.max_sessions;
+    p.seed = ld.seed;
+    mt_predict_result r;
+    if (mt_predict(&p, &r, err, sizeof err)) {
+        fprintf(stderr, "%s predict: %s\n", prog, err);
+        return 1;
+    }
+    mt_predict_print(stdout, &p, &r);
+    if (runs) {
+        printf("#\nseed\tsessions\tpeak_live\tpeak_fill\toverflow_s\t"
+               "bounded_rejected\n");
+        for (int i = 0; i < runs; i++) {
+            mt_predict_run pr;
+            if (mt_predict_one(&p, p.seed + (uint64_t)i, &pr, err, sizeof err)) {
+                fprintf(stderr, "%s predict: %s\n", prog, err);
+                return 1;
+            }
+            printf("%llu\t%d\t%d\t%.2f\t", (unsigned long long)pr.seed,
+                   pr.sessions, pr.peak_live, pr.peak_fill);
+            if (pr.overflow_s >= 0)
+                printf("%.1f", pr.overflow_s);
+            else
+                printf("-");
+            printf("\t%d\n", pr.rejected);
+        }
+    }
+    return 0;
+}
+
+/* ---- summarize ------------------------------------------------------------- */
+
+static int cmd_summarize(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"kind", required_argument, 0, O_KIND},
+        {"tsv", no_argument, 0, O_TSV},
+        {"strict", no_argument, 0, O_STRICT},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *kind = NULL;
+    int tsv = 0, strict = 0, c;
+    char err[512];
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            printf(
+"usage: mt-probe summarize [--kind K] [--tsv] [--strict] [FILE...]\n"
+"\n"
+"Reads latency lines (mt-serve's tick lines, mt-replay's client lines, any\n"
+"logfmt records) from the files or stdin and prints, per record kind and\n"
+"numeric key: count, mean, p50, p90, p99, max, sum. For tick lines it adds\n"
+"frames served for real vs filled with silence, and deadlines met counted\n"
+"truthfully beside the naive figure.\n"
+"\n"
+"  --kind K   only records whose first key is K (e.g. tick)\n"
+"  --tsv      tab-separated, with a header line\n"
+"  --strict   stop at the first malformed line (exit 1); default: skip\n"
+"             and count them\n");
+            return 0;
+        case O_KIND: kind = optarg; break;
+        case O_TSV: tsv = 1; break;
+        case O_STRICT: strict = 1; break;
+        default: return bad_usage("summarize", "bad option%s", "");
+        }
+    }
+    mt_summary *s;
+    if (mt_summary_new(&s, err, sizeof err)) {
+        fprintf(stderr, "%s summarize: %s\n", prog, err);
+        return 1;
+    }
+    int rc = 0;
+    if (optind == argc) {
+        if (mt_summary_read(s, stdin, strict, err, sizeof err))
+            rc = 1;
+    } else {
+        for (int i = optind; i < argc && !rc; i++) {
+            FILE *f = strcmp(argv[i], "-") ? fopen(argv[i], "r") : stdin;
+            if (!f) {
+                snprintf(err, sizeof err, "%s: %s", argv[i], strerror(errno));
+                rc = 1;
+                break;
+            }
+            if (mt_summary_read(s, f, strict, err, sizeof err))
+                rc = 1;
+            if (f != stdin)
+                fclose(f);
+        }
+    }
+    if (rc) {
+        fprintf(stderr, "%s summarize: %s\n", prog, err);
+        mt_summary_free(s);
+        return 1;
+    }
+    if (!mt_summary_records(s)) {
+        fprintf(stderr, "%s summarize: no latency lines read%s\n", prog,
+                mt_summary_bad_lines(s) ? " (only malformed ones)" : "");
+        mt_summary_free(s);
+        return 1;
+    }
+    mt_summary_print(stdout, s, tsv ? MT_SUM_TSV : MT_SUM_TABLE, kind);
+    mt_summary_free(s);
+    return 0;
+}
+
+/* ---- plot ------------------------------------------------------------------ */
+
+static int cmd_plot(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"ticks", required_argument, 0, O_TICKS},
+        {"output", required_argument, 0, 'o'},
+        {"title", required_argument, 0, O_TITLE},
+        {"frame-ms", required_argument, 0, O_FRAMEMS},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *ticks = NULL, *out = NULL, *title = NULL;
+    double frame_ms = 80;
+    char err[512];
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            printf(
+"usage: mt-probe plot --ticks FILE -o FILE.png [--title T] [--frame-ms MS]\n"
+"\n"
+"Draws a file of mt-serve tick lines: p99 frame latency, step compute time,\n"
+"lateness of the oldest unanswered frame, and the active sessions, against\n"
+"the frame period. The gnuplot script and data are kept beside the PNG.\n");
+            return 0;
+        case O_TICKS: ticks = optarg; break;
+        case 'o': out = optarg; break;
+        case O_TITLE: title = optarg; break;
+        case O_FRAMEMS:
+            frame_ms = atof(optarg);
+            if (!(frame_ms > 0))
+                return bad_usage("plot", "bad --frame-ms '%s'", optarg);
+            break;
+        default: return bad_usage("plot", "bad option%s", "");
+        }
+    }
+    if (!ticks || !out || optind < argc)
+        return bad_usage("plot", "need --ticks FILE and -o FILE.png%s", "");
+    if (mt_plot_ticks(out, ticks, title, frame_ms, err, sizeof err)) {
+        fprintf(stderr, "%s plot: %s\n", prog, err);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- sweep ----------------------------------------------------------------- */
+
+static int cmd_sweep(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"socket", required_argument, 0, 's'},
+        {"from", required_argument, 0, O_FROM},
+        {"to", required_argument, 0, O_TO},
+        {"step", required_argument, 0, O_STEP},
+        {"hold", required_argument, 0, O_HOLD},
+        {"warmup", required_argument, 0, O_WARMUP},
+        {"audio", required_argument, 0, O_AUDIO},
+        {"ticks", required_argument, 0, O_TICKS},
+        {"plot", required_argument, 0, O_PLOT},
+        {"tsv", required_argument, 0, O_TSV},
+        {"serve", required_argument, 0, O_SERVE},
+        {"budget", required_argument, 0, O_BUDGET},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    mt_sweep_opts o;
+    char err[512], servebuf[PATH_MAX];
+    int c;
+    memset(&o, 0, sizeof o);
+    o.from = 1;
+    o.to = 8;
+    o.step = 1;
+    o.hold_s = 20;
+    o.warmup_s = 1;
+    o.progress = isatty(2);
+    const char *serve = NULL;
+    while ((c = getopt_long(argc, argv, "+s:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            printf(
+"usage: mt-probe sweep -s SOCK [options]\n"
+"       mt-probe sweep [options] -- MT-SERVE-ARGS...\n"
+"\n"
+"Holds each concurrency level with real sessions paced on the frame clock,\n"
+"reads the server's timing in the returned frames and prints a TSV table:\n"
+"concurrency, accepted, rejected, real and FILL frames, p50/p99/max server\n"
+"latency of real frames, the truthful p99 (FILL counted as missed), the\n"
+"client round-trip p99, step time and KV bytes (from tick lines when known),\n"
+"then the wall: the largest level whose truthful p99 stays under the frame\n"
+"period with every session admitted. Progress on stderr when it is a tty.\n"
+"\n"
+"  -s, --socket SOCK   a running mt-serve\n"
+"  -- ARGS...          or start mt-serve ARGS (on a private socket) for it\n"
+"  --serve BIN         the mt-serve to start (default: beside mt-probe)\n"
+"  --from N --to N --step K   the levels (default 1, 8, 1)\n"
+"  --hold D            measured time per level (default 20s)\n"
+"  --warmup D          unmeasured time at the start of a level (default 1s)\n"
+"  --audio FILE        what the sessions send (default synthetic voice-like)\n"
+"  --ticks FILE        a file a running mt-serve's stdout is written to, for\n"
+"                      step time and KV bytes\n"
+"  --plot FILE.png     latency vs concurrency, with the wall\n"
+"  --tsv FILE          also write the table's rows to FILE\n"
+"  --budget MS         the wall's latency budget (default: one frame period;\n"
+"                      frames wait up to a period for their tick, so two\n"
+"                      periods, mt-serve's default deadline, is the\n"
+"                      practical budget of a tick-batched server)\n");
+            return 0;
+        case 's': o.sock = optarg; break;
+        case O_FROM:
+            if (parse_int(optarg, 1, 100000, &o.from))
+                return bad_usage("sweep", "bad --from '%s'", optarg);
+            break;
+        case O_TO:
+            if (parse_int(optarg, 1, 100000, &o.to))
+                return bad_usage("sweep", "bad --to '%s'", optarg);
+            break;
+        case O_STEP:
+            if (parse_int(optarg, 1, 100000, &o.step))
+                return bad_usage("sweep", "bad --step '%s'", optarg);
+            break;
+        case O_HOLD:
+            if (mt_probe_parse_seconds(optarg, &o.hold_s, err, sizeof err) ||
+                o.hold_s <= 0)
+                return bad_usage("sweep", "bad --hold '%s'", optarg);
+            break;
+        case O_WARMUP:
+            if (mt_probe_parse_seconds(optarg, &o.warmup_s, err, sizeof err))
+                return bad_usage("sweep", "bad --warmup '%s'", optarg);
+            break;
+        case O_AUDIO: o.audio = optarg; break;
+        case O_TICKS: o.ticks_path = optarg; break;
+        case O_PLOT: o.plot = optarg; break;
+        case O_TSV: o.tsv_out = optarg; break;
+        case O_SERVE: serve = optarg; break;
+        case O_BUDGET: {
+            char *end;
+            o.budget_ms = strtod(optarg, &end);
+            if (end == optarg || (*end && strcmp(end, "ms")) ||
+                !(o.budget_ms > 0))
+                return bad_usage("sweep", "bad --budget '%s' (ms)", optarg);
+            break;
+        }
+        default: return bad_usage("sweep", "bad option%s", "");
+        }
+    }
+    if (o.to < o.from)
+        return bad_usage("sweep", "--to is below --from%s", "");
+    int has_args = optind < argc;
+    if (has_args && o.sock)
+        return bad_usage("sweep", "give -s SOCK or -- MT-SERVE-ARGS, not "
+                         "both%s", "");
+    if (!has_args && !o.sock)
+        return bad_usage("sweep", "need -s SOCK or -- MT-SERVE-ARGS%s", "");
+    if (has_args) {
+        o.serve_bin = serve ? serve : default_serve(servebuf, sizeof servebuf);
+        if (!o.serve_bin) {
+            fprintf(stderr, "%s sweep: mt-serve not found (use --serve BIN)\n",
+                    prog);
+            return 1;
+        }
+        o.serve_args = argv + optind;
+        o.nserve_args = argc - optind;
+    }
+    mt_sweep_row *rows;
+    int n, wall;
+    o.stop = &stop_flag;
+    catch_signals();
+    if (mt_sweep_run(&o, stdout, &rows, &n, &wall, err, sizeof err)) {
+        fprintf(stderr, "%s sweep: %s\n", prog, err);
+        return 1;
+    }
+    free(rows);
+    return 0;
+}
+
+/* ---- soak ------------------------------------------------------------------ */
+
+static int cmd_soak(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        LOAD_LONGOPTS,
+        {"runs", required_argument, 0, O_RUNS},
+        {"starve", required_argument, 0, O_STARVE},
+        {"plot", required_argument, 0, O_PLOT},
+        {"data", required_argument, 0, O_DATA},
+        {"serve", required_argument, 0, O_SERVE},
+        {"audio", required_argument, 0, O_AUDIO},
+        {"backend", required_argument, 0, O_BACKEND},
+        {"samples", required_argument, 0, O_SAMPLES},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    mt_soak_opts o;
+    load_opts ld;
+    shape_opts so;
+    char err[512], servebuf[PATH_MAX];
+    const char *serve = NULL;
+    int c, r;
+    memset(&o, 0, sizeof o);
+    load_defaults(&ld);
+    shape_defaults(&so);
+    o.runs = 5;
+    o.starve_s = 2.0;
+    o.progress = isatty(2);
+    while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
+        if (c == 'h') {
+            printf(
+"usage: mt-probe soak [options] -- MT-SERVE-ARGS... [-- MT-SERVE-ARGS...]\n"
+"\n"
+"R sustained runs for each server configuration (the argument groups after\n"
+"--, e.g. `-- --kv window -- --kv full --kv-mem 8M`). Every run starts its\n"
+"own mt-serve on a private socket, plays a seeded workload (random arrivals\n"
+"and session lengths; run i uses seed S+i in every configuration), and is\n"
+"classified COLLAPSED when an admitted session goes --starve (2 s) or more\n"
+"without a real (non-FILL) output frame, or the server's lateness grows\n"
+"without bound (slope >= 100 ms/s over the second half, reaching 1 s).\n"
+"Prints one row per run, then per configuration: collapsed / total and the\n"
+"prediction of `mt-probe predict` beside the measured time to collapse.\n"
+"\n"
+"  --runs R            runs per configuration (default 5)\n"
+LOAD_HELP
+"  --starve D          the starvation that counts as collapse (default 2s)\n"
+"  --plot FILE.png     lateness over time, bounded vs unbounded, truthful\n"
+"                      beside naive\n"
+"  --data DIR          keep each run's tick lines and series in DIR\n"
+"  --serve BIN         the mt-serve to start (default: beside mt-probe)\n"
+"  --audio FILE        what the sessions send (default synthetic voice-like)\n"
+"  --backend B         cpu or cuda: the cache element size for predict\n"
+"  --samples N         Monte Carlo seeds for the summary's prediction\n");
+            return 0;
+        }
+        if (c == '?')
+            return bad_usage("soak", "bad option%s", "");
+        switch (c) {
+        case O_RUNS:
+            if (parse_int(optarg, 1, 10000, &o.runs))
+                return bad_usage("soak", "bad --runs '%s'", optarg);
+            continue;
+        case O_STARVE:
+            if (mt_probe_parse_seconds(optarg, &o.starve_s, err, sizeof err) ||
+                o.starve_s <= 0)
+                return bad_usage("soak", "bad --starve '%s'", optarg);
+            continue;
+        case O_PLOT: o.plot = optarg; continue;
+        case O_DATA: o.data_dir = optarg; continue;
+        case O_SERVE: serve = optarg; continue;
+        case O_AUDIO: o.audio = optarg; continue;
+        }
+        if ((r = shape_opt(&so, c, optarg, err, sizeof err)) ||
+            (r = load_opt(&ld, c, optarg, err, sizeof err))) {
+            if (r < 0)
+                return bad_usage("soak", "%s", err);
+            continue;
+        }
+        return bad_usage("soak", "unexpected option%s", "");
+    }
+    /* getopt_long stopped at the first "--" (consumed) or a non-option. */
+    if (optind >= argc)
+        return bad_usage("soak", "give the mt-serve arguments after --%s", "");
+    if (optind > 0 && strcmp(argv[optind - 1], "--") != 0 &&
+        argv[optind][0] != '-')
+        return bad_usage("soak", "unexpected argument '%s' (mt-serve "
+                         "arguments go after --)", argv[optind]);
+    mt_soak_config cfg[16];
+    int ncfg = 0, start = optind;
+    for (int i = optind; i <= argc; i++) {
+        if (i == argc || !strcmp(argv[i], "--")) {
+            if (i > start || i == argc) {
+                if (ncfg == 16)
+                    return bad_usage("soak", "at most 16 configurations%s", "");
+                cfg[ncfg].args = argv + start;
+                cfg[ncfg].nargs = i - start;
+                cfg[ncfg].label[0] = 0;
+                size_t len = 0;
+                /* The label: the policy and its pool or bound. */
+                for (int pass = 0; pass < 2; pass++)
+                for (int k = start; k + 1 < i; k++) {
+                    const char *pre = NULL;
+                    if (!strcmp(argv[k], "--kv")) pre = pass ? NULL : "";
+                    else if (!pass) pre = NULL;
+                    else if (!strcmp(argv[k], "--window")) pre = "W=";
+                    else if (!strcmp(argv[k], "--on-full")) pre = "";
+                    if (!pre)
+                        continue;
+                    int m = snprintf(cfg[ncfg].label + len,
+                                     sizeof cfg[ncfg].label - len, "%s%s%s",
+                                     len ? "/" : "", pre, argv[k + 1]);
+                    if (m > 0 && len + (size_t)m < sizeof cfg[ncfg].label)
+                        len += (size_t)m;
+                    else
+                        cfg[ncfg].label[len] = 0;
+                }
+                if (!len)
+                    snprintf(cfg[ncfg].label, sizeof cfg[ncfg].label,
+                             "config%d", ncfg + 1);
+                ncfg++;
+            }
+            start = i + 1;
+        }
+    }
+    for (int i = 0; i < ncfg; i++)
+        for (int k = 0; k < cfg[i].nargs; k++)
+            if (!strcmp(cfg[i].args[k], "-s") || !strcmp(cfg[i].args[k], "--socket")
+                || !strcmp(cfg[i].args[k], "--stdio"))
+                return bad_usage("soak", "mt-serve arguments must not name a "
+                                 "socket or --stdio (%s): each run gets its own",
+                                 cfg[i].args[k]);
+    o.serve_bin = serve ? serve : default_serve(servebuf, sizeof servebuf);
+    if (!o.serve_bin) {
+        fprintf(stderr, "%s soak: mt-serve not found (use --serve BIN)\n", prog);
+        return 1;
+    }
+    if (access(o.serve_bin, X_OK)) {
+        fprintf(stderr, "%s soak: %s: %s\n", prog, o.serve_bin, strerror(errno));
+        return 1;
+    }
+    o.duration_s = ld.duration_s;
+    o.seed = ld.seed;
+    o.arrivals = ld.arrivals;
+    o.lengths = ld.lengths;
+    o.max_sessions = ld.max_sessions;
+    o.cfg = cfg;
+    o.ncfg = ncfg;
+    /* The model for the prediction: -m of the first configuration that
+     * names one, else mt-serve's default. */
+    for (int i = 0; i < ncfg && !so.model; i++)
+        for (int k = 0; k + 1 < cfg[i].nargs; k++)
+            if (!strcmp(cfg[i].args[k], "-m") || !strcmp(cfg[i].args[k], "--model"))
+                so.model = cfg[i].args[k + 1];
+    for (int i = 0; i < ncfg; i++)
+        for (int k = 0; k < cfg[i].nargs; k++)
+            if (!strcmp(cfg[i].args[k], "cuda") ||
+                !strcmp(cfg[i].args[k], "--device=cuda"))
+                so.elem = 2;
+    if (shape_fill(&so, &o.pred, err, sizeof err))
+        fprintf(stderr, "%s soak: no prediction: %s\n", prog, err);
+    o.model = so.model;
+    if (o.data_dir) {
+        char cmd[PATH_MAX + 16];
+        snprintf(cmd, sizeof cmd, "%s", o.data_dir);
+        if (mkdir(cmd, 0755) && errno != EEXIST) {
+            fprintf(stderr, "%s soak: %s: %s\n", prog, o.data_dir,
+                    strerror(errno));
+            return 1;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    o.stop = &stop_flag;
+    catch_signals();
+    mt_soak_run *runs;
+    int nruns;
+    if (mt_soak(&o, stdout, &runs, &nruns, err, sizeof err)) {
+        fprintf(stderr, "%s soak: %s\n", prog, err);
+        return 1;
+    }
+    free(runs);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage_main(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage_main(stdout);
+        return 0;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+    optind = 1;
+    if (!strcmp(cmd, "predict")) return cmd_predict(argc, argv);
+    if (!strcmp(cmd, "summarize") || !strcmp(cmd, "summary"))
+        return cmd_summarize(argc, argv);
+    if (!strcmp(cmd, "sweep")) return cmd_sweep(argc, argv);
+    if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
+    if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
+    if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
+    fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
+    usage_main(stderr);
+    return 2;
+}

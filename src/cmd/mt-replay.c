@@ -1,0 +1,1006 @@
+/* mt-replay: audio files as real-time sessions of mt-serve, pipe modes for
+ * the frame stream (--emit, --play), and live conversations through
+ * PortAudio (--mic). A thin main over client.c and audio.c; see
+ * mt-replay(1).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <portaudio.h>
+
+#include "client/audio.h"
+#include "client/client.h"
+#include "wire/frame.h"
+#include "wire/latline.h"
+
+enum { LAT_NONE, LAT_INTERVAL, LAT_FRAMES };
+
+typedef struct input {
+    const char *path;
+    mt_audio    audio;      /* at the session rate, mono float */
+    int16_t    *pcm;        /* the same as s16 */
+    size_t      frames;
+} input;
+
+typedef struct sess {
+    input           *in;
+    size_t           pos;           /* next sample */
+    uint64_t         frames_left;   /* --duration bound, or UINT64_MAX */
+    mt_audio_writer *w;
+    uint32_t         next_out;      /* next seq expected back */
+    char             out_path[4096];
+} sess;
+
+typedef struct app {
+    const char *sock;
+    int         copies, loop, rate_check, lat, quality, no_pace;
+    double      stagger_ms, duration_s, interval_s, jitter_ms;
+    const char *out_pattern, *device, *model;
+    int         rate, frame_samples;
+    input      *inputs;
+    int         ninputs;
+    sess       *s;
+    int         ns;
+    mt_client  *cl;
+    int         write_failed;
+    /* interval lines */
+    uint64_t    t_begin, t_next_line;
+    long        line_no;
+    mt_pctl     iv_rtt, iv_server;
+    /* mic */
+    mt_duplex  *dx;
+    uint64_t    t_status;
+    double      last_rtt_ms;
+} app;
+
+static volatile sig_atomic_t g_stop;
+static mt_client *g_client;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+    if (g_client)
+        mt_client_stop(g_client);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: mt-replay -s SOCK [-n N] [--stagger MS] [-o PATTERN] FILE...\n"
+"       mt-replay --emit FILE [--no-pace] > STREAM\n"
+"       mt-replay --play [-o FILE] < STREAM\n"
+"       mt-replay -s SOCK --mic [--device DEV] [--jitter MS]\n"
+"       mt-replay --list-devices\n"
+"options:\n"
+"  -s, --socket PATH      mt-serve's Unix socket\n"
+"  -n, --copies N         sessions per input file (default 1)\n"
+"      --stagger MS       start sessions MS apart (default 0)\n"
+"  -o, --output PATTERN   write returned audio; %%d = session index; format\n"
+"                         from the extension (.wav .flac .ogg .aiff ...)\n"
+"  -r, --rate HZ          session sample rate (default 24000)\n"
+"  -f, --frame-samples N  samples per frame (default 1920)\n"
+"  -m, --model NAME       model name asked in HELLO (default: any)\n"
+"  -q, --quality Q        resampler: best medium fastest zoh linear\n"
+"      --loop             repeat each file (with --duration)\n"
+"      --duration SEC     stop each session after SEC seconds of audio\n"
+"      --rate-check       print the achieved send jitter\n"
+"      --latency MODE     frames, interval (default) or none\n"
+"      --interval SEC     seconds between interval lines (default 1)\n"
+"      --emit FILE        write FILE's frame stream to stdout, no server\n"
+"      --no-pace          with --emit: as fast as possible\n"
+"      --play             read a frame stream on stdin, write -o or play\n"
+"      --mic              live conversation through PortAudio\n"
+"      --device DEV       PortAudio device: index, name or part of it\n"
+"      --jitter MS        speaker jitter buffer (default 160)\n"
+"      --list-devices     list what PortAudio finds\n"
+"  -h, --help             this text\n");
+}
+
+static int parse_double(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return errno || end == s || *end || *v < 0 ? -1 : 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+/* PATTERN with %d replaced by idx (and %% by %). Only one %d allowed. */
+static int expand_pattern(const char *pat, int idx, char *out, size_t cap)
+{
+    size_t o = 0;
+    int seen = 0;
+    for (const char *p = pat; *p; p++) {
+        if (*p == '%' && p[1] == 'd') {
+            int w = snprintf(out + o, cap - o, "%d", idx);
+            if (w < 0 || (size_t)w >= cap - o)
+                return -1;
+            o += (size_t)w;
+            p++;
+            seen++;
+        } else if (*p == '%' && p[1] == '%') {
+            if (o + 1 >= cap)
+                return -1;
+            out[o++] = '%';
+            p++;
+        } else {
+            if (o + 1 >= cap)
+                return -1;
+            out[o++] = *p;
+        }
+    }
+    out[o] = 0;
+    return seen;
+}
+
+/* ---- reading inputs ------------------------------------------------------ */
+
+static int load_input(app *a, input *in, char *err, size_t errlen)
+{
+    mt_audio raw;
+    if (mt_audio_read(in->path, &raw, err, errlen) != 0)
+        return -1;
+    int rc = mt_audio_resample(&raw, a->rate, a->quality, &in->audio, err, errlen);
+    mt_audio_free(&raw);
+    if (rc != 0)
+        return -1;
+    in->frames = in->audio.frames;
+    in->pcm = malloc((in->frames ? in->frames : 1) * sizeof *in->pcm);
+    if (!in->pcm) {
+        snprintf(err, errlen, "%s: out of memory", in->path);
+        return -1;
+    }
+    mt_audio_to_s16(in->audio.samples, in->pcm, in->frames);
+    return 0;
+}
+
+/* The next frame of a session's input: file order, zero padded at the end,
+ * repeated with --loop, bounded by --duration. 1 = frame, 0 = end. */
+static int source_next(app *a, sess *s, int16_t *pcm, size_t n)
+{
+    if (s->frames_left == 0)
+        return 0;
+    if (s->pos >= s->in->frames) {
+        if (!a->loop)
+            return 0;
+        s->pos = 0;
+    }
+    size_t i = 0;
+    while (i < n) {
+        if (s->pos >= s->in->frames) {
+            if (a->loop && a->duration_s > 0) {
+                s->pos = 0;
+                continue;
+            }
+            memset(pcm + i, 0, (n - i) * sizeof *pcm);
+            break;
+        }
+        size_t take = s->in->frames - s->pos;
+        if (take > n - i)
+            take = n - i;
+        memcpy(pcm + i, s->in->pcm + s->pos, take * sizeof *pcm);
+        s->pos += take;
+        i += take;
+    }
+    if (s->frames_left != UINT64_MAX)
+        s->frames_left--;
+    return 1;
+}
+
+/* ---- latency lines ------------------------------------------------------- */
+
+static void print_line(mt_ll_writer *w)
+{
+    if (mt_ll_end(w) >= 0) {
+        fputs(w->buf, stdout);
+        fputc('\n', stdout);
+    }
+}
+
+static void interval_line(app *a, uint64_t now)
+{
+    char buf[1024];
+    mt_ll_writer w;
+    mt_client_totals t;
+    mt_client_totals_get(a->cl, &t);
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, "replay_tick", a->line_no++);
+    mt_ll_f(&w, "t", (double)(now - a->t_begin) / 1e9, 3);
+    mt_ll_int(&w, "active", t.active);
+    mt_ll_u64(&w, "sent", t.sent);
+    mt_ll_u64(&w, "received", t.received);
+    mt_ll_u64(&w, "filled", t.filled);
+    mt_ll_u64(&w, "late", t.late);
+    mt_ll_f(&w, "p50_ms", mt_pctl_quantile(&a->iv_rtt, 0.5) / 1e6, 3);
+    mt_ll_f(&w, "p99_ms", mt_pctl_quantile(&a->iv_rtt, 0.99) / 1e6, 3);
+    mt_ll_f(&w, "max_ms", a->iv_rtt.max_ns / 1e6, 3);
+    mt_ll_f(&w, "server_p50_ms", mt_pctl_quantile(&a->iv_server, 0.5) / 1e6, 3);
+    mt_ll_f(&w, "server_p99_ms", mt_pctl_quantile(&a->iv_server, 0.99) / 1e6, 3);
+    print_line(&w);
+    fflush(stdout);
+    mt_pctl_reset(&a->iv_rtt);
+    mt_pctl_reset(&a->iv_server);
+}
+
+/* ---- client callbacks ---------------------------------------------------- */
+
+static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
+                     size_t rlen)
+{
+    app *a = user;
+    sess *s = &a->s[idx];
+    if ((int)fmt->sample_rate != a->rate || (int)fmt->frame_samples != a->frame_samples) {
+        snprintf(reason, rlen, "server accepted %u Hz / %u samples, asked "
+                 "%d Hz / %d", fmt->sample_rate, fmt->frame_samples, a->rate,
+                 a->frame_samples);
+        return -1;
+    }
+    if (s->out_path[0]) {
+        char err[512];
+        if (mt_audio_writer_open(s->out_path, a->rate, &s->w, err, sizeof err) != 0) {
+            snprintf(reason, rlen, "%s", err);
+            a->write_failed = 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int cb_next(void *user, int idx, uint32_t seq, int16_t *pcm, size_t n)
+{
+    app *a = user;
+    (void)seq;
+    if (a->dx) {
+        mt_duplex_read(a->dx, pcm, n);
+        if (a->duration_s > 0 && seq >= (uint32_t)(a->duration_s * a->rate / a->frame_samples))
+            return MT_NEXT_END;
+        return MT_NEXT_FRAME;
+    }
+    return source_next(a, &a->s[idx], pcm, n) ? MT_NEXT_FRAME : MT_NEXT_END;
+}
+
+static void write_out(app *a, sess *s, const int16_t *pcm, size_t n)
+{
+    char err[512];
+    if (s->w && mt_audio_writer_write(s->w, pcm, n, err, sizeof err) != 0) {
+        fprintf(stderr, "mt-replay: %s\n", err);
+        mt_audio_writer_abort(s->w);
+        s->w = NULL;
+        a->write_failed = 1;
+    }
+}
+
+static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
+                     size_t n)
+{
+    app *a = user;
+    sess *s = &a->s[r->idx];
+    /* Output by seq: a gap (a frame the server never answered) becomes
+     * silence, so the file stays aligned with what was sent. */
+    static int16_t zero[MT_FRAME_MAX_PAYLOAD / 2];
+    while (s->w && s->next_out < r->seq) {
+        write_out(a, s, zero, n);
+        s->next_out++;
+    }
+    if (r->seq >= s->next_out) {
+        write_out(a, s, pcm, n);
+        s->next_out = r->seq + 1;
+    }
+    if (!r->fill) {
+        mt_pctl_add(&a->iv_rtt, r->rtt_ms > 0 ? (uint64_t)(r->rtt_ms * 1e6) : 0);
+        mt_pctl_add(&a->iv_server, r->server_ms > 0 ? (uint64_t)(r->server_ms * 1e6) : 0);
+        a->last_rtt_ms = r->rtt_ms;
+    }
+    if (a->lat == LAT_FRAMES) {
+        char buf[512];
+        mt_ll_writer w;
+        mt_ll_begin(&w, buf, sizeof buf);
+        mt_ll_u64(&w, "replay_frame", r->seq);
+        mt_ll_int(&w, "session", r->idx);
+        mt_ll_int(&w, "fill", r->fill);
+        mt_ll_int(&w, "late", r->late);
+        mt_ll_f(&w, "rtt_ms", r->rtt_ms, 3);
+        mt_ll_f(&w, "server_ms", r->server_ms, 3);
+        mt_ll_f(&w, "queue_ms", r->queue_ms, 3);
+        mt_ll_f(&w, "send_late_ms", r->send_late_ms, 3);
+        print_line(&w);
+    }
+    if (a->dx) {
+        mt_duplex_write(a->dx, pcm, n);
+        uint64_t now = mt_client_now();
+        if (isatty(2) && now - a->t_status > 200000000ull) {
+            mt_duplex_status st;
+            mt_duplex_get_status(a->dx, &st);
+            int bars = (int)(st.level * 20 + 0.5f);
+            char meter[21];
+            for (int i = 0; i < 20; i++)
+                meter[i] = i < bars ? '#' : '.';
+            meter[20] = 0;
+            mt_client_totals t;
+            mt_client_totals_get(a->cl, &t);
+            fprintf(stderr, "\r[%s] rtt %6.1f ms  fills %llu  buffered %d  "
+                    "underruns %llu ", meter, a->last_rtt_ms,
+                    (unsigned long long)t.filled, st.buffered_frames,
+                    (unsigned long long)st.spk_under);
+            a->t_status = now;
+        }
+    }
+}
+
+static void cb_end(void *user, int idx, const mt_client_stats *st)
+{
+    app *a = user;
+    sess *s = &a->s[idx];
+    char err[512];
+    if (s->w) {
+        if (st->state == MT_CS_DONE) {
+            /* frames sent but never answered: silence, counted as missing */
+            static int16_t zero[MT_FRAME_MAX_PAYLOAD / 2];
+            while (s->w && s->next_out < st->sent) {
+                write_out(a, s, zero, (size_t)a->frame_samples);
+                s->next_out++;
+            }
+            if (s->w && mt_audio_writer_commit(s->w, err, sizeof err) != 0) {
+                fprintf(stderr, "mt-replay: %s\n", err);
+                a->write_failed = 1;
+            }
+        } else {
+            mt_audio_writer_abort(s->w);
+        }
+        s->w = NULL;
+    }
+    char buf[1024];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, "replay_session", idx);
+    mt_ll_str(&w, "state", mt_client_state_name(st->state));
+    mt_ll_u64(&w, "server_session", st->server_session);
+    mt_ll_str(&w, "file", s->in ? s->in->path : "mic");
+    mt_ll_u64(&w, "sent", st->sent);
+    mt_ll_u64(&w, "received", st->received);
+    mt_ll_u64(&w, "filled", st->filled);
+    mt_ll_u64(&w, "late", st->late);
+    mt_ll_u64(&w, "missing", st->missing);
+    mt_ll_f(&w, "rtt_max_ms", st->rtt_max_ms, 3);
+    mt_ll_f(&w, "server_max_ms", st->server_max_ms, 3);
+    if (st->reason[0])
+        mt_ll_str(&w, "reason", st->reason);
+    print_line(&w);
+    fflush(stdout);
+}
+
+static void summary_line(app *a)
+{
+    mt_client_totals t;
+    mt_client_totals_get(a->cl, &t);
+    char buf[2048];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, "replay_summary", t.sessions);
+    mt_ll_int(&w, "done", t.done);
+    mt_ll_int(&w, "rejected", t.rejected);
+    mt_ll_int(&w, "failed", t.failed);
+    mt_ll_u64(&w, "sent", t.sent);
+    mt_ll_u64(&w, "received", t.received);
+    mt_ll_u64(&w, "filled", t.filled);
+    mt_ll_u64(&w, "late", t.late);
+    mt_ll_u64(&w, "missing", t.missing);
+    mt_ll_f(&w, "p50_ms", mt_pctl_quantile(&t.rtt, 0.5) / 1e6, 3);
+    mt_ll_f(&w, "p99_ms", mt_pctl_quantile(&t.rtt, 0.99) / 1e6, 3);
+    mt_ll_f(&w, "max_ms", t.rtt.max_ns / 1e6, 3);
+    mt_ll_f(&w, "server_p50_ms", mt_pctl_quantile(&t.server, 0.5) / 1e6, 3);
+    mt_ll_f(&w, "server_p99_ms", mt_pctl_quantile(&t.server, 0.99) / 1e6, 3);
+    mt_ll_f(&w, "server_max_ms", t.server.max_ns / 1e6, 3);
+    print_line(&w);
+    /* rejected sessions with their reasons, one line each */
+    for (int i = 0; i < a->ns; i++) {
+        const mt_client_stats *st = mt_client_session_stats(a->cl, i);
+        if (st->state != MT_CS_REJECTED && st->state != MT_CS_FAILED)
+            continue;
+        mt_ll_begin(&w, buf, sizeof buf);
+        mt_ll_str(&w, "replay_rejected", st->state == MT_CS_REJECTED ? "rejected" : "failed");
+        mt_ll_int(&w, "session", i);
+        mt_ll_str(&w, "reason", st->reason);
+        print_line(&w);
+    }
+    if (a->rate_check) {
+        mt_ll_begin(&w, buf, sizeof buf);
+        mt_ll_int(&w, "replay_rate", t.sessions);
+        mt_ll_u64(&w, "frames", t.send_late.count);
+        mt_ll_f(&w, "jitter_p50_ms", mt_pctl_quantile(&t.send_late, 0.5) / 1e6, 3);
+        mt_ll_f(&w, "jitter_p99_ms", mt_pctl_quantile(&t.send_late, 0.99) / 1e6, 3);
+        mt_ll_f(&w, "jitter_max_ms", t.send_late.max_ns / 1e6, 3);
+        mt_ll_f(&w, "jitter_mean_ms", mt_pctl_mean(&t.send_late) / 1e6, 3);
+        print_line(&w);
+    }
+    fflush(stdout);
+}
+
+/* ---- modes --------------------------------------------------------------- */
+
+static int run_client(app *a, int mic)
+{
+    char err[512];
+    mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end };
+    mt_client_config cc;
+    memset(&cc, 0, sizeof cc);
+    cc.hello.sample_rate = (uint32_t)a->rate;
+    cc.hello.frame_samples = (uint32_t)a->frame_samples;
+    cc.hello.channels = 1;
+    cc.hello.encoding = MT_ENC_PCM_S16LE;
+    if (a->model)
+        snprintf(cc.hello.model, sizeof cc.hello.model, "%s", a->model);
+    cc.cb = &cb;
+    cc.user = a;
+    cc.max_sessions = a->ns + 1;
+    /* A microphone frame is read when due: read early it would be short. */
+    cc.prepare_ns = mic ? -1 : 0;
+    if (mt_client_new(&cc, &a->cl, err, sizeof err) != 0) {
+        fprintf(stderr, "mt-replay: %s\n", err);
+        return 1;
+    }
+    g_client = a->cl;
+    if (g_stop)
+        mt_client_stop(a->cl);
+    uint64_t t0 = mt_client_now();
+    for (int i = 0; i < a->ns; i++) {
+        uint64_t start = t0 + (uint64_t)(i * a->stagger_ms * 1e6);
+        if (mt_client_add_unix(a->cl, a->sock, start, err, sizeof err) < 0) {
+            fprintf(stderr, "mt-replay: %s\n", err);
+            return 1;
+        }
+    }
+    a->t_begin = t0;
+    uint64_t step = (uint64_t)(a->interval_s * 1e9);
+    a->t_next_line = t0 + step;
+    int rc = 0;
+    for (;;) {
+        uint64_t until = a->lat == LAT_INTERVAL ? a->t_next_line : mt_client_now() + 200000000ull;
+        int left = mt_client_run(a->cl, until, err, sizeof err);
+        if (left < 0) {
+            fprintf(stderr, "mt-replay: %s\n", err);
+            rc = 1;
+            break;
+        }
+        uint64_t now = mt_client_now();
+        if (a->lat == LAT_INTERVAL && now >= a->t_next_line) {
+            interval_line(a, now);
+            a->t_next_line += step;
+            if (a->t_next_line < now)
+                a->t_next_line = now + step;
+        }
+        if (left == 0)
+            break;
+    }
+    if (mic && isatty(2))
+        fputc('\n', stderr);
+    summary_line(a);
+    if (a->dx) {
+        mt_duplex_status st;
+        mt_duplex_get_status(a->dx, &st);
+        printf("replay_mic device=\"%s\" device_rate=%d mic_frames=%llu "
+               "mic_short=%llu mic_dropped=%llu spk_underruns=%llu "
+               "spk_dropped=%llu\n", mt_duplex_device_name(a->dx), st.device_rate,
+               (unsigned long long)st.mic_frames, (unsigned long long)st.mic_short,
+               (unsigned long long)st.mic_dropped, (unsigned long long)st.spk_under,
+               (unsigned long long)st.spk_dropped);
+        fflush(stdout);
+    }
+    mt_client_totals t;
+    mt_client_totals_get(a->cl, &t);
+    if (t.done != t.sessions || a->write_failed)
+        rc = 1;
+    g_client = NULL;
+    return rc;
+}
+
+static void sleep_until(uint64_t t)
+{
+    while (mt_client_sleep_until(t) != 0 && !g_stop)
+        ;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int emit_frame(mt_frame *f)
+{
+    static uint8_t buf[MT_FRAME_MAX_SIZE];
+    long n = mt_frame_encode(f, buf, sizeof buf);
+    if (n < 0) {
+        fprintf(stderr, "mt-replay: encode: %s\n", mt_frame_strerror((int)n));
+        return -1;
+    }
+    if (write_all(1, buf, (size_t)n) != 0) {
+        fprintf(stderr, "mt-replay: write: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int run_emit(app *a)
+{
+    sess *s = &a->s[0];
+    mt_hello h;
+    memset(&h, 0, sizeof h);
+    h.sample_rate = (uint32_t)a->rate;
+    h.frame_samples = (uint32_t)a->frame_samples;
+    h.channels = 1;
+    h.encoding = MT_ENC_PCM_S16LE;
+    if (a->model)
+        snprintf(h.model, sizeof h.model, "%s", a->model);
+    uint8_t hp[128];
+    long hn = mt_hello_encode(&h, hp, sizeof hp);
+    mt_frame f;
+    memset(&f, 0, sizeof f);
+    f.version = MT_FRAME_VERSION;
+    f.type = MT_FRAME_HELLO;
+    f.t_send = mt_client_now();
+    f.length = (uint32_t)hn;
+    f.payload = hp;
+    if (hn < 0 || emit_frame(&f) != 0)
+        return 1;
+    int16_t *pcm = malloc((size_t)a->frame_samples * sizeof *pcm);
+    uint8_t *pay = malloc((size_t)a->frame_samples * 2);
+    if (!pcm || !pay) {
+        fprintf(stderr, "mt-replay: out of memory\n");
+        return 1;
+    }
+    uint64_t period = (uint64_t)a->frame_samples * 1000000000ull / (uint64_t)a->rate;
+    uint64_t t0 = mt_client_now();
+    mt_pctl jit;
+    mt_pctl_reset(&jit);
+    uint32_t seq = 0;
+    int rc = 0;
+    while (!g_stop && source_next(a, s, pcm, (size_t)a->frame_samples)) {
+        uint64_t due = t0 + seq * period;
+        if (!a->no_pace)
+            sleep_until(due);
+        if (g_stop)
+            break;
+        for (int i = 0; i < a->frame_samples; i++) {
+            pay[2 * i] = (uint8_t)((uint16_t)pcm[i]);
+            pay[2 * i + 1] = (uint8_t)((uint16_t)pcm[i] >> 8);
+        }
+        memset(&f, 0, sizeof f);
+        f.version = MT_FRAME_VERSION;
+        f.type = MT_FRAME_AUDIO;
+        f.seq = seq++;
+        f.t_send = mt_client_now();
+        if (!a->no_pace)
+            mt_pctl_add(&jit, f.t_send > due ? f.t_send - due : 0);
+        f.length = (uint32_t)a->frame_samples * 2;
+        f.payload = pay;
+        if (emit_frame(&f) != 0) {
+            rc = 1;
+            break;
+        }
+    }
+    if (rc == 0) {
+        memset(&f, 0, sizeof f);
+        f.version = MT_FRAME_VERSION;
+        f.type = MT_FRAME_END;
+        f.t_send = mt_client_now();
+        if (emit_frame(&f) != 0)
+            rc = 1;
+    }
+    if (a->rate_check && jit.count)
+        fprintf(stderr, "replay_rate frames=%llu jitter_p50_ms=%.3f "
+                "jitter_p99_ms=%.3f jitter_max_ms=%.3f\n",
+                (unsigned long long)jit.count,
+                mt_pctl_quantile(&jit, 0.5) / 1e6,
+                mt_pctl_quantile(&jit, 0.99) / 1e6, jit.max_ns / 1e6);
+    free(pcm);
+    free(pay);
+    return rc;
+}
+
+static int run_play(app *a)
+{
+    static mt_frame_decoder dec;
+    mt_frame_decoder_init(&dec);
+    mt_audio_writer *w = NULL;
+    mt_player *pl = NULL;
+    mt_hello fmt;
+    int have_fmt = 0, ended = 0, rc = 0;
+    uint64_t frames = 0, filled = 0;
+    mt_pctl srv;
+    mt_pctl_reset(&srv);
+    char err[512];
+    uint8_t buf[65536];
+    int16_t *pcm = NULL;
+    while (!ended && !g_stop) {
+        ssize_t n = read(0, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(err, sizeof err, "read stdin: %s", strerror(errno));
+            goto fail;
+        }
+        if (n == 0) {
+            snprintf(err, sizeof err, "frame stream on stdin ended %s",
+                     mt_frame_decoder_finish(&dec) ? "inside a frame (truncated)"
+                                                  : "without END");
+            goto fail;
+        }
+        size_t off = 0;
+        while (off < (size_t)n && !ended) {
+            size_t used = 0;
+            mt_frame f;
+            int r = mt_frame_decode(&dec, buf + off, (size_t)n - off, &used, &f);
+            off += used;
+            if (r == MT_FRAME_NEED_MORE)
+                break;
+            if (r < 0) {
+                snprintf(err, sizeof err, "bad frame on stdin: %s", mt_frame_strerror(r));
+                goto fail;
+            }
+            switch (f.type) {
+            case MT_FRAME_HELLO:
+            case MT_FRAME_ACCEPT:
+                if (have_fmt)
+                    break;
+                if (mt_hello_decode(f.payload, f.length, &fmt) != 0 ||
+                    fmt.sample_rate < 1 || fmt.frame_samples < 1 ||
+                    fmt.frame_samples > MT_FRAME_MAX_PAYLOAD / 2 || fmt.channels > 1) {
+                    snprintf(err, sizeof err, "malformed %s on stdin",
+                             mt_frame_type_name(f.type));
+                    goto fail;
+                }
+                have_fmt = 1;
+                pcm = calloc(fmt.frame_samples, sizeof *pcm);
+                if (!pcm) {
+                    snprintf(err, sizeof err, "out of memory");
+                    goto fail;
+                }
+                if (a->out_pattern) {
+                    if (mt_audio_writer_open(a->out_pattern, (int)fmt.sample_rate,
+                                             &w, err, sizeof err) != 0)
+                        goto fail;
+                } else if (mt_player_open((int)fmt.sample_rate, (int)fmt.frame_samples,
+                                          &pl, err, sizeof err) != 0) {
+                    goto fail;
+                }
+                break;
+            case MT_FRAME_AUDIO: {
+                if (!have_fmt) {
+                    snprintf(err, sizeof err, "AUDIO before HELLO/ACCEPT on stdin");
+                    goto fail;
+                }
+                int fill = (f.flags & MT_FLAG_FILL) != 0;
+                if (!fill && f.length != fmt.frame_samples * 2) {
+                    snprintf(err, sizeof err, "AUDIO frame %u: %u bytes, expected %u",
+                             f.seq, f.length, fmt.frame_samples * 2);
+                    goto fail;
+                }
+                for (uint32_t i = 0; i < fmt.frame_samples; i++)
+                    pcm[i] = fill ? 0 : (int16_t)(f.payload[2 * i] | (f.payload[2 * i + 1] << 8));
+                frames++;
+                filled += fill;
+                if (!fill && f.t_arrive && f.t_ready >= f.t_arrive)
+                    mt_pctl_add(&srv, f.t_ready - f.t_arrive);
+                if (w && mt_audio_writer_write(w, pcm, fmt.frame_samples, err, sizeof err) != 0)
+                    goto fail;
+                if (pl && mt_player_write(pl, pcm, fmt.frame_samples, err, sizeof err) != 0)
+                    goto fail;
+                break;
+            }
+            case MT_FRAME_END:
+                ended = 1;
+                break;
+            case MT_FRAME_REJECT:
+            case MT_FRAME_ERROR: {
+                int len = (int)(f.length > MT_REASON_MAX ? MT_REASON_MAX : f.length);
+                snprintf(err, sizeof err, "%s on stdin: %.*s", mt_frame_type_name(f.type),
+                         len, (const char *)f.payload);
+                goto fail;
+            }
+            default:
+                break;
+            }
+        }
+    }
+    if (!ended) {
+        snprintf(err, sizeof err, "interrupted");
+        goto fail;
+    }
+    if (w && mt_audio_writer_commit(w, err, sizeof err) != 0) {
+        w = NULL;
+        goto fail;
+    }
+    w = NULL;
+    mt_player_close(pl);
+    printf("replay_play frames=%llu filled=%llu samples=%llu server_p50_ms=%.3f "
+           "server_p99_ms=%.3f\n", (unsigned long long)frames,
+           (unsigned long long)filled,
+           (unsigned long long)(frames * (have_fmt ? fmt.frame_samples : 0)),
+           mt_pctl_quantile(&srv, 0.5) / 1e6, mt_pctl_quantile(&srv, 0.99) / 1e6);
+    free(pcm);
+    return rc;
+fail:
+    fprintf(stderr, "mt-replay: %s\n", err);
+    mt_audio_writer_abort(w);
+    mt_player_close(pl);
+    free(pcm);
+    return 1;
+}
+
+static int list_devices(void)
+{
+    mt_pa_device *l = NULL;
+    int n = 0;
+    char err[512];
+    if (mt_pa_list(&l, &n, err, sizeof err) != 0) {
+        fprintf(stderr, "mt-replay: %s\n", err);
+        return 1;
+    }
+    printf("# PortAudio %s: %d device%s\n", Pa_GetVersionText(), n, n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++)
+        printf("%d\t%s\t%s\tin=%d\tout=%d\trate=%.0f%s%s\n", l[i].index,
+               l[i].name, l[i].host_api, l[i].max_in, l[i].max_out,
+               l[i].default_rate, l[i].is_default_in ? "\tdefault_in" : "",
+               l[i].is_default_out ? "\tdefault_out" : "");
+    free(l);
+    return 0;
+}
+
+static void app_free(app *a)
+{
+    if (a->dx)
+        mt_duplex_close(a->dx);
+    a->dx = NULL;
+    mt_client_free(a->cl);
+    a->cl = NULL;
+    for (int i = 0; i < a->ninputs; i++) {
+        mt_audio_free(&a->inputs[i].audio);
+        free(a->inputs[i].pcm);
+    }
+    free(a->inputs);
+    free(a->s);
+    a->inputs = NULL;
+    a->s = NULL;
+    a->ninputs = 0;
+}
+
+int main(int argc, char **argv)
+{
+    app a;
+    memset(&a, 0, sizeof a);
+    a.copies = 1;
+    a.lat = LAT_INTERVAL;
+    a.rate = 24000;
+    a.frame_samples = 1920;
+    a.quality = mt_audio_quality_parse("medium");
+    a.interval_s = 1;
+    a.jitter_ms = 160;
+    const char *emit = NULL;
+    int play = 0, mic = 0, list = 0;
+    enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
+           O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
+           O_LIST };
+    static const struct option opts[] = {
+        { "socket", required_argument, 0, 's' },
+        { "copies", required_argument, 0, 'n' },
+        { "output", required_argument, 0, 'o' },
+        { "rate", required_argument, 0, 'r' },
+        { "frame-samples", required_argument, 0, 'f' },
+        { "model", required_argument, 0, 'm' },
+        { "quality", required_argument, 0, 'q' },
+        { "stagger", required_argument, 0, O_STAGGER },
+        { "loop", no_argument, 0, O_LOOP },
+        { "duration", required_argument, 0, O_DURATION },
+        { "rate-check", no_argument, 0, O_RATECHECK },
+        { "latency", required_argument, 0, O_LATENCY },
+        { "interval", required_argument, 0, O_INTERVAL },
+        { "emit", required_argument, 0, O_EMIT },
+        { "no-pace", no_argument, 0, O_NOPACE },
+        { "play", no_argument, 0, O_PLAY },
+        { "mic", no_argument, 0, O_MIC },
+        { "device", required_argument, 0, O_DEVICE },
+        { "jitter", required_argument, 0, O_JITTER },
+        { "list-devices", no_argument, 0, O_LIST },
+        { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "s:n:o:r:f:m:q:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': a.sock = optarg; break;
+        case 'n':
+            if (parse_int(optarg, 1, 4096, &a.copies)) goto bad;
+            break;
+        case 'o': a.out_pattern = optarg; break;
+        case 'r':
+            if (parse_int(optarg, 1000, 768000, &a.rate)) goto bad;
+            break;
+        case 'f':
+            if (parse_int(optarg, 1, MT_FRAME_MAX_PAYLOAD / 2, &a.frame_samples)) goto bad;
+            break;
+        case 'm': a.model = optarg; break;
+        case 'q':
+            a.quality = mt_audio_quality_parse(optarg);
+            if (a.quality < 0) goto bad;
+            break;
+        case O_STAGGER: if (parse_double(optarg, &a.stagger_ms)) goto bad; break;
+        case O_LOOP: a.loop = 1; break;
+        case O_DURATION:
+            if (parse_double(optarg, &a.duration_s) || a.duration_s <= 0) goto bad;
+            break;
+        case O_RATECHECK: a.rate_check = 1; break;
+        case O_LATENCY:
+            if (!strcmp(optarg, "frames")) a.lat = LAT_FRAMES;
+            else if (!strcmp(optarg, "interval")) a.lat = LAT_INTERVAL;
+            else if (!strcmp(optarg, "none")) a.lat = LAT_NONE;
+            else goto bad;
+            break;
+        case O_INTERVAL:
+            if (parse_double(optarg, &a.interval_s) || a.interval_s < 0.01) goto bad;
+            break;
+        case O_EMIT: emit = optarg; break;
+        case O_NOPACE: a.no_pace = 1; break;
+        case O_PLAY: play = 1; break;
+        case O_MIC: mic = 1; break;
+        case O_DEVICE: a.device = optarg; break;
+        case O_JITTER: if (parse_double(optarg, &a.jitter_ms)) goto bad; break;
+        case O_LIST: list = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        bad:
+            fprintf(stderr, "mt-replay: bad value for %s: '%s'\n",
+                    argv[optind - 1], optarg);
+            return 2;
+        }
+    }
+    if (list + !!emit + play + mic > 1) {
+        fprintf(stderr, "mt-replay: --emit, --play, --mic and --list-devices "
+                "exclude each other\n");
+        return 2;
+    }
+    if (list)
+        return list_devices();
+
+    /* The default 50 us timer slack is pure jitter for a pacer. */
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (play) {
+        if (optind < argc) {
+            fprintf(stderr, "mt-replay: --play reads stdin; no files\n");
+            return 2;
+        }
+        if (a.out_pattern) {
+            int fmt;
+            char err[512];
+            if (mt_audio_format_for_path(a.out_pattern, &fmt, err, sizeof err)) {
+                fprintf(stderr, "mt-replay: %s\n", err);
+                return 2;
+            }
+        }
+        return run_play(&a);
+    }
+    if (a.loop && a.duration_s <= 0) {
+        fprintf(stderr, "mt-replay: --loop needs --duration\n");
+        return 2;
+    }
+
+    char err[1024];
+    if (emit || (!mic)) {
+        int nfiles = emit ? 1 : argc - optind;
+        if (emit && optind < argc) {
+            fprintf(stderr, "mt-replay: --emit takes one file\n");
+            return 2;
+        }
+        if (nfiles < 1) {
+            fprintf(stderr, "mt-replay: no input files (see --help)\n");
+            return 2;
+        }
+        if (!emit && !a.sock) {
+            fprintf(stderr, "mt-replay: -s SOCK is needed to replay files\n");
+            return 2;
+        }
+        a.inputs = calloc((size_t)nfiles, sizeof *a.inputs);
+        if (!a.inputs)
+            return 1;
+        a.ninputs = nfiles;
+        for (int i = 0; i < nfiles; i++) {
+            a.inputs[i].path = emit ? emit : argv[optind + i];
+            if (load_input(&a, &a.inputs[i], err, sizeof err) != 0) {
+                fprintf(stderr, "mt-replay: %s\n", err);
+                app_free(&a);
+                return 1;
+            }
+        }
+        a.ns = emit ? 1 : nfiles * a.copies;
+    } else {
+        if (!a.sock) {
+            fprintf(stderr, "mt-replay: --mic needs -s SOCK\n");
+            return 2;
+        }
+        if (optind < argc) {
+            fprintf(stderr, "mt-replay: --mic takes no files\n");
+            return 2;
+        }
+        a.ns = 1;
+    }
+    a.s = calloc((size_t)a.ns, sizeof *a.s);
+    if (!a.s)
+        return 1;
+    uint64_t dur_frames = UINT64_MAX;
+    if (a.duration_s > 0)
+        dur_frames = (uint64_t)(a.duration_s * a.rate / a.frame_samples + 0.5);
+    int with_files = a.ninputs > 0;
+    for (int i = 0; i < a.ns; i++) {
+        a.s[i].in = with_files ? &a.inputs[i / a.copies] : NULL;
+        a.s[i].frames_left = dur_frames;
+        if (a.out_pattern && !emit) {
+            int fmt;
+            int k = expand_pattern(a.out_pattern, i, a.s[i].out_path, sizeof a.s[i].out_path);
+            if (k < 0 || (k == 0 && a.ns > 1)) {
+                fprintf(stderr, "mt-replay: -o %s: %s\n", a.out_pattern,
+                        k < 0 ? "too long" : "needs %d with more than one session");
+                app_free(&a);
+                return 2;
+            }
+            if (mt_audio_format_for_path(a.s[i].out_path, &fmt, err, sizeof err)) {
+                fprintf(stderr, "mt-replay: %s\n", err);
+                app_free(&a);
+                return 2;
+            }
+        }
+    }
+    if (emit) {
+        int erc = run_emit(&a);
+        app_free(&a);
+        return erc;
+    }
+    if (mic) {
+        int jf = (int)(a.jitter_ms * a.rate / 1000.0 / a.frame_samples + 0.999);
+        if (mt_duplex_open(a.device, a.rate, a.frame_samples, jf, &a.dx, err,
+                           sizeof err) != 0) {
+            fprintf(stderr, "mt-replay: %s\n", err);
+            app_free(&a);
+            return 1;
+        }
+        fprintf(stderr, "mt-replay: live on \"%s\"; Ctrl-C ends the session\n",
+                mt_duplex_device_name(a.dx));
+    }
+    int rc = run_client(&a, mic);
+    app_free(&a);
+    return rc;
+}

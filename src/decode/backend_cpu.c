@@ -1,0 +1,1010 @@
+/* backend_cpu.c: the CPU backend: fp32 Llama step over a batch of sessions.
+ *
+ * One step advances R rows (one row = one session at one position; a
+ * prefill is R rows of one session at consecutive positions). The whole
+ * transformer reads top to bottom in run_rows():
+ *
+ *   x   = input adapter (audio_in . pcm/32768, or embed_tokens[id])
+ *   for each layer:
+ *     xn  = rmsnorm(x) * attn_norm
+ *     qkv = xn . [wq|wk|wv]^T            one GEMM over the R rows
+ *     rotary on q (and on k in absolute mode)
+ *     att = softmax(q . K^T / sqrt(hd)) . V   per (row, kv head)
+ *     K,V of the new positions -> the cache
+ *     x  += att . wo^T                   one GEMM
+ *     xn  = rmsnorm(x) * mlp_norm
+ *     h   = silu(xn . w_gate^T) * (xn . w_up^T)   one GEMM pair
+ *     x  += h . w_down^T                 one GEMM
+ *   out = rmsnorm(x) * norm -> lm_head (logits) or audio_out (pcm)
+ *
+ * HuggingFace Llama semantics: RMSNorm x*rsqrt(mean(x^2)+eps)*w, rotate-half
+ * rotary with inv_freq[i] = theta^(-2i/hd), GQA (q head h uses kv head
+ * h / (heads/kv_heads)), scale 1/sqrt(hd), SwiGLU.
+ *
+ * Threads. One pool of T threads (the caller's thread is thread 0) runs
+ * every parallel phase; OpenBLAS is set to one thread
+ * (openblas_set_num_threads(1), process-wide) so its own workers never
+ * compete with ours: two thread pools on the same cores oversubscribe, and
+ * OpenBLAS's workers spin after each call. A GEMM phase splits the output
+ * features into T column slices (multiples of 32) and each thread calls
+ * cblas_sgemm on its slice of the weights (cblas_sgemv when R = 1), so
+ * each projection is one batched product over the R rows with the weight
+ * matrix read once per step. Attention is split by (row, kv head) work
+ * items handed out through an atomic counter (rows of different lengths
+ * cost different amounts); its inner loops are 8-wide vector code with an
+ * AVX2/FMA clone picked at load time. The rmsnorms and rotary passes are cheap
+ * (R x hidden) and run on thread 0 between phases.
+ *
+ * Cache layout: one contiguous allocation addressed by block id,
+ *   kv[block][layer][k|v][kv_head][MT_KV_BLOCK slots][head_dim]   fp32
+ * so one (layer, kv head) of a block is 16 contiguous key rows, and a
+ * block is layers*2*kv_heads*16*head_dim floats (16 * position_bytes).
+ * Keys are stored rotated by their absolute position, in every mode. In
+ * window/cache mode (StreamingLLM) a score must see the rotary distance
+ * between the query's and the key's indices in the kept cache; a rotary
+ * score depends only on the difference of the two angles, so
+ *   R(q_index) q . R(k_index) k  =  R(q_index + d) q . R(k_abs) k,
+ *   d = k_abs - k_index,
+ * and d takes two values: 0 for the sinks (positions 0..S-1 are their own
+ * indices) and pos - q_index for the whole contiguous window. The query is
+ * rotated at most twice per (row, kv head) instead of every key per step.
+ *
+ * Attention reads the positions that existed before this call from the
+ * cache and the positions written by this call (the row itself, and in a
+ * prefill the earlier rows) from the qkv buffer, and the new K,V go to the
+ * cache only after every row has attended: in a window prefill a later row
+ * may take the ring slot of a position an earlier row still sees.
+ */
+#include "decode/decoder.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* The vector helpers below are static inline: no ABI crosses a call. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+enum { PREFILL_CHUNK = 64, SLICE_ALIGN = 32 };
+
+/* ---- thread pool ------------------------------------------------------ */
+
+struct cpu_backend;
+typedef void (*phase_fn)(struct cpu_backend *be, int tid, int nt);
+
+typedef struct tpool {
+    int             n;        /* threads including the caller */
+    pthread_t      *th;       /* [n-1] */
+    pthread_mutex_t mu;
+    pthread_cond_t  start, done;
+    atomic_uint     gen;      /* bumped once per phase */
+    atomic_int      pending;  /* workers still running the phase */
+    phase_fn        fn;
+    struct cpu_backend *be;
+    int             stop;
+} tpool;
+
+typedef struct worker_arg { tpool *tp; int tid; } worker_arg;
+
+/* How long a thread spins for the next phase (or the phase's end) before
+ * it sleeps on the condition variable. Timed, not counted: a pause
+ * instruction costs 10 to 140 cycles depending on the core. On a VM a
+ * sleeping thread takes 0.1 to several milliseconds to run again (its
+ * vCPU halted and must be woken through the hypervisor); paid at each of
+ * a step's 42 phases, that doubled a small batch's step in mt-serve. So a
+ * thread spins through the whole step (phases follow each other within
+ * microseconds; one thread may be preempted for a while), and sleeps only
+ * between steps, a frame period apart; the server wakes the pool
+ * MT_DECODER_WAKE_NS ahead of each tick (tpool_wake), which SPIN_NS must
+ * outlast. The cost is about SPIN_NS + MT_DECODER_WAKE_NS of spinning per
+ * worker per step: 6% of a core at an 80 ms tick. */
+enum { SPIN_NS = 2 * MT_DECODER_WAKE_NS };
+
+static uint64_t spin_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One turn of a spin wait begun at *t0 (0: not yet timed): 1 once it has
+ * lasted SPIN_NS. Past the first SPIN_PAUSE_NS it yields the CPU at every
+ * turn instead of pausing: when more threads are runnable than there are
+ * cores (the clients, the I/O thread, a sanitizer build), a pure spin
+ * would hold the core that the thread it waits for needs. */
+static int spin_turn(uint64_t *t0, unsigned i)
+{
+    enum { SPIN_PAUSE_NS = 50000 };
+    cpu_relax();
+    if ((i & 63) != 63)
+        return 0;
+    uint64_t t = spin_clock_ns();
+    if (!*t0) {
+        *t0 = t;
+        return 0;
+    }
+    if (t - *t0 > SPIN_NS)
+        return 1;
+    if (t - *t0 > SPIN_PAUSE_NS)
+        sched_yield();
+    return 0;
+}
+
+static void spin_until_changed(atomic_uint *gen, unsigned seen)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 0; atomic_load_explicit(gen, memory_order_acquire) == seen; i++)
+        if (spin_turn(&t0, i))
+            return;
+}
+
+static void spin_until_zero(atomic_int *pending)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 0; atomic_load_explicit(pending, memory_order_acquire) > 0; i++)
+        if (spin_turn(&t0, i))
+            return;
+}
+
+/* A phase's workers spin briefly (phases follow each other within
+ * microseconds inside a step) and then sleep (between steps). */
+static void *worker_main(void *arg)
+{
+    worker_arg *wa = arg;
+    tpool *tp = wa->tp;
+    /* Threads start while gen is 0: a phase posted before this thread runs
+     * must still be seen as new. */
+    unsigned seen = 0;
+    for (;;) {
+        spin_until_changed(&tp->gen, seen);
+        if (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen) {
+            pthread_mutex_lock(&tp->mu);
+            while (atomic_load(&tp->gen) == seen && !tp->stop)
+                pthread_cond_wait(&tp->start, &tp->mu);
+            pthread_mutex_unlock(&tp->mu);
+        }
+        if (tp->stop)
+            return NULL;
+        seen = atomic_load(&tp->gen);
+        tp->fn(tp->be, wa->tid, tp->n);
+        if (atomic_fetch_sub(&tp->pending, 1) == 1) {
+            pthread_mutex_lock(&tp->mu);
+            pthread_cond_signal(&tp->done);
+            pthread_mutex_unlock(&tp->mu);
+        }
+    }
+}
+
+/* Waits until the workers have finished the phase last posted: spins
+ * (SPIN_NS), then sleeps on done. */
+static void tpool_settle(tpool *tp)
+{
+    spin_until_zero(&tp->pending);
+    if (atomic_load(&tp->pending) > 0) {
+        pthread_mutex_lock(&tp->mu);
+        while (atomic_load(&tp->pending) > 0)
+            pthread_cond_wait(&tp->done, &tp->mu);
+        pthread_mutex_unlock(&tp->mu);
+    }
+}
+
+static void phase_nothing(struct cpu_backend *be, int tid, int nt)
+{
+    (void)be, (void)tid, (void)nt;
+}
+
+/* Hands fn to the workers as the next phase; returns at once. */
+static void tpool_post(tpool *tp, struct cpu_backend *be, phase_fn fn)
+{
+    tp->fn = fn;
+    tp->be = be;
+    atomic_store(&tp->pending, tp->n - 1);
+    pthread_mutex_lock(&tp->mu);
+    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&tp->start);
+    pthread_mutex_unlock(&tp->mu);
+}
+
+/* Posts an empty phase and returns at once: the workers wake from their
+ * sleep now and are spinning (for SPIN_NS) when the step's first phase is
+ * posted, instead of paying their wake-up inside it. */
+static void tpool_wake(tpool *tp, struct cpu_backend *be)
+{
+    if (tp->n == 1)
+        return;
+    tpool_settle(tp);
+    tpool_post(tp, be, phase_nothing);
+}
+
+static void tpool_run(tpool *tp, struct cpu_backend *be, phase_fn fn)
+{
+    if (tp->n == 1) {
+        fn(be, 0, 1);
+        return;
+    }
+    tpool_settle(tp);           /* a wake-up phase may still run */
+    tpool_post(tp, be, fn);
+    fn(be, 0, tp->n);
+    tpool_settle(tp);
+}
+
+/* ---- the backend ------------------------------------------------------ */
+
+/* One row of a call: a session at one position. */
+typedef struct row {
+    mt_kv_seq *seq;
+    int64_t    pos;    /* absolute position this row appends */
+    int64_t    base;   /* seq->len when the call began: positions >= base
+                          are read from this call's qkv buffer */
+    int        first;  /* row index holding position base of this seq */
+} row;
+
+/* Per-thread attention scratch; cap grows with the longest visible list. */
+typedef struct scratch {
+    int      cap;
+    int64_t *slot;     /* [cap]  cache slot of each visible position */
+    int64_t *rope;     /* [cap]  its rotary position */
+    int64_t *abs;      /* [cap]  its absolute position */
+    float   *score;    /* [group, cap] attention weights of the group's heads */
+    float   *qd;       /* [group, head_dim] the group's queries rotated by a
+                          further d (window/cache mode) */
+    float   *dcs, *dsn;/* [half] rotary of a d that is not the row's own */
+} scratch;
+
+typedef struct cpu_backend {
+    mt_backend          base;
+    const mt_model     *m;
+    const mt_config    *c;
+    mt_kv_pool         *pool;
+    const mt_kv_params *kvp;
+    int   cache_rope;    /* window policy with MT_ROPE_CACHE */
+    int   R;             /* rows per call: max(max_batch, PREFILL_CHUNK) */
+    int   hd, half, q_dim, kv_dim, qkv_dim, group;
+
+    float *kv;           /* [blocks][layers][2][kv_heads][16][head_dim] */
+    size_t block_floats; /* layers * 2 * kv_heads * 16 * head_dim */
+
+    /* activations, R rows; row r of a matrix [R, n] starts at r*n */
+    float *x;            /* [R, hidden]   residual stream */
+    float *xn;           /* [R, hidden]   normed input of a sublayer */
+    float *qkv;          /* [R, q_dim + 2*kv_dim]  q | k | v per row */
+    float *att;          /* [R, q_dim]    attention output, heads concatenated */
+    float *gate;         /* [R, ffn]      silu(gate) * up after the MLP phase */
+    float *up;           /* [R, ffn] */
+    float *pcmf;         /* [R, frame_samples]  pcm as float, in and out */
+    float *rcos, *rsin;  /* [R, half]     rotary of each row's absolute position */
+    float *qcos, *qsin;  /* [R, half]     rotary of each row's query position */
+    float *dcos, *dsin;  /* [R, half]     rotary of pos - query index (cache mode) */
+    float *ccos, *csin;  /* [S+W, half]   rotary by cache index (cache mode) */
+    double *inv_freq;    /* [half] */
+
+    row    *rows;        /* [R] */
+    int     nrows;
+    int     layer;       /* layer the running phase works on */
+    atomic_int next_item;/* attention work counter */
+
+    /* the running GEMM phase: up to 3 weight segments */
+    struct gemm_job {
+        int          nseg;
+        int          paired;  /* segments share one column range (gate|up) */
+        const float *X;       /* [rows, K] */
+        int          K;
+        float        beta;
+        struct { const float *W; int N; float *Y; int ldy; } seg[3];
+    } job;
+
+    tpool   tp;
+    scratch *scr;        /* [threads] */
+    worker_arg *wargs;   /* [threads] */
+} cpu_backend;
+
+/* Floats of (layer l, k or v, kv head g) of block b, slot row 0. */
+static inline float *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
+                           int g)
+{
+    const mt_config *c = be->c;
+    size_t off = (size_t)block * be->block_floats +
+                 ((((size_t)l * 2 + kv) * c->kv_heads + g) * MT_KV_BLOCK) *
+                     be->hd;
+    return be->kv + off;
+}
+
+/* ---- small kernels ------------------------------------------------------ */
+
+/* Attention's inner loops use GCC vector types: 8 floats, one AVX register
+ * in the x86-64-v3 clone of attend() (chosen at load time by the CPU), two
+ * SSE registers in the default clone. */
+typedef float v8 __attribute__((vector_size(32)));
+
+static inline v8 load8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
+static inline void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+
+static inline float dot(const float *a, const float *b, int n)
+{
+    v8 s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 += load8(a + i) * load8(b + i);
+        s1 += load8(a + i + 8) * load8(b + i + 8);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 += load8(a + i) * load8(b + i);
+    s0 += s1;
+    float s = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static inline void axpy(float *y, float a, const float *x, int n)
+{
+    v8 av = { a, a, a, a, a, a, a, a };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(y + i, load8(y + i) + av * load8(x + i));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* out = x * rsqrt(mean(x^2) + eps) * w, one row of n. */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * w[i];
+}
+
+/* Rotate-half rotary on one head vector of hd = 2*half, in place. */
+static inline void rope_apply(float *v, const float *cs, const float *sn, int half)
+{
+    int i = 0;
+    for (; i + 8 <= half; i += 8) {
+        v8 a = load8(v + i), b = load8(v + i + half), c = load8(cs + i), s = load8(sn + i);
+        store8(v + i, a * c - b * s);
+        store8(v + i + half, b * c + a * s);
+    }
+    for (; i < half; i++) {
+        float a = v[i], b = v[i + half];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + half] = b * cs[i] + a * sn[i];
+    }
+}
+
+static void rope_table(const cpu_backend *be, int64_t pos, float *cs, float *sn)
+{
+    for (int i = 0; i < be->half; i++) {
+        double a = (double)pos * be->inv_freq[i];
+        cs[i] = (float)cos(a);
+        sn[i] = (float)sin(a);
+    }
+}
+
+/* ---- phases (run on every thread) -------------------------------------- */
+
+/* Columns [lo, hi) of n split in nt slices aligned to SLICE_ALIGN. */
+static void slice(int n, int tid, int nt, int *lo, int *hi)
+{
+    int per = (n + nt - 1) / nt;
+    per = (per + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    *lo = tid * per < n ? tid * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+/* Y[:, lo:hi] (+)= X . W[lo:hi, :]^T over the call's rows. */
+static void gemm_cols(const cpu_backend *be, const float *X, int K, const float *W,
+                      int lo, int hi, float *Y, int ldy, float beta)
+{
+    int M = be->nrows, N = hi - lo;
+    if (N <= 0)
+        return;
+    if (M == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W + (size_t)lo * K, K,
+                    X, 1, beta, Y + lo, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, X, K,
+                    W + (size_t)lo * K, K, beta, Y + lo, ldy);
+}
+
+static void phase_gemm(cpu_backend *be, int tid, int nt)
+{
+    const struct gemm_job *j = &be->job;
+    if (j->paired) {
+        int lo, hi;
+        slice(j->seg[0].N, tid, nt, &lo, &hi);
+        for (int s = 0; s < j->nseg; s++)
+            gemm_cols(be, j->X, j->K, j->seg[s].W, lo, hi, j->seg[s].Y,
+                      j->seg[s].ldy, j->beta);
+        /* SwiGLU on this thread's columns: gate = silu(gate) * up */
+        for (int r = 0; r < be->nrows; r++) {
+            float *g = be->gate + (size_t)r * be->c->ffn;
+            const float *u = be->up + (size_t)r * be->c->ffn;
+            for (int i = lo; i < hi; i++)
+                g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        }
+        return;
+    }
+    int total = 0;
+    for (int s = 0; s < j->nseg; s++)
+        total += j->seg[s].N;
+    int lo, hi;
+    slice(total, tid, nt, &lo, &hi);
+    int start = 0;
+    for (int s = 0; s < j->nseg; s++) {
+        int a = lo > start ? lo - start : 0;
+        int b = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
+        if (a < b)
+            gemm_cols(be, j->X, j->K, j->seg[s].W, a, b, j->seg[s].Y,
+                      j->seg[s].ldy, j->beta);
+        start += j->seg[s].N;
+    }
+}
+
+/* Attention of one (row, kv head) item: the group's q heads against the
+ * row's visible positions. */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static void attend(cpu_backend *be, scratch *sc, int r, int g)
+{
+    const mt_config *c = be->c;
+    const row *rw = &be->rows[r];
+    const int hd = be->hd, group = be->group, l = be->layer;
+    int64_t q_rope;
+    int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope,
+                             sc->abs, sc->cap, &q_rope);
+    const float scale = 1.0f / sqrtf((float)hd);
+    /* the group's q heads, rotated by q_rope before this phase */
+    const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g * group * hd;
+    const float *qk = qg;       /* qg rotated by a further cur_d */
+    int64_t cur_d = 0;
+
+    /* scores[i][j] = q_i . k_j * scale */
+    for (int j = 0; j < n; j++) {
+        const float *k;
+        if (sc->abs[j] >= rw->base) {
+            int lr = rw->first + (int)(sc->abs[j] - rw->base);
+            k = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + (size_t)g * hd;
+        } else {
+            int64_t s = sc->slot[j];
+            k = kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 0, g) +
+                (size_t)(s % MT_KV_BLOCK) * hd;
+        }
+        int64_t d = sc->abs[j] - sc->rope[j];
+        if (be->cache_rope && d != cur_d) {
+            const float *cs = be->dcos + (size_t)r * be->half;
+            const float *sn = be->dsin + (size_t)r * be->half;
+            if (d != rw->pos - q_rope) {
+                rope_table(be, d, sc->dcs, sc->dsn);
+                cs = sc->dcs;
+                sn = sc->dsn;
+            }
+            if (d == 0) {
+                qk = qg;
+            } else {
+                memcpy(sc->qd, qg, (size_t)group * hd * sizeof *sc->qd);
+                for (int i = 0; i < group; i++)
+                    rope_apply(sc->qd + (size_t)i * hd, cs, sn, be->half);
+                qk = sc->qd;
+            }
+            cur_d = d;
+        }
+        for (int i = 0; i < group; i++)
+            sc->score[(size_t)i * sc->cap + j] = dot(qk + (size_t)i * hd, k, hd) * scale;
+    }
+    /* softmax per head */
+    for (int i = 0; i < group; i++) {
+        float *s = sc->score + (size_t)i * sc->cap;
+        float mx = s[0];
+        for (int j = 1; j < n; j++)
+            mx = s[j] > mx ? s[j] : mx;
+        float sum = 0;
+        for (int j = 0; j < n; j++) {
+            s[j] = expf(s[j] - mx);
+            sum += s[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < n; j++)
+            s[j] *= inv;
+    }
+    /* out_i = sum_j p_ij v_j */
+    float *out = be->att + (size_t)r * be->q_dim + (size_t)g * group * hd;
+    memset(out, 0, (size_t)group * hd * sizeof *out);
+    for (int j = 0; j < n; j++) {
+        const float *v;
+        if (sc->abs[j] >= rw->base) {
+            int lr = rw->first + (int)(sc->abs[j] - rw->base);
+            v = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + be->kv_dim +
+                (size_t)g * hd;
+        } else {
+            int64_t s = sc->slot[j];
+            v = kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 1, g) +
+                (size_t)(s % MT_KV_BLOCK) * hd;
+        }
+        for (int i = 0; i < group; i++)
+            axpy(out + (size_t)i * hd, sc->score[(size_t)i * sc->cap + j], v, hd);
+    }
+    (void)c;
+}
+
+static void phase_attention(cpu_backend *be, int tid, int nt)
+{
+    (void)nt;
+    scratch *sc = &be->scr[tid];
+    int items = be->nrows * be->c->kv_heads;
+    for (;;) {
+        int it = atomic_fetch_add(&be->next_item, 1);
+        if (it >= items)
+            break;
+        attend(be, sc, it / be->c->kv_heads, it % be->c->kv_heads);
+    }
+}
+
+/* The new K,V rows to the cache (kv heads split over threads, rows in
+ * order so the newest position wins a shared ring slot), then
+ * x += att . wo^T on this thread's columns. */
+static void phase_store_and_oproj(cpu_backend *be, int tid, int nt)
+{
+    const mt_config *c = be->c;
+    const int hd = be->hd, l = be->layer;
+    for (int g = tid; g < c->kv_heads; g += nt) {
+        for (int r = 0; r < be->nrows; r++) {
+            const row *rw = &be->rows[r];
+            int64_t s = mt_kv_slot(be->pool, rw->seq, rw->pos);
+            int32_t b = rw->seq->blocks[s / MT_KV_BLOCK];
+            size_t o = (size_t)(s % MT_KV_BLOCK) * hd;
+            const float *k = be->qkv + (size_t)r * be->qkv_dim + be->q_dim + (size_t)g * hd;
+            memcpy(kv_at(be, b, l, 0, g) + o, k, (size_t)hd * sizeof(float));
+            memcpy(kv_at(be, b, l, 1, g) + o, k + be->kv_dim, (size_t)hd * sizeof(float));
+        }
+    }
+    phase_gemm(be, tid, nt);
+}
+
+/* ---- the transformer over the call's rows ------------------------------- */
+
+static void set_job(cpu_backend *be, const float *X, int K, float beta, int paired)
+{
+    be->job.nseg = 0;
+    be->job.X = X;
+    be->job.K = K;
+    be->job.beta = beta;
+    be->job.paired = paired;
+}
+
+static void add_seg(cpu_backend *be, const float *W, int N, float *Y, int ldy)
+{
+    int s = be->job.nseg++;
+    be->job.seg[s].W = W;
+    be->job.seg[s].N = N;
+    be->job.seg[s].Y = Y;
+    be->job.seg[s].ldy = ldy;
+}
+
+static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
+{
+    for (int t = 0; t < be->tp.n; t++) {
+        scratch *sc = &be->scr[t];
+        if (sc->cap >= need)
+            continue;
+        int cap = sc->cap ? sc->cap : 64;
+        while (cap < need)
+            cap *= 2;
+        int64_t *a = realloc(sc->slot, (size_t)cap * sizeof *a);
+        if (a) sc->slot = a;
+        int64_t *b = realloc(sc->rope, (size_t)cap * sizeof *b);
+        if (b) sc->rope = b;
+        int64_t *p = realloc(sc->abs, (size_t)cap * sizeof *p);
+        if (p) sc->abs = p;
+        float *s = realloc(sc->score, (size_t)cap * be->group * sizeof *s);
+        if (s) sc->score = s;
+        if (!sc->qd)
+            sc->qd = malloc((size_t)be->group * be->hd * sizeof *sc->qd);
+        if (!sc->dcs)
+            sc->dcs = malloc((size_t)be->half * sizeof *sc->dcs);
+        if (!sc->dsn)
+            sc->dsn = malloc((size_t)be->half * sizeof *sc->dsn);
+        if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn) {
+            snprintf(err, errlen, "cpu: out of memory for attention over %d positions",
+                     need);
+            return -1;
+        }
+        sc->cap = cap;
+    }
+    return 0;
+}
+
+/* Runs be->rows[0..nrows) through the model; inputs and outputs are row
+ * arrays of nrows (outputs may be NULL). */
+static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t errlen)
+{
+    const mt_model *m = be->m;
+    const mt_config *c = be->c;
+    const int R = be->nrows, H = c->hidden, hd = be->hd, half = be->half;
+
+    /* attention scratch for the longest visible list of this call */
+    int64_t need = 1;
+    for (int r = 0; r < R; r++) {
+        int64_t v = mt_kv_visible_count(be->pool, be->rows[r].pos);
+        need = v > need ? v : need;
+    }
+    if (need > (1 << 30)) {
+        snprintf(err, errlen, "cpu: %lld visible positions is too many", (long long)need);
+        return -1;
+    }
+    if (ensure_scratch(be, (int)need, err, errlen))
+        return -1;
+
+    /* x [R, hidden]: the input adapter */
+    if (io->tokens_in) {
+        for (int r = 0; r < R; r++)
+            memcpy(be->x + (size_t)r * H, m->embed + (size_t)io->tokens_in[r] * H,
+                   (size_t)H * sizeof(float));
+    } else {
+        const int fs = c->frame_samples;
+        for (size_t i = 0; i < (size_t)R * fs; i++)
+            be->pcmf[i] = io->pcm_in[i] / 32768.0f;
+        set_job(be, be->pcmf, fs, 0.0f, 0);
+        add_seg(be, m->audio_in, H, be->x, H);
+        tpool_run(&be->tp, be, phase_gemm);
+    }
+
+    /* rotary tables of each row: keys at the absolute position, and the
+     * query at its rotary position (cache index in cache mode) */
+    for (int r = 0; r < R; r++) {
+        rope_table(be, be->rows[r].pos, be->rcos + (size_t)r * half,
+                   be->rsin + (size_t)r * half);
+        if (be->cache_rope) {
+            int64_t qi = mt_kv_visible_count(be->pool, be->rows[r].pos) - 1;
+            memcpy(be->qcos + (size_t)r * half, be->ccos + (size_t)qi * half,
+                   (size_t)half * sizeof(float));
+            memcpy(be->qsin + (size_t)r * half, be->csin + (size_t)qi * half,
+                   (size_t)half * sizeof(float));
+            rope_table(be, be->rows[r].pos - qi, be->dcos + (size_t)r * half,
+                       be->dsin + (size_t)r * half);
+        } else {
+            memcpy(be->qcos + (size_t)r * half, be->rcos + (size_t)r * half,
+                   (size_t)half * sizeof(float));
+            memcpy(be->qsin + (size_t)r * half, be->rsin + (size_t)r * half,
+                   (size_t)half * sizeof(float));
+        }
+    }
+
+    for (int l = 0; l < c->layers; l++) {
+        const mt_layer_weights *w = &m->layer[l];
+        be->layer = l;
+
+        /* xn = rmsnorm(x) * attn_norm */
+        for (int r = 0; r < R; r++)
+            rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, w->attn_norm, H, c->eps);
+
+        /* qkv [R, q_dim + 2 kv_dim] = xn . [wq|wk|wv]^T */
+        set_job(be, be->xn, H, 0.0f, 0);
+        add_seg(be, w->wq, be->q_dim, be->qkv, be->qkv_dim);
+        add_seg(be, w->wk, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
+        add_seg(be, w->wv, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
+        tpool_run(&be->tp, be, phase_gemm);
+
+        /* rotary: every q head by the query's position (its cache index
+         * in cache mode), k heads by the absolute position */
+        for (int r = 0; r < R; r++) {
+            float *q = be->qkv + (size_t)r * be->qkv_dim;
+            for (int h = 0; h < c->heads; h++)
+                rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
+                           be->qsin + (size_t)r * half, half);
+            for (int g = 0; g < c->kv_heads; g++)
+                rope_apply(q + be->q_dim + (size_t)g * hd, be->rcos + (size_t)r * half,
+                           be->rsin + (size_t)r * half, half);
+        }
+
+        /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv head) */
+        atomic_store(&be->next_item, 0);
+        tpool_run(&be->tp, be, phase_attention);
+
+        /* cache <- new K,V; x += att . wo^T */
+        set_job(be, be->att, be->q_dim, 1.0f, 0);
+        add_seg(be, w->wo, H, be->x, H);
+        tpool_run(&be->tp, be, phase_store_and_oproj);
+
+        /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
+        for (int r = 0; r < R; r++)
+            rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, w->mlp_norm, H, c->eps);
+        set_job(be, be->xn, H, 0.0f, 1);
+        add_seg(be, w->w_gate, c->ffn, be->gate, c->ffn);
+        add_seg(be, w->w_up, c->ffn, be->up, c->ffn);
+        tpool_run(&be->tp, be, phase_gemm);
+
+        /* x += gate . w_down^T */
+        set_job(be, be->gate, c->ffn, 1.0f, 0);
+        add_seg(be, w->w_down, H, be->x, H);
+        tpool_run(&be->tp, be, phase_gemm);
+    }
+
+    int want_logits = io->logits && m->lm_head;
+    int want_pcm = io->pcm_out && m->audio_out && !c->audio_passthrough;
+    if (want_logits || want_pcm)
+        for (int r = 0; r < R; r++)
+            rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, m->norm, H, c->eps);
+    if (want_logits) {
+        /* logits [R, vocab] = xn . lm_head^T */
+        set_job(be, be->xn, H, 0.0f, 0);
+        add_seg(be, m->lm_head, c->vocab, io->logits, c->vocab);
+        tpool_run(&be->tp, be, phase_gemm);
+    }
+    if (io->pcm_out && c->audio_passthrough && io->pcm_in) {
+        memcpy(io->pcm_out, io->pcm_in, (size_t)R * c->frame_samples * sizeof(int16_t));
+    } else if (want_pcm) {
+        /* pcm [R, frame_samples] = clamp(xn . audio_out^T) * 32767 */
+        const int fs = c->frame_samples;
+        set_job(be, be->xn, H, 0.0f, 0);
+        add_seg(be, m->audio_out, fs, be->pcmf, fs);
+        tpool_run(&be->tp, be, phase_gemm);
+        for (size_t i = 0; i < (size_t)R * fs; i++) {
+            float y = be->pcmf[i];
+            y = y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
+            io->pcm_out[i] = (int16_t)lrintf(y * 32767.0f);
+        }
+    }
+    return 0;
+}
+
+static int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
+                    const mt_step_io *io, char *err, size_t errlen)
+{
+    cpu_backend *be = b->impl;
+    if (B < 1 || B > be->R) {
+        snprintf(err, errlen, "cpu: batch of %d outside 1..%d", B, be->R);
+        return -1;
+    }
+    for (int r = 0; r < B; r++)
+        be->rows[r] = (row){ .seq = seqs[r], .pos = seqs[r]->len,
+                             .base = seqs[r]->len, .first = r };
+    be->nrows = B;
+    return run_rows(be, io, err, errlen);
+}
+
+static int cpu_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *io,
+                       char *err, size_t errlen)
+{
+    cpu_backend *be = b->impl;
+    const mt_config *c = be->c;
+    for (int done = 0; done < n;) {
+        int R = n - done < be->R ? n - done : be->R;
+        int64_t base = seq->len + done;
+        for (int r = 0; r < R; r++)
+            be->rows[r] = (row){ .seq = seq, .pos = base + r, .base = base, .first = 0 };
+        be->nrows = R;
+        mt_step_io sub = { 0 };
+        if (io->pcm_in)
+            sub.pcm_in = io->pcm_in + (size_t)done * c->frame_samples;
+        if (io->pcm_out)
+            sub.pcm_out = io->pcm_out + (size_t)done * c->frame_samples;
+        if (io->tokens_in)
+            sub.tokens_in = io->tokens_in + done;
+        if (io->logits)
+            sub.logits = io->logits + (size_t)done * c->vocab;
+        if (run_rows(be, &sub, err, errlen))
+            return -1;
+        done += R;
+    }
+    return 0;
+}
+
+static void cpu_wake(mt_backend *b)
+{
+    cpu_backend *be = b->impl;
+    tpool_wake(&be->tp, be);
+}
+
+static void cpu_destroy(mt_backend *b)
+{
+    if (!b)
+        return;
+    cpu_backend *be = b->impl;
+    if (be) {
+        tpool *tp = &be->tp;
+        if (tp->th) {
+            pthread_mutex_lock(&tp->mu);
+            tp->stop = 1;
+            atomic_fetch_add(&tp->gen, 1);
+            pthread_cond_broadcast(&tp->start);
+            pthread_mutex_unlock(&tp->mu);
+            for (int i = 0; i < tp->n - 1; i++)
+                pthread_join(tp->th[i], NULL);
+            free(tp->th);
+            pthread_mutex_destroy(&tp->mu);
+            pthread_cond_destroy(&tp->start);
+            pthread_cond_destroy(&tp->done);
+        }
+        if (be->scr)
+            for (int t = 0; t < tp->n; t++) {
+                free(be->scr[t].slot);
+                free(be->scr[t].rope);
+                free(be->scr[t].abs);
+                free(be->scr[t].score);
+                free(be->scr[t].qd);
+                free(be->scr[t].dcs);
+                free(be->scr[t].dsn);
+            }
+        free(be->scr);
+        free(be->wargs);
+        free(be->kv);
+        free(be->x); free(be->xn); free(be->qkv); free(be->att);
+        free(be->gate); free(be->up); free(be->pcmf);
+        free(be->rcos); free(be->rsin); free(be->qcos); free(be->qsin);
+        free(be->dcos); free(be->dsin);
+        free(be->ccos); free(be->csin); free(be->inv_freq);
+        free(be->rows);
+        free(be);
+    }
+    free(b);
+}
+
+static void *alloc_floats(size_t n, int *fail)
+{
+    void *p = calloc(n ? n : 1, sizeof(float));
+    if (!p)
+        *fail = 1;
+    return p;
+}
+
+int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
+                          const mt_decoder_opts *o, mt_backend **out,
+                          char *err, size_t errlen)
+{
+    *out = NULL;
+    const mt_config *c = &m->cfg;
+    if (m->shape_only || !m->layer) {
+        snprintf(err, errlen, "cpu: model %s has no weights in memory (shape only)",
+                 c->name);
+        return -1;
+    }
+    if (c->heads <= 0 || c->kv_heads <= 0 || c->heads % c->kv_heads ||
+        c->head_dim <= 0 || c->head_dim % 2 || c->layers <= 0 || c->hidden <= 0 ||
+        c->ffn <= 0) {
+        snprintf(err, errlen, "cpu: model %s has an unusable shape (heads %d, kv_heads %d, head_dim %d)",
+                 c->name, c->heads, c->kv_heads, c->head_dim);
+        return -1;
+    }
+    const mt_kv_params *kvp = mt_kv_pool_params(pool);
+    size_t pb = mt_decoder_position_bytes(c, "cpu");
+    if (kvp->position_bytes != pb) {
+        snprintf(err, errlen, "cpu: kv pool has %zu bytes per position, the CPU backend needs %zu",
+                 kvp->position_bytes, pb);
+        return -1;
+    }
+    mt_backend *b = calloc(1, sizeof *b);
+    cpu_backend *be = calloc(1, sizeof *be);
+    if (!b || !be) {
+        free(b);
+        free(be);
+        snprintf(err, errlen, "cpu: out of memory");
+        return -1;
+    }
+    b->impl = be;
+    b->name = "cpu";
+    b->position_bytes = pb;
+    b->step = cpu_step;
+    b->prefill = cpu_prefill;
+    b->wake = cpu_wake;
+    b->destroy = cpu_destroy;
+    be->m = m;
+    be->c = c;
+    be->pool = pool;
+    be->kvp = kvp;
+    be->cache_rope = kvp->policy == MT_KV_WINDOW && kvp->rope == MT_ROPE_CACHE;
+    be->R = o->max_batch > PREFILL_CHUNK ? o->max_batch : PREFILL_CHUNK;
+    be->hd = c->head_dim;
+    be->half = c->head_dim / 2;
+    be->q_dim = c->heads * c->head_dim;
+    be->kv_dim = c->kv_heads * c->head_dim;
+    be->qkv_dim = be->q_dim + 2 * be->kv_dim;
+    be->group = c->heads / c->kv_heads;
+    be->block_floats = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
+
+    /* The pool, committed now (the pages touched) so that no step pays
+     * page faults for it and a budget the machine cannot hold fails here. */
+    size_t nfl = (size_t)mt_kv_pool_blocks(pool) * be->block_floats;
+    be->kv = malloc(nfl * sizeof(float));
+    if (!be->kv) {
+        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)",
+                 nfl * sizeof(float));
+        cpu_destroy(b);
+        return -1;
+    }
+    memset(be->kv, 0, nfl * sizeof(float));
+
+    int fail = 0;
+    size_t R = (size_t)be->R;
+    int fs = c->frame_samples > 0 ? c->frame_samples : 1;
+    be->x = alloc_floats(R * c->hidden, &fail);
+    be->xn = alloc_floats(R * c->hidden, &fail);
+    be->qkv = alloc_floats(R * be->qkv_dim, &fail);
+    be->att = alloc_floats(R * be->q_dim, &fail);
+    be->gate = alloc_floats(R * c->ffn, &fail);
+    be->up = alloc_floats(R * c->ffn, &fail);
+    be->pcmf = alloc_floats(R * fs, &fail);
+    be->rcos = alloc_floats(R * be->half, &fail);
+    be->rsin = alloc_floats(R * be->half, &fail);
+    be->qcos = alloc_floats(R * be->half, &fail);
+    be->qsin = alloc_floats(R * be->half, &fail);
+    be->dcos = alloc_floats(R * be->half, &fail);
+    be->dsin = alloc_floats(R * be->half, &fail);
+    be->rows = calloc(R, sizeof *be->rows);
+    be->inv_freq = calloc((size_t)be->half, sizeof *be->inv_freq);
+    if (!be->rows || !be->inv_freq)
+        fail = 1;
+    if (!fail)
+        for (int i = 0; i < be->half; i++)
+            be->inv_freq[i] = pow((double)c->rope_theta, -(2.0 * i) / c->head_dim);
+    if (!fail && be->cache_rope) {
+        int n = kvp->sink + kvp->window;
+        be->ccos = alloc_floats((size_t)n * be->half, &fail);
+        be->csin = alloc_floats((size_t)n * be->half, &fail);
+        for (int i = 0; !fail && i < n; i++)
+            rope_table(be, i, be->ccos + (size_t)i * be->half,
+                       be->csin + (size_t)i * be->half);
+    }
+
+    int T = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (T < 1)
+        T = 1;
+    if (T > 256)
+        T = 256;
+    be->tp.n = T;
+    be->scr = calloc((size_t)T, sizeof *be->scr);
+    be->wargs = calloc((size_t)T, sizeof *be->wargs);
+    if (fail || !be->scr || !be->wargs) {
+        snprintf(err, errlen, "cpu: out of memory for activations");
+        be->tp.n = be->scr ? T : 0;
+        cpu_destroy(b);
+        return -1;
+    }
+    /* Our threads do the parallel work; OpenBLAS runs inside them. */
+    openblas_set_num_threads(1);
+    if (T > 1) {
+        tpool *tp = &be->tp;
+        pthread_mutex_init(&tp->mu, NULL);
+        pthread_cond_init(&tp->start, NULL);
+        pthread_cond_init(&tp->done, NULL);
+        atomic_init(&tp->gen, 0);
+        atomic_init(&tp->pending, 0);
+        tp->th = calloc((size_t)T - 1, sizeof *tp->th);
+        if (!tp->th) {
+            snprintf(err, errlen, "cpu: out of memory for threads");
+            pthread_mutex_destroy(&tp->mu);
+            pthread_cond_destroy(&tp->start);
+            pthread_cond_destroy(&tp->done);
+            cpu_destroy(b);
+            return -1;
+        }
+        for (int i = 1; i < T; i++) {
+            be->wargs[i] = (worker_arg){ tp, i };
+            int rc = pthread_create(&tp->th[i - 1], NULL, worker_main, &be->wargs[i]);
+            if (rc) {
+                snprintf(err, errlen, "cpu: pthread_create: %s", strerror(rc));
+                tp->n = i; /* join the ones started */
+                cpu_destroy(b);
+                return -1;
+            }
+        }
+    }
+    *out = b;
+    return 0;
+}

@@ -1,0 +1,811 @@
+/* backend_cuda.c: the CUDA backend's host side: device memory, cuBLAS and
+ * the order of kernel launches in one batched decode step.
+ *
+ * Precision: weights and activations that feed a GEMM are bf16; cuBLAS
+ * accumulates in fp32 and writes fp32; the residual stream, norms, rotary,
+ * softmax and the adapters' conversions are fp32; the KV cache is bf16.
+ *
+ * One step over R rows (R sessions, or R positions of one session in a
+ * prefill chunk), all on the backend's one stream, no host sync until the
+ * outputs are copied back:
+ *   metadata (rows, block tables, inputs) -> device    one pinned buffer
+ *   x   = audio_in . bf16(pcm/32768) | embed[id]      GEMM | gather
+ *   per layer:
+ *     xn  = bf16(rmsnorm(x) * attn_norm)
+ *     qkv = xn . Wqkv^T           one GEMM, q|k|v fused [q+2kv, hidden]
+ *     rotary (q twice, see attention.cu), K,V -> the pool
+ *     att = windowed-sink / paged attention (split + combine)
+ *     x  += att . Wo^T            one GEMM, beta = 1 into the fp32 residual
+ *     xn  = bf16(rmsnorm(x) * mlp_norm)
+ *     gu  = xn . Wgu^T            one GEMM, gate|up fused [2 ffn, hidden]
+ *     act = bf16(silu(gate) * up)
+ *     x  += act . Wdown^T         one GEMM
+ *   out = rmsnorm(x) * norm -> lm_head (logits) | audio_out (pcm)
+ *
+ * Memory: the weights (one cudaMalloc), the whole KV pool (one cudaMalloc
+ * of mt_kv_pool_blocks * 16 * position_bytes) and the activations for
+ * max(max_batch, PREFILL_CHUNK) rows (one cudaMalloc) are allocated at
+ * creation; never managed memory; a step allocates nothing.
+ *
+ * Synthetic models loaded shape-only (no host weights, e.g. moshi-7b) get
+ * their weights made on the device: uniform values with the per-tensor std
+ * of model.h's synthetic init, from a splitmix64 hash of (seed, tensor,
+ * index). Same shapes and scales as the CPU generator, not the same values
+ * (parity tests use host weights).
+ *
+ * CUDA Graphs: not used. A step's launches depend on B and on the rows'
+ * lengths (split count), so a graph would need re-instantiation or
+ * parameter updates per tick; launches are asynchronous and the host runs
+ * ahead of the GPU, so launch cost only shows at tiny steps. To measure on
+ * the H200 before adding it (bench-gpu prints the step time at B = 1).
+ */
+#include "decode/decoder.h"
+#include "../../kernels/mt_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PREFILL_CHUNK = 64, ALIGN = 256 };
+
+typedef struct dev_layer {
+    float    *attn_norm, *mlp_norm;   /* [hidden] fp32 */
+    uint16_t *wqkv;                   /* [q_dim + 2 kv_dim, hidden] */
+    uint16_t *wo;                     /* [hidden, q_dim] */
+    uint16_t *wgu;                    /* [2 ffn, hidden] */
+    uint16_t *wdown;                  /* [hidden, ffn] */
+} dev_layer;
+
+typedef struct cuda_backend {
+    mt_backend          base;
+    const mt_model     *m;
+    const mt_config    *c;
+    mt_kv_pool         *pool;
+    const mt_kv_params *kvp;
+    mt_cu_dims          dims;
+    int R, hd, q_dim, kv_dim, qkv_dim, fs, nsm;
+    int has_audio, has_tokens;
+
+    cudaStream_t   st;
+    cublasHandle_t blas;
+    int            st_ok, blas_ok;
+
+    void      *wslab;
+    dev_layer *layer;       /* [layers], host array of device pointers */
+    float     *norm;        /* [hidden] */
+    uint16_t  *embed;       /* [vocab, hidden] or NULL */
+    uint16_t  *lm_head;     /* [vocab, hidden] (== embed when tied) */
+    uint16_t  *audio_in;    /* [hidden, fs] */
+    uint16_t  *audio_out;   /* [fs, hidden] */
+    size_t     weight_bytes;
+
+    uint16_t  *kv;          /* the pool, [blocks][layers][2][kv_heads][16][hd] */
+    size_t     kv_bytes;
+
+    void      *aslab;       /* activations, R rows each */
+    float     *x;           /* [R, hidden] residual, fp32 */
+    uint16_t  *xn;          /* [R, hidden] normed, bf16 */
+    float     *qkv;         /* [R, qkv_dim] */
+    float     *qrot;        /* [R, 2, heads, hd] rotated, scaled queries */
+    float     *part;        /* [R, heads, MAX_SPLITS, hd + 2] attention partials */
+    uint16_t  *att;         /* [R, q_dim] bf16 */
+    float     *gu;          /* [R, 2 ffn] */
+    uint16_t  *act;         /* [R, ffn] bf16 */
+    uint16_t  *pcm_bf;      /* [R, fs] bf16 input frames */
+    float     *outf;        /* [R, vocab] logits, then [R, fs] pcm as float */
+    int16_t   *pcm16;       /* [R, fs] */
+    double    *inv_freq;    /* [hd/2] */
+
+    /* per-call metadata: pinned host and device mirrors of one layout */
+    void      *h_meta, *d_meta;
+    size_t     meta_bytes;
+    mt_cu_row *h_rows, *d_rows;     /* [R] */
+    int32_t   *h_tok, *d_tok;       /* [R] */
+    int16_t   *h_pcm, *d_pcm;       /* [R, fs] */
+    int32_t   *h_tab, *d_tab;       /* [tab_cap] */
+    size_t     tab_cap;
+} cuda_backend;
+
+#define CU(call)                                                                    \
+    do {                                                                            \
+        cudaError_t e_ = (call);                                                    \
+        if (e_ != cudaSuccess) {                                                    \
+            snprintf(err, errlen, "cuda: %s: %s", #call, cudaGetErrorString(e_));   \
+            return -1;                                                              \
+        }                                                                           \
+    } while (0)
+#define KE(call)                                                                    \
+    do {                                                                            \
+        int e_ = (call);                                                            \
+        if (e_ != 0) {                                                              \
+            snprintf(err, errlen, "cuda: kernel %s: %s", #call,                     \
+                     cudaGetErrorString((cudaError_t)e_));                          \
+            return -1;                                                              \
+        }                                                                           \
+    } while (0)
+
+static const char *blas_str(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "mapping error";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "unknown status";
+    }
+}
+
+static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+int mt_cuda_available(char *why, size_t whylen)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, whylen, "no usable CUDA device: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError(); /* clear the sticky-free error state */
+        return 0;
+    }
+    if (n < 1) {
+        snprintf(why, whylen, "no CUDA device present");
+        return 0;
+    }
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 8) {
+        snprintf(why, whylen, "CUDA device 0 is older than sm_80 (the kernels need bf16)");
+        return 0;
+    }
+    snprintf(why, whylen, "%s", p.name);
+    return 1;
+}
+
+/* Y[rows, out] (fp32) = X[rows, in] (bf16) . W[out, in]^T (bf16) + beta Y */
+static int gemm(cuda_backend *be, const uint16_t *W, int out, int in, const uint16_t *X,
+                int rows, float *Y, float beta, char *err, size_t errlen)
+{
+    const float alpha = 1.0f;
+    cublasStatus_t s = cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha,
+                                    W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
+                                    CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cuda: cublasGemmEx %dx%dx%d: %s", out, rows, in, blas_str(s));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- weights -------------------------------------------------------------- */
+
+static size_t up(size_t b) { return (b + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* Lays the weight slab out (base NULL: only counts bytes). */
+static size_t layout_weights(cuda_backend *be, char *base)
+{
+    const mt_config *c = be->c;
+    size_t off = 0, H = (size_t)c->hidden;
+#define TAKE(ptr, type, n)                                          \
+    do {                                                            \
+        if (base)                                                   \
+            ptr = (type *)(base + off);                             \
+        off += up((size_t)(n) * sizeof(type));                      \
+    } while (0)
+    for (int l = 0; l < c->layers; l++) {
+        dev_layer *L = &be->layer[l];
+        TAKE(L->attn_norm, float, H);
+        TAKE(L->mlp_norm, float, H);
+        TAKE(L->wqkv, uint16_t, (size_t)be->qkv_dim * H);
+        TAKE(L->wo, uint16_t, H * be->q_dim);
+        TAKE(L->wgu, uint16_t, 2 * (size_t)c->ffn * H);
+        TAKE(L->wdown, uint16_t, H * c->ffn);
+    }
+    TAKE(be->norm, float, H);
+    if (be->has_tokens) {
+        TAKE(be->embed, uint16_t, (size_t)c->vocab * H);
+        if (c->tie_embeddings) {
+            if (base)
+                be->lm_head = be->embed;
+        } else
+            TAKE(be->lm_head, uint16_t, (size_t)c->vocab * H);
+    }
+    if (be->has_audio) {
+        TAKE(be->audio_in, uint16_t, H * be->fs);
+        TAKE(be->audio_out, uint16_t, (size_t)be->fs * H);
+    }
+#undef TAKE
+    return off;
+}
+
+/* Where tensor `name` goes, its element count there, fp32 or bf16, and
+ * the std of its synthetic init. */
+static int tensor_dest(cuda_backend *be, const char *name, void **dst, size_t *n, int *is_f32,
+                       float *std)
+{
+    const mt_config *c = be->c;
+    size_t H = (size_t)c->hidden;
+    float sh = 1.0f / sqrtf((float)c->hidden), depth = sqrtf(2.0f * c->layers);
+    int l, pos = 0;
+    char rest[64];
+    *is_f32 = 0;
+    if (sscanf(name, "model.layers.%d.%63s%n", &l, rest, &pos) == 2 && l >= 0 &&
+        l < c->layers) {
+        dev_layer *L = &be->layer[l];
+        if (!strcmp(rest, "input_layernorm.weight")) {
+            *dst = L->attn_norm; *n = H; *is_f32 = 1; *std = 0;
+        } else if (!strcmp(rest, "post_attention_layernorm.weight")) {
+            *dst = L->mlp_norm; *n = H; *is_f32 = 1; *std = 0;
+        } else if (!strcmp(rest, "self_attn.q_proj.weight")) {
+            *dst = L->wqkv; *n = (size_t)be->q_dim * H; *std = sh;
+        } else if (!strcmp(rest, "self_attn.k_proj.weight")) {
+            *dst = L->wqkv + (size_t)be->q_dim * H; *n = (size_t)be->kv_dim * H; *std = sh;
+        } else if (!strcmp(rest, "self_attn.v_proj.weight")) {
+            *dst = L->wqkv + (size_t)(be->q_dim + be->kv_dim) * H;
+            *n = (size_t)be->kv_dim * H; *std = sh;
+        } else if (!strcmp(rest, "self_attn.o_proj.weight")) {
+            *dst = L->wo; *n = H * be->q_dim;
+            *std = 1.0f / sqrtf((float)be->q_dim) / depth;
+        } else if (!strcmp(rest, "mlp.gate_proj.weight")) {
+            *dst = L->wgu; *n = (size_t)c->ffn * H; *std = sh;
+        } else if (!strcmp(rest, "mlp.up_proj.weight")) {
+            *dst = L->wgu + (size_t)c->ffn * H; *n = (size_t)c->ffn * H; *std = sh;
+        } else if (!strcmp(rest, "mlp.down_proj.weight")) {
+            *dst = L->wdown; *n = H * c->ffn;
+            *std = 1.0f / sqrtf((float)c->ffn) / depth;
+        } else
+            return -1;
+        return 0;
+    }
+    if (!strcmp(name, "model.norm.weight")) {
+        *dst = be->norm; *n = H; *is_f32 = 1; *std = 0;
+    } else if (!strcmp(name, "model.embed_tokens.weight") && be->embed) {
+        *dst = be->embed; *n = (size_t)c->vocab * H; *std = 1.0f;
+    } else if (!strcmp(name, "lm_head.weight") && be->lm_head && !c->tie_embeddings) {
+        *dst = be->lm_head; *n = (size_t)c->vocab * H; *std = sh;
+    } else if (!strcmp(name, "audio_in.weight") && be->audio_in) {
+        *dst = be->audio_in; *n = H * be->fs; *std = 10.0f / sqrtf((float)be->fs);
+    } else if (!strcmp(name, "audio_out.weight") && be->audio_out) {
+        *dst = be->audio_out; *n = (size_t)be->fs * H; *std = 0.1f * sh;
+    } else
+        return -1;
+    return 0;
+}
+
+/* Uploads host fp32 weights (converted to bf16 on the device through a
+ * staging buffer), or makes synthetic ones on the device. */
+static int load_weights(cuda_backend *be, char *err, size_t errlen)
+{
+    const mt_model *m = be->m;
+    int count = mt_model_tensor_count(be->c);
+    const size_t stage_n = (size_t)16 << 20; /* floats: 64 MiB */
+    float *stage = NULL;
+    int rc = -1;
+    if (!m->shape_only) {
+        cudaError_t e = cudaMalloc((void **)&stage, stage_n * sizeof(float));
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "cuda: no room for a 64 MiB staging buffer: %s",
+                     cudaGetErrorString(e));
+            return -1;
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        mt_tensor_ref ref;
+        if (mt_model_tensor(m, i, &ref)) {
+            snprintf(err, errlen, "cuda: model has no tensor %d", i);
+            goto out;
+        }
+        void *dst;
+        size_t n;
+        int is_f32;
+        float std;
+        if (tensor_dest(be, ref.name, &dst, &n, &is_f32, &std)) {
+            snprintf(err, errlen, "cuda: unexpected tensor %s", ref.name);
+            goto out;
+        }
+        size_t numel = (size_t)ref.shape[0] * (ref.ndim == 2 ? (size_t)ref.shape[1] : 1);
+        if (numel != n) {
+            snprintf(err, errlen, "cuda: tensor %s has %zu elements, expected %zu", ref.name,
+                     numel, n);
+            goto out;
+        }
+        int ke = 0;
+        if (!ref.data) {
+            if (is_f32)
+                ke = mt_cu_fill_f32(dst, n, 1.0f, be->st);
+            else
+                ke = mt_cu_fill_uniform_bf16(dst, n, m->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1,
+                                             std, be->st);
+        } else if (is_f32) {
+            cudaError_t e = cudaMemcpyAsync(dst, ref.data, n * sizeof(float),
+                                            cudaMemcpyHostToDevice, be->st);
+            ke = (int)e;
+        } else {
+            for (size_t o = 0; o < n && !ke; o += stage_n) {
+                size_t k = n - o < stage_n ? n - o : stage_n;
+                cudaError_t e = cudaMemcpyAsync(stage, ref.data + o, k * sizeof(float),
+                                                cudaMemcpyHostToDevice, be->st);
+                ke = e != cudaSuccess ? (int)e
+                                      : mt_cu_f32_to_bf16(stage, (uint16_t *)dst + o, k, be->st);
+                if (!ke) /* the staging buffer is reused: wait for the conversion */
+                    ke = (int)cudaStreamSynchronize(be->st);
+            }
+        }
+        if (ke) {
+            snprintf(err, errlen, "cuda: weights of %s: %s", ref.name,
+                     cudaGetErrorString((cudaError_t)ke));
+            goto out;
+        }
+    }
+    {
+        cudaError_t e = cudaStreamSynchronize(be->st);
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "cuda: making the weights: %s", cudaGetErrorString(e));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (stage)
+        cudaFree(stage);
+    return rc;
+}
+
+/* ---- one forward call over rows ------------------------------------------- */
+
+/* Splits of the ring for this call: enough blocks for a few waves of the
+ * GPU, chunks of at least 64 slots. */
+static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *nsplit, int *chunk)
+{
+    if (max_ring < 1) {
+        *nsplit = 1;
+        *chunk = 1;
+        return;
+    }
+    int want_blocks = be->nsm * 8;
+    int per = nrows * be->c->kv_heads;
+    int ns = (want_blocks + per - 1) / per;
+    int by_len = (max_ring + 63) / 64;
+    if (ns > by_len)
+        ns = by_len;
+    if (ns > MT_CU_MAX_SPLITS)
+        ns = MT_CU_MAX_SPLITS;
+    if (ns < 1)
+        ns = 1;
+    *chunk = (max_ring + ns - 1) / ns;
+    *nsplit = (max_ring + *chunk - 1) / *chunk;
+}
+
+/* Runs rows h_rows[0..n) (filled by the caller, with ntab table entries in
+ * h_tab) through the model; io's arrays hold n rows. */
+static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, char *err,
+                   size_t errlen)
+{
+    const mt_config *c = be->c;
+    cudaStream_t st = be->st;
+    const int H = c->hidden;
+
+    int max_ring = 0;
+    for (int r = 0; r < n; r++) {
+        const mt_cu_row *w = &be->h_rows[r];
+        int s = w->sink < w->nslots ? w->sink : w->nslots;
+        if (w->nslots - s > max_ring)
+            max_ring = w->nslots - s;
+    }
+    int nsplit, chunk;
+    plan_splits(be, n, max_ring, &nsplit, &chunk);
+
+    /* metadata and inputs in (the pinned buffers are free again: the last
+     * call ended with a sync) */
+    CU(cudaMemcpyAsync(be->d_rows, be->h_rows, (size_t)n * sizeof(mt_cu_row),
+                       cudaMemcpyHostToDevice, st));
+    CU(cudaMemcpyAsync(be->d_tab, be->h_tab, ntab * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       st));
+    if (io->tokens_in) {
+        memcpy(be->h_tok, io->tokens_in, (size_t)n * sizeof(int32_t));
+        CU(cudaMemcpyAsync(be->d_tok, be->h_tok, (size_t)n * sizeof(int32_t),
+                           cudaMemcpyHostToDevice, st));
+        KE(mt_cu_embed(be->embed, be->d_tok, be->x, n, H, st));
+    } else {
+        size_t np = (size_t)n * be->fs;
+        memcpy(be->h_pcm, io->pcm_in, np * sizeof(int16_t));
+        CU(cudaMemcpyAsync(be->d_pcm, be->h_pcm, np * sizeof(int16_t), cudaMemcpyHostToDevice,
+                           st));
+        KE(mt_cu_pcm_to_bf16(be->d_pcm, be->pcm_bf, np, st));
+        if (gemm(be, be->audio_in, H, be->fs, be->pcm_bf, n, be->x, 0.0f, err, errlen))
+            return -1;
+    }
+
+    for (int l = 0; l < c->layers; l++) {
+        const dev_layer *L = &be->layer[l];
+        KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
+        if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
+            return -1;
+        KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->inv_freq, n,
+                             l, be->dims, st));
+        KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
+                           nsplit, chunk, be->dims, st));
+        if (gemm(be, L->wo, H, be->q_dim, be->att, n, be->x, 1.0f, err, errlen))
+            return -1;
+        KE(mt_cu_rmsnorm(be->x, L->mlp_norm, be->xn, n, H, c->eps, st));
+        if (gemm(be, L->wgu, 2 * c->ffn, H, be->xn, n, be->gu, 0.0f, err, errlen))
+            return -1;
+        KE(mt_cu_swiglu(be->gu, be->act, n, c->ffn, st));
+        if (gemm(be, L->wdown, H, c->ffn, be->act, n, be->x, 1.0f, err, errlen))
+            return -1;
+    }
+
+    int want_logits = io->logits && be->lm_head;
+    int want_pcm = io->pcm_out && be->audio_out && !c->audio_passthrough;
+    if (want_logits || want_pcm)
+        KE(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st));
+    if (want_logits) {
+        if (gemm(be, be->lm_head, c->vocab, H, be->xn, n, be->outf, 0.0f, err, errlen))
+            return -1;
+        CU(cudaMemcpyAsync(io->logits, be->outf, (size_t)n * c->vocab * sizeof(float),
+                           cudaMemcpyDeviceToHost, st));
+    }
+    if (want_pcm) {
+        float *y = be->outf + (size_t)be->R * c->vocab;
+        if (gemm(be, be->audio_out, be->fs, H, be->xn, n, y, 0.0f, err, errlen))
+            return -1;
+        KE(mt_cu_f32_to_pcm(y, be->pcm16, (size_t)n * be->fs, st));
+        CU(cudaMemcpyAsync(io->pcm_out, be->pcm16, (size_t)n * be->fs * sizeof(int16_t),
+                           cudaMemcpyDeviceToHost, st));
+    }
+    /* the one host sync of a step: outputs are back, buffers free again */
+    CU(cudaStreamSynchronize(st));
+    if (io->pcm_out && c->audio_passthrough && io->pcm_in)
+        memcpy(io->pcm_out, io->pcm_in, (size_t)n * be->fs * sizeof(int16_t));
+    return 0;
+}
+
+/* The attention row of position pos of seq, whose table starts at toff. */
+static mt_cu_row make_row(const cuda_backend *be, const mt_kv_seq *s, int64_t pos, int32_t toff)
+{
+    mt_cu_row w;
+    w.table_off = toff;
+    w.nslots = (int32_t)mt_kv_visible_count(be->pool, pos);
+    w.write_slot = (int32_t)mt_kv_slot(be->pool, s, pos);
+    w.pos_abs = (int32_t)pos;
+    if (be->kvp->policy == MT_KV_WINDOW) {
+        w.sink = be->kvp->sink;
+        w.pos_sink = be->kvp->rope == MT_ROPE_CACHE ? w.nslots - 1 : (int32_t)pos;
+    } else {
+        w.sink = 0;
+        w.pos_sink = (int32_t)pos;
+    }
+    return w;
+}
+
+static int check_adapters(const cuda_backend *be, const mt_step_io *io, char *err, size_t errlen)
+{
+    if (io->tokens_in ? !be->embed : (!io->pcm_in || !be->audio_in)) {
+        snprintf(err, errlen, "cuda: model %s has no %s adapter", be->c->name,
+                 io->tokens_in ? "token" : "audio");
+        return -1;
+    }
+    if (!be->dims.layers) {
+        snprintf(err, errlen, "cuda: backend not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step_io *io,
+                     char *err, size_t errlen)
+{
+    cuda_backend *be = b->impl;
+    if (B < 1 || B > be->R) {
+        snprintf(err, errlen, "cuda: batch of %d outside 1..%d", B, be->R);
+        return -1;
+    }
+    if (check_adapters(be, io, err, errlen))
+        return -1;
+    size_t ntab = 0;
+    for (int r = 0; r < B; r++) {
+        const mt_kv_seq *s = seqs[r];
+        if (s->len >= INT32_MAX - 1) {
+            snprintf(err, errlen, "cuda: session %d is at position %lld, past 2^31", r,
+                     (long long)s->len);
+            return -1;
+        }
+        if (ntab + (size_t)s->nblocks > be->tab_cap) {
+            snprintf(err, errlen, "cuda: block tables of the batch exceed the pool (%zu)",
+                     be->tab_cap);
+            return -1;
+        }
+        memcpy(be->h_tab + ntab, s->blocks, (size_t)s->nblocks * sizeof(int32_t));
+        be->h_rows[r] = make_row(be, s, s->len, (int32_t)ntab);
+        ntab += (size_t)s->nblocks;
+    }
+    return forward(be, B, ntab, io, err, errlen);
+}
+
+/* Rows of one session at consecutive positions. All of a chunk's keys are
+ * appended before its attention, so a chunk may not overwrite a slot one of
+ * its rows still sees: in the window policy, once the ring wraps, chunks
+ * are one position long. */
+static int cuda_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *io, char *err,
+                        size_t errlen)
+{
+    cuda_backend *be = b->impl;
+    const mt_config *c = be->c;
+    if (check_adapters(be, io, err, errlen))
+        return -1;
+    if ((size_t)seq->nblocks > be->tab_cap) {
+        snprintf(err, errlen, "cuda: block table longer than the pool");
+        return -1;
+    }
+    memcpy(be->h_tab, seq->blocks, (size_t)seq->nblocks * sizeof(int32_t));
+    const int64_t cap = be->kvp->policy == MT_KV_WINDOW
+                            ? (int64_t)be->kvp->sink + be->kvp->window : INT64_MAX;
+    for (int done = 0; done < n;) {
+        int64_t base = seq->len + done;
+        int R = n - done < be->R ? n - done : be->R;
+        if (base + R > cap)
+            R = base < cap ? (int)(cap - base) : 1;
+        if (base + R >= INT32_MAX) {
+            snprintf(err, errlen, "cuda: position past 2^31");
+            return -1;
+        }
+        for (int r = 0; r < R; r++)
+            be->h_rows[r] = make_row(be, seq, base + r, 0);
+        mt_step_io sub = { 0 };
+        if (io->pcm_in)
+            sub.pcm_in = io->pcm_in + (size_t)done * c->frame_samples;
+        if (io->pcm_out)
+            sub.pcm_out = io->pcm_out + (size_t)done * c->frame_samples;
+        if (io->tokens_in)
+            sub.tokens_in = io->tokens_in + done;
+        if (io->logits)
+            sub.logits = io->logits + (size_t)done * c->vocab;
+        if (forward(be, R, (size_t)seq->nblocks, &sub, err, errlen))
+            return -1;
+        done += R;
+    }
+    return 0;
+}
+
+static void cuda_destroy(mt_backend *b)
+{
+    if (!b)
+        return;
+    cuda_backend *be = b->impl;
+    if (be) {
+        if (be->st_ok)
+            cudaStreamSynchronize(be->st);
+        if (be->blas_ok)
+            cublasDestroy(be->blas);
+        if (be->st_ok)
+            cudaStreamDestroy(be->st);
+        if (be->wslab)
+            cudaFree(be->wslab);
+        if (be->kv)
+            cudaFree(be->kv);
+        if (be->aslab)
+            cudaFree(be->aslab);
+        if (be->d_meta)
+            cudaFree(be->d_meta);
+        if (be->h_meta)
+            cudaFreeHost(be->h_meta);
+        free(be->layer);
+        free(be);
+    }
+    free(b);
+}
+
+static int create(cuda_backend *be, const mt_decoder_opts *o, char *err, size_t errlen)
+{
+    const mt_config *c = be->c;
+    char why[200];
+    if (!mt_cuda_available(why, sizeof why)) {
+        snprintf(err, errlen, "cuda: %s", why);
+        return -1;
+    }
+    CU(cudaSetDevice(0));
+    CU(cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, 0));
+    CU(cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking));
+    be->st_ok = 1;
+    cublasStatus_t bs = cublasCreate(&be->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cuda: cublasCreate: %s", blas_str(bs));
+        return -1;
+    }
+    be->blas_ok = 1;
+    bs = cublasSetStream(be->blas, be->st);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "cuda: cublasSetStream: %s", blas_str(bs));
+        return -1;
+    }
+
+    /* weights */
+    be->layer = calloc((size_t)c->layers, sizeof *be->layer);
+    if (!be->layer) {
+        snprintf(err, errlen, "cuda: out of host memory");
+        return -1;
+    }
+    be->weight_bytes = layout_weights(be, NULL);
+    size_t freeb = 0, total = 0;
+    CU(cudaMemGetInfo(&freeb, &total));
+    if (be->weight_bytes > freeb) {
+        snprintf(err, errlen, "cuda: model %s needs %.2f GiB of device memory for its bf16 weights, %.2f GiB free of %.2f",
+                 c->name, gib(be->weight_bytes), gib(freeb), gib(total));
+        return -1;
+    }
+    cudaError_t e = cudaMalloc(&be->wslab, be->weight_bytes);
+    if (e != cudaSuccess) {
+        be->wslab = NULL;
+        snprintf(err, errlen, "cuda: cannot allocate %.2f GiB for the weights of %s: %s",
+                 gib(be->weight_bytes), c->name, cudaGetErrorString(e));
+        return -1;
+    }
+    layout_weights(be, be->wslab);
+    if (load_weights(be, err, errlen))
+        return -1;
+
+    /* activations */
+    size_t R = (size_t)be->R, H = (size_t)c->hidden, D = (size_t)be->hd;
+    size_t outw = (size_t)be->fs + (size_t)(c->vocab > 0 ? c->vocab : 0); /* logits | pcm */
+    size_t abytes = up(R * H * 4) + up(R * H * 2) + up(R * be->qkv_dim * 4) +
+                    up(R * 2 * c->heads * D * 4) +
+                    up(R * c->heads * MT_CU_MAX_SPLITS * (D + 2) * 4) + up(R * be->q_dim * 2) +
+                    up(R * 2 * c->ffn * 4) + up(R * c->ffn * 2) + up(R * be->fs * 2) +
+                    up(R * outw * 4) + up(R * be->fs * 2) + up(D / 2 * 8);
+    e = cudaMalloc(&be->aslab, abytes);
+    if (e != cudaSuccess) {
+        be->aslab = NULL;
+        snprintf(err, errlen, "cuda: cannot allocate %.2f GiB of activations for %d rows: %s",
+                 gib(abytes), be->R, cudaGetErrorString(e));
+        return -1;
+    }
+    {
+        char *p = be->aslab;
+#define CARVE(ptr, type, n)                        \
+        do {                                       \
+            ptr = (type *)p;                       \
+            p += up((size_t)(n) * sizeof(type));   \
+        } while (0)
+        CARVE(be->x, float, R * H);
+        CARVE(be->xn, uint16_t, R * H);
+        CARVE(be->qkv, float, R * be->qkv_dim);
+        CARVE(be->qrot, float, R * 2 * c->heads * D);
+        CARVE(be->part, float, R * c->heads * MT_CU_MAX_SPLITS * (D + 2));
+        CARVE(be->att, uint16_t, R * be->q_dim);
+        CARVE(be->gu, float, R * 2 * c->ffn);
+        CARVE(be->act, uint16_t, R * c->ffn);
+        CARVE(be->pcm_bf, uint16_t, R * be->fs);
+        CARVE(be->outf, float, R * outw);
+        CARVE(be->pcm16, int16_t, R * be->fs);
+        CARVE(be->inv_freq, double, D / 2);
+#undef CARVE
+    }
+    double *invf = malloc(D / 2 * sizeof(double));
+    if (!invf) {
+        snprintf(err, errlen, "cuda: out of host memory");
+        return -1;
+    }
+    for (size_t i = 0; i < D / 2; i++)
+        invf[i] = pow((double)c->rope_theta, -(2.0 * (double)i) / (double)D);
+    e = cudaMemcpy(be->inv_freq, invf, D / 2 * sizeof(double), cudaMemcpyHostToDevice);
+    free(invf);
+    CU(e);
+
+    /* metadata: rows, tokens, pcm, block tables (at most every block of the
+     * pool, since a batch's sessions hold distinct blocks) */
+    be->tab_cap = (size_t)mt_kv_pool_blocks(be->pool) + 1;
+    size_t o_rows = 0, o_tok = up(R * sizeof(mt_cu_row)), o_pcm = o_tok + up(R * 4),
+           o_tab = o_pcm + up(R * be->fs * 2);
+    be->meta_bytes = o_tab + up(be->tab_cap * 4);
+    e = cudaMallocHost(&be->h_meta, be->meta_bytes);
+    if (e != cudaSuccess) {
+        be->h_meta = NULL;
+        snprintf(err, errlen, "cuda: cannot pin %zu bytes of host memory: %s", be->meta_bytes,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    e = cudaMalloc(&be->d_meta, be->meta_bytes);
+    if (e != cudaSuccess) {
+        be->d_meta = NULL;
+        snprintf(err, errlen, "cuda: cannot allocate %zu bytes of metadata: %s", be->meta_bytes,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    char *hm = be->h_meta, *dm = be->d_meta;
+    be->h_rows = (mt_cu_row *)(hm + o_rows); be->d_rows = (mt_cu_row *)(dm + o_rows);
+    be->h_tok = (int32_t *)(hm + o_tok);     be->d_tok = (int32_t *)(dm + o_tok);
+    be->h_pcm = (int16_t *)(hm + o_pcm);     be->d_pcm = (int16_t *)(dm + o_pcm);
+    be->h_tab = (int32_t *)(hm + o_tab);     be->d_tab = (int32_t *)(dm + o_tab);
+
+    /* the KV pool, last: it takes what the budget says */
+    be->kv_bytes = (size_t)mt_kv_pool_blocks(be->pool) * MT_KV_BLOCK * be->base.position_bytes;
+    CU(cudaMemGetInfo(&freeb, &total));
+    if (be->kv_bytes > freeb) {
+        snprintf(err, errlen, "cuda: the KV pool of %.2f GiB (%d blocks) does not fit: %.2f GiB free after %.2f GiB of weights; lower the kv budget",
+                 gib(be->kv_bytes), mt_kv_pool_blocks(be->pool), gib(freeb),
+                 gib(be->weight_bytes));
+        return -1;
+    }
+    e = cudaMalloc((void **)&be->kv, be->kv_bytes);
+    if (e != cudaSuccess) {
+        be->kv = NULL;
+        snprintf(err, errlen, "cuda: cannot allocate the KV pool of %.2f GiB: %s",
+                 gib(be->kv_bytes), cudaGetErrorString(e));
+        return -1;
+    }
+    /* zeroed once, so a slot read before it is written (never, by the
+     * bookkeeping) or by a benchmark that fakes lengths is finite */
+    CU(cudaMemsetAsync(be->kv, 0, be->kv_bytes, be->st));
+    CU(cudaStreamSynchronize(be->st));
+    (void)o;
+    return 0;
+}
+
+int mt_cuda_backend_create(const mt_model *m, mt_kv_pool *pool, const mt_decoder_opts *o,
+                           mt_backend **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    const mt_config *c = &m->cfg;
+    if (c->heads <= 0 || c->kv_heads <= 0 || c->heads % c->kv_heads || c->head_dim <= 0 ||
+        c->layers <= 0 || c->hidden <= 0 || c->ffn <= 0) {
+        snprintf(err, errlen, "cuda: model %s has an unusable shape", c->name);
+        return -1;
+    }
+    mt_cu_dims dims = { c->layers, c->heads, c->kv_heads, c->head_dim };
+    char why[200];
+    if (mt_cu_attention_supported(dims, why, sizeof why)) {
+        snprintf(err, errlen, "cuda: model %s: %s", c->name, why);
+        return -1;
+    }
+    const mt_kv_params *kvp = mt_kv_pool_params(pool);
+    size_t pb = mt_decoder_position_bytes(c, "cuda");
+    if (kvp->position_bytes != pb) {
+        snprintf(err, errlen, "cuda: kv pool has %zu bytes per position, the CUDA backend needs %zu",
+                 kvp->position_bytes, pb);
+        return -1;
+    }
+    mt_backend *b = calloc(1, sizeof *b);
+    cuda_backend *be = calloc(1, sizeof *be);
+    if (!b || !be) {
+        free(b);
+        free(be);
+        snprintf(err, errlen, "cuda: out of host memory");
+        return -1;
+    }
+    b->impl = be;
+    b->name = "cuda";
+    b->position_bytes = pb;
+    b->step = cuda_step;
+    b->prefill = cuda_prefill;
+    b->destroy = cuda_destroy;
+    be->base.position_bytes = pb;
+    be->m = m;
+    be->c = c;
+    be->pool = pool;
+    be->kvp = kvp;
+    be->R = o->max_batch > PREFILL_CHUNK ? o->max_batch : PREFILL_CHUNK;
+    if (be->R > 65535) { /* a grid dimension of the kernels */
+        snprintf(err, errlen, "cuda: max_batch %d over 65535", o->max_batch);
+        cuda_destroy(b);
+        return -1;
+    }
+    be->hd = c->head_dim;
+    be->q_dim = c->heads * c->head_dim;
+    be->kv_dim = c->kv_heads * c->head_dim;
+    be->qkv_dim = be->q_dim + 2 * be->kv_dim;
+    be->fs = c->frame_samples > 0 ? c->frame_samples : 1;
+    be->has_audio = c->has_audio;
+    be->has_tokens = c->has_tokens && c->vocab > 0;
+    if (create(be, o, err, errlen)) {
+        cuda_destroy(b);
+        return -1;
+    }
+    be->dims = dims; /* last: marks the backend usable */
+    *out = b;
+    return 0;
+}

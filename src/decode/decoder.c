@@ -1,0 +1,245 @@
+/* decoder.c: the backend-neutral decoder: picks the backend (CPU, or CUDA
+ * when built with it and a GPU is there), sizes and creates the KV pool,
+ * checks every step's inputs (batch, room in the cache, token ids), then
+ * dispatches to the backend and advances the sessions' lengths.
+ */
+#include "decode/decoder.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct mt_decoder {
+    const mt_model *m;
+    mt_decoder_opts o;
+    mt_kv_pool     *pool;
+    mt_backend     *be;
+    char            note[512];
+};
+
+size_t mt_decoder_position_bytes(const mt_config *c, const char *backend)
+{
+    size_t elem = backend && strcmp(backend, "cuda") == 0 ? 2 : 4;
+    return (size_t)c->layers * 2 * c->kv_heads * c->head_dim * elem;
+}
+
+static int make_backend(mt_decoder *d, const char *name, char *err, size_t errlen)
+{
+    mt_kv_params kp = d->o.kv;
+    kp.position_bytes = mt_decoder_position_bytes(&d->m->cfg, name);
+    d->o.kv.position_bytes = kp.position_bytes;
+    if (mt_kv_pool_create(&kp, &d->pool, err, errlen))
+        return -1;
+    int rc;
+#ifdef MT_HAVE_CUDA
+    if (strcmp(name, "cuda") == 0)
+        rc = mt_cuda_backend_create(d->m, d->pool, &d->o, &d->be, err, errlen);
+    else
+#endif
+        rc = mt_cpu_backend_create(d->m, d->pool, &d->o, &d->be, err, errlen);
+    if (rc == 0 && d->be->position_bytes != kp.position_bytes) {
+        snprintf(err, errlen, "decoder: backend %s stores %zu bytes per position, pool has %zu",
+                 d->be->name, d->be->position_bytes, kp.position_bytes);
+        d->be->destroy(d->be);
+        d->be = NULL;
+        rc = -1;
+    }
+    if (rc) {
+        mt_kv_pool_free(d->pool);
+        d->pool = NULL;
+    }
+    return rc;
+}
+
+/* OpenBLAS picks its kernels from cpuid at load time; in some virtual
+ * machines it fails to recognise the CPU and falls back to its SSE3
+ * (Prescott) kernels, several times slower than the AVX2/AVX-512 ones the
+ * CPU has. It can only be told before it loads (OPENBLAS_CORETYPE), so say
+ * so where the caller can print it. */
+static void blas_note(mt_decoder *d)
+{
+#if defined(__x86_64__)
+    const char *core = openblas_get_corename();
+    if (!core || strcasecmp(core, "prescott") != 0)
+        return;
+    const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2")  ? "Haswell" : NULL;
+    if (!want)
+        return;
+    size_t n = strlen(d->note);
+    snprintf(d->note + n, sizeof d->note - n,
+             "%sOpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
+             n ? "; " : "", core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
+#else
+    (void)d;
+#endif
+}
+
+int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
+                      mt_decoder **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (o->max_batch < 1 || o->max_batch > 1 << 16) {
+        snprintf(err, errlen, "decoder: max_batch %d outside 1..65536", o->max_batch);
+        return -1;
+    }
+    if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA) {
+        snprintf(err, errlen, "decoder: unknown device %d", (int)o->device);
+        return -1;
+    }
+    mt_decoder *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "decoder: out of memory");
+        return -1;
+    }
+    d->m = m;
+    d->o = *o;
+    int rc;
+#ifdef MT_HAVE_CUDA
+    if (o->device == MT_DEV_CUDA || o->device == MT_DEV_AUTO) {
+        char why[200] = "";
+        if (mt_cuda_available(why, sizeof why)) {
+            rc = make_backend(d, "cuda", err, errlen);
+            if (rc == 0 || o->device == MT_DEV_CUDA)
+                goto done;
+            snprintf(d->note, sizeof d->note, "CUDA backend failed (%s): using CPU", err);
+        } else if (o->device == MT_DEV_CUDA) {
+            snprintf(err, errlen, "decoder: CUDA requested but unavailable: %s", why);
+            free(d);
+            return -1;
+        } else {
+            snprintf(d->note, sizeof d->note, "CUDA unavailable (%s): using CPU", why);
+        }
+    }
+#else
+    if (o->device == MT_DEV_CUDA) {
+        snprintf(err, errlen, "decoder: CUDA requested but this build is built without CUDA (no nvcc at build time)");
+        free(d);
+        return -1;
+    }
+    if (o->device == MT_DEV_AUTO)
+        snprintf(d->note, sizeof d->note, "built without CUDA: using CPU");
+#endif
+    rc = make_backend(d, "cpu", err, errlen);
+    if (rc == 0)
+        blas_note(d);
+#ifdef MT_HAVE_CUDA
+done:
+#endif
+    if (rc) {
+        free(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+void mt_decoder_free(mt_decoder *d)
+{
+    if (!d)
+        return;
+    if (d->be)
+        d->be->destroy(d->be);
+    mt_kv_pool_free(d->pool);
+    free(d);
+}
+
+mt_kv_pool *mt_decoder_pool(mt_decoder *d) { return d->pool; }
+const char *mt_decoder_backend_name(const mt_decoder *d) { return d->be->name; }
+const mt_model *mt_decoder_model(const mt_decoder *d) { return d->m; }
+
+void mt_decoder_wake(mt_decoder *d)
+{
+    if (d && d->be->wake)
+        d->be->wake(d->be);
+}
+const char *mt_decoder_note(const mt_decoder *d) { return d->note; }
+
+/* Inputs for rows rows: the adapter exists and every token id is in range. */
+static int check_io(const mt_decoder *d, int rows, const mt_step_io *io, char *err,
+                    size_t errlen)
+{
+    const mt_config *c = &d->m->cfg;
+    if (!io || (!io->pcm_in) == (!io->tokens_in)) {
+        snprintf(err, errlen, "decoder: a step takes exactly one of pcm_in, tokens_in");
+        return -1;
+    }
+    if (io->pcm_in && !d->m->cfg.has_audio) {
+        snprintf(err, errlen, "decoder: model %s has no audio adapter", c->name);
+        return -1;
+    }
+    if (io->tokens_in) {
+        if (!d->m->cfg.has_tokens) {
+            snprintf(err, errlen, "decoder: model %s has no token adapter", c->name);
+            return -1;
+        }
+        for (int r = 0; r < rows; r++)
+            if (io->tokens_in[r] < 0 || io->tokens_in[r] >= c->vocab) {
+                snprintf(err, errlen, "decoder: token id %d (row %d) outside 0..%d",
+                         (int)io->tokens_in[r], r, c->vocab - 1);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+int mt_decoder_step(mt_decoder *d, int B, mt_kv_seq *const *seqs,
+                    const mt_step_io *io, char *err, size_t errlen)
+{
+    if (B < 1 || B > d->o.max_batch) {
+        snprintf(err, errlen, "decoder: batch of %d outside 1..%d", B, d->o.max_batch);
+        return -1;
+    }
+    for (int i = 0; i < B; i++) {
+        if (!seqs[i]) {
+            snprintf(err, errlen, "decoder: session %d of the batch is NULL", i);
+            return -1;
+        }
+        if (!mt_kv_has_room(d->pool, seqs[i])) {
+            snprintf(err, errlen, "decoder: session %d (kv seq %d) has no room for position %lld: mt_kv_reserve first",
+                     i, seqs[i]->id, (long long)seqs[i]->len);
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i]) {
+                snprintf(err, errlen, "decoder: kv seq %d appears twice in one batch",
+                         seqs[i]->id);
+                return -1;
+            }
+    }
+    if (check_io(d, B, io, err, errlen))
+        return -1;
+    if (d->be->step(d->be, B, seqs, io, err, errlen))
+        return -1;
+    for (int i = 0; i < B; i++)
+        seqs[i]->len++;
+    return 0;
+}
+
+int mt_decoder_prefill(mt_decoder *d, mt_kv_seq *seq, int n, const mt_step_io *io,
+                       char *err, size_t errlen)
+{
+    if (n < 0 || !seq) {
+        snprintf(err, errlen, "decoder: prefill of %d positions", n);
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    const mt_kv_params *p = mt_kv_pool_params(d->pool);
+    int room = p->policy == MT_KV_WINDOW
+                   ? mt_kv_has_room(d->pool, seq)
+                   : (int64_t)seq->nblocks * MT_KV_BLOCK >= seq->len + n;
+    if (!room) {
+        snprintf(err, errlen, "decoder: kv seq %d has no room for %d positions from %lld: mt_kv_reserve first",
+                 seq->id, n, (long long)seq->len);
+        return -1;
+    }
+    if (check_io(d, n, io, err, errlen))
+        return -1;
+    if (d->be->prefill(d->be, seq, n, io, err, errlen))
+        return -1;
+    seq->len += n;
+    return 0;
+}

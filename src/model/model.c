@@ -1,0 +1,722 @@
+/* model.c: what a model is and where it comes from: the config (checked
+ * once, here, so no backend sees an absurd shape), the fixed tensor list
+ * with HuggingFace names, the fp32 host storage, the directory loader
+ * (config.json via jansson + memory-mapped model.safetensors) and the
+ * writer. Presets live in synthetic.c, the container format in
+ * safetensors.c. */
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/synthetic.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Storage behind mt_model.priv: one arena for every fp32 tensor. */
+typedef struct model_store {
+    float  *arena;
+    size_t  floats;
+} model_store;
+
+/* Limits that keep every size product far inside 64 bits (and every
+ * per-tensor element count inside size_t on 64-bit hosts) and reject
+ * configs that are typos rather than models. */
+#define LIM_HIDDEN     65536
+#define LIM_FFN        (1 << 20)
+#define LIM_LAYERS     1024
+#define LIM_HEADS      1024
+#define LIM_HEAD_DIM   4096
+#define LIM_VOCAB      (1 << 24)
+#define LIM_FRAME      (1 << 20)
+#define LIM_RATE       (1 << 20)
+
+const char *mt_dtype_name(mt_dtype dt)
+{
+    switch (dt) {
+    case MT_DT_F32: return "F32";
+    case MT_DT_F16: return "F16";
+    case MT_DT_BF16: return "BF16";
+    }
+    return "?";
+}
+
+const char *const *mt_model_presets(void) { return mt_synthetic_presets(); }
+
+/* ---- config checks ------------------------------------------------------- */
+
+static int range(const char *file, const char *key, long long v, long long lo,
+                 long long hi, char *err, size_t errlen)
+{
+    if (v >= lo && v <= hi)
+        return 0;
+    snprintf(err, errlen, "%s: %s = %lld is out of range (%lld..%lld)", file, key,
+             v, lo, hi);
+    return -1;
+}
+
+int mt_config_check(const mt_config *c, const char *file, char *err, size_t errlen)
+{
+    if (range(file, "hidden_size", c->hidden, 1, LIM_HIDDEN, err, errlen) ||
+        range(file, "intermediate_size", c->ffn, 1, LIM_FFN, err, errlen) ||
+        range(file, "num_hidden_layers", c->layers, 1, LIM_LAYERS, err, errlen) ||
+        range(file, "num_attention_heads", c->heads, 1, LIM_HEADS, err, errlen) ||
+        range(file, "num_key_value_heads", c->kv_heads, 1, LIM_HEADS, err, errlen) ||
+        range(file, "head_dim", c->head_dim, 2, LIM_HEAD_DIM, err, errlen) ||
+        range(file, "vocab_size", c->vocab, 0, LIM_VOCAB, err, errlen) ||
+        range(file, "sample_rate", c->sample_rate, 1, LIM_RATE, err, errlen) ||
+        range(file, "frame_samples", c->frame_samples, 1, LIM_FRAME, err, errlen))
+        return -1;
+    if (c->heads % c->kv_heads != 0) {
+        snprintf(err, errlen, "%s: num_key_value_heads = %d does not divide "
+                 "num_attention_heads = %d", file, c->kv_heads, c->heads);
+        return -1;
+    }
+    if (c->head_dim % 2 != 0) {
+        snprintf(err, errlen, "%s: head_dim = %d is odd (rotary embedding "
+                 "rotates halves)", file, c->head_dim);
+        return -1;
+    }
+    if (!(c->eps > 0.0f && c->eps < 1.0f)) {
+        snprintf(err, errlen, "%s: rms_norm_eps = %g is out of range (0..1)",
+                 file, (double)c->eps);
+        return -1;
+    }
+    if (!(c->rope_theta > 0.0f && isfinite(c->rope_theta))) {
+        snprintf(err, errlen, "%s: rope_theta = %g must be positive and finite",
+                 file, (double)c->rope_theta);
+        return -1;
+    }
+    if (c->has_tokens && c->vocab < 1) {
+        snprintf(err, errlen, "%s: vocab_size = %d but the model has a token "
+                 "adapter", file, c->vocab);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- tensor list ----------------------------------------------------------- */
+
+enum { PER_LAYER = 9 };
+
+int mt_model_tensor_count(const mt_config *c)
+{
+    int n = c->layers * PER_LAYER + 1;
+    if (c->has_tokens)
+        n += c->tie_embeddings ? 1 : 2;
+    if (c->has_audio)
+        n += 2;
+    return n;
+}
+
+/* Name, shape and the slot in m that holds tensor i (m may be NULL). */
+static int tensor_info(const mt_config *c, mt_model *m, int i, mt_tensor_ref *r,
+                       float ***slot)
+{
+    int n = mt_model_tensor_count(c);
+    if (i < 0 || i >= n)
+        return -1;
+    memset(r, 0, sizeof *r);
+    static float *const none = NULL; /* slot of a tensor m does not hold */
+    *slot = (float **)&none;
+    int64_t H = c->hidden, Q = (int64_t)c->heads * c->head_dim,
+            KV = (int64_t)c->kv_heads * c->head_dim, F = c->ffn;
+    if (i < c->layers * PER_LAYER) {
+        int l = i / PER_LAYER, k = i % PER_LAYER;
+        static const char *const suffix[PER_LAYER] = {
+            "input_layernorm.weight", "self_attn.q_proj.weight",
+            "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+            "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+            "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+        };
+        const int64_t shp[PER_LAYER][2] = {
+            { H, 0 }, { Q, H }, { KV, H }, { KV, H }, { H, Q },
+            { H, 0 }, { F, H }, { F, H }, { H, F },
+        };
+        snprintf(r->name, sizeof r->name, "model.layers.%d.%s", l, suffix[k]);
+        r->shape[0] = shp[k][0];
+        r->shape[1] = shp[k][1];
+        r->ndim = shp[k][1] ? 2 : 1;
+        if (m && m->layer) {
+            mt_layer_weights *w = &m->layer[l];
+            float **s[PER_LAYER] = { &w->attn_norm, &w->wq, &w->wk, &w->wv, &w->wo,
+                                     &w->mlp_norm, &w->w_gate, &w->w_up, &w->w_down };
+            *slot = s[k];
+        }
+        return 0;
+    }
+    i -= c->layers * PER_LAYER;
+    const char *name;
+    int64_t s0, s1;
+    float **s = NULL;
+    if (i == 0) {
+        name = "model.norm.weight"; s0 = H; s1 = 0; s = m ? &m->norm : NULL;
+    } else {
+        i--;
+        if (c->has_tokens && i == 0) {
+            name = "model.embed_tokens.weight"; s0 = c->vocab; s1 = H;
+            s = m ? &m->embed : NULL;
+        } else if (c->has_tokens && !c->tie_embeddings && i == 1) {
+            name = "lm_head.weight"; s0 = c->vocab; s1 = H;
+            s = m ? &m->lm_head : NULL;
+        } else {
+            if (c->has_tokens)
+                i -= c->tie_embeddings ? 1 : 2;
+            if (i == 0) {
+                name = "audio_in.weight"; s0 = H; s1 = c->frame_samples;
+                s = m ? &m->audio_in : NULL;
+            } else {
+                name = "audio_out.weight"; s0 = c->frame_samples; s1 = H;
+                s = m ? &m->audio_out : NULL;
+            }
+        }
+    }
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->shape[0] = s0;
+    r->shape[1] = s1;
+    r->ndim = s1 ? 2 : 1;
+    if (s)
+        *slot = s;
+    return 0;
+}
+
+int mt_model_tensor(const mt_model *m, int i, mt_tensor_ref *r)
+{
+    float **slot;
+    if (!m || tensor_info(&m->cfg, (mt_model *)m, i, r, &slot) != 0)
+        return -1;
+    r->data = *slot;
+    return 0;
+}
+
+static uint64_t tensor_numel(const mt_tensor_ref *r)
+{
+    return (uint64_t)r->shape[0] * (uint64_t)(r->ndim == 2 ? r->shape[1] : 1);
+}
+
+uint64_t mt_model_params(const mt_config *c)
+{
+    uint64_t n = 0;
+    int nt = mt_model_tensor_count(c);
+    mt_tensor_ref r;
+    float **slot;
+    for (int i = 0; i < nt; i++)
+        if (tensor_info(c, NULL, i, &r, &slot) == 0)
+            n += tensor_numel(&r);
+    return n;
+}
+
+/* ---- storage -------------------------------------------------------------- */
+
+int mt_model_make(const mt_config *c, int shape_only, int zero, mt_model **out,
+                  char *err, size_t errlen)
+{
+    *out = NULL;
+    mt_model *m = calloc(1, sizeof *m);
+    model_store *st = calloc(1, sizeof *st);
+    if (!m || !st) {
+        free(m);
+        free(st);
+        snprintf(err, errlen, "%s: out of memory", c->name);
+        return -1;
+    }
+    m->cfg = *c;
+    m->seed = 1;
+    m->priv = st;
+    m->shape_only = shape_only;
+    if (shape_only) {
+        *out = m;
+        return 0;
+    }
+    m->layer = calloc((size_t)c->layers, sizeof *m->layer);
+    int nt = mt_model_tensor_count(c);
+    size_t floats = 0;
+    mt_tensor_ref r;
+    float **slot;
+    for (int i = 0; i < nt; i++) {
+        tensor_info(c, NULL, i, &r, &slot);
+        floats += ((size_t)tensor_numel(&r) + 15) & ~(size_t)15; /* 64-byte aligned */
+    }
+    void *arena = NULL;
+    if (!m->layer || posix_memalign(&arena, 64, floats * sizeof(float)) != 0) {
+        snprintf(err, errlen, "%s: out of memory for %.1f MiB of fp32 weights",
+                 c->name, floats * 4.0 / 1048576.0);
+        free(m->layer);
+        free(st);
+        free(m);
+        return -1;
+    }
+    st->arena = arena;
+    st->floats = floats;
+    if (zero)
+        memset(arena, 0, floats * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        tensor_info(c, m, i, &r, &slot);
+        *slot = st->arena + off;
+        off += ((size_t)tensor_numel(&r) + 15) & ~(size_t)15;
+    }
+    if (c->has_tokens && c->tie_embeddings)
+        m->lm_head = m->embed;
+    *out = m;
+    return 0;
+}
+
+int mt_model_alloc(const mt_config *c, mt_model **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (mt_config_check(c, c->name[0] ? c->name : "config", err, errlen) != 0)
+        return -1;
+    if (!c->has_audio && !c->has_tokens) {
+        snprintf(err, errlen, "%s: a model needs an audio or a token adapter",
+                 c->name[0] ? c->name : "config");
+        return -1;
+    }
+    return mt_model_make(c, 0, 1, out, err, errlen);
+}
+
+void mt_model_free(mt_model *m)
+{
+    if (!m)
+        return;
+    model_store *st = m->priv;
+    if (st)
+        free(st->arena);
+    free(st);
+    free(m->layer);
+    free(m);
+}
+
+/* ---- loading ---------------------------------------------------------------- */
+
+static int load_dir(const char *dir, int flags, mt_model **out, char *err,
+                    size_t errlen);
+
+int mt_model_load(const char *spec, int flags, mt_model **out, char *err,
+                  size_t errlen)
+{
+    *out = NULL;
+    if (!spec || !*spec) {
+        snprintf(err, errlen, "empty model spec (a directory or synthetic:NAME)");
+        return -1;
+    }
+    if (strncmp(spec, "synthetic:", 10) == 0)
+        return mt_synthetic_load(spec, flags, out, err, errlen);
+    return load_dir(spec, flags, out, err, errlen);
+}
+
+/* ---- config.json ------------------------------------------------------------ */
+
+/* Integer field: absent -> def (or an error when required, def < 0 meaning
+ * required); present -> an integer within [lo, hi]. */
+static int get_int(json_t *root, const char *file, const char *key, long long def,
+                   long long lo, long long hi, int *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (def == LLONG_MIN) {
+            snprintf(err, errlen, "%s: missing field %s", file, key);
+            return -1;
+        }
+        *out = (int)def;
+        return 0;
+    }
+    if (!json_is_integer(v)) {
+        snprintf(err, errlen, "%s: field %s is not an integer", file, key);
+        return -1;
+    }
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        snprintf(err, errlen, "%s: field %s = %lld is out of range (%lld..%lld)", file,
+                 key, x, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int get_num(json_t *root, const char *file, const char *key, double def,
+                   float *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        *out = (float)def;
+        return 0;
+    }
+    if (!json_is_number(v)) {
+        snprintf(err, errlen, "%s: field %s is not a number", file, key);
+        return -1;
+    }
+    *out = (float)json_number_value(v);
+    return 0;
+}
+
+static int get_bool(json_t *root, const char *file, const char *key, int *out, char *err,
+                    size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+    *out = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        snprintf(err, errlen, "%s: field %s is not true or false", file, key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c,
+                    char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    json_error_t je;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        snprintf(err, errlen, "%s: JSON syntax error at line %d, column %d: %s", file,
+                 je.line, je.column, je.text);
+        return -1;
+    }
+    int rc = -1, att_bias = 0, mlp_bias = 0;
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "%s: not a JSON object", file);
+        goto out;
+    }
+    const long long REQ = LLONG_MIN;
+    if (get_int(root, file, "hidden_size", REQ, 1, LIM_HIDDEN, &c->hidden, err, errlen) ||
+        get_int(root, file, "intermediate_size", REQ, 1, LIM_FFN, &c->ffn, err, errlen) ||
+        get_int(root, file, "num_hidden_layers", REQ, 1, LIM_LAYERS, &c->layers, err, errlen) ||
+        get_int(root, file, "num_attention_heads", REQ, 1, LIM_HEADS, &c->heads, err, errlen) ||
+        get_int(root, file, "num_key_value_heads", c->heads, 1, LIM_HEADS, &c->kv_heads, err, errlen) ||
+        get_int(root, file, "head_dim", 0, 1, LIM_HEAD_DIM, &c->head_dim, err, errlen) ||
+        get_int(root, file, "vocab_size", 0, 0, LIM_VOCAB, &c->vocab, err, errlen) ||
+        get_int(root, file, "sample_rate", 24000, 1, LIM_RATE, &c->sample_rate, err, errlen) ||
+        get_int(root, file, "frame_samples", 1920, 1, LIM_FRAME, &c->frame_samples, err, errlen) ||
+        get_num(root, file, "rms_norm_eps", 1e-6, &c->eps, err, errlen) ||
+        get_num(root, file, "rope_theta", 10000.0, &c->rope_theta, err, errlen) ||
+        get_bool(root, file, "tie_word_embeddings", &c->tie_embeddings, err, errlen) ||
+        get_bool(root, file, "audio_passthrough", &c->audio_passthrough, err, errlen) ||
+        get_bool(root, file, "attention_bias", &att_bias, err, errlen) ||
+        get_bool(root, file, "mlp_bias", &mlp_bias, err, errlen))
+        goto out;
+    if (c->head_dim == 0) {
+        if (c->hidden % c->heads != 0) {
+            snprintf(err, errlen, "%s: num_attention_heads = %d does not divide "
+                     "hidden_size = %d (and no head_dim is given)", file, c->heads,
+                     c->hidden);
+            goto out;
+        }
+        c->head_dim = c->hidden / c->heads;
+    }
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
+        snprintf(err, errlen, "%s: field hidden_act: only \"silu\" is supported", file);
+        goto out;
+    }
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs)) {
+        snprintf(err, errlen, "%s: field rope_scaling: not supported (must be null "
+                 "or absent)", file);
+        goto out;
+    }
+    if (att_bias || mlp_bias) {
+        snprintf(err, errlen, "%s: field %s: biases are not supported", file,
+                 att_bias ? "attention_bias" : "mlp_bias");
+        goto out;
+    }
+    c->has_tokens = c->vocab > 0;
+    if (mt_config_check(c, file, err, errlen) != 0)
+        goto out;
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ---- directory loader ------------------------------------------------------ */
+
+static void set_name(mt_config *c, const char *dir)
+{
+    size_t n = strlen(dir), cap = sizeof c->name - 1;
+    if (n <= cap) {
+        memcpy(c->name, dir, n + 1);
+    } else {                       /* keep the tail, which says the most */
+        memcpy(c->name, "...", 3);
+        memcpy(c->name + 3, dir + n - (cap - 3), cap - 3);
+        c->name[cap] = '\0';
+    }
+}
+
+/* Reads a small file whole (config.json). */
+static char *read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(limit + 1);
+    size_t n = buf ? fread(buf, 1, limit + 1, f) : 0;
+    int bad = !buf || ferror(f);
+    fclose(f);
+    if (bad || n > limit) {
+        snprintf(err, errlen, "%s: %s", path, bad ? "read error" : "too large (over 1 MiB)");
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static int is_ignored(const char *name)
+{
+    /* rotary tables some older checkpoints store; we compute them */
+    size_t n = strlen(name), k = strlen(".rotary_emb.inv_freq");
+    return n > k && strcmp(name + n - k, ".rotary_emb.inv_freq") == 0;
+}
+
+static int check_tensors(const mt_config *c, const mt_st_file *sf, const char *path,
+                         char *err, size_t errlen)
+{
+    int nt = mt_model_tensor_count(c);
+    mt_tensor_ref r;
+    float **slot;
+    const char *missing = NULL;
+    char missing_buf[80];
+    for (int i = 0; i < nt && !missing; i++) {
+        tensor_info(c, NULL, i, &r, &slot);
+        if (!mt_st_find(sf, r.name)) {
+            snprintf(missing_buf, sizeof missing_buf, "%s", r.name);
+            missing = missing_buf;
+        }
+    }
+    /* unknown names first: a misnamed tensor is reported as itself, with
+     * the expected tensor it probably was meant to be */
+    for (int j = 0; j < sf->n; j++) {
+        const char *name = sf->t[j].name;
+        int known = is_ignored(name);
+        for (int i = 0; i < nt && !known; i++) {
+            tensor_info(c, NULL, i, &r, &slot);
+            known = strcmp(r.name, name) == 0;
+        }
+        if (!known) {
+            if (missing)
+                snprintf(err, errlen, "%s: tensor '%s': unknown tensor name (and "
+                         "'%s' is missing: misnamed?)", path, name, missing);
+            else
+                snprintf(err, errlen, "%s: tensor '%s': unknown tensor name (not a "
+                         "tensor of this config)", path, name);
+            return -1;
+        }
+    }
+    if (missing) {
+        snprintf(err, errlen, "%s: tensor '%s': missing", path, missing);
+        return -1;
+    }
+    for (int i = 0; i < nt; i++) {
+        tensor_info(c, NULL, i, &r, &slot);
+        const mt_st_tensor *t = mt_st_find(sf, r.name);
+        if (t->dtype != MT_ST_F32 && t->dtype != MT_ST_F16 && t->dtype != MT_ST_BF16) {
+            snprintf(err, errlen, "%s: tensor '%s': unsupported dtype %s (F32, F16 or "
+                     "BF16)", path, r.name, mt_st_dtype_name(t->dtype));
+            return -1;
+        }
+        int same = t->ndim == r.ndim && t->shape[0] == (uint64_t)r.shape[0] &&
+                   (r.ndim == 1 || t->shape[1] == (uint64_t)r.shape[1]);
+        if (!same) {
+            char got[128];
+            size_t o = 0;
+            got[0] = '\0';
+            for (int d = 0; d < t->ndim && o < sizeof got; d++) {
+                int k = snprintf(got + o, sizeof got - o, "%s%" PRIu64, d ? ", " : "",
+                                 t->shape[d]);
+                if (k < 0)
+                    break;
+                o += (size_t)k;
+            }
+            if (r.ndim == 1)
+                snprintf(err, errlen, "%s: tensor '%s': wrong shape [%s], expected "
+                         "[%lld]", path, r.name, got, (long long)r.shape[0]);
+            else
+                snprintf(err, errlen, "%s: tensor '%s': wrong shape [%s], expected "
+                         "[%lld, %lld]", path, r.name, got, (long long)r.shape[0],
+                         (long long)r.shape[1]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int load_dir(const char *dir, int flags, mt_model **out, char *err,
+                    size_t errlen)
+{
+    char cpath[4096], wpath[4096];
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "%s: not a model directory (%s) and not synthetic:NAME",
+                 dir, stat(dir, &sb) != 0 ? strerror(errno) : "not a directory");
+        return -1;
+    }
+    if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
+        (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
+        snprintf(err, errlen, "%s: path too long", dir);
+        return -1;
+    }
+    size_t clen;
+    char *text = read_small(cpath, 1u << 20, &clen, err, errlen);
+    if (!text)
+        return -1;
+    mt_config c;
+    int rc = mt_config_parse(text, clen, cpath, &c, err, errlen);
+    free(text);
+    if (rc != 0)
+        return -1;
+    set_name(&c, dir);
+
+    int fd = open(wpath, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", wpath, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0) {
+        snprintf(err, errlen, "%s: %s", wpath, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    size_t flen = (size_t)sb.st_size;
+    const uint8_t *map = NULL;
+    if (flen > 0) {
+        void *p = mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            snprintf(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        map = p;
+    }
+    close(fd);
+    static const uint8_t empty[1];
+    mt_st_file sf;
+    mt_model *m = NULL;
+    rc = -1;
+    if (mt_st_parse(map ? map : empty, flen, wpath, &sf, err, errlen) != 0)
+        goto unmap;
+    c.has_audio = mt_st_find(&sf, "audio_in.weight") || mt_st_find(&sf, "audio_out.weight");
+    c.has_tokens = c.vocab > 0;
+    if (!c.has_audio && !c.has_tokens) {
+        snprintf(err, errlen, "%s: tensor 'audio_in.weight': missing, and vocab_size "
+                 "is 0: the model has neither an audio nor a token adapter", wpath);
+        goto done;
+    }
+    if (check_tensors(&c, &sf, wpath, err, errlen) != 0)
+        goto done;
+    int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
+    uint64_t bytes = mt_model_params(&c) * 4;
+    if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
+        snprintf(err, errlen, "%s: %.1f GiB of fp32 host weights is over the %.0f GiB "
+                 "host limit: use a GPU backend (shape-only load)", wpath,
+                 bytes / 1073741824.0, MT_MODEL_HOST_LIMIT_BYTES / 1073741824.0);
+        goto done;
+    }
+    if (mt_model_make(&c, shape_only, 0, &m, err, errlen) != 0)
+        goto done;
+    m->seed = 0;
+    if (!shape_only) {
+        int nt = mt_model_tensor_count(&c);
+        mt_tensor_ref r;
+        for (int i = 0; i < nt; i++) {
+            mt_model_tensor(m, i, &r);
+            mt_st_to_f32(mt_st_find(&sf, r.name), r.data);   /* checked above */
+        }
+    }
+    *out = m;
+    rc = 0;
+done:
+    mt_st_free(&sf);
+unmap:
+    if (map)
+        munmap((void *)map, flen);
+    return rc;
+}
+
+/* ---- writer ------------------------------------------------------------------ */
+
+int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
+                  size_t errlen)
+{
+    if (!m || m->shape_only || !m->layer) {
+        snprintf(err, errlen, "%s: the model has no host weights to save", dir);
+        return -1;
+    }
+    if (dtype != MT_DT_F32 && dtype != MT_DT_F16 && dtype != MT_DT_BF16) {
+        snprintf(err, errlen, "%s: unknown dtype %d", dir, (int)dtype);
+        return -1;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    char cpath[4096], wpath[4096];
+    if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
+        (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
+        snprintf(err, errlen, "%s: path too long", dir);
+        return -1;
+    }
+    const mt_config *c = &m->cfg;
+    static const char *const torch_dtype[] = { "float32", "float16", "bfloat16" };
+    json_t *cfg = json_pack(
+        "{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:i,s:b,s:s,s:s,s:b,s:b,s:n,s:i,s:i,s:b}",
+        "architectures", "LlamaForCausalLM", "model_type", "llama",
+        "hidden_size", c->hidden, "intermediate_size", c->ffn,
+        "num_hidden_layers", c->layers, "num_attention_heads", c->heads,
+        "num_key_value_heads", c->kv_heads, "head_dim", c->head_dim,
+        "rms_norm_eps", (double)c->eps, "rope_theta", (double)c->rope_theta,
+        "vocab_size", c->has_tokens ? c->vocab : 0,
+        "tie_word_embeddings", c->has_tokens && c->tie_embeddings,
+        "hidden_act", "silu", "torch_dtype", torch_dtype[dtype],
+        "attention_bias", 0, "mlp_bias", 0, "rope_scaling",
+        "sample_rate", c->sample_rate, "frame_samples", c->frame_samples,
+        "audio_passthrough", c->audio_passthrough != 0);
+    if (!cfg) {
+        snprintf(err, errlen, "%s: out of memory", cpath);
+        return -1;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", cpath);
+    int bad = json_dump_file(cfg, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0;
+    json_decref(cfg);
+    if (bad || rename(tmp, cpath) != 0) {
+        snprintf(err, errlen, "%s: write failed: %s", cpath, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    int nt = mt_model_tensor_count(c);
+    mt_st_out *o = calloc((size_t)nt, sizeof *o);
+    mt_tensor_ref *r = calloc((size_t)nt, sizeof *r);
+    if (!o || !r) {
+        free(o);
+        free(r);
+        snprintf(err, errlen, "%s: out of memory", wpath);
+        return -1;
+    }
+    for (int i = 0; i < nt; i++) {
+        mt_model_tensor(m, i, &r[i]);
+        o[i].name = r[i].name;
+        o[i].ndim = r[i].ndim;
+        o[i].shape[0] = (uint64_t)r[i].shape[0];
+        o[i].shape[1] = (uint64_t)r[i].shape[1];
+        o[i].data = r[i].data;
+    }
+    int rc = mt_st_write(wpath, o, nt, (int)dtype, err, errlen);
+    free(o);
+    free(r);
+    return rc;
+}

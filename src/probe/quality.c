@@ -1,0 +1,978 @@
+/* quality.c: `mt-probe quality`, quality under the bound (issue 9).
+ *
+ * The paper's second claim is that bounding the cache keeps quality, and
+ * that a few sink positions are what keep a sliding window coherent. This
+ * probe measures it on a trained byte-level model with the same C decoder
+ * the server runs, so what it reports is what a bounded session gets:
+ *
+ *   stream mode   K streams of N positions, each [BOS, b0 .. b(N-2)]
+ *                 predicting [b0 .. b(N-1)], stepped one position at a time
+ *                 (the K streams are one batch) under one policy; prints the
+ *                 mean NLL and perplexity per position bucket, overall,
+ *                 within the training context T and past it, and optionally
+ *                 the mean NLL of every position (--per-position).
+ *   chunked mode  (--chunk N) the training script's own evaluation:
+ *                 non-overlapping chunks of N bytes, each read after BOS
+ *                 with a fresh full cache, prefilled in one call.
+ *   generation    (--gen-prompt) BOS + prompt, then --gen-tokens sampled
+ *                 bytes under the same policy; prints the share of repeated
+ *                 word 4-grams, word distinct-1..4 and byte-level rep4, and
+ *                 the same figures for an equally long slice of --text (the
+ *                 natural level).
+ *
+ * Policies (a pool of one policy per decoder):
+ *   full         slot = position: nothing is ever dropped, positions run
+ *                past the training context T.
+ *   window       S = 0, a ring of W (default T) positions.
+ *   window+sink  S sinks (default 4) + a ring of W (default T - S).
+ *   recompute    the gold standard: at every step, the kept tokens (the
+ *                first S, default 0, and the last W, default T - S) are
+ *                recomputed from scratch at positions 0 .. S+W-1 on a
+ *                full-policy sequence (released and prefilled each step).
+ *
+ * A subcommand main kept in the library so mt-probe dispatches to it; it is
+ * the only part that prints. The decoder runs on the CPU backend with
+ * --threads threads (default 1: the probe is meant to run beside others).
+ */
+#define _GNU_SOURCE
+#include "probe/quality.h"
+#include "decode/decoder.h"
+#include "decode/kv.h"
+#include "model/model.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_TEXT_BYTES (256u << 20)
+
+static const char *cmdname = "quality";
+
+typedef enum policy { P_FULL, P_WINDOW, P_WINDOW_SINK, P_RECOMPUTE } policy;
+static const char *const policy_names[] = { "full", "window", "window+sink",
+                                            "recompute" };
+
+typedef struct qopts {
+    const char *model, *text, *per_position, *gen_prompt, *gen_out;
+    policy      pol;
+    int         sink, window;   /* -1: default */
+    mt_rope_mode rope;
+    int         ctx;            /* 0: from config.json */
+    int         length;         /* positions per stream; 0: 8 T */
+    int         streams;
+    int         offset;         /* first byte of the first stream */
+    int         buckets;
+    int         chunk, max_chunks, chunk_stride;
+    int         gen_tokens;     /* 0: 4 T */
+    uint64_t    seed;
+    double      temperature;
+    int         threads;
+    int         tsv;
+    int         gen_only;   /* --text only as the generation reference */
+} qopts;
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int usage_err(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "mt-probe %s: ", cmdname);
+    fprintf(stderr, fmt, arg ? arg : "");
+    fprintf(stderr, "\nTry 'mt-probe %s --help'.\n", cmdname);
+    return 2;
+}
+
+/* Reads a whole file; bytes >= 128 become '?' as in the model's tokenizer
+ * (7-bit text). */
+static int read_text(const char *path, unsigned char **out, size_t *len,
+                     char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        return snprintf(err, errlen, "%s: out of memory", path), -1;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= MAX_TEXT_BYTES) {
+                free(buf);
+                fclose(f);
+                return snprintf(err, errlen, "%s: larger than %u bytes", path,
+                                MAX_TEXT_BYTES), -1;
+            }
+            unsigned char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return snprintf(err, errlen, "%s: out of memory", path), -1;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return snprintf(err, errlen, "%s: read error", path), -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] >= 128)
+            buf[i] = '?';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* The training context and BOS id from DIR/config.json
+ * (max_position_embeddings, bos_token_id); left alone when absent. */
+static void config_extras(const char *spec, int *ctx, int *bos)
+{
+    struct stat st;
+    if (stat(spec, &st) || !S_ISDIR(st.st_mode))
+        return;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", spec) >= (int)sizeof path)
+        return;
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        return;
+    json_t *v = json_object_get(j, "max_position_embeddings");
+    if (json_is_integer(v) && json_integer_value(v) > 0 &&
+        json_integer_value(v) <= (1 << 20))
+        *ctx = (int)json_integer_value(v);
+    v = json_object_get(j, "bos_token_id");
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) < (1 << 30))
+        *bos = (int)json_integer_value(v);
+    json_decref(j);
+}
+
+/* -log softmax(logits)[target], in double. */
+static double nll_of(const float *logits, int vocab, int target)
+{
+    float mx = logits[0];
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    double s = 0;
+    for (int i = 0; i < vocab; i++)
+        s += exp((double)logits[i] - mx);
+    return log(s) + mx - (double)logits[target];
+}
+
+/* ---- a runner: B sequences advanced one position per call ----------------- */
+
+typedef struct runner {
+    mt_decoder *d;
+    mt_kv_pool *pool;
+    int         B, vocab;
+    mt_kv_seq **seq;
+    float      *logits;        /* [B, vocab] */
+    /* recompute */
+    int         recompute, rs, rw;
+    int32_t    *hist;          /* [B, hcap] tokens fed so far */
+    int32_t    *list;          /* [rs + rw] */
+    int64_t     hlen, hcap;
+} runner;
+
+static void runner_free(runner *r)
+{
+    if (r->seq)
+        for (int b = 0; b < r->B; b++)
+            if (r->seq[b])
+                mt_kv_seq_close(r->pool, r->seq[b]);
+    free(r->seq);
+    mt_decoder_free(r->d);
+    free(r->logits);
+    free(r->hist);
+    free(r->list);
+    memset(r, 0, sizeof *r);
+}
+
+/* positions: the most positions one sequence will hold. */
+static int runner_init(runner *r, const mt_model *m, const qopts *o, int S,
+                       int W, int B, int64_t positions, char *err,
+                       size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    r->B = B;
+    r->vocab = m->cfg.vocab;
+    mt_decoder_opts dop;
+    memset(&dop, 0, sizeof dop);
+    dop.device = MT_DEV_CPU;
+    dop.max_batch = B;
+    dop.threads = o->threads;
+    size_t pb = mt_decoder_position_bytes(&m->cfg, "cpu");
+    int64_t per_seq;
+    if (o->pol == P_FULL || o->pol == P_RECOMPUTE) {
+        dop.kv.policy = MT_KV_FULL;
+        per_seq = o->pol == P_FULL ? positions : S + W;
+    } else {
+        dop.kv.policy = MT_KV_WINDOW;
+        dop.kv.sink = S;
+        dop.kv.window = W;
+        per_seq = S + W;
+    }
+    dop.kv.rope = o->rope;
+    int64_t blocks = (per_seq + MT_KV_BLOCK - 1) / MT_KV_BLOCK + 1;
+    dop.kv.budget_bytes = (size_t)(blocks * B) * MT_KV_BLOCK * pb;
+    if (mt_decoder_create(m, &dop, &r->d, err, errlen))
+        return -1;
+    r->pool = mt_decoder_pool(r->d);
+    r->seq = calloc((size_t)B, sizeof *r->seq);
+    r->logits = malloc((size_t)B * r->vocab * sizeof *r->logits);
+    if (!r->seq || !r->logits)
+        goto oom;
+    for (int b = 0; b < B; b++)
+        if (mt_kv_seq_open(r->pool, &r->seq[b])) {
+            snprintf(err, errlen, "kv: cannot open sequence %d of %d", b, B);
+            runner_free(r);
+            return -1;
+        }
+    if (o->pol == P_RECOMPUTE) {
+        r->recompute = 1;
+        r->rs = S;
+        r->rw = W;
+        r->hcap = positions;
+        r->hist = malloc((size_t)B * (size_t)positions * sizeof *r->hist);
+        r->list = malloc((size_t)(S + W) * sizeof *r->list);
+        if (!r->hist || !r->list)
+            goto oom;
+    }
+    return 0;
+oom:
+    runner_free(r);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+/* Feeds tok[b] to sequence b at the next position; logits in r->logits. */
+static int runner_step(runner *r, const int32_t *tok, char *err, size_t errlen)
+{
+    if (r->recompute) {
+        if (r->hlen >= r->hcap)
+            return snprintf(err, errlen, "recompute: history full"), -1;
+        int64_t p = r->hlen;
+        for (int b = 0; b < r->B; b++)
+            r->hist[(size_t)b * r->hcap + p] = tok[b];
+        r->hlen++;
+        int L = r->rs + r->rw;
+        if (p >= L) {
+            /* Rebuild each sequence from the kept tokens: sinks, then the
+             * last rw - 1 before this one; this one is the batched step. */
+            for (int b = 0; b < r->B; b++) {
+                const int32_t *h = r->hist + (size_t)b * r->hcap;
+                int n = 0;
+                for (int i = 0; i < r->rs; i++)
+                    r->list[n++] = h[i];
+                for (int64_t i = p - r->rw + 1; i < p; i++)
+                    r->list[n++] = h[i];
+                mt_kv_release(r->pool, r->seq[b]);
+                if (mt_kv_reserve(r->pool, r->seq[b], n))
+                    return snprintf(err, errlen, "recompute: kv reserve of %d failed", n), -1;
+                mt_step_io io = { .tokens_in = r->list };
+                if (n > 0 && mt_decoder_prefill(r->d, r->seq[b], n, &io, err, errlen))
+                    return -1;
+            }
+        }
+    }
+    for (int b = 0; b < r->B; b++)
+        if (mt_kv_reserve(r->pool, r->seq[b], 1))
+            return snprintf(err, errlen, "kv: pool exhausted at position %lld",
+                            (long long)r->seq[b]->len), -1;
+    mt_step_io io = { .tokens_in = tok, .logits = r->logits };
+    return mt_decoder_step(r->d, r->B, r->seq, &io, err, errlen);
+}
+
+/* ---- n-gram statistics ------------------------------------------------------ */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t count_unique(uint64_t *k, size_t n)
+{
+    if (!n)
+        return 0;
+    qsort(k, n, sizeof *k, cmp_u64);
+    size_t u = 1;
+    for (size_t i = 1; i < n; i++)
+        u += k[i] != k[i - 1];
+    return u;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+typedef struct ngram_stats {
+    size_t words, bytes;
+    double distinct[4];  /* word distinct-1..4: unique / total */
+    double rep4;         /* word: 1 - distinct-4, share of repeated 4-grams */
+    double rep4_bytes;   /* the same over byte 4-grams */
+} ngram_stats;
+
+/* Words are maximal runs of non-space bytes, compared exactly (by a 64-bit
+ * hash). A statistic with no n-gram to count is NAN. */
+static int ngrams(const unsigned char *s, size_t n, ngram_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->bytes = n;
+    uint64_t *w = malloc((n + 1) * sizeof *w);
+    uint64_t *k = malloc((n + 1) * sizeof *k);
+    if (!w || !k) {
+        free(w);
+        free(k);
+        return -1;
+    }
+    size_t nw = 0;
+    for (size_t i = 0; i < n;) {
+        while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'))
+            i++;
+        if (i >= n)
+            break;
+        uint64_t h = 1469598103934665603ULL;
+        while (i < n && !(s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'))
+            h = (h ^ s[i++]) * 1099511628211ULL;
+        w[nw++] = h;
+    }
+    st->words = nw;
+    for (int g = 1; g <= 4; g++) {
+        size_t m = 0;
+        for (size_t i = 0; i + g <= nw; i++) {
+            uint64_t h = 0;
+            for (int j = 0; j < g; j++)
+                h = mix64(h ^ w[i + j]) + (uint64_t)j;
+            k[m++] = h;
+        }
+        st->distinct[g - 1] = m ? (double)count_unique(k, m) / m : NAN;
+    }
+    st->rep4 = 1.0 - st->distinct[3];
+    size_t m = 0;
+    for (size_t i = 0; i + 4 <= n; i++)
+        k[m++] = (uint64_t)s[i] | (uint64_t)s[i + 1] << 8 |
+                 (uint64_t)s[i + 2] << 16 | (uint64_t)s[i + 3] << 24;
+    st->rep4_bytes = m ? 1.0 - (double)count_unique(k, m) / m : NAN;
+    free(w);
+    free(k);
+    return 0;
+}
+
+/* ---- sampling ------------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    return mix64(z);
+}
+
+/* Byte 0..255 (BOS and any other non-byte id are never sampled): argmax at
+ * temperature 0, else softmax(logits / temperature). */
+static int sample_byte(const float *logits, double temp, uint64_t *rng,
+                       double *p)
+{
+    int best = 0;
+    for (int i = 1; i < 256; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    if (temp <= 0)
+        return best;
+    double sum = 0;
+    for (int i = 0; i < 256; i++) {
+        p[i] = exp(((double)logits[i] - logits[best]) / temp);
+        sum += p[i];
+    }
+    double u = (double)(splitmix(rng) >> 11) * 0x1.0p-53 * sum;
+    for (int i = 0; i < 256; i++) {
+        u -= p[i];
+        if (u < 0)
+            return i;
+    }
+    return best;
+}
+
+/* ---- the runs -------------------------------------------------------------------- */
+
+static void policy_shape(const qopts *o, int T, int *S, int *W)
+{
+    switch (o->pol) {
+    case P_FULL:
+        *S = 0; *W = 0;
+        break;
+    case P_WINDOW:
+        *S = 0;
+        *W = o->window >= 0 ? o->window : T;
+        break;
+    case P_WINDOW_SINK:
+        *S = o->sink >= 0 ? o->sink : 4;
+        *W = o->window >= 0 ? o->window : T - *S;
+        break;
+    case P_RECOMPUTE:
+        *S = o->sink >= 0 ? o->sink : 0;
+        *W = o->window >= 0 ? o->window : T - *S;
+        break;
+    }
+}
+
+static void print_prefix(const qopts *o, int S, int W, int T)
+{
+    printf("policy=%s", policy_names[o->pol]);
+    if (o->pol != P_FULL)
+        printf(" sink=%d window=%d", S, W);
+    if (o->pol == P_WINDOW || o->pol == P_WINDOW_SINK)
+        printf(" rope=%s", o->rope == MT_ROPE_CACHE ? "cache" : "absolute");
+    printf(" ctx=%d", T);
+}
+
+static int run_stream(const mt_model *m, const qopts *o, int S, int W, int T,
+                      int bos, const unsigned char *text, size_t tlen,
+                      char *err, size_t errlen)
+{
+    int N = o->length, K = o->streams;
+    if ((size_t)o->offset + (size_t)N * K > tlen)
+        return snprintf(err, errlen,
+                        "--text has %zu bytes; %d stream(s) of %d from offset %d need %zu",
+                        tlen, K, N, o->offset, (size_t)o->offset + (size_t)N * K), -1;
+    runner r;
+    if (runner_init(&r, m, o, S, W, K, N, err, errlen))
+        return -1;
+    double *sum = calloc((size_t)N, sizeof *sum);
+    int32_t *tok = malloc((size_t)K * sizeof *tok);
+    int rc = -1;
+    if (!sum || !tok) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int p = 0; p < N; p++) {
+        for (int k = 0; k < K; k++) {
+            const unsigned char *s = text + o->offset + (size_t)k * N;
+            tok[k] = p == 0 ? bos : s[p - 1];
+        }
+        if (runner_step(&r, tok, err, errlen))
+            goto out;
+        for (int k = 0; k < K; k++) {
+            const unsigned char *s = text + o->offset + (size_t)k * N;
+            sum[p] += nll_of(r.logits + (size_t)k * r.vocab, r.vocab, s[p]);
+        }
+    }
+    if (o->per_position) {
+        FILE *f = fopen(o->per_position, "w");
+        if (!f) {
+            snprintf(err, errlen, "%s: %s", o->per_position, strerror(errno));
+            goto out;
+        }
+        fprintf(f, "# position\tnll (nats/byte, mean over %d stream(s))\n", K);
+        for (int p = 0; p < N; p++)
+            fprintf(f, "%d\t%.9g\n", p, sum[p] / K);
+        if (fclose(f)) {
+            snprintf(err, errlen, "%s: write error", o->per_position);
+            goto out;
+        }
+    }
+    if (o->tsv)
+        printf("policy\tsink\twindow\tfrom\tto\tnll\tppl\n");
+    int nb = o->buckets < N ? o->buckets : N;
+    for (int b = 0; b < nb; b++) {
+        int from = (int)((int64_t)b * N / nb), to = (int)((int64_t)(b + 1) * N / nb);
+        double s = 0;
+        for (int p = from; p < to; p++)
+            s += sum[p];
+        double nll = s / ((double)(to - from) * K);
+        if (o->tsv) {
+            printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", policy_names[o->pol], S, W,
+                   from, to, nll, exp(nll));
+        } else {
+            printf("quality ");
+            print_prefix(o, S, W, T);
+            printf(" streams=%d bucket=%d/%d from=%d to=%d nll=%.6f ppl=%.4f\n",
+                   K, b + 1, nb, from, to, nll, exp(nll));
+        }
+    }
+    double all = 0, in = 0, past = 0;
+    int nin = N < T ? N : T;
+    for (int p = 0; p < N; p++) {
+        all += sum[p];
+        if (p < T)
+            in += sum[p];
+        else
+            past += sum[p];
+    }
+    all /= (double)N * K;
+    in /= (double)nin * K;
+    if (o->tsv) {
+        printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", policy_names[o->pol], S, W, 0, N,
+               all, exp(all));
+    } else {
+        printf("quality ");
+        print_prefix(o, S, W, T);
+        printf(" streams=%d bucket=all from=0 to=%d nll=%.6f ppl=%.4f"
+               " ppl_within_ctx=%.4f", K, N, all, exp(all), exp(in));
+        if (N > T)
+            printf(" ppl_past_ctx=%.4f", exp(past / ((double)(N - T) * K)));
+        printf("\n");
+    }
+    rc = 0;
+out:
+    free(sum);
+    free(tok);
+    runner_free(&r);
+    return rc;
+}
+
+/* train.py's evaluate(): chunks of C bytes, [BOS, c0..c(C-2)] -> [c0..c(C-1)],
+ * each on a fresh full cache, one prefill per chunk. Mean NLL into *nll. */
+static int chunked_nll(const mt_model *m, const qopts *o, int C, int bos,
+                       const unsigned char *text, size_t nchunks, size_t stride,
+                       double *nll, char *err, size_t errlen)
+{
+    qopts full = *o;
+    full.pol = P_FULL;
+    runner r;
+    if (runner_init(&r, m, &full, 0, 0, 1, C, err, errlen))
+        return -1;
+    int32_t *tok = malloc((size_t)C * sizeof *tok);
+    float *logits = malloc((size_t)C * r.vocab * sizeof *logits);
+    int rc = -1;
+    double tot = 0;
+    if (!tok || !logits) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (size_t c = 0; c < nchunks; c++) {
+        const unsigned char *s = text + c * stride * (size_t)C;
+        tok[0] = bos;
+        for (int i = 1; i < C; i++)
+            tok[i] = s[i - 1];
+        mt_kv_release(r.pool, r.seq[0]);
+        if (mt_kv_reserve(r.pool, r.seq[0], C)) {
+            snprintf(err, errlen, "kv: reserve of %d failed", C);
+            goto out;
+        }
+        mt_step_io io = { .tokens_in = tok, .logits = logits };
+        if (mt_decoder_prefill(r.d, r.seq[0], C, &io, err, errlen))
+            goto out;
+        for (int i = 0; i < C; i++)
+            tot += nll_of(logits + (size_t)i * r.vocab, r.vocab, s[i]);
+    }
+    *nll = tot / ((double)nchunks * C);
+    rc = 0;
+out:
+    free(tok);
+    free(logits);
+    runner_free(&r);
+    return rc;
+}
+
+static int run_chunked(const mt_model *m, const qopts *o, int T, int bos,
+                       const unsigned char *text, size_t tlen, char *err,
+                       size_t errlen)
+{
+    int C = o->chunk;
+    size_t stride = o->chunk_stride > 0 ? (size_t)o->chunk_stride : 1;
+    size_t nchunks = (tlen / (size_t)C + stride - 1) / stride;
+    if (o->max_chunks > 0 && nchunks > (size_t)o->max_chunks)
+        nchunks = (size_t)o->max_chunks;
+    if (!nchunks)
+        return snprintf(err, errlen, "--text is shorter than one chunk of %d bytes", C), -1;
+    double nll;
+    if (chunked_nll(m, o, C, bos, text, nchunks, stride, &nll, err, errlen))
+        return -1;
+    if (o->tsv)
+        printf("mode\tchunk\tstride\tchunks\tbytes\tnll\tppl\nchunked\t%d\t%zu\t%zu\t%zu\t%.6f\t%.4f\n",
+               C, stride, nchunks, nchunks * C, nll, exp(nll));
+    else
+        printf("quality mode=chunked policy=full ctx=%d chunk=%d stride=%zu chunks=%zu"
+               " bytes=%zu nll=%.6f ppl=%.4f\n", T, C, stride, nchunks, nchunks * C,
+               nll, exp(nll));
+    return 0;
+}
+
+static void print_ngrams(const char *what, const ngram_stats *g)
+{
+    printf(" %s_words=%zu rep4=%.4f distinct1=%.4f distinct2=%.4f distinct3=%.4f"
+           " distinct4=%.4f rep4_bytes=%.4f", what, g->words, g->rep4,
+           g->distinct[0], g->distinct[1], g->distinct[2], g->distinct[3],
+           g->rep4_bytes);
+}
+
+static int run_generation(const mt_model *m, const qopts *o, int S, int W, int T,
+                          int bos, const unsigned char *text, size_t tlen,
+                          char *err, size_t errlen)
+{
+    size_t plen = strlen(o->gen_prompt);
+    int G = o->gen_tokens;
+    runner r;
+    if (runner_init(&r, m, o, S, W, 1, (int64_t)plen + 1 + G, err, errlen))
+        return -1;
+    unsigned char *out = malloc((size_t)G + 1);
+    double p[256];
+    uint64_t rng = o->seed;
+    int rc = -1;
+    if (!out) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    int32_t t = bos;
+    if (runner_step(&r, &t, err, errlen))
+        goto done;
+    for (size_t i = 0; i < plen; i++) {
+        t = (unsigned char)o->gen_prompt[i] < 128 ? (unsigned char)o->gen_prompt[i] : '?';
+        if (runner_step(&r, &t, err, errlen))
+            goto done;
+    }
+    for (int i = 0; i < G; i++) {
+        out[i] = (unsigned char)sample_byte(r.logits, o->temperature, &rng, p);
+        if (i + 1 < G) {
+            t = out[i];
+            if (runner_step(&r, &t, err, errlen))
+                goto done;
+        }
+    }
+    ngram_stats g;
+    if (ngrams(out, (size_t)G, &g)) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    /* The model's own judgement of what it wrote, within its training
+     * context: the generated bytes in T-byte chunks, each after BOS on a
+     * fresh full cache (garbled text scores high, loops score low). */
+    double gnll = NAN;
+    if ((size_t)G >= (size_t)T &&
+        chunked_nll(m, o, T, bos, out, (size_t)G / T, 1, &gnll, err, errlen))
+        goto done;
+    printf("generation ");
+    print_prefix(o, S, W, T);
+    printf(" prompt_bytes=%zu tokens=%d seed=%llu temperature=%g", plen, G,
+           (unsigned long long)o->seed, o->temperature);
+    print_ngrams("gen", &g);
+    printf(" gen_ppl=%.4f", exp(gnll));
+    if (text && tlen >= (size_t)G) {
+        /* The natural level: the same figures over G bytes of the text. */
+        ngram_stats ref;
+        if (ngrams(text, (size_t)G, &ref)) {
+            snprintf(err, errlen, "out of memory");
+            goto done;
+        }
+        double rnll = NAN;
+        if ((size_t)G >= (size_t)T &&
+            chunked_nll(m, o, T, bos, text, (size_t)G / T, 1, &rnll, err, errlen))
+            goto done;
+        printf(" ref_words=%zu ref_rep4=%.4f ref_distinct1=%.4f ref_distinct2=%.4f"
+               " ref_distinct3=%.4f ref_rep4_bytes=%.4f ref_ppl=%.4f", ref.words,
+               ref.rep4, ref.distinct[0], ref.distinct[1], ref.distinct[2],
+               ref.rep4_bytes, exp(rnll));
+    }
+    printf("\n");
+    if (o->gen_out) {
+        FILE *f = fopen(o->gen_out, "wb");
+        if (!f || fwrite(o->gen_prompt, 1, plen, f) != plen ||
+            fwrite(out, 1, (size_t)G, f) != (size_t)G) {
+            snprintf(err, errlen, "%s: %s", o->gen_out, strerror(errno));
+            if (f)
+                fclose(f);
+            goto done;
+        }
+        if (fclose(f)) {
+            snprintf(err, errlen, "%s: write error", o->gen_out);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(out);
+    runner_free(&r);
+    return rc;
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: mt-probe quality -m MODEL [--text FILE] [--policy P] [options]\n"
+"\n"
+"Perplexity by position and free-generation statistics of a byte-level\n"
+"token model under one KV policy, computed by the C decoder (CPU).\n"
+"\n"
+"  -m, --model SPEC      model directory (config.json + model.safetensors)\n"
+"  -t, --text FILE       text for perplexity (bytes >= 128 read as '?')\n"
+"  -p, --policy P        full | window | window+sink | recompute\n"
+"                        (default window+sink)\n"
+"      --sink S          sinks: window+sink default 4; recompute default 0;\n"
+"                        window is S = 0\n"
+"      --window W        ring size (default T - S: the kept cache is T)\n"
+"      --rope R          cache | absolute rotary positions for the window\n"
+"                        policies (default cache, as in StreamingLLM)\n"
+"      --ctx T           training context (default: config.json\n"
+"                        max_position_embeddings, else 256)\n"
+"      --length N        positions per stream (default 8 T)\n"
+"      --streams K       streams, consecutive N-byte slices of the text,\n"
+"                        decoded as one batch (default 1)\n"
+"      --offset B        byte where the first stream starts (default 0)\n"
+"      --buckets N       equal position buckets printed (default 8)\n"
+"      --per-position F  write 'position<TAB>mean nll' for every position\n"
+"      --chunk C         instead: train.py's evaluation, non-overlapping\n"
+"                        C-byte chunks each after BOS, fresh full cache\n"
+"      --max-chunks M    at most M chunks (default all)\n"
+"      --chunk-stride K  only every K-th chunk (default 1: all)\n"
+"      --gen-prompt S    also generate from BOS + S under the policy\n"
+"      --gen-tokens N    bytes to generate (default 4 T)\n"
+"      --gen-out F       write prompt + generated bytes to F\n"
+"      --gen-only        no perplexity run: --text is only the reference\n"
+"                        for the generation figures\n"
+"      --seed N          sampling seed (default 1)\n"
+"      --temperature X   softmax temperature, 0 = greedy (default 0.8)\n"
+"      --threads N       CPU decoder threads (default 1)\n"
+"      --format F        logfmt | tsv (default logfmt)\n"
+"  -h, --help            this help\n"
+"\n"
+"Output (logfmt): one 'quality ... bucket=i/n from= to= nll= ppl=' line per\n"
+"bucket, then 'bucket=all' with ppl_within_ctx and ppl_past_ctx; with\n"
+"--chunk one 'quality mode=chunked ... nll= ppl=' line; with --gen-prompt\n"
+"one 'generation ...' line (word rep4 = share of repeated word 4-grams,\n"
+"distinct1..4, byte rep4_bytes, gen_ppl = the model's perplexity of its own\n"
+"output in T-byte chunks after BOS, and ref_* for as many bytes of the text).\n"
+"NLL is in nats per byte. Exit status: 0 ok, 1 runtime error, 2 usage.\n");
+}
+
+enum { O_SINK = 256, O_WINDOW, O_ROPE, O_CTX, O_LENGTH, O_STREAMS, O_OFFSET,
+       O_BUCKETS, O_PERPOS, O_CHUNK, O_MAXCHUNKS, O_STRIDE, O_GENPROMPT, O_GENTOKENS,
+       O_GENOUT, O_GENONLY, O_SEED, O_TEMP, O_THREADS, O_FORMAT };
+
+int mt_probe_quality_main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'},
+        {"text", required_argument, 0, 't'},
+        {"policy", required_argument, 0, 'p'},
+        {"sink", required_argument, 0, O_SINK},
+        {"window", required_argument, 0, O_WINDOW},
+        {"rope", required_argument, 0, O_ROPE},
+        {"ctx", required_argument, 0, O_CTX},
+        {"length", required_argument, 0, O_LENGTH},
+        {"streams", required_argument, 0, O_STREAMS},
+        {"offset", required_argument, 0, O_OFFSET},
+        {"buckets", required_argument, 0, O_BUCKETS},
+        {"per-position", required_argument, 0, O_PERPOS},
+        {"chunk", required_argument, 0, O_CHUNK},
+        {"max-chunks", required_argument, 0, O_MAXCHUNKS},
+        {"chunk-stride", required_argument, 0, O_STRIDE},
+        {"gen-prompt", required_argument, 0, O_GENPROMPT},
+        {"gen-tokens", required_argument, 0, O_GENTOKENS},
+        {"gen-out", required_argument, 0, O_GENOUT},
+        {"gen-only", no_argument, 0, O_GENONLY},
+        {"seed", required_argument, 0, O_SEED},
+        {"temperature", required_argument, 0, O_TEMP},
+        {"threads", required_argument, 0, O_THREADS},
+        {"format", required_argument, 0, O_FORMAT},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    qopts o;
+    memset(&o, 0, sizeof o);
+    o.pol = P_WINDOW_SINK;
+    o.sink = o.window = -1;
+    o.rope = MT_ROPE_CACHE;
+    o.streams = 1;
+    o.buckets = 8;
+    o.seed = 1;
+    o.temperature = 0.8;
+    o.threads = 1;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:t:p:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 't': o.text = optarg; break;
+        case 'p': {
+            int i;
+            for (i = 0; i < 4 && strcmp(optarg, policy_names[i]); i++)
+                ;
+            if (i == 4)
+                return usage_err("unknown --policy '%s' (full, window, window+sink, recompute)", optarg);
+            o.pol = (policy)i;
+            break;
+        }
+        case O_SINK:
+            if (parse_int(optarg, 0, 1 << 20, &o.sink))
+                return usage_err("bad --sink '%s'", optarg);
+            break;
+        case O_WINDOW:
+            if (parse_int(optarg, 1, 1 << 20, &o.window))
+                return usage_err("bad --window '%s'", optarg);
+            break;
+        case O_ROPE:
+            if (!strcmp(optarg, "cache")) o.rope = MT_ROPE_CACHE;
+            else if (!strcmp(optarg, "absolute")) o.rope = MT_ROPE_ABSOLUTE;
+            else return usage_err("bad --rope '%s' (cache, absolute)", optarg);
+            break;
+        case O_CTX:
+            if (parse_int(optarg, 2, 1 << 20, &o.ctx))
+                return usage_err("bad --ctx '%s'", optarg);
+            break;
+        case O_LENGTH:
+            if (parse_int(optarg, 1, 1 << 24, &o.length))
+                return usage_err("bad --length '%s'", optarg);
+            break;
+        case O_STREAMS:
+            if (parse_int(optarg, 1, 256, &o.streams))
+                return usage_err("bad --streams '%s' (1..256)", optarg);
+            break;
+        case O_OFFSET:
+            if (parse_int(optarg, 0, 1 << 30, &o.offset))
+                return usage_err("bad --offset '%s'", optarg);
+            break;
+        case O_BUCKETS:
+            if (parse_int(optarg, 1, 1 << 20, &o.buckets))
+                return usage_err("bad --buckets '%s'", optarg);
+            break;
+        case O_PERPOS: o.per_position = optarg; break;
+        case O_CHUNK:
+            if (parse_int(optarg, 1, 1 << 20, &o.chunk))
+                return usage_err("bad --chunk '%s'", optarg);
+            break;
+        case O_MAXCHUNKS:
+            if (parse_int(optarg, 1, 1 << 30, &o.max_chunks))
+                return usage_err("bad --max-chunks '%s'", optarg);
+            break;
+        case O_STRIDE:
+            if (parse_int(optarg, 1, 1 << 20, &o.chunk_stride))
+                return usage_err("bad --chunk-stride '%s'", optarg);
+            break;
+        case O_GENPROMPT: o.gen_prompt = optarg; break;
+        case O_GENTOKENS:
+            if (parse_int(optarg, 1, 1 << 24, &o.gen_tokens))
+                return usage_err("bad --gen-tokens '%s'", optarg);
+            break;
+        case O_GENOUT: o.gen_out = optarg; break;
+        case O_GENONLY: o.gen_only = 1; break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-')
+                return usage_err("bad --seed '%s'", optarg);
+            o.seed = v;
+            break;
+        }
+        case O_TEMP: {
+            char *end;
+            errno = 0;
+            o.temperature = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(o.temperature >= 0) ||
+                o.temperature > 100)
+                return usage_err("bad --temperature '%s' (0..100)", optarg);
+            break;
+        }
+        case O_THREADS:
+            if (parse_int(optarg, 1, 256, &o.threads))
+                return usage_err("bad --threads '%s'", optarg);
+            break;
+        case O_FORMAT:
+            if (!strcmp(optarg, "tsv")) o.tsv = 1;
+            else if (!strcmp(optarg, "logfmt")) o.tsv = 0;
+            else return usage_err("bad --format '%s' (logfmt, tsv)", optarg);
+            break;
+        case 'h': usage(stdout); return 0;
+        default: return usage_err("%s", "bad option");
+        }
+    }
+    if (optind < argc)
+        return usage_err("unexpected argument '%s'", argv[optind]);
+    if (!o.model)
+        return usage_err("%s", "-m MODEL is required");
+    if (!o.text && !o.gen_prompt)
+        return usage_err("%s", "nothing to do: give --text FILE and/or --gen-prompt TEXT");
+    if (o.gen_only && !o.gen_prompt)
+        return usage_err("%s", "--gen-only needs --gen-prompt");
+    if (o.chunk && !o.text)
+        return usage_err("%s", "--chunk needs --text");
+    if (o.pol == P_WINDOW && o.sink > 0)
+        return usage_err("%s", "--policy window has no sinks (use window+sink)");
+
+    char err[512] = "";
+    mt_model *m = NULL;
+    if (mt_model_load(o.model, 0, &m, err, sizeof err)) {
+        fprintf(stderr, "mt-probe %s: %s\n", cmdname, err);
+        return 1;
+    }
+    int T = 256, bos = 256;
+    config_extras(o.model, &T, &bos);
+    if (o.ctx)
+        T = o.ctx;
+    int rc = 1;
+    unsigned char *text = NULL;
+    size_t tlen = 0;
+    if (!m->cfg.has_tokens || m->cfg.vocab < 257 || bos < 256 || bos >= m->cfg.vocab) {
+        snprintf(err, sizeof err,
+                 "%s: not a byte-level token model (vocab %d, bos %d; need ids "
+                 "0..255 = bytes and a BOS id >= 256)", o.model, m->cfg.vocab, bos);
+        goto out;
+    }
+    if (!o.length)
+        o.length = 8 * T;
+    if (!o.gen_tokens)
+        o.gen_tokens = 4 * T;
+    int S = 0, W = 0;
+    policy_shape(&o, T, &S, &W);
+    if (o.pol != P_FULL && W < 1) {
+        snprintf(err, sizeof err, "window of %d positions (sink %d, ctx %d): give --window", W, S, T);
+        goto out;
+    }
+    if (o.text && read_text(o.text, &text, &tlen, err, sizeof err))
+        goto out;
+    if (o.gen_only) {
+        /* generation only */
+    } else if (o.text && o.chunk) {
+        if (run_chunked(m, &o, T, bos, text, tlen, err, sizeof err))
+            goto out;
+    } else if (o.text) {
+        if (run_stream(m, &o, S, W, T, bos, text, tlen, err, sizeof err))
+            goto out;
+    }
+    if (o.gen_prompt &&
+        run_generation(m, &o, S, W, T, bos, text, tlen, err, sizeof err))
+        goto out;
+    if (fflush(stdout)) {
+        snprintf(err, sizeof err, "stdout: %s", strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "mt-probe %s: %s\n", cmdname, err);
+    free(text);
+    mt_model_free(m);
+    return rc;
+}

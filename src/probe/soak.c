@@ -1,0 +1,652 @@
+/* soak.c: the collapse soak (mt-probe soak).
+ *
+ * Each run starts its own mt-serve (fork/exec, a private socket, stopped by
+ * its pid), so no run inherits another's state, plays one seeded workload
+ * (probe_workload.c) against it through the shared client library
+ * (client.h), reads the server's tick lines from its stdout, and says
+ * whether the run collapsed. Configurations (e.g. --kv window, --kv full)
+ * play the same seeds, so their rows compare the same sessions.
+ *
+ * Collapsed means either of:
+ *   - an admitted session went starve_s (2 s) or more without a real
+ *     (non-FILL) output frame: silence sent on time is not service;
+ *   - the server's lateness grew without bound: over the second half of
+ *     the load its least-squares slope is at least 100 ms per second and
+ *     it reached 1 s.
+ * The measured time to collapse is the onset of the first starvation (the
+ * last real frame before the gap), in seconds since the load started, the
+ * same clock as the prediction (mt_predict_one of the run's seed).
+ */
+#include "util/errmsg.h"
+#include "probe/probe.h"
+#include "probe/spawn.h"
+#include "client/client.h"
+#include "wire/latline.h"
+#include "decode/kv.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* ---- one run ------------------------------------------------------------- */
+
+typedef struct tick_rec {
+    double   t;              /* server's t */
+    uint64_t recv;           /* when we read it */
+    double   late_ms, naive_ms, met, naive_met;
+    int64_t  preempted, fill, kv_used, kv_free, active;
+} tick_rec;
+
+typedef struct soak_sess {
+    int64_t  frames;
+    uint64_t last_real;     /* 0 until accepted */
+    int      accepted;
+    double   max_gap_s;
+} soak_sess;
+
+typedef struct soak_ctx {
+    const mt_soak_opts *o;
+    mt_probe_source    *src;
+    mt_workload         w;
+    soak_sess          *s;
+    uint64_t            t0, starve_ns;
+    double              onset_s;        /* first starvation onset */
+    double              max_gap_s;
+    uint64_t            real, fills;
+    mt_pctl             rtt;
+    tick_rec           *tk;
+    size_t              ntk, captk;
+    FILE               *tick_log;
+    mt_latline          ll;
+    char                src_err[256];
+} soak_ctx;
+
+static void note_gap(soak_ctx *x, soak_sess *s, uint64_t now)
+{
+    if (!s->last_real || now <= s->last_real)
+        return;
+    double gap = (double)(now - s->last_real) / 1e9;
+    if (gap > s->max_gap_s)
+        s->max_gap_s = gap;
+    if (gap > x->max_gap_s)
+        x->max_gap_s = gap;
+    if (now - s->last_real >= x->starve_ns && x->onset_s < 0 &&
+        s->last_real >= x->t0)
+        x->onset_s = (double)(s->last_real - x->t0) / 1e9;
+    else if (now - s->last_real >= x->starve_ns && x->onset_s < 0)
+        x->onset_s = 0;
+}
+
+static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
+                     size_t reasonlen)
+{
+    soak_ctx *x = user;
+    if (mt_probe_source_prepare(x->src, (int)fmt->sample_rate, reason,
+                                reasonlen))
+        return -1;
+    x->s[idx].accepted = 1;
+    x->s[idx].last_real = mt_client_now();
+    return 0;
+}
+
+static int cb_next(void *user, int idx, uint32_t seq, int16_t *pcm,
+                   size_t samples)
+{
+    soak_ctx *x = user;
+    if ((int64_t)seq >= x->s[idx].frames)
+        return MT_NEXT_END;
+    mt_probe_source_frame(x->src, idx, seq, pcm, samples);
+    return MT_NEXT_FRAME;
+}
+
+static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
+                     size_t samples)
+{
+    soak_ctx *x = user;
+    soak_sess *s = &x->s[r->idx];
+    (void)pcm;
+    (void)samples;
+    if (r->fill) {
+        x->fills++;
+        note_gap(x, s, r->t_recv);
+    } else {
+        x->real++;
+        note_gap(x, s, r->t_recv);
+        s->last_real = r->t_recv;
+        mt_pctl_add(&x->rtt, r->rtt_ms > 0 ? (uint64_t)(r->rtt_ms * 1e6) : 0);
+    }
+}
+
+static void on_tick_line(void *user, const char *line, size_t len)
+{
+    soak_ctx *x = user;
+    char e[256];
+    mt_tick t;
+    if (x->tick_log)
+        fprintf(x->tick_log, "%.*s\n", (int)len, line);
+    if (mt_latline_parse(line, len, 0, &x->ll, e, sizeof e) ||
+        strcmp(mt_latline_kind(&x->ll), "tick") ||
+        mt_tick_from_line(&x->ll, 0, &t, e, sizeof e))
+        return;
+    if (x->ntk == x->captk) {
+        size_t nc = x->captk ? x->captk * 2 : 1024;
+        tick_rec *n = realloc(x->tk, nc * sizeof *n);
+        if (!n)
+            return;
+        x->tk = n;
+        x->captk = nc;
+    }
+    tick_rec *r = &x->tk[x->ntk++];
+    r->t = t.t;
+    r->recv = mt_client_now();
+    r->late_ms = t.late_ms;
+    r->naive_ms = t.naive_ms;
+    r->met = t.met;
+    r->naive_met = t.naive_met;
+    r->preempted = t.preempted;
+    r->fill = t.fill;
+    r->kv_used = t.kv_used;
+    r->kv_free = t.kv_free;
+    r->active = t.active;
+}
+
+/* Tick time -> seconds since the load started. Lines reach us through a
+ * pipe within a few ms; the most prompt line fixes the offset. */
+static double tick_offset(const soak_ctx *x)
+{
+    double off = INFINITY;
+    for (size_t i = 0; i < x->ntk; i++) {
+        double o = ((double)x->tk[i].recv - (double)x->t0) / 1e9 - x->tk[i].t;
+        if (o < off)
+            off = o;
+    }
+    return isfinite(off) ? off : 0;
+}
+
+static void classify_ticks(const soak_ctx *x, mt_soak_run *run, double period_s)
+{
+    double off = tick_offset(x), D = x->o->duration_s;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, maxlate = 0;
+    long n = 0;
+    double first_late = -1;
+    run->overflow_s = -1;
+    run->late_end_ms = 0;
+    for (size_t i = 0; i < x->ntk; i++) {
+        const tick_rec *r = &x->tk[i];
+        double t = r->t + off;
+        if (t < 0)
+            continue;
+        uint64_t pool = (uint64_t)(r->kv_used + r->kv_free);
+        if (run->overflow_s < 0 &&
+            (r->preempted > 0 ||
+             (r->fill > 0 && pool && (double)r->kv_free < 0.01 * (double)pool)))
+            run->overflow_s = t;
+        if (t <= D)
+            run->late_end_ms = r->late_ms;
+        if (t >= 0.5 * D && t <= 0.95 * D) {
+            sx += t;
+            sy += r->late_ms;
+            sxx += t * t;
+            sxy += t * r->late_ms;
+            n++;
+            if (r->late_ms > maxlate)
+                maxlate = r->late_ms;
+        }
+        if (first_late < 0 && r->late_ms >= 1000 && t <= D)
+            first_late = t;
+    }
+    run->late_slope = 0;
+    if (n >= 3) {
+        double den = n * sxx - sx * sx;
+        if (den > 0)
+            run->late_slope = (n * sxy - sx * sy) / den;
+    }
+    run->unbounded_late = run->late_slope >= 100.0 && maxlate >= 1000.0;
+    if (run->collapse_s < 0 && run->unbounded_late)
+        run->collapse_s = first_late;
+    (void)period_s;
+}
+
+/* Finds "--key VALUE" or "--key=VALUE" in a configuration's arguments. */
+static const char *find_arg(const mt_soak_config *c, const char *key,
+                            const char *alt)
+{
+    size_t kl = strlen(key);
+    for (int i = 0; i < c->nargs; i++) {
+        const char *a = c->args[i];
+        if ((!strcmp(a, key) || (alt && !strcmp(a, alt))) && i + 1 < c->nargs)
+            return c->args[i + 1];
+        if (!strncmp(a, key, kl) && a[kl] == '=')
+            return a + kl + 1;
+    }
+    return NULL;
+}
+
+static int is_full(const mt_soak_config *c)
+{
+    const char *kv = find_arg(c, "--kv", NULL);
+    return kv && !strcmp(kv, "full");
+}
+
+static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
+                   mt_probe_source *src, const mt_predict_params *pred,
+                   int pred_ok, mt_soak_run *run, FILE *series, char *err,
+                   size_t errlen)
+{
+    const mt_soak_config *c = &o->cfg[ci];
+    soak_ctx *x = calloc(1, sizeof *x);
+    mt_client *cl = NULL;
+    mt_spawn_proc sp;
+    char sock[512], log[512], tl[1024], e[256];
+    int rc = -1;
+    if (!x) {
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    memset(run, 0, sizeof *run);
+    run->cfg = ci;
+    run->run = ri;
+    run->seed = o->seed + (uint64_t)ri;
+    run->collapse_s = -1;
+    run->overflow_s = -1;
+    run->predicted_s = -1;
+    x->o = o;
+    x->src = src;
+    x->onset_s = -1;
+    x->starve_ns = (uint64_t)(o->starve_s * 1e9);
+    mt_pctl_reset(&x->rtt);
+    double period = pred->period_s > 0 ? pred->period_s : 0.08;
+    if (mt_workload_make(&o->arrivals, &o->lengths, o->duration_s, period,
+                         run->seed, o->max_sessions, &x->w, err, errlen))
+        goto out;
+    x->s = calloc((size_t)x->w.n + 1, sizeof *x->s);
+    if (!x->s) {
+        mt_set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < x->w.n; i++)
+        x->s[i].frames = x->w.s[i].frames;
+    run->sessions = x->w.n;
+    if (pred_ok && is_full(c)) {
+        mt_predict_run pr;
+        if (mt_predict_one(pred, run->seed, &pr, e, sizeof e) == 0)
+            run->predicted_s = pr.overflow_s;
+    }
+    snprintf(sock, sizeof sock, "%s/serve-%d-%d.sock", tmpdir, ci, ri);
+    snprintf(log, sizeof log, "%s/serve-%d-%d.log", tmpdir, ci, ri);
+    if (o->data_dir) {
+        snprintf(tl, sizeof tl, "%s/ticks-c%d-r%02d.log", o->data_dir, ci, ri);
+        x->tick_log = fopen(tl, "w");
+    }
+    if (mt_spawn_start(&sp, o->serve_bin, c->args, c->nargs, sock, log, 60.0,
+                        err, errlen))
+        goto out;
+    mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
+    mt_client_config cc;
+    memset(&cc, 0, sizeof cc);
+    cc.hello.sample_rate = 24000;
+    cc.hello.frame_samples = 1920;
+    cc.hello.channels = 1;
+    cc.hello.encoding = MT_ENC_PCM_S16LE;
+    cc.max_sessions = x->w.n + 1;
+    cc.cb = &cb;
+    cc.user = x;
+    if (mt_client_new(&cc, &cl, err, errlen)) {
+        mt_spawn_stop(&sp, 2.0, on_tick_line, x);
+        goto out;
+    }
+    /* Let the server print its first ticks before the load starts. */
+    uint64_t settle = now_ns() + 300000000ull;
+    while (now_ns() < settle) {
+        mt_spawn_poll_lines(&sp, on_tick_line, x);
+        sleep_s(0.02);
+    }
+    x->t0 = mt_client_now() + 100000000ull;
+    for (int i = 0; i < x->w.n; i++)
+        if (mt_client_add_unix(cl, sock, x->t0 + (uint64_t)(x->w.s[i].start_s *
+                                                              1e9),
+                               err, errlen) < 0) {
+            mt_spawn_stop(&sp, 2.0, on_tick_line, x);
+            goto out;
+        }
+    uint64_t t_end = x->t0 + (uint64_t)(o->duration_s * 1e9);
+    uint64_t t_give_up = t_end + 15000000000ull;
+    int stopped = 0;
+    for (;;) {
+        uint64_t now = mt_client_now();
+        int left = mt_client_run(cl, now + 20000000ull, err, errlen);
+        if (left < 0) {
+            mt_spawn_stop(&sp, 2.0, on_tick_line, x);
+            goto out;
+        }
+        mt_spawn_poll_lines(&sp, on_tick_line, x);
+        now = mt_client_now();
+        for (int i = 0; i < x->w.n; i++) {
+            const mt_client_stats *st = mt_client_session_stats(cl, i);
+            if (st && st->state == MT_CS_STREAMING && x->s[i].accepted)
+                note_gap(x, &x->s[i], now);
+        }
+        if (left == 0)
+            break;
+        if (o->stop && *o->stop) {
+            mt_client_stop(cl);
+            mt_spawn_stop(&sp, 2.0, on_tick_line, x);
+            mt_set_err(err, errlen, "interrupted");
+            goto out;
+        }
+        if (!stopped && now > t_end + 3000000000ull) {
+            mt_client_stop(cl);      /* a stalled server: end every input */
+            stopped = 1;
+        }
+        if (now > t_give_up)
+            break;
+        if (o->progress) {
+            static uint64_t last;
+            if (now - last > 1000000000ull) {
+                last = now;
+                fprintf(stderr, "\r  %-14s run %d/%d  t=%5.1f s  real %llu  "
+                        "fill %llu  max gap %.1f s   ", c->label, ri + 1,
+                        o->runs, ((double)now - (double)x->t0) / 1e9,
+                        (unsigned long long)x->real,
+                        (unsigned long long)x->fills, x->max_gap_s);
+            }
+        }
+    }
+    mt_spawn_stop(&sp, 3.0, on_tick_line, x);
+    mt_client_totals tot;
+    mt_client_totals_get(cl, &tot);
+    for (int i = 0; i < x->w.n; i++) {
+        const mt_client_stats *st = mt_client_session_stats(cl, i);
+        if (!st)
+            continue;
+        if (st->state == MT_CS_REJECTED)
+            run->rejected++;
+        else if (st->state == MT_CS_FAILED) {
+            run->failed++;
+            if (!run->note[0])
+                snprintf(run->note, sizeof run->note, "%.80s", st->reason);
+        }
+        if (st->t_accept)
+            run->accepted++;
+    }
+    run->real = x->real;
+    run->fills = x->fills;
+    run->missing = tot.missing;
+    run->max_starve_s = x->max_gap_s;
+    run->collapse_s = x->onset_s;
+    run->p99_ms = (double)mt_pctl_quantile(&x->rtt, 0.99) / 1e6;
+    classify_ticks(x, run, period);
+    run->collapsed = run->collapse_s >= 0 || x->onset_s >= 0 ||
+                     run->unbounded_late;
+    if (series) {
+        double off = tick_offset(x);
+        fprintf(series, "# t late_ms naive_ms met naive_met\n");
+        for (size_t i = 0; i < x->ntk; i++) {
+            double t = x->tk[i].t + off;
+            if (t < -1 || t > o->duration_s + 2)
+                continue;
+            fprintf(series, "%.3f %.2f %.3f %.2f %.2f\n", t, x->tk[i].late_ms,
+                    x->tk[i].naive_ms, x->tk[i].met, x->tk[i].naive_met);
+        }
+    }
+    rc = 0;
+out:
+    if (x->tick_log)
+        fclose(x->tick_log);
+    mt_client_free(cl);
+    mt_workload_free(&x->w);
+    free(x->s);
+    free(x->tk);
+    free(x);
+    return rc;
+}
+
+static double median_of(double *v, int n)
+{
+    return n ? mt_probe_percentile(v, (size_t)n, 0.5) : -1;
+}
+
+static void print_row(FILE *out, const mt_soak_opts *o, const mt_soak_run *r)
+{
+    char pred[16], coll[16], ovf[16];
+    if (r->predicted_s >= 0) snprintf(pred, sizeof pred, "%.1f", r->predicted_s);
+    else snprintf(pred, sizeof pred, "-");
+    if (r->collapse_s >= 0) snprintf(coll, sizeof coll, "%.1f", r->collapse_s);
+    else snprintf(coll, sizeof coll, "-");
+    if (r->overflow_s >= 0) snprintf(ovf, sizeof ovf, "%.1f", r->overflow_s);
+    else snprintf(ovf, sizeof ovf, "-");
+    fprintf(out, "%-20s %3d %6llu %5d %5d %5d %8llu %7llu %7.1f %9.0f %8.0f "
+            "%8s %8s %8s  %s%s%s\n", o->cfg[r->cfg].label, r->run,
+            (unsigned long long)r->seed, r->sessions, r->accepted, r->rejected,
+            (unsigned long long)r->real, (unsigned long long)r->fills,
+            r->max_starve_s, r->late_end_ms, r->late_slope, pred, coll, ovf,
+            r->collapsed ? "COLLAPSED" : "ok",
+            r->note[0] ? "  # " : "", r->note);
+    fflush(out);
+}
+
+int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
+            int *nruns_out, char *err, size_t errlen)
+{
+    char tmpl[] = "/tmp/mt-probe-soak.XXXXXX";
+    char *tmpdir;
+    mt_probe_source src;
+    int total = o->runs * o->ncfg, nr = 0, rc = -1;
+    mt_soak_run *runs = calloc((size_t)total + 1, sizeof *runs);
+    mt_plot_series *ser = calloc((size_t)total + 1, sizeof *ser);
+    char (*paths)[1024] = calloc((size_t)total + 1, sizeof *paths);
+    mt_predict_params *pp = calloc((size_t)o->ncfg + 1, sizeof *pp);
+    int *pok = calloc((size_t)o->ncfg + 1, sizeof *pok);
+    *runs_out = NULL;
+    *nruns_out = 0;
+    if (!runs || !ser || !paths || !pp || !pok) {
+        mt_set_err(err, errlen, "out of memory");
+        goto done0;
+    }
+    if (!(tmpdir = mkdtemp(tmpl))) {
+        mt_set_err(err, errlen, "mkdtemp: %s", strerror(errno));
+        goto done0;
+    }
+    if (mt_probe_source_open(&src, o->audio, err, errlen))
+        goto done1;
+    /* Predictions per configuration: shape from -m (already in o->pred),
+     * pool from --kv-mem, bound from --sink/--window. */
+    for (int c = 0; c < o->ncfg; c++) {
+        pp[c] = o->pred;
+        pp[c].arrivals = o->arrivals;
+        pp[c].lengths = o->lengths;
+        pp[c].duration_s = o->duration_s;
+        pp[c].max_sessions = o->max_sessions;
+        pp[c].seed = o->seed;
+        const char *v;
+        uint64_t b;
+        pp[c].pool_bytes = 512ull << 20;   /* mt-serve's default */
+        if ((v = find_arg(&o->cfg[c], "--kv-mem", NULL)) &&
+            !mt_probe_parse_bytes(v, &b, NULL, 0))
+            pp[c].pool_bytes = b;
+        if ((v = find_arg(&o->cfg[c], "--sink", NULL)))
+            pp[c].sink = atoi(v);
+        if ((v = find_arg(&o->cfg[c], "--window", NULL)))
+            pp[c].window = atoi(v);
+        pok[c] = pp[c].pool_bytes > 0 && mt_predict_position_bytes(&pp[c]) > 0;
+    }
+    char a[64], l[64];
+    mt_arrivals_format(&o->arrivals, a, sizeof a);
+    mt_lengths_format(&o->lengths, l, sizeof l);
+    fprintf(out, "# soak: %d runs x %d configurations, %.0f s each, arrivals "
+            "%s, lengths %s, seeds %llu..%llu; collapsed = a session %.1f s "
+            "without a real frame, or lateness growing without bound\n",
+            o->runs, o->ncfg, o->duration_s, a, l,
+            (unsigned long long)o->seed,
+            (unsigned long long)(o->seed + (uint64_t)o->runs - 1), o->starve_s);
+    fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
+            "%s\n", "# config", "run", "seed", "sess", "acc", "rej", "real",
+            "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s", "ovf_s",
+            "verdict");
+    fflush(out);
+    for (int r = 0; r < o->runs; r++)
+        for (int c = 0; c < o->ncfg; c++) {
+            FILE *series = NULL;
+            int k = nr;
+            snprintf(paths[k], sizeof paths[k], "%s/series-c%d-r%02d.dat",
+                     o->data_dir ? o->data_dir : tmpdir, c, r);
+            series = fopen(paths[k], "w");
+            if (run_one(o, c, r, tmpdir, &src, &pp[c], pok[c], &runs[k],
+                        series, err, errlen)) {
+                if (series)
+                    fclose(series);
+                goto done2;
+            }
+            if (series)
+                fclose(series);
+            if (o->progress)
+                fprintf(stderr, "\r%-78s\r", "");
+            print_row(out, o, &runs[k]);
+            ser[k].path = paths[k];
+            ser[k].cfg = c;
+            ser[k].collapsed = runs[k].collapsed;
+            nr++;
+        }
+    /* Summary per configuration, prediction beside measurement. */
+    fprintf(out, "#\n# summary\n");
+    double pred_med_all = -1;
+    for (int c = 0; c < o->ncfg; c++) {
+        int n = 0, coll = 0, rej = 0;
+        double *m = calloc((size_t)o->runs + 1, sizeof *m);
+        double *p = calloc((size_t)o->runs + 1, sizeof *p);
+        int nm = 0;
+        if (!m || !p) {
+            free(m);
+            free(p);
+            mt_set_err(err, errlen, "out of memory");
+            goto done2;
+        }
+        for (int k = 0; k < nr; k++) {
+            if (runs[k].cfg != c)
+                continue;
+            n++;
+            coll += runs[k].collapsed;
+            rej += runs[k].rejected;
+            if (runs[k].collapsed && runs[k].collapse_s >= 0 &&
+                runs[k].predicted_s >= 0) {
+                m[nm] = runs[k].collapse_s;
+                p[nm] = runs[k].predicted_s;
+                nm++;
+            }
+        }
+        fprintf(out, "%-20s collapsed %d of %d runs; %d sessions refused in "
+                "all\n", o->cfg[c].label, coll, n, rej);
+        if (pok[c]) {
+            mt_predict_result pr;
+            char e[256];
+            pp[c].samples = 400;
+            if (!mt_predict(&pp[c], &pr, e, sizeof e)) {
+                if (is_full(&o->cfg[c])) {
+                    fprintf(out, "%-20s predicted: pool overflows in %.0f%% of "
+                            "seeds (%.1f of %d runs), median at %.1f s "
+                            "(p10 %.1f, p90 %.1f)\n", o->cfg[c].label,
+                            100 * pr.p_overflow, pr.p_overflow * n, n,
+                            pr.t_p50, pr.t_p10, pr.t_p90);
+                    pred_med_all = pr.t_p50;
+                } else {
+                    fprintf(out, "%-20s predicted: bounded capacity %d "
+                            "sessions, %.1f refusals per run, no overflow\n",
+                            o->cfg[c].label, pr.capacity, pr.rejected_mean);
+                }
+            }
+        }
+        if (nm) {
+            double mm = median_of(m, nm), pm = median_of(p, nm);
+            fprintf(out, "%-20s time to collapse: measured median %.1f s, "
+                    "predicted median %.1f s over the same %d seeds: %+.0f%%"
+                    "%s\n", o->cfg[c].label, mm, pm, nm,
+                    pm > 0 ? 100.0 * (mm - pm) / pm : 0.0,
+                    pm > 0 && fabs(mm - pm) <= 0.2 * pm ? " (within 20%)" :
+                    " (outside 20%)");
+        }
+        free(m);
+        free(p);
+    }
+    fflush(out);
+    if (o->plot) {
+        const char **labels = calloc((size_t)o->ncfg + 1, sizeof *labels);
+        if (!labels) {
+            mt_set_err(err, errlen, "out of memory");
+            goto done2;
+        }
+        for (int c = 0; c < o->ncfg; c++)
+            labels[c] = o->cfg[c].label;
+        char title[256];
+        snprintf(title, sizeof title, "Collapse soak: %d runs per "
+                 "configuration, %.0f s, arrivals %s, lengths %s", o->runs,
+                 o->duration_s, a, l);
+        int prc = mt_plot_soak(o->plot, ser, nr, labels, o->ncfg,
+                               pred_med_all,
+                               (o->pred.period_s > 0 ? o->pred.period_s
+                                                     : 0.08) * 1000,
+                               o->duration_s, title, err, errlen);
+        free(labels);
+        if (prc)
+            goto done2;
+    }
+    rc = 0;
+done2:
+    mt_probe_source_free(&src);
+done1:
+    if (!o->data_dir)
+        for (int k = 0; k < total; k++)
+            if (paths[k][0])
+                unlink(paths[k]);
+    {
+        /* Remove what the runs left (logs of servers, sockets). */
+        for (int c = 0; c < o->ncfg; c++)
+            for (int r = 0; r < o->runs; r++) {
+                char p[600];
+                snprintf(p, sizeof p, "%s/serve-%d-%d.log", tmpdir, c, r);
+                if (rc && o->data_dir) {
+                    char q[1200];
+                    snprintf(q, sizeof q, "%s/serve-c%d-r%02d.log",
+                             o->data_dir, c, r);
+                    rename(p, q);
+                }
+                unlink(p);
+                snprintf(p, sizeof p, "%s/serve-%d-%d.sock", tmpdir, c, r);
+                unlink(p);
+            }
+        rmdir(tmpdir);
+    }
+done0:
+    free(ser);
+    free(paths);
+    free(pp);
+    free(pok);
+    if (rc) {
+        free(runs);
+        return -1;
+    }
+    *runs_out = runs;
+    *nruns_out = nr;
+    return 0;
+}

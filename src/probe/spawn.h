@@ -1,0 +1,35 @@
+/* spawn.h: an mt-serve child for the probes: start it on a private
+ * socket with its stdout (tick lines) piped back, read its lines without
+ * blocking, stop it by its pid (SIGTERM, then SIGKILL after a grace).
+ */
+#ifndef MT_PROBE_SPAWN_H
+#define MT_PROBE_SPAWN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mt_spawn_proc {
+    int   pid;
+    int   out_fd;                 /* its stdout (tick lines), non-blocking */
+    char  sock[256];
+    char  log[256];               /* its stderr */
+    char  linebuf[8192];
+    size_t linelen;
+} mt_spawn_proc;
+
+/* Starts `serve_bin -s SOCK ARGS...` with stdout piped to us and stderr
+ * to log_path; waits until the socket exists (or the child dies). */
+int  mt_spawn_start(mt_spawn_proc *sp, const char *serve_bin,
+                     char *const *args, int nargs, const char *sock,
+                     const char *log_path, double wait_s,
+                     char *err, size_t errlen);
+/* Reads whatever tick lines are ready; calls fn for each whole line. */
+typedef void (*mt_line_fn)(void *user, const char *line, size_t len);
+int  mt_spawn_poll_lines(mt_spawn_proc *sp, mt_line_fn fn, void *user);
+/* SIGTERM, wait up to grace_s, then SIGKILL. Returns the exit status as
+ * from waitpid or -1. Reads remaining lines into fn first. */
+int  mt_spawn_stop(mt_spawn_proc *sp, double grace_s, mt_line_fn fn,
+                    void *user);
+
+
+#endif

@@ -1,0 +1,442 @@
+/* sweep.c: latency vs concurrency (mt-probe sweep), to find the wall.
+ *
+ * Each level holds c real sessions for --hold seconds through the shared
+ * client library (client.h), paced on the absolute frame clock, and reads
+ * the server's own timing from the returned frames (t_ready - t_arrive).
+ * Two p99s are kept: the naive one over real frames only, and the
+ * truthful one where a FILL frame (silence in place of a late output)
+ * counts as missed, i.e. infinitely late. The wall is the largest level,
+ * counting up from the first, at which every session was admitted and
+ * the truthful p99 stayed under the frame period.
+ *
+ * Step time and KV bytes come from mt-serve's tick lines when they are
+ * available: the stdout of a server the sweep started itself, or a file a
+ * running server's stdout is appended to (--ticks, read like tail -f).
+ */
+#include "util/errmsg.h"
+#include "probe/probe.h"
+#include "probe/spawn.h"
+#include "client/client.h"
+#include "wire/latline.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct sweep_ctx {
+    mt_probe_source *src;
+    uint64_t  t_measure;      /* frames answered before this are warm-up */
+    double   *lat;            /* server ms, real frames */
+    size_t    nlat, caplat;
+    double   *rtt;
+    size_t    nrtt, caprtt;
+    uint64_t  frames, real, fills;
+    double    step_sum;
+    uint64_t  step_n;
+    /* ticks */
+    double    tick_step_sum;
+    long      tick_n;
+    int64_t   kv_max;
+    int       collecting;
+    double    period_ms;      /* from ACCEPT */
+    mt_latline ll;
+} sweep_ctx;
+
+static int push(double **v, size_t *n, size_t *cap, double x)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 4096;
+        double *nv = realloc(*v, nc * sizeof *nv);
+        if (!nv)
+            return -1;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = x;
+    return 0;
+}
+
+static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
+                     size_t reasonlen)
+{
+    sweep_ctx *x = user;
+    if (fmt->sample_rate > 0 && fmt->frame_samples > 0)
+        x->period_ms = 1000.0 * fmt->frame_samples / fmt->sample_rate;
+    return mt_probe_source_prepare(x->src, (int)fmt->sample_rate, reason,
+                                   reasonlen);
+}
+
+static int cb_next(void *user, int idx, uint32_t seq, int16_t *pcm,
+                   size_t samples)
+{
+    sweep_ctx *x = user;
+    mt_probe_source_frame(x->src, idx, seq, pcm, samples);
+    return MT_NEXT_FRAME;
+}
+
+static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
+                     size_t samples)
+{
+    sweep_ctx *x = user;
+    (void)pcm;
+    (void)samples;
+    if (r->t_recv < x->t_measure)
+        return;
+    x->frames++;
+    if (r->fill) {
+        x->fills++;
+        return;
+    }
+    x->real++;
+    push(&x->lat, &x->nlat, &x->caplat, r->server_ms);
+    push(&x->rtt, &x->nrtt, &x->caprtt, r->rtt_ms);
+    if (r->t_ready > r->t_start) {
+        x->step_sum += (double)(r->t_ready - r->t_start) / 1e6;
+        x->step_n++;
+    }
+}
+
+static void on_line(void *user, const char *line, size_t len)
+{
+    sweep_ctx *x = user;
+    char e[128];
+    mt_tick t;
+    if (!x->collecting)
+        return;
+    if (mt_latline_parse(line, len, 0, &x->ll, e, sizeof e) ||
+        strcmp(mt_latline_kind(&x->ll), "tick") ||
+        mt_tick_from_line(&x->ll, 0, &t, e, sizeof e))
+        return;
+    if (t.stepped > 0) {
+        x->tick_step_sum += t.step_ms;
+        x->tick_n++;
+    }
+    if (t.kv_used > x->kv_max)
+        x->kv_max = t.kv_used;
+}
+
+/* tail -f of a file mt-serve's stdout goes to. */
+typedef struct tail { int fd; char buf[8192]; size_t len; } tail;
+
+static void tail_poll(tail *t, sweep_ctx *x)
+{
+    if (t->fd < 0)
+        return;
+    for (;;) {
+        ssize_t n = read(t->fd, t->buf + t->len, sizeof t->buf - 1 - t->len);
+        if (n <= 0)
+            return;
+        t->len += (size_t)n;
+        size_t start = 0;
+        for (size_t i = 0; i < t->len; i++)
+            if (t->buf[i] == '\n') {
+                t->buf[i] = 0;
+                on_line(x, t->buf + start, i - start);
+                start = i + 1;
+            }
+        memmove(t->buf, t->buf + start, t->len - start);
+        t->len -= start;
+        if (t->len == sizeof t->buf - 1)
+            t->len = 0;
+    }
+}
+
+static void pump(mt_spawn_proc *sp, tail *tl, sweep_ctx *x)
+{
+    if (sp && sp->pid > 0)
+        mt_spawn_poll_lines(sp, on_line, x);
+    if (tl)
+        tail_poll(tl, x);
+}
+
+static int run_level(const mt_sweep_opts *o, const char *sock, int c,
+                     sweep_ctx *x, mt_spawn_proc *sp, tail *tl,
+                     mt_sweep_row *row, char *err, size_t errlen)
+{
+    mt_client *cl = NULL;
+    mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
+    mt_client_config cc;
+    memset(&cc, 0, sizeof cc);
+    cc.hello.sample_rate = 24000;
+    cc.hello.frame_samples = 1920;
+    cc.hello.channels = 1;
+    cc.hello.encoding = MT_ENC_PCM_S16LE;
+    cc.max_sessions = c + 1;
+    cc.cb = &cb;
+    cc.user = x;
+    x->nlat = x->nrtt = 0;
+    x->frames = x->real = x->fills = 0;
+    x->step_sum = 0;
+    x->step_n = 0;
+    x->tick_step_sum = 0;
+    x->tick_n = 0;
+    x->kv_max = -1;
+    x->collecting = 0;
+    if (mt_client_new(&cc, &cl, err, errlen))
+        return -1;
+    uint64_t t0 = mt_client_now() + 50000000ull;
+    /* Spread the starts over one period: sessions do not arrive in step. */
+    for (int i = 0; i < c; i++)
+        if (mt_client_add_unix(cl, sock, t0 + (uint64_t)i * 80000000ull /
+                                             (uint64_t)c, err, errlen) < 0) {
+            mt_client_free(cl);
+            return -1;
+        }
+    x->t_measure = t0 + (uint64_t)(o->warmup_s * 1e9);
+    uint64_t t_stop = x->t_measure + (uint64_t)(o->hold_s * 1e9);
+    int ended = 0;
+    uint64_t give_up = t_stop + 20000000000ull;
+    for (;;) {
+        uint64_t now = mt_client_now();
+        if (!x->collecting && now >= x->t_measure)
+            x->collecting = 1;
+        uint64_t until = now + 20000000ull;
+        int left = mt_client_run(cl, until, err, errlen);
+        if (left < 0) {
+            mt_client_free(cl);
+            return -1;
+        }
+        pump(sp, tl, x);
+        now = mt_client_now();
+        if (!ended && now >= t_stop) {
+            x->collecting = 0;
+            for (int i = 0; i < c; i++)
+                mt_client_end_session(cl, i);
+            ended = 1;
+            x->t_measure = UINT64_MAX;     /* drain frames are not counted */
+        }
+        if (left == 0 && ended)
+            break;
+        if (left == 0 && !ended) {
+            x->collecting = 0;
+            break;                          /* every session refused/failed */
+        }
+        if (now > give_up) {
+            mt_client_stop(cl);
+            break;
+        }
+        if (o->stop && *o->stop) {
+            mt_client_free(cl);
+            mt_set_err(err, errlen, "interrupted");
+            return -1;
+        }
+        if (o->progress) {
+            static uint64_t last;
+            if (now - last > 500000000ull) {
+                last = now;
+                fprintf(stderr, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
+                        c, now > x->t_measure && !ended
+                               ? (double)(now - x->t_measure) / 1e9 : 0.0,
+                        o->hold_s);
+            }
+        }
+    }
+    char reason[MT_REASON_MAX + 1] = "";
+    memset(row, 0, sizeof *row);
+    row->concurrency = c;
+    for (int i = 0; i < c; i++) {
+        const mt_client_stats *st = mt_client_session_stats(cl, i);
+        if (!st)
+            continue;
+        if (st->t_accept)
+            row->accepted++;
+        if (st->state == MT_CS_REJECTED)
+            row->rejected++;
+        else if (st->state == MT_CS_FAILED && st->t_accept)
+            row->failed++;
+        else if (st->state == MT_CS_FAILED && !reason[0])
+            snprintf(reason, sizeof reason, "%s", st->reason);
+    }
+    mt_client_free(cl);
+    if (!row->accepted && reason[0]) {
+        mt_set_err(err, errlen, "%d sessions: none admitted: %s", c, reason);
+        return -1;
+    }
+    row->frames = x->frames;
+    row->real = x->real;
+    row->fills = x->fills;
+    row->p50_ms = mt_probe_percentile(x->lat, x->nlat, 0.50);
+    row->p99_ms = mt_probe_percentile(x->lat, x->nlat, 0.99);
+    row->max_ms = mt_probe_percentile(x->lat, x->nlat, 1.0);
+    row->rtt_p99_ms = mt_probe_percentile(x->rtt, x->nrtt, 0.99);
+    /* Truthful p99: the fills are the worst frames of all. */
+    uint64_t all = x->real + x->fills;
+    if (!all)
+        row->p99_true_ms = NAN;
+    else {
+        double rank = ceil(0.99 * (double)all);
+        if (rank > (double)x->real)
+            row->p99_true_ms = INFINITY;
+        else
+            row->p99_true_ms = x->lat[(size_t)rank - 1];   /* sorted above */
+    }
+    if (x->tick_n)
+        row->step_ms = x->tick_step_sum / (double)x->tick_n;
+    else
+        row->step_ms = x->step_n ? x->step_sum / (double)x->step_n : NAN;
+    row->kv_used = x->kv_max;
+    return 0;
+}
+
+static void fmt_ms(char *b, size_t n, double v)
+{
+    if (isnan(v))
+        snprintf(b, n, "-");
+    else if (isinf(v))
+        snprintf(b, n, "missed");
+    else
+        snprintf(b, n, "%.1f", v);
+}
+
+static void print_row(FILE *f, const mt_sweep_row *r)
+{
+    char a[16], b[16], c[16], d[16], e[16], s[16], kv[24];
+    fmt_ms(a, sizeof a, r->p50_ms);
+    fmt_ms(b, sizeof b, r->p99_ms);
+    fmt_ms(c, sizeof c, r->p99_true_ms);
+    fmt_ms(d, sizeof d, r->max_ms);
+    fmt_ms(e, sizeof e, r->rtt_p99_ms);
+    fmt_ms(s, sizeof s, r->step_ms);
+    if (r->kv_used >= 0)
+        snprintf(kv, sizeof kv, "%lld", (long long)r->kv_used);
+    else
+        snprintf(kv, sizeof kv, "-");
+    fprintf(f, "%d\t%d\t%d\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+            r->concurrency, r->accepted, r->rejected,
+            (unsigned long long)r->real, (unsigned long long)r->fills, a, b, c,
+            d, e, s, kv);
+    fflush(f);
+}
+
+int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
+                 int *nrows, int *wall_out, char *err, size_t errlen)
+{
+    mt_probe_source src;
+    mt_spawn_proc sp;
+    tail tl = {-1, {0}, 0};
+    char sockbuf[256], tmpl[] = "/tmp/mt-probe-sweep.XXXXXX", log[300];
+    const char *sock = o->sock;
+    char *tmpdir = NULL;
+    int rc = -1, n = 0, wall = 0, walling = 1;
+    memset(&sp, 0, sizeof sp);
+    sp.pid = -1;
+    sp.out_fd = -1;
+    *rows_out = NULL;
+    *nrows = 0;
+    *wall_out = 0;
+    if (o->from < 1 || o->to < o->from || o->step < 1) {
+        mt_set_err(err, errlen, "sweep: need 1 <= --from <= --to, --step >= 1");
+        return -1;
+    }
+    int levels = (o->to - o->from) / o->step + 1;
+    mt_sweep_row *rows = calloc((size_t)levels, sizeof *rows);
+    sweep_ctx *x = calloc(1, sizeof *x);
+    if (!rows || !x) {
+        free(rows);
+        free(x);
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    x->src = &src;
+    if (mt_probe_source_open(&src, o->audio, err, errlen))
+        goto out0;
+    if (o->serve_bin) {
+        if (!(tmpdir = mkdtemp(tmpl))) {
+            mt_set_err(err, errlen, "mkdtemp: %s", strerror(errno));
+            goto out1;
+        }
+        snprintf(sockbuf, sizeof sockbuf, "%s/serve.sock", tmpdir);
+        snprintf(log, sizeof log, "%s/serve.log", tmpdir);
+        if (mt_spawn_start(&sp, o->serve_bin, o->serve_args, o->nserve_args,
+                            sockbuf, log, 60.0, err, errlen))
+            goto out1;
+        sock = sockbuf;
+    } else if (o->ticks_path) {
+        tl.fd = open(o->ticks_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (tl.fd < 0) {
+            mt_set_err(err, errlen, "%s: %s", o->ticks_path, strerror(errno));
+            goto out1;
+        }
+        lseek(tl.fd, 0, SEEK_END);
+    }
+    if (!sock) {
+        mt_set_err(err, errlen, "sweep: no server (-s SOCK, or -- MT-SERVE-ARGS)");
+        goto out2;
+    }
+    fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
+            "latencies in ms from the server's timing in returned frames\n",
+            o->hold_s, o->warmup_s);
+    fprintf(out, "concurrency\taccepted\trejected\treal\tfill\tp50_ms\tp99_ms"
+            "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\n");
+    fflush(out);
+    double period_ms = 80.0;
+    for (int c = o->from; c <= o->to; c += o->step) {
+        if (run_level(o, sock, c, x, o->serve_bin ? &sp : NULL,
+                      tl.fd >= 0 ? &tl : NULL, &rows[n], err, errlen))
+            goto out2;
+        if (x->period_ms > 0)
+            period_ms = x->period_ms;
+        double budget = o->budget_ms > 0 ? o->budget_ms : period_ms;
+        if (o->progress)
+            fprintf(stderr, "\r%-60s\r", "");
+        print_row(out, &rows[n]);
+        int pass = rows[n].accepted == c && rows[n].rejected == 0 &&
+                   rows[n].failed == 0 && rows[n].real > 0 &&
+                   isfinite(rows[n].p99_true_ms) &&
+                   rows[n].p99_true_ms < budget;
+        if (walling && pass)
+            wall = c;
+        else
+            walling = 0;
+        n++;
+    }
+    double budget = o->budget_ms > 0 ? o->budget_ms : period_ms;
+    const char *what = o->budget_ms > 0 ? "budget" : "frame period";
+    if (wall)
+        fprintf(out, "# wall: %d sessions (the largest level from %d up with "
+                "every session admitted and the truthful p99 under the %.0f ms "
+                "%s)\n", wall, o->from, budget, what);
+    else
+        fprintf(out, "# wall: below %d sessions (no level kept the truthful "
+                "p99 under the %.0f ms %s)\n", o->from, budget, what);
+    if (o->tsv_out) {
+        FILE *t = fopen(o->tsv_out, "w");
+        if (t) {
+            for (int i = 0; i < n; i++)
+                print_row(t, &rows[i]);
+            fclose(t);
+        }
+    }
+    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall, budget, err,
+                                 errlen))
+        goto out2;
+    rc = 0;
+out2:
+    if (sp.pid > 0 || sp.out_fd >= 0)
+        mt_spawn_stop(&sp, 3.0, NULL, NULL);
+    if (tl.fd >= 0)
+        close(tl.fd);
+out1:
+    if (tmpdir) {
+        unlink(log);
+        rmdir(tmpdir);
+    }
+    mt_probe_source_free(&src);
+out0:
+    free(x->lat);
+    free(x->rtt);
+    free(x);
+    if (rc) {
+        free(rows);
+        return -1;
+    }
+    *rows_out = rows;
+    *nrows = n;
+    *wall_out = wall;
+    return 0;
+}

@@ -1,0 +1,130 @@
+/* engine.h: mt-serve's tick engine: sessions, their bounded input and
+ * output queues, deadlines, the batched step once per tick, FILL frames,
+ * full-mode preemption and recompute, and the figures of the latency lines.
+ *
+ * No sockets here: the server (server.c) feeds decoded input frames in and
+ * copies encoded output bytes out. Two threads use one engine: the I/O
+ * thread (input, output, FILL deadlines) and the tick thread
+ * (mt_engine_tick). Every call takes the engine's one mutex, which is never
+ * held while the decoder computes, so I/O and FILL frames go on during a
+ * long step.
+ *
+ * Every input frame that enters a session ends as exactly one output frame
+ * (real, or FILL) or one counted miss (dropped on a full input queue, or
+ * lost with its session): the counters in the tick records add up.
+ *
+ * Library code: it prints nothing; lines go to the caller's callback.
+ */
+#ifndef MT_ENGINE_H
+#define MT_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decode/decoder.h"
+#include "wire/frame.h"
+#include "wire/latline.h"
+
+typedef enum mt_on_full { MT_ONFULL_PREEMPT = 0, MT_ONFULL_STALL = 1 } mt_on_full;
+
+typedef struct mt_engine_opts {
+    uint64_t   frame_ns;      /* tick period */
+    uint64_t   deadline_ns;   /* an input's output is due this long after
+                                 the input arrived (FILL and met figures) */
+    int        fill;          /* send FILL for frames past their deadline */
+    mt_on_full on_full;       /* full policy: what MT_KV_EXHAUSTED does */
+    int        max_sessions;  /* admitted at once (hard cap) */
+    int        in_queue;      /* input frames kept per session */
+    int        out_queue;     /* output frames buffered per session before
+                                 the client counts as not reading */
+    int        drop_when_full;/* 1: a frame over in_queue is dropped (a
+                                 counted miss); 0: the caller applies
+                                 backpressure with mt_engine_in_space */
+    int        frame_lines;   /* --latency=frames: one line per frame */
+    int        catch_up;      /* extra rounds in a tick for sessions with
+                                 more than one input waiting, while the
+                                 tick has headroom (half a period) */
+    /* Where latency lines go (tick, frame records). Called from either
+     * thread, never with the engine lock held. */
+    void     (*line)(void *ctx, const char *line);
+    void      *line_ctx;
+} mt_engine_opts;
+
+void mt_engine_opts_default(mt_engine_opts *o);
+
+typedef struct mt_engine mt_engine;
+
+/* t0: the server's start (CLOCK_MONOTONIC ns), the origin of `t`. */
+int  mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
+                      mt_engine **out, char *err, size_t errlen);
+void mt_engine_free(mt_engine *e);
+
+/* The format this engine serves (model rate and frame, mono PCM s16le). */
+void mt_engine_format(const mt_engine *e, mt_hello *h);
+/* Window policy: KV bytes one session holds for its life; full: 0. */
+size_t mt_engine_session_bound(const mt_engine *e);
+
+/* A new session, waiting for admission. Returns its id (> 0). */
+uint32_t mt_engine_session_new(mt_engine *e);
+/* Admits: opens the KV sequence (window: the whole bound, or refused) and
+ * queues ACCEPT. 0, or -1 with why (the caller then rejects). */
+int  mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen);
+/* Queues REJECT (reason) and ends the session. */
+void mt_engine_reject(mt_engine *e, uint32_t id, const char *reason);
+/* An AUDIO input frame (already decoded, length checked by the caller or
+ * here). Returns 0 queued, 1 dropped (input queue full: a counted miss),
+ * -1 not acceptable (why filled: the caller fails the session). */
+int  mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
+                     uint64_t t_arrive, char *why, size_t whylen);
+/* Free input slots (for backpressure); 0 for unknown sessions. */
+int  mt_engine_in_space(mt_engine *e, uint32_t id);
+/* The client sent END: once its queued inputs are answered, END is queued. */
+void mt_engine_input_end(mt_engine *e, uint32_t id);
+/* Malformed input or a server failure: unanswered inputs become misses,
+ * ERROR (reason) is queued, the session ends. */
+void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason);
+/* The connection is gone: the session is dropped (unanswered inputs are
+ * misses); its id becomes unknown. */
+void mt_engine_close(mt_engine *e, uint32_t id);
+
+typedef struct mt_sess_status {
+    int    known;       /* the id names a session */
+    size_t out_bytes;   /* encoded bytes waiting to be sent */
+    int    ended;       /* nothing more will be queued (END/REJECT/ERROR
+                           queued): close once out_bytes is 0 */
+    int    overflow;    /* the output queue overflowed: the client does
+                           not read */
+    int    admitted;
+} mt_sess_status;
+
+int    mt_engine_status(mt_engine *e, uint32_t id, mt_sess_status *st);
+/* Copies up to cap queued output bytes and removes them from the queue. */
+size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap);
+
+/* Sends FILL for every input past its deadline (if fill is on). Returns
+ * the next deadline in ns (0: none). */
+uint64_t mt_engine_fill_due(mt_engine *e, uint64_t now);
+
+/* One tick: the batch (and catch-up rounds), outputs, the tick record
+ * (written through the line callback). tick: the tick's index; t_tick: its
+ * scheduled start. 0, or -1 with err on a decoder failure (the sessions of
+ * that batch are failed; the engine goes on). */
+int  mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
+                    char *err, size_t errlen);
+
+/* The next tick is due in about MT_DECODER_WAKE_NS: wakes the decoder's
+ * sleeping threads ahead of it when any session is active (an idle server
+ * stays asleep). Called by the thread that calls mt_engine_tick. */
+void mt_engine_wake(mt_engine *e);
+
+/* Drain: every session's input is considered ended. */
+void mt_engine_drain(mt_engine *e);
+/* Admitted sessions not yet ended, and sessions waiting for admission. */
+void mt_engine_counts(mt_engine *e, int *active, int *pending);
+/* Counts admissions decided by the caller (rejections before a session
+ * reaches the engine's admit, e.g. format mismatch or draining). */
+void mt_engine_count_rejected(mt_engine *e);
+
+uint64_t mt_now_ns(void);   /* CLOCK_MONOTONIC */
+
+#endif

@@ -1,0 +1,1148 @@
+/* server.c: the I/O side of mt-serve (see server.h).
+ *
+ * One epoll loop watches: the listening socket, a signal pipe (TERM/INT
+ * drain, HUP reopens the latency log), an eventfd the tick thread writes
+ * after every tick, the control input, and every client. Clients are
+ * non-blocking; each has a small write buffer refilled from its session's
+ * bounded output queue in the engine. A client whose output makes no
+ * progress for write_timeout, or whose queue overflows, is disconnected
+ * with a log line: it cannot hold back the tick or anyone else.
+ *
+ * Admission: HELLO is checked against the model's format (a mismatch gets
+ * REJECT with the reason); a `request session=ID ...` line goes to the
+ * machine stream; then either the static rule (--max-sessions) decides at
+ * once, or the control input's `accept ID` / `reject ID reason` line does,
+ * within admit_timeout. The engine refuses, whatever was decided, a window
+ * session the KV pool cannot hold for its whole bound.
+ */
+#define _GNU_SOURCE
+#include "serve/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WBUF_CAP   (64 * 1024)
+#define RBUF_CAP   (64 * 1024)
+#define CTL_LINE   512
+#define HELLO_TIMEOUT_NS 10000000000ull  /* a silent connection is closed */
+#define MAX_CONNS_PER_SESSION 4            /* connections beyond 4 x --max-sessions + 16 are refused */
+
+enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CONTROL, TAG_CONN };
+
+typedef struct conn {
+    int      tag;                /* TAG_CONN: first, for epoll dispatch */
+    int      rfd, wfd;           /* the same socket, or stdin/stdout */
+    int      r_epoll, w_epoll;   /* registered with epoll (regular files
+                                    cannot be) */
+    uint32_t ev_r, ev_w;         /* events currently registered */
+    int      is_socket;
+    uint32_t id;                 /* engine session, 0 before HELLO */
+    int      reading;            /* still accepting input */
+    int      closing;            /* close once wbuf is flushed */
+    int      pending;            /* waiting for the controller */
+    uint64_t admit_deadline;
+    uid_t    uid;
+    pid_t    pid;
+    uint64_t t_created;
+    uint64_t stuck_since;        /* output waiting, no progress since */
+    uint64_t close_deadline;
+    int      warned_drop;
+    mt_frame_decoder dec;
+    uint8_t  wbuf[WBUF_CAP];
+    size_t   woff, wlen;
+    struct conn *next;
+} conn;
+
+typedef struct tagged { int tag; } tagged;
+
+struct mt_server {
+    mt_server_opts o;
+    int            lfd, sigfd, sig_wfd, evfd, ctlfd, ctl_wfd, epfd;
+    int            ctl_is_socket;
+    tagged         t_listen, t_signal, t_event, t_control;
+    char           ctlbuf[CTL_LINE];
+    size_t         ctllen;
+    int            ctl_overlong;
+    FILE          *lat;              /* machine stream */
+    int            lat_owned;
+    pthread_mutex_t lat_mu;
+    conn          *conns;
+    int            nconns;
+    int            draining;
+    uint64_t       drain_deadline;
+    int            unlink_socket;
+    dev_t          sock_dev;
+    ino_t          sock_ino;
+    mt_engine     *eng;
+    int            frame_payload;    /* bytes of one AUDIO payload */
+    atomic_int     stop_ticks;
+    int            fatal;
+    char           fatal_msg[256];
+    uint8_t        rbuf[RBUF_CAP];
+};
+
+static volatile int sig_pipe_w = -1;
+
+static void on_signal_handler(int signo)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)signo;
+    if (sig_pipe_w >= 0 && write(sig_pipe_w, &b, 1) < 0) {
+        /* pipe full: the signal is already pending there */
+    }
+    errno = saved;
+}
+
+void mt_server_opts_default(mt_server_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->socket_mode = 0600;
+    o->admit_timeout_ns = 2000000000ull;
+    o->max_sessions = 64;
+    o->frame_ns = 80000000ull;
+    o->write_timeout_ns = 2000000000ull;
+    o->sndbuf = 64 * 1024;
+    o->drain_timeout_ns = 10000000000ull;
+}
+
+static void slog(mt_server *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void slog(mt_server *s, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (s->o.log)
+        s->o.log(s->o.log_ctx, msg);
+}
+
+void mt_server_line(void *ctx, const char *line)
+{
+    mt_server *s = ctx;
+    pthread_mutex_lock(&s->lat_mu);
+    if (s->lat) {
+        fputs(line, s->lat);
+        fputc('\n', s->lat);
+        fflush(s->lat);
+    }
+    pthread_mutex_unlock(&s->lat_mu);
+}
+
+static double tsec(const mt_server *s, uint64_t now)
+{
+    return (double)(now - s->o.t0) / 1e9;
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static int open_listen(mt_server *s, char *err, size_t errlen)
+{
+    const char *path = s->o.socket_path;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (!path) {
+        snprintf(err, errlen, "no socket path");
+        return -1;
+    }
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "%s: socket path too long (max %zu bytes)",
+                 path, sizeof sa.sun_path - 1);
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "%s: exists and is not a socket; not replacing it", path);
+            return -1;
+        }
+        int t = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (t < 0) {
+            snprintf(err, errlen, "socket: %s", strerror(errno));
+            return -1;
+        }
+        int c = connect(t, (struct sockaddr *)&sa, sizeof sa);
+        int cerr = errno;
+        close(t);
+        if (c == 0) {
+            snprintf(err, errlen, "%s: another server is listening there", path);
+            return -1;
+        }
+        if (cerr != ECONNREFUSED) {
+            snprintf(err, errlen, "%s: cannot tell whether it is stale (%s); "
+                     "not replacing it", path, strerror(cerr));
+            return -1;
+        }
+        if (unlink(path) != 0) {
+            snprintf(err, errlen, "%s: stale socket, unlink: %s", path, strerror(errno));
+            return -1;
+        }
+        slog(s, "removed stale socket %s", path);
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    mode_t old = umask(0177);   /* never world-accessible, even briefly */
+    int b = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+    int berr = errno;
+    umask(old);
+    if (b != 0) {
+        snprintf(err, errlen, "%s: bind: %s", path, strerror(berr));
+        close(fd);
+        return -1;
+    }
+    if (chmod(path, s->o.socket_mode) != 0 || listen(fd, 128) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    if (stat(path, &st) == 0) {
+        s->sock_dev = st.st_dev;
+        s->sock_ino = st.st_ino;
+    }
+    s->unlink_socket = 1;
+    s->lfd = fd;
+    return 0;
+}
+
+static int open_control(mt_server *s, char *err, size_t errlen)
+{
+    const char *path = s->o.control_path;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "--control %s: %s (create a FIFO with mkfifo, "
+                 "or give a listening Unix socket)", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISFIFO(st.st_mode)) {
+        s->ctlfd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (s->ctlfd < 0) {
+            snprintf(err, errlen, "--control %s: %s", path, strerror(errno));
+            return -1;
+        }
+        /* Our own write end keeps the FIFO from reporting EOF/HUP forever
+         * once a controller closes; a new controller can reopen it. */
+        s->ctl_wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        return 0;
+    }
+    if (S_ISSOCK(st.st_mode)) {
+        struct sockaddr_un sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sun_family = AF_UNIX;
+        if (strlen(path) >= sizeof sa.sun_path) {
+            snprintf(err, errlen, "--control %s: path too long", path);
+            return -1;
+        }
+        strcpy(sa.sun_path, path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+            snprintf(err, errlen, "--control %s: connect: %s", path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        set_nonblock(fd);
+        s->ctlfd = fd;
+        s->ctl_is_socket = 1;
+        return 0;
+    }
+    snprintf(err, errlen, "--control %s: neither a FIFO nor a Unix socket", path);
+    return -1;
+}
+
+static int open_latency(mt_server *s, char *err, size_t errlen)
+{
+    if (s->o.latency_log) {
+        FILE *f = fopen(s->o.latency_log, "a");
+        if (!f) {
+            snprintf(err, errlen, "--latency-log %s: %s", s->o.latency_log, strerror(errno));
+            return -1;
+        }
+        s->lat = f;
+        s->lat_owned = 1;
+    } else {
+        s->lat = s->o.stdio ? stderr : stdout;
+        s->lat_owned = 0;
+    }
+    return 0;
+}
+
+static void reopen_latency(mt_server *s)
+{
+    if (!s->o.latency_log)
+        return;
+    FILE *f = fopen(s->o.latency_log, "a");
+    if (!f) {
+        slog(s, "SIGHUP: reopen %s: %s (keeping the old one)", s->o.latency_log, strerror(errno));
+        return;
+    }
+    pthread_mutex_lock(&s->lat_mu);
+    FILE *old = s->lat;
+    s->lat = f;
+    pthread_mutex_unlock(&s->lat_mu);
+    if (old && s->lat_owned)
+        fclose(old);
+    s->lat_owned = 1;
+    slog(s, "SIGHUP: reopened %s", s->o.latency_log);
+}
+
+static int ep_add(mt_server *s, int fd, uint32_t ev, void *ptr)
+{
+    struct epoll_event e = {.events = ev, .data.ptr = ptr};
+    return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e);
+}
+
+int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    mt_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->o = *o;
+    s->sig_wfd = -1;
+    s->lfd = s->sigfd = s->evfd = s->ctlfd = s->ctl_wfd = s->epfd = -1;
+    s->t_listen.tag = TAG_LISTEN;
+    s->t_signal.tag = TAG_SIGNAL;
+    s->t_event.tag = TAG_EVENT;
+    s->t_control.tag = TAG_CONTROL;
+    pthread_mutex_init(&s->lat_mu, NULL);
+    atomic_init(&s->stop_ticks, 0);
+
+    /* Signals: SIGPIPE ignored (a peer gone is a write error); TERM, INT
+     * and HUP run a handler that writes the signal number to a pipe the
+     * event loop watches. A handler, not a signalfd: threads started
+     * before us (OpenBLAS starts its pool when it loads) do not block
+     * signals, and one of them may be the thread that receives it. */
+    signal(SIGPIPE, SIG_IGN);
+    int sp[2];
+    if (pipe2(sp, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    s->sigfd = sp[0];
+    s->sig_wfd = sp[1];
+    sig_pipe_w = sp[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->sigfd < 0 || s->evfd < 0 || s->epfd < 0) {
+        snprintf(err, errlen, "eventfd/epoll: %s", strerror(errno));
+        goto fail;
+    }
+    if (open_latency(s, err, errlen) != 0)
+        goto fail;
+    if (!o->stdio) {
+        if (!o->socket_path) {
+            snprintf(err, errlen, "no socket path (-s PATH) and not --stdio");
+            goto fail;
+        }
+        if (open_listen(s, err, errlen) != 0)
+            goto fail;
+    }
+    if (o->control_path && open_control(s, err, errlen) != 0)
+        goto fail;
+    if (ep_add(s, s->sigfd, EPOLLIN, &s->t_signal) != 0 ||
+        ep_add(s, s->evfd, EPOLLIN, &s->t_event) != 0 ||
+        (s->lfd >= 0 && ep_add(s, s->lfd, EPOLLIN, &s->t_listen) != 0) ||
+        (s->ctlfd >= 0 && ep_add(s, s->ctlfd, EPOLLIN, &s->t_control) != 0)) {
+        snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    mt_server_free(s);
+    return -1;
+}
+
+static void unlink_our_socket(mt_server *s)
+{
+    struct stat st;
+    if (s->unlink_socket && s->o.socket_path && stat(s->o.socket_path, &st) == 0 &&
+        st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
+        unlink(s->o.socket_path);
+    s->unlink_socket = 0;
+}
+
+void mt_server_free(mt_server *s)
+{
+    if (!s)
+        return;
+    while (s->conns) {
+        conn *c = s->conns;
+        s->conns = c->next;
+        if (c->rfd > 2)
+            close(c->rfd);
+        if (c->wfd != c->rfd && c->wfd > 2)
+            close(c->wfd);
+        free(c);
+    }
+    if (s->lfd >= 0)
+        close(s->lfd);
+    unlink_our_socket(s);
+    if (s->sigfd >= 0) {
+        sig_pipe_w = -1;
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        close(s->sigfd);
+    }
+    if (s->sig_wfd >= 0) close(s->sig_wfd);
+    if (s->evfd >= 0) close(s->evfd);
+    if (s->ctlfd >= 0) close(s->ctlfd);
+    if (s->ctl_wfd >= 0) close(s->ctl_wfd);
+    if (s->epfd >= 0) close(s->epfd);
+    if (s->lat && s->lat_owned)
+        fclose(s->lat);
+    pthread_mutex_destroy(&s->lat_mu);
+    free(s);
+}
+
+/* ---- the tick thread ------------------------------------------------------ */
+
+static void sleep_until(uint64_t at)
+{
+    struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
+                          .tv_nsec = (long)(at % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+static void *tick_main(void *arg)
+{
+    mt_server *s = arg;
+    uint64_t P = s->o.frame_ns;
+    int64_t k = 0;
+    char err[256];
+    while (!atomic_load(&s->stop_ticks)) {
+        uint64_t at = s->o.t0 + (uint64_t)k * P;
+        /* wake the decoder's threads a little ahead of the tick, so that
+         * their wake-up is not paid inside the step */
+        if (at > MT_DECODER_WAKE_NS && mt_now_ns() < at - MT_DECODER_WAKE_NS) {
+            sleep_until(at - MT_DECODER_WAKE_NS);
+            if (atomic_load(&s->stop_ticks))
+                break;
+            mt_engine_wake(s->eng);
+        }
+        sleep_until(at);
+        if (atomic_load(&s->stop_ticks))
+            break;
+        if (mt_engine_tick(s->eng, k, at, err, sizeof err) != 0)
+            slog(s, "tick %lld: %s", (long long)k, err);
+        uint64_t one = 1;
+        if (write(s->evfd, &one, sizeof one) < 0 && errno != EAGAIN)
+            slog(s, "eventfd: %s", strerror(errno));
+        /* Next tick: the next slot, or, after an overrun, the slot we are
+         * in (started at once, late, and shown late in late_ms). */
+        uint64_t now = mt_now_ns();
+        int64_t cur = (int64_t)((now - s->o.t0) / P);
+        k = cur > k ? cur : k + 1;
+    }
+    return NULL;
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static conn *conn_new(mt_server *s, int rfd, int wfd, int is_socket)
+{
+    conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->tag = TAG_CONN;
+    c->rfd = rfd;
+    c->wfd = wfd;
+    c->is_socket = is_socket;
+    c->reading = 1;
+    c->t_created = mt_now_ns();
+    mt_frame_decoder_init(&c->dec);
+    c->next = s->conns;
+    s->conns = c;
+    s->nconns++;
+    if (rfd == wfd) {
+        c->ev_r = EPOLLIN;
+        if (ep_add(s, rfd, EPOLLIN, c) == 0)
+            c->r_epoll = c->w_epoll = 1;
+    } else {
+        c->ev_r = EPOLLIN;
+        c->r_epoll = ep_add(s, rfd, EPOLLIN, c) == 0;
+        c->ev_w = 0;
+        struct epoll_event e = {.events = 0, .data.ptr = c};
+        c->w_epoll = epoll_ctl(s->epfd, EPOLL_CTL_ADD, wfd, &e) == 0;
+    }
+    return c;
+}
+
+/* Registers what c wants now: input while reading (and, in stdio mode,
+ * while its queue has room), output while bytes wait. */
+static void conn_update_events(mt_server *s, conn *c, int want_r, int want_w)
+{
+    uint32_t r = want_r ? EPOLLIN : 0, w = want_w ? EPOLLOUT : 0;
+    if (c->rfd == c->wfd) {
+        if (c->r_epoll && (c->ev_r | c->ev_w) != (r | w)) {
+            struct epoll_event e = {.events = r | w, .data.ptr = c};
+            epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->rfd, &e);
+        }
+        c->ev_r = r;
+        c->ev_w = w;
+        return;
+    }
+    if (c->r_epoll && c->ev_r != r) {
+        struct epoll_event e = {.events = r, .data.ptr = c};
+        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->rfd, &e);
+    }
+    if (c->w_epoll && c->ev_w != w) {
+        struct epoll_event e = {.events = w, .data.ptr = c};
+        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->wfd, &e);
+    }
+    c->ev_r = r;
+    c->ev_w = w;
+}
+
+static void conn_free(mt_server *s, conn *c, const char *why)
+{
+    if (c->id) {
+        mt_engine_close(s->eng, c->id);
+        if (why)
+            slog(s, "session %u: closed: %s", c->id, why);
+    } else if (why) {
+        slog(s, "connection (uid %d): closed: %s", (int)c->uid, why);
+    }
+    if (c->r_epoll)
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
+    if (c->w_epoll && c->wfd != c->rfd)
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->wfd, NULL);
+    if (c->is_socket) {
+        close(c->rfd);
+    }
+    for (conn **p = &s->conns; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    s->nconns--;
+    free(c);
+}
+
+/* A frame written straight into c's buffer (before the engine knows the
+ * session); c closes once it is sent. */
+static void conn_direct(mt_server *s, conn *c, int type, const char *reason)
+{
+    mt_frame f = {0};
+    f.type = (uint8_t)type;
+    f.t_send = mt_now_ns();
+    f.length = (uint32_t)strlen(reason);
+    if (f.length > MT_REASON_MAX)
+        f.length = MT_REASON_MAX;
+    f.payload = (const uint8_t *)reason;
+    if (c->wlen + MT_FRAME_HEADER_SIZE + f.length <= WBUF_CAP) {
+        long n = mt_frame_encode(&f, c->wbuf + c->woff + c->wlen,
+                                 WBUF_CAP - c->woff - c->wlen);
+        if (n > 0)
+            c->wlen += (size_t)n;
+    }
+    c->reading = 0;
+    c->closing = 1;
+    c->close_deadline = mt_now_ns() + 1000000000ull;
+}
+
+static void fail_session(mt_server *s, conn *c, const char *reason)
+{
+    if (c->id) {
+        slog(s, "session %u: %s: ending it with ERROR", c->id, reason);
+        mt_engine_fail(s->eng, c->id, reason);
+        c->reading = 0;
+        c->pending = 0;
+    } else {
+        slog(s, "connection (uid %d): %s: ERROR", (int)c->uid, reason);
+        conn_direct(s, c, MT_FRAME_ERROR, reason);
+    }
+}
+
+static void verdict_line(mt_server *s, uint32_t id, int accept, const char *reason)
+{
+    char buf[512];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_flag(&w, "admit");
+    mt_ll_u64(&w, "session", id);
+    mt_ll_f(&w, "t", tsec(s, mt_now_ns()), 3);
+    mt_ll_str(&w, "verdict", accept ? "accept" : "reject");
+    if (!accept)
+        mt_ll_str(&w, "reason", reason);
+    if (mt_ll_end(&w) > 0)
+        mt_server_line(s, buf);
+}
+
+static void do_reject(mt_server *s, conn *c, const char *reason)
+{
+    slog(s, "session %u: rejected: %s", c->id, reason);
+    mt_engine_reject(s->eng, c->id, reason);
+    verdict_line(s, c->id, 0, reason);
+    c->pending = 0;
+    c->reading = 0;
+}
+
+static void do_admit(mt_server *s, conn *c)
+{
+    char why[256];
+    c->pending = 0;
+    if (mt_engine_admit(s->eng, c->id, why, sizeof why) != 0) {
+        do_reject(s, c, why);
+        return;
+    }
+    slog(s, "session %u: admitted (uid %d)", c->id, (int)c->uid);
+    verdict_line(s, c->id, 1, NULL);
+}
+
+static void on_hello(mt_server *s, conn *c, const mt_frame *f)
+{
+    mt_hello h, want;
+    mt_engine_format(s->eng, &want);
+    c->id = mt_engine_session_new(s->eng);
+    if (!c->id) {
+        conn_direct(s, c, MT_FRAME_REJECT, "server out of memory");
+        return;
+    }
+    char reason[256] = "";
+    if (mt_hello_decode(f->payload, f->length, &h) != 0) {
+        fail_session(s, c, "malformed HELLO payload");
+        return;
+    }
+    if (h.sample_rate != want.sample_rate || h.frame_samples != want.frame_samples ||
+        h.channels != 1 || h.encoding != MT_ENC_PCM_S16LE) {
+        snprintf(reason, sizeof reason,
+                 "format mismatch: asked %u Hz, %u-sample frames, %u channel(s), "
+                 "encoding %u; this server serves %u Hz, %u-sample frames, "
+                 "mono PCM s16le (encoding %d)", h.sample_rate, h.frame_samples,
+                 h.channels, h.encoding, want.sample_rate, want.frame_samples,
+                 MT_ENC_PCM_S16LE);
+    } else if (s->draining) {
+        snprintf(reason, sizeof reason, "server draining");
+    }
+    int active = 0, pending = 0;
+    mt_engine_counts(s->eng, &active, &pending);
+    char buf[1024];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_flag(&w, "request");
+    mt_ll_u64(&w, "session", c->id);
+    mt_ll_f(&w, "t", tsec(s, mt_now_ns()), 3);
+    mt_ll_int(&w, "uid", (int64_t)c->uid);
+    mt_ll_int(&w, "pid", (int64_t)c->pid);
+    mt_ll_u64(&w, "rate", h.sample_rate);
+    mt_ll_u64(&w, "frame_samples", h.frame_samples);
+    mt_ll_str(&w, "client_model", h.model);
+    mt_ll_u64(&w, "kv_bound", mt_engine_session_bound(s->eng));
+    mt_ll_int(&w, "active", active);
+    mt_ll_int(&w, "pending", pending - 1 < 0 ? 0 : pending - 1);
+    if (mt_ll_end(&w) > 0)
+        mt_server_line(s, buf);
+    if (reason[0]) {
+        do_reject(s, c, reason);
+        return;
+    }
+    if (s->o.control_path) {
+        c->pending = 1;
+        c->admit_deadline = mt_now_ns() + s->o.admit_timeout_ns;
+        return;
+    }
+    if (active >= s->o.max_sessions) {
+        snprintf(reason, sizeof reason, "server full (--max-sessions %d)", s->o.max_sessions);
+        do_reject(s, c, reason);
+        return;
+    }
+    do_admit(s, c);
+}
+
+static void on_frame(mt_server *s, conn *c, const mt_frame *f, uint64_t now)
+{
+    char why[256];
+    if (!c->id) {
+        if (f->type != MT_FRAME_HELLO) {
+            snprintf(why, sizeof why, "expected HELLO, got %s", mt_frame_type_name(f->type));
+            fail_session(s, c, why);
+            return;
+        }
+        on_hello(s, c, f);
+        return;
+    }
+    switch (f->type) {
+    case MT_FRAME_HELLO:
+        fail_session(s, c, "second HELLO");
+        return;
+    case MT_FRAME_END:
+        mt_engine_input_end(s->eng, c->id);
+        c->reading = 0;
+        return;
+    case MT_FRAME_ERROR:
+        slog(s, "session %u: client sent ERROR: %.*s", c->id, (int)f->length,
+             (const char *)f->payload);
+        mt_engine_close(s->eng, c->id);
+        c->id = 0;
+        c->reading = 0;
+        c->closing = 1;
+        c->close_deadline = now;
+        return;
+    case MT_FRAME_AUDIO: {
+        if (c->pending) {
+            fail_session(s, c, "AUDIO before ACCEPT");
+            return;
+        }
+        int r = mt_engine_input(s->eng, c->id, f, now, why, sizeof why);
+        if (r < 0)
+            fail_session(s, c, why);
+        else if (r > 0 && !c->warned_drop) {
+            slog(s, "session %u: input queue full: dropping frames (counted as miss)", c->id);
+            c->warned_drop = 1;
+        }
+        return;
+    }
+    default:
+        snprintf(why, sizeof why, "%s frames are not accepted from a client "
+                 "(this server serves PCM AUDIO)", mt_frame_type_name(f->type));
+        fail_session(s, c, why);
+        return;
+    }
+}
+
+/* Bytes that complete the frame being decoded (its header first). */
+static size_t frame_remaining(const mt_frame_decoder *d)
+{
+    if (d->have < MT_FRAME_HEADER_SIZE)
+        return MT_FRAME_HEADER_SIZE - d->have;
+    uint32_t len = (uint32_t)d->buf[48] | (uint32_t)d->buf[49] << 8 |
+                   (uint32_t)d->buf[50] << 16 | (uint32_t)d->buf[51] << 24;
+    if (len > MT_FRAME_MAX_PAYLOAD)
+        return 1;            /* the decoder reports the error on the next byte */
+    size_t total = MT_FRAME_HEADER_SIZE + len;
+    return total > d->have ? total - d->have : 1;
+}
+
+/* Reads what is there; returns -1 when c was freed. */
+static int conn_read(mt_server *s, conn *c)
+{
+    for (int rounds = 0; rounds < 16 && c->reading; rounds++) {
+        size_t cap = RBUF_CAP;
+        if (s->o.stdio) {
+            /* backpressure: read no more whole frames than the input queue
+             * takes (one at a time before admission) */
+            int space = 1;
+            if (c->pending)
+                return 0;   /* nothing past HELLO until the decision */
+            if (c->id) {
+                space = mt_engine_in_space(s->eng, c->id);
+                if (space <= 0)
+                    return 0;
+            }
+            size_t fb = MT_FRAME_HEADER_SIZE + (size_t)s->frame_payload;
+            size_t want = frame_remaining(&c->dec) + (size_t)(space - 1) * fb;
+            if (!c->id)
+                want = frame_remaining(&c->dec);
+            if (want < cap)
+                cap = want;
+        }
+        ssize_t n = read(c->rfd, s->rbuf, cap);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                return 0;
+            char why[128];
+            snprintf(why, sizeof why, "read: %s", strerror(errno));
+            conn_free(s, c, why);
+            return -1;
+        }
+        if (n == 0) {
+            int fr = mt_frame_decoder_finish(&c->dec);
+            conn_free(s, c, fr == MT_FERR_TRUNCATED ? "disconnected mid-frame"
+                                                    : "disconnected");
+            return -1;
+        }
+        uint64_t now = mt_now_ns();
+        size_t off = 0;
+        while (off < (size_t)n && c->reading) {
+            size_t used = 0;
+            mt_frame f;
+            int r = mt_frame_decode(&c->dec, s->rbuf + off, (size_t)n - off, &used, &f);
+            off += used;
+            if (r == MT_FRAME_OK) {
+                on_frame(s, c, &f, now);
+                continue;
+            }
+            if (r == MT_FRAME_NEED_MORE)
+                break;
+            char why[128];
+            snprintf(why, sizeof why, "bad frame: %s", mt_frame_strerror(r));
+            fail_session(s, c, why);
+            break;
+        }
+        if ((size_t)n < cap)
+            return 0;
+    }
+    return 0;
+}
+
+/* Moves output from the engine to the client; closes what is finished or
+ * stuck. Returns -1 when c was freed. */
+static int conn_write(mt_server *s, conn *c, uint64_t now)
+{
+    for (;;) {
+        if (c->wlen == 0) {
+            c->woff = 0;
+            if (c->id)
+                c->wlen = mt_engine_take(s->eng, c->id, c->wbuf, WBUF_CAP);
+            if (c->wlen == 0)
+                break;
+        }
+        ssize_t n = c->is_socket
+            ? send(c->wfd, c->wbuf + c->woff, c->wlen, MSG_NOSIGNAL | MSG_DONTWAIT)
+            : write(c->wfd, c->wbuf + c->woff, c->wlen);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                break;
+            char why[128];
+            snprintf(why, sizeof why, "write: %s", strerror(errno));
+            conn_free(s, c, why);
+            return -1;
+        }
+        c->woff += (size_t)n;
+        c->wlen -= (size_t)n;
+        c->stuck_since = 0;
+    }
+    if (!c->id && !c->closing && now - c->t_created > HELLO_TIMEOUT_NS) {
+        fail_session(s, c, "no HELLO within 10 s");
+        return 0;
+    }
+    mt_sess_status st = {0};
+    if (c->id)
+        mt_engine_status(s->eng, c->id, &st);
+    int waiting = c->wlen > 0 || st.out_bytes > 0;
+    if (st.overflow) {
+        conn_free(s, c, "output queue overflowed: the client does not read");
+        return -1;
+    }
+    if (waiting) {
+        if (!c->stuck_since)
+            c->stuck_since = now;
+        else if (now - c->stuck_since > s->o.write_timeout_ns) {
+            char why[128];
+            snprintf(why, sizeof why, "no output accepted for %.1f s: the client "
+                     "does not read", (double)(now - c->stuck_since) / 1e9);
+            conn_free(s, c, why);
+            return -1;
+        }
+    } else {
+        c->stuck_since = 0;
+        if ((c->id && st.ended) || (c->closing && !c->id)) {
+            conn_free(s, c, NULL);
+            return -1;
+        }
+        if (c->closing && c->id && !st.known) {
+            conn_free(s, c, NULL);
+            return -1;
+        }
+    }
+    if (c->closing && c->close_deadline && now > c->close_deadline) {
+        conn_free(s, c, "closing: output not taken in time");
+        return -1;
+    }
+    int want_r = c->reading;
+    if (want_r && s->o.stdio && c->id &&
+        (c->pending || mt_engine_in_space(s->eng, c->id) <= 0))
+        want_r = 0;
+    conn_update_events(s, c, want_r, c->wlen > 0);
+    return 0;
+}
+
+static void on_accept(mt_server *s)
+{
+    for (;;) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                slog(s, "accept: %s", strerror(errno));
+            return;
+        }
+        struct ucred cr;
+        socklen_t cl = sizeof cr;
+        memset(&cr, 0, sizeof cr);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0)
+            cr.uid = (uid_t)-1;
+        if (s->o.sndbuf > 0)
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &s->o.sndbuf, sizeof s->o.sndbuf);
+        if (s->nconns >= MAX_CONNS_PER_SESSION * s->o.max_sessions + 16) {
+            slog(s, "connection from uid %d pid %d refused: too many connections (%d)",
+                 (int)cr.uid, (int)cr.pid, s->nconns);
+            close(fd);
+            continue;
+        }
+        conn *c = conn_new(s, fd, fd, 1);
+        if (!c) {
+            close(fd);
+            slog(s, "connection refused: out of memory");
+            continue;
+        }
+        c->uid = cr.uid;
+        c->pid = cr.pid;
+        slog(s, "connection from uid %d pid %d", (int)cr.uid, (int)cr.pid);
+    }
+}
+
+static conn *find_pending(mt_server *s, uint32_t id)
+{
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+static void control_line(mt_server *s, char *line)
+{
+    char *save = NULL, *verb = strtok_r(line, " \t\r", &save);
+    if (!verb)
+        return;
+    /* mt-admit also publishes its estimate as "limit N"; it is information
+     * for operators and logs, not a decision, so it is not an error. */
+    if (strcmp(verb, "limit") == 0)
+        return;
+    char *ids = strtok_r(NULL, " \t\r", &save);
+    char *end = NULL;
+    unsigned long id = ids ? strtoul(ids, &end, 10) : 0;
+    if (!ids || !*ids || *end || id == 0 || id > UINT32_MAX ||
+        (strcmp(verb, "accept") != 0 && strcmp(verb, "reject") != 0)) {
+        slog(s, "control: ignoring malformed line (want 'accept ID' or 'reject ID reason')");
+        return;
+    }
+    conn *c = find_pending(s, (uint32_t)id);
+    if (!c || !c->pending) {
+        slog(s, "control: %s %lu: no such pending session", verb, id);
+        return;
+    }
+    if (strcmp(verb, "accept") == 0) {
+        do_admit(s, c);
+        return;
+    }
+    char *reason = save ? save + strspn(save, " \t") : NULL;
+    if (reason) {
+        size_t n = strlen(reason);
+        while (n && (reason[n - 1] == '\r' || reason[n - 1] == ' '))
+            reason[--n] = 0;
+    }
+    do_reject(s, c, reason && *reason ? reason : "rejected by the admission controller");
+}
+
+static void on_control(mt_server *s)
+{
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(s->ctlfd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                slog(s, "control: read: %s", strerror(errno));
+            return;
+        }
+        if (n == 0) {
+            slog(s, "control: %s closed; pending requests will time out",
+                 s->o.control_path);
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->ctlfd, NULL);
+            close(s->ctlfd);
+            s->ctlfd = -1;   /* admission stays controlled: requests time out */
+            return;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            char ch = buf[i];
+            if (ch == '\n') {
+                if (!s->ctl_overlong) {
+                    s->ctlbuf[s->ctllen] = 0;
+                    control_line(s, s->ctlbuf);
+                } else {
+                    slog(s, "control: ignoring an overlong line");
+                }
+                s->ctllen = 0;
+                s->ctl_overlong = 0;
+            } else if (s->ctllen + 1 < sizeof s->ctlbuf) {
+                s->ctlbuf[s->ctllen++] = ch ? ch : ' ';
+            } else {
+                s->ctl_overlong = 1;
+            }
+        }
+    }
+}
+
+static void begin_drain(mt_server *s, const char *why)
+{
+    if (s->draining)
+        return;
+    s->draining = 1;
+    s->drain_deadline = mt_now_ns() + s->o.drain_timeout_ns;
+    slog(s, "%s: draining (no new sessions; finishing in-flight frames)", why);
+    if (s->lfd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+        close(s->lfd);
+        s->lfd = -1;
+        unlink_our_socket(s);
+    }
+    for (conn *c = s->conns; c; c = c->next) {
+        if (c->pending)
+            do_reject(s, c, "server draining");
+        c->reading = 0;
+    }
+    mt_engine_drain(s->eng);
+}
+
+static void on_signal(mt_server *s)
+{
+    unsigned char b[64];
+    ssize_t n;
+    while ((n = read(s->sigfd, b, sizeof b)) > 0)
+        for (ssize_t i = 0; i < n; i++) {
+            if (b[i] == SIGHUP)
+                reopen_latency(s);
+            else
+                begin_drain(s, b[i] == SIGTERM ? "SIGTERM" : "SIGINT");
+        }
+}
+
+int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
+{
+    s->eng = e;
+    mt_hello fmt;
+    mt_engine_format(e, &fmt);
+    s->frame_payload = (int)fmt.frame_samples * 2;
+    if (s->o.stdio) {
+        set_nonblock(0);
+        set_nonblock(1);
+        conn *c = conn_new(s, 0, 1, 0);
+        if (!c) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        c->uid = getuid();
+        c->pid = getpid();
+    }
+    pthread_t th;
+    if (pthread_create(&th, NULL, tick_main, s) != 0) {
+        snprintf(err, errlen, "pthread_create: %s", strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    struct epoll_event evs[64];
+    uint64_t next_fill = 0;
+    for (;;) {
+        uint64_t now = mt_now_ns();
+        /* the loop wakes for the earliest of: a FILL deadline, an admission
+         * deadline, a stuck-output check, the drain deadline */
+        uint64_t wake = now + 100000000ull;
+        if (next_fill && next_fill < wake)
+            wake = next_fill;
+        int poll_now = 0;
+        for (conn *c = s->conns; c; c = c->next) {
+            if (c->pending && c->admit_deadline < wake)
+                wake = c->admit_deadline;
+            if (c->reading && !c->r_epoll &&
+                (!c->id || (!c->pending && mt_engine_in_space(s->eng, c->id) > 0)))
+                poll_now = 1;   /* a regular file on stdin, with room */
+        }
+        int timeout = poll_now ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+        int n = epoll_wait(s->epfd, evs, 64, timeout);
+        if (n < 0 && errno != EINTR) {
+            snprintf(err, errlen, "epoll_wait: %s", strerror(errno));
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            tagged *t = evs[i].data.ptr;
+            if (t->tag == TAG_LISTEN) {
+                on_accept(s);
+            } else if (t->tag == TAG_SIGNAL) {
+                on_signal(s);
+            } else if (t->tag == TAG_EVENT) {
+                uint64_t v;
+                if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
+                    slog(s, "eventfd: %s", strerror(errno));
+            } else if (t->tag == TAG_CONTROL) {
+                on_control(s);
+            }
+        }
+        /* client input: the events refer to conns that may be freed while
+         * handling others, so walk the list and read those flagged */
+        for (int i = 0; i < n; i++) {
+            tagged *t = evs[i].data.ptr;
+            if (t->tag != TAG_CONN)
+                continue;
+            for (conn *c = s->conns; c; c = c->next)
+                if ((tagged *)c == t) {
+                    if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->reading)
+                        conn_read(s, c);
+                    else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->reading &&
+                             !(evs[i].events & EPOLLOUT) && c->is_socket) {
+                        /* peer gone while we no longer read (after END) */
+                        conn_free(s, c, "disconnected");
+                    }
+                    break;
+                }
+        }
+        for (conn *c = s->conns, *nx; c; c = nx) {
+            nx = c->next;
+            if (c->reading && !c->r_epoll)
+                if (conn_read(s, c) < 0)
+                    continue;
+        }
+        now = mt_now_ns();
+        next_fill = mt_engine_fill_due(e, now);
+        for (conn *c = s->conns, *nx; c; c = nx) {
+            nx = c->next;
+            if (c->pending && now >= c->admit_deadline) {
+                do_reject(s, c, "admission timeout: no answer from the controller");
+            }
+            conn_write(s, c, now);
+        }
+        if (s->o.stdio && !s->conns && !s->draining) {
+            s->draining = 1;    /* the one session is over */
+            break;
+        }
+        if (s->draining && (!s->conns || now > s->drain_deadline)) {
+            if (s->conns)
+                slog(s, "drain timeout: closing %d connection(s)", s->nconns);
+            break;
+        }
+    }
+    atomic_store(&s->stop_ticks, 1);
+    pthread_join(th, NULL);
+    while (s->conns)
+        conn_free(s, s->conns, s->draining ? NULL : "server stopping");
+    return rc;
+}

@@ -1,0 +1,54 @@
+/* server.h: mt-serve's I/O: the Unix socket (or one stdio session), the
+ * epoll event loop, the control input, admission, signals, and the tick
+ * thread that drives the engine on an absolute clock.
+ *
+ * Threads: the I/O thread (mt_server_run's caller) owns every descriptor;
+ * the tick thread sleeps with clock_nanosleep(TIMER_ABSTIME) to tick k's
+ * start t0 + k*period, runs mt_engine_tick, and wakes the I/O thread
+ * through an eventfd to send what the tick produced. No descriptor is ever
+ * read or written blocking (except a latency log on a regular file), so a
+ * slow or dead client can neither stall the tick nor the other sessions.
+ */
+#ifndef MT_SERVER_H
+#define MT_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "serve/engine.h"
+
+typedef struct mt_server_opts {
+    const char *socket_path;     /* -s PATH (NULL with stdio) */
+    mode_t      socket_mode;     /* 0600 by default */
+    int         stdio;           /* one session on stdin/stdout */
+    const char *latency_log;     /* --latency-log PATH, or NULL */
+    const char *control_path;    /* --control PATH (FIFO or socket), or NULL */
+    uint64_t    admit_timeout_ns;/* unanswered requests are rejected */
+    int         max_sessions;    /* static admission without --control */
+    uint64_t    frame_ns;        /* tick period */
+    uint64_t    write_timeout_ns;/* output stuck this long: disconnect */
+    int         sndbuf;          /* SO_SNDBUF for client sockets (0: keep) */
+    uint64_t    drain_timeout_ns;/* SIGTERM: longest wait for sessions */
+    uint64_t    t0;              /* server start (CLOCK_MONOTONIC ns) */
+    /* human log lines (stderr in mt-serve) */
+    void      (*log)(void *ctx, const char *msg);
+    void       *log_ctx;
+} mt_server_opts;
+
+void mt_server_opts_default(mt_server_opts *o);
+
+typedef struct mt_server mt_server;
+
+/* Opens the machine stream (latency lines), the socket and the control
+ * input. 0, or -1 with err. */
+int  mt_server_create(const mt_server_opts *o, mt_server **out,
+                      char *err, size_t errlen);
+/* The engine's line callback: ctx is the mt_server. Thread-safe. */
+void mt_server_line(void *ctx, const char *line);
+/* Runs until drained (SIGTERM/SIGINT) or, in stdio mode, until the session
+ * ends. Returns 0, or -1 with err on a fatal error. */
+int  mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen);
+void mt_server_free(mt_server *s);
+
+#endif

@@ -1,0 +1,15 @@
+/* errmsg.c: see errmsg.h. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "util/errmsg.h"
+
+void mt_set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (!err || !errlen)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

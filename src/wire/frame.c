@@ -1,0 +1,392 @@
+/* frame.c: encoder and incremental decoder of the Metronome frame stream
+ * (mt-frame(5), layout in frame.h).
+ *
+ * Every byte read from a socket or pipe passes through mt_frame_decode, so it
+ * treats its input as hostile: fields are read byte by byte in little-endian
+ * order (never by casting the buffer to a host struct), the header is judged
+ * the moment its fields arrive (a bogus 4 GiB length is refused after 56
+ * bytes, not after waiting for the payload), and errors are sticky because
+ * once framing is lost nothing after it can be trusted. Nothing here
+ * allocates: the decoder owns one frame-sized buffer.
+ */
+#include "wire/frame.h"
+
+#include <string.h>
+
+/* ---- little-endian helpers ----------------------------------------------- */
+
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Header field offsets (frame.h). */
+enum {
+    OFF_MAGIC = 0, OFF_VERSION = 4, OFF_TYPE = 5, OFF_FLAGS = 6,
+    OFF_SESSION = 8, OFF_SEQ = 12, OFF_T_SEND = 16, OFF_T_ARRIVE = 24,
+    OFF_T_START = 32, OFF_T_READY = 40, OFF_LENGTH = 48, OFF_RESERVED = 52,
+};
+
+#define HELLO_FIXED 12 /* sample_rate, frame_samples, channels, encoding */
+
+static int type_known(unsigned type)
+{
+    return type >= MT_FRAME_HELLO && type <= MT_FRAME_ERROR;
+}
+
+static int is_data(unsigned type)
+{
+    return type == MT_FRAME_AUDIO || type == MT_FRAME_TOKENS;
+}
+
+/* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF). NUL is refused
+ * too: reasons and model names end up as C strings in logs. */
+static int utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c == 0)
+            return 0;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        uint32_t cp, min;
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1; cp = c & 0x1F; min = 0x80;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2; cp = c & 0x0F; min = 0x800;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3; cp = c & 0x07; min = 0x10000;
+        } else {
+            return 0;
+        }
+        if (n - i - 1 < need)
+            return 0;
+        for (size_t k = 1; k <= need; k++) {
+            uint8_t cc = s[i + k];
+            if ((cc & 0xC0) != 0x80)
+                return 0;
+            cp = cp << 6 | (cc & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* Can a payload of this length belong to this type? (Content checks that
+ * need the bytes themselves are in payload_ok.) */
+static int length_ok(unsigned type, uint32_t len)
+{
+    switch (type) {
+    case MT_FRAME_HELLO:
+    case MT_FRAME_ACCEPT:
+        return len >= HELLO_FIXED && len <= HELLO_FIXED + MT_MODEL_NAME_MAX;
+    case MT_FRAME_AUDIO:
+        return len % 2 == 0;
+    case MT_FRAME_TOKENS:
+        return len % 4 == 0;
+    case MT_FRAME_END:
+        return len == 0;
+    case MT_FRAME_REJECT:
+    case MT_FRAME_ERROR:
+        return len <= MT_REASON_MAX;
+    default:
+        return 0;
+    }
+}
+
+static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
+{
+    mt_hello h;
+    switch (type) {
+    case MT_FRAME_HELLO:
+    case MT_FRAME_ACCEPT:
+        return mt_hello_decode(p, len, &h) == 0;
+    case MT_FRAME_REJECT:
+    case MT_FRAME_ERROR:
+        return utf8_valid(p, len);
+    default:
+        return 1;
+    }
+}
+
+/* Flags allowed for a type: FILL marks silence standing in for data. */
+static int flags_ok(unsigned type, uint16_t flags)
+{
+    if (flags & ~(uint16_t)MT_FLAGS_KNOWN)
+        return 0;
+    if ((flags & MT_FLAG_FILL) && !is_data(type))
+        return 0;
+    return 1;
+}
+
+/* ---- decoder ------------------------------------------------------------- */
+
+void mt_frame_decoder_init(mt_frame_decoder *d)
+{
+    d->have = 0;
+    d->have_seq = 0;
+    d->last_seq = 0;
+    d->error = 0;
+}
+
+/* Judges the header fields that are complete among the first `have` bytes.
+ * Called after each append, so garbage is refused as early as it can be. */
+static int check_header(const mt_frame_decoder *d, size_t have)
+{
+    const uint8_t *h = d->buf;
+    size_t m = have < 4 ? have : 4;
+    if (memcmp(h, MT_FRAME_MAGIC, m) != 0)
+        return MT_FERR_MAGIC;
+    if (have > OFF_VERSION && h[OFF_VERSION] != MT_FRAME_VERSION)
+        return MT_FERR_VERSION;
+    if (have > OFF_TYPE && !type_known(h[OFF_TYPE]))
+        return MT_FERR_TYPE;
+    if (have < MT_FRAME_HEADER_SIZE)
+        return 0;
+
+    unsigned type = h[OFF_TYPE];
+    uint32_t len = get_u32(h + OFF_LENGTH);
+    if (!flags_ok(type, get_u16(h + OFF_FLAGS)) ||
+        get_u32(h + OFF_RESERVED) != 0)
+        return MT_FERR_FLAGS;
+    if (len > MT_FRAME_MAX_PAYLOAD)
+        return MT_FERR_TOO_LONG;
+    if (!length_ok(type, len))
+        return MT_FERR_PAYLOAD;
+    if (is_data(type) && d->have_seq && get_u32(h + OFF_SEQ) <= d->last_seq)
+        return MT_FERR_SEQ;
+    return 0;
+}
+
+static void fill_frame(const uint8_t *h, mt_frame *f)
+{
+    f->version = h[OFF_VERSION];
+    f->type = h[OFF_TYPE];
+    f->flags = get_u16(h + OFF_FLAGS);
+    f->session = get_u32(h + OFF_SESSION);
+    f->seq = get_u32(h + OFF_SEQ);
+    f->t_send = get_u64(h + OFF_T_SEND);
+    f->t_arrive = get_u64(h + OFF_T_ARRIVE);
+    f->t_start = get_u64(h + OFF_T_START);
+    f->t_ready = get_u64(h + OFF_T_READY);
+    f->length = get_u32(h + OFF_LENGTH);
+    f->payload = h + MT_FRAME_HEADER_SIZE;
+}
+
+int mt_frame_decode(mt_frame_decoder *d, const uint8_t *buf, size_t len,
+                    size_t *consumed, mt_frame *out)
+{
+    size_t used = 0;
+    int rc = MT_FRAME_NEED_MORE;
+
+    if (d->error) {
+        rc = d->error;
+        goto done;
+    }
+    if ((!buf && len > 0) || !out) {
+        rc = MT_FERR_ARG; /* a caller bug, not a stream error: not sticky */
+        goto done;
+    }
+    while (used < len) {
+        size_t want;
+        if (d->have < MT_FRAME_HEADER_SIZE) {
+            want = MT_FRAME_HEADER_SIZE - d->have;
+        } else {
+            size_t total = MT_FRAME_HEADER_SIZE + get_u32(d->buf + OFF_LENGTH);
+            want = total - d->have;
+        }
+        size_t n = len - used < want ? len - used : want;
+        memcpy(d->buf + d->have, buf + used, n);
+        int was_header = d->have < MT_FRAME_HEADER_SIZE;
+        d->have += n;
+        used += n;
+        if (was_header) {
+            int e = check_header(d, d->have);
+            if (e) {
+                d->error = rc = e;
+                goto done;
+            }
+            if (d->have < MT_FRAME_HEADER_SIZE)
+                continue;
+        }
+        uint32_t plen = get_u32(d->buf + OFF_LENGTH);
+        if (d->have < MT_FRAME_HEADER_SIZE + (size_t)plen)
+            continue;
+
+        /* A whole frame. */
+        unsigned type = d->buf[OFF_TYPE];
+        if (!payload_ok(type, d->buf + MT_FRAME_HEADER_SIZE, plen)) {
+            d->error = rc = MT_FERR_PAYLOAD;
+            goto done;
+        }
+        fill_frame(d->buf, out);
+        if (is_data(type)) {
+            d->have_seq = 1;
+            d->last_seq = out->seq;
+        }
+        /* The bytes stay in buf (out->payload points there) until the next
+         * call appends over them. */
+        d->have = 0;
+        rc = MT_FRAME_OK;
+        goto done;
+    }
+done:
+    if (consumed)
+        *consumed = used;
+    return rc;
+}
+
+int mt_frame_decoder_finish(const mt_frame_decoder *d)
+{
+    if (d->error)
+        return d->error;
+    return d->have > 0 ? MT_FERR_TRUNCATED : 0;
+}
+
+/* ---- encoder ------------------------------------------------------------- */
+
+long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap)
+{
+    if (!f || !out)
+        return MT_FERR_ARG;
+    unsigned version = f->version ? f->version : MT_FRAME_VERSION;
+    if (version != MT_FRAME_VERSION)
+        return MT_FERR_VERSION;
+    if (!type_known(f->type))
+        return MT_FERR_TYPE;
+    if (!flags_ok(f->type, f->flags))
+        return MT_FERR_FLAGS;
+    if (f->length > MT_FRAME_MAX_PAYLOAD)
+        return MT_FERR_TOO_LONG;
+    if (f->length > 0 && !f->payload)
+        return MT_FERR_ARG;
+    if (!length_ok(f->type, f->length) ||
+        !payload_ok(f->type, f->payload, f->length))
+        return MT_FERR_PAYLOAD;
+    size_t total = MT_FRAME_HEADER_SIZE + (size_t)f->length;
+    if (cap < total)
+        return MT_FERR_ARG;
+
+    memcpy(out + OFF_MAGIC, MT_FRAME_MAGIC, 4);
+    out[OFF_VERSION] = (uint8_t)version;
+    out[OFF_TYPE] = f->type;
+    put_u16(out + OFF_FLAGS, f->flags);
+    put_u32(out + OFF_SESSION, f->session);
+    put_u32(out + OFF_SEQ, f->seq);
+    put_u64(out + OFF_T_SEND, f->t_send);
+    put_u64(out + OFF_T_ARRIVE, f->t_arrive);
+    put_u64(out + OFF_T_START, f->t_start);
+    put_u64(out + OFF_T_READY, f->t_ready);
+    put_u32(out + OFF_LENGTH, f->length);
+    put_u32(out + OFF_RESERVED, 0);
+    if (f->length)
+        memmove(out + MT_FRAME_HEADER_SIZE, f->payload, f->length);
+    return (long)total;
+}
+
+/* ---- HELLO / ACCEPT payload ---------------------------------------------- */
+
+long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap)
+{
+    if (!h || !out)
+        return MT_FERR_ARG;
+    size_t name = strnlen(h->model, sizeof h->model);
+    if (name > MT_MODEL_NAME_MAX ||
+        !utf8_valid((const uint8_t *)h->model, name))
+        return MT_FERR_ARG;
+    if (cap < HELLO_FIXED + name)
+        return MT_FERR_ARG;
+    put_u32(out, h->sample_rate);
+    put_u32(out + 4, h->frame_samples);
+    put_u16(out + 8, h->channels);
+    put_u16(out + 10, h->encoding);
+    memcpy(out + HELLO_FIXED, h->model, name);
+    return (long)(HELLO_FIXED + name);
+}
+
+/* Structure only: whether the server can serve this format is its own
+ * decision, answered with REJECT and a reason, not a stream error. */
+int mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h)
+{
+    if (!p || !h || len < HELLO_FIXED || len > HELLO_FIXED + MT_MODEL_NAME_MAX)
+        return MT_FERR_PAYLOAD;
+    size_t name = len - HELLO_FIXED;
+    if (!utf8_valid(p + HELLO_FIXED, name))
+        return MT_FERR_PAYLOAD;
+    h->sample_rate = get_u32(p);
+    h->frame_samples = get_u32(p + 4);
+    h->channels = get_u16(p + 8);
+    h->encoding = get_u16(p + 10);
+    memcpy(h->model, p + HELLO_FIXED, name);
+    h->model[name] = '\0';
+    return 0;
+}
+
+/* ---- names --------------------------------------------------------------- */
+
+const char *mt_frame_strerror(int status)
+{
+    switch (status) {
+    case MT_FRAME_OK:        return "whole frame";
+    case MT_FRAME_NEED_MORE: return "need more bytes";
+    case MT_FERR_MAGIC:      return "bad magic (not a Metronome frame stream)";
+    case MT_FERR_VERSION:    return "unknown frame version";
+    case MT_FERR_TYPE:       return "unknown frame type";
+    case MT_FERR_TOO_LONG:   return "payload length over the limit";
+    case MT_FERR_SEQ:        return "sequence number did not increase";
+    case MT_FERR_TRUNCATED:  return "stream ended inside a frame";
+    case MT_FERR_FLAGS:      return "unknown flags or non-zero reserved field";
+    case MT_FERR_PAYLOAD:    return "payload inconsistent with frame type";
+    case MT_FERR_ARG:        return "bad argument or buffer too small";
+    default:                 return "unknown frame status";
+    }
+}
+
+const char *mt_frame_type_name(int type)
+{
+    switch (type) {
+    case MT_FRAME_HELLO:  return "HELLO";
+    case MT_FRAME_AUDIO:  return "AUDIO";
+    case MT_FRAME_TOKENS: return "TOKENS";
+    case MT_FRAME_END:    return "END";
+    case MT_FRAME_ACCEPT: return "ACCEPT";
+    case MT_FRAME_REJECT: return "REJECT";
+    case MT_FRAME_ERROR:  return "ERROR";
+    default:              return "UNKNOWN";
+    }
+}

@@ -1,0 +1,504 @@
+/* latline.c: writer and strict parser of the latency lines (logfmt), and the
+ * tick record mt-serve prints once per tick (format in latline.h).
+ *
+ * The lines are the project's measurement record: mt-admit steers admission
+ * by them and mt-probe computes percentiles from them, so a malformed line
+ * must be refused loudly (line number, key, what is wrong) rather than half
+ * read. The parser copies keys and unescaped values into the record's own
+ * buffer and never allocates; no input, however long or binary, can make it
+ * read or write outside its buffers.
+ */
+#include "wire/latline.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- parser -------------------------------------------------------------- */
+
+static int key_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Copies at most `max` bytes of s[0..n) into out for an error message,
+ * replacing anything unprintable so the message stays one clean line. */
+static void sanitize(char *out, size_t outsz, const char *s, size_t n,
+                     size_t max)
+{
+    size_t j = 0;
+    if (n > max)
+        n = max;
+    for (size_t i = 0; i < n && j + 1 < outsz; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (outsz)
+        out[j] = '\0';
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static const char *describe_byte(unsigned char c, char *tmp, size_t n)
+{
+    if (c >= 0x21 && c < 0x7f)
+        snprintf(tmp, n, "'%c'", c);
+    else
+        snprintf(tmp, n, "byte 0x%02x", c);
+    return tmp;
+}
+
+int mt_latline_parse(const char *line, size_t len, long lineno,
+                     mt_latline *ll, char *err, size_t errlen)
+{
+    char key[MT_LL_KEY_MAX + 8], tmp[16];
+
+    if (!ll) {
+        set_err(err, errlen, "line %ld: no record to parse into", lineno);
+        return -1;
+    }
+    ll->n = 0;
+    if (!line && len > 0) {
+        set_err(err, errlen, "line %ld: no input", lineno);
+        return -1;
+    }
+    /* The newline ends the line; it is not part of it. */
+    if (len > 0 && line[len - 1] == '\n')
+        len--;
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (len > MT_LL_MAX_LINE) {
+        set_err(err, errlen, "line %ld: longer than %d bytes", lineno,
+                MT_LL_MAX_LINE);
+        return -1;
+    }
+
+    size_t i = 0, o = 0;
+    char *buf = ll->buf;
+    while (i < len) {
+        if (line[i] == ' ') {
+            i++;
+            continue;
+        }
+        /* key */
+        size_t ks = i;
+        while (i < len && key_char((unsigned char)line[i]))
+            i++;
+        size_t klen = i - ks;
+        sanitize(key, sizeof key, line + ks, klen ? klen : 1, MT_LL_KEY_MAX);
+        if (klen == 0) {
+            set_err(err, errlen, "line %ld: column %zu: expected a key, found %s",
+                    lineno, ks + 1,
+                    describe_byte((unsigned char)line[ks], tmp, sizeof tmp));
+            return -1;
+        }
+        if (i < len && line[i] != '=' && line[i] != ' ') {
+            sanitize(key, sizeof key, line + ks, klen + 1, MT_LL_KEY_MAX);
+            set_err(err, errlen, "line %ld: key '%s': bad character %s in key "
+                    "(keys are [a-z0-9_])", lineno, key,
+                    describe_byte((unsigned char)line[i], tmp, sizeof tmp));
+            return -1;
+        }
+        if (klen > MT_LL_KEY_MAX) {
+            set_err(err, errlen, "line %ld: key '%s...': longer than %d bytes",
+                    lineno, key, MT_LL_KEY_MAX);
+            return -1;
+        }
+        if (ll->n >= MT_LL_MAX_PAIRS) {
+            set_err(err, errlen, "line %ld: key '%s': more than %d pairs",
+                    lineno, key, MT_LL_MAX_PAIRS);
+            return -1;
+        }
+        for (int k = 0; k < ll->n; k++) {
+            if (strlen(ll->pair[k].key) == klen &&
+                memcmp(ll->pair[k].key, line + ks, klen) == 0) {
+                set_err(err, errlen, "line %ld: key '%s': duplicate key",
+                        lineno, key);
+                return -1;
+            }
+        }
+        /* Room check: each pair's output (key NUL value NUL) is at most one
+         * byte longer than its input plus separator, so this never fires
+         * for lines within MT_LL_MAX_LINE; it is here so that no future
+         * change to the grammar can overrun buf. */
+        if (o + klen + 1 > sizeof ll->buf) {
+            set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
+            return -1;
+        }
+        char *kout = buf + o;
+        memcpy(kout, line + ks, klen);
+        o += klen;
+        buf[o++] = '\0';
+
+        const char *vout = "";
+        if (i < len && line[i] == '=') {
+            i++;
+            if (o >= sizeof ll->buf) {
+                set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
+                return -1;
+            }
+            vout = buf + o;
+            if (i < len && line[i] == '"') {
+                i++;
+                for (;;) {
+                    if (i >= len) {
+                        set_err(err, errlen, "line %ld: key '%s': unterminated "
+                                "quote", lineno, key);
+                        return -1;
+                    }
+                    unsigned char c = (unsigned char)line[i];
+                    if (c == '"') {
+                        i++;
+                        break;
+                    }
+                    if (c == '\\') {
+                        if (i + 1 >= len) {
+                            set_err(err, errlen, "line %ld: key '%s': "
+                                    "unterminated quote", lineno, key);
+                            return -1;
+                        }
+                        c = (unsigned char)line[i + 1];
+                        if (c != '"' && c != '\\') {
+                            if (c >= 0x21 && c < 0x7f)
+                                snprintf(tmp, sizeof tmp, "\\%c", c);
+                            else
+                                snprintf(tmp, sizeof tmp, "\\ + byte 0x%02x", c);
+                            set_err(err, errlen, "line %ld: key '%s': bad escape "
+                                    "'%s' (only \\\" and \\\\)", lineno, key, tmp);
+                            return -1;
+                        }
+                        i += 2;
+                    } else if (c < 0x20 || c == 0x7f) {
+                        set_err(err, errlen, "line %ld: key '%s': control %s in "
+                                "value", lineno, key,
+                                describe_byte(c, tmp, sizeof tmp));
+                        return -1;
+                    } else {
+                        i++;
+                    }
+                    if (o + 1 >= sizeof ll->buf) {
+                        set_err(err, errlen, "line %ld: key '%s': record full",
+                                lineno, key);
+                        return -1;
+                    }
+                    buf[o++] = (char)c;
+                }
+                if (i < len && line[i] != ' ') {
+                    set_err(err, errlen, "line %ld: key '%s': %s after closing "
+                            "quote", lineno, key,
+                            describe_byte((unsigned char)line[i], tmp, sizeof tmp));
+                    return -1;
+                }
+            } else {
+                size_t vs = i;
+                while (i < len && line[i] != ' ') {
+                    unsigned char c = (unsigned char)line[i];
+                    if (c == '"' || c == '=' || c < 0x20 || c == 0x7f) {
+                        set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
+                                "value", lineno, key,
+                                describe_byte(c, tmp, sizeof tmp));
+                        return -1;
+                    }
+                    i++;
+                }
+                if (i == vs) {
+                    set_err(err, errlen, "line %ld: key '%s': missing value "
+                            "after '=' (write \"\" for an empty one)", lineno, key);
+                    return -1;
+                }
+                if (o + (i - vs) + 1 > sizeof ll->buf) {
+                    set_err(err, errlen, "line %ld: key '%s': record full",
+                            lineno, key);
+                    return -1;
+                }
+                memcpy(buf + o, line + vs, i - vs);
+                o += i - vs;
+            }
+            buf[o++] = '\0';
+        }
+        ll->pair[ll->n].key = kout;
+        ll->pair[ll->n].val = vout;
+        ll->n++;
+    }
+    return 0;
+}
+
+const char *mt_latline_kind(const mt_latline *ll)
+{
+    return ll && ll->n > 0 ? ll->pair[0].key : "";
+}
+
+const char *mt_latline_get(const mt_latline *ll, const char *key)
+{
+    if (!ll || !key)
+        return NULL;
+    for (int k = 0; k < ll->n; k++)
+        if (strcmp(ll->pair[k].key, key) == 0)
+            return ll->pair[k].val;
+    return NULL;
+}
+
+int mt_latline_i64(const mt_latline *ll, const char *key, int64_t *v)
+{
+    const char *s = mt_latline_get(ll, key);
+    if (!s)
+        return 1;
+    /* strtoll would skip leading space and accept "0x..": be stricter. */
+    const char *p = s;
+    if (*p == '-' || *p == '+')
+        p++;
+    if (*p < '0' || *p > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno == ERANGE || *end != '\0')
+        return -1;
+    *v = (int64_t)x;
+    return 0;
+}
+
+int mt_latline_f64(const mt_latline *ll, const char *key, double *v)
+{
+    const char *s = mt_latline_get(ll, key);
+    if (!s)
+        return 1;
+    /* Plain decimal only: no hex floats, no nan/inf spellings, no spaces. */
+    if (*s == '\0' || strspn(s, "0123456789+-.eE") != strlen(s))
+        return -1;
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (*end != '\0' || end == s || !isfinite(x))
+        return -1;
+    *v = x;
+    return 0;
+}
+
+/* ---- writer -------------------------------------------------------------- */
+
+void mt_ll_begin(mt_ll_writer *w, char *buf, size_t cap)
+{
+    w->buf = buf;
+    w->cap = cap;
+    w->len = 0;
+    w->overflow = (buf == NULL || cap == 0);
+    if (!w->overflow)
+        buf[0] = '\0';
+}
+
+static void put_bytes(mt_ll_writer *w, const char *s, size_t n)
+{
+    if (w->overflow)
+        return;
+    if (w->cap - w->len <= n) { /* keep room for the NUL */
+        w->overflow = 1;
+        return;
+    }
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+    w->buf[w->len] = '\0';
+}
+
+/* Writes " key" (no space before the first key). An invalid key would make
+ * the line unparseable, so it poisons the writer like an overflow does. */
+static void put_key(mt_ll_writer *w, const char *key)
+{
+    size_t n = key ? strlen(key) : 0;
+    if (n == 0 || n > MT_LL_KEY_MAX) {
+        w->overflow = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!key_char((unsigned char)key[i])) {
+            w->overflow = 1;
+            return;
+        }
+    if (w->len > 0)
+        put_bytes(w, " ", 1);
+    put_bytes(w, key, n);
+}
+
+static void put_fmt(mt_ll_writer *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void put_fmt(mt_ll_writer *w, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp) {
+        w->overflow = 1;
+        return;
+    }
+    put_bytes(w, tmp, (size_t)n);
+}
+
+void mt_ll_int(mt_ll_writer *w, const char *key, int64_t v)
+{
+    put_key(w, key);
+    put_fmt(w, "=%lld", (long long)v);
+}
+
+void mt_ll_u64(mt_ll_writer *w, const char *key, uint64_t v)
+{
+    put_key(w, key);
+    put_fmt(w, "=%llu", (unsigned long long)v);
+}
+
+/* Fixed decimals, so columns line up and a reader never meets an exponent.
+ * A NaN or infinity is written as nan/inf: the line stays parseable and the
+ * typed reader refuses that value, rather than the writer hiding it. */
+void mt_ll_f(mt_ll_writer *w, const char *key, double v, int decimals)
+{
+    if (decimals < 0)
+        decimals = 0;
+    if (decimals > 17)
+        decimals = 17;
+    put_key(w, key);
+    put_fmt(w, "=%.*f", decimals, v);
+}
+
+void mt_ll_str(mt_ll_writer *w, const char *key, const char *v)
+{
+    put_key(w, key);
+    put_bytes(w, "=", 1);
+    if (!v)
+        v = "";
+    int quote = (*v == '\0');
+    for (const char *p = v; *p; p++)
+        if (*p == ' ' || *p == '"' || *p == '=' || *p == '\\' ||
+            (unsigned char)*p < 0x20 || *p == 0x7f)
+            quote = 1;
+    if (!quote) {
+        put_bytes(w, v, strlen(v));
+        return;
+    }
+    put_bytes(w, "\"", 1);
+    for (const char *p = v; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\') {
+            char esc[2] = { '\\', (char)c };
+            put_bytes(w, esc, 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            /* The format has no escape for control characters; a log line
+             * must stay one line, so they become '?'. */
+            put_bytes(w, "?", 1);
+        } else {
+            put_bytes(w, p, 1);
+        }
+    }
+    put_bytes(w, "\"", 1);
+}
+
+void mt_ll_flag(mt_ll_writer *w, const char *key)
+{
+    put_key(w, key);
+}
+
+long mt_ll_end(mt_ll_writer *w)
+{
+    return w->overflow ? -1 : (long)w->len;
+}
+
+/* ---- the tick record ----------------------------------------------------- */
+
+enum field_kind { F_INT, F_DBL };
+
+static const struct tick_field {
+    const char *key;
+    enum field_kind kind;
+    int decimals;
+    size_t off;
+} tick_fields[] = {
+#define I(name) { #name, F_INT, 0, offsetof(mt_tick, name) }
+#define D(name, dec) { #name, F_DBL, dec, offsetof(mt_tick, name) }
+    I(tick), D(t, 3), I(active), I(stepped), D(step_ms, 3), D(late_ms, 3),
+    D(p50_ms, 3), D(p99_ms, 3), I(in), I(out), I(fill), I(kv_used),
+    I(kv_free), I(pending), I(admitted), I(rejected), I(preempted),
+    D(naive_ms, 3), D(naive_met, 1), D(met, 1),
+#undef I
+#undef D
+};
+#define N_TICK_FIELDS (sizeof tick_fields / sizeof tick_fields[0])
+
+long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
+{
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, cap);
+    if (!t)
+        return -1;
+    for (size_t k = 0; k < N_TICK_FIELDS; k++) {
+        const struct tick_field *f = &tick_fields[k];
+        const char *p = (const char *)t + f->off;
+        if (f->kind == F_INT)
+            mt_ll_int(&w, f->key, *(const int64_t *)(const void *)p);
+        else
+            mt_ll_f(&w, f->key, *(const double *)(const void *)p, f->decimals);
+    }
+    return mt_ll_end(&w);
+}
+
+int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
+                      char *err, size_t errlen)
+{
+    char shown[40];
+    if (!ll || !t) {
+        set_err(err, errlen, "line %ld: no record", lineno);
+        return -1;
+    }
+    if (strcmp(mt_latline_kind(ll), "tick") != 0) {
+        const char *kind = mt_latline_kind(ll);
+        sanitize(shown, sizeof shown, kind, strlen(kind), 32);
+        set_err(err, errlen, "line %ld: key 'tick': not a tick record (first "
+                "key is '%s')", lineno, shown);
+        return -1;
+    }
+    mt_tick tmp;
+    memset(&tmp, 0, sizeof tmp);
+    for (size_t k = 0; k < N_TICK_FIELDS; k++) {
+        const struct tick_field *f = &tick_fields[k];
+        char *p = (char *)&tmp + f->off;
+        int rc;
+        if (f->kind == F_INT) {
+            int64_t v = 0;
+            rc = mt_latline_i64(ll, f->key, &v);
+            if (rc == 0)
+                *(int64_t *)(void *)p = v;
+        } else {
+            double v = 0;
+            rc = mt_latline_f64(ll, f->key, &v);
+            if (rc == 0)
+                *(double *)(void *)p = v;
+        }
+        if (rc == 1) {
+            set_err(err, errlen, "line %ld: key '%s': missing", lineno, f->key);
+            return -1;
+        }
+        if (rc < 0) {
+            const char *s = mt_latline_get(ll, f->key);
+            sanitize(shown, sizeof shown, s, strlen(s), 32);
+            set_err(err, errlen, "line %ld: key '%s': not %s: '%s'", lineno,
+                    f->key, f->kind == F_INT ? "an integer" : "a finite number",
+                    shown);
+            return -1;
+        }
+    }
+    *t = tmp;
+    return 0;
+}
