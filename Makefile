@@ -5,7 +5,8 @@
 #   make fuzz       libFuzzer harnesses (clang), FUZZ_SECONDS each
 #   make bench      benchmarks, printing ratios measured in one run
 #   make demo       the main job on the embedded default model
-#   make install    programs and man pages under $(DESTDIR)$(PREFIX)
+#   make install    programs, man pages and models/fortune-byte under
+#                   $(DESTDIR)$(PREFIX) (the model in $(PREFIX)/share/metronome)
 #
 # Conventions (so a new module needs no Makefile edit):
 #   src/cmd/mt-*.c           one program each, into $(BIN)/
@@ -30,7 +31,10 @@ CC      := gcc
 endif
 OPT     ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-psabi
-CFLAGS  += -std=gnu11 $(OPT) $(WARN) -pthread -Isrc -MMD -MP
+# Shipped data (models/fortune-byte) is installed under DATADIR; the model
+# loader looks there for a bare -m NAME.
+DATADIR ?= $(PREFIX)/share/metronome
+CFLAGS  += -std=gnu11 $(OPT) $(WARN) -pthread -Isrc -MMD -MP -DMT_DATADIR='"$(DATADIR)"'
 ifneq ($(SAN),)
 CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
@@ -123,6 +127,13 @@ $(B)/src/%.o: src/%.c
 $(B)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# model.o has DATADIR compiled in: rebuild it when DATADIR changes.
+DATADIR_STAMP := $(B)/.datadir
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(B) && { [ "$$(cat $(DATADIR_STAMP) 2>/dev/null)" = '$(DATADIR)' ] || echo '$(DATADIR)' > $(DATADIR_STAMP); })
+endif
+$(B)/src/model/model.o: $(DATADIR_STAMP)
 
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(@D)
@@ -224,6 +235,8 @@ install: all
 	$(if $(MAN1),install -m 0644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(MAN5),install -m 0644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/)
 	$(if $(MAN7),install -m 0644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7/)
+	install -d $(DESTDIR)$(DATADIR)/models/fortune-byte
+	install -m 0644 $(wildcard models/fortune-byte/*) $(DESTDIR)$(DATADIR)/models/fortune-byte/
 
 clean:
 	rm -rf build build-asan build-fuzz bin

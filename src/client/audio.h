@@ -28,10 +28,20 @@ typedef struct mt_audio {
     char    format[96];   /* libsndfile's description of the file */
 } mt_audio;
 
-/* Reads a whole file. Errors (missing file, a directory, unsupported or
- * corrupt data, a truncated file, an empty file) come back as one message
- * naming the file. Returns 0 or -1. */
+/* Reads a whole file, to its end: the frame count a header states is not
+ * trusted (libsndfile's count for MP3 is an estimate). Samples are clamped
+ * to [-1, 1], NaN read as 0. Errors (missing file, a directory or other
+ * non-regular file, unsupported or corrupt data, an empty file, a
+ * truncated file: a WAV/AIFF/AU data size or a FLAC sample count that the
+ * data does not reach; a size of 2 GiB or more is a streaming writer's
+ * "unknown" and is read to the end) come back as one message naming the
+ * file. Returns 0 or -1. */
 int  mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen);
+/* The same from a whole file in memory (libsndfile virtual I/O); name is
+ * what messages call it. For the fuzz harness and for data that never was
+ * a file. Returns 0 or -1. */
+int  mt_audio_read_mem(const void *buf, size_t len, const char *name,
+                       mt_audio *a, char *err, size_t errlen);
 void mt_audio_free(mt_audio *a);
 
 /* libsamplerate converters by name: "best", "medium", "fastest", "zoh",
@@ -43,7 +53,8 @@ const char *mt_audio_quality_name(int quality);
 int  mt_audio_resample(const mt_audio *in, int rate, int quality,
                        mt_audio *out, char *err, size_t errlen);
 
-/* float [-1,1] -> s16 with rounding and clipping. */
+/* float [-1,1] -> s16 with rounding; values beyond full scale (however
+ * large, or infinite) clip, NaN becomes 0. */
 void mt_audio_to_s16(const float *in, int16_t *out, size_t n);
 
 /* The libsndfile format for a file name's extension (.wav .flac .ogg

@@ -21,6 +21,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Where `make install` puts the shipped models (DATADIR/models/NAME); the
+ * Makefile defines it from PREFIX. */
+#ifndef MT_DATADIR
+#define MT_DATADIR "/usr/local/share/metronome"
+#endif
+
 /* Storage behind mt_model.priv: one arena for every fp32 tensor. */
 typedef struct model_store {
     float  *arena;
@@ -310,7 +316,53 @@ int mt_model_load(const char *spec, int flags, mt_model **out, char *err,
     }
     if (strncmp(spec, "synthetic:", 10) == 0)
         return mt_synthetic_load(spec, flags, out, err, errlen);
-    return load_dir(spec, flags, out, err, errlen);
+    char dir[4096];
+    if (mt_model_resolve(spec, dir, sizeof dir) != 0) {
+        snprintf(err, errlen, "%s: no such model directory (looked in ./%s, "
+                 MT_DATADIR "/models/%s and the source tree's models/) and not "
+                 "synthetic:NAME", spec, spec, spec);
+        return -1;
+    }
+    return load_dir(dir, flags, out, err, errlen);
+}
+
+/* A bare name ("fortune-byte") that is not a path here: the installed
+ * models, then the source tree's when the program runs from bin/ in it. */
+static int model_candidate(char *out, size_t cap, const char *fmt,
+                           const char *base, const char *name)
+{
+    struct stat sb;
+    int w = snprintf(out, cap, fmt, base, name);
+    return w > 0 && (size_t)w < cap && stat(out, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+int mt_model_resolve(const char *spec, char *dir, size_t cap)
+{
+    struct stat sb;
+    if (!spec || !*spec || cap == 0)
+        return -1;
+    int w = snprintf(dir, cap, "%s", spec);
+    if (w < 0 || (size_t)w >= cap)
+        return -1;
+    if (stat(spec, &sb) == 0 || strncmp(spec, "synthetic:", 10) == 0)
+        return 0;
+    if (strchr(spec, '/') || !strcmp(spec, ".") || !strcmp(spec, ".."))
+        return -1;
+    if (model_candidate(dir, cap, "%s/models/%s", MT_DATADIR, spec))
+        return 0;
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            if (model_candidate(dir, cap, "%s/../models/%s", exe, spec))
+                return 0;
+        }
+    }
+    snprintf(dir, cap, "%s", spec);
+    return -1;
 }
 
 /* ---- config.json ------------------------------------------------------------ */
@@ -385,7 +437,7 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
                  je.line, je.column, je.text);
         return -1;
     }
-    int rc = -1, att_bias = 0, mlp_bias = 0;
+    int rc = -1, att_bias = 0, mlp_bias = 0, max_pos = 0;
     if (!json_is_object(root)) {
         snprintf(err, errlen, "%s: not a JSON object", file);
         goto out;
@@ -400,6 +452,9 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
         get_int(root, file, "vocab_size", 0, 0, LIM_VOCAB, &c->vocab, err, errlen) ||
         get_int(root, file, "sample_rate", 24000, 1, LIM_RATE, &c->sample_rate, err, errlen) ||
         get_int(root, file, "frame_samples", 1920, 1, LIM_FRAME, &c->frame_samples, err, errlen) ||
+        /* not used by the decoders (the cache policy bounds positions),
+         * but a 0 or negative one is a broken config, not a model */
+        get_int(root, file, "max_position_embeddings", 0, 1, INT_MAX, &max_pos, err, errlen) ||
         get_num(root, file, "rms_norm_eps", 1e-6, &c->eps, err, errlen) ||
         get_num(root, file, "rope_theta", 10000.0, &c->rope_theta, err, errlen) ||
         get_bool(root, file, "tie_word_embeddings", &c->tie_embeddings, err, errlen) ||
@@ -455,12 +510,50 @@ static void set_name(mt_config *c, const char *dir)
     }
 }
 
+/* Opens path for reading only if it is a regular file. A FIFO (or a
+ * device) in place of a model file would block open() or read() for ever,
+ * holding a server at start: open without blocking, check, then clear
+ * O_NONBLOCK for the reads that follow. */
+static int open_regular(const char *path, struct stat *sb, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, sb) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (%s)", path,
+                 S_ISDIR(sb->st_mode) ? "a directory" :
+                 S_ISFIFO(sb->st_mode) ? "a FIFO" :
+                 S_ISSOCK(sb->st_mode) ? "a socket" : "a device");
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        snprintf(err, errlen, "%s: fcntl: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* Reads a small file whole (config.json). */
 static char *read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    int fd = open_regular(path, &sb, err, errlen);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     char *buf = malloc(limit + 1);
@@ -581,16 +674,9 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
         return -1;
     set_name(&c, dir);
 
-    int fd = open(wpath, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", wpath, strerror(errno));
+    int fd = open_regular(wpath, &sb, err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    if (fstat(fd, &sb) != 0) {
-        snprintf(err, errlen, "%s: %s", wpath, strerror(errno));
-        close(fd);
-        return -1;
-    }
     size_t flen = (size_t)sb.st_size;
     const uint8_t *map = NULL;
     if (flen > 0) {

@@ -95,13 +95,23 @@ typedef struct mt_model {
 enum { MT_MODEL_SHAPE_ONLY = 1 };
 
 /* spec: a directory or "synthetic:NAME[:seed=N]". Returns 0, or -1 with one
- * message naming the file, the tensor and the problem. */
+ * message naming the file, the tensor and the problem. config.json and
+ * model.safetensors must be regular files (a FIFO is refused, not waited
+ * on). A bare name that is no path here (-m fortune-byte) is looked up with
+ * mt_model_resolve. */
 int  mt_model_load(const char *spec, int flags, mt_model **out,
                    char *err, size_t errlen);
 /* Writes config.json + model.safetensors into dir (created if missing). */
 int  mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype,
                    char *err, size_t errlen);
 void mt_model_free(mt_model *m);
+
+/* The directory a spec names: spec itself when it exists (or is
+ * synthetic:...); for a bare name (no '/') that does not, DATADIR/models/NAME
+ * (the installed models, DATADIR = $(PREFIX)/share/metronome at build time)
+ * and then the source tree's models/NAME beside the program's bin/.
+ * 0 with dir filled, or -1 (dir then holds spec). */
+int  mt_model_resolve(const char *spec, char *dir, size_t cap);
 
 /* Backbone + adapter parameter count and bytes at a given element size. */
 uint64_t mt_model_params(const mt_config *c);
@@ -125,7 +135,8 @@ const char *const *mt_model_presets(void);
  * false), sample_rate (24000), frame_samples (1920), audio_passthrough
  * (false). Rejected: hidden_act other than "silu", attention_bias or
  * mlp_bias true, a non-null rope_scaling (not implemented by the
- * decoders). Other keys are ignored. has_audio is not a config field: the
+ * decoders). max_position_embeddings, when present, must be 1 or more
+ * (the decoders do not use it). Other keys are ignored. has_audio is not a config field: the
  * loader sets it from the tensors present. */
 int mt_config_parse(const char *json, size_t len, const char *file,
                     mt_config *c, char *err, size_t errlen);

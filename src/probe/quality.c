@@ -928,7 +928,10 @@ int mt_probe_quality_main(int argc, char **argv)
         return 1;
     }
     int T = 256, bos = 256;
-    config_extras(o.model, &T, &bos);
+    char mdir[4096];
+    if (mt_model_resolve(o.model, mdir, sizeof mdir) != 0)
+        snprintf(mdir, sizeof mdir, "%s", o.model);
+    config_extras(mdir, &T, &bos);   /* -m fortune-byte: the directory found */
     if (o.ctx)
         T = o.ctx;
     int rc = 1;
