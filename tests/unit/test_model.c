@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -234,6 +236,25 @@ static void config_case(const char *name, const char *json, const char *sub1, co
 
 static void broken_configs(void)
 {
+    {   /* tiny's config with max_position_embeddings 256 loads: the cases
+         * below fail on that one field alone */
+        char dir[512], src[600], *st;
+        size_t n = 0;
+        const char *cfg = "{" BASECFG "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                          "\"max_position_embeddings\": 256}";
+        snprintf(dir, sizeof dir, "%s/cfg-maxpos-ok", tmp);
+        mkdir(dir, 0755);
+        write_file(dir, "config.json", cfg, strlen(cfg));
+        snprintf(src, sizeof src, "%s/good/model.safetensors", tmp);
+        st = read_file(src, &n);
+        write_file(dir, "model.safetensors", st, n);
+        free(st);
+        mt_model *m = NULL;
+        int rc = mt_model_load(dir, 0, &m, err, sizeof err);
+        ok(rc == 0, "max_position_embeddings 256 with tiny's shapes loads (%s)",
+           rc == 0 ? "ok" : err);
+        mt_model_free(m);
+    }
     config_case("syntax", "{\n  \"hidden_size\": 64,\n  \"x\" 1\n}", "syntax error", "line 3");
     config_case("missing", "{\"hidden_size\": 64, \"intermediate_size\": 128, "
                 "\"num_hidden_layers\": 2}", "num_attention_heads", "missing");
@@ -258,11 +279,92 @@ static void broken_configs(void)
     config_case("act", "{" BASECFG "\"num_attention_heads\": 4, \"hidden_act\": \"gelu\"}",
                 "hidden_act", "silu");
     config_case("notobject", "[1, 2]", "config.json", "not a JSON object");
+    config_case("maxpos-zero", "{" BASECFG "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                "\"max_position_embeddings\": 0}", "max_position_embeddings", "out of range");
+    config_case("maxpos-negative", "{" BASECFG "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                "\"max_position_embeddings\": -5}", "max_position_embeddings", "out of range");
+    config_case("maxpos-type", "{" BASECFG "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                "\"max_position_embeddings\": \"256\"}", "max_position_embeddings",
+                "not an integer");
     /* config shape differs from the tensors: a shape error naming a tensor */
     config_case("vs-tensors", "{\"hidden_size\": 64, \"intermediate_size\": 256, "
                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
                 "\"num_key_value_heads\": 2, \"vocab_size\": 256}", "gate_proj.weight",
                 "wrong shape");
+}
+
+/* A FIFO in place of one model file (issue 19 item 6). The load runs in
+ * a child with an alarm: the old loader blocked in open() for ever, and a
+ * hang must be a failure here, not a stuck suite. */
+static void fifo_case(const char *which)
+{
+    char dir[512], p[600], src[600];
+    snprintf(dir, sizeof dir, "%s/fifo-%s", tmp, which);
+    mkdir(dir, 0755);
+    const char *other = strcmp(which, "config.json") ? "config.json" : "model.safetensors";
+    snprintf(src, sizeof src, "%s/good/%s", tmp, other);
+    size_t n = 0;
+    char *b = read_file(src, &n);
+    write_file(dir, other, b, n);
+    free(b);
+    snprintf(p, sizeof p, "%s/%s", dir, which);
+    if (mkfifo(p, 0600) != 0) {
+        tap_skip("mkfifo failed");
+        return;
+    }
+    int fds[2];
+    if (pipe(fds) != 0) {
+        tap_skip("pipe failed");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(5);
+        mt_model *m = NULL;
+        char e[1024] = "";
+        int rc = mt_model_load(dir, 0, &m, e, sizeof e);
+        if (write(fds[1], e, strlen(e) + 1) < 0)
+            _exit(3);
+        _exit(rc == -1 && m == NULL ? 0 : 1);
+    }
+    close(fds[1]);
+    memset(err, 0, sizeof err);
+    ssize_t got = 0, r;
+    while (got < (ssize_t)sizeof err - 1 &&
+           (r = read(fds[0], err + got, sizeof err - 1 - (size_t)got)) > 0)
+        got += r;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int hung = WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM;
+    ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+       "%s is a FIFO: refused%s", which, hung ? " (NOT: the load hung 5 s)" : "");
+    like(err, "not a regular file", "FIFO message says why");
+    like(err, which, "FIFO message names the file");
+}
+
+/* -m NAME: a path first, then the installed and source-tree models. */
+static void resolve(void)
+{
+    char dir[4096], good[512];
+    snprintf(good, sizeof good, "%s/good", tmp);
+    ok(mt_model_resolve(good, dir, sizeof dir) == 0 && strcmp(dir, good) == 0,
+       "an existing directory is itself");
+    ok(mt_model_resolve("synthetic:tiny", dir, sizeof dir) == 0 &&
+       strcmp(dir, "synthetic:tiny") == 0, "synthetic:NAME is left alone");
+    ok(mt_model_resolve("no-such-model-xyz", dir, sizeof dir) == -1,
+       "an unknown bare name is not found");
+    ok(mt_model_resolve("./no-such-model-xyz", dir, sizeof dir) == -1,
+       "a path that does not exist is not looked up elsewhere");
+    /* the lookup under DATADIR and beside bin/ is run by
+     * tests/integration/install.sh (bin/mt-probe -m fortune-byte) */
+    mt_model *m = NULL;
+    ok(mt_model_load("no-such-model-xyz", 0, &m, err, sizeof err) == -1 && !m,
+       "load of an unknown bare name fails");
+    like(err, "no such model directory", "unknown name: says so");
+    like(err, "/models/no-such-model-xyz", "unknown name: says where it looked");
 }
 
 static int same_weights(const mt_model *a, const mt_model *b, mt_dtype rounding)
@@ -458,6 +560,9 @@ int main(void)
     round_trip();
     broken_files();
     broken_configs();
+    fifo_case("config.json");
+    fifo_case("model.safetensors");
+    resolve();
     mt_model_free(tiny);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
