@@ -43,7 +43,8 @@
  * attention.cu must match direct softmax attention and must fail the
  * tolerance when its combine skips the rescale. The GPU cases then print
  * a TAP skip; with MT_REQUIRE_GPU=1 (make test-gpu) a missing GPU fails
- * instead. How each GPU case fails on a planted fault: a wrong combine
+ * instead. MT_CUDA_QUICK=1 runs only the forced-split cases (for
+ * compute-sanitizer in tests/gpu/run-device.sh). How each GPU case fails on a planted fault: a wrong combine
  * rescale weights every split's partial as if its max were the global
  * one: the W=300 and forced-split cases exceed RMS_TOL (the emulation
  * shows the size); swapped sink/ring positions make the GPU output the
@@ -595,8 +596,12 @@ int main(void)
         return tap_done();
     }
     split_emulation();
+    /* MT_CUDA_QUICK=1: the forced-split cases alone (every kernel, several
+     * splits, GQA 8), for a pass under compute-sanitizer */
+    const char *quick = getenv("MT_CUDA_QUICK");
+    int nmodels = quick && atoi(quick) ? 0 : 4;
     const mt_model *ms[4] = { tiny, small, wide, gqa8 };
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < nmodels; i++) {
         const mt_model *m = ms[i];
         const int W = 16;
         const int T = 3 * W + STAGGER * (NS - 1) + 4; /* every session past 3x W */
@@ -612,7 +617,8 @@ int main(void)
     }
     /* several splits: by the planner (W=300: 5 chunks of 60), then forced
      * (chunks of 5 slots of a W=24 ring), then forced at GQA 8 */
-    parity(tiny, "tokens multi-split", MT_KV_WINDOW, 4, 300, MT_ROPE_CACHE, 336, 0);
+    if (nmodels)
+        parity(tiny, "tokens multi-split", MT_KV_WINDOW, 4, 300, MT_ROPE_CACHE, 336, 0);
     if (ok(setenv("MT_CUDA_SPLIT_CHUNK", "5", 1) == 0, "MT_CUDA_SPLIT_CHUNK=5 set")) {
         parity(tiny, "tokens forced-split", MT_KV_WINDOW, 4, 24, MT_ROPE_CACHE, 3 * 24 + 14, 0);
         parity(tiny, "tokens forced-split", MT_KV_WINDOW, 4, 24, MT_ROPE_ABSOLUTE, 3 * 24 + 14, 0);
