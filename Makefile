@@ -76,7 +76,10 @@ endif
 endif
 ifneq ($(HAVE_CUDA),)
 CFLAGS     += -DMT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+# sm_80 and sm_90 machine code, and compute_90 PTX that the driver compiles
+# for GPUs newer than sm_90 (without it the binary runs on none of them).
+CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=compute_90
 NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 CU_SRCS    := $(wildcard kernels/*.cu)

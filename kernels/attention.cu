@@ -38,7 +38,7 @@
 
 __global__ void rope_append_kernel(const float *__restrict__ qkv, const mt_cu_row *__restrict__ rows,
                                    const int32_t *__restrict__ tables, __nv_bfloat16 *__restrict__ pool,
-                                   float *__restrict__ qrot, const double *__restrict__ inv_freq,
+                                   float *__restrict__ qrot, const float *__restrict__ rope_cs,
                                    int layer, int L, int H, int Hkv, int D)
 {
     const int r = blockIdx.x;
@@ -48,6 +48,9 @@ __global__ void rope_append_kernel(const float *__restrict__ qkv, const mt_cu_ro
     const float *k = q + (size_t)H * D;
     const float *v = k + (size_t)Hkv * D;
     const float qscale = 1.4426950408889634f / sqrtf((float)D);
+    // the call's table (mt_cu_rope_table): [ring | sink][cos | sin][half]
+    const float *ca_t = rope_cs + (size_t)r * 4 * half, *sa_t = ca_t + half;
+    const float *cs_t = ca_t + 2 * half, *ss_t = ca_t + 3 * half;
 
     const size_t head_stride = (size_t)MT_KV_BLOCK * D;
     const size_t kv_off = (size_t)Hkv * head_stride;
@@ -58,24 +61,21 @@ __global__ void rope_append_kernel(const float *__restrict__ qkv, const mt_cu_ro
     for (int idx = threadIdx.x; idx < H * half; idx += blockDim.x) {
         int h = idx / half, i = idx % half;
         float a = q[h * D + i], b = q[h * D + i + half];
-        double sa, ca, ss, cs;
-        sincos((double)row.pos_abs * inv_freq[i], &sa, &ca);
-        sincos((double)row.pos_sink * inv_freq[i], &ss, &cs);
+        const float ca = ca_t[i], sa = sa_t[i], cs = cs_t[i], ss = ss_t[i];
         float *o0 = qrot + ((size_t)(r * 2 + 0) * H + h) * D;
         float *o1 = qrot + ((size_t)(r * 2 + 1) * H + h) * D;
-        o0[i] = (a * (float)ca - b * (float)sa) * qscale;
-        o0[i + half] = (b * (float)ca + a * (float)sa) * qscale;
-        o1[i] = (a * (float)cs - b * (float)ss) * qscale;
-        o1[i + half] = (b * (float)cs + a * (float)ss) * qscale;
+        o0[i] = (a * ca - b * sa) * qscale;
+        o0[i + half] = (b * ca + a * sa) * qscale;
+        o1[i] = (a * cs - b * ss) * qscale;
+        o1[i + half] = (b * cs + a * ss) * qscale;
     }
     for (int idx = threadIdx.x; idx < Hkv * half; idx += blockDim.x) {
         int g = idx / half, i = idx % half;
         float a = k[g * D + i], b = k[g * D + i + half];
-        double s, c;
-        sincos((double)row.pos_abs * inv_freq[i], &s, &c);
+        const float c = ca_t[i], s = sa_t[i];
         __nv_bfloat16 *kd = kdst + (size_t)g * head_stride;
-        kd[i] = __float2bfloat16(a * (float)c - b * (float)s);
-        kd[i + half] = __float2bfloat16(b * (float)c + a * (float)s);
+        kd[i] = __float2bfloat16(a * c - b * s);
+        kd[i + half] = __float2bfloat16(b * c + a * s);
     }
     for (int idx = threadIdx.x; idx < Hkv * D; idx += blockDim.x) {
         int g = idx / D, i = idx % D;
@@ -84,11 +84,11 @@ __global__ void rope_append_kernel(const float *__restrict__ qkv, const mt_cu_ro
 }
 
 extern "C" int mt_cu_rope_append(const float *qkv, const mt_cu_row *rows, const int32_t *tables,
-                                 uint16_t *pool, float *qrot, const double *inv_freq, int nrows,
+                                 uint16_t *pool, float *qrot, const float *rope_cs, int nrows,
                                  int layer, mt_cu_dims d, void *stream)
 {
     rope_append_kernel<<<nrows, 128, 0, (cudaStream_t)stream>>>(
-        qkv, rows, tables, (__nv_bfloat16 *)pool, qrot, inv_freq, layer, d.layers, d.heads,
+        qkv, rows, tables, (__nv_bfloat16 *)pool, qrot, rope_cs, layer, d.layers, d.heads,
         d.kv_heads, d.head_dim);
     return (int)cudaGetLastError();
 }

@@ -1,6 +1,6 @@
 // elementwise.cu: the cheap per-element and per-row kernels of the CUDA
 // decode step (RMSNorm, SwiGLU, the adapters' conversions, weight
-// conversion and synthetic fill). All arithmetic in fp32; bf16 only where
+// conversion and synthetic fill, the per-call rotary table). All arithmetic in fp32; bf16 only where
 // a GEMM reads the result.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -168,5 +168,46 @@ __global__ void fill_f32_kernel(float *__restrict__ d, size_t n, float v)
 extern "C" int mt_cu_fill_f32(float *dst, size_t n, float v, void *stream)
 {
     fill_f32_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, n, v);
+    return (int)cudaGetLastError();
+}
+
+__global__ void fill_uniform_f32_kernel(float *__restrict__ d, size_t n, uint64_t seed, float amp)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = splitmix64(seed ^ splitmix64(i));
+        d[i] = amp * ((float)(h >> 40) * (1.0f / 8388608.0f) - 1.0f);
+    }
+}
+
+extern "C" int mt_cu_fill_uniform_f32(float *dst, size_t n, uint64_t seed, float amp,
+                                      void *stream)
+{
+    fill_uniform_f32_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, n, seed,
+                                                                               amp);
+    return (int)cudaGetLastError();
+}
+
+// One block per row: both angle sets of the row, in double as the CPU
+// backend's table (rope_table in backend_cpu.c), stored as float.
+__global__ void rope_table_kernel(const mt_cu_row *__restrict__ rows,
+                                  const double *__restrict__ inv_freq, float *__restrict__ cs,
+                                  int half)
+{
+    const mt_cu_row row = rows[blockIdx.x];
+    float *o = cs + (size_t)blockIdx.x * 4 * half;
+    for (int idx = threadIdx.x; idx < 2 * half; idx += blockDim.x) {
+        const int v = idx / half, i = idx % half;
+        double s, c;
+        sincos((double)(v ? row.pos_sink : row.pos_abs) * inv_freq[i], &s, &c);
+        o[(v * 2 + 0) * half + i] = (float)c;
+        o[(v * 2 + 1) * half + i] = (float)s;
+    }
+}
+
+extern "C" int mt_cu_rope_table(const mt_cu_row *rows, const double *inv_freq, float *cs,
+                                int nrows, int head_dim, void *stream)
+{
+    rope_table_kernel<<<nrows, 64, 0, (cudaStream_t)stream>>>(rows, inv_freq, cs, head_dim / 2);
     return (int)cudaGetLastError();
 }

@@ -59,14 +59,25 @@ int mt_cu_f32_to_bf16(const float *src, uint16_t *dst, size_t n, void *stream);
 int mt_cu_fill_uniform_bf16(uint16_t *dst, size_t n, uint64_t seed, float std,
                             void *stream);
 int mt_cu_fill_f32(float *dst, size_t n, float v, void *stream);
+/* dst[i] = amp * u(seed, i), u uniform in [-1, 1) (benchmark data). */
+int mt_cu_fill_uniform_f32(float *dst, size_t n, uint64_t seed, float amp,
+                           void *stream);
+
+/* The rotary table of a call: cs[r][v][0][i] = cos(pos * inv_freq[i]),
+ * cs[r][v][1][i] = sin(...), v = 0 at pos_abs, v = 1 at pos_sink; i <
+ * head_dim/2. Angles in double, stored as float. The angles are the same
+ * in every layer, so a step builds the table once, not once per layer. */
+int mt_cu_rope_table(const mt_cu_row *rows, const double *inv_freq, float *cs,
+                     int nrows, int head_dim, void *stream);
 
 /* Rotary + KV append for every row: q (raw, from qkv [rows, (H+2Hkv)*D])
  * rotated by pos_abs and pos_sink, scaled by log2(e)/sqrt(D), to
  * qrot [rows][2][H][D] (0 ring, 1 sink); k rotated by pos_abs and v, as
- * bf16, to the pool at write_slot of layer `layer`. inv_freq [D/2]. */
+ * bf16, to the pool at write_slot of layer `layer`. rope_cs: the call's
+ * table (mt_cu_rope_table). */
 int mt_cu_rope_append(const float *qkv, const mt_cu_row *rows,
                       const int32_t *tables, uint16_t *pool, float *qrot,
-                      const double *inv_freq, int nrows, int layer,
+                      const float *rope_cs, int nrows, int layer,
                       mt_cu_dims d, void *stream);
 
 /* Largest number of splits of the window the attention uses. */

@@ -37,7 +37,8 @@ static void usage(FILE *f)
 "      --sink S             sink positions, window policy (default 4)\n"
 "      --window W           ring positions, window policy (default 256)\n"
 "      --rope MODE          cache (default) or absolute\n"
-"      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default 512M)\n"
+"      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default 512M; on\n"
+"                           CUDA 95%% of free device memory after a reserve)\n"
 "      --on-full ACTION     full policy on exhaustion: preempt (default) or\n"
 "                           stall\n"
 "      --fill, --no-fill    send FILL (silence) for frames past their deadline\n"
@@ -167,6 +168,7 @@ int main(int argc, char **argv)
     dopt.kv.window = 256;
     dopt.kv.rope = MT_ROPE_CACHE;
     dopt.kv.budget_bytes = (size_t)512 << 20;
+    dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     const char *model = "synthetic:small";
     int fill = -1;
     double frame_ms = 0, deadline_ms = 0;
@@ -217,6 +219,7 @@ int main(int argc, char **argv)
             break;
         case O_KVMEM:
             if (parse_bytes(optarg, &dopt.kv.budget_bytes)) return bad("--kv-mem", optarg);
+            dopt.kv_budget_auto = 0;
             break;
         case O_ONFULL:
             if (!strcmp(optarg, "preempt")) eo.on_full = MT_ONFULL_PREEMPT;

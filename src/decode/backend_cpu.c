@@ -55,7 +55,7 @@
  * cache only after every row has attended: in a window prefill a later row
  * may take the ring slot of a position an earlier row still sees.
  */
-#include "decode/decoder.h"
+#include "decode/backend.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -79,7 +79,7 @@
 /* The vector helpers below are static inline: no ABI crosses a call. */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-enum { PREFILL_CHUNK = 64, SLICE_ALIGN = 32 };
+enum { SLICE_ALIGN = 32 };
 
 /* ---- thread pool ------------------------------------------------------ */
 
@@ -272,7 +272,7 @@ typedef struct cpu_backend {
     mt_kv_pool         *pool;
     const mt_kv_params *kvp;
     int   cache_rope;    /* window policy with MT_ROPE_CACHE */
-    int   R;             /* rows per call: max(max_batch, PREFILL_CHUNK) */
+    int   R;             /* rows per call: mt_backend_rows(o) */
     int   hd, half, q_dim, kv_dim, qkv_dim, group;
 
     float *kv;           /* [blocks][layers][2][kv_heads][16][head_dim] */
@@ -779,31 +779,24 @@ static int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
     return run_rows(be, io, err, errlen);
 }
 
+static int cpu_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R,
+                             const mt_step_io *io, char *err, size_t errlen)
+{
+    cpu_backend *be = b->impl;
+    for (int r = 0; r < R; r++)
+        be->rows[r] = (row){ .seq = seq, .pos = base + r, .base = base, .first = 0 };
+    be->nrows = R;
+    return run_rows(be, io, err, errlen);
+}
+
+/* No cap on a chunk: run_rows writes a chunk's K,V only after all its rows
+ * attended (see the top of the file). */
 static int cpu_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *io,
                        char *err, size_t errlen)
 {
     cpu_backend *be = b->impl;
-    const mt_config *c = be->c;
-    for (int done = 0; done < n;) {
-        int R = n - done < be->R ? n - done : be->R;
-        int64_t base = seq->len + done;
-        for (int r = 0; r < R; r++)
-            be->rows[r] = (row){ .seq = seq, .pos = base + r, .base = base, .first = 0 };
-        be->nrows = R;
-        mt_step_io sub = { 0 };
-        if (io->pcm_in)
-            sub.pcm_in = io->pcm_in + (size_t)done * c->frame_samples;
-        if (io->pcm_out)
-            sub.pcm_out = io->pcm_out + (size_t)done * c->frame_samples;
-        if (io->tokens_in)
-            sub.tokens_in = io->tokens_in + done;
-        if (io->logits)
-            sub.logits = io->logits + (size_t)done * c->vocab;
-        if (run_rows(be, &sub, err, errlen))
-            return -1;
-        done += R;
-    }
-    return 0;
+    return mt_backend_prefill_chunks(b, be->c, seq, n, io, be->R, INT64_MAX, cpu_prefill_chunk,
+                                     err, errlen);
 }
 
 static void cpu_wake(mt_backend *b)
@@ -864,8 +857,25 @@ static void *alloc_floats(size_t n, int *fail)
     return p;
 }
 
-int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
-                          const mt_decoder_opts *o, mt_backend **out,
+/* The pool, committed now (the pages touched) so that no step pays
+ * page faults for it and a budget the machine cannot hold fails here. */
+static int cpu_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t errlen)
+{
+    cpu_backend *be = b->impl;
+    be->pool = pool;
+    be->kvp = mt_kv_pool_params(pool);
+    size_t nfl = (size_t)mt_kv_pool_blocks(pool) * be->block_floats;
+    be->kv = malloc(nfl * sizeof(float));
+    if (!be->kv) {
+        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)",
+                 nfl * sizeof(float));
+        return -1;
+    }
+    memset(be->kv, 0, nfl * sizeof(float));
+    return 0;
+}
+
+int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
                           char *err, size_t errlen)
 {
     *out = NULL;
@@ -875,20 +885,9 @@ int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
                  c->name);
         return -1;
     }
-    if (c->heads <= 0 || c->kv_heads <= 0 || c->heads % c->kv_heads ||
-        c->head_dim <= 0 || c->head_dim % 2 || c->layers <= 0 || c->hidden <= 0 ||
-        c->ffn <= 0) {
-        snprintf(err, errlen, "cpu: model %s has an unusable shape (heads %d, kv_heads %d, head_dim %d)",
-                 c->name, c->heads, c->kv_heads, c->head_dim);
+    if (mt_backend_check_model(m, o, "cpu", err, errlen))
         return -1;
-    }
-    const mt_kv_params *kvp = mt_kv_pool_params(pool);
-    size_t pb = mt_decoder_position_bytes(c, "cpu");
-    if (kvp->position_bytes != pb) {
-        snprintf(err, errlen, "cpu: kv pool has %zu bytes per position, the CPU backend needs %zu",
-                 kvp->position_bytes, pb);
-        return -1;
-    }
+    const mt_kv_params *kvp = &o->kv; /* the pool's come with attach_pool */
     mt_backend *b = calloc(1, sizeof *b);
     cpu_backend *be = calloc(1, sizeof *be);
     if (!b || !be) {
@@ -899,17 +898,16 @@ int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
     }
     b->impl = be;
     b->name = "cpu";
-    b->position_bytes = pb;
+    b->kv_elem_bytes = sizeof(float); /* the K/V cache's dtype: fp32 */
+    b->attach_pool = cpu_attach_pool;
     b->step = cpu_step;
     b->prefill = cpu_prefill;
     b->wake = cpu_wake;
     b->destroy = cpu_destroy;
     be->m = m;
     be->c = c;
-    be->pool = pool;
-    be->kvp = kvp;
     be->cache_rope = kvp->policy == MT_KV_WINDOW && kvp->rope == MT_ROPE_CACHE;
-    be->R = o->max_batch > PREFILL_CHUNK ? o->max_batch : PREFILL_CHUNK;
+    be->R = mt_backend_rows(o);
     be->hd = c->head_dim;
     be->half = c->head_dim / 2;
     be->q_dim = c->heads * c->head_dim;
@@ -917,18 +915,6 @@ int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
     be->qkv_dim = be->q_dim + 2 * be->kv_dim;
     be->group = c->heads / c->kv_heads;
     be->block_floats = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
-
-    /* The pool, committed now (the pages touched) so that no step pays
-     * page faults for it and a budget the machine cannot hold fails here. */
-    size_t nfl = (size_t)mt_kv_pool_blocks(pool) * be->block_floats;
-    be->kv = malloc(nfl * sizeof(float));
-    if (!be->kv) {
-        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)",
-                 nfl * sizeof(float));
-        cpu_destroy(b);
-        return -1;
-    }
-    memset(be->kv, 0, nfl * sizeof(float));
 
     int fail = 0;
     size_t R = (size_t)be->R;

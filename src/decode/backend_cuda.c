@@ -22,10 +22,24 @@
  *     x  += act . Wdown^T         one GEMM
  *   out = rmsnorm(x) * norm -> lm_head (logits) | audio_out (pcm)
  *
- * Memory: the weights (one cudaMalloc), the whole KV pool (one cudaMalloc
- * of mt_kv_pool_blocks * 16 * position_bytes) and the activations for
- * max(max_batch, PREFILL_CHUNK) rows (one cudaMalloc) are allocated at
- * creation; never managed memory; a step allocates nothing.
+ * Memory: the weights (one cudaMalloc) and the activations for
+ * mt_backend_rows rows (one cudaMalloc) at creation; then one warm-up step
+ * over every row against a one-block scratch cache, so that the kernels
+ * are loaded (CUDA loads modules lazily) and cuBLAS has its workspace
+ * before the free memory is measured; the pool may then take what is free
+ * less MT_CUDA_RESERVE (kv_room_bytes, backend.h); the whole KV pool is one
+ * cudaMalloc of mt_kv_pool_blocks * 16 * position_bytes in attach_pool.
+ * Never managed memory; a step allocates nothing.
+ *
+ * Host side of a step: metadata goes in through one pinned buffer, outputs
+ * (logits, pcm) come back through another (a copy to pageable memory is
+ * staged by the driver, at a fraction of the link's speed: 263 MB of
+ * logits per step for llama-3.2-1b at B = 512), then one memcpy to the
+ * caller; that copy back is timed (out_copy_ms) for the benchmark.
+ *
+ * Errors: a call that fails mid-step synchronises the stream before it
+ * returns (forward), so no copy from the pinned buffers is still pending
+ * when the caller reuses them.
  *
  * Synthetic models loaded shape-only (no host weights, e.g. moshi-7b) get
  * their weights made on the device: uniform values with the per-tensor std
@@ -39,7 +53,7 @@
  * ahead of the GPU, so launch cost only shows at tiny steps. To measure on
  * the H200 before adding it (bench-gpu prints the step time at B = 1).
  */
-#include "decode/decoder.h"
+#include "decode/backend.h"
 #include "../../kernels/mt_kernels.h"
 
 #include <cublas_v2.h>
@@ -48,8 +62,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-enum { PREFILL_CHUNK = 64, ALIGN = 256 };
+enum { ALIGN = 256 };
+
+/* Device memory kept free after the pool: what the runtime and cuBLAS may
+ * still allocate after start-up (kernels of GEMM shapes the warm-up did not
+ * meet, workspaces, the block tables) and fragmentation. */
+#define MT_CUDA_RESERVE ((size_t)1 << 30)
 
 typedef struct dev_layer {
     float    *attn_norm, *mlp_norm;   /* [hidden] fp32 */
@@ -60,7 +80,7 @@ typedef struct dev_layer {
 } dev_layer;
 
 typedef struct cuda_backend {
-    mt_backend          base;
+    mt_backend         *pub;     /* the interface this implements */
     const mt_model     *m;
     const mt_config    *c;
     mt_kv_pool         *pool;
@@ -98,6 +118,16 @@ typedef struct cuda_backend {
     float     *outf;        /* [R, vocab] logits, then [R, fs] pcm as float */
     int16_t   *pcm16;       /* [R, fs] */
     double    *inv_freq;    /* [hd/2] */
+    float     *rope_cs;     /* [R][2 (ring, sink)][cos | sin][hd/2], per call */
+    int        force_chunk; /* MT_CUDA_SPLIT_CHUNK: ring slots per split (tests) */
+    int        ready;       /* 1 once the pool is attached */
+
+    /* outputs back: pinned [R, vocab] logits | [R, fs] pcm */
+    void      *h_out;
+    float     *h_logits;
+    int16_t   *h_pcm_out;
+    cudaEvent_t ev0, ev1;
+    int        ev_ok;
 
     /* per-call metadata: pinned host and device mirrors of one layout */
     void      *h_meta, *d_meta;
@@ -359,12 +389,22 @@ out:
 /* ---- one forward call over rows ------------------------------------------- */
 
 /* Splits of the ring for this call: enough blocks for a few waves of the
- * GPU, chunks of at least 64 slots. */
+ * GPU, chunks of at least 64 slots; or chunks of MT_CUDA_SPLIT_CHUNK slots
+ * (at most MT_CU_MAX_SPLITS of them), so that tests reach the combine with
+ * short windows. */
 static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *nsplit, int *chunk)
 {
     if (max_ring < 1) {
         *nsplit = 1;
         *chunk = 1;
+        return;
+    }
+    if (be->force_chunk > 0) {
+        int ch = be->force_chunk;
+        if ((max_ring + ch - 1) / ch > MT_CU_MAX_SPLITS)
+            ch = (max_ring + MT_CU_MAX_SPLITS - 1) / MT_CU_MAX_SPLITS;
+        *chunk = ch;
+        *nsplit = (max_ring + ch - 1) / ch;
         return;
     }
     int want_blocks = be->nsm * 8;
@@ -381,10 +421,20 @@ static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *ns
     *nsplit = (max_ring + *chunk - 1) / *chunk;
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
 /* Runs rows h_rows[0..n) (filled by the caller, with ntab table entries in
- * h_tab) through the model; io's arrays hold n rows. */
-static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, char *err,
-                   size_t errlen)
+ * h_tab) through the model; io's arrays hold n rows. warm: compute every
+ * output the model has and copy it to the pinned buffer, none to the
+ * caller (the warm-up step). Returns with work still queued on error:
+ * forward() waits for it. */
+static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, int warm,
+                           char *err, size_t errlen)
 {
     const mt_config *c = be->c;
     cudaStream_t st = be->st;
@@ -421,12 +471,14 @@ static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, c
             return -1;
     }
 
+    /* the rotary angles are the same in every layer: once per call */
+    KE(mt_cu_rope_table(be->d_rows, be->inv_freq, be->rope_cs, n, be->hd, st));
     for (int l = 0; l < c->layers; l++) {
         const dev_layer *L = &be->layer[l];
         KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
         if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
             return -1;
-        KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->inv_freq, n,
+        KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
                              l, be->dims, st));
         KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
                            nsplit, chunk, be->dims, st));
@@ -440,29 +492,56 @@ static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, c
             return -1;
     }
 
-    int want_logits = io->logits && be->lm_head;
-    int want_pcm = io->pcm_out && be->audio_out && !c->audio_passthrough;
+    int want_logits = (io->logits || warm) && be->lm_head;
+    int want_pcm = (io->pcm_out || warm) && be->audio_out && !c->audio_passthrough;
     if (want_logits || want_pcm)
         KE(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st));
-    if (want_logits) {
-        if (gemm(be, be->lm_head, c->vocab, H, be->xn, n, be->outf, 0.0f, err, errlen))
-            return -1;
-        CU(cudaMemcpyAsync(io->logits, be->outf, (size_t)n * c->vocab * sizeof(float),
-                           cudaMemcpyDeviceToHost, st));
-    }
+    float *y = be->outf + (size_t)be->R * c->vocab;
+    if (want_logits &&
+        gemm(be, be->lm_head, c->vocab, H, be->xn, n, be->outf, 0.0f, err, errlen))
+        return -1;
     if (want_pcm) {
-        float *y = be->outf + (size_t)be->R * c->vocab;
         if (gemm(be, be->audio_out, be->fs, H, be->xn, n, y, 0.0f, err, errlen))
             return -1;
         KE(mt_cu_f32_to_pcm(y, be->pcm16, (size_t)n * be->fs, st));
-        CU(cudaMemcpyAsync(io->pcm_out, be->pcm16, (size_t)n * be->fs * sizeof(int16_t),
-                           cudaMemcpyDeviceToHost, st));
     }
+    /* outputs back through the pinned buffer, the copy timed by events */
+    if (be->ev_ok)
+        CU(cudaEventRecord(be->ev0, st));
+    if (want_logits)
+        CU(cudaMemcpyAsync(be->h_logits, be->outf, (size_t)n * c->vocab * sizeof(float),
+                           cudaMemcpyDeviceToHost, st));
+    if (want_pcm)
+        CU(cudaMemcpyAsync(be->h_pcm_out, be->pcm16, (size_t)n * be->fs * sizeof(int16_t),
+                           cudaMemcpyDeviceToHost, st));
+    if (be->ev_ok)
+        CU(cudaEventRecord(be->ev1, st));
     /* the one host sync of a step: outputs are back, buffers free again */
     CU(cudaStreamSynchronize(st));
+    float dev_ms = 0;
+    if (be->ev_ok)
+        CU(cudaEventElapsedTime(&dev_ms, be->ev0, be->ev1));
+    double t0 = now_ms();
+    if (want_logits && io->logits)
+        memcpy(io->logits, be->h_logits, (size_t)n * c->vocab * sizeof(float));
+    if (want_pcm && io->pcm_out)
+        memcpy(io->pcm_out, be->h_pcm_out, (size_t)n * be->fs * sizeof(int16_t));
+    be->pub->out_copy_ms = dev_ms + (now_ms() - t0);
     if (io->pcm_out && c->audio_passthrough && io->pcm_in)
         memcpy(io->pcm_out, io->pcm_in, (size_t)n * be->fs * sizeof(int16_t));
     return 0;
+}
+
+/* forward_enqueue, and on any error a wait for what it queued: copies from
+ * the pinned buffers may still be pending, and the caller may refill them
+ * at once. */
+static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, int warm,
+                   char *err, size_t errlen)
+{
+    if (forward_enqueue(be, n, ntab, io, warm, err, errlen) == 0)
+        return 0;
+    (void)cudaStreamSynchronize(be->st); /* its own error is the same one, or none */
+    return -1;
 }
 
 /* The attention row of position pos of seq, whose table starts at toff. */
@@ -490,8 +569,8 @@ static int check_adapters(const cuda_backend *be, const mt_step_io *io, char *er
                  io->tokens_in ? "token" : "audio");
         return -1;
     }
-    if (!be->dims.layers) {
-        snprintf(err, errlen, "cuda: backend not initialised");
+    if (!be->ready) {
+        snprintf(err, errlen, "cuda: backend has no pool attached");
         return -1;
     }
     return 0;
@@ -524,7 +603,22 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
         be->h_rows[r] = make_row(be, s, s->len, (int32_t)ntab);
         ntab += (size_t)s->nblocks;
     }
-    return forward(be, B, ntab, io, err, errlen);
+    return forward(be, B, ntab, io, 0, err, errlen);
+}
+
+static int cuda_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R,
+                              const mt_step_io *io, char *err, size_t errlen)
+{
+    cuda_backend *be = b->impl;
+    if (base + R >= INT32_MAX) {
+        snprintf(err, errlen, "cuda: position past 2^31");
+        return -1;
+    }
+    for (int r = 0; r < R; r++)
+        be->h_rows[r] = make_row(be, seq, base + r, 0);
+    /* h_tab is filled once by cuda_prefill: the previous chunk ended with
+     * a sync, so the pinned table is not being read */
+    return forward(be, R, (size_t)seq->nblocks, io, 0, err, errlen);
 }
 
 /* Rows of one session at consecutive positions. All of a chunk's keys are
@@ -535,7 +629,6 @@ static int cuda_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *
                         size_t errlen)
 {
     cuda_backend *be = b->impl;
-    const mt_config *c = be->c;
     if (check_adapters(be, io, err, errlen))
         return -1;
     if ((size_t)seq->nblocks > be->tab_cap) {
@@ -545,31 +638,8 @@ static int cuda_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *
     memcpy(be->h_tab, seq->blocks, (size_t)seq->nblocks * sizeof(int32_t));
     const int64_t cap = be->kvp->policy == MT_KV_WINDOW
                             ? (int64_t)be->kvp->sink + be->kvp->window : INT64_MAX;
-    for (int done = 0; done < n;) {
-        int64_t base = seq->len + done;
-        int R = n - done < be->R ? n - done : be->R;
-        if (base + R > cap)
-            R = base < cap ? (int)(cap - base) : 1;
-        if (base + R >= INT32_MAX) {
-            snprintf(err, errlen, "cuda: position past 2^31");
-            return -1;
-        }
-        for (int r = 0; r < R; r++)
-            be->h_rows[r] = make_row(be, seq, base + r, 0);
-        mt_step_io sub = { 0 };
-        if (io->pcm_in)
-            sub.pcm_in = io->pcm_in + (size_t)done * c->frame_samples;
-        if (io->pcm_out)
-            sub.pcm_out = io->pcm_out + (size_t)done * c->frame_samples;
-        if (io->tokens_in)
-            sub.tokens_in = io->tokens_in + done;
-        if (io->logits)
-            sub.logits = io->logits + (size_t)done * c->vocab;
-        if (forward(be, R, (size_t)seq->nblocks, &sub, err, errlen))
-            return -1;
-        done += R;
-    }
-    return 0;
+    return mt_backend_prefill_chunks(b, be->c, seq, n, io, be->R, cap, cuda_prefill_chunk, err,
+                                     errlen);
 }
 
 static void cuda_destroy(mt_backend *b)
@@ -594,13 +664,109 @@ static void cuda_destroy(mt_backend *b)
             cudaFree(be->d_meta);
         if (be->h_meta)
             cudaFreeHost(be->h_meta);
+        if (be->h_out)
+            cudaFreeHost(be->h_out);
+        if (be->ev_ok) {
+            cudaEventDestroy(be->ev0);
+            cudaEventDestroy(be->ev1);
+        }
         free(be->layer);
         free(be);
     }
     free(b);
 }
 
-static int create(cuda_backend *be, const mt_decoder_opts *o, char *err, size_t errlen)
+/* Pinned and device metadata for R rows and tab_cap block-table entries
+ * (again when the pool is attached: the tables then cover every block). */
+static int alloc_meta(cuda_backend *be, size_t tab_cap, char *err, size_t errlen)
+{
+    size_t R = (size_t)be->R;
+    if (be->h_meta)
+        cudaFreeHost(be->h_meta);
+    if (be->d_meta)
+        cudaFree(be->d_meta);
+    be->h_meta = be->d_meta = NULL;
+    be->tab_cap = tab_cap;
+    size_t o_rows = 0, o_tok = up(R * sizeof(mt_cu_row)), o_pcm = o_tok + up(R * 4),
+           o_tab = o_pcm + up(R * be->fs * 2);
+    be->meta_bytes = o_tab + up(be->tab_cap * 4);
+    cudaError_t e = cudaMallocHost(&be->h_meta, be->meta_bytes);
+    if (e != cudaSuccess) {
+        be->h_meta = NULL;
+        snprintf(err, errlen, "cuda: cannot pin %zu bytes of host memory: %s", be->meta_bytes,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    e = cudaMalloc(&be->d_meta, be->meta_bytes);
+    if (e != cudaSuccess) {
+        be->d_meta = NULL;
+        snprintf(err, errlen, "cuda: cannot allocate %zu bytes of metadata: %s", be->meta_bytes,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    char *hm = be->h_meta, *dm = be->d_meta;
+    be->h_rows = (mt_cu_row *)(hm + o_rows); be->d_rows = (mt_cu_row *)(dm + o_rows);
+    be->h_tok = (int32_t *)(hm + o_tok);     be->d_tok = (int32_t *)(dm + o_tok);
+    be->h_pcm = (int16_t *)(hm + o_pcm);     be->d_pcm = (int16_t *)(dm + o_pcm);
+    be->h_tab = (int32_t *)(hm + o_tab);     be->d_tab = (int32_t *)(dm + o_tab);
+    return 0;
+}
+
+/* One step over all R rows against a scratch cache of one block, every
+ * output computed: loads the kernels and lets cuBLAS take its workspace
+ * before the free memory is measured for the pool. The rows all write
+ * slot 0 of the scratch block (same-valued races on scratch data). */
+static int warm_up(cuda_backend *be, char *err, size_t errlen)
+{
+    const mt_config *c = be->c;
+    if (!be->has_tokens && !be->has_audio)
+        return 0; /* no input adapter: nothing can run */
+    size_t blk = (size_t)MT_KV_BLOCK * mt_decoder_position_bytes(c, be->pub->kv_elem_bytes);
+    int32_t *tok = calloc((size_t)be->R, sizeof *tok);
+    int16_t *pcm = calloc((size_t)be->R * be->fs, sizeof *pcm);
+    if (!tok || !pcm) {
+        free(tok);
+        free(pcm);
+        snprintf(err, errlen, "cuda: out of host memory");
+        return -1;
+    }
+    int rc = -1;
+    cudaError_t e = cudaMalloc((void **)&be->kv, blk);
+    if (e != cudaSuccess) {
+        be->kv = NULL;
+        snprintf(err, errlen, "cuda: warm-up cache: %s", cudaGetErrorString(e));
+        goto out;
+    }
+    e = cudaMemset(be->kv, 0, blk);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cuda: warm-up cache: %s", cudaGetErrorString(e));
+        goto out;
+    }
+    be->h_tab[0] = 0;
+    for (int r = 0; r < be->R; r++)
+        be->h_rows[r] = (mt_cu_row){ .table_off = 0, .nslots = 1, .write_slot = 0 };
+    mt_step_io io = { 0 };
+    if (be->has_tokens)
+        io.tokens_in = tok;
+    else
+        io.pcm_in = pcm;
+    if (forward(be, be->R, 1, &io, 1, err, errlen)) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "cuda: warm-up step: %s", why);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (be->kv)
+        cudaFree(be->kv);
+    be->kv = NULL;
+    free(tok);
+    free(pcm);
+    return rc;
+}
+
+static int create(cuda_backend *be, char *err, size_t errlen)
 {
     const mt_config *c = be->c;
     char why[200];
@@ -656,7 +822,8 @@ static int create(cuda_backend *be, const mt_decoder_opts *o, char *err, size_t 
                     up(R * 2 * c->heads * D * 4) +
                     up(R * c->heads * MT_CU_MAX_SPLITS * (D + 2) * 4) + up(R * be->q_dim * 2) +
                     up(R * 2 * c->ffn * 4) + up(R * c->ffn * 2) + up(R * be->fs * 2) +
-                    up(R * outw * 4) + up(R * be->fs * 2) + up(D / 2 * 8);
+                    up(R * outw * 4) + up(R * be->fs * 2) + up(D / 2 * 8) +
+                    up(R * 2 * D * 4);
     e = cudaMalloc(&be->aslab, abytes);
     if (e != cudaSuccess) {
         be->aslab = NULL;
@@ -683,6 +850,7 @@ static int create(cuda_backend *be, const mt_decoder_opts *o, char *err, size_t 
         CARVE(be->outf, float, R * outw);
         CARVE(be->pcm16, int16_t, R * be->fs);
         CARVE(be->inv_freq, double, D / 2);
+        CARVE(be->rope_cs, float, R * 2 * D);
 #undef CARVE
     }
     double *invf = malloc(D / 2 * sizeof(double));
@@ -696,42 +864,51 @@ static int create(cuda_backend *be, const mt_decoder_opts *o, char *err, size_t 
     free(invf);
     CU(e);
 
-    /* metadata: rows, tokens, pcm, block tables (at most every block of the
-     * pool, since a batch's sessions hold distinct blocks) */
-    be->tab_cap = (size_t)mt_kv_pool_blocks(be->pool) + 1;
-    size_t o_rows = 0, o_tok = up(R * sizeof(mt_cu_row)), o_pcm = o_tok + up(R * 4),
-           o_tab = o_pcm + up(R * be->fs * 2);
-    be->meta_bytes = o_tab + up(be->tab_cap * 4);
-    e = cudaMallocHost(&be->h_meta, be->meta_bytes);
+    /* outputs back: pinned, so the copy runs at the link's speed */
+    e = cudaMallocHost(&be->h_out, R * outw * 4);
     if (e != cudaSuccess) {
-        be->h_meta = NULL;
-        snprintf(err, errlen, "cuda: cannot pin %zu bytes of host memory: %s", be->meta_bytes,
-                 cudaGetErrorString(e));
+        be->h_out = NULL;
+        snprintf(err, errlen, "cuda: cannot pin %zu bytes of host memory for the outputs: %s",
+                 R * outw * 4, cudaGetErrorString(e));
         return -1;
     }
-    e = cudaMalloc(&be->d_meta, be->meta_bytes);
-    if (e != cudaSuccess) {
-        be->d_meta = NULL;
-        snprintf(err, errlen, "cuda: cannot allocate %zu bytes of metadata: %s", be->meta_bytes,
-                 cudaGetErrorString(e));
+    be->h_logits = be->h_out;
+    be->h_pcm_out = (int16_t *)((float *)be->h_out + R * (size_t)(c->vocab > 0 ? c->vocab : 0));
+    CU(cudaEventCreate(&be->ev0));
+    if (cudaEventCreate(&be->ev1) != cudaSuccess) {
+        cudaEventDestroy(be->ev0);
+        snprintf(err, errlen, "cuda: cudaEventCreate failed");
         return -1;
     }
-    char *hm = be->h_meta, *dm = be->d_meta;
-    be->h_rows = (mt_cu_row *)(hm + o_rows); be->d_rows = (mt_cu_row *)(dm + o_rows);
-    be->h_tok = (int32_t *)(hm + o_tok);     be->d_tok = (int32_t *)(dm + o_tok);
-    be->h_pcm = (int16_t *)(hm + o_pcm);     be->d_pcm = (int16_t *)(dm + o_pcm);
-    be->h_tab = (int32_t *)(hm + o_tab);     be->d_tab = (int32_t *)(dm + o_tab);
-
-    /* the KV pool, last: it takes what the budget says */
-    be->kv_bytes = (size_t)mt_kv_pool_blocks(be->pool) * MT_KV_BLOCK * be->base.position_bytes;
+    be->ev_ok = 1;
+    if (alloc_meta(be, 1, err, errlen))
+        return -1;
+    if (warm_up(be, err, errlen))
+        return -1;
     CU(cudaMemGetInfo(&freeb, &total));
-    if (be->kv_bytes > freeb) {
-        snprintf(err, errlen, "cuda: the KV pool of %.2f GiB (%d blocks) does not fit: %.2f GiB free after %.2f GiB of weights; lower the kv budget",
-                 gib(be->kv_bytes), mt_kv_pool_blocks(be->pool), gib(freeb),
-                 gib(be->weight_bytes));
+    be->pub->kv_reserve_bytes = MT_CUDA_RESERVE;
+    be->pub->kv_room_bytes = freeb > MT_CUDA_RESERVE ? freeb - MT_CUDA_RESERVE : 0;
+    return 0;
+}
+
+/* The storage behind the pool's blocks, and block tables for all of them. */
+static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t errlen)
+{
+    cuda_backend *be = b->impl;
+    be->pool = pool;
+    be->kvp = mt_kv_pool_params(pool);
+    int blocks = mt_kv_pool_blocks(pool);
+    /* at most every block of the pool: a batch's sessions hold distinct blocks */
+    if (alloc_meta(be, (size_t)blocks + 1, err, errlen))
+        return -1;
+    be->kv_bytes = (size_t)blocks * MT_KV_BLOCK * b->position_bytes;
+    if (be->kv_bytes > b->kv_room_bytes) {
+        snprintf(err, errlen, "cuda: the KV pool of %.2f GiB (%d blocks) does not fit: %.2f GiB free after %.2f GiB of weights, the activations, a warm-up step and a reserve of %.2f GiB; lower the kv budget (--kv-mem)",
+                 gib(be->kv_bytes), blocks, gib(b->kv_room_bytes), gib(be->weight_bytes),
+                 gib(b->kv_reserve_bytes));
         return -1;
     }
-    e = cudaMalloc((void **)&be->kv, be->kv_bytes);
+    cudaError_t e = cudaMalloc((void **)&be->kv, be->kv_bytes);
     if (e != cudaSuccess) {
         be->kv = NULL;
         snprintf(err, errlen, "cuda: cannot allocate the KV pool of %.2f GiB: %s",
@@ -739,34 +916,37 @@ static int create(cuda_backend *be, const mt_decoder_opts *o, char *err, size_t 
         return -1;
     }
     /* zeroed once, so a slot read before it is written (never, by the
-     * bookkeeping) or by a benchmark that fakes lengths is finite */
+     * bookkeeping) is finite */
     CU(cudaMemsetAsync(be->kv, 0, be->kv_bytes, be->st));
     CU(cudaStreamSynchronize(be->st));
-    (void)o;
+    be->ready = 1;
     return 0;
 }
 
-int mt_cuda_backend_create(const mt_model *m, mt_kv_pool *pool, const mt_decoder_opts *o,
-                           mt_backend **out, char *err, size_t errlen)
+int mt_cuda_backend_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t errlen)
+{
+    cuda_backend *be = b->impl;
+    if (!be->kv) {
+        snprintf(err, errlen, "cuda: no pool attached");
+        return -1;
+    }
+    /* unit-scale values, as rotated keys and values of a real model */
+    KE(mt_cu_fill_uniform_bf16(be->kv, be->kv_bytes / 2, seed, 1.0f, be->st));
+    CU(cudaStreamSynchronize(be->st));
+    return 0;
+}
+
+int mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
+                           char *err, size_t errlen)
 {
     *out = NULL;
     const mt_config *c = &m->cfg;
-    if (c->heads <= 0 || c->kv_heads <= 0 || c->heads % c->kv_heads || c->head_dim <= 0 ||
-        c->layers <= 0 || c->hidden <= 0 || c->ffn <= 0) {
-        snprintf(err, errlen, "cuda: model %s has an unusable shape", c->name);
+    if (mt_backend_check_model(m, o, "cuda", err, errlen))
         return -1;
-    }
     mt_cu_dims dims = { c->layers, c->heads, c->kv_heads, c->head_dim };
     char why[200];
     if (mt_cu_attention_supported(dims, why, sizeof why)) {
         snprintf(err, errlen, "cuda: model %s: %s", c->name, why);
-        return -1;
-    }
-    const mt_kv_params *kvp = mt_kv_pool_params(pool);
-    size_t pb = mt_decoder_position_bytes(c, "cuda");
-    if (kvp->position_bytes != pb) {
-        snprintf(err, errlen, "cuda: kv pool has %zu bytes per position, the CUDA backend needs %zu",
-                 kvp->position_bytes, pb);
         return -1;
     }
     mt_backend *b = calloc(1, sizeof *b);
@@ -778,22 +958,17 @@ int mt_cuda_backend_create(const mt_model *m, mt_kv_pool *pool, const mt_decoder
         return -1;
     }
     b->impl = be;
+    be->pub = b;
     b->name = "cuda";
-    b->position_bytes = pb;
+    b->kv_elem_bytes = 2; /* the K/V cache's dtype: bf16 */
+    b->attach_pool = cuda_attach_pool;
     b->step = cuda_step;
     b->prefill = cuda_prefill;
     b->destroy = cuda_destroy;
-    be->base.position_bytes = pb;
     be->m = m;
     be->c = c;
-    be->pool = pool;
-    be->kvp = kvp;
-    be->R = o->max_batch > PREFILL_CHUNK ? o->max_batch : PREFILL_CHUNK;
-    if (be->R > 65535) { /* a grid dimension of the kernels */
-        snprintf(err, errlen, "cuda: max_batch %d over 65535", o->max_batch);
-        cuda_destroy(b);
-        return -1;
-    }
+    be->dims = dims;
+    be->R = mt_backend_rows(o);
     be->hd = c->head_dim;
     be->q_dim = c->heads * c->head_dim;
     be->kv_dim = c->kv_heads * c->head_dim;
@@ -801,11 +976,21 @@ int mt_cuda_backend_create(const mt_model *m, mt_kv_pool *pool, const mt_decoder
     be->fs = c->frame_samples > 0 ? c->frame_samples : 1;
     be->has_audio = c->has_audio;
     be->has_tokens = c->has_tokens && c->vocab > 0;
-    if (create(be, o, err, errlen)) {
+    const char *fc = getenv("MT_CUDA_SPLIT_CHUNK");
+    if (fc && *fc) {
+        char *end;
+        long v = strtol(fc, &end, 10);
+        if (*end || v < 1 || v > 1 << 20) {
+            snprintf(err, errlen, "cuda: MT_CUDA_SPLIT_CHUNK=%s: want a slot count 1..1048576", fc);
+            cuda_destroy(b);
+            return -1;
+        }
+        be->force_chunk = (int)v;
+    }
+    if (create(be, err, errlen)) {
         cuda_destroy(b);
         return -1;
     }
-    be->dims = dims; /* last: marks the backend usable */
     *out = b;
     return 0;
 }

@@ -4,8 +4,10 @@
  * dispatches to the backend and advances the sessions' lengths.
  */
 #include "decode/decoder.h"
+#include "decode/backend.h"
 
 #include <cblas.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,38 +21,76 @@ struct mt_decoder {
     char            note[512];
 };
 
-size_t mt_decoder_position_bytes(const mt_config *c, const char *backend)
+size_t mt_decoder_position_bytes(const mt_config *c, size_t elem_bytes)
 {
-    size_t elem = backend && strcmp(backend, "cuda") == 0 ? 2 : 4;
-    return (size_t)c->layers * 2 * c->kv_heads * c->head_dim * elem;
+    return (size_t)c->layers * 2 * c->kv_heads * c->head_dim * elem_bytes;
 }
 
+size_t mt_decoder_kv_elem_bytes(const mt_decoder *d) { return d->be->kv_elem_bytes; }
+
+static void add_note(mt_decoder *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void add_note(mt_decoder *d, const char *fmt, ...)
+{
+    size_t n = strlen(d->note);
+    if (n && n + 2 < sizeof d->note) {
+        memcpy(d->note + n, "; ", 3);
+        n += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->note + n, sizeof d->note - n, fmt, ap);
+    va_end(ap);
+}
+
+static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* A pool the caller left to the backend (kv_budget_auto) on a backend that
+ * knows its room: that share of it, said in the note with what it holds. */
+static void auto_budget(mt_decoder *d, mt_kv_params *kp)
+{
+    const mt_backend *be = d->be;
+    if (!d->o.kv_budget_auto || be->kv_room_bytes == 0)
+        return;
+    kp->budget_bytes = be->kv_room_bytes / 100 * MT_DECODER_AUTO_POOL_PCT;
+    mt_kv_params pb = *kp;
+    pb.position_bytes = mt_decoder_position_bytes(&d->m->cfg, be->kv_elem_bytes);
+    size_t bound = mt_kv_bound_bytes(&pb);
+    if (kp->policy == MT_KV_WINDOW && bound > 0)
+        add_note(d, "kv pool %.2f GiB (%d%% of the %.2f GiB free on %s after a %.2f GiB reserve): %zu bounded sessions of %.2f GiB (S=%d W=%d)",
+                 gib(kp->budget_bytes), MT_DECODER_AUTO_POOL_PCT, gib(be->kv_room_bytes),
+                 be->name, gib(be->kv_reserve_bytes), kp->budget_bytes / bound, gib(bound),
+                 kp->sink, kp->window);
+    else
+        add_note(d, "kv pool %.2f GiB (%d%% of the %.2f GiB free on %s after a %.2f GiB reserve): %zu positions",
+                 gib(kp->budget_bytes), MT_DECODER_AUTO_POOL_PCT, gib(be->kv_room_bytes),
+                 be->name, gib(be->kv_reserve_bytes),
+                 pb.position_bytes ? kp->budget_bytes / pb.position_bytes : 0);
+}
+
+/* The backend first, then the pool in its K/V dtype (backend.h). */
 static int make_backend(mt_decoder *d, const char *name, char *err, size_t errlen)
 {
-    mt_kv_params kp = d->o.kv;
-    kp.position_bytes = mt_decoder_position_bytes(&d->m->cfg, name);
-    d->o.kv.position_bytes = kp.position_bytes;
-    if (mt_kv_pool_create(&kp, &d->pool, err, errlen))
-        return -1;
     int rc;
 #ifdef MT_HAVE_CUDA
     if (strcmp(name, "cuda") == 0)
-        rc = mt_cuda_backend_create(d->m, d->pool, &d->o, &d->be, err, errlen);
+        rc = mt_cuda_backend_create(d->m, &d->o, &d->be, err, errlen);
     else
 #endif
-        rc = mt_cpu_backend_create(d->m, d->pool, &d->o, &d->be, err, errlen);
-    if (rc == 0 && d->be->position_bytes != kp.position_bytes) {
-        snprintf(err, errlen, "decoder: backend %s stores %zu bytes per position, pool has %zu",
-                 d->be->name, d->be->position_bytes, kp.position_bytes);
+        rc = mt_cpu_backend_create(d->m, &d->o, &d->be, err, errlen);
+    if (rc)
+        return -1;
+    mt_kv_params kp = d->o.kv;
+    size_t note_len = strlen(d->note);
+    auto_budget(d, &kp);
+    if (mt_backend_pool_create(d->be, &d->m->cfg, &kp, &d->pool, err, errlen)) {
+        d->note[note_len] = '\0';
         d->be->destroy(d->be);
         d->be = NULL;
-        rc = -1;
+        return -1;
     }
-    if (rc) {
-        mt_kv_pool_free(d->pool);
-        d->pool = NULL;
-    }
-    return rc;
+    d->o.kv = *mt_kv_pool_params(d->pool);
+    return 0;
 }
 
 /* OpenBLAS picks its kernels from cpuid at load time; in some virtual
@@ -68,10 +108,8 @@ static void blas_note(mt_decoder *d)
                        : __builtin_cpu_supports("avx2")  ? "Haswell" : NULL;
     if (!want)
         return;
-    size_t n = strlen(d->note);
-    snprintf(d->note + n, sizeof d->note - n,
-             "%sOpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
-             n ? "; " : "", core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
+    add_note(d, "OpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
+             core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
 #else
     (void)d;
 #endif

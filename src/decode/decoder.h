@@ -10,12 +10,12 @@
  * seq->len .. seq->len+n-1); mt_decoder_step / mt_decoder_prefill advance
  * seq->len after the backend returns 0. Backends never change len.
  *
- * The KV pool: decoder.c sets kv.position_bytes before it creates the pool
- * and then the backend: layers * 2 (K,V) * kv_heads * head_dim * element
- * size, the element being fp32 (4 bytes) on CPU and bf16 (2 bytes) on
- * CUDA. A backend constructor reads mt_kv_pool_params(pool)->position_bytes
- * and mt_kv_pool_blocks(pool), owns storage for that many blocks addressed
- * by block id, and sets be->position_bytes to the same value (checked).
+ * The KV pool: decoder.c creates the backend first, then the pool with
+ * position_bytes = layers * 2 (K,V) * kv_heads * head_dim * the element
+ * size of the backend's K/V dtype (its kv_elem_bytes: fp32 4 bytes on the
+ * CPU, bf16 2 on CUDA), then has the backend attach storage for every
+ * block (backend.h). On a device backend the pool is sized after the
+ * weights, the activations and a warm-up step, keeping a reserve.
  *
  * Adapters (backend-neutral semantics):
  *   audio in:  x = audio_in . (pcm / 32768)
@@ -43,6 +43,10 @@ typedef struct mt_decoder_opts {
     mt_kv_params kv;          /* policy, S, W, rope, budget_bytes;
                                  position_bytes is filled in by decoder.c
                                  (see above) */
+    int          kv_budget_auto; /* 1: kv.budget_bytes is only a default: a
+                                    backend with device memory (CUDA) sizes
+                                    the pool to MT_DECODER_AUTO_POOL_PCT % of
+                                    the room it reports instead */
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
@@ -53,24 +57,6 @@ typedef struct mt_step_io {
     float         *logits;    /* [B, vocab] */
 } mt_step_io;
 
-/* The backend interface decoder.c dispatches to. */
-typedef struct mt_backend {
-    const char *name;         /* "cpu", "cuda" */
-    void       *impl;
-    size_t      position_bytes;
-    /* B sessions one position each. */
-    int  (*step)(struct mt_backend *be, int B, mt_kv_seq *const *seqs,
-                 const mt_step_io *io, char *err, size_t errlen);
-    /* One session, n positions from its current len (recompute after a
-     * release); io as for a batch of n rows of one session; outputs may be
-     * NULL (only the cache is wanted). */
-    int  (*prefill)(struct mt_backend *be, mt_kv_seq *seq, int n,
-                    const mt_step_io *io, char *err, size_t errlen);
-    /* Optional (NULL: nothing to do): a step is due shortly (about
-     * MT_DECODER_WAKE_NS from now); wake what sleeps between steps. */
-    void (*wake)(struct mt_backend *be);
-    void (*destroy)(struct mt_backend *be);
-} mt_backend;
 
 typedef struct mt_decoder mt_decoder;
 
@@ -90,22 +76,20 @@ void mt_decoder_wake(mt_decoder *d);
 /* Why the backend is what it is, for the caller to print: "" normally; with
  * MT_DEV_AUTO, e.g. "CUDA unavailable (no device): using CPU". */
 const char *mt_decoder_note(const mt_decoder *d);
-/* KV bytes of one position for a backend ("cpu" or "cuda") and model. */
-size_t mt_decoder_position_bytes(const mt_config *c, const char *backend);
+/* KV bytes of one position of the model for a K/V element of elem_bytes
+ * (the backend's kv_elem_bytes; mt_decoder_kv_elem_bytes of a decoder). */
+size_t mt_decoder_position_bytes(const mt_config *c, size_t elem_bytes);
+size_t mt_decoder_kv_elem_bytes(const mt_decoder *d);
+/* Share of the device room a kv_budget_auto pool takes (the rest, with the
+ * backend's reserve, is left for what grows after start-up). */
+enum { MT_DECODER_AUTO_POOL_PCT = 95 };
 
 int  mt_decoder_step(mt_decoder *d, int B, mt_kv_seq *const *seqs,
                      const mt_step_io *io, char *err, size_t errlen);
 int  mt_decoder_prefill(mt_decoder *d, mt_kv_seq *seq, int n,
                         const mt_step_io *io, char *err, size_t errlen);
 
-/* Backend constructors (position_bytes and kv budget from opts). */
-int  mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
-                           const mt_decoder_opts *o, mt_backend **out,
-                           char *err, size_t errlen);
 #ifdef MT_HAVE_CUDA
-int  mt_cuda_backend_create(const mt_model *m, mt_kv_pool *pool,
-                            const mt_decoder_opts *o, mt_backend **out,
-                            char *err, size_t errlen);
 /* 1 if a usable GPU is present; else 0 with the reason. */
 int  mt_cuda_available(char *why, size_t whylen);
 #endif

@@ -228,7 +228,8 @@ static int runner_init(runner *r, const mt_model *m, const qopts *o, int S,
     dop.device = MT_DEV_CPU;
     dop.max_batch = B;
     dop.threads = o->threads;
-    size_t pb = mt_decoder_position_bytes(&m->cfg, "cpu");
+    /* fp32, the widest K/V element a CPU decoder stores: enough in any dtype */
+    size_t pb = mt_decoder_position_bytes(&m->cfg, sizeof(float));
     int64_t per_seq;
     if (o->pol == P_FULL || o->pol == P_RECOMPUTE) {
         dop.kv.policy = MT_KV_FULL;

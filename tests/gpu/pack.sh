@@ -1,18 +1,20 @@
 #!/bin/sh
 # pack.sh: run HERE (the build machine, no GPU needed) before a device run.
-# Builds the CUDA test and benchmark in build-cuda/ and copies them, with the
+# Builds the CUDA test, the benchmark and mt-probe (for its calibration, when
+# it has one) in build-cuda/ and copies them, with the
 # few shared libraries they need that a bare CUDA image may lack (jansson,
 # OpenBLAS and its Fortran runtime; never glibc or CUDA's own libraries,
 # which the GPU machine has), into build-cuda/gpu/ (ignored by git; a few
 # MiB), for run(carry=["build-cuda/gpu"]).
 set -eu
 cd "$(dirname "$0")/../.."
-make -j2 B=build-cuda BIN=build-cuda/bin build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu
+make -j2 B=build-cuda BIN=build-cuda/bin build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu \
+    build-cuda/bin/mt-probe
 out=build-cuda/gpu
 rm -rf "$out"
 mkdir -p "$out/lib"
-cp build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu "$out/"
-for bin in "$out/test_cuda" "$out/mt-benchgpu"; do
+cp build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu build-cuda/bin/mt-probe "$out/"
+for bin in "$out/test_cuda" "$out/mt-benchgpu" "$out/mt-probe"; do
     ldd "$bin" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -21,7 +23,7 @@ done | sort -u | while read -r lib; do
         *) cp -L "$lib" "$out/lib/" ;;
     esac
 done
-strip "$out/test_cuda" "$out/mt-benchgpu" 2>/dev/null || true
+strip "$out/test_cuda" "$out/mt-benchgpu" "$out/mt-probe" 2>/dev/null || true
 strip --strip-unneeded "$out"/lib/* 2>/dev/null || true
 cp tests/gpu/run-device.sh "$out/"
 du -sh "$out"

@@ -1,57 +1,181 @@
 #!/bin/bash
-# run-device.sh: the one-shot GPU check for issue 4, run ON the lent GPU
-# machine from the repository root: `make test-gpu bench-gpu` (parity CUDA
-# vs CPU, then the benchmark), with everything it prints also written to
-# $OUT/gpu-test.log and $OUT/gpu-bench.log when OUT is set.
+# run-device.sh: the one prepared run on a lent GPU machine, from the
+# repository root: parity CUDA vs CPU, a short compute-sanitizer pass, the
+# calibration the simulated device needs, the benchmark; everything logged,
+# a machine-readable summary and a short table at the end.
 #
-# Where the machine has the build dependencies (nvcc, jansson, OpenBLAS
-# headers) it builds in build-gpu/ and runs the make targets. A bare CUDA
-# image usually lacks them: then it runs the programs that tests/gpu/pack.sh
-# built on the build machine, carried in build-cuda/gpu/ (the same commands
-# the make targets run; MT_GPU_USE_CARRIED=1 forces that). Exit status: 0 when the parity tests passed and the
-# benchmark ran, 1 otherwise.
+# Budget: about 7 minutes of device time is not much more than a lease's
+# start-up leaves, and a second try must fit. Every step runs under
+# timeout(1) with its own cap, the caps add up to BUDGET_S (390 s), and a
+# step that would start past the budget is skipped (said so), so a hang
+# costs its step's cap, not the lease.
 #
-# From a session with a device lent:
-#   sh tests/gpu/pack.sh      # here
-#   run(command="bash tests/gpu/run-device.sh", carry=["build-cuda/gpu"], timeout_s=600)
+#   step       cap   what
+#   info        10   nvidia-smi, date
+#   build      120   make test_cuda mt-benchgpu mt-probe (only with build deps)
+#   parity     100   test_cuda, MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 (a
+#                    fault names its kernel)
+#   memcheck    50   compute-sanitizer memcheck over the forced-split cases
+#                    (MT_CUDA_QUICK=1: rotary, attention split + combine),
+#                    when compute-sanitizer is present
+#   calibrate   20   mt-probe calibrate --device cuda, when mt-probe has it
+#   bench       90   mt-benchgpu: step time by B, fractions of the measured
+#                    bandwidth and matrix bounds, the output copy
+#
+# Output under $OUT (when set; else build-gpu/out): run.log (all of it),
+# parity.log, memcheck.log, calibrate.log, bench.log, and summary.txt: one
+# key=value record a line (verdicts; the benchmark's own "step ..." and
+# "attention ..." lines, already key=value), then the table.
+#
+# Where the machine has the build dependencies (nvcc, jansson, OpenBLAS)
+# it builds in build-gpu/; a bare CUDA image runs what tests/gpu/pack.sh
+# built here, carried in build-cuda/gpu/ (MT_GPU_USE_CARRIED=1 forces
+# that). Exit status: 0 when parity passed and the benchmark ran.
+#
+#   bash tests/gpu/run-device.sh --dry-run   # here, no GPU: every step it would take
+#   sh tests/gpu/pack.sh                     # here, then from a session with a device:
+#   run(command="bash tests/gpu/run-device.sh", carry=["build-cuda/gpu"], timeout_s=480)
 set -u
 cd "$(dirname "$0")/../.."
-out=${OUT:-}
-log_t=/dev/null log_b=/dev/null
-if [ -n "$out" ]; then
-    mkdir -p "$out"
-    log_t="$out/gpu-test.log" log_b="$out/gpu-bench.log"
-fi
-{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1; } | tee "$log_t"
 
-export OPENBLAS_NUM_THREADS=1
+dry=0
+case "${1:-}" in
+    --dry-run|-n) dry=1 ;;
+    "") ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    *) echo "usage: run-device.sh [--dry-run]" >&2; exit 2 ;;
+esac
+
+BUDGET_S=${BUDGET_S:-390}
+out=${OUT:-build-gpu/out}
+t_start=$(date +%s)
+summary="$out/summary.txt"
+if [ "$dry" = 0 ]; then
+    mkdir -p "$out"
+    : >"$summary"
+    exec > >(tee "$out/run.log") 2>&1
+fi
+
+say() { echo "== $*"; }
+record() { [ "$dry" = 1 ] || echo "$*" >>"$summary"; }
+
+# step NAME CAP LOG CMD...: runs CMD under timeout CAP, output to LOG (and
+# the terminal); records NAME=pass|fail|timeout, NAME_rc, NAME_s.
+step() {
+    local name=$1 cap=$2 log=$3
+    shift 3
+    local now elapsed
+    now=$(date +%s)
+    elapsed=$((now - t_start))
+    if [ "$dry" = 1 ]; then
+        printf 'step %-9s timeout %3ss  %s\n' "$name" "$cap" "$*"
+        return 0
+    fi
+    if [ $((elapsed + cap)) -gt "$BUDGET_S" ]; then
+        say "$name: skipped (elapsed ${elapsed}s + cap ${cap}s > budget ${BUDGET_S}s)"
+        record "$name=skipped_budget"
+        return 1
+    fi
+    say "$name (cap ${cap}s): $*"
+    local t0 rc
+    t0=$(date +%s)
+    timeout -k 5 "$cap" "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    local dt=$(($(date +%s) - t0))
+    local verdict=pass
+    [ "$rc" = 0 ] || verdict=fail
+    [ "$rc" = 124 ] || [ "$rc" = 137 ] && verdict=timeout
+    say "$name: $verdict (exit $rc, ${dt}s)"
+    record "$name=$verdict"
+    record "${name}_rc=$rc"
+    record "${name}_s=$dt"
+    return "$rc"
+}
+
+# ---- where the programs come from ----------------------------------------
 if [ -z "${MT_GPU_USE_CARRIED:-}" ] && command -v nvcc >/dev/null &&
    pkg-config --exists jansson openblas sndfile samplerate portaudio-2.0 2>/dev/null; then
-    echo "== building in build-gpu (make)" | tee -a "$log_t"
-    tb() { timeout 280 make -s B=build-gpu BIN=build-gpu/bin test-gpu; }
-    bb() { timeout 300 make -s B=build-gpu BIN=build-gpu/bin bench-gpu; }
-elif [ -x build-cuda/gpu/test_cuda ]; then
-    echo "== using the programs carried in build-cuda/gpu (no build deps here)" | tee -a "$log_t"
-    # cuBLAS 13 from the machine: /usr/local/cuda, else wherever it is
+    mode=build
+    tdir=build-gpu/tests probe=build-gpu/bin/mt-probe
+elif [ -x build-cuda/gpu/test_cuda ] || [ "$dry" = 1 ]; then
+    mode=carried
+    tdir=build-cuda/gpu probe=build-cuda/gpu/mt-probe
+else
+    echo "run-device.sh: no build dependencies here and nothing carried: run tests/gpu/pack.sh on the build machine and carry build-cuda/gpu" >&2
+    exit 1
+fi
+if [ "$mode" = carried ] && [ "$dry" = 0 ]; then
+    # cuBLAS and the runtime from the machine: /usr/local/cuda, else wherever they are
     cub=/usr/local/cuda/lib64
     [ -e "$cub/libcublas.so.13" ] || cub=$(dirname "$(find / -xdev -name 'libcublas.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
     crt=$(dirname "$(find / -xdev -name 'libcudart.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
     export LD_LIBRARY_PATH="$PWD/build-cuda/gpu/lib:$cub:${crt:-$cub}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    ldd build-cuda/gpu/test_cuda | grep -i 'not found' | tee -a "$log_t"
-    tb() { MT_REQUIRE_GPU=1 timeout 280 build-cuda/gpu/test_cuda; }
-    bb() { timeout 300 build-cuda/gpu/mt-benchgpu; }
-else
-    echo "run-device.sh: no build dependencies here and nothing carried: run tests/gpu/pack.sh on the build machine and carry build-cuda/gpu" | tee -a "$log_t" >&2
-    exit 1
+    ldd "$tdir/test_cuda" | grep -i 'not found'
+fi
+export OPENBLAS_NUM_THREADS=1
+[ "$dry" = 1 ] && say "dry run: no GPU used; programs from $mode ($tdir); summary would go to $summary; budget ${BUDGET_S}s"
+record "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+record "mode=$mode"
+record "budget_s=$BUDGET_S"
+
+# ---- the steps -------------------------------------------------------------
+step info 10 "$out/info.log" nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader
+if [ "$dry" = 0 ] && [ -s "$out/info.log" ]; then
+    record "device=$(head -1 "$out/info.log" | tr -d '\n' | tr ' ' '_')"
 fi
 
-echo "== make test-gpu" | tee -a "$log_t"
-tb 2>&1 | tee -a "$log_t"
-trc=${PIPESTATUS[0]}
-echo "== test-gpu exit $trc" | tee -a "$log_t"
+if [ "$mode" = build ]; then
+    step build 120 "$out/build.log" make -s -j16 B=build-gpu BIN=build-gpu/bin \
+        build-gpu/tests/test_cuda build-gpu/tests/mt-benchgpu build-gpu/bin/mt-probe ||
+        { say "build failed: nothing to run"; exit 1; }
+fi
 
-echo "== make bench-gpu" | tee "$log_b"
-bb 2>&1 | tee -a "$log_b"
-brc=${PIPESTATUS[0]}
-echo "== bench-gpu exit $brc" | tee -a "$log_b"
-[ "$trc" = 0 ] && [ "$brc" = 0 ]
+step parity 100 "$out/parity.log" env MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 "$tdir/test_cuda"
+parity_rc=$?
+if [ "$dry" = 0 ] && [ -f "$out/parity.log" ]; then
+    record "parity_ok=$(grep -c '^ok ' "$out/parity.log")"
+    record "parity_not_ok=$(grep -c '^not ok ' "$out/parity.log")"
+    record "parity_skip=$(grep -c '# SKIP' "$out/parity.log")"
+fi
+
+if [ "$dry" = 1 ] || command -v compute-sanitizer >/dev/null; then
+    step memcheck 50 "$out/memcheck.log" env MT_REQUIRE_GPU=1 MT_CUDA_QUICK=1 \
+        compute-sanitizer --tool memcheck --error-exitcode 3 "$tdir/test_cuda"
+else
+    say "memcheck: skipped (no compute-sanitizer on this machine)"
+    record "memcheck=absent"
+fi
+
+# The calibration the simulated-device issue adds to mt-probe: run only
+# when this build's mt-probe knows the subcommand.
+if [ "$dry" = 1 ]; then
+    step calibrate 20 "$out/calibrate.log" "$probe" calibrate --device cuda
+    echo "            (only if '$probe calibrate --help' succeeds; else skipped, said so)"
+elif [ -x "$probe" ] && "$probe" calibrate --help >/dev/null 2>&1; then
+    step calibrate 20 "$out/calibrate.log" "$probe" calibrate --device cuda
+else
+    say "calibrate: skipped ($probe has no 'calibrate' subcommand yet)"
+    record "calibrate=absent"
+fi
+
+step bench 90 "$out/bench.log" "$tdir/mt-benchgpu" --max-batch 64 ${BENCH_GPU_ARGS:-}
+bench_rc=$?
+
+if [ "$dry" = 1 ]; then
+    echo "step summary   $summary (key=value), then the short table"
+    exit 0
+fi
+
+# ---- summary and the short table, last -------------------------------------
+grep -E '^(device|memory|attention|step|result) ' "$out/bench.log" 2>/dev/null >>"$summary"
+record "total_s=$(($(date +%s) - t_start))"
+echo
+echo "== summary ($summary)"
+grep -E '^[a-z_]+=' "$summary"
+echo
+printf '%-24s %5s %9s %9s %8s %9s %9s\n' model B step_ms bound_ms bw_frac peak_frac copy_ms
+awk '/^step /{
+    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    printf "%-24s %5s %9s %9s %8s %9s %9s\n", v["model"], v["B"], v["ms"], v["bound_ms"], v["bw_frac"], v["peak_frac"], v["out_copy_ms"]
+}' "$out/bench.log" 2>/dev/null
+[ "$parity_rc" = 0 ] && [ "$bench_rc" = 0 ]

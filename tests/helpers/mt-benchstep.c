@@ -137,7 +137,7 @@ static int bench_open(bench_set *bs, const mt_model *m, mt_kv_policy pol, int S,
     o.kv.sink = S;
     o.kv.window = W;
     o.kv.rope = MT_ROPE_CACHE;
-    o.kv.budget_bytes = (size_t)per * mt_decoder_position_bytes(c, "cpu") * B * ngroups;
+    o.kv.budget_bytes = (size_t)per * mt_decoder_position_bytes(c, sizeof(float)) * B * ngroups;
     if (mt_decoder_create(m, &o, &bs->d, err, sizeof err)) {
         fprintf(stderr, "mt-benchstep: %s\n", err);
         return -1;
@@ -224,7 +224,7 @@ static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, 
     wparams = (double)c->layers * ((double)c->hidden * (2.0 * q + 2.0 * kv) + 3.0 * c->hidden * c->ffn);
     wparams += m->audio_in ? 2.0 * c->hidden * c->frame_samples : (double)c->vocab * c->hidden;
     double nvis = (double)mt_kv_visible_count(bs.pool, len + warm + reps);
-    res->kv_bytes = B * nvis * (double)mt_decoder_position_bytes(c, "cpu");
+    res->kv_bytes = B * nvis * (double)mt_kv_pool_params(bs.pool)->position_bytes;
     double fl = B * (2.0 * wparams + 4.0 * c->layers * c->heads * c->head_dim * nvis);
     res->ms = dt * 1e3;
     res->gflop = fl / dt / 1e9;

@@ -109,7 +109,7 @@ int main(int argc, char **argv)
     o.kv.rope = !strcmp(rope, "absolute") ? MT_ROPE_ABSOLUTE : MT_ROPE_CACHE;
     o.kv.sink = sink;
     o.kv.window = window;
-    size_t pb = mt_decoder_position_bytes(c, "cpu");
+    size_t pb = mt_decoder_position_bytes(c, sizeof(float));
     size_t per = o.kv.policy == MT_KV_FULL ? (size_t)(steps / MT_KV_BLOCK + 2) * MT_KV_BLOCK
                                            : (size_t)((sink + window) / MT_KV_BLOCK + 2) * MT_KV_BLOCK;
     o.kv.budget_bytes = per * pb * (size_t)nb;

@@ -25,7 +25,7 @@ static mt_decoder *make(mt_kv_policy pol, int S, int W, mt_rope_mode rope, int m
     o.kv.sink = S;
     o.kv.window = W;
     o.kv.rope = rope;
-    o.kv.budget_bytes = (size_t)NS * 4 * 16 * STEPS * mt_decoder_position_bytes(&model->cfg, "cpu");
+    o.kv.budget_bytes = (size_t)NS * 4 * 16 * STEPS * mt_decoder_position_bytes(&model->cfg, sizeof(float));
     char err[256] = "";
     mt_decoder *d = NULL;
     if (mt_decoder_create(model, &o, &d, err, sizeof err))

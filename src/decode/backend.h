@@ -1,0 +1,102 @@
+/* backend.h: the interface a decode backend implements (CPU: backend_cpu.c,
+ * CUDA: backend_cuda.c) and what the backends share (backend.c): the
+ * constructor's model checks, the K/V element size, the pool's creation
+ * and the slicing of a prefill into chunks.
+ *
+ * Life of a backend (two phases, so that a device backend can size the
+ * pool from what it has left once everything else is in place):
+ *   1. mt_*_backend_create(model, opts): weights, activations, threads;
+ *      sets kv_elem_bytes (its K/V dtype) and, on a device, kv_room_bytes
+ *      (the memory the pool may still take, after a warm-up step and a
+ *      reserve). No pool yet.
+ *   2. mt_backend_pool_create(be, kv params): position_bytes from
+ *      kv_elem_bytes, the pool's bookkeeping (kv.h), then be->attach_pool,
+ *      which allocates the storage behind the pool's block ids.
+ * decoder.c does both; the benchmark and tests may too.
+ *
+ * Only decoder.c and the backends include this file; everything else goes
+ * through decoder.h.
+ */
+#ifndef MT_BACKEND_H
+#define MT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "decode/decoder.h"
+#include "decode/kv.h"
+#include "model/model.h"
+
+/* Rows a prefill chunk runs at once; a backend sizes its activations for
+ * max(max_batch, MT_BACKEND_PREFILL_CHUNK) rows (mt_backend_rows). */
+enum { MT_BACKEND_PREFILL_CHUNK = 64 };
+
+typedef struct mt_backend {
+    const char *name;         /* "cpu", "cuda" */
+    void       *impl;
+    /* Bytes of one K or V element in the backend's cache dtype (fp32 4,
+     * bf16 or f16 2): set by the constructor; the pool's position_bytes
+     * follow from it (mt_decoder_position_bytes). */
+    size_t      kv_elem_bytes;
+    /* Memory the pool may still take on a device backend, measured after
+     * the weights, the activations and one warm-up step, less the reserve;
+     * 0 on the CPU (no device limit known). */
+    size_t      kv_room_bytes;
+    size_t      kv_reserve_bytes; /* that reserve (for messages) */
+    size_t      position_bytes;   /* set by mt_backend_pool_create */
+    /* Time the last call spent copying its outputs back to the caller
+     * (ms; 0 where not measured): for the benchmark. */
+    double      out_copy_ms;
+    /* Storage for every block of pool (mt_kv_pool_blocks), addressed by
+     * block id; called once, by mt_backend_pool_create. */
+    int  (*attach_pool)(struct mt_backend *be, mt_kv_pool *pool, char *err, size_t errlen);
+    /* B sessions one position each. */
+    int  (*step)(struct mt_backend *be, int B, mt_kv_seq *const *seqs,
+                 const mt_step_io *io, char *err, size_t errlen);
+    /* One session, n positions from its current len (recompute after a
+     * release); io as for a batch of n rows of one session; outputs may be
+     * NULL (only the cache is wanted). */
+    int  (*prefill)(struct mt_backend *be, mt_kv_seq *seq, int n,
+                    const mt_step_io *io, char *err, size_t errlen);
+    /* Optional (NULL: nothing to do): a step is due shortly (about
+     * MT_DECODER_WAKE_NS from now); wake what sleeps between steps. */
+    void (*wake)(struct mt_backend *be);
+    void (*destroy)(struct mt_backend *be);
+} mt_backend;
+
+/* Backend constructors. No pool yet: see the top of this file. */
+int  mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o,
+                           mt_backend **out, char *err, size_t errlen);
+#ifdef MT_HAVE_CUDA
+int  mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o,
+                            mt_backend **out, char *err, size_t errlen);
+/* Fills every slot of the pool with random bf16 values (for benchmarks:
+ * never time on zeros, which hide unwritten outputs and can run faster). */
+int  mt_cuda_backend_fill_kv_random(mt_backend *be, uint64_t seed, char *err,
+                                    size_t errlen);
+#endif
+
+/* The checks every constructor starts with: a Llama shape the backends
+ * can run (heads a multiple of kv_heads, even head_dim, positive sizes)
+ * and a batch size in range. who prefixes the message ("cpu", "cuda"). */
+int  mt_backend_check_model(const mt_model *m, const mt_decoder_opts *o, const char *who,
+                            char *err, size_t errlen);
+/* Rows a backend's activations hold: max(max_batch, MT_BACKEND_PREFILL_CHUNK). */
+int  mt_backend_rows(const mt_decoder_opts *o);
+
+/* Creates the pool for be with kv's policy and budget (position_bytes is
+ * computed here) and attaches it; *out is the caller's to free after the
+ * backend. 0, or -1 with nothing left allocated. */
+int  mt_backend_pool_create(mt_backend *be, const mt_config *c, const mt_kv_params *kv,
+                            mt_kv_pool **out, char *err, size_t errlen);
+
+/* A prefill of n positions from seq->len cut into chunks of at most
+ * max_rows rows, none reaching past position cap (exclusive; INT64_MAX for
+ * none) except one position at a time once base >= cap. run gets each
+ * chunk's first position, its row count and io sliced to its rows. */
+typedef int (*mt_prefill_chunk_fn)(mt_backend *be, mt_kv_seq *seq, int64_t base, int rows,
+                                   const mt_step_io *io, char *err, size_t errlen);
+int  mt_backend_prefill_chunks(mt_backend *be, const mt_config *c, mt_kv_seq *seq, int n,
+                               const mt_step_io *io, int max_rows, int64_t cap,
+                               mt_prefill_chunk_fn run, char *err, size_t errlen);
+
+#endif
