@@ -295,6 +295,26 @@ int mt_lineout_report(mt_lineout *q, uint64_t now, uint64_t every_ns,
     return due;
 }
 
+/* With q->mu held: waits until the ring is empty, at most wait_ns. */
+static void wait_empty(mt_lineout *q, uint64_t wait_ns)
+{
+    uint64_t deadline = mono_ns() + wait_ns;
+    struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
+                          .tv_nsec = (long)(deadline % 1000000000ull)};
+    while (q->used > 0 &&
+           pthread_cond_timedwait(&q->progress, &q->mu, &ts) != ETIMEDOUT)
+        ;
+}
+
+int mt_lineout_flush(mt_lineout *q, uint64_t wait_ns)
+{
+    pthread_mutex_lock(&q->mu);
+    wait_empty(q, wait_ns);
+    int rc = q->used > 0 ? -1 : 0;
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
 uint64_t mt_lineout_close(mt_lineout *q, uint64_t wait_ns, char *msg,
                           size_t msglen)
 {
@@ -302,14 +322,9 @@ uint64_t mt_lineout_close(mt_lineout *q, uint64_t wait_ns, char *msg,
         msg[0] = '\0';
     if (!q)
         return 0;
-    uint64_t deadline = mono_ns() + wait_ns;
-    struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
-                          .tv_nsec = (long)(deadline % 1000000000ull)};
     pthread_mutex_lock(&q->mu);
     q->closing = 1;
-    while (q->used > 0 &&
-           pthread_cond_timedwait(&q->progress, &q->mu, &ts) != ETIMEDOUT)
-        ;
+    wait_empty(q, wait_ns);
     uint64_t left = ring_lines(q);
     int stuck = q->used > 0;
     q->stop = 1;

@@ -44,6 +44,10 @@ uint64_t mt_lineout_write_errors(mt_lineout *q);
 int  mt_lineout_report(mt_lineout *q, uint64_t now, uint64_t every_ns,
                        char *msg, size_t msglen);
 
+/* Waits until everything queued is written, at most wait_ns (never call
+ * it from the tick thread). 0, or -1 when lines are still queued. */
+int  mt_lineout_flush(mt_lineout *q, uint64_t wait_ns);
+
 /* Writes out what is queued, waiting at most wait_ns for a stalled reader,
  * then stops the writer thread and frees q. Returns the number of lines
  * that could not be written in time (0 when all got out); msg (may be

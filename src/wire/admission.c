@@ -42,14 +42,14 @@ static int bad_value(const mt_latline *ll, long lineno, const char *key,
 }
 
 static int check_kind(const mt_latline *ll, long lineno, const char *kind,
-                      char *err, size_t errlen)
+                      const char *article, char *err, size_t errlen)
 {
     if (strcmp(mt_latline_kind(ll), kind) == 0)
         return 0;
     char k[40];
     shown(k, sizeof k, mt_latline_kind(ll));
-    mt_set_err(err, errlen, "line %ld: key '%s': not a %s record (first key "
-               "is '%s')", lineno, kind, kind, k);
+    mt_set_err(err, errlen, "line %ld: key '%s': not %s %s record (first key "
+               "is '%s')", lineno, kind, article, kind, k);
     return -1;
 }
 
@@ -143,7 +143,7 @@ int mt_request_from_line(const mt_latline *ll, long lineno, mt_request_rec *r,
         mt_set_err(err, errlen, "line %ld: no record", lineno);
         return -1;
     }
-    if (check_kind(ll, lineno, "request", err, errlen) != 0)
+    if (check_kind(ll, lineno, "request", "a", err, errlen) != 0)
         return -1;
     mt_request_rec x;
     memset(&x, 0, sizeof x);
@@ -206,7 +206,7 @@ int mt_verdict_from_line(const mt_latline *ll, long lineno, mt_verdict_rec *v,
         mt_set_err(err, errlen, "line %ld: no record", lineno);
         return -1;
     }
-    if (check_kind(ll, lineno, "admit", err, errlen) != 0)
+    if (check_kind(ll, lineno, "admit", "an", err, errlen) != 0)
         return -1;
     mt_verdict_rec x;
     memset(&x, 0, sizeof x);
