@@ -124,7 +124,8 @@ long mt_request_format(const mt_request_rec *r, char *buf, size_t cap)
         return -1;
     mt_ll_flag(&w, "request");
     mt_ll_u64(&w, "session", r->session);
-    mt_ll_f(&w, "t", r->t, 3);
+    if (r->t >= 0)      /* -1, "unknown", is written as no t at all */
+        mt_ll_f(&w, "t", r->t, 3);
     mt_ll_int(&w, "uid", r->uid);
     mt_ll_int(&w, "pid", r->pid);
     mt_ll_u64(&w, "rate", r->rate);
@@ -192,7 +193,8 @@ long mt_verdict_format(const mt_verdict_rec *v, char *buf, size_t cap)
         return -1;
     mt_ll_flag(&w, "admit");
     mt_ll_u64(&w, "session", v->session);
-    mt_ll_f(&w, "t", v->t, 3);
+    if (v->t >= 0)
+        mt_ll_f(&w, "t", v->t, 3);
     mt_ll_str(&w, "verdict", v->accept ? "accept" : "reject");
     if (!v->accept)
         mt_ll_str(&w, "reason", v->reason);

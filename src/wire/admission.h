@@ -42,8 +42,9 @@ typedef struct mt_request_rec {
     int64_t  pending;        /* other sessions waiting; 0 */
 } mt_request_rec;
 
-/* Writes every key, in the order above (t with 3 decimals). Returns the
- * length, or -1 (buffer too small, session 0). */
+/* Writes every key, in the order above (t with 3 decimals; no t when it
+ * is negative, "unknown"). Returns the length, or -1 (buffer too small,
+ * session 0). */
 long mt_request_format(const mt_request_rec *r, char *buf, size_t cap);
 /* Reads a parsed `request` line. 0, or -1 with err "line N: key 'K': ..."
  * and *r untouched. */
