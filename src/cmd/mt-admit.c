@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "admit/admit.h"
+#include "wire/admission.h"
 #include "wire/latline.h"
 
 static const char *prog = "mt-admit";
@@ -126,6 +127,18 @@ static void out_line(run *r, const char *fmt, ...)
  * it keeps stepping: this many tick lines (2 s) after the failure say so. */
 #define OUT_FAIL_TICKS 25
 
+/* A decision for mt-serve's --control input, in the codec both share. */
+static void control_out(run *r, const mt_control *c)
+{
+    char line[MT_CONTROL_MAX_LINE + 1];
+    if (mt_control_format(c, line, sizeof line) < 0) {
+        fprintf(stderr, "%s: cannot write a control line for session %u\n", prog,
+                c->session);
+        return;
+    }
+    out_line(r, "%s\n", line);
+}
+
 static void emit(void *ctx, uint32_t id, int accept, const char *reason)
 {
     run *r = ctx;
@@ -136,10 +149,12 @@ static void emit(void *ctx, uint32_t id, int accept, const char *reason)
         else
             out_line(r, "decision line=%ld t=%.3f policy=%s session=%u verdict=reject "
                      "reason=\"%s\"\n", r->lineno, r->t, r->policy_name, id, reason);
-    } else if (accept) {
-        out_line(r, "accept %u\n", id);
     } else {
-        out_line(r, "reject %u %s\n", id, reason);
+        mt_control c = {.kind = accept ? MT_CONTROL_ACCEPT : MT_CONTROL_REJECT,
+                        .session = id};
+        if (!accept)
+            snprintf(c.reason, sizeof c.reason, "%s", reason ? reason : "");
+        control_out(r, &c);
     }
 }
 
@@ -164,7 +179,7 @@ static void check_limit(run *r)
         out_line(r, "limit line=%ld t=%.3f policy=%s limit=%d\n", r->lineno, r->t,
                  r->policy_name, l);
     else
-        out_line(r, "limit %d\n", l);
+        control_out(r, &(mt_control){.kind = MT_CONTROL_LIMIT, .limit = l});
 }
 
 static void status(run *r, const char *why)
@@ -197,35 +212,24 @@ static void one_line(run *r, const char *line, size_t len, mt_latline *ll)
         mt_admit_get_stats(r->a, &st);
         if (r->status_every > 0 && st.ticks % r->status_every == 0)
             status(r, NULL);
-    } else if (!strcmp(kind, "request") || !strcmp(kind, "admit")) {
-        int64_t id;
-        double t = -1;
-        int rc = mt_latline_i64(ll, "session", &id);
-        if (rc != 0 || id <= 0 || id > UINT32_MAX) {
-            snprintf(err, sizeof err, "line %ld: %s: key 'session': %s", r->lineno, kind,
-                     rc == 1 ? "missing" : "not a session id");
+    } else if (!strcmp(kind, "request")) {
+        mt_request_rec rq;
+        if (mt_request_from_line(ll, r->lineno, &rq, err, sizeof err) != 0) {
             report_bad(r, err);
             return;
         }
-        if (mt_latline_f64(ll, "t", &t) < 0) {
-            snprintf(err, sizeof err, "line %ld: %s: key 't': not a number", r->lineno, kind);
+        if (rq.t >= 0)
+            r->t = rq.t;
+        mt_admit_request(r->a, rq.session, rq.t);
+    } else if (!strcmp(kind, "admit")) {
+        mt_verdict_rec v;
+        if (mt_verdict_from_line(ll, r->lineno, &v, err, sizeof err) != 0) {
             report_bad(r, err);
             return;
         }
-        if (t >= 0)
-            r->t = t;
-        if (kind[0] == 'r') {
-            mt_admit_request(r->a, (uint32_t)id, t);
-        } else {
-            const char *v = mt_latline_get(ll, "verdict");
-            if (!v || (strcmp(v, "accept") && strcmp(v, "reject"))) {
-                snprintf(err, sizeof err, "line %ld: admit: key 'verdict': want accept "
-                         "or reject", r->lineno);
-                report_bad(r, err);
-                return;
-            }
-            mt_admit_server_verdict(r->a, (uint32_t)id, v[0] == 'a');
-        }
+        if (v.t >= 0)
+            r->t = v.t;
+        mt_admit_server_verdict(r->a, v.session, v.accept);
     } else {
         r->ignored++;    /* frame lines, client lines: not ours */
     }

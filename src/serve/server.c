@@ -14,30 +14,37 @@
  * once, or the control input's `accept ID` / `reject ID reason` line does,
  * within admit_timeout. The engine refuses, whatever was decided, a window
  * session the KV pool cannot hold for its whole bound.
+ *
+ * The pieces around the loop live beside it: net.c opens the listening
+ * socket and the control input, ticker.c runs the tick thread, lineout.c
+ * writes the machine stream from its own thread, and wire/admission.c
+ * reads and writes the request, verdict and control lines.
  */
 #define _GNU_SOURCE
 #include "serve/server.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "serve/lineout.h"
+#include "serve/net.h"
+#include "serve/ticker.h"
+#include "wire/admission.h"
 
 #define WBUF_CAP   (64 * 1024)
 #define RBUF_CAP   (64 * 1024)
-#define CTL_LINE   512
+#define LINE_QUEUE_BYTES (128 * 1024)     /* machine-stream lines in flight */
+#define LINE_FLUSH_NS    2000000000ull    /* at exit, for a slow reader */
+#define DROP_REPORT_NS   10000000000ull   /* at most one drop message per 10 s */
 #define HELLO_TIMEOUT_NS 10000000000ull  /* a silent connection is closed */
 #define MAX_CONNS_PER_SESSION 4            /* connections beyond 4 x --max-sessions + 16 are refused */
 
@@ -71,25 +78,20 @@ typedef struct tagged { int tag; } tagged;
 
 struct mt_server {
     mt_server_opts o;
-    int            lfd, sigfd, sig_wfd, evfd, ctlfd, ctl_wfd, epfd;
-    int            ctl_is_socket;
+    int            sigfd, sig_wfd, evfd, epfd;
+    mt_listener    lis;
+    mt_control_in  ctl;
     tagged         t_listen, t_signal, t_event, t_control;
-    char           ctlbuf[CTL_LINE];
+    char           ctlbuf[MT_CONTROL_MAX_LINE + 1];
     size_t         ctllen;
     int            ctl_overlong;
-    FILE          *lat;              /* machine stream */
-    int            lat_owned;
-    pthread_mutex_t lat_mu;
+    mt_lineout    *out;              /* machine stream */
     conn          *conns;
     int            nconns;
     int            draining;
     uint64_t       drain_deadline;
-    int            unlink_socket;
-    dev_t          sock_dev;
-    ino_t          sock_ino;
     mt_engine     *eng;
     int            frame_payload;    /* bytes of one AUDIO payload */
-    atomic_int     stop_ticks;
     int            fatal;
     char           fatal_msg[256];
     uint8_t        rbuf[RBUF_CAP];
@@ -132,16 +134,13 @@ static void slog(mt_server *s, const char *fmt, ...)
         s->o.log(s->o.log_ctx, msg);
 }
 
+/* Never waits for the reader: a line that finds the queue full is dropped
+ * and counted (lineout.h). */
 void mt_server_line(void *ctx, const char *line)
 {
     mt_server *s = ctx;
-    pthread_mutex_lock(&s->lat_mu);
-    if (s->lat) {
-        fputs(line, s->lat);
-        fputc('\n', s->lat);
-        fflush(s->lat);
-    }
-    pthread_mutex_unlock(&s->lat_mu);
+    if (s->out)
+        mt_lineout_put(s->out, line);
 }
 
 static double tsec(const mt_server *s, uint64_t now)
@@ -151,144 +150,26 @@ static double tsec(const mt_server *s, uint64_t now)
 
 /* ---- setup ---------------------------------------------------------------- */
 
-static int set_nonblock(int fd)
+static int open_log_fd(const char *path)
 {
-    int fl = fcntl(fd, F_GETFL);
-    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-static int open_listen(mt_server *s, char *err, size_t errlen)
-{
-    const char *path = s->o.socket_path;
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    if (!path) {
-        snprintf(err, errlen, "no socket path");
-        return -1;
-    }
-    if (strlen(path) >= sizeof sa.sun_path) {
-        snprintf(err, errlen, "%s: socket path too long (max %zu bytes)",
-                 path, sizeof sa.sun_path - 1);
-        return -1;
-    }
-    strcpy(sa.sun_path, path);
-    struct stat st;
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "%s: exists and is not a socket; not replacing it", path);
-            return -1;
-        }
-        int t = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (t < 0) {
-            snprintf(err, errlen, "socket: %s", strerror(errno));
-            return -1;
-        }
-        int c = connect(t, (struct sockaddr *)&sa, sizeof sa);
-        int cerr = errno;
-        close(t);
-        if (c == 0) {
-            snprintf(err, errlen, "%s: another server is listening there", path);
-            return -1;
-        }
-        if (cerr != ECONNREFUSED) {
-            snprintf(err, errlen, "%s: cannot tell whether it is stale (%s); "
-                     "not replacing it", path, strerror(cerr));
-            return -1;
-        }
-        if (unlink(path) != 0) {
-            snprintf(err, errlen, "%s: stale socket, unlink: %s", path, strerror(errno));
-            return -1;
-        }
-        slog(s, "removed stale socket %s", path);
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "socket: %s", strerror(errno));
-        return -1;
-    }
-    mode_t old = umask(0177);   /* never world-accessible, even briefly */
-    int b = bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    int berr = errno;
-    umask(old);
-    if (b != 0) {
-        snprintf(err, errlen, "%s: bind: %s", path, strerror(berr));
-        close(fd);
-        return -1;
-    }
-    if (chmod(path, s->o.socket_mode) != 0 || listen(fd, 128) != 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        unlink(path);
-        return -1;
-    }
-    if (stat(path, &st) == 0) {
-        s->sock_dev = st.st_dev;
-        s->sock_ino = st.st_ino;
-    }
-    s->unlink_socket = 1;
-    s->lfd = fd;
-    return 0;
-}
-
-static int open_control(mt_server *s, char *err, size_t errlen)
-{
-    const char *path = s->o.control_path;
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "--control %s: %s (create a FIFO with mkfifo, "
-                 "or give a listening Unix socket)", path, strerror(errno));
-        return -1;
-    }
-    if (S_ISFIFO(st.st_mode)) {
-        s->ctlfd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-        if (s->ctlfd < 0) {
-            snprintf(err, errlen, "--control %s: %s", path, strerror(errno));
-            return -1;
-        }
-        /* Our own write end keeps the FIFO from reporting EOF/HUP forever
-         * once a controller closes; a new controller can reopen it. */
-        s->ctl_wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-        return 0;
-    }
-    if (S_ISSOCK(st.st_mode)) {
-        struct sockaddr_un sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sun_family = AF_UNIX;
-        if (strlen(path) >= sizeof sa.sun_path) {
-            snprintf(err, errlen, "--control %s: path too long", path);
-            return -1;
-        }
-        strcpy(sa.sun_path, path);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-            snprintf(err, errlen, "--control %s: connect: %s", path, strerror(errno));
-            if (fd >= 0)
-                close(fd);
-            return -1;
-        }
-        set_nonblock(fd);
-        s->ctlfd = fd;
-        s->ctl_is_socket = 1;
-        return 0;
-    }
-    snprintf(err, errlen, "--control %s: neither a FIFO nor a Unix socket", path);
-    return -1;
+    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
 }
 
 static int open_latency(mt_server *s, char *err, size_t errlen)
 {
+    int fd = s->o.stdio ? 2 : 1, owned = 0;
     if (s->o.latency_log) {
-        FILE *f = fopen(s->o.latency_log, "a");
-        if (!f) {
+        fd = open_log_fd(s->o.latency_log);
+        if (fd < 0) {
             snprintf(err, errlen, "--latency-log %s: %s", s->o.latency_log, strerror(errno));
             return -1;
         }
-        s->lat = f;
-        s->lat_owned = 1;
-    } else {
-        s->lat = s->o.stdio ? stderr : stdout;
-        s->lat_owned = 0;
+        owned = 1;
+    }
+    if (mt_lineout_create(fd, owned, LINE_QUEUE_BYTES, &s->out, err, errlen) != 0) {
+        if (owned)
+            close(fd);
+        return -1;
     }
     return 0;
 }
@@ -297,19 +178,22 @@ static void reopen_latency(mt_server *s)
 {
     if (!s->o.latency_log)
         return;
-    FILE *f = fopen(s->o.latency_log, "a");
-    if (!f) {
+    int fd = open_log_fd(s->o.latency_log);
+    if (fd < 0) {
         slog(s, "SIGHUP: reopen %s: %s (keeping the old one)", s->o.latency_log, strerror(errno));
         return;
     }
-    pthread_mutex_lock(&s->lat_mu);
-    FILE *old = s->lat;
-    s->lat = f;
-    pthread_mutex_unlock(&s->lat_mu);
-    if (old && s->lat_owned)
-        fclose(old);
-    s->lat_owned = 1;
+    mt_lineout_set_fd(s->out, fd, 1);
     slog(s, "SIGHUP: reopened %s", s->o.latency_log);
+}
+
+/* Drops on the machine stream, told to the log by this thread, never by
+ * the tick thread (the log may be the stream that is stalled). */
+static void report_dropped_lines(mt_server *s, uint64_t now, uint64_t every)
+{
+    char msg[256];
+    if (s->out && mt_lineout_report(s->out, now, every, msg, sizeof msg))
+        slog(s, "%s", msg);
 }
 
 static int ep_add(mt_server *s, int fd, uint32_t ev, void *ptr)
@@ -328,13 +212,12 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     }
     s->o = *o;
     s->sig_wfd = -1;
-    s->lfd = s->sigfd = s->evfd = s->ctlfd = s->ctl_wfd = s->epfd = -1;
+    s->sigfd = s->evfd = s->epfd = -1;
+    s->lis.fd = s->ctl.fd = s->ctl.keep_wfd = -1;
     s->t_listen.tag = TAG_LISTEN;
     s->t_signal.tag = TAG_SIGNAL;
     s->t_event.tag = TAG_EVENT;
     s->t_control.tag = TAG_CONTROL;
-    pthread_mutex_init(&s->lat_mu, NULL);
-    atomic_init(&s->stop_ticks, 0);
 
     /* Signals: SIGPIPE ignored (a peer gone is a write error); TERM, INT
      * and HUP run a handler that writes the signal number to a pipe the
@@ -371,15 +254,17 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
             snprintf(err, errlen, "no socket path (-s PATH) and not --stdio");
             goto fail;
         }
-        if (open_listen(s, err, errlen) != 0)
+        if (mt_net_listen(o->socket_path, o->socket_mode, &s->lis, err, errlen) != 0)
             goto fail;
+        if (s->lis.stale_removed)
+            slog(s, "removed stale socket %s", o->socket_path);
     }
-    if (o->control_path && open_control(s, err, errlen) != 0)
+    if (o->control_path && mt_net_open_control(o->control_path, &s->ctl, err, errlen) != 0)
         goto fail;
     if (ep_add(s, s->sigfd, EPOLLIN, &s->t_signal) != 0 ||
         ep_add(s, s->evfd, EPOLLIN, &s->t_event) != 0 ||
-        (s->lfd >= 0 && ep_add(s, s->lfd, EPOLLIN, &s->t_listen) != 0) ||
-        (s->ctlfd >= 0 && ep_add(s, s->ctlfd, EPOLLIN, &s->t_control) != 0)) {
+        (s->lis.fd >= 0 && ep_add(s, s->lis.fd, EPOLLIN, &s->t_listen) != 0) ||
+        (s->ctl.fd >= 0 && ep_add(s, s->ctl.fd, EPOLLIN, &s->t_control) != 0)) {
         snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
     }
@@ -388,15 +273,6 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
 fail:
     mt_server_free(s);
     return -1;
-}
-
-static void unlink_our_socket(mt_server *s)
-{
-    struct stat st;
-    if (s->unlink_socket && s->o.socket_path && stat(s->o.socket_path, &st) == 0 &&
-        st.st_dev == s->sock_dev && st.st_ino == s->sock_ino)
-        unlink(s->o.socket_path);
-    s->unlink_socket = 0;
 }
 
 void mt_server_free(mt_server *s)
@@ -412,9 +288,7 @@ void mt_server_free(mt_server *s)
             close(c->wfd);
         free(c);
     }
-    if (s->lfd >= 0)
-        close(s->lfd);
-    unlink_our_socket(s);
+    mt_net_listener_close(&s->lis);
     if (s->sigfd >= 0) {
         sig_pipe_w = -1;
         signal(SIGTERM, SIG_DFL);
@@ -424,56 +298,16 @@ void mt_server_free(mt_server *s)
     }
     if (s->sig_wfd >= 0) close(s->sig_wfd);
     if (s->evfd >= 0) close(s->evfd);
-    if (s->ctlfd >= 0) close(s->ctlfd);
-    if (s->ctl_wfd >= 0) close(s->ctl_wfd);
+    mt_net_control_close(&s->ctl);
     if (s->epfd >= 0) close(s->epfd);
-    if (s->lat && s->lat_owned)
-        fclose(s->lat);
-    pthread_mutex_destroy(&s->lat_mu);
-    free(s);
-}
-
-/* ---- the tick thread ------------------------------------------------------ */
-
-static void sleep_until(uint64_t at)
-{
-    struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
-                          .tv_nsec = (long)(at % 1000000000ull)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
-}
-
-static void *tick_main(void *arg)
-{
-    mt_server *s = arg;
-    uint64_t P = s->o.frame_ns;
-    int64_t k = 0;
-    char err[256];
-    while (!atomic_load(&s->stop_ticks)) {
-        uint64_t at = s->o.t0 + (uint64_t)k * P;
-        /* wake the decoder's threads a little ahead of the tick, so that
-         * their wake-up is not paid inside the step */
-        if (at > MT_DECODER_WAKE_NS && mt_now_ns() < at - MT_DECODER_WAKE_NS) {
-            sleep_until(at - MT_DECODER_WAKE_NS);
-            if (atomic_load(&s->stop_ticks))
-                break;
-            mt_engine_wake(s->eng);
-        }
-        sleep_until(at);
-        if (atomic_load(&s->stop_ticks))
-            break;
-        if (mt_engine_tick(s->eng, k, at, err, sizeof err) != 0)
-            slog(s, "tick %lld: %s", (long long)k, err);
-        uint64_t one = 1;
-        if (write(s->evfd, &one, sizeof one) < 0 && errno != EAGAIN)
-            slog(s, "eventfd: %s", strerror(errno));
-        /* Next tick: the next slot, or, after an overrun, the slot we are
-         * in (started at once, late, and shown late in late_ms). */
-        uint64_t now = mt_now_ns();
-        int64_t cur = (int64_t)((now - s->o.t0) / P);
-        k = cur > k ? cur : k + 1;
+    if (s->out) {
+        char msg[256];
+        report_dropped_lines(s, mt_now_ns(), 0);
+        mt_lineout_close(s->out, LINE_FLUSH_NS, msg, sizeof msg);
+        if (msg[0])
+            slog(s, "%s", msg);
     }
-    return NULL;
+    free(s);
 }
 
 /* ---- connections ---------------------------------------------------------- */
@@ -595,16 +429,11 @@ static void fail_session(mt_server *s, conn *c, const char *reason)
 
 static void verdict_line(mt_server *s, uint32_t id, int accept, const char *reason)
 {
-    char buf[512];
-    mt_ll_writer w;
-    mt_ll_begin(&w, buf, sizeof buf);
-    mt_ll_flag(&w, "admit");
-    mt_ll_u64(&w, "session", id);
-    mt_ll_f(&w, "t", tsec(s, mt_now_ns()), 3);
-    mt_ll_str(&w, "verdict", accept ? "accept" : "reject");
+    char buf[1024];
+    mt_verdict_rec v = {.session = id, .t = tsec(s, mt_now_ns()), .accept = accept};
     if (!accept)
-        mt_ll_str(&w, "reason", reason);
-    if (mt_ll_end(&w) > 0)
+        snprintf(v.reason, sizeof v.reason, "%s", reason ? reason : "");
+    if (mt_verdict_format(&v, buf, sizeof buf) > 0)
         mt_server_line(s, buf);
 }
 
@@ -657,20 +486,15 @@ static void on_hello(mt_server *s, conn *c, const mt_frame *f)
     int active = 0, pending = 0;
     mt_engine_counts(s->eng, &active, &pending);
     char buf[1024];
-    mt_ll_writer w;
-    mt_ll_begin(&w, buf, sizeof buf);
-    mt_ll_flag(&w, "request");
-    mt_ll_u64(&w, "session", c->id);
-    mt_ll_f(&w, "t", tsec(s, mt_now_ns()), 3);
-    mt_ll_int(&w, "uid", (int64_t)c->uid);
-    mt_ll_int(&w, "pid", (int64_t)c->pid);
-    mt_ll_u64(&w, "rate", h.sample_rate);
-    mt_ll_u64(&w, "frame_samples", h.frame_samples);
-    mt_ll_str(&w, "client_model", h.model);
-    mt_ll_u64(&w, "kv_bound", mt_engine_session_bound(s->eng));
-    mt_ll_int(&w, "active", active);
-    mt_ll_int(&w, "pending", pending - 1 < 0 ? 0 : pending - 1);
-    if (mt_ll_end(&w) > 0)
+    mt_request_rec rq = {
+        .session = c->id, .t = tsec(s, mt_now_ns()),
+        .uid = (int64_t)c->uid, .pid = (int64_t)c->pid,
+        .rate = h.sample_rate, .frame_samples = h.frame_samples,
+        .kv_bound = mt_engine_session_bound(s->eng),
+        .active = active, .pending = pending - 1 < 0 ? 0 : pending - 1,
+    };
+    snprintf(rq.client_model, sizeof rq.client_model, "%s", h.model);
+    if (mt_request_format(&rq, buf, sizeof buf) > 0)
         mt_server_line(s, buf);
     if (reason[0]) {
         do_reject(s, c, reason);
@@ -740,19 +564,6 @@ static void on_frame(mt_server *s, conn *c, const mt_frame *f, uint64_t now)
     }
 }
 
-/* Bytes that complete the frame being decoded (its header first). */
-static size_t frame_remaining(const mt_frame_decoder *d)
-{
-    if (d->have < MT_FRAME_HEADER_SIZE)
-        return MT_FRAME_HEADER_SIZE - d->have;
-    uint32_t len = (uint32_t)d->buf[48] | (uint32_t)d->buf[49] << 8 |
-                   (uint32_t)d->buf[50] << 16 | (uint32_t)d->buf[51] << 24;
-    if (len > MT_FRAME_MAX_PAYLOAD)
-        return 1;            /* the decoder reports the error on the next byte */
-    size_t total = MT_FRAME_HEADER_SIZE + len;
-    return total > d->have ? total - d->have : 1;
-}
-
 /* Reads what is there; returns -1 when c was freed. */
 static int conn_read(mt_server *s, conn *c)
 {
@@ -770,9 +581,9 @@ static int conn_read(mt_server *s, conn *c)
                     return 0;
             }
             size_t fb = MT_FRAME_HEADER_SIZE + (size_t)s->frame_payload;
-            size_t want = frame_remaining(&c->dec) + (size_t)(space - 1) * fb;
+            size_t want = mt_frame_decoder_need(&c->dec) + (size_t)(space - 1) * fb;
             if (!c->id)
-                want = frame_remaining(&c->dec);
+                want = mt_frame_decoder_need(&c->dec);
             if (want < cap)
                 cap = want;
         }
@@ -890,7 +701,7 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
 static void on_accept(mt_server *s)
 {
     for (;;) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(s->lis.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 slog(s, "accept: %s", strerror(errno));
@@ -929,46 +740,37 @@ static conn *find_pending(mt_server *s, uint32_t id)
     return NULL;
 }
 
-static void control_line(mt_server *s, char *line)
+static void control_line(mt_server *s, const char *line, size_t len)
 {
-    char *save = NULL, *verb = strtok_r(line, " \t\r", &save);
-    if (!verb)
+    mt_control ctl;
+    char err[160];
+    if (mt_control_parse(line, len, &ctl, err, sizeof err) != 0) {
+        slog(s, "control: ignoring malformed line: %s (want 'accept ID', "
+             "'reject ID reason' or 'limit N')", err);
         return;
+    }
     /* mt-admit also publishes its estimate as "limit N"; it is information
-     * for operators and logs, not a decision, so it is not an error. */
-    if (strcmp(verb, "limit") == 0)
+     * for operators and logs, not a decision. */
+    if (ctl.kind == MT_CONTROL_NONE || ctl.kind == MT_CONTROL_LIMIT)
         return;
-    char *ids = strtok_r(NULL, " \t\r", &save);
-    char *end = NULL;
-    unsigned long id = ids ? strtoul(ids, &end, 10) : 0;
-    if (!ids || !*ids || *end || id == 0 || id > UINT32_MAX ||
-        (strcmp(verb, "accept") != 0 && strcmp(verb, "reject") != 0)) {
-        slog(s, "control: ignoring malformed line (want 'accept ID' or 'reject ID reason')");
-        return;
-    }
-    conn *c = find_pending(s, (uint32_t)id);
+    const char *verb = ctl.kind == MT_CONTROL_ACCEPT ? "accept" : "reject";
+    conn *c = find_pending(s, ctl.session);
     if (!c || !c->pending) {
-        slog(s, "control: %s %lu: no such pending session", verb, id);
+        slog(s, "control: %s %u: no such pending session", verb, ctl.session);
         return;
     }
-    if (strcmp(verb, "accept") == 0) {
+    if (ctl.kind == MT_CONTROL_ACCEPT) {
         do_admit(s, c);
         return;
     }
-    char *reason = save ? save + strspn(save, " \t") : NULL;
-    if (reason) {
-        size_t n = strlen(reason);
-        while (n && (reason[n - 1] == '\r' || reason[n - 1] == ' '))
-            reason[--n] = 0;
-    }
-    do_reject(s, c, reason && *reason ? reason : "rejected by the admission controller");
+    do_reject(s, c, ctl.reason[0] ? ctl.reason : "rejected by the admission controller");
 }
 
 static void on_control(mt_server *s)
 {
     char buf[4096];
     for (;;) {
-        ssize_t n = read(s->ctlfd, buf, sizeof buf);
+        ssize_t n = read(s->ctl.fd, buf, sizeof buf);
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR)
                 slog(s, "control: read: %s", strerror(errno));
@@ -977,24 +779,23 @@ static void on_control(mt_server *s)
         if (n == 0) {
             slog(s, "control: %s closed; pending requests will time out",
                  s->o.control_path);
-            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->ctlfd, NULL);
-            close(s->ctlfd);
-            s->ctlfd = -1;   /* admission stays controlled: requests time out */
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->ctl.fd, NULL);
+            close(s->ctl.fd);
+            s->ctl.fd = -1;   /* admission stays controlled: requests time out */
             return;
         }
         for (ssize_t i = 0; i < n; i++) {
             char ch = buf[i];
             if (ch == '\n') {
-                if (!s->ctl_overlong) {
-                    s->ctlbuf[s->ctllen] = 0;
-                    control_line(s, s->ctlbuf);
-                } else {
-                    slog(s, "control: ignoring an overlong line");
-                }
+                if (!s->ctl_overlong)
+                    control_line(s, s->ctlbuf, s->ctllen);
+                else
+                    slog(s, "control: ignoring a line longer than %d bytes",
+                         MT_CONTROL_MAX_LINE);
                 s->ctllen = 0;
                 s->ctl_overlong = 0;
-            } else if (s->ctllen + 1 < sizeof s->ctlbuf) {
-                s->ctlbuf[s->ctllen++] = ch ? ch : ' ';
+            } else if (s->ctllen < MT_CONTROL_MAX_LINE) {
+                s->ctlbuf[s->ctllen++] = ch;
             } else {
                 s->ctl_overlong = 1;
             }
@@ -1009,11 +810,9 @@ static void begin_drain(mt_server *s, const char *why)
     s->draining = 1;
     s->drain_deadline = mt_now_ns() + s->o.drain_timeout_ns;
     slog(s, "%s: draining (no new sessions; finishing in-flight frames)", why);
-    if (s->lfd >= 0) {
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
-        close(s->lfd);
-        s->lfd = -1;
-        unlink_our_socket(s);
+    if (s->lis.fd >= 0) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
+        mt_net_listener_close(&s->lis);
     }
     for (conn *c = s->conns; c; c = c->next) {
         if (c->pending)
@@ -1043,8 +842,10 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     mt_engine_format(e, &fmt);
     s->frame_payload = (int)fmt.frame_samples * 2;
     if (s->o.stdio) {
-        set_nonblock(0);
-        set_nonblock(1);
+        if (mt_net_set_nonblock(0) != 0 || mt_net_set_nonblock(1) != 0) {
+            snprintf(err, errlen, "stdio: O_NONBLOCK: %s", strerror(errno));
+            return -1;
+        }
         conn *c = conn_new(s, 0, 1, 0);
         if (!c) {
             snprintf(err, errlen, "out of memory");
@@ -1053,11 +854,11 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         c->uid = getuid();
         c->pid = getpid();
     }
-    pthread_t th;
-    if (pthread_create(&th, NULL, tick_main, s) != 0) {
-        snprintf(err, errlen, "pthread_create: %s", strerror(errno));
+    mt_ticker *ticker = NULL;
+    mt_ticker_opts to = {.eng = e, .t0 = s->o.t0, .period_ns = s->o.frame_ns,
+                         .wake_fd = s->evfd, .log = s->o.log, .log_ctx = s->o.log_ctx};
+    if (mt_ticker_start(&to, &ticker, err, errlen) != 0)
         return -1;
-    }
     int rc = 0;
     struct epoll_event evs[64];
     uint64_t next_fill = 0;
@@ -1123,6 +924,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         }
         now = mt_now_ns();
         next_fill = mt_engine_fill_due(e, now);
+        report_dropped_lines(s, now, DROP_REPORT_NS);
         for (conn *c = s->conns, *nx; c; c = nx) {
             nx = c->next;
             if (c->pending && now >= c->admit_deadline) {
@@ -1140,8 +942,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
             break;
         }
     }
-    atomic_store(&s->stop_ticks, 1);
-    pthread_join(th, NULL);
+    mt_ticker_stop(ticker);
     while (s->conns)
         conn_free(s, s->conns, s->draining ? NULL : "server stopping");
     return rc;

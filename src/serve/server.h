@@ -2,12 +2,15 @@
  * epoll event loop, the control input, admission, signals, and the tick
  * thread that drives the engine on an absolute clock.
  *
- * Threads: the I/O thread (mt_server_run's caller) owns every descriptor;
- * the tick thread sleeps with clock_nanosleep(TIMER_ABSTIME) to tick k's
- * start t0 + k*period, runs mt_engine_tick, and wakes the I/O thread
- * through an eventfd to send what the tick produced. No descriptor is ever
- * read or written blocking (except a latency log on a regular file), so a
- * slow or dead client can neither stall the tick nor the other sessions.
+ * Threads: the I/O thread (mt_server_run's caller) owns every client and
+ * control descriptor; the tick thread (ticker.h) sleeps with
+ * clock_nanosleep(TIMER_ABSTIME) to tick k's start t0 + k*period, runs
+ * mt_engine_tick, and wakes the I/O thread through an eventfd to send what
+ * the tick produced; the line writer (lineout.h) alone writes the machine
+ * stream, blocking, from a bounded queue the other two fill without
+ * waiting. No other descriptor is ever read or written blocking, so
+ * neither a slow or dead client nor a stalled reader of the machine stream
+ * can stall the tick or the other sessions.
  */
 #ifndef MT_SERVER_H
 #define MT_SERVER_H
@@ -44,7 +47,9 @@ typedef struct mt_server mt_server;
  * input. 0, or -1 with err. */
 int  mt_server_create(const mt_server_opts *o, mt_server **out,
                       char *err, size_t errlen);
-/* The engine's line callback: ctx is the mt_server. Thread-safe. */
+/* The engine's line callback: ctx is the mt_server. Thread-safe; never
+ * waits for the reader (a line that finds the queue full is dropped and
+ * counted in the next one's lines_dropped). */
 void mt_server_line(void *ctx, const char *line);
 /* Runs until drained (SIGTERM/SIGINT) or, in stdio mode, until the session
  * ends. Returns 0, or -1 with err on a fatal error. */

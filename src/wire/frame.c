@@ -223,13 +223,7 @@ int mt_frame_decode(mt_frame_decoder *d, const uint8_t *buf, size_t len,
         goto done;
     }
     while (used < len) {
-        size_t want;
-        if (d->have < MT_FRAME_HEADER_SIZE) {
-            want = MT_FRAME_HEADER_SIZE - d->have;
-        } else {
-            size_t total = MT_FRAME_HEADER_SIZE + get_u32(d->buf + OFF_LENGTH);
-            want = total - d->have;
-        }
+        size_t want = mt_frame_decoder_need(d);
         size_t n = len - used < want ? len - used : want;
         memcpy(d->buf + d->have, buf + used, n);
         int was_header = d->have < MT_FRAME_HEADER_SIZE;
@@ -269,6 +263,17 @@ done:
     if (consumed)
         *consumed = used;
     return rc;
+}
+
+size_t mt_frame_decoder_need(const mt_frame_decoder *d)
+{
+    if (d->error)
+        return 1;
+    if (d->have < MT_FRAME_HEADER_SIZE)
+        return MT_FRAME_HEADER_SIZE - d->have;
+    /* A buffered header passed check_header, so its length is in range. */
+    size_t total = MT_FRAME_HEADER_SIZE + get_u32(d->buf + OFF_LENGTH);
+    return total > d->have ? total - d->have : 1;
 }
 
 int mt_frame_decoder_finish(const mt_frame_decoder *d)

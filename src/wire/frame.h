@@ -113,6 +113,12 @@ void mt_frame_decoder_init(mt_frame_decoder *d);
 int mt_frame_decode(mt_frame_decoder *d, const uint8_t *buf, size_t len,
                     size_t *consumed, mt_frame *out);
 
+/* Bytes that complete the frame being decoded (the rest of its header
+ * first, then of its payload): a reader that must not read past one frame
+ * asks for this many. At least 1; 1 after an error (the next call reports
+ * it). */
+size_t mt_frame_decoder_need(const mt_frame_decoder *d);
+
 /* At end of stream: MT_FERR_TRUNCATED if a partial frame is buffered, the
  * sticky error if the stream already failed, else 0. */
 int mt_frame_decoder_finish(const mt_frame_decoder *d);

@@ -6,9 +6,13 @@
  * \" and \\ escapes. The first key names the record kind:
  *
  *   tick=N ...            one per tick (mt_tick below)
- *   request session=ID .. a session waiting for admission
+ *   request session=ID .. a session waiting for admission (admission.h)
+ *   admit session=ID ...  the server's verdict on it (admission.h)
  *   frame=SEQ session=.. one per frame with --latency=frames
  *   anything else         other records (mt-replay's client lines, ...)
+ *
+ * Any line mt-serve writes may end with lines_dropped=N: N lines were
+ * dropped just before it because the reader did not keep up.
  *
  * Unknown keys are kept and ignored by the typed readers (forward
  * compatibility). Malformed syntax is an error naming the line number and

@@ -1,0 +1,92 @@
+#!/bin/bash
+# serve_stalled_reader: whoever reads mt-serve's stdout cannot hold back
+# the ticks. The consumer of the machine stream (cat, through a FIFO) is
+# stopped with SIGSTOP for a few seconds while sessions run: the ticks keep
+# their pace (the clients' frames are answered in time, consecutive tick
+# lines that got out are a period apart), the lines that found the queue
+# full are dropped and counted (lines_dropped=N on the next line that gets
+# out, and a message on stderr), and after SIGCONT the stream goes on.
+# Then the consumer is stopped again and the server is told to exit: it
+# exits within a bounded time, saying how many lines it could not write.
+. "$(dirname "$0")/lib.sh"
+grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+SOCK=$T_TMP/serve.sock
+FC=$MT_TESTBIN/mt-fakeclient
+[ -x "$FC" ] || t_skip_all "mt-fakeclient not built"
+# A 5 ms tick makes ~65 KB/s of tick lines, so the pipe (64 KiB) and the
+# server's queue (128 KiB) are full about 3 s into the stall.
+PERIOD_MS=5
+STALL_S=7
+GAPMAX=200          # ms between consecutive tick lines with no drop between
+LATMAX=1500         # ms: a frame's round trip; a stalled tick makes it ~STALL_S s
+[ -n "$MT_ASAN" ] && { GAPMAX=800; LATMAX=3000; }
+
+mkfifo "$T_TMP/fifo"
+cat "$T_TMP/fifo" >"$T_TMP/lat" &
+CAT=$!; t_track $CAT
+"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:tiny --frame-ms $PERIOD_MS \
+    >"$T_TMP/fifo" 2>"$T_TMP/log" &
+SRV=$!; t_track $SRV
+t_check "server listens" wait_for_socket "$SOCK" 300
+
+# 2 sessions for 14 s (175 frames at 80 ms); the stall is in the middle
+timeout 90 "$FC" -s "$SOCK" -n 2 -f 175 >"$T_TMP/cli" &
+FCP=$!
+sleep 3
+kill -STOP $CAT
+t_diag "consumer of stdout stopped for $STALL_S s"
+sleep $STALL_S
+kill -CONT $CAT
+wait $FCP
+t_ok $? "every frame of both sessions answered, in order, during the stall"
+lat=$(awk '/^session=/{for(i=1;i<=NF;i++) if($i ~ /^lat_max_ms=/){sub("lat_max_ms=","",$i); if($i>m) m=$i}} END{print m+0}' "$T_TMP/cli")
+t_check "no frame waited for the stalled reader: max round trip $lat ms < $LATMAX ms" \
+    awk -v l="$lat" -v m="$LATMAX" 'BEGIN{exit !(l > 0 && l < m)}'
+sleep 1     # let the consumer catch up with what was queued
+
+# ticks seen, tick numbers missing, lines_dropped summed, and the largest
+# time step between consecutive tick lines with no drop between them
+read -r nt miss drops gap < <(awk '
+    { d = 0; tk = ""; tt = ""
+      for (i = 1; i <= NF; i++) {
+          n = index($i, "="); k = substr($i, 1, n - 1); v = substr($i, n + 1)
+          if (k == "lines_dropped") d = v
+          if (k == "tick" && i == 1) tk = v
+          if (k == "t") tt = v
+      }
+      drops += d; pend += d
+      if (tk != "") {
+          if (prev != "") { miss += tk - prev - 1; if (pend == 0 && tt - pt > gap) gap = tt - pt }
+          prev = tk; pt = tt; pend = 0; nt++
+      }
+    }
+    END { printf "%d %d %d %d\n", nt, miss, drops, gap * 1000 }' "$T_TMP/lat")
+t_diag "tick lines $nt, tick numbers missing $miss, lines_dropped summed $drops, max gap $gap ms"
+t_check "lines were dropped and counted (lines_dropped=$drops)" [ "${drops:-0}" -gt 0 ]
+t_check "the ticks went on: missing tick numbers ($miss) are counted drops ($drops), give or take a few overruns" \
+    awk -v m="$miss" -v d="$drops" -v n="$nt" 'BEGIN{exit !(m - d < n / 10)}'
+t_check "consecutive tick lines a few periods apart: max gap $gap ms < $GAPMAX ms" \
+    awk -v g="$gap" -v l="$GAPMAX" 'BEGIN{exit !(g < l)}'
+t_check "stderr says lines were dropped" grep -q 'lines dropped' "$T_TMP/log"
+t_check "every tick line that got out is whole" \
+    awk '/^tick=/ && !(/ met=/ && /=[0-9.]+$/) { bad = 1 } END { exit bad }' "$T_TMP/lat"
+
+# shutdown with the reader stopped: bounded, not a hang
+kill -STOP $CAT
+sleep 4
+kill -TERM $SRV
+i=0
+while kill -0 $SRV 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+if kill -0 $SRV 2>/dev/null; then
+    t_ok 1 "SIGTERM with the reader stopped: exited within 10 s"
+    kill -CONT $CAT 2>/dev/null
+    wait $SRV
+else
+    wait $SRV; rc=$?
+    t_ok 0 "SIGTERM with the reader stopped: exited within 10 s ($((i * 100)) ms)"
+    t_check "exit status 0 (got $rc)" [ $rc = 0 ]
+fi
+kill -CONT $CAT 2>/dev/null
+t_check "stderr says how many lines were not written" grep -q 'lines not written' "$T_TMP/log"
+t_done

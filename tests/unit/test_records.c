@@ -1,0 +1,243 @@
+/* test_records.c: the admission records (src/wire/admission.c): request and
+ * verdict lines round-trip through writer and strict reader, control lines
+ * too; malformed lines of every kind are refused with a message naming the
+ * line and the key or word; the defaults of absent optional keys. */
+#include "wire/admission.h"
+#include "tap.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static mt_latline ll;   /* ~5 KiB: keep off the stack */
+static char err[256];
+
+static int parse_ll(const char *s, long lineno)
+{
+    err[0] = '\0';
+    return mt_latline_parse(s, strlen(s), lineno, &ll, err, sizeof err);
+}
+
+static int request(const char *s, mt_request_rec *r)
+{
+    if (parse_ll(s, 7) != 0)
+        return -2;
+    return mt_request_from_line(&ll, 7, r, err, sizeof err);
+}
+
+static int verdict(const char *s, mt_verdict_rec *v)
+{
+    if (parse_ll(s, 9) != 0)
+        return -2;
+    return mt_verdict_from_line(&ll, 9, v, err, sizeof err);
+}
+
+static int control(const char *s, mt_control *c)
+{
+    err[0] = '\0';
+    return mt_control_parse(s, strlen(s), c, err, sizeof err);
+}
+
+static void test_request_round_trip(void)
+{
+    mt_request_rec a = {
+        .session = 4294967295u, .t = 12.345, .uid = 1000, .pid = 4242,
+        .rate = 24000, .frame_samples = 1920, .kv_bound = 278528,
+        .active = 3, .pending = 1,
+    };
+    strcpy(a.client_model, "synthetic:tiny \"x\"");
+    char buf[1024];
+    long n = mt_request_format(&a, buf, sizeof buf);
+    ok(n > 0 && (size_t)n == strlen(buf), "request writer returns its length");
+    is_str(buf, "request session=4294967295 t=12.345 uid=1000 pid=4242 rate=24000 "
+           "frame_samples=1920 client_model=\"synthetic:tiny \\\"x\\\"\" "
+           "kv_bound=278528 active=3 pending=1", "request line as mt-serve writes it");
+    mt_request_rec b;
+    memset(&b, 0xff, sizeof b);
+    is_int(request(buf, &b), 0, "reader reads it back");
+    ok(b.session == a.session && b.t == a.t && b.uid == a.uid && b.pid == a.pid &&
+       b.rate == a.rate && b.frame_samples == a.frame_samples &&
+       b.kv_bound == a.kv_bound && b.active == a.active && b.pending == a.pending &&
+       !strcmp(b.client_model, a.client_model), "every field survives");
+    ok(mt_request_format(&a, buf, 40) < 0, "too small a buffer: -1");
+    a.session = 0;
+    ok(mt_request_format(&a, buf, sizeof buf) < 0, "session 0 is not written");
+}
+
+static void test_request_defaults_and_errors(void)
+{
+    mt_request_rec r;
+    is_int(request("request session=5", &r), 0, "only session: accepted");
+    ok(r.session == 5 && r.t == -1 && r.uid == -1 && r.pid == -1 && r.rate == 0 &&
+       r.active == 0 && r.client_model[0] == '\0', "absent keys take their defaults");
+    is_int(request("request session=6 t=0.5 future_key=x", &r), 0,
+           "unknown keys are ignored");
+    mt_request_rec keep = r;
+    static const struct { const char *line, *want; } bad[] = {
+        {"request uid=3", "line 7: key 'session': missing"},
+        {"request session=0", "line 7: key 'session': not a session id: '0'"},
+        {"request session=4294967296", "key 'session': not a session id"},
+        {"request session=-2", "key 'session'"},
+        {"request session=x1", "key 'session'"},
+        {"request session=3 t=oops", "line 7: key 't': not a time in seconds"},
+        {"request session=3 t=-1", "key 't'"},
+        {"request session=3 t=nan", "key 't'"},
+        {"request session=3 active=-1", "key 'active': not a count"},
+        {"request session=3 rate=4294967296", "key 'rate'"},
+        {"request session=3 pid=1.5", "key 'pid': not an integer"},
+        {"request session=3 client_model=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "key 'client_model': longer than 63"},
+        {"admit session=3 verdict=accept", "key 'request': not a request record "
+         "(first key is 'admit')"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = keep;
+        int rc = request(bad[i].line, &r);
+        ok(rc == -1 && strstr(err, bad[i].want) != NULL &&
+           !memcmp(&r, &keep, sizeof r), "refused, record untouched: %s (%s)",
+           bad[i].line, err);
+    }
+}
+
+static void test_verdict(void)
+{
+    char buf[1024];
+    mt_verdict_rec a = {.session = 17, .t = 3.25, .accept = 0};
+    strcpy(a.reason, "server full (--max-sessions 2)");
+    ok(mt_verdict_format(&a, buf, sizeof buf) > 0, "reject verdict written");
+    is_str(buf, "admit session=17 t=3.250 verdict=reject "
+           "reason=\"server full (--max-sessions 2)\"", "reject line");
+    mt_verdict_rec b;
+    is_int(verdict(buf, &b), 0, "read back");
+    ok(b.session == 17 && b.t == 3.25 && !b.accept &&
+       !strcmp(b.reason, a.reason), "fields survive");
+    a.accept = 1;
+    ok(mt_verdict_format(&a, buf, sizeof buf) > 0, "accept verdict written");
+    is_str(buf, "admit session=17 t=3.250 verdict=accept", "accept line has no reason");
+    is_int(verdict(buf, &b), 0, "read back");
+    ok(b.accept && b.reason[0] == '\0', "accept, no reason");
+    is_int(verdict("admit session=2 verdict=reject", &b), 0, "no t, no reason: fine");
+    ok(b.t == -1 && !b.accept, "t defaults to -1");
+    ok(mt_verdict_format(&b, buf, sizeof buf) > 0, "written again");
+    is_str(buf, "admit session=2 verdict=reject reason=\"\"", "an unknown t is left out, "
+           "so the line reads back (found by fuzz_control)");
+    is_int(verdict(buf, &b), 0, "and it does");
+
+    static const struct { const char *line, *want; } bad[] = {
+        {"admit session=2", "line 9: key 'verdict': missing"},
+        {"admit session=2 verdict=maybe", "key 'verdict': not accept or reject"},
+        {"admit verdict=accept", "key 'session': missing"},
+        {"admit session=2 verdict=accept reason=x", "key 'reason': on an accept"},
+        {"request session=2 verdict=accept", "not an admit record"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = verdict(bad[i].line, &b);
+        ok(rc == -1 && strstr(err, bad[i].want) != NULL, "refused: %s (%s)",
+           bad[i].line, err);
+    }
+    char longr[400] = "admit session=2 verdict=reject reason=";
+    memset(longr + strlen(longr), 'r', 256);
+    ok(verdict(longr, &b) == -1 && strstr(err, "longer than 255"),
+       "a reason over 255 bytes is refused (%s)", err);
+}
+
+static void test_control_round_trip(void)
+{
+    char buf[MT_CONTROL_MAX_LINE + 1];
+    mt_control c = {.kind = MT_CONTROL_ACCEPT, .session = 12};
+    ok(mt_control_format(&c, buf, sizeof buf) > 0, "accept written");
+    is_str(buf, "accept 12", "accept line");
+    c = (mt_control){.kind = MT_CONTROL_REJECT, .session = 4294967295u};
+    strcpy(c.reason, "  at limit 6 (signal 70.1 ms)\t ");
+    ok(mt_control_format(&c, buf, sizeof buf) > 0, "reject written");
+    is_str(buf, "reject 4294967295 at limit 6 (signal 70.1 ms)", "reject line, blanks trimmed");
+    mt_control d;
+    is_int(control(buf, &d), 0, "read back");
+    ok(d.kind == MT_CONTROL_REJECT && d.session == 4294967295u &&
+       !strcmp(d.reason, "at limit 6 (signal 70.1 ms)"), "fields survive");
+    c = (mt_control){.kind = MT_CONTROL_REJECT, .session = 3};
+    ok(mt_control_format(&c, buf, sizeof buf) > 0 && !strcmp(buf, "reject 3"),
+       "reject without a reason: 'reject 3'");
+    strcpy(c.reason, "a\nb\x7f");
+    ok(mt_control_format(&c, buf, sizeof buf) > 0 && !strcmp(buf, "reject 3 a?b?"),
+       "control bytes in a reason written as '?' (%s)", buf);
+    is_int(control(buf, &d), 0, "and that reads back");
+    c = (mt_control){.kind = MT_CONTROL_LIMIT, .limit = 9};
+    ok(mt_control_format(&c, buf, sizeof buf) > 0 && !strcmp(buf, "limit 9"), "limit line");
+    is_int(control("limit 9\n", &d), 0, "limit read");
+    ok(d.kind == MT_CONTROL_LIMIT && d.limit == 9, "limit 9");
+    ok(mt_control_format(&(mt_control){.kind = MT_CONTROL_ACCEPT}, buf, sizeof buf) < 0,
+       "session 0 is not written");
+    ok(mt_control_format(&(mt_control){.kind = MT_CONTROL_LIMIT, .limit = -1}, buf,
+                         sizeof buf) < 0, "negative limit is not written");
+    ok(mt_control_format(&(mt_control){.kind = 99, .session = 1}, buf, sizeof buf) < 0,
+       "unknown kind is not written");
+    c = (mt_control){.kind = MT_CONTROL_ACCEPT, .session = 123};
+    ok(mt_control_format(&c, buf, 9) < 0, "buffer one byte short: -1");
+    ok(mt_control_format(&c, buf, 11) == 10, "exact size fits");
+}
+
+static void test_control_parse(void)
+{
+    mt_control c;
+    is_int(control("accept 5\r\n", &c), 0, "CRLF accepted");
+    ok(c.kind == MT_CONTROL_ACCEPT && c.session == 5, "accept 5");
+    is_int(control("\t accept\t7  ", &c), 0, "tabs and spaces around words");
+    ok(c.session == 7, "accept 7");
+    is_int(control("reject 8", &c), 0, "reject without reason");
+    ok(c.kind == MT_CONTROL_REJECT && c.reason[0] == '\0', "empty reason");
+    is_int(control("reject 8   too\tmany  words ", &c), 0, "reason keeps inner blanks");
+    is_str(c.reason, "too\tmany  words", "reason text");
+    is_int(control("", &c), 0, "empty line");
+    ok(c.kind == MT_CONTROL_NONE, "kind NONE");
+    is_int(control("   \n", &c), 0, "blank line");
+    ok(c.kind == MT_CONTROL_NONE, "kind NONE");
+
+    mt_control keep = {.kind = MT_CONTROL_LIMIT, .limit = 77};
+    static const struct { const char *line, *want; } bad[] = {
+        {"admit 5", "unknown verb 'admit'"},
+        {"ACCEPT 5", "unknown verb"},
+        {"accept", "accept: want a session id"},
+        {"accept 0", "accept: want a session id"},
+        {"accept -5", "want a session id"},
+        {"accept +5", "want a session id"},
+        {"accept 4294967296", "want a session id"},
+        {"accept 5x", "want a session id"},
+        {"accept 5 now", "accept: unexpected words after the session id"},
+        {"limit", "limit: want a count"},
+        {"limit 2147483648", "limit: want a count"},
+        {"limit 3 4", "limit: unexpected words"},
+        {"reject 3 a\x01", "control byte 0x01"},
+        {"reject x reason", "reject: want a session id"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = keep;
+        int rc = control(bad[i].line, &c);
+        ok(rc == -1 && strstr(err, bad[i].want) != NULL && !memcmp(&c, &keep, sizeof c),
+           "refused, untouched: '%s' (%s)", bad[i].line, err);
+    }
+    char nul[] = "accept 5\0 x";
+    ok(mt_control_parse(nul, sizeof nul - 1, &c, err, sizeof err) == -1 &&
+       strstr(err, "0x00"), "a NUL inside is refused (%s)", err);
+    char big[MT_CONTROL_MAX_LINE + 8];
+    memset(big, ' ', sizeof big);
+    memcpy(big, "limit 1", 7);
+    ok(mt_control_parse(big, MT_CONTROL_MAX_LINE, &c, err, sizeof err) == 0,
+       "a line of exactly %d bytes is read", MT_CONTROL_MAX_LINE);
+    ok(mt_control_parse(big, MT_CONTROL_MAX_LINE + 1, &c, err, sizeof err) == -1 &&
+       strstr(err, "longer than"), "one byte more is refused (%s)", err);
+    char longr[400] = "reject 4 ";
+    memset(longr + strlen(longr), 'r', 256);
+    ok(control(longr, &c) == -1 && strstr(err, "longer than 255"),
+       "a reason over 255 bytes is refused (%s)", err);
+    ok(mt_control_parse(NULL, 3, &c, err, sizeof err) == -1, "NULL line with a length: -1");
+}
+
+int main(void)
+{
+    test_request_round_trip();
+    test_request_defaults_and_errors();
+    test_verdict();
+    test_control_round_trip();
+    test_control_parse();
+    return tap_done();
+}
