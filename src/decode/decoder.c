@@ -25,20 +25,24 @@ size_t mt_decoder_position_bytes(const mt_config *c, const char *backend)
     return (size_t)c->layers * 2 * c->kv_heads * c->head_dim * elem;
 }
 
-static int make_backend(mt_decoder *d, const char *name, char *err, size_t errlen)
+/* name: the element size of the pool's positions ("cpu", "cuda"); create:
+ * the backend's constructor, NULL for the one of that name. */
+static int make_backend(mt_decoder *d, const char *name,
+                        mt_backend_create_fn create, char *err, size_t errlen)
 {
     mt_kv_params kp = d->o.kv;
     kp.position_bytes = mt_decoder_position_bytes(&d->m->cfg, name);
     d->o.kv.position_bytes = kp.position_bytes;
     if (mt_kv_pool_create(&kp, &d->pool, err, errlen))
         return -1;
-    int rc;
+    if (!create) {
+        create = mt_cpu_backend_create;
 #ifdef MT_HAVE_CUDA
-    if (strcmp(name, "cuda") == 0)
-        rc = mt_cuda_backend_create(d->m, d->pool, &d->o, &d->be, err, errlen);
-    else
+        if (strcmp(name, "cuda") == 0)
+            create = mt_cuda_backend_create;
 #endif
-        rc = mt_cpu_backend_create(d->m, d->pool, &d->o, &d->be, err, errlen);
+    }
+    int rc = create(d->m, d->pool, &d->o, &d->be, err, errlen);
     if (rc == 0 && d->be->position_bytes != kp.position_bytes) {
         snprintf(err, errlen, "decoder: backend %s stores %zu bytes per position, pool has %zu",
                  d->be->name, d->be->position_bytes, kp.position_bytes);
@@ -101,7 +105,7 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
     if (o->device == MT_DEV_CUDA || o->device == MT_DEV_AUTO) {
         char why[200] = "";
         if (mt_cuda_available(why, sizeof why)) {
-            rc = make_backend(d, "cuda", err, errlen);
+            rc = make_backend(d, "cuda", NULL, err, errlen);
             if (rc == 0 || o->device == MT_DEV_CUDA)
                 goto done;
             snprintf(d->note, sizeof d->note, "CUDA backend failed (%s): using CPU", err);
@@ -122,13 +126,38 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
     if (o->device == MT_DEV_AUTO)
         snprintf(d->note, sizeof d->note, "built without CUDA: using CPU");
 #endif
-    rc = make_backend(d, "cpu", err, errlen);
+    rc = make_backend(d, "cpu", NULL, err, errlen);
     if (rc == 0)
         blas_note(d);
 #ifdef MT_HAVE_CUDA
 done:
 #endif
     if (rc) {
+        free(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int mt_decoder_create_with(const mt_model *m, const mt_decoder_opts *o,
+                           mt_backend_create_fn create, mt_decoder **out,
+                           char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!create || o->max_batch < 1 || o->max_batch > 1 << 16) {
+        snprintf(err, errlen, "decoder: no backend constructor, or max_batch %d "
+                 "outside 1..65536", o->max_batch);
+        return -1;
+    }
+    mt_decoder *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, errlen, "decoder: out of memory");
+        return -1;
+    }
+    d->m = m;
+    d->o = *o;
+    if (make_backend(d, "cpu", create, err, errlen) != 0) {
         free(d);
         return -1;
     }

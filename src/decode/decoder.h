@@ -74,8 +74,20 @@ typedef struct mt_backend {
 
 typedef struct mt_decoder mt_decoder;
 
+/* A backend constructor: reads the pool's position_bytes and blocks, sets
+ * be->position_bytes to the same value (see above). */
+typedef int (*mt_backend_create_fn)(const mt_model *m, mt_kv_pool *pool,
+                                    const mt_decoder_opts *o, mt_backend **out,
+                                    char *err, size_t errlen);
+
 int  mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
                        mt_decoder **out, char *err, size_t errlen);
+/* A decoder over the backend `create` builds, the pool sized as for the CPU
+ * backend (fp32 positions): for tests that drive the engine with a backend
+ * of known outputs and known cost (tests/unit/test_engine.c). */
+int  mt_decoder_create_with(const mt_model *m, const mt_decoder_opts *o,
+                            mt_backend_create_fn create, mt_decoder **out,
+                            char *err, size_t errlen);
 void mt_decoder_free(mt_decoder *d);
 mt_kv_pool *mt_decoder_pool(mt_decoder *d);
 const char *mt_decoder_backend_name(const mt_decoder *d);
