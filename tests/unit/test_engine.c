@@ -405,18 +405,19 @@ static void test_catch_up(void)
        (long long)t.stepped);
     is_int(F.steps, 3, "three batch steps");
 
-    /* budget: a 30 ms round leaves room for one more before 15/16 of the
-     * period (30 + 3.75 fixed + 30 <= 75), not for a third */
-    rig_open(ro, 30 * MS);
+    /* budget: rounds fit while the next one, costed from the last (25 ms
+     * per row + an eighth fixed), ends by 15/16 of the period (75 ms):
+     * after two rounds (50 ms), 50 + 3.125 + 25 > 75, so two, not three */
+    rig_open(ro, 25 * MS);
     a = open_session(0);
-    for (uint32_t k = 1; k <= 3; k++)
+    for (uint32_t k = 1; k <= 4; k++)
         send_frame(a, k);
     tick(0);
     last_tick(&t);
-    is_int(t.stepped, 2, "30 ms rounds: two fit in the period");
+    is_int(t.stepped, 2, "25 ms rounds: two fit in 15/16 of the period");
     tick(1);
     last_tick(&t);
-    is_int(t.stepped, 1, "the third catches up next tick");
+    is_int(t.stepped, 2, "the other two catch up next tick");
 
     ro.catch_up = 0;
     rig_open(ro, 10 * MS);
