@@ -81,25 +81,35 @@ static void blas_note(mt_decoder *d)
 #endif
 }
 
-int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
-                      mt_decoder **out, char *err, size_t errlen)
+/* The checked options and an empty decoder, or NULL with err. */
+static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
+                               char *err, size_t errlen)
 {
-    *out = NULL;
     if (o->max_batch < 1 || o->max_batch > 1 << 16) {
         snprintf(err, errlen, "decoder: max_batch %d outside 1..65536", o->max_batch);
-        return -1;
+        return NULL;
     }
     if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA) {
         snprintf(err, errlen, "decoder: unknown device %d", (int)o->device);
-        return -1;
+        return NULL;
     }
     mt_decoder *d = calloc(1, sizeof *d);
     if (!d) {
         snprintf(err, errlen, "decoder: out of memory");
-        return -1;
+        return NULL;
     }
     d->m = m;
     d->o = *o;
+    return d;
+}
+
+int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
+                      mt_decoder **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    mt_decoder *d = decoder_new(m, o, err, errlen);
+    if (!d)
+        return -1;
     int rc;
 #ifdef MT_HAVE_CUDA
     if (o->device == MT_DEV_CUDA || o->device == MT_DEV_AUTO) {
@@ -145,18 +155,9 @@ int mt_decoder_create_with(const mt_model *m, const mt_decoder_opts *o,
                            char *err, size_t errlen)
 {
     *out = NULL;
-    if (!create || o->max_batch < 1 || o->max_batch > 1 << 16) {
-        snprintf(err, errlen, "decoder: no backend constructor, or max_batch %d "
-                 "outside 1..65536", o->max_batch);
+    mt_decoder *d = decoder_new(m, o, err, errlen);
+    if (!d)
         return -1;
-    }
-    mt_decoder *d = calloc(1, sizeof *d);
-    if (!d) {
-        snprintf(err, errlen, "decoder: out of memory");
-        return -1;
-    }
-    d->m = m;
-    d->o = *o;
     if (make_backend(d, "cpu", create, err, errlen) != 0) {
         free(d);
         return -1;

@@ -82,9 +82,10 @@ typedef int (*mt_backend_create_fn)(const mt_model *m, mt_kv_pool *pool,
 
 int  mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
                        mt_decoder **out, char *err, size_t errlen);
-/* A decoder over the backend `create` builds, the pool sized as for the CPU
- * backend (fp32 positions): for tests that drive the engine with a backend
- * of known outputs and known cost (tests/unit/test_engine.c). */
+/* A decoder over the backend `create` builds (NULL: the CPU backend), the
+ * pool sized as for the CPU backend (fp32 positions): for tests that drive
+ * the engine with a backend of known outputs and known cost
+ * (tests/unit/test_engine.c). */
 int  mt_decoder_create_with(const mt_model *m, const mt_decoder_opts *o,
                             mt_backend_create_fn create, mt_decoder **out,
                             char *err, size_t errlen);

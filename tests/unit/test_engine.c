@@ -389,13 +389,20 @@ static void test_fill(void)
     ok(found, "the FILL frame line's bytes");
 }
 
+/* A fresh engine (steps of step_ns) with one session n frames behind. */
+static uint32_t session_behind(rig_opts ro, uint64_t step_ns, uint32_t n)
+{
+    rig_open(ro, step_ns);
+    uint32_t a = open_session(0);
+    for (uint32_t k = 1; k <= n; k++)
+        send_frame(a, k);
+    return a;
+}
+
 static void test_catch_up(void)
 {
     rig_opts ro = { .catch_up = 1 };
-    rig_open(ro, 10 * MS);
-    uint32_t a = open_session(0);
-    for (uint32_t k = 1; k <= 3; k++)
-        send_frame(a, k);           /* three frames behind at once */
+    uint32_t a = session_behind(ro, 10 * MS, 3);
     tick(0);
     drain_output(0, a);
     mt_tick t;
@@ -408,10 +415,7 @@ static void test_catch_up(void)
     /* budget: rounds fit while the next one, costed from the last (25 ms
      * per row + an eighth fixed), ends by 15/16 of the period (75 ms):
      * after two rounds (50 ms), 50 + 3.125 + 25 > 75, so two, not three */
-    rig_open(ro, 25 * MS);
-    a = open_session(0);
-    for (uint32_t k = 1; k <= 4; k++)
-        send_frame(a, k);
+    session_behind(ro, 25 * MS, 4);
     tick(0);
     last_tick(&t);
     is_int(t.stepped, 2, "25 ms rounds: two fit in 15/16 of the period");
@@ -420,10 +424,7 @@ static void test_catch_up(void)
     is_int(t.stepped, 2, "the other two catch up next tick");
 
     ro.catch_up = 0;
-    rig_open(ro, 10 * MS);
-    a = open_session(0);
-    for (uint32_t k = 1; k <= 3; k++)
-        send_frame(a, k);
+    session_behind(ro, 10 * MS, 3);
     tick(0);
     last_tick(&t);
     is_int(t.stepped, 1, "--no-catch-up: one round per tick");
