@@ -9,7 +9,7 @@
  * deadlines and from a step that ended late), catch-up rounds and their
  * budget, full-mode preemption and recompute, the stall policy, the
  * counters adding up (every input one output or one counted miss), drain,
- * a failing step.
+ * a failing step, a session closed while its row is being stepped.
  */
 #include "serve/engine.h"
 #include "decode/decoder.h"
@@ -33,6 +33,8 @@ static struct fake {
     uint64_t prefill_ns;    /* cost of one recomputed position */
     int      steps, rows, prefills, prefill_positions;
     int      fail;          /* the next step fails */
+    uint32_t close_in_step; /* the next step closes this session, as the
+                               I/O thread may while a step computes */
 } F;
 
 static uint64_t fake_clock(void *ctx)
@@ -41,11 +43,16 @@ static uint64_t fake_clock(void *ctx)
 }
 
 static int fs;              /* samples per frame of the model */
+static mt_engine *eng;
 
 static int fake_step(mt_backend *be, int B, mt_kv_seq *const *seqs,
                      const mt_step_io *io, char *err, size_t errlen)
 {
     F.now += F.step_ns;
+    if (F.close_in_step) {
+        mt_engine_close(eng, F.close_in_step);   /* the lock is not held */
+        F.close_in_step = 0;
+    }
     if (F.fail) {
         F.fail = 0;
         snprintf(err, errlen, "fake: step failed");
@@ -100,7 +107,6 @@ static void on_line(void *ctx, const char *l)
 
 static mt_model   *model;
 static mt_decoder *dec;
-static mt_engine  *eng;
 static char        err[512];
 
 typedef struct rig_opts {
@@ -585,6 +591,30 @@ static void test_step_failure(void)
        (long long)t.miss);
 }
 
+static void test_close_in_flight(void)
+{
+    rig_opts ro = { .catch_up = 1 };
+    rig_open(ro, 10 * MS);
+    uint32_t a = open_session(0), b = open_session(1);
+    send_frame(a, 1);
+    send_frame(b, 1);
+    F.close_in_step = a;
+    ok(tick(0) == 0, "a connection gone during the step: the tick goes on");
+    mt_sess_status st;
+    ok(mt_engine_status(eng, a, &st) == -1 && !st.known, "its session is gone");
+    drain_output(1, b);
+    ok(S[1].real == 1, "the other row is delivered");
+    mt_tick t;
+    last_tick(&t);
+    ok(t.in == 2 && t.out == 1 && t.miss == 1 && t.active == 1,
+       "its stepped input is a counted miss (in %lld out %lld miss %lld)",
+       (long long)t.in, (long long)t.out, (long long)t.miss);
+    send_frame(b, 2);
+    tick(1);
+    drain_output(1, b);
+    ok(S[1].real == 2, "the engine goes on without it");
+}
+
 int main(void)
 {
     if (mt_model_load("synthetic:tiny", 0, &model, err, sizeof err)) {
@@ -600,6 +630,7 @@ int main(void)
     test_counters();
     test_drain();
     test_step_failure();
+    test_close_in_flight();
     rig_close();
     mt_model_free(model);
     return tap_done();
