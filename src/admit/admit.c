@@ -11,6 +11,7 @@
  * uncertainty shrinks as the controller climbs and observes more levels.
  */
 #include "admit/admit.h"
+#include "util/stats.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -218,11 +219,6 @@ static int cmp_float(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-static double median_sorted(const float *v, int n)
-{
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Median and sigma (MAD x 1.4826, with the small-sample correction of
  * Croux and Rousseeuw, floored) of a level over its samples that are
  * younger than forget_ticks and not older than the last change point;
@@ -243,14 +239,14 @@ static int level_est(const mt_admit *a, const level *l, int recent, double *med,
     if (n == 0)
         return 0;
     qsort(v, (size_t)n, sizeof *v, cmp_float);
-    double m = median_sorted(v, n);
+    double m = mt_stats_median_sorted(v, (size_t)n);
     for (int i = 0; i < n; i++)
         v[i] = (float)fabs(v[i] - m);
     qsort(v, (size_t)n, sizeof *v, cmp_float);
     static const double corr[10] = {0, 0, 1.196, 1.495, 1.363, 1.206, 1.200, 1.140,
                                     1.129, 1.107};
     double c = n < 10 ? corr[n] : (double)n / (n - 0.8);
-    double s = 1.4826 * c * median_sorted(v, n);
+    double s = 1.4826 * c * mt_stats_median_sorted(v, (size_t)n);
     double floor_s = 0.01 * m + 0.02;   /* quantised timings: never zero */
     *med = m;
     *sigma = s > floor_s ? s : floor_s;

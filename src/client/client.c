@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "client/client.h"
+#include "util/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -127,9 +128,8 @@ uint64_t mt_pctl_quantile(const mt_pctl *p, double q)
         return p->max_ns;
     if (q <= 0)
         return p->min_ns;
-    uint64_t rank = (uint64_t)(q * (double)p->count);
-    if (rank >= p->count)
-        rank = p->count - 1;
+    /* the bucket holding the value of the shared rank rule */
+    uint64_t rank = mt_stats_rank(p->count, q);
     uint64_t seen = 0;
     for (int i = 0; i < MT_PCTL_OCTAVES * MT_PCTL_SUB; i++) {
         seen += p->bucket[i];

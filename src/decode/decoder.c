@@ -68,17 +68,19 @@ static void auto_budget(mt_decoder *d, mt_kv_params *kp)
                  pb.position_bytes ? kp->budget_bytes / pb.position_bytes : 0);
 }
 
-/* The backend first, then the pool in its K/V dtype (backend.h). */
-static int make_backend(mt_decoder *d, const char *name, char *err, size_t errlen)
+/* The backend first, then the pool in its K/V dtype (backend.h). create:
+ * the backend's constructor, NULL for the one called name. */
+static int make_backend(mt_decoder *d, const char *name,
+                        mt_backend_create_fn create, char *err, size_t errlen)
 {
-    int rc;
+    if (!create) {
+        create = mt_cpu_backend_create;
 #ifdef MT_HAVE_CUDA
-    if (strcmp(name, "cuda") == 0)
-        rc = mt_cuda_backend_create(d->m, &d->o, &d->be, err, errlen);
-    else
+        if (strcmp(name, "cuda") == 0)
+            create = mt_cuda_backend_create;
 #endif
-        rc = mt_cpu_backend_create(d->m, &d->o, &d->be, err, errlen);
-    if (rc)
+    }
+    if (create(d->m, &d->o, &d->be, err, errlen))
         return -1;
     mt_kv_params kp = d->o.kv;
     size_t note_len = strlen(d->note);
@@ -115,31 +117,41 @@ static void blas_note(mt_decoder *d)
 #endif
 }
 
-int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
-                      mt_decoder **out, char *err, size_t errlen)
+/* The checked options and an empty decoder, or NULL with err. */
+static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
+                               char *err, size_t errlen)
 {
-    *out = NULL;
     if (o->max_batch < 1 || o->max_batch > 1 << 16) {
         snprintf(err, errlen, "decoder: max_batch %d outside 1..65536", o->max_batch);
-        return -1;
+        return NULL;
     }
     if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA) {
         snprintf(err, errlen, "decoder: unknown device %d", (int)o->device);
-        return -1;
+        return NULL;
     }
     mt_decoder *d = calloc(1, sizeof *d);
     if (!d) {
         snprintf(err, errlen, "decoder: out of memory");
-        return -1;
+        return NULL;
     }
     d->m = m;
     d->o = *o;
+    return d;
+}
+
+int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
+                      mt_decoder **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    mt_decoder *d = decoder_new(m, o, err, errlen);
+    if (!d)
+        return -1;
     int rc;
 #ifdef MT_HAVE_CUDA
     if (o->device == MT_DEV_CUDA || o->device == MT_DEV_AUTO) {
         char why[200] = "";
         if (mt_cuda_available(why, sizeof why)) {
-            rc = make_backend(d, "cuda", err, errlen);
+            rc = make_backend(d, "cuda", NULL, err, errlen);
             if (rc == 0 || o->device == MT_DEV_CUDA)
                 goto done;
             snprintf(d->note, sizeof d->note, "CUDA backend failed (%s): using CPU", err);
@@ -160,13 +172,29 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
     if (o->device == MT_DEV_AUTO)
         snprintf(d->note, sizeof d->note, "built without CUDA: using CPU");
 #endif
-    rc = make_backend(d, "cpu", err, errlen);
+    rc = make_backend(d, "cpu", NULL, err, errlen);
     if (rc == 0)
         blas_note(d);
 #ifdef MT_HAVE_CUDA
 done:
 #endif
     if (rc) {
+        free(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int mt_decoder_create_with(const mt_model *m, const mt_decoder_opts *o,
+                           mt_backend_create_fn create, mt_decoder **out,
+                           char *err, size_t errlen)
+{
+    *out = NULL;
+    mt_decoder *d = decoder_new(m, o, err, errlen);
+    if (!d)
+        return -1;
+    if (make_backend(d, "cpu", create, err, errlen) != 0) {
         free(d);
         return -1;
     }

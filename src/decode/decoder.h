@@ -59,9 +59,22 @@ typedef struct mt_step_io {
 
 
 typedef struct mt_decoder mt_decoder;
+struct mt_backend;
+
+/* A backend constructor (decode/backend.h): builds the backend without a
+ * pool; the decoder then sizes the pool from the backend's kv_elem_bytes. */
+typedef int (*mt_backend_create_fn)(const mt_model *m, const mt_decoder_opts *o,
+                                    struct mt_backend **out, char *err, size_t errlen);
 
 int  mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
                        mt_decoder **out, char *err, size_t errlen);
+/* A decoder over the backend `create` builds (NULL: the CPU backend), the
+ * pool sized from its kv_elem_bytes: for tests that drive
+ * the engine with a backend of known outputs and known cost
+ * (tests/unit/test_engine.c). */
+int  mt_decoder_create_with(const mt_model *m, const mt_decoder_opts *o,
+                            mt_backend_create_fn create, mt_decoder **out,
+                            char *err, size_t errlen);
 void mt_decoder_free(mt_decoder *d);
 mt_kv_pool *mt_decoder_pool(mt_decoder *d);
 const char *mt_decoder_backend_name(const mt_decoder *d);

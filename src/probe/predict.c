@@ -19,6 +19,7 @@
  * frame clock until the pool is full: compute limits are the sweep's job.
  */
 #include "util/errmsg.h"
+#include "util/stats.h"
 #include "probe/probe.h"
 #include "model/model.h"
 
@@ -237,9 +238,9 @@ int mt_predict(const mt_predict_params *p, mt_predict_result *r,
     r->t_p10 = r->t_p50 = r->t_p90 = -1;
     if (r->overflowed) {
         qsort(t, (size_t)r->overflowed, sizeof *t, dcmp);
-        r->t_p10 = mt_probe_percentile(t, (size_t)r->overflowed, 0.10);
-        r->t_p50 = mt_probe_percentile(t, (size_t)r->overflowed, 0.50);
-        r->t_p90 = mt_probe_percentile(t, (size_t)r->overflowed, 0.90);
+        r->t_p10 = mt_stats_percentile(t, (size_t)r->overflowed, 0.10);
+        r->t_p50 = mt_stats_percentile(t, (size_t)r->overflowed, 0.50);
+        r->t_p90 = mt_stats_percentile(t, (size_t)r->overflowed, 0.90);
     }
     free(t);
     return 0;

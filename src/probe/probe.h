@@ -162,9 +162,6 @@ void mt_summary_print(FILE *out, const mt_summary *s, int format,
 long mt_summary_bad_lines(const mt_summary *s);
 long mt_summary_records(const mt_summary *s);
 
-/* Exact percentile of v[0..n) (sorts v in place); q in [0,1]. */
-double mt_probe_percentile(double *v, size_t n, double q);
-
 /* ---- input audio for sweep and soak sessions (source.c) ---------- */
 /* Synthetic audio (a different voiced tone per session, deterministic) or
  * a file played in a loop, each session starting at its own offset. */

@@ -18,6 +18,7 @@
  * same clock as the prediction (mt_predict_one of the run's seed).
  */
 #include "util/errmsg.h"
+#include "util/stats.h"
 #include "probe/probe.h"
 #include "probe/spawn.h"
 #include "client/client.h"
@@ -425,7 +426,7 @@ out:
 
 static double median_of(double *v, int n)
 {
-    return n ? mt_probe_percentile(v, (size_t)n, 0.5) : -1;
+    return n ? mt_stats_percentile(v, (size_t)n, 0.5) : -1;
 }
 
 static void print_row(FILE *out, const mt_soak_opts *o, const mt_soak_run *r)

@@ -10,6 +10,7 @@
  * truthful deadline figure beside the naive one.
  */
 #include "util/errmsg.h"
+#include "util/stats.h"
 #include "probe/probe.h"
 #include "wire/latline.h"
 
@@ -212,30 +213,6 @@ int mt_summary_read(mt_summary *s, FILE *in, int strict, char *err,
     return rc;
 }
 
-static int dcmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double mt_probe_percentile(double *v, size_t n, double q)
-{
-    if (!n)
-        return NAN;
-    /* Callers may pass sorted data; sorting again is cheap next to I/O. */
-    qsort(v, n, sizeof *v, dcmp);
-    if (q <= 0)
-        return v[0];
-    if (q >= 1)
-        return v[n - 1];
-    /* Nearest rank: the smallest value with at least q of the data at or
-     * below it: a p99 is a value that was actually observed. */
-    size_t r = (size_t)ceil(q * (double)n);
-    if (r < 1)
-        r = 1;
-    return v[r - 1];
-}
-
 static void num(FILE *out, double v, int tsv)
 {
     if (isnan(v))
@@ -287,10 +264,10 @@ void mt_summary_print(FILE *out, const mt_summary *s, int format,
                 fprintf(out, "%-*s %-*s %8zu", kw, k->name, yw, key->name,
                         key->n);
             num(out, key->n ? sum / (double)key->n : NAN, tsv);
-            num(out, mt_probe_percentile(key->v, key->n, 0.50), tsv);
-            num(out, mt_probe_percentile(key->v, key->n, 0.90), tsv);
-            num(out, mt_probe_percentile(key->v, key->n, 0.99), tsv);
-            num(out, mt_probe_percentile(key->v, key->n, 1.0), tsv);
+            num(out, mt_stats_percentile(key->v, key->n, 0.50), tsv);
+            num(out, mt_stats_percentile(key->v, key->n, 0.90), tsv);
+            num(out, mt_stats_percentile(key->v, key->n, 0.99), tsv);
+            num(out, mt_stats_percentile(key->v, key->n, 1.0), tsv);
             num(out, sum, tsv);
             fputc('\n', out);
         }

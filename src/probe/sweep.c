@@ -14,6 +14,7 @@
  * running server's stdout is appended to (--ticks, read like tail -f).
  */
 #include "util/errmsg.h"
+#include "util/stats.h"
 #include "probe/probe.h"
 #include "probe/spawn.h"
 #include "client/client.h"
@@ -260,10 +261,10 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
     row->frames = x->frames;
     row->real = x->real;
     row->fills = x->fills;
-    row->p50_ms = mt_probe_percentile(x->lat, x->nlat, 0.50);
-    row->p99_ms = mt_probe_percentile(x->lat, x->nlat, 0.99);
-    row->max_ms = mt_probe_percentile(x->lat, x->nlat, 1.0);
-    row->rtt_p99_ms = mt_probe_percentile(x->rtt, x->nrtt, 0.99);
+    row->p50_ms = mt_stats_percentile(x->lat, x->nlat, 0.50);
+    row->p99_ms = mt_stats_percentile(x->lat, x->nlat, 0.99);
+    row->max_ms = mt_stats_percentile(x->lat, x->nlat, 1.0);
+    row->rtt_p99_ms = mt_stats_percentile(x->rtt, x->nrtt, 0.99);
     /* Truthful p99: the fills are the worst frames of all. */
     uint64_t all = x->real + x->fills;
     if (!all)

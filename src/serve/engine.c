@@ -16,9 +16,59 @@
  * every input it consumed (its history) and, once blocks are free again,
  * is recomputed with one mt_decoder_prefill of its whole history before it
  * steps. `stall` leaves the session waiting for a later tick.
+ *
+ * The clock: every time this file uses comes from e->now() (the options'
+ * clock, CLOCK_MONOTONIC by default), so a test drives deadlines, FILL and
+ * catch-up with a clock of its own (tests/unit/test_engine.c).
+ *
+ * A session's life. The state (sess.state) and the function that moves it:
+ *
+ *     mt_engine_session_new
+ *              |
+ *              v
+ *         S_PENDING --------- mt_engine_reject, mt_engine_fail ---------+
+ *              |                                                         |
+ *              | mt_engine_admit (KV sequence opened, ACCEPT queued)     |
+ *              v                                                         v
+ *         S_ACTIVE ---------- maybe_end (input ended and every ------> S_ENDED
+ *              |              queued input answered: END queued)         |
+ *              |  ----------- mt_engine_fail, deliver_row (step failed, |
+ *              |              no memory for history: ERROR queued) ---->|
+ *              |                                                         |
+ *              +--- mt_engine_close ----------+--------------------------+
+ *                                             |
+ *                     not in a batch: freed at once (remove_sess)
+ *                     in a batch (in_batch):  S_GONE, freed by batch_deliver
+ *
+ * S_ENDED sends what is queued (END, REJECT or ERROR last); the server
+ * closes the connection once it is out and calls mt_engine_close. S_GONE is
+ * invisible to every call (find() skips it): only the tick thread, which is
+ * stepping it, still holds it.
+ *
+ * Flags beside the state, each orthogonal to it:
+ *   in_batch     set by batch_gather, cleared by batch_deliver. The step
+ *                runs without the lock and reads the session's KV sequence
+ *                and history, so mt_engine_close makes it S_GONE instead of
+ *                freeing it, maybe_end waits for it, and make_room never
+ *                preempts it.
+ *   input_ended  set by mt_engine_input_end and mt_engine_drain, in
+ *                S_PENDING too (a drained server still admits what it had
+ *                promised), so a flag, not a state: S_ACTIVE with it set is
+ *                "ending".
+ *   kv->released set by make_room (mt_kv_release: preempted), cleared by
+ *                kv.c when mt_kv_reserve gives the blocks back; that round
+ *                the batch row recomputes the history (mt_batch.recompute).
+ *   overflow     set by push_frame when the output queue is full: the
+ *                client does not read; the server disconnects it.
+ * Folded into the state or the batch (they were flags): `dead` is S_GONE;
+ * `inflight` and `in_round` were the same fact, in_batch; the per-round
+ * `prefill` belongs to the batch row; the queue `epoch` is gone, because
+ * every throw-away of the queue (drop_queue, maybe_end) leaves S_ACTIVE for
+ * good, so batch_deliver's state check says what the epoch said.
  */
 #define _GNU_SOURCE
 #include "serve/engine.h"
+#include "util/stats.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -29,7 +79,7 @@
 
 #define MAX_ROUNDS 4      /* batch + catch-up rounds in one tick */
 
-enum { S_PENDING = 0, S_ACTIVE = 1, S_ENDED = 2 };
+enum { S_PENDING = 0, S_ACTIVE = 1, S_ENDED = 2, S_GONE = 3 };
 
 typedef struct in_entry {
     uint32_t seq;
@@ -39,10 +89,8 @@ typedef struct in_entry {
 
 typedef struct sess {
     uint32_t   id;
-    int        state;
-    int        dead;          /* connection gone; freed when not in flight */
-    int        inflight;      /* rows of the running batch */
-    unsigned   epoch;         /* bumped when the queue is thrown away */
+    int        state;         /* S_*: see the drawing above */
+    int        in_batch;      /* a row of the batch being stepped */
     int        input_ended;
     uint64_t   order;         /* admission order: larger is newer */
     mt_kv_seq *kv;
@@ -53,19 +101,36 @@ typedef struct sess {
     /* consumed inputs, for recompute after preemption [hist_n, fs] */
     int16_t   *hist;
     int64_t    hist_n, hist_cap;
-    int        prefill;       /* this round: recompute hist_n first */
-    int        in_round;
     /* encoded output bytes: ob[ob_head .. ob_head+ob_len) */
     uint8_t   *ob;
     size_t     ob_head, ob_len, ob_cap;
     int        overflow;
 } sess;
 
-typedef struct row {
-    sess    *s;
-    int      qidx;
-    unsigned epoch;
-} row;
+/* One round's batch: what the tick thread steps at once, as llama.cpp's
+ * llama_batch is what one decode call takes. Gathered under the lock
+ * (batch_gather), stepped without it (batch_step), delivered under it
+ * (batch_deliver). Buffers sized for max_sessions rows at creation. */
+typedef struct mt_batch {
+    int         n;           /* rows this round */
+    sess      **sess;        /* [max_sessions] the row's session */
+    int        *recompute;   /* [max_sessions] 1: prefill its history first
+                                (preempted earlier; the vLLM recompute) */
+    mt_kv_seq **seqs;        /* [max_sessions] what the decoder steps */
+    int16_t    *pcm_in;      /* [max_sessions, fs] each row's queue head */
+    int16_t    *pcm_out;     /* [max_sessions, fs] the step's outputs */
+    uint64_t    t_start;     /* clock before the recompute prefills */
+    uint64_t    t_step;      /* clock before the batch step */
+    uint64_t    t_ready;     /* clock after it: the outputs are ready */
+} mt_batch;
+
+/* Figures of one tick record, counted as they happen and reset when the
+ * record is written. */
+typedef struct tick_counts {
+    int64_t in, out, fill, miss, preempted;
+    int64_t met_real;    /* real outputs by their deadline */
+    int64_t answered;    /* inputs answered (real, FILL, or lost output) */
+} tick_counts;
 
 typedef struct strbuf {
     char  *p;
@@ -86,18 +151,17 @@ struct mt_engine {
     uint32_t        next_id;
     uint64_t        next_order;
 
-    /* batch buffers (tick thread only) */
-    row            *rows;
-    int16_t        *pcm_in, *pcm_out;   /* [max_sessions, fs] */
+    uint64_t      (*clock)(void *ctx);  /* never NULL: see now() */
+    void           *clock_ctx;
+
+    mt_batch        batch;              /* tick thread only */
     double         *lat;                /* per-frame latencies of a tick */
     int             nlat, latcap;
     uint8_t        *enc;                /* one encoded frame */
     int16_t        *silence;            /* [fs] zeros */
     strbuf          tick_lines, fill_lines;
 
-    /* per-tick counters (reset when a tick record is written) */
-    int64_t c_in, c_out, c_fill, c_miss, c_preempted;
-    int64_t c_met_real, c_answered;
+    tick_counts     c;                  /* this tick's, under the lock */
     /* totals */
     int64_t admitted, rejected;
 };
@@ -107,6 +171,18 @@ uint64_t mt_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t monotonic_clock(void *ctx)
+{
+    (void)ctx;
+    return mt_now_ns();
+}
+
+/* The engine's time: every timestamp and deadline comes from here. */
+static uint64_t now(mt_engine *e)
+{
+    return e->clock(e->clock_ctx);
 }
 
 void mt_engine_opts_default(mt_engine_opts *o)
@@ -158,7 +234,7 @@ static void sb_flush(mt_engine *e, strbuf *b)
 static sess *find(mt_engine *e, uint32_t id)
 {
     for (int i = 0; i < e->ns; i++)
-        if (e->s[i]->id == id && !e->s[i]->dead)
+        if (e->s[i]->id == id && e->s[i]->state != S_GONE)
             return e->s[i];
     return NULL;
 }
@@ -194,7 +270,7 @@ static void push_ctl(mt_engine *e, sess *s, int type, const void *payload,
     mt_frame f = {0};
     f.type = (uint8_t)type;
     f.session = s->id;
-    f.t_send = mt_now_ns();
+    f.t_send = now(e);
     f.length = (uint32_t)len;
     f.payload = payload;
     push_frame(e, s, &f);
@@ -238,23 +314,21 @@ static void drop_queue(mt_engine *e, sess *s)
 {
     for (int i = 0; i < s->qlen; i++)
         if (!s->q[(s->qhead + i) % s->qcap].answered)
-            e->c_miss++;
+            e->c.miss++;
     s->qlen = 0;
     s->qhead = 0;
-    s->epoch++;
 }
 
 /* Queues END once the client's input ended and every input is answered. */
 static void maybe_end(mt_engine *e, sess *s)
 {
-    if (s->state != S_ACTIVE || !s->input_ended || s->inflight)
+    if (s->state != S_ACTIVE || !s->input_ended || s->in_batch)
         return;
     for (int i = 0; i < s->qlen; i++)
         if (!s->q[(s->qhead + i) % s->qcap].answered)
             return;
     /* what is left was answered by FILL: the model need not consume it */
     s->qlen = 0;
-    s->epoch++;
     push_ctl(e, s, MT_FRAME_END, NULL, 0);
     s->state = S_ENDED;
 }
@@ -287,17 +361,23 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
     e->cfg = m->cfg;
     e->fs = m->cfg.frame_samples;
     e->t0 = t0;
+    e->clock = o->clock ? o->clock : monotonic_clock;
+    e->clock_ctx = o->clock ? o->clock_ctx : NULL;
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     size_t B = (size_t)o->max_sessions;
-    e->rows = calloc(B, sizeof *e->rows);
-    e->pcm_in = calloc(B * (size_t)e->fs, sizeof(int16_t));
-    e->pcm_out = calloc(B * (size_t)e->fs, sizeof(int16_t));
+    mt_batch *b = &e->batch;
+    b->sess = calloc(B, sizeof *b->sess);
+    b->recompute = calloc(B, sizeof *b->recompute);
+    b->seqs = calloc(B, sizeof *b->seqs);
+    b->pcm_in = calloc(B * (size_t)e->fs, sizeof(int16_t));
+    b->pcm_out = calloc(B * (size_t)e->fs, sizeof(int16_t));
     e->latcap = (int)B * MAX_ROUNDS;
     e->lat = calloc((size_t)e->latcap, sizeof(double));
     e->enc = malloc(frame_bytes(e) + MT_REASON_MAX + 128);
     e->silence = calloc((size_t)e->fs, sizeof(int16_t));
-    if (!e->rows || !e->pcm_in || !e->pcm_out || !e->lat || !e->enc || !e->silence) {
+    if (!b->sess || !b->recompute || !b->seqs || !b->pcm_in || !b->pcm_out ||
+        !e->lat || !e->enc || !e->silence) {
         mt_engine_free(e);
         snprintf(err, errlen, "engine: out of memory");
         return -1;
@@ -313,9 +393,11 @@ void mt_engine_free(mt_engine *e)
     for (int i = 0; i < e->ns; i++)
         free_sess(e, e->s[i]);
     free(e->s);
-    free(e->rows);
-    free(e->pcm_in);
-    free(e->pcm_out);
+    free(e->batch.sess);
+    free(e->batch.recompute);
+    free(e->batch.seqs);
+    free(e->batch.pcm_in);
+    free(e->batch.pcm_out);
     free(e->lat);
     free(e->enc);
     free(e->silence);
@@ -389,7 +471,7 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     }
     int active = 0;
     for (int i = 0; i < e->ns; i++)
-        if (e->s[i]->state == S_ACTIVE && !e->s[i]->dead)
+        if (e->s[i]->state == S_ACTIVE)
             active++;
     if (active >= e->o.max_sessions) {
         snprintf(why, whylen, "server full (%d sessions)", e->o.max_sessions);
@@ -483,9 +565,9 @@ int mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
         rc = -1;
         goto out;
     }
-    e->c_in++;
+    e->c.in++;
     if (s->qlen >= s->qcap) {
-        e->c_miss++;          /* dropped: a counted miss, never silent */
+        e->c.miss++;          /* dropped: a counted miss, never silent */
         rc = 1;
         goto out;
     }
@@ -550,8 +632,8 @@ void mt_engine_close(mt_engine *e, uint32_t id)
         if (s->state == S_PENDING)
             e->rejected++;    /* left before a decision: not admitted */
         s->state = S_ENDED;
-        if (s->inflight)
-            s->dead = 1;      /* the tick thread frees it */
+        if (s->in_batch)
+            s->state = S_GONE;    /* the tick thread frees it */
         else
             remove_sess(e, s);
     }
@@ -596,7 +678,7 @@ void mt_engine_drain(mt_engine *e)
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->ns; i++) {
         sess *s = e->s[i];
-        if (s->dead)
+        if (s->state == S_GONE)
             continue;
         s->input_ended = 1;
         maybe_end(e, s);
@@ -617,8 +699,6 @@ void mt_engine_counts(mt_engine *e, int *active, int *pending)
     int a = 0, p = 0;
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->ns; i++) {
-        if (e->s[i]->dead)
-            continue;
         a += e->s[i]->state == S_ACTIVE;
         p += e->s[i]->state == S_PENDING;
     }
@@ -629,32 +709,83 @@ void mt_engine_counts(mt_engine *e, int *active, int *pending)
         *pending = p;
 }
 
-/* ---- per-frame lines ------------------------------------------------------ */
+/* ---- answers: real outputs, FILL, per-frame lines ------------------------- */
 
 static void frame_line(mt_engine *e, strbuf *b, const sess *s,
                        const in_entry *q, int fill, uint64_t t_start,
                        uint64_t t_ready, int met)
 {
+    mt_frame_rec r = {
+        .frame = q->seq,
+        .session = s->id,
+        .t = (double)(t_ready - e->t0) / 1e9,
+        .fill = fill,
+        .latency_ms = (double)(t_ready - q->t_arrive) / 1e6,
+        .wait_ms = (double)(t_start - q->t_arrive) / 1e6,
+        .compute_ms = (double)(t_ready - t_start) / 1e6,
+        .met = met,
+    };
     char buf[512];
-    mt_ll_writer w;
-    mt_ll_begin(&w, buf, sizeof buf);
-    mt_ll_u64(&w, "frame", q->seq);
-    mt_ll_u64(&w, "session", s->id);
-    mt_ll_f(&w, "t", (double)(t_ready - e->t0) / 1e9, 3);
-    mt_ll_int(&w, "fill", fill);
-    mt_ll_f(&w, "latency_ms", (double)(t_ready - q->t_arrive) / 1e6, 3);
-    if (!fill) {
-        mt_ll_f(&w, "wait_ms", (double)(t_start - q->t_arrive) / 1e6, 3);
-        mt_ll_f(&w, "compute_ms", (double)(t_ready - t_start) / 1e6, 3);
-    }
-    mt_ll_int(&w, "met", met);
-    if (mt_ll_end(&w) > 0)
+    if (mt_frame_rec_format(&r, buf, sizeof buf) > 0)
         sb_add(b, buf);
+}
+
+/* Answers q with FILL (silence) at time t: the one place a FILL frame is
+ * built, for the I/O thread's deadlines and for a step that ended past one.
+ * Under the lock. */
+static void send_fill(mt_engine *e, sess *s, in_entry *q, uint64_t t,
+                      strbuf *lines)
+{
+    mt_frame f = {0};
+    f.type = MT_FRAME_AUDIO;
+    f.flags = MT_FLAG_FILL;
+    f.session = s->id;
+    f.seq = q->seq;
+    f.t_send = t;
+    f.t_arrive = q->t_arrive;
+    f.t_ready = t;
+    f.length = (uint32_t)e->fs * 2;
+    f.payload = (const uint8_t *)e->silence;
+    q->answered = 1;
+    if (push_frame(e, s, &f))
+        e->c.fill++;
+    else
+        e->c.miss++;
+    e->c.answered++;
+    if (e->o.frame_lines)
+        frame_line(e, lines, s, q, 1, t, t, 0);
+}
+
+/* Answers q with the model's output pcm, computed from t_start to t_ready.
+ * Under the lock. */
+static void send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
+                        uint64_t t_start, uint64_t t_ready, strbuf *lines)
+{
+    int met = t_ready <= q->deadline;
+    mt_frame f = {0};
+    f.type = MT_FRAME_AUDIO;
+    f.session = s->id;
+    f.seq = q->seq;
+    f.t_send = now(e);
+    f.t_arrive = q->t_arrive;
+    f.t_start = t_start;
+    f.t_ready = t_ready;
+    f.length = (uint32_t)e->fs * 2;
+    f.payload = (const uint8_t *)pcm;
+    if (push_frame(e, s, &f)) {
+        e->c.out++;
+        e->c.met_real += met;
+    } else {
+        e->c.miss++;
+    }
+    e->c.answered++;
+    if (e->o.frame_lines)
+        frame_line(e, lines, s, q, 0, t_start, t_ready, met);
 }
 
 /* ---- FILL deadlines (I/O thread) ------------------------------------------ */
 
-uint64_t mt_engine_fill_due(mt_engine *e, uint64_t now)
+uint64_t mt_engine_fill_due(mt_engine *e, uint64_t t)
 {
     uint64_t next = 0;
     if (!e->o.fill)
@@ -662,37 +793,18 @@ uint64_t mt_engine_fill_due(mt_engine *e, uint64_t now)
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->ns; i++) {
         sess *s = e->s[i];
-        if (s->dead || s->state != S_ACTIVE)
+        if (s->state != S_ACTIVE)
             continue;
         for (int j = 0; j < s->qlen; j++) {
-            int idx = (s->qhead + j) % s->qcap;
-            in_entry *q = &s->q[idx];
+            in_entry *q = &s->q[(s->qhead + j) % s->qcap];
             if (q->answered)
                 continue;
-            if (q->deadline <= now) {
-                mt_frame f = {0};
-                f.type = MT_FRAME_AUDIO;
-                f.flags = MT_FLAG_FILL;
-                f.session = s->id;
-                f.seq = q->seq;
-                f.t_send = now;
-                f.t_arrive = q->t_arrive;
-                f.t_ready = now;
-                f.length = (uint32_t)e->fs * 2;
-                f.payload = (const uint8_t *)e->silence;
-                q->answered = 1;
-                if (push_frame(e, s, &f))
-                    e->c_fill++;
-                else
-                    e->c_miss++;
-                e->c_answered++;
-                if (e->o.frame_lines)
-                    frame_line(e, &e->fill_lines, s, q, 1, now, now, 0);
-            } else {
+            if (q->deadline > t) {
                 if (!next || q->deadline < next)
                     next = q->deadline;
                 break;        /* deadlines grow along the queue */
             }
+            send_fill(e, s, q, t, &e->fill_lines);
         }
         maybe_end(e, s);
     }
@@ -701,34 +813,16 @@ uint64_t mt_engine_fill_due(mt_engine *e, uint64_t now)
     return next;
 }
 
-/* ---- the tick (tick thread) ----------------------------------------------- */
+/* ---- room in the KV pool (tick thread, under the lock) -------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pctl(const double *v, int n, double q)
-{
-    if (n <= 0)
-        return 0;
-    int k = (int)(q * n + 0.999999) - 1;
-    if (k < 0)
-        k = 0;
-    if (k >= n)
-        k = n - 1;
-    return v[k];
-}
-
-/* The newest session holding KV blocks and not in this round: the
+/* The newest session holding KV blocks and not in this round's batch: the
  * preemption victim (may be s itself). */
 static sess *victim(mt_engine *e)
 {
     sess *v = NULL;
     for (int i = 0; i < e->ns; i++) {
         sess *c = e->s[i];
-        if (c->dead || !c->kv || c->kv->nblocks == 0 || c->in_round)
+        if (c->state == S_GONE || !c->kv || c->kv->nblocks == 0 || c->in_batch)
             continue;
         if (!v || c->order > v->order)
             v = c;
@@ -736,17 +830,17 @@ static sess *victim(mt_engine *e)
     return v;
 }
 
-/* Makes room for s's next position. 0 ready (s->prefill says whether its
+/* Makes room for s's next position. 0 ready (*recompute says whether its
  * history must be recomputed first), -1 waits this tick. */
-static int make_room(mt_engine *e, sess *s)
+static int make_room(mt_engine *e, sess *s, int *recompute)
 {
     const mt_kv_params *p = mt_kv_pool_params(e->pool);
-    s->prefill = 0;
+    *recompute = 0;
     if (s->kv->released) {
         /* preempted earlier: the whole history plus this position */
         if (mt_kv_reserve(e->pool, s->kv, s->hist_n + 1) != 0)
             return -1;
-        s->prefill = s->hist_n > 0;
+        *recompute = s->hist_n > 0;
         return 0;
     }
     for (;;) {
@@ -762,12 +856,12 @@ static int make_room(mt_engine *e, sess *s)
              * back if it holds any) and waits, as a waiting request does */
             if (s->kv->nblocks > 0) {
                 mt_kv_release(e->pool, s->kv);
-                e->c_preempted++;
+                e->c.preempted++;
             }
             return -1;
         }
         mt_kv_release(e->pool, v->kv);
-        e->c_preempted++;
+        e->c.preempted++;
     }
 }
 
@@ -786,6 +880,140 @@ static int append_hist(mt_engine *e, sess *s, const int16_t *pcm)
     return 0;
 }
 
+/* ---- one round: gather, step, deliver (tick thread) ----------------------- */
+
+/* Takes the head input of every active session into the batch (under the
+ * lock): round 0 every session with an input waiting, later rounds only
+ * sessions whose head arrived by t_tick; at most max_rows; a session that
+ * gets no room in the KV pool waits. Returns the rows. */
+static int batch_gather(mt_engine *e, mt_batch *b, int round, int max_rows,
+                        uint64_t t_tick)
+{
+    b->n = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->ns && b->n < max_rows; i++) {
+        sess *s = e->s[i];
+        if (s->state != S_ACTIVE || s->qlen == 0)
+            continue;
+        if (round > 0 && s->q[s->qhead].t_arrive > t_tick)
+            continue;
+        int recompute;
+        if (make_room(e, s, &recompute) != 0)
+            continue;
+        s->in_batch = 1;
+        b->sess[b->n] = s;
+        b->recompute[b->n] = recompute;
+        b->seqs[b->n] = s->kv;
+        memcpy(b->pcm_in + (size_t)b->n * (size_t)e->fs,
+               s->qpcm + (size_t)s->qhead * (size_t)e->fs, (size_t)e->fs * 2);
+        b->n++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return b->n;
+}
+
+/* Computes the batch without the lock: the recompute prefills of preempted
+ * rows first, then one step of every row. Stamps t_start, t_step, t_ready.
+ * 0, or -1 with err. */
+static int batch_step(mt_engine *e, mt_batch *b, char *err, size_t errlen)
+{
+    int rc = 0;
+    b->t_start = now(e);
+    for (int r = 0; r < b->n && rc == 0; r++) {
+        if (!b->recompute[r])
+            continue;
+        sess *s = b->sess[r];
+        mt_step_io io = {0};
+        io.pcm_in = s->hist;
+        if (mt_decoder_prefill(e->dec, s->kv, (int)s->hist_n, &io, err, errlen) != 0)
+            rc = -1;
+    }
+    b->t_step = now(e);
+    if (rc == 0) {
+        mt_step_io io = {0};
+        io.pcm_in = b->pcm_in;
+        io.pcm_out = b->pcm_out;
+        rc = mt_decoder_step(e->dec, b->n, b->seqs, &io, err, errlen);
+    }
+    b->t_ready = now(e);
+    return rc;
+}
+
+/* Ends s with ERROR (reason): its unanswered inputs become misses. */
+static void end_with_error(mt_engine *e, sess *s, const char *reason)
+{
+    drop_queue(e, s);
+    push_reason(e, s, MT_FRAME_ERROR, reason);
+    s->state = S_ENDED;
+}
+
+/* Delivers row r of a stepped batch (under the lock): the answer to the
+ * session's head input (a real output; FILL if it came past the deadline
+ * in FILL mode; nothing if a FILL already answered it), then pops it. */
+static void deliver_row(mt_engine *e, mt_batch *b, int r, int step_rc)
+{
+    sess *s = b->sess[r];
+    s->in_batch = 0;
+    if (s->state == S_GONE) {
+        remove_sess(e, s);
+        return;
+    }
+    if (s->state != S_ACTIVE)
+        return;                 /* failed or closed meanwhile: queue gone */
+    if (step_rc != 0) {
+        end_with_error(e, s, "server: decoder step failed");
+        return;
+    }
+    const mt_kv_params *kp = mt_kv_pool_params(e->pool);
+    int keep_hist = kp->policy == MT_KV_FULL && e->o.on_full == MT_ONFULL_PREEMPT;
+    const int16_t *in = s->qpcm + (size_t)s->qhead * (size_t)e->fs;
+    if (keep_hist && append_hist(e, s, in) != 0) {
+        /* cannot keep history: preemption would lose it; end cleanly */
+        end_with_error(e, s, "server out of memory");
+        return;
+    }
+    in_entry *q = &s->q[s->qhead];
+    if (e->nlat < e->latcap)
+        e->lat[e->nlat++] = (double)(b->t_ready - q->t_arrive) / 1e6;
+    /* FILL mode: a real output not ready by the deadline is never sent; the
+     * FILL goes now (the I/O thread was about to) */
+    if (!q->answered && e->o.fill && b->t_ready > q->deadline)
+        send_fill(e, s, q, now(e), &e->tick_lines);
+    if (!q->answered)
+        send_output(e, s, q, b->pcm_out + (size_t)r * (size_t)e->fs,
+                    b->t_start, b->t_ready, &e->tick_lines);
+    s->qhead = (s->qhead + 1) % s->qcap;
+    s->qlen--;
+    maybe_end(e, s);
+}
+
+static void batch_deliver(mt_engine *e, mt_batch *b, int step_rc)
+{
+    pthread_mutex_lock(&e->mu);
+    for (int r = 0; r < b->n; r++)
+        deliver_row(e, b, r, step_rc);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* One round: gather, step, deliver. Adds the compute time (and that of the
+ * step alone) in ms. Returns the rows stepped, or -1 on a decoder error
+ * (the rows' sessions are failed). */
+static int run_round(mt_engine *e, int round, int max_rows, uint64_t t_tick,
+                     double *comp_ms, double *step_only_ms, char *err,
+                     size_t errlen)
+{
+    mt_batch *b = &e->batch;
+    if (batch_gather(e, b, round, max_rows, t_tick) == 0)
+        return 0;
+    int rc = batch_step(e, b, err, errlen);
+    *comp_ms += (double)(b->t_ready - b->t_start) / 1e6;
+    *step_only_ms += (double)(b->t_ready - b->t_step) / 1e6;
+    batch_deliver(e, b, rc);
+    return rc == 0 ? b->n : -1;
+}
+
+/* ---- the tick (tick thread) ----------------------------------------------- */
+
 /* Sessions with a frame that arrived before this tick still queued: what
  * a catch-up round would step. */
 static int count_behind(mt_engine *e, uint64_t t_tick)
@@ -794,7 +1022,7 @@ static int count_behind(mt_engine *e, uint64_t t_tick)
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->ns; i++) {
         sess *s = e->s[i];
-        if (!s->dead && s->state == S_ACTIVE && s->qlen > 0 &&
+        if (s->state == S_ACTIVE && s->qlen > 0 &&
             s->q[s->qhead].t_arrive <= t_tick)
             n++;
     }
@@ -802,160 +1030,81 @@ static int count_behind(mt_engine *e, uint64_t t_tick)
     return n;
 }
 
-/* One round: builds the batch (under the lock), computes (without it),
- * delivers (under it). round 0 takes every session with an input waiting;
- * later rounds only sessions whose next input arrived before t_tick; at
- * most max_rows sessions.
- * Returns sessions stepped, or -1 on a decoder error. */
-static int run_round(mt_engine *e, int round, int max_rows, uint64_t t_tick,
-                     double *comp_ms, double *step_only_ms, char *err,
-                     size_t errlen)
+/* Rows of the next catch-up round after a round of n rows that began at r0,
+ * or 0 for none.
+ *
+ * A catch-up round steps sessions still behind (a frame that arrived before
+ * this tick still queued: a client phase-shifted against the ticks, or every
+ * session after an overrun tick), as many as fit before 15/16 of the
+ * period, costed from the last round: per row, plus a fixed eighth of it
+ * for the weights every round reads whatever its batch. The rest catch up
+ * in later ticks. Without it a single overrun leaves every session one
+ * frame behind (late by a period) for good, near capacity where a full
+ * second round never fits. */
+static int catch_up_rows(mt_engine *e, uint64_t t_tick, uint64_t r0, int n)
 {
-    const mt_kv_params *kp = mt_kv_pool_params(e->pool);
-    int keep_hist = kp->policy == MT_KV_FULL && e->o.on_full == MT_ONFULL_PREEMPT;
-    int B = 0;
-    pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->ns; i++)
-        e->s[i]->in_round = 0;
-    for (int i = 0; i < e->ns && B < max_rows; i++) {
-        sess *s = e->s[i];
-        if (s->dead || s->state != S_ACTIVE || s->qlen == 0)
-            continue;
-        in_entry *q = &s->q[s->qhead];
-        if (round > 0 && q->t_arrive > t_tick)
-            continue;
-        if (make_room(e, s) != 0)
-            continue;
-        s->in_round = 1;
-        s->inflight = 1;
-        e->rows[B].s = s;
-        e->rows[B].qidx = s->qhead;
-        e->rows[B].epoch = s->epoch;
-        memcpy(e->pcm_in + (size_t)B * (size_t)e->fs,
-               s->qpcm + (size_t)s->qhead * (size_t)e->fs, (size_t)e->fs * 2);
-        B++;
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (B == 0)
+    int behind = count_behind(e, t_tick);
+    if (behind == 0)
         return 0;
+    uint64_t t = now(e), dur = t - r0;
+    uint64_t per_row = dur / (uint64_t)n, fixed = dur / 8;
+    uint64_t end = t_tick + e->o.frame_ns * 15 / 16;
+    if (t + fixed + per_row > end)
+        return 0;
+    uint64_t fit = (end - t - fixed) / (per_row ? per_row : 1);
+    return fit < (uint64_t)behind ? (int)fit : behind;
+}
 
-    int rc = 0;
-    uint64_t t_start = mt_now_ns();
-    /* recompute preempted histories first (the vLLM recompute path) */
-    for (int b = 0; b < B && rc == 0; b++) {
-        sess *s = e->rows[b].s;
-        if (!s->prefill)
-            continue;
-        mt_step_io io = {0};
-        io.pcm_in = s->hist;
-        if (mt_decoder_prefill(e->dec, s->kv, (int)s->hist_n, &io, err, errlen) != 0)
-            rc = -1;
-        s->prefill = 0;
+/* Fills the tick record from the sessions and this tick's counters, and
+ * resets the counters. Under the lock. */
+static void tick_figures(mt_engine *e, mt_tick *t, uint64_t t_end)
+{
+    uint64_t oldest = 0;
+    for (int i = 0; i < e->ns; i++) {
+        sess *s = e->s[i];
+        t->active += s->state == S_ACTIVE;
+        t->pending += s->state == S_PENDING;
+        if (s->state == S_ACTIVE && s->qlen > 0) {
+            uint64_t a = s->q[s->qhead].t_arrive;
+            if (!oldest || a < oldest)
+                oldest = a;
+        }
     }
-    uint64_t t_step = mt_now_ns();
-    mt_kv_seq *seqs[e->o.max_sessions];
-    for (int b = 0; b < B; b++)
-        seqs[b] = e->rows[b].s->kv;
-    if (rc == 0) {
-        mt_step_io io = {0};
-        io.pcm_in = e->pcm_in;
-        io.pcm_out = e->pcm_out;
-        rc = mt_decoder_step(e->dec, B, seqs, &io, err, errlen);
+    t->late_ms = oldest && t_end > oldest ? (double)(t_end - oldest) / 1e6 : 0;
+    size_t n = (size_t)e->nlat;
+    t->p50_ms = n ? mt_stats_percentile(e->lat, n, 0.50) : 0;
+    t->p99_ms = n ? mt_stats_percentile(e->lat, n, 0.99) : 0;
+    t->in = e->c.in;
+    t->out = e->c.out;
+    t->fill = e->c.fill;
+    t->miss = e->c.miss;
+    t->kv_used = (int64_t)mt_kv_used_bytes(e->pool);
+    t->kv_free = (int64_t)mt_kv_free_bytes(e->pool);
+    t->admitted = e->admitted;
+    t->rejected = e->rejected;
+    t->preempted = e->c.preempted;
+    if (e->c.answered > 0) {
+        double answered = (double)e->c.answered;
+        t->naive_met = 100.0 * (double)(e->c.met_real + e->c.fill) / answered;
+        t->met = 100.0 * (double)e->c.met_real / answered;
+    } else {
+        t->naive_met = 100.0;
+        t->met = 100.0;
     }
-    uint64_t t_ready = mt_now_ns();
-    *comp_ms += (double)(t_ready - t_start) / 1e6;
-    *step_only_ms += (double)(t_ready - t_step) / 1e6;
-
-    pthread_mutex_lock(&e->mu);
-    for (int b = 0; b < B; b++) {
-        sess *s = e->rows[b].s;
-        s->inflight = 0;
-        s->in_round = 0;
-        if (s->dead) {
-            remove_sess(e, s);
-            continue;
-        }
-        if (e->rows[b].epoch != s->epoch || s->state != S_ACTIVE)
-            continue;           /* queue thrown away meanwhile */
-        if (rc != 0) {
-            drop_queue(e, s);
-            push_reason(e, s, MT_FRAME_ERROR, "server: decoder step failed");
-            s->state = S_ENDED;
-            continue;
-        }
-        in_entry *q = &s->q[s->qhead];
-        const int16_t *out = e->pcm_out + (size_t)b * (size_t)e->fs;
-        if (keep_hist && append_hist(e, s, s->qpcm + (size_t)s->qhead * (size_t)e->fs) != 0) {
-            /* cannot keep history: preemption would lose it; end cleanly */
-            drop_queue(e, s);
-            push_reason(e, s, MT_FRAME_ERROR, "server out of memory");
-            s->state = S_ENDED;
-            continue;
-        }
-        if (e->nlat < e->latcap)
-            e->lat[e->nlat++] = (double)(t_ready - q->t_arrive) / 1e6;
-        if (!q->answered && e->o.fill && t_ready > q->deadline) {
-            /* FILL mode: a real output not ready by the deadline is never
-             * sent; the FILL goes now (the I/O thread was about to) */
-            mt_frame f = {0};
-            f.type = MT_FRAME_AUDIO;
-            f.flags = MT_FLAG_FILL;
-            f.session = s->id;
-            f.seq = q->seq;
-            f.t_send = f.t_ready = mt_now_ns();
-            f.t_arrive = q->t_arrive;
-            f.length = (uint32_t)e->fs * 2;
-            f.payload = (const uint8_t *)e->silence;
-            q->answered = 1;
-            if (push_frame(e, s, &f))
-                e->c_fill++;
-            else
-                e->c_miss++;
-            e->c_answered++;
-            if (e->o.frame_lines)
-                frame_line(e, &e->tick_lines, s, q, 1, f.t_ready, f.t_ready, 0);
-        }
-        if (!q->answered) {
-            int met = t_ready <= q->deadline;
-            mt_frame f = {0};
-            f.type = MT_FRAME_AUDIO;
-            f.session = s->id;
-            f.seq = q->seq;
-            f.t_send = mt_now_ns();
-            f.t_arrive = q->t_arrive;
-            f.t_start = t_start;
-            f.t_ready = t_ready;
-            f.length = (uint32_t)e->fs * 2;
-            f.payload = (const uint8_t *)out;
-            if (push_frame(e, s, &f)) {
-                e->c_out++;
-                e->c_met_real += met;
-            } else {
-                e->c_miss++;
-            }
-            e->c_answered++;
-            if (e->o.frame_lines)
-                frame_line(e, &e->tick_lines, s, q, 0, t_start, t_ready, met);
-        }
-        s->qhead = (s->qhead + 1) % s->qcap;
-        s->qlen--;
-        maybe_end(e, s);
-    }
-    pthread_mutex_unlock(&e->mu);
-    return rc == 0 ? B : -1;
+    memset(&e->c, 0, sizeof e->c);
 }
 
 int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
                    char *err, size_t errlen)
 {
-    uint64_t t_begin = mt_now_ns();
-    double comp_ms = 0, step_ms_only = 0;
+    uint64_t t_begin = now(e);
+    double comp_ms = 0, step_only_ms = 0;
     int stepped = 0, rc = 0;
     e->nlat = 0;
     int max_rows = e->o.max_sessions;
     for (int round = 0; round < MAX_ROUNDS; round++) {
-        uint64_t r0 = mt_now_ns();
-        int n = run_round(e, round, max_rows, t_tick, &comp_ms, &step_ms_only,
+        uint64_t r0 = now(e);
+        int n = run_round(e, round, max_rows, t_tick, &comp_ms, &step_only_ms,
                           err, errlen);
         if (n < 0) {
             rc = -1;
@@ -964,85 +1113,26 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
         stepped += n;
         if (n == 0 || !e->o.catch_up)
             break;
-        /* A catch-up round steps sessions still behind (a frame that
-         * arrived before this tick still queued: a client phase-shifted
-         * against the ticks, or every session after an overrun tick), as
-         * many as fit before 15/16 of the period, costed from this round:
-         * per row, plus a fixed eighth of it for the weights every round
-         * reads whatever its batch. The rest catch up in later
-         * ticks. Without it a single overrun leaves every session one
-         * frame behind (late by a period) for good, near capacity where a
-         * full second round never fits. */
-        int behind = count_behind(e, t_tick);
-        if (behind == 0)
+        max_rows = catch_up_rows(e, t_tick, r0, n);
+        if (max_rows == 0)
             break;
-        uint64_t now = mt_now_ns(), dur = now - r0;
-        uint64_t per_row = dur / (uint64_t)n, fixed = dur / 8;
-        uint64_t end = t_tick + e->o.frame_ns * 15 / 16;
-        if (now + fixed + per_row > end)
-            break;
-        uint64_t fit = (end - now - fixed) / (per_row ? per_row : 1);
-        max_rows = fit < (uint64_t)behind ? (int)fit : behind;
     }
 
-    uint64_t now = mt_now_ns();
     mt_tick t;
     memset(&t, 0, sizeof t);
-    pthread_mutex_lock(&e->mu);
-    uint64_t oldest = 0;
-    int active = 0, pending = 0;
-    for (int i = 0; i < e->ns; i++) {
-        sess *s = e->s[i];
-        if (s->dead)
-            continue;
-        active += s->state == S_ACTIVE;
-        pending += s->state == S_PENDING;
-        if (s->state == S_ACTIVE && s->qlen > 0) {
-            uint64_t a = s->q[s->qhead].t_arrive;
-            if (!oldest || a < oldest)
-                oldest = a;
-        }
-    }
-    qsort(e->lat, (size_t)e->nlat, sizeof(double), cmp_double);
     t.tick = tick;
     t.t = (double)(t_begin - e->t0) / 1e9;
-    t.active = active;
     t.stepped = stepped;
     t.step_ms = comp_ms;
-    t.late_ms = oldest && now > oldest ? (double)(now - oldest) / 1e6 : 0;
-    t.p50_ms = pctl(e->lat, e->nlat, 0.50);
-    t.p99_ms = pctl(e->lat, e->nlat, 0.99);
-    t.in = e->c_in;
-    t.out = e->c_out;
-    t.fill = e->c_fill;
-    t.kv_used = (int64_t)mt_kv_used_bytes(e->pool);
-    t.kv_free = (int64_t)mt_kv_free_bytes(e->pool);
-    t.pending = pending;
-    t.admitted = e->admitted;
-    t.rejected = e->rejected;
-    t.preempted = e->c_preempted;
-    t.naive_ms = step_ms_only;
-    if (e->c_answered > 0) {
-        t.naive_met = 100.0 * (double)(e->c_met_real + e->c_fill) / (double)e->c_answered;
-        t.met = 100.0 * (double)e->c_met_real / (double)e->c_answered;
-    } else {
-        t.naive_met = 100.0;
-        t.met = 100.0;
-    }
-    int64_t miss = e->c_miss;
-    e->c_in = e->c_out = e->c_fill = e->c_miss = e->c_preempted = 0;
-    e->c_met_real = e->c_answered = 0;
+    t.naive_ms = step_only_ms;
+    uint64_t t_end = now(e);
+    pthread_mutex_lock(&e->mu);
+    tick_figures(e, &t, t_end);
     pthread_mutex_unlock(&e->mu);
 
     sb_flush(e, &e->tick_lines);
     char line[MT_LL_MAX_LINE];
-    long n = mt_tick_format(&t, line, sizeof line);
-    if (n > 0 && (size_t)n + 32 < sizeof line) {
-        /* extension key (parsers keep unknown keys): input frames that
-         * ended as counted misses this tick */
-        snprintf(line + n, sizeof line - (size_t)n, " miss=%lld", (long long)miss);
-        if (e->o.line)
-            e->o.line(e->o.line_ctx, line);
-    }
+    if (mt_tick_format(&t, line, sizeof line) > 0 && e->o.line)
+        e->o.line(e->o.line_ctx, line);
     return rc;
 }

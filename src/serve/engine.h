@@ -48,13 +48,19 @@ typedef struct mt_engine_opts {
      * thread, never with the engine lock held. */
     void     (*line)(void *ctx, const char *line);
     void      *line_ctx;
+    /* The engine's clock in ns (every timestamp, deadline and duration it
+     * records comes from it); NULL: CLOCK_MONOTONIC (mt_now_ns). Tests pass
+     * one they advance themselves. Called from either thread, with the
+     * engine lock held or not. */
+    uint64_t (*clock)(void *ctx);
+    void      *clock_ctx;
 } mt_engine_opts;
 
 void mt_engine_opts_default(mt_engine_opts *o);
 
 typedef struct mt_engine mt_engine;
 
-/* t0: the server's start (CLOCK_MONOTONIC ns), the origin of `t`. */
+/* t0: the server's start (on the engine's clock), the origin of `t`. */
 int  mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
                       mt_engine **out, char *err, size_t errlen);
 void mt_engine_free(mt_engine *e);

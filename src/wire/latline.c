@@ -1,5 +1,5 @@
 /* latline.c: writer and strict parser of the latency lines (logfmt), and the
- * tick record mt-serve prints once per tick (format in latline.h).
+ * tick and frame records mt-serve prints (format in latline.h).
  *
  * The lines are the project's measurement record: mt-admit steers admission
  * by them and mt-probe computes percentiles from them, so a malformed line
@@ -451,54 +451,152 @@ long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
         else
             mt_ll_f(&w, f->key, *(const double *)(const void *)p, f->decimals);
     }
+    if (t->miss >= 0)
+        mt_ll_int(&w, "miss", t->miss);
     return mt_ll_end(&w);
+}
+
+/* Reads one typed key into *dst (int64_t or double). 0 read, 1 absent (err
+ * says "missing"), -1 malformed (err says what it holds). */
+static int read_field(const mt_latline *ll, long lineno, const char *key,
+                      enum field_kind kind, void *dst, char *err,
+                      size_t errlen)
+{
+    char shown[40];
+    int rc;
+    if (kind == F_INT) {
+        int64_t v = 0;
+        rc = mt_latline_i64(ll, key, &v);
+        if (rc == 0)
+            *(int64_t *)dst = v;
+    } else {
+        double v = 0;
+        rc = mt_latline_f64(ll, key, &v);
+        if (rc == 0)
+            *(double *)dst = v;
+    }
+    if (rc == 1) {
+        set_err(err, errlen, "line %ld: key '%s': missing", lineno, key);
+    } else if (rc < 0) {
+        const char *s = mt_latline_get(ll, key);
+        sanitize(shown, sizeof shown, s, strlen(s), 32);
+        set_err(err, errlen, "line %ld: key '%s': not %s: '%s'", lineno, key,
+                kind == F_INT ? "an integer" : "a finite number", shown);
+    }
+    return rc;
+}
+
+/* 0 when ll's first key is `kind`; else -1 with err naming what it is. */
+static int check_kind(const mt_latline *ll, long lineno, const char *kind,
+                      const char *what, char *err, size_t errlen)
+{
+    char shown[40];
+    if (!ll) {
+        set_err(err, errlen, "line %ld: no record", lineno);
+        return -1;
+    }
+    if (strcmp(mt_latline_kind(ll), kind) == 0)
+        return 0;
+    const char *k = mt_latline_kind(ll);
+    sanitize(shown, sizeof shown, k, strlen(k), 32);
+    set_err(err, errlen, "line %ld: key '%s': not %s (first key is '%s')",
+            lineno, kind, what, shown);
+    return -1;
 }
 
 int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
                       char *err, size_t errlen)
 {
-    char shown[40];
-    if (!ll || !t) {
+    if (!t) {
         set_err(err, errlen, "line %ld: no record", lineno);
         return -1;
     }
-    if (strcmp(mt_latline_kind(ll), "tick") != 0) {
-        const char *kind = mt_latline_kind(ll);
-        sanitize(shown, sizeof shown, kind, strlen(kind), 32);
-        set_err(err, errlen, "line %ld: key 'tick': not a tick record (first "
-                "key is '%s')", lineno, shown);
+    if (check_kind(ll, lineno, "tick", "a tick record", err, errlen))
         return -1;
-    }
     mt_tick tmp;
     memset(&tmp, 0, sizeof tmp);
     for (size_t k = 0; k < N_TICK_FIELDS; k++) {
         const struct tick_field *f = &tick_fields[k];
-        char *p = (char *)&tmp + f->off;
-        int rc;
-        if (f->kind == F_INT) {
-            int64_t v = 0;
-            rc = mt_latline_i64(ll, f->key, &v);
-            if (rc == 0)
-                *(int64_t *)(void *)p = v;
-        } else {
-            double v = 0;
-            rc = mt_latline_f64(ll, f->key, &v);
-            if (rc == 0)
-                *(double *)(void *)p = v;
-        }
-        if (rc == 1) {
-            set_err(err, errlen, "line %ld: key '%s': missing", lineno, f->key);
+        if (read_field(ll, lineno, f->key, f->kind, (char *)&tmp + f->off,
+                       err, errlen) != 0)
             return -1;
-        }
-        if (rc < 0) {
-            const char *s = mt_latline_get(ll, f->key);
-            sanitize(shown, sizeof shown, s, strlen(s), 32);
-            set_err(err, errlen, "line %ld: key '%s': not %s: '%s'", lineno,
-                    f->key, f->kind == F_INT ? "an integer" : "a finite number",
-                    shown);
-            return -1;
-        }
+    }
+    /* miss came later than the other keys: absent is "not recorded" */
+    int rc = read_field(ll, lineno, "miss", F_INT, &tmp.miss, err, errlen);
+    if (rc == 1)
+        tmp.miss = -1;
+    else if (rc < 0)
+        return -1;
+    else if (tmp.miss < 0) {
+        set_err(err, errlen, "line %ld: key 'miss': negative", lineno);
+        return -1;
     }
     *t = tmp;
+    return 0;
+}
+
+/* ---- the frame record ----------------------------------------------------- */
+
+long mt_frame_rec_format(const mt_frame_rec *r, char *buf, size_t cap)
+{
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, cap);
+    if (!r)
+        return -1;
+    mt_ll_u64(&w, "frame", r->frame);
+    mt_ll_u64(&w, "session", r->session);
+    mt_ll_f(&w, "t", r->t, 3);
+    mt_ll_int(&w, "fill", r->fill);
+    mt_ll_f(&w, "latency_ms", r->latency_ms, 3);
+    if (!r->fill) {
+        mt_ll_f(&w, "wait_ms", r->wait_ms, 3);
+        mt_ll_f(&w, "compute_ms", r->compute_ms, 3);
+    }
+    mt_ll_int(&w, "met", r->met);
+    return mt_ll_end(&w);
+}
+
+/* An integer key that must lie in lo..hi. */
+static int read_range(const mt_latline *ll, long lineno, const char *key,
+                      int64_t lo, int64_t hi, int64_t *v, char *err,
+                      size_t errlen)
+{
+    if (read_field(ll, lineno, key, F_INT, v, err, errlen) != 0)
+        return -1;
+    if (*v < lo || *v > hi) {
+        set_err(err, errlen, "line %ld: key '%s': %lld outside %lld..%lld",
+                lineno, key, (long long)*v, (long long)lo, (long long)hi);
+        return -1;
+    }
+    return 0;
+}
+
+int mt_frame_rec_from_line(const mt_latline *ll, long lineno, mt_frame_rec *r,
+                           char *err, size_t errlen)
+{
+    if (!r) {
+        set_err(err, errlen, "line %ld: no record", lineno);
+        return -1;
+    }
+    if (check_kind(ll, lineno, "frame", "a frame record", err, errlen))
+        return -1;
+    mt_frame_rec tmp;
+    memset(&tmp, 0, sizeof tmp);
+    int64_t frame, session;
+    if (read_range(ll, lineno, "frame", 0, INT64_MAX, &frame, err, errlen) ||
+        read_range(ll, lineno, "session", 0, INT64_MAX, &session, err, errlen) ||
+        read_field(ll, lineno, "t", F_DBL, &tmp.t, err, errlen) ||
+        read_range(ll, lineno, "fill", 0, 1, &tmp.fill, err, errlen) ||
+        read_field(ll, lineno, "latency_ms", F_DBL, &tmp.latency_ms, err, errlen))
+        return -1;
+    if (!tmp.fill &&
+        (read_field(ll, lineno, "wait_ms", F_DBL, &tmp.wait_ms, err, errlen) ||
+         read_field(ll, lineno, "compute_ms", F_DBL, &tmp.compute_ms, err, errlen)))
+        return -1;
+    if (read_range(ll, lineno, "met", 0, 1, &tmp.met, err, errlen))
+        return -1;
+    tmp.frame = (uint64_t)frame;
+    tmp.session = (uint64_t)session;
+    *r = tmp;
     return 0;
 }

@@ -8,7 +8,7 @@
  *   tick=N ...            one per tick (mt_tick below)
  *   request session=ID .. a session waiting for admission (admission.h)
  *   admit session=ID ...  the server's verdict on it (admission.h)
- *   frame=SEQ session=.. one per frame with --latency=frames
+ *   frame=SEQ session=.. one per frame with --latency=frames (mt_frame_rec)
  *   anything else         other records (mt-replay's client lines, ...)
  *
  * Any line mt-serve writes may end with lines_dropped=N: N lines were
@@ -102,14 +102,41 @@ typedef struct mt_tick {
     double   naive_ms;   /* compute of completed steps only */
     double   naive_met;  /* % of deadlines "met", FILL counted as met */
     double   met;        /* % of deadlines met with a real output */
+    int64_t  miss;       /* input frames that ended as counted misses this
+                            tick; -1 when read from a line without the key
+                            (lines of servers before it was added) */
 } mt_tick;
 
 long mt_tick_format(const mt_tick *t, char *buf, size_t cap);
 /* Reads a tick record (first key must be `tick`); every key above must be
- * present and well formed. Returns 0, or -1 with err "line N: key 'K': ..."
- * and *t untouched. mt_tick_format writes the keys in the order above, the
- * floats with fixed decimals: t and *_ms 3, naive_met and met 1. */
+ * present and well formed, except `miss`, which may be absent (then -1) but
+ * not malformed. Returns 0, or -1 with err "line N: key 'K': ..." and *t
+ * untouched. mt_tick_format writes the keys in the order above, the floats
+ * with fixed decimals: t and *_ms 3, naive_met and met 1; `miss` last, and
+ * only when it is >= 0. */
 int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
                       char *err, size_t errlen);
+
+/* ---- the frame record (--latency=frames): one per answered input -------- */
+typedef struct mt_frame_rec {
+    uint64_t frame;       /* the input's sequence number */
+    uint64_t session;
+    double   t;           /* seconds since the server started, when ready */
+    int64_t  fill;        /* 1: answered with FILL (silence) */
+    double   latency_ms;  /* arrival to ready (or to the FILL) */
+    double   wait_ms;     /* arrival to step start; real outputs only */
+    double   compute_ms;  /* step start to ready; real outputs only */
+    int64_t  met;         /* 1: a real output by the deadline */
+} mt_frame_rec;
+
+/* Writes "frame=SEQ session=ID t= fill= latency_ms= [wait_ms= compute_ms=]
+ * met=" (wait_ms and compute_ms only when fill is 0; *_ms and t with 3
+ * decimals). Returns the length, or -1 if it does not fit. */
+long mt_frame_rec_format(const mt_frame_rec *r, char *buf, size_t cap);
+/* Reads a frame record (first key `frame`); every key the writer writes for
+ * that fill value must be present and well formed (0 or 1 for fill and
+ * met). Returns 0, or -1 with err "line N: key 'K': ..." and *r untouched. */
+int mt_frame_rec_from_line(const mt_latline *ll, long lineno, mt_frame_rec *r,
+                           char *err, size_t errlen);
 
 #endif

@@ -56,5 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     mt_tick t;
     (void)mt_tick_from_line(&a, 1, &t, err, sizeof err);
+    mt_frame_rec fr;
+    (void)mt_frame_rec_from_line(&a, 1, &fr, err, sizeof err);
     return 0;
 }

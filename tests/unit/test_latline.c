@@ -1,5 +1,5 @@
 /* test_latline.c: the latency-line writer, strict parser and tick record
- * (src/wire/latline.c). Round trips, every malformed case with its line number
+ * (src/wire/latline.c) and the frame record. Round trips, every malformed case with its line number
  * and key in the message, forward compatibility with unknown keys, flags,
  * quoted values with escapes, typed getters. */
 #include "wire/latline.h"
@@ -78,13 +78,14 @@ static void test_tick_round_trip(void)
         .in = 16, .out = 15, .fill = 1, .kv_used = 1073741824LL,
         .kv_free = 9000000000LL, .pending = 2, .admitted = 20, .rejected = 3,
         .preempted = 0, .naive_ms = 11.0, .naive_met = 100.0, .met = 93.75,
+        .miss = 4,
     }, u;
     char buf[1024];
     long n = mt_tick_format(&t, buf, sizeof buf);
     ok(n > 0, "tick formats (%ld bytes)", n);
     tap_diag("%s", buf);
     like(buf, "tick=1234 t=98.765 active=16 stepped=15 step_ms=12.346 ", "tick keys and decimals");
-    like(buf, " naive_met=100.0 met=93.8", "percent keys with one decimal");
+    like(buf, " naive_met=100.0 met=93.8 miss=4", "percent keys with one decimal, miss last");
     is_int(parse(buf, 7), 0, "tick line parses");
     memset(&u, 0xAB, sizeof u);
     is_int(mt_tick_from_line(&ll, 7, &u, err, sizeof err), 0, "tick record reads");
@@ -92,7 +93,8 @@ static void test_tick_round_trip(void)
        u.in == t.in && u.out == t.out && u.fill == t.fill &&
        u.kv_used == t.kv_used && u.kv_free == t.kv_free &&
        u.pending == t.pending && u.admitted == t.admitted &&
-       u.rejected == t.rejected && u.preempted == t.preempted,
+       u.rejected == t.rejected && u.preempted == t.preempted &&
+       u.miss == t.miss,
        "integer fields equal");
     ok(fabs(u.t - t.t) < 5e-4 && fabs(u.step_ms - t.step_ms) < 5e-4 &&
        fabs(u.late_ms - t.late_ms) < 5e-4 && fabs(u.p50_ms - t.p50_ms) < 5e-4 &&
@@ -100,6 +102,25 @@ static void test_tick_round_trip(void)
        fabs(u.naive_met - t.naive_met) < 0.05 && fabs(u.met - t.met) < 0.05,
        "float fields equal to their printed precision");
     is_int(mt_tick_format(&t, buf, 50), -1, "tick format refuses a small buffer");
+
+    /* miss: absent in lines of older servers (-1), never malformed */
+    mt_tick old = t;
+    old.miss = -1;
+    mt_tick_format(&old, buf, sizeof buf);
+    ok(strstr(buf, "miss") == NULL, "miss -1 is not written");
+    parse(buf, 7);
+    u.miss = 99;
+    is_int(mt_tick_from_line(&ll, 7, &u, err, sizeof err), 0, "tick without miss reads");
+    is_int(u.miss, -1, "absent miss reads as -1");
+    const char *bad_miss[] = { " miss=x", " miss=-2", " miss=1.5", " miss=" };
+    for (size_t k = 0; k < sizeof bad_miss / sizeof *bad_miss; k++) {
+        mt_tick_format(&old, buf, sizeof buf);
+        strcat(buf, bad_miss[k]);
+        int rp = parse(buf, 7);
+        int rt = rp == 0 ? mt_tick_from_line(&ll, 7, &u, err, sizeof err) : -1;
+        ok(rt == -1 && strstr(err, "key 'miss'") != NULL, "bad%s refused: %s",
+           bad_miss[k], err);
+    }
 
     /* Forward compatibility: unknown keys and flags are tolerated. */
     mt_tick_format(&t, buf, sizeof buf);
@@ -231,10 +252,54 @@ static void test_malformed(void)
     ok(mt_latline_i64(&ll, "h", &i) == 0 && i == INT64_MIN, "INT64_MIN");
 }
 
+static void test_frame_record(void)
+{
+    mt_frame_rec r = { .frame = 17, .session = 3, .t = 1.23456, .fill = 0,
+                       .latency_ms = 41.0004, .wait_ms = 1.5, .compute_ms = 39.5,
+                       .met = 1 }, u;
+    char buf[512];
+    ok(mt_frame_rec_format(&r, buf, sizeof buf) > 0, "frame record formats");
+    is_str(buf, "frame=17 session=3 t=1.235 fill=0 latency_ms=41.000 "
+           "wait_ms=1.500 compute_ms=39.500 met=1", "real frame: bytes of the man page");
+    is_int(parse(buf, 4), 0, "frame line parses");
+    memset(&u, 0xAB, sizeof u);
+    is_int(mt_frame_rec_from_line(&ll, 4, &u, err, sizeof err), 0, "frame record reads");
+    ok(u.frame == 17 && u.session == 3 && u.fill == 0 && u.met == 1 &&
+       fabs(u.t - 1.235) < 1e-9 && fabs(u.wait_ms - 1.5) < 1e-9 &&
+       fabs(u.compute_ms - 39.5) < 1e-9 && fabs(u.latency_ms - 41.0) < 1e-9,
+       "frame fields equal to their printed precision");
+
+    mt_frame_rec f = { .frame = 18, .session = 3, .t = 2, .fill = 1,
+                       .latency_ms = 160, .wait_ms = 7, .compute_ms = 7, .met = 0 };
+    mt_frame_rec_format(&f, buf, sizeof buf);
+    is_str(buf, "frame=18 session=3 t=2.000 fill=1 latency_ms=160.000 met=0",
+           "FILL frame: no wait_ms or compute_ms");
+    parse(buf, 5);
+    is_int(mt_frame_rec_from_line(&ll, 5, &u, err, sizeof err), 0, "FILL frame reads");
+    ok(u.fill == 1 && u.wait_ms == 0 && u.compute_ms == 0, "FILL frame: no step times");
+    is_int(mt_frame_rec_format(&r, buf, 20), -1, "frame format refuses a small buffer");
+
+    const char *bad[][2] = {
+        { "frame=17 session=3 t=1.0 fill=0 latency_ms=4.0 met=1", "line 6: key 'wait_ms': missing" },
+        { "frame=17 session=3 t=1.0 fill=2 latency_ms=4.0 met=1", "line 6: key 'fill': 2 outside 0..1" },
+        { "frame=17 session=x t=1.0 fill=1 latency_ms=4.0 met=1", "line 6: key 'session': not an integer" },
+        { "frame=-1 session=3 t=1.0 fill=1 latency_ms=4.0 met=1", "line 6: key 'frame': -1 outside" },
+        { "frame=17 session=3 t=1.0 fill=1 latency_ms=nan met=1", "line 6: key 'latency_ms': not a finite" },
+        { "frame=17 session=3 t=1.0 fill=1 latency_ms=4.0", "line 6: key 'met': missing" },
+        { "tick=17 session=3", "line 6: key 'frame': not a frame record (first key is 'tick')" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        int rp = parse(bad[k][0], 6);
+        int rt = rp == 0 ? mt_frame_rec_from_line(&ll, 6, &u, err, sizeof err) : -1;
+        ok(rt == -1 && strstr(err, bad[k][1]) != NULL, "refused: %s", err);
+    }
+}
+
 int main(void)
 {
     test_writer_round_trip();
     test_tick_round_trip();
+    test_frame_record();
     test_malformed();
     return tap_done();
 }
