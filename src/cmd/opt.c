@@ -69,6 +69,18 @@ static void name_typed(const char *a, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(n < 60 ? n : 60), a);
 }
 
+/* Whether "--name" abbreviates some long option (then getopt found it
+ * ambiguous, not unknown). */
+static int is_prefix(const char *typed, const struct option *longopts)
+{
+    if (typed[0] != '-' || typed[1] != '-' || !typed[2])
+        return 0;
+    for (const struct option *o = longopts; o->name; o++)
+        if (!strncmp(o->name, typed + 2, strlen(typed + 2)))
+            return 1;
+    return 0;
+}
+
 int mt_opt_next(const mt_cli *cli, int argc, char **argv, const char *shortopts,
                 const struct option *longopts)
 {
@@ -86,16 +98,19 @@ int mt_opt_next(const mt_cli *cli, int argc, char **argv, const char *shortopts,
         snprintf(cur_opt, sizeof cur_opt, "-%c", c);
     const char *typed = optind > 0 && optind <= argc ? argv[optind - 1] : "";
     if (c == '?') {
+        /* getopt leaves optopt 0 for an unknown long option, the option's
+         * value for a long one given "=value" it does not take, and the
+         * letter for an unknown short one (possibly inside "-ab") */
         char name[64];
-        if (optopt > 0 && optopt < 128 && typed[0] == '-' && typed[1] != '-') {
-            fprintf(stderr, "%s: unknown option '-%c'\n", cli->prog, optopt);
-        } else if (optopt) {
-            name_typed(typed, name, sizeof name);
+        name_typed(typed, name, sizeof name);
+        if (!optopt)
+            fprintf(stderr, "%s: %s option '%s'\n", cli->prog,
+                    is_prefix(name, longopts) ? "ambiguous" : "unknown", name);
+        else if (typed[0] == '-' && typed[1] == '-' && strchr(typed, '='))
             fprintf(stderr, "%s: option '%s' takes no value\n", cli->prog, name);
-        } else {
-            name_typed(typed, name, sizeof name);
-            fprintf(stderr, "%s: unknown option '%s'\n", cli->prog, name);
-        }
+        else
+            fprintf(stderr, "%s: unknown option '-%c'\n", cli->prog,
+                    isprint(optopt) ? optopt : '?');
         short_usage();
         return MT_OPT_USAGE;
     }
