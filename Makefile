@@ -158,8 +158,10 @@ $(B)/tests/helpers/%.o: tests/helpers/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
 
-$(B)/tests/%: $(B)/tests/helpers/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+# Helpers link the src/cmd objects that are not mains (mt-quality runs
+# `mt-probe quality`'s command line, src/cmd/quality_cmd.c).
+$(B)/tests/%: $(B)/tests/helpers/%.o $(CMD_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) $< $(CMD_OBJS) $(LIB) $(LDLIBS) -o $@
 
 # Seed-corpus replay of each fuzz harness, built with the normal compiler.
 $(B)/tests/fuzz/%.o: tests/fuzz/%.c

@@ -10,7 +10,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +19,7 @@
 
 #include "admit/admit.h"
 #include "wire/admission.h"
+#include "cmd/opt.h"
 #include "wire/latline.h"
 
 static const char *prog = "mt-admit";
@@ -55,37 +55,8 @@ static void usage(FILE *f)
 "      --status-every N   a status line on stderr every N ticks (25; 0 off)\n"
 "      --replay LOG       offline: print the decisions for a recorded log\n"
 "  -h, --help             this help\n"
+"      --version          print the version\n"
 "See mt-admit(1).\n");
-}
-
-static int parse_d(const char *s, double lo, double hi, double *v, int allow_ms)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (allow_ms && end != s && !strcmp(end, "ms"))
-        end += 2;
-    if (errno || end == s || *end || !(x >= lo && x <= hi))
-        return -1;
-    *v = x;
-    return 0;
-}
-
-static int parse_i(const char *s, long lo, long hi, int *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < lo || x > hi)
-        return -1;
-    *v = (int)x;
-    return 0;
-}
-
-static int bad(const char *opt, const char *val)
-{
-    fprintf(stderr, "%s: bad value for %s: '%s' (see --help)\n", prog, opt, val);
-    return 2;
 }
 
 /* ---- one run of one policy over one input ------------------------------ */
@@ -288,150 +259,205 @@ static int run_input(run *r, FILE *in)
     return 0;
 }
 
+/* ---- the command line ----------------------------------------------------- */
+
+static const mt_cli cli = {
+    "mt-admit", "mt-admit [options] < mt-serve-stdout > control | --replay LOG [options]",
+    usage,
+};
+
 enum {
     O_SIGNAL = 256, O_HOLD, O_MAXLIM, O_SETTLE, O_STALE, O_FORGET, O_Z, O_QZ,
     O_INTERVAL, O_INITIAL, O_BETA, O_TOL, O_LONG, O_SMOOTH, O_QUEUE, O_STATUS,
     O_REPLAY,
 };
 
-int main(int argc, char **argv)
-{
-    static const struct option lo[] = {
-        {"budget", required_argument, 0, 'b'},
-        {"policy", required_argument, 0, 'p'},
-        {"margin", required_argument, 0, 'm'},
-        {"signal", required_argument, 0, O_SIGNAL},
-        {"hold", required_argument, 0, O_HOLD},
-        {"max-limit", required_argument, 0, O_MAXLIM},
-        {"settle", required_argument, 0, O_SETTLE},
-        {"stale", required_argument, 0, O_STALE},
-        {"forget", required_argument, 0, O_FORGET},
-        {"z", required_argument, 0, O_Z},
-        {"quantile-z", required_argument, 0, O_QZ},
-        {"interval", required_argument, 0, O_INTERVAL},
-        {"initial", required_argument, 0, O_INITIAL},
-        {"beta", required_argument, 0, O_BETA},
-        {"tolerance", required_argument, 0, O_TOL},
-        {"long", required_argument, 0, O_LONG},
-        {"smoothing", required_argument, 0, O_SMOOTH},
-        {"queue", required_argument, 0, O_QUEUE},
-        {"status-every", required_argument, 0, O_STATUS},
-        {"replay", required_argument, 0, O_REPLAY},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
+static const struct option longopts[] = {
+    {"budget", required_argument, 0, 'b'},
+    {"policy", required_argument, 0, 'p'},
+    {"margin", required_argument, 0, 'm'},
+    {"signal", required_argument, 0, O_SIGNAL},
+    {"hold", required_argument, 0, O_HOLD},
+    {"max-limit", required_argument, 0, O_MAXLIM},
+    {"settle", required_argument, 0, O_SETTLE},
+    {"stale", required_argument, 0, O_STALE},
+    {"forget", required_argument, 0, O_FORGET},
+    {"z", required_argument, 0, O_Z},
+    {"quantile-z", required_argument, 0, O_QZ},
+    {"interval", required_argument, 0, O_INTERVAL},
+    {"initial", required_argument, 0, O_INITIAL},
+    {"beta", required_argument, 0, O_BETA},
+    {"tolerance", required_argument, 0, O_TOL},
+    {"long", required_argument, 0, O_LONG},
+    {"smoothing", required_argument, 0, O_SMOOTH},
+    {"queue", required_argument, 0, O_QUEUE},
+    {"status-every", required_argument, 0, O_STATUS},
+    {"replay", required_argument, 0, O_REPLAY},
+    MT_OPT_COMMON,
+    {0, 0, 0, 0},
+};
+
+#define MAX_POLICIES 16
+
+typedef struct admit_args {
     mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    const char *policies = "metronome", *replay = NULL;
-    int status_every = 25;
+    const char   *policies, *replay;
+    int           status_every;
+    char          plist[512];           /* policies, cut at the commas */
+    char         *names[MAX_POLICIES];
+    int           npol;
+} admit_args;
+
+/* One option with a value into a. 0, or -1 (said). */
+static int value_option(admit_args *a, int c, const char *arg)
+{
+    static const char *const signals[] = { "service", "p99", NULL };
+    mt_admit_opts *o = &a->o;
+    int i;
+    switch (c) {
+    case 'b': return mt_opt_ms(arg, 0.001, 1e6, &o->budget_ms);
+    case 'm': return mt_opt_double(arg, 0.001, 1, &o->margin);
+    case O_SIGNAL:
+        if (mt_opt_choice(arg, signals, &i))
+            return -1;
+        o->signal = i ? MT_SIG_P99 : MT_SIG_SERVICE;
+        return 0;
+    case O_HOLD: return mt_opt_ms(arg, 0, 1e6, &o->hold_ms);
+    case O_MAXLIM: return mt_opt_int(arg, 0, MT_ADMIT_MAX_LEVEL, &o->max_limit);
+    case O_SETTLE: return mt_opt_int(arg, 1, 10000, &o->settle_ticks);
+    case O_STALE: return mt_opt_int(arg, 1, 100000, &o->stale_ticks);
+    case O_FORGET: return mt_opt_int(arg, 1, INT_MAX, &o->forget_ticks);
+    case O_Z: return mt_opt_double(arg, 0, 20, &o->z);
+    case O_QZ: return mt_opt_double(arg, 0, 20, &o->quantile_z);
+    case O_INTERVAL: return mt_opt_int(arg, 1, 100000, &o->interval_ticks);
+    case O_INITIAL: return mt_opt_int(arg, 0, MT_ADMIT_MAX_LEVEL, &o->initial);
+    case O_BETA: return mt_opt_double(arg, 0.01, 0.99, &o->beta);
+    case O_TOL: return mt_opt_double(arg, 1, 100, &o->tolerance);
+    case O_LONG: return mt_opt_int(arg, 1, 1000000, &o->long_ticks);
+    case O_SMOOTH: return mt_opt_double(arg, 0.001, 1, &o->smoothing);
+    case O_QUEUE: return mt_opt_int(arg, 0, MT_ADMIT_MAX_LEVEL, &o->queue);
+    case O_STATUS: return mt_opt_int(arg, 0, INT_MAX, &a->status_every);
+    }
+    return -1;
+}
+
+/* --policy: one name, or several with --replay, each known and each with
+ * options it accepts. -1 to go on, else the exit status. */
+static int check_policies(admit_args *a)
+{
     char err[256];
-    int c;
-    while ((c = getopt_long(argc, argv, "b:p:m:h", lo, NULL)) != -1) {
-        switch (c) {
-        case 'b': if (parse_d(optarg, 0.001, 1e6, &o.budget_ms, 1)) return bad("--budget", optarg); break;
-        case 'p': policies = optarg; break;
-        case 'm': if (parse_d(optarg, 0.001, 1, &o.margin, 0)) return bad("--margin", optarg); break;
-        case O_SIGNAL:
-            if (!strcmp(optarg, "service")) o.signal = MT_SIG_SERVICE;
-            else if (!strcmp(optarg, "p99")) o.signal = MT_SIG_P99;
-            else return bad("--signal", optarg);
-            break;
-        case O_HOLD: if (parse_d(optarg, 0, 1e6, &o.hold_ms, 1)) return bad("--hold", optarg); break;
-        case O_MAXLIM: if (parse_i(optarg, 0, MT_ADMIT_MAX_LEVEL, &o.max_limit)) return bad("--max-limit", optarg); break;
-        case O_SETTLE: if (parse_i(optarg, 1, 10000, &o.settle_ticks)) return bad("--settle", optarg); break;
-        case O_STALE: if (parse_i(optarg, 1, 100000, &o.stale_ticks)) return bad("--stale", optarg); break;
-        case O_FORGET: if (parse_i(optarg, 1, INT_MAX, &o.forget_ticks)) return bad("--forget", optarg); break;
-        case O_Z: if (parse_d(optarg, 0, 20, &o.z, 0)) return bad("--z", optarg); break;
-        case O_QZ: if (parse_d(optarg, 0, 20, &o.quantile_z, 0)) return bad("--quantile-z", optarg); break;
-        case O_INTERVAL: if (parse_i(optarg, 1, 100000, &o.interval_ticks)) return bad("--interval", optarg); break;
-        case O_INITIAL: if (parse_i(optarg, 0, MT_ADMIT_MAX_LEVEL, &o.initial)) return bad("--initial", optarg); break;
-        case O_BETA: if (parse_d(optarg, 0.01, 0.99, &o.beta, 0)) return bad("--beta", optarg); break;
-        case O_TOL: if (parse_d(optarg, 1, 100, &o.tolerance, 0)) return bad("--tolerance", optarg); break;
-        case O_LONG: if (parse_i(optarg, 1, 1000000, &o.long_ticks)) return bad("--long", optarg); break;
-        case O_SMOOTH: if (parse_d(optarg, 0.001, 1, &o.smoothing, 0)) return bad("--smoothing", optarg); break;
-        case O_QUEUE: if (parse_i(optarg, 0, MT_ADMIT_MAX_LEVEL, &o.queue)) return bad("--queue", optarg); break;
-        case O_STATUS: if (parse_i(optarg, 0, INT_MAX, &status_every)) return bad("--status-every", optarg); break;
-        case O_REPLAY: replay = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, argv[optind]);
-        return 2;
-    }
-    /* the policy list: one, or several with --replay */
-    char plist[512];
-    if (strlen(policies) >= sizeof plist)
-        return bad("--policy", policies);
-    strcpy(plist, policies);
-    char *names[16];
-    int npol = 0;
+    if (strlen(a->policies) >= sizeof a->plist)
+        return mt_opt_bad_opt("--policy", a->policies, "is too long"), 2;
+    strcpy(a->plist, a->policies);
     char *save = NULL;
-    for (char *p = strtok_r(plist, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-        if (npol == 16)
-            return bad("--policy", policies);
-        names[npol++] = p;
+    for (char *p = strtok_r(a->plist, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        if (a->npol == MAX_POLICIES)
+            return mt_opt_bad_opt("--policy", a->policies, "names more than %d "
+                                  "policies", MAX_POLICIES), 2;
+        a->names[a->npol++] = p;
     }
-    if (npol == 0)
-        return bad("--policy", policies);
-    if (npol > 1 && !replay) {
-        fprintf(stderr, "%s: several policies only with --replay\n", prog);
-        return 2;
-    }
-    for (int i = 0; i < npol; i++) {
-        mt_admit_opts oi = o;
-        if (mt_admit_policy_parse(names[i], &oi, err, sizeof err) != 0 ||
+    if (a->npol == 0)
+        return mt_opt_bad_opt("--policy", a->policies, "names no policy"), 2;
+    if (a->npol > 1 && !a->replay)
+        return mt_opt_usage_error("several policies only with --replay");
+    for (int i = 0; i < a->npol; i++) {
+        mt_admit_opts oi = a->o;
+        if (mt_admit_policy_parse(a->names[i], &oi, err, sizeof err) != 0 ||
             mt_admit_opts_check(&oi, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", prog, err);
             return 2;
         }
     }
-    signal(SIGPIPE, SIG_IGN);   /* a closed control input is a write error */
+    return -1;
+}
 
-    int rc = 0;
-    for (int i = 0; i < npol; i++) {
-        mt_admit_opts oi = o;
-        mt_admit_policy_parse(names[i], &oi, err, sizeof err);
-        run r;
-        memset(&r, 0, sizeof r);
-        r.out = stdout;
-        r.replay = replay != NULL;
-        r.status_every = status_every;
-        r.policy_name = names[i];
-        if (mt_admit_create(&oi, emit, &r, &r.a, err, sizeof err) != 0) {
-            fprintf(stderr, "%s: %s\n", prog, err);
-            return 1;
-        }
-        FILE *in = stdin;
-        if (replay && !(in = fopen(replay, "r"))) {
-            fprintf(stderr, "%s: %s: %s\n", prog, replay, strerror(errno));
-            mt_admit_free(r.a);
-            return 1;
-        }
-        if (run_input(&r, in) != 0)
-            rc = 1;
-        if (in != stdin)
-            fclose(in);
-        if (r.out_failed && (r.replay || r.ticks_after_fail > OUT_FAIL_TICKS)) {
-            fprintf(stderr, "%s: cannot write decisions to stdout since input line "
-                    "%ld (control input closed?)\n", prog, r.out_failed_line);
-            rc = 1;
-        } else if (r.out_failed) {
-            fprintf(stderr, "%s: control input closed at input line %ld, %ld lines "
-                    "before the end of input: the server ended\n", prog,
-                    r.out_failed_line, r.lineno - r.out_failed_line);
-        }
-        mt_admit_stats st;
-        mt_admit_get_stats(r.a, &st);
-        if (r.replay)
-            out_line(&r, "summary policy=%s lines=%ld ticks=%lld requests=%lld "
-                     "accepted=%lld rejected=%lld final_limit=%d bad_lines=%ld\n",
-                     names[i], r.lineno, (long long)st.ticks, (long long)st.requests,
-                     (long long)st.accepted, (long long)st.rejected,
-                     mt_admit_limit(r.a), r.bad_lines);
-        status(&r, "end");
+/* The command line into a: -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, admit_args *a)
+{
+    int c;
+    while ((c = mt_opt_next(&cli, argc, argv, "b:p:m:h", longopts)) >= 0) {
+        if (c == 'p')
+            a->policies = optarg;
+        else if (c == O_REPLAY)
+            a->replay = optarg;
+        else if (value_option(a, c, optarg))
+            return 2;
+    }
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
+    if (optind < argc)
+        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    return check_policies(a);
+}
+
+/* One policy over the whole input (stdin, or the --replay log). 0; 1 when
+ * it ran with an error; -1 when it could not start. Errors are said. */
+static int run_policy(const admit_args *a, const char *name)
+{
+    char err[256];
+    mt_admit_opts oi = a->o;
+    mt_admit_policy_parse(name, &oi, err, sizeof err);
+    run r;
+    memset(&r, 0, sizeof r);
+    r.out = stdout;
+    r.replay = a->replay != NULL;
+    r.status_every = a->status_every;
+    r.policy_name = name;
+    if (mt_admit_create(&oi, emit, &r, &r.a, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return -1;
+    }
+    FILE *in = stdin;
+    if (a->replay && !(in = fopen(a->replay, "r"))) {
+        fprintf(stderr, "%s: %s: %s\n", prog, a->replay, strerror(errno));
         mt_admit_free(r.a);
+        return -1;
+    }
+    int rc = 0;
+    if (run_input(&r, in) != 0)
+        rc = 1;
+    if (in != stdin)
+        fclose(in);
+    if (r.out_failed && (r.replay || r.ticks_after_fail > OUT_FAIL_TICKS)) {
+        fprintf(stderr, "%s: cannot write decisions to stdout since input line "
+                "%ld (control input closed?)\n", prog, r.out_failed_line);
+        rc = 1;
+    } else if (r.out_failed) {
+        fprintf(stderr, "%s: control input closed at input line %ld, %ld lines "
+                "before the end of input: the server ended\n", prog,
+                r.out_failed_line, r.lineno - r.out_failed_line);
+    }
+    mt_admit_stats st;
+    mt_admit_get_stats(r.a, &st);
+    if (r.replay)
+        out_line(&r, "summary policy=%s lines=%ld ticks=%lld requests=%lld "
+                 "accepted=%lld rejected=%lld final_limit=%d bad_lines=%ld\n",
+                 name, r.lineno, (long long)st.ticks, (long long)st.requests,
+                 (long long)st.accepted, (long long)st.rejected,
+                 mt_admit_limit(r.a), r.bad_lines);
+    status(&r, "end");
+    mt_admit_free(r.a);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    admit_args a;
+    memset(&a, 0, sizeof a);
+    mt_admit_opts_default(&a.o);
+    a.policies = "metronome";
+    a.status_every = 25;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    signal(SIGPIPE, SIG_IGN);   /* a closed control input is a write error */
+    rc = 0;
+    for (int i = 0; i < a.npol; i++) {
+        int r = run_policy(&a, a.names[i]);
+        if (r < 0)
+            return 1;
+        if (r != 0)
+            rc = 1;
     }
     return rc;
 }

@@ -10,12 +10,13 @@
  * are printed here. Exit status: 0 done, 1 runtime error, 2 usage.
  */
 #define _GNU_SOURCE
-#include "probe/quality.h"
+#include "cmd/opt.h"
+#include "cmd/quality_cmd.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
 
 #include <errno.h>
-#include <getopt.h>
+#include <math.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -65,37 +66,8 @@ static void usage_main(FILE *f)
 "  quality    perplexity and free-generation quality of a token model under\n"
 "             each cache policy (full, window, window+sink, recompute)\n"
 "\n"
-"`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n");
-}
-
-static int bad_usage(const char *cmd, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "%s %s: ", prog, cmd);
-    fprintf(stderr, fmt, arg ? arg : "");
-    fprintf(stderr, "\nTry '%s %s --help'.\n", prog, cmd);
-    return 2;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-')
-        return -1;
-    *out = v;
-    return 0;
+"`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n"
+"`mt-probe --version` prints the version.\n");
 }
 
 /* mt-serve next to this program, else on PATH. */
@@ -153,28 +125,25 @@ static void load_defaults(load_opts *l)
     l->max_sessions = 512;
 }
 
-/* Returns 1 if handled, 0 if not a load option, -1 on a bad value (err). */
-static int load_opt(load_opts *l, int c, const char *arg, char *err,
-                    size_t errlen)
+/* Returns 1 if handled, 0 if not a load option, -1 on a bad value (said). */
+static int load_opt(load_opts *l, int c, const char *arg)
 {
+    char err[256];
     switch (c) {
     case O_DURATION:
-        if (mt_probe_parse_seconds(arg, &l->duration_s, err, errlen) ||
-            l->duration_s <= 0)
-            return snprintf(err, errlen, "bad --duration '%s'", arg), -1;
-        return 1;
+        return mt_opt_seconds(arg, 0.001, INFINITY, &l->duration_s) ? -1 : 1;
     case O_SEED:
-        if (parse_u64(arg, &l->seed))
-            return snprintf(err, errlen, "bad --seed '%s'", arg), -1;
-        return 1;
+        return mt_opt_u64(arg, &l->seed) ? -1 : 1;
     case O_ARRIVALS:
-        return mt_arrivals_parse(arg, &l->arrivals, err, errlen) ? -1 : 1;
-    case O_LENGTHS:
-        return mt_lengths_parse(arg, &l->lengths, err, errlen) ? -1 : 1;
-    case O_MAXSESS:
-        if (parse_int(arg, 1, 100000, &l->max_sessions))
-            return snprintf(err, errlen, "bad --max-sessions '%s'", arg), -1;
+        if (mt_arrivals_parse(arg, &l->arrivals, err, sizeof err))
+            return mt_opt_fail("%s", err);
         return 1;
+    case O_LENGTHS:
+        if (mt_lengths_parse(arg, &l->lengths, err, sizeof err))
+            return mt_opt_fail("%s", err);
+        return 1;
+    case O_MAXSESS:
+        return mt_opt_int(arg, 1, 100000, &l->max_sessions) ? -1 : 1;
     }
     return 0;
 }
@@ -218,50 +187,28 @@ static void shape_defaults(shape_opts *s)
     s->samples = 1000;
 }
 
-static int shape_opt(shape_opts *s, int c, const char *arg, char *err,
-                     size_t errlen)
+/* Returns 1 if handled, 0 if not a shape option, -1 on a bad value (said). */
+static int shape_opt(shape_opts *s, int c, const char *arg)
 {
+    static const char *const backends[] = { "cpu", "cuda", NULL };
+    int i;
     switch (c) {
     case 'm': s->model = arg; return 1;
-    case O_LAYERS:
-        return parse_int(arg, 1, 100000, &s->layers)
-                   ? (snprintf(err, errlen, "bad --layers '%s'", arg), -1) : 1;
-    case O_KVHEADS:
-        return parse_int(arg, 1, 100000, &s->kv_heads)
-                   ? (snprintf(err, errlen, "bad --kv-heads '%s'", arg), -1) : 1;
-    case O_HEADDIM:
-        return parse_int(arg, 1, 100000, &s->head_dim)
-                   ? (snprintf(err, errlen, "bad --head-dim '%s'", arg), -1) : 1;
+    case O_LAYERS: return mt_opt_int(arg, 1, 100000, &s->layers) ? -1 : 1;
+    case O_KVHEADS: return mt_opt_int(arg, 1, 100000, &s->kv_heads) ? -1 : 1;
+    case O_HEADDIM: return mt_opt_int(arg, 1, 100000, &s->head_dim) ? -1 : 1;
     case O_BACKEND:
-        if (!strcmp(arg, "cpu")) s->elem = 4;
-        else if (!strcmp(arg, "cuda")) s->elem = 2;
-        else return snprintf(err, errlen, "bad --backend '%s' (cpu, cuda)",
-                             arg), -1;
+        if (mt_opt_choice(arg, backends, &i))
+            return -1;
+        s->elem = i ? 2 : 4;    /* the cache element: bf16 on cuda */
         return 1;
     case O_POSBYTES:
-        return mt_probe_parse_bytes(arg, &s->position_bytes, err, errlen) ? -1 : 1;
-    case O_SINK:
-        return parse_int(arg, 0, 1 << 24, &s->sink)
-                   ? (snprintf(err, errlen, "bad --sink '%s'", arg), -1) : 1;
-    case O_WINDOW:
-        return parse_int(arg, 1, 1 << 24, &s->window)
-                   ? (snprintf(err, errlen, "bad --window '%s'", arg), -1) : 1;
-    case O_BLOCK:
-        return parse_int(arg, 1, 1 << 20, &s->block)
-                   ? (snprintf(err, errlen, "bad --block '%s'", arg), -1) : 1;
-    case O_FRAMEMS: {
-        double v;
-        if (mt_probe_parse_seconds(arg, &v, err, errlen))
-            return -1;
-        /* a bare number is milliseconds here */
-        s->frame_ms = strpbrk(arg, "sm") ? v * 1000 : atof(arg);
-        if (!(s->frame_ms > 0))
-            return snprintf(err, errlen, "bad --frame-ms '%s'", arg), -1;
-        return 1;
-    }
-    case O_SAMPLES:
-        return parse_int(arg, 1, 1000000, &s->samples)
-                   ? (snprintf(err, errlen, "bad --samples '%s'", arg), -1) : 1;
+        return mt_opt_bytes(arg, 0, UINT64_MAX, &s->position_bytes) ? -1 : 1;
+    case O_SINK: return mt_opt_int(arg, 0, 1 << 24, &s->sink) ? -1 : 1;
+    case O_WINDOW: return mt_opt_int(arg, 1, 1 << 24, &s->window) ? -1 : 1;
+    case O_BLOCK: return mt_opt_int(arg, 1, 1 << 20, &s->block) ? -1 : 1;
+    case O_FRAMEMS: return mt_opt_ms(arg, 0.001, 1e9, &s->frame_ms) ? -1 : 1;
+    case O_SAMPLES: return mt_opt_int(arg, 1, 1000000, &s->samples) ? -1 : 1;
     }
     return 0;
 }
@@ -308,28 +255,9 @@ static int shape_fill(const shape_opts *s, mt_predict_params *p, char *err,
     {"frame-ms", required_argument, 0, O_FRAMEMS}, \
     {"samples", required_argument, 0, O_SAMPLES}
 
-static int cmd_predict(int argc, char **argv)
+static void help_predict(FILE *f)
 {
-    static const struct option lo[] = {
-        SHAPE_LONGOPTS, LOAD_LONGOPTS,
-        {"kv-mem", required_argument, 0, O_KVMEM},
-        {"runs", required_argument, 0, O_RUNS},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    shape_opts so;
-    load_opts ld;
-    mt_predict_params p;
-    char err[512];
-    int runs = 0, c;
-    uint64_t kvmem = 0;
-    shape_defaults(&so);
-    load_defaults(&ld);
-    memset(&p, 0, sizeof p);
-    while ((c = getopt_long(argc, argv, "m:h", lo, NULL)) != -1) {
-        int r;
-        if (c == 'h') {
-            printf(
+    fprintf(f,
 "usage: mt-probe predict --kv-mem BYTES [-m MODEL] [load options]\n"
 "\n"
 "The analytic model of the KV wall. Unbounded (--kv full): each live session\n"
@@ -349,32 +277,48 @@ static int cmd_predict(int argc, char **argv)
 "  --samples N         Monte Carlo seeds (default 1000)\n"
 "  --runs N            also print the model of seeds S..S+N-1, one per row\n"
 LOAD_HELP, MT_KV_BLOCK);
-            return 0;
-        }
-        if (c == '?')
-            return bad_usage("predict", "bad option%s", "");
-        if (c == O_KVMEM) {
-            if (mt_probe_parse_bytes(optarg, &kvmem, err, sizeof err))
-                return bad_usage("predict", "%s", err);
-            continue;
-        }
-        if (c == O_RUNS) {
-            if (parse_int(optarg, 1, 100000, &runs))
-                return bad_usage("predict", "bad --runs '%s'", optarg);
-            continue;
-        }
-        if ((r = shape_opt(&so, c, optarg, err, sizeof err)) ||
-            (r = load_opt(&ld, c, optarg, err, sizeof err))) {
-            if (r < 0)
-                return bad_usage("predict", "%s", err);
-            continue;
-        }
-        return bad_usage("predict", "unexpected option%s", "");
+}
+
+static const mt_cli cli_predict = {
+    "mt-probe predict", "mt-probe predict --kv-mem BYTES [-m MODEL] [load options]",
+    help_predict,
+};
+
+static int cmd_predict(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        SHAPE_LONGOPTS, LOAD_LONGOPTS,
+        {"kv-mem", required_argument, 0, O_KVMEM},
+        {"runs", required_argument, 0, O_RUNS},
+        MT_OPT_COMMON,
+        {0, 0, 0, 0},
+    };
+    shape_opts so;
+    load_opts ld;
+    mt_predict_params p;
+    char err[512];
+    int runs = 0, c;
+    uint64_t kvmem = 0;
+    shape_defaults(&so);
+    load_defaults(&ld);
+    memset(&p, 0, sizeof p);
+    while ((c = mt_opt_next(&cli_predict, argc, argv, "m:h", lo)) >= 0) {
+        int r;
+        if (c == O_KVMEM)
+            r = mt_opt_bytes(optarg, 0, UINT64_MAX, &kvmem) ? -1 : 1;
+        else if (c == O_RUNS)
+            r = mt_opt_int(optarg, 1, 100000, &runs) ? -1 : 1;
+        else if (!(r = shape_opt(&so, c, optarg)))
+            r = load_opt(&ld, c, optarg);
+        if (r <= 0)
+            return 2;
     }
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
     if (optind < argc)
-        return bad_usage("predict", "unexpected argument '%s'", argv[optind]);
+        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
     if (!kvmem)
-        return bad_usage("predict", "--kv-mem BYTES is required%s", "");
+        return mt_opt_usage_error("--kv-mem BYTES is required");
     if (shape_fill(&so, &p, err, sizeof err)) {
         fprintf(stderr, "%s predict: %s\n", prog, err);
         return 1;
@@ -414,22 +358,9 @@ LOAD_HELP, MT_KV_BLOCK);
 
 /* ---- summarize ------------------------------------------------------------- */
 
-static int cmd_summarize(int argc, char **argv)
+static void help_summarize(FILE *f)
 {
-    static const struct option lo[] = {
-        {"kind", required_argument, 0, O_KIND},
-        {"tsv", no_argument, 0, O_TSV},
-        {"strict", no_argument, 0, O_STRICT},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *kind = NULL;
-    int tsv = 0, strict = 0, c;
-    char err[512];
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            printf(
+    fprintf(f,
 "usage: mt-probe summarize [--kind K] [--tsv] [--strict] [FILE...]\n"
 "\n"
 "Reads latency lines (mt-serve's tick lines, mt-replay's client lines, any\n"
@@ -442,13 +373,34 @@ static int cmd_summarize(int argc, char **argv)
 "  --tsv      tab-separated, with a header line\n"
 "  --strict   stop at the first malformed line (exit 1); default: skip\n"
 "             and count them\n");
-            return 0;
+}
+
+static const mt_cli cli_summarize = {
+    "mt-probe summarize", "mt-probe summarize [--kind K] [--tsv] [--strict] [FILE...]",
+    help_summarize,
+};
+
+static int cmd_summarize(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"kind", required_argument, 0, O_KIND},
+        {"tsv", no_argument, 0, O_TSV},
+        {"strict", no_argument, 0, O_STRICT},
+        MT_OPT_COMMON,
+        {0, 0, 0, 0},
+    };
+    const char *kind = NULL;
+    int tsv = 0, strict = 0, c;
+    char err[512];
+    while ((c = mt_opt_next(&cli_summarize, argc, argv, "h", lo)) >= 0) {
+        switch (c) {
         case O_KIND: kind = optarg; break;
         case O_TSV: tsv = 1; break;
         case O_STRICT: strict = 1; break;
-        default: return bad_usage("summarize", "bad option%s", "");
         }
     }
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
     mt_summary *s;
     if (mt_summary_new(&s, err, sizeof err)) {
         fprintf(stderr, "%s summarize: %s\n", prog, err);
@@ -490,6 +442,21 @@ static int cmd_summarize(int argc, char **argv)
 
 /* ---- plot ------------------------------------------------------------------ */
 
+static void help_plot(FILE *f)
+{
+    fprintf(f,
+"usage: mt-probe plot --ticks FILE -o FILE.png [--title T] [--frame-ms MS]\n"
+"\n"
+"Draws a file of mt-serve tick lines: p99 frame latency, step compute time,\n"
+"lateness of the oldest unanswered frame, and the active sessions, against\n"
+"the frame period. The gnuplot script and data are kept beside the PNG.\n");
+}
+
+static const mt_cli cli_plot = {
+    "mt-probe plot", "mt-probe plot --ticks FILE -o FILE.png [--title T] [--frame-ms MS]",
+    help_plot,
+};
+
 static int cmd_plot(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -497,36 +464,28 @@ static int cmd_plot(int argc, char **argv)
         {"output", required_argument, 0, 'o'},
         {"title", required_argument, 0, O_TITLE},
         {"frame-ms", required_argument, 0, O_FRAMEMS},
-        {"help", no_argument, 0, 'h'},
+        MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
     const char *ticks = NULL, *out = NULL, *title = NULL;
     double frame_ms = 80;
     char err[512];
     int c;
-    while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+    while ((c = mt_opt_next(&cli_plot, argc, argv, "o:h", lo)) >= 0) {
         switch (c) {
-        case 'h':
-            printf(
-"usage: mt-probe plot --ticks FILE -o FILE.png [--title T] [--frame-ms MS]\n"
-"\n"
-"Draws a file of mt-serve tick lines: p99 frame latency, step compute time,\n"
-"lateness of the oldest unanswered frame, and the active sessions, against\n"
-"the frame period. The gnuplot script and data are kept beside the PNG.\n");
-            return 0;
         case O_TICKS: ticks = optarg; break;
         case 'o': out = optarg; break;
         case O_TITLE: title = optarg; break;
         case O_FRAMEMS:
-            frame_ms = atof(optarg);
-            if (!(frame_ms > 0))
-                return bad_usage("plot", "bad --frame-ms '%s'", optarg);
+            if (mt_opt_ms(optarg, 0.001, 1e9, &frame_ms))
+                return 2;
             break;
-        default: return bad_usage("plot", "bad option%s", "");
         }
     }
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
     if (!ticks || !out || optind < argc)
-        return bad_usage("plot", "need --ticks FILE and -o FILE.png%s", "");
+        return mt_opt_usage_error("need --ticks FILE and -o FILE.png");
     if (mt_plot_ticks(out, ticks, title, frame_ms, err, sizeof err)) {
         fprintf(stderr, "%s plot: %s\n", prog, err);
         return 1;
@@ -536,39 +495,9 @@ static int cmd_plot(int argc, char **argv)
 
 /* ---- sweep ----------------------------------------------------------------- */
 
-static int cmd_sweep(int argc, char **argv)
+static void help_sweep(FILE *f)
 {
-    static const struct option lo[] = {
-        {"socket", required_argument, 0, 's'},
-        {"from", required_argument, 0, O_FROM},
-        {"to", required_argument, 0, O_TO},
-        {"step", required_argument, 0, O_STEP},
-        {"hold", required_argument, 0, O_HOLD},
-        {"warmup", required_argument, 0, O_WARMUP},
-        {"audio", required_argument, 0, O_AUDIO},
-        {"ticks", required_argument, 0, O_TICKS},
-        {"plot", required_argument, 0, O_PLOT},
-        {"tsv", required_argument, 0, O_TSV},
-        {"serve", required_argument, 0, O_SERVE},
-        {"budget", required_argument, 0, O_BUDGET},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    mt_sweep_opts o;
-    char err[512], servebuf[PATH_MAX];
-    int c;
-    memset(&o, 0, sizeof o);
-    o.from = 1;
-    o.to = 8;
-    o.step = 1;
-    o.hold_s = 20;
-    o.warmup_s = 1;
-    o.progress = isatty(2);
-    const char *serve = NULL;
-    while ((c = getopt_long(argc, argv, "+s:h", lo, NULL)) != -1) {
-        switch (c) {
-        case 'h':
-            printf(
+    fprintf(f,
 "usage: mt-probe sweep -s SOCK [options]\n"
 "       mt-probe sweep [options] -- MT-SERVE-ARGS...\n"
 "\n"
@@ -595,54 +524,79 @@ static int cmd_sweep(int argc, char **argv)
 "                      frames wait up to a period for their tick, so two\n"
 "                      periods, mt-serve's default deadline, is the\n"
 "                      practical budget of a tick-batched server)\n");
-            return 0;
-        case 's': o.sock = optarg; break;
-        case O_FROM:
-            if (parse_int(optarg, 1, 100000, &o.from))
-                return bad_usage("sweep", "bad --from '%s'", optarg);
-            break;
-        case O_TO:
-            if (parse_int(optarg, 1, 100000, &o.to))
-                return bad_usage("sweep", "bad --to '%s'", optarg);
-            break;
-        case O_STEP:
-            if (parse_int(optarg, 1, 100000, &o.step))
-                return bad_usage("sweep", "bad --step '%s'", optarg);
-            break;
-        case O_HOLD:
-            if (mt_probe_parse_seconds(optarg, &o.hold_s, err, sizeof err) ||
-                o.hold_s <= 0)
-                return bad_usage("sweep", "bad --hold '%s'", optarg);
-            break;
-        case O_WARMUP:
-            if (mt_probe_parse_seconds(optarg, &o.warmup_s, err, sizeof err))
-                return bad_usage("sweep", "bad --warmup '%s'", optarg);
-            break;
-        case O_AUDIO: o.audio = optarg; break;
-        case O_TICKS: o.ticks_path = optarg; break;
-        case O_PLOT: o.plot = optarg; break;
-        case O_TSV: o.tsv_out = optarg; break;
-        case O_SERVE: serve = optarg; break;
-        case O_BUDGET: {
-            char *end;
-            o.budget_ms = strtod(optarg, &end);
-            if (end == optarg || (*end && strcmp(end, "ms")) ||
-                !(o.budget_ms > 0))
-                return bad_usage("sweep", "bad --budget '%s' (ms)", optarg);
-            break;
+}
+
+static const mt_cli cli_sweep = {
+    "mt-probe sweep", "mt-probe sweep (-s SOCK | -- MT-SERVE-ARGS...) [options]",
+    help_sweep,
+};
+
+/* The options into o and *serve: -1 to go on, else the exit status. */
+static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **serve)
+{
+    static const struct option lo[] = {
+        {"socket", required_argument, 0, 's'},
+        {"from", required_argument, 0, O_FROM},
+        {"to", required_argument, 0, O_TO},
+        {"step", required_argument, 0, O_STEP},
+        {"hold", required_argument, 0, O_HOLD},
+        {"warmup", required_argument, 0, O_WARMUP},
+        {"audio", required_argument, 0, O_AUDIO},
+        {"ticks", required_argument, 0, O_TICKS},
+        {"plot", required_argument, 0, O_PLOT},
+        {"tsv", required_argument, 0, O_TSV},
+        {"serve", required_argument, 0, O_SERVE},
+        {"budget", required_argument, 0, O_BUDGET},
+        MT_OPT_COMMON,
+        {0, 0, 0, 0},
+    };
+    int c, bad = 0;
+    while ((c = mt_opt_next(&cli_sweep, argc, argv, "+s:h", lo)) >= 0) {
+        switch (c) {
+        case 's': o->sock = optarg; break;
+        case O_FROM: bad = mt_opt_int(optarg, 1, 100000, &o->from); break;
+        case O_TO: bad = mt_opt_int(optarg, 1, 100000, &o->to); break;
+        case O_STEP: bad = mt_opt_int(optarg, 1, 100000, &o->step); break;
+        case O_HOLD: bad = mt_opt_seconds(optarg, 0.001, INFINITY, &o->hold_s); break;
+        case O_WARMUP: bad = mt_opt_seconds(optarg, 0, INFINITY, &o->warmup_s); break;
+        case O_AUDIO: o->audio = optarg; break;
+        case O_TICKS: o->ticks_path = optarg; break;
+        case O_PLOT: o->plot = optarg; break;
+        case O_TSV: o->tsv_out = optarg; break;
+        case O_SERVE: *serve = optarg; break;
+        case O_BUDGET: bad = mt_opt_ms(optarg, 0.001, 1e9, &o->budget_ms); break;
         }
-        default: return bad_usage("sweep", "bad option%s", "");
-        }
+        if (bad)
+            return 2;
     }
-    if (o.to < o.from)
-        return bad_usage("sweep", "--to is below --from%s", "");
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
+    if (o->to < o->from)
+        return mt_opt_usage_error("--to is below --from");
     int has_args = optind < argc;
-    if (has_args && o.sock)
-        return bad_usage("sweep", "give -s SOCK or -- MT-SERVE-ARGS, not "
-                         "both%s", "");
-    if (!has_args && !o.sock)
-        return bad_usage("sweep", "need -s SOCK or -- MT-SERVE-ARGS%s", "");
-    if (has_args) {
+    if (has_args && o->sock)
+        return mt_opt_usage_error("give -s SOCK or -- MT-SERVE-ARGS, not both");
+    if (!has_args && !o->sock)
+        return mt_opt_usage_error("need -s SOCK or -- MT-SERVE-ARGS");
+    return -1;
+}
+
+static int cmd_sweep(int argc, char **argv)
+{
+    mt_sweep_opts o;
+    char err[512], servebuf[PATH_MAX];
+    memset(&o, 0, sizeof o);
+    o.from = 1;
+    o.to = 8;
+    o.step = 1;
+    o.hold_s = 20;
+    o.warmup_s = 1;
+    o.progress = isatty(2);
+    const char *serve = NULL;
+    int rc = sweep_options(argc, argv, &o, &serve);
+    if (rc >= 0)
+        return rc;
+    if (optind < argc) {
         o.serve_bin = serve ? serve : default_serve(servebuf, sizeof servebuf);
         if (!o.serve_bin) {
             fprintf(stderr, "%s sweep: mt-serve not found (use --serve BIN)\n",
@@ -666,36 +620,9 @@ static int cmd_sweep(int argc, char **argv)
 
 /* ---- soak ------------------------------------------------------------------ */
 
-static int cmd_soak(int argc, char **argv)
+static void help_soak(FILE *f)
 {
-    static const struct option lo[] = {
-        LOAD_LONGOPTS,
-        {"runs", required_argument, 0, O_RUNS},
-        {"starve", required_argument, 0, O_STARVE},
-        {"plot", required_argument, 0, O_PLOT},
-        {"data", required_argument, 0, O_DATA},
-        {"serve", required_argument, 0, O_SERVE},
-        {"audio", required_argument, 0, O_AUDIO},
-        {"backend", required_argument, 0, O_BACKEND},
-        {"samples", required_argument, 0, O_SAMPLES},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    mt_soak_opts o;
-    load_opts ld;
-    shape_opts so;
-    char err[512], servebuf[PATH_MAX];
-    const char *serve = NULL;
-    int c, r;
-    memset(&o, 0, sizeof o);
-    load_defaults(&ld);
-    shape_defaults(&so);
-    o.runs = 5;
-    o.starve_s = 2.0;
-    o.progress = isatty(2);
-    while ((c = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
-        if (c == 'h') {
-            printf(
+    fprintf(f,
 "usage: mt-probe soak [options] -- MT-SERVE-ARGS... [-- MT-SERVE-ARGS...]\n"
 "\n"
 "R sustained runs for each server configuration (the argument groups after\n"
@@ -718,84 +645,150 @@ LOAD_HELP
 "  --audio FILE        what the sessions send (default synthetic voice-like)\n"
 "  --backend B         cpu or cuda: the cache element size for predict\n"
 "  --samples N         Monte Carlo seeds for the summary's prediction\n");
-            return 0;
-        }
-        if (c == '?')
-            return bad_usage("soak", "bad option%s", "");
+}
+
+static const mt_cli cli_soak = {
+    "mt-probe soak", "mt-probe soak [options] -- MT-SERVE-ARGS... [-- MT-SERVE-ARGS...]",
+    help_soak,
+};
+
+/* The options into o, ld, so and *serve: -1 to go on, else the exit status. */
+static int soak_options(int argc, char **argv, mt_soak_opts *o, load_opts *ld,
+                        shape_opts *so, const char **serve)
+{
+    static const struct option lo[] = {
+        LOAD_LONGOPTS,
+        {"runs", required_argument, 0, O_RUNS},
+        {"starve", required_argument, 0, O_STARVE},
+        {"plot", required_argument, 0, O_PLOT},
+        {"data", required_argument, 0, O_DATA},
+        {"serve", required_argument, 0, O_SERVE},
+        {"audio", required_argument, 0, O_AUDIO},
+        {"backend", required_argument, 0, O_BACKEND},
+        {"samples", required_argument, 0, O_SAMPLES},
+        MT_OPT_COMMON,
+        {0, 0, 0, 0},
+    };
+    int c, r;
+    while ((c = mt_opt_next(&cli_soak, argc, argv, "+h", lo)) >= 0) {
+        r = 1;
         switch (c) {
-        case O_RUNS:
-            if (parse_int(optarg, 1, 10000, &o.runs))
-                return bad_usage("soak", "bad --runs '%s'", optarg);
-            continue;
+        case O_RUNS: r = mt_opt_int(optarg, 1, 10000, &o->runs) ? -1 : 1; break;
         case O_STARVE:
-            if (mt_probe_parse_seconds(optarg, &o.starve_s, err, sizeof err) ||
-                o.starve_s <= 0)
-                return bad_usage("soak", "bad --starve '%s'", optarg);
-            continue;
-        case O_PLOT: o.plot = optarg; continue;
-        case O_DATA: o.data_dir = optarg; continue;
-        case O_SERVE: serve = optarg; continue;
-        case O_AUDIO: o.audio = optarg; continue;
+            r = mt_opt_seconds(optarg, 0.001, INFINITY, &o->starve_s) ? -1 : 1;
+            break;
+        case O_PLOT: o->plot = optarg; break;
+        case O_DATA: o->data_dir = optarg; break;
+        case O_SERVE: *serve = optarg; break;
+        case O_AUDIO: o->audio = optarg; break;
+        default:
+            if (!(r = shape_opt(so, c, optarg)))
+                r = load_opt(ld, c, optarg);
         }
-        if ((r = shape_opt(&so, c, optarg, err, sizeof err)) ||
-            (r = load_opt(&ld, c, optarg, err, sizeof err))) {
-            if (r < 0)
-                return bad_usage("soak", "%s", err);
-            continue;
-        }
-        return bad_usage("soak", "unexpected option%s", "");
+        if (r <= 0)
+            return 2;
     }
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
     /* getopt_long stopped at the first "--" (consumed) or a non-option. */
     if (optind >= argc)
-        return bad_usage("soak", "give the mt-serve arguments after --%s", "");
+        return mt_opt_usage_error("give the mt-serve arguments after --");
     if (optind > 0 && strcmp(argv[optind - 1], "--") != 0 &&
         argv[optind][0] != '-')
-        return bad_usage("soak", "unexpected argument '%s' (mt-serve "
-                         "arguments go after --)", argv[optind]);
-    mt_soak_config cfg[16];
+        return mt_opt_usage_error("unexpected argument '%s' (mt-serve arguments "
+                                  "go after --)", argv[optind]);
+    return -1;
+}
+
+/* A configuration's label: the policy and its pool or bound. */
+static void soak_label(mt_soak_config *cfg, char **argv, int start, int end, int idx)
+{
+    size_t len = 0;
+    cfg->label[0] = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = start; k + 1 < end; k++) {
+            const char *pre = NULL;
+            if (!strcmp(argv[k], "--kv")) pre = pass ? NULL : "";
+            else if (!pass) pre = NULL;
+            else if (!strcmp(argv[k], "--window")) pre = "W=";
+            else if (!strcmp(argv[k], "--on-full")) pre = "";
+            if (!pre)
+                continue;
+            int m = snprintf(cfg->label + len, sizeof cfg->label - len, "%s%s%s",
+                             len ? "/" : "", pre, argv[k + 1]);
+            if (m > 0 && len + (size_t)m < sizeof cfg->label)
+                len += (size_t)m;
+            else
+                cfg->label[len] = 0;
+        }
+    if (!len)
+        snprintf(cfg->label, sizeof cfg->label, "config%d", idx + 1);
+}
+
+/* The argument groups after the options, split at "--": the number of
+ * configurations, or -1 on a usage error (said). */
+static int soak_configs(int argc, char **argv, mt_soak_config *cfg, int max)
+{
     int ncfg = 0, start = optind;
     for (int i = optind; i <= argc; i++) {
-        if (i == argc || !strcmp(argv[i], "--")) {
-            if (i > start || i == argc) {
-                if (ncfg == 16)
-                    return bad_usage("soak", "at most 16 configurations%s", "");
-                cfg[ncfg].args = argv + start;
-                cfg[ncfg].nargs = i - start;
-                cfg[ncfg].label[0] = 0;
-                size_t len = 0;
-                /* The label: the policy and its pool or bound. */
-                for (int pass = 0; pass < 2; pass++)
-                for (int k = start; k + 1 < i; k++) {
-                    const char *pre = NULL;
-                    if (!strcmp(argv[k], "--kv")) pre = pass ? NULL : "";
-                    else if (!pass) pre = NULL;
-                    else if (!strcmp(argv[k], "--window")) pre = "W=";
-                    else if (!strcmp(argv[k], "--on-full")) pre = "";
-                    if (!pre)
-                        continue;
-                    int m = snprintf(cfg[ncfg].label + len,
-                                     sizeof cfg[ncfg].label - len, "%s%s%s",
-                                     len ? "/" : "", pre, argv[k + 1]);
-                    if (m > 0 && len + (size_t)m < sizeof cfg[ncfg].label)
-                        len += (size_t)m;
-                    else
-                        cfg[ncfg].label[len] = 0;
-                }
-                if (!len)
-                    snprintf(cfg[ncfg].label, sizeof cfg[ncfg].label,
-                             "config%d", ncfg + 1);
-                ncfg++;
-            }
-            start = i + 1;
+        if (i < argc && strcmp(argv[i], "--"))
+            continue;
+        if (i > start || i == argc) {
+            if (ncfg == max)
+                return mt_opt_usage_error("at most %d configurations", max), -1;
+            cfg[ncfg].args = argv + start;
+            cfg[ncfg].nargs = i - start;
+            soak_label(&cfg[ncfg], argv, start, i, ncfg);
+            ncfg++;
         }
+        start = i + 1;
     }
     for (int i = 0; i < ncfg; i++)
         for (int k = 0; k < cfg[i].nargs; k++)
             if (!strcmp(cfg[i].args[k], "-s") || !strcmp(cfg[i].args[k], "--socket")
                 || !strcmp(cfg[i].args[k], "--stdio"))
-                return bad_usage("soak", "mt-serve arguments must not name a "
-                                 "socket or --stdio (%s): each run gets its own",
-                                 cfg[i].args[k]);
+                return mt_opt_usage_error("mt-serve arguments must not name a "
+                                          "socket or --stdio (%s): each run gets "
+                                          "its own", cfg[i].args[k]), -1;
+    return ncfg;
+}
+
+/* The model and cache element of the prediction: -m of the first
+ * configuration that names one (else mt-serve's default), bf16 when one
+ * runs on cuda. */
+static void soak_shape(shape_opts *so, const mt_soak_config *cfg, int ncfg)
+{
+    for (int i = 0; i < ncfg && !so->model; i++)
+        for (int k = 0; k + 1 < cfg[i].nargs; k++)
+            if (!strcmp(cfg[i].args[k], "-m") || !strcmp(cfg[i].args[k], "--model"))
+                so->model = cfg[i].args[k + 1];
+    for (int i = 0; i < ncfg; i++)
+        for (int k = 0; k < cfg[i].nargs; k++)
+            if (!strcmp(cfg[i].args[k], "cuda") ||
+                !strcmp(cfg[i].args[k], "--device=cuda"))
+                so->elem = 2;
+}
+
+static int cmd_soak(int argc, char **argv)
+{
+    mt_soak_opts o;
+    load_opts ld;
+    shape_opts so;
+    char err[512], servebuf[PATH_MAX];
+    const char *serve = NULL;
+    memset(&o, 0, sizeof o);
+    load_defaults(&ld);
+    shape_defaults(&so);
+    o.runs = 5;
+    o.starve_s = 2.0;
+    o.progress = isatty(2);
+    int rc = soak_options(argc, argv, &o, &ld, &so, &serve);
+    if (rc >= 0)
+        return rc;
+    mt_soak_config cfg[16];
+    int ncfg = soak_configs(argc, argv, cfg, 16);
+    if (ncfg < 0)
+        return 2;
     o.serve_bin = serve ? serve : default_serve(servebuf, sizeof servebuf);
     if (!o.serve_bin) {
         fprintf(stderr, "%s soak: mt-serve not found (use --serve BIN)\n", prog);
@@ -812,17 +805,7 @@ LOAD_HELP
     o.max_sessions = ld.max_sessions;
     o.cfg = cfg;
     o.ncfg = ncfg;
-    /* The model for the prediction: -m of the first configuration that
-     * names one, else mt-serve's default. */
-    for (int i = 0; i < ncfg && !so.model; i++)
-        for (int k = 0; k + 1 < cfg[i].nargs; k++)
-            if (!strcmp(cfg[i].args[k], "-m") || !strcmp(cfg[i].args[k], "--model"))
-                so.model = cfg[i].args[k + 1];
-    for (int i = 0; i < ncfg; i++)
-        for (int k = 0; k < cfg[i].nargs; k++)
-            if (!strcmp(cfg[i].args[k], "cuda") ||
-                !strcmp(cfg[i].args[k], "--device=cuda"))
-                so.elem = 2;
+    soak_shape(&so, cfg, ncfg);
     if (shape_fill(&so, &o.pred, err, sizeof err))
         fprintf(stderr, "%s soak: no prediction: %s\n", prog, err);
     o.model = so.model;
@@ -848,15 +831,23 @@ LOAD_HELP
     return 0;
 }
 
+static const mt_cli cli_main = {
+    "mt-probe", "mt-probe COMMAND [options] (sweep, soak, predict, summarize, plot, quality)",
+    usage_main,
+};
+
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage_main(stderr);
-        return 2;
-    }
+    mt_opt_use(&cli_main);
+    if (argc < 2)
+        return mt_opt_usage_error("no command");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage_main(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("mt-probe %s\n", MT_VERSION);
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -871,7 +862,5 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
-    fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
-    usage_main(stderr);
-    return 2;
+    return mt_opt_usage_error("unknown %s '%s'", cmd[0] == '-' ? "option" : "command", cmd);
 }

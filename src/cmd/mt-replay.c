@@ -5,7 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 
 #include <portaudio.h>
 
+#include "cmd/opt.h"
 #include "client/audio.h"
 #include "client/client.h"
 #include "wire/frame.h"
@@ -41,6 +42,8 @@ typedef struct sess {
 
 typedef struct app {
     const char *sock;
+    const char *emit;           /* --emit FILE */
+    int         play, mic, list;
     int         copies, loop, rate_check, lat, quality, no_pace;
     double      stagger_ms, duration_s, interval_s, jitter_ms;
     const char *out_pattern, *device, *model;
@@ -102,26 +105,8 @@ static void usage(FILE *f)
 "      --device DEV       PortAudio device: index, name or part of it\n"
 "      --jitter MS        speaker jitter buffer (default 160)\n"
 "      --list-devices     list what PortAudio finds\n"
-"  -h, --help             this text\n");
-}
-
-static int parse_double(const char *s, double *v)
-{
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    return errno || end == s || *end || *v < 0 ? -1 : 0;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < lo || x > hi)
-        return -1;
-    *v = (int)x;
-    return 0;
+"  -h, --help             this text\n"
+"      --version          print the version\n");
 }
 
 /* PATTERN with %d replaced by idx (and %% by %). Only one %d allowed. */
@@ -793,103 +778,191 @@ static void app_free(app *a)
     a->ninputs = 0;
 }
 
-int main(int argc, char **argv)
+/* ---- the command line ---------------------------------------------------- */
+
+static const mt_cli cli = {
+    "mt-replay", "mt-replay -s SOCK [options] FILE... | --emit FILE | --play | --mic | --list-devices",
+    usage,
+};
+
+enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
+       O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
+       O_LIST };
+
+static const struct option longopts[] = {
+    { "socket", required_argument, 0, 's' },
+    { "copies", required_argument, 0, 'n' },
+    { "output", required_argument, 0, 'o' },
+    { "rate", required_argument, 0, 'r' },
+    { "frame-samples", required_argument, 0, 'f' },
+    { "model", required_argument, 0, 'm' },
+    { "quality", required_argument, 0, 'q' },
+    { "stagger", required_argument, 0, O_STAGGER },
+    { "loop", no_argument, 0, O_LOOP },
+    { "duration", required_argument, 0, O_DURATION },
+    { "rate-check", no_argument, 0, O_RATECHECK },
+    { "latency", required_argument, 0, O_LATENCY },
+    { "interval", required_argument, 0, O_INTERVAL },
+    { "emit", required_argument, 0, O_EMIT },
+    { "no-pace", no_argument, 0, O_NOPACE },
+    { "play", no_argument, 0, O_PLAY },
+    { "mic", no_argument, 0, O_MIC },
+    { "device", required_argument, 0, O_DEVICE },
+    { "jitter", required_argument, 0, O_JITTER },
+    { "list-devices", no_argument, 0, O_LIST },
+    MT_OPT_COMMON,
+    { 0, 0, 0, 0 },
+};
+
+static void app_default(app *a)
 {
-    app a;
-    memset(&a, 0, sizeof a);
-    a.copies = 1;
-    a.lat = LAT_INTERVAL;
-    a.rate = 24000;
-    a.frame_samples = 1920;
-    a.quality = mt_audio_quality_parse("medium");
-    a.interval_s = 1;
-    a.jitter_ms = 160;
-    const char *emit = NULL;
-    int play = 0, mic = 0, list = 0;
-    enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
-           O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
-           O_LIST };
-    static const struct option opts[] = {
-        { "socket", required_argument, 0, 's' },
-        { "copies", required_argument, 0, 'n' },
-        { "output", required_argument, 0, 'o' },
-        { "rate", required_argument, 0, 'r' },
-        { "frame-samples", required_argument, 0, 'f' },
-        { "model", required_argument, 0, 'm' },
-        { "quality", required_argument, 0, 'q' },
-        { "stagger", required_argument, 0, O_STAGGER },
-        { "loop", no_argument, 0, O_LOOP },
-        { "duration", required_argument, 0, O_DURATION },
-        { "rate-check", no_argument, 0, O_RATECHECK },
-        { "latency", required_argument, 0, O_LATENCY },
-        { "interval", required_argument, 0, O_INTERVAL },
-        { "emit", required_argument, 0, O_EMIT },
-        { "no-pace", no_argument, 0, O_NOPACE },
-        { "play", no_argument, 0, O_PLAY },
-        { "mic", no_argument, 0, O_MIC },
-        { "device", required_argument, 0, O_DEVICE },
-        { "jitter", required_argument, 0, O_JITTER },
-        { "list-devices", no_argument, 0, O_LIST },
-        { "help", no_argument, 0, 'h' },
-        { 0, 0, 0, 0 },
-    };
+    memset(a, 0, sizeof *a);
+    a->copies = 1;
+    a->lat = LAT_INTERVAL;
+    a->rate = 24000;
+    a->frame_samples = 1920;
+    a->quality = mt_audio_quality_parse("medium");
+    a->interval_s = 1;
+    a->jitter_ms = 160;
+}
+
+/* The options with a value to check. 0, or -1 (said). */
+static int value_option(app *a, int c, const char *arg)
+{
+    static const char *const lat[] = { "none", "interval", "frames", NULL };
+    switch (c) {
+    case 'n': return mt_opt_int(arg, 1, 4096, &a->copies);
+    case 'r': return mt_opt_int(arg, 1000, 768000, &a->rate);
+    case 'f': return mt_opt_int(arg, 1, MT_FRAME_MAX_PAYLOAD / 2, &a->frame_samples);
+    case 'q':
+        a->quality = mt_audio_quality_parse(arg);
+        return a->quality < 0
+            ? mt_opt_bad(arg, "is not one of best, medium, fastest, zoh, linear") : 0;
+    case O_STAGGER: return mt_opt_ms(arg, 0, INFINITY, &a->stagger_ms);
+    case O_DURATION: return mt_opt_seconds(arg, 0.001, INFINITY, &a->duration_s);
+    case O_LATENCY: return mt_opt_choice(arg, lat, &a->lat);
+    case O_INTERVAL: return mt_opt_seconds(arg, 0.01, INFINITY, &a->interval_s);
+    case O_JITTER: return mt_opt_ms(arg, 0, INFINITY, &a->jitter_ms);
+    }
+    return -1;
+}
+
+/* The command line into a: -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, app *a)
+{
     int c;
-    while ((c = getopt_long(argc, argv, "s:n:o:r:f:m:q:h", opts, NULL)) != -1) {
+    while ((c = mt_opt_next(&cli, argc, argv, "s:n:o:r:f:m:q:h", longopts)) >= 0) {
         switch (c) {
-        case 's': a.sock = optarg; break;
-        case 'n':
-            if (parse_int(optarg, 1, 4096, &a.copies)) goto bad;
-            break;
-        case 'o': a.out_pattern = optarg; break;
-        case 'r':
-            if (parse_int(optarg, 1000, 768000, &a.rate)) goto bad;
-            break;
-        case 'f':
-            if (parse_int(optarg, 1, MT_FRAME_MAX_PAYLOAD / 2, &a.frame_samples)) goto bad;
-            break;
-        case 'm': a.model = optarg; break;
-        case 'q':
-            a.quality = mt_audio_quality_parse(optarg);
-            if (a.quality < 0) goto bad;
-            break;
-        case O_STAGGER: if (parse_double(optarg, &a.stagger_ms)) goto bad; break;
-        case O_LOOP: a.loop = 1; break;
-        case O_DURATION:
-            if (parse_double(optarg, &a.duration_s) || a.duration_s <= 0) goto bad;
-            break;
-        case O_RATECHECK: a.rate_check = 1; break;
-        case O_LATENCY:
-            if (!strcmp(optarg, "frames")) a.lat = LAT_FRAMES;
-            else if (!strcmp(optarg, "interval")) a.lat = LAT_INTERVAL;
-            else if (!strcmp(optarg, "none")) a.lat = LAT_NONE;
-            else goto bad;
-            break;
-        case O_INTERVAL:
-            if (parse_double(optarg, &a.interval_s) || a.interval_s < 0.01) goto bad;
-            break;
-        case O_EMIT: emit = optarg; break;
-        case O_NOPACE: a.no_pace = 1; break;
-        case O_PLAY: play = 1; break;
-        case O_MIC: mic = 1; break;
-        case O_DEVICE: a.device = optarg; break;
-        case O_JITTER: if (parse_double(optarg, &a.jitter_ms)) goto bad; break;
-        case O_LIST: list = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        bad:
-            fprintf(stderr, "mt-replay: bad value for %s: '%s'\n",
-                    argv[optind - 1], optarg);
+        case 's': a->sock = optarg; break;
+        case 'o': a->out_pattern = optarg; break;
+        case 'm': a->model = optarg; break;
+        case O_LOOP: a->loop = 1; break;
+        case O_RATECHECK: a->rate_check = 1; break;
+        case O_EMIT: a->emit = optarg; break;
+        case O_NOPACE: a->no_pace = 1; break;
+        case O_PLAY: a->play = 1; break;
+        case O_MIC: a->mic = 1; break;
+        case O_DEVICE: a->device = optarg; break;
+        case O_LIST: a->list = 1; break;
+        default:
+            if (value_option(a, c, optarg))
+                return 2;
+        }
+    }
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
+    if (a->list + !!a->emit + a->play + a->mic > 1)
+        return mt_opt_usage_error("--emit, --play, --mic and --list-devices "
+                                  "exclude each other");
+    return -1;
+}
+
+/* --play's checks: operands and the output format. -1, or the status. */
+static int check_play(const app *a, int nargs)
+{
+    if (nargs > 0)
+        return mt_opt_usage_error("--play reads stdin; no files");
+    if (a->out_pattern) {
+        int fmt;
+        char err[512];
+        if (mt_audio_format_for_path(a->out_pattern, &fmt, err, sizeof err)) {
+            fprintf(stderr, "mt-replay: %s\n", err);
             return 2;
         }
     }
-    if (list + !!emit + play + mic > 1) {
-        fprintf(stderr, "mt-replay: --emit, --play, --mic and --list-devices "
-                "exclude each other\n");
-        return 2;
-    }
-    if (list)
-        return list_devices();
+    return -1;
+}
 
+/* The inputs of the file modes (one with --emit), read and resampled, or
+ * none for --mic. -1 to go on, else the exit status. */
+static int load_inputs(app *a, char **files, int nargs)
+{
+    char err[1024];
+    if (a->mic) {
+        if (!a->sock)
+            return mt_opt_usage_error("--mic needs -s SOCK");
+        if (nargs > 0)
+            return mt_opt_usage_error("--mic takes no files");
+        a->ns = 1;
+        return -1;
+    }
+    if (a->emit && nargs > 0)
+        return mt_opt_usage_error("--emit takes one file");
+    int nfiles = a->emit ? 1 : nargs;
+    if (nfiles < 1)
+        return mt_opt_usage_error("no input files");
+    if (!a->emit && !a->sock)
+        return mt_opt_usage_error("-s SOCK is needed to replay files");
+    a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
+    if (!a->inputs)
+        return 1;
+    a->ninputs = nfiles;
+    for (int i = 0; i < nfiles; i++) {
+        a->inputs[i].path = a->emit ? a->emit : files[i];
+        if (load_input(a, &a->inputs[i], err, sizeof err) != 0) {
+            fprintf(stderr, "mt-replay: %s\n", err);
+            return 1;
+        }
+    }
+    a->ns = a->emit ? 1 : nfiles * a->copies;
+    return -1;
+}
+
+/* The sessions: their input, their --duration bound and their output
+ * file (checked for a known format now, before any connection). -1 to go
+ * on, else the exit status. */
+static int make_sessions(app *a)
+{
+    char err[1024];
+    a->s = calloc((size_t)a->ns, sizeof *a->s);
+    if (!a->s)
+        return 1;
+    uint64_t dur_frames = UINT64_MAX;
+    if (a->duration_s > 0)
+        dur_frames = (uint64_t)(a->duration_s * a->rate / a->frame_samples + 0.5);
+    for (int i = 0; i < a->ns; i++) {
+        sess *s = &a->s[i];
+        s->in = a->ninputs > 0 ? &a->inputs[i / a->copies] : NULL;
+        s->frames_left = dur_frames;
+        if (!a->out_pattern || a->emit)
+            continue;
+        int fmt;
+        int k = expand_pattern(a->out_pattern, i, s->out_path, sizeof s->out_path);
+        if (k < 0 || (k == 0 && a->ns > 1)) {
+            fprintf(stderr, "mt-replay: -o %s: %s\n", a->out_pattern,
+                    k < 0 ? "too long" : "needs %d with more than one session");
+            return 2;
+        }
+        if (mt_audio_format_for_path(s->out_path, &fmt, err, sizeof err)) {
+            fprintf(stderr, "mt-replay: %s\n", err);
+            return 2;
+        }
+    }
+    return -1;
+}
+
+static void catch_signals(void)
+{
     /* The default 50 us timer slack is pure jitter for a pacer. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     struct sigaction sa;
@@ -898,109 +971,56 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
 
-    if (play) {
-        if (optind < argc) {
-            fprintf(stderr, "mt-replay: --play reads stdin; no files\n");
-            return 2;
-        }
-        if (a.out_pattern) {
-            int fmt;
-            char err[512];
-            if (mt_audio_format_for_path(a.out_pattern, &fmt, err, sizeof err)) {
-                fprintf(stderr, "mt-replay: %s\n", err);
-                return 2;
-            }
-        }
-        return run_play(&a);
-    }
-    if (a.loop && a.duration_s <= 0) {
-        fprintf(stderr, "mt-replay: --loop needs --duration\n");
-        return 2;
-    }
-
+/* --mic: the capture and playback device. 0, or -1 (said). */
+static int open_mic(app *a)
+{
     char err[1024];
-    if (emit || (!mic)) {
-        int nfiles = emit ? 1 : argc - optind;
-        if (emit && optind < argc) {
-            fprintf(stderr, "mt-replay: --emit takes one file\n");
-            return 2;
-        }
-        if (nfiles < 1) {
-            fprintf(stderr, "mt-replay: no input files (see --help)\n");
-            return 2;
-        }
-        if (!emit && !a.sock) {
-            fprintf(stderr, "mt-replay: -s SOCK is needed to replay files\n");
-            return 2;
-        }
-        a.inputs = calloc((size_t)nfiles, sizeof *a.inputs);
-        if (!a.inputs)
-            return 1;
-        a.ninputs = nfiles;
-        for (int i = 0; i < nfiles; i++) {
-            a.inputs[i].path = emit ? emit : argv[optind + i];
-            if (load_input(&a, &a.inputs[i], err, sizeof err) != 0) {
-                fprintf(stderr, "mt-replay: %s\n", err);
-                app_free(&a);
-                return 1;
-            }
-        }
-        a.ns = emit ? 1 : nfiles * a.copies;
-    } else {
-        if (!a.sock) {
-            fprintf(stderr, "mt-replay: --mic needs -s SOCK\n");
-            return 2;
-        }
-        if (optind < argc) {
-            fprintf(stderr, "mt-replay: --mic takes no files\n");
-            return 2;
-        }
-        a.ns = 1;
+    int jf = (int)(a->jitter_ms * a->rate / 1000.0 / a->frame_samples + 0.999);
+    if (mt_duplex_open(a->device, a->rate, a->frame_samples, jf, &a->dx, err,
+                       sizeof err) != 0) {
+        fprintf(stderr, "mt-replay: %s\n", err);
+        return -1;
     }
-    a.s = calloc((size_t)a.ns, sizeof *a.s);
-    if (!a.s)
-        return 1;
-    uint64_t dur_frames = UINT64_MAX;
-    if (a.duration_s > 0)
-        dur_frames = (uint64_t)(a.duration_s * a.rate / a.frame_samples + 0.5);
-    int with_files = a.ninputs > 0;
-    for (int i = 0; i < a.ns; i++) {
-        a.s[i].in = with_files ? &a.inputs[i / a.copies] : NULL;
-        a.s[i].frames_left = dur_frames;
-        if (a.out_pattern && !emit) {
-            int fmt;
-            int k = expand_pattern(a.out_pattern, i, a.s[i].out_path, sizeof a.s[i].out_path);
-            if (k < 0 || (k == 0 && a.ns > 1)) {
-                fprintf(stderr, "mt-replay: -o %s: %s\n", a.out_pattern,
-                        k < 0 ? "too long" : "needs %d with more than one session");
-                app_free(&a);
-                return 2;
-            }
-            if (mt_audio_format_for_path(a.s[i].out_path, &fmt, err, sizeof err)) {
-                fprintf(stderr, "mt-replay: %s\n", err);
-                app_free(&a);
-                return 2;
-            }
-        }
+    fprintf(stderr, "mt-replay: live on \"%s\"; Ctrl-C ends the session\n",
+            mt_duplex_device_name(a->dx));
+    return 0;
+}
+
+/* The file, emit and mic modes, after the options. The exit status. */
+static int run_sessions(app *a, char **files, int nargs)
+{
+    int rc = load_inputs(a, files, nargs);
+    if (rc < 0)
+        rc = make_sessions(a);
+    if (rc < 0) {
+        if (a->emit)
+            rc = run_emit(a);
+        else if (a->mic && open_mic(a) != 0)
+            rc = 1;
+        else
+            rc = run_client(a, a->mic);
     }
-    if (emit) {
-        int erc = run_emit(&a);
-        app_free(&a);
-        return erc;
-    }
-    if (mic) {
-        int jf = (int)(a.jitter_ms * a.rate / 1000.0 / a.frame_samples + 0.999);
-        if (mt_duplex_open(a.device, a.rate, a.frame_samples, jf, &a.dx, err,
-                           sizeof err) != 0) {
-            fprintf(stderr, "mt-replay: %s\n", err);
-            app_free(&a);
-            return 1;
-        }
-        fprintf(stderr, "mt-replay: live on \"%s\"; Ctrl-C ends the session\n",
-                mt_duplex_device_name(a.dx));
-    }
-    int rc = run_client(&a, mic);
-    app_free(&a);
+    app_free(a);
     return rc;
+}
+
+int main(int argc, char **argv)
+{
+    app a;
+    app_default(&a);
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    if (a.list)
+        return list_devices();
+    catch_signals();
+    if (a.play) {
+        rc = check_play(&a, argc - optind);
+        return rc >= 0 ? rc : run_play(&a);
+    }
+    if (a.loop && a.duration_s <= 0)
+        return mt_opt_usage_error("--loop needs --duration");
+    return run_sessions(&a, argv + optind, argc - optind);
 }

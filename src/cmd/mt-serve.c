@@ -1,19 +1,17 @@
 /* mt-serve: hosts the decoder for real-time frame-stream sessions.
  *
- * Thin main: parses options (getopt_long), loads the model, creates the
- * decoder (its KV pool and policy), the engine and the server, and runs.
+ * Thin main: reads the options (cmd/opt.h) into a serve_args, loads the
+ * model, creates the decoder (its KV pool and policy), the engine and the
+ * server, and runs.
  * Everything else lives in engine.c and server.c. stdout carries the
  * machine stream (latency lines, requests); stderr carries human log lines.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <getopt.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
+#include "cmd/opt.h"
 #include "decode/decoder.h"
 #include "serve/engine.h"
 #include "model/model.h"
@@ -56,66 +54,14 @@ static void usage(FILE *f)
 "      --write-timeout MS   disconnect a client whose output is stuck (2000)\n"
 "      --no-catch-up        never run a second round in one tick\n"
 "  -h, --help               this help\n"
+"      --version            print the version\n"
 "See mt-serve(1).\n");
-}
-
-static int parse_long(const char *s, long lo, long hi, long *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < lo || x > hi)
-        return -1;
-    *v = x;
-    return 0;
-}
-
-static int parse_ms(const char *s, double lo, double hi, double *v)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (errno || end == s || *end || !(x >= lo && x <= hi))
-        return -1;
-    *v = x;
-    return 0;
-}
-
-static int parse_bytes(const char *s, size_t *v)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (errno || end == s || x <= 0)
-        return -1;
-    double m = 1;
-    if (*end) {
-        if (!strcasecmp(end, "k") || !strcasecmp(end, "kib") || !strcasecmp(end, "kb"))
-            m = 1024.0;
-        else if (!strcasecmp(end, "m") || !strcasecmp(end, "mib") || !strcasecmp(end, "mb"))
-            m = 1024.0 * 1024;
-        else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib") || !strcasecmp(end, "gb"))
-            m = 1024.0 * 1024 * 1024;
-        else
-            return -1;
-    }
-    x *= m;
-    if (x > 1e15)
-        return -1;
-    *v = (size_t)x;
-    return 0;
 }
 
 static void log_stderr(void *ctx, const char *msg)
 {
     (void)ctx;
     fprintf(stderr, "%s: %s\n", prog, msg);
-}
-
-static int bad(const char *opt, const char *val)
-{
-    fprintf(stderr, "%s: bad value for %s: '%s' (see --help)\n", prog, opt, val);
-    return 2;
 }
 
 enum {
@@ -125,229 +71,271 @@ enum {
     O_WRITETO, O_NOCATCH,
 };
 
-int main(int argc, char **argv)
-{
-    static const struct option lo[] = {
-        {"socket", required_argument, 0, 's'},
-        {"socket-mode", required_argument, 0, O_SOCKMODE},
-        {"stdio", no_argument, 0, O_STDIO},
-        {"model", required_argument, 0, 'm'},
-        {"device", required_argument, 0, O_DEVICE},
-        {"threads", required_argument, 0, O_THREADS},
-        {"kv", required_argument, 0, O_KV},
-        {"sink", required_argument, 0, O_SINK},
-        {"window", required_argument, 0, O_WINDOW},
-        {"rope", required_argument, 0, O_ROPE},
-        {"kv-mem", required_argument, 0, O_KVMEM},
-        {"on-full", required_argument, 0, O_ONFULL},
-        {"fill", no_argument, 0, O_FILL},
-        {"no-fill", no_argument, 0, O_NOFILL},
-        {"frame-ms", required_argument, 0, O_FRAMEMS},
-        {"deadline-ms", required_argument, 0, O_DEADLINE},
-        {"max-sessions", required_argument, 0, O_MAXSESS},
-        {"control", required_argument, 0, O_CONTROL},
-        {"admit-timeout", required_argument, 0, O_ADMITTO},
-        {"latency-log", required_argument, 0, O_LATLOG},
-        {"latency", required_argument, 0, O_LATENCY},
-        {"in-queue", required_argument, 0, O_INQ},
-        {"out-queue", required_argument, 0, O_OUTQ},
-        {"write-timeout", required_argument, 0, O_WRITETO},
-        {"no-catch-up", no_argument, 0, O_NOCATCH},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    mt_server_opts so;
-    mt_server_opts_default(&so);
-    mt_engine_opts eo;
-    mt_engine_opts_default(&eo);
+/* Everything the command line sets, before the model is known. */
+typedef struct serve_args {
+    mt_server_opts  so;
+    mt_engine_opts  eo;
     mt_decoder_opts dopt;
-    memset(&dopt, 0, sizeof dopt);
-    dopt.device = MT_DEV_AUTO;
-    dopt.kv.policy = MT_KV_WINDOW;
-    dopt.kv.sink = 4;
-    dopt.kv.window = 256;
-    dopt.kv.rope = MT_ROPE_CACHE;
-    dopt.kv.budget_bytes = (size_t)512 << 20;
-    dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
-    const char *model = "synthetic:small";
-    int fill = -1;
-    double frame_ms = 0, deadline_ms = 0;
-    long v;
-    double d;
-    int c;
-    while ((c = getopt_long(argc, argv, "s:m:h", lo, NULL)) != -1) {
-        switch (c) {
-        case 's': so.socket_path = optarg; break;
-        case O_SOCKMODE: {
-            char *end;
-            errno = 0;
-            long m = strtol(optarg, &end, 8);
-            if (errno || *end || end == optarg || m < 0 || m > 0777)
-                return bad("--socket-mode", optarg);
-            so.socket_mode = (mode_t)m;
-            break;
-        }
-        case O_STDIO: so.stdio = 1; break;
-        case 'm': model = optarg; break;
-        case O_DEVICE:
-            if (!strcmp(optarg, "cpu")) dopt.device = MT_DEV_CPU;
-            else if (!strcmp(optarg, "cuda")) dopt.device = MT_DEV_CUDA;
-            else if (!strcmp(optarg, "auto")) dopt.device = MT_DEV_AUTO;
-            else return bad("--device", optarg);
-            break;
-        case O_THREADS:
-            if (parse_long(optarg, 0, 1024, &v)) return bad("--threads", optarg);
-            dopt.threads = (int)v;
-            break;
-        case O_KV:
-            if (!strcmp(optarg, "window")) dopt.kv.policy = MT_KV_WINDOW;
-            else if (!strcmp(optarg, "full")) dopt.kv.policy = MT_KV_FULL;
-            else return bad("--kv", optarg);
-            break;
-        case O_SINK:
-            if (parse_long(optarg, 0, 1 << 20, &v)) return bad("--sink", optarg);
-            dopt.kv.sink = (int)v;
-            break;
-        case O_WINDOW:
-            if (parse_long(optarg, 1, 1 << 24, &v)) return bad("--window", optarg);
-            dopt.kv.window = (int)v;
-            break;
-        case O_ROPE:
-            if (!strcmp(optarg, "cache")) dopt.kv.rope = MT_ROPE_CACHE;
-            else if (!strcmp(optarg, "absolute")) dopt.kv.rope = MT_ROPE_ABSOLUTE;
-            else return bad("--rope", optarg);
-            break;
-        case O_KVMEM:
-            if (parse_bytes(optarg, &dopt.kv.budget_bytes)) return bad("--kv-mem", optarg);
-            dopt.kv_budget_auto = 0;
-            break;
-        case O_ONFULL:
-            if (!strcmp(optarg, "preempt")) eo.on_full = MT_ONFULL_PREEMPT;
-            else if (!strcmp(optarg, "stall")) eo.on_full = MT_ONFULL_STALL;
-            else return bad("--on-full", optarg);
-            break;
-        case O_FILL: fill = 1; break;
-        case O_NOFILL: fill = 0; break;
-        case O_FRAMEMS:
-            if (parse_ms(optarg, 1, 10000, &frame_ms)) return bad("--frame-ms", optarg);
-            break;
-        case O_DEADLINE:
-            if (parse_ms(optarg, 1, 600000, &deadline_ms)) return bad("--deadline-ms", optarg);
-            break;
-        case O_MAXSESS:
-            if (parse_long(optarg, 1, 4096, &v)) return bad("--max-sessions", optarg);
-            eo.max_sessions = so.max_sessions = (int)v;
-            break;
-        case O_CONTROL: so.control_path = optarg; break;
-        case O_ADMITTO:
-            if (parse_ms(optarg, 1, 3600000, &d)) return bad("--admit-timeout", optarg);
-            so.admit_timeout_ns = (uint64_t)(d * 1e6);
-            break;
-        case O_LATLOG: so.latency_log = optarg; break;
-        case O_LATENCY:
-            if (!strcmp(optarg, "frames")) eo.frame_lines = 1;
-            else if (!strcmp(optarg, "ticks")) eo.frame_lines = 0;
-            else return bad("--latency", optarg);
-            break;
-        case O_INQ:
-            if (parse_long(optarg, 1, 65536, &v)) return bad("--in-queue", optarg);
-            eo.in_queue = (int)v;
-            break;
-        case O_OUTQ:
-            if (parse_long(optarg, 1, 65536, &v)) return bad("--out-queue", optarg);
-            eo.out_queue = (int)v;
-            break;
-        case O_WRITETO:
-            if (parse_ms(optarg, 1, 3600000, &d)) return bad("--write-timeout", optarg);
-            so.write_timeout_ns = (uint64_t)(d * 1e6);
-            break;
-        case O_NOCATCH: eo.catch_up = 0; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, argv[optind]);
-        return 2;
-    }
-    if (!so.stdio == !so.socket_path) {
-        fprintf(stderr, "%s: give exactly one of -s PATH and --stdio (see --help)\n", prog);
-        return 2;
-    }
+    const char     *model;
+    int             fill;           /* -1: by the policy */
+    double          frame_ms;       /* 0: the model's frame */
+    double          deadline_ms;    /* 0: two frame periods */
+} serve_args;
 
+static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
+
+static const struct option longopts[] = {
+    {"socket", required_argument, 0, 's'},
+    {"socket-mode", required_argument, 0, O_SOCKMODE},
+    {"stdio", no_argument, 0, O_STDIO},
+    {"model", required_argument, 0, 'm'},
+    {"device", required_argument, 0, O_DEVICE},
+    {"threads", required_argument, 0, O_THREADS},
+    {"kv", required_argument, 0, O_KV},
+    {"sink", required_argument, 0, O_SINK},
+    {"window", required_argument, 0, O_WINDOW},
+    {"rope", required_argument, 0, O_ROPE},
+    {"kv-mem", required_argument, 0, O_KVMEM},
+    {"on-full", required_argument, 0, O_ONFULL},
+    {"fill", no_argument, 0, O_FILL},
+    {"no-fill", no_argument, 0, O_NOFILL},
+    {"frame-ms", required_argument, 0, O_FRAMEMS},
+    {"deadline-ms", required_argument, 0, O_DEADLINE},
+    {"max-sessions", required_argument, 0, O_MAXSESS},
+    {"control", required_argument, 0, O_CONTROL},
+    {"admit-timeout", required_argument, 0, O_ADMITTO},
+    {"latency-log", required_argument, 0, O_LATLOG},
+    {"latency", required_argument, 0, O_LATENCY},
+    {"in-queue", required_argument, 0, O_INQ},
+    {"out-queue", required_argument, 0, O_OUTQ},
+    {"write-timeout", required_argument, 0, O_WRITETO},
+    {"no-catch-up", no_argument, 0, O_NOCATCH},
+    MT_OPT_COMMON,
+    {0, 0, 0, 0},
+};
+
+static void args_default(serve_args *a)
+{
+    memset(a, 0, sizeof *a);
+    mt_server_opts_default(&a->so);
+    mt_engine_opts_default(&a->eo);
+    a->dopt.device = MT_DEV_AUTO;
+    a->dopt.kv.policy = MT_KV_WINDOW;
+    a->dopt.kv.sink = 4;
+    a->dopt.kv.window = 256;
+    a->dopt.kv.rope = MT_ROPE_CACHE;
+    a->dopt.kv.budget_bytes = (size_t)512 << 20;
+    a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
+    a->model = "synthetic:small";
+    a->fill = -1;
+}
+
+/* The options whose value is one of a few words. 0, or -1 (said). */
+static int word_option(serve_args *a, int c, const char *arg)
+{
+    static const char *const devices[] = { "cpu", "cuda", "auto", NULL };
+    static const mt_device device_of[] = { MT_DEV_CPU, MT_DEV_CUDA, MT_DEV_AUTO };
+    static const char *const kvs[] = { "window", "full", NULL };
+    static const char *const ropes[] = { "cache", "absolute", NULL };
+    static const char *const onfull[] = { "preempt", "stall", NULL };
+    static const char *const latency[] = { "ticks", "frames", NULL };
+    int i;
+    switch (c) {
+    case O_DEVICE:
+        if (mt_opt_choice(arg, devices, &i)) return -1;
+        a->dopt.device = device_of[i];
+        return 0;
+    case O_KV:
+        if (mt_opt_choice(arg, kvs, &i)) return -1;
+        a->dopt.kv.policy = i ? MT_KV_FULL : MT_KV_WINDOW;
+        return 0;
+    case O_ROPE:
+        if (mt_opt_choice(arg, ropes, &i)) return -1;
+        a->dopt.kv.rope = i ? MT_ROPE_ABSOLUTE : MT_ROPE_CACHE;
+        return 0;
+    case O_ONFULL:
+        if (mt_opt_choice(arg, onfull, &i)) return -1;
+        a->eo.on_full = i ? MT_ONFULL_STALL : MT_ONFULL_PREEMPT;
+        return 0;
+    case O_LATENCY:
+        if (mt_opt_choice(arg, latency, &i)) return -1;
+        a->eo.frame_lines = i;
+        return 0;
+    }
+    return -1;
+}
+
+/* The options with a number (a count, a size or a duration). 0, or -1. */
+static int number_option(serve_args *a, int c, const char *arg)
+{
+    uint64_t b;
+    double ms;
+    switch (c) {
+    case O_THREADS: return mt_opt_int(arg, 0, 1024, &a->dopt.threads);
+    case O_SINK: return mt_opt_int(arg, 0, 1 << 20, &a->dopt.kv.sink);
+    case O_WINDOW: return mt_opt_int(arg, 1, 1 << 24, &a->dopt.kv.window);
+    case O_KVMEM:
+        if (mt_opt_bytes(arg, 1, (uint64_t)1e15, &b)) return -1;
+        a->dopt.kv.budget_bytes = (size_t)b;
+        a->dopt.kv_budget_auto = 0;
+        return 0;
+    case O_FRAMEMS: return mt_opt_ms(arg, 1, 10000, &a->frame_ms);
+    case O_DEADLINE: return mt_opt_ms(arg, 1, 600000, &a->deadline_ms);
+    case O_MAXSESS:
+        if (mt_opt_int(arg, 1, 4096, &a->eo.max_sessions)) return -1;
+        a->so.max_sessions = a->eo.max_sessions;
+        return 0;
+    case O_ADMITTO:
+        if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
+        a->so.admit_timeout_ns = (uint64_t)(ms * 1e6);
+        return 0;
+    case O_INQ: return mt_opt_int(arg, 1, 65536, &a->eo.in_queue);
+    case O_OUTQ: return mt_opt_int(arg, 1, 65536, &a->eo.out_queue);
+    case O_WRITETO:
+        if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
+        a->so.write_timeout_ns = (uint64_t)(ms * 1e6);
+        return 0;
+    case O_SOCKMODE: {
+        char *end;
+        long m = strtol(arg, &end, 8);
+        if (end == arg || *end || m < 0 || m > 0777)
+            return mt_opt_bad(arg, "is not an octal file mode (0..0777)");
+        a->so.socket_mode = (mode_t)m;
+        return 0;
+    }
+    }
+    return word_option(a, c, arg);
+}
+
+/* The command line into a: -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, serve_args *a)
+{
+    int c;
+    while ((c = mt_opt_next(&cli, argc, argv, "s:m:h", longopts)) >= 0) {
+        switch (c) {
+        case 's': a->so.socket_path = optarg; break;
+        case O_STDIO: a->so.stdio = 1; break;
+        case 'm': a->model = optarg; break;
+        case O_FILL: a->fill = 1; break;
+        case O_NOFILL: a->fill = 0; break;
+        case O_CONTROL: a->so.control_path = optarg; break;
+        case O_LATLOG: a->so.latency_log = optarg; break;
+        case O_NOCATCH: a->eo.catch_up = 0; break;
+        default:
+            if (number_option(a, c, optarg))
+                return 2;
+        }
+    }
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
+    if (optind < argc)
+        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!a->so.stdio == !a->so.socket_path)
+        return mt_opt_usage_error("give exactly one of -s PATH and --stdio");
+    return -1;
+}
+
+/* The model, refused unless it serves PCM frames. 0, or -1 (said). */
+static int load_model(const serve_args *a, mt_model **m)
+{
     char err[512];
-    uint64_t t0 = mt_now_ns();
-    mt_model *m = NULL;
     /* --device cuda with a synthetic preset: the device backend makes the
      * weights itself, so no host copy (moshi-7b in fp32 would not fit) */
-    int mflags = dopt.device == MT_DEV_CUDA && strncmp(model, "synthetic:", 10) == 0
+    int mflags = a->dopt.device == MT_DEV_CUDA && strncmp(a->model, "synthetic:", 10) == 0
                  ? MT_MODEL_SHAPE_ONLY : 0;
-    if (mt_model_load(model, mflags, &m, err, sizeof err) != 0) {
+    if (mt_model_load(a->model, mflags, m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
-        return 1;
+        return -1;
     }
-    if (!m->cfg.has_audio || m->cfg.sample_rate <= 0 || m->cfg.frame_samples <= 0) {
+    const mt_config *cfg = &(*m)->cfg;
+    if (!cfg->has_audio || cfg->sample_rate <= 0 || cfg->frame_samples <= 0) {
         fprintf(stderr, "%s: %s: no audio adapter; mt-serve serves PCM frame streams\n",
-                prog, model);
-        mt_model_free(m);
-        return 1;
+                prog, a->model);
+        mt_model_free(*m);
+        *m = NULL;
+        return -1;
     }
-    double model_frame_ms = 1000.0 * m->cfg.frame_samples / m->cfg.sample_rate;
-    if (frame_ms <= 0)
-        frame_ms = model_frame_ms;
-    eo.frame_ns = (uint64_t)(frame_ms * 1e6);
-    eo.deadline_ns = deadline_ms > 0 ? (uint64_t)(deadline_ms * 1e6) : 2 * eo.frame_ns;
-    eo.fill = fill >= 0 ? fill : dopt.kv.policy == MT_KV_FULL;
-    eo.drop_when_full = !so.stdio;
-    dopt.max_batch = eo.max_sessions;
-    so.frame_ns = eo.frame_ns;
-    so.t0 = t0;
-    so.log = log_stderr;
+    return 0;
+}
 
+/* What follows from the model and the options together: the tick, the
+ * deadline, FILL by policy, the batch. */
+static void settle(serve_args *a, const mt_model *m, uint64_t t0)
+{
+    if (a->frame_ms <= 0)
+        a->frame_ms = 1000.0 * m->cfg.frame_samples / m->cfg.sample_rate;
+    a->eo.frame_ns = (uint64_t)(a->frame_ms * 1e6);
+    a->eo.deadline_ns = a->deadline_ms > 0 ? (uint64_t)(a->deadline_ms * 1e6)
+                                           : 2 * a->eo.frame_ns;
+    a->eo.fill = a->fill >= 0 ? a->fill : a->dopt.kv.policy == MT_KV_FULL;
+    a->eo.drop_when_full = !a->so.stdio;
+    a->dopt.max_batch = a->eo.max_sessions;
+    a->so.frame_ns = a->eo.frame_ns;
+    a->so.t0 = t0;
+    a->so.log = log_stderr;
+}
+
+static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
+{
+    const mt_kv_params *kv = &a->dopt.kv;
+    fprintf(stderr, "%s: %s on %s, kv %s (%s), pool %zu bytes, tick %.3f ms, "
+            "fill %s, %s%s\n", prog, m->cfg.name, mt_decoder_backend_name(dec),
+            kv->policy == MT_KV_FULL ? "full" : "window",
+            kv->policy == MT_KV_FULL
+                ? (a->eo.on_full == MT_ONFULL_PREEMPT ? "on-full preempt" : "on-full stall")
+                : "bounded",
+            mt_kv_used_bytes(mt_decoder_pool(dec)) + mt_kv_free_bytes(mt_decoder_pool(dec)),
+            a->frame_ms, a->eo.fill ? "on" : "off",
+            a->so.stdio ? "stdio" : "socket ", a->so.stdio ? "" : a->so.socket_path);
+}
+
+/* The decoder, the server and the engine over m, run to the end. The exit
+ * status. */
+static int serve(serve_args *a, const mt_model *m, uint64_t t0)
+{
+    char err[512];
     mt_decoder *dec = NULL;
-    if (mt_decoder_create(m, &dopt, &dec, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", prog, err);
-        mt_model_free(m);
-        return 1;
-    }
+    mt_server *srv = NULL;
+    mt_engine *eng = NULL;
+    int rc = 1;
+    if (mt_decoder_create(m, &a->dopt, &dec, err, sizeof err) != 0)
+        goto out;
     const char *note = mt_decoder_note(dec);
     if (note && *note)
         fprintf(stderr, "%s: %s\n", prog, note);
-
-    mt_server *srv = NULL;
-    if (mt_server_create(&so, &srv, err, sizeof err) != 0) {
+    if (mt_server_create(&a->so, &srv, err, sizeof err) != 0)
+        goto out;
+    a->eo.line = mt_server_line;
+    a->eo.line_ctx = srv;
+    if (mt_engine_create(&a->eo, dec, t0, &eng, err, sizeof err) != 0)
+        goto out;
+    banner(a, m, dec);
+    if (mt_server_run(srv, eng, err, sizeof err) != 0)
+        goto out;
+    fprintf(stderr, "%s: done\n", prog);
+    rc = 0;
+out:
+    if (rc)
         fprintf(stderr, "%s: %s\n", prog, err);
-        mt_decoder_free(dec);
-        mt_model_free(m);
-        return 1;
-    }
-    eo.line = mt_server_line;
-    eo.line_ctx = srv;
-    mt_engine *eng = NULL;
-    if (mt_engine_create(&eo, dec, t0, &eng, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", prog, err);
-        mt_server_free(srv);
-        mt_decoder_free(dec);
-        mt_model_free(m);
-        return 1;
-    }
-    fprintf(stderr, "%s: %s on %s, kv %s (%s), pool %zu bytes, tick %.3f ms, "
-            "fill %s, %s%s\n", prog, m->cfg.name, mt_decoder_backend_name(dec),
-            dopt.kv.policy == MT_KV_FULL ? "full" : "window",
-            dopt.kv.policy == MT_KV_FULL
-                ? (eo.on_full == MT_ONFULL_PREEMPT ? "on-full preempt" : "on-full stall")
-                : "bounded",
-            mt_kv_used_bytes(mt_decoder_pool(dec)) + mt_kv_free_bytes(mt_decoder_pool(dec)),
-            frame_ms, eo.fill ? "on" : "off",
-            so.stdio ? "stdio" : "socket ", so.stdio ? "" : so.socket_path);
-    int rc = mt_server_run(srv, eng, err, sizeof err);
-    if (rc != 0)
-        fprintf(stderr, "%s: %s\n", prog, err);
-    else
-        fprintf(stderr, "%s: done\n", prog);
     mt_engine_free(eng);
     mt_server_free(srv);
     mt_decoder_free(dec);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    serve_args a;
+    args_default(&a);
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    uint64_t t0 = mt_now_ns();
+    mt_model *m = NULL;
+    if (load_model(&a, &m) != 0)
+        return 1;
+    settle(&a, m, t0);
+    rc = serve(&a, m, t0);
     mt_model_free(m);
-    return rc == 0 ? 0 : 1;
+    return rc;
 }

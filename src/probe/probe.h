@@ -18,13 +18,6 @@
 #include <signal.h>
 #include <stdio.h>
 
-/* ---- parsing helpers (workload.c) --------------------------------- */
-/* "20s", "1.5s", "800ms", "2m", "30" (seconds). 0 or -1 with err. */
-int mt_probe_parse_seconds(const char *s, double *out, char *err, size_t errlen);
-/* "64M", "1.5G", "4096", "64MiB", "100MB": K/M/G are powers of 1024 (as
- * mt-serve's --kv-mem reads them). */
-int mt_probe_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen);
-
 /* ---- seeded randomness --------------------------------------------------- */
 typedef struct mt_rng { uint64_t s[4]; } mt_rng;
 void     mt_rng_seed(mt_rng *r, uint64_t seed);

@@ -30,18 +30,19 @@
  *                recomputed from scratch at positions 0 .. S+W-1 on a
  *                full-policy sequence (released and prefilled each step).
  *
- * A subcommand main kept in the library so mt-probe dispatches to it; it is
- * the only part that prints. The decoder runs on the CPU backend with
- * --threads threads (default 1: the probe is meant to run beside others).
+ * The experiments only: the options of `mt-probe quality` are read in
+ * src/cmd/quality_cmd.c. Results go to stdout; errors come back in err.
+ * The decoder runs on the CPU backend with --threads threads (default 1:
+ * the probe is meant to run beside others).
  */
 #define _GNU_SOURCE
 #include "probe/quality.h"
 #include "decode/decoder.h"
 #include "decode/kv.h"
 #include "model/model.h"
+#include "util/errmsg.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -52,51 +53,10 @@
 
 #define MAX_TEXT_BYTES (256u << 20)
 
-static const char *cmdname = "quality";
-
-typedef enum policy { P_FULL, P_WINDOW, P_WINDOW_SINK, P_RECOMPUTE } policy;
-static const char *const policy_names[] = { "full", "window", "window+sink",
-                                            "recompute" };
-
-typedef struct qopts {
-    const char *model, *text, *per_position, *gen_prompt, *gen_out;
-    policy      pol;
-    int         sink, window;   /* -1: default */
-    mt_rope_mode rope;
-    int         ctx;            /* 0: from config.json */
-    int         length;         /* positions per stream; 0: 8 T */
-    int         streams;
-    int         offset;         /* first byte of the first stream */
-    int         buckets;
-    int         chunk, max_chunks, chunk_stride;
-    int         gen_tokens;     /* 0: 4 T */
-    uint64_t    seed;
-    double      temperature;
-    int         threads;
-    int         tsv;
-    int         gen_only;   /* --text only as the generation reference */
-} qopts;
+const char *const mt_quality_policy_names[] = { "full", "window", "window+sink",
+                                                "recompute", NULL };
 
 /* ---- small helpers -------------------------------------------------------- */
-
-static int parse_int(const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int usage_err(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "mt-probe %s: ", cmdname);
-    fprintf(stderr, fmt, arg ? arg : "");
-    fprintf(stderr, "\nTry 'mt-probe %s --help'.\n", cmdname);
-    return 2;
-}
 
 /* Reads a whole file; bytes >= 128 become '?' as in the model's tokenizer
  * (7-bit text). */
@@ -216,7 +176,7 @@ static void runner_free(runner *r)
 }
 
 /* positions: the most positions one sequence will hold. */
-static int runner_init(runner *r, const mt_model *m, const qopts *o, int S,
+static int runner_init(runner *r, const mt_model *m, const mt_quality_opts *o, int S,
                        int W, int B, int64_t positions, char *err,
                        size_t errlen)
 {
@@ -231,9 +191,9 @@ static int runner_init(runner *r, const mt_model *m, const qopts *o, int S,
     /* fp32, the widest K/V element a CPU decoder stores: enough in any dtype */
     size_t pb = mt_decoder_position_bytes(&m->cfg, sizeof(float));
     int64_t per_seq;
-    if (o->pol == P_FULL || o->pol == P_RECOMPUTE) {
+    if (o->pol == MT_QUALITY_FULL || o->pol == MT_QUALITY_RECOMPUTE) {
         dop.kv.policy = MT_KV_FULL;
-        per_seq = o->pol == P_FULL ? positions : S + W;
+        per_seq = o->pol == MT_QUALITY_FULL ? positions : S + W;
     } else {
         dop.kv.policy = MT_KV_WINDOW;
         dop.kv.sink = S;
@@ -256,7 +216,7 @@ static int runner_init(runner *r, const mt_model *m, const qopts *o, int S,
             runner_free(r);
             return -1;
         }
-    if (o->pol == P_RECOMPUTE) {
+    if (o->pol == MT_QUALITY_RECOMPUTE) {
         r->recompute = 1;
         r->rs = S;
         r->rw = W;
@@ -425,38 +385,38 @@ static int sample_byte(const float *logits, double temp, uint64_t *rng,
 
 /* ---- the runs -------------------------------------------------------------------- */
 
-static void policy_shape(const qopts *o, int T, int *S, int *W)
+static void policy_shape(const mt_quality_opts *o, int T, int *S, int *W)
 {
     switch (o->pol) {
-    case P_FULL:
+    case MT_QUALITY_FULL:
         *S = 0; *W = 0;
         break;
-    case P_WINDOW:
+    case MT_QUALITY_WINDOW:
         *S = 0;
         *W = o->window >= 0 ? o->window : T;
         break;
-    case P_WINDOW_SINK:
+    case MT_QUALITY_WINDOW_SINK:
         *S = o->sink >= 0 ? o->sink : 4;
         *W = o->window >= 0 ? o->window : T - *S;
         break;
-    case P_RECOMPUTE:
+    case MT_QUALITY_RECOMPUTE:
         *S = o->sink >= 0 ? o->sink : 0;
         *W = o->window >= 0 ? o->window : T - *S;
         break;
     }
 }
 
-static void print_prefix(const qopts *o, int S, int W, int T)
+static void print_prefix(const mt_quality_opts *o, int S, int W, int T)
 {
-    printf("policy=%s", policy_names[o->pol]);
-    if (o->pol != P_FULL)
+    printf("policy=%s", mt_quality_policy_names[o->pol]);
+    if (o->pol != MT_QUALITY_FULL)
         printf(" sink=%d window=%d", S, W);
-    if (o->pol == P_WINDOW || o->pol == P_WINDOW_SINK)
+    if (o->pol == MT_QUALITY_WINDOW || o->pol == MT_QUALITY_WINDOW_SINK)
         printf(" rope=%s", o->rope == MT_ROPE_CACHE ? "cache" : "absolute");
     printf(" ctx=%d", T);
 }
 
-static int run_stream(const mt_model *m, const qopts *o, int S, int W, int T,
+static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W, int T,
                       int bos, const unsigned char *text, size_t tlen,
                       char *err, size_t errlen)
 {
@@ -511,7 +471,7 @@ static int run_stream(const mt_model *m, const qopts *o, int S, int W, int T,
             s += sum[p];
         double nll = s / ((double)(to - from) * K);
         if (o->tsv) {
-            printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", policy_names[o->pol], S, W,
+            printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", mt_quality_policy_names[o->pol], S, W,
                    from, to, nll, exp(nll));
         } else {
             printf("quality ");
@@ -532,7 +492,7 @@ static int run_stream(const mt_model *m, const qopts *o, int S, int W, int T,
     all /= (double)N * K;
     in /= (double)nin * K;
     if (o->tsv) {
-        printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", policy_names[o->pol], S, W, 0, N,
+        printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", mt_quality_policy_names[o->pol], S, W, 0, N,
                all, exp(all));
     } else {
         printf("quality ");
@@ -553,12 +513,12 @@ out:
 
 /* train.py's evaluate(): chunks of C bytes, [BOS, c0..c(C-2)] -> [c0..c(C-1)],
  * each on a fresh full cache, one prefill per chunk. Mean NLL into *nll. */
-static int chunked_nll(const mt_model *m, const qopts *o, int C, int bos,
+static int chunked_nll(const mt_model *m, const mt_quality_opts *o, int C, int bos,
                        const unsigned char *text, size_t nchunks, size_t stride,
                        double *nll, char *err, size_t errlen)
 {
-    qopts full = *o;
-    full.pol = P_FULL;
+    mt_quality_opts full = *o;
+    full.pol = MT_QUALITY_FULL;
     runner r;
     if (runner_init(&r, m, &full, 0, 0, 1, C, err, errlen))
         return -1;
@@ -595,7 +555,7 @@ out:
     return rc;
 }
 
-static int run_chunked(const mt_model *m, const qopts *o, int T, int bos,
+static int run_chunked(const mt_model *m, const mt_quality_opts *o, int T, int bos,
                        const unsigned char *text, size_t tlen, char *err,
                        size_t errlen)
 {
@@ -627,7 +587,7 @@ static void print_ngrams(const char *what, const ngram_stats *g)
            g->rep4_bytes);
 }
 
-static int run_generation(const mt_model *m, const qopts *o, int S, int W, int T,
+static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, int W, int T,
                           int bos, const unsigned char *text, size_t tlen,
                           char *err, size_t errlen)
 {
@@ -716,218 +676,27 @@ done:
     return rc;
 }
 
-/* ---- main ------------------------------------------------------------------------- */
+/* ---- one run -------------------------------------------------------------- */
 
-static void usage(FILE *f)
+void mt_quality_opts_default(mt_quality_opts *o)
 {
-    fprintf(f,
-"usage: mt-probe quality -m MODEL [--text FILE] [--policy P] [options]\n"
-"\n"
-"Perplexity by position and free-generation statistics of a byte-level\n"
-"token model under one KV policy, computed by the C decoder (CPU).\n"
-"\n"
-"  -m, --model SPEC      model directory (config.json + model.safetensors)\n"
-"  -t, --text FILE       text for perplexity (bytes >= 128 read as '?')\n"
-"  -p, --policy P        full | window | window+sink | recompute\n"
-"                        (default window+sink)\n"
-"      --sink S          sinks: window+sink default 4; recompute default 0;\n"
-"                        window is S = 0\n"
-"      --window W        ring size (default T - S: the kept cache is T)\n"
-"      --rope R          cache | absolute rotary positions for the window\n"
-"                        policies (default cache, as in StreamingLLM)\n"
-"      --ctx T           training context (default: config.json\n"
-"                        max_position_embeddings, else 256)\n"
-"      --length N        positions per stream (default 8 T)\n"
-"      --streams K       streams, consecutive N-byte slices of the text,\n"
-"                        decoded as one batch (default 1)\n"
-"      --offset B        byte where the first stream starts (default 0)\n"
-"      --buckets N       equal position buckets printed (default 8)\n"
-"      --per-position F  write 'position<TAB>mean nll' for every position\n"
-"      --chunk C         instead: train.py's evaluation, non-overlapping\n"
-"                        C-byte chunks each after BOS, fresh full cache\n"
-"      --max-chunks M    at most M chunks (default all)\n"
-"      --chunk-stride K  only every K-th chunk (default 1: all)\n"
-"      --gen-prompt S    also generate from BOS + S under the policy\n"
-"      --gen-tokens N    bytes to generate (default 4 T)\n"
-"      --gen-out F       write prompt + generated bytes to F\n"
-"      --gen-only        no perplexity run: --text is only the reference\n"
-"                        for the generation figures\n"
-"      --seed N          sampling seed (default 1)\n"
-"      --temperature X   softmax temperature, 0 = greedy (default 0.8)\n"
-"      --threads N       CPU decoder threads (default 1)\n"
-"      --format F        logfmt | tsv (default logfmt)\n"
-"  -h, --help            this help\n"
-"\n"
-"Output (logfmt): one 'quality ... bucket=i/n from= to= nll= ppl=' line per\n"
-"bucket, then 'bucket=all' with ppl_within_ctx and ppl_past_ctx; with\n"
-"--chunk one 'quality mode=chunked ... nll= ppl=' line; with --gen-prompt\n"
-"one 'generation ...' line (word rep4 = share of repeated word 4-grams,\n"
-"distinct1..4, byte rep4_bytes, gen_ppl = the model's perplexity of its own\n"
-"output in T-byte chunks after BOS, and ref_* for as many bytes of the text).\n"
-"NLL is in nats per byte. Exit status: 0 ok, 1 runtime error, 2 usage.\n");
+    memset(o, 0, sizeof *o);
+    o->pol = MT_QUALITY_WINDOW_SINK;
+    o->sink = o->window = -1;
+    o->rope = MT_ROPE_CACHE;
+    o->streams = 1;
+    o->buckets = 8;
+    o->seed = 1;
+    o->temperature = 0.8;
+    o->threads = 1;
 }
 
-enum { O_SINK = 256, O_WINDOW, O_ROPE, O_CTX, O_LENGTH, O_STREAMS, O_OFFSET,
-       O_BUCKETS, O_PERPOS, O_CHUNK, O_MAXCHUNKS, O_STRIDE, O_GENPROMPT, O_GENTOKENS,
-       O_GENOUT, O_GENONLY, O_SEED, O_TEMP, O_THREADS, O_FORMAT };
-
-int mt_probe_quality_main(int argc, char **argv)
+int mt_quality_run(const mt_quality_opts *opts, char *err, size_t errlen)
 {
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},
-        {"text", required_argument, 0, 't'},
-        {"policy", required_argument, 0, 'p'},
-        {"sink", required_argument, 0, O_SINK},
-        {"window", required_argument, 0, O_WINDOW},
-        {"rope", required_argument, 0, O_ROPE},
-        {"ctx", required_argument, 0, O_CTX},
-        {"length", required_argument, 0, O_LENGTH},
-        {"streams", required_argument, 0, O_STREAMS},
-        {"offset", required_argument, 0, O_OFFSET},
-        {"buckets", required_argument, 0, O_BUCKETS},
-        {"per-position", required_argument, 0, O_PERPOS},
-        {"chunk", required_argument, 0, O_CHUNK},
-        {"max-chunks", required_argument, 0, O_MAXCHUNKS},
-        {"chunk-stride", required_argument, 0, O_STRIDE},
-        {"gen-prompt", required_argument, 0, O_GENPROMPT},
-        {"gen-tokens", required_argument, 0, O_GENTOKENS},
-        {"gen-out", required_argument, 0, O_GENOUT},
-        {"gen-only", no_argument, 0, O_GENONLY},
-        {"seed", required_argument, 0, O_SEED},
-        {"temperature", required_argument, 0, O_TEMP},
-        {"threads", required_argument, 0, O_THREADS},
-        {"format", required_argument, 0, O_FORMAT},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    qopts o;
-    memset(&o, 0, sizeof o);
-    o.pol = P_WINDOW_SINK;
-    o.sink = o.window = -1;
-    o.rope = MT_ROPE_CACHE;
-    o.streams = 1;
-    o.buckets = 8;
-    o.seed = 1;
-    o.temperature = 0.8;
-    o.threads = 1;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:t:p:h", lo, NULL)) != -1) {
-        switch (c) {
-        case 'm': o.model = optarg; break;
-        case 't': o.text = optarg; break;
-        case 'p': {
-            int i;
-            for (i = 0; i < 4 && strcmp(optarg, policy_names[i]); i++)
-                ;
-            if (i == 4)
-                return usage_err("unknown --policy '%s' (full, window, window+sink, recompute)", optarg);
-            o.pol = (policy)i;
-            break;
-        }
-        case O_SINK:
-            if (parse_int(optarg, 0, 1 << 20, &o.sink))
-                return usage_err("bad --sink '%s'", optarg);
-            break;
-        case O_WINDOW:
-            if (parse_int(optarg, 1, 1 << 20, &o.window))
-                return usage_err("bad --window '%s'", optarg);
-            break;
-        case O_ROPE:
-            if (!strcmp(optarg, "cache")) o.rope = MT_ROPE_CACHE;
-            else if (!strcmp(optarg, "absolute")) o.rope = MT_ROPE_ABSOLUTE;
-            else return usage_err("bad --rope '%s' (cache, absolute)", optarg);
-            break;
-        case O_CTX:
-            if (parse_int(optarg, 2, 1 << 20, &o.ctx))
-                return usage_err("bad --ctx '%s'", optarg);
-            break;
-        case O_LENGTH:
-            if (parse_int(optarg, 1, 1 << 24, &o.length))
-                return usage_err("bad --length '%s'", optarg);
-            break;
-        case O_STREAMS:
-            if (parse_int(optarg, 1, 256, &o.streams))
-                return usage_err("bad --streams '%s' (1..256)", optarg);
-            break;
-        case O_OFFSET:
-            if (parse_int(optarg, 0, 1 << 30, &o.offset))
-                return usage_err("bad --offset '%s'", optarg);
-            break;
-        case O_BUCKETS:
-            if (parse_int(optarg, 1, 1 << 20, &o.buckets))
-                return usage_err("bad --buckets '%s'", optarg);
-            break;
-        case O_PERPOS: o.per_position = optarg; break;
-        case O_CHUNK:
-            if (parse_int(optarg, 1, 1 << 20, &o.chunk))
-                return usage_err("bad --chunk '%s'", optarg);
-            break;
-        case O_MAXCHUNKS:
-            if (parse_int(optarg, 1, 1 << 30, &o.max_chunks))
-                return usage_err("bad --max-chunks '%s'", optarg);
-            break;
-        case O_STRIDE:
-            if (parse_int(optarg, 1, 1 << 20, &o.chunk_stride))
-                return usage_err("bad --chunk-stride '%s'", optarg);
-            break;
-        case O_GENPROMPT: o.gen_prompt = optarg; break;
-        case O_GENTOKENS:
-            if (parse_int(optarg, 1, 1 << 24, &o.gen_tokens))
-                return usage_err("bad --gen-tokens '%s'", optarg);
-            break;
-        case O_GENOUT: o.gen_out = optarg; break;
-        case O_GENONLY: o.gen_only = 1; break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-')
-                return usage_err("bad --seed '%s'", optarg);
-            o.seed = v;
-            break;
-        }
-        case O_TEMP: {
-            char *end;
-            errno = 0;
-            o.temperature = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(o.temperature >= 0) ||
-                o.temperature > 100)
-                return usage_err("bad --temperature '%s' (0..100)", optarg);
-            break;
-        }
-        case O_THREADS:
-            if (parse_int(optarg, 1, 256, &o.threads))
-                return usage_err("bad --threads '%s'", optarg);
-            break;
-        case O_FORMAT:
-            if (!strcmp(optarg, "tsv")) o.tsv = 1;
-            else if (!strcmp(optarg, "logfmt")) o.tsv = 0;
-            else return usage_err("bad --format '%s' (logfmt, tsv)", optarg);
-            break;
-        case 'h': usage(stdout); return 0;
-        default: return usage_err("%s", "bad option");
-        }
-    }
-    if (optind < argc)
-        return usage_err("unexpected argument '%s'", argv[optind]);
-    if (!o.model)
-        return usage_err("%s", "-m MODEL is required");
-    if (!o.text && !o.gen_prompt)
-        return usage_err("%s", "nothing to do: give --text FILE and/or --gen-prompt TEXT");
-    if (o.gen_only && !o.gen_prompt)
-        return usage_err("%s", "--gen-only needs --gen-prompt");
-    if (o.chunk && !o.text)
-        return usage_err("%s", "--chunk needs --text");
-    if (o.pol == P_WINDOW && o.sink > 0)
-        return usage_err("%s", "--policy window has no sinks (use window+sink)");
-
-    char err[512] = "";
+    mt_quality_opts o = *opts;
     mt_model *m = NULL;
-    if (mt_model_load(o.model, 0, &m, err, sizeof err)) {
-        fprintf(stderr, "mt-probe %s: %s\n", cmdname, err);
-        return 1;
-    }
+    if (mt_model_load(o.model, 0, &m, err, errlen))
+        return -1;
     int T = 256, bos = 256;
     char mdir[4096];
     if (mt_model_resolve(o.model, mdir, sizeof mdir) != 0)
@@ -935,11 +704,11 @@ int mt_probe_quality_main(int argc, char **argv)
     config_extras(mdir, &T, &bos);   /* -m fortune-byte: the directory found */
     if (o.ctx)
         T = o.ctx;
-    int rc = 1;
+    int rc = -1;
     unsigned char *text = NULL;
     size_t tlen = 0;
     if (!m->cfg.has_tokens || m->cfg.vocab < 257 || bos < 256 || bos >= m->cfg.vocab) {
-        snprintf(err, sizeof err,
+        mt_set_err(err, errlen,
                  "%s: not a byte-level token model (vocab %d, bos %d; need ids "
                  "0..255 = bytes and a BOS id >= 256)", o.model, m->cfg.vocab, bos);
         goto out;
@@ -950,32 +719,30 @@ int mt_probe_quality_main(int argc, char **argv)
         o.gen_tokens = 4 * T;
     int S = 0, W = 0;
     policy_shape(&o, T, &S, &W);
-    if (o.pol != P_FULL && W < 1) {
-        snprintf(err, sizeof err, "window of %d positions (sink %d, ctx %d): give --window", W, S, T);
+    if (o.pol != MT_QUALITY_FULL && W < 1) {
+        mt_set_err(err, errlen, "window of %d positions (sink %d, ctx %d): give --window", W, S, T);
         goto out;
     }
-    if (o.text && read_text(o.text, &text, &tlen, err, sizeof err))
+    if (o.text && read_text(o.text, &text, &tlen, err, errlen))
         goto out;
     if (o.gen_only) {
         /* generation only */
     } else if (o.text && o.chunk) {
-        if (run_chunked(m, &o, T, bos, text, tlen, err, sizeof err))
+        if (run_chunked(m, &o, T, bos, text, tlen, err, errlen))
             goto out;
     } else if (o.text) {
-        if (run_stream(m, &o, S, W, T, bos, text, tlen, err, sizeof err))
+        if (run_stream(m, &o, S, W, T, bos, text, tlen, err, errlen))
             goto out;
     }
     if (o.gen_prompt &&
-        run_generation(m, &o, S, W, T, bos, text, tlen, err, sizeof err))
+        run_generation(m, &o, S, W, T, bos, text, tlen, err, errlen))
         goto out;
     if (fflush(stdout)) {
-        snprintf(err, sizeof err, "stdout: %s", strerror(errno));
+        mt_set_err(err, errlen, "stdout: %s", strerror(errno));
         goto out;
     }
     rc = 0;
 out:
-    if (rc)
-        fprintf(stderr, "mt-probe %s: %s\n", cmdname, err);
     free(text);
     mt_model_free(m);
     return rc;

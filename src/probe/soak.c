@@ -19,6 +19,7 @@
  */
 #include "util/errmsg.h"
 #include "util/stats.h"
+#include "util/units.h"
 #include "probe/probe.h"
 #include "probe/spawn.h"
 #include "client/client.h"
@@ -485,7 +486,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
         uint64_t b;
         pp[c].pool_bytes = 512ull << 20;   /* mt-serve's default */
         if ((v = find_arg(&o->cfg[c], "--kv-mem", NULL)) &&
-            !mt_probe_parse_bytes(v, &b, NULL, 0))
+            !mt_parse_bytes(v, &b, NULL, 0))
             pp[c].pool_bytes = b;
         if ((v = find_arg(&o->cfg[c], "--sink", NULL)))
             pp[c].sink = atoi(v);

@@ -1,5 +1,5 @@
 /* workload.c: seeded session workloads for mt-probe (arrival process,
- * session lengths), and the small parsers of durations and byte sizes.
+ * session lengths). Durations are read by util/units.c.
  *
  * Why one generator: the soak plays a workload against a real server and
  * predict runs the same workload through the analytic model, so "predicted
@@ -8,6 +8,7 @@
  * every machine (no libc rand()).
  */
 #include "util/errmsg.h"
+#include "util/units.h"
 #include "probe/probe.h"
 
 #include <math.h>
@@ -15,74 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* ---- parsers ------------------------------------------------------------- */
-
-int mt_probe_parse_seconds(const char *s, double *out, char *err, size_t errlen)
-{
-    char *end;
-    double v;
-    if (!s || !*s) {
-        mt_set_err(err, errlen, "empty duration");
-        return -1;
-    }
-    v = strtod(s, &end);
-    if (end == s || !isfinite(v) || v < 0) {
-        mt_set_err(err, errlen, "bad duration '%s' (e.g. 20s, 800ms, 2m)", s);
-        return -1;
-    }
-    if (!*end || !strcmp(end, "s"))
-        ;
-    else if (!strcmp(end, "ms"))
-        v /= 1000.0;
-    else if (!strcmp(end, "m") || !strcmp(end, "min"))
-        v *= 60.0;
-    else if (!strcmp(end, "h"))
-        v *= 3600.0;
-    else {
-        mt_set_err(err, errlen, "bad duration unit in '%s' (s, ms, m, h)", s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int mt_probe_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen)
-{
-    char *end;
-    double v, mul = 1;
-    if (!s || !*s) {
-        mt_set_err(err, errlen, "empty size");
-        return -1;
-    }
-    v = strtod(s, &end);
-    if (end == s || !isfinite(v) || v < 0) {
-        mt_set_err(err, errlen, "bad size '%s' (e.g. 64M, 1.5G, 4096)", s);
-        return -1;
-    }
-    if (*end && strcasecmp(end, "b")) {
-        switch (*end | 0x20) {
-        case 'k': mul = 1024.0; break;
-        case 'm': mul = 1024.0 * 1024; break;
-        case 'g': mul = 1024.0 * 1024 * 1024; break;
-        default:
-            mt_set_err(err, errlen, "bad size unit in '%s' (K, M, G)", s);
-            return -1;
-        }
-        end++;
-        if (*end && strcasecmp(end, "b") && strcasecmp(end, "ib")) {
-            mt_set_err(err, errlen, "bad size unit in '%s' (K, M, G)", s);
-            return -1;
-        }
-    }
-    v *= mul;
-    if (v > 1.8e19) {
-        mt_set_err(err, errlen, "size '%s' too large", s);
-        return -1;
-    }
-    *out = (uint64_t)llround(v);
-    return 0;
-}
 
 /* ---- rng ----------------------------------------------------------------- */
 
@@ -211,14 +144,14 @@ int mt_lengths_parse(const char *s, mt_lengths *l, char *err, size_t errlen)
                 two ? "two parameters" : "one parameter");
         return -1;
     }
-    if (mt_probe_parse_seconds(p1, &l->a, err, errlen) || l->a <= 0) {
+    if (mt_parse_duration(p1, 1, &l->a, err, errlen) || l->a <= 0) {
         if (l->a <= 0)
             mt_set_err(err, errlen, "lengths '%s': must be positive", s);
         return -1;
     }
     if (two) {
         if (l->kind == MT_LEN_UNIFORM) {
-            if (mt_probe_parse_seconds(p2, &l->b, err, errlen))
+            if (mt_parse_duration(p2, 1, &l->b, err, errlen))
                 return -1;
             if (l->b < l->a) {
                 mt_set_err(err, errlen, "lengths '%s': max below min", s);

@@ -1,7 +1,7 @@
 /* mt-quality: `mt-probe quality` as a program of its own, for the tests
- * and the benchmark while mt-probe does not dispatch to it yet (and so the
- * quality probe can be tested without the rest of mt-probe). */
-#include "probe/quality.h"
+ * and the benchmark (so the quality probe can be tested without the rest
+ * of mt-probe). Linked with the src/cmd objects that are not mains. */
+#include "cmd/quality_cmd.h"
 
 int main(int argc, char **argv)
 {
