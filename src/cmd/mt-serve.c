@@ -7,12 +7,14 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "decode/decoder.h"
 #include "serve/engine.h"
@@ -54,6 +56,11 @@ static void usage(FILE *f)
 "      --in-queue N         input frames kept per session (default 256)\n"
 "      --out-queue N        output frames buffered per session (default 64)\n"
 "      --write-timeout MS   disconnect a client whose output is stuck (2000)\n"
+"      --max-conns N        connections at once (default 4 x --max-sessions\n"
+"                           + 16; lowered to fit ulimit -n)\n"
+"      --hello-timeout MS   close a connection that sends no HELLO (10000)\n"
+"      --max-pending-per-uid N  connections of one uid not yet admitted\n"
+"                           (default: half of --max-conns)\n"
 "      --no-catch-up        never run a second round in one tick\n"
 "  -h, --help               this help\n"
 "See mt-serve(1).\n");
@@ -123,6 +130,7 @@ enum {
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH,
+    O_MAXCONNS = 400, O_HELLOTO, O_MAXPENDUID,   /* issue 19 */
 };
 
 int main(int argc, char **argv)
@@ -153,9 +161,25 @@ int main(int argc, char **argv)
         {"out-queue", required_argument, 0, O_OUTQ},
         {"write-timeout", required_argument, 0, O_WRITETO},
         {"no-catch-up", no_argument, 0, O_NOCATCH},
+        {"max-conns", required_argument, 0, O_MAXCONNS},
+        {"hello-timeout", required_argument, 0, O_HELLOTO},
+        {"max-pending-per-uid", required_argument, 0, O_MAXPENDUID},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    /* A closed stdout (or stdin/stderr) would be taken by the next
+     * descriptor opened, and latency lines written into a client's socket:
+     * hold the slot with a read-only /dev/null, so that writes fail and
+     * the lines are counted as lost and logged. */
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nfd = open("/dev/null", O_RDONLY);
+            if (nfd >= 0 && nfd != fd)
+                close(nfd);   /* a lower slot was closed too: it took that */
+            if (fd == 1)
+                fprintf(stderr, "%s: stdout is closed: latency lines will be "
+                        "counted as lost\n", prog);
+        }
     mt_server_opts so;
     mt_server_opts_default(&so);
     mt_engine_opts eo;
@@ -262,6 +286,18 @@ int main(int argc, char **argv)
             so.write_timeout_ns = (uint64_t)(d * 1e6);
             break;
         case O_NOCATCH: eo.catch_up = 0; break;
+        case O_MAXCONNS:
+            if (parse_long(optarg, 1, 1 << 20, &v)) return bad("--max-conns", optarg);
+            so.max_conns = (int)v;
+            break;
+        case O_HELLOTO:
+            if (parse_ms(optarg, 1, 3600000, &d)) return bad("--hello-timeout", optarg);
+            so.hello_timeout_ns = (uint64_t)(d * 1e6);
+            break;
+        case O_MAXPENDUID:
+            if (parse_long(optarg, 1, 1 << 20, &v)) return bad("--max-pending-per-uid", optarg);
+            so.max_pending_per_uid = (int)v;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
