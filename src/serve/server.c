@@ -52,6 +52,8 @@
                                              control, the spare, libraries */
 #define CONN_REPORT_NS   10000000000ull   /* refused/evicted: one line per 10 s */
 #define ACCEPT_PAUSE_NS  100000000ull     /* out of descriptors, no spare */
+#define EVICT_MIN_IDLE_NS 250000000ull    /* a connection this young may still
+                                             be about to send its HELLO */
 
 enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CONTROL, TAG_CONN };
 
@@ -847,12 +849,18 @@ static int pending_of_uid(const mt_server *s, uid_t uid)
 }
 
 /* The oldest connection that has sent nothing (no HELLO), of uid or of
- * anyone (uid_any): the first to go when a place is needed. */
+ * anyone (uid_any): the first to go when a place is needed. One connected
+ * a moment ago is spared: a crowd of clients connecting together would
+ * otherwise evict each other before any of them could say HELLO. */
 static conn *oldest_idle(mt_server *s, int uid_any, uid_t uid)
 {
     conn *best = NULL;
+    uint64_t now = mt_now_ns();
+    uint64_t min_idle = EVICT_MIN_IDLE_NS < s->o.hello_timeout_ns
+                        ? EVICT_MIN_IDLE_NS : s->o.hello_timeout_ns;
     for (conn *c = s->conns; c; c = c->next)
         if (c->is_socket && !c->id && !c->closing && c->wlen == 0 &&
+            now - c->t_created >= min_idle &&
             (uid_any || c->uid == uid) &&
             (!best || c->t_created < best->t_created))
             best = c;
