@@ -371,6 +371,8 @@ static void want_write(mt_client *c, session *s, int on)
     s->wr_registered = on;
 }
 
+static void handle_read(mt_client *c, session *s);
+
 /* Writes what is queued; 0, or -1 after finishing the session. */
 static int flush_out(mt_client *c, session *s)
 {
@@ -386,7 +388,16 @@ static int flush_out(mt_client *c, session *s)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
-            finish(c, s, MT_CS_FAILED, "write to server: %s", strerror(errno));
+            /* The server may have answered (REJECT: full, draining) and
+             * closed before our bytes arrived: its frame is still there
+             * to read, and says more than "Broken pipe". */
+            int werr = errno;
+            if (s->path && (werr == EPIPE || werr == ECONNRESET)) {
+                handle_read(c, s);
+                if (s->st.state >= MT_CS_DONE)
+                    return -1;
+            }
+            finish(c, s, MT_CS_FAILED, "write to server: %s", strerror(werr));
             return -1;
         }
         off += (size_t)w;

@@ -7,9 +7,12 @@
  * machine stream (latency lines, requests); stderr carries human log lines.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd/opt.h"
 #include "decode/decoder.h"
@@ -52,6 +55,11 @@ static void usage(FILE *f)
 "      --in-queue N         input frames kept per session (default 256)\n"
 "      --out-queue N        output frames buffered per session (default 64)\n"
 "      --write-timeout MS   disconnect a client whose output is stuck (2000)\n"
+"      --max-conns N        connections at once (default 4 x --max-sessions\n"
+"                           + 16; lowered to fit ulimit -n)\n"
+"      --hello-timeout MS   close a connection that sends no HELLO (10000)\n"
+"      --max-pending-per-uid N  connections of one uid not yet admitted\n"
+"                           (default: half of --max-conns)\n"
 "      --no-catch-up        never run a second round in one tick\n"
 "  -h, --help               this help\n"
 "      --version            print the version\n"
@@ -68,7 +76,7 @@ enum {
     O_SOCKMODE = 256, O_STDIO, O_DEVICE, O_THREADS, O_KV, O_SINK, O_WINDOW,
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
-    O_WRITETO, O_NOCATCH,
+    O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -110,6 +118,9 @@ static const struct option longopts[] = {
     {"out-queue", required_argument, 0, O_OUTQ},
     {"write-timeout", required_argument, 0, O_WRITETO},
     {"no-catch-up", no_argument, 0, O_NOCATCH},
+    {"max-conns", required_argument, 0, O_MAXCONNS},
+    {"hello-timeout", required_argument, 0, O_HELLOTO},
+    {"max-pending-per-uid", required_argument, 0, O_MAXPENDUID},
     MT_OPT_COMMON,
     {0, 0, 0, 0},
 };
@@ -195,6 +206,12 @@ static int number_option(serve_args *a, int c, const char *arg)
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
         a->so.write_timeout_ns = (uint64_t)(ms * 1e6);
         return 0;
+    case O_MAXCONNS: return mt_opt_int(arg, 1, 1 << 20, &a->so.max_conns);
+    case O_HELLOTO:
+        if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
+        a->so.hello_timeout_ns = (uint64_t)(ms * 1e6);
+        return 0;
+    case O_MAXPENDUID: return mt_opt_int(arg, 1, 1 << 20, &a->so.max_pending_per_uid);
     case O_SOCKMODE: {
         char *end;
         long m = strtol(arg, &end, 8);
@@ -323,8 +340,26 @@ out:
     return rc;
 }
 
+/* A closed stdout (or stdin/stderr) would be taken by the next descriptor
+ * opened, and latency lines written into a client's socket: hold the slot
+ * with a read-only /dev/null, so that writes fail and the lines are counted
+ * as lost and logged. */
+static void hold_closed_stdio(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nfd = open("/dev/null", O_RDONLY);
+            if (nfd >= 0 && nfd != fd)
+                close(nfd);   /* a lower slot was closed too: it took that */
+            if (fd == 1)
+                fprintf(stderr, "%s: stdout is closed: latency lines will be "
+                        "counted as lost\n", prog);
+        }
+}
+
 int main(int argc, char **argv)
 {
+    hold_closed_stdio();
     serve_args a;
     args_default(&a);
     int rc = parse_args(argc, argv, &a);

@@ -540,6 +540,14 @@ void mt_engine_count_rejected(mt_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+void mt_engine_count_lost_input(mt_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->c.in++;
+    e->c.miss++;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
                     uint64_t t_arrive, char *why, size_t whylen)
 {

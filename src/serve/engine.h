@@ -131,6 +131,10 @@ void mt_engine_counts(mt_engine *e, int *active, int *pending);
  * reaches the engine's admit, e.g. format mismatch or draining). */
 void mt_engine_count_rejected(mt_engine *e);
 
+/* An input frame that arrived only in part (the stream ended inside it):
+ * counted as an input and a miss in the next tick record. */
+void mt_engine_count_lost_input(mt_engine *e);
+
 uint64_t mt_now_ns(void);   /* CLOCK_MONOTONIC */
 
 #endif

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #include "util/errmsg.h"
+
+#define STALE_CHECK_MS 1000   /* longest wait to tell a live server from a dead one */
 
 _Static_assert(sizeof ((struct sockaddr_un *)0)->sun_path <=
                sizeof ((mt_listener *)0)->path, "mt_listener.path holds a sun_path");
@@ -55,16 +58,36 @@ static int socket_is_stale(const char *path, const struct sockaddr_un *sa,
                    path);
         return 0;
     }
-    int t = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a server that is stopped (SIGSTOP) or swamped with a
+     * full backlog would keep a blocking connect waiting for ever, and
+     * with SA_RESTART not even SIGTERM would end the wait. On a Unix
+     * socket a full backlog answers EAGAIN at once: someone is there. */
+    int t = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (t < 0) {
         mt_set_err(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
     int c = connect(t, (const struct sockaddr *)sa, sizeof *sa);
     int cerr = errno;
+    if (c != 0 && cerr == EINPROGRESS) {
+        /* not seen on Unix sockets, but bounded all the same */
+        struct pollfd p = {.fd = t, .events = POLLOUT};
+        int pr = poll(&p, 1, STALE_CHECK_MS);
+        socklen_t sl = sizeof cerr;
+        if (pr == 1 && getsockopt(t, SOL_SOCKET, SO_ERROR, &cerr, &sl) == 0)
+            c = cerr == 0 ? 0 : -1;
+        else
+            cerr = EAGAIN;
+    }
     close(t);
     if (c == 0) {
         mt_set_err(err, errlen, "%s: another server is listening there", path);
+        return 0;
+    }
+    if (cerr == EAGAIN || cerr == EWOULDBLOCK) {
+        mt_set_err(err, errlen, "%s: a server holds this socket but does not "
+                   "accept connections (stopped, or its backlog is full); "
+                   "not replacing it", path);
         return 0;
     }
     if (cerr != ECONNREFUSED) {

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,8 +46,14 @@
 #define LINE_QUEUE_BYTES (128 * 1024)     /* machine-stream lines in flight */
 #define LINE_FLUSH_NS    2000000000ull    /* at exit, for a slow reader */
 #define DROP_REPORT_NS   10000000000ull   /* at most one drop message per 10 s */
-#define HELLO_TIMEOUT_NS 10000000000ull  /* a silent connection is closed */
-#define MAX_CONNS_PER_SESSION 4            /* connections beyond 4 x --max-sessions + 16 are refused */
+#define MAX_CONNS_PER_SESSION 4            /* default cap: 4 x --max-sessions + 16 */
+#define FD_RESERVE       32               /* descriptors besides the clients:
+                                             listener, epoll, pipes, logs,
+                                             control, the spare, libraries */
+#define CONN_REPORT_NS   10000000000ull   /* refused/evicted: one line per 10 s */
+#define ACCEPT_PAUSE_NS  100000000ull     /* out of descriptors, no spare */
+#define EVICT_MIN_IDLE_NS 250000000ull    /* a connection this young may still
+                                             be about to send its HELLO */
 
 enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CONTROL, TAG_CONN };
 
@@ -94,6 +101,16 @@ struct mt_server {
     int            frame_payload;    /* bytes of one AUDIO payload */
     int            fatal;
     char           fatal_msg[256];
+    /* descriptor exhaustion and the connection cap (issue 19) */
+    int            spare_fd;         /* /dev/null, given up to accept one
+                                        connection when out of descriptors */
+    uint64_t       accept_paused_until; /* listener out of epoll until then */
+    uint64_t       n_refused, n_evicted, n_nofd, n_timeout;
+    uint64_t       last_conn_report;
+    int            nofd_errno;
+    /* --stdio: how the input ended */
+    int            stdio_unclean;
+    char           stdio_msg[256];
     uint8_t        rbuf[RBUF_CAP];
 };
 
@@ -119,6 +136,7 @@ void mt_server_opts_default(mt_server_opts *o)
     o->write_timeout_ns = 2000000000ull;
     o->sndbuf = 64 * 1024;
     o->drain_timeout_ns = 10000000000ull;
+    o->hello_timeout_ns = 10000000000ull;
 }
 
 static void slog(mt_server *s, const char *fmt, ...)
@@ -196,6 +214,38 @@ static void report_dropped_lines(mt_server *s, uint64_t now, uint64_t every)
         slog(s, "%s", msg);
 }
 
+/* The connection cap must fit the descriptor limit, or accept fails with
+ * EMFILE while the cap still lets connections in: raise the soft limit
+ * toward the hard one and, where that is not enough, lower the cap. */
+static void fit_fd_limit(mt_server *s)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+    rlim_t need = (rlim_t)s->o.max_conns + FD_RESERVE;
+    if (rl.rlim_cur >= need)
+        return;
+    rlim_t want = need;
+    if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
+        want = rl.rlim_max;
+    if (want > rl.rlim_cur) {
+        struct rlimit nr = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &nr) == 0) {
+            slog(s, "descriptor limit raised from %llu to %llu",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+            rl.rlim_cur = want;
+        }
+    }
+    if (rl.rlim_cur >= need)
+        return;
+    int fit = rl.rlim_cur > FD_RESERVE + 2 ? (int)(rl.rlim_cur - FD_RESERVE) : 2;
+    slog(s, "descriptor limit %llu (hard %llu) cannot hold %d connections: "
+         "the connection cap is %d (raise ulimit -n for more)",
+         (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+         s->o.max_conns, fit);
+    s->o.max_conns = fit;
+}
+
 static int ep_add(mt_server *s, int fd, uint32_t ev, void *ptr)
 {
     struct epoll_event e = {.events = ev, .data.ptr = ptr};
@@ -211,6 +261,11 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
         return -1;
     }
     s->o = *o;
+    s->spare_fd = -1;
+    if (s->o.max_conns <= 0)
+        s->o.max_conns = MAX_CONNS_PER_SESSION * s->o.max_sessions + 16;
+    if (s->o.hello_timeout_ns == 0)
+        s->o.hello_timeout_ns = 10000000000ull;
     s->sig_wfd = -1;
     s->sigfd = s->evfd = s->epfd = -1;
     s->lis.fd = s->ctl.fd = s->ctl.keep_wfd = -1;
@@ -258,6 +313,14 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
             goto fail;
         if (s->lis.stale_removed)
             slog(s, "removed stale socket %s", o->socket_path);
+        fit_fd_limit(s);
+        if (s->o.max_pending_per_uid <= 0)
+            s->o.max_pending_per_uid = s->o.max_conns / 2 > 0 ? s->o.max_conns / 2 : 1;
+        /* Held in reserve: when accept fails for want of a descriptor, this
+         * one is given up to accept the connection, tell it why and close
+         * it; otherwise the pending connection keeps the listener readable
+         * and the loop spins. */
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
     if (o->control_path && mt_net_open_control(o->control_path, &s->ctl, err, errlen) != 0)
         goto fail;
@@ -297,6 +360,7 @@ void mt_server_free(mt_server *s)
         close(s->sigfd);
     }
     if (s->sig_wfd >= 0) close(s->sig_wfd);
+    if (s->spare_fd >= 0) close(s->spare_fd);
     if (s->evfd >= 0) close(s->evfd);
     mt_net_control_close(&s->ctl);
     if (s->epfd >= 0) close(s->epfd);
@@ -437,8 +501,12 @@ static void verdict_line(mt_server *s, uint32_t id, int accept, const char *reas
         mt_server_line(s, buf);
 }
 
-static void do_reject(mt_server *s, conn *c, const char *reason)
+static void do_reject(mt_server *s, conn *c, const char *why)
 {
+    /* a REJECT frame must carry UTF-8, whoever wrote the reason */
+    char reason[MT_REASON_MAX + 1];
+    snprintf(reason, sizeof reason, "%s", why);
+    mt_utf8_sanitize(reason);
     slog(s, "session %u: rejected: %s", c->id, reason);
     mt_engine_reject(s->eng, c->id, reason);
     verdict_line(s, c->id, 0, reason);
@@ -532,6 +600,10 @@ static void on_frame(mt_server *s, conn *c, const mt_frame *f, uint64_t now)
     case MT_FRAME_END:
         mt_engine_input_end(s->eng, c->id);
         c->reading = 0;
+        if (!c->is_socket && c->r_epoll && c->rfd != c->wfd) {
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
+            c->r_epoll = 0;
+        }
         return;
     case MT_FRAME_ERROR:
         slog(s, "session %u: client sent ERROR: %.*s", c->id, (int)f->length,
@@ -562,6 +634,47 @@ static void on_frame(mt_server *s, conn *c, const mt_frame *f, uint64_t now)
         fail_session(s, c, why);
         return;
     }
+}
+
+/* --stdio input ended. EOF is an implicit END: what was queued is still
+ * answered, then END follows. A frame cut short by the EOF is a counted
+ * miss and a log line, and a stream without its END (or cut inside a
+ * frame) makes the exit status 1. Returns -1 when c was freed. */
+static int stdio_eof(mt_server *s, conn *c, int truncated)
+{
+    if (c->r_epoll && c->rfd != c->wfd) {
+        /* a pipe at EOF stays readable (HUP): off the list, or it spins */
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
+        c->r_epoll = 0;
+    }
+    c->reading = 0;
+    if (!c->id) {
+        if (!truncated) {      /* nothing at all: an empty session */
+            conn_free(s, c, NULL);
+            return -1;
+        }
+        s->stdio_unclean = 1;
+        snprintf(s->stdio_msg, sizeof s->stdio_msg, "stdin ended inside the HELLO frame");
+        conn_free(s, c, "stdin ended inside the HELLO frame");
+        return -1;
+    }
+    if (truncated) {
+        if (!c->pending)
+            mt_engine_count_lost_input(s->eng);
+        slog(s, "session %u: stdin ended inside a frame: that frame is a "
+             "counted miss", c->id);
+    }
+    s->stdio_unclean = 1;
+    snprintf(s->stdio_msg, sizeof s->stdio_msg, "session %u: stdin ended without "
+             "END%s (taken as END: queued inputs answered)", c->id,
+             truncated ? ", inside a frame" : "");
+    if (c->pending) {
+        do_reject(s, c, "input ended before the admission decision");
+        return 0;
+    }
+    slog(s, "session %u: stdin ended without END: taken as END", c->id);
+    mt_engine_input_end(s->eng, c->id);
+    return 0;
 }
 
 /* Reads what is there; returns -1 when c was freed. */
@@ -598,6 +711,8 @@ static int conn_read(mt_server *s, conn *c)
         }
         if (n == 0) {
             int fr = mt_frame_decoder_finish(&c->dec);
+            if (!c->is_socket)
+                return stdio_eof(s, c, fr == MT_FERR_TRUNCATED);
             conn_free(s, c, fr == MT_FERR_TRUNCATED ? "disconnected mid-frame"
                                                     : "disconnected");
             return -1;
@@ -653,8 +768,14 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
         c->wlen -= (size_t)n;
         c->stuck_since = 0;
     }
-    if (!c->id && !c->closing && now - c->t_created > HELLO_TIMEOUT_NS) {
-        fail_session(s, c, "no HELLO within 10 s");
+    if (!c->id && !c->closing && c->is_socket &&
+        now - c->t_created > s->o.hello_timeout_ns) {
+        /* counted, not logged one by one: idle connections come in crowds */
+        char why[96];
+        snprintf(why, sizeof why, "no HELLO within %.1f s",
+                 (double)s->o.hello_timeout_ns / 1e9);
+        s->n_timeout++;
+        conn_direct(s, c, MT_FRAME_ERROR, why);
         return 0;
     }
     mt_sess_status st = {0};
@@ -698,11 +819,130 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
     return 0;
 }
 
+/* A REJECT frame straight onto a socket the server is about to close;
+ * a fresh socket's buffer takes it without waiting. */
+static void reject_and_close(int fd, const char *reason)
+{
+    uint8_t buf[MT_FRAME_HEADER_SIZE + MT_REASON_MAX];
+    mt_frame f = {0};
+    f.type = MT_FRAME_REJECT;
+    f.t_send = mt_now_ns();
+    f.length = (uint32_t)strlen(reason);
+    f.payload = (const uint8_t *)reason;
+    long n = mt_frame_encode(&f, buf, sizeof buf);
+    if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* the peer is gone or not reading: closing is all that is left */
+    }
+    close(fd);
+}
+
+/* Connections that have not been admitted yet (before HELLO, or waiting
+ * for the controller), of one uid. */
+static int pending_of_uid(const mt_server *s, uid_t uid)
+{
+    int n = 0;
+    for (const conn *c = s->conns; c; c = c->next)
+        if (c->is_socket && !c->closing && c->uid == uid &&
+            (!c->id || c->pending))
+            n++;
+    return n;
+}
+
+/* The oldest connection that has sent nothing (no HELLO), of uid or of
+ * anyone (uid_any): the first to go when a place is needed. One connected
+ * a moment ago is spared: a crowd of clients connecting together would
+ * otherwise evict each other before any of them could say HELLO. */
+static conn *oldest_idle(mt_server *s, int uid_any, uid_t uid)
+{
+    conn *best = NULL;
+    uint64_t now = mt_now_ns();
+    uint64_t min_idle = EVICT_MIN_IDLE_NS < s->o.hello_timeout_ns
+                        ? EVICT_MIN_IDLE_NS : s->o.hello_timeout_ns;
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->is_socket && !c->id && !c->closing && c->wlen == 0 &&
+            now - c->t_created >= min_idle &&
+            (uid_any || c->uid == uid) &&
+            (!best || c->t_created < best->t_created))
+            best = c;
+    return best;
+}
+
+static void evict(mt_server *s, conn *c, const char *reason)
+{
+    s->n_evicted++;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
+    c->r_epoll = c->w_epoll = 0;
+    int fd = c->rfd;
+    c->is_socket = 0;        /* conn_free must not close it: we do */
+    conn_free(s, c, NULL);
+    reject_and_close(fd, reason);
+}
+
+/* Connections that are closing still hold a descriptor, but only for a
+ * moment (their last frame is small); the cap counts the others. */
+static int live_conns(const mt_server *s)
+{
+    int n = 0;
+    for (const conn *c = s->conns; c; c = c->next)
+        if (!c->closing)
+            n++;
+    return n;
+}
+
+/* Out of descriptors: accept the connection on the spare descriptor, say
+ * why, close it, and take the spare back. Without a spare (it could not
+ * be reopened), stop accepting for a moment instead. Either way the
+ * pending connection no longer wakes the loop at once. */
+static void accept_without_fd(mt_server *s, int err, uint64_t now)
+{
+    s->n_nofd++;
+    s->nofd_errno = err;
+    if (s->spare_fd >= 0) {
+        close(s->spare_fd);
+        s->spare_fd = -1;
+        int fd = accept4(s->lis.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0)
+            reject_and_close(fd, "server out of file descriptors; try again later");
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && s->spare_fd >= 0)
+            return;
+    }
+    if (!s->accept_paused_until) {
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
+        s->accept_paused_until = now + ACCEPT_PAUSE_NS;
+    }
+}
+
+/* Refusals and evictions come in crowds under attack: one line per
+ * CONN_REPORT_NS with the counts, never one per connection. */
+static void report_conns(mt_server *s, uint64_t now, int force)
+{
+    if (!s->n_refused && !s->n_evicted && !s->n_nofd && !s->n_timeout)
+        return;
+    if (!force && s->last_conn_report && now - s->last_conn_report < CONN_REPORT_NS)
+        return;
+    char nofd[96] = "";
+    if (s->n_nofd)
+        snprintf(nofd, sizeof nofd, ", %llu accepted only to be closed (%s)",
+                 (unsigned long long)s->n_nofd, strerror(s->nofd_errno));
+    slog(s, "connections: %llu refused over the cap (%d), %llu idle ones "
+         "evicted for newer ones, %llu closed without HELLO%s",
+         (unsigned long long)s->n_refused, s->o.max_conns,
+         (unsigned long long)s->n_evicted, (unsigned long long)s->n_timeout, nofd);
+    s->n_refused = s->n_evicted = s->n_nofd = s->n_timeout = 0;
+    s->last_conn_report = now;
+}
+
 static void on_accept(mt_server *s)
 {
-    for (;;) {
+    for (int rounds = 0; rounds < 256 && !s->accept_paused_until; rounds++) {
         int fd = accept4(s->lis.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                errno == ENOMEM) {
+                accept_without_fd(s, errno, mt_now_ns());
+                continue;
+            }
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 slog(s, "accept: %s", strerror(errno));
             return;
@@ -714,21 +954,45 @@ static void on_accept(mt_server *s)
             cr.uid = (uid_t)-1;
         if (s->o.sndbuf > 0)
             setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &s->o.sndbuf, sizeof s->o.sndbuf);
-        if (s->nconns >= MAX_CONNS_PER_SESSION * s->o.max_sessions + 16) {
-            slog(s, "connection from uid %d pid %d refused: too many connections (%d)",
-                 (int)cr.uid, (int)cr.pid, s->nconns);
-            close(fd);
-            continue;
+        /* One uid's connections not yet admitted are capped: past that, its
+         * own oldest idle one makes room (never another user's). */
+        if (pending_of_uid(s, cr.uid) >= s->o.max_pending_per_uid) {
+            conn *v = oldest_idle(s, 0, cr.uid);
+            if (!v) {
+                char why[128];
+                snprintf(why, sizeof why, "too many connections waiting for "
+                         "admission from uid %d (--max-pending-per-uid %d)",
+                         (int)cr.uid, s->o.max_pending_per_uid);
+                s->n_refused++;
+                reject_and_close(fd, why);
+                continue;
+            }
+            evict(s, v, "closed: no HELLO, and a newer connection of the same "
+                  "uid needed the place");
+        }
+        /* At the cap, the oldest connection that never sent HELLO makes
+         * room, so that a client which sends HELLO promptly is answered. */
+        if (live_conns(s) >= s->o.max_conns) {
+            conn *v = oldest_idle(s, 1, 0);
+            if (!v) {
+                char why[128];
+                snprintf(why, sizeof why, "server full: %d connections "
+                         "(--max-conns)", s->o.max_conns);
+                s->n_refused++;
+                reject_and_close(fd, why);
+                continue;
+            }
+            evict(s, v, "closed: no HELLO, and the server is at its "
+                  "connection cap");
         }
         conn *c = conn_new(s, fd, fd, 1);
         if (!c) {
-            close(fd);
-            slog(s, "connection refused: out of memory");
+            s->n_refused++;
+            reject_and_close(fd, "server out of memory");
             continue;
         }
         c->uid = cr.uid;
         c->pid = cr.pid;
-        slog(s, "connection from uid %d pid %d", (int)cr.uid, (int)cr.pid);
     }
 }
 
@@ -862,6 +1126,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     int rc = 0;
     struct epoll_event evs[64];
     uint64_t next_fill = 0;
+    int final_ticks = 0, stdio_done = 0;
     for (;;) {
         uint64_t now = mt_now_ns();
         /* the loop wakes for the earliest of: a FILL deadline, an admission
@@ -869,6 +1134,8 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         uint64_t wake = now + 100000000ull;
         if (next_fill && next_fill < wake)
             wake = next_fill;
+        if (s->accept_paused_until && s->accept_paused_until < wake)
+            wake = s->accept_paused_until;
         int poll_now = 0;
         for (conn *c = s->conns; c; c = c->next) {
             if (c->pending && c->admit_deadline < wake)
@@ -894,6 +1161,8 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
                 uint64_t v;
                 if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
                     slog(s, "eventfd: %s", strerror(errno));
+                else if (final_ticks && --final_ticks == 0)
+                    stdio_done = 1;
             } else if (t->tag == TAG_CONTROL) {
                 on_control(s);
             }
@@ -925,6 +1194,12 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         now = mt_now_ns();
         next_fill = mt_engine_fill_due(e, now);
         report_dropped_lines(s, now, DROP_REPORT_NS);
+        report_conns(s, now, 0);
+        if (s->accept_paused_until && now >= s->accept_paused_until) {
+            s->accept_paused_until = 0;
+            if (s->lis.fd >= 0 && ep_add(s, s->lis.fd, EPOLLIN, &s->t_listen) != 0)
+                slog(s, "epoll_ctl (listener): %s", strerror(errno));
+        }
         for (conn *c = s->conns, *nx; c; c = nx) {
             nx = c->next;
             if (c->pending && now >= c->admit_deadline) {
@@ -933,17 +1208,30 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
             conn_write(s, c, now);
         }
         if (s->o.stdio && !s->conns && !s->draining) {
-            s->draining = 1;    /* the one session is over */
-            break;
+            /* the one session is over; one more tick record carries its
+             * last counts (misses included) before we stop */
+            s->draining = 1;
+            s->drain_deadline = now + 2 * s->o.frame_ns + 100000000ull;
+            final_ticks = 2;
+            continue;
         }
-        if (s->draining && (!s->conns || now > s->drain_deadline)) {
+        if (final_ticks && now > s->drain_deadline)
+            break;
+        if (stdio_done)
+            break;
+        if (s->draining && !final_ticks && (!s->conns || now > s->drain_deadline)) {
             if (s->conns)
                 slog(s, "drain timeout: closing %d connection(s)", s->nconns);
             break;
         }
     }
     mt_ticker_stop(ticker);
+    report_conns(s, mt_now_ns(), 1);
     while (s->conns)
         conn_free(s, s->conns, s->draining ? NULL : "server stopping");
+    if (rc == 0 && s->stdio_unclean) {
+        snprintf(err, errlen, "%s", s->stdio_msg);
+        rc = 1;
+    }
     return rc;
 }

@@ -33,6 +33,12 @@ typedef struct mt_server_opts {
     uint64_t    write_timeout_ns;/* output stuck this long: disconnect */
     int         sndbuf;          /* SO_SNDBUF for client sockets (0: keep) */
     uint64_t    drain_timeout_ns;/* SIGTERM: longest wait for sessions */
+    int         max_conns;       /* connections at once (0: 4 x
+                                    max_sessions + 16); lowered at start
+                                    to fit RLIMIT_NOFILE */
+    uint64_t    hello_timeout_ns;/* a connection without HELLO is closed */
+    int         max_pending_per_uid; /* connections of one uid not yet
+                                    admitted (0: half of max_conns) */
     uint64_t    t0;              /* server start (CLOCK_MONOTONIC ns) */
     /* human log lines (stderr in mt-serve) */
     void      (*log)(void *ctx, const char *msg);
@@ -52,7 +58,9 @@ int  mt_server_create(const mt_server_opts *o, mt_server **out,
  * counted in the next one's lines_dropped). */
 void mt_server_line(void *ctx, const char *line);
 /* Runs until drained (SIGTERM/SIGINT) or, in stdio mode, until the session
- * ends. Returns 0, or -1 with err on a fatal error. */
+ * ends. Returns 0, 1 in stdio mode when the input did not end cleanly (EOF
+ * without END, or inside a frame: err says what was lost; every input was
+ * still answered or counted), or -1 with err on a fatal error. */
 int  mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen);
 void mt_server_free(mt_server *s);
 

@@ -279,9 +279,13 @@ long mt_control_format(const mt_control *c, char *buf, size_t cap)
         return -1;
     memcpy(buf, head, n);
     if (rlen) {
+        char clean[MT_REASON_MAX + 1];
+        memcpy(clean, r, rlen);
+        clean[rlen] = '\0';
+        mt_utf8_sanitize(clean);
         buf[n++] = ' ';
         for (size_t i = 0; i < rlen; i++) {
-            unsigned char ch = (unsigned char)r[i];
+            unsigned char ch = (unsigned char)clean[i];
             buf[n++] = (ch < 0x20 && ch != '\t') || ch == 0x7f ? '?' : (char)ch;
         }
     }
@@ -394,6 +398,10 @@ int mt_control_parse(const char *line, size_t len, mt_control *c,
     }
     memcpy(x.reason, line + i, end - i);
     x.reason[end - i] = '\0';
+    /* A reason goes into a REJECT frame, which must be UTF-8, and into a
+     * logfmt line: bytes that are not UTF-8 become '?' rather than cost
+     * the client its REJECT. */
+    mt_utf8_sanitize(x.reason);
     *c = x;
     return 0;
 }

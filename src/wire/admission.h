@@ -82,8 +82,8 @@ typedef struct mt_control {
 } mt_control;
 
 /* Writes the line without its newline. The reason is written with its
- * leading and trailing blanks removed and control bytes other than tab as
- * '?', so that what the writer writes the reader reads back. Returns the
+ * leading and trailing blanks removed, and control bytes other than tab
+ * and bytes that are not UTF-8 as '?', so that what the writer writes the reader reads back. Returns the
  * length, or -1 (buffer too small, unknown kind, session 0, limit out of
  * range). */
 long mt_control_format(const mt_control *c, char *buf, size_t cap);
@@ -93,7 +93,9 @@ long mt_control_format(const mt_control *c, char *buf, size_t cap);
  * N are plain decimal (no sign); accept and limit take nothing more; a
  * reject's reason is the rest of the line, blanks around it removed. Other
  * control bytes (NUL included) anywhere are errors, as are lines longer
- * than MT_CONTROL_MAX_LINE and reasons longer than MT_REASON_MAX. Returns 0
+ * than MT_CONTROL_MAX_LINE and reasons longer than MT_REASON_MAX; bytes of
+ * the reason that are not UTF-8 are replaced with '?' (the reason goes
+ * into a REJECT frame, which must be UTF-8). Returns 0
  * (kind MT_CONTROL_NONE for a blank line), or -1 with err naming what is
  * wrong, and *c untouched. */
 int  mt_control_parse(const char *line, size_t len, mt_control *c,

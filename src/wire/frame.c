@@ -107,6 +107,25 @@ static int utf8_valid(const uint8_t *s, size_t n)
     return 1;
 }
 
+size_t mt_utf8_sanitize(char *s)
+{
+    size_t replaced = 0;
+    uint8_t *p = (uint8_t *)s;
+    size_t i = 0, n = strlen(s);
+    while (i < n) {
+        uint8_t c = p[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (len && len <= n - i && utf8_valid(p + i, len)) {
+            i += len;
+            continue;
+        }
+        p[i++] = '?';
+        replaced++;
+    }
+    return replaced;
+}
+
 /* Can a payload of this length belong to this type? (Content checks that
  * need the bytes themselves are in payload_ok.) */
 static int length_ok(unsigned type, uint32_t len)

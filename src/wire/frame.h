@@ -137,6 +137,11 @@ long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap);
 long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap);
 int  mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h);
 
+/* Replaces, in place, every byte of the C string s that does not belong
+ * to a valid UTF-8 sequence (strict, as REJECT and ERROR reasons must be)
+ * with '?', so that a reason from anywhere can be sent and logged. Returns
+ * the number of bytes replaced. */
+size_t mt_utf8_sanitize(char *s);
 const char *mt_frame_strerror(int status);
 const char *mt_frame_type_name(int type);
 

@@ -187,6 +187,23 @@ static void test_control_parse(void)
     ok(c.kind == MT_CONTROL_REJECT && c.reason[0] == '\0', "empty reason");
     is_int(control("reject 8   too\tmany  words ", &c), 0, "reason keeps inner blanks");
     is_str(c.reason, "too\tmany  words", "reason text");
+    /* issue 19: a reason that is not UTF-8 must still make a REJECT frame */
+    is_int(control("reject 9 bad \xff\xfe reason \xc3\xa9\xe2\x82", &c), 0,
+           "a reason with bytes that are not UTF-8 is accepted");
+    is_str(c.reason, "bad ?? reason \xc3\xa9??", "invalid bytes replaced, valid UTF-8 kept");
+    {
+        uint8_t fb[MT_FRAME_HEADER_SIZE + MT_REASON_MAX];
+        mt_frame f = {.type = MT_FRAME_REJECT, .length = (uint32_t)strlen(c.reason),
+                      .payload = (const uint8_t *)c.reason};
+        ok(mt_frame_encode(&f, fb, sizeof fb) > 0, "the sanitised reason encodes as a REJECT frame");
+    }
+    {
+        char buf[600];
+        mt_control w = {.kind = MT_CONTROL_REJECT, .session = 4};
+        strcpy(w.reason, "x\xc0\xafy");
+        ok(mt_control_format(&w, buf, sizeof buf) > 0 && !strcmp(buf, "reject 4 x??y"),
+           "the writer replaces bytes that are not UTF-8 (overlong '/'): %s", buf);
+    }
     is_int(control("", &c), 0, "empty line");
     ok(c.kind == MT_CONTROL_NONE, "kind NONE");
     is_int(control("   \n", &c), 0, "blank line");
