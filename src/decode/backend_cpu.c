@@ -56,6 +56,7 @@
  * may take the ring slot of a position an earlier row still sees.
  */
 #include "decode/decoder.h"
+#include "decode/cpu_f16.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -263,7 +264,14 @@ typedef struct scratch {
     float   *qd;       /* [group, head_dim] the group's queries rotated by a
                           further d (window/cache mode) */
     float   *dcs, *dsn;/* [half] rotary of a d that is not the row's own */
+    float   *kvf;      /* [MT_KV_BLOCK, head_dim] f16 cache: a run of K or V
+                          rows converted to fp32 */
 } scratch;
+
+/* Half copies of the weights (--weights f16), same layouts as the model's. */
+typedef struct layer16 {
+    uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+} layer16;
 
 typedef struct cpu_backend {
     mt_backend          base;
@@ -275,8 +283,16 @@ typedef struct cpu_backend {
     int   R;             /* rows per call: max(max_batch, PREFILL_CHUNK) */
     int   hd, half, q_dim, kv_dim, qkv_dim, group;
 
-    float *kv;           /* [blocks][layers][2][kv_heads][16][head_dim] */
-    size_t block_floats; /* layers * 2 * kv_heads * 16 * head_dim */
+    char  *kv;           /* [blocks][layers][2][kv_heads][16][head_dim] */
+    size_t block_elems;  /* layers * 2 * kv_heads * 16 * head_dim */
+    int    kv_f16;       /* elements are IEEE half (else fp32) */
+    size_t kv_elem;      /* 2 or 4 */
+
+    /* --weights f16: half copies used for calls of up to f16_rows rows */
+    layer16  *w16;       /* [layers] or NULL */
+    uint16_t *lm_head16, *audio_in16, *audio_out16;
+    uint16_t *w16_store; /* one allocation behind all of them */
+    int       f16_rows;
 
     /* activations, R rows; row r of a matrix [R, n] starts at r*n */
     float *x;            /* [R, hidden]   residual stream */
@@ -304,7 +320,7 @@ typedef struct cpu_backend {
         const float *X;       /* [rows, K] */
         int          K;
         float        beta;
-        struct { const float *W; int N; float *Y; int ldy; } seg[3];
+        struct { const float *W; const uint16_t *W16; int N; float *Y; int ldy; } seg[3];
     } job;
 
     tpool   tp;
@@ -312,15 +328,16 @@ typedef struct cpu_backend {
     worker_arg *wargs;   /* [threads] */
 } cpu_backend;
 
-/* Floats of (layer l, k or v, kv head g) of block b, slot row 0. */
-static inline float *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
-                           int g)
+/* Elements (fp32 or f16) of (layer l, k or v, kv head g) of block b,
+ * slot row 0. */
+static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
+                          int g)
 {
     const mt_config *c = be->c;
-    size_t off = (size_t)block * be->block_floats +
+    size_t off = (size_t)block * be->block_elems +
                  ((((size_t)l * 2 + kv) * c->kv_heads + g) * MT_KV_BLOCK) *
                      be->hd;
-    return be->kv + off;
+    return be->kv + off * be->kv_elem;
 }
 
 /* ---- small kernels ------------------------------------------------------ */
@@ -409,12 +426,14 @@ static void slice(int n, int tid, int nt, int *lo, int *hi)
 
 /* Y[:, lo:hi] (+)= X . W[lo:hi, :]^T over the call's rows. */
 static void gemm_cols(const cpu_backend *be, const float *X, int K, const float *W,
-                      int lo, int hi, float *Y, int ldy, float beta)
+                      const uint16_t *W16, int lo, int hi, float *Y, int ldy, float beta)
 {
     int M = be->nrows, N = hi - lo;
     if (N <= 0)
         return;
-    if (M == 1)
+    if (W16 && M <= be->f16_rows)
+        mt_half_gemm(M, N, K, X, K, W16 + (size_t)lo * K, beta, Y + lo, ldy);
+    else if (M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W + (size_t)lo * K, K,
                     X, 1, beta, Y + lo, 1);
     else
@@ -429,7 +448,7 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int lo, hi;
         slice(j->seg[0].N, tid, nt, &lo, &hi);
         for (int s = 0; s < j->nseg; s++)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, lo, hi, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, lo, hi, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         /* SwiGLU on this thread's columns: gate = silu(gate) * up */
         for (int r = 0; r < be->nrows; r++) {
@@ -450,10 +469,30 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int a = lo > start ? lo - start : 0;
         int b = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
         if (a < b)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, a, b, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, a, b, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         start += j->seg[s].N;
     }
+}
+
+/* f16 cache: converts to fp32 (sc->kvf) the run of visible entries from j
+ * that come from the cache and sit in consecutive slots of one block, i.e.
+ * up to MT_KV_BLOCK contiguous rows; returns the run's length. Converting a
+ * run at once keeps the conversion a streaming loop, and the group's q
+ * heads then read fp32 rows from L1. */
+static int f16_run(const cpu_backend *be, scratch *sc, const row *rw, int j, int n,
+                   int kv, int g)
+{
+    int64_t s0 = sc->slot[j];
+    int room = MT_KV_BLOCK - (int)(s0 % MT_KV_BLOCK), len = 1;
+    while (len < room && j + len < n && sc->slot[j + len] == s0 + len &&
+           sc->abs[j + len] < rw->base)
+        len++;
+    const uint16_t *src =
+        (const uint16_t *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
+        (size_t)(s0 % MT_KV_BLOCK) * be->hd;
+    mt_half_unpack(sc->kvf, src, (size_t)len * be->hd);
+    return len;
 }
 
 /* Attention of one (row, kv head) item: the group's q heads against the
@@ -474,6 +513,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g * group * hd;
     const float *qk = qg;       /* qg rotated by a further cur_d */
     int64_t cur_d = 0;
+    int run_lo = 0, run_hi = 0;  /* f16: entries [run_lo, run_hi) are in sc->kvf */
 
     /* scores[i][j] = q_i . k_j * scale */
     for (int j = 0; j < n; j++) {
@@ -481,9 +521,15 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             k = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + (size_t)g * hd;
+        } else if (be->kv_f16) {
+            if (j >= run_hi) {
+                run_lo = j;
+                run_hi = j + f16_run(be, sc, rw, j, n, 0, g);
+            }
+            k = sc->kvf + (size_t)(j - run_lo) * hd;
         } else {
             int64_t s = sc->slot[j];
-            k = kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 0, g) +
+            k = (const float *)kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 0, g) +
                 (size_t)(s % MT_KV_BLOCK) * hd;
         }
         int64_t d = sc->abs[j] - sc->rope[j];
@@ -526,15 +572,22 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     /* out_i = sum_j p_ij v_j */
     float *out = be->att + (size_t)r * be->q_dim + (size_t)g * group * hd;
     memset(out, 0, (size_t)group * hd * sizeof *out);
+    run_lo = run_hi = 0;
     for (int j = 0; j < n; j++) {
         const float *v;
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             v = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + be->kv_dim +
                 (size_t)g * hd;
+        } else if (be->kv_f16) {
+            if (j >= run_hi) {
+                run_lo = j;
+                run_hi = j + f16_run(be, sc, rw, j, n, 1, g);
+            }
+            v = sc->kvf + (size_t)(j - run_lo) * hd;
         } else {
             int64_t s = sc->slot[j];
-            v = kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 1, g) +
+            v = (const float *)kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 1, g) +
                 (size_t)(s % MT_KV_BLOCK) * hd;
         }
         for (int i = 0; i < group; i++)
@@ -570,8 +623,15 @@ static void phase_store_and_oproj(cpu_backend *be, int tid, int nt)
             int32_t b = rw->seq->blocks[s / MT_KV_BLOCK];
             size_t o = (size_t)(s % MT_KV_BLOCK) * hd;
             const float *k = be->qkv + (size_t)r * be->qkv_dim + be->q_dim + (size_t)g * hd;
-            memcpy(kv_at(be, b, l, 0, g) + o, k, (size_t)hd * sizeof(float));
-            memcpy(kv_at(be, b, l, 1, g) + o, k + be->kv_dim, (size_t)hd * sizeof(float));
+            if (be->kv_f16) {
+                mt_half_pack((uint16_t *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd);
+                mt_half_pack((uint16_t *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim,
+                                (size_t)hd);
+            } else {
+                memcpy((float *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd * sizeof(float));
+                memcpy((float *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim,
+                       (size_t)hd * sizeof(float));
+            }
         }
     }
     phase_gemm(be, tid, nt);
@@ -588,10 +648,12 @@ static void set_job(cpu_backend *be, const float *X, int K, float beta, int pair
     be->job.paired = paired;
 }
 
-static void add_seg(cpu_backend *be, const float *W, int N, float *Y, int ldy)
+static void add_seg(cpu_backend *be, const float *W, const uint16_t *W16, int N, float *Y,
+                    int ldy)
 {
     int s = be->job.nseg++;
     be->job.seg[s].W = W;
+    be->job.seg[s].W16 = W16;
     be->job.seg[s].N = N;
     be->job.seg[s].Y = Y;
     be->job.seg[s].ldy = ldy;
@@ -620,7 +682,9 @@ static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
             sc->dcs = malloc((size_t)be->half * sizeof *sc->dcs);
         if (!sc->dsn)
             sc->dsn = malloc((size_t)be->half * sizeof *sc->dsn);
-        if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn) {
+        if (!sc->kvf)
+            sc->kvf = malloc((size_t)MT_KV_BLOCK * be->hd * sizeof *sc->kvf);
+        if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn || !sc->kvf) {
             snprintf(err, errlen, "cpu: out of memory for attention over %d positions",
                      need);
             return -1;
@@ -661,7 +725,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         for (size_t i = 0; i < (size_t)R * fs; i++)
             be->pcmf[i] = io->pcm_in[i] / 32768.0f;
         set_job(be, be->pcmf, fs, 0.0f, 0);
-        add_seg(be, m->audio_in, H, be->x, H);
+        add_seg(be, m->audio_in, be->audio_in16, H, be->x, H);
         tpool_run(&be->tp, be, phase_gemm);
     }
 
@@ -688,6 +752,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
 
     for (int l = 0; l < c->layers; l++) {
         const mt_layer_weights *w = &m->layer[l];
+        const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
         be->layer = l;
 
         /* xn = rmsnorm(x) * attn_norm */
@@ -696,9 +761,9 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
 
         /* qkv [R, q_dim + 2 kv_dim] = xn . [wq|wk|wv]^T */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, w->wq, be->q_dim, be->qkv, be->qkv_dim);
-        add_seg(be, w->wk, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
-        add_seg(be, w->wv, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
+        add_seg(be, w->wq, w16 ? w16->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
+        add_seg(be, w->wk, w16 ? w16->wk : NULL, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
+        add_seg(be, w->wv, w16 ? w16->wv : NULL, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
         tpool_run(&be->tp, be, phase_gemm);
 
         /* rotary: every q head by the query's position (its cache index
@@ -719,20 +784,20 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
 
         /* cache <- new K,V; x += att . wo^T */
         set_job(be, be->att, be->q_dim, 1.0f, 0);
-        add_seg(be, w->wo, H, be->x, H);
+        add_seg(be, w->wo, w16 ? w16->wo : NULL, H, be->x, H);
         tpool_run(&be->tp, be, phase_store_and_oproj);
 
         /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
         for (int r = 0; r < R; r++)
             rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, w->mlp_norm, H, c->eps);
         set_job(be, be->xn, H, 0.0f, 1);
-        add_seg(be, w->w_gate, c->ffn, be->gate, c->ffn);
-        add_seg(be, w->w_up, c->ffn, be->up, c->ffn);
+        add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, c->ffn, be->gate, c->ffn);
+        add_seg(be, w->w_up, w16 ? w16->w_up : NULL, c->ffn, be->up, c->ffn);
         tpool_run(&be->tp, be, phase_gemm);
 
         /* x += gate . w_down^T */
         set_job(be, be->gate, c->ffn, 1.0f, 0);
-        add_seg(be, w->w_down, H, be->x, H);
+        add_seg(be, w->w_down, w16 ? w16->w_down : NULL, H, be->x, H);
         tpool_run(&be->tp, be, phase_gemm);
     }
 
@@ -744,7 +809,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     if (want_logits) {
         /* logits [R, vocab] = xn . lm_head^T */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->lm_head, c->vocab, io->logits, c->vocab);
+        add_seg(be, m->lm_head, be->lm_head16, c->vocab, io->logits, c->vocab);
         tpool_run(&be->tp, be, phase_gemm);
     }
     if (io->pcm_out && c->audio_passthrough && io->pcm_in) {
@@ -753,7 +818,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         /* pcm [R, frame_samples] = clamp(xn . audio_out^T) * 32767 */
         const int fs = c->frame_samples;
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->audio_out, fs, be->pcmf, fs);
+        add_seg(be, m->audio_out, be->audio_out16, fs, be->pcmf, fs);
         tpool_run(&be->tp, be, phase_gemm);
         for (size_t i = 0; i < (size_t)R * fs; i++) {
             float y = be->pcmf[i];
@@ -841,10 +906,13 @@ static void cpu_destroy(mt_backend *b)
                 free(be->scr[t].qd);
                 free(be->scr[t].dcs);
                 free(be->scr[t].dsn);
+                free(be->scr[t].kvf);
             }
         free(be->scr);
         free(be->wargs);
         free(be->kv);
+        free(be->w16);
+        free(be->w16_store);
         free(be->x); free(be->xn); free(be->qkv); free(be->att);
         free(be->gate); free(be->up); free(be->pcmf);
         free(be->rcos); free(be->rsin); free(be->qcos); free(be->qsin);
@@ -854,6 +922,61 @@ static void cpu_destroy(mt_backend *b)
         free(be);
     }
     free(b);
+}
+
+/* Crossover of the f16-weight product (rows per call; measured with
+ * bench/bench_step.sh, see bench/RESULTS.md): up to it the f16 product,
+ * which reads half the weight bytes, is faster; above it OpenBLAS's sgemm,
+ * compute-bound with much better blocking than a small-M kernel, wins. */
+enum { F16_ROWS_DEFAULT = 8 };
+
+/* --weights f16: half copies of every matrix the step multiplies by, in one
+ * allocation (the model's fp32 copies stay: the sgemm path above the
+ * crossover reads them, so this costs half the matrices' fp32 bytes more). */
+static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, size_t errlen)
+{
+    const mt_model *m = be->m;
+    const mt_config *c = be->c;
+    size_t H = (size_t)c->hidden, per_layer = H * be->qkv_dim + (size_t)be->q_dim * H +
+                                              3 * H * c->ffn;
+    size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
+    size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
+    size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
+    size_t total = per_layer * c->layers + n_lm + n_ai + n_ao;
+    be->w16 = calloc((size_t)c->layers, sizeof *be->w16);
+    be->w16_store = malloc(total * sizeof(uint16_t));
+    if (!be->w16 || !be->w16_store) {
+        snprintf(err, errlen, "cpu: cannot allocate the f16 weights (%zu bytes)",
+                 total * sizeof(uint16_t));
+        return -1;
+    }
+    uint16_t *p = be->w16_store;
+#define TAKE(dst, src, count)                            \
+    do {                                                 \
+        (dst) = p;                                       \
+        mt_half_pack(p, (src), (count));              \
+        p += (count);                                    \
+    } while (0)
+    for (int l = 0; l < c->layers; l++) {
+        const mt_layer_weights *w = &m->layer[l];
+        layer16 *d = &be->w16[l];
+        TAKE(d->wq, w->wq, (size_t)be->q_dim * H);
+        TAKE(d->wk, w->wk, (size_t)be->kv_dim * H);
+        TAKE(d->wv, w->wv, (size_t)be->kv_dim * H);
+        TAKE(d->wo, w->wo, H * be->q_dim);
+        TAKE(d->w_gate, w->w_gate, (size_t)c->ffn * H);
+        TAKE(d->w_up, w->w_up, (size_t)c->ffn * H);
+        TAKE(d->w_down, w->w_down, H * c->ffn);
+    }
+    if (n_lm)
+        TAKE(be->lm_head16, m->lm_head, n_lm);
+    if (n_ai)
+        TAKE(be->audio_in16, m->audio_in, n_ai);
+    if (n_ao)
+        TAKE(be->audio_out16, m->audio_out, n_ao);
+#undef TAKE
+    be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows : F16_ROWS_DEFAULT;
+    return 0;
 }
 
 static void *alloc_floats(size_t n, int *fail)
@@ -883,7 +1006,8 @@ int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
         return -1;
     }
     const mt_kv_params *kvp = mt_kv_pool_params(pool);
-    size_t pb = mt_decoder_position_bytes(c, "cpu");
+    int kv_f16 = o->kv_dtype == MT_FMT_F16;
+    size_t pb = mt_decoder_position_bytes_as(c, "cpu", o->kv_dtype);
     if (kvp->position_bytes != pb) {
         snprintf(err, errlen, "cpu: kv pool has %zu bytes per position, the CPU backend needs %zu",
                  kvp->position_bytes, pb);
@@ -916,19 +1040,26 @@ int mt_cpu_backend_create(const mt_model *m, mt_kv_pool *pool,
     be->kv_dim = c->kv_heads * c->head_dim;
     be->qkv_dim = be->q_dim + 2 * be->kv_dim;
     be->group = c->heads / c->kv_heads;
-    be->block_floats = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
+    be->block_elems = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
+    be->kv_f16 = kv_f16;
+    be->kv_elem = kv_f16 ? 2 : 4;
+    if (kv_f16 || o->weights == MT_FMT_F16)
+        mt_half_init();
 
     /* The pool, committed now (the pages touched) so that no step pays
      * page faults for it and a budget the machine cannot hold fails here. */
-    size_t nfl = (size_t)mt_kv_pool_blocks(pool) * be->block_floats;
-    be->kv = malloc(nfl * sizeof(float));
+    size_t nbytes = (size_t)mt_kv_pool_blocks(pool) * be->block_elems * be->kv_elem;
+    be->kv = malloc(nbytes ? nbytes : 1);
     if (!be->kv) {
-        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)",
-                 nfl * sizeof(float));
+        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)", nbytes);
         cpu_destroy(b);
         return -1;
     }
-    memset(be->kv, 0, nfl * sizeof(float));
+    memset(be->kv, 0, nbytes);
+    if (o->weights == MT_FMT_F16 && make_weights16(be, o, err, errlen)) {
+        cpu_destroy(b);
+        return -1;
+    }
 
     int fail = 0;
     size_t R = (size_t)be->R;

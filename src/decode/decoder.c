@@ -19,16 +19,45 @@ struct mt_decoder {
     char            note[512];
 };
 
+size_t mt_decoder_kv_elem_bytes(const char *backend, mt_num_format kv_dtype)
+{
+    if (backend && strcmp(backend, "cuda") == 0)
+        return 2;
+    return kv_dtype == MT_FMT_F16 ? 2 : 4;
+}
+
+size_t mt_decoder_position_bytes_as(const mt_config *c, const char *backend,
+                                    mt_num_format kv_dtype)
+{
+    return (size_t)c->layers * 2 * c->kv_heads * c->head_dim *
+           mt_decoder_kv_elem_bytes(backend, kv_dtype);
+}
+
 size_t mt_decoder_position_bytes(const mt_config *c, const char *backend)
 {
-    size_t elem = backend && strcmp(backend, "cuda") == 0 ? 2 : 4;
-    return (size_t)c->layers * 2 * c->kv_heads * c->head_dim * elem;
+    return mt_decoder_position_bytes_as(c, backend, MT_FMT_DEFAULT);
+}
+
+const char *mt_num_format_name(mt_num_format f)
+{
+    return f == MT_FMT_F16 ? "f16" : "f32";
+}
+
+int mt_num_format_parse(const char *s, mt_num_format *out)
+{
+    if (!strcmp(s, "f32"))
+        *out = MT_FMT_F32;
+    else if (!strcmp(s, "f16"))
+        *out = MT_FMT_F16;
+    else
+        return -1;
+    return 0;
 }
 
 static int make_backend(mt_decoder *d, const char *name, char *err, size_t errlen)
 {
     mt_kv_params kp = d->o.kv;
-    kp.position_bytes = mt_decoder_position_bytes(&d->m->cfg, name);
+    kp.position_bytes = mt_decoder_position_bytes_as(&d->m->cfg, name, d->o.kv_dtype);
     d->o.kv.position_bytes = kp.position_bytes;
     if (mt_kv_pool_create(&kp, &d->pool, err, errlen))
         return -1;
@@ -87,6 +116,11 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
     }
     if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA) {
         snprintf(err, errlen, "decoder: unknown device %d", (int)o->device);
+        return -1;
+    }
+    if ((unsigned)o->kv_dtype > MT_FMT_F16 || (unsigned)o->weights > MT_FMT_F16) {
+        snprintf(err, errlen, "decoder: unknown number format (kv %d, weights %d)",
+                 (int)o->kv_dtype, (int)o->weights);
         return -1;
     }
     mt_decoder *d = calloc(1, sizeof *d);

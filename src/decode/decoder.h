@@ -12,8 +12,8 @@
  *
  * The KV pool: decoder.c sets kv.position_bytes before it creates the pool
  * and then the backend: layers * 2 (K,V) * kv_heads * head_dim * element
- * size, the element being fp32 (4 bytes) on CPU and bf16 (2 bytes) on
- * CUDA. A backend constructor reads mt_kv_pool_params(pool)->position_bytes
+ * size, the element being fp32 (4 bytes) or f16 (2 bytes, opts.kv_dtype)
+ * on CPU and bf16 (2 bytes) on CUDA. A backend constructor reads mt_kv_pool_params(pool)->position_bytes
  * and mt_kv_pool_blocks(pool), owns storage for that many blocks addressed
  * by block id, and sets be->position_bytes to the same value (checked).
  *
@@ -36,6 +36,13 @@
 
 typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2 } mt_device;
 
+/* Number format of the CPU backend's K/V cache and of its weights
+ * (--kv-dtype, --weights). DEFAULT: the backend's choice (CPU: f32 K/V, f32
+ * weights; CUDA: bf16 K/V whatever is asked). */
+typedef enum mt_num_format {
+    MT_FMT_DEFAULT = 0, MT_FMT_F32 = 1, MT_FMT_F16 = 2
+} mt_num_format;
+
 typedef struct mt_decoder_opts {
     mt_device    device;
     int          max_batch;   /* largest B a step will be given */
@@ -43,6 +50,11 @@ typedef struct mt_decoder_opts {
     mt_kv_params kv;          /* policy, S, W, rope, budget_bytes;
                                  position_bytes is filled in by decoder.c
                                  (see above) */
+    mt_num_format kv_dtype;   /* CPU K/V elements: f32 or f16 (IEEE half) */
+    mt_num_format weights;    /* CPU: f16 adds a half copy of the weights,
+                                 used for calls of up to weights_f16_rows
+                                 rows (0: the measured crossover) */
+    int          weights_f16_rows;
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
@@ -90,8 +102,17 @@ void mt_decoder_wake(mt_decoder *d);
 /* Why the backend is what it is, for the caller to print: "" normally; with
  * MT_DEV_AUTO, e.g. "CUDA unavailable (no device): using CPU". */
 const char *mt_decoder_note(const mt_decoder *d);
-/* KV bytes of one position for a backend ("cpu" or "cuda") and model. */
+/* KV bytes of one position for a backend ("cpu" or "cuda") and model, with
+ * the default K/V format. */
 size_t mt_decoder_position_bytes(const mt_config *c, const char *backend);
+/* The same for a K/V format (CPU: 4 bytes f32, 2 f16; CUDA: 2, bf16). */
+size_t mt_decoder_kv_elem_bytes(const char *backend, mt_num_format kv_dtype);
+size_t mt_decoder_position_bytes_as(const mt_config *c, const char *backend,
+                                    mt_num_format kv_dtype);
+/* "f32", "f16" for a format (DEFAULT resolved as the CPU backend does);
+ * parse: 0, or -1 for an unknown name. */
+const char *mt_num_format_name(mt_num_format f);
+int mt_num_format_parse(const char *s, mt_num_format *out);
 
 int  mt_decoder_step(mt_decoder *d, int B, mt_kv_seq *const *seqs,
                      const mt_step_io *io, char *err, size_t errlen);

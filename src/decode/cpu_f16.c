@@ -1,0 +1,246 @@
+/* cpu_f16.c: half-precision conversion and the small-batch f16-weight
+ * product (see cpu_f16.h). Two sets of kernels: F16C/AVX2/FMA (x86-64 with
+ * those extensions, checked at run time) and portable C; mt_half_init()
+ * picks one. Both accumulate in fp32 and round fp32 -> f16 to nearest
+ * even, so they agree to fp32 summation order.
+ */
+#include "decode/cpu_f16.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+#define MT_F16_X86 1
+#include <immintrin.h>
+#endif
+
+/* ---- portable ---------------------------------------------------------- */
+
+uint16_t mt_half_from_float(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)                 /* inf, nan (kept quiet) */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+    if (ax >= 0x477ff000u)                 /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {                /* below 2^-14: subnormal or 0 */
+        float a;
+        memcpy(&a, &ax, sizeof a);
+        /* in units of 2^-24; exact scaling, rintf rounds to nearest even */
+        return (uint16_t)(sign | (uint32_t)rintf(a * 16777216.0f));
+    }
+    /* rebias the exponent (127 -> 15) and round the 13 dropped bits to
+     * nearest even; a carry moves into the exponent as it should */
+    ax += 0xc8000fffu + ((ax >> 13) & 1u);
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+float mt_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    float f;
+    if (e == 0) {
+        f = (float)m * (1.0f / 16777216.0f);
+        memcpy(&x, &f, sizeof x);
+        x |= sign;
+    } else if (e == 31) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else {
+        x = sign | ((e + 112) << 23) | (m << 13);
+    }
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static void from_f32_c(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = mt_half_from_float(src[i]);
+}
+
+static void to_f32_c(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = mt_half_to_float(src[i]);
+}
+
+static void gemm_c(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
+                   float beta, float *Y, int ldy)
+{
+    enum { CH = 256 };
+    float w[CH];
+    for (int n = 0; n < N; n++) {
+        for (int m = 0; m < M; m++)
+            Y[(size_t)m * ldy + n] *= beta;
+        if (beta == 0.0f)
+            for (int m = 0; m < M; m++)
+                Y[(size_t)m * ldy + n] = 0.0f;   /* beta 0 drops nan/inf too */
+        for (int k0 = 0; k0 < K; k0 += CH) {
+            int kn = K - k0 < CH ? K - k0 : CH;
+            to_f32_c(w, W + (size_t)n * K + k0, (size_t)kn);
+            for (int m = 0; m < M; m++) {
+                const float *x = X + (size_t)m * ldx + k0;
+                float s = 0.0f;
+                for (int k = 0; k < kn; k++)
+                    s += x[k] * w[k];
+                Y[(size_t)m * ldy + n] += s;
+            }
+        }
+    }
+}
+
+/* ---- F16C / AVX2 / FMA ------------------------------------------------- */
+
+#ifdef MT_F16_X86
+#define F16C_FN __attribute__((target("f16c,avx2,fma")))
+
+F16C_FN static void from_f32_x86(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = mt_half_from_float(src[i]);
+}
+
+F16C_FN static void to_f32_x86(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 8)));
+        _mm256_storeu_ps(dst + i, a);
+        _mm256_storeu_ps(dst + i + 8, b);
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = mt_half_to_float(src[i]);
+}
+
+F16C_FN static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* One MR x NR tile: rows m0..m0+MR of X against weight rows n0..n0+NR.
+ * MR and NR are constants at each call (always_inline), so the MR*NR
+ * accumulators live in registers; each 8 halves of a weight row are
+ * converted once and used by all MR rows. */
+F16C_FN static inline __attribute__((always_inline)) void
+tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint16_t *W,
+         float beta, float *Y, int ldy)
+{
+    __m256 acc[4][4];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 w[4];
+        for (int j = 0; j < NR; j++)
+            w[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(W + (size_t)j * K + k)));
+        for (int i = 0; i < MR; i++) {
+            __m256 x = _mm256_loadu_ps(X + (size_t)i * ldx + k);
+            for (int j = 0; j < NR; j++)
+                acc[i][j] = _mm256_fmadd_ps(x, w[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            float s = hsum8(acc[i][j]);
+            for (int kk = k; kk < K; kk++)
+                s += X[(size_t)i * ldx + kk] * mt_half_to_float(W[(size_t)j * K + kk]);
+            float *y = Y + (size_t)i * ldy + j;
+            *y = beta == 0.0f ? s : *y + s;
+        }
+}
+
+F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
+                             float beta, float *Y, int ldy)
+{
+    int n = 0;
+    if (M == 1) {
+        /* one row: four weight rows at a time for independent FMA chains */
+        for (; n + 4 <= N; n += 4)
+            tile_x86(1, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+    }
+    for (; n + 2 <= N; n += 2) {
+        const uint16_t *w = W + (size_t)n * K;
+        int m = 0;
+        for (; m + 4 <= M; m += 4)
+            tile_x86(4, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy);
+        switch (M - m) {
+        case 3: tile_x86(3, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy); break;
+        case 2: tile_x86(2, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy); break;
+        case 1: tile_x86(1, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy); break;
+        default: break;
+        }
+    }
+    for (; n < N; n++)
+        for (int m = 0; m < M; m++)
+            tile_x86(1, 1, K, X + (size_t)m * ldx, ldx, W + (size_t)n * K, beta,
+                     Y + (size_t)m * ldy + n, ldy);
+}
+#endif
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+static struct {
+    void (*from_f32)(uint16_t *, const float *, size_t);
+    void (*to_f32)(float *, const uint16_t *, size_t);
+    void (*gemm)(int, int, int, const float *, int, const uint16_t *, float, float *, int);
+    int f16c;
+} kern = { from_f32_c, to_f32_c, gemm_c, 0 };
+
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+
+static void pick_kernels(void)
+{
+#ifdef MT_F16_X86
+    const char *force = getenv("MT_F16_PORTABLE");
+    if (force && *force && strcmp(force, "0") != 0)
+        return;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma")) {
+        kern.from_f32 = from_f32_x86;
+        kern.to_f32 = to_f32_x86;
+        kern.gemm = gemm_x86;
+        kern.f16c = 1;
+    }
+#endif
+}
+
+int mt_half_init(void)
+{
+    pthread_once(&kern_once, pick_kernels);
+    return kern.f16c;
+}
+
+void mt_half_pack(uint16_t *dst, const float *src, size_t n)
+{
+    mt_half_init();
+    kern.from_f32(dst, src, n);
+}
+
+void mt_half_unpack(float *dst, const uint16_t *src, size_t n)
+{
+    mt_half_init();
+    kern.to_f32(dst, src, n);
+}
+
+void mt_half_gemm(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
+                 float beta, float *Y, int ldy)
+{
+    mt_half_init();
+    kern.gemm(M, N, K, X, ldx, W, beta, Y, ldy);
+}
