@@ -38,6 +38,9 @@ static void usage(FILE *f)
 "      --window W           ring positions, window policy (default 256)\n"
 "      --rope MODE          cache (default) or absolute\n"
 "      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default 512M)\n"
+"      --kv-dtype T         CPU K/V cache elements: f32 (default) or f16\n"
+"      --weights T          CPU weights: f32 (default) or f16 (adds a half\n"
+"                           copy for small batches)\n"
 "      --on-full ACTION     full policy on exhaustion: preempt (default) or\n"
 "                           stall\n"
 "      --fill, --no-fill    send FILL (silence) for frames past their deadline\n"
@@ -122,6 +125,7 @@ enum {
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH,
+    O_KVDTYPE, O_WEIGHTS,
 };
 
 int main(int argc, char **argv)
@@ -152,6 +156,8 @@ int main(int argc, char **argv)
         {"out-queue", required_argument, 0, O_OUTQ},
         {"write-timeout", required_argument, 0, O_WRITETO},
         {"no-catch-up", no_argument, 0, O_NOCATCH},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
+        {"weights", required_argument, 0, O_WEIGHTS},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -217,6 +223,12 @@ int main(int argc, char **argv)
             break;
         case O_KVMEM:
             if (parse_bytes(optarg, &dopt.kv.budget_bytes)) return bad("--kv-mem", optarg);
+            break;
+        case O_KVDTYPE:
+            if (mt_num_format_parse(optarg, &dopt.kv_dtype)) return bad("--kv-dtype", optarg);
+            break;
+        case O_WEIGHTS:
+            if (mt_num_format_parse(optarg, &dopt.weights)) return bad("--weights", optarg);
             break;
         case O_ONFULL:
             if (!strcmp(optarg, "preempt")) eo.on_full = MT_ONFULL_PREEMPT;
