@@ -5,6 +5,15 @@
  * with the achieved fraction of each bound, and the step time against
  * session length for the window and full policies side by side.
  *
+ * Half precision (issue 21), in the same run: each batch size with four
+ * number formats side by side (K/V and weights f32/f32, f16/f32, f16/f16
+ * at the built-in crossover, and f16/f16 with the f16 product at every
+ * batch size, which locates the crossover), the f16 weight-bytes bound,
+ * the attention's achieved read bandwidth (the K/V bytes a step reads
+ * beyond a short window's, over the time they add: W=256 against W=16,
+ * same batch, same run as the copy bandwidth) and sessions per GiB of
+ * pool for each K/V format.
+ *
  * Lengths are fast-forwarded (len set, cache blocks held, contents zero):
  * a step's work depends only on how many positions it attends to, not on
  * what they hold. Prints logfmt-ish lines; asserts nothing.
@@ -96,6 +105,17 @@ typedef struct { double ms; double gflop; double kv_bytes; } result;
 /* Trials per figure (the best is kept). */
 static int trials = 3;
 
+/* Number formats of the decoders bench_open makes (see fmt_set). */
+static mt_num_format kv_fmt = MT_FMT_F32, w_fmt = MT_FMT_F32;
+static int w16_rows;      /* 0: the backend's crossover */
+
+static void fmt_set(mt_num_format kv, mt_num_format w, int rows)
+{
+    kv_fmt = kv;
+    w_fmt = w;
+    w16_rows = rows;
+}
+
 /* A decoder with ngroups groups of B sessions, group g fast-forwarded to
  * lens[g], and the step's input and output buffers for one group. */
 typedef struct bench_set {
@@ -132,12 +152,13 @@ static int bench_open(bench_set *bs, const mt_model *m, mt_kv_policy pol, int S,
     memset(bs, 0, sizeof *bs);
     bs->B = B;
     bs->ngroups = ngroups;
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T };
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T,
+                          .kv_dtype = kv_fmt, .weights = w_fmt, .weights_f16_rows = w16_rows };
     o.kv.policy = pol;
     o.kv.sink = S;
     o.kv.window = W;
     o.kv.rope = MT_ROPE_CACHE;
-    o.kv.budget_bytes = (size_t)per * mt_decoder_position_bytes(c, "cpu") * B * ngroups;
+    o.kv.budget_bytes = (size_t)per * mt_decoder_position_bytes_as(c, "cpu", kv_fmt) * B * ngroups;
     if (mt_decoder_create(m, &o, &bs->d, err, sizeof err)) {
         fprintf(stderr, "mt-benchstep: %s\n", err);
         return -1;
@@ -224,7 +245,7 @@ static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, 
     wparams = (double)c->layers * ((double)c->hidden * (2.0 * q + 2.0 * kv) + 3.0 * c->hidden * c->ffn);
     wparams += m->audio_in ? 2.0 * c->hidden * c->frame_samples : (double)c->vocab * c->hidden;
     double nvis = (double)mt_kv_visible_count(bs.pool, len + warm + reps);
-    res->kv_bytes = B * nvis * (double)mt_decoder_position_bytes(c, "cpu");
+    res->kv_bytes = B * nvis * (double)mt_decoder_position_bytes_as(c, "cpu", kv_fmt);
     double fl = B * (2.0 * wparams + 4.0 * c->layers * c->heads * c->head_dim * nvis);
     res->ms = dt * 1e3;
     res->gflop = fl / dt / 1e9;
@@ -348,6 +369,68 @@ int main(int argc, char **argv)
         printf("\n");
         fflush(stdout);
     }
+
+    /* Half precision, side by side in this run. */
+    double bound16_ms = wbytes / 2 / (bw * 1e9) * 1e3;
+    printf("half f16_weight_bytes=%.0f f16_bw_bound_ms=%.2f f32_bw_bound_ms=%.2f\n", wbytes / 2,
+           bound16_ms, 2 * bound16_ms);
+    enum { NF = 4 };
+    static const struct { const char *name; mt_num_format kv, w; int all_rows; } fm[NF] = {
+        { "f32", MT_FMT_F32, MT_FMT_F32, 0 },         /* kv f32, weights f32 */
+        { "f16kv", MT_FMT_F16, MT_FMT_F32, 0 },       /* kv f16, weights f32 */
+        { "f16", MT_FMT_F16, MT_FMT_F16, 0 },         /* both, at the crossover */
+        { "f16w_all", MT_FMT_F16, MT_FMT_F16, 1 },    /* f16 product at every B */
+    };
+    trials = quick ? 2 : 3;
+    for (int i = 0; i < 4; i++) {
+        double ms[NF];
+        int reps = quick ? 2 : Bs[i] >= 32 ? 5 : 8;
+        for (int f = 0; f < NF; f++) {
+            result r;
+            fmt_set(fm[f].kv, fm[f].w, fm[f].all_rows ? Bs[i] : 0);
+            if (time_steps(m, MT_KV_WINDOW, S, W, Bs[i], 300, reps, T, &r))
+                return 1;
+            ms[f] = r.ms;
+        }
+        printf("half B=%d", Bs[i]);
+        for (int f = 0; f < NF; f++)
+            printf(" %s_ms=%.2f", fm[f].name, ms[f]);
+        /* weights: f16 against f32 with the cache f16 in both; cache: f16
+         * against f32 with the weights f32 in both */
+        printf(" weights_speedup=%.2f kv_speedup=%.2f f16_speedup=%.2f f16_product_wins=%d",
+               ms[1] / ms[2], ms[0] / ms[1], ms[0] / ms[2], ms[3] < ms[1]);
+        if (Bs[i] == 1)
+            printf(" f16_over_bound=%.2f", ms[2] / bound16_ms);
+        printf("\n");
+        fflush(stdout);
+    }
+    /* The attention's read bandwidth at B = 64: the step at W = 256 reads
+     * (260 - 20) more positions per session than at W = 16; the time that
+     * adds is the attention's over those bytes. */
+    {
+        int Ba = 64, Wshort = 16, reps = quick ? 2 : 5;
+        for (int f = 0; f < 2; f++) {
+            result rl, rs;
+            fmt_set(fm[f].kv, MT_FMT_F32, 0);
+            if (time_steps(m, MT_KV_WINDOW, S, W, Ba, 300, reps, T, &rl) ||
+                time_steps(m, MT_KV_WINDOW, S, Wshort, Ba, 300, reps, T, &rs))
+                return 1;
+            double bytes = rl.kv_bytes - rs.kv_bytes, dt = (rl.ms - rs.ms) * 1e-3;
+            double gbs = dt > 0 ? bytes / dt / 1e9 : 0;
+            printf("attention kv=%s B=%d W=%d/%d extra_bytes_mb=%.1f extra_ms=%.2f read_gbs=%.2f"
+                   " frac_copy_bw=%.2f\n", fm[f].kv == MT_FMT_F16 ? "f16" : "f32", Ba, W, Wshort,
+                   bytes / 1e6, dt * 1e3, gbs, gbs / bw);
+            fflush(stdout);
+        }
+    }
+    for (int f = 0; f < 2; f++) {
+        mt_kv_params kp = { .policy = MT_KV_WINDOW, .sink = S, .window = W,
+                            .position_bytes = mt_decoder_position_bytes_as(c, "cpu", fm[f].kv) };
+        size_t per = mt_kv_bound_bytes(&kp);
+        printf("sessions kv=%s S=%d W=%d session_bytes=%zu sessions_per_gib=%.1f\n",
+               fm[f].kv == MT_FMT_F16 ? "f16" : "f32", S, W, per, (double)(1u << 30) / per);
+    }
+    fmt_set(MT_FMT_F32, MT_FMT_F32, 0);
 
     /* The full policy's figures only have to rise with length: one pass. */
     int Bl = 4;
