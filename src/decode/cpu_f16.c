@@ -139,21 +139,27 @@ F16C_FN static inline __attribute__((always_inline)) void
 tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint16_t *W,
          float beta, float *Y, int ldy)
 {
-    __m256 acc[4][4];
+    __m256 acc[4][8];
+    _Pragma("GCC unroll 4")
     for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 8")
         for (int j = 0; j < NR; j++)
             acc[i][j] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 w[4];
+        __m256 w[8];
+        _Pragma("GCC unroll 8")
         for (int j = 0; j < NR; j++)
             w[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(W + (size_t)j * K + k)));
+        _Pragma("GCC unroll 4")
         for (int i = 0; i < MR; i++) {
             __m256 x = _mm256_loadu_ps(X + (size_t)i * ldx + k);
+            _Pragma("GCC unroll 8")
             for (int j = 0; j < NR; j++)
                 acc[i][j] = _mm256_fmadd_ps(x, w[j], acc[i][j]);
         }
     }
+    _Pragma("GCC unroll 4")
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
             float s = hsum8(acc[i][j]);
@@ -169,9 +175,19 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
 {
     int n = 0;
     if (M == 1) {
-        /* one row: four weight rows at a time for independent FMA chains */
-        for (; n + 4 <= N; n += 4)
-            tile_x86(1, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+        /* one row: eight weight rows at a time, eight independent FMA
+         * chains and eight streams of loads in flight */
+        for (; n + 8 <= N; n += 8)
+            tile_x86(1, 8, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+    }
+    if (M == 2 || M == 3) {
+        /* two or three rows: four weight rows at a time (8 or 12 chains) */
+        for (; n + 4 <= N; n += 4) {
+            if (M == 2)
+                tile_x86(2, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+            else
+                tile_x86(3, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+        }
     }
     for (; n + 2 <= N; n += 2) {
         const uint16_t *w = W + (size_t)n * K;
