@@ -264,8 +264,6 @@ typedef struct scratch {
     float   *qd;       /* [group, head_dim] the group's queries rotated by a
                           further d (window/cache mode) */
     float   *dcs, *dsn;/* [half] rotary of a d that is not the row's own */
-    float   *kvf;      /* [MT_KV_BLOCK, head_dim] f16 cache: a run of K or V
-                          rows converted to fp32 */
 } scratch;
 
 /* Half copies of the weights (--weights f16), same layouts as the model's. */
@@ -475,23 +473,21 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
     }
 }
 
-/* f16 cache: converts to fp32 (sc->kvf) the run of visible entries from j
- * that come from the cache and sit in consecutive slots of one block, i.e.
- * up to MT_KV_BLOCK contiguous rows; returns the run's length. Converting a
- * run at once keeps the conversion a streaming loop, and the group's q
- * heads then read fp32 rows from L1. */
-static int f16_run(const cpu_backend *be, scratch *sc, const row *rw, int j, int n,
-                   int kv, int g)
+/* f16 cache: the run of visible entries from j that come from the cache,
+ * sit in consecutive slots of one block (up to MT_KV_BLOCK contiguous rows)
+ * and share one rotary offset d; returns its length and its first row.
+ * The half kernels take a run per call and read it straight from the
+ * cache, converting in registers. */
+static int f16_span(const cpu_backend *be, const scratch *sc, const row *rw, int j, int n,
+                    int kv, int g, const uint16_t **first)
 {
-    int64_t s0 = sc->slot[j];
+    int64_t s0 = sc->slot[j], d0 = sc->abs[j] - sc->rope[j];
     int room = MT_KV_BLOCK - (int)(s0 % MT_KV_BLOCK), len = 1;
     while (len < room && j + len < n && sc->slot[j + len] == s0 + len &&
-           sc->abs[j + len] < rw->base)
+           sc->abs[j + len] < rw->base && sc->abs[j + len] - sc->rope[j + len] == d0)
         len++;
-    const uint16_t *src =
-        (const uint16_t *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
-        (size_t)(s0 % MT_KV_BLOCK) * be->hd;
-    mt_half_unpack(sc->kvf, src, (size_t)len * be->hd);
+    *first = (const uint16_t *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
+             (size_t)(s0 % MT_KV_BLOCK) * be->hd;
     return len;
 }
 
@@ -513,20 +509,17 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g * group * hd;
     const float *qk = qg;       /* qg rotated by a further cur_d */
     int64_t cur_d = 0;
-    int run_lo = 0, run_hi = 0;  /* f16: entries [run_lo, run_hi) are in sc->kvf */
 
-    /* scores[i][j] = q_i . k_j * scale */
-    for (int j = 0; j < n; j++) {
-        const float *k;
+    /* scores[i][j] = q_i . k_j * scale; f16 cache: a run of len keys at once */
+    for (int j = 0, len = 1; j < n; j += len) {
+        const float *k = NULL;
+        const uint16_t *k16 = NULL;
+        len = 1;
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             k = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + (size_t)g * hd;
         } else if (be->kv_f16) {
-            if (j >= run_hi) {
-                run_lo = j;
-                run_hi = j + f16_run(be, sc, rw, j, n, 0, g);
-            }
-            k = sc->kvf + (size_t)(j - run_lo) * hd;
+            len = f16_span(be, sc, rw, j, n, 0, g, &k16);
         } else {
             int64_t s = sc->slot[j];
             k = (const float *)kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 0, g) +
@@ -551,8 +544,11 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
             }
             cur_d = d;
         }
-        for (int i = 0; i < group; i++)
-            sc->score[(size_t)i * sc->cap + j] = dot(qk + (size_t)i * hd, k, hd) * scale;
+        if (k16)
+            mt_half_scores(group, hd, qk, k16, len, scale, sc->score + j, sc->cap);
+        else
+            for (int i = 0; i < group; i++)
+                sc->score[(size_t)i * sc->cap + j] = dot(qk + (size_t)i * hd, k, hd) * scale;
     }
     /* softmax per head */
     for (int i = 0; i < group; i++) {
@@ -572,19 +568,18 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     /* out_i = sum_j p_ij v_j */
     float *out = be->att + (size_t)r * be->q_dim + (size_t)g * group * hd;
     memset(out, 0, (size_t)group * hd * sizeof *out);
-    run_lo = run_hi = 0;
-    for (int j = 0; j < n; j++) {
+    for (int j = 0, len = 1; j < n; j += len) {
         const float *v;
+        len = 1;
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             v = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + be->kv_dim +
                 (size_t)g * hd;
         } else if (be->kv_f16) {
-            if (j >= run_hi) {
-                run_lo = j;
-                run_hi = j + f16_run(be, sc, rw, j, n, 1, g);
-            }
-            v = sc->kvf + (size_t)(j - run_lo) * hd;
+            const uint16_t *v16;
+            len = f16_span(be, sc, rw, j, n, 1, g, &v16);
+            mt_half_weighted_sum(group, hd, sc->score + j, sc->cap, v16, len, out);
+            continue;
         } else {
             int64_t s = sc->slot[j];
             v = (const float *)kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 1, g) +
@@ -682,9 +677,7 @@ static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
             sc->dcs = malloc((size_t)be->half * sizeof *sc->dcs);
         if (!sc->dsn)
             sc->dsn = malloc((size_t)be->half * sizeof *sc->dsn);
-        if (!sc->kvf)
-            sc->kvf = malloc((size_t)MT_KV_BLOCK * be->hd * sizeof *sc->kvf);
-        if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn || !sc->kvf) {
+        if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn) {
             snprintf(err, errlen, "cpu: out of memory for attention over %d positions",
                      need);
             return -1;
@@ -906,7 +899,6 @@ static void cpu_destroy(mt_backend *b)
                 free(be->scr[t].qd);
                 free(be->scr[t].dcs);
                 free(be->scr[t].dsn);
-                free(be->scr[t].kvf);
             }
         free(be->scr);
         free(be->wargs);

@@ -93,6 +93,29 @@ static void gemm_c(int M, int N, int K, const float *X, int ldx, const uint16_t 
     }
 }
 
+static void scores_c(int group, int hd, const float *q, const uint16_t *k, int rows,
+                     float scale, float *score, int lds)
+{
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < group; i++) {
+            float s = 0.0f;
+            for (int c = 0; c < hd; c++)
+                s += q[(size_t)i * hd + c] * mt_half_to_float(k[(size_t)r * hd + c]);
+            score[(size_t)i * lds + r] = s * scale;
+        }
+}
+
+static void weighted_sum_c(int group, int hd, const float *p, int ldp, const uint16_t *v,
+                           int rows, float *out)
+{
+    for (int i = 0; i < group; i++)
+        for (int r = 0; r < rows; r++) {
+            float a = p[(size_t)i * ldp + r];
+            for (int c = 0; c < hd; c++)
+                out[(size_t)i * hd + c] += a * mt_half_to_float(v[(size_t)r * hd + c]);
+        }
+}
+
 /* ---- F16C / AVX2 / FMA ------------------------------------------------- */
 
 #ifdef MT_F16_X86
@@ -206,6 +229,69 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
             tile_x86(1, 1, K, X + (size_t)m * ldx, ldx, W + (size_t)n * K, beta,
                      Y + (size_t)m * ldy + n, ldy);
 }
+
+F16C_FN static void scores_x86(int group, int hd, const float *q, const uint16_t *k, int rows,
+                               float scale, float *score, int lds)
+{
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *kr = k + (size_t)r * hd;
+        for (int i = 0; i < group; i++) {
+            const float *qi = q + (size_t)i * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            int c = 0;
+            for (; c + 16 <= hd; c += 16) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + c),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + c))), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + c + 8),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + c + 8))), a1);
+            }
+            for (; c + 8 <= hd; c += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + c),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + c))), a0);
+            float s = hsum8(_mm256_add_ps(a0, a1));
+            for (; c < hd; c++)
+                s += qi[c] * mt_half_to_float(kr[c]);
+            score[(size_t)i * lds + r] = s * scale;
+        }
+    }
+}
+
+F16C_FN static void weighted_sum_x86(int group, int hd, const float *p, int ldp,
+                                     const uint16_t *v, int rows, float *out)
+{
+    for (int i = 0; i < group; i++) {
+        const float *pi = p + (size_t)i * ldp;
+        float *oi = out + (size_t)i * hd;
+        int c = 0;
+        /* 32 columns at a time: four accumulators held over all rows */
+        for (; c + 32 <= hd; c += 32) {
+            __m256 a0 = _mm256_loadu_ps(oi + c), a1 = _mm256_loadu_ps(oi + c + 8);
+            __m256 a2 = _mm256_loadu_ps(oi + c + 16), a3 = _mm256_loadu_ps(oi + c + 24);
+            for (int r = 0; r < rows; r++) {
+                const uint16_t *vr = v + (size_t)r * hd + c;
+                __m256 b = _mm256_set1_ps(pi[r]);
+                a0 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr)), a0);
+                a1 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8))), a1);
+                a2 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 16))), a2);
+                a3 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 24))), a3);
+            }
+            _mm256_storeu_ps(oi + c, a0);
+            _mm256_storeu_ps(oi + c + 8, a1);
+            _mm256_storeu_ps(oi + c + 16, a2);
+            _mm256_storeu_ps(oi + c + 24, a3);
+        }
+        for (; c + 8 <= hd; c += 8) {
+            __m256 a0 = _mm256_loadu_ps(oi + c);
+            for (int r = 0; r < rows; r++)
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(pi[r]),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + (size_t)r * hd + c))), a0);
+            _mm256_storeu_ps(oi + c, a0);
+        }
+        for (; c < hd; c++)
+            for (int r = 0; r < rows; r++)
+                oi[c] += pi[r] * mt_half_to_float(v[(size_t)r * hd + c]);
+    }
+}
 #endif
 
 /* ---- dispatch ------------------------------------------------------------ */
@@ -214,8 +300,10 @@ static struct {
     void (*from_f32)(uint16_t *, const float *, size_t);
     void (*to_f32)(float *, const uint16_t *, size_t);
     void (*gemm)(int, int, int, const float *, int, const uint16_t *, float, float *, int);
+    void (*scores)(int, int, const float *, const uint16_t *, int, float, float *, int);
+    void (*wsum)(int, int, const float *, int, const uint16_t *, int, float *);
     int f16c;
-} kern = { from_f32_c, to_f32_c, gemm_c, 0 };
+} kern = { from_f32_c, to_f32_c, gemm_c, scores_c, weighted_sum_c, 0 };
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -231,6 +319,8 @@ static void pick_kernels(void)
         kern.from_f32 = from_f32_x86;
         kern.to_f32 = to_f32_x86;
         kern.gemm = gemm_x86;
+        kern.scores = scores_x86;
+        kern.wsum = weighted_sum_x86;
         kern.f16c = 1;
     }
 #endif
@@ -259,4 +349,18 @@ void mt_half_gemm(int M, int N, int K, const float *X, int ldx, const uint16_t *
 {
     mt_half_init();
     kern.gemm(M, N, K, X, ldx, W, beta, Y, ldy);
+}
+
+void mt_half_scores(int group, int hd, const float *q, const uint16_t *k, int rows,
+                    float scale, float *score, int lds)
+{
+    mt_half_init();
+    kern.scores(group, hd, q, k, rows, scale, score, lds);
+}
+
+void mt_half_weighted_sum(int group, int hd, const float *p, int ldp, const uint16_t *v,
+                          int rows, float *out)
+{
+    mt_half_init();
+    kern.wsum(group, hd, p, ldp, v, rows, out);
 }

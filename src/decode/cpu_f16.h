@@ -33,4 +33,14 @@ void mt_half_unpack(float *dst, const uint16_t *src, size_t n);
 void mt_half_gemm(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
                  float beta, float *Y, int ldy);
 
+/* Attention over a run of `rows` f16 K or V rows of hd elements each (a
+ * block's contiguous slots), for a group of q heads, read straight from the
+ * cache (no fp32 copy):
+ *   scores:       score[i*lds + r] = scale * q[i*hd:] . k[r*hd:]
+ *   weighted_sum: out[i*hd:] += sum_r p[i*ldp + r] * v[r*hd:]        */
+void mt_half_scores(int group, int hd, const float *q, const uint16_t *k, int rows,
+                    float scale, float *score, int lds);
+void mt_half_weighted_sum(int group, int hd, const float *p, int ldp, const uint16_t *v,
+                          int rows, float *out);
+
 #endif

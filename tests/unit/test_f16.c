@@ -2,7 +2,8 @@
  * the conversions round to nearest even and agree with the IEEE format on
  * every half value, the vector (F16C) kernels agree with the portable
  * scalar ones, and the small-batch f16-weight product equals an fp32
- * product over the same rounded weights. */
+ * product over the same rounded weights; so do the attention kernels
+ * (scores and weighted sum over a run of f16 rows). */
 #include "tap.h"
 #include "decode/cpu_f16.h"
 
@@ -88,6 +89,39 @@ int main(void)
                 }
         }
     ok(gerr < 1e-4, "f16 gemm == fp64 product over the rounded weights (err %.2e)", gerr);
+    /* attention kernels: group 2, hd 72 (not a multiple of 32), 13 rows */
+    {
+        enum { G = 2, HD = 72, RW = 13, LD = 16 };
+        float q[G * HD], kf[RW * HD], sc[G * LD], o[G * HD], o2[G * HD];
+        uint16_t k16[RW * HD];
+        for (int i = 0; i < G * HD; i++)
+            q[i] = frand();
+        for (int i = 0; i < RW * HD; i++)
+            kf[i] = frand();
+        mt_half_pack(k16, kf, RW * HD);
+        mt_half_unpack(kf, k16, RW * HD);
+        mt_half_scores(G, HD, q, k16, RW, 0.5f, sc, LD);
+        double e1 = 0, e2 = 0;
+        for (int i = 0; i < G; i++)
+            for (int r = 0; r < RW; r++) {
+                double d = 0;
+                for (int c = 0; c < HD; c++)
+                    d += (double)q[i * HD + c] * kf[r * HD + c];
+                e1 = fmax(e1, fabs(0.5 * d - sc[i * LD + r]));
+            }
+        for (int i = 0; i < G * HD; i++)
+            o[i] = o2[i] = 0.25f;
+        mt_half_weighted_sum(G, HD, sc, LD, k16, RW, o);
+        for (int i = 0; i < G; i++)
+            for (int c = 0; c < HD; c++) {
+                double d = o2[i * HD + c];
+                for (int r = 0; r < RW; r++)
+                    d += (double)sc[i * LD + r] * kf[r * HD + c];
+                e2 = fmax(e2, fabs(d - o[i * HD + c]));
+            }
+        ok(e1 < 1e-5, "half scores == fp64 over the rounded keys (err %.2e)", e1);
+        ok(e2 < 1e-5, "half weighted sum == fp64 over the rounded values (err %.2e)", e2);
+    }
     free(src); free(back); free(h); free(X); free(Wf); free(W); free(Y);
     return tap_done();
 }
