@@ -1,4 +1,6 @@
-/* backend_cpu.c: the CPU backend: fp32 Llama step over a batch of sessions.
+/* backend_cpu.c: the CPU backend: Llama step over a batch of sessions, fp32
+ * arithmetic, K/V cache in fp32 or IEEE half, weights fp32 (plus an
+ * optional half copy for small batches).
  *
  * One step advances R rows (one row = one session at one position; a
  * prefill is R rows of one session at consecutive positions). The whole
@@ -35,10 +37,20 @@
  * AVX2/FMA clone picked at load time. The rmsnorms and rotary passes are cheap
  * (R x hidden) and run on thread 0 between phases.
  *
+ * Half precision (opts kv_dtype / weights, kernels in cpu_f16.c). An f16
+ * cache stores each new K,V row rounded to half (round to nearest even)
+ * and attention reads runs of up to MT_KV_BLOCK contiguous rows straight
+ * from it, converting in registers and accumulating in fp32; the rows of
+ * the running call still come from the fp32 qkv buffer. f16 weights are a
+ * half copy of every matrix, made at creation; a GEMM phase of up to
+ * f16_rows rows (the measured crossover) runs the f16 product on it, which
+ * reads half the bytes of sgemv, and larger calls keep OpenBLAS's sgemm on
+ * the fp32 matrices.
+ *
  * Cache layout: one contiguous allocation addressed by block id,
- *   kv[block][layer][k|v][kv_head][MT_KV_BLOCK slots][head_dim]   fp32
+ *   kv[block][layer][k|v][kv_head][MT_KV_BLOCK slots][head_dim]   fp32 or f16
  * so one (layer, kv head) of a block is 16 contiguous key rows, and a
- * block is layers*2*kv_heads*16*head_dim floats (16 * position_bytes).
+ * block is layers*2*kv_heads*16*head_dim elements (16 * position_bytes).
  * Keys are stored rotated by their absolute position, in every mode. In
  * window/cache mode (StreamingLLM) a score must see the rotary distance
  * between the query's and the key's indices in the kept cache; a rotary
