@@ -500,6 +500,19 @@ static int f16_span(const cpu_backend *be, const scratch *sc, const row *rw, int
         len++;
     *first = (const uint16_t *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
              (size_t)(s0 % MT_KV_BLOCK) * be->hd;
+    /* The next run is in another block, a whole block (every layer and
+     * head) away: a new stream the hardware prefetcher would only pick up
+     * after a few misses. Ask for it now, while this run is computed. */
+    int next = j + len;
+    if (next < n && sc->abs[next] < rw->base) {
+        int64_t s1 = sc->slot[next];
+        const char *p =
+            (const char *)kv_at(be, rw->seq->blocks[s1 / MT_KV_BLOCK], be->layer, kv, g) +
+            (size_t)(s1 % MT_KV_BLOCK) * be->hd * 2;
+        size_t bytes = (size_t)(MT_KV_BLOCK - s1 % MT_KV_BLOCK) * be->hd * 2;
+        for (size_t o = 0; o < bytes; o += 64)
+            __builtin_prefetch(p + o);
+    }
     return len;
 }
 
