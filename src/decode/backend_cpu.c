@@ -485,21 +485,22 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
     }
 }
 
-/* f16 cache: the run of visible entries from j that come from the cache,
- * sit in consecutive slots of one block (up to MT_KV_BLOCK contiguous rows)
- * and share one rotary offset d; returns its length and its first row.
- * The half kernels take a run per call and read it straight from the
+/* The run of visible entries from j that come from the cache, sit in
+ * consecutive slots of one block (up to MT_KV_BLOCK contiguous rows) and
+ * share one rotary offset d; returns its length and its first row (fp32 or
+ * f16). The f16 kernels take a run per call and read it straight from the
  * cache, converting in registers. */
-static int f16_span(const cpu_backend *be, const scratch *sc, const row *rw, int j, int n,
-                    int kv, int g, const uint16_t **first)
+static int kv_span(const cpu_backend *be, const scratch *sc, const row *rw, int j, int n,
+                   int kv, int g, const void **first)
 {
     int64_t s0 = sc->slot[j], d0 = sc->abs[j] - sc->rope[j];
     int room = MT_KV_BLOCK - (int)(s0 % MT_KV_BLOCK), len = 1;
     while (len < room && j + len < n && sc->slot[j + len] == s0 + len &&
            sc->abs[j + len] < rw->base && sc->abs[j + len] - sc->rope[j + len] == d0)
         len++;
-    *first = (const uint16_t *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
-             (size_t)(s0 % MT_KV_BLOCK) * be->hd;
+    const size_t row_bytes = (size_t)be->hd * be->kv_elem;
+    *first = (const char *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
+             (size_t)(s0 % MT_KV_BLOCK) * row_bytes;
     /* The next run is in another block, a whole block (every layer and
      * head) away: a new stream the hardware prefetcher would only pick up
      * after a few misses. Ask for it now, while this run is computed. */
@@ -508,8 +509,8 @@ static int f16_span(const cpu_backend *be, const scratch *sc, const row *rw, int
         int64_t s1 = sc->slot[next];
         const char *p =
             (const char *)kv_at(be, rw->seq->blocks[s1 / MT_KV_BLOCK], be->layer, kv, g) +
-            (size_t)(s1 % MT_KV_BLOCK) * be->hd * 2;
-        size_t bytes = (size_t)(MT_KV_BLOCK - s1 % MT_KV_BLOCK) * be->hd * 2;
+            (size_t)(s1 % MT_KV_BLOCK) * row_bytes;
+        size_t bytes = (size_t)(MT_KV_BLOCK - s1 % MT_KV_BLOCK) * row_bytes;
         for (size_t o = 0; o < bytes; o += 64)
             __builtin_prefetch(p + o);
     }
@@ -525,7 +526,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
 {
     const mt_config *c = be->c;
     const row *rw = &be->rows[r];
-    const int hd = be->hd, group = be->group, l = be->layer;
+    const int hd = be->hd, group = be->group;
     int64_t q_rope;
     int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope,
                              sc->abs, sc->cap, &q_rope);
@@ -535,20 +536,15 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     const float *qk = qg;       /* qg rotated by a further cur_d */
     int64_t cur_d = 0;
 
-    /* scores[i][j] = q_i . k_j * scale; f16 cache: a run of len keys at once */
+    /* scores[i][j] = q_i . k_j * scale, a run of len cached keys at once */
     for (int j = 0, len = 1; j < n; j += len) {
-        const float *k = NULL;
-        const uint16_t *k16 = NULL;
+        const void *k;
         len = 1;
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             k = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + (size_t)g * hd;
-        } else if (be->kv_f16) {
-            len = f16_span(be, sc, rw, j, n, 0, g, &k16);
         } else {
-            int64_t s = sc->slot[j];
-            k = (const float *)kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 0, g) +
-                (size_t)(s % MT_KV_BLOCK) * hd;
+            len = kv_span(be, sc, rw, j, n, 0, g, &k);
         }
         int64_t d = sc->abs[j] - sc->rope[j];
         if (be->cache_rope && d != cur_d) {
@@ -569,11 +565,14 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
             }
             cur_d = d;
         }
-        if (k16)
-            mt_half_scores(group, hd, qk, k16, len, scale, sc->score + j, sc->cap);
-        else
-            for (int i = 0; i < group; i++)
-                sc->score[(size_t)i * sc->cap + j] = dot(qk + (size_t)i * hd, k, hd) * scale;
+        if (be->kv_f16 && sc->abs[j] < rw->base) {
+            mt_half_scores(group, hd, qk, k, len, scale, sc->score + j, sc->cap);
+        } else {
+            for (int t = 0; t < len; t++)
+                for (int i = 0; i < group; i++)
+                    sc->score[(size_t)i * sc->cap + j + t] =
+                        dot(qk + (size_t)i * hd, (const float *)k + (size_t)t * hd, hd) * scale;
+        }
     }
     /* softmax per head */
     for (int i = 0; i < group; i++) {
@@ -594,24 +593,23 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     float *out = be->att + (size_t)r * be->q_dim + (size_t)g * group * hd;
     memset(out, 0, (size_t)group * hd * sizeof *out);
     for (int j = 0, len = 1; j < n; j += len) {
-        const float *v;
+        const void *v;
         len = 1;
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             v = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + be->kv_dim +
                 (size_t)g * hd;
-        } else if (be->kv_f16) {
-            const uint16_t *v16;
-            len = f16_span(be, sc, rw, j, n, 1, g, &v16);
-            mt_half_weighted_sum(group, hd, sc->score + j, sc->cap, v16, len, out);
-            continue;
         } else {
-            int64_t s = sc->slot[j];
-            v = (const float *)kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 1, g) +
-                (size_t)(s % MT_KV_BLOCK) * hd;
+            len = kv_span(be, sc, rw, j, n, 1, g, &v);
+            if (be->kv_f16) {
+                mt_half_weighted_sum(group, hd, sc->score + j, sc->cap, v, len, out);
+                continue;
+            }
         }
-        for (int i = 0; i < group; i++)
-            axpy(out + (size_t)i * hd, sc->score[(size_t)i * sc->cap + j], v, hd);
+        for (int t = 0; t < len; t++)
+            for (int i = 0; i < group; i++)
+                axpy(out + (size_t)i * hd, sc->score[(size_t)i * sc->cap + j + t],
+                     (const float *)v + (size_t)t * hd, hd);
     }
     (void)c;
 }
