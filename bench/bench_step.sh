@@ -10,6 +10,14 @@
 # GEMMs at the peak and its K/V read at the copy bandwidth); B=1 within
 # 1.5x of weight bytes / bandwidth; window flat (within 5%) from frame 300
 # to 10,000.
+# Half precision (issue 21), same run: "half B=..." lines put the K/V and
+# weight formats side by side (f32 = both fp32; f16kv = f16 cache, fp32
+# weights; f16 = both f16, the f16 weight product up to its crossover;
+# f16w_all = the f16 product at every batch, to locate the crossover),
+# "attention" lines the K/V read bandwidth, "sessions" lines the sessions
+# per GiB of pool. Targets: B=1 f16 weights within 1.2x of the f16
+# weight-bytes bound and >= 1.6x faster than fp32 weights; B=64 f16 cache
+# >= 1.3x faster than fp32; attention read >= 80% of the copy bandwidth.
 set -u
 cd "$(dirname "$0")/.."
 TB=${MT_TESTBIN:-build/tests}
@@ -32,6 +40,17 @@ echo "$out" | awk '
 /^step / { for (i = 1; i <= NF; i++) { split($i, kv, "="); s[kv[1]] = kv[2] }
            if (s["B"] >= 32) printf "summary B=%d %.0f%% of sgemm peak (target 60%%; at best %.0f%% with GEMMs at the peak and the K/V read at the copy bandwidth, one after the other)\n", s["B"], 100 * s["frac_peak"], 100 * s["serial_ceiling"];
            if (s["B"] == 1) printf "summary B=1 step %.2fx the bandwidth bound (target <= 1.5x)\n", s["step_over_bound"] }
+/^half f16_weight_bytes/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); hb[kv[1]] = kv[2] } }
+/^half B=/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); h[kv[1]] = kv[2] }
+             if (h["B"] == 1) printf "summary half B=1 f16 weights %.2fx the f16 bandwidth bound (target <= 1.2x), %.2fx faster than fp32 weights (target >= 1.6x)\n", h["f16_over_bound"], h["weights_speedup"];
+             if (h["B"] == 64) printf "summary half B=64 f16 cache %.2fx faster than fp32 (target >= 1.3x)\n", h["kv_speedup"];
+             if (h["f16_product_wins"] == 1 && !lost) xo = h["B"]; else lost = 1 }
+/^attention/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); a[kv[1]] = kv[2] }
+               printf "summary attention kv=%s read %.1f GB/s = %.0f%% of the copy bandwidth (target >= 80%%)\n", a["kv"], a["read_gbs"], 100 * a["frac_copy_bw"] }
+/^sessions/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); se[kv[1]] = kv[2] }
+              printf "summary sessions kv=%s %.0f per GiB of pool\n", se["kv"], se["sessions_per_gib"] }
 /^length/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); l[kv[1]] = kv[2] }
             if (l["frame"] == 300) { w0 = l["window_ms"]; f0 = l["full_ms"] }
-            if (l["frame"] == 10000) printf "summary window frame 10000 / frame 300 = %.3f (target within 5%%); full = %.2f\n", l["window_ms"] / w0, l["full_ms"] / f0 }'
+            if (l["frame"] == 10000) printf "summary window frame 10000 / frame 300 = %.3f (target within 5%%); full = %.2f\n", l["window_ms"] / w0, l["full_ms"] / f0 }
+END { if (xo) printf "summary half f16 weight product faster than sgemm at B=1 up to B=%d (of 1, 8, 32, 64; the backend uses it up to 8)\n", xo
+      else print "summary half f16 weight product slower than sgemm already at B=1 in this run" }'

@@ -40,6 +40,9 @@ static void usage(FILE *f)
 "      --rope MODE          cache (default) or absolute\n"
 "      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default 512M; on\n"
 "                           CUDA 95%% of free device memory after a reserve)\n"
+"      --kv-dtype T         CPU K/V cache elements: f32 (default) or f16\n"
+"      --weights T          CPU weights: f32 (default) or f16 (adds a half\n"
+"                           copy for small batches)\n"
 "      --on-full ACTION     full policy on exhaustion: preempt (default) or\n"
 "                           stall\n"
 "      --fill, --no-fill    send FILL (silence) for frames past their deadline\n"
@@ -77,6 +80,7 @@ enum {
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
+    O_KVDTYPE, O_WEIGHTS,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -119,6 +123,8 @@ static const struct option longopts[] = {
     {"write-timeout", required_argument, 0, O_WRITETO},
     {"no-catch-up", no_argument, 0, O_NOCATCH},
     {"max-conns", required_argument, 0, O_MAXCONNS},
+    {"kv-dtype", required_argument, 0, O_KVDTYPE},
+    {"weights", required_argument, 0, O_WEIGHTS},
     {"hello-timeout", required_argument, 0, O_HELLOTO},
     {"max-pending-per-uid", required_argument, 0, O_MAXPENDUID},
     MT_OPT_COMMON,
@@ -150,6 +156,7 @@ static int word_option(serve_args *a, int c, const char *arg)
     static const char *const ropes[] = { "cache", "absolute", NULL };
     static const char *const onfull[] = { "preempt", "stall", NULL };
     static const char *const latency[] = { "ticks", "frames", NULL };
+    static const char *const formats[] = { "f32", "f16", NULL };
     int i;
     switch (c) {
     case O_DEVICE:
@@ -171,6 +178,14 @@ static int word_option(serve_args *a, int c, const char *arg)
     case O_LATENCY:
         if (mt_opt_choice(arg, latency, &i)) return -1;
         a->eo.frame_lines = i;
+        return 0;
+    case O_KVDTYPE:
+        if (mt_opt_choice(arg, formats, &i)) return -1;
+        a->dopt.kv_dtype = i ? MT_FMT_F16 : MT_FMT_F32;
+        return 0;
+    case O_WEIGHTS:
+        if (mt_opt_choice(arg, formats, &i)) return -1;
+        a->dopt.weights = i ? MT_FMT_F16 : MT_FMT_F32;
         return 0;
     }
     return -1;

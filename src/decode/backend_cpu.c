@@ -1,4 +1,6 @@
-/* backend_cpu.c: the CPU backend: fp32 Llama step over a batch of sessions.
+/* backend_cpu.c: the CPU backend: Llama step over a batch of sessions, fp32
+ * arithmetic, K/V cache in fp32 or IEEE half, weights fp32 (plus an
+ * optional half copy for small batches).
  *
  * One step advances R rows (one row = one session at one position; a
  * prefill is R rows of one session at consecutive positions). The whole
@@ -35,10 +37,20 @@
  * AVX2/FMA clone picked at load time. The rmsnorms and rotary passes are cheap
  * (R x hidden) and run on thread 0 between phases.
  *
+ * Half precision (opts kv_dtype / weights, kernels in cpu_f16.c). An f16
+ * cache stores each new K,V row rounded to half (round to nearest even)
+ * and attention reads runs of up to MT_KV_BLOCK contiguous rows straight
+ * from it, converting in registers and accumulating in fp32; the rows of
+ * the running call still come from the fp32 qkv buffer. f16 weights are a
+ * half copy of every matrix, made at creation; a GEMM phase of up to
+ * f16_rows rows (the measured crossover) runs the f16 product on it, which
+ * reads half the bytes of sgemv, and larger calls keep OpenBLAS's sgemm on
+ * the fp32 matrices.
+ *
  * Cache layout: one contiguous allocation addressed by block id,
- *   kv[block][layer][k|v][kv_head][MT_KV_BLOCK slots][head_dim]   fp32
+ *   kv[block][layer][k|v][kv_head][MT_KV_BLOCK slots][head_dim]   fp32 or f16
  * so one (layer, kv head) of a block is 16 contiguous key rows, and a
- * block is layers*2*kv_heads*16*head_dim floats (16 * position_bytes).
+ * block is layers*2*kv_heads*16*head_dim elements (16 * position_bytes).
  * Keys are stored rotated by their absolute position, in every mode. In
  * window/cache mode (StreamingLLM) a score must see the rotary distance
  * between the query's and the key's indices in the kept cache; a rotary
@@ -56,6 +68,7 @@
  * may take the ring slot of a position an earlier row still sees.
  */
 #include "decode/backend.h"
+#include "decode/cpu_f16.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -265,6 +278,11 @@ typedef struct scratch {
     float   *dcs, *dsn;/* [half] rotary of a d that is not the row's own */
 } scratch;
 
+/* Half copies of the weights (--weights f16), same layouts as the model's. */
+typedef struct layer16 {
+    uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+} layer16;
+
 typedef struct cpu_backend {
     mt_backend          base;
     const mt_model     *m;
@@ -275,8 +293,16 @@ typedef struct cpu_backend {
     int   R;             /* rows per call: mt_backend_rows(o) */
     int   hd, half, q_dim, kv_dim, qkv_dim, group;
 
-    float *kv;           /* [blocks][layers][2][kv_heads][16][head_dim] */
-    size_t block_floats; /* layers * 2 * kv_heads * 16 * head_dim */
+    char  *kv;           /* [blocks][layers][2][kv_heads][16][head_dim] */
+    size_t block_elems;  /* layers * 2 * kv_heads * 16 * head_dim */
+    int    kv_f16;       /* elements are IEEE half (else fp32) */
+    size_t kv_elem;      /* 2 or 4 */
+
+    /* --weights f16: half copies used for calls of up to f16_rows rows */
+    layer16  *w16;       /* [layers] or NULL */
+    uint16_t *lm_head16, *audio_in16, *audio_out16;
+    uint16_t *w16_store; /* one allocation behind all of them */
+    int       f16_rows;
 
     /* activations, R rows; row r of a matrix [R, n] starts at r*n */
     float *x;            /* [R, hidden]   residual stream */
@@ -304,7 +330,7 @@ typedef struct cpu_backend {
         const float *X;       /* [rows, K] */
         int          K;
         float        beta;
-        struct { const float *W; int N; float *Y; int ldy; } seg[3];
+        struct { const float *W; const uint16_t *W16; int N; float *Y; int ldy; } seg[3];
     } job;
 
     tpool   tp;
@@ -312,15 +338,16 @@ typedef struct cpu_backend {
     worker_arg *wargs;   /* [threads] */
 } cpu_backend;
 
-/* Floats of (layer l, k or v, kv head g) of block b, slot row 0. */
-static inline float *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
-                           int g)
+/* Elements (fp32 or f16) of (layer l, k or v, kv head g) of block b,
+ * slot row 0. */
+static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
+                          int g)
 {
     const mt_config *c = be->c;
-    size_t off = (size_t)block * be->block_floats +
+    size_t off = (size_t)block * be->block_elems +
                  ((((size_t)l * 2 + kv) * c->kv_heads + g) * MT_KV_BLOCK) *
                      be->hd;
-    return be->kv + off;
+    return be->kv + off * be->kv_elem;
 }
 
 /* ---- small kernels ------------------------------------------------------ */
@@ -409,12 +436,14 @@ static void slice(int n, int tid, int nt, int *lo, int *hi)
 
 /* Y[:, lo:hi] (+)= X . W[lo:hi, :]^T over the call's rows. */
 static void gemm_cols(const cpu_backend *be, const float *X, int K, const float *W,
-                      int lo, int hi, float *Y, int ldy, float beta)
+                      const uint16_t *W16, int lo, int hi, float *Y, int ldy, float beta)
 {
     int M = be->nrows, N = hi - lo;
     if (N <= 0)
         return;
-    if (M == 1)
+    if (W16 && M <= be->f16_rows)
+        mt_half_gemm(M, N, K, X, K, W16 + (size_t)lo * K, beta, Y + lo, ldy);
+    else if (M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W + (size_t)lo * K, K,
                     X, 1, beta, Y + lo, 1);
     else
@@ -429,7 +458,7 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int lo, hi;
         slice(j->seg[0].N, tid, nt, &lo, &hi);
         for (int s = 0; s < j->nseg; s++)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, lo, hi, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, lo, hi, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         /* SwiGLU on this thread's columns: gate = silu(gate) * up */
         for (int r = 0; r < be->nrows; r++) {
@@ -450,10 +479,42 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int a = lo > start ? lo - start : 0;
         int b = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
         if (a < b)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, a, b, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, a, b, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         start += j->seg[s].N;
     }
+}
+
+/* The run of visible entries from j that come from the cache, sit in
+ * consecutive slots of one block (up to MT_KV_BLOCK contiguous rows) and
+ * share one rotary offset d; returns its length and its first row (fp32 or
+ * f16). The f16 kernels take a run per call and read it straight from the
+ * cache, converting in registers. */
+static int kv_span(const cpu_backend *be, const scratch *sc, const row *rw, int j, int n,
+                   int kv, int g, const void **first)
+{
+    int64_t s0 = sc->slot[j], d0 = sc->abs[j] - sc->rope[j];
+    int room = MT_KV_BLOCK - (int)(s0 % MT_KV_BLOCK), len = 1;
+    while (len < room && j + len < n && sc->slot[j + len] == s0 + len &&
+           sc->abs[j + len] < rw->base && sc->abs[j + len] - sc->rope[j + len] == d0)
+        len++;
+    const size_t row_bytes = (size_t)be->hd * be->kv_elem;
+    *first = (const char *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
+             (size_t)(s0 % MT_KV_BLOCK) * row_bytes;
+    /* The next run is in another block, a whole block (every layer and
+     * head) away: a new stream the hardware prefetcher would only pick up
+     * after a few misses. Ask for it now, while this run is computed. */
+    int next = j + len;
+    if (next < n && sc->abs[next] < rw->base) {
+        int64_t s1 = sc->slot[next];
+        const char *p =
+            (const char *)kv_at(be, rw->seq->blocks[s1 / MT_KV_BLOCK], be->layer, kv, g) +
+            (size_t)(s1 % MT_KV_BLOCK) * row_bytes;
+        size_t bytes = (size_t)(MT_KV_BLOCK - s1 % MT_KV_BLOCK) * row_bytes;
+        for (size_t o = 0; o < bytes; o += 64)
+            __builtin_prefetch(p + o);
+    }
+    return len;
 }
 
 /* Attention of one (row, kv head) item: the group's q heads against the
@@ -465,7 +526,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
 {
     const mt_config *c = be->c;
     const row *rw = &be->rows[r];
-    const int hd = be->hd, group = be->group, l = be->layer;
+    const int hd = be->hd, group = be->group;
     int64_t q_rope;
     int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope,
                              sc->abs, sc->cap, &q_rope);
@@ -475,16 +536,15 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     const float *qk = qg;       /* qg rotated by a further cur_d */
     int64_t cur_d = 0;
 
-    /* scores[i][j] = q_i . k_j * scale */
-    for (int j = 0; j < n; j++) {
-        const float *k;
+    /* scores[i][j] = q_i . k_j * scale, a run of len cached keys at once */
+    for (int j = 0, len = 1; j < n; j += len) {
+        const void *k;
+        len = 1;
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             k = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + (size_t)g * hd;
         } else {
-            int64_t s = sc->slot[j];
-            k = kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 0, g) +
-                (size_t)(s % MT_KV_BLOCK) * hd;
+            len = kv_span(be, sc, rw, j, n, 0, g, &k);
         }
         int64_t d = sc->abs[j] - sc->rope[j];
         if (be->cache_rope && d != cur_d) {
@@ -505,8 +565,14 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
             }
             cur_d = d;
         }
-        for (int i = 0; i < group; i++)
-            sc->score[(size_t)i * sc->cap + j] = dot(qk + (size_t)i * hd, k, hd) * scale;
+        if (be->kv_f16 && sc->abs[j] < rw->base) {
+            mt_half_scores(group, hd, qk, k, len, scale, sc->score + j, sc->cap);
+        } else {
+            for (int t = 0; t < len; t++)
+                for (int i = 0; i < group; i++)
+                    sc->score[(size_t)i * sc->cap + j + t] =
+                        dot(qk + (size_t)i * hd, (const float *)k + (size_t)t * hd, hd) * scale;
+        }
     }
     /* softmax per head */
     for (int i = 0; i < group; i++) {
@@ -526,19 +592,24 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g)
     /* out_i = sum_j p_ij v_j */
     float *out = be->att + (size_t)r * be->q_dim + (size_t)g * group * hd;
     memset(out, 0, (size_t)group * hd * sizeof *out);
-    for (int j = 0; j < n; j++) {
-        const float *v;
+    for (int j = 0, len = 1; j < n; j += len) {
+        const void *v;
+        len = 1;
         if (sc->abs[j] >= rw->base) {
             int lr = rw->first + (int)(sc->abs[j] - rw->base);
             v = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + be->kv_dim +
                 (size_t)g * hd;
         } else {
-            int64_t s = sc->slot[j];
-            v = kv_at(be, rw->seq->blocks[s / MT_KV_BLOCK], l, 1, g) +
-                (size_t)(s % MT_KV_BLOCK) * hd;
+            len = kv_span(be, sc, rw, j, n, 1, g, &v);
+            if (be->kv_f16) {
+                mt_half_weighted_sum(group, hd, sc->score + j, sc->cap, v, len, out);
+                continue;
+            }
         }
-        for (int i = 0; i < group; i++)
-            axpy(out + (size_t)i * hd, sc->score[(size_t)i * sc->cap + j], v, hd);
+        for (int t = 0; t < len; t++)
+            for (int i = 0; i < group; i++)
+                axpy(out + (size_t)i * hd, sc->score[(size_t)i * sc->cap + j + t],
+                     (const float *)v + (size_t)t * hd, hd);
     }
     (void)c;
 }
@@ -570,8 +641,15 @@ static void phase_store_and_oproj(cpu_backend *be, int tid, int nt)
             int32_t b = rw->seq->blocks[s / MT_KV_BLOCK];
             size_t o = (size_t)(s % MT_KV_BLOCK) * hd;
             const float *k = be->qkv + (size_t)r * be->qkv_dim + be->q_dim + (size_t)g * hd;
-            memcpy(kv_at(be, b, l, 0, g) + o, k, (size_t)hd * sizeof(float));
-            memcpy(kv_at(be, b, l, 1, g) + o, k + be->kv_dim, (size_t)hd * sizeof(float));
+            if (be->kv_f16) {
+                mt_half_pack((uint16_t *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd);
+                mt_half_pack((uint16_t *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim,
+                                (size_t)hd);
+            } else {
+                memcpy((float *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd * sizeof(float));
+                memcpy((float *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim,
+                       (size_t)hd * sizeof(float));
+            }
         }
     }
     phase_gemm(be, tid, nt);
@@ -588,10 +666,12 @@ static void set_job(cpu_backend *be, const float *X, int K, float beta, int pair
     be->job.paired = paired;
 }
 
-static void add_seg(cpu_backend *be, const float *W, int N, float *Y, int ldy)
+static void add_seg(cpu_backend *be, const float *W, const uint16_t *W16, int N, float *Y,
+                    int ldy)
 {
     int s = be->job.nseg++;
     be->job.seg[s].W = W;
+    be->job.seg[s].W16 = W16;
     be->job.seg[s].N = N;
     be->job.seg[s].Y = Y;
     be->job.seg[s].ldy = ldy;
@@ -661,7 +741,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         for (size_t i = 0; i < (size_t)R * fs; i++)
             be->pcmf[i] = io->pcm_in[i] / 32768.0f;
         set_job(be, be->pcmf, fs, 0.0f, 0);
-        add_seg(be, m->audio_in, H, be->x, H);
+        add_seg(be, m->audio_in, be->audio_in16, H, be->x, H);
         tpool_run(&be->tp, be, phase_gemm);
     }
 
@@ -688,6 +768,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
 
     for (int l = 0; l < c->layers; l++) {
         const mt_layer_weights *w = &m->layer[l];
+        const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
         be->layer = l;
 
         /* xn = rmsnorm(x) * attn_norm */
@@ -696,9 +777,9 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
 
         /* qkv [R, q_dim + 2 kv_dim] = xn . [wq|wk|wv]^T */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, w->wq, be->q_dim, be->qkv, be->qkv_dim);
-        add_seg(be, w->wk, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
-        add_seg(be, w->wv, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
+        add_seg(be, w->wq, w16 ? w16->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
+        add_seg(be, w->wk, w16 ? w16->wk : NULL, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
+        add_seg(be, w->wv, w16 ? w16->wv : NULL, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
         tpool_run(&be->tp, be, phase_gemm);
 
         /* rotary: every q head by the query's position (its cache index
@@ -719,20 +800,20 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
 
         /* cache <- new K,V; x += att . wo^T */
         set_job(be, be->att, be->q_dim, 1.0f, 0);
-        add_seg(be, w->wo, H, be->x, H);
+        add_seg(be, w->wo, w16 ? w16->wo : NULL, H, be->x, H);
         tpool_run(&be->tp, be, phase_store_and_oproj);
 
         /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
         for (int r = 0; r < R; r++)
             rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, w->mlp_norm, H, c->eps);
         set_job(be, be->xn, H, 0.0f, 1);
-        add_seg(be, w->w_gate, c->ffn, be->gate, c->ffn);
-        add_seg(be, w->w_up, c->ffn, be->up, c->ffn);
+        add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, c->ffn, be->gate, c->ffn);
+        add_seg(be, w->w_up, w16 ? w16->w_up : NULL, c->ffn, be->up, c->ffn);
         tpool_run(&be->tp, be, phase_gemm);
 
         /* x += gate . w_down^T */
         set_job(be, be->gate, c->ffn, 1.0f, 0);
-        add_seg(be, w->w_down, H, be->x, H);
+        add_seg(be, w->w_down, w16 ? w16->w_down : NULL, H, be->x, H);
         tpool_run(&be->tp, be, phase_gemm);
     }
 
@@ -744,7 +825,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     if (want_logits) {
         /* logits [R, vocab] = xn . lm_head^T */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->lm_head, c->vocab, io->logits, c->vocab);
+        add_seg(be, m->lm_head, be->lm_head16, c->vocab, io->logits, c->vocab);
         tpool_run(&be->tp, be, phase_gemm);
     }
     if (io->pcm_out && c->audio_passthrough && io->pcm_in) {
@@ -753,7 +834,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         /* pcm [R, frame_samples] = clamp(xn . audio_out^T) * 32767 */
         const int fs = c->frame_samples;
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->audio_out, fs, be->pcmf, fs);
+        add_seg(be, m->audio_out, be->audio_out16, fs, be->pcmf, fs);
         tpool_run(&be->tp, be, phase_gemm);
         for (size_t i = 0; i < (size_t)R * fs; i++) {
             float y = be->pcmf[i];
@@ -838,6 +919,8 @@ static void cpu_destroy(mt_backend *b)
         free(be->scr);
         free(be->wargs);
         free(be->kv);
+        free(be->w16);
+        free(be->w16_store);
         free(be->x); free(be->xn); free(be->qkv); free(be->att);
         free(be->gate); free(be->up); free(be->pcmf);
         free(be->rcos); free(be->rsin); free(be->qcos); free(be->qsin);
@@ -847,6 +930,61 @@ static void cpu_destroy(mt_backend *b)
         free(be);
     }
     free(b);
+}
+
+/* Crossover of the f16-weight product (rows per call; measured with
+ * bench/bench_step.sh, see bench/RESULTS.md): up to it the f16 product,
+ * which reads half the weight bytes, is faster; above it OpenBLAS's sgemm,
+ * compute-bound with much better blocking than a small-M kernel, wins. */
+enum { F16_ROWS_DEFAULT = 8 };
+
+/* --weights f16: half copies of every matrix the step multiplies by, in one
+ * allocation (the model's fp32 copies stay: the sgemm path above the
+ * crossover reads them, so this costs half the matrices' fp32 bytes more). */
+static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, size_t errlen)
+{
+    const mt_model *m = be->m;
+    const mt_config *c = be->c;
+    size_t H = (size_t)c->hidden, per_layer = H * be->qkv_dim + (size_t)be->q_dim * H +
+                                              3 * H * c->ffn;
+    size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
+    size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
+    size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
+    size_t total = per_layer * c->layers + n_lm + n_ai + n_ao;
+    be->w16 = calloc((size_t)c->layers, sizeof *be->w16);
+    be->w16_store = malloc(total * sizeof(uint16_t));
+    if (!be->w16 || !be->w16_store) {
+        snprintf(err, errlen, "cpu: cannot allocate the f16 weights (%zu bytes)",
+                 total * sizeof(uint16_t));
+        return -1;
+    }
+    uint16_t *p = be->w16_store;
+#define TAKE(dst, src, count)                            \
+    do {                                                 \
+        (dst) = p;                                       \
+        mt_half_pack(p, (src), (count));              \
+        p += (count);                                    \
+    } while (0)
+    for (int l = 0; l < c->layers; l++) {
+        const mt_layer_weights *w = &m->layer[l];
+        layer16 *d = &be->w16[l];
+        TAKE(d->wq, w->wq, (size_t)be->q_dim * H);
+        TAKE(d->wk, w->wk, (size_t)be->kv_dim * H);
+        TAKE(d->wv, w->wv, (size_t)be->kv_dim * H);
+        TAKE(d->wo, w->wo, H * be->q_dim);
+        TAKE(d->w_gate, w->w_gate, (size_t)c->ffn * H);
+        TAKE(d->w_up, w->w_up, (size_t)c->ffn * H);
+        TAKE(d->w_down, w->w_down, H * c->ffn);
+    }
+    if (n_lm)
+        TAKE(be->lm_head16, m->lm_head, n_lm);
+    if (n_ai)
+        TAKE(be->audio_in16, m->audio_in, n_ai);
+    if (n_ao)
+        TAKE(be->audio_out16, m->audio_out, n_ao);
+#undef TAKE
+    be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows : F16_ROWS_DEFAULT;
+    return 0;
 }
 
 static void *alloc_floats(size_t n, int *fail)
@@ -864,14 +1002,13 @@ static int cpu_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t er
     cpu_backend *be = b->impl;
     be->pool = pool;
     be->kvp = mt_kv_pool_params(pool);
-    size_t nfl = (size_t)mt_kv_pool_blocks(pool) * be->block_floats;
-    be->kv = malloc(nfl * sizeof(float));
+    size_t nbytes = (size_t)mt_kv_pool_blocks(pool) * be->block_elems * be->kv_elem;
+    be->kv = malloc(nbytes ? nbytes : 1);
     if (!be->kv) {
-        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)",
-                 nfl * sizeof(float));
+        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)", nbytes);
         return -1;
     }
-    memset(be->kv, 0, nfl * sizeof(float));
+    memset(be->kv, 0, nbytes);
     return 0;
 }
 
@@ -888,6 +1025,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     if (mt_backend_check_model(m, o, "cpu", err, errlen))
         return -1;
     const mt_kv_params *kvp = &o->kv; /* the pool's come with attach_pool */
+    int kv_f16 = o->kv_dtype == MT_FMT_F16;
     mt_backend *b = calloc(1, sizeof *b);
     cpu_backend *be = calloc(1, sizeof *be);
     if (!b || !be) {
@@ -898,7 +1036,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     }
     b->impl = be;
     b->name = "cpu";
-    b->kv_elem_bytes = sizeof(float); /* the K/V cache's dtype: fp32 */
+    b->kv_elem_bytes = kv_f16 ? 2 : sizeof(float); /* the K/V cache's dtype */
     b->attach_pool = cpu_attach_pool;
     b->step = cpu_step;
     b->prefill = cpu_prefill;
@@ -914,8 +1052,16 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     be->kv_dim = c->kv_heads * c->head_dim;
     be->qkv_dim = be->q_dim + 2 * be->kv_dim;
     be->group = c->heads / c->kv_heads;
-    be->block_floats = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
+    be->block_elems = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
+    be->kv_f16 = kv_f16;
+    be->kv_elem = kv_f16 ? 2 : 4;
+    if (kv_f16 || o->weights == MT_FMT_F16)
+        mt_half_init();
 
+    if (o->weights == MT_FMT_F16 && make_weights16(be, o, err, errlen)) {
+        cpu_destroy(b);
+        return -1;
+    }
     int fail = 0;
     size_t R = (size_t)be->R;
     int fs = c->frame_samples > 0 ? c->frame_samples : 1;

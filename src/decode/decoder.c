@@ -26,6 +26,27 @@ size_t mt_decoder_position_bytes(const mt_config *c, size_t elem_bytes)
     return (size_t)c->layers * 2 * c->kv_heads * c->head_dim * elem_bytes;
 }
 
+size_t mt_num_format_bytes(mt_num_format f)
+{
+    return f == MT_FMT_F16 ? 2 : sizeof(float);
+}
+
+const char *mt_num_format_name(mt_num_format f)
+{
+    return f == MT_FMT_F16 ? "f16" : "f32";
+}
+
+int mt_num_format_parse(const char *s, mt_num_format *out)
+{
+    if (!strcmp(s, "f32"))
+        *out = MT_FMT_F32;
+    else if (!strcmp(s, "f16"))
+        *out = MT_FMT_F16;
+    else
+        return -1;
+    return 0;
+}
+
 size_t mt_decoder_kv_elem_bytes(const mt_decoder *d) { return d->be->kv_elem_bytes; }
 
 static void add_note(mt_decoder *d, const char *fmt, ...)
@@ -127,6 +148,11 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
     }
     if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA) {
         snprintf(err, errlen, "decoder: unknown device %d", (int)o->device);
+        return NULL;
+    }
+    if ((unsigned)o->kv_dtype > MT_FMT_F16 || (unsigned)o->weights > MT_FMT_F16) {
+        snprintf(err, errlen, "decoder: unknown number format (kv %d, weights %d)",
+                 (int)o->kv_dtype, (int)o->weights);
         return NULL;
     }
     mt_decoder *d = calloc(1, sizeof *d);

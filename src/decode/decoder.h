@@ -12,8 +12,8 @@
  *
  * The KV pool: decoder.c creates the backend first, then the pool with
  * position_bytes = layers * 2 (K,V) * kv_heads * head_dim * the element
- * size of the backend's K/V dtype (its kv_elem_bytes: fp32 4 bytes on the
- * CPU, bf16 2 on CUDA), then has the backend attach storage for every
+ * size of the backend's K/V dtype (its kv_elem_bytes: fp32 4 or f16 2 bytes
+ * on the CPU as opts.kv_dtype says, bf16 2 on CUDA), then has the backend attach storage for every
  * block (backend.h). On a device backend the pool is sized after the
  * weights, the activations and a warm-up step, keeping a reserve.
  *
@@ -36,6 +36,13 @@
 
 typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2 } mt_device;
 
+/* Number format of the CPU backend's K/V cache and of its weights
+ * (--kv-dtype, --weights). DEFAULT: the backend's choice (CPU: f32 K/V, f32
+ * weights; CUDA: bf16 K/V whatever is asked). */
+typedef enum mt_num_format {
+    MT_FMT_DEFAULT = 0, MT_FMT_F32 = 1, MT_FMT_F16 = 2
+} mt_num_format;
+
 typedef struct mt_decoder_opts {
     mt_device    device;
     int          max_batch;   /* largest B a step will be given */
@@ -47,6 +54,11 @@ typedef struct mt_decoder_opts {
                                     backend with device memory (CUDA) sizes
                                     the pool to MT_DECODER_AUTO_POOL_PCT % of
                                     the room it reports instead */
+    mt_num_format kv_dtype;   /* CPU K/V elements: f32 or f16 (IEEE half) */
+    mt_num_format weights;    /* CPU: f16 adds a half copy of the weights,
+                                 used for calls of up to weights_f16_rows
+                                 rows (0: the measured crossover) */
+    int          weights_f16_rows;
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
@@ -96,6 +108,13 @@ size_t mt_decoder_kv_elem_bytes(const mt_decoder *d);
 /* Share of the device room a kv_budget_auto pool takes (the rest, with the
  * backend's reserve, is left for what grows after start-up). */
 enum { MT_DECODER_AUTO_POOL_PCT = 95 };
+/* Bytes of one element of a CPU number format (f32 4, f16 2; DEFAULT is
+ * f32): position bytes for a pool sized before a decoder exists. */
+size_t mt_num_format_bytes(mt_num_format f);
+/* "f32", "f16" for a format (DEFAULT resolved as the CPU backend does);
+ * parse: 0, or -1 for an unknown name. */
+const char *mt_num_format_name(mt_num_format f);
+int mt_num_format_parse(const char *s, mt_num_format *out);
 
 int  mt_decoder_step(mt_decoder *d, int B, mt_kv_seq *const *seqs,
                      const mt_step_io *io, char *err, size_t errlen);

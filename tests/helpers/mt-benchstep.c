@@ -5,6 +5,15 @@
  * with the achieved fraction of each bound, and the step time against
  * session length for the window and full policies side by side.
  *
+ * Half precision (issue 21), in the same run: each batch size with four
+ * number formats side by side (K/V and weights f32/f32, f16/f32, f16/f16
+ * at the built-in crossover, and f16/f16 with the f16 product at every
+ * batch size, which locates the crossover), the f16 weight-bytes bound,
+ * the attention's achieved read bandwidth (the K/V bytes a step reads
+ * beyond a short window's, over the time they add: W=256 against W=16,
+ * same batch, same run as the copy bandwidth) and sessions per GiB of
+ * pool for each K/V format.
+ *
  * Lengths are fast-forwarded (len set, cache blocks held, contents zero):
  * a step's work depends only on how many positions it attends to, not on
  * what they hold. Prints logfmt-ish lines; asserts nothing.
@@ -96,6 +105,17 @@ typedef struct { double ms; double gflop; double kv_bytes; } result;
 /* Trials per figure (the best is kept). */
 static int trials = 3;
 
+/* Number formats of the decoders bench_open makes (see fmt_set). */
+static mt_num_format kv_fmt = MT_FMT_F32, w_fmt = MT_FMT_F32;
+static int w16_rows;      /* 0: the backend's crossover */
+
+static void fmt_set(mt_num_format kv, mt_num_format w, int rows)
+{
+    kv_fmt = kv;
+    w_fmt = w;
+    w16_rows = rows;
+}
+
 /* A decoder with ngroups groups of B sessions, group g fast-forwarded to
  * lens[g], and the step's input and output buffers for one group. */
 typedef struct bench_set {
@@ -132,12 +152,13 @@ static int bench_open(bench_set *bs, const mt_model *m, mt_kv_policy pol, int S,
     memset(bs, 0, sizeof *bs);
     bs->B = B;
     bs->ngroups = ngroups;
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T };
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = T,
+                          .kv_dtype = kv_fmt, .weights = w_fmt, .weights_f16_rows = w16_rows };
     o.kv.policy = pol;
     o.kv.sink = S;
     o.kv.window = W;
     o.kv.rope = MT_ROPE_CACHE;
-    o.kv.budget_bytes = (size_t)per * mt_decoder_position_bytes(c, sizeof(float)) * B * ngroups;
+    o.kv.budget_bytes = (size_t)per * mt_decoder_position_bytes(c, mt_num_format_bytes(kv_fmt)) * B * ngroups;
     if (mt_decoder_create(m, &o, &bs->d, err, sizeof err)) {
         fprintf(stderr, "mt-benchstep: %s\n", err);
         return -1;
@@ -224,12 +245,49 @@ static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, 
     wparams = (double)c->layers * ((double)c->hidden * (2.0 * q + 2.0 * kv) + 3.0 * c->hidden * c->ffn);
     wparams += m->audio_in ? 2.0 * c->hidden * c->frame_samples : (double)c->vocab * c->hidden;
     double nvis = (double)mt_kv_visible_count(bs.pool, len + warm + reps);
-    res->kv_bytes = B * nvis * (double)mt_kv_pool_params(bs.pool)->position_bytes;
+    res->kv_bytes = B * nvis * (double)mt_decoder_position_bytes(c, mt_num_format_bytes(kv_fmt));
     double fl = B * (2.0 * wparams + 4.0 * c->layers * c->heads * c->head_dim * nvis);
     res->ms = dt * 1e3;
     res->gflop = fl / dt / 1e9;
     bench_close(&bs);
     return 0;
+}
+
+/* The half-precision comparisons: n decoders (sets) made with their own
+ * formats, timed in turn, `trials` rounds of reps steps each after two
+ * warm-up steps, the best round of each kept: the machine is shared, and
+ * timing one format after the other let a burst of another tenant's load
+ * land on one of them only (ratios off by 2x in runs so measured). */
+static int time_sets(bench_set *bs, int n, int reps, double *ms)
+{
+    for (int i = 0; i < n; i++) {
+        ms[i] = 1e30;
+        for (int w = 0; w < 2; w++)
+            if (bench_step(&bs[i], 0))
+                return -1;
+    }
+    for (int t = 0; t < trials; t++)
+        for (int i = 0; i < n; i++) {
+            /* one untimed step first: this decoder's threads went to sleep
+             * while the others ran, and waking them is not the step's cost */
+            if (bench_step(&bs[i], 0))
+                return -1;
+            double t0 = now();
+            for (int r = 0; r < reps; r++)
+                if (bench_step(&bs[i], 0))
+                    return -1;
+            double dt = (now() - t0) / reps * 1e3;
+            ms[i] = dt < ms[i] ? dt : ms[i];
+        }
+    return 0;
+}
+
+/* K/V bytes a step of set bs reads (its sessions' visible positions). */
+static double set_kv_bytes(bench_set *bs)
+{
+    const mt_kv_params *p = mt_kv_pool_params(bs->pool);
+    return bs->B * (double)mt_kv_visible_count(bs->pool, bs->seqs[0]->len) *
+           (double)p->position_bytes;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -348,6 +406,87 @@ int main(int argc, char **argv)
         printf("\n");
         fflush(stdout);
     }
+
+    /* Half precision, side by side in this run. */
+    double bound16_ms = wbytes / 2 / (bw * 1e9) * 1e3;
+    printf("half f16_weight_bytes=%.0f f16_bw_bound_ms=%.2f f32_bw_bound_ms=%.2f\n", wbytes / 2,
+           bound16_ms, 2 * bound16_ms);
+    enum { NF = 4 };
+    static const struct { const char *name; mt_num_format kv, w; int all_rows; } fm[NF] = {
+        { "f32", MT_FMT_F32, MT_FMT_F32, 0 },         /* kv f32, weights f32 */
+        { "f16kv", MT_FMT_F16, MT_FMT_F32, 0 },       /* kv f16, weights f32 */
+        { "f16", MT_FMT_F16, MT_FMT_F16, 0 },         /* both, at the crossover */
+        { "f16w_all", MT_FMT_F16, MT_FMT_F16, 1 },    /* f16 product at every B */
+    };
+    trials = quick ? 2 : 5;
+    int64_t len300 = 300;
+    for (int i = 0; i < 4; i++) {
+        double ms[NF];
+        bench_set sets[NF];
+        int reps = quick ? 2 : Bs[i] >= 32 ? 3 : 6, opened = 0, rc = 0;
+        for (int f = 0; f < NF && !rc; f++, opened++) {
+            fmt_set(fm[f].kv, fm[f].w, fm[f].all_rows ? Bs[i] : 0);
+            rc = bench_open(&sets[f], m, MT_KV_WINDOW, S, W, Bs[i], 1, &len300,
+                            (S + W + 15) / 16 * 16, T);
+        }
+        if (!rc)
+            rc = time_sets(sets, NF, reps, ms);
+        for (int f = 0; f < opened; f++)
+            if (sets[f].d)
+                bench_close(&sets[f]);
+        if (rc)
+            return 1;
+        printf("half B=%d", Bs[i]);
+        for (int f = 0; f < NF; f++)
+            printf(" %s_ms=%.2f", fm[f].name, ms[f]);
+        /* weights: f16 against f32 with the cache f16 in both; cache: f16
+         * against f32 with the weights f32 in both */
+        printf(" weights_speedup=%.2f kv_speedup=%.2f f16_speedup=%.2f f16_product_wins=%d",
+               ms[1] / ms[2], ms[0] / ms[1], ms[0] / ms[2], ms[3] < ms[1]);
+        if (Bs[i] == 1)
+            printf(" f16_over_bound=%.2f", ms[2] / bound16_ms);
+        printf("\n");
+        fflush(stdout);
+    }
+    /* The attention's read bandwidth at B = 64: the step at W = 256 reads
+     * (260 - 20) more positions per session than at W = 16; the time that
+     * adds is the attention's over those bytes. All four timed in turn. */
+    {
+        int Ba = 64, Wshort = 16, reps = quick ? 2 : 3, rc = 0, opened = 0;
+        bench_set sets[4];
+        double ms[4], kvb[4];
+        for (int k = 0; k < 4 && !rc; k++, opened++) {
+            int w = k % 2 ? Wshort : W;
+            fmt_set(fm[k / 2].kv, MT_FMT_F32, 0);
+            rc = bench_open(&sets[k], m, MT_KV_WINDOW, S, w, Ba, 1, &len300,
+                            (S + w + 15) / 16 * 16, T);
+        }
+        if (!rc)
+            rc = time_sets(sets, 4, reps, ms);
+        for (int k = 0; k < 4; k++)
+            kvb[k] = rc || k >= opened || !sets[k].d ? 0 : set_kv_bytes(&sets[k]);
+        for (int k = 0; k < opened; k++)
+            if (sets[k].d)
+                bench_close(&sets[k]);
+        if (rc)
+            return 1;
+        for (int f = 0; f < 2; f++) {
+            double bytes = kvb[2 * f] - kvb[2 * f + 1], dt = (ms[2 * f] - ms[2 * f + 1]) * 1e-3;
+            double gbs = dt > 0 ? bytes / dt / 1e9 : 0;
+            printf("attention kv=%s B=%d W=%d/%d extra_bytes_mb=%.1f extra_ms=%.2f read_gbs=%.2f"
+                   " frac_copy_bw=%.2f\n", fm[f].kv == MT_FMT_F16 ? "f16" : "f32", Ba, W, Wshort,
+                   bytes / 1e6, dt * 1e3, gbs, gbs / bw);
+            fflush(stdout);
+        }
+    }
+    for (int f = 0; f < 2; f++) {
+        mt_kv_params kp = { .policy = MT_KV_WINDOW, .sink = S, .window = W,
+                            .position_bytes = mt_decoder_position_bytes(c, mt_num_format_bytes(fm[f].kv)) };
+        size_t per = mt_kv_bound_bytes(&kp);
+        printf("sessions kv=%s S=%d W=%d session_bytes=%zu sessions_per_gib=%.1f\n",
+               fm[f].kv == MT_FMT_F16 ? "f16" : "f32", S, W, per, (double)(1u << 30) / per);
+    }
+    fmt_set(MT_FMT_F32, MT_FMT_F32, 0);
 
     /* The full policy's figures only have to rise with length: one pass. */
     int Bl = 4;

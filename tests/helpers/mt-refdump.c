@@ -9,6 +9,9 @@
  *     audio input:  pcm[k] = ((b * 131 + i * 17 + k * 7) % 2001 - 1000) * 8
  *   output per stepped session, in order: logits (float32 [vocab]) or
  *   output pcm (int16 [frame_samples]).
+ * --kv-dtype f16 and --weights f16 run the CPU backend with its K/V cache
+ * and its weights in IEEE half (llama_ref.py --kv-dtype / --weights round
+ * the same values to float16).
  *
  * Also saves a model (--save DIR --dtype f32|f16|bf16), so the test can make
  * a safetensors file that both sides read.
@@ -27,7 +30,8 @@ static void usage(FILE *f)
             "usage: mt-refdump --model SPEC --save DIR [--dtype f32|f16|bf16]\n"
             "       mt-refdump --model SPEC --policy full|window [--sink S] [--window W]\n"
             "                  [--rope cache|absolute] --starts 0,5,11 --steps N\n"
-            "                  [--input tokens|audio] [--threads T] --out FILE\n");
+            "                  [--input tokens|audio] [--threads T] [--kv-dtype f32|f16]\n"
+            "                  [--weights f32|f16] --out FILE\n");
 }
 
 int main(int argc, char **argv)
@@ -35,11 +39,13 @@ int main(int argc, char **argv)
     const char *spec = NULL, *save = NULL, *out = NULL, *starts_s = "0";
     const char *policy = "window", *rope = "cache", *input = "tokens", *dtype = "f32";
     int sink = 4, window = 16, steps = 0, threads = 1;
+    mt_num_format kv_dtype = MT_FMT_F32, weights = MT_FMT_F32;
     static const struct option lo[] = {
         { "model", 1, 0, 'm' }, { "save", 1, 0, 'S' },   { "dtype", 1, 0, 'd' },
         { "policy", 1, 0, 'p' }, { "sink", 1, 0, 's' },  { "window", 1, 0, 'w' },
         { "rope", 1, 0, 'r' },   { "starts", 1, 0, 'b' }, { "steps", 1, 0, 'n' },
         { "input", 1, 0, 'i' },  { "threads", 1, 0, 't' }, { "out", 1, 0, 'o' },
+        { "kv-dtype", 1, 0, 'K' }, { "weights", 1, 0, 'W' },
         { "help", 0, 0, 'h' },   { 0, 0, 0, 0 }
     };
     int ch;
@@ -57,6 +63,18 @@ int main(int argc, char **argv)
         case 'i': input = optarg; break;
         case 't': threads = atoi(optarg); break;
         case 'o': out = optarg; break;
+        case 'K':
+            if (mt_num_format_parse(optarg, &kv_dtype)) {
+                usage(stderr);
+                return 2;
+            }
+            break;
+        case 'W':
+            if (mt_num_format_parse(optarg, &weights)) {
+                usage(stderr);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -104,12 +122,15 @@ int main(int argc, char **argv)
         p = strchr(p, ',');
         p = p ? p + 1 : "";
     }
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = nb, .threads = threads };
+    /* weights_f16_rows = nb: every step of the batch takes the f16 path */
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = nb, .threads = threads,
+                          .kv_dtype = kv_dtype, .weights = weights,
+                          .weights_f16_rows = nb };
     o.kv.policy = !strcmp(policy, "full") ? MT_KV_FULL : MT_KV_WINDOW;
     o.kv.rope = !strcmp(rope, "absolute") ? MT_ROPE_ABSOLUTE : MT_ROPE_CACHE;
     o.kv.sink = sink;
     o.kv.window = window;
-    size_t pb = mt_decoder_position_bytes(c, sizeof(float));
+    size_t pb = mt_decoder_position_bytes(c, mt_num_format_bytes(kv_dtype));
     size_t per = o.kv.policy == MT_KV_FULL ? (size_t)(steps / MT_KV_BLOCK + 2) * MT_KV_BLOCK
                                            : (size_t)((sink + window) / MT_KV_BLOCK + 2) * MT_KV_BLOCK;
     o.kv.budget_bytes = per * pb * (size_t)nb;

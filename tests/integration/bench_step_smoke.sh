@@ -16,7 +16,16 @@ t_check "the bounds were measured" \
 t_check "B >= 32 lines carry the serial ceiling, a fraction" \
     test "$(awk '/^step / && / B=(32|64) / { for (i = 1; i <= NF; i++) if ($i ~ /^serial_ceiling=/) {
                x = substr($i, 16) + 0; if (x > 0 && x <= 1) n++ } } END { print n + 0 }' "$T_TMP/out")" = 2
-t_check "four summary lines" test "$(grep -c '^summary' "$T_TMP/out")" = 4
+t_check "summary lines (4 fp32, 2 half, 2 attention, 2 sessions)" \
+    test "$(grep -c '^summary' "$T_TMP/out")" -ge 10
+t_check "half: four batch sizes, four formats each" \
+    test "$(grep -Ec '^half B=[0-9]+ f32_ms=[0-9.]+ f16kv_ms=[0-9.]+ f16_ms=[0-9.]+ f16w_all_ms=[0-9.]+ ' "$T_TMP/out")" = 4
+t_check "half: the f16 weight-bytes bound" grep -Eq '^half f16_weight_bytes=[0-9]+ f16_bw_bound_ms=[0-9.]+' "$T_TMP/out"
+t_check "attention read bandwidth for both K/V formats" \
+    test "$(grep -Ec '^attention kv=f(32|16) .*read_gbs=[0-9.]+ frac_copy_bw=[0-9.]+' "$T_TMP/out")" = 2
+t_check "f16 K/V holds twice the sessions per GiB" \
+    awk '/^sessions/ { split($2, k, "="); for (i = 1; i <= NF; i++) if ($i ~ /^sessions_per_gib=/) v[k[2]] = substr($i, 18) + 0 }
+         END { exit !(v["f32"] > 0 && v["f16"] > 1.99 * v["f32"] && v["f16"] < 2.01 * v["f32"]) }' "$T_TMP/out"
 read -r w0 f0 w2 f2 < <(awk '/^length/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     w[v["frame"]] = v["window_ms"]; f[v["frame"]] = v["full_ms"] }
     END { print w[300], f[300], w[10000], f[10000] }' "$T_TMP/out")

@@ -80,4 +80,19 @@ t_check "window: the third is rejected although accepted by the controller" \
     grep -q 'state=rejected.*KV pool cannot hold' "$T_TMP/c3"
 kill -TERM $SRV; wait $SRV
 t_ok $? "exit 0"
+
+# --kv-dtype f16: a position takes half the bytes, so the same --kv-mem (two
+# fp32 bounds) admits four sessions; the fifth is rejected.
+"$S" -s "$SOCK" -m synthetic:tiny --window 60 --kv-mem $((2 * bound)) --kv-dtype f16 \
+    >"$T_TMP/lat4" 2>"$T_TMP/log4" &
+SRV=$!; t_track $SRV
+wait_for_socket "$SOCK" 300
+timeout 30 "$FC" -s "$SOCK" -n 5 -f 10 >"$T_TMP/c4"
+t_check "f16 K/V: four sessions fit the pool of two fp32 bounds" [ "$(grep -c 'state=done' "$T_TMP/c4")" = 4 ]
+t_check "f16 K/V: the fifth is rejected" grep -q 'state=rejected.*KV pool cannot hold' "$T_TMP/c4"
+bound16=$(awk '/^request /{for(i=1;i<=NF;i++) if($i ~ /^kv_bound=/){sub("kv_bound=","",$i); print $i; exit}}' "$T_TMP/lat4")
+t_check "f16 K/V: kv_bound is half the fp32 one" [ "$((2 * ${bound16:-0}))" = "$bound" ]
+kill -TERM $SRV; wait $SRV
+"$S" -s "$SOCK" --kv-dtype f8 2>/dev/null; t_check "bad --kv-dtype: exit 2" [ $? = 2 ]
+"$S" -s "$SOCK" --weights bf16 2>/dev/null; t_check "bad --weights: exit 2" [ $? = 2 ]
 t_done

@@ -26,6 +26,17 @@ position; a query at position p sees
 The safetensors file is read here with numpy (header JSON + raw bytes;
 F32, F16, BF16). Everything is computed in float64.
 
+Half precision (the C backend's --weights f16 and --kv-dtype f16), modelled
+by rounding the same values to IEEE float16 (via float32, as the C side
+rounds its fp32 values, round to nearest even) where the C side stores them:
+  --weights f16:  every matrix the step multiplies by (q/k/v/o, gate, up,
+                  down, lm_head, audio_in, audio_out); norms and the
+                  embedding lookup stay as loaded.
+  --kv-dtype f16: each position's K (rotated by its absolute position, as
+                  the C cache keeps it) and V once stored; the query's own
+                  position is attended to unrounded (the C step reads it
+                  from its fp32 projection, not from the cache).
+
 Inputs (the test spec shared with tests/helpers/mt-refdump.c): sessions b
 = 0..len(starts)-1; at step t every session with starts[b] <= t is stepped
 at its position i = t - starts[b], all of them as one batch, in order of b.
@@ -37,7 +48,8 @@ vocab) or its output pcm (int16, frame_samples), appended in that order.
 Usage:
   llama_ref.py MODEL_DIR --policy full|window --sink S --window W
                --rope cache|absolute --starts 0,5,11 --steps 60
-               [--input tokens|audio] --out FILE [--check C_FILE] [--tol 1e-4]
+               [--input tokens|audio] [--kv-dtype f32|f16] [--weights f32|f16]
+               --out FILE [--check C_FILE] [--tol 1e-4]
 With --check the reference compares C_FILE against its own result, prints
 max_err, scale and rel, and exits 1 when rel >= tol (audio: max |diff| in
 LSB, fails above 1).
@@ -49,6 +61,11 @@ import struct
 import sys
 
 import numpy as np
+
+
+def to_f16(a):
+    """a rounded to float16 as the C side does (float32 first), as float64."""
+    return np.asarray(a).astype(np.float32).astype(np.float16).astype(np.float64)
 
 
 def read_safetensors(path):
@@ -78,11 +95,15 @@ def read_safetensors(path):
     return tensors
 
 
+MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 class Llama:
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, weights="f32", kv_dtype="f32"):
         with open(os.path.join(model_dir, "config.json")) as f:
             cfg = json.load(f)
         self.t = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+        self.kv_f16 = kv_dtype == "f16"
         self.hidden = cfg["hidden_size"]
         self.layers = cfg["num_hidden_layers"]
         self.heads = cfg["num_attention_heads"]
@@ -99,6 +120,16 @@ class Llama:
             self.lm_head = self.embed
         self.audio_in = t.get("audio_in.weight")
         self.audio_out = t.get("audio_out.weight")
+        if weights == "f16":
+            for name in list(t):
+                if name.split(".")[-2] in MATRICES:
+                    t[name] = to_f16(t[name])
+            if self.lm_head is not None:
+                self.lm_head = to_f16(self.lm_head)   # a copy: embed stays
+            if self.audio_in is not None:
+                self.audio_in = to_f16(self.audio_in)
+            if self.audio_out is not None:
+                self.audio_out = to_f16(self.audio_out)
         d = self.head_dim
         self.inv_freq = 1.0 / (self.theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
 
@@ -128,9 +159,13 @@ def kept(policy, S, W, p):
 
 class Session:
     def __init__(self, m):
-        # per layer: un-rotated keys and values of every position so far
+        # per layer: un-rotated keys and values of every position so far,
+        # as the cache holds them (kv f16: rounded) and as computed (for
+        # the query's own position)
         self.k = [[] for _ in range(m.layers)]
         self.v = [[] for _ in range(m.layers)]
+        self.k_new = [None] * m.layers
+        self.v_new = [None] * m.layers
         self.len = 0
 
 
@@ -151,10 +186,17 @@ def step(m, sess, x, policy, S, W, rope_mode):
         q = (m.w(l, "self_attn.q_proj") @ h).reshape(nh, hd)
         k = (m.w(l, "self_attn.k_proj") @ h).reshape(nkv, hd)
         v = (m.w(l, "self_attn.v_proj") @ h).reshape(nkv, hd)
-        sess.k[l].append(k)
-        sess.v[l].append(v)
-        K = np.stack([sess.k[l][j] for j in vis])  # [n, nkv, hd]
-        V = np.stack([sess.v[l][j] for j in vis])
+        if m.kv_f16:
+            # the cache rounds the key rotated by its absolute position;
+            # un-rotate the rounded key so that it is kept like the others
+            kc = m.rope(to_f16(m.rope(k, [p] * nkv)), [-p] * nkv)
+            sess.k[l].append(kc)
+            sess.v[l].append(to_f16(v))
+        else:
+            sess.k[l].append(k)
+            sess.v[l].append(v)
+        K = np.stack([sess.k[l][j] if j != p else k for j in vis])  # [n, nkv, hd]
+        V = np.stack([sess.v[l][j] if j != p else v for j in vis])
         out = np.zeros((nh, hd))
         for hq in range(nh):
             g = hq // n_rep
@@ -185,10 +227,12 @@ def main():
     ap.add_argument("--input", choices=["tokens", "audio"], default="tokens")
     ap.add_argument("--out", required=True)
     ap.add_argument("--check")
+    ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32")
+    ap.add_argument("--weights", choices=["f32", "f16"], default="f32")
     ap.add_argument("--tol", type=float, default=1e-4)
     a = ap.parse_args()
 
-    m = Llama(a.model_dir)
+    m = Llama(a.model_dir, weights=a.weights, kv_dtype=a.kv_dtype)
     starts = [int(s) for s in a.starts.split(",")]
     sessions = [Session(m) for _ in starts]
     outs = []

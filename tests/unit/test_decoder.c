@@ -3,7 +3,10 @@
  * wrap), the same outputs whatever the batch composition, recompute after
  * a release reproduces the history, and clear errors for bad calls.
  * Equality is within fp32 rounding (a 1-row product and a B-row product
- * take different BLAS kernels), checked relative to the logit scale. */
+ * take different BLAS kernels), checked relative to the logit scale.
+ * Half precision (--kv-dtype f16, --weights f16): a bounded session's pool
+ * bytes halve (twice the sessions in one budget), and the logits stay
+ * within 4u (u = 2^-11, f16's unit roundoff) of the fp32 decoder's. */
 #include "tap.h"
 #include "decode/decoder.h"
 
@@ -225,6 +228,107 @@ static void test_errors(void)
     mt_decoder_free(d);
 }
 
+/* Opens window sessions until the pool refuses; returns how many. */
+static int sessions_in(mt_decoder *d)
+{
+    mt_kv_pool *pool = mt_decoder_pool(d);
+    mt_kv_seq *s[256];
+    int n = 0;
+    while (n < 256 && mt_kv_seq_open(pool, &s[n]) == 0)
+        n++;
+    for (int i = 0; i < n; i++)
+        mt_kv_seq_close(pool, s[i]);
+    return n;
+}
+
+/* logits [STEPS][V] of session 0 and 1 stepped as a batch of 2 */
+static int run_pair(mt_decoder *d, float *out)
+{
+    mt_kv_pool *pool = mt_decoder_pool(d);
+    mt_kv_seq *s[2] = { NULL, NULL };
+    char err[256] = "";
+    int rc = mt_kv_seq_open(pool, &s[0]) || mt_kv_seq_open(pool, &s[1]);
+    float *lg = calloc((size_t)2 * V, sizeof *lg);
+    for (int i = 0; !rc && i < STEPS; i++) {
+        int32_t t[2] = { tok(0, i), tok(1, i) };
+        mt_step_io io = { .tokens_in = t, .logits = lg };
+        rc = mt_kv_reserve(pool, s[0], 1) || mt_kv_reserve(pool, s[1], 1) ||
+             mt_decoder_step(d, 2, s, &io, err, sizeof err);
+        if (rc)
+            tap_diag("step: %s", err);
+        else
+            memcpy(out + (size_t)i * 2 * V, lg, (size_t)2 * V * sizeof *lg);
+    }
+    for (int b = 0; b < 2; b++)
+        if (s[b])
+            mt_kv_seq_close(pool, s[b]);
+    free(lg);
+    return rc ? -1 : 0;
+}
+
+static void test_half(void)
+{
+    char err[256] = "";
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = 2, .threads = 2 };
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.sink = 4;
+    o.kv.window = 16;
+    o.kv.rope = MT_ROPE_CACHE;
+    size_t pb32 = mt_decoder_position_bytes(&model->cfg, mt_num_format_bytes(MT_FMT_F32));
+    /* room for exactly 6 fp32 sessions (2 blocks each) */
+    o.kv.budget_bytes = 6 * 2 * MT_KV_BLOCK * pb32;
+    mt_decoder *d32 = NULL, *d16 = NULL;
+    o.kv_dtype = MT_FMT_F32;
+    ok(mt_decoder_create(model, &o, &d32, err, sizeof err) == 0, "f32 decoder (%s)", err);
+    o.kv_dtype = MT_FMT_F16;
+    ok(mt_decoder_create(model, &o, &d16, err, sizeof err) == 0, "f16 decoder (%s)", err);
+    if (!d32 || !d16) {
+        mt_decoder_free(d32);
+        mt_decoder_free(d16);
+        return;
+    }
+    const mt_kv_params *p32 = mt_kv_pool_params(mt_decoder_pool(d32));
+    const mt_kv_params *p16 = mt_kv_pool_params(mt_decoder_pool(d16));
+    is_int((long long)p16->position_bytes * 2, (long long)p32->position_bytes,
+           "f16 position bytes are half the f32 ones");
+    is_int((long long)mt_kv_bound_bytes(p16) * 2, (long long)mt_kv_bound_bytes(p32),
+           "a bounded session's pool bytes halve with f16");
+    int n32 = sessions_in(d32), n16 = sessions_in(d16);
+    is_int(n32, 6, "the budget holds 6 f32 sessions");
+    is_int(n16, 12, "the same budget holds 12 f16 sessions");
+
+    float *a = calloc((size_t)STEPS * 2 * V, sizeof *a);
+    float *b = calloc((size_t)STEPS * 2 * V, sizeof *b);
+    float *c = calloc((size_t)STEPS * 2 * V, sizeof *c);
+    mt_decoder *dw = NULL;
+    o.kv_dtype = MT_FMT_F32;
+    o.weights = MT_FMT_F16;
+    ok(mt_decoder_create(model, &o, &dw, err, sizeof err) == 0, "f16-weight decoder (%s)", err);
+    int good = a && b && c && dw && run_pair(d32, a) == 0 && run_pair(d16, b) == 0 &&
+               run_pair(dw, c) == 0;
+    double scale, e16 = maxdiff(b, a, (size_t)STEPS * 2 * V, &scale);
+    double ew = maxdiff(c, a, (size_t)STEPS * 2 * V, &scale);
+    const double u = 1.0 / 2048;
+    ok(good && e16 <= 4 * u * scale, "f16 K/V within 4u of f32 K/V (err %.2e of %.2e)", e16, scale);
+    ok(good && e16 > 1e-6 * scale, "f16 K/V is rounded (err %.2e > 0)", e16);
+    ok(good && ew <= 4 * u * scale, "f16 weights within 4u of f32 (err %.2e)", ew);
+    ok(good && ew > 1e-6 * scale, "f16 weights are rounded (err %.2e > 0)", ew);
+    free(a);
+    free(b);
+    free(c);
+    mt_decoder_free(dw);
+    mt_decoder_free(d32);
+    mt_decoder_free(d16);
+
+    o.kv_dtype = (mt_num_format)7;
+    mt_decoder *bad = NULL;
+    ok(mt_decoder_create(model, &o, &bad, err, sizeof err) != 0, "unknown K/V format refused");
+    like(err, "format", "message says number format");
+    mt_num_format f;
+    ok(mt_num_format_parse("f16", &f) == 0 && f == MT_FMT_F16, "parse f16");
+    ok(mt_num_format_parse("bf16", &f) != 0, "parse bf16 refused");
+}
+
 int main(void)
 {
     char err[512] = "";
@@ -240,6 +344,7 @@ int main(void)
     test_policy(MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE, "window S=4 cache");
     test_policy(MT_KV_WINDOW, 4, 16, MT_ROPE_ABSOLUTE, "window S=4 absolute");
     test_errors();
+    test_half();
     mt_model_free(model);
     return tap_done();
 }

@@ -1,0 +1,366 @@
+/* cpu_f16.c: half-precision conversion and the small-batch f16-weight
+ * product (see cpu_f16.h). Two sets of kernels: F16C/AVX2/FMA (x86-64 with
+ * those extensions, checked at run time) and portable C; mt_half_init()
+ * picks one. Both accumulate in fp32 and round fp32 -> f16 to nearest
+ * even, so they agree to fp32 summation order.
+ */
+#include "decode/cpu_f16.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+#define MT_F16_X86 1
+#include <immintrin.h>
+#endif
+
+/* ---- portable ---------------------------------------------------------- */
+
+uint16_t mt_half_from_float(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)                 /* inf, nan (kept quiet) */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+    if (ax >= 0x477ff000u)                 /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {                /* below 2^-14: subnormal or 0 */
+        float a;
+        memcpy(&a, &ax, sizeof a);
+        /* in units of 2^-24; exact scaling, rintf rounds to nearest even */
+        return (uint16_t)(sign | (uint32_t)rintf(a * 16777216.0f));
+    }
+    /* rebias the exponent (127 -> 15) and round the 13 dropped bits to
+     * nearest even; a carry moves into the exponent as it should */
+    ax += 0xc8000fffu + ((ax >> 13) & 1u);
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+float mt_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    float f;
+    if (e == 0) {
+        f = (float)m * (1.0f / 16777216.0f);
+        memcpy(&x, &f, sizeof x);
+        x |= sign;
+    } else if (e == 31) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else {
+        x = sign | ((e + 112) << 23) | (m << 13);
+    }
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static void from_f32_c(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = mt_half_from_float(src[i]);
+}
+
+static void to_f32_c(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = mt_half_to_float(src[i]);
+}
+
+static void gemm_c(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
+                   float beta, float *Y, int ldy)
+{
+    enum { CH = 256 };
+    float w[CH];
+    for (int n = 0; n < N; n++) {
+        for (int m = 0; m < M; m++)
+            Y[(size_t)m * ldy + n] *= beta;
+        if (beta == 0.0f)
+            for (int m = 0; m < M; m++)
+                Y[(size_t)m * ldy + n] = 0.0f;   /* beta 0 drops nan/inf too */
+        for (int k0 = 0; k0 < K; k0 += CH) {
+            int kn = K - k0 < CH ? K - k0 : CH;
+            to_f32_c(w, W + (size_t)n * K + k0, (size_t)kn);
+            for (int m = 0; m < M; m++) {
+                const float *x = X + (size_t)m * ldx + k0;
+                float s = 0.0f;
+                for (int k = 0; k < kn; k++)
+                    s += x[k] * w[k];
+                Y[(size_t)m * ldy + n] += s;
+            }
+        }
+    }
+}
+
+static void scores_c(int group, int hd, const float *q, const uint16_t *k, int rows,
+                     float scale, float *score, int lds)
+{
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < group; i++) {
+            float s = 0.0f;
+            for (int c = 0; c < hd; c++)
+                s += q[(size_t)i * hd + c] * mt_half_to_float(k[(size_t)r * hd + c]);
+            score[(size_t)i * lds + r] = s * scale;
+        }
+}
+
+static void weighted_sum_c(int group, int hd, const float *p, int ldp, const uint16_t *v,
+                           int rows, float *out)
+{
+    for (int i = 0; i < group; i++)
+        for (int r = 0; r < rows; r++) {
+            float a = p[(size_t)i * ldp + r];
+            for (int c = 0; c < hd; c++)
+                out[(size_t)i * hd + c] += a * mt_half_to_float(v[(size_t)r * hd + c]);
+        }
+}
+
+/* ---- F16C / AVX2 / FMA ------------------------------------------------- */
+
+#ifdef MT_F16_X86
+#define F16C_FN __attribute__((target("f16c,avx2,fma")))
+
+F16C_FN static void from_f32_x86(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = mt_half_from_float(src[i]);
+}
+
+F16C_FN static void to_f32_x86(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)));
+        __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i + 8)));
+        _mm256_storeu_ps(dst + i, a);
+        _mm256_storeu_ps(dst + i + 8, b);
+    }
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = mt_half_to_float(src[i]);
+}
+
+F16C_FN static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* One MR x NR tile: rows m0..m0+MR of X against weight rows n0..n0+NR.
+ * MR and NR are constants at each call (always_inline), so the MR*NR
+ * accumulators live in registers; each 8 halves of a weight row are
+ * converted once and used by all MR rows. */
+F16C_FN static inline __attribute__((always_inline)) void
+tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint16_t *W,
+         float beta, float *Y, int ldy)
+{
+    __m256 acc[4][8];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 w[8];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < NR; j++)
+            w[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(W + (size_t)j * K + k)));
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < MR; i++) {
+            __m256 x = _mm256_loadu_ps(X + (size_t)i * ldx + k);
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < NR; j++)
+                acc[i][j] = _mm256_fmadd_ps(x, w[j], acc[i][j]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            float s = hsum8(acc[i][j]);
+            for (int kk = k; kk < K; kk++)
+                s += X[(size_t)i * ldx + kk] * mt_half_to_float(W[(size_t)j * K + kk]);
+            float *y = Y + (size_t)i * ldy + j;
+            *y = beta == 0.0f ? s : *y + s;
+        }
+}
+
+F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
+                             float beta, float *Y, int ldy)
+{
+    int n = 0;
+    if (M == 1) {
+        /* one row: eight weight rows at a time, eight independent FMA
+         * chains and eight streams of loads in flight */
+        for (; n + 8 <= N; n += 8)
+            tile_x86(1, 8, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+    }
+    if (M == 2 || M == 3) {
+        /* two or three rows: four weight rows at a time (8 or 12 chains) */
+        for (; n + 4 <= N; n += 4) {
+            if (M == 2)
+                tile_x86(2, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+            else
+                tile_x86(3, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+        }
+    }
+    for (; n + 2 <= N; n += 2) {
+        const uint16_t *w = W + (size_t)n * K;
+        int m = 0;
+        for (; m + 4 <= M; m += 4)
+            tile_x86(4, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy);
+        switch (M - m) {
+        case 3: tile_x86(3, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy); break;
+        case 2: tile_x86(2, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy); break;
+        case 1: tile_x86(1, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy); break;
+        default: break;
+        }
+    }
+    for (; n < N; n++)
+        for (int m = 0; m < M; m++)
+            tile_x86(1, 1, K, X + (size_t)m * ldx, ldx, W + (size_t)n * K, beta,
+                     Y + (size_t)m * ldy + n, ldy);
+}
+
+F16C_FN static void scores_x86(int group, int hd, const float *q, const uint16_t *k, int rows,
+                               float scale, float *score, int lds)
+{
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *kr = k + (size_t)r * hd;
+        for (int i = 0; i < group; i++) {
+            const float *qi = q + (size_t)i * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            int c = 0;
+            for (; c + 16 <= hd; c += 16) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + c),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + c))), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + c + 8),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + c + 8))), a1);
+            }
+            for (; c + 8 <= hd; c += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + c),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + c))), a0);
+            float s = hsum8(_mm256_add_ps(a0, a1));
+            for (; c < hd; c++)
+                s += qi[c] * mt_half_to_float(kr[c]);
+            score[(size_t)i * lds + r] = s * scale;
+        }
+    }
+}
+
+F16C_FN static void weighted_sum_x86(int group, int hd, const float *p, int ldp,
+                                     const uint16_t *v, int rows, float *out)
+{
+    for (int i = 0; i < group; i++) {
+        const float *pi = p + (size_t)i * ldp;
+        float *oi = out + (size_t)i * hd;
+        int c = 0;
+        /* 32 columns at a time: four accumulators held over all rows */
+        for (; c + 32 <= hd; c += 32) {
+            __m256 a0 = _mm256_loadu_ps(oi + c), a1 = _mm256_loadu_ps(oi + c + 8);
+            __m256 a2 = _mm256_loadu_ps(oi + c + 16), a3 = _mm256_loadu_ps(oi + c + 24);
+            for (int r = 0; r < rows; r++) {
+                const uint16_t *vr = v + (size_t)r * hd + c;
+                __m256 b = _mm256_set1_ps(pi[r]);
+                a0 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vr)), a0);
+                a1 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8))), a1);
+                a2 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 16))), a2);
+                a3 = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 24))), a3);
+            }
+            _mm256_storeu_ps(oi + c, a0);
+            _mm256_storeu_ps(oi + c + 8, a1);
+            _mm256_storeu_ps(oi + c + 16, a2);
+            _mm256_storeu_ps(oi + c + 24, a3);
+        }
+        for (; c + 8 <= hd; c += 8) {
+            __m256 a0 = _mm256_loadu_ps(oi + c);
+            for (int r = 0; r < rows; r++)
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(pi[r]),
+                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + (size_t)r * hd + c))), a0);
+            _mm256_storeu_ps(oi + c, a0);
+        }
+        for (; c < hd; c++)
+            for (int r = 0; r < rows; r++)
+                oi[c] += pi[r] * mt_half_to_float(v[(size_t)r * hd + c]);
+    }
+}
+#endif
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+static struct {
+    void (*from_f32)(uint16_t *, const float *, size_t);
+    void (*to_f32)(float *, const uint16_t *, size_t);
+    void (*gemm)(int, int, int, const float *, int, const uint16_t *, float, float *, int);
+    void (*scores)(int, int, const float *, const uint16_t *, int, float, float *, int);
+    void (*wsum)(int, int, const float *, int, const uint16_t *, int, float *);
+    int f16c;
+} kern = { from_f32_c, to_f32_c, gemm_c, scores_c, weighted_sum_c, 0 };
+
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+
+static void pick_kernels(void)
+{
+#ifdef MT_F16_X86
+    const char *force = getenv("MT_F16_PORTABLE");
+    if (force && *force && strcmp(force, "0") != 0)
+        return;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma")) {
+        kern.from_f32 = from_f32_x86;
+        kern.to_f32 = to_f32_x86;
+        kern.gemm = gemm_x86;
+        kern.scores = scores_x86;
+        kern.wsum = weighted_sum_x86;
+        kern.f16c = 1;
+    }
+#endif
+}
+
+int mt_half_init(void)
+{
+    pthread_once(&kern_once, pick_kernels);
+    return kern.f16c;
+}
+
+void mt_half_pack(uint16_t *dst, const float *src, size_t n)
+{
+    mt_half_init();
+    kern.from_f32(dst, src, n);
+}
+
+void mt_half_unpack(float *dst, const uint16_t *src, size_t n)
+{
+    mt_half_init();
+    kern.to_f32(dst, src, n);
+}
+
+void mt_half_gemm(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
+                 float beta, float *Y, int ldy)
+{
+    mt_half_init();
+    kern.gemm(M, N, K, X, ldx, W, beta, Y, ldy);
+}
+
+void mt_half_scores(int group, int hd, const float *q, const uint16_t *k, int rows,
+                    float scale, float *score, int lds)
+{
+    mt_half_init();
+    kern.scores(group, hd, q, k, rows, scale, score, lds);
+}
+
+void mt_half_weighted_sum(int group, int hd, const float *p, int ldp, const uint16_t *v,
+                          int rows, float *out)
+{
+    mt_half_init();
+    kern.wsum(group, hd, p, ldp, v, rows, out);
+}

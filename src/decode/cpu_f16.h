@@ -1,0 +1,46 @@
+/* cpu_f16.h: IEEE half-precision kernels for the CPU backend: K/V rows and
+ * weight matrices stored as f16 (half the bytes of fp32), converted to fp32
+ * in registers and accumulated in fp32.
+ *
+ * Each kernel has an F16C/AVX2/FMA version and a portable scalar version
+ * (bit-exact IEEE conversion, round to nearest even); mt_half_init() picks
+ * one set for the process from the CPU (the kernels call through it).
+ * Debian's OpenBLAS 0.3.21 exports no half-precision GEMM/GEMV (no
+ * shgemm, sbgemm or sbgemv symbol in libopenblas.so.0), so the small-batch
+ * product over f16 weights is written here.
+ */
+#ifndef MT_CPU_F16_H
+#define MT_CPU_F16_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Picks the kernels (idempotent, thread-safe); returns 1 when the F16C
+ * ones are in use, 0 for the portable ones. */
+int  mt_half_init(void);
+/* MT_F16_PORTABLE=1 in the environment forces the portable kernels (tests). */
+
+uint16_t mt_half_from_float(float f);  /* round to nearest even */
+float    mt_half_to_float(uint16_t h);
+
+void mt_half_pack(uint16_t *dst, const float *src, size_t n);
+void mt_half_unpack(float *dst, const uint16_t *src, size_t n);
+
+/* Y[m, 0:N] = beta * Y[m, 0:N] + X[m, 0:K] . W[0:N, 0:K]^T for m < M;
+ * X row m at X + m*ldx, W row n at W + n*K (f16), Y row m at Y + m*ldy.
+ * beta is 0 (Y overwritten) or 1 (accumulated). Meant for small M: W is
+ * read once, each row of it used by all M rows while in L1. */
+void mt_half_gemm(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
+                 float beta, float *Y, int ldy);
+
+/* Attention over a run of `rows` f16 K or V rows of hd elements each (a
+ * block's contiguous slots), for a group of q heads, read straight from the
+ * cache (no fp32 copy):
+ *   scores:       score[i*lds + r] = scale * q[i*hd:] . k[r*hd:]
+ *   weighted_sum: out[i*hd:] += sum_r p[i*ldp + r] * v[r*hd:]        */
+void mt_half_scores(int group, int hd, const float *q, const uint16_t *k, int rows,
+                    float scale, float *score, int lds);
+void mt_half_weighted_sum(int group, int hd, const float *p, int ldp, const uint16_t *v,
+                          int rows, float *out);
+
+#endif
