@@ -246,7 +246,8 @@ install: all
 clean:
 	rm -rf build build-asan build-fuzz bin
 
--include $(LIB_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d) \
+  $(wildcard $(B)/tests/*.d $(B)/tests/helpers/*.d $(B)/tests/fuzz/*.d)
 
 # ---- issue 9: quality
 # The quality-under-the-bound table and plot (bench/quality.sh: minutes, so
