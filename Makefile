@@ -214,6 +214,10 @@ demo: all
 	@MT_BIN=$(abspath $(BIN)) MT_ROOT=$(CURDIR) bash examples/demo.sh
 
 # ---- install --------------------------------------------------------------
+# issue 22: simulated-device profiles (--device sim:NAME) are found in the
+# source tree's profiles/ and, installed, in $(PREFIX)/share/metronome/profiles.
+PROFILES := $(wildcard profiles/*.profile)
+$(B)/src/decode/sim_profile.o: CFLAGS += -DMT_SOURCE_DIR='"$(CURDIR)"' -DMT_DATADIR='"$(PREFIX)/share/metronome"'
 MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)
 MAN7 := $(wildcard man/*.7)
@@ -224,6 +228,8 @@ install: all
 	$(if $(MAN1),install -m 0644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(MAN5),install -m 0644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/)
 	$(if $(MAN7),install -m 0644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7/)
+	install -d $(DESTDIR)$(PREFIX)/share/metronome/profiles
+	$(if $(PROFILES),install -m 0644 $(PROFILES) $(DESTDIR)$(PREFIX)/share/metronome/profiles/)
 
 clean:
 	rm -rf build build-asan build-fuzz bin

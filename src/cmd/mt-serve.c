@@ -31,7 +31,8 @@ static void usage(FILE *f)
 "                           stderr or --latency-log\n"
 "  -m, --model SPEC         model directory or synthetic:NAME (default\n"
 "                           synthetic:small)\n"
-"      --device DEV         cpu, cuda or auto (default auto)\n"
+"      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
+"                           simulated device: mt-profile(5))\n"
 "      --threads N          CPU threads (default: all cores)\n"
 "      --kv POLICY          window (default) or full\n"
 "      --sink S             sink positions, window policy (default 4)\n"
@@ -168,7 +169,7 @@ int main(int argc, char **argv)
     dopt.kv.rope = MT_ROPE_CACHE;
     dopt.kv.budget_bytes = (size_t)512 << 20;
     const char *model = "synthetic:small";
-    int fill = -1;
+    int fill = -1, kv_mem_given = 0;
     double frame_ms = 0, deadline_ms = 0;
     long v;
     double d;
@@ -191,6 +192,11 @@ int main(int argc, char **argv)
             if (!strcmp(optarg, "cpu")) dopt.device = MT_DEV_CPU;
             else if (!strcmp(optarg, "cuda")) dopt.device = MT_DEV_CUDA;
             else if (!strcmp(optarg, "auto")) dopt.device = MT_DEV_AUTO;
+            else if (!strncmp(optarg, "sim:", 4) && optarg[4]) {
+                /* issue 22: the simulated device */
+                dopt.device = MT_DEV_SIM;
+                dopt.sim_profile = optarg + 4;
+            }
             else return bad("--device", optarg);
             break;
         case O_THREADS:
@@ -217,6 +223,7 @@ int main(int argc, char **argv)
             break;
         case O_KVMEM:
             if (parse_bytes(optarg, &dopt.kv.budget_bytes)) return bad("--kv-mem", optarg);
+            kv_mem_given = 1;
             break;
         case O_ONFULL:
             if (!strcmp(optarg, "preempt")) eo.on_full = MT_ONFULL_PREEMPT;
@@ -279,6 +286,13 @@ int main(int argc, char **argv)
      * weights itself, so no host copy (moshi-7b in fp32 would not fit) */
     int mflags = dopt.device == MT_DEV_CUDA && strncmp(model, "synthetic:", 10) == 0
                  ? MT_MODEL_SHAPE_ONLY : 0;
+    /* the simulated device holds no weights; its pool's budget comes from
+     * the profile unless --kv-mem says otherwise */
+    if (dopt.device == MT_DEV_SIM) {
+        mflags = MT_MODEL_SHAPE_ONLY;
+        if (!kv_mem_given)
+            dopt.kv.budget_bytes = 0;
+    }
     if (mt_model_load(model, mflags, &m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return 1;

@@ -34,7 +34,8 @@
 #include "model/model.h"
 #include "decode/kv.h"
 
-typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2 } mt_device;
+typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2,
+                         MT_DEV_SIM = 3 /* backend_sim.h */ } mt_device;
 
 typedef struct mt_decoder_opts {
     mt_device    device;
@@ -43,6 +44,10 @@ typedef struct mt_decoder_opts {
     mt_kv_params kv;          /* policy, S, W, rope, budget_bytes;
                                  position_bytes is filled in by decoder.c
                                  (see above) */
+    /* MT_DEV_SIM (backend_sim.h): the profile, a built-in name or a path;
+     * kv.budget_bytes 0 takes the profile's budget (memory less weights
+     * less reserve). The model may be a shape-only load. */
+    const char  *sim_profile;
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
@@ -90,6 +95,13 @@ void mt_decoder_wake(mt_decoder *d);
 /* Why the backend is what it is, for the caller to print: "" normally; with
  * MT_DEV_AUTO, e.g. "CUDA unavailable (no device): using CPU". */
 const char *mt_decoder_note(const mt_decoder *d);
+/* Simulated device (MT_DEV_SIM): the device's label ("sim:NAME") for
+ * every line that carries a figure; NULL on a real device. */
+const char *mt_decoder_sim_label(const mt_decoder *d);
+/* Simulated device: the predicted (noiseless) and noise milliseconds of the
+ * steps and prefills since the last call, then resets; returns 1. Returns 0
+ * (both 0) on a real device. */
+int mt_decoder_sim_take(mt_decoder *d, double *pred_ms, double *noise_ms);
 /* KV bytes of one position for a backend ("cpu" or "cuda") and model. */
 size_t mt_decoder_position_bytes(const mt_config *c, const char *backend);
 

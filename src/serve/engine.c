@@ -1029,6 +1029,13 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
         t.naive_met = 100.0;
         t.met = 100.0;
     }
+    /* issue 22: every tick names its device; a simulated one also gives
+     * the profile's prediction for the steps this tick ran */
+    const char *sim_label = mt_decoder_sim_label(e->dec);
+    snprintf(t.device, sizeof t.device, "%s",
+             sim_label ? sim_label : mt_decoder_backend_name(e->dec));
+    if (sim_label)
+        mt_decoder_sim_take(e->dec, &t.sim_pred_ms, &t.sim_noise_ms);
     int64_t miss = e->c_miss;
     e->c_in = e->c_out = e->c_fill = e->c_miss = e->c_preempted = 0;
     e->c_met_real = e->c_answered = 0;
