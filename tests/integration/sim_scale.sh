@@ -13,9 +13,10 @@ N=${MT_SIM_N:-200}
 FRAMES=${MT_SIM_FRAMES:-125}            # 10 s at 80 ms
 # Host time a tick's steps may add to the prediction: the tick thread's
 # wake-up after its absolute-time wait, and the engine's own work. On a
-# shared 2-core machine a wake-up is sometimes late by a scheduler slice or
-# two (up to ~20 ms seen); typically it is well under a millisecond.
-TOL=${MT_SIM_TOL_MS:-25}
+# shared 2-core machine (load 4-6 from other work) a wake-up is sometimes
+# late by a few scheduler slices (up to ~30 ms seen); typically it is well
+# under a millisecond. Every tick: under half a frame period; 90%: 5 ms.
+TOL=${MT_SIM_TOL_MS:-40}
 TYP=${MT_SIM_TYP_MS:-5}                 # what 90% of ticks must stay under
 PROFILE=$MT_ROOT/profiles/h200-moshi7b.profile
 # A short window so every session's visible positions saturate (S + W = 64)
@@ -57,13 +58,16 @@ timeout 120 "$MT_TESTBIN/mt-fakeclient" -s "$SOCK" -n "$N" -f "$FRAMES" --echo \
     --end-timeout 20 >"$T_TMP/cli"
 t_ok $? "$N sessions: every input got exactly one output, in order, equal to the input"
 hwm_kb=$(awk '/^VmHWM:/{print $2}' /proc/$SRV/status 2>/dev/null)
+# CPU seconds the server used (user + system), for the scale figure
+cpu_s=$(awk '{printf "%.1f", ($14 + $15) / '"$(getconf CLK_TCK)"'}' /proc/$SRV/stat 2>/dev/null)
 kill -TERM $SRV; wait $SRV; rc=$?
 t_ok $rc "SIGTERM: drained, exit status 0"
 t_check "all $N sessions ended with END" [ "$(tot done)" = "$N" ]
 t_check "no frame lost: $(tot real) real of $((N * FRAMES)), fill $(tot fill), missing $(tot missing)" \
     [ "$(tot real)/$(tot missing)/$(tot echo_err)" = "$((N * FRAMES))/0/0" ]
 t_check "no input frame ended as a miss" [ "$(sumk miss)" = 0 ]
-t_diag "peak RSS ${hwm_kb:-?} kB with $N sessions; ticks $(grep -c '^tick=' "$T_TMP/lat")"
+t_diag "peak RSS ${hwm_kb:-?} kB with $N sessions; server CPU ${cpu_s:-?} s; ticks $(grep -c '^tick=' "$T_TMP/lat"); met min $(tk met | sort -g | head -1)%; late_ms max $(tk late_ms | sort -g | tail -1)"
+[ -n "$MT_SIM_KEEP" ] && cp "$T_TMP/lat" "$T_TMP/log" "$T_TMP/cli" "$MT_SIM_KEEP/"
 t_check "every tick line names the device" \
     awk '/^tick=/{ if ($0 !~ / device=sim:h200-moshi7b sim_pred_ms=[0-9.]+ sim_noise_ms=-?[0-9.]+/) bad=1 } END{exit bad}' "$T_TMP/lat"
 
