@@ -86,6 +86,7 @@ struct mt_engine {
     sess          **s;
     int             ns, scap;
     uint32_t        next_id;
+    int             id_wrapped;   /* next_id went past 2^32-1 (find) */
     uint64_t        next_order;
 
     /* batch buffers (tick thread only) */
@@ -157,8 +158,27 @@ static void sb_flush(mt_engine *e, strbuf *b)
     b->len = 0;
 }
 
+/* e->s is in ascending id order (ids are handed out increasing and
+ * remove_sess keeps the order), so a lookup is a binary search: the I/O
+ * thread looks sessions up several times per frame, and a linear scan made
+ * that quadratic in the sessions (most of its time at 1000 simulated
+ * sessions). After the 32-bit id wraps the order is lost: linear then. */
 static sess *find(mt_engine *e, uint32_t id)
 {
+    if (!e->id_wrapped) {
+        int lo = 0, hi = e->ns - 1;
+        while (lo <= hi) {
+            int mid = lo + (hi - lo) / 2;
+            uint32_t m = e->s[mid]->id;
+            if (m == id)
+                return e->s[mid]->dead ? NULL : e->s[mid];
+            if (m < id)
+                lo = mid + 1;
+            else
+                hi = mid - 1;
+        }
+        return NULL;
+    }
     for (int i = 0; i < e->ns; i++)
         if (e->s[i]->id == id && !e->s[i]->dead)
             return e->s[i];
@@ -371,8 +391,10 @@ uint32_t mt_engine_session_new(mt_engine *e)
         return 0;
     }
     s->id = e->next_id++;
-    if (e->next_id == 0)
+    if (e->next_id == 0) {
         e->next_id = 1;
+        e->id_wrapped = 1;   /* find() can no longer bisect */
+    }
     s->state = S_PENDING;
     e->s[e->ns++] = s;
     uint32_t id = s->id;
