@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "probe/quality.h"
+#include "probe/calibrate.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
 
@@ -63,7 +64,8 @@ static void usage_main(FILE *f)
 "  summarize  percentiles and counts from latency lines on stdin\n"
 "  plot       draw one PNG from a file of mt-serve tick lines\n"
 "  quality    perplexity and free-generation quality of a token model under\n"
-"             each cache policy (full, window, window+sink, recompute)\n"
+"             each cache policy (full, window, window+sink, recompute)\n""  calibrate  time a real backend over batch sizes and cache lengths, fit\n"
+"             the simulated device's cost model, write a profile (issue 22)\n"
 "\n"
 "`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n");
 }
@@ -871,6 +873,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
+    if (!strcmp(cmd, "calibrate")) return mt_probe_calibrate_main(argc, argv); /* issue 22 */
     fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
     usage_main(stderr);
     return 2;

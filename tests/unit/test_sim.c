@@ -9,6 +9,7 @@
 #include "decode/decoder.h"
 #include "decode/sim_profile.h"
 #include "model/model.h"
+#include "probe/calibrate.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -412,8 +413,31 @@ static void test_decoder(const mt_model *m)
     unlink(path);
 }
 
+/* mt-probe calibrate's fit recovers the figures that made its points,
+ * memory-bound and compute-bound points mixed */
+static void test_calib_fit(void)
+{
+    mt_calib_point pts[12];
+    int n = 0;
+    for (int b = 0; b < 4; b++)
+        for (int l = 0; l < 3; l++) {
+            double bytes = 1e9 * (1 + l * 3), flops = 2e10 * (1 << (3 * b));
+            double tm = bytes / 1e11, tf = flops / 1e12;
+            pts[n++] = (mt_calib_point){ .batch = 1 << b, .len = l, .bytes = bytes,
+                                         .flops = flops, .t_s = (tm > tf ? tm : tf) + 1e-3 };
+        }
+    double bw, rate, ov;
+    double rms = mt_calib_fit(pts, n, &bw, &rate, &ov);
+    ok(rms >= 0 && rms < 1e-4, "fit residual of exact points (%.2g)", rms);
+    ok(fabs(bw / 1e11 - 1) < 1e-3 && fabs(rate / 1e12 - 1) < 1e-3 && fabs(ov / 1e-3 - 1) < 1e-2,
+       "fit recovers 1e11 B/s, 1e12 flop/s, 1 ms (%.4g, %.4g, %.4g)", bw, rate, ov);
+    ok(fabs(pts[5].fit_s - pts[5].t_s) < 1e-6, "fit_s filled");
+    is_int(mt_calib_fit(pts, 2, &bw, &rate, &ov) < 0, 1, "two points are too few");
+}
+
 int main(void)
 {
+    test_calib_fit();
     test_parse();
     test_shipped();
     mt_model *m = NULL;
