@@ -230,6 +230,11 @@ demo: all
 	@MT_BIN=$(abspath $(BIN)) MT_ROOT=$(CURDIR) bash examples/demo.sh
 
 # ---- install --------------------------------------------------------------
+# issue 22: simulated-device profiles (--device sim:NAME) are found in the
+# source tree's profiles/ and, installed, in $(PREFIX)/share/metronome/profiles.
+PROFILES := $(wildcard profiles/*.profile)
+$(B)/src/decode/sim_profile.o: CFLAGS += -DMT_SOURCE_DIR='"$(CURDIR)"'
+$(B)/src/decode/sim_profile.o: $(DATADIR_STAMP)
 MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)
 MAN7 := $(wildcard man/*.7)
@@ -242,6 +247,8 @@ install: all
 	$(if $(MAN7),install -m 0644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7/)
 	install -d $(DESTDIR)$(DATADIR)/models/fortune-byte
 	install -m 0644 $(wildcard models/fortune-byte/*) $(DESTDIR)$(DATADIR)/models/fortune-byte/
+	install -d $(DESTDIR)$(DATADIR)/profiles
+	$(if $(PROFILES),install -m 0644 $(PROFILES) $(DESTDIR)$(DATADIR)/profiles/)
 
 clean:
 	rm -rf build build-asan build-fuzz bin

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "cmd/opt.h"
 #include "cmd/quality_cmd.h"
+#include "probe/calibrate.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
 
@@ -64,7 +65,8 @@ static void usage_main(FILE *f)
 "  summarize  percentiles and counts from latency lines on stdin\n"
 "  plot       draw one PNG from a file of mt-serve tick lines\n"
 "  quality    perplexity and free-generation quality of a token model under\n"
-"             each cache policy (full, window, window+sink, recompute)\n"
+"             each cache policy (full, window, window+sink, recompute)\n""  calibrate  time a real backend over batch sizes and cache lengths, fit\n"
+"             the simulated device's cost model, write a profile (issue 22)\n"
 "\n"
 "`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n"
 "`mt-probe --version` prints the version.\n");
@@ -862,5 +864,6 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
+    if (!strcmp(cmd, "calibrate")) return mt_probe_calibrate_main(argc, argv);
     return mt_opt_usage_error("unknown %s '%s'", cmd[0] == '-' ? "option" : "command", cmd);
 }

@@ -32,7 +32,8 @@ static void usage(FILE *f)
 "                           stderr or --latency-log\n"
 "  -m, --model SPEC         model directory or synthetic:NAME (default\n"
 "                           synthetic:small)\n"
-"      --device DEV         cpu, cuda or auto (default auto)\n"
+"      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
+"                           simulated device: mt-profile(5))\n"
 "      --threads N          CPU threads (default: all cores)\n"
 "      --kv POLICY          window (default) or full\n"
 "      --sink S             sink positions, window policy (default 4)\n"
@@ -160,6 +161,11 @@ static int word_option(serve_args *a, int c, const char *arg)
     int i;
     switch (c) {
     case O_DEVICE:
+        if (strncmp(arg, "sim:", 4) == 0 && arg[4]) {
+            a->dopt.device = MT_DEV_SIM;   /* the simulated device */
+            a->dopt.sim_profile = arg + 4;
+            return 0;
+        }
         if (mt_opt_choice(arg, devices, &i)) return -1;
         a->dopt.device = device_of[i];
         return 0;
@@ -275,6 +281,9 @@ static int load_model(const serve_args *a, mt_model **m)
      * weights itself, so no host copy (moshi-7b in fp32 would not fit) */
     int mflags = a->dopt.device == MT_DEV_CUDA && strncmp(a->model, "synthetic:", 10) == 0
                  ? MT_MODEL_SHAPE_ONLY : 0;
+    /* the simulated device holds no weights */
+    if (a->dopt.device == MT_DEV_SIM)
+        mflags = MT_MODEL_SHAPE_ONLY;
     if (mt_model_load(a->model, mflags, m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return -1;
@@ -302,6 +311,9 @@ static void settle(serve_args *a, const mt_model *m, uint64_t t0)
     a->eo.fill = a->fill >= 0 ? a->fill : a->dopt.kv.policy == MT_KV_FULL;
     a->eo.drop_when_full = !a->so.stdio;
     a->dopt.max_batch = a->eo.max_sessions;
+    /* a simulated device's pool budget is the profile's, unless --kv-mem */
+    if (a->dopt.device == MT_DEV_SIM && a->dopt.kv_budget_auto)
+        a->dopt.kv.budget_bytes = 0;
     a->so.frame_ns = a->eo.frame_ns;
     a->so.t0 = t0;
     a->so.log = log_stderr;

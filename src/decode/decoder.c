@@ -5,6 +5,7 @@
  */
 #include "decode/decoder.h"
 #include "decode/backend.h"
+#include "decode/backend_sim.h"
 
 #include <cblas.h>
 #include <stdarg.h>
@@ -18,7 +19,9 @@ struct mt_decoder {
     mt_decoder_opts o;
     mt_kv_pool     *pool;
     mt_backend     *be;
-    char            note[512];
+    mt_sim         *sim;       /* MT_DEV_SIM: the cost model the backend
+                                  waits on (freed after the backend) */
+    char            note[1024];
 };
 
 size_t mt_decoder_position_bytes(const mt_config *c, size_t elem_bytes)
@@ -146,7 +149,8 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
         snprintf(err, errlen, "decoder: max_batch %d outside 1..65536", o->max_batch);
         return NULL;
     }
-    if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA) {
+    if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA &&
+        o->device != MT_DEV_SIM) {
         snprintf(err, errlen, "decoder: unknown device %d", (int)o->device);
         return NULL;
     }
@@ -165,6 +169,48 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
     return d;
 }
 
+/* The simulated device: its profile sets the K/V element size and, unless
+ * the caller gave one, the pool's budget; the pool only keeps books, so a
+ * 141 GB device costs the host a few hundred KB of block ids. */
+static int make_sim(mt_decoder *d, char *err, size_t errlen)
+{
+    mt_sim_profile prof;
+    if (mt_sim_profile_load(d->o.sim_profile, &prof, err, errlen) != 0)
+        return -1;
+    if (mt_sim_create(&prof, &d->m->cfg, NULL, &d->sim, err, errlen) != 0)
+        return -1;
+    mt_kv_params kp = d->o.kv;
+    kp.position_bytes = mt_sim_position_bytes(d->sim);
+    if (kp.budget_bytes == 0)
+        kp.budget_bytes = mt_sim_kv_budget(d->sim);
+    if (kp.budget_bytes > mt_sim_kv_budget(d->sim)) {
+        snprintf(err, errlen, "sim: a K/V budget of %zu bytes is over the %zu the simulated device has (profile %s)",
+                 kp.budget_bytes, mt_sim_kv_budget(d->sim), prof.name);
+        mt_sim_free(d->sim);
+        d->sim = NULL;
+        return -1;
+    }
+    d->o.kv = kp;
+    int rc = mt_kv_pool_create(&kp, &d->pool, err, errlen);
+    if (rc == 0)
+        rc = mt_sim_backend_create(d->sim, d->m, d->pool, d->o.max_batch,
+                                   &d->be, err, errlen);
+    if (rc) {
+        mt_kv_pool_free(d->pool);
+        d->pool = NULL;
+        mt_sim_free(d->sim);
+        d->sim = NULL;
+        return -1;
+    }
+    snprintf(d->note, sizeof d->note,
+             "SIMULATED device %s (profile %s: %.4g B memory, %.4g B/s, %.4g flop/s, "
+             "%.4g B of weights, K/V pool %zu B%s): no figure from this server is a measurement",
+             mt_sim_label(d->sim), prof.path, prof.memory_bytes, prof.bandwidth,
+             prof.matrix_rate, mt_sim_weight_bytes(d->sim), kp.budget_bytes,
+             kp.budget_bytes == mt_sim_kv_budget(d->sim) ? "" : ", set by the caller");
+    return 0;
+}
+
 int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
                       mt_decoder **out, char *err, size_t errlen)
 {
@@ -173,6 +219,14 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
     if (!d)
         return -1;
     int rc;
+    if (o->device == MT_DEV_SIM) {
+        if (make_sim(d, err, errlen) != 0) {
+            free(d);
+            return -1;
+        }
+        *out = d;
+        return 0;
+    }
 #ifdef MT_HAVE_CUDA
     if (o->device == MT_DEV_CUDA || o->device == MT_DEV_AUTO) {
         char why[200] = "";
@@ -234,6 +288,7 @@ void mt_decoder_free(mt_decoder *d)
         return;
     if (d->be)
         d->be->destroy(d->be);
+    mt_sim_free(d->sim);
     mt_kv_pool_free(d->pool);
     free(d);
 }
@@ -248,6 +303,20 @@ void mt_decoder_wake(mt_decoder *d)
         d->be->wake(d->be);
 }
 const char *mt_decoder_note(const mt_decoder *d) { return d->note; }
+
+const char *mt_decoder_sim_label(const mt_decoder *d)
+{
+    return d && d->sim ? mt_sim_label(d->sim) : NULL;
+}
+
+int mt_decoder_sim_take(mt_decoder *d, double *pred_ms, double *noise_ms)
+{
+    *pred_ms = *noise_ms = 0;
+    if (!d || !d->sim)
+        return 0;
+    mt_sim_take(d->sim, pred_ms, noise_ms);
+    return 1;
+}
 
 /* Inputs for rows rows: the adapter exists and every token id is in range. */
 static int check_io(const mt_decoder *d, int rows, const mt_step_io *io, char *err,

@@ -34,7 +34,8 @@
 #include "model/model.h"
 #include "decode/kv.h"
 
-typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2 } mt_device;
+typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2,
+                         MT_DEV_SIM = 3 /* backend_sim.h */ } mt_device;
 
 /* Number format of the CPU backend's K/V cache and of its weights
  * (--kv-dtype, --weights). DEFAULT: the backend's choice (CPU: f32 K/V, f32
@@ -59,6 +60,10 @@ typedef struct mt_decoder_opts {
                                  used for calls of up to weights_f16_rows
                                  rows (0: the measured crossover) */
     int          weights_f16_rows;
+    /* MT_DEV_SIM (backend_sim.h): the profile, a built-in name or a path;
+     * kv.budget_bytes 0 takes the profile's budget (memory less weights
+     * less reserve). The model may be a shape-only load. */
+    const char  *sim_profile;
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
@@ -115,6 +120,13 @@ size_t mt_num_format_bytes(mt_num_format f);
  * parse: 0, or -1 for an unknown name. */
 const char *mt_num_format_name(mt_num_format f);
 int mt_num_format_parse(const char *s, mt_num_format *out);
+/* Simulated device (MT_DEV_SIM): the device's label ("sim:NAME") for
+ * every line that carries a figure; NULL on a real device. */
+const char *mt_decoder_sim_label(const mt_decoder *d);
+/* Simulated device: the predicted (noiseless) and noise milliseconds of the
+ * steps and prefills since the last call, then resets; returns 1. Returns 0
+ * (both 0) on a real device. */
+int mt_decoder_sim_take(mt_decoder *d, double *pred_ms, double *noise_ms);
 
 int  mt_decoder_step(mt_decoder *d, int B, mt_kv_seq *const *seqs,
                      const mt_step_io *io, char *err, size_t errlen);

@@ -78,6 +78,7 @@
 #include <time.h>
 
 #define MAX_ROUNDS 4      /* batch + catch-up rounds in one tick */
+#define QUEUE_START 8     /* a session's first input ring (grow_queue) */
 
 enum { S_PENDING = 0, S_ACTIVE = 1, S_ENDED = 2, S_GONE = 3 };
 
@@ -94,7 +95,8 @@ typedef struct sess {
     int        input_ended;
     uint64_t   order;         /* admission order: larger is newer */
     mt_kv_seq *kv;
-    /* input queue: ring of qcap entries, pcm [qcap, frame_samples] */
+    /* input queue: ring of qcap entries, pcm [qcap, frame_samples]; qcap
+     * grows on demand up to in_queue (grow_queue) */
     in_entry  *q;
     int16_t   *qpcm;
     int        qhead, qlen, qcap;
@@ -149,6 +151,7 @@ struct mt_engine {
     sess          **s;
     int             ns, scap;
     uint32_t        next_id;
+    int             id_wrapped;   /* next_id went past 2^32-1 (find) */
     uint64_t        next_order;
 
     uint64_t      (*clock)(void *ctx);  /* never NULL: see now() */
@@ -231,8 +234,27 @@ static void sb_flush(mt_engine *e, strbuf *b)
     b->len = 0;
 }
 
+/* e->s is in ascending id order (ids are handed out increasing and
+ * remove_sess keeps the order), so a lookup is a binary search: the I/O
+ * thread looks sessions up several times per frame, and a linear scan made
+ * that quadratic in the sessions (most of its time at 1000 simulated
+ * sessions). After the 32-bit id wraps the order is lost: linear then. */
 static sess *find(mt_engine *e, uint32_t id)
 {
+    if (!e->id_wrapped) {
+        int lo = 0, hi = e->ns - 1;
+        while (lo <= hi) {
+            int mid = lo + (hi - lo) / 2;
+            uint32_t m = e->s[mid]->id;
+            if (m == id)
+                return e->s[mid]->state == S_GONE ? NULL : e->s[mid];
+            if (m < id)
+                lo = mid + 1;
+            else
+                hi = mid - 1;
+        }
+        return NULL;
+    }
     for (int i = 0; i < e->ns; i++)
         if (e->s[i]->id == id && e->s[i]->state != S_GONE)
             return e->s[i];
@@ -451,8 +473,10 @@ uint32_t mt_engine_session_new(mt_engine *e)
         return 0;
     }
     s->id = e->next_id++;
-    if (e->next_id == 0)
+    if (e->next_id == 0) {
         e->next_id = 1;
+        e->id_wrapped = 1;   /* find() can no longer bisect */
+    }
     s->state = S_PENDING;
     e->s[e->ns++] = s;
     uint32_t id = s->id;
@@ -479,8 +503,9 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     }
     size_t obcap = (size_t)e->o.out_queue * frame_bytes(e) + 4 * (MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64);
     uint8_t *ob = malloc(obcap);
-    in_entry *q = calloc((size_t)e->o.in_queue, sizeof *q);
-    int16_t *qpcm = malloc((size_t)e->o.in_queue * (size_t)e->fs * sizeof(int16_t));
+    int qcap0 = e->o.in_queue < QUEUE_START ? e->o.in_queue : QUEUE_START;
+    in_entry *q = calloc((size_t)qcap0, sizeof *q);
+    int16_t *qpcm = malloc((size_t)qcap0 * (size_t)e->fs * sizeof(int16_t));
     if (!ob || !q || !qpcm) {
         free(ob); free(q); free(qpcm);
         snprintf(why, whylen, "server out of memory");
@@ -505,7 +530,7 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     s->ob_cap = obcap;
     s->q = q;
     s->qpcm = qpcm;
-    s->qcap = e->o.in_queue;
+    s->qcap = qcap0;
     s->kv = kv;
     s->order = e->next_order++;
     s->state = S_ACTIVE;
@@ -548,6 +573,8 @@ void mt_engine_count_lost_input(mt_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+static void grow_queue(mt_engine *e, sess *s);
+
 int mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
                     uint64_t t_arrive, char *why, size_t whylen)
 {
@@ -574,6 +601,8 @@ int mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
         goto out;
     }
     e->c.in++;
+    if (s->qlen >= s->qcap && s->qcap < e->o.in_queue)
+        grow_queue(e, s);
     if (s->qlen >= s->qcap) {
         e->c.miss++;          /* dropped: a counted miss, never silent */
         rc = 1;
@@ -593,13 +622,44 @@ out:
     return rc;
 }
 
+/* Doubles s's input ring (up to in_queue), oldest entry first at 0, under
+ * e->mu. A session's ring starts at QUEUE_START entries: a client keeping
+ * pace needs one or two, and a ring of in_queue (256 by default, 1 MB of
+ * PCM) cycled through costs a page fault per 4 KB on its first pass and
+ * the whole megabyte for good: at hundreds of sessions that was most of
+ * the I/O thread's time and memory. Keeps the old ring when out of memory
+ * (the frame is then a counted miss). */
+static void grow_queue(mt_engine *e, sess *s)
+{
+    int nc = s->qcap * 2 < e->o.in_queue ? s->qcap * 2 : e->o.in_queue;
+    size_t fs = (size_t)e->fs;
+    in_entry *q = calloc((size_t)nc, sizeof *q);
+    int16_t *pcm = malloc((size_t)nc * fs * sizeof(int16_t));
+    if (!q || !pcm) {
+        free(q);
+        free(pcm);
+        return;
+    }
+    for (int j = 0; j < s->qlen; j++) {
+        int idx = (s->qhead + j) % s->qcap;
+        q[j] = s->q[idx];
+        memcpy(pcm + (size_t)j * fs, s->qpcm + (size_t)idx * fs, fs * sizeof(int16_t));
+    }
+    free(s->q);
+    free(s->qpcm);
+    s->q = q;
+    s->qpcm = pcm;
+    s->qhead = 0;
+    s->qcap = nc;
+}
+
 int mt_engine_in_space(mt_engine *e, uint32_t id)
 {
     pthread_mutex_lock(&e->mu);
     sess *s = find(e, id);
     int n = 0;
     if (s && s->state == S_ACTIVE)
-        n = s->qcap - s->qlen;
+        n = e->o.in_queue - s->qlen;
     pthread_mutex_unlock(&e->mu);
     return n;
 }
@@ -1099,6 +1159,13 @@ static void tick_figures(mt_engine *e, mt_tick *t, uint64_t t_end)
         t->naive_met = 100.0;
         t->met = 100.0;
     }
+    /* every tick names its device; a simulated one also gives the
+     * profile's prediction for the steps this tick ran */
+    const char *sim_label = mt_decoder_sim_label(e->dec);
+    snprintf(t->device, sizeof t->device, "%s",
+             sim_label ? sim_label : mt_decoder_backend_name(e->dec));
+    if (sim_label)
+        mt_decoder_sim_take(e->dec, &t->sim_pred_ms, &t->sim_noise_ms);
     memset(&e->c, 0, sizeof e->c);
 }
 

@@ -437,6 +437,22 @@ static const struct tick_field {
 };
 #define N_TICK_FIELDS (sizeof tick_fields / sizeof tick_fields[0])
 
+/* A device label: [a-z0-9:._-]{1,MT_TICK_DEVICE_MAX-1}, so it is one bare
+ * logfmt value and fits the struct. */
+static int device_ok(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n >= MT_TICK_DEVICE_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = v[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == ':' ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
 long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
 {
     mt_ll_writer w;
@@ -453,6 +469,15 @@ long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
     }
     if (t->miss >= 0)
         mt_ll_int(&w, "miss", t->miss);
+    if (t->device[0]) {
+        mt_ll_str(&w, "device", t->device);
+        if (!device_ok(t->device))
+            return -1;
+        if (strncmp(t->device, "sim:", 4) == 0) {
+            mt_ll_f(&w, "sim_pred_ms", t->sim_pred_ms, 3);
+            mt_ll_f(&w, "sim_noise_ms", t->sim_noise_ms, 3);
+        }
+    }
     return mt_ll_end(&w);
 }
 
@@ -530,6 +555,37 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
     else if (tmp.miss < 0) {
         set_err(err, errlen, "line %ld: key 'miss': negative", lineno);
         return -1;
+    }
+    char shown[40];
+    const char *dev = mt_latline_get(ll, "device");
+    if (dev) {
+        if (!device_ok(dev)) {
+            sanitize(shown, sizeof shown, dev, strlen(dev), 32);
+            set_err(err, errlen, "line %ld: key 'device': not a device label "
+                    "([a-z0-9:._-], 1..%d bytes): '%s'", lineno,
+                    MT_TICK_DEVICE_MAX - 1, shown);
+            return -1;
+        }
+        memcpy(tmp.device, dev, strlen(dev) + 1);
+        if (strncmp(dev, "sim:", 4) == 0) {
+            static const char *const simk[2] = { "sim_pred_ms", "sim_noise_ms" };
+            double *dst[2] = { &tmp.sim_pred_ms, &tmp.sim_noise_ms };
+            for (int k = 0; k < 2; k++) {
+                int rc = mt_latline_f64(ll, simk[k], dst[k]);
+                if (rc == 1) {
+                    set_err(err, errlen, "line %ld: key '%s': missing (device %s is simulated)",
+                            lineno, simk[k], dev);
+                    return -1;
+                }
+                if (rc < 0) {
+                    const char *s = mt_latline_get(ll, simk[k]);
+                    sanitize(shown, sizeof shown, s, strlen(s), 32);
+                    set_err(err, errlen, "line %ld: key '%s': not a finite number: '%s'",
+                            lineno, simk[k], shown);
+                    return -1;
+                }
+            }
+        }
     }
     *t = tmp;
     return 0;

@@ -105,7 +105,19 @@ typedef struct mt_tick {
     int64_t  miss;       /* input frames that ended as counted misses this
                             tick; -1 when read from a line without the key
                             (lines of servers before it was added) */
+    /* ---- the device (issue 22); optional keys, after the ones above ----
+     * device: "" (not written) or its label, e.g. "cpu", "cuda",
+     * "sim:h200-moshi7b" ([a-z0-9:._-], 1..MT_TICK_DEVICE_MAX-1 bytes).
+     * A simulated device ("sim:..." ) also writes, and the reader then
+     * requires, sim_pred_ms (the profile's noiseless prediction for this
+     * tick's steps and prefills, summed) and sim_noise_ms (the seeded
+     * jitter and stalls added to it): step_ms is their sum plus the host's
+     * own time, never a measurement of a device. */
+    char     device[48];
+    double   sim_pred_ms;
+    double   sim_noise_ms;
 } mt_tick;
+#define MT_TICK_DEVICE_MAX 48
 
 long mt_tick_format(const mt_tick *t, char *buf, size_t cap);
 /* Reads a tick record (first key must be `tick`); every key above must be

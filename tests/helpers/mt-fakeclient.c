@@ -46,6 +46,7 @@ typedef struct fsess {
     uint32_t id;
     uint64_t base, next_send;
     uint32_t sent, real, fill, order_err, missing;
+    uint32_t echo_err;        /* --echo: real outputs unlike their input */
     uint32_t next_expect;
     double   lat_sum_ms, lat_max_ms;
     uint64_t t_misbehave, t_end;
@@ -67,11 +68,18 @@ static int rate = 24000, fsamples = 1920, nframes = 0, bad_at = 10;
 static double period_ms = 80;
 static double arrive_ms = 0;       /* --arrive-ms: gap between connects */
 static int16_t *pcm;
+static int check_echo;             /* --echo: outputs must equal inputs */
+static int16_t *pcm_want;
+
+static void pcm_of(uint32_t seq, int16_t *dst)
+{
+    for (int j = 0; j < fsamples; j++)
+        dst[j] = (int16_t)(((seq * 131u + (unsigned)j * 7u) % 2000u) - 1000);
+}
 
 static void make_pcm(uint32_t seq)
 {
-    for (int j = 0; j < fsamples; j++)
-        pcm[j] = (int16_t)(((seq * 131u + (unsigned)j * 7u) % 2000u) - 1000);
+    pcm_of(seq, pcm);
 }
 
 static long enc(uint8_t *out, size_t cap, int type, uint32_t seq, const void *p, size_t len)
@@ -167,6 +175,14 @@ static void on_frame(fsess *s, const mt_frame *f, uint64_t now)
             s->fill++;
         else
             s->real++;
+        if (check_echo && !(f->flags & MT_FLAG_FILL)) {
+            /* a server that echoes (the simulated device, synthetic:echo)
+             * must give back exactly the frame that was sent */
+            pcm_of(f->seq, pcm_want);
+            if (f->length != (uint32_t)fsamples * 2 ||
+                memcmp(f->payload, pcm_want, (size_t)fsamples * 2) != 0)
+                s->echo_err++;
+        }
         if (f->seq != s->next_expect) {
             s->order_err++;
             if (f->seq > s->next_expect)
@@ -415,6 +431,7 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
     /* report */
     int ok = 1;
     uint64_t tot_sent = 0, tot_real = 0, tot_fill = 0, tot_oe = 0, tot_miss = 0;
+    uint64_t tot_echo = 0;
     int cnt[ST_FAILED + 1] = {0};
     for (int i = 0; i < n; i++) {
         fsess *s = &ss[i];
@@ -423,18 +440,20 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
         cnt[s->state]++;
         int good = s->state == expected_state(s->bad);
         if (s->bad == B_NONE)
-            good = good && s->real + s->fill == s->sent && s->order_err == 0;
+            good = good && s->real + s->fill == s->sent && s->order_err == 0 &&
+                   s->echo_err == 0;
         ok &= good;
         tot_sent += s->sent;
         tot_real += s->real;
         tot_fill += s->fill;
         tot_oe += s->order_err;
         tot_miss += s->missing;
+        tot_echo += s->echo_err;
         printf("session=%d id=%u bad=%s state=%s ok=%d sent=%u real=%u fill=%u "
-               "order_err=%u missing=%u lat_mean_ms=%.2f lat_max_ms=%.2f "
+               "order_err=%u missing=%u echo_err=%u lat_mean_ms=%.2f lat_max_ms=%.2f "
                "end_after_ms=%.1f reason=\"%s\"\n", i, s->id, bad_names[s->bad],
                st_names[s->state], good, s->sent, s->real, s->fill, s->order_err,
-               s->missing, s->real + s->fill ? s->lat_sum_ms / (s->real + s->fill) : 0,
+               s->missing, s->echo_err, s->real + s->fill ? s->lat_sum_ms / (s->real + s->fill) : 0,
                s->lat_max_ms,
                s->t_misbehave && s->t_end > s->t_misbehave
                    ? (double)(s->t_end - s->t_misbehave) / 1e6 : 0.0,
@@ -442,11 +461,11 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
     }
     printf("total sessions=%d ok=%d done=%d rejected=%d error=%d closed=%d "
            "disconnected=%d failed=%d sent=%llu real=%llu fill=%llu order_err=%llu "
-           "missing=%llu\n", n, ok, cnt[ST_DONE], cnt[ST_REJECTED], cnt[ST_ERROR],
+           "missing=%llu echo_err=%llu\n", n, ok, cnt[ST_DONE], cnt[ST_REJECTED], cnt[ST_ERROR],
            cnt[ST_CLOSED], cnt[ST_DISCONNECTED], cnt[ST_FAILED],
            (unsigned long long)tot_sent, (unsigned long long)tot_real,
            (unsigned long long)tot_fill, (unsigned long long)tot_oe,
-           (unsigned long long)tot_miss);
+           (unsigned long long)tot_miss, (unsigned long long)tot_echo);
     fflush(stdout);
     free(ss);
     close(epfd);
@@ -557,7 +576,9 @@ static void usage(FILE *f)
 "  --bad-count K       (default 1)\n"
 "  --bad-at FRAME      misbehave at this frame (default 10)\n"
 "  --end-timeout S     wait for the server's END (default 10)\n"
-"  --arrive-ms MS      session i connects at i * MS, not all at once\n");
+"  --arrive-ms MS      session i connects at i * MS, not all at once\n"
+"  --echo              every real output must equal its input frame (a\n"
+"                      server that echoes: --device sim, synthetic:echo)\n");
 }
 
 int main(int argc, char **argv)
@@ -575,6 +596,7 @@ int main(int argc, char **argv)
         {"read", no_argument, 0, 'r'},
         {"no-pace", no_argument, 0, 'N'},
         {"expect", required_argument, 0, 'X'},
+        {"echo", no_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *path = NULL;
@@ -598,6 +620,7 @@ int main(int argc, char **argv)
         case 'r': rd = 1; break;
         case 'N': pace = 0; break;
         case 'X': expect = atoi(optarg); break;
+        case 'C': check_echo = 1; break;
         case 'B':
             bad = -1;
             for (int i = 1; bad_names[i]; i++)
@@ -618,7 +641,8 @@ int main(int argc, char **argv)
         return 2;
     }
     pcm = calloc((size_t)fsamples, sizeof *pcm);
-    if (!pcm)
+    pcm_want = calloc((size_t)fsamples, sizeof *pcm_want);
+    if (!pcm || !pcm_want)
         return 1;
     if (emit)
         return run_emit(pace);

@@ -293,6 +293,63 @@ static void test_frame_record(void)
         int rt = rp == 0 ? mt_frame_rec_from_line(&ll, 6, &u, err, sizeof err) : -1;
         ok(rt == -1 && strstr(err, bad[k][1]) != NULL, "refused: %s", err);
     }
+/* issue 22: the device keys: device= on every tick, and on a simulated
+ * device sim_pred_ms and sim_noise_ms, required by the reader there. */
+static void test_tick_device(void)
+{
+    mt_tick t = { .tick = 5, .t = 0.4, .active = 200, .stepped = 200,
+                  .step_ms = 5.123, .naive_met = 100, .met = 100,
+                  .sim_pred_ms = 4.98, .sim_noise_ms = -0.081,
+                  .miss = -1 /* no miss key: the device keys follow met */ }, u;
+    char buf[1024];
+    mt_tick_format(&t, buf, sizeof buf);
+    ok(strstr(buf, "device") == NULL && strstr(buf, "sim_") == NULL,
+       "no device: no device keys written");
+    snprintf(t.device, sizeof t.device, "cpu");
+    mt_tick_format(&t, buf, sizeof buf);
+    like(buf, " met=100.0 device=cpu", "device=cpu after the stable keys");
+    ok(strstr(buf, "sim_") == NULL, "a real device writes no sim keys");
+    snprintf(t.device, sizeof t.device, "sim:h200-moshi7b");
+    long n = mt_tick_format(&t, buf, sizeof buf);
+    ok(n > 0, "simulated tick formats");
+    like(buf, " device=sim:h200-moshi7b sim_pred_ms=4.980 sim_noise_ms=-0.081",
+         "device and the prediction written");
+    is_int(parse(buf, 30), 0, "parses");
+    memset(&u, 0xAB, sizeof u);
+    is_int(mt_tick_from_line(&ll, 30, &u, err, sizeof err), 0, "reads");
+    is_str(u.device, "sim:h200-moshi7b", "device read back");
+    ok(fabs(u.sim_pred_ms - 4.98) < 5e-4 && fabs(u.sim_noise_ms + 0.081) < 5e-4 &&
+       u.stepped == 200, "prediction and noise read back");
+
+    /* an old line without device reads with device "" */
+    snprintf(buf, sizeof buf, "%s", "tick=1 t=0 active=0 stepped=0 step_ms=0 late_ms=0 p50_ms=0 "
+             "p99_ms=0 in=0 out=0 fill=0 kv_used=0 kv_free=0 pending=0 admitted=0 "
+             "rejected=0 preempted=0 naive_ms=0 naive_met=100 met=100");
+    parse(buf, 31);
+    memset(&u, 0xAB, sizeof u);
+    ok(mt_tick_from_line(&ll, 31, &u, err, sizeof err) == 0 && u.device[0] == '\0' &&
+       u.sim_pred_ms == 0, "a line without device: device \"\"");
+
+    /* the reader's refusals */
+    static const struct { const char *tail, *want; } bad[] = {
+        { " device=sim:x", "line 32: key 'sim_pred_ms': missing (device sim:x is simulated)" },
+        { " device=sim:x sim_pred_ms=1", "line 32: key 'sim_noise_ms': missing" },
+        { " device=sim:x sim_pred_ms=nan sim_noise_ms=0", "line 32: key 'sim_pred_ms': not a finite number" },
+        { " device=\"a b\"", "line 32: key 'device': not a device label" },
+        { " device=CPU", "line 32: key 'device': not a device label" },
+        { " device=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+          "line 32: key 'device': not a device label" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char line[1200];
+        snprintf(line, sizeof line, "%s%s", buf, bad[k].tail);
+        int rp = parse(line, 32);
+        int rt = rp == 0 ? mt_tick_from_line(&ll, 32, &u, err, sizeof err) : 0;
+        ok(rt == -1 && strncmp(err, bad[k].want, strlen(bad[k].want)) == 0,
+           "refused: %s", err);
+    }
+    snprintf(t.device, sizeof t.device, "Bad Label");
+    is_int(mt_tick_format(&t, buf, sizeof buf), -1, "the writer refuses a bad label");
 }
 
 int main(void)
@@ -301,5 +358,6 @@ int main(void)
     test_tick_round_trip();
     test_frame_record();
     test_malformed();
+    test_tick_device();
     return tap_done();
 }

@@ -1,0 +1,358 @@
+/* backend_sim.c: the simulated device (see backend_sim.h): a cost model
+ * from a profile, seeded noise, and a backend that waits what the model
+ * predicts instead of computing. Nothing here is a measurement; every
+ * caller that prints a figure from it labels it with mt_sim_label(). */
+#define _GNU_SOURCE
+#include "decode/backend_sim.h"
+#include "decode/backend.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct mt_sim {
+    mt_sim_profile p;
+    char           label[80];
+    double         params;
+    int            layers, heads, kv_heads, head_dim;
+    size_t         position_bytes;
+    double         weight_bytes;
+    size_t         kv_budget;
+    mt_sim_clock   clk;
+    uint64_t       t0;
+    uint64_t       rng[4];       /* xoshiro256** */
+    int            have_spare;   /* polar method gives normals in pairs */
+    double         spare;
+    pthread_mutex_t mu;          /* the two sums below */
+    double         pred_ms, noise_ms;
+};
+
+static uint64_t real_now(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void real_sleep_until(void *ctx, uint64_t t_ns)
+{
+    (void)ctx;
+    struct timespec ts = { .tv_sec = (time_t)(t_ns / 1000000000ull),
+                           .tv_nsec = (long)(t_ns % 1000000000ull) };
+    /* absolute: a late wake-up never shifts the next step's target */
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(mt_sim *s)
+{
+    uint64_t *r = s->rng;
+    uint64_t result = rotl(r[1] * 5, 7) * 9;
+    uint64_t t = r[1] << 17;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = rotl(r[3], 45);
+    return result;
+}
+
+/* uniform in [0, 1) */
+static double next_unit(mt_sim *s)
+{
+    return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double next_normal(mt_sim *s)
+{
+    if (s->have_spare) {
+        s->have_spare = 0;
+        return s->spare;
+    }
+    double u, v, q;
+    do {
+        u = 2.0 * next_unit(s) - 1.0;
+        v = 2.0 * next_unit(s) - 1.0;
+        q = u * u + v * v;
+    } while (q >= 1.0 || q == 0.0);
+    double f = sqrt(-2.0 * log(q) / q);
+    s->spare = v * f;
+    s->have_spare = 1;
+    return u * f;
+}
+
+int mt_sim_create(const mt_sim_profile *p, const mt_config *c,
+                  const mt_sim_clock *clk, mt_sim **out, char *err,
+                  size_t errlen)
+{
+    *out = NULL;
+    if (p->model[0] && strcmp(p->model, c->name) != 0) {
+        snprintf(err, errlen, "sim: profile %s describes %s, not %s (give -m %s or a profile for this model)",
+                 p->name, p->model, c->name, p->model);
+        return -1;
+    }
+    mt_sim *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "sim: out of memory");
+        return -1;
+    }
+    s->p = *p;
+    snprintf(s->label, sizeof s->label, "sim:%s", p->name);
+    s->params = (double)mt_model_params(c);
+    s->layers = c->layers;
+    s->heads = c->heads;
+    s->kv_heads = c->kv_heads;
+    s->head_dim = c->head_dim;
+    s->position_bytes = (size_t)c->layers * 2 * (size_t)c->kv_heads *
+                        (size_t)c->head_dim * (size_t)p->kv_bytes;
+    s->weight_bytes = s->params * p->weight_bytes;
+    double budget = p->memory_bytes - s->weight_bytes - p->reserve_bytes;
+    if (budget < (double)s->position_bytes * MT_KV_BLOCK) {
+        snprintf(err, errlen, "sim: profile %s: %.3g bytes of memory less %.3g of weights (%s at %d bytes a parameter) and a %.3g reserve leave no room for a K/V block",
+                 p->name, p->memory_bytes, s->weight_bytes, c->name,
+                 p->weight_bytes, p->reserve_bytes);
+        free(s);
+        return -1;
+    }
+    s->kv_budget = (size_t)budget;
+    if (clk && clk->now && clk->sleep_until)
+        s->clk = *clk;
+    else
+        s->clk = (mt_sim_clock){ real_now, real_sleep_until, NULL };
+    s->t0 = s->clk.now(s->clk.ctx);
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    pthread_mutex_init(&s->mu, NULL);
+    *out = s;
+    return 0;
+}
+
+void mt_sim_free(mt_sim *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+const mt_sim_profile *mt_sim_profile_of(const mt_sim *s) { return &s->p; }
+const char *mt_sim_label(const mt_sim *s) { return s->label; }
+size_t mt_sim_position_bytes(const mt_sim *s) { return s->position_bytes; }
+double mt_sim_weight_bytes(const mt_sim *s) { return s->weight_bytes; }
+size_t mt_sim_kv_budget(const mt_sim *s) { return s->kv_budget; }
+
+double mt_sim_factor(const mt_sim *s, mt_sim_field f, double t_s)
+{
+    double k = 1.0;
+    for (int i = 0; i < s->p.nschedule && s->p.schedule[i].t_s <= t_s; i++)
+        if (s->p.schedule[i].field == f)
+            k = s->p.schedule[i].factor;
+    return k;
+}
+
+static void finish_cost(const mt_sim *s, double t_s, mt_sim_cost *c)
+{
+    double bw = s->p.bandwidth * mt_sim_factor(s, MT_SIM_BANDWIDTH, t_s);
+    double rate = s->p.matrix_rate * mt_sim_factor(s, MT_SIM_MATRIX_RATE, t_s);
+    c->t_mem = c->bytes / bw;
+    c->t_flop = c->flops / rate;
+    c->t_overhead = s->p.overhead_us * 1e-6 * mt_sim_factor(s, MT_SIM_OVERHEAD, t_s);
+    c->total = (c->t_mem > c->t_flop ? c->t_mem : c->t_flop) + c->t_overhead;
+}
+
+/* flops of attention per visible position: QK^T and PV, 2 flops a MAC */
+static double attn_flops_per_pos(const mt_sim *s)
+{
+    return 4.0 * s->layers * s->heads * s->head_dim;
+}
+
+void mt_sim_step_cost(const mt_sim *s, int B, const int64_t *visible,
+                      double t_s, mt_sim_cost *c)
+{
+    double vsum = 0;
+    for (int i = 0; i < B; i++)
+        vsum += (double)visible[i];
+    memset(c, 0, sizeof *c);
+    c->bytes = s->weight_bytes + (double)s->position_bytes * vsum;
+    c->flops = 2.0 * s->params * B + attn_flops_per_pos(s) * vsum;
+    finish_cost(s, t_s, c);
+}
+
+void mt_sim_prefill_cost(const mt_sim *s, int64_t n, int64_t visible_last,
+                         double visible_sum, double t_s, mt_sim_cost *c)
+{
+    memset(c, 0, sizeof *c);
+    c->bytes = s->weight_bytes + (double)s->position_bytes * (double)visible_last;
+    c->flops = 2.0 * s->params * (double)n + attn_flops_per_pos(s) * visible_sum;
+    finish_cost(s, t_s, c);
+}
+
+double mt_sim_draw_noise(mt_sim *s, double pred_s)
+{
+    double extra = 0;
+    if (s->p.jitter_sigma > 0)
+        extra = pred_s * (exp(s->p.jitter_sigma * next_normal(s)) - 1.0);
+    if (s->p.stall_prob > 0 && next_unit(s) < s->p.stall_prob)
+        extra += s->p.stall_ms * 1e-3;
+    return extra;
+}
+
+static void wait_cost(mt_sim *s, uint64_t start, const mt_sim_cost *c)
+{
+    double noise = mt_sim_draw_noise(s, c->total);
+    double wait_s = c->total + noise;
+    if (wait_s < 0)
+        wait_s = 0;
+    pthread_mutex_lock(&s->mu);
+    s->pred_ms += c->total * 1e3;
+    s->noise_ms += noise * 1e3;
+    pthread_mutex_unlock(&s->mu);
+    s->clk.sleep_until(s->clk.ctx, start + (uint64_t)llround(wait_s * 1e9));
+}
+
+void mt_sim_run_step(mt_sim *s, int B, const int64_t *visible)
+{
+    uint64_t start = s->clk.now(s->clk.ctx);
+    mt_sim_cost c;
+    mt_sim_step_cost(s, B, visible, (double)(start - s->t0) / 1e9, &c);
+    wait_cost(s, start, &c);
+}
+
+void mt_sim_run_prefill(mt_sim *s, int64_t n, int64_t visible_last,
+                        double visible_sum)
+{
+    uint64_t start = s->clk.now(s->clk.ctx);
+    mt_sim_cost c;
+    mt_sim_prefill_cost(s, n, visible_last, visible_sum,
+                        (double)(start - s->t0) / 1e9, &c);
+    wait_cost(s, start, &c);
+}
+
+void mt_sim_take(mt_sim *s, double *pred_ms, double *noise_ms)
+{
+    pthread_mutex_lock(&s->mu);
+    *pred_ms = s->pred_ms;
+    *noise_ms = s->noise_ms;
+    s->pred_ms = s->noise_ms = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the backend ---------------------------------------------------------- */
+
+typedef struct sim_impl {
+    mt_sim         *sim;
+    const mt_model *m;
+    mt_kv_pool     *pool;
+    int64_t        *visible;   /* [max_batch] */
+} sim_impl;
+
+/* Output of rows rows: input PCM echoed (the sim computes nothing, and an
+ * echo lets clients check every frame's content), logits zero. */
+static void echo(const sim_impl *im, int rows, const mt_step_io *io)
+{
+    const mt_config *c = &im->m->cfg;
+    if (io->pcm_out) {
+        size_t n = (size_t)rows * (size_t)c->frame_samples;
+        if (io->pcm_in)
+            memcpy(io->pcm_out, io->pcm_in, n * sizeof(int16_t));
+        else
+            memset(io->pcm_out, 0, n * sizeof(int16_t));
+    }
+    if (io->logits && c->vocab > 0)
+        memset(io->logits, 0, (size_t)rows * (size_t)c->vocab * sizeof(float));
+}
+
+static int sim_step(mt_backend *be, int B, mt_kv_seq *const *seqs,
+                    const mt_step_io *io, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    sim_impl *im = be->impl;
+    for (int i = 0; i < B; i++)
+        im->visible[i] = mt_kv_visible_count(im->pool, seqs[i]->len);
+    mt_sim_run_step(im->sim, B, im->visible);
+    echo(im, B, io);
+    return 0;
+}
+
+static int sim_prefill(mt_backend *be, mt_kv_seq *seq, int n,
+                       const mt_step_io *io, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    sim_impl *im = be->impl;
+    double vsum = 0;
+    int64_t vlast = 0;
+    for (int64_t k = 0; k < n; k++) {
+        vlast = mt_kv_visible_count(im->pool, seq->len + k);
+        vsum += (double)vlast;
+    }
+    mt_sim_run_prefill(im->sim, n, vlast, vsum);
+    echo(im, n, io);
+    return 0;
+}
+
+static void sim_destroy(mt_backend *be)
+{
+    if (!be)
+        return;
+    sim_impl *im = be->impl;
+    if (im)
+        free(im->visible);
+    free(im);
+    free(be);
+}
+
+int mt_sim_backend_create(mt_sim *s, const mt_model *m, mt_kv_pool *pool,
+                          int max_batch, mt_backend **out, char *err,
+                          size_t errlen)
+{
+    *out = NULL;
+    if (mt_kv_pool_params(pool)->position_bytes != s->position_bytes) {
+        snprintf(err, errlen, "sim: pool has %zu bytes a position, profile %zu",
+                 mt_kv_pool_params(pool)->position_bytes, s->position_bytes);
+        return -1;
+    }
+    mt_backend *be = calloc(1, sizeof *be);
+    sim_impl *im = calloc(1, sizeof *im);
+    int64_t *vis = calloc((size_t)(max_batch > 0 ? max_batch : 1), sizeof *vis);
+    if (!be || !im || !vis) {
+        free(be);
+        free(im);
+        free(vis);
+        snprintf(err, errlen, "sim: out of memory");
+        return -1;
+    }
+    im->sim = s;
+    im->m = m;
+    im->pool = pool;
+    im->visible = vis;
+    be->name = s->label;
+    be->impl = im;
+    be->position_bytes = s->position_bytes;
+    be->kv_elem_bytes = s->position_bytes /
+        ((size_t)m->cfg.layers * 2 * m->cfg.kv_heads * m->cfg.head_dim);
+    be->step = sim_step;
+    be->prefill = sim_prefill;
+    be->wake = NULL;
+    be->destroy = sim_destroy;
+    *out = be;
+    return 0;
+}
