@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "client/client.h"
 #include "util/stats.h"
+#include "wire/endpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -451,7 +452,7 @@ static int setup_io(mt_client *c, session *s)
 
 static void send_hello(mt_client *c, session *s)
 {
-    uint8_t p[128];
+    uint8_t p[MT_HELLO_MAX];
     long n = mt_hello_encode(&c->cfg.hello, p, sizeof p);
     if (n < 0) {
         finish(c, s, MT_CS_FAILED, "HELLO: %s", mt_frame_strerror((int)n));
@@ -480,28 +481,17 @@ static void start_session(mt_client *c, session *s, uint64_t now)
         s->st.state = MT_CS_CONNECTING;
         s->t_state = now;
     }
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    if (strlen(s->path) >= sizeof sa.sun_path) {
-        finish(c, s, MT_CS_FAILED, "socket path too long: %s", s->path);
+    char cerr[256];
+    int fd = mt_endpoint_connect(s->path,
+                                 (int)(c->cfg.connect_timeout_ns / 1000000), cerr,
+                                 sizeof cerr);
+    if (fd == -2) {   /* Unix backlog full: retry later */
+        if (now - s->t_state > (uint64_t)c->cfg.connect_timeout_ns)
+            finish(c, s, MT_CS_FAILED, "connect %s: timed out", s->path);
         return;
     }
-    strcpy(sa.sun_path, s->path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        finish(c, s, MT_CS_FAILED, "socket: %s", strerror(errno));
-        return;
-    }
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        int e = errno;
-        close(fd);
-        if (e == EAGAIN || e == EINTR) {   /* backlog full: retry later */
-            if (now - s->t_state > (uint64_t)c->cfg.connect_timeout_ns)
-                finish(c, s, MT_CS_FAILED, "connect %s: timed out", s->path);
-            return;
-        }
-        finish(c, s, MT_CS_FAILED, "connect %s: %s", s->path, strerror(e));
+        finish(c, s, MT_CS_FAILED, "%s", cerr);
         return;
     }
     s->rfd = s->wfd = fd;
@@ -762,7 +752,19 @@ static void handle_read(mt_client *c, session *s)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return;
+            if (errno == ECONNRESET && s->st.state == MT_CS_HELLO &&
+                mt_endpoint_is_tcp(s->path)) {
+                finish(c, s, MT_CS_REJECTED, "no capacity (closed by the proxy)");
+                return;
+            }
             finish(c, s, MT_CS_FAILED, "read from server: %s", strerror(errno));
+            return;
+        }
+        if (n == 0 && s->st.state == MT_CS_HELLO && mt_endpoint_is_tcp(s->path)) {
+            /* A proxy (HAProxy with every server at its maxconn, queue
+             * timed out) closes without a word: that is a refusal for want
+             * of capacity, not a failure of the server. */
+            finish(c, s, MT_CS_REJECTED, "no capacity (closed by the proxy)");
             return;
         }
         if (n == 0) {

@@ -73,8 +73,11 @@ typedef struct mt_client_stats {
     char     reason[MT_REASON_MAX + 1]; /* REJECT/ERROR/local failure */
 } mt_client_stats;
 
-/* One returned AUDIO frame. All times CLOCK_MONOTONIC ns: the client's
- * and the server's clocks are the same clock on one host. */
+/* One returned AUDIO frame. All times CLOCK_MONOTONIC ns. t_sched,
+ * t_send and t_recv are the client's clock; t_arrive, t_start and t_ready
+ * the server's, which over TCP may be another host's: only differences
+ * within one clock are figures (rtt_ms and send_late_ms: client; server_ms
+ * and queue_ms: server), never a difference across the two. */
 typedef struct mt_client_result {
     int      idx;          /* session index (from mt_client_add_*) */
     uint32_t seq;          /* seq of the input frame it answers */
@@ -150,8 +153,10 @@ int  mt_client_new(const mt_client_config *cfg, mt_client **out,
                    char *err, size_t errlen);
 void mt_client_free(mt_client *c);   /* closes every fd it opened */
 
-/* A session that connects to the Unix socket at path when the monotonic
- * clock reaches t_start (0: now). Returns the session index (0, 1, ... in
+/* A session that connects to path when the monotonic clock reaches
+ * t_start (0: now): a Unix socket, or "tcp:HOST:PORT" (wire/endpoint.h).
+ * Over TCP a connection closed before ACCEPT/REJECT ends REJECTED with
+ * "no capacity (closed by the proxy)": that is how HAProxy says no. Returns the session index (0, 1, ... in
  * order of adding) or -1 with err (engine full). Connect errors are not
  * reported here: the session ends FAILED with the reason. */
 int  mt_client_add_unix(mt_client *c, const char *path, uint64_t t_start,

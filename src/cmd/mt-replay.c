@@ -19,6 +19,7 @@
 #include "cmd/opt.h"
 #include "client/audio.h"
 #include "client/client.h"
+#include "wire/endpoint.h"
 #include "wire/frame.h"
 #include "wire/latline.h"
 
@@ -42,6 +43,7 @@ typedef struct sess {
 
 typedef struct app {
     const char *sock;
+    const char *token_file;     /* --token-file: HELLO's access token */
     const char *emit;           /* --emit FILE */
     int         play, mic, list;
     int         copies, loop, rate_check, lat, quality, no_pace;
@@ -84,7 +86,8 @@ static void usage(FILE *f)
 "       mt-replay -s SOCK --mic [--device DEV] [--jitter MS]\n"
 "       mt-replay --list-devices\n"
 "options:\n"
-"  -s, --socket PATH      mt-serve's Unix socket\n"
+"  -s, --socket PATH      mt-serve's Unix socket, or tcp:HOST:PORT\n"
+"      --token-file FILE  access token for a TCP server (mt-serve --token-file)\n"
 "  -n, --copies N         sessions per input file (default 1)\n"
 "      --stagger MS       start sessions MS apart (default 0)\n"
 "  -o, --output PATTERN   write returned audio; %%d = session index; format\n"
@@ -434,6 +437,15 @@ static int run_client(app *a, int mic)
     cc.hello.encoding = MT_ENC_PCM_S16LE;
     if (a->model)
         snprintf(cc.hello.model, sizeof cc.hello.model, "%s", a->model);
+    if (a->token_file) {
+        size_t tl = 0;
+        if (mt_token_read(a->token_file, cc.hello.token, sizeof cc.hello.token,
+                          &tl, err, sizeof err) != 0) {
+            fprintf(stderr, "mt-replay: %s\n", err);
+            return 2;
+        }
+        cc.hello.token_len = (uint8_t)tl;
+    }
     cc.cb = &cb;
     cc.user = a;
     cc.max_sessions = a->ns + 1;
@@ -787,7 +799,7 @@ static const mt_cli cli = {
 
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
-       O_LIST };
+       O_LIST, O_TOKEN };
 
 static const struct option longopts[] = {
     { "socket", required_argument, 0, 's' },
@@ -810,6 +822,7 @@ static const struct option longopts[] = {
     { "device", required_argument, 0, O_DEVICE },
     { "jitter", required_argument, 0, O_JITTER },
     { "list-devices", no_argument, 0, O_LIST },
+    { "token-file", required_argument, 0, O_TOKEN },
     MT_OPT_COMMON,
     { 0, 0, 0, 0 },
 };
@@ -864,6 +877,7 @@ static int parse_args(int argc, char **argv, app *a)
         case O_MIC: a->mic = 1; break;
         case O_DEVICE: a->device = optarg; break;
         case O_LIST: a->list = 1; break;
+        case O_TOKEN: a->token_file = optarg; break;
         default:
             if (value_option(a, c, optarg))
                 return 2;

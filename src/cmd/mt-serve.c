@@ -19,14 +19,20 @@
 #include "serve/engine.h"
 #include "model/model.h"
 #include "serve/server.h"
+#include "wire/endpoint.h"
 
 static const char *prog = "mt-serve";
 
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: mt-serve (-s PATH | --stdio) [options]\n"
+"usage: mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]\n"
 "  -s, --socket PATH        listen on a Unix socket (created mode 0600)\n"
+"      --listen HOST:PORT   listen on TCP too (or instead); [V6ADDR]:PORT\n"
+"      --token-file FILE    TCP clients must send this token in HELLO;\n"
+"                           required off loopback (or --insecure)\n"
+"      --insecure           allow a non-loopback --listen without a token\n"
+"      --agent HOST:PORT    answer HAProxy's agent-check there\n"
 "      --socket-mode MODE   octal mode of the socket (default 0600)\n"
 "      --stdio              one session on stdin/stdout; latency lines on\n"
 "                           stderr or --latency-log\n"
@@ -81,7 +87,7 @@ enum {
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
-    O_KVDTYPE, O_WEIGHTS,
+    O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -93,6 +99,8 @@ typedef struct serve_args {
     int             fill;           /* -1: by the policy */
     double          frame_ms;       /* 0: the model's frame */
     double          deadline_ms;    /* 0: two frame periods */
+    const char     *token_file;
+    char            token[MT_TOKEN_MAX + 1];
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
@@ -100,6 +108,10 @@ static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]"
 static const struct option longopts[] = {
     {"socket", required_argument, 0, 's'},
     {"socket-mode", required_argument, 0, O_SOCKMODE},
+    {"listen", required_argument, 0, O_LISTEN},
+    {"agent", required_argument, 0, O_AGENT},
+    {"token-file", required_argument, 0, O_TOKEN},
+    {"insecure", no_argument, 0, O_INSECURE},
     {"stdio", no_argument, 0, O_STDIO},
     {"model", required_argument, 0, 'm'},
     {"device", required_argument, 0, O_DEVICE},
@@ -253,6 +265,10 @@ static int parse_args(int argc, char **argv, serve_args *a)
         switch (c) {
         case 's': a->so.socket_path = optarg; break;
         case O_STDIO: a->so.stdio = 1; break;
+        case O_LISTEN: a->so.listen_addr = optarg; break;
+        case O_AGENT: a->so.agent_addr = optarg; break;
+        case O_TOKEN: a->token_file = optarg; break;
+        case O_INSECURE: a->so.insecure = 1; break;
         case 'm': a->model = optarg; break;
         case O_FILL: a->fill = 1; break;
         case O_NOFILL: a->fill = 0; break;
@@ -268,8 +284,25 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return mt_opt_status(c);
     if (optind < argc)
         return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
-    if (!a->so.stdio == !a->so.socket_path)
-        return mt_opt_usage_error("give exactly one of -s PATH and --stdio");
+    int listens = a->so.socket_path || a->so.listen_addr;
+    if (!a->so.stdio == !listens)
+        return mt_opt_usage_error("give -s PATH and/or --listen HOST:PORT, or --stdio");
+    if (a->so.stdio && a->so.agent_addr)
+        return mt_opt_usage_error("--agent needs a listening server, not --stdio");
+    if (a->token_file) {
+        char err[512];
+        size_t len = 0;
+        if (!a->so.listen_addr)
+            return mt_opt_usage_error("--token-file guards --listen (a Unix socket "
+                                      "is guarded by its mode)");
+        if (mt_token_read(a->token_file, a->token, sizeof a->token, &len, err,
+                          sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return 2;
+        }
+        a->so.token = a->token;
+        a->so.token_len = len;
+    }
     return -1;
 }
 
@@ -330,7 +363,8 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
                 : "bounded",
             mt_kv_used_bytes(mt_decoder_pool(dec)) + mt_kv_free_bytes(mt_decoder_pool(dec)),
             a->frame_ms, a->eo.fill ? "on" : "off",
-            a->so.stdio ? "stdio" : "socket ", a->so.stdio ? "" : a->so.socket_path);
+            a->so.stdio ? "stdio" : a->so.socket_path ? "socket " : "tcp ",
+            a->so.stdio ? "" : a->so.socket_path ? a->so.socket_path : a->so.listen_addr);
 }
 
 /* The decoder, the server and the engine over m, run to the end. The exit

@@ -71,6 +71,7 @@
 #include "util/stats.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +168,9 @@ struct mt_engine {
     tick_counts     c;                  /* this tick's, under the lock */
     /* totals */
     int64_t admitted, rejected;
+    /* the published capacity (issue 23), under the lock */
+    int     ctl_limit;                  /* last "limit N"; -1: none */
+    char    fail_msg[160];              /* a tick failed: "" until then */
 };
 
 uint64_t mt_now_ns(void)
@@ -386,6 +390,7 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
     e->clock = o->clock ? o->clock : monotonic_clock;
     e->clock_ctx = o->clock ? o->clock_ctx : NULL;
     e->next_id = 1;
+    e->ctl_limit = -1;
     pthread_mutex_init(&e->mu, NULL);
     size_t B = (size_t)o->max_sessions;
     mt_batch *b = &e->batch;
@@ -1203,11 +1208,54 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
     uint64_t t_end = now(e);
     pthread_mutex_lock(&e->mu);
     tick_figures(e, &t, t_end);
+    if (rc != 0 && !e->fail_msg[0])
+        snprintf(e->fail_msg, sizeof e->fail_msg, "%s", err && *err ? err : "tick failed");
     pthread_mutex_unlock(&e->mu);
+    t.has_limit = 1;
+    t.limit = mt_engine_published_limit(e, NULL, 0);
 
     sb_flush(e, &e->tick_lines);
     char line[MT_LL_MAX_LINE];
     if (mt_tick_format(&t, line, sizeof line) > 0 && e->o.line)
         e->o.line(e->o.line_ctx, line);
     return rc;
+}
+
+/* ---- the published capacity (issue 23) ------------------------------------ */
+
+void mt_engine_set_limit(mt_engine *e, int limit)
+{
+    pthread_mutex_lock(&e->mu);
+    e->ctl_limit = limit;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Sessions held now plus those the pool can still hold for their whole
+ * bound: what --kv window lets this instance take. Unbounded (full)
+ * sessions have no such figure: INT_MAX. Under the lock. */
+static int kv_capacity(const mt_engine *e, int active)
+{
+    size_t bound = mt_engine_session_bound(e);
+    if (bound == 0)
+        return INT_MAX;
+    size_t room = mt_kv_free_bytes(e->pool) / bound;
+    return room > (size_t)(INT_MAX - active) ? INT_MAX : active + (int)room;
+}
+
+int mt_engine_published_limit(mt_engine *e, char *failed, size_t failedlen)
+{
+    int active = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->ns; i++)
+        active += e->s[i]->state == S_ACTIVE;
+    int n = e->o.max_sessions;
+    int kv = kv_capacity(e, active);
+    if (kv < n)
+        n = kv;
+    if (e->ctl_limit >= 0 && e->ctl_limit < n)
+        n = e->ctl_limit;
+    if (failed && failedlen)
+        snprintf(failed, failedlen, "%s", e->fail_msg);
+    pthread_mutex_unlock(&e->mu);
+    return n < 0 ? 0 : n;
 }

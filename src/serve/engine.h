@@ -135,6 +135,15 @@ void mt_engine_count_rejected(mt_engine *e);
  * counted as an input and a miss in the next tick record. */
 void mt_engine_count_lost_input(mt_engine *e);
 
+/* The capacity this instance publishes (HAProxy's agent-check maxconn,
+ * the tick line's limit=): the least of --max-sessions, the sessions held
+ * plus what the KV pool can still hold for bounded sessions, and the last
+ * `limit N` of the admission controller (mt_engine_set_limit; -1: none).
+ * failed (may be NULL) gets "" or why a tick failed (the decoder): a
+ * failed instance publishes down. Thread-safe. */
+void mt_engine_set_limit(mt_engine *e, int limit);
+int  mt_engine_published_limit(mt_engine *e, char *failed, size_t failedlen);
+
 uint64_t mt_now_ns(void);   /* CLOCK_MONOTONIC */
 
 #endif

@@ -25,6 +25,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,12 +36,14 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "serve/lineout.h"
 #include "serve/net.h"
 #include "serve/ticker.h"
 #include "wire/admission.h"
+#include "wire/endpoint.h"
 
 #define WBUF_CAP   (64 * 1024)
 #define RBUF_CAP   (64 * 1024)
@@ -55,7 +59,13 @@
 #define EVICT_MIN_IDLE_NS 250000000ull    /* a connection this young may still
                                              be about to send its HELLO */
 
-enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CONTROL, TAG_CONN };
+#define AUTH_TABLE       64               /* peer addresses whose failures count */
+#define AUTH_DELAY_NS    250000000ull     /* first failure's delay; doubles */
+#define AUTH_DELAY_MAX_NS 8000000000ull
+#define AUTH_FORGET_NS   600000000000ull  /* ten quiet minutes clear a count */
+
+enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CONTROL, TAG_CONN,
+       TAG_LISTEN_TCP, TAG_AGENT };
 
 typedef struct conn {
     int      tag;                /* TAG_CONN: first, for epoll dispatch */
@@ -64,6 +74,11 @@ typedef struct conn {
                                     cannot be) */
     uint32_t ev_r, ev_w;         /* events currently registered */
     int      is_socket;
+    int      is_tcp;             /* from --listen: no uid; HELLO needs the
+                                    token when one is set */
+    char     peer[64];           /* TCP: "ADDR:PORT" for log lines */
+    uint64_t auth_reject_at;     /* wrong token: REJECT at this time */
+    uint64_t bytes_in;           /* a health check sends nothing */
     uint32_t id;                 /* engine session, 0 before HELLO */
     int      reading;            /* still accepting input */
     int      closing;            /* close once wbuf is flushed */
@@ -83,12 +98,24 @@ typedef struct conn {
 
 typedef struct tagged { int tag; } tagged;
 
+/* Authentication failures of one peer address: each one doubles the wait
+ * before its REJECT, so guessing is slow; the table is bounded (the
+ * oldest entry makes room). */
+typedef struct auth_fail {
+    char     addr[48];           /* without the port */
+    unsigned count;
+    uint64_t last;
+} auth_fail;
+
 struct mt_server {
     mt_server_opts o;
     int            sigfd, sig_wfd, evfd, epfd;
     mt_listener    lis;
+    int            tcp_fd, agent_fd; /* --listen, --agent; -1 */
+    char           tcp_name[80], agent_name[80];
+    auth_fail      auth[AUTH_TABLE];
     mt_control_in  ctl;
-    tagged         t_listen, t_signal, t_event, t_control;
+    tagged         t_listen, t_signal, t_event, t_control, t_listen_tcp, t_agent;
     char           ctlbuf[MT_CONTROL_MAX_LINE + 1];
     size_t         ctllen;
     int            ctl_overlong;
@@ -252,6 +279,42 @@ static int ep_add(mt_server *s, int fd, uint32_t ev, void *ptr)
     return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &e);
 }
 
+/* --listen and --agent. A TCP port is reachable from wherever its address
+ * is: off loopback, nobody may connect without the token unless the
+ * operator said --insecure, and then the log says so. */
+static int open_tcp(mt_server *s, char *err, size_t errlen)
+{
+    int loop = 0;
+    s->tcp_fd = mt_tcp_listen(s->o.listen_addr, &loop, s->tcp_name,
+                              sizeof s->tcp_name, err, errlen);
+    if (s->tcp_fd < 0)
+        return -1;
+    if (!loop && !s->o.token && !s->o.insecure) {
+        snprintf(err, errlen, "--listen %s is not a loopback address: anyone who "
+                 "can reach it could send audio; give --token-file FILE (clients "
+                 "then need the same token), or --insecure to allow it "
+                 "unauthenticated", s->o.listen_addr);
+        return -1;
+    }
+    if (!loop && !s->o.token)
+        slog(s, "WARNING: --insecure: listening on %s without a token: anyone "
+             "who can reach it may connect", s->tcp_name);
+    slog(s, "listening on tcp %s%s", s->tcp_name,
+         s->o.token ? " (token required)" : "");
+    return 0;
+}
+
+static int open_agent(mt_server *s, char *err, size_t errlen)
+{
+    int loop = 0;
+    s->agent_fd = mt_tcp_listen(s->o.agent_addr, &loop, s->agent_name,
+                                sizeof s->agent_name, err, errlen);
+    if (s->agent_fd < 0)
+        return -1;
+    slog(s, "agent-check on tcp %s", s->agent_name);
+    return 0;
+}
+
 int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -269,6 +332,9 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     s->sig_wfd = -1;
     s->sigfd = s->evfd = s->epfd = -1;
     s->lis.fd = s->ctl.fd = s->ctl.keep_wfd = -1;
+    s->tcp_fd = s->agent_fd = -1;
+    s->t_listen_tcp.tag = TAG_LISTEN_TCP;
+    s->t_agent.tag = TAG_AGENT;
     s->t_listen.tag = TAG_LISTEN;
     s->t_signal.tag = TAG_SIGNAL;
     s->t_event.tag = TAG_EVENT;
@@ -305,11 +371,14 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     if (open_latency(s, err, errlen) != 0)
         goto fail;
     if (!o->stdio) {
-        if (!o->socket_path) {
-            snprintf(err, errlen, "no socket path (-s PATH) and not --stdio");
+        if (!o->socket_path && !o->listen_addr) {
+            snprintf(err, errlen, "no socket path (-s PATH), no --listen and not --stdio");
             goto fail;
         }
-        if (mt_net_listen(o->socket_path, o->socket_mode, &s->lis, err, errlen) != 0)
+        if (o->listen_addr && open_tcp(s, err, errlen) != 0)
+            goto fail;
+        if (o->socket_path &&
+            mt_net_listen(o->socket_path, o->socket_mode, &s->lis, err, errlen) != 0)
             goto fail;
         if (s->lis.stale_removed)
             slog(s, "removed stale socket %s", o->socket_path);
@@ -324,9 +393,13 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     }
     if (o->control_path && mt_net_open_control(o->control_path, &s->ctl, err, errlen) != 0)
         goto fail;
+    if (o->agent_addr && open_agent(s, err, errlen) != 0)
+        goto fail;
     if (ep_add(s, s->sigfd, EPOLLIN, &s->t_signal) != 0 ||
         ep_add(s, s->evfd, EPOLLIN, &s->t_event) != 0 ||
         (s->lis.fd >= 0 && ep_add(s, s->lis.fd, EPOLLIN, &s->t_listen) != 0) ||
+        (s->tcp_fd >= 0 && ep_add(s, s->tcp_fd, EPOLLIN, &s->t_listen_tcp) != 0) ||
+        (s->agent_fd >= 0 && ep_add(s, s->agent_fd, EPOLLIN, &s->t_agent) != 0) ||
         (s->ctl.fd >= 0 && ep_add(s, s->ctl.fd, EPOLLIN, &s->t_control) != 0)) {
         snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
@@ -352,6 +425,8 @@ void mt_server_free(mt_server *s)
         free(c);
     }
     mt_net_listener_close(&s->lis);
+    if (s->tcp_fd >= 0) close(s->tcp_fd);
+    if (s->agent_fd >= 0) close(s->agent_fd);
     if (s->sigfd >= 0) {
         sig_pipe_w = -1;
         signal(SIGTERM, SIG_DFL);
@@ -437,6 +512,11 @@ static void conn_free(mt_server *s, conn *c, const char *why)
         mt_engine_close(s->eng, c->id);
         if (why)
             slog(s, "session %u: closed: %s", c->id, why);
+    } else if (why && c->is_tcp && c->bytes_in == 0 &&
+               !strcmp(why, "disconnected")) {
+        /* a health check (HAProxy's connect-and-close): not news */
+    } else if (why && c->is_tcp) {
+        slog(s, "connection from %s: closed: %s", c->peer, why);
     } else if (why) {
         slog(s, "connection (uid %d): closed: %s", (int)c->uid, why);
     }
@@ -486,7 +566,10 @@ static void fail_session(mt_server *s, conn *c, const char *reason)
         c->reading = 0;
         c->pending = 0;
     } else {
-        slog(s, "connection (uid %d): %s: ERROR", (int)c->uid, reason);
+        if (c->is_tcp)
+            slog(s, "connection from %s: %s: ERROR", c->peer, reason);
+        else
+            slog(s, "connection (uid %d): %s: ERROR", (int)c->uid, reason);
         conn_direct(s, c, MT_FRAME_ERROR, reason);
     }
 }
@@ -522,13 +605,80 @@ static void do_admit(mt_server *s, conn *c)
         do_reject(s, c, why);
         return;
     }
-    slog(s, "session %u: admitted (uid %d)", c->id, (int)c->uid);
+    if (c->is_tcp)
+        slog(s, "session %u: admitted (tcp %s)", c->id, c->peer);
+    else
+        slog(s, "session %u: admitted (uid %d)", c->id, (int)c->uid);
     verdict_line(s, c->id, 1, NULL);
+}
+
+/* The failure record of addr (the peer without its port), made when
+ * missing: the oldest entry gives way. */
+static auth_fail *auth_entry(mt_server *s, const char *addr, uint64_t now)
+{
+    auth_fail *old = &s->auth[0];
+    for (int i = 0; i < AUTH_TABLE; i++) {
+        auth_fail *a = &s->auth[i];
+        if (a->count && now - a->last > AUTH_FORGET_NS)
+            a->count = 0;
+        if (a->count && !strcmp(a->addr, addr))
+            return a;
+        if (!a->count || (old->count && a->last < old->last))
+            old = a;
+    }
+    memset(old, 0, sizeof *old);
+    snprintf(old->addr, sizeof old->addr, "%s", addr);
+    return old;
+}
+
+static void peer_host(const conn *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->peer);
+    char *colon = strrchr(buf, ':');
+    if (colon)
+        *colon = '\0';
+}
+
+/* A TCP HELLO without the right token: REJECT, after a wait that doubles
+ * with each failure of the same address. Returns 1 when c was refused. */
+static int auth_check(mt_server *s, conn *c, const mt_frame *f)
+{
+    if (!c->is_tcp || !s->o.token)
+        return 0;
+    mt_hello h;
+    memset(&h, 0, sizeof h);
+    int ok = mt_hello_decode(f->payload, f->length, &h) == 0 &&
+             mt_token_equal(h.token, h.token_len, s->o.token, s->o.token_len);
+    memset(h.token, 0, sizeof h.token);
+    char host[64];
+    peer_host(c, host, sizeof host);
+    uint64_t now = mt_now_ns();
+    if (ok) {
+        auth_fail *a = auth_entry(s, host, now);
+        a->count = 0;
+        return 0;
+    }
+    auth_fail *a = auth_entry(s, host, now);
+    a->count++;
+    a->last = now;
+    uint64_t delay = AUTH_DELAY_NS;
+    for (unsigned i = 1; i < a->count && delay < AUTH_DELAY_MAX_NS; i++)
+        delay *= 2;
+    if (delay > AUTH_DELAY_MAX_NS)
+        delay = AUTH_DELAY_MAX_NS;
+    slog(s, "connection from %s: %s token: REJECT in %.2f s (failure %u from "
+         "this address)", c->peer, h.token_len ? "wrong" : "no", (double)delay / 1e9,
+         a->count);
+    c->reading = 0;
+    c->auth_reject_at = now + delay;
+    return 1;
 }
 
 static void on_hello(mt_server *s, conn *c, const mt_frame *f)
 {
     mt_hello h, want;
+    if (auth_check(s, c, f))
+        return;
     mt_engine_format(s->eng, &want);
     c->id = mt_engine_session_new(s->eng);
     if (!c->id) {
@@ -718,6 +868,7 @@ static int conn_read(mt_server *s, conn *c)
             return -1;
         }
         uint64_t now = mt_now_ns();
+        c->bytes_in += (uint64_t)n;
         size_t off = 0;
         while (off < (size_t)n && c->reading) {
             size_t used = 0;
@@ -768,7 +919,12 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
         c->wlen -= (size_t)n;
         c->stuck_since = 0;
     }
-    if (!c->id && !c->closing && c->is_socket &&
+    if (!c->id && !c->closing && c->auth_reject_at && now >= c->auth_reject_at) {
+        c->auth_reject_at = 0;
+        conn_direct(s, c, MT_FRAME_REJECT, "authentication failed: wrong or "
+                    "missing token (--token-file)");
+    }
+    if (!c->id && !c->closing && c->is_socket && !c->auth_reject_at &&
         now - c->t_created > s->o.hello_timeout_ns) {
         /* counted, not logged one by one: idle connections come in crowds */
         char why[96];
@@ -842,9 +998,24 @@ static int pending_of_uid(const mt_server *s, uid_t uid)
 {
     int n = 0;
     for (const conn *c = s->conns; c; c = c->next)
-        if (c->is_socket && !c->closing && c->uid == uid &&
+        if (c->is_socket && !c->is_tcp && !c->closing && c->uid == uid &&
             (!c->id || c->pending))
             n++;
+    return n;
+}
+
+/* TCP has no uid: the peer address (without the port) takes its place. */
+static int pending_of_host(const mt_server *s, const char *host)
+{
+    int n = 0;
+    char h[64];
+    for (const conn *c = s->conns; c; c = c->next) {
+        if (!c->is_tcp || c->closing || (c->id && !c->pending))
+            continue;
+        peer_host(c, h, sizeof h);
+        if (!strcmp(h, host))
+            n++;
+    }
     return n;
 }
 
@@ -893,14 +1064,14 @@ static int live_conns(const mt_server *s)
  * why, close it, and take the spare back. Without a spare (it could not
  * be reopened), stop accepting for a moment instead. Either way the
  * pending connection no longer wakes the loop at once. */
-static void accept_without_fd(mt_server *s, int err, uint64_t now)
+static void accept_without_fd(mt_server *s, int lfd, int err, uint64_t now)
 {
     s->n_nofd++;
     s->nofd_errno = err;
     if (s->spare_fd >= 0) {
         close(s->spare_fd);
         s->spare_fd = -1;
-        int fd = accept4(s->lis.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0)
             reject_and_close(fd, "server out of file descriptors; try again later");
         s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -908,7 +1079,10 @@ static void accept_without_fd(mt_server *s, int err, uint64_t now)
             return;
     }
     if (!s->accept_paused_until) {
-        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
+        if (s->lis.fd >= 0)
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
+        if (s->tcp_fd >= 0)
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->tcp_fd, NULL);
         s->accept_paused_until = now + ACCEPT_PAUSE_NS;
     }
 }
@@ -933,14 +1107,16 @@ static void report_conns(mt_server *s, uint64_t now, int force)
     s->last_conn_report = now;
 }
 
-static void on_accept(mt_server *s)
+static void on_accept(mt_server *s, int lfd, int is_tcp)
 {
     for (int rounds = 0; rounds < 256 && !s->accept_paused_until; rounds++) {
-        int fd = accept4(s->lis.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
                 errno == ENOMEM) {
-                accept_without_fd(s, errno, mt_now_ns());
+                accept_without_fd(s, lfd, errno, mt_now_ns());
                 continue;
             }
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
@@ -950,13 +1126,34 @@ static void on_accept(mt_server *s)
         struct ucred cr;
         socklen_t cl = sizeof cr;
         memset(&cr, 0, sizeof cr);
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0)
+        char peer[64] = "", host[64] = "";
+        if (is_tcp) {
             cr.uid = (uid_t)-1;
+            cr.pid = 0;
+            mt_sockaddr_str((struct sockaddr *)&ss, sl, peer, sizeof peer);
+            snprintf(host, sizeof host, "%s", peer);
+            char *colon = strrchr(host, ':');
+            if (colon)
+                *colon = '\0';
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        } else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
+            cr.uid = (uid_t)-1;
+        }
         if (s->o.sndbuf > 0)
             setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &s->o.sndbuf, sizeof s->o.sndbuf);
+        if (is_tcp && pending_of_host(s, host) >= s->o.max_pending_per_uid) {
+            char why[160];
+            snprintf(why, sizeof why, "too many connections waiting for "
+                     "admission from %s (--max-pending-per-uid %d)", host,
+                     s->o.max_pending_per_uid);
+            s->n_refused++;
+            reject_and_close(fd, why);
+            continue;
+        }
         /* One uid's connections not yet admitted are capped: past that, its
          * own oldest idle one makes room (never another user's). */
-        if (pending_of_uid(s, cr.uid) >= s->o.max_pending_per_uid) {
+        if (!is_tcp && pending_of_uid(s, cr.uid) >= s->o.max_pending_per_uid) {
             conn *v = oldest_idle(s, 0, cr.uid);
             if (!v) {
                 char why[128];
@@ -993,6 +1190,43 @@ static void on_accept(mt_server *s)
         }
         c->uid = cr.uid;
         c->pid = cr.pid;
+        c->is_tcp = is_tcp;
+        snprintf(c->peer, sizeof c->peer, "%s", peer);
+    }
+}
+
+/* HAProxy's agent-check: one line, then close. maxconn is what this
+ * instance will hold now; drain while SIGTERM's sessions finish (the agent
+ * stays up, so HAProxy shows DRAIN, not a failure); down when a tick
+ * failed. */
+static void on_agent(mt_server *s)
+{
+    for (int rounds = 0; rounds < 64; rounds++) {
+        int fd = accept4(s->agent_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                slog(s, "agent: accept: %s", strerror(errno));
+            return;
+        }
+        char failed[160], line[256];
+        int n = mt_engine_published_limit(s->eng, failed, sizeof failed);
+        if (failed[0]) {
+            for (char *p = failed; *p; p++)   /* one line, no separators */
+                if (*p == '\n' || *p == '\r' || *p == ',')
+                    *p = ' ';
+            snprintf(line, sizeof line, "down#decoder failed: %s\n", failed);
+        } else if (s->draining) {
+            snprintf(line, sizeof line, "drain\n");
+        } else if (n == 0) {
+            /* maxconn:0 would mean "no limit" to HAProxy */
+            snprintf(line, sizeof line, "up drain\n");
+        } else {
+            snprintf(line, sizeof line, "up ready maxconn:%d\n", n);
+        }
+        if (send(fd, line, strlen(line), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+            /* HAProxy gone already: nothing to tell */
+        }
+        close(fd);
     }
 }
 
@@ -1013,9 +1247,14 @@ static void control_line(mt_server *s, const char *line, size_t len)
              "'reject ID reason' or 'limit N')", err);
         return;
     }
-    /* mt-admit also publishes its estimate as "limit N"; it is information
-     * for operators and logs, not a decision. */
-    if (ctl.kind == MT_CONTROL_NONE || ctl.kind == MT_CONTROL_LIMIT)
+    /* mt-admit also publishes its estimate as "limit N": not a decision
+     * on any request, but a bound on what this instance publishes (the
+     * agent-check's maxconn, the tick line's limit=). */
+    if (ctl.kind == MT_CONTROL_LIMIT) {
+        mt_engine_set_limit(s->eng, ctl.limit > INT32_MAX ? INT32_MAX : (int)ctl.limit);
+        return;
+    }
+    if (ctl.kind == MT_CONTROL_NONE)
         return;
     const char *verb = ctl.kind == MT_CONTROL_ACCEPT ? "accept" : "reject";
     conn *c = find_pending(s, ctl.session);
@@ -1078,6 +1317,10 @@ static void begin_drain(mt_server *s, const char *why)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
         mt_net_listener_close(&s->lis);
     }
+    /* The TCP listener stays open: HAProxy's health check keeps passing
+     * (the agent says drain, so it shows DRAIN, not DOWN), and a client
+     * routed here before it noticed gets REJECT "server draining", a
+     * reason, rather than a refused connection. */
     for (conn *c = s->conns; c; c = c->next) {
         if (c->pending)
             do_reject(s, c, "server draining");
@@ -1140,6 +1383,8 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         for (conn *c = s->conns; c; c = c->next) {
             if (c->pending && c->admit_deadline < wake)
                 wake = c->admit_deadline;
+            if (c->auth_reject_at && c->auth_reject_at < wake)
+                wake = c->auth_reject_at;
             if (c->reading && !c->r_epoll &&
                 (!c->id || (!c->pending && mt_engine_in_space(s->eng, c->id) > 0)))
                 poll_now = 1;   /* a regular file on stdin, with room */
@@ -1154,7 +1399,11 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         for (int i = 0; i < n; i++) {
             tagged *t = evs[i].data.ptr;
             if (t->tag == TAG_LISTEN) {
-                on_accept(s);
+                on_accept(s, s->lis.fd, 0);
+            } else if (t->tag == TAG_LISTEN_TCP) {
+                on_accept(s, s->tcp_fd, 1);
+            } else if (t->tag == TAG_AGENT) {
+                on_agent(s);
             } else if (t->tag == TAG_SIGNAL) {
                 on_signal(s);
             } else if (t->tag == TAG_EVENT) {
@@ -1199,6 +1448,8 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
             s->accept_paused_until = 0;
             if (s->lis.fd >= 0 && ep_add(s, s->lis.fd, EPOLLIN, &s->t_listen) != 0)
                 slog(s, "epoll_ctl (listener): %s", strerror(errno));
+            if (s->tcp_fd >= 0 && ep_add(s, s->tcp_fd, EPOLLIN, &s->t_listen_tcp) != 0)
+                slog(s, "epoll_ctl (tcp listener): %s", strerror(errno));
         }
         for (conn *c = s->conns, *nx; c; c = nx) {
             nx = c->next;

@@ -1,4 +1,5 @@
-/* server.h: mt-serve's I/O: the Unix socket (or one stdio session), the
+/* server.h: mt-serve's I/O: the Unix socket and/or a TCP listener (or one
+ * stdio session), HAProxy's agent-check port, the
  * epoll event loop, the control input, admission, signals, and the tick
  * thread that drives the engine on an absolute clock.
  *
@@ -39,6 +40,14 @@ typedef struct mt_server_opts {
     uint64_t    hello_timeout_ns;/* a connection without HELLO is closed */
     int         max_pending_per_uid; /* connections of one uid not yet
                                     admitted (0: half of max_conns) */
+    /* TCP (issue 23) */
+    const char *listen_addr;     /* --listen HOST:PORT, or NULL */
+    const char *agent_addr;      /* --agent HOST:PORT (HAProxy agent-check) */
+    const char *token;           /* --token-file's token: TCP HELLOs must
+                                    carry it (NULL: none asked) */
+    size_t      token_len;
+    int         insecure;        /* --insecure: a non-loopback --listen
+                                    without a token, warned about */
     uint64_t    t0;              /* server start (CLOCK_MONOTONIC ns) */
     /* human log lines (stderr in mt-serve) */
     void      (*log)(void *ctx, const char *msg);

@@ -133,7 +133,7 @@ static int length_ok(unsigned type, uint32_t len)
     switch (type) {
     case MT_FRAME_HELLO:
     case MT_FRAME_ACCEPT:
-        return len >= HELLO_FIXED && len <= HELLO_FIXED + MT_MODEL_NAME_MAX;
+        return len >= HELLO_FIXED && len <= MT_HELLO_MAX;
     case MT_FRAME_AUDIO:
         return len % 2 == 0;
     case MT_FRAME_TOKENS:
@@ -345,6 +345,15 @@ long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap)
 
 /* ---- HELLO / ACCEPT payload ---------------------------------------------- */
 
+/* Printable ASCII, no space: a token fits a file, a shell and a log. */
+static int token_ok(const uint8_t *t, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (t[i] < 0x21 || t[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
 long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap)
 {
     if (!h || !out)
@@ -353,24 +362,39 @@ long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap)
     if (name > MT_MODEL_NAME_MAX ||
         !utf8_valid((const uint8_t *)h->model, name))
         return MT_FERR_ARG;
-    if (cap < HELLO_FIXED + name)
+    size_t tok = h->token_len;
+    if (tok > MT_TOKEN_MAX || !token_ok((const uint8_t *)h->token, tok))
+        return MT_FERR_ARG;
+    size_t total = HELLO_FIXED + name + (tok ? 1 + tok : 0);
+    if (cap < total)
         return MT_FERR_ARG;
     put_u32(out, h->sample_rate);
     put_u32(out + 4, h->frame_samples);
     put_u16(out + 8, h->channels);
     put_u16(out + 10, h->encoding);
     memcpy(out + HELLO_FIXED, h->model, name);
-    return (long)(HELLO_FIXED + name);
+    if (tok) {
+        out[HELLO_FIXED + name] = 0;
+        memcpy(out + HELLO_FIXED + name + 1, h->token, tok);
+    }
+    return (long)total;
 }
 
 /* Structure only: whether the server can serve this format is its own
  * decision, answered with REJECT and a reason, not a stream error. */
 int mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h)
 {
-    if (!p || !h || len < HELLO_FIXED || len > HELLO_FIXED + MT_MODEL_NAME_MAX)
+    if (!p || !h || len < HELLO_FIXED || len > MT_HELLO_MAX)
         return MT_FERR_PAYLOAD;
-    size_t name = len - HELLO_FIXED;
-    if (!utf8_valid(p + HELLO_FIXED, name))
+    size_t name = len - HELLO_FIXED, tok = 0;
+    const uint8_t *nul = memchr(p + HELLO_FIXED, 0, name);
+    if (nul) {
+        tok = name - (size_t)(nul - (p + HELLO_FIXED)) - 1;
+        name = (size_t)(nul - (p + HELLO_FIXED));
+        if (tok < 1 || tok > MT_TOKEN_MAX || !token_ok(nul + 1, tok))
+            return MT_FERR_PAYLOAD;
+    }
+    if (name > MT_MODEL_NAME_MAX || !utf8_valid(p + HELLO_FIXED, name))
         return MT_FERR_PAYLOAD;
     h->sample_rate = get_u32(p);
     h->frame_samples = get_u32(p + 4);
@@ -378,6 +402,10 @@ int mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h)
     h->encoding = get_u16(p + 10);
     memcpy(h->model, p + HELLO_FIXED, name);
     h->model[name] = '\0';
+    h->token_len = (uint8_t)tok;
+    if (tok)
+        memcpy(h->token, nul + 1, tok);
+    h->token[tok] = '\0';
     return 0;
 }
 

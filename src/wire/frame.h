@@ -37,6 +37,8 @@
 #define MT_FRAME_MAX_SIZE     (MT_FRAME_HEADER_SIZE + MT_FRAME_MAX_PAYLOAD)
 #define MT_REASON_MAX         255   /* REJECT/ERROR reason bytes */
 #define MT_MODEL_NAME_MAX     63
+#define MT_TOKEN_MAX          128   /* HELLO's optional access token */
+#define MT_HELLO_MAX          (12 + MT_MODEL_NAME_MAX + 1 + MT_TOKEN_MAX)
 
 enum mt_frame_type {
     MT_FRAME_HELLO  = 1, /* client -> server: wanted format (mt_hello) */
@@ -87,13 +89,19 @@ typedef struct mt_frame {
                                valid until the next decode call */
 } mt_frame;
 
-/* HELLO and ACCEPT payload: 12 bytes + model name (no NUL on the wire). */
+/* HELLO and ACCEPT payload: 12 bytes + model name (no NUL on the wire),
+ * then, optionally (HELLO over TCP to a server with --token-file), one NUL
+ * byte and the access token (1..MT_TOKEN_MAX printable ASCII bytes). The
+ * name can hold no NUL, so the NUL marks where it ends; a payload without
+ * one is exactly the version-1 payload of before. */
 typedef struct mt_hello {
     uint32_t sample_rate;
     uint32_t frame_samples;
     uint16_t channels;
     uint16_t encoding;                  /* enum mt_encoding */
     char     model[MT_MODEL_NAME_MAX + 1];
+    uint8_t  token_len;                 /* 0: no token */
+    char     token[MT_TOKEN_MAX + 1];
 } mt_hello;
 
 typedef struct mt_frame_decoder {
@@ -131,8 +139,9 @@ int mt_frame_decoder_finish(const mt_frame_decoder *d);
 long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap);
 
 /* HELLO/ACCEPT payload <-> struct. encode returns bytes or MT_FERR_ARG;
- * decode returns 0 or MT_FERR_PAYLOAD (length outside 12..12+63, or a name
- * that is not UTF-8 or holds a NUL). Values (rate, channels, encoding) are
+ * decode returns 0 or MT_FERR_PAYLOAD (length outside 12..MT_HELLO_MAX, a
+ * name over 63 bytes or not UTF-8, a token after the NUL that is empty,
+ * too long or not printable ASCII). Values (rate, channels, encoding) are
  * not judged here: the server answers what it cannot serve with REJECT. */
 long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap);
 int  mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h);

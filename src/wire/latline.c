@@ -478,6 +478,11 @@ long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
             mt_ll_f(&w, "sim_noise_ms", t->sim_noise_ms, 3);
         }
     }
+    if (t->has_limit) {
+        if (t->limit < 0)
+            return -1;
+        mt_ll_int(&w, "limit", t->limit);
+    }
     return mt_ll_end(&w);
 }
 
@@ -587,6 +592,14 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
             }
         }
     }
+    rc = read_field(ll, lineno, "limit", F_INT, &tmp.limit, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 0 && tmp.limit < 0) {
+        set_err(err, errlen, "line %ld: key 'limit': negative", lineno);
+        return -1;
+    }
+    tmp.has_limit = rc == 0;
     *t = tmp;
     return 0;
 }

@@ -116,6 +116,12 @@ typedef struct mt_tick {
     char     device[48];
     double   sim_pred_ms;
     double   sim_noise_ms;
+    /* ---- the published capacity (issue 23); optional, after the device
+     * keys: limit is the session count mt-serve publishes to HAProxy's
+     * agent-check (maxconn), written only when has_limit (a reader sets
+     * has_limit from the key's presence; negative is malformed). */
+    int      has_limit;
+    int64_t  limit;
 } mt_tick;
 #define MT_TICK_DEVICE_MAX 48
 

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wire/endpoint.h"
 #include "wire/frame.h"
 
 enum { B_NONE = 0, B_GARBAGE, B_TRUNCATED, B_OVERSIZED, B_WRONGFMT,
@@ -93,6 +94,9 @@ static long enc(uint8_t *out, size_t cap, int type, uint32_t seq, const void *p,
     return mt_frame_encode(&f, out, cap);
 }
 
+static char   token[MT_TOKEN_MAX + 1];   /* --token-file */
+static size_t token_len;
+
 static long enc_hello(uint8_t *out, size_t cap, int wrong)
 {
     mt_hello h = {0};
@@ -101,7 +105,11 @@ static long enc_hello(uint8_t *out, size_t cap, int wrong)
     h.channels = 1;
     h.encoding = MT_ENC_PCM_S16LE;
     snprintf(h.model, sizeof h.model, "fakeclient");
-    uint8_t pl[128];
+    if (token_len) {
+        memcpy(h.token, token, token_len);
+        h.token_len = (uint8_t)token_len;
+    }
+    uint8_t pl[MT_HELLO_MAX];
     long n = mt_hello_encode(&h, pl, sizeof pl);
     return n < 0 ? n : enc(out, cap, MT_FRAME_HELLO, 0, pl, (size_t)n);
 }
@@ -296,16 +304,27 @@ static int expected_state(int bad)
 }
 
 /* Connect session s and send its HELLO. */
-static void start_one(fsess *s, int epfd, const struct sockaddr_un *sa)
+static void start_one(fsess *s, int epfd, const char *path)
 {
     uint8_t b[MT_FRAME_MAX_SIZE];
+    char cerr[256];
     s->t_connect = now_ns();
-    s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->fd < 0 || connect(s->fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
-        finish(s, ST_FAILED, strerror(errno));
+    /* a Unix socket path or tcp:HOST:PORT; a full Unix backlog (-2) is
+     * waited out, as the blocking connect of before did */
+    uint64_t until = now_ns() + 5000000000ull;
+    do {
+        s->fd = mt_endpoint_connect(path, 5000, cerr, sizeof cerr);
+        if (s->fd == -2) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    } while (s->fd == -2 && now_ns() < until);
+    if (s->fd < 0) {
+        int timed_out = s->fd == -2;
+        s->fd = -1;
+        finish(s, ST_FAILED, timed_out ? "connect: timed out" : cerr);
         return;
     }
-    fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = s};
     epoll_ctl(epfd, EPOLL_CTL_ADD, s->fd, &e);
     long m = enc_hello(b, sizeof b, s->bad == B_WRONGFMT);
@@ -322,10 +341,6 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
     if (!ss || epfd < 0)
         return 1;
     uint64_t P = (uint64_t)(period_ms * 1e6);
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
     uint8_t b[MT_FRAME_MAX_SIZE];
     uint64_t t_first = now_ns();
     for (int i = 0; i < n; i++) {
@@ -337,7 +352,7 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
         s->t_connect = t_first + (uint64_t)(i * arrive_ms * 1e6);
         mt_frame_decoder_init(&s->dec);
         if (arrive_ms <= 0)
-            start_one(s, epfd, &sa);
+            start_one(s, epfd, path);
     }
     uint64_t t_start = now_ns(), hard_end = t_start + (uint64_t)((nframes * period_ms / 1000.0 + n * arrive_ms / 1000.0 + end_timeout_s + 30) * 1e9);
     for (;;) {
@@ -355,7 +370,7 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
                         wake = s->t_connect;
                     continue;
                 }
-                start_one(s, epfd, &sa);
+                start_one(s, epfd, path);
             }
             if (s->state == ST_HELLO && now > s->t_connect && now - s->t_connect > 30000000000ull)
                 finish(s, ST_FAILED, "no ACCEPT/REJECT within 30 s");
@@ -564,7 +579,8 @@ static void usage(FILE *f)
 "usage: mt-fakeclient -s PATH [-n N] [-f FRAMES] [options]\n"
 "       mt-fakeclient --emit -f FRAMES [--no-pace] > frames\n"
 "       mt-fakeclient --read [--expect N] < frames\n"
-"  -s PATH             server socket\n"
+"  -s PATH             server socket, or tcp:HOST:PORT\n"
+"  --token-file FILE   access token for a TCP server\n"
 "  -n N                concurrent sessions (default 1)\n"
 "  -f FRAMES           frames per session (default 25)\n"
 "  --period-ms MS      frame period (default 80)\n"
@@ -597,6 +613,7 @@ int main(int argc, char **argv)
         {"no-pace", no_argument, 0, 'N'},
         {"expect", required_argument, 0, 'X'},
         {"echo", no_argument, 0, 'C'},
+        {"token-file", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *path = NULL;
@@ -621,6 +638,15 @@ int main(int argc, char **argv)
         case 'N': pace = 0; break;
         case 'X': expect = atoi(optarg); break;
         case 'C': check_echo = 1; break;
+        case 'T': {
+            char err[256];
+            if (mt_token_read(optarg, token, sizeof token, &token_len, err,
+                              sizeof err) != 0) {
+                fprintf(stderr, "mt-fakeclient: %s\n", err);
+                return 2;
+            }
+            break;
+        }
         case 'B':
             bad = -1;
             for (int i = 1; bad_names[i]; i++)

@@ -293,6 +293,8 @@ static void test_frame_record(void)
         int rt = rp == 0 ? mt_frame_rec_from_line(&ll, 6, &u, err, sizeof err) : -1;
         ok(rt == -1 && strstr(err, bad[k][1]) != NULL, "refused: %s", err);
     }
+}
+
 /* issue 22: the device keys: device= on every tick, and on a simulated
  * device sim_pred_ms and sim_noise_ms, required by the reader there. */
 static void test_tick_device(void)
@@ -352,6 +354,47 @@ static void test_tick_device(void)
     is_int(mt_tick_format(&t, buf, sizeof buf), -1, "the writer refuses a bad label");
 }
 
+/* issue 23: limit= (the capacity published to HAProxy's agent-check),
+ * after the device keys, written only when set, never negative. */
+static void test_tick_limit(void)
+{
+    mt_tick t = { .tick = 9, .active = 3, .naive_met = 100, .met = 100,
+                  .miss = 0, .sim_pred_ms = 1.5, .sim_noise_ms = 0.25 }, u;
+    char buf[1024];
+    snprintf(t.device, sizeof t.device, "sim:h200-llama1b");
+    mt_tick_format(&t, buf, sizeof buf);
+    ok(strstr(buf, "limit") == NULL, "no limit: no key written");
+    t.has_limit = 1;
+    t.limit = 0;
+    mt_tick_format(&t, buf, sizeof buf);
+    like(buf, " sim_noise_ms=0.250 limit=0", "limit=0 is written, after the device keys");
+    t.limit = 12;
+    ok(mt_tick_format(&t, buf, sizeof buf) > 0, "limit 12 formats");
+    is_int(parse(buf, 40), 0, "parses");
+    memset(&u, 0xAB, sizeof u);
+    is_int(mt_tick_from_line(&ll, 40, &u, err, sizeof err), 0, "reads");
+    ok(u.has_limit == 1 && u.limit == 12 && u.miss == 0 && u.active == 3,
+       "limit read back with the rest");
+    t.has_limit = 0;
+    mt_tick_format(&t, buf, sizeof buf);
+    parse(buf, 41);
+    memset(&u, 0xAB, sizeof u);
+    ok(mt_tick_from_line(&ll, 41, &u, err, sizeof err) == 0 && u.has_limit == 0,
+       "a line without limit: has_limit 0");
+    static const char *const bad[] = { " limit=-1", " limit=x", " limit=2.5", " limit=" };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char line[1200];
+        snprintf(line, sizeof line, "%s%s", buf, bad[k]);
+        int rp = parse(line, 42);
+        int rt = rp == 0 ? mt_tick_from_line(&ll, 42, &u, err, sizeof err) : -1;
+        ok(rt == -1 && (rp != 0 || strstr(err, "key 'limit'") != NULL),
+           "refused:%s (%s)", bad[k], err);
+    }
+    t.has_limit = 1;
+    t.limit = -3;
+    is_int(mt_tick_format(&t, buf, sizeof buf), -1, "the writer refuses a negative limit");
+}
+
 int main(void)
 {
     test_writer_round_trip();
@@ -359,5 +402,6 @@ int main(void)
     test_frame_record();
     test_malformed();
     test_tick_device();
+    test_tick_limit();
     return tap_done();
 }
