@@ -33,6 +33,10 @@ static void usage(FILE *f)
 "                           required off loopback (or --insecure)\n"
 "      --insecure           allow a non-loopback --listen without a token\n"
 "      --agent HOST:PORT    answer HAProxy's agent-check there\n"
+"      --drain MODE         on SIGTERM: frames (default: end every session's\n"
+"                           input, answer what is queued) or sessions (let\n"
+"                           admitted sessions run to their own END)\n"
+"      --drain-timeout MS   SIGTERM: longest wait for sessions (10000)\n"
 "      --socket-mode MODE   octal mode of the socket (default 0600)\n"
 "      --stdio              one session on stdin/stdout; latency lines on\n"
 "                           stderr or --latency-log\n"
@@ -87,7 +91,7 @@ enum {
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
-    O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE,
+    O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -112,6 +116,8 @@ static const struct option longopts[] = {
     {"agent", required_argument, 0, O_AGENT},
     {"token-file", required_argument, 0, O_TOKEN},
     {"insecure", no_argument, 0, O_INSECURE},
+    {"drain", required_argument, 0, O_DRAIN},
+    {"drain-timeout", required_argument, 0, O_DRAINTO},
     {"stdio", no_argument, 0, O_STDIO},
     {"model", required_argument, 0, 'm'},
     {"device", required_argument, 0, O_DEVICE},
@@ -239,6 +245,10 @@ static int number_option(serve_args *a, int c, const char *arg)
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
         a->so.write_timeout_ns = (uint64_t)(ms * 1e6);
         return 0;
+    case O_DRAINTO:
+        if (mt_opt_ms(arg, 1, 86400000, &ms)) return -1;
+        a->so.drain_timeout_ns = (uint64_t)(ms * 1e6);
+        return 0;
     case O_MAXCONNS: return mt_opt_int(arg, 1, 1 << 20, &a->so.max_conns);
     case O_HELLOTO:
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
@@ -269,6 +279,14 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case O_AGENT: a->so.agent_addr = optarg; break;
         case O_TOKEN: a->token_file = optarg; break;
         case O_INSECURE: a->so.insecure = 1; break;
+        case O_DRAIN:
+            if (!strcmp(optarg, "sessions"))
+                a->so.drain_sessions = 1;
+            else if (!strcmp(optarg, "frames"))
+                a->so.drain_sessions = 0;
+            else
+                return mt_opt_usage_error("--drain: frames or sessions, not '%s'", optarg);
+            break;
         case 'm': a->model = optarg; break;
         case O_FILL: a->fill = 1; break;
         case O_NOFILL: a->fill = 0; break;

@@ -1324,9 +1324,12 @@ static void begin_drain(mt_server *s, const char *why)
     for (conn *c = s->conns; c; c = c->next) {
         if (c->pending)
             do_reject(s, c, "server draining");
+        else if (s->o.drain_sessions && c->id && c->reading)
+            continue;   /* --drain sessions: it ends when its client ends it */
         c->reading = 0;
     }
-    mt_engine_drain(s->eng);
+    if (!s->o.drain_sessions)
+        mt_engine_drain(s->eng);
 }
 
 static void on_signal(mt_server *s)

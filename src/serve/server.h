@@ -34,6 +34,10 @@ typedef struct mt_server_opts {
     uint64_t    write_timeout_ns;/* output stuck this long: disconnect */
     int         sndbuf;          /* SO_SNDBUF for client sockets (0: keep) */
     uint64_t    drain_timeout_ns;/* SIGTERM: longest wait for sessions */
+    int         drain_sessions;  /* --drain sessions: SIGTERM lets admitted
+                                    sessions run to their own END (within
+                                    drain_timeout) instead of ending their
+                                    input at once */
     int         max_conns;       /* connections at once (0: 4 x
                                     max_sessions + 16); lowered at start
                                     to fit RLIMIT_NOFILE */

@@ -46,3 +46,21 @@ wait_for_socket() {
     while [ ! -S "$1" ] && [ $i -lt "$n" ]; do sleep 0.1; i=$((i + 1)); done
     [ -S "$1" ]
 }
+# The transport the serve/replay tests use: MT_TRANSPORT=unix (default) or
+# tcp. With tcp the server listens on its Unix socket and on a loopback TCP
+# port (so wait_for_socket still tells when it is up), and the clients
+# connect over TCP: t_listen_args PATH gives the server's arguments,
+# t_endpoint PATH the address a client is given.
+MT_TRANSPORT=${MT_TRANSPORT:-unix}
+t_free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+if [ "$MT_TRANSPORT" = tcp ]; then T_PORT=$(t_free_port); fi
+t_listen_args() {
+    if [ "$MT_TRANSPORT" = tcp ]; then echo "-s $1 --listen 127.0.0.1:$T_PORT"
+    else echo "-s $1"; fi
+}
+t_endpoint() {
+    if [ "$MT_TRANSPORT" = tcp ]; then echo "tcp:127.0.0.1:$T_PORT"
+    else echo "$1"; fi
+}

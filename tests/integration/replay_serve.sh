@@ -36,7 +36,7 @@ sox -n -r 48000 -c 2 tone48.aiff synth 0.9 sine 200-2000 vol 0.5
 
 # one BLAS thread at low priority: the pacing check measures the client,
 # not how two processes share two cores
-nice -n 10 "$S" -s "$T_TMP/mt.sock" -m synthetic:echo --threads 1 --max-sessions 80 > serve.log 2> serve.err &
+nice -n 10 "$S" $(t_listen_args "$T_TMP/mt.sock") -m synthetic:echo --threads 1 --max-sessions 80 > serve.log 2> serve.err &
 t_track $!
 wait_for_socket "$T_TMP/mt.sock" 100
 t_check "mt-serve is listening" test -S "$T_TMP/mt.sock"
@@ -47,7 +47,7 @@ for f in speech.wav speech44.flac tone8.ogg tone48.aiff; do
     i=$((i + 1))
 done
 mkdir out
-timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav speech44.flac tone8.ogg tone48.aiff \
+timeout 60 "$R" -s "$(t_endpoint "$T_TMP/mt.sock")" speech.wav speech44.flac tone8.ogg tone48.aiff \
     -o "out/%d.wav" --latency frames > lines.txt 2> err.txt
 rc=$?
 t_check "replay of 4 files exits 0 $(head -c 200 err.txt)" test $rc = 0
@@ -70,7 +70,7 @@ t_check "emit | mt-serve --stdio | play: output equals the input" same ref0.wav 
 
 # a format the server does not serve: REJECT with a reason, exit 1, no file
 mkdir rej
-timeout 20 "$R" -s "$T_TMP/mt.sock" -r 16000 -f 1280 tone8.ogg -o rej/x.wav > rej.txt 2>&1
+timeout 20 "$R" -s "$(t_endpoint "$T_TMP/mt.sock")" -r 16000 -f 1280 tone8.ogg -o rej/x.wav > rej.txt 2>&1
 rc=$?
 t_check "wrong format: exit 1" test $rc = 1
 t_check "wrong format: rejected with a reason" grep -Eq '^replay_rejected=rejected session=0 reason=.+' rej.txt
@@ -81,7 +81,7 @@ t_check "unreachable socket: exit 1" sh -c '! "$0" -s "$1/nope.sock" "$1/tone8.o
 # threshold says nothing on a machine already oversubscribed by other jobs
 # (load measured before the run): then the figure is only reported.
 load=$(cut -d' ' -f1 /proc/loadavg)
-timeout 60 "$R" -s "$T_TMP/mt.sock" -n 64 --stagger 1 --loop --duration 4 --rate-check \
+timeout 60 "$R" -s "$(t_endpoint "$T_TMP/mt.sock")" -n 64 --stagger 1 --loop --duration 4 --rate-check \
     --latency none tone8.ogg > rate.txt 2> rate.err
 rc=$?
 t_check "64 sessions: exit 0 $(head -c 200 rate.err)" test $rc = 0

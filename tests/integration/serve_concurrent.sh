@@ -18,11 +18,11 @@ tot() { awk -v k="$1" '/^total /{for(i=1;i<=NF;i++){n=index($i,"=");if(substr($i
 # --fill: 32 sessions of synthetic:small are more than 2 cores compute in
 # real time; FILL answers what is late, so every frame is still answered
 # exactly once and the run stays bounded however loaded the machine is.
-"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:small --max-sessions 64 --fill \
+"$MT_BIN/mt-serve" $(t_listen_args "$SOCK") -m synthetic:small --max-sessions 64 --fill \
     >"$T_TMP/lat" 2>"$T_TMP/log" &
 SRV=$!; t_track $SRV
 t_check "server listens" wait_for_socket "$SOCK" 300
-timeout 150 "$MT_TESTBIN/mt-fakeclient" -s "$SOCK" -n "$N" -f "$FRAMES" \
+timeout 150 "$MT_TESTBIN/mt-fakeclient" -s "$(t_endpoint "$SOCK")" -n "$N" -f "$FRAMES" \
     --end-timeout 20 >"$T_TMP/cli"
 t_ok $? "$N sessions: every input got exactly one output, in order"
 t_check "all $N sessions ended with END" [ "$(tot done)" = "$N" ]
