@@ -107,6 +107,8 @@ HELP_BINS := $(HELP_SRCS:tests/helpers/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/tests/replay_%)
 INTEG     := $(sort $(filter-out %lib.sh,$(wildcard tests/integration/*.sh)))
+# run a second time over TCP by `make test` (lib.sh: MT_TRANSPORT)
+TCP_INTEG := tests/integration/serve_concurrent.sh tests/integration/replay_serve.sh
 
 .PHONY: all deps test unit asan fuzz bench demo install clean check-cuda-line
 .DEFAULT_GOAL := all
@@ -182,6 +184,9 @@ TEST_BINS := $(UNIT_BINS) $(HELP_BINS) $(FUZZ_REPLAY)
 test: all $(TEST_BINS)
 	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
 	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG)
+	@echo "# the serve/replay tests again, over TCP (MT_TRANSPORT=tcp)"
+	@MT_TRANSPORT=tcp MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
+	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(TCP_INTEG)
 
 unit: all $(TEST_BINS)
 	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
