@@ -24,7 +24,7 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
     f.t_ready = UINT64_MAX - (uint64_t)i;
     size_t n = 0;
     if (type == MT_FRAME_HELLO || type == MT_FRAME_ACCEPT) {
-        mt_hello h = { 24000, 1920, 1, MT_ENC_PCM_S16LE, "" };
+        mt_hello h = { 24000, 1920, 1, MT_ENC_PCM_S16LE, "", 0, "" };
         snprintf(h.model, sizeof h.model, "synthetic:tiny-%d", i);
         long r = mt_hello_encode(&h, pl, MT_FRAME_MAX_PAYLOAD);
         n = r > 0 ? (size_t)r : 0;
@@ -305,8 +305,14 @@ static void test_malformed(void)
     check_bad("HELLO model name too long", w,
               MT_FRAME_HEADER_SIZE + 12 + MT_MODEL_NAME_MAX + 1, MT_FERR_PAYLOAD);
     n = enc(&f, w);
+    /* a NUL ends the name and starts the access token (issue 23): one
+     * with nothing after it, or with a byte no token holds, is refused */
+    w[n - 1] = 0;
+    check_bad("HELLO ending in a NUL (an empty token)", w, n, MT_FERR_PAYLOAD);
+    n = enc(&f, w);
     w[MT_FRAME_HEADER_SIZE + 13] = 0;
-    check_bad("HELLO model name with a NUL", w, n, MT_FERR_PAYLOAD);
+    w[n - 1] = ' ';
+    check_bad("HELLO token with a space", w, n, MT_FERR_PAYLOAD);
     f = make_frame(MT_FRAME_ACCEPT, 0, 0, pl);
     n = enc(&f, w);
     w[MT_FRAME_HEADER_SIZE + 12] = 0xFF;
@@ -378,7 +384,7 @@ static void test_encoder(void)
     f.version = 0;
     f.payload = NULL;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_ARG, "NULL payload refused");
-    mt_hello h = { 24000, 1920, 1, 1, "" };
+    mt_hello h = { 24000, 1920, 1, 1, "", 0, "" };
     memset(h.model, 'm', sizeof h.model); /* no NUL: name too long */
     is_int(mt_hello_encode(&h, w, sizeof w), MT_FERR_ARG, "hello name too long refused");
     h.model[5] = '\0';
