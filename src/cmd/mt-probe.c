@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "cmd/opt.h"
+#include "wire/endpoint.h"
 #include "cmd/quality_cmd.h"
 #include "probe/calibrate.h"
 #include "probe/probe.h"
@@ -106,7 +107,7 @@ enum {
     O_TSV, O_SERVE, O_RUNS, O_DURATION, O_SEED, O_ARRIVALS, O_LENGTHS,
     O_MAXSESS, O_STARVE, O_DATA, O_LAYERS, O_KVHEADS, O_HEADDIM, O_BACKEND,
     O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES,
-    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET,
+    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN,
 };
 
 typedef struct load_opts {
@@ -511,7 +512,8 @@ static void help_sweep(FILE *f)
 "then the wall: the largest level whose truthful p99 stays under the frame\n"
 "period with every session admitted. Progress on stderr when it is a tty.\n"
 "\n"
-"  -s, --socket SOCK   a running mt-serve\n"
+"  -s, --socket SOCK   a running mt-serve (Unix socket or tcp:HOST:PORT)\n"
+"  --token-file FILE   its access token (mt-serve --token-file)\n"
 "  -- ARGS...          or start mt-serve ARGS (on a private socket) for it\n"
 "  --serve BIN         the mt-serve to start (default: beside mt-probe)\n"
 "  --from N --to N --step K   the levels (default 1, 8, 1)\n"
@@ -549,6 +551,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
         {"tsv", required_argument, 0, O_TSV},
         {"serve", required_argument, 0, O_SERVE},
         {"budget", required_argument, 0, O_BUDGET},
+        {"token-file", required_argument, 0, O_TOKEN},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -567,6 +570,17 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
         case O_TSV: o->tsv_out = optarg; break;
         case O_SERVE: *serve = optarg; break;
         case O_BUDGET: bad = mt_opt_ms(optarg, 0.001, 1e9, &o->budget_ms); break;
+        case O_TOKEN: {
+            static char tok[MT_TOKEN_MAX + 1];
+            char terr[512];
+            if (mt_token_read(optarg, tok, sizeof tok, &o->token_len, terr,
+                              sizeof terr) != 0) {
+                fprintf(stderr, "%s sweep: %s\n", prog, terr);
+                return 2;
+            }
+            o->token = tok;
+            break;
+        }
         }
         if (bad)
             return 2;

@@ -177,7 +177,9 @@ void mt_probe_source_free(mt_probe_source *src);
 
 /* ---- sweep (sweep.c) ------------------------------------------------ */
 typedef struct mt_sweep_opts {
-    const char *sock;
+    const char *sock;           /* Unix socket or tcp:HOST:PORT */
+    const char *token;          /* HELLO's access token (--token-file) */
+    size_t      token_len;
     int         from, to, step;
     double      hold_s, warmup_s;
     const char *audio;          /* NULL: synthetic audio */

@@ -167,6 +167,10 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
     cc.hello.frame_samples = 1920;
     cc.hello.channels = 1;
     cc.hello.encoding = MT_ENC_PCM_S16LE;
+    if (o->token && o->token_len <= MT_TOKEN_MAX) {
+        memcpy(cc.hello.token, o->token, o->token_len);
+        cc.hello.token_len = (uint8_t)o->token_len;
+    }
     cc.max_sessions = c + 1;
     cc.cb = &cb;
     cc.user = x;
