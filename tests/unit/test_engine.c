@@ -622,6 +622,45 @@ static void test_close_in_flight(void)
     ok(S[1].real == 2, "the engine goes on without it");
 }
 
+/* issue 23: the published capacity: the least of max_sessions, the
+ * sessions held plus what the pool can still hold for their bound, and
+ * the controller's limit; a failed step is reported for the agent's down. */
+static void test_published_limit(void)
+{
+    char failed[160];
+    /* window 28 + sink 4 = 32 positions = 2 blocks a session */
+    is_int(rig_open((rig_opts){ .policy = MT_KV_WINDOW, .max_sessions = 8 }, MS), 0, "rig (64 blocks)");
+    is_int(mt_engine_published_limit(eng, failed, sizeof failed), 8,
+           "a large pool: --max-sessions");
+    ok(failed[0] == 0, "not failed");
+    is_int(rig_open((rig_opts){ .policy = MT_KV_WINDOW, .max_sessions = 8, .blocks = 6 }, MS), 0,
+           "rig (6 blocks)");
+    int kv0 = mt_engine_published_limit(eng, NULL, 0);
+    is_int(kv0, 3, "6 blocks hold 3 bounded sessions: 3");
+    uint32_t id = open_session(0);
+    ok(id != 0, "one session admitted");
+    is_int(mt_engine_published_limit(eng, NULL, 0), 3, "held + room is still 3");
+    mt_engine_set_limit(eng, 2);
+    is_int(mt_engine_published_limit(eng, NULL, 0), 2, "limit 2 from the controller wins");
+    mt_engine_set_limit(eng, 0);
+    is_int(mt_engine_published_limit(eng, NULL, 0), 0, "limit 0: 0");
+    mt_engine_set_limit(eng, -1);
+    is_int(mt_engine_published_limit(eng, NULL, 0), 3, "no limit: back to the pool's 3");
+    is_int(send_frame(id, 0), 0, "a frame in");
+    is_int(tick(0), 0, "tick");
+    mt_tick t;
+    is_int(last_tick(&t), 0, "tick line reads back");
+    ok(t.has_limit && t.limit == 3, "the tick line says limit=3");
+    is_int(rig_open((rig_opts){ .policy = MT_KV_FULL, .max_sessions = 5 }, MS), 0, "rig (full)");
+    is_int(mt_engine_published_limit(eng, NULL, 0), 5, "unbounded sessions: --max-sessions");
+    id = open_session(0);
+    send_frame(id, 0);
+    F.fail = 1;
+    ok(tick(0) != 0, "a failed step fails the tick");
+    mt_engine_published_limit(eng, failed, sizeof failed);
+    like(failed, "fake: step failed", "the failure is kept for the agent");
+}
+
 int main(void)
 {
     if (mt_model_load("synthetic:tiny", 0, &model, err, sizeof err)) {
@@ -638,6 +677,7 @@ int main(void)
     test_drain();
     test_step_failure();
     test_close_in_flight();
+    test_published_limit();
     rig_close();
     mt_model_free(model);
     return tap_done();
