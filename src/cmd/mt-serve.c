@@ -49,6 +49,7 @@ static void usage(FILE *f)
 "      --admit-timeout MS   reject requests unanswered this long (2000)\n"
 "      --latency-log PATH   latency lines to PATH (SIGHUP reopens it)\n"
 "      --latency=KIND       ticks (default) or frames (adds a line per frame)\n"
+"      --latency-format FMT logfmt (default) or json (one object per line)\n"
 "      --in-queue N         input frames kept per session (default 256)\n"
 "      --out-queue N        output frames buffered per session (default 64)\n"
 "      --write-timeout MS   disconnect a client whose output is stuck (2000)\n"
@@ -68,7 +69,7 @@ enum {
     O_SOCKMODE = 256, O_STDIO, O_DEVICE, O_THREADS, O_KV, O_SINK, O_WINDOW,
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
-    O_WRITETO, O_NOCATCH,
+    O_WRITETO, O_NOCATCH, O_LATFMT,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -106,6 +107,7 @@ static const struct option longopts[] = {
     {"admit-timeout", required_argument, 0, O_ADMITTO},
     {"latency-log", required_argument, 0, O_LATLOG},
     {"latency", required_argument, 0, O_LATENCY},
+    {"latency-format", required_argument, 0, O_LATFMT},
     {"in-queue", required_argument, 0, O_INQ},
     {"out-queue", required_argument, 0, O_OUTQ},
     {"write-timeout", required_argument, 0, O_WRITETO},
@@ -139,6 +141,7 @@ static int word_option(serve_args *a, int c, const char *arg)
     static const char *const ropes[] = { "cache", "absolute", NULL };
     static const char *const onfull[] = { "preempt", "stall", NULL };
     static const char *const latency[] = { "ticks", "frames", NULL };
+    static const char *const latfmt[] = { "logfmt", "json", NULL };
     int i;
     switch (c) {
     case O_DEVICE:
@@ -160,6 +163,10 @@ static int word_option(serve_args *a, int c, const char *arg)
     case O_LATENCY:
         if (mt_opt_choice(arg, latency, &i)) return -1;
         a->eo.frame_lines = i;
+        return 0;
+    case O_LATFMT:
+        if (mt_opt_choice(arg, latfmt, &i)) return -1;
+        a->so.latency_json = i;
         return 0;
     }
     return -1;
