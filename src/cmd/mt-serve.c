@@ -296,6 +296,40 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
             a->so.stdio ? "stdio" : "socket ", a->so.stdio ? "" : a->so.socket_path);
 }
 
+/* "512 MiB", "8.50 MiB": whole MiB without decimals. */
+static void mib(char *out, size_t cap, size_t bytes)
+{
+    if (bytes % ((size_t)1 << 20) == 0)
+        snprintf(out, cap, "%zu MiB", bytes >> 20);
+    else
+        snprintf(out, cap, "%.2f MiB", (double)bytes / (1 << 20));
+}
+
+/* Window policy: every session takes its whole bound at admission, so a
+ * pool smaller than one bound refuses everyone; say so at start rather
+ * than let the operator find out from the first refusal. */
+static void pool_capacity(mt_decoder *dec)
+{
+    mt_kv_pool *pool = mt_decoder_pool(dec);
+    const mt_kv_params *p = mt_kv_pool_params(pool);
+    size_t bound = mt_kv_bound_bytes(p);
+    if (p->policy != MT_KV_WINDOW || bound == 0)
+        return;
+    size_t total = mt_kv_used_bytes(pool) + mt_kv_free_bytes(pool);
+    char t[32], b[32];
+    mib(t, sizeof t, total);
+    mib(b, sizeof b, bound);
+    size_t n = total / bound;
+    if (n == 0)
+        fprintf(stderr, "%s: warning: kv pool %s cannot hold one bounded session "
+                "of %s (S=%d W=%d): every session will be refused; give "
+                "--kv-mem %zuM or more, or a smaller --window\n",
+                prog, t, b, p->sink, p->window, (bound + ((size_t)1 << 20) - 1) >> 20);
+    else
+        fprintf(stderr, "%s: kv pool %s holds %zu bounded session%s of %s (S=%d W=%d)\n",
+                prog, t, n, n == 1 ? "" : "s", b, p->sink, p->window);
+}
+
 /* The decoder, the server and the engine over m, run to the end. The exit
  * status. */
 static int serve(serve_args *a, const mt_model *m, uint64_t t0)
@@ -310,6 +344,7 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     const char *note = mt_decoder_note(dec);
     if (note && *note)
         fprintf(stderr, "%s: %s\n", prog, note);
+    pool_capacity(dec);
     if (mt_server_create(&a->so, &srv, err, sizeof err) != 0)
         goto out;
     a->eo.line = mt_server_line;
