@@ -520,10 +520,10 @@ static void help_sweep(FILE *f)
 "                      step time and KV bytes\n"
 "  --plot FILE.png     latency vs concurrency, with the wall\n"
 "  --tsv FILE          also write the table's rows to FILE\n"
-"  --budget MS         the wall's latency budget (default: one frame period;\n"
-"                      frames wait up to a period for their tick, so two\n"
-"                      periods, mt-serve's default deadline, is the\n"
-"                      practical budget of a tick-batched server)\n");
+"  --budget MS         the wall's latency budget (default: two frame periods,\n"
+"                      mt-serve's default deadline: a frame waits up to a\n"
+"                      period for its tick, so one session's p99 is already\n"
+"                      about one period)\n");
 }
 
 static const mt_cli cli_sweep = {
