@@ -87,7 +87,7 @@ EXAMPLES = [
     ("mt-frame.5", "00000000:", dict(skip="a hex dump shown, not a command")),
     ("mt-replay.1", "--mic", dict(skip="needs a live microphone")),
     ("mt-replay.1", "-n 16 --stagger 5", dict(
-        fixture="server", subs=[("-n 16", "-n 2")], files=["out/1.wav", "out/2.wav"])),
+        fixture="server", subs=[("-n 16", "-n 2")], files=["out/0.wav", "out/1.wav"])),
     ("mt-replay.1", "--rate-check", dict(
         fixture="server", subs=[("-n 64", "-n 2"), ("--duration 60", "--duration 3")])),
     ("mt-replay.1", "--emit a.wav", dict(files=["b.wav"])),
