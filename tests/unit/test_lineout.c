@@ -143,9 +143,12 @@ int main(void)
     longl[0] = 'k';
     longl[1] = '=';
     is_int(mt_lineout_put(q2, longl), 1, "json: a line longer than the ring is dropped");
+    /* flushed after each line: the 64-byte ring must not drop them */
     mt_lineout_put(q2, "tick=1 reason=\"a b\"");
+    mt_lineout_flush(q2, 5000000000ull);
     mt_lineout_put(q2, longl);
     mt_lineout_put(q2, "");
+    mt_lineout_flush(q2, 5000000000ull);
     mt_lineout_put(q2, "done");
     is_int(mt_lineout_close(q2, 1000000000ull, msg, sizeof msg), 0, "json: all written");
     read_line(p[0], line, sizeof line);
