@@ -189,6 +189,7 @@ static int open_latency(mt_server *s, char *err, size_t errlen)
             close(fd);
         return -1;
     }
+    mt_lineout_set_json(s->out, s->o.latency_json);
     return 0;
 }
 

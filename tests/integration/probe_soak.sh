@@ -54,6 +54,19 @@ t_ok $? "the summary prints the prediction"
 s1=$(awk '$1 ~ /^window/ && $2 ~ /^[0-9]+$/ {print $3}' "$T_TMP/out" | tr '\n' ' ')
 s2=$(awk '$1 ~ /^full/ && $2 ~ /^[0-9]+$/ {print $3}' "$T_TMP/out" | tr '\n' ' ')
 t_check "both configurations played the same seeds ($s1)" test "$s1" = "$s2"
+# stderr was a file: no progress line, not one carriage return or escape
+! grep -q $'[\r\033]' "$T_TMP/err"
+t_ok $? "stderr not a terminal: no progress line"
+# stderr a terminal (script(1) gives it one): run i of n, elapsed, time left
+if command -v script >/dev/null; then
+    SHELL=/bin/sh timeout 60 script -qec "'$P' soak --runs 1 --duration 3s --seed 3 \
+        --arrivals even:1 --lengths fixed:3s -- -m $M --device cpu >/dev/null" \
+        "$T_TMP/tty.log" >/dev/null 2>&1 </dev/null
+    grep -a $'\r' "$T_TMP/tty.log" | grep -aqE 'soak: run 1 of 1 \([0-9]+%\), 0:0[0-9] elapsed, (about [0-9:]+ left|finishing)'
+    t_ok $? "stderr a terminal: the progress line, redrawn in place"
+else
+    t_skip "script(1) not installed"
+fi
 n=$(ls "$T_TMP"/d/ticks-c*-r*.log 2>/dev/null | wc -l)
 t_check "tick lines kept per run (--data)" test "$n" -eq 4
 if command -v gnuplot >/dev/null; then

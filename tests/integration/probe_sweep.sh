@@ -2,7 +2,7 @@
 # probe_sweep.sh: mt-probe sweep against a server it starts itself
 # (synthetic:tiny, three short levels): a table row per level with every
 # session admitted, frames measured, KV bytes from the tick lines, the wall
-# line, and the plot.
+# line (above 1 session with the default budget), and the plot.
 . "$(dirname "$0")/lib.sh"
 P=$MT_BIN/mt-probe
 for p in mt-probe mt-serve; do
@@ -24,6 +24,10 @@ awk -F'\t' '/^[0-9]+\t/ { if ($12 == "-" || $12 + 0 <= 0) bad=1 } END {exit bad}
 t_ok $? "KV bytes come from the server's tick lines"
 grep -qE '^# wall: ' "$T_TMP/out"
 t_ok $? "the wall is named"
+# No --budget: two frame periods, so a lightly loaded server's wall is at
+# least one session (one period would put it below one on any server).
+grep -qE '^# wall: [1-9][0-9]* sessions .* budget of two frame periods' "$T_TMP/out"
+t_ok $? "the default budget (two frame periods) finds a wall of 1 session or more"
 t_check "--tsv writes the rows" test "$(wc -l <"$T_TMP/rows.tsv")" -eq 3
 "$P" sweep --from 3 --to 1 -s /nonexistent >/dev/null 2>&1
 t_check "--to below --from: exit 2" test $? -eq 2
