@@ -97,6 +97,7 @@ EXAMPLES = [
     ("mt-serve.1", "mt-serve -s /tmp/mt.sock | mt-probe summarize", dict(
         interrupt=3, expect=r"p99")),
     ("mt-serve.1", "--kv-mem 16M", dict(interrupt=1)),
+    ("mt-serve.1", "--device sim:h200-moshi7b", dict(interrupt=2)),
     ("mt-serve.1", "mkfifo ctl", dict(interrupt=2)),
     ("mt-serve.1", "--latency-format json", dict(
         interrupt=2, expect=r"(?m)^\[[0-9]+,[0-9.]+\]$")),
@@ -115,6 +116,12 @@ EXAMPLES = [
     ("mt-probe.1", "mt-probe predict", dict(expect=r"overflow")),
     ("mt-probe.1", "tee ticks.log", dict(interrupt=3, expect=r"p99",
                                          files=["ticks.log"])),
+    ("mt-probe.1", "mt-probe calibrate", dict(
+        interrupt=2, timeout=240, files=["cpu-small.profile"],
+        subs=[("calibrate -m synthetic:small",
+               "calibrate -m synthetic:small --batches 1,4 --lengths 16,128")])),
+    ("mt-profile.5", "name          = mygpu", dict(write="mygpu.profile")),
+    ("mt-profile.5", "sim:./mygpu.profile", dict(interrupt=2)),
 ]
 
 def rule_for(page, text):
@@ -184,6 +191,12 @@ for page in sorted(glob.glob(os.path.join(MAN, "*.[157]"))):
         if "skip" in rule:
             skip(name, rule["skip"])
             continue
+        if "write" in rule:
+            # a file's text, shown for the examples after it to use
+            with open(os.path.join(d, rule["write"]), "w") as f:
+                f.write(text + "\n")
+            tap(True, name + " (written to %s)" % rule["write"], "")
+            continue
         cmd = text.replace("/tmp/mt.sock", d + "/mt.sock").replace(
             "/run/mt.sock", d + "/mt.sock")
         for old, new in rule.get("subs", []):
@@ -192,6 +205,9 @@ for page in sorted(glob.glob(os.path.join(MAN, "*.[157]"))):
                 break
             cmd = cmd.replace(old, new)
         else:
+            # a socket left by a killed example must not pass for this one's
+            if os.path.lexists(d + "/mt.sock"):
+                os.unlink(d + "/mt.sock")
             fixture = None
             flog = open(os.path.join(d, "fixture-%d.err" % i), "w")
             if rule.get("fixture") == "server":
