@@ -2,7 +2,8 @@
  * machine stream (tick, request and admit lines, and anything else) into
  * an admission controller, through src/admit/feed.c as mt-admit reads it.
  *
- * Byte 0 picks the policy (metronome, aimd, gradient, static); the rest is
+ * Byte 0 picks the policy (metronome, aimd, gradient, static), the signal,
+ * no hold, a low --max-limit; the rest is
  * the stream. It is fed twice: byte by byte (mt_admit_feed_putc, as
  * mt-admit's loop does) and cut into lines by the harness
  * (mt_admit_feed_line); both runs must count the same lines and make the
@@ -63,6 +64,8 @@ static mt_admit *make(int policy, decisions *d)
         o.signal = MT_SIG_P99;
     if (policy & 8)
         o.hold_ms = 0;
+    if (policy & 16)
+        o.max_limit = 8;   /* the cap reached: a path the default 1024 hides */
     mt_admit *a = NULL;
     memset(d, 0, sizeof *d);
     if (mt_admit_create(&o, emit, d, &a, err, sizeof err) != 0)
