@@ -481,7 +481,7 @@ static void on_hello(mt_server *s, conn *c, const mt_frame *f)
                  h.channels, h.encoding, want.sample_rate, want.frame_samples,
                  MT_ENC_PCM_S16LE);
     } else if (s->draining) {
-        snprintf(reason, sizeof reason, "server draining");
+        snprintf(reason, sizeof reason, "server shutting down; not taking new sessions");
     }
     int active = 0, pending = 0;
     mt_engine_counts(s->eng, &active, &pending);
@@ -506,7 +506,8 @@ static void on_hello(mt_server *s, conn *c, const mt_frame *f)
         return;
     }
     if (active >= s->o.max_sessions) {
-        snprintf(reason, sizeof reason, "server full (--max-sessions %d)", s->o.max_sessions);
+        snprintf(reason, sizeof reason, "server at its session limit (%d "
+                 "sessions, --max-sessions); retry later", s->o.max_sessions);
         do_reject(s, c, reason);
         return;
     }
@@ -763,7 +764,7 @@ static void control_line(mt_server *s, const char *line, size_t len)
         do_admit(s, c);
         return;
     }
-    do_reject(s, c, ctl.reason[0] ? ctl.reason : "rejected by the admission controller");
+    do_reject(s, c, ctl.reason[0] ? ctl.reason : "refused by the admission controller; retry later");
 }
 
 static void on_control(mt_server *s)
@@ -816,7 +817,7 @@ static void begin_drain(mt_server *s, const char *why)
     }
     for (conn *c = s->conns; c; c = c->next) {
         if (c->pending)
-            do_reject(s, c, "server draining");
+            do_reject(s, c, "server shutting down; not taking new sessions");
         c->reading = 0;
     }
     mt_engine_drain(s->eng);
@@ -928,7 +929,8 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         for (conn *c = s->conns, *nx; c; c = nx) {
             nx = c->next;
             if (c->pending && now >= c->admit_deadline) {
-                do_reject(s, c, "admission timeout: no answer from the controller");
+                do_reject(s, c, "no answer from the admission controller in "
+                          "time; retry later");
             }
             conn_write(s, c, now);
         }

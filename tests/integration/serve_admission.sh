@@ -33,7 +33,7 @@ t_check "socket mode 0600" [ "$(stat -c %a "$SOCK")" = 600 ]
 t_check "refuses a live server's socket (exit 1)" [ $rc = 1 ] && grep -q 'another server' "$T_TMP/e2"
 timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c1"
 t_check "--max-sessions 2: two served, the third rejected" \
-    [ "$(grep -c 'state=done' "$T_TMP/c1")" = 2 ] && grep -q 'state=rejected.*server full' "$T_TMP/c1"
+    [ "$(grep -c 'state=done' "$T_TMP/c1")" = 2 ] && grep -q 'state=rejected.*server at its session limit' "$T_TMP/c1"
 t_check "request lines for all three" [ "$(grep -c '^request session=' "$T_TMP/lat")" = 3 ]
 t_check "HELLO mismatch answered with REJECT and a reason" \
     sh -c "timeout 30 '$FC' -s '$SOCK' -n 1 -f 5 --bad wrong-format | grep -q 'state=rejected.*format mismatch'"
