@@ -474,8 +474,8 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
         if (e->s[i]->state == S_ACTIVE)
             active++;
     if (active >= e->o.max_sessions) {
-        snprintf(why, whylen, "server at its session limit (%d sessions); "
-                 "retry later", e->o.max_sessions);
+        snprintf(why, whylen, "server at its session limit (%d session%s); "
+                 "retry later", e->o.max_sessions, e->o.max_sessions == 1 ? "" : "s");
         goto out;
     }
     size_t obcap = (size_t)e->o.out_queue * frame_bytes(e) + 4 * (MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64);

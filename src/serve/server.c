@@ -507,7 +507,8 @@ static void on_hello(mt_server *s, conn *c, const mt_frame *f)
     }
     if (active >= s->o.max_sessions) {
         snprintf(reason, sizeof reason, "server at its session limit (%d "
-                 "sessions, --max-sessions); retry later", s->o.max_sessions);
+                 "session%s, --max-sessions); retry later", s->o.max_sessions,
+                 s->o.max_sessions == 1 ? "" : "s");
         do_reject(s, c, reason);
         return;
     }
