@@ -144,7 +144,7 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
                  h.channels, h.encoding, want.sample_rate, want.frame_samples,
                  MT_ENC_PCM_S16LE);
     } else if (p->draining) {
-        snprintf(reason, sizeof reason, "server draining");
+        snprintf(reason, sizeof reason, "server shutting down; not taking new sessions");
     }
     int active = 0, pending = 0;
     mt_engine_counts(p->eng, &active, &pending);
@@ -169,7 +169,9 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
         return;
     }
     if (active >= p->max_sessions) {
-        snprintf(reason, sizeof reason, "server full (--max-sessions %d)", p->max_sessions);
+        snprintf(reason, sizeof reason, "server at its session limit (%d "
+                 "session%s, --max-sessions); retry later", p->max_sessions,
+                 p->max_sessions == 1 ? "" : "s");
         mt_proto_reject(p, c, reason, now);
         return;
     }

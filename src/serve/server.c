@@ -825,7 +825,7 @@ static void control_line(mt_server *s, const char *line, size_t len)
         return;
     }
     mt_proto_reject(&s->pr, &c->p, ctl.reason[0] ? ctl.reason
-                    : "rejected by the admission controller", mt_now_ns());
+                    : "refused by the admission controller; retry later", mt_now_ns());
 }
 
 static void on_control(mt_server *s)
@@ -878,7 +878,7 @@ static void begin_drain(mt_server *s, const char *why)
     }
     for (conn *c = s->conns; c; c = c->next) {
         if (c->p.pending)
-            mt_proto_reject(&s->pr, &c->p, "server draining", mt_now_ns());
+            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", mt_now_ns());
         c->p.reading = 0;
     }
     mt_engine_drain(s->eng);
@@ -1010,7 +1010,8 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         for (conn *c = s->conns, *nx; c; c = nx) {
             nx = c->next;
             if (c->p.pending && now >= c->p.admit_deadline) {
-                mt_proto_reject(&s->pr, &c->p, "admission timeout: no answer from the controller", now);
+                mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
+                                "time; retry later", now);
             }
             conn_write(s, c, now);
         }

@@ -58,6 +58,33 @@ t_check "--mic took about 2 s ($ms ms)" test $ms -ge 1900 -a $ms -lt 8000
 t_check "--mic: 25 frames sent, all answered" \
     grep -q '^replay_summary=1 done=1 rejected=0 failed=0 sent=25 received=25 ' mic.txt
 t_check "--mic reports its device" grep -q '^replay_mic device="mtnull"' mic.txt
+t_check "--mic: the null device (no clock of its own) is said not real-time" \
+    sh -c 'grep -q "^replay_mic .* real_time=0" mic.txt &&
+        grep -q "capture device \"mtnull\" is not real-time" mic.err'
+
+# stdout a terminal (script(1) gives it a pty): one status line redrawn in
+# place (carriage return, erase line), no replay_tick lines on the screen;
+# the machine lines go to --latency-log
+if command -v script >/dev/null; then
+    ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 script -qec \
+        "'$R' -s '$T_TMP/mt.sock' --mic --device null --duration 2 --latency-log '$T_TMP/tty.log'" \
+        /dev/null > tty.out 2>&1
+    rc=$?
+    t_check "--mic on a terminal: exit 0" test $rc = 0
+    t_check "--mic on a terminal: the status is redrawn in place" \
+        sh -c 'test "$(grep -c "$(printf "\r\033\\[K")mic \[" tty.out)" -ge 1 &&
+            grep -q "latency p50 .* p99 .* ms  late [0-9]*" tty.out'
+    t_check "--mic on a terminal: no replay_tick lines on the screen" \
+        sh -c '! grep -q replay_tick tty.out'
+    t_check "--mic on a terminal: the summary closes the screen" \
+        grep -q '^replay_summary=1 done=1 ' tty.out
+    t_check "--mic on a terminal: the status says DEVICE NOT REAL-TIME" \
+        grep -q 'DEVICE NOT REAL-TIME' tty.out
+    t_check "--latency-log: the machine lines are there" \
+        sh -c 'grep -q "^replay_tick=0 " tty.log && grep -q "^replay_summary=1 done=1 " tty.log'
+else
+    t_skip "script(1) not installed: terminal status"
+fi
 
 # Ctrl-C: the session ends with END and the run exits 0
 ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 "$R" -s "$T_TMP/mt.sock" --mic \
