@@ -54,6 +54,7 @@
  * the H200 before adding it (bench-gpu prints the step time at B = 1).
  */
 #include "decode/backend.h"
+#include "decode/cuda_module.h"
 #include "../../kernels/mt_kernels.h"
 
 #include <cublas_v2.h>
@@ -175,7 +176,7 @@ static const char *blas_str(cublasStatus_t s)
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-int mt_cuda_available(char *why, size_t whylen)
+static int cuda_available(char *why, size_t whylen)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -770,7 +771,7 @@ static int create(cuda_backend *be, char *err, size_t errlen)
 {
     const mt_config *c = be->c;
     char why[200];
-    if (!mt_cuda_available(why, sizeof why)) {
+    if (!cuda_available(why, sizeof why)) {
         snprintf(err, errlen, "cuda: %s", why);
         return -1;
     }
@@ -923,7 +924,7 @@ static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t e
     return 0;
 }
 
-int mt_cuda_backend_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t errlen)
+static int cuda_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t errlen)
 {
     cuda_backend *be = b->impl;
     if (!be->kv) {
@@ -936,8 +937,8 @@ int mt_cuda_backend_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size
     return 0;
 }
 
-int mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
-                           char *err, size_t errlen)
+static int cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
+                               char *err, size_t errlen)
 {
     *out = NULL;
     const mt_config *c = &m->cfg;
@@ -993,4 +994,19 @@ int mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backe
     }
     *out = b;
     return 0;
+}
+
+/* The module's one entry point (cuda_module.h): the loader in the program
+ * finds it with dlsym after loading this shared object. */
+const mt_cuda_module *mt_cuda_module_get(void)
+{
+    static const mt_cuda_module mod = {
+        .abi = MT_CUDA_MODULE_ABI,
+        .backend_size = sizeof(mt_backend),
+        .opts_size = sizeof(mt_decoder_opts),
+        .available = cuda_available,
+        .backend_create = cuda_backend_create,
+        .fill_kv_random = cuda_fill_kv_random,
+    };
+    return &mod;
 }

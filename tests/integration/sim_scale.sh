@@ -42,15 +42,11 @@ t1=$(now_ms)
 rss_kb=$(awk '/^VmRSS:/{print $2}' /proc/$SRV/status 2>/dev/null)
 t_check "server listens" [ -S "$SOCK" ]
 t_check "starts in under 2 s ($((t1 - t0)) ms)" [ $((t1 - t0)) -lt 2000 ]
-if ldd "$MT_BIN/mt-serve" 2>/dev/null | grep -q libcublas; then
-    # A CUDA build maps cuBLAS/cuBLASLt at load: about 150 MB of RSS (their
-    # relocated data) before main() runs, sim or not. Owed: load the CUDA
-    # backend's libraries with dlopen only when --device cuda asks for it.
-    t_todo "CUDA build: cuBLAS takes ~150 MB RSS at load (lazy dlopen owed)" \
-        "RSS at start under 100 MB (${rss_kb:-?} kB)" [ "${rss_kb:-999999}" -lt 102400 ]
-else
-    t_check "RSS at start under 100 MB (${rss_kb:-?} kB)" [ "${rss_kb:-999999}" -lt 102400 ]
-fi
+cu_maps=$(grep -c -E '/libcu(blas|blasLt|dart)[.]so' /proc/$SRV/maps 2>/dev/null)
+t_check "RSS at start under 100 MB (${rss_kb:-?} kB)" [ "${rss_kb:-999999}" -lt 102400 ]
+# A CUDA build loads its backend (and cuBLAS, ~150 MB) only when CUDA is
+# asked for or probed (src/decode/cuda_loader.c): never for the sim.
+t_check "no CUDA library mapped (${cu_maps:-?} mappings)" [ "${cu_maps:-1}" = 0 ]
 t_check "stderr says the device is simulated and names the profile" \
     grep -q "SIMULATED device sim:h200-moshi7b (profile .*h200-moshi7b.profile.*no figure from this server is a measurement" "$T_TMP/log"
 
