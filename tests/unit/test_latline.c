@@ -294,6 +294,8 @@ static void test_frame_record(void)
         int rt = rp == 0 ? mt_frame_rec_from_line(&ll, 6, &u, err, sizeof err) : -1;
         ok(rt == -1 && strstr(err, bad[k][1]) != NULL, "refused: %s", err);
     }
+}
+
 /* issue 22: the device keys: device= on every tick, and on a simulated
  * device sim_pred_ms and sim_noise_ms, required by the reader there. */
 static void test_tick_device(void)
