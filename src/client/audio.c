@@ -1015,6 +1015,118 @@ static int find_device(const char *spec, const mt_pa_device *l, int n)
     return -1;
 }
 
+/* The input and output devices: both `device` (an index or a name), or the
+ * defaults; either must have the channels for full duplex. 0, or -1 with
+ * err listing what PortAudio found. */
+static int pick_duplex_devices(const char *device, const mt_pa_device *l, int n,
+                               int *din, int *dout, char *err, size_t errlen)
+{
+    char found[2048];
+    mt_pa_describe(l, n, found, sizeof found);
+    if (device) {
+        *din = *dout = find_device(device, l, n);
+        if (*din < 0) {
+            seterr(err, errlen, "no audio device matches '%s'; %s%s", device,
+                   n ? "PortAudio found:\n" : "", found);
+            return -1;
+        }
+    } else {
+        *din = Pa_GetDefaultInputDevice();
+        *dout = Pa_GetDefaultOutputDevice();
+        if (*din == paNoDevice || *dout == paNoDevice || *din >= n || *dout >= n) {
+            seterr(err, errlen, "no default %s device; %s%s",
+                   *din == paNoDevice ? "input" : "output",
+                   n ? "PortAudio found:\n" : "", found);
+            return -1;
+        }
+    }
+    if (l[*din].max_in < 1 || l[*dout].max_out < 1) {
+        seterr(err, errlen, "device \"%s\" cannot do full duplex (in %d, out "
+               "%d channels); PortAudio found:\n%s", l[*din].name,
+               l[*din].max_in, l[*dout].max_out, found);
+        return -1;
+    }
+    return 0;
+}
+
+/* One mono float channel at the device's lowest default latency. */
+static void mono_params(PaStreamParameters *p, int dev, int input)
+{
+    memset(p, 0, sizeof *p);
+    p->device = dev;
+    p->channelCount = 1;
+    p->sampleFormat = paFloat32;
+    p->suggestedLatency = input ? Pa_GetDeviceInfo(dev)->defaultLowInputLatency
+                                : Pa_GetDeviceInfo(dev)->defaultLowOutputLatency;
+}
+
+/* The rings, the scratch buffers and, when the device runs at another
+ * rate, the two resamplers. */
+static int duplex_buffers(mt_duplex *d, char *err, size_t errlen)
+{
+    size_t dev_frame = (size_t)d->frame_samples * (size_t)d->dev_rate / (size_t)d->rate + 16;
+    int se = 0;
+    if (ring_init(&d->mic, dev_frame * 16) || ring_init(&d->spk, dev_frame * (16 + (size_t)d->jitter_frames)))
+        goto nomem;
+    d->tmp_dev_cap = dev_frame * 8;
+    d->tmp_dev = malloc(d->tmp_dev_cap * sizeof(float));
+    d->mic_acc_cap = (size_t)d->frame_samples * 8;
+    d->mic_acc = malloc(d->mic_acc_cap * sizeof(float));
+    d->spk_tmp_cap = dev_frame * 2 + 64;
+    d->spk_tmp = malloc(d->spk_tmp_cap * sizeof(float));
+    if (!d->tmp_dev || !d->mic_acc || !d->spk_tmp)
+        goto nomem;
+    if (d->dev_rate != d->rate) {
+        d->src_in = src_new(SRC_SINC_FASTEST, 1, &se);
+        d->src_out = d->src_in ? src_new(SRC_SINC_FASTEST, 1, &se) : NULL;
+        if (!d->src_in || !d->src_out) {
+            seterr(err, errlen, "libsamplerate: %s", src_strerror(se));
+            return -1;
+        }
+    }
+    return 0;
+nomem:
+    seterr(err, errlen, "out of memory");
+    return -1;
+}
+
+static int duplex_start(mt_duplex *d, const PaStreamParameters *in,
+                        const PaStreamParameters *out, char *err, size_t errlen)
+{
+    PaError e = Pa_OpenStream(&d->stream, in, out, d->dev_rate,
+                              paFramesPerBufferUnspecified, paClipOff, duplex_cb, d);
+    if (e != paNoError) {
+        seterr(err, errlen, "cannot open \"%s\" at %d Hz: %s", d->name,
+               d->dev_rate, Pa_GetErrorText(e));
+        d->stream = NULL;
+        return -1;
+    }
+    e = Pa_StartStream(d->stream);
+    if (e != paNoError) {
+        seterr(err, errlen, "cannot start \"%s\": %s", d->name, Pa_GetErrorText(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* What duplex_buffers and duplex_start made (the stream closed, not
+ * stopped), and d. */
+static void duplex_free(mt_duplex *d)
+{
+    if (d->stream)
+        Pa_CloseStream(d->stream);
+    if (d->src_in)
+        src_delete(d->src_in);
+    if (d->src_out)
+        src_delete(d->src_out);
+    free(d->mic.buf);
+    free(d->spk.buf);
+    free(d->tmp_dev);
+    free(d->mic_acc);
+    free(d->spk_tmp);
+    free(d);
+}
+
 int mt_duplex_open(const char *device, int rate, int frame_samples,
                    int jitter_frames, mt_duplex **dp, char *err, size_t errlen)
 {
@@ -1030,38 +1142,15 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
         return -1;
     }
     mt_pa_device *l = NULL;
-    int n = 0;
+    int n = 0, din, dout;
+    mt_duplex *d = NULL;
     if (pa_collect(&l, &n, err, errlen) != 0) {
         pa_done();
         return -1;
     }
-    char found[2048];
-    mt_pa_describe(l, n, found, sizeof found);
-    int din, dout;
-    if (device) {
-        din = dout = find_device(device, l, n);
-        if (din < 0) {
-            seterr(err, errlen, "no audio device matches '%s'; %s%s", device,
-                   n ? "PortAudio found:\n" : "", found);
-            goto fail;
-        }
-    } else {
-        din = Pa_GetDefaultInputDevice();
-        dout = Pa_GetDefaultOutputDevice();
-        if (din == paNoDevice || dout == paNoDevice || din >= n || dout >= n) {
-            seterr(err, errlen, "no default %s device; %s%s",
-                   din == paNoDevice ? "input" : "output",
-                   n ? "PortAudio found:\n" : "", found);
-            goto fail;
-        }
-    }
-    if (l[din].max_in < 1 || l[dout].max_out < 1) {
-        seterr(err, errlen, "device \"%s\" cannot do full duplex (in %d, out "
-               "%d channels); PortAudio found:\n%s", l[din].name,
-               l[din].max_in, l[dout].max_out, found);
+    if (pick_duplex_devices(device, l, n, &din, &dout, err, errlen) != 0)
         goto fail;
-    }
-    mt_duplex *d = calloc(1, sizeof *d);
+    d = calloc(1, sizeof *d);
     if (!d) {
         seterr(err, errlen, "out of memory");
         goto fail;
@@ -1071,16 +1160,8 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
     d->jitter_frames = jitter_frames < 0 ? 0 : jitter_frames;
     snprintf(d->name, sizeof d->name, "%s", l[din].name);
     PaStreamParameters in, out;
-    memset(&in, 0, sizeof in);
-    memset(&out, 0, sizeof out);
-    in.device = din;
-    in.channelCount = 1;
-    in.sampleFormat = paFloat32;
-    in.suggestedLatency = Pa_GetDeviceInfo(din)->defaultLowInputLatency;
-    out.device = dout;
-    out.channelCount = 1;
-    out.sampleFormat = paFloat32;
-    out.suggestedLatency = Pa_GetDeviceInfo(dout)->defaultLowOutputLatency;
+    mono_params(&in, din, 1);
+    mono_params(&out, dout, 0);
     d->dev_rate = rate;
     if (Pa_IsFormatSupported(&in, &out, rate) != paFormatIsSupported)
         d->dev_rate = (int)l[din].default_rate;
@@ -1089,59 +1170,16 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
     if (d->dev_rate < 1000 || d->dev_rate > 768000) {
         seterr(err, errlen, "device \"%s\" reports no usable sample rate", d->name);
         free(d);
+        d = NULL;
         goto fail;
     }
-    size_t dev_frame = (size_t)frame_samples * (size_t)d->dev_rate / (size_t)rate + 16;
-    int se = 0;
-    if (ring_init(&d->mic, dev_frame * 16) || ring_init(&d->spk, dev_frame * (16 + (size_t)d->jitter_frames)))
-        goto nomem;
-    d->tmp_dev_cap = dev_frame * 8;
-    d->tmp_dev = malloc(d->tmp_dev_cap * sizeof(float));
-    d->mic_acc_cap = (size_t)frame_samples * 8;
-    d->mic_acc = malloc(d->mic_acc_cap * sizeof(float));
-    d->spk_tmp_cap = dev_frame * 2 + 64;
-    d->spk_tmp = malloc(d->spk_tmp_cap * sizeof(float));
-    if (!d->tmp_dev || !d->mic_acc || !d->spk_tmp)
-        goto nomem;
-    if (d->dev_rate != rate) {
-        d->src_in = src_new(SRC_SINC_FASTEST, 1, &se);
-        d->src_out = d->src_in ? src_new(SRC_SINC_FASTEST, 1, &se) : NULL;
-        if (!d->src_in || !d->src_out) {
-            seterr(err, errlen, "libsamplerate: %s", src_strerror(se));
-            goto fail_d;
-        }
-    }
-    e = Pa_OpenStream(&d->stream, &in, &out, d->dev_rate,
-                      paFramesPerBufferUnspecified, paClipOff, duplex_cb, d);
-    if (e != paNoError) {
-        seterr(err, errlen, "cannot open \"%s\" at %d Hz: %s", d->name,
-               d->dev_rate, Pa_GetErrorText(e));
-        d->stream = NULL;
-        goto fail_d;
-    }
-    e = Pa_StartStream(d->stream);
-    if (e != paNoError) {
-        seterr(err, errlen, "cannot start \"%s\": %s", d->name, Pa_GetErrorText(e));
-        goto fail_d;
-    }
+    if (duplex_buffers(d, err, errlen) != 0 || duplex_start(d, &in, &out, err, errlen) != 0)
+        goto fail;
     *dp = d;
     return 0;
-nomem:
-    seterr(err, errlen, "out of memory");
-fail_d:
-    if (d->stream)
-        Pa_CloseStream(d->stream);
-    if (d->src_in)
-        src_delete(d->src_in);
-    if (d->src_out)
-        src_delete(d->src_out);
-    free(d->mic.buf);
-    free(d->spk.buf);
-    free(d->tmp_dev);
-    free(d->mic_acc);
-    free(d->spk_tmp);
-    free(d);
 fail:
+    if (d)
+        duplex_free(d);
     free(l);
     pa_done();
     return -1;
@@ -1266,20 +1304,9 @@ void mt_duplex_close(mt_duplex *d)
 {
     if (!d)
         return;
-    if (d->stream) {
+    if (d->stream)
         Pa_StopStream(d->stream);
-        Pa_CloseStream(d->stream);
-    }
-    if (d->src_in)
-        src_delete(d->src_in);
-    if (d->src_out)
-        src_delete(d->src_out);
-    free(d->mic.buf);
-    free(d->spk.buf);
-    free(d->tmp_dev);
-    free(d->mic_acc);
-    free(d->spk_tmp);
-    free(d);
+    duplex_free(d);
     pa_done();
 }
 

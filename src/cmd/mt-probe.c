@@ -11,8 +11,8 @@
  */
 #define _GNU_SOURCE
 #include "cmd/opt.h"
+#include "cmd/calibrate_cmd.h"
 #include "cmd/quality_cmd.h"
-#include "probe/calibrate.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
 

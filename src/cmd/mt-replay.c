@@ -796,137 +796,163 @@ static int run_emit(app *a)
     return rc;
 }
 
-static int run_play(app *a)
+/* mt-replay --play: what the frame stream on stdin has set up and brought. */
+typedef struct player {
+    mt_frame_decoder *dec;
+    mt_hello          fmt;      /* from the first HELLO or ACCEPT */
+    int               have_fmt, ended;
+    int16_t          *pcm;      /* one frame */
+    mt_audio_writer  *w;        /* -o, or */
+    mt_player        *pl;       /* the sound device */
+    uint64_t          frames, filled;
+    mt_pctl           srv;      /* t_ready - t_arrive of the frames not filled */
+} player;
+
+/* The first HELLO/ACCEPT: the format, and the sink that plays it. */
+static int play_format(const app *a, player *p, const mt_frame *f, char *err, size_t errlen)
 {
-    static mt_frame_decoder dec;
-    mt_frame_decoder_init(&dec);
-    mt_audio_writer *w = NULL;
-    mt_player *pl = NULL;
-    mt_hello fmt;
-    int have_fmt = 0, ended = 0, rc = 0;
-    uint64_t frames = 0, filled = 0;
-    mt_pctl srv;
-    mt_pctl_reset(&srv);
-    char err[512];
+    mt_hello *fmt = &p->fmt;
+    if (mt_hello_decode(f->payload, f->length, fmt) != 0 ||
+        fmt->sample_rate < 1 || fmt->frame_samples < 1 ||
+        fmt->frame_samples > MT_FRAME_MAX_PAYLOAD / 2 || fmt->channels > 1) {
+        snprintf(err, errlen, "malformed %s on stdin", mt_frame_type_name(f->type));
+        return -1;
+    }
+    p->have_fmt = 1;
+    p->pcm = calloc(fmt->frame_samples, sizeof *p->pcm);
+    if (!p->pcm) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (!a->out_pattern)
+        return mt_player_open((int)fmt->sample_rate, (int)fmt->frame_samples,
+                              &p->pl, err, errlen);
+    if (!strcmp(a->out_pattern, "-"))
+        return mt_audio_writer_open_fd(1, "stdout", a->type_fmt, (int)fmt->sample_rate,
+                                       &p->w, err, errlen);
+    return mt_audio_writer_open(a->out_pattern, (int)fmt->sample_rate, &p->w, err, errlen);
+}
+
+/* An AUDIO frame (FILL as silence) to the sink, counted. */
+static int play_audio(player *p, const mt_frame *f, char *err, size_t errlen)
+{
+    uint32_t fs = p->fmt.frame_samples;
+    if (!p->have_fmt) {
+        snprintf(err, errlen, "AUDIO before HELLO/ACCEPT on stdin");
+        return -1;
+    }
+    int fill = (f->flags & MT_FLAG_FILL) != 0;
+    if (!fill && f->length != fs * 2) {
+        snprintf(err, errlen, "AUDIO frame %u: %u bytes, expected %u", f->seq, f->length, fs * 2);
+        return -1;
+    }
+    for (uint32_t i = 0; i < fs; i++)
+        p->pcm[i] = fill ? 0 : (int16_t)(f->payload[2 * i] | (f->payload[2 * i + 1] << 8));
+    p->frames++;
+    p->filled += fill;
+    if (!fill && f->t_arrive && f->t_ready >= f->t_arrive)
+        mt_pctl_add(&p->srv, f->t_ready - f->t_arrive);
+    if (p->w && mt_audio_writer_write(p->w, p->pcm, fs, err, errlen) != 0)
+        return -1;
+    if (p->pl && mt_player_write(p->pl, p->pcm, fs, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+static int play_frame(const app *a, player *p, const mt_frame *f, char *err, size_t errlen)
+{
+    switch (f->type) {
+    case MT_FRAME_HELLO:
+    case MT_FRAME_ACCEPT:
+        return p->have_fmt ? 0 : play_format(a, p, f, err, errlen);
+    case MT_FRAME_AUDIO:
+        return play_audio(p, f, err, errlen);
+    case MT_FRAME_END:
+        p->ended = 1;
+        return 0;
+    case MT_FRAME_REJECT:
+    case MT_FRAME_ERROR: {
+        int len = (int)(f->length > MT_REASON_MAX ? MT_REASON_MAX : f->length);
+        snprintf(err, errlen, "%s on stdin: %.*s", mt_frame_type_name(f->type),
+                 len, (const char *)f->payload);
+        return -1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Reads and plays stdin's frames up to END (0), or a signal (0, not
+ * ended); -1 with err on a read error, a bad frame or a stream that ends
+ * without END. */
+static int play_stream(const app *a, player *p, char *err, size_t errlen)
+{
     uint8_t buf[65536];
-    int16_t *pcm = NULL;
-    while (!ended && !g_stop) {
+    while (!p->ended && !g_stop) {
         ssize_t n = read(0, buf, sizeof buf);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            snprintf(err, sizeof err, "read stdin: %s", strerror(errno));
-            goto fail;
+            snprintf(err, errlen, "read stdin: %s", strerror(errno));
+            return -1;
         }
         if (n == 0) {
-            snprintf(err, sizeof err, "frame stream on stdin ended %s",
-                     mt_frame_decoder_finish(&dec) ? "inside a frame (truncated)"
-                                                  : "without END");
-            goto fail;
+            snprintf(err, errlen, "frame stream on stdin ended %s",
+                     mt_frame_decoder_finish(p->dec) ? "inside a frame (truncated)"
+                                                     : "without END");
+            return -1;
         }
         size_t off = 0;
-        while (off < (size_t)n && !ended) {
+        while (off < (size_t)n && !p->ended) {
             size_t used = 0;
             mt_frame f;
-            int r = mt_frame_decode(&dec, buf + off, (size_t)n - off, &used, &f);
+            int r = mt_frame_decode(p->dec, buf + off, (size_t)n - off, &used, &f);
             off += used;
             if (r == MT_FRAME_NEED_MORE)
                 break;
             if (r < 0) {
-                snprintf(err, sizeof err, "bad frame on stdin: %s", mt_frame_strerror(r));
-                goto fail;
+                snprintf(err, errlen, "bad frame on stdin: %s", mt_frame_strerror(r));
+                return -1;
             }
-            switch (f.type) {
-            case MT_FRAME_HELLO:
-            case MT_FRAME_ACCEPT:
-                if (have_fmt)
-                    break;
-                if (mt_hello_decode(f.payload, f.length, &fmt) != 0 ||
-                    fmt.sample_rate < 1 || fmt.frame_samples < 1 ||
-                    fmt.frame_samples > MT_FRAME_MAX_PAYLOAD / 2 || fmt.channels > 1) {
-                    snprintf(err, sizeof err, "malformed %s on stdin",
-                             mt_frame_type_name(f.type));
-                    goto fail;
-                }
-                have_fmt = 1;
-                pcm = calloc(fmt.frame_samples, sizeof *pcm);
-                if (!pcm) {
-                    snprintf(err, sizeof err, "out of memory");
-                    goto fail;
-                }
-                if (a->out_pattern) {
-                    if ((!strcmp(a->out_pattern, "-")
-                         ? mt_audio_writer_open_fd(1, "stdout", a->type_fmt,
-                                                   (int)fmt.sample_rate, &w, err,
-                                                   sizeof err)
-                         : mt_audio_writer_open(a->out_pattern, (int)fmt.sample_rate,
-                                                &w, err, sizeof err)) != 0)
-                        goto fail;
-                } else if (mt_player_open((int)fmt.sample_rate, (int)fmt.frame_samples,
-                                          &pl, err, sizeof err) != 0) {
-                    goto fail;
-                }
-                break;
-            case MT_FRAME_AUDIO: {
-                if (!have_fmt) {
-                    snprintf(err, sizeof err, "AUDIO before HELLO/ACCEPT on stdin");
-                    goto fail;
-                }
-                int fill = (f.flags & MT_FLAG_FILL) != 0;
-                if (!fill && f.length != fmt.frame_samples * 2) {
-                    snprintf(err, sizeof err, "AUDIO frame %u: %u bytes, expected %u",
-                             f.seq, f.length, fmt.frame_samples * 2);
-                    goto fail;
-                }
-                for (uint32_t i = 0; i < fmt.frame_samples; i++)
-                    pcm[i] = fill ? 0 : (int16_t)(f.payload[2 * i] | (f.payload[2 * i + 1] << 8));
-                frames++;
-                filled += fill;
-                if (!fill && f.t_arrive && f.t_ready >= f.t_arrive)
-                    mt_pctl_add(&srv, f.t_ready - f.t_arrive);
-                if (w && mt_audio_writer_write(w, pcm, fmt.frame_samples, err, sizeof err) != 0)
-                    goto fail;
-                if (pl && mt_player_write(pl, pcm, fmt.frame_samples, err, sizeof err) != 0)
-                    goto fail;
-                break;
-            }
-            case MT_FRAME_END:
-                ended = 1;
-                break;
-            case MT_FRAME_REJECT:
-            case MT_FRAME_ERROR: {
-                int len = (int)(f.length > MT_REASON_MAX ? MT_REASON_MAX : f.length);
-                snprintf(err, sizeof err, "%s on stdin: %.*s", mt_frame_type_name(f.type),
-                         len, (const char *)f.payload);
-                goto fail;
-            }
-            default:
-                break;
-            }
+            if (play_frame(a, p, &f, err, errlen) != 0)
+                return -1;
         }
     }
-    if (!ended) {
+    return 0;
+}
+
+static int run_play(app *a)
+{
+    static mt_frame_decoder dec;
+    mt_frame_decoder_init(&dec);
+    player p;
+    memset(&p, 0, sizeof p);
+    p.dec = &dec;
+    mt_pctl_reset(&p.srv);
+    char err[512];
+    if (play_stream(a, &p, err, sizeof err) != 0)
+        goto fail;
+    if (!p.ended) {
         snprintf(err, sizeof err, "interrupted");
         goto fail;
     }
-    if (w && mt_audio_writer_commit(w, err, sizeof err) != 0) {
-        w = NULL;
+    mt_audio_writer *w = p.w;
+    p.w = NULL;
+    if (w && mt_audio_writer_commit(w, err, sizeof err) != 0)
         goto fail;
-    }
-    w = NULL;
-    mt_player_close(pl);
+    mt_player_close(p.pl);
     fprintf(g_lines ? g_lines : stdout, "replay_play frames=%llu filled=%llu samples=%llu server_p50_ms=%.3f "
-           "server_p99_ms=%.3f\n", (unsigned long long)frames,
-           (unsigned long long)filled,
-           (unsigned long long)(frames * (have_fmt ? fmt.frame_samples : 0)),
-           mt_pctl_quantile(&srv, 0.5) / 1e6, mt_pctl_quantile(&srv, 0.99) / 1e6);
-    free(pcm);
-    return rc;
+           "server_p99_ms=%.3f\n", (unsigned long long)p.frames,
+           (unsigned long long)p.filled,
+           (unsigned long long)(p.frames * (p.have_fmt ? p.fmt.frame_samples : 0)),
+           mt_pctl_quantile(&p.srv, 0.5) / 1e6, mt_pctl_quantile(&p.srv, 0.99) / 1e6);
+    free(p.pcm);
+    return 0;
 fail:
     fprintf(stderr, "mt-replay: %s\n", err);
-    mt_audio_writer_abort(w);
-    mt_player_close(pl);
-    free(pcm);
+    mt_audio_writer_abort(p.w);
+    mt_player_close(p.pl);
+    free(p.pcm);
     return 1;
 }
 
