@@ -25,6 +25,7 @@
 #include "serve/engine.h"
 #include "serve/proto.h"
 #include "wire/latline.h"
+#include "fake_backend.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -59,32 +60,11 @@ static int fake_prefill(mt_backend *be, mt_kv_seq *seq, int n,
     return 0;
 }
 
-static void fake_destroy(mt_backend *be) { free(be); }
-
-static int fake_attach_pool(mt_backend *be, mt_kv_pool *pool, char *err,
-                            size_t errlen)
-{
-    (void)be; (void)pool; (void)err; (void)errlen;
-    return 0;
-}
-
 static int fake_create(const mt_model *m, const mt_decoder_opts *o,
                        mt_backend **out, char *err, size_t errlen)
 {
     (void)m; (void)o;
-    mt_backend *be = calloc(1, sizeof *be);
-    if (!be) {
-        snprintf(err, errlen, "fake: out of memory");
-        return -1;
-    }
-    be->name = "fake";
-    be->kv_elem_bytes = sizeof(float);
-    be->attach_pool = fake_attach_pool;
-    be->step = fake_step;
-    be->prefill = fake_prefill;
-    be->destroy = fake_destroy;
-    *out = be;
-    return 0;
+    return fake_backend_new(fake_step, fake_prefill, out, err, errlen);
 }
 
 /* ---- the machine stream: tick records summed as they come ------------- */

@@ -8,7 +8,7 @@
 # (the server exited).
 . "$(dirname "$0")/lib.sh"
 A=$MT_BIN/mt-admit
-[ -x "$A" ] || t_skip_all "mt-admit not built"
+t_need mt-admit
 
 "$A" --help >"$T_TMP/help"; t_ok $? "--help exits 0"
 t_check "--help names every policy" grep -q 'metronome.*aimd.*gradient.*static:N' "$T_TMP/help"

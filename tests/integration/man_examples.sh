@@ -16,11 +16,9 @@
 # new example is tested from the day it is written. An example that cannot
 # run here is listed as skipped, with the reason.
 . "$(dirname "$0")/lib.sh"
-command -v python3 >/dev/null || t_skip_all "python3 not installed"
+t_need python3
 command -v sox >/dev/null || t_skip_all "sox not installed (it makes the input files)"
-for p in mt-serve mt-replay mt-probe mt-admit; do
-    [ -x "$MT_BIN/$p" ] || t_skip_all "$p not built"
-done
+t_need mt-serve mt-replay mt-probe mt-admit
 MAN_DIR=${MT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}/man
 export MAN_DIR T_TMP
 python3 - "$@" <<'PY'

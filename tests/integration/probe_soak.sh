@@ -5,9 +5,7 @@
 # bounded run may; the prediction must be printed beside each unbounded run.
 . "$(dirname "$0")/lib.sh"
 P=$MT_BIN/mt-probe
-for p in mt-probe mt-serve; do
-    [ -x "$MT_BIN/$p" ] || t_skip_all "$p not built"
-done
+t_need mt-probe mt-serve
 M=synthetic:tiny
 pb=$("$P" predict -m $M --kv-mem 1M --samples 1 2>/dev/null |
      sed -n 's/^kv bytes per position\t.*(\([0-9]*\))$/\1/p')
@@ -69,10 +67,5 @@ else
 fi
 n=$(ls "$T_TMP"/d/ticks-c*-r*.log 2>/dev/null | wc -l)
 t_check "tick lines kept per run (--data)" test "$n" -eq 4
-if command -v gnuplot >/dev/null; then
-    head -c 8 "$T_TMP/soak.png" 2>/dev/null | od -An -c | grep -q "P   N   G"
-    t_ok $? "soak --plot writes a PNG"
-else
-    t_skip "gnuplot not installed"
-fi
+t_png "$T_TMP/soak.png" "soak --plot writes a PNG"
 t_done

@@ -5,9 +5,7 @@
 # line (above 1 session with the default budget), and the plot.
 . "$(dirname "$0")/lib.sh"
 P=$MT_BIN/mt-probe
-for p in mt-probe mt-serve; do
-    [ -x "$MT_BIN/$p" ] || t_skip_all "$p not built"
-done
+t_need mt-probe mt-serve
 timeout 90 "$P" sweep --from 1 --to 3 --hold 2s --warmup 0.5s \
     --plot "$T_TMP/sweep.png" --tsv "$T_TMP/rows.tsv" \
     -- -m synthetic:tiny --device cpu >"$T_TMP/out" 2>"$T_TMP/err"
@@ -34,10 +32,5 @@ t_check "--to below --from: exit 2" test $? -eq 2
 timeout 30 "$P" sweep --from 1 --to 1 --hold 1s -s "$T_TMP/none.sock" \
     >/dev/null 2>&1
 t_check "no server at the socket: not a success" test $? -ne 0
-if command -v gnuplot >/dev/null; then
-    head -c 8 "$T_TMP/sweep.png" 2>/dev/null | od -An -c | grep -q "P   N   G"
-    t_ok $? "sweep --plot writes a PNG"
-else
-    t_skip "gnuplot not installed"
-fi
+t_png "$T_TMP/sweep.png" "sweep --plot writes a PNG"
 t_done

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 S=$MT_BIN/mt-serve
-[ -x "$R" ] || t_skip_all "mt-replay not built"
+t_need mt-replay
 cd "$T_TMP" || exit 1
 
 "$R" --list-devices > list.txt 2> list.err
@@ -44,8 +44,7 @@ t_check "--device that matches nothing: exit 1, lists the devices" \
     sh -c 'test $0 = 1 && grep -q "mtnull" nomatch.err' $rc
 [ -x "$S" ] || { t_skip "mt-serve not built: live stream tests"; t_done; }
 
-"$S" -s "$T_TMP/mt.sock" -m synthetic:echo > serve.log 2> serve.err &
-t_track $!
+t_serve serve.log serve.err -s "$T_TMP/mt.sock" -m synthetic:echo
 wait_for_socket "$T_TMP/mt.sock" 100
 t0=$(date +%s%N)
 ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 "$R" -s "$T_TMP/mt.sock" --mic \

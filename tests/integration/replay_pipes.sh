@@ -7,10 +7,7 @@
 # anything runs, with a message naming the ones that work.
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
-S=$MT_BIN/mt-serve
-[ -x "$R" ] || t_skip_all "mt-replay not built"
-[ -x "$S" ] || t_skip_all "mt-serve not built"
-command -v sox >/dev/null || t_skip_all "sox not installed"
+t_need mt-replay mt-serve sox
 cd "$T_TMP" || exit 1
 
 # expected output samples: ceil(round(n * 24000 / rate) / 1920) * 1920
@@ -21,8 +18,7 @@ expect() { # expect SAMPLES RATE
 sox -n -r 16000 -c 2 in.wav synth 1.37 sine 300-1200 vol 0.5
 want=$(expect "$(soxi -s in.wav)" 16000)
 
-"$S" -s "$T_TMP/mt.sock" -m synthetic:echo > serve.log 2> serve.err &
-t_track $!
+t_serve serve.log serve.err -s "$T_TMP/mt.sock" -m synthetic:echo
 wait_for_socket "$T_TMP/mt.sock" 100 || { t_ok 1 "mt-serve started"; t_done; }
 
 # the issue's pipe: sox | mt-replay -o - - | sox

@@ -8,15 +8,11 @@
 # never sees a session.
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
-S=$MT_BIN/mt-serve
-[ -x "$R" ] || t_skip_all "mt-replay not built"
-[ -x "$S" ] || t_skip_all "mt-serve not built"
-command -v sox >/dev/null || t_skip_all "sox not installed"
+t_need mt-replay mt-serve sox
 cd "$T_TMP" || exit 1
 
 sox -n -r 24000 -c 1 a.wav synth 1.5 sine 440 vol 0.5
-"$S" -s "$T_TMP/mt.sock" -m synthetic:echo --max-sessions 1 > serve.log 2> serve.err &
-t_track $!
+t_serve serve.log serve.err -s "$T_TMP/mt.sock" -m synthetic:echo --max-sessions 1
 wait_for_socket "$T_TMP/mt.sock" 100 || { t_ok 1 "mt-serve started"; t_done; }
 
 # two at once, no retry: one done (0), one refused (3)

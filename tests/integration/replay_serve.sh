@@ -8,8 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 S=$MT_BIN/mt-serve
-[ -x "$R" ] || t_skip_all "mt-replay not built"
-[ -x "$S" ] || t_skip_all "mt-serve not built"
+t_need mt-replay mt-serve
 cd "$T_TMP" || exit 1
 PY=/usr/bin/python3
 

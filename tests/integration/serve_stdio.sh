@@ -4,10 +4,8 @@
 # second helper checks every frame came back in order; the latency lines go
 # to stderr, or to --latency-log (SIGHUP reopens it).
 . "$(dirname "$0")/lib.sh"
-# OpenBLAS picks slow generic kernels on this virtual CPU; its AVX-512
-# ones when the CPU has them (an explicit setting wins).
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 FC=$MT_TESTBIN/mt-fakeclient
 timeout 60 "$FC" --emit -f 40 | timeout 60 "$MT_BIN/mt-serve" --stdio -m synthetic:tiny \
     2>"$T_TMP/err" | timeout 60 "$FC" --read --expect 40 >"$T_TMP/out"

@@ -28,14 +28,12 @@ tot() { awk -v k="$1" '/^total /{for(i=1;i<=NF;i++){n=index($i,"=");if(substr($i
 prof() { sed 's/#.*//' "$PROFILE" | awk -F= -v k="$1" '{gsub(/[ \t]/,"",$1); gsub(/[ \t]/,"",$2)} $1==k{print $2}'; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
-[ -x "$MT_TESTBIN/mt-fakeclient" ] || t_skip_all "mt-fakeclient not built"
+t_need mt-serve mt-fakeclient
 [ -r "$PROFILE" ] || t_skip_all "no $PROFILE"
 
 t0=$(now_ms)
-"$MT_BIN/mt-serve" -s "$SOCK" --device sim:h200-moshi7b -m synthetic:moshi-7b \
-    --max-sessions $((N + 16)) --sink $S --window $W >"$T_TMP/lat" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat" "$T_TMP/log" -s "$SOCK" --device sim:h200-moshi7b -m synthetic:moshi-7b \
+    --max-sessions $((N + 16)) --sink $S --window $W
 i=0
 while [ ! -S "$SOCK" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
 t1=$(now_ms)
