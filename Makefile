@@ -12,7 +12,9 @@
 #   src/cmd/mt-*.c           one program each, into $(BIN)/
 #   src/STAGE/*.c            the library libmetronome.a (wire, model, decode,
 #                            serve, client, admit, probe, util)
-#   src/decode/backend_cuda.c, kernels/*.cu   only when nvcc is found (MT_HAVE_CUDA)
+#   src/decode/backend_cuda.c, kernels/*.cu   only when nvcc is found (MT_HAVE_CUDA),
+#                            into $(B)/libmetronome_cuda.so, loaded with
+#                            dlopen when CUDA is asked for (cuda_module.h)
 #   tests/unit/test_*.c      one TAP executable each, linked with the library
 #   tests/helpers/*.c        test helper programs, into $(B)/tests/
 #   tests/integration/*.sh   TAP shell scripts, run with MT_BIN=$(BIN)
@@ -81,21 +83,29 @@ CFLAGS     += -DMT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
               -gencode arch=compute_90,code=compute_90
 NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings
-LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+# The CUDA backend (host side and kernels) is a shared object of its own,
+# loaded with dlopen only when CUDA is asked for or probed
+# (src/decode/cuda_loader.c): linked into the programs, cuBLAS and the
+# runtime cost ~150 MB of RSS at start on every device, sim and cpu too.
+# The object calls back into the program's library, hence -rdynamic.
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CUDA_SO    := $(B)/libmetronome_cuda.so
+LDFLAGS    += -rdynamic
+LDLIBS     += -ldl
 CU_SRCS    := $(wildcard kernels/*.cu)
 else
 HAVE_CUDA  :=
 CU_SRCS    :=
+CUDA_SO    :=
 endif
 
 PROG_SRCS := $(wildcard src/cmd/mt-*.c)
 CUDA_C    := $(wildcard src/decode/backend_cuda*.c)
 LIB_SRCS  := $(filter-out $(PROG_SRCS) $(CUDA_C) src/cmd/%,$(wildcard src/*/*.c))
 CMD_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard src/cmd/*.c))
-ifneq ($(HAVE_CUDA),)
-LIB_SRCS  += $(CUDA_C)
-endif
-LIB_OBJS  := $(LIB_SRCS:src/%.c=$(B)/src/%.o) $(CU_SRCS:kernels/%.cu=$(B)/kernels/%.o)
+LIB_OBJS  := $(LIB_SRCS:src/%.c=$(B)/src/%.o)
+# position-independent, for $(CUDA_SO)
+CUDA_OBJS := $(CUDA_C:src/%.c=$(B)/cuda/src/%.o) $(CU_SRCS:kernels/%.cu=$(B)/cuda/kernels/%.o)
 LIB       := $(B)/libmetronome.a
 PROGS     := $(PROG_SRCS:src/cmd/%.c=$(BIN)/%)
 CMD_OBJS  := $(CMD_SRCS:src/%.c=$(B)/src/%.o)
@@ -115,7 +125,7 @@ TCP_INTEG := tests/integration/serve_concurrent.sh tests/integration/replay_serv
 # Keep intermediate objects of tests and helpers (no rebuild every run).
 .SECONDARY:
 
-all: deps $(LIB) $(PROGS) check-cuda-line
+all: deps $(LIB) $(PROGS) $(CUDA_SO) check-cuda-line
 
 deps:
 	@sh tools/deps.sh
@@ -129,9 +139,25 @@ $(B)/src/%.o: src/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(B)/kernels/%.o: kernels/%.cu
+$(B)/cuda/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -c $< -o $@
+
+$(B)/cuda/src/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+# The object's undefined mt_* symbols come from the program: each must be
+# on cuda_loader.c's list, which keeps them in a static link.
+$(CUDA_SO): $(CUDA_OBJS) src/decode/cuda_loader.c
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(notdir $@) $(CUDA_OBJS) $(CUDA_LDLIBS) -o $@.tmp
+	@missing=$$(nm -D --undefined-only $@.tmp | awk '$$2 ~ /^mt_/ { print $$2 }' | \
+	  while read -r s; do grep -q "(void \*)$$s,\$$" src/decode/cuda_loader.c || echo "$$s"; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "$@: calls" $$missing "from the program: add to mt_cuda_module_imports (src/decode/cuda_loader.c)" >&2; \
+	  rm -f $@.tmp; exit 1; fi
+	@mv $@.tmp $@
+$(B)/src/decode/cuda_loader.o: CFLAGS += -DMT_CUDA_MODULE_BUILD='"$(abspath $(CUDA_SO))"'
 
 # model.o has DATADIR compiled in: rebuild it when DATADIR changes.
 DATADIR_STAMP := $(B)/.datadir
@@ -244,6 +270,8 @@ MAN1 := $(wildcard man/*.1)
 MAN5 := $(wildcard man/*.5)
 MAN7 := $(wildcard man/*.7)
 install: all
+	$(if $(CUDA_SO),install -d $(DESTDIR)$(PREFIX)/lib/metronome)
+	$(if $(CUDA_SO),install -m 0755 $(CUDA_SO) $(DESTDIR)$(PREFIX)/lib/metronome/)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 	  $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
 	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
@@ -258,7 +286,7 @@ install: all
 clean:
 	rm -rf build build-asan build-fuzz bin
 
--include $(LIB_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d) \
+-include $(LIB_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d) \
   $(wildcard $(B)/tests/*.d $(B)/tests/helpers/*.d $(B)/tests/fuzz/*.d)
 
 # ---- issue 9: quality
@@ -281,8 +309,13 @@ bench-quality: all $(TEST_BINS)
 .PHONY: test-gpu bench-gpu
 ifneq ($(HAVE_CUDA),)
 # nvcc writes no dependency files here: the headers the kernels include
-$(CU_SRCS:kernels/%.cu=$(B)/kernels/%.o): kernels/mt_kernels.h src/decode/kv.h
-$(B)/src/decode/backend_cuda.o: kernels/mt_kernels.h
+$(CU_SRCS:kernels/%.cu=$(B)/cuda/kernels/%.o): kernels/mt_kernels.h src/decode/kv.h
+$(B)/cuda/src/decode/backend_cuda.o: kernels/mt_kernels.h
+# Programs and tests load $(CUDA_SO) at run time: build it with them.
+$(PROGS) $(UNIT_BINS) $(HELP_BINS): | $(CUDA_SO)
+# mt-benchgpu calls the kernels and the runtime itself: linked to the object.
+$(B)/tests/mt-benchgpu: $(B)/tests/helpers/mt-benchgpu.o $(CMD_OBJS) $(LIB) $(CUDA_SO)
+	$(CC) $(LDFLAGS) $< $(CMD_OBJS) $(LIB) $(CUDA_SO) -Wl,-rpath,$(abspath $(B)) $(LDLIBS) $(CUDA_LDLIBS) -o $@
 test-gpu: $(LIB) $(B)/tests/test_cuda
 	MT_REQUIRE_GPU=1 $(B)/tests/test_cuda
 bench-gpu: $(LIB) $(B)/tests/mt-benchgpu

@@ -602,19 +602,21 @@ static int decide(mt_admit *a, char *reason, size_t cap)
             return -1;
         }
         if (a->behind) {
-            snprintf(reason, cap, "server behind (late_ms %.1f over budget)",
-                     a->last.late_ms);
+            snprintf(reason, cap, "server running late (frames %.1f ms past "
+                     "their deadline); retry later", a->last.late_ms);
             return 0;
         }
         if (active + a->inflight < a->limit)
             return 1;
-        snprintf(reason, cap, "at limit %d (predicted under %.1f ms)", a->limit,
+        snprintf(reason, cap, "server at its admission limit (%d sessions; "
+                 "more would push latency past %.1f ms); retry later", a->limit,
                  a->o.margin * a->o.budget_ms);
         return 0;
     }
     if (active + a->inflight < a->limit)
         return 1;
-    snprintf(reason, cap, "at limit %d (%s)", a->limit, mt_admit_policy_name(a->o.policy));
+    snprintf(reason, cap, "server at its admission limit (%d sessions, %s "
+             "policy); retry later", a->limit, mt_admit_policy_name(a->o.policy));
     return 0;
 }
 
@@ -643,7 +645,13 @@ static void serve_queue(mt_admit *a)
         } else if (d == 0) {
             answer(a, a->q[i].id, 0, reason);
         } else if ((a->now - a->q[i].t) * 1000 >= a->o.hold_ms) {
-            answer(a, a->q[i].id, 0, "held too long: the signal was not yet fresh");
+            /* Sessions that arrive together wait for the effect of the
+             * one admitted before them; this one waited its --hold. */
+            char why[160];
+            snprintf(why, sizeof why, "server still measuring the session "
+                     "admitted just before (waited %.0f ms); retry later",
+                     a->o.hold_ms);
+            answer(a, a->q[i].id, 0, why);
         } else {
             a->q[keep++] = a->q[i];
         }
@@ -658,7 +666,10 @@ void mt_admit_request(mt_admit *a, uint32_t id, double t)
     if (t >= 0 && t > a->now)
         a->now = t;
     if (a->nq >= QUEUE_MAX) {
-        answer(a, id, 0, "controller queue full");
+        char why[96];
+        snprintf(why, sizeof why, "admission queue full (%d sessions waiting); "
+                 "retry later", QUEUE_MAX);
+        answer(a, id, 0, why);
         return;
     }
     a->q[a->nq].id = id;

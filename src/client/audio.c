@@ -261,8 +261,10 @@ static sf_count_t mem_write(const void *src, sf_count_t n, void *u)
     return 0;   /* read only */
 }
 
-int mt_audio_read_mem(const void *buf, size_t len, const char *name,
-                      mt_audio *a, char *err, size_t errlen)
+/* A read from memory; raw_rate > 0 reads headerless s16le mono at that
+ * rate (there is nothing in the data to say what it is). */
+static int read_mem_as(const void *buf, size_t len, const char *name,
+                       int raw_rate, mt_audio *a, char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a);
     if (len == 0) {
@@ -277,12 +279,75 @@ int mt_audio_read_mem(const void *buf, size_t len, const char *name,
     membuf m = { buf, (sf_count_t)len, 0 };
     SF_INFO info;
     memset(&info, 0, sizeof info);
+    if (raw_rate > 0) {
+        info.format = SF_FORMAT_RAW | SF_FORMAT_PCM_16 | SF_ENDIAN_LITTLE;
+        info.samplerate = raw_rate;
+        info.channels = 1;
+    }
     SNDFILE *sf = sf_open_virtual(&io, SFM_READ, &info, &m);
     if (!sf) {
         open_failed(name, NULL, err, errlen);
         return -1;
     }
     return read_open(sf, &info, name, a, err, errlen);
+}
+
+int mt_audio_read_mem(const void *buf, size_t len, const char *name,
+                      mt_audio *a, char *err, size_t errlen)
+{
+    return read_mem_as(buf, len, name, 0, a, err, errlen);
+}
+
+/* Reading a descriptor whole, then decoding from memory: libsndfile
+ * decodes only some formats from a non-seekable descriptor (WAV and AU
+ * yes, FLAC "lost sync", CAF nothing, W64 garbage at the end), but every
+ * format from memory, so a pipe reads like a file. */
+int mt_audio_read_fd(int fd, const char *name, int raw_rate, mt_audio *a,
+                     char *err, size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    size_t cap = 1 << 20, len = 0;
+    unsigned char *buf = malloc(cap);
+    if (!buf) {
+        seterr(err, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    for (;;) {
+        if (len == cap) {
+            if (cap >= (size_t)1 << 34) {   /* 16 GiB: not a real input */
+                seterr(err, errlen, "%s: too long", name);
+                free(buf);
+                return -1;
+            }
+            unsigned char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                seterr(err, errlen, "%s: out of memory", name);
+                free(buf);
+                return -1;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            seterr(err, errlen, "%s: %s", name, strerror(errno));
+            free(buf);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    if (len == 0) {
+        seterr(err, errlen, "%s: no data (empty input)", name);
+        free(buf);
+        return -1;
+    }
+    int rc = read_mem_as(buf, len, name, raw_rate, a, err, errlen);
+    free(buf);
+    return rc;
 }
 
 void mt_audio_free(mt_audio *a)
@@ -424,6 +489,28 @@ static const struct { const char *ext; int fmt; } exts[] = {
     { "raw",  SF_FORMAT_RAW | SF_FORMAT_PCM_16 },
 };
 
+int mt_audio_type_parse(const char *name, int *sf_format)
+{
+    for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+        if (!strcasecmp(name, exts[i].ext)) {
+            *sf_format = exts[i].fmt;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Measured with libsndfile 1.2: WAV, AIFF, CAF and W64 refuse a pipe
+ * ("does not support pipe write": the header's sizes are written last);
+ * FLAC writes, but its end leaves sox reporting "lost sync"; AU (size
+ * field "unknown"), Ogg and raw stream cleanly. */
+int mt_audio_type_streams(int sf_format)
+{
+    int major = sf_format & SF_FORMAT_TYPEMASK;
+    return major == SF_FORMAT_AU || major == SF_FORMAT_OGG ||
+           major == SF_FORMAT_RAW;
+}
+
 int mt_audio_format_for_path(const char *path, int *sf_format,
                              char *err, size_t errlen)
 {
@@ -447,11 +534,66 @@ int mt_audio_format_for_path(const char *path, int *sf_format,
 }
 
 struct mt_audio_writer {
-    SNDFILE *sf;
+    SNDFILE *sf;        /* NULL: an AU or raw stream written here */
     char    *path;
-    char    *tmp;
+    char    *tmp;       /* NULL: a descriptor, written in place */
     uint64_t frames;
+    int      fd;        /* the stream's descriptor */
+    int      big_endian;
+    unsigned char head[28];   /* AU header, sent with the first samples */
+    size_t   nhead;
 };
+
+static void writer_free(mt_audio_writer *w);
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* AU and raw through a pipe are written here, not by libsndfile: its
+ * AU header leaves in a write() of its own, ahead of the audio, and a
+ * reader that sniffs the format from its first read() (sox -) then sees
+ * 24 bytes and cannot look back. Here the header goes out with the first
+ * samples, in one write of at most PIPE_BUF. */
+static int stream_write(mt_audio_writer *w, const int16_t *pcm, size_t n,
+                        char *err, size_t errlen)
+{
+    unsigned char buf[28 + 4096];
+    size_t o = w->nhead;
+    memcpy(buf, w->head, w->nhead);
+    w->nhead = 0;
+    for (size_t i = 0; i < n || o > 0; ) {
+        while (i < n && o + 2 <= sizeof buf) {
+            uint16_t v = (uint16_t)pcm[i++];
+            buf[o++] = (unsigned char)(w->big_endian ? v >> 8 : v);
+            buf[o++] = (unsigned char)(w->big_endian ? v : v >> 8);
+        }
+        if (write_all(w->fd, buf, o) != 0) {
+            seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+            return -1;
+        }
+        o = 0;
+    }
+    return 0;
+}
 
 int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
                          char *err, size_t errlen)
@@ -511,12 +653,81 @@ int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
 int mt_audio_writer_write(mt_audio_writer *w, const int16_t *pcm, size_t n,
                           char *err, size_t errlen)
 {
+    if (!w->sf) {
+        if (stream_write(w, pcm, n, err, errlen) != 0)
+            return -1;
+        w->frames += n;
+        return 0;
+    }
     sf_count_t put = sf_write_short(w->sf, pcm, (sf_count_t)n);
     if (put != (sf_count_t)n) {
         seterr(err, errlen, "%s: write failed: %s", w->path, sf_strerror(w->sf));
         return -1;
     }
     w->frames += n;
+    return 0;
+}
+
+int mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
+                            mt_audio_writer **wp, char *err, size_t errlen)
+{
+    *wp = NULL;
+    if (isatty(fd)) {
+        seterr(err, errlen, "%s: is a terminal; send the audio into a pipe "
+               "or a file", name);
+        return -1;
+    }
+    /* A seekable descriptor (stdout redirected to a file) takes any
+     * format; a pipe only the streaming ones. */
+    if (lseek(fd, 0, SEEK_CUR) < 0 && !mt_audio_type_streams(sf_format)) {
+        seterr(err, errlen, "%s: this format cannot be written to a pipe "
+               "(its header is completed last); use --type au, ogg or raw",
+               name);
+        return -1;
+    }
+    mt_audio_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = strdup(name))) {
+        seterr(err, errlen, "out of memory");
+        free(w);
+        return -1;
+    }
+    w->fd = fd;
+    int major = sf_format & SF_FORMAT_TYPEMASK;
+    if (major == SF_FORMAT_AU || major == SF_FORMAT_RAW) {
+        if (major == SF_FORMAT_AU) {
+            /* magic, data offset, size unknown, 16-bit linear, rate, mono,
+             * and the 4-byte annotation readers (sox) expect */
+            memcpy(w->head, ".snd", 4);
+            put_be32(w->head + 4, 28);
+            put_be32(w->head + 8, 0xFFFFFFFFu);
+            put_be32(w->head + 12, 3);
+            put_be32(w->head + 16, (uint32_t)rate);
+            put_be32(w->head + 20, 1);
+            put_be32(w->head + 24, 0);
+            w->nhead = 28;
+            w->big_endian = 1;
+        }
+        *wp = w;
+        return 0;
+    }
+    SF_INFO info;
+    memset(&info, 0, sizeof info);
+    info.samplerate = rate;
+    info.channels = 1;
+    info.format = sf_format;
+    if (!sf_format_check(&info)) {
+        seterr(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
+               name, rate);
+        writer_free(w);
+        return -1;
+    }
+    w->sf = sf_open_fd(fd, SFM_WRITE, &info, 0);
+    if (!w->sf) {
+        seterr(err, errlen, "%s: cannot write audio: %s", name, sf_strerror(NULL));
+        writer_free(w);
+        return -1;
+    }
+    *wp = w;
     return 0;
 }
 
@@ -533,17 +744,25 @@ static void writer_free(mt_audio_writer *w)
 int mt_audio_writer_commit(mt_audio_writer *w, char *err, size_t errlen)
 {
     int rc = 0;
-    sf_write_sync(w->sf);
-    if (sf_close(w->sf) != 0) {
-        seterr(err, errlen, "%s: close failed", w->path);
-        rc = -1;
+    if (!w->sf) {
+        /* an AU stream without samples still gets its header */
+        if (w->nhead && write_all(w->fd, w->head, w->nhead) != 0) {
+            seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+            rc = -1;
+        }
+    } else {
+        sf_write_sync(w->sf);
+        if (sf_close(w->sf) != 0) {
+            seterr(err, errlen, "%s: close failed", w->path);
+            rc = -1;
+        }
     }
     w->sf = NULL;
-    if (rc == 0 && rename(w->tmp, w->path) != 0) {
+    if (rc == 0 && w->tmp && rename(w->tmp, w->path) != 0) {
         seterr(err, errlen, "%s: %s", w->path, strerror(errno));
         rc = -1;
     }
-    if (rc != 0)
+    if (rc != 0 && w->tmp)
         unlink(w->tmp);
     writer_free(w);
     return rc;
@@ -555,7 +774,8 @@ void mt_audio_writer_abort(mt_audio_writer *w)
         return;
     if (w->sf)
         sf_close(w->sf);
-    unlink(w->tmp);
+    if (w->tmp)
+        unlink(w->tmp);
     writer_free(w);
 }
 
@@ -795,6 +1015,118 @@ static int find_device(const char *spec, const mt_pa_device *l, int n)
     return -1;
 }
 
+/* The input and output devices: both `device` (an index or a name), or the
+ * defaults; either must have the channels for full duplex. 0, or -1 with
+ * err listing what PortAudio found. */
+static int pick_duplex_devices(const char *device, const mt_pa_device *l, int n,
+                               int *din, int *dout, char *err, size_t errlen)
+{
+    char found[2048];
+    mt_pa_describe(l, n, found, sizeof found);
+    if (device) {
+        *din = *dout = find_device(device, l, n);
+        if (*din < 0) {
+            seterr(err, errlen, "no audio device matches '%s'; %s%s", device,
+                   n ? "PortAudio found:\n" : "", found);
+            return -1;
+        }
+    } else {
+        *din = Pa_GetDefaultInputDevice();
+        *dout = Pa_GetDefaultOutputDevice();
+        if (*din == paNoDevice || *dout == paNoDevice || *din >= n || *dout >= n) {
+            seterr(err, errlen, "no default %s device; %s%s",
+                   *din == paNoDevice ? "input" : "output",
+                   n ? "PortAudio found:\n" : "", found);
+            return -1;
+        }
+    }
+    if (l[*din].max_in < 1 || l[*dout].max_out < 1) {
+        seterr(err, errlen, "device \"%s\" cannot do full duplex (in %d, out "
+               "%d channels); PortAudio found:\n%s", l[*din].name,
+               l[*din].max_in, l[*dout].max_out, found);
+        return -1;
+    }
+    return 0;
+}
+
+/* One mono float channel at the device's lowest default latency. */
+static void mono_params(PaStreamParameters *p, int dev, int input)
+{
+    memset(p, 0, sizeof *p);
+    p->device = dev;
+    p->channelCount = 1;
+    p->sampleFormat = paFloat32;
+    p->suggestedLatency = input ? Pa_GetDeviceInfo(dev)->defaultLowInputLatency
+                                : Pa_GetDeviceInfo(dev)->defaultLowOutputLatency;
+}
+
+/* The rings, the scratch buffers and, when the device runs at another
+ * rate, the two resamplers. */
+static int duplex_buffers(mt_duplex *d, char *err, size_t errlen)
+{
+    size_t dev_frame = (size_t)d->frame_samples * (size_t)d->dev_rate / (size_t)d->rate + 16;
+    int se = 0;
+    if (ring_init(&d->mic, dev_frame * 16) || ring_init(&d->spk, dev_frame * (16 + (size_t)d->jitter_frames)))
+        goto nomem;
+    d->tmp_dev_cap = dev_frame * 8;
+    d->tmp_dev = malloc(d->tmp_dev_cap * sizeof(float));
+    d->mic_acc_cap = (size_t)d->frame_samples * 8;
+    d->mic_acc = malloc(d->mic_acc_cap * sizeof(float));
+    d->spk_tmp_cap = dev_frame * 2 + 64;
+    d->spk_tmp = malloc(d->spk_tmp_cap * sizeof(float));
+    if (!d->tmp_dev || !d->mic_acc || !d->spk_tmp)
+        goto nomem;
+    if (d->dev_rate != d->rate) {
+        d->src_in = src_new(SRC_SINC_FASTEST, 1, &se);
+        d->src_out = d->src_in ? src_new(SRC_SINC_FASTEST, 1, &se) : NULL;
+        if (!d->src_in || !d->src_out) {
+            seterr(err, errlen, "libsamplerate: %s", src_strerror(se));
+            return -1;
+        }
+    }
+    return 0;
+nomem:
+    seterr(err, errlen, "out of memory");
+    return -1;
+}
+
+static int duplex_start(mt_duplex *d, const PaStreamParameters *in,
+                        const PaStreamParameters *out, char *err, size_t errlen)
+{
+    PaError e = Pa_OpenStream(&d->stream, in, out, d->dev_rate,
+                              paFramesPerBufferUnspecified, paClipOff, duplex_cb, d);
+    if (e != paNoError) {
+        seterr(err, errlen, "cannot open \"%s\" at %d Hz: %s", d->name,
+               d->dev_rate, Pa_GetErrorText(e));
+        d->stream = NULL;
+        return -1;
+    }
+    e = Pa_StartStream(d->stream);
+    if (e != paNoError) {
+        seterr(err, errlen, "cannot start \"%s\": %s", d->name, Pa_GetErrorText(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* What duplex_buffers and duplex_start made (the stream closed, not
+ * stopped), and d. */
+static void duplex_free(mt_duplex *d)
+{
+    if (d->stream)
+        Pa_CloseStream(d->stream);
+    if (d->src_in)
+        src_delete(d->src_in);
+    if (d->src_out)
+        src_delete(d->src_out);
+    free(d->mic.buf);
+    free(d->spk.buf);
+    free(d->tmp_dev);
+    free(d->mic_acc);
+    free(d->spk_tmp);
+    free(d);
+}
+
 int mt_duplex_open(const char *device, int rate, int frame_samples,
                    int jitter_frames, mt_duplex **dp, char *err, size_t errlen)
 {
@@ -810,38 +1142,15 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
         return -1;
     }
     mt_pa_device *l = NULL;
-    int n = 0;
+    int n = 0, din, dout;
+    mt_duplex *d = NULL;
     if (pa_collect(&l, &n, err, errlen) != 0) {
         pa_done();
         return -1;
     }
-    char found[2048];
-    mt_pa_describe(l, n, found, sizeof found);
-    int din, dout;
-    if (device) {
-        din = dout = find_device(device, l, n);
-        if (din < 0) {
-            seterr(err, errlen, "no audio device matches '%s'; %s%s", device,
-                   n ? "PortAudio found:\n" : "", found);
-            goto fail;
-        }
-    } else {
-        din = Pa_GetDefaultInputDevice();
-        dout = Pa_GetDefaultOutputDevice();
-        if (din == paNoDevice || dout == paNoDevice || din >= n || dout >= n) {
-            seterr(err, errlen, "no default %s device; %s%s",
-                   din == paNoDevice ? "input" : "output",
-                   n ? "PortAudio found:\n" : "", found);
-            goto fail;
-        }
-    }
-    if (l[din].max_in < 1 || l[dout].max_out < 1) {
-        seterr(err, errlen, "device \"%s\" cannot do full duplex (in %d, out "
-               "%d channels); PortAudio found:\n%s", l[din].name,
-               l[din].max_in, l[dout].max_out, found);
+    if (pick_duplex_devices(device, l, n, &din, &dout, err, errlen) != 0)
         goto fail;
-    }
-    mt_duplex *d = calloc(1, sizeof *d);
+    d = calloc(1, sizeof *d);
     if (!d) {
         seterr(err, errlen, "out of memory");
         goto fail;
@@ -851,16 +1160,8 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
     d->jitter_frames = jitter_frames < 0 ? 0 : jitter_frames;
     snprintf(d->name, sizeof d->name, "%s", l[din].name);
     PaStreamParameters in, out;
-    memset(&in, 0, sizeof in);
-    memset(&out, 0, sizeof out);
-    in.device = din;
-    in.channelCount = 1;
-    in.sampleFormat = paFloat32;
-    in.suggestedLatency = Pa_GetDeviceInfo(din)->defaultLowInputLatency;
-    out.device = dout;
-    out.channelCount = 1;
-    out.sampleFormat = paFloat32;
-    out.suggestedLatency = Pa_GetDeviceInfo(dout)->defaultLowOutputLatency;
+    mono_params(&in, din, 1);
+    mono_params(&out, dout, 0);
     d->dev_rate = rate;
     if (Pa_IsFormatSupported(&in, &out, rate) != paFormatIsSupported)
         d->dev_rate = (int)l[din].default_rate;
@@ -869,59 +1170,16 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
     if (d->dev_rate < 1000 || d->dev_rate > 768000) {
         seterr(err, errlen, "device \"%s\" reports no usable sample rate", d->name);
         free(d);
+        d = NULL;
         goto fail;
     }
-    size_t dev_frame = (size_t)frame_samples * (size_t)d->dev_rate / (size_t)rate + 16;
-    int se = 0;
-    if (ring_init(&d->mic, dev_frame * 16) || ring_init(&d->spk, dev_frame * (16 + (size_t)d->jitter_frames)))
-        goto nomem;
-    d->tmp_dev_cap = dev_frame * 8;
-    d->tmp_dev = malloc(d->tmp_dev_cap * sizeof(float));
-    d->mic_acc_cap = (size_t)frame_samples * 8;
-    d->mic_acc = malloc(d->mic_acc_cap * sizeof(float));
-    d->spk_tmp_cap = dev_frame * 2 + 64;
-    d->spk_tmp = malloc(d->spk_tmp_cap * sizeof(float));
-    if (!d->tmp_dev || !d->mic_acc || !d->spk_tmp)
-        goto nomem;
-    if (d->dev_rate != rate) {
-        d->src_in = src_new(SRC_SINC_FASTEST, 1, &se);
-        d->src_out = d->src_in ? src_new(SRC_SINC_FASTEST, 1, &se) : NULL;
-        if (!d->src_in || !d->src_out) {
-            seterr(err, errlen, "libsamplerate: %s", src_strerror(se));
-            goto fail_d;
-        }
-    }
-    e = Pa_OpenStream(&d->stream, &in, &out, d->dev_rate,
-                      paFramesPerBufferUnspecified, paClipOff, duplex_cb, d);
-    if (e != paNoError) {
-        seterr(err, errlen, "cannot open \"%s\" at %d Hz: %s", d->name,
-               d->dev_rate, Pa_GetErrorText(e));
-        d->stream = NULL;
-        goto fail_d;
-    }
-    e = Pa_StartStream(d->stream);
-    if (e != paNoError) {
-        seterr(err, errlen, "cannot start \"%s\": %s", d->name, Pa_GetErrorText(e));
-        goto fail_d;
-    }
+    if (duplex_buffers(d, err, errlen) != 0 || duplex_start(d, &in, &out, err, errlen) != 0)
+        goto fail;
     *dp = d;
     return 0;
-nomem:
-    seterr(err, errlen, "out of memory");
-fail_d:
-    if (d->stream)
-        Pa_CloseStream(d->stream);
-    if (d->src_in)
-        src_delete(d->src_in);
-    if (d->src_out)
-        src_delete(d->src_out);
-    free(d->mic.buf);
-    free(d->spk.buf);
-    free(d->tmp_dev);
-    free(d->mic_acc);
-    free(d->spk_tmp);
-    free(d);
 fail:
+    if (d)
+        duplex_free(d);
     free(l);
     pa_done();
     return -1;
@@ -1046,20 +1304,9 @@ void mt_duplex_close(mt_duplex *d)
 {
     if (!d)
         return;
-    if (d->stream) {
+    if (d->stream)
         Pa_StopStream(d->stream);
-        Pa_CloseStream(d->stream);
-    }
-    if (d->src_in)
-        src_delete(d->src_in);
-    if (d->src_out)
-        src_delete(d->src_out);
-    free(d->mic.buf);
-    free(d->spk.buf);
-    free(d->tmp_dev);
-    free(d->mic_acc);
-    free(d->spk_tmp);
-    free(d);
+    duplex_free(d);
     pa_done();
 }
 

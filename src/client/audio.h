@@ -42,6 +42,11 @@ int  mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen);
  * a file. Returns 0 or -1. */
 int  mt_audio_read_mem(const void *buf, size_t len, const char *name,
                        mt_audio *a, char *err, size_t errlen);
+/* The same from a descriptor read to its end (standard input, a pipe):
+ * any format libsndfile reads from a file. raw_rate > 0: the data is
+ * headerless 16-bit little-endian mono at that rate. Returns 0 or -1. */
+int  mt_audio_read_fd(int fd, const char *name, int raw_rate, mt_audio *a,
+                      char *err, size_t errlen);
 void mt_audio_free(mt_audio *a);
 
 /* libsamplerate converters by name: "best", "medium", "fastest", "zoh",
@@ -62,12 +67,25 @@ void mt_audio_to_s16(const float *in, int16_t *out, size_t n);
 int  mt_audio_format_for_path(const char *path, int *sf_format,
                               char *err, size_t errlen);
 
+/* A type name (the extensions above, without the dot) to its libsndfile
+ * format: 0, or -1 when unknown. */
+int  mt_audio_type_parse(const char *name, int *sf_format);
+/* 1 when libsndfile writes the format to a pipe as a complete stream
+ * (AU, Ogg Vorbis, raw), 0 when its header needs a seek back. */
+int  mt_audio_type_streams(int sf_format);
+
 /* ---- output files ------------------------------------------------------- */
 typedef struct mt_audio_writer mt_audio_writer;
 
 /* Opens "DIR/.NAME.tmp-PID-N" for writing mono s16 audio at rate. */
 int  mt_audio_writer_open(const char *path, int rate, mt_audio_writer **w,
                           char *err, size_t errlen);
+/* Writes to an open descriptor (standard output) in place, named name in
+ * messages; refuses a terminal, and a pipe for a format that cannot
+ * stream (mt_audio_type_streams). Commit and abort close the stream; the
+ * descriptor stays open. */
+int  mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
+                             mt_audio_writer **w, char *err, size_t errlen);
 int  mt_audio_writer_write(mt_audio_writer *w, const int16_t *pcm, size_t n,
                            char *err, size_t errlen);
 uint64_t mt_audio_writer_frames(const mt_audio_writer *w);

@@ -1,6 +1,6 @@
 /* mt-admit: the online admission controller for mt-serve.
  *
- * Thin main over admit.c: reads mt-serve's machine stream (tick lines,
+ * Thin main over admit.c and feed.c: reads mt-serve's machine stream (tick lines,
  * `request` and `admit` lines; anything else ignored) on stdin or from a
  * recorded log (--replay), feeds it to the chosen policy, and writes
  * `accept ID` / `reject ID reason` and `limit N` lines to stdout, flushed
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "admit/admit.h"
+#include "admit/feed.h"
 #include "wire/admission.h"
 #include "cmd/opt.h"
 #include "wire/latline.h"
@@ -67,11 +68,10 @@ typedef struct run {
     int    out_failed;
     long   out_failed_line;     /* input line at the first failed write */
     long   ticks_after_fail;    /* tick lines read since */
-    long   lineno;
-    double t;           /* time of the current line */
     mt_admit *a;
+    mt_admit_feed feed;         /* the input: line number, time, counts */
     int    last_limit;
-    long   bad_lines, ignored, reported;
+    long   reported;
     int    status_every;
     const char *policy_name;
 } run;
@@ -87,7 +87,7 @@ static void out_line(run *r, const char *fmt, ...)
     va_end(ap);
     if (rc < 0 || fflush(r->out) != 0) {
         r->out_failed = 1;
-        r->out_failed_line = r->lineno;
+        r->out_failed_line = r->feed.lineno;
     }
 }
 
@@ -116,10 +116,10 @@ static void emit(void *ctx, uint32_t id, int accept, const char *reason)
     if (r->replay) {
         if (accept)
             out_line(r, "decision line=%ld t=%.3f policy=%s session=%u verdict=accept\n",
-                     r->lineno, r->t, r->policy_name, id);
+                     r->feed.lineno, r->feed.t, r->policy_name, id);
         else
             out_line(r, "decision line=%ld t=%.3f policy=%s session=%u verdict=reject "
-                     "reason=\"%s\"\n", r->lineno, r->t, r->policy_name, id, reason);
+                     "reason=\"%s\"\n", r->feed.lineno, r->feed.t, r->policy_name, id, reason);
     } else {
         mt_control c = {.kind = accept ? MT_CONTROL_ACCEPT : MT_CONTROL_REJECT,
                         .session = id};
@@ -129,9 +129,9 @@ static void emit(void *ctx, uint32_t id, int accept, const char *reason)
     }
 }
 
-static void report_bad(run *r, const char *msg)
+static void report_bad(void *ctx, const char *msg)
 {
-    r->bad_lines++;
+    run *r = ctx;
     if (r->reported < 100) {
         fprintf(stderr, "%s: ignoring bad input: %s\n", prog, msg);
         r->reported++;
@@ -147,7 +147,7 @@ static void check_limit(run *r)
         return;
     r->last_limit = l;
     if (r->replay)
-        out_line(r, "limit line=%ld t=%.3f policy=%s limit=%d\n", r->lineno, r->t,
+        out_line(r, "limit line=%ld t=%.3f policy=%s limit=%d\n", r->feed.lineno, r->feed.t,
                  r->policy_name, l);
     else
         control_out(r, &(mt_control){.kind = MT_CONTROL_LIMIT, .limit = l});
@@ -158,99 +158,39 @@ static void status(run *r, const char *why)
     char buf[1024];
     mt_admit_status(r->a, buf, sizeof buf);
     fprintf(stderr, "%s%s%s bad_lines=%ld\n", buf, why ? " at=" : "", why ? why : "",
-            r->bad_lines);
+            r->feed.bad_lines);
 }
 
-static void one_line(run *r, const char *line, size_t len, mt_latline *ll)
+/* One line handled by the feed: the controller's limit and the status
+ * line follow it. */
+static void after_line(run *r, mt_feed_kind k)
 {
-    char err[256];
-    if (mt_latline_parse(line, len, r->lineno, ll, err, sizeof err) != 0) {
-        report_bad(r, err);
-        return;
-    }
-    if (ll->n == 0)
-        return;
-    const char *kind = mt_latline_kind(ll);
-    if (!strcmp(kind, "tick")) {
-        mt_tick t;
-        if (mt_tick_from_line(ll, r->lineno, &t, err, sizeof err) != 0) {
-            report_bad(r, err);
-            return;
-        }
-        r->t = t.t;
-        mt_admit_tick(r->a, &t);
+    if (k == MT_FEED_TICK && r->status_every > 0) {
         mt_admit_stats st;
         mt_admit_get_stats(r->a, &st);
-        if (r->status_every > 0 && st.ticks % r->status_every == 0)
+        if (st.ticks % r->status_every == 0)
             status(r, NULL);
-    } else if (!strcmp(kind, "request")) {
-        mt_request_rec rq;
-        if (mt_request_from_line(ll, r->lineno, &rq, err, sizeof err) != 0) {
-            report_bad(r, err);
-            return;
-        }
-        if (rq.t >= 0)
-            r->t = rq.t;
-        mt_admit_request(r->a, rq.session, rq.t);
-    } else if (!strcmp(kind, "admit")) {
-        mt_verdict_rec v;
-        if (mt_verdict_from_line(ll, r->lineno, &v, err, sizeof err) != 0) {
-            report_bad(r, err);
-            return;
-        }
-        if (v.t >= 0)
-            r->t = v.t;
-        mt_admit_server_verdict(r->a, v.session, v.accept);
-    } else {
-        r->ignored++;    /* frame lines, client lines: not ours */
     }
-    check_limit(r);
+    if (k != MT_FEED_NONE && k != MT_FEED_EMPTY && k != MT_FEED_BAD)
+        check_limit(r);
 }
 
-/* Reads lines with a fixed buffer: an overlong line is reported and
- * skipped to its end, never allowed to grow memory. */
 static int run_input(run *r, FILE *in)
 {
-    static char buf[MT_LL_MAX_LINE + 2];
-    static mt_latline ll;
-    size_t len = 0;
-    int overlong = 0, c;
+    int c;
     r->last_limit = -1;
     check_limit(r);
     while ((c = getc(in)) != EOF) {
-        if (c == '\n') {
-            r->lineno++;
-            if (overlong) {
-                char err[128];
-                snprintf(err, sizeof err, "line %ld: longer than %d bytes", r->lineno,
-                         MT_LL_MAX_LINE);
-                report_bad(r, err);
-            } else {
-                one_line(r, buf, len, &ll);
-            }
-            if (r->out_failed && len >= 5 && memcmp(buf, "tick=", 5) == 0)
-                r->ticks_after_fail++;
-            len = 0;
-            overlong = 0;
-            if (r->out_failed && (r->replay || r->ticks_after_fail > OUT_FAIL_TICKS))
-                break;
+        mt_feed_kind k = mt_admit_feed_putc(&r->feed, c);
+        if (k == MT_FEED_NONE)
             continue;
-        }
-        if (len < MT_LL_MAX_LINE + 1)
-            buf[len++] = (char)c;
-        else
-            overlong = 1;
+        after_line(r, k);
+        if (r->out_failed && mt_admit_feed_last_is_tick(&r->feed))
+            r->ticks_after_fail++;
+        if (r->out_failed && (r->replay || r->ticks_after_fail > OUT_FAIL_TICKS))
+            break;
     }
-    if (len > 0) {    /* a last line without newline */
-        r->lineno++;
-        if (overlong) {
-            char err[128];
-            snprintf(err, sizeof err, "line %ld: longer than %d bytes", r->lineno, MT_LL_MAX_LINE);
-            report_bad(r, err);
-        } else {
-            one_line(r, buf, len, &ll);
-        }
-    }
+    after_line(r, mt_admit_feed_finish(&r->feed));   /* a last line without newline */
     if (ferror(in)) {
         fprintf(stderr, "%s: read error: %s\n", prog, strerror(errno));
         return -1;
@@ -407,6 +347,7 @@ static int run_policy(const admit_args *a, const char *name)
         fprintf(stderr, "%s: %s\n", prog, err);
         return -1;
     }
+    mt_admit_feed_init(&r.feed, r.a, report_bad, &r);
     FILE *in = stdin;
     if (a->replay && !(in = fopen(a->replay, "r"))) {
         fprintf(stderr, "%s: %s: %s\n", prog, a->replay, strerror(errno));
@@ -425,16 +366,16 @@ static int run_policy(const admit_args *a, const char *name)
     } else if (r.out_failed) {
         fprintf(stderr, "%s: control input closed at input line %ld, %ld lines "
                 "before the end of input: the server ended\n", prog,
-                r.out_failed_line, r.lineno - r.out_failed_line);
+                r.out_failed_line, r.feed.lineno - r.out_failed_line);
     }
     mt_admit_stats st;
     mt_admit_get_stats(r.a, &st);
     if (r.replay)
         out_line(&r, "summary policy=%s lines=%ld ticks=%lld requests=%lld "
                  "accepted=%lld rejected=%lld final_limit=%d bad_lines=%ld\n",
-                 name, r.lineno, (long long)st.ticks, (long long)st.requests,
+                 name, r.feed.lineno, (long long)st.ticks, (long long)st.requests,
                  (long long)st.accepted, (long long)st.rejected,
-                 mt_admit_limit(r.a), r.bad_lines);
+                 mt_admit_limit(r.a), r.feed.bad_lines);
     status(&r, "end");
     mt_admit_free(r.a);
     return rc;

@@ -12,8 +12,8 @@
 #define _GNU_SOURCE
 #include "cmd/opt.h"
 #include "wire/endpoint.h"
+#include "cmd/calibrate_cmd.h"
 #include "cmd/quality_cmd.h"
-#include "probe/calibrate.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
 
@@ -383,6 +383,33 @@ static const mt_cli cli_summarize = {
     help_summarize,
 };
 
+/* Reads latency lines from in until its end or an interrupt. The usual
+ * use is `mt-serve ... | mt-probe summarize` ended by Ctrl-C, which reaches
+ * both programs: the interrupt ends the input (what was read is summarized)
+ * instead of killing summarize before it prints. 0, or -1 with err. */
+static int summarize_stream(mt_summary *s, FILE *in, int strict, char *err,
+                            size_t errlen)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    int rc = 0;
+    while (!stop_flag && (n = getline(&line, &cap, in)) >= 0) {
+        lineno++;
+        if (mt_summary_add_line(s, line, (size_t)n, lineno, strict, err, errlen)) {
+            rc = -1;
+            break;
+        }
+    }
+    if (!rc && ferror(in) && !(stop_flag && errno == EINTR)) {
+        snprintf(err, errlen, "read error: %s", strerror(errno));
+        rc = -1;
+    }
+    free(line);
+    return rc;
+}
+
 static int cmd_summarize(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -410,18 +437,20 @@ static int cmd_summarize(int argc, char **argv)
         return 1;
     }
     int rc = 0;
+    /* No SA_RESTART: an interrupt ends a blocked read (summarize_stream). */
+    catch_signals();
     if (optind == argc) {
-        if (mt_summary_read(s, stdin, strict, err, sizeof err))
+        if (summarize_stream(s, stdin, strict, err, sizeof err))
             rc = 1;
     } else {
-        for (int i = optind; i < argc && !rc; i++) {
+        for (int i = optind; i < argc && !rc && !stop_flag; i++) {
             FILE *f = strcmp(argv[i], "-") ? fopen(argv[i], "r") : stdin;
             if (!f) {
                 snprintf(err, sizeof err, "%s: %s", argv[i], strerror(errno));
                 rc = 1;
                 break;
             }
-            if (mt_summary_read(s, f, strict, err, sizeof err))
+            if (summarize_stream(s, f, strict, err, sizeof err))
                 rc = 1;
             if (f != stdin)
                 fclose(f);
@@ -438,6 +467,9 @@ static int cmd_summarize(int argc, char **argv)
         mt_summary_free(s);
         return 1;
     }
+    if (stop_flag)
+        fprintf(stderr, "%s summarize: interrupted: the summary of the lines "
+                "read so far\n", prog);
     mt_summary_print(stdout, s, tsv ? MT_SUM_TSV : MT_SUM_TABLE, kind);
     mt_summary_free(s);
     return 0;
@@ -524,10 +556,10 @@ static void help_sweep(FILE *f)
 "                      step time and KV bytes\n"
 "  --plot FILE.png     latency vs concurrency, with the wall\n"
 "  --tsv FILE          also write the table's rows to FILE\n"
-"  --budget MS         the wall's latency budget (default: one frame period;\n"
-"                      frames wait up to a period for their tick, so two\n"
-"                      periods, mt-serve's default deadline, is the\n"
-"                      practical budget of a tick-batched server)\n");
+"  --budget MS         the wall's latency budget (default: two frame periods,\n"
+"                      mt-serve's default deadline: a frame waits up to a\n"
+"                      period for its tick, so one session's p99 is already\n"
+"                      about one period)\n");
 }
 
 static const mt_cli cli_sweep = {

@@ -6,8 +6,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <libgen.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include <portaudio.h>
+#include <sndfile.h>
 
 #include "cmd/opt.h"
 #include "client/audio.h"
@@ -34,6 +37,9 @@ typedef struct input {
 
 typedef struct sess {
     input           *in;
+    int              attempts;      /* connections made (1 + retries) */
+    int              final_state;   /* MT_CS_*: the last attempt's end */
+    char             reason[MT_REASON_MAX + 1];
     size_t           pos;           /* next sample */
     uint64_t         frames_left;   /* --duration bound, or UINT64_MAX */
     mt_audio_writer *w;
@@ -49,6 +55,13 @@ typedef struct app {
     int         copies, loop, rate_check, lat, quality, no_pace;
     double      stagger_ms, duration_s, interval_s, jitter_ms;
     const char *out_pattern, *device, *model;
+    const char *type;           /* --type, for '-' in and out */
+    int         type_fmt;       /* its libsndfile format */
+    const char *latency_log;    /* --latency-log FILE */
+    int         retry;          /* --retry N */
+    int        *sess_of;        /* client session index -> a->s index */
+    int         retries;        /* made so far */
+    int         live;           /* --mic with stdout a terminal */
     int         rate, frame_samples;
     input      *inputs;
     int         ninputs;
@@ -64,7 +77,13 @@ typedef struct app {
     mt_duplex  *dx;
     uint64_t    t_status;
     double      last_rtt_ms;
+    int         not_realtime;   /* the capture device outruns the clock */
 } app;
+
+/* Where the machine lines go: stdout, stderr when stdout carries audio
+ * (-o -), the --latency-log file, or nowhere (NULL: a live --mic status
+ * has the terminal). */
+static FILE *g_lines;
 
 static volatile sig_atomic_t g_stop;
 static mt_client *g_client;
@@ -80,8 +99,8 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: mt-replay -s SOCK [-n N] [--stagger MS] [-o PATTERN] FILE...\n"
-"       mt-replay --emit FILE [--no-pace] > STREAM\n"
+"usage: mt-replay -s SOCK [-n N] [--stagger MS] [-o PATTERN] FILE...|-\n"
+"       mt-replay --emit FILE|- [--no-pace] > STREAM\n"
 "       mt-replay --play [-o FILE] < STREAM\n"
 "       mt-replay -s SOCK --mic [--device DEV] [--jitter MS]\n"
 "       mt-replay --list-devices\n"
@@ -91,7 +110,14 @@ static void usage(FILE *f)
 "  -n, --copies N         sessions per input file (default 1)\n"
 "      --stagger MS       start sessions MS apart (default 0)\n"
 "  -o, --output PATTERN   write returned audio; %%d = session index; format\n"
-"                         from the extension (.wav .flac .ogg .aiff ...)\n"
+"                         from the extension (.wav .flac .ogg .aiff ...);\n"
+"                         '-' is standard output (one session)\n"
+"      --type TYPE        format of '-' (stdin or stdout): au (default out),\n"
+"                         ogg or raw through a pipe; raw stdin is s16le mono\n"
+"                         at --rate; other formats only from/to a file\n"
+"      --retry N          retry a refused session up to N times, backing off\n"
+"                         (0.25 s doubling, jittered, at most 8 s)\n"
+"      --latency-log FILE machine lines to FILE instead of stdout\n"
 "  -r, --rate HZ          session sample rate (default 24000)\n"
 "  -f, --frame-samples N  samples per frame (default 1920)\n"
 "  -m, --model NAME       model name asked in HELLO (default: any)\n"
@@ -145,9 +171,22 @@ static int expand_pattern(const char *pat, int idx, char *out, size_t cap)
 static int load_input(app *a, input *in, char *err, size_t errlen)
 {
     mt_audio raw;
-    if (mt_audio_read(in->path, &raw, err, errlen) != 0)
+    int rc;
+    if (!strcmp(in->path, "-")) {
+        int raw_rate = a->type &&
+            (a->type_fmt & SF_FORMAT_TYPEMASK) == SF_FORMAT_RAW ? a->rate : 0;
+        if (isatty(0)) {
+            snprintf(err, errlen, "-: standard input is a terminal; pipe "
+                     "audio into it");
+            return -1;
+        }
+        rc = mt_audio_read_fd(0, "stdin", raw_rate, &raw, err, errlen);
+    } else {
+        rc = mt_audio_read(in->path, &raw, err, errlen);
+    }
+    if (rc != 0)
         return -1;
-    int rc = mt_audio_resample(&raw, a->rate, a->quality, &in->audio, err, errlen);
+    rc = mt_audio_resample(&raw, a->rate, a->quality, &in->audio, err, errlen);
     mt_audio_free(&raw);
     if (rc != 0)
         return -1;
@@ -198,10 +237,16 @@ static int source_next(app *a, sess *s, int16_t *pcm, size_t n)
 
 static void print_line(mt_ll_writer *w)
 {
-    if (mt_ll_end(w) >= 0) {
-        fputs(w->buf, stdout);
-        fputc('\n', stdout);
+    if (g_lines && mt_ll_end(w) >= 0) {
+        fputs(w->buf, g_lines);
+        fputc('\n', g_lines);
     }
+}
+
+static void flush_lines(void)
+{
+    if (g_lines)
+        fflush(g_lines);
 }
 
 static void interval_line(app *a, uint64_t now)
@@ -224,9 +269,55 @@ static void interval_line(app *a, uint64_t now)
     mt_ll_f(&w, "server_p50_ms", mt_pctl_quantile(&a->iv_server, 0.5) / 1e6, 3);
     mt_ll_f(&w, "server_p99_ms", mt_pctl_quantile(&a->iv_server, 0.99) / 1e6, 3);
     print_line(&w);
-    fflush(stdout);
-    mt_pctl_reset(&a->iv_rtt);
-    mt_pctl_reset(&a->iv_server);
+    flush_lines();
+}
+
+/* ---- the live status of --mic ------------------------------------------- */
+
+/* Where the one-line status is drawn: the terminal on stdout (live), else
+ * stderr when that is a terminal (stdout then carries the machine lines
+ * into a pipe), else nowhere. */
+static FILE *status_out(const app *a)
+{
+    return a->live ? stdout : isatty(2) ? stderr : NULL;
+}
+
+/* A capture device that hands out samples faster than the clock (a null
+ * or file-backed ALSA PCM) fills the ring and has the excess dropped: more
+ * dropped than half the elapsed time's worth means at least 1.5 x real
+ * time, which no microphone does. */
+static int device_outruns_clock(const mt_duplex_status *st, double elapsed_s)
+{
+    return elapsed_s > 0.5 && st->device_rate > 0 &&
+           (double)st->mic_dropped > 0.5 * elapsed_s * st->device_rate;
+}
+
+static void status_line(app *a, uint64_t now)
+{
+    mt_duplex_status st;
+    mt_duplex_get_status(a->dx, &st);
+    double elapsed = (double)(now - a->t_begin) / 1e9;
+    if (device_outruns_clock(&st, elapsed))
+        a->not_realtime = 1;
+    FILE *f = status_out(a);
+    if (!f)
+        return;
+    int bars = (int)(st.level * 10 + 0.5f);
+    char meter[11];
+    for (int i = 0; i < 10; i++)
+        meter[i] = i < bars ? '#' : '.';
+    meter[10] = 0;
+    mt_client_totals t;
+    mt_client_totals_get(a->cl, &t);
+    /* \r and erase-to-end: one line redrawn in place, never scrolling */
+    fprintf(f, "\r\033[Kmic [%s] %5.1f s  latency p50 %5.1f p99 %5.1f ms  "
+            "late %llu  fills %llu  underruns %llu%s", meter, elapsed,
+            mt_pctl_quantile(&a->iv_rtt, 0.5) / 1e6,
+            mt_pctl_quantile(&a->iv_rtt, 0.99) / 1e6,
+            (unsigned long long)t.late, (unsigned long long)t.filled,
+            (unsigned long long)st.spk_under,
+            a->not_realtime ? "  DEVICE NOT REAL-TIME" : "");
+    fflush(f);
 }
 
 /* ---- client callbacks ---------------------------------------------------- */
@@ -235,7 +326,7 @@ static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
                      size_t rlen)
 {
     app *a = user;
-    sess *s = &a->s[idx];
+    sess *s = &a->s[a->sess_of[idx]];
     if ((int)fmt->sample_rate != a->rate || (int)fmt->frame_samples != a->frame_samples) {
         snprintf(reason, rlen, "server accepted %u Hz / %u samples, asked "
                  "%d Hz / %d", fmt->sample_rate, fmt->frame_samples, a->rate,
@@ -244,7 +335,11 @@ static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
     }
     if (s->out_path[0]) {
         char err[512];
-        if (mt_audio_writer_open(s->out_path, a->rate, &s->w, err, sizeof err) != 0) {
+        int rc = !strcmp(s->out_path, "-")
+            ? mt_audio_writer_open_fd(1, "stdout", a->type_fmt, a->rate, &s->w,
+                                      err, sizeof err)
+            : mt_audio_writer_open(s->out_path, a->rate, &s->w, err, sizeof err);
+        if (rc != 0) {
             snprintf(reason, rlen, "%s", err);
             a->write_failed = 1;
             return -1;
@@ -263,7 +358,7 @@ static int cb_next(void *user, int idx, uint32_t seq, int16_t *pcm, size_t n)
             return MT_NEXT_END;
         return MT_NEXT_FRAME;
     }
-    return source_next(a, &a->s[idx], pcm, n) ? MT_NEXT_FRAME : MT_NEXT_END;
+    return source_next(a, &a->s[a->sess_of[idx]], pcm, n) ? MT_NEXT_FRAME : MT_NEXT_END;
 }
 
 static void write_out(app *a, sess *s, const int16_t *pcm, size_t n)
@@ -281,7 +376,8 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
                      size_t n)
 {
     app *a = user;
-    sess *s = &a->s[r->idx];
+    int si = a->sess_of[r->idx];
+    sess *s = &a->s[si];
     /* Output by seq: a gap (a frame the server never answered) becomes
      * silence, so the file stays aligned with what was sent. */
     static int16_t zero[MT_FRAME_MAX_PAYLOAD / 2];
@@ -303,7 +399,7 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
         mt_ll_writer w;
         mt_ll_begin(&w, buf, sizeof buf);
         mt_ll_u64(&w, "replay_frame", r->seq);
-        mt_ll_int(&w, "session", r->idx);
+        mt_ll_int(&w, "session", si);
         mt_ll_int(&w, "fill", r->fill);
         mt_ll_int(&w, "late", r->late);
         mt_ll_f(&w, "rtt_ms", r->rtt_ms, 3);
@@ -315,29 +411,61 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
     if (a->dx) {
         mt_duplex_write(a->dx, pcm, n);
         uint64_t now = mt_client_now();
-        if (isatty(2) && now - a->t_status > 200000000ull) {
-            mt_duplex_status st;
-            mt_duplex_get_status(a->dx, &st);
-            int bars = (int)(st.level * 20 + 0.5f);
-            char meter[21];
-            for (int i = 0; i < 20; i++)
-                meter[i] = i < bars ? '#' : '.';
-            meter[20] = 0;
-            mt_client_totals t;
-            mt_client_totals_get(a->cl, &t);
-            fprintf(stderr, "\r[%s] rtt %6.1f ms  fills %llu  buffered %d  "
-                    "underruns %llu ", meter, a->last_rtt_ms,
-                    (unsigned long long)t.filled, st.buffered_frames,
-                    (unsigned long long)st.spk_under);
+        if (now - a->t_status > 200000000ull) {
+            status_line(a, now);
             a->t_status = now;
         }
     }
 }
 
+/* --retry's wait before attempt k+1 (k retries made): 250 ms doubling,
+ * at most 8 s, each drawn from [half, all] of that so that sessions
+ * refused together do not come back together. */
+static uint64_t retry_delay_ns(int k)
+{
+    double base = 0.25 * (double)(1u << (k < 5 ? k : 5));
+    if (base > 8)
+        base = 8;
+    double u = (double)random() / ((double)RAND_MAX + 1.0);
+    return (uint64_t)(base * (0.5 + 0.5 * u) * 1e9);
+}
+
+/* A fresh connection for session si after a refusal. 0, or -1. */
+static int retry_session(app *a, int si, const char *why)
+{
+    sess *s = &a->s[si];
+    char err[256];
+    uint64_t delay = retry_delay_ns(s->attempts - 1);
+    int idx = mt_client_add_unix(a->cl, a->sock, mt_client_now() + delay,
+                                 err, sizeof err);
+    if (idx < 0) {
+        fprintf(stderr, "mt-replay: retry: %s\n", err);
+        return -1;
+    }
+    a->sess_of[idx] = si;
+    s->attempts++;
+    a->retries++;
+    s->pos = 0;
+    s->next_out = 0;
+    s->frames_left = a->duration_s > 0
+        ? (uint64_t)(a->duration_s * a->rate / a->frame_samples + 0.5) : UINT64_MAX;
+    char buf[1024];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, "replay_retry", si);
+    mt_ll_int(&w, "attempt", s->attempts);
+    mt_ll_f(&w, "in_s", (double)delay / 1e9, 3);
+    mt_ll_str(&w, "reason", why);
+    print_line(&w);
+    flush_lines();
+    return 0;
+}
+
 static void cb_end(void *user, int idx, const mt_client_stats *st)
 {
     app *a = user;
-    sess *s = &a->s[idx];
+    int si = a->sess_of[idx];
+    sess *s = &a->s[si];
     char err[512];
     if (s->w) {
         if (st->state == MT_CS_DONE) {
@@ -359,7 +487,7 @@ static void cb_end(void *user, int idx, const mt_client_stats *st)
     char buf[1024];
     mt_ll_writer w;
     mt_ll_begin(&w, buf, sizeof buf);
-    mt_ll_int(&w, "replay_session", idx);
+    mt_ll_int(&w, "replay_session", si);
     mt_ll_str(&w, "state", mt_client_state_name(st->state));
     mt_ll_u64(&w, "server_session", st->server_session);
     mt_ll_str(&w, "file", s->in ? s->in->path : "mic");
@@ -373,20 +501,31 @@ static void cb_end(void *user, int idx, const mt_client_stats *st)
     if (st->reason[0])
         mt_ll_str(&w, "reason", st->reason);
     print_line(&w);
-    fflush(stdout);
+    flush_lines();
+    s->final_state = st->state;
+    snprintf(s->reason, sizeof s->reason, "%s", st->reason);
+    if (st->state == MT_CS_REJECTED && s->attempts <= a->retry && !g_stop)
+        retry_session(a, si, st->reason);
 }
 
 static void summary_line(app *a)
 {
     mt_client_totals t;
     mt_client_totals_get(a->cl, &t);
+    int done = 0, rejected = 0, failed = 0;
+    for (int i = 0; i < a->ns; i++) {
+        done += a->s[i].final_state == MT_CS_DONE;
+        rejected += a->s[i].final_state == MT_CS_REJECTED;
+        failed += a->s[i].final_state != MT_CS_DONE &&
+                  a->s[i].final_state != MT_CS_REJECTED;
+    }
     char buf[2048];
     mt_ll_writer w;
     mt_ll_begin(&w, buf, sizeof buf);
-    mt_ll_int(&w, "replay_summary", t.sessions);
-    mt_ll_int(&w, "done", t.done);
-    mt_ll_int(&w, "rejected", t.rejected);
-    mt_ll_int(&w, "failed", t.failed);
+    mt_ll_int(&w, "replay_summary", a->ns);
+    mt_ll_int(&w, "done", done);
+    mt_ll_int(&w, "rejected", rejected);
+    mt_ll_int(&w, "failed", failed);
     mt_ll_u64(&w, "sent", t.sent);
     mt_ll_u64(&w, "received", t.received);
     mt_ll_u64(&w, "filled", t.filled);
@@ -398,16 +537,17 @@ static void summary_line(app *a)
     mt_ll_f(&w, "server_p50_ms", mt_pctl_quantile(&t.server, 0.5) / 1e6, 3);
     mt_ll_f(&w, "server_p99_ms", mt_pctl_quantile(&t.server, 0.99) / 1e6, 3);
     mt_ll_f(&w, "server_max_ms", t.server.max_ns / 1e6, 3);
+    mt_ll_int(&w, "retries", a->retries);
     print_line(&w);
-    /* rejected sessions with their reasons, one line each */
+    /* sessions that did not finish, with their last reason, one line each */
     for (int i = 0; i < a->ns; i++) {
-        const mt_client_stats *st = mt_client_session_stats(a->cl, i);
-        if (st->state != MT_CS_REJECTED && st->state != MT_CS_FAILED)
+        const sess *s = &a->s[i];
+        if (s->final_state == MT_CS_DONE)
             continue;
         mt_ll_begin(&w, buf, sizeof buf);
-        mt_ll_str(&w, "replay_rejected", st->state == MT_CS_REJECTED ? "rejected" : "failed");
+        mt_ll_str(&w, "replay_rejected", s->final_state == MT_CS_REJECTED ? "rejected" : "failed");
         mt_ll_int(&w, "session", i);
-        mt_ll_str(&w, "reason", st->reason);
+        mt_ll_str(&w, "reason", s->reason[0] ? s->reason : "interrupted before it ended");
         print_line(&w);
     }
     if (a->rate_check) {
@@ -420,7 +560,7 @@ static void summary_line(app *a)
         mt_ll_f(&w, "jitter_mean_ms", mt_pctl_mean(&t.send_late) / 1e6, 3);
         print_line(&w);
     }
-    fflush(stdout);
+    flush_lines();
 }
 
 /* ---- modes --------------------------------------------------------------- */
@@ -448,7 +588,14 @@ static int run_client(app *a, int mic)
     }
     cc.cb = &cb;
     cc.user = a;
-    cc.max_sessions = a->ns + 1;
+    /* every session, and a fresh connection for each retry */
+    long cap = (long)a->ns * (a->retry + 1) + 1;
+    cc.max_sessions = (int)cap;
+    a->sess_of = calloc((size_t)cap, sizeof *a->sess_of);
+    if (!a->sess_of) {
+        fprintf(stderr, "mt-replay: out of memory\n");
+        return 1;
+    }
     /* A microphone frame is read when due: read early it would be short. */
     cc.prepare_ns = mic ? -1 : 0;
     if (mt_client_new(&cc, &a->cl, err, sizeof err) != 0) {
@@ -459,19 +606,25 @@ static int run_client(app *a, int mic)
     if (g_stop)
         mt_client_stop(a->cl);
     uint64_t t0 = mt_client_now();
+    srandom((unsigned)(t0 ^ (uint64_t)getpid()));
     for (int i = 0; i < a->ns; i++) {
         uint64_t start = t0 + (uint64_t)(i * a->stagger_ms * 1e6);
-        if (mt_client_add_unix(a->cl, a->sock, start, err, sizeof err) < 0) {
+        int idx = mt_client_add_unix(a->cl, a->sock, start, err, sizeof err);
+        if (idx < 0) {
             fprintf(stderr, "mt-replay: %s\n", err);
             return 1;
         }
+        a->sess_of[idx] = i;
+        a->s[i].attempts = 1;
     }
     a->t_begin = t0;
     uint64_t step = (uint64_t)(a->interval_s * 1e9);
     a->t_next_line = t0 + step;
     int rc = 0;
     for (;;) {
-        uint64_t until = a->lat == LAT_INTERVAL ? a->t_next_line : mt_client_now() + 200000000ull;
+        uint64_t until = a->t_next_line;
+        if (a->lat != LAT_INTERVAL && until > mt_client_now() + 200000000ull)
+            until = mt_client_now() + 200000000ull;
         int left = mt_client_run(a->cl, until, err, sizeof err);
         if (left < 0) {
             fprintf(stderr, "mt-replay: %s\n", err);
@@ -479,8 +632,12 @@ static int run_client(app *a, int mic)
             break;
         }
         uint64_t now = mt_client_now();
-        if (a->lat == LAT_INTERVAL && now >= a->t_next_line) {
-            interval_line(a, now);
+        if (now >= a->t_next_line) {
+            if (a->lat == LAT_INTERVAL)
+                interval_line(a, now);
+            /* the interval's percentiles, for the lines and the status */
+            mt_pctl_reset(&a->iv_rtt);
+            mt_pctl_reset(&a->iv_server);
             a->t_next_line += step;
             if (a->t_next_line < now)
                 a->t_next_line = now + step;
@@ -488,24 +645,52 @@ static int run_client(app *a, int mic)
         if (left == 0)
             break;
     }
-    if (mic && isatty(2))
-        fputc('\n', stderr);
-    summary_line(a);
     if (a->dx) {
         mt_duplex_status st;
         mt_duplex_get_status(a->dx, &st);
-        printf("replay_mic device=\"%s\" device_rate=%d mic_frames=%llu "
-               "mic_short=%llu mic_dropped=%llu spk_underruns=%llu "
-               "spk_dropped=%llu\n", mt_duplex_device_name(a->dx), st.device_rate,
-               (unsigned long long)st.mic_frames, (unsigned long long)st.mic_short,
-               (unsigned long long)st.mic_dropped, (unsigned long long)st.spk_under,
-               (unsigned long long)st.spk_dropped);
-        fflush(stdout);
+        if (device_outruns_clock(&st, (double)(mt_client_now() - a->t_begin) / 1e9))
+            a->not_realtime = 1;
+        if (status_out(a))
+            fputc('\n', status_out(a));
     }
-    mt_client_totals t;
-    mt_client_totals_get(a->cl, &t);
-    if (t.done != t.sessions || a->write_failed)
+    /* On a live terminal the closing lines are shown there too. */
+    FILE *lines = g_lines;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            if (!a->live || g_lines == stdout)
+                break;
+            g_lines = stdout;
+        }
+        summary_line(a);
+        if (a->dx && g_lines) {
+            mt_duplex_status st;
+            mt_duplex_get_status(a->dx, &st);
+            fprintf(g_lines, "replay_mic device=\"%s\" device_rate=%d mic_frames=%llu "
+                   "mic_short=%llu mic_dropped=%llu spk_underruns=%llu "
+                   "spk_dropped=%llu real_time=%d\n", mt_duplex_device_name(a->dx),
+                   st.device_rate,
+                   (unsigned long long)st.mic_frames, (unsigned long long)st.mic_short,
+                   (unsigned long long)st.mic_dropped, (unsigned long long)st.spk_under,
+                   (unsigned long long)st.spk_dropped, !a->not_realtime);
+            fflush(g_lines);
+        }
+    }
+    g_lines = lines;
+    if (a->dx && a->not_realtime)
+        fprintf(stderr, "mt-replay: the capture device \"%s\" is not real-time: "
+                "it delivers samples faster than its rate (the excess was "
+                "dropped), so what was sent is not live audio; pick a "
+                "microphone with --device (see --list-devices)\n",
+                mt_duplex_device_name(a->dx));
+    int done = 0, rejected = 0;
+    for (int i = 0; i < a->ns; i++) {
+        done += a->s[i].final_state == MT_CS_DONE;
+        rejected += a->s[i].final_state == MT_CS_REJECTED;
+    }
+    if (rc == 0 && (done + rejected != a->ns || a->write_failed))
         rc = 1;
+    else if (rc == 0 && rejected > 0)
+        rc = 3;
     g_client = NULL;
     return rc;
 }
@@ -623,133 +808,163 @@ static int run_emit(app *a)
     return rc;
 }
 
-static int run_play(app *a)
+/* mt-replay --play: what the frame stream on stdin has set up and brought. */
+typedef struct player {
+    mt_frame_decoder *dec;
+    mt_hello          fmt;      /* from the first HELLO or ACCEPT */
+    int               have_fmt, ended;
+    int16_t          *pcm;      /* one frame */
+    mt_audio_writer  *w;        /* -o, or */
+    mt_player        *pl;       /* the sound device */
+    uint64_t          frames, filled;
+    mt_pctl           srv;      /* t_ready - t_arrive of the frames not filled */
+} player;
+
+/* The first HELLO/ACCEPT: the format, and the sink that plays it. */
+static int play_format(const app *a, player *p, const mt_frame *f, char *err, size_t errlen)
 {
-    static mt_frame_decoder dec;
-    mt_frame_decoder_init(&dec);
-    mt_audio_writer *w = NULL;
-    mt_player *pl = NULL;
-    mt_hello fmt;
-    int have_fmt = 0, ended = 0, rc = 0;
-    uint64_t frames = 0, filled = 0;
-    mt_pctl srv;
-    mt_pctl_reset(&srv);
-    char err[512];
+    mt_hello *fmt = &p->fmt;
+    if (mt_hello_decode(f->payload, f->length, fmt) != 0 ||
+        fmt->sample_rate < 1 || fmt->frame_samples < 1 ||
+        fmt->frame_samples > MT_FRAME_MAX_PAYLOAD / 2 || fmt->channels > 1) {
+        snprintf(err, errlen, "malformed %s on stdin", mt_frame_type_name(f->type));
+        return -1;
+    }
+    p->have_fmt = 1;
+    p->pcm = calloc(fmt->frame_samples, sizeof *p->pcm);
+    if (!p->pcm) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (!a->out_pattern)
+        return mt_player_open((int)fmt->sample_rate, (int)fmt->frame_samples,
+                              &p->pl, err, errlen);
+    if (!strcmp(a->out_pattern, "-"))
+        return mt_audio_writer_open_fd(1, "stdout", a->type_fmt, (int)fmt->sample_rate,
+                                       &p->w, err, errlen);
+    return mt_audio_writer_open(a->out_pattern, (int)fmt->sample_rate, &p->w, err, errlen);
+}
+
+/* An AUDIO frame (FILL as silence) to the sink, counted. */
+static int play_audio(player *p, const mt_frame *f, char *err, size_t errlen)
+{
+    uint32_t fs = p->fmt.frame_samples;
+    if (!p->have_fmt) {
+        snprintf(err, errlen, "AUDIO before HELLO/ACCEPT on stdin");
+        return -1;
+    }
+    int fill = (f->flags & MT_FLAG_FILL) != 0;
+    if (!fill && f->length != fs * 2) {
+        snprintf(err, errlen, "AUDIO frame %u: %u bytes, expected %u", f->seq, f->length, fs * 2);
+        return -1;
+    }
+    for (uint32_t i = 0; i < fs; i++)
+        p->pcm[i] = fill ? 0 : (int16_t)(f->payload[2 * i] | (f->payload[2 * i + 1] << 8));
+    p->frames++;
+    p->filled += fill;
+    if (!fill && f->t_arrive && f->t_ready >= f->t_arrive)
+        mt_pctl_add(&p->srv, f->t_ready - f->t_arrive);
+    if (p->w && mt_audio_writer_write(p->w, p->pcm, fs, err, errlen) != 0)
+        return -1;
+    if (p->pl && mt_player_write(p->pl, p->pcm, fs, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+static int play_frame(const app *a, player *p, const mt_frame *f, char *err, size_t errlen)
+{
+    switch (f->type) {
+    case MT_FRAME_HELLO:
+    case MT_FRAME_ACCEPT:
+        return p->have_fmt ? 0 : play_format(a, p, f, err, errlen);
+    case MT_FRAME_AUDIO:
+        return play_audio(p, f, err, errlen);
+    case MT_FRAME_END:
+        p->ended = 1;
+        return 0;
+    case MT_FRAME_REJECT:
+    case MT_FRAME_ERROR: {
+        int len = (int)(f->length > MT_REASON_MAX ? MT_REASON_MAX : f->length);
+        snprintf(err, errlen, "%s on stdin: %.*s", mt_frame_type_name(f->type),
+                 len, (const char *)f->payload);
+        return -1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Reads and plays stdin's frames up to END (0), or a signal (0, not
+ * ended); -1 with err on a read error, a bad frame or a stream that ends
+ * without END. */
+static int play_stream(const app *a, player *p, char *err, size_t errlen)
+{
     uint8_t buf[65536];
-    int16_t *pcm = NULL;
-    while (!ended && !g_stop) {
+    while (!p->ended && !g_stop) {
         ssize_t n = read(0, buf, sizeof buf);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            snprintf(err, sizeof err, "read stdin: %s", strerror(errno));
-            goto fail;
+            snprintf(err, errlen, "read stdin: %s", strerror(errno));
+            return -1;
         }
         if (n == 0) {
-            snprintf(err, sizeof err, "frame stream on stdin ended %s",
-                     mt_frame_decoder_finish(&dec) ? "inside a frame (truncated)"
-                                                  : "without END");
-            goto fail;
+            snprintf(err, errlen, "frame stream on stdin ended %s",
+                     mt_frame_decoder_finish(p->dec) ? "inside a frame (truncated)"
+                                                     : "without END");
+            return -1;
         }
         size_t off = 0;
-        while (off < (size_t)n && !ended) {
+        while (off < (size_t)n && !p->ended) {
             size_t used = 0;
             mt_frame f;
-            int r = mt_frame_decode(&dec, buf + off, (size_t)n - off, &used, &f);
+            int r = mt_frame_decode(p->dec, buf + off, (size_t)n - off, &used, &f);
             off += used;
             if (r == MT_FRAME_NEED_MORE)
                 break;
             if (r < 0) {
-                snprintf(err, sizeof err, "bad frame on stdin: %s", mt_frame_strerror(r));
-                goto fail;
+                snprintf(err, errlen, "bad frame on stdin: %s", mt_frame_strerror(r));
+                return -1;
             }
-            switch (f.type) {
-            case MT_FRAME_HELLO:
-            case MT_FRAME_ACCEPT:
-                if (have_fmt)
-                    break;
-                if (mt_hello_decode(f.payload, f.length, &fmt) != 0 ||
-                    fmt.sample_rate < 1 || fmt.frame_samples < 1 ||
-                    fmt.frame_samples > MT_FRAME_MAX_PAYLOAD / 2 || fmt.channels > 1) {
-                    snprintf(err, sizeof err, "malformed %s on stdin",
-                             mt_frame_type_name(f.type));
-                    goto fail;
-                }
-                have_fmt = 1;
-                pcm = calloc(fmt.frame_samples, sizeof *pcm);
-                if (!pcm) {
-                    snprintf(err, sizeof err, "out of memory");
-                    goto fail;
-                }
-                if (a->out_pattern) {
-                    if (mt_audio_writer_open(a->out_pattern, (int)fmt.sample_rate,
-                                             &w, err, sizeof err) != 0)
-                        goto fail;
-                } else if (mt_player_open((int)fmt.sample_rate, (int)fmt.frame_samples,
-                                          &pl, err, sizeof err) != 0) {
-                    goto fail;
-                }
-                break;
-            case MT_FRAME_AUDIO: {
-                if (!have_fmt) {
-                    snprintf(err, sizeof err, "AUDIO before HELLO/ACCEPT on stdin");
-                    goto fail;
-                }
-                int fill = (f.flags & MT_FLAG_FILL) != 0;
-                if (!fill && f.length != fmt.frame_samples * 2) {
-                    snprintf(err, sizeof err, "AUDIO frame %u: %u bytes, expected %u",
-                             f.seq, f.length, fmt.frame_samples * 2);
-                    goto fail;
-                }
-                for (uint32_t i = 0; i < fmt.frame_samples; i++)
-                    pcm[i] = fill ? 0 : (int16_t)(f.payload[2 * i] | (f.payload[2 * i + 1] << 8));
-                frames++;
-                filled += fill;
-                if (!fill && f.t_arrive && f.t_ready >= f.t_arrive)
-                    mt_pctl_add(&srv, f.t_ready - f.t_arrive);
-                if (w && mt_audio_writer_write(w, pcm, fmt.frame_samples, err, sizeof err) != 0)
-                    goto fail;
-                if (pl && mt_player_write(pl, pcm, fmt.frame_samples, err, sizeof err) != 0)
-                    goto fail;
-                break;
-            }
-            case MT_FRAME_END:
-                ended = 1;
-                break;
-            case MT_FRAME_REJECT:
-            case MT_FRAME_ERROR: {
-                int len = (int)(f.length > MT_REASON_MAX ? MT_REASON_MAX : f.length);
-                snprintf(err, sizeof err, "%s on stdin: %.*s", mt_frame_type_name(f.type),
-                         len, (const char *)f.payload);
-                goto fail;
-            }
-            default:
-                break;
-            }
+            if (play_frame(a, p, &f, err, errlen) != 0)
+                return -1;
         }
     }
-    if (!ended) {
+    return 0;
+}
+
+static int run_play(app *a)
+{
+    static mt_frame_decoder dec;
+    mt_frame_decoder_init(&dec);
+    player p;
+    memset(&p, 0, sizeof p);
+    p.dec = &dec;
+    mt_pctl_reset(&p.srv);
+    char err[512];
+    if (play_stream(a, &p, err, sizeof err) != 0)
+        goto fail;
+    if (!p.ended) {
         snprintf(err, sizeof err, "interrupted");
         goto fail;
     }
-    if (w && mt_audio_writer_commit(w, err, sizeof err) != 0) {
-        w = NULL;
+    mt_audio_writer *w = p.w;
+    p.w = NULL;
+    if (w && mt_audio_writer_commit(w, err, sizeof err) != 0)
         goto fail;
-    }
-    w = NULL;
-    mt_player_close(pl);
-    printf("replay_play frames=%llu filled=%llu samples=%llu server_p50_ms=%.3f "
-           "server_p99_ms=%.3f\n", (unsigned long long)frames,
-           (unsigned long long)filled,
-           (unsigned long long)(frames * (have_fmt ? fmt.frame_samples : 0)),
-           mt_pctl_quantile(&srv, 0.5) / 1e6, mt_pctl_quantile(&srv, 0.99) / 1e6);
-    free(pcm);
-    return rc;
+    mt_player_close(p.pl);
+    fprintf(g_lines ? g_lines : stdout, "replay_play frames=%llu filled=%llu samples=%llu server_p50_ms=%.3f "
+           "server_p99_ms=%.3f\n", (unsigned long long)p.frames,
+           (unsigned long long)p.filled,
+           (unsigned long long)(p.frames * (p.have_fmt ? p.fmt.frame_samples : 0)),
+           mt_pctl_quantile(&p.srv, 0.5) / 1e6, mt_pctl_quantile(&p.srv, 0.99) / 1e6);
+    free(p.pcm);
+    return 0;
 fail:
     fprintf(stderr, "mt-replay: %s\n", err);
-    mt_audio_writer_abort(w);
-    mt_player_close(pl);
-    free(pcm);
+    mt_audio_writer_abort(p.w);
+    mt_player_close(p.pl);
+    free(p.pcm);
     return 1;
 }
 
@@ -785,6 +1000,8 @@ static void app_free(app *a)
     }
     free(a->inputs);
     free(a->s);
+    free(a->sess_of);
+    a->sess_of = NULL;
     a->inputs = NULL;
     a->s = NULL;
     a->ninputs = 0;
@@ -799,7 +1016,7 @@ static const mt_cli cli = {
 
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
-       O_LIST, O_TOKEN };
+       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG };
 
 static const struct option longopts[] = {
     { "socket", required_argument, 0, 's' },
@@ -823,6 +1040,9 @@ static const struct option longopts[] = {
     { "jitter", required_argument, 0, O_JITTER },
     { "list-devices", no_argument, 0, O_LIST },
     { "token-file", required_argument, 0, O_TOKEN },
+    { "type", required_argument, 0, O_TYPE },
+    { "retry", required_argument, 0, O_RETRY },
+    { "latency-log", required_argument, 0, O_LATLOG },
     MT_OPT_COMMON,
     { 0, 0, 0, 0 },
 };
@@ -856,6 +1076,13 @@ static int value_option(app *a, int c, const char *arg)
     case O_LATENCY: return mt_opt_choice(arg, lat, &a->lat);
     case O_INTERVAL: return mt_opt_seconds(arg, 0.01, INFINITY, &a->interval_s);
     case O_JITTER: return mt_opt_ms(arg, 0, INFINITY, &a->jitter_ms);
+    case O_RETRY: return mt_opt_int(arg, 0, 100, &a->retry);
+    case O_TYPE:
+        a->type = arg;
+        return mt_audio_type_parse(arg, &a->type_fmt)
+            ? mt_opt_bad(arg, "is not a type: au, ogg or raw (through a pipe); "
+                         "wav, flac, aiff, caf, w64 (standard output redirected "
+                         "to a file)") : 0;
     }
     return -1;
 }
@@ -878,6 +1105,7 @@ static int parse_args(int argc, char **argv, app *a)
         case O_DEVICE: a->device = optarg; break;
         case O_LIST: a->list = 1; break;
         case O_TOKEN: a->token_file = optarg; break;
+        case O_LATLOG: a->latency_log = optarg; break;
         default:
             if (value_option(a, c, optarg))
                 return 2;
@@ -888,7 +1116,90 @@ static int parse_args(int argc, char **argv, app *a)
     if (a->list + !!a->emit + a->play + a->mic > 1)
         return mt_opt_usage_error("--emit, --play, --mic and --list-devices "
                                   "exclude each other");
+    if (a->retry > 0 && (a->emit || a->play || a->list))
+        return mt_opt_usage_error("--retry is for sessions with a server (-s)");
     return -1;
+}
+
+/* Output to stdout takes --type, au by default (it streams, and sox and
+ * ffmpeg read it from a pipe), checked before any connection: not a
+ * terminal, and a pipe only for a format that streams. 0, or -1 (said). */
+static int check_stdout_audio(app *a)
+{
+    if (!a->type)
+        mt_audio_type_parse("au", &a->type_fmt);
+    if (isatty(1)) {
+        fprintf(stderr, "mt-replay: -o -: standard output is a terminal; "
+                "send the audio into a pipe or a file\n");
+        return -1;
+    }
+    if (lseek(1, 0, SEEK_CUR) < 0 && !mt_audio_type_streams(a->type_fmt)) {
+        fprintf(stderr, "mt-replay: -o -: --type %s cannot be written to a "
+                "pipe (its header is completed last); use --type au, ogg or "
+                "raw, or redirect standard output to a file\n", a->type);
+        return -1;
+    }
+    return 0;
+}
+
+/* An output file's checks before any connection is made: a known
+ * extension, and a directory that exists and can be written, so that a
+ * typo fails at once instead of after the server admitted the session.
+ * 0, or -1 (said). */
+static int check_output_file(const char *path)
+{
+    char err[1024];
+    int fmt;
+    if (mt_audio_format_for_path(path, &fmt, err, sizeof err)) {
+        fprintf(stderr, "mt-replay: -o: %s\n", err);
+        return -1;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *d = dirname(dir);
+    struct stat st;
+    if (stat(d, &st) != 0) {
+        fprintf(stderr, "mt-replay: -o %s: directory %s: %s\n", path, d,
+                strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "mt-replay: -o %s: %s is not a directory\n", path, d);
+        return -1;
+    }
+    if (access(d, W_OK | X_OK) != 0) {
+        fprintf(stderr, "mt-replay: -o %s: cannot write in directory %s: %s\n",
+                path, d, strerror(errno));
+        return -1;
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "mt-replay: -o %s: is a directory\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Where the machine lines go (see g_lines). 0, or -1 (said). */
+static int open_lines(app *a)
+{
+    int audio_on_stdout = a->out_pattern && !strcmp(a->out_pattern, "-") && !a->emit;
+    a->live = a->mic && isatty(1);
+    if (a->latency_log) {
+        g_lines = fopen(a->latency_log, "a");
+        if (!g_lines) {
+            fprintf(stderr, "mt-replay: --latency-log %s: %s\n", a->latency_log,
+                    strerror(errno));
+            return -1;
+        }
+        setvbuf(g_lines, NULL, _IOLBF, 0);
+    } else if (audio_on_stdout) {
+        g_lines = stderr;
+    } else if (a->live) {
+        g_lines = NULL;
+    } else {
+        g_lines = stdout;
+    }
+    return 0;
 }
 
 /* --play's checks: operands and the output format. -1, or the status. */
@@ -896,14 +1207,11 @@ static int check_play(const app *a, int nargs)
 {
     if (nargs > 0)
         return mt_opt_usage_error("--play reads stdin; no files");
-    if (a->out_pattern) {
-        int fmt;
-        char err[512];
-        if (mt_audio_format_for_path(a->out_pattern, &fmt, err, sizeof err)) {
-            fprintf(stderr, "mt-replay: %s\n", err);
-            return 2;
-        }
-    }
+    if (a->out_pattern && strcmp(a->out_pattern, "-") && check_output_file(a->out_pattern))
+        return 2;
+    if (a->type && (!a->out_pattern || strcmp(a->out_pattern, "-")))
+        return mt_opt_usage_error("--type is the format of '-': with --play, "
+                                  "of -o -");
     return -1;
 }
 
@@ -927,6 +1235,20 @@ static int load_inputs(app *a, char **files, int nargs)
         return mt_opt_usage_error("no input files");
     if (!a->emit && !a->sock)
         return mt_opt_usage_error("-s SOCK is needed to replay files");
+    int stdin_inputs = 0;
+    for (int i = 0; i < nfiles; i++)
+        stdin_inputs += !strcmp(a->emit ? a->emit : files[i], "-");
+    if (stdin_inputs > 1)
+        return mt_opt_usage_error("'-' (standard input) can be read once; "
+                                  "use -n for copies");
+    int stdout_out = a->out_pattern && !a->emit && !strcmp(a->out_pattern, "-");
+    if (a->type && !stdin_inputs && !stdout_out)
+        return mt_opt_usage_error("--type is the format of '-' (standard "
+                                  "input or -o -); files go by their name");
+    if (a->type && stdin_inputs && !stdout_out &&
+        (a->type_fmt & SF_FORMAT_TYPEMASK) != SF_FORMAT_RAW)
+        fprintf(stderr, "mt-replay: --type %s: standard input's format is read "
+                "from its header; only raw needs saying\n", a->type);
     a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
     if (!a->inputs)
         return 1;
@@ -947,7 +1269,6 @@ static int load_inputs(app *a, char **files, int nargs)
  * on, else the exit status. */
 static int make_sessions(app *a)
 {
-    char err[1024];
     a->s = calloc((size_t)a->ns, sizeof *a->s);
     if (!a->s)
         return 1;
@@ -960,17 +1281,21 @@ static int make_sessions(app *a)
         s->frames_left = dur_frames;
         if (!a->out_pattern || a->emit)
             continue;
-        int fmt;
+        if (!strcmp(a->out_pattern, "-")) {
+            if (a->ns > 1)
+                return mt_opt_usage_error("-o - (standard output) takes one "
+                                          "session, not %d", a->ns);
+            strcpy(s->out_path, "-");
+            continue;
+        }
         int k = expand_pattern(a->out_pattern, i, s->out_path, sizeof s->out_path);
         if (k < 0 || (k == 0 && a->ns > 1)) {
             fprintf(stderr, "mt-replay: -o %s: %s\n", a->out_pattern,
                     k < 0 ? "too long" : "needs %d with more than one session");
             return 2;
         }
-        if (mt_audio_format_for_path(s->out_path, &fmt, err, sizeof err)) {
-            fprintf(stderr, "mt-replay: %s\n", err);
+        if (check_output_file(s->out_path))
             return 2;
-        }
     }
     return -1;
 }
@@ -1029,6 +1354,11 @@ int main(int argc, char **argv)
         return rc;
     if (a.list)
         return list_devices();
+    if (a.out_pattern && !strcmp(a.out_pattern, "-") && !a.emit && !a.mic &&
+        check_stdout_audio(&a) != 0)
+        return 2;
+    if (open_lines(&a) != 0)
+        return 1;
     catch_signals();
     if (a.play) {
         rc = check_play(&a, argc - optind);

@@ -66,6 +66,7 @@ static void usage(FILE *f)
 "      --admit-timeout MS   reject requests unanswered this long (2000)\n"
 "      --latency-log PATH   latency lines to PATH (SIGHUP reopens it)\n"
 "      --latency=KIND       ticks (default) or frames (adds a line per frame)\n"
+"      --latency-format FMT logfmt (default) or json (one object per line)\n"
 "      --in-queue N         input frames kept per session (default 256)\n"
 "      --out-queue N        output frames buffered per session (default 64)\n"
 "      --write-timeout MS   disconnect a client whose output is stuck (2000)\n"
@@ -92,6 +93,7 @@ enum {
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
+    O_LATFMT,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -137,6 +139,7 @@ static const struct option longopts[] = {
     {"admit-timeout", required_argument, 0, O_ADMITTO},
     {"latency-log", required_argument, 0, O_LATLOG},
     {"latency", required_argument, 0, O_LATENCY},
+    {"latency-format", required_argument, 0, O_LATFMT},
     {"in-queue", required_argument, 0, O_INQ},
     {"out-queue", required_argument, 0, O_OUTQ},
     {"write-timeout", required_argument, 0, O_WRITETO},
@@ -176,6 +179,7 @@ static int word_option(serve_args *a, int c, const char *arg)
     static const char *const onfull[] = { "preempt", "stall", NULL };
     static const char *const latency[] = { "ticks", "frames", NULL };
     static const char *const formats[] = { "f32", "f16", NULL };
+    static const char *const latfmt[] = { "logfmt", "json", NULL };
     int i;
     switch (c) {
     case O_DEVICE:
@@ -210,6 +214,10 @@ static int word_option(serve_args *a, int c, const char *arg)
     case O_WEIGHTS:
         if (mt_opt_choice(arg, formats, &i)) return -1;
         a->dopt.weights = i ? MT_FMT_F16 : MT_FMT_F32;
+        return 0;
+    case O_LATFMT:
+        if (mt_opt_choice(arg, latfmt, &i)) return -1;
+        a->so.latency_json = i;
         return 0;
     }
     return -1;
@@ -385,6 +393,40 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
             a->so.stdio ? "" : a->so.socket_path ? a->so.socket_path : a->so.listen_addr);
 }
 
+/* "512 MiB", "8.50 MiB": whole MiB without decimals. */
+static void mib(char *out, size_t cap, size_t bytes)
+{
+    if (bytes % ((size_t)1 << 20) == 0)
+        snprintf(out, cap, "%zu MiB", bytes >> 20);
+    else
+        snprintf(out, cap, "%.2f MiB", (double)bytes / (1 << 20));
+}
+
+/* Window policy: every session takes its whole bound at admission, so a
+ * pool smaller than one bound refuses everyone; say so at start rather
+ * than let the operator find out from the first refusal. */
+static void pool_capacity(mt_decoder *dec)
+{
+    mt_kv_pool *pool = mt_decoder_pool(dec);
+    const mt_kv_params *p = mt_kv_pool_params(pool);
+    size_t bound = mt_kv_bound_bytes(p);
+    if (p->policy != MT_KV_WINDOW || bound == 0)
+        return;
+    size_t total = mt_kv_used_bytes(pool) + mt_kv_free_bytes(pool);
+    char t[32], b[32];
+    mib(t, sizeof t, total);
+    mib(b, sizeof b, bound);
+    size_t n = total / bound;
+    if (n == 0)
+        fprintf(stderr, "%s: warning: kv pool %s cannot hold one bounded session "
+                "of %s (S=%d W=%d): every session will be refused; give "
+                "--kv-mem %zuM or more, or a smaller --window\n",
+                prog, t, b, p->sink, p->window, (bound + ((size_t)1 << 20) - 1) >> 20);
+    else
+        fprintf(stderr, "%s: kv pool %s holds %zu bounded session%s of %s (S=%d W=%d)\n",
+                prog, t, n, n == 1 ? "" : "s", b, p->sink, p->window);
+}
+
 /* The decoder, the server and the engine over m, run to the end. The exit
  * status. */
 static int serve(serve_args *a, const mt_model *m, uint64_t t0)
@@ -399,6 +441,7 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     const char *note = mt_decoder_note(dec);
     if (note && *note)
         fprintf(stderr, "%s: %s\n", prog, note);
+    pool_capacity(dec);
     if (mt_server_create(&a->so, &srv, err, sizeof err) != 0)
         goto out;
     a->eo.line = mt_server_line;

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -173,6 +174,7 @@ int mt_probe_quality_main(int argc, char **argv)
     int rc = check(&o);
     if (rc)
         return rc;
+    o.progress = isatty(2);
     char err[512] = "";
     if (mt_quality_run(&o, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cli.prog, err);

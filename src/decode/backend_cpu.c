@@ -1012,36 +1012,12 @@ static int cpu_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t er
     return 0;
 }
 
-int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
-                          char *err, size_t errlen)
+/* The model's dimensions as the step uses them. */
+static void cpu_geometry(cpu_backend *be, const mt_model *m, const mt_decoder_opts *o)
 {
-    *out = NULL;
     const mt_config *c = &m->cfg;
-    if (m->shape_only || !m->layer) {
-        snprintf(err, errlen, "cpu: model %s has no weights in memory (shape only)",
-                 c->name);
-        return -1;
-    }
-    if (mt_backend_check_model(m, o, "cpu", err, errlen))
-        return -1;
     const mt_kv_params *kvp = &o->kv; /* the pool's come with attach_pool */
     int kv_f16 = o->kv_dtype == MT_FMT_F16;
-    mt_backend *b = calloc(1, sizeof *b);
-    cpu_backend *be = calloc(1, sizeof *be);
-    if (!b || !be) {
-        free(b);
-        free(be);
-        snprintf(err, errlen, "cpu: out of memory");
-        return -1;
-    }
-    b->impl = be;
-    b->name = "cpu";
-    b->kv_elem_bytes = kv_f16 ? 2 : sizeof(float); /* the K/V cache's dtype */
-    b->attach_pool = cpu_attach_pool;
-    b->step = cpu_step;
-    b->prefill = cpu_prefill;
-    b->wake = cpu_wake;
-    b->destroy = cpu_destroy;
     be->m = m;
     be->c = c;
     be->cache_rope = kvp->policy == MT_KV_WINDOW && kvp->rope == MT_ROPE_CACHE;
@@ -1055,13 +1031,14 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     be->block_elems = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
     be->kv_f16 = kv_f16;
     be->kv_elem = kv_f16 ? 2 : 4;
-    if (kv_f16 || o->weights == MT_FMT_F16)
-        mt_half_init();
+}
 
-    if (o->weights == MT_FMT_F16 && make_weights16(be, o, err, errlen)) {
-        cpu_destroy(b);
-        return -1;
-    }
+/* The activations of R rows, the rotary frequencies and, for a window
+ * that keeps cache positions, their rotary table. 0, or -1 when out of
+ * memory (what was allocated stays for cpu_destroy). */
+static int cpu_alloc_activations(cpu_backend *be, const mt_decoder_opts *o)
+{
+    const mt_config *c = be->c;
     int fail = 0;
     size_t R = (size_t)be->R;
     int fs = c->frame_samples > 0 ? c->frame_samples : 1;
@@ -1086,19 +1063,97 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
         for (int i = 0; i < be->half; i++)
             be->inv_freq[i] = pow((double)c->rope_theta, -(2.0 * i) / c->head_dim);
     if (!fail && be->cache_rope) {
-        int n = kvp->sink + kvp->window;
+        int n = o->kv.sink + o->kv.window;
         be->ccos = alloc_floats((size_t)n * be->half, &fail);
         be->csin = alloc_floats((size_t)n * be->half, &fail);
         for (int i = 0; !fail && i < n; i++)
             rope_table(be, i, be->ccos + (size_t)i * be->half,
                        be->csin + (size_t)i * be->half);
     }
+    return fail ? -1 : 0;
+}
 
+/* o->threads, or every online core; 1..256. */
+static int cpu_thread_count(const mt_decoder_opts *o)
+{
     int T = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (T < 1)
         T = 1;
     if (T > 256)
         T = 256;
+    return T;
+}
+
+/* Starts the tp.n - 1 workers (the caller's thread is worker 0). On
+ * failure tp.n counts the threads cpu_destroy must join. */
+static int cpu_start_workers(cpu_backend *be, char *err, size_t errlen)
+{
+    tpool *tp = &be->tp;
+    int T = tp->n;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->start, NULL);
+    pthread_cond_init(&tp->done, NULL);
+    atomic_init(&tp->gen, 0);
+    atomic_init(&tp->pending, 0);
+    tp->th = calloc((size_t)T - 1, sizeof *tp->th);
+    if (!tp->th) {
+        snprintf(err, errlen, "cpu: out of memory for threads");
+        pthread_mutex_destroy(&tp->mu);
+        pthread_cond_destroy(&tp->start);
+        pthread_cond_destroy(&tp->done);
+        return -1;
+    }
+    for (int i = 1; i < T; i++) {
+        be->wargs[i] = (worker_arg){ tp, i };
+        int rc = pthread_create(&tp->th[i - 1], NULL, worker_main, &be->wargs[i]);
+        if (rc) {
+            snprintf(err, errlen, "cpu: pthread_create: %s", strerror(rc));
+            tp->n = i; /* join the ones started */
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
+                          char *err, size_t errlen)
+{
+    *out = NULL;
+    const mt_config *c = &m->cfg;
+    if (m->shape_only || !m->layer) {
+        snprintf(err, errlen, "cpu: model %s has no weights in memory (shape only)",
+                 c->name);
+        return -1;
+    }
+    if (mt_backend_check_model(m, o, "cpu", err, errlen))
+        return -1;
+    int kv_f16 = o->kv_dtype == MT_FMT_F16;
+    mt_backend *b = calloc(1, sizeof *b);
+    cpu_backend *be = calloc(1, sizeof *be);
+    if (!b || !be) {
+        free(b);
+        free(be);
+        snprintf(err, errlen, "cpu: out of memory");
+        return -1;
+    }
+    b->impl = be;
+    b->name = "cpu";
+    b->kv_elem_bytes = kv_f16 ? 2 : sizeof(float); /* the K/V cache's dtype */
+    b->attach_pool = cpu_attach_pool;
+    b->step = cpu_step;
+    b->prefill = cpu_prefill;
+    b->wake = cpu_wake;
+    b->destroy = cpu_destroy;
+    cpu_geometry(be, m, o);
+    if (kv_f16 || o->weights == MT_FMT_F16)
+        mt_half_init();
+
+    if (o->weights == MT_FMT_F16 && make_weights16(be, o, err, errlen)) {
+        cpu_destroy(b);
+        return -1;
+    }
+    int fail = cpu_alloc_activations(be, o) != 0;
+    int T = cpu_thread_count(o);
     be->tp.n = T;
     be->scr = calloc((size_t)T, sizeof *be->scr);
     be->wargs = calloc((size_t)T, sizeof *be->wargs);
@@ -1110,32 +1165,9 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     }
     /* Our threads do the parallel work; OpenBLAS runs inside them. */
     openblas_set_num_threads(1);
-    if (T > 1) {
-        tpool *tp = &be->tp;
-        pthread_mutex_init(&tp->mu, NULL);
-        pthread_cond_init(&tp->start, NULL);
-        pthread_cond_init(&tp->done, NULL);
-        atomic_init(&tp->gen, 0);
-        atomic_init(&tp->pending, 0);
-        tp->th = calloc((size_t)T - 1, sizeof *tp->th);
-        if (!tp->th) {
-            snprintf(err, errlen, "cpu: out of memory for threads");
-            pthread_mutex_destroy(&tp->mu);
-            pthread_cond_destroy(&tp->start);
-            pthread_cond_destroy(&tp->done);
-            cpu_destroy(b);
-            return -1;
-        }
-        for (int i = 1; i < T; i++) {
-            be->wargs[i] = (worker_arg){ tp, i };
-            int rc = pthread_create(&tp->th[i - 1], NULL, worker_main, &be->wargs[i]);
-            if (rc) {
-                snprintf(err, errlen, "cpu: pthread_create: %s", strerror(rc));
-                tp->n = i; /* join the ones started */
-                cpu_destroy(b);
-                return -1;
-            }
-        }
+    if (T > 1 && cpu_start_workers(be, err, errlen) != 0) {
+        cpu_destroy(b);
+        return -1;
     }
     *out = b;
     return 0;

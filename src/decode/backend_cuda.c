@@ -54,6 +54,7 @@
  * the H200 before adding it (bench-gpu prints the step time at B = 1).
  */
 #include "decode/backend.h"
+#include "decode/cuda_module.h"
 #include "../../kernels/mt_kernels.h"
 
 #include <cublas_v2.h>
@@ -175,7 +176,7 @@ static const char *blas_str(cublasStatus_t s)
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-int mt_cuda_available(char *why, size_t whylen)
+static int cuda_available(char *why, size_t whylen)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -766,11 +767,11 @@ out:
     return rc;
 }
 
-static int create(cuda_backend *be, char *err, size_t errlen)
+/* Device 0, a non-blocking stream and a cuBLAS handle on it. */
+static int open_device(cuda_backend *be, char *err, size_t errlen)
 {
-    const mt_config *c = be->c;
     char why[200];
-    if (!mt_cuda_available(why, sizeof why)) {
+    if (!cuda_available(why, sizeof why)) {
         snprintf(err, errlen, "cuda: %s", why);
         return -1;
     }
@@ -789,8 +790,13 @@ static int create(cuda_backend *be, char *err, size_t errlen)
         snprintf(err, errlen, "cuda: cublasSetStream: %s", blas_str(bs));
         return -1;
     }
+    return 0;
+}
 
-    /* weights */
+/* The bf16 weights in one device slab, if the free memory holds them. */
+static int upload_weights(cuda_backend *be, char *err, size_t errlen)
+{
+    const mt_config *c = be->c;
     be->layer = calloc((size_t)c->layers, sizeof *be->layer);
     if (!be->layer) {
         snprintf(err, errlen, "cuda: out of host memory");
@@ -812,19 +818,29 @@ static int create(cuda_backend *be, char *err, size_t errlen)
         return -1;
     }
     layout_weights(be, be->wslab);
-    if (load_weights(be, err, errlen))
-        return -1;
+    return load_weights(be, err, errlen);
+}
 
-    /* activations */
+/* Floats per row of the outputs: the logits, then the pcm. */
+static size_t output_width(const cuda_backend *be)
+{
+    return (size_t)be->fs + (size_t)(be->c->vocab > 0 ? be->c->vocab : 0);
+}
+
+/* The activations of R rows carved from one device slab, and the rotary
+ * frequencies. */
+static int alloc_activations(cuda_backend *be, char *err, size_t errlen)
+{
+    const mt_config *c = be->c;
     size_t R = (size_t)be->R, H = (size_t)c->hidden, D = (size_t)be->hd;
-    size_t outw = (size_t)be->fs + (size_t)(c->vocab > 0 ? c->vocab : 0); /* logits | pcm */
+    size_t outw = output_width(be);
     size_t abytes = up(R * H * 4) + up(R * H * 2) + up(R * be->qkv_dim * 4) +
                     up(R * 2 * c->heads * D * 4) +
                     up(R * c->heads * MT_CU_MAX_SPLITS * (D + 2) * 4) + up(R * be->q_dim * 2) +
                     up(R * 2 * c->ffn * 4) + up(R * c->ffn * 2) + up(R * be->fs * 2) +
                     up(R * outw * 4) + up(R * be->fs * 2) + up(D / 2 * 8) +
                     up(R * 2 * D * 4);
-    e = cudaMalloc(&be->aslab, abytes);
+    cudaError_t e = cudaMalloc(&be->aslab, abytes);
     if (e != cudaSuccess) {
         be->aslab = NULL;
         snprintf(err, errlen, "cuda: cannot allocate %.2f GiB of activations for %d rows: %s",
@@ -863,9 +879,15 @@ static int create(cuda_backend *be, char *err, size_t errlen)
     e = cudaMemcpy(be->inv_freq, invf, D / 2 * sizeof(double), cudaMemcpyHostToDevice);
     free(invf);
     CU(e);
+    return 0;
+}
 
-    /* outputs back: pinned, so the copy runs at the link's speed */
-    e = cudaMallocHost(&be->h_out, R * outw * 4);
+/* The outputs' way back, pinned so the copy runs at the link's speed, and
+ * the two events that time a step. */
+static int alloc_outputs(cuda_backend *be, char *err, size_t errlen)
+{
+    size_t R = (size_t)be->R, outw = output_width(be);
+    cudaError_t e = cudaMallocHost(&be->h_out, R * outw * 4);
     if (e != cudaSuccess) {
         be->h_out = NULL;
         snprintf(err, errlen, "cuda: cannot pin %zu bytes of host memory for the outputs: %s",
@@ -873,7 +895,7 @@ static int create(cuda_backend *be, char *err, size_t errlen)
         return -1;
     }
     be->h_logits = be->h_out;
-    be->h_pcm_out = (int16_t *)((float *)be->h_out + R * (size_t)(c->vocab > 0 ? c->vocab : 0));
+    be->h_pcm_out = (int16_t *)((float *)be->h_out + R * (size_t)(be->c->vocab > 0 ? be->c->vocab : 0));
     CU(cudaEventCreate(&be->ev0));
     if (cudaEventCreate(&be->ev1) != cudaSuccess) {
         cudaEventDestroy(be->ev0);
@@ -881,10 +903,17 @@ static int create(cuda_backend *be, char *err, size_t errlen)
         return -1;
     }
     be->ev_ok = 1;
-    if (alloc_meta(be, 1, err, errlen))
+    return 0;
+}
+
+static int create(cuda_backend *be, char *err, size_t errlen)
+{
+    if (open_device(be, err, errlen) || upload_weights(be, err, errlen) ||
+        alloc_activations(be, err, errlen) || alloc_outputs(be, err, errlen) ||
+        alloc_meta(be, 1, err, errlen) || warm_up(be, err, errlen))
         return -1;
-    if (warm_up(be, err, errlen))
-        return -1;
+    /* what is free after all that is the pool's, less a reserve */
+    size_t freeb = 0, total = 0;
     CU(cudaMemGetInfo(&freeb, &total));
     be->pub->kv_reserve_bytes = MT_CUDA_RESERVE;
     be->pub->kv_room_bytes = freeb > MT_CUDA_RESERVE ? freeb - MT_CUDA_RESERVE : 0;
@@ -923,7 +952,7 @@ static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t e
     return 0;
 }
 
-int mt_cuda_backend_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t errlen)
+static int cuda_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t errlen)
 {
     cuda_backend *be = b->impl;
     if (!be->kv) {
@@ -936,8 +965,8 @@ int mt_cuda_backend_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size
     return 0;
 }
 
-int mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
-                           char *err, size_t errlen)
+static int cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
+                               char *err, size_t errlen)
 {
     *out = NULL;
     const mt_config *c = &m->cfg;
@@ -993,4 +1022,19 @@ int mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backe
     }
     *out = b;
     return 0;
+}
+
+/* The module's one entry point (cuda_module.h): the loader in the program
+ * finds it with dlsym after loading this shared object. */
+const mt_cuda_module *mt_cuda_module_get(void)
+{
+    static const mt_cuda_module mod = {
+        .abi = MT_CUDA_MODULE_ABI,
+        .backend_size = sizeof(mt_backend),
+        .opts_size = sizeof(mt_decoder_opts),
+        .available = cuda_available,
+        .backend_create = cuda_backend_create,
+        .fill_kv_random = cuda_fill_kv_random,
+    };
+    return &mod;
 }

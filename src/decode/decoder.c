@@ -230,7 +230,10 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
 #ifdef MT_HAVE_CUDA
     if (o->device == MT_DEV_CUDA || o->device == MT_DEV_AUTO) {
         char why[200] = "";
-        if (mt_cuda_available(why, sizeof why)) {
+        /* auto: no device node, no probe (the probe maps ~150 MB of CUDA
+         * libraries); an explicit cuda asks the runtime whatever /dev holds */
+        int present = o->device == MT_DEV_CUDA || mt_cuda_device_present(why, sizeof why);
+        if (present && mt_cuda_available(why, sizeof why)) {
             rc = make_backend(d, "cuda", NULL, err, errlen);
             if (rc == 0 || o->device == MT_DEV_CUDA)
                 goto done;

@@ -8,16 +8,17 @@
  * session of that length would (what a step costs does not depend on what
  * the cache holds). The cost model's terms come from backend_sim.c itself
  * (mt_sim_step_cost with unit rates), so the fit and the simulator can
- * never disagree on what bytes and flops a step has. */
+ * never disagree on what bytes and flops a step has. The command line is
+ * read in src/cmd/calibrate_cmd.c. */
 #define _GNU_SOURCE
 #include "probe/calibrate.h"
 #include "decode/backend_sim.h"
 #include "decode/decoder.h"
 #include "decode/kv.h"
 #include "model/model.h"
+#include "util/errmsg.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -149,259 +150,233 @@ double mt_calib_fit(mt_calib_point *pts, int n, double *bandwidth,
     return sqrt(f[best] / n);
 }
 
-/* ---- the subcommand ---------------------------------------------------------- */
+/* ---- the experiment ---------------------------------------------------------- */
 
-static int parse_list(const char *s, long *out, int cap, long lo, long hi)
+void mt_calibrate_opts_default(mt_calibrate_opts *o)
 {
-    int n = 0;
-    while (*s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (errno || end == s || v < lo || v > hi || n == cap)
-            return -1;
-        out[n++] = v;
-        if (*end == ',')
-            end++;
-        else if (*end)
-            return -1;
-        s = end;
-    }
-    return n;
+    static const long batches[] = { 1, 2, 4, 8, 16 }, lengths[] = { 16, 64, 256, 1024 };
+    memset(o, 0, sizeof *o);
+    o->model = "synthetic:small";
+    o->device = MT_DEV_CPU;
+    o->reps = 12;
+    memcpy(o->batches, batches, sizeof batches);
+    o->nbatches = 5;
+    memcpy(o->lengths, lengths, sizeof lengths);
+    o->nlengths = 4;
+    o->reserve = -1;
 }
 
-static void usage(FILE *f)
+/* One run: the options resolved, the backend under test, the sequences the
+ * grid's batches step, and what the timing found. */
+typedef struct calib_run {
+    const mt_calibrate_opts *o;
+    FILE       *report;           /* the grid, the fit and warnings */
+    char        name[64];
+    double      memory, reserve;  /* the options', defaults filled in */
+    long        bmax, lmax;       /* the grid's largest batch and length */
+    mt_model   *m;
+    mt_decoder *d;
+    mt_kv_pool *pool;
+    size_t      elem, pb;         /* bytes per weight/K/V element, per cached position */
+    mt_sim     *terms;            /* the simulator at unit rates: the cost model's terms */
+    mt_kv_seq **seqs;             /* bmax */
+    int64_t    *vis;              /* bmax */
+    int16_t    *pcm_in, *pcm_out; /* bmax frames */
+    double     *ts;               /* one point's timed steps */
+    double     *lres;             /* log(step / median) over every point */
+    int         nres;
+    mt_calib_point *pts;
+    int         npts;
+} calib_run;
+
+typedef struct calib_fit {
+    double bw, rate, ov;          /* bandwidth, matrix_rate, overhead_s */
+    double rms;                   /* RMS relative residual */
+    double sigma;                 /* step-to-step spread: the profile's jitter */
+} calib_fit;
+
+/* Fills the defaults that depend on the device and the host. */
+static int resolve_opts(calib_run *r, char *err, size_t errlen)
 {
-    fprintf(f,
-"usage: mt-probe calibrate [-m MODEL] [--device cpu|cuda] [options]\n"
-"  -m, --model SPEC     model (default synthetic:small)\n"
-"      --device DEV     cpu (default) or cuda\n"
-"      --threads N      CPU threads (default: all cores)\n"
-"      --batches LIST   batch sizes, comma-separated (default 1,2,4,8,16)\n"
-"      --lengths LIST   cache lengths (default 16,64,256,1024)\n"
-"      --reps N         timed steps per point (default 12; 2 more warm up)\n"
-"      --memory BYTES   device memory for the profile (default: this host's\n"
-"                       physical memory on cpu; required with cuda)\n"
-"      --reserve BYTES  the profile's reserve (default 1/8 of --memory)\n"
-"      --name NAME      the profile's name (default calibrated-DEVICE)\n"
-"  -o, --output FILE    write the profile there (default: standard output)\n"
-"The fit and every point's residual go to standard error.\n");
+    const mt_calibrate_opts *o = r->o;
+    if (o->nbatches < 1 || o->nbatches > MT_CALIB_GRID_MAX ||
+        o->nlengths < 1 || o->nlengths > MT_CALIB_GRID_MAX || o->reps < 1) {
+        mt_set_err(err, errlen, "empty grid or no timed steps");
+        return -1;
+    }
+    if (o->name && (strlen(o->name) >= sizeof r->name || strpbrk(o->name, " \t\n#="))) {
+        mt_set_err(err, errlen, "'%s' cannot be a profile name", o->name);
+        return -1;
+    }
+    r->memory = o->memory;
+    if (r->memory == 0) {
+        if (o->device == MT_DEV_CUDA) {
+            mt_set_err(err, errlen, "--memory BYTES is required with --device cuda");
+            return -1;
+        }
+        r->memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    }
+    r->reserve = o->reserve < 0 ? r->memory / 8 : o->reserve;
+    if (o->name && o->name[0])
+        snprintf(r->name, sizeof r->name, "%s", o->name);
+    else
+        snprintf(r->name, sizeof r->name, "calibrated-%s", o->device == MT_DEV_CUDA ? "cuda" : "cpu");
+    for (int i = 0; i < o->nbatches; i++)
+        r->bmax = o->batches[i] > r->bmax ? o->batches[i] : r->bmax;
+    for (int i = 0; i < o->nlengths; i++)
+        r->lmax = o->lengths[i] > r->lmax ? o->lengths[i] : r->lmax;
+    return 0;
 }
 
-int mt_probe_calibrate_main(int argc, char **argv)
+/* The model and a decoder whose pool holds the grid's largest point. */
+static int load_backend(calib_run *r, char *err, size_t errlen)
 {
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},
-        {"device", required_argument, 0, 'd'},
-        {"threads", required_argument, 0, 't'},
-        {"batches", required_argument, 0, 'b'},
-        {"lengths", required_argument, 0, 'l'},
-        {"reps", required_argument, 0, 'r'},
-        {"memory", required_argument, 0, 'M'},
-        {"reserve", required_argument, 0, 'R'},
-        {"name", required_argument, 0, 'n'},
-        {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *model = "synthetic:small", *out_path = NULL;
-    char name[64] = "";
-    mt_device dev = MT_DEV_CPU;
-    int threads = 0, reps = 12;
-    long batches[32] = { 1, 2, 4, 8, 16 }, lengths[32] = { 16, 64, 256, 1024 };
-    int nb = 5, nl = 4;
-    double memory = 0, reserve = -1;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:o:h", lo, NULL)) != -1) {
-        char *end;
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'd':
-            if (!strcmp(optarg, "cpu")) dev = MT_DEV_CPU;
-            else if (!strcmp(optarg, "cuda")) dev = MT_DEV_CUDA;
-            else goto bad;
-            break;
-        case 't':
-            threads = (int)strtol(optarg, &end, 10);
-            if (*end || threads < 0 || threads > 1024) goto bad;
-            break;
-        case 'b':
-            if ((nb = parse_list(optarg, batches, 32, 1, 65536)) < 1) goto bad;
-            break;
-        case 'l':
-            if ((nl = parse_list(optarg, lengths, 32, 1, 1 << 20)) < 1) goto bad;
-            break;
-        case 'r':
-            reps = (int)strtol(optarg, &end, 10);
-            if (*end || reps < 1 || reps > 10000) goto bad;
-            break;
-        case 'M':
-            memory = strtod(optarg, &end);
-            if (*end || !(memory > 0) || memory > 1e18) goto bad;
-            break;
-        case 'R':
-            reserve = strtod(optarg, &end);
-            if (*end || !(reserve >= 0) || reserve > 1e18) goto bad;
-            break;
-        case 'n':
-            if (strlen(optarg) >= sizeof name || strpbrk(optarg, " \t\n#=")) goto bad;
-            snprintf(name, sizeof name, "%s", optarg);
-            break;
-        case 'o': out_path = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: goto bad;
-        }
+    const mt_calibrate_opts *o = r->o;
+    int mflags = o->device == MT_DEV_CUDA && strncmp(o->model, "synthetic:", 10) == 0
+                 ? MT_MODEL_SHAPE_ONLY : 0;
+    if (mt_model_load(o->model, mflags, &r->m, err, errlen) != 0)
+        return -1;
+    if (!r->m->cfg.has_audio) {
+        mt_set_err(err, errlen, "%s has no audio adapter", o->model);
+        return -1;
     }
-    if (optind < argc)
-        goto bad;
-    if (memory == 0) {
-        if (dev == MT_DEV_CUDA) {
-            fprintf(stderr, "mt-probe calibrate: --memory BYTES is required with --device cuda\n");
-            return 2;
-        }
-        memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    }
-    if (reserve < 0)
-        reserve = memory / 8;
-    if (!name[0])
-        snprintf(name, sizeof name, "calibrated-%s", dev == MT_DEV_CUDA ? "cuda" : "cpu");
-
-    char err[512];
-    mt_model *m = NULL;
-    int mflags = dev == MT_DEV_CUDA && strncmp(model, "synthetic:", 10) == 0 ? MT_MODEL_SHAPE_ONLY : 0;
-    if (mt_model_load(model, mflags, &m, err, sizeof err) != 0) {
-        fprintf(stderr, "mt-probe calibrate: %s\n", err);
-        return 1;
-    }
-    if (!m->cfg.has_audio) {
-        fprintf(stderr, "mt-probe calibrate: %s has no audio adapter\n", model);
-        mt_model_free(m);
-        return 1;
-    }
-    long bmax = 0, lmax = 0;
-    for (int i = 0; i < nb; i++)
-        bmax = batches[i] > bmax ? batches[i] : bmax;
-    for (int i = 0; i < nl; i++)
-        lmax = lengths[i] > lmax ? lengths[i] : lmax;
     /* the pool is sized before the decoder exists: bf16 on CUDA, the CPU's
-     * default f32 (o.kv_dtype left at its default) */
-    size_t elem = dev == MT_DEV_CUDA ? 2 : mt_num_format_bytes(MT_FMT_DEFAULT);
-    size_t pb = mt_decoder_position_bytes(&m->cfg, elem);
-    mt_decoder_opts o;
-    memset(&o, 0, sizeof o);
-    o.device = dev;
-    o.max_batch = (int)bmax;
-    o.threads = threads;
-    o.kv.policy = MT_KV_FULL;
-    o.kv.budget_bytes = (size_t)bmax * (size_t)(lmax + reps + 2 + 2 * MT_KV_BLOCK) * pb;
-    mt_decoder *d = NULL;
-    if (mt_decoder_create(m, &o, &d, err, sizeof err) != 0) {
-        fprintf(stderr, "mt-probe calibrate: %s\n", err);
-        mt_model_free(m);
-        return 1;
-    }
-    mt_kv_pool *pool = mt_decoder_pool(d);
+     * default f32 (do.kv_dtype left at its default) */
+    r->elem = o->device == MT_DEV_CUDA ? 2 : mt_num_format_bytes(MT_FMT_DEFAULT);
+    r->pb = mt_decoder_position_bytes(&r->m->cfg, r->elem);
+    mt_decoder_opts dopt;
+    memset(&dopt, 0, sizeof dopt);
+    dopt.device = o->device;
+    dopt.max_batch = (int)r->bmax;
+    dopt.threads = o->threads;
+    dopt.kv.policy = MT_KV_FULL;
+    dopt.kv.budget_bytes = (size_t)r->bmax * (size_t)(r->lmax + o->reps + 2 + 2 * MT_KV_BLOCK) * r->pb;
+    if (mt_decoder_create(r->m, &dopt, &r->d, err, errlen) != 0)
+        return -1;
+    r->pool = mt_decoder_pool(r->d);
+    return 0;
+}
 
-    /* the cost model's terms, from the simulator's own code */
+/* The buffers, the cost terms (from the simulator's own code) and bmax
+ * open sequences. */
+static int prepare_grid(calib_run *r, char *err, size_t errlen)
+{
+    const mt_calibrate_opts *o = r->o;
+    int cells = o->nbatches * o->nlengths;
+    size_t frames = (size_t)r->bmax * (size_t)r->m->cfg.frame_samples;
     mt_sim_profile unit;
     memset(&unit, 0, sizeof unit);
     snprintf(unit.name, sizeof unit.name, "unit");
     unit.memory_bytes = 1e18;   /* no limit: only the terms are wanted */
     unit.bandwidth = unit.matrix_rate = 1;
-    unit.weight_bytes = (int)elem;
-    unit.kv_bytes = (int)elem;
-    mt_sim *terms = NULL;
-    mt_calib_point *pts = calloc((size_t)(nb * nl), sizeof *pts);
-    mt_kv_seq **seqs = calloc((size_t)bmax, sizeof *seqs);
-    int64_t *vis = calloc((size_t)bmax, sizeof *vis);
-    int16_t *pcm_in = calloc((size_t)bmax * (size_t)m->cfg.frame_samples, sizeof *pcm_in);
-    int16_t *pcm_out = calloc((size_t)bmax * (size_t)m->cfg.frame_samples, sizeof *pcm_out);
-    double *ts = calloc((size_t)reps, sizeof *ts), *lres = calloc((size_t)(nb * nl * reps), sizeof *lres);
-    int rc = 1, npts = 0, nres = 0;
-    if (!pts || !seqs || !vis || !pcm_in || !pcm_out || !ts || !lres) {
-        fprintf(stderr, "mt-probe calibrate: out of memory\n");
-        goto out;
+    unit.weight_bytes = (int)r->elem;
+    unit.kv_bytes = (int)r->elem;
+    r->pts = calloc((size_t)cells, sizeof *r->pts);
+    r->seqs = calloc((size_t)r->bmax, sizeof *r->seqs);
+    r->vis = calloc((size_t)r->bmax, sizeof *r->vis);
+    r->pcm_in = calloc(frames, sizeof *r->pcm_in);
+    r->pcm_out = calloc(frames, sizeof *r->pcm_out);
+    r->ts = calloc((size_t)o->reps, sizeof *r->ts);
+    r->lres = calloc((size_t)cells * (size_t)o->reps, sizeof *r->lres);
+    if (!r->pts || !r->seqs || !r->vis || !r->pcm_in || !r->pcm_out || !r->ts || !r->lres) {
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
     }
-    if (mt_sim_create(&unit, &m->cfg, NULL, &terms, err, sizeof err) != 0) {
-        fprintf(stderr, "mt-probe calibrate: %s\n", err);
-        goto out;
-    }
-    for (long i = 0; i < bmax; i++)
-        if (mt_kv_seq_open(pool, &seqs[i]) != 0) {
-            fprintf(stderr, "mt-probe calibrate: cannot open %ld sequences\n", bmax);
-            goto out;
+    if (mt_sim_create(&unit, &r->m->cfg, NULL, &r->terms, err, errlen) != 0)
+        return -1;
+    for (long i = 0; i < r->bmax; i++)
+        if (mt_kv_seq_open(r->pool, &r->seqs[i]) != 0) {
+            mt_set_err(err, errlen, "cannot open %ld sequences", r->bmax);
+            return -1;
         }
-    for (long i = 0; i < bmax * m->cfg.frame_samples; i++)
-        pcm_in[i] = (int16_t)((i * 7919) % 6000 - 3000);
-    fprintf(stderr, "mt-probe calibrate: %s on %s, %d x %d points, %d steps each\n",
-            m->cfg.name, mt_decoder_backend_name(d), nb, nl, reps);
-    fprintf(stderr, "%6s %7s %10s %10s %8s\n", "batch", "len", "step_ms", "fit_ms", "resid%");
-    for (int bi = 0; bi < nb; bi++)
-        for (int li = 0; li < nl; li++) {
-            int B = (int)batches[bi];
-            long L = lengths[li];
-            int bad = 0;
-            for (int i = 0; i < B; i++) {
-                mt_kv_release(pool, seqs[i]);
-                if (mt_kv_reserve(pool, seqs[i], L + reps + 2) != 0)
-                    bad = 1;
-                seqs[i]->len = L;   /* cache content does not change the cost */
-            }
-            if (bad) {
-                fprintf(stderr, "mt-probe calibrate: pool too small for B=%d L=%ld\n", B, L);
-                goto out;
-            }
-            mt_step_io io = { .pcm_in = pcm_in, .pcm_out = pcm_out };
-            for (int k = 0; k < reps + 2; k++) {
-                double t0 = now_s();
-                if (mt_decoder_step(d, B, seqs, &io, err, sizeof err) != 0) {
-                    fprintf(stderr, "mt-probe calibrate: %s\n", err);
-                    goto out;
-                }
-                if (k >= 2)
-                    ts[k - 2] = now_s() - t0;
-            }
-            /* the timed steps read L+2 .. L+reps+1 positions: the median's */
-            for (int i = 0; i < B; i++)
-                vis[i] = mt_kv_visible_count(pool, L + 2 + reps / 2);
-            mt_sim_cost cost;
-            mt_sim_step_cost(terms, B, vis, 0, &cost);
-            qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
-            double med = ts[reps / 2];
-            for (int k = 0; k < reps; k++)
-                lres[nres++] = log(ts[k] / med);
-            pts[npts++] = (mt_calib_point){ .batch = B, .len = L, .bytes = cost.bytes,
-                                            .flops = cost.flops, .t_s = med };
-        }
-    double bw, rate, ov;
-    double rms = mt_calib_fit(pts, npts, &bw, &rate, &ov);
-    if (rms < 0) {
-        fprintf(stderr, "mt-probe calibrate: too few points to fit (%d; need 3)\n", npts);
-        goto out;
+    for (size_t i = 0; i < frames; i++)
+        r->pcm_in[i] = (int16_t)(((long)i * 7919) % 6000 - 3000);
+    return 0;
+}
+
+/* Times reps steps (after 2 to warm up) of B sessions whose caches hold L
+ * positions, and adds the point with its median and cost terms. */
+static int time_point(calib_run *r, int B, long L, char *err, size_t errlen)
+{
+    int reps = r->o->reps, bad = 0;
+    for (int i = 0; i < B; i++) {
+        mt_kv_release(r->pool, r->seqs[i]);
+        if (mt_kv_reserve(r->pool, r->seqs[i], L + reps + 2) != 0)
+            bad = 1;
+        r->seqs[i]->len = L;   /* cache content does not change the cost */
     }
-    for (int i = 0; i < npts; i++)
-        fprintf(stderr, "%6d %7ld %10.3f %10.3f %+8.1f\n", pts[i].batch, pts[i].len,
-                pts[i].t_s * 1e3, pts[i].fit_s * 1e3,
-                100 * (pts[i].fit_s - pts[i].t_s) / pts[i].t_s);
+    if (bad) {
+        mt_set_err(err, errlen, "pool too small for B=%d L=%ld", B, L);
+        return -1;
+    }
+    mt_step_io io = { .pcm_in = r->pcm_in, .pcm_out = r->pcm_out };
+    for (int k = 0; k < reps + 2; k++) {
+        double t0 = now_s();
+        if (mt_decoder_step(r->d, B, r->seqs, &io, err, errlen) != 0)
+            return -1;
+        if (k >= 2)
+            r->ts[k - 2] = now_s() - t0;
+    }
+    /* the timed steps read L+2 .. L+reps+1 positions: the median's */
+    for (int i = 0; i < B; i++)
+        r->vis[i] = mt_kv_visible_count(r->pool, L + 2 + reps / 2);
+    mt_sim_cost cost;
+    mt_sim_step_cost(r->terms, B, r->vis, 0, &cost);
+    qsort(r->ts, (size_t)reps, sizeof *r->ts, cmp_double);
+    double med = r->ts[reps / 2];
+    for (int k = 0; k < reps; k++)
+        r->lres[r->nres++] = log(r->ts[k] / med);
+    r->pts[r->npts++] = (mt_calib_point){ .batch = B, .len = L, .bytes = cost.bytes,
+                                          .flops = cost.flops, .t_s = med };
+    return 0;
+}
+
+static int time_grid(calib_run *r, char *err, size_t errlen)
+{
+    const mt_calibrate_opts *o = r->o;
+    fprintf(r->report, "mt-probe calibrate: %s on %s, %d x %d points, %d steps each\n",
+            r->m->cfg.name, mt_decoder_backend_name(r->d), o->nbatches, o->nlengths, o->reps);
+    fprintf(r->report, "%6s %7s %10s %10s %8s\n", "batch", "len", "step_ms", "fit_ms", "resid%");
+    for (int bi = 0; bi < o->nbatches; bi++)
+        for (int li = 0; li < o->nlengths; li++)
+            if (time_point(r, (int)o->batches[bi], o->lengths[li], err, errlen) != 0)
+                return -1;
+    return 0;
+}
+
+/* Fits the cost model to the points and reports every point's residual,
+ * the fit and the jitter. */
+static int fit_points(calib_run *r, calib_fit *fit, char *err, size_t errlen)
+{
+    fit->rms = mt_calib_fit(r->pts, r->npts, &fit->bw, &fit->rate, &fit->ov);
+    if (fit->rms < 0) {
+        mt_set_err(err, errlen, "too few points to fit (%d; need 3)", r->npts);
+        return -1;
+    }
+    for (int i = 0; i < r->npts; i++)
+        fprintf(r->report, "%6d %7ld %10.3f %10.3f %+8.1f\n", r->pts[i].batch, r->pts[i].len,
+                r->pts[i].t_s * 1e3, r->pts[i].fit_s * 1e3,
+                100 * (r->pts[i].fit_s - r->pts[i].t_s) / r->pts[i].t_s);
     double s2 = 0;
-    for (int i = 0; i < nres; i++)
-        s2 += lres[i] * lres[i];
-    double sigma = nres > 1 ? sqrt(s2 / (nres - 1)) : 0;
-    if (sigma > 2)
-        sigma = 2;
-    fprintf(stderr, "mt-probe calibrate: fit: bandwidth %.4g B/s, matrix_rate %.4g flop/s, "
+    for (int i = 0; i < r->nres; i++)
+        s2 += r->lres[i] * r->lres[i];
+    fit->sigma = r->nres > 1 ? sqrt(s2 / (r->nres - 1)) : 0;
+    if (fit->sigma > 2)
+        fit->sigma = 2;
+    fprintf(r->report, "mt-probe calibrate: fit: bandwidth %.4g B/s, matrix_rate %.4g flop/s, "
             "overhead %.1f us; RMS relative residual %.1f%%; step-to-step sigma %.3f\n",
-            bw, rate, ov * 1e6, 100 * rms, sigma);
-    double weights = (double)mt_model_params(&m->cfg) * (double)elem;
-    if (memory - weights - reserve < (double)pb * MT_KV_BLOCK)
-        fprintf(stderr, "mt-probe calibrate: warning: --memory %.4g less weights %.4g and reserve %.4g leaves no K/V pool\n",
-                memory, weights, reserve);
-    FILE *f = out_path ? fopen(out_path, "w") : stdout;
-    if (!f) {
-        fprintf(stderr, "mt-probe calibrate: %s: %s\n", out_path, strerror(errno));
-        goto out;
-    }
+            fit->bw, fit->rate, fit->ov * 1e6, 100 * fit->rms, fit->sigma);
+    double weights = (double)mt_model_params(&r->m->cfg) * (double)r->elem;
+    if (r->memory - weights - r->reserve < (double)r->pb * MT_KV_BLOCK)
+        fprintf(r->report, "mt-probe calibrate: warning: --memory %.4g less weights %.4g and reserve %.4g leaves no K/V pool\n",
+                r->memory, weights, r->reserve);
+    return 0;
+}
+
+/* The profile (mt-profile(5)), each figure saying where it came from. */
+static void print_profile(const calib_run *r, const calib_fit *fit, FILE *f)
+{
+    const char *backend = mt_decoder_backend_name(r->d);
     time_t now = time(NULL);
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
@@ -409,46 +384,73 @@ int mt_probe_calibrate_main(int argc, char **argv)
                "# lengths) of the %s backend running %s; RMS relative residual %.1f%%.\n"
                "# Format: mt-profile(5). A simulation on this profile reproduces the fit,\n"
                "# not the backend: believe it only within the residual and the grid.\n",
-            name, when, npts, mt_decoder_backend_name(d), m->cfg.name, 100 * rms);
-    fprintf(f, "name          = %s\n", name);
-    fprintf(f, "model         = %s\n", m->cfg.name);
-    fprintf(f, "memory_bytes  = %.6g   # %s\n", memory,
-            dev == MT_DEV_CPU ? "this host's physical memory (or --memory)" : "--memory");
-    fprintf(f, "reserve_bytes = %.6g   # %s\n", reserve, "--reserve (default 1/8 of memory): an assumption");
-    fprintf(f, "bandwidth     = %.6g   # fitted\n", bw);
-    fprintf(f, "matrix_rate   = %.6g   # fitted\n", rate);
-    fprintf(f, "overhead_us   = %.6g   # fitted\n", ov * 1e6);
-    fprintf(f, "weight_bytes  = %zu   # the %s backend's weights\n", elem, mt_decoder_backend_name(d));
-    fprintf(f, "kv_bytes      = %zu   # the %s backend's K/V\n", elem, mt_decoder_backend_name(d));
-    fprintf(f, "jitter_sigma  = %.4g   # measured: spread of log(step / median) over all points\n", sigma);
+            r->name, when, r->npts, backend, r->m->cfg.name, 100 * fit->rms);
+    fprintf(f, "name          = %s\n", r->name);
+    fprintf(f, "model         = %s\n", r->m->cfg.name);
+    fprintf(f, "memory_bytes  = %.6g   # %s\n", r->memory,
+            r->o->device == MT_DEV_CPU ? "this host's physical memory (or --memory)" : "--memory");
+    fprintf(f, "reserve_bytes = %.6g   # %s\n", r->reserve, "--reserve (default 1/8 of memory): an assumption");
+    fprintf(f, "bandwidth     = %.6g   # fitted\n", fit->bw);
+    fprintf(f, "matrix_rate   = %.6g   # fitted\n", fit->rate);
+    fprintf(f, "overhead_us   = %.6g   # fitted\n", fit->ov * 1e6);
+    fprintf(f, "weight_bytes  = %zu   # the %s backend's weights\n", r->elem, backend);
+    fprintf(f, "kv_bytes      = %zu   # the %s backend's K/V\n", r->elem, backend);
+    fprintf(f, "jitter_sigma  = %.4g   # measured: spread of log(step / median) over all points\n", fit->sigma);
     fprintf(f, "stall_prob    = 0   # not measured\n");
     fprintf(f, "stall_ms      = 0\n");
     fprintf(f, "seed          = 1\n");
     fprintf(f, "# points: batch len measured_ms fitted_ms\n");
-    for (int i = 0; i < npts; i++)
-        fprintf(f, "#   %d %ld %.4f %.4f\n", pts[i].batch, pts[i].len, pts[i].t_s * 1e3,
-                pts[i].fit_s * 1e3);
-    if (out_path ? fclose(f) != 0 : fflush(f) != 0) {
-        fprintf(stderr, "mt-probe calibrate: writing the profile: %s\n", strerror(errno));
-        goto out;
+    for (int i = 0; i < r->npts; i++)
+        fprintf(f, "#   %d %ld %.4f %.4f\n", r->pts[i].batch, r->pts[i].len, r->pts[i].t_s * 1e3,
+                r->pts[i].fit_s * 1e3);
+}
+
+/* To o->output, or standard output when there is none. */
+static int write_profile(const calib_run *r, const calib_fit *fit, char *err, size_t errlen)
+{
+    const char *path = r->o->output;
+    FILE *f = path ? fopen(path, "w") : stdout;
+    if (!f) {
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
     }
-    rc = 0;
-out:
-    for (long i = 0; seqs && i < bmax; i++)
-        if (seqs[i])
-            mt_kv_seq_close(pool, seqs[i]);
-    mt_sim_free(terms);
-    free(pts);
-    free(seqs);
-    free(vis);
-    free(pcm_in);
-    free(pcm_out);
-    free(ts);
-    free(lres);
-    mt_decoder_free(d);
-    mt_model_free(m);
+    print_profile(r, fit, f);
+    if (path ? fclose(f) != 0 : fflush(f) != 0) {
+        mt_set_err(err, errlen, "writing the profile: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void free_run(calib_run *r)
+{
+    for (long i = 0; r->seqs && i < r->bmax; i++)
+        if (r->seqs[i])
+            mt_kv_seq_close(r->pool, r->seqs[i]);
+    mt_sim_free(r->terms);
+    free(r->pts);
+    free(r->seqs);
+    free(r->vis);
+    free(r->pcm_in);
+    free(r->pcm_out);
+    free(r->ts);
+    free(r->lres);
+    mt_decoder_free(r->d);
+    mt_model_free(r->m);
+}
+
+int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, char *err, size_t errlen)
+{
+    calib_run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.report = report;
+    calib_fit fit;
+    int rc = -1;
+    if (resolve_opts(&r, err, errlen) == 0 && load_backend(&r, err, errlen) == 0 &&
+        prepare_grid(&r, err, errlen) == 0 && time_grid(&r, err, errlen) == 0 &&
+        fit_points(&r, &fit, err, errlen) == 0 && write_profile(&r, &fit, err, errlen) == 0)
+        rc = 0;
+    free_run(&r);
     return rc;
-bad:
-    usage(stderr);
-    return 2;
 }

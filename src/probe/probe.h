@@ -187,7 +187,7 @@ typedef struct mt_sweep_opts {
     const char *plot;           /* PNG path or NULL */
     const char *tsv_out;        /* also write the table here (plots) */
     int         progress;       /* stderr progress lines */
-    double      budget_ms;      /* the wall's latency budget; 0: one period */
+    double      budget_ms;      /* the wall's latency budget; 0: two periods */
     volatile sig_atomic_t *stop;/* set (by a signal handler): end cleanly */
     /* spawn our own server instead of -s: */
     const char *serve_bin;

@@ -39,6 +39,7 @@ typedef struct mt_quality_opts {
     int         threads;
     int         tsv;
     int         gen_only;       /* --text only as the generation reference */
+    int         progress;       /* progress line on stderr (a terminal) */
 } mt_quality_opts;
 
 /* The defaults of `mt-probe quality` (policy window+sink, 1 stream, ...). */

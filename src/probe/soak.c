@@ -21,6 +21,7 @@
 #include "util/stats.h"
 #include "util/units.h"
 #include "probe/probe.h"
+#include "probe/progress.h"
 #include "probe/spawn.h"
 #include "client/client.h"
 #include "wire/latline.h"
@@ -254,8 +255,8 @@ static int is_full(const mt_soak_config *c)
 
 static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
                    mt_probe_source *src, const mt_predict_params *pred,
-                   int pred_ok, mt_soak_run *run, FILE *series, char *err,
-                   size_t errlen)
+                   int pred_ok, mt_soak_run *run, FILE *series,
+                   mt_progress *pg, char *err, size_t errlen)
 {
     const mt_soak_config *c = &o->cfg[ci];
     soak_ctx *x = calloc(1, sizeof *x);
@@ -364,16 +365,17 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         }
         if (now > t_give_up)
             break;
-        if (o->progress) {
-            static uint64_t last;
-            if (now - last > 1000000000ull) {
-                last = now;
-                fprintf(stderr, "\r  %-14s run %d/%d  t=%5.1f s  real %llu  "
-                        "fill %llu  max gap %.1f s   ", c->label, ri + 1,
-                        o->runs, ((double)now - (double)x->t0) / 1e9,
-                        (unsigned long long)x->real,
-                        (unsigned long long)x->fills, x->max_gap_s);
-            }
+        {
+            /* Runs done before this one, plus this one's share of its
+             * duration: the estimate of time left scales by it. */
+            double in_run = ((double)now - (double)x->t0) / 1e9 / o->duration_s;
+            in_run = in_run < 0 ? 0 : in_run > 1 ? 1 : in_run;
+            char detail[160];
+            snprintf(detail, sizeof detail, "%s, real %llu, fill %llu, "
+                     "max gap %.1f s", c->label, (unsigned long long)x->real,
+                     (unsigned long long)x->fills, x->max_gap_s);
+            mt_progress_show(pg, now, 0, "run", (double)(ri * o->ncfg + ci) + in_run,
+                             (double)o->runs * o->ncfg, detail);
         }
     }
     mt_spawn_stop(&sp, 3.0, on_tick_line, x);
@@ -508,6 +510,8 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s", "ovf_s",
             "verdict");
     fflush(out);
+    mt_progress pg;
+    mt_progress_start(&pg, o->progress, stderr, "soak", mt_client_now());
     for (int r = 0; r < o->runs; r++)
         for (int c = 0; c < o->ncfg; c++) {
             FILE *series = NULL;
@@ -516,15 +520,15 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
                      o->data_dir ? o->data_dir : tmpdir, c, r);
             series = fopen(paths[k], "w");
             if (run_one(o, c, r, tmpdir, &src, &pp[c], pok[c], &runs[k],
-                        series, err, errlen)) {
+                        series, &pg, err, errlen)) {
+                mt_progress_clear(&pg);
                 if (series)
                     fclose(series);
                 goto done2;
             }
             if (series)
                 fclose(series);
-            if (o->progress)
-                fprintf(stderr, "\r%-78s\r", "");
+            mt_progress_clear(&pg);
             print_row(out, o, &runs[k]);
             ser[k].path = paths[k];
             ser[k].cfg = c;

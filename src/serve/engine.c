@@ -503,7 +503,8 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
         if (e->s[i]->state == S_ACTIVE)
             active++;
     if (active >= e->o.max_sessions) {
-        snprintf(why, whylen, "server full (%d sessions)", e->o.max_sessions);
+        snprintf(why, whylen, "server at its session limit (%d session%s); "
+                 "retry later", e->o.max_sessions, e->o.max_sessions == 1 ? "" : "s");
         goto out;
     }
     size_t obcap = (size_t)e->o.out_queue * frame_bytes(e) + 4 * (MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64);
@@ -520,10 +521,17 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     int k = mt_kv_seq_open(e->pool, &kv);
     if (k != 0) {
         free(ob); free(q); free(qpcm);
-        if (k == MT_KV_EXHAUSTED)
+        size_t bound = mt_engine_session_bound(e);
+        size_t total = mt_kv_used_bytes(e->pool) + mt_kv_free_bytes(e->pool);
+        /* Two different things for an operator: full now, or never. */
+        if (k == MT_KV_EXHAUSTED && bound > total)
+            snprintf(why, whylen, "KV pool cannot hold this session's bound: "
+                     "one session needs %zu bytes, the whole pool is %zu "
+                     "(raise mt-serve's --kv-mem)", bound, total);
+        else if (k == MT_KV_EXHAUSTED)
             snprintf(why, whylen, "KV pool cannot hold this session's bound "
-                     "(%zu bytes; %zu free)", mt_engine_session_bound(e),
-                     mt_kv_free_bytes(e->pool));
+                     "now: it needs %zu bytes, %zu are free while other "
+                     "sessions run; retry later", bound, mt_kv_free_bytes(e->pool));
         else
             snprintf(why, whylen, "KV sequence open failed");
         goto out;

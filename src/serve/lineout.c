@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "util/errmsg.h"
+#include "wire/latline.h"
 
 #define CHUNK_MAX (2 * PIPE_BUF)   /* room for one line longer than PIPE_BUF */
 
@@ -42,6 +43,7 @@ struct mt_lineout {
     uint64_t        dropped_pending; /* since the last line that got in */
     uint64_t        dropped, lost;   /* ring full; write errors */
     int             lost_errno;
+    int             json;          /* convert each line to a JSON object */
     uint64_t        reported_dropped, reported_lost, last_report;
     int             reported_once;
     pthread_t       th;
@@ -208,26 +210,50 @@ int mt_lineout_create(int fd, int owned, size_t cap, mt_lineout **out,
 
 int mt_lineout_put(mt_lineout *q, const char *line)
 {
+    /* JSON lines are converted here, outside the lock, so every line of the
+     * stream (ticks, requests, verdicts, frames) takes the same way. */
+    char jbuf[3 * MT_LL_MAX_LINE + 16];
     size_t len = strlen(line);
+    int json = __atomic_load_n(&q->json, __ATOMIC_RELAXED);
+    if (json) {
+        long n = mt_latline_to_json(line, len, jbuf, sizeof jbuf, NULL, 0);
+        /* Never expected (the engine writes well-formed lines), but a
+         * reader of the JSON stream must still get JSON. */
+        if (n < 0)
+            n = snprintf(jbuf, sizeof jbuf, "{\"malformed_line\":true}");
+        line = jbuf;
+        len = (size_t)n;
+    }
     char suffix[48];
     size_t sl = 0;
     pthread_mutex_lock(&q->mu);
-    if (q->dropped_pending)
-        sl = (size_t)snprintf(suffix, sizeof suffix, " lines_dropped=%llu",
-                              (unsigned long long)q->dropped_pending);
+    if (q->dropped_pending) {
+        if (!json)
+            sl = (size_t)snprintf(suffix, sizeof suffix, " lines_dropped=%llu",
+                                  (unsigned long long)q->dropped_pending);
+        else /* inside the object: before its closing brace */
+            sl = (size_t)snprintf(suffix, sizeof suffix, "%s\"lines_dropped\":%llu}",
+                                  len > 2 ? "," : "",
+                                  (unsigned long long)q->dropped_pending);
+    }
     if (q->closing || len + sl + 1 > q->cap - q->used) {
         q->dropped_pending++;
         q->dropped++;
         pthread_mutex_unlock(&q->mu);
         return 1;
     }
-    ring_copy_in(q, line, len);
+    ring_copy_in(q, line, sl && json ? len - 1 : len);
     ring_copy_in(q, suffix, sl);
     ring_copy_in(q, "\n", 1);
     q->dropped_pending = 0;
     pthread_cond_signal(&q->nonempty);
     pthread_mutex_unlock(&q->mu);
     return 0;
+}
+
+void mt_lineout_set_json(mt_lineout *q, int json)
+{
+    __atomic_store_n(&q->json, json ? 1 : 0, __ATOMIC_RELAXED);
 }
 
 void mt_lineout_set_fd(mt_lineout *q, int fd, int owned)

@@ -30,6 +30,11 @@ int  mt_lineout_create(int fd, int owned, size_t cap, mt_lineout **out,
  * Never waits for the output. Thread-safe. Returns 0 queued, 1 dropped. */
 int  mt_lineout_put(mt_lineout *q, const char *line);
 
+/* json 1: each later line is converted to one JSON object
+ * (mt_latline_to_json), lines_dropped included as a key of it; 0: logfmt
+ * as given (the default). */
+void mt_lineout_set_json(mt_lineout *q, int json);
+
 /* Sends later lines to fd instead (SIGHUP reopening the latency log); the
  * old descriptor, if owned, is closed once no write uses it. */
 void mt_lineout_set_fd(mt_lineout *q, int fd, int owned);

@@ -15,6 +15,9 @@
  * within admit_timeout. The engine refuses, whatever was decided, a window
  * session the KV pool cannot hold for its whole bound.
  *
+ * What a connection's bytes mean (HELLO, admission, AUDIO, END, ERROR) is
+ * proto.c's: this file reads the socket and hands it the bytes.
+ *
  * The pieces around the loop live beside it: net.c opens the listening
  * socket and the control input, ticker.c runs the tick thread, lineout.c
  * writes the machine stream from its own thread, and wire/admission.c
@@ -41,11 +44,11 @@
 
 #include "serve/lineout.h"
 #include "serve/net.h"
+#include "serve/proto.h"
 #include "serve/ticker.h"
 #include "wire/admission.h"
 #include "wire/endpoint.h"
 
-#define WBUF_CAP   (64 * 1024)
 #define RBUF_CAP   (64 * 1024)
 #define LINE_QUEUE_BYTES (128 * 1024)     /* machine-stream lines in flight */
 #define LINE_FLUSH_NS    2000000000ull    /* at exit, for a slow reader */
@@ -59,11 +62,6 @@
 #define EVICT_MIN_IDLE_NS 250000000ull    /* a connection this young may still
                                              be about to send its HELLO */
 
-#define AUTH_TABLE       64               /* peer addresses whose failures count */
-#define AUTH_DELAY_NS    250000000ull     /* first failure's delay; doubles */
-#define AUTH_DELAY_MAX_NS 8000000000ull
-#define AUTH_FORGET_NS   600000000000ull  /* ten quiet minutes clear a count */
-
 enum { TAG_LISTEN = 1, TAG_SIGNAL, TAG_EVENT, TAG_CONTROL, TAG_CONN,
        TAG_LISTEN_TCP, TAG_AGENT };
 
@@ -74,38 +72,13 @@ typedef struct conn {
                                     cannot be) */
     uint32_t ev_r, ev_w;         /* events currently registered */
     int      is_socket;
-    int      is_tcp;             /* from --listen: no uid; HELLO needs the
-                                    token when one is set */
-    char     peer[64];           /* TCP: "ADDR:PORT" for log lines */
-    uint64_t auth_reject_at;     /* wrong token: REJECT at this time */
-    uint64_t bytes_in;           /* a health check sends nothing */
-    uint32_t id;                 /* engine session, 0 before HELLO */
-    int      reading;            /* still accepting input */
-    int      closing;            /* close once wbuf is flushed */
-    int      pending;            /* waiting for the controller */
-    uint64_t admit_deadline;
-    uid_t    uid;
-    pid_t    pid;
     uint64_t t_created;
     uint64_t stuck_since;        /* output waiting, no progress since */
-    uint64_t close_deadline;
-    int      warned_drop;
-    mt_frame_decoder dec;
-    uint8_t  wbuf[WBUF_CAP];
-    size_t   woff, wlen;
+    mt_proto_conn p;             /* the protocol's side (proto.h) */
     struct conn *next;
 } conn;
 
 typedef struct tagged { int tag; } tagged;
-
-/* Authentication failures of one peer address: each one doubles the wait
- * before its REJECT, so guessing is slow; the table is bounded (the
- * oldest entry makes room). */
-typedef struct auth_fail {
-    char     addr[48];           /* without the port */
-    unsigned count;
-    uint64_t last;
-} auth_fail;
 
 struct mt_server {
     mt_server_opts o;
@@ -113,7 +86,6 @@ struct mt_server {
     mt_listener    lis;
     int            tcp_fd, agent_fd; /* --listen, --agent; -1 */
     char           tcp_name[80], agent_name[80];
-    auth_fail      auth[AUTH_TABLE];
     mt_control_in  ctl;
     tagged         t_listen, t_signal, t_event, t_control, t_listen_tcp, t_agent;
     char           ctlbuf[MT_CONTROL_MAX_LINE + 1];
@@ -122,9 +94,10 @@ struct mt_server {
     mt_lineout    *out;              /* machine stream */
     conn          *conns;
     int            nconns;
-    int            draining;
     uint64_t       drain_deadline;
     mt_engine     *eng;
+    mt_proto       pr;               /* the protocol's view of us: the
+                                        engine, admission, draining */
     int            frame_payload;    /* bytes of one AUDIO payload */
     int            fatal;
     char           fatal_msg[256];
@@ -188,11 +161,6 @@ void mt_server_line(void *ctx, const char *line)
         mt_lineout_put(s->out, line);
 }
 
-static double tsec(const mt_server *s, uint64_t now)
-{
-    return (double)(now - s->o.t0) / 1e9;
-}
-
 /* ---- setup ---------------------------------------------------------------- */
 
 static int open_log_fd(const char *path)
@@ -216,6 +184,7 @@ static int open_latency(mt_server *s, char *err, size_t errlen)
             close(fd);
         return -1;
     }
+    mt_lineout_set_json(s->out, s->o.latency_json);
     return 0;
 }
 
@@ -460,9 +429,8 @@ static conn *conn_new(mt_server *s, int rfd, int wfd, int is_socket)
     c->rfd = rfd;
     c->wfd = wfd;
     c->is_socket = is_socket;
-    c->reading = 1;
     c->t_created = mt_now_ns();
-    mt_frame_decoder_init(&c->dec);
+    mt_proto_conn_init(&c->p);
     c->next = s->conns;
     s->conns = c;
     s->nconns++;
@@ -508,17 +476,17 @@ static void conn_update_events(mt_server *s, conn *c, int want_r, int want_w)
 
 static void conn_free(mt_server *s, conn *c, const char *why)
 {
-    if (c->id) {
-        mt_engine_close(s->eng, c->id);
+    if (c->p.id) {
+        mt_engine_close(s->eng, c->p.id);
         if (why)
-            slog(s, "session %u: closed: %s", c->id, why);
-    } else if (why && c->is_tcp && c->bytes_in == 0 &&
+            slog(s, "session %u: closed: %s", c->p.id, why);
+    } else if (why && c->p.is_tcp && c->p.bytes_in == 0 &&
                !strcmp(why, "disconnected")) {
         /* a health check (HAProxy's connect-and-close): not news */
-    } else if (why && c->is_tcp) {
-        slog(s, "connection from %s: closed: %s", c->peer, why);
+    } else if (why && c->p.is_tcp) {
+        slog(s, "connection from %s: closed: %s", c->p.peer, why);
     } else if (why) {
-        slog(s, "connection (uid %d): closed: %s", (int)c->uid, why);
+        slog(s, "connection (uid %d): closed: %s", (int)c->p.uid, why);
     }
     if (c->r_epoll)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
@@ -536,256 +504,6 @@ static void conn_free(mt_server *s, conn *c, const char *why)
     free(c);
 }
 
-/* A frame written straight into c's buffer (before the engine knows the
- * session); c closes once it is sent. */
-static void conn_direct(mt_server *s, conn *c, int type, const char *reason)
-{
-    mt_frame f = {0};
-    f.type = (uint8_t)type;
-    f.t_send = mt_now_ns();
-    f.length = (uint32_t)strlen(reason);
-    if (f.length > MT_REASON_MAX)
-        f.length = MT_REASON_MAX;
-    f.payload = (const uint8_t *)reason;
-    if (c->wlen + MT_FRAME_HEADER_SIZE + f.length <= WBUF_CAP) {
-        long n = mt_frame_encode(&f, c->wbuf + c->woff + c->wlen,
-                                 WBUF_CAP - c->woff - c->wlen);
-        if (n > 0)
-            c->wlen += (size_t)n;
-    }
-    c->reading = 0;
-    c->closing = 1;
-    c->close_deadline = mt_now_ns() + 1000000000ull;
-}
-
-static void fail_session(mt_server *s, conn *c, const char *reason)
-{
-    if (c->id) {
-        slog(s, "session %u: %s: ending it with ERROR", c->id, reason);
-        mt_engine_fail(s->eng, c->id, reason);
-        c->reading = 0;
-        c->pending = 0;
-    } else {
-        if (c->is_tcp)
-            slog(s, "connection from %s: %s: ERROR", c->peer, reason);
-        else
-            slog(s, "connection (uid %d): %s: ERROR", (int)c->uid, reason);
-        conn_direct(s, c, MT_FRAME_ERROR, reason);
-    }
-}
-
-static void verdict_line(mt_server *s, uint32_t id, int accept, const char *reason)
-{
-    char buf[1024];
-    mt_verdict_rec v = {.session = id, .t = tsec(s, mt_now_ns()), .accept = accept};
-    if (!accept)
-        snprintf(v.reason, sizeof v.reason, "%s", reason ? reason : "");
-    if (mt_verdict_format(&v, buf, sizeof buf) > 0)
-        mt_server_line(s, buf);
-}
-
-static void do_reject(mt_server *s, conn *c, const char *why)
-{
-    /* a REJECT frame must carry UTF-8, whoever wrote the reason */
-    char reason[MT_REASON_MAX + 1];
-    snprintf(reason, sizeof reason, "%s", why);
-    mt_utf8_sanitize(reason);
-    slog(s, "session %u: rejected: %s", c->id, reason);
-    mt_engine_reject(s->eng, c->id, reason);
-    verdict_line(s, c->id, 0, reason);
-    c->pending = 0;
-    c->reading = 0;
-}
-
-static void do_admit(mt_server *s, conn *c)
-{
-    char why[256];
-    c->pending = 0;
-    if (mt_engine_admit(s->eng, c->id, why, sizeof why) != 0) {
-        do_reject(s, c, why);
-        return;
-    }
-    if (c->is_tcp)
-        slog(s, "session %u: admitted (tcp %s)", c->id, c->peer);
-    else
-        slog(s, "session %u: admitted (uid %d)", c->id, (int)c->uid);
-    verdict_line(s, c->id, 1, NULL);
-}
-
-/* The failure record of addr (the peer without its port), made when
- * missing: the oldest entry gives way. */
-static auth_fail *auth_entry(mt_server *s, const char *addr, uint64_t now)
-{
-    auth_fail *old = &s->auth[0];
-    for (int i = 0; i < AUTH_TABLE; i++) {
-        auth_fail *a = &s->auth[i];
-        if (a->count && now - a->last > AUTH_FORGET_NS)
-            a->count = 0;
-        if (a->count && !strcmp(a->addr, addr))
-            return a;
-        if (!a->count || (old->count && a->last < old->last))
-            old = a;
-    }
-    memset(old, 0, sizeof *old);
-    snprintf(old->addr, sizeof old->addr, "%s", addr);
-    return old;
-}
-
-static void peer_host(const conn *c, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%s", c->peer);
-    char *colon = strrchr(buf, ':');
-    if (colon)
-        *colon = '\0';
-}
-
-/* A TCP HELLO without the right token: REJECT, after a wait that doubles
- * with each failure of the same address. Returns 1 when c was refused. */
-static int auth_check(mt_server *s, conn *c, const mt_frame *f)
-{
-    if (!c->is_tcp || !s->o.token)
-        return 0;
-    mt_hello h;
-    memset(&h, 0, sizeof h);
-    int ok = mt_hello_decode(f->payload, f->length, &h) == 0 &&
-             mt_token_equal(h.token, h.token_len, s->o.token, s->o.token_len);
-    memset(h.token, 0, sizeof h.token);
-    char host[64];
-    peer_host(c, host, sizeof host);
-    uint64_t now = mt_now_ns();
-    if (ok) {
-        auth_fail *a = auth_entry(s, host, now);
-        a->count = 0;
-        return 0;
-    }
-    auth_fail *a = auth_entry(s, host, now);
-    a->count++;
-    a->last = now;
-    uint64_t delay = AUTH_DELAY_NS;
-    for (unsigned i = 1; i < a->count && delay < AUTH_DELAY_MAX_NS; i++)
-        delay *= 2;
-    if (delay > AUTH_DELAY_MAX_NS)
-        delay = AUTH_DELAY_MAX_NS;
-    slog(s, "connection from %s: %s token: REJECT in %.2f s (failure %u from "
-         "this address)", c->peer, h.token_len ? "wrong" : "no", (double)delay / 1e9,
-         a->count);
-    c->reading = 0;
-    c->auth_reject_at = now + delay;
-    return 1;
-}
-
-static void on_hello(mt_server *s, conn *c, const mt_frame *f)
-{
-    mt_hello h, want;
-    if (auth_check(s, c, f))
-        return;
-    mt_engine_format(s->eng, &want);
-    c->id = mt_engine_session_new(s->eng);
-    if (!c->id) {
-        conn_direct(s, c, MT_FRAME_REJECT, "server out of memory");
-        return;
-    }
-    char reason[256] = "";
-    if (mt_hello_decode(f->payload, f->length, &h) != 0) {
-        fail_session(s, c, "malformed HELLO payload");
-        return;
-    }
-    if (h.sample_rate != want.sample_rate || h.frame_samples != want.frame_samples ||
-        h.channels != 1 || h.encoding != MT_ENC_PCM_S16LE) {
-        snprintf(reason, sizeof reason,
-                 "format mismatch: asked %u Hz, %u-sample frames, %u channel(s), "
-                 "encoding %u; this server serves %u Hz, %u-sample frames, "
-                 "mono PCM s16le (encoding %d)", h.sample_rate, h.frame_samples,
-                 h.channels, h.encoding, want.sample_rate, want.frame_samples,
-                 MT_ENC_PCM_S16LE);
-    } else if (s->draining) {
-        snprintf(reason, sizeof reason, "server draining");
-    }
-    int active = 0, pending = 0;
-    mt_engine_counts(s->eng, &active, &pending);
-    char buf[1024];
-    mt_request_rec rq = {
-        .session = c->id, .t = tsec(s, mt_now_ns()),
-        .uid = (int64_t)c->uid, .pid = (int64_t)c->pid,
-        .rate = h.sample_rate, .frame_samples = h.frame_samples,
-        .kv_bound = mt_engine_session_bound(s->eng),
-        .active = active, .pending = pending - 1 < 0 ? 0 : pending - 1,
-    };
-    snprintf(rq.client_model, sizeof rq.client_model, "%s", h.model);
-    if (mt_request_format(&rq, buf, sizeof buf) > 0)
-        mt_server_line(s, buf);
-    if (reason[0]) {
-        do_reject(s, c, reason);
-        return;
-    }
-    if (s->o.control_path) {
-        c->pending = 1;
-        c->admit_deadline = mt_now_ns() + s->o.admit_timeout_ns;
-        return;
-    }
-    if (active >= s->o.max_sessions) {
-        snprintf(reason, sizeof reason, "server full (--max-sessions %d)", s->o.max_sessions);
-        do_reject(s, c, reason);
-        return;
-    }
-    do_admit(s, c);
-}
-
-static void on_frame(mt_server *s, conn *c, const mt_frame *f, uint64_t now)
-{
-    char why[256];
-    if (!c->id) {
-        if (f->type != MT_FRAME_HELLO) {
-            snprintf(why, sizeof why, "expected HELLO, got %s", mt_frame_type_name(f->type));
-            fail_session(s, c, why);
-            return;
-        }
-        on_hello(s, c, f);
-        return;
-    }
-    switch (f->type) {
-    case MT_FRAME_HELLO:
-        fail_session(s, c, "second HELLO");
-        return;
-    case MT_FRAME_END:
-        mt_engine_input_end(s->eng, c->id);
-        c->reading = 0;
-        if (!c->is_socket && c->r_epoll && c->rfd != c->wfd) {
-            epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
-            c->r_epoll = 0;
-        }
-        return;
-    case MT_FRAME_ERROR:
-        slog(s, "session %u: client sent ERROR: %.*s", c->id, (int)f->length,
-             (const char *)f->payload);
-        mt_engine_close(s->eng, c->id);
-        c->id = 0;
-        c->reading = 0;
-        c->closing = 1;
-        c->close_deadline = now;
-        return;
-    case MT_FRAME_AUDIO: {
-        if (c->pending) {
-            fail_session(s, c, "AUDIO before ACCEPT");
-            return;
-        }
-        int r = mt_engine_input(s->eng, c->id, f, now, why, sizeof why);
-        if (r < 0)
-            fail_session(s, c, why);
-        else if (r > 0 && !c->warned_drop) {
-            slog(s, "session %u: input queue full: dropping frames (counted as miss)", c->id);
-            c->warned_drop = 1;
-        }
-        return;
-    }
-    default:
-        snprintf(why, sizeof why, "%s frames are not accepted from a client "
-                 "(this server serves PCM AUDIO)", mt_frame_type_name(f->type));
-        fail_session(s, c, why);
-        return;
-    }
-}
-
 /* --stdio input ended. EOF is an implicit END: what was queued is still
  * answered, then END follows. A frame cut short by the EOF is a counted
  * miss and a log line, and a stream without its END (or cut inside a
@@ -797,8 +515,8 @@ static int stdio_eof(mt_server *s, conn *c, int truncated)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
         c->r_epoll = 0;
     }
-    c->reading = 0;
-    if (!c->id) {
+    c->p.reading = 0;
+    if (!c->p.id) {
         if (!truncated) {      /* nothing at all: an empty session */
             conn_free(s, c, NULL);
             return -1;
@@ -809,44 +527,44 @@ static int stdio_eof(mt_server *s, conn *c, int truncated)
         return -1;
     }
     if (truncated) {
-        if (!c->pending)
+        if (!c->p.pending)
             mt_engine_count_lost_input(s->eng);
         slog(s, "session %u: stdin ended inside a frame: that frame is a "
-             "counted miss", c->id);
+             "counted miss", c->p.id);
     }
     s->stdio_unclean = 1;
     snprintf(s->stdio_msg, sizeof s->stdio_msg, "session %u: stdin ended without "
-             "END%s (taken as END: queued inputs answered)", c->id,
+             "END%s (taken as END: queued inputs answered)", c->p.id,
              truncated ? ", inside a frame" : "");
-    if (c->pending) {
-        do_reject(s, c, "input ended before the admission decision");
+    if (c->p.pending) {
+        mt_proto_reject(&s->pr, &c->p, "input ended before the admission decision", mt_now_ns());
         return 0;
     }
-    slog(s, "session %u: stdin ended without END: taken as END", c->id);
-    mt_engine_input_end(s->eng, c->id);
+    slog(s, "session %u: stdin ended without END: taken as END", c->p.id);
+    mt_engine_input_end(s->eng, c->p.id);
     return 0;
 }
 
 /* Reads what is there; returns -1 when c was freed. */
 static int conn_read(mt_server *s, conn *c)
 {
-    for (int rounds = 0; rounds < 16 && c->reading; rounds++) {
+    for (int rounds = 0; rounds < 16 && c->p.reading; rounds++) {
         size_t cap = RBUF_CAP;
         if (s->o.stdio) {
             /* backpressure: read no more whole frames than the input queue
              * takes (one at a time before admission) */
             int space = 1;
-            if (c->pending)
+            if (c->p.pending)
                 return 0;   /* nothing past HELLO until the decision */
-            if (c->id) {
-                space = mt_engine_in_space(s->eng, c->id);
+            if (c->p.id) {
+                space = mt_engine_in_space(s->eng, c->p.id);
                 if (space <= 0)
                     return 0;
             }
             size_t fb = MT_FRAME_HEADER_SIZE + (size_t)s->frame_payload;
-            size_t want = mt_frame_decoder_need(&c->dec) + (size_t)(space - 1) * fb;
-            if (!c->id)
-                want = mt_frame_decoder_need(&c->dec);
+            size_t want = mt_frame_decoder_need(&c->p.dec) + (size_t)(space - 1) * fb;
+            if (!c->p.id)
+                want = mt_frame_decoder_need(&c->p.dec);
             if (want < cap)
                 cap = want;
         }
@@ -860,31 +578,19 @@ static int conn_read(mt_server *s, conn *c)
             return -1;
         }
         if (n == 0) {
-            int fr = mt_frame_decoder_finish(&c->dec);
+            int fr = mt_frame_decoder_finish(&c->p.dec);
             if (!c->is_socket)
                 return stdio_eof(s, c, fr == MT_FERR_TRUNCATED);
             conn_free(s, c, fr == MT_FERR_TRUNCATED ? "disconnected mid-frame"
                                                     : "disconnected");
             return -1;
         }
-        uint64_t now = mt_now_ns();
-        c->bytes_in += (uint64_t)n;
-        size_t off = 0;
-        while (off < (size_t)n && c->reading) {
-            size_t used = 0;
-            mt_frame f;
-            int r = mt_frame_decode(&c->dec, s->rbuf + off, (size_t)n - off, &used, &f);
-            off += used;
-            if (r == MT_FRAME_OK) {
-                on_frame(s, c, &f, now);
-                continue;
-            }
-            if (r == MT_FRAME_NEED_MORE)
-                break;
-            char why[128];
-            snprintf(why, sizeof why, "bad frame: %s", mt_frame_strerror(r));
-            fail_session(s, c, why);
-            break;
+        mt_proto_input(&s->pr, &c->p, s->rbuf, (size_t)n, mt_now_ns());
+        if (!c->p.reading && !c->is_socket && c->r_epoll && c->rfd != c->wfd) {
+            /* input over (END, or a failure): a pipe at EOF would stay
+             * readable (HUP) and spin the loop */
+            epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
+            c->r_epoll = 0;
         }
         if ((size_t)n < cap)
             return 0;
@@ -897,16 +603,16 @@ static int conn_read(mt_server *s, conn *c)
 static int conn_write(mt_server *s, conn *c, uint64_t now)
 {
     for (;;) {
-        if (c->wlen == 0) {
-            c->woff = 0;
-            if (c->id)
-                c->wlen = mt_engine_take(s->eng, c->id, c->wbuf, WBUF_CAP);
-            if (c->wlen == 0)
+        if (c->p.wlen == 0) {
+            c->p.woff = 0;
+            if (c->p.id)
+                c->p.wlen = mt_engine_take(s->eng, c->p.id, c->p.wbuf, MT_PROTO_WBUF_CAP);
+            if (c->p.wlen == 0)
                 break;
         }
         ssize_t n = c->is_socket
-            ? send(c->wfd, c->wbuf + c->woff, c->wlen, MSG_NOSIGNAL | MSG_DONTWAIT)
-            : write(c->wfd, c->wbuf + c->woff, c->wlen);
+            ? send(c->wfd, c->p.wbuf + c->p.woff, c->p.wlen, MSG_NOSIGNAL | MSG_DONTWAIT)
+            : write(c->wfd, c->p.wbuf + c->p.woff, c->p.wlen);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 break;
@@ -915,29 +621,25 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
             conn_free(s, c, why);
             return -1;
         }
-        c->woff += (size_t)n;
-        c->wlen -= (size_t)n;
+        c->p.woff += (size_t)n;
+        c->p.wlen -= (size_t)n;
         c->stuck_since = 0;
     }
-    if (!c->id && !c->closing && c->auth_reject_at && now >= c->auth_reject_at) {
-        c->auth_reject_at = 0;
-        conn_direct(s, c, MT_FRAME_REJECT, "authentication failed: wrong or "
-                    "missing token (--token-file)");
-    }
-    if (!c->id && !c->closing && c->is_socket && !c->auth_reject_at &&
+    mt_proto_auth_due(&c->p, now);
+    if (!c->p.id && !c->p.closing && c->is_socket && !c->p.auth_reject_at &&
         now - c->t_created > s->o.hello_timeout_ns) {
         /* counted, not logged one by one: idle connections come in crowds */
         char why[96];
         snprintf(why, sizeof why, "no HELLO within %.1f s",
                  (double)s->o.hello_timeout_ns / 1e9);
         s->n_timeout++;
-        conn_direct(s, c, MT_FRAME_ERROR, why);
+        mt_proto_direct(&c->p, MT_FRAME_ERROR, why, now);
         return 0;
     }
     mt_sess_status st = {0};
-    if (c->id)
-        mt_engine_status(s->eng, c->id, &st);
-    int waiting = c->wlen > 0 || st.out_bytes > 0;
+    if (c->p.id)
+        mt_engine_status(s->eng, c->p.id, &st);
+    int waiting = c->p.wlen > 0 || st.out_bytes > 0;
     if (st.overflow) {
         conn_free(s, c, "output queue overflowed: the client does not read");
         return -1;
@@ -954,24 +656,24 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
         }
     } else {
         c->stuck_since = 0;
-        if ((c->id && st.ended) || (c->closing && !c->id)) {
+        if ((c->p.id && st.ended) || (c->p.closing && !c->p.id)) {
             conn_free(s, c, NULL);
             return -1;
         }
-        if (c->closing && c->id && !st.known) {
+        if (c->p.closing && c->p.id && !st.known) {
             conn_free(s, c, NULL);
             return -1;
         }
     }
-    if (c->closing && c->close_deadline && now > c->close_deadline) {
+    if (c->p.closing && c->p.close_deadline && now > c->p.close_deadline) {
         conn_free(s, c, "closing: output not taken in time");
         return -1;
     }
-    int want_r = c->reading;
-    if (want_r && s->o.stdio && c->id &&
-        (c->pending || mt_engine_in_space(s->eng, c->id) <= 0))
+    int want_r = c->p.reading;
+    if (want_r && s->o.stdio && c->p.id &&
+        (c->p.pending || mt_engine_in_space(s->eng, c->p.id) <= 0))
         want_r = 0;
-    conn_update_events(s, c, want_r, c->wlen > 0);
+    conn_update_events(s, c, want_r, c->p.wlen > 0);
     return 0;
 }
 
@@ -998,8 +700,8 @@ static int pending_of_uid(const mt_server *s, uid_t uid)
 {
     int n = 0;
     for (const conn *c = s->conns; c; c = c->next)
-        if (c->is_socket && !c->is_tcp && !c->closing && c->uid == uid &&
-            (!c->id || c->pending))
+        if (c->is_socket && !c->p.is_tcp && !c->p.closing && c->p.uid == uid &&
+            (!c->p.id || c->p.pending))
             n++;
     return n;
 }
@@ -1010,9 +712,9 @@ static int pending_of_host(const mt_server *s, const char *host)
     int n = 0;
     char h[64];
     for (const conn *c = s->conns; c; c = c->next) {
-        if (!c->is_tcp || c->closing || (c->id && !c->pending))
+        if (!c->p.is_tcp || c->p.closing || (c->p.id && !c->p.pending))
             continue;
-        peer_host(c, h, sizeof h);
+        mt_proto_peer_host(&c->p, h, sizeof h);
         if (!strcmp(h, host))
             n++;
     }
@@ -1030,9 +732,9 @@ static conn *oldest_idle(mt_server *s, int uid_any, uid_t uid)
     uint64_t min_idle = EVICT_MIN_IDLE_NS < s->o.hello_timeout_ns
                         ? EVICT_MIN_IDLE_NS : s->o.hello_timeout_ns;
     for (conn *c = s->conns; c; c = c->next)
-        if (c->is_socket && !c->id && !c->closing && c->wlen == 0 &&
+        if (c->is_socket && !c->p.id && !c->p.closing && c->p.wlen == 0 &&
             now - c->t_created >= min_idle &&
-            (uid_any || c->uid == uid) &&
+            (uid_any || c->p.uid == uid) &&
             (!best || c->t_created < best->t_created))
             best = c;
     return best;
@@ -1055,7 +757,7 @@ static int live_conns(const mt_server *s)
 {
     int n = 0;
     for (const conn *c = s->conns; c; c = c->next)
-        if (!c->closing)
+        if (!c->p.closing)
             n++;
     return n;
 }
@@ -1188,10 +890,10 @@ static void on_accept(mt_server *s, int lfd, int is_tcp)
             reject_and_close(fd, "server out of memory");
             continue;
         }
-        c->uid = cr.uid;
-        c->pid = cr.pid;
-        c->is_tcp = is_tcp;
-        snprintf(c->peer, sizeof c->peer, "%s", peer);
+        c->p.uid = cr.uid;
+        c->p.pid = cr.pid;
+        c->p.is_tcp = is_tcp;
+        snprintf(c->p.peer, sizeof c->p.peer, "%s", peer);
     }
 }
 
@@ -1215,7 +917,7 @@ static void on_agent(mt_server *s)
                 if (*p == '\n' || *p == '\r' || *p == ',')
                     *p = ' ';
             snprintf(line, sizeof line, "down#decoder failed: %s\n", failed);
-        } else if (s->draining) {
+        } else if (s->pr.draining) {
             snprintf(line, sizeof line, "drain\n");
         } else if (n == 0) {
             /* maxconn:0 would mean "no limit" to HAProxy */
@@ -1233,7 +935,7 @@ static void on_agent(mt_server *s)
 static conn *find_pending(mt_server *s, uint32_t id)
 {
     for (conn *c = s->conns; c; c = c->next)
-        if (c->id == id)
+        if (c->p.id == id)
             return c;
     return NULL;
 }
@@ -1258,15 +960,16 @@ static void control_line(mt_server *s, const char *line, size_t len)
         return;
     const char *verb = ctl.kind == MT_CONTROL_ACCEPT ? "accept" : "reject";
     conn *c = find_pending(s, ctl.session);
-    if (!c || !c->pending) {
+    if (!c || !c->p.pending) {
         slog(s, "control: %s %u: no such pending session", verb, ctl.session);
         return;
     }
     if (ctl.kind == MT_CONTROL_ACCEPT) {
-        do_admit(s, c);
+        mt_proto_admit(&s->pr, &c->p, mt_now_ns());
         return;
     }
-    do_reject(s, c, ctl.reason[0] ? ctl.reason : "rejected by the admission controller");
+    mt_proto_reject(&s->pr, &c->p, ctl.reason[0] ? ctl.reason
+                    : "refused by the admission controller; retry later", mt_now_ns());
 }
 
 static void on_control(mt_server *s)
@@ -1308,9 +1011,9 @@ static void on_control(mt_server *s)
 
 static void begin_drain(mt_server *s, const char *why)
 {
-    if (s->draining)
+    if (s->pr.draining)
         return;
-    s->draining = 1;
+    s->pr.draining = 1;
     s->drain_deadline = mt_now_ns() + s->o.drain_timeout_ns;
     slog(s, "%s: draining (no new sessions; finishing in-flight frames)", why);
     if (s->lis.fd >= 0) {
@@ -1319,14 +1022,14 @@ static void begin_drain(mt_server *s, const char *why)
     }
     /* The TCP listener stays open: HAProxy's health check keeps passing
      * (the agent says drain, so it shows DRAIN, not DOWN), and a client
-     * routed here before it noticed gets REJECT "server draining", a
+     * routed here before it noticed gets REJECT "server shutting down; ...", a
      * reason, rather than a refused connection. */
     for (conn *c = s->conns; c; c = c->next) {
-        if (c->pending)
-            do_reject(s, c, "server draining");
-        else if (s->o.drain_sessions && c->id && c->reading)
+        if (c->p.pending)
+            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", mt_now_ns());
+        else if (s->o.drain_sessions && c->p.id && c->p.reading)
             continue;   /* --drain sessions: it ends when its client ends it */
-        c->reading = 0;
+        c->p.reading = 0;
     }
     if (!s->o.drain_sessions)
         mt_engine_drain(s->eng);
@@ -1348,6 +1051,17 @@ static void on_signal(mt_server *s)
 int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
 {
     s->eng = e;
+    s->pr.eng = e;
+    s->pr.controlled = s->o.control_path != NULL;
+    s->pr.max_sessions = s->o.max_sessions;
+    s->pr.admit_timeout_ns = s->o.admit_timeout_ns;
+    s->pr.t0 = s->o.t0;
+    s->pr.log = s->o.log;
+    s->pr.log_ctx = s->o.log_ctx;
+    s->pr.line = mt_server_line;
+    s->pr.line_ctx = s;
+    s->pr.token = s->o.token;
+    s->pr.token_len = s->o.token_len;
     mt_hello fmt;
     mt_engine_format(e, &fmt);
     s->frame_payload = (int)fmt.frame_samples * 2;
@@ -1361,8 +1075,8 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        c->uid = getuid();
-        c->pid = getpid();
+        c->p.uid = getuid();
+        c->p.pid = getpid();
     }
     mt_ticker *ticker = NULL;
     mt_ticker_opts to = {.eng = e, .t0 = s->o.t0, .period_ns = s->o.frame_ns,
@@ -1384,12 +1098,12 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
             wake = s->accept_paused_until;
         int poll_now = 0;
         for (conn *c = s->conns; c; c = c->next) {
-            if (c->pending && c->admit_deadline < wake)
-                wake = c->admit_deadline;
-            if (c->auth_reject_at && c->auth_reject_at < wake)
-                wake = c->auth_reject_at;
-            if (c->reading && !c->r_epoll &&
-                (!c->id || (!c->pending && mt_engine_in_space(s->eng, c->id) > 0)))
+            if (c->p.pending && c->p.admit_deadline < wake)
+                wake = c->p.admit_deadline;
+            if (c->p.auth_reject_at && c->p.auth_reject_at < wake)
+                wake = c->p.auth_reject_at;
+            if (c->p.reading && !c->r_epoll &&
+                (!c->p.id || (!c->p.pending && mt_engine_in_space(s->eng, c->p.id) > 0)))
                 poll_now = 1;   /* a regular file on stdin, with room */
         }
         int timeout = poll_now ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
@@ -1427,9 +1141,9 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
                 continue;
             for (conn *c = s->conns; c; c = c->next)
                 if ((tagged *)c == t) {
-                    if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->reading)
+                    if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
                         conn_read(s, c);
-                    else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->reading &&
+                    else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->p.reading &&
                              !(evs[i].events & EPOLLOUT) && c->is_socket) {
                         /* peer gone while we no longer read (after END) */
                         conn_free(s, c, "disconnected");
@@ -1439,7 +1153,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         }
         for (conn *c = s->conns, *nx; c; c = nx) {
             nx = c->next;
-            if (c->reading && !c->r_epoll)
+            if (c->p.reading && !c->r_epoll)
                 if (conn_read(s, c) < 0)
                     continue;
         }
@@ -1456,15 +1170,16 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         }
         for (conn *c = s->conns, *nx; c; c = nx) {
             nx = c->next;
-            if (c->pending && now >= c->admit_deadline) {
-                do_reject(s, c, "admission timeout: no answer from the controller");
+            if (c->p.pending && now >= c->p.admit_deadline) {
+                mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
+                                "time; retry later", now);
             }
             conn_write(s, c, now);
         }
-        if (s->o.stdio && !s->conns && !s->draining) {
+        if (s->o.stdio && !s->conns && !s->pr.draining) {
             /* the one session is over; one more tick record carries its
              * last counts (misses included) before we stop */
-            s->draining = 1;
+            s->pr.draining = 1;
             s->drain_deadline = now + 2 * s->o.frame_ns + 100000000ull;
             final_ticks = 2;
             continue;
@@ -1473,7 +1188,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
             break;
         if (stdio_done)
             break;
-        if (s->draining && !final_ticks && (!s->conns || now > s->drain_deadline)) {
+        if (s->pr.draining && !final_ticks && (!s->conns || now > s->drain_deadline)) {
             if (s->conns)
                 slog(s, "drain timeout: closing %d connection(s)", s->nconns);
             break;
@@ -1482,7 +1197,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     mt_ticker_stop(ticker);
     report_conns(s, mt_now_ns(), 1);
     while (s->conns)
-        conn_free(s, s->conns, s->draining ? NULL : "server stopping");
+        conn_free(s, s->conns, s->pr.draining ? NULL : "server stopping");
     if (rc == 0 && s->stdio_unclean) {
         snprintf(err, errlen, "%s", s->stdio_msg);
         rc = 1;

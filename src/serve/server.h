@@ -27,6 +27,7 @@ typedef struct mt_server_opts {
     mode_t      socket_mode;     /* 0600 by default */
     int         stdio;           /* one session on stdin/stdout */
     const char *latency_log;     /* --latency-log PATH, or NULL */
+    int         latency_json;    /* --latency-format json: JSON lines */
     const char *control_path;    /* --control PATH (FIFO or socket), or NULL */
     uint64_t    admit_timeout_ns;/* unanswered requests are rejected */
     int         max_sessions;    /* static admission without --control */

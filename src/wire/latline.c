@@ -145,6 +145,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         buf[o++] = '\0';
 
         const char *vout = "";
+        int quoted = 0;
         if (i < len && line[i] == '=') {
             i++;
             if (o >= sizeof ll->buf) {
@@ -154,6 +155,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
             vout = buf + o;
             if (i < len && line[i] == '"') {
                 i++;
+                quoted = 1;
                 for (;;) {
                     if (i >= len) {
                         set_err(err, errlen, "line %ld: key '%s': unterminated "
@@ -232,6 +234,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         }
         ll->pair[ll->n].key = kout;
         ll->pair[ll->n].val = vout;
+        ll->pair[ll->n].quoted = quoted;
         ll->n++;
     }
     return 0;
@@ -406,6 +409,25 @@ void mt_ll_str(mt_ll_writer *w, const char *key, const char *v)
     put_bytes(w, "\"", 1);
 }
 
+static void json_string(mt_ll_writer *w, const char *s)
+{
+    put_bytes(w, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\') {
+            char esc[2] = { '\\', (char)c };
+            put_bytes(w, esc, 2);
+        } else if (c < 0x20) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            put_bytes(w, esc, 6);
+        } else {
+            put_bytes(w, p, 1);
+        }
+    }
+    put_bytes(w, "\"", 1);
+}
+
 void mt_ll_flag(mt_ll_writer *w, const char *key)
 {
     put_key(w, key);
@@ -414,6 +436,80 @@ void mt_ll_flag(mt_ll_writer *w, const char *key)
 long mt_ll_end(mt_ll_writer *w)
 {
     return w->overflow ? -1 : (long)w->len;
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+/* JSON's number grammar exactly: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+ * A bare value outside it ("007", "+1", "1.") stays a string, so a JSON
+ * reader never meets a number JSON refuses. */
+static int json_number(const char *s)
+{
+    const char *p = s;
+    if (*p == '-')
+        p++;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (*p >= '0' && *p <= '9')
+            p++;
+    else
+        return 0;
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (*p < '0' || *p > '9')
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    return *p == '\0';
+}
+
+long mt_latline_to_json(const char *line, size_t len, char *out, size_t cap,
+                        char *err, size_t errlen)
+{
+    /* The record is large (4 KiB of text plus the pairs); a converter
+     * called on every line of a tick should not allocate, and the callers'
+     * stacks (the tick thread's) have room. */
+    mt_latline ll;
+    if (mt_latline_parse(line, len, 0, &ll, err, errlen) != 0)
+        return -1;
+    mt_ll_writer w;
+    mt_ll_begin(&w, out, cap);
+    put_bytes(&w, "{", 1);
+    for (int k = 0; k < ll.n; k++) {
+        const mt_ll_pair *p = &ll.pair[k];
+        if (k > 0)
+            put_bytes(&w, ",", 1);
+        json_string(&w, p->key);
+        put_bytes(&w, ":", 1);
+        if (p->quoted)
+            json_string(&w, p->val);
+        else if (*p->val == '\0')
+            put_bytes(&w, "true", 4);
+        else if (json_number(p->val))
+            put_bytes(&w, p->val, strlen(p->val));
+        else if (strcmp(p->val, "nan") == 0 || strcmp(p->val, "-nan") == 0 ||
+                 strcmp(p->val, "inf") == 0 || strcmp(p->val, "-inf") == 0)
+            put_bytes(&w, "null", 4);
+        else
+            json_string(&w, p->val);
+    }
+    put_bytes(&w, "}", 1);
+    if (w.overflow) {
+        set_err(err, errlen, "JSON line longer than %zu bytes", cap ? cap - 1 : 0);
+        return -1;
+    }
+    return (long)w.len;
 }
 
 /* ---- the tick record ----------------------------------------------------- */

@@ -39,6 +39,7 @@
 typedef struct mt_ll_pair {
     const char *key;   /* NUL-terminated, inside mt_latline.buf */
     const char *val;   /* NUL-terminated, unescaped; "" for a flag */
+    int         quoted;/* 1: the value was written in double quotes */
 } mt_ll_pair;
 
 typedef struct mt_latline {
@@ -59,6 +60,23 @@ const char *mt_latline_get(const mt_latline *ll, const char *key); /* or NULL */
  * decimal with optional exponent). */
 int mt_latline_i64(const mt_latline *ll, const char *key, int64_t *v);
 int mt_latline_f64(const mt_latline *ll, const char *key, double *v);
+
+/* ---- JSON: the same record as one JSON object ------------------------- */
+/* Converts one logfmt line (without or with its newline) into one JSON
+ * object on one line, without a newline: the same keys in the same order,
+ * each value typed by how the line wrote it:
+ *   a flag (`key` alone)                  true
+ *   a quoted value (`key="..."`)          a string
+ *   a bare JSON number (-?int[.frac][e])  that number, as written
+ *   a bare nan, inf, -inf                 null (JSON has no such numbers)
+ *   any other bare value                  a string
+ * Strings escape '"', '\\' and bytes below 0x20 (\uXXXX); other bytes are
+ * copied as they are. An empty line gives {}. Returns the length written
+ * (without the NUL), or -1 with err when the line does not parse (the
+ * parser's message) or out (cap bytes) is too small; 3 * line length + 16
+ * is always enough. */
+long mt_latline_to_json(const char *line, size_t len, char *out, size_t cap,
+                        char *err, size_t errlen);
 
 /* ---- writer: appends to a caller buffer, never overflows ---------------- */
 typedef struct mt_ll_writer {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # pack.sh: run HERE (the build machine, no GPU needed) before a device run.
 # Builds the CUDA test, the benchmark and mt-probe (for its calibration, when
-# it has one) in build-cuda/ and copies them, with the
+# it has one) in build-cuda/ and copies them, with the CUDA backend's shared
+# object and the
 # few shared libraries they need that a bare CUDA image may lack (jansson,
 # OpenBLAS and its Fortran runtime; never glibc or CUDA's own libraries,
 # which the GPU machine has), into build-cuda/gpu/ (ignored by git; a few
@@ -9,10 +10,14 @@
 set -eu
 cd "$(dirname "$0")/../.."
 make -j2 B=build-cuda BIN=build-cuda/bin build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu \
-    build-cuda/bin/mt-probe
+    build-cuda/bin/mt-probe build-cuda/libmetronome_cuda.so
 out=build-cuda/gpu
 rm -rf "$out"
 mkdir -p "$out/lib"
+# The CUDA backend is loaded with dlopen (src/decode/cuda_loader.c): on the
+# GPU machine it is found through LD_LIBRARY_PATH, which run-device.sh
+# points at $out/lib.
+cp build-cuda/libmetronome_cuda.so "$out/lib/"
 cp build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu build-cuda/bin/mt-probe "$out/"
 for bin in "$out/test_cuda" "$out/mt-benchgpu" "$out/mt-probe"; do
     ldd "$bin" | awk '$3 ~ /^\// { print $3 }'

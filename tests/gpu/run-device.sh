@@ -111,6 +111,9 @@ if [ "$mode" = carried ] && [ "$dry" = 0 ]; then
     crt=$(dirname "$(find / -xdev -name 'libcudart.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
     export LD_LIBRARY_PATH="$PWD/build-cuda/gpu/lib:$cub:${crt:-$cub}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     ldd "$tdir/test_cuda" | grep -i 'not found'
+    # the CUDA backend is loaded with dlopen, through LD_LIBRARY_PATH here
+    [ -e build-cuda/gpu/lib/libmetronome_cuda.so ] ||
+        echo "run-device.sh: build-cuda/gpu/lib/libmetronome_cuda.so missing: rerun tests/gpu/pack.sh" >&2
 fi
 export OPENBLAS_NUM_THREADS=1
 [ "$dry" = 1 ] && say "dry run: no GPU used; programs from $mode ($tdir); summary would go to $summary; budget ${BUDGET_S}s"

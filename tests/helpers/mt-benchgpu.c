@@ -54,6 +54,19 @@ static double now_s(void)
         }                                                                               \
     } while (0)
 
+/* Ends a timed run begun by recording e0: waits for it and, when keep is
+ * set (the warm-up run is not), makes *best the shorter of it and the run. */
+static int time_run(cudaEvent_t e0, cudaEvent_t e1, int keep, float *best)
+{
+    float ms;
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (keep && ms < *best)
+        *best = ms;
+    return 0;
+}
+
 /* Device copy bandwidth in bytes/s (each byte counted read and written). */
 static int measure_bw(double *bw)
 {
@@ -69,11 +82,8 @@ static int measure_bw(double *bw)
     for (int i = 0; i < 5; i++) {
         CK(cudaEventRecord(e0, 0));
         CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, 0));
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        best = ms < best ? ms : best;
+        if (time_run(e0, e1, 1, &best) != 0)
+            return -1;
     }
     *bw = 2.0 * n / (best * 1e-3);
     cudaFree(a);
@@ -117,12 +127,8 @@ static int measure_peak(double *flops)
             fprintf(stderr, "mt-benchgpu: cublasGemmEx failed (%d)\n", (int)s);
             return -1;
         }
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i > 0)
-            best = ms < best ? ms : best;
+        if (time_run(e0, e1, i > 0, &best) != 0)
+            return -1;
     }
     *flops = 2.0 * n * n * n / (best * 1e-3);
     cublasDestroy(h);
@@ -186,12 +192,8 @@ static int bench_attention(const mt_config *c, int S, int W, int B, double bw, c
             fprintf(stderr, "mt-benchgpu: attention: %s\n", cudaGetErrorString((cudaError_t)rc));
             return -1;
         }
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i > 0)
-            best = ms < best ? ms : best;
+        if (time_run(e0, e1, i > 0, &best) != 0)
+            return -1;
     }
     double bytes = (double)B * nslots * c->kv_heads * hd * 2 * 2;
     double t = best * 1e-3;

@@ -8,7 +8,7 @@
 # (the server exited).
 . "$(dirname "$0")/lib.sh"
 A=$MT_BIN/mt-admit
-[ -x "$A" ] || t_skip_all "mt-admit not built"
+t_need mt-admit
 
 "$A" --help >"$T_TMP/help"; t_ok $? "--help exits 0"
 t_check "--help names every policy" grep -q 'metronome.*aimd.*gradient.*static:N' "$T_TMP/help"
@@ -66,7 +66,7 @@ t_check "the ignored frame line is not reported" sh -c "! grep -q 'line 25:' '$T
 t_check "the unterminated last line is reported" grep -q "line $(( $(wc -l <"$T_TMP/dirty") + 1 )):" "$T_TMP/err"
 t_check "the final status counts the 6 bad lines" grep -q "at=end bad_lines=6" "$T_TMP/err"
 t_check "decisions still come: accept lines" grep -q '^accept [0-9]*$' "$T_TMP/out"
-t_check "and reject lines with a reason" grep -q '^reject [0-9]* at limit' "$T_TMP/out"
+t_check "and reject lines with a reason" grep -q '^reject [0-9]* server at its admission limit' "$T_TMP/out"
 t_check "and limit lines" grep -q '^limit [0-9]*$' "$T_TMP/out"
 nreq=$(grep -c '^request session=[0-9]' "$T_TMP/dirty")
 nans=$(grep -c -E '^(accept|reject) ' "$T_TMP/out")

@@ -24,12 +24,9 @@
 # MT_ADMIT_SERVE_ARGS adds mt-serve options to both servers (for example
 # --threads 1); MT_ADMIT_KEEP=DIR keeps the run's files there.
 . "$(dirname "$0")/lib.sh"
-S=$MT_BIN/mt-serve
 A=$MT_BIN/mt-admit
 FC=$MT_TESTBIN/mt-fakeclient
-[ -x "$S" ] || t_skip_all "mt-serve not built"
-[ -x "$A" ] || t_skip_all "mt-admit not built"
-[ -x "$FC" ] || t_skip_all "mt-fakeclient not built"
+t_need mt-serve mt-admit mt-fakeclient
 BUDGET=80
 MARGIN=${MT_ADMIT_MARGIN:-0.9}
 ADMIT_ARGS=${MT_ADMIT_ARGS:-}
@@ -45,13 +42,12 @@ SWEEP_FRAMES=$((ADMIT_SKIP + ${MT_ADMIT_SWEEP_TICKS:-100}))
 BISECT_FRAMES=$((ADMIT_SKIP + ${MT_ADMIT_BISECT_TICKS:-200}))
 MODEL=${MT_ADMIT_MODEL:-synthetic:small}
 SERVE_ARGS=${MT_ADMIT_SERVE_ARGS:-}
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+t_fast_blas
 SOCK=$T_TMP/s.sock
 . "$(dirname "$0")/admit_lib.sh"
 
 # ---- 1. the wall -----------------------------------------------------------
-"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 $SERVE_ARGS >"$T_TMP/sweep.lat" 2>"$T_TMP/sweep.log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/sweep.lat" "$T_TMP/sweep.log" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 $SERVE_ARGS
 wait_for_socket "$SOCK" 300 || { t_ok 1 "sweep server started"; t_done; }
 nstar=$(admit_sweep "$SOCK" "$T_TMP/sweep.lat" "$BUDGET" 128 "$SWEEP_FRAMES" "$BISECT_FRAMES")
 kill -TERM $SRV; wait $SRV
@@ -63,9 +59,7 @@ mkfifo "$T_TMP/ctl" "$T_TMP/out"
 tee "$T_TMP/loop.lat" <"$T_TMP/out" |
     "$A" --budget $BUDGET --margin "$MARGIN" --hold 1000 $ADMIT_ARGS >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
 CTL=$!; t_track $CTL
-"$S" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 $SERVE_ARGS --control "$T_TMP/ctl" --admit-timeout 2000 \
-    >"$T_TMP/out" 2>"$T_TMP/loop.log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/out" "$T_TMP/loop.log" -s "$SOCK" -m "$MODEL" --window "$WINDOW" --max-sessions 128 $SERVE_ARGS --control "$T_TMP/ctl" --admit-timeout 2000
 wait_for_socket "$SOCK" 300 || { t_ok 1 "loop server started"; t_done; }
 admit_arrivals "$SOCK" "$LOOP_SECS" 0.25 $((LOOP_SECS * 20))
 kill -TERM $SRV; wait $SRV; t_diag "mt-serve exit status $? after SIGTERM"

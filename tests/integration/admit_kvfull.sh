@@ -10,12 +10,9 @@
 # active, i.e. the controller admitted past the point where the cache
 # later ran out.
 . "$(dirname "$0")/lib.sh"
-S=$MT_BIN/mt-serve
 A=$MT_BIN/mt-admit
 FC=$MT_TESTBIN/mt-fakeclient
-[ -x "$S" ] || t_skip_all "mt-serve not built"
-[ -x "$A" ] || t_skip_all "mt-admit not built"
-[ -x "$FC" ] || t_skip_all "mt-fakeclient not built"
+t_need mt-serve mt-admit mt-fakeclient
 BUDGET=80
 MODEL=${MT_ADMIT_MODEL:-synthetic:small}
 KVMEM=32M
@@ -23,7 +20,7 @@ KVMEM=32M
 # so no signal is ever healthy: the tiny model with a pool cut to the same
 # number of positions (32 KiB vs 1 KiB per position) keeps the experiment.
 if [ -n "$MT_ASAN" ] && [ -z "$MT_ADMIT_MODEL" ]; then MODEL=synthetic:tiny KVMEM=1M; fi
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+t_fast_blas
 SOCK=$T_TMP/s.sock
 . "$(dirname "$0")/admit_lib.sh"
 
@@ -31,9 +28,7 @@ mkfifo "$T_TMP/ctl" "$T_TMP/out"
 tee "$T_TMP/lat" <"$T_TMP/out" |
     "$A" --budget $BUDGET --margin 0.9 >"$T_TMP/ctl" 2>"$T_TMP/admit.err" &
 CTL=$!; t_track $CTL
-"$S" -s "$SOCK" -m "$MODEL" --kv full --kv-mem $KVMEM --control "$T_TMP/ctl" \
-    >"$T_TMP/out" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/out" "$T_TMP/log" -s "$SOCK" -m "$MODEL" --kv full --kv-mem $KVMEM --control "$T_TMP/ctl"
 wait_for_socket "$SOCK" 300 || { t_ok 1 "server started"; t_done; }
 admit_arrivals "$SOCK" 20 0.25 500
 kill -TERM $SRV; wait $SRV

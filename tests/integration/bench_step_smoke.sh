@@ -6,7 +6,7 @@
 # attention over 10,000 positions is 40 times its window's, far past the
 # machine's noise). Timing targets are the benchmark's, not asserted here.
 . "$(dirname "$0")/lib.sh"
-[ -x "$MT_TESTBIN/mt-benchstep" ] || t_skip_all "mt-benchstep not built"
+t_need mt-benchstep
 MT_TESTBIN=$MT_TESTBIN bash "$MT_ROOT/bench/bench_step.sh" --quick --model synthetic:tiny \
     >"$T_TMP/out" 2>"$T_TMP/err"
 t_ok $? "bench_step.sh --quick exits 0"

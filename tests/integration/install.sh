@@ -6,7 +6,7 @@
 # installed copy is found under $(PREFIX)/share/metronome/models, compiled
 # in, which a DESTDIR staging cannot exercise).
 . "$(dirname "$0")/lib.sh"
-command -v make >/dev/null || t_skip_all "make not installed"
+t_need make
 [ -f "$MT_ROOT/Makefile" ] || t_skip_all "no source tree at $MT_ROOT"
 D=$T_TMP/dest
 P=/usr/local

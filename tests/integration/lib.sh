@@ -64,3 +64,40 @@ t_endpoint() {
     if [ "$MT_TRANSPORT" = tcp ]; then echo "tcp:127.0.0.1:$T_PORT"
     else echo "$1"; fi
 }
+# t_need NAME...: skip the whole test unless each is there: an mt-* name is
+# a program this tree builds ($MT_BIN, or $MT_TESTBIN for the test
+# helpers), anything else a command that must be installed.
+t_need() {
+    local n
+    for n; do
+        case $n in
+            mt-*) [ -x "$MT_BIN/$n" ] || [ -x "$MT_TESTBIN/$n" ] ||
+                      t_skip_all "$n not built" ;;
+            *) command -v "$n" >/dev/null || t_skip_all "$n not installed" ;;
+        esac
+    done
+}
+# t_fast_blas: OpenBLAS picks slow generic kernels on a virtual CPU; its
+# AVX-512 ones when the CPU has them (an explicit setting wins).
+t_fast_blas() {
+    grep -q avx512f /proc/cpuinfo 2>/dev/null &&
+        export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+    return 0
+}
+# t_serve OUT ERR ARGS...: mt-serve ARGS in the background, its stdout in
+# OUT and stderr in ERR; its pid in SRV, stopped at exit. The caller waits
+# for the socket (each test names that check its own way).
+t_serve() {
+    local out=$1 err=$2; shift 2
+    "$MT_BIN/mt-serve" "$@" >"$out" 2>"$err" &
+    SRV=$!; t_track $SRV
+}
+# t_png FILE "name": FILE starts as a PNG does (skipped without gnuplot)
+t_png() {
+    if command -v gnuplot >/dev/null; then
+        head -c 8 "$1" 2>/dev/null | od -An -c | grep -q "P   N   G"
+        t_ok $? "$2"
+    else
+        t_skip "gnuplot not installed"
+    fi
+}

@@ -4,7 +4,7 @@
 # writes a profile that mt-serve accepts as a simulated device: a session
 # through it comes back whole, each tick naming the calibrated profile.
 . "$(dirname "$0")/lib.sh"
-[ -x "$MT_BIN/mt-probe" ] || t_skip_all "mt-probe not built"
+t_need mt-probe
 P=$T_TMP/cal.profile
 timeout 120 "$MT_BIN/mt-probe" calibrate -m synthetic:tiny --threads 1 \
     --batches 1,4,16 --lengths 16,256 --reps 6 --memory 8e9 --name cal-tiny \

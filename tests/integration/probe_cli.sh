@@ -4,7 +4,7 @@
 # summarize's percentiles and counts on known lines, and the tick plot.
 . "$(dirname "$0")/lib.sh"
 P=$MT_BIN/mt-probe
-[ -x "$P" ] || t_skip_all "mt-probe not built"
+t_need mt-probe
 PY=/usr/bin/python3
 
 # ---- usage -------------------------------------------------------------------

@@ -5,9 +5,7 @@
 # bounded run may; the prediction must be printed beside each unbounded run.
 . "$(dirname "$0")/lib.sh"
 P=$MT_BIN/mt-probe
-for p in mt-probe mt-serve; do
-    [ -x "$MT_BIN/$p" ] || t_skip_all "$p not built"
-done
+t_need mt-probe mt-serve
 M=synthetic:tiny
 pb=$("$P" predict -m $M --kv-mem 1M --samples 1 2>/dev/null |
      sed -n 's/^kv bytes per position\t.*(\([0-9]*\))$/\1/p')
@@ -54,12 +52,20 @@ t_ok $? "the summary prints the prediction"
 s1=$(awk '$1 ~ /^window/ && $2 ~ /^[0-9]+$/ {print $3}' "$T_TMP/out" | tr '\n' ' ')
 s2=$(awk '$1 ~ /^full/ && $2 ~ /^[0-9]+$/ {print $3}' "$T_TMP/out" | tr '\n' ' ')
 t_check "both configurations played the same seeds ($s1)" test "$s1" = "$s2"
+# stderr was a file: no progress line, not one carriage return or escape
+! grep -q $'[\r\033]' "$T_TMP/err"
+t_ok $? "stderr not a terminal: no progress line"
+# stderr a terminal (script(1) gives it one): run i of n, elapsed, time left
+if command -v script >/dev/null; then
+    SHELL=/bin/sh timeout 60 script -qec "'$P' soak --runs 1 --duration 3s --seed 3 \
+        --arrivals even:1 --lengths fixed:3s -- -m $M --device cpu >/dev/null" \
+        "$T_TMP/tty.log" >/dev/null 2>&1 </dev/null
+    grep -a $'\r' "$T_TMP/tty.log" | grep -aqE 'soak: run 1 of 1 \([0-9]+%\), 0:0[0-9] elapsed, (about [0-9:]+ left|finishing)'
+    t_ok $? "stderr a terminal: the progress line, redrawn in place"
+else
+    t_skip "script(1) not installed"
+fi
 n=$(ls "$T_TMP"/d/ticks-c*-r*.log 2>/dev/null | wc -l)
 t_check "tick lines kept per run (--data)" test "$n" -eq 4
-if command -v gnuplot >/dev/null; then
-    head -c 8 "$T_TMP/soak.png" 2>/dev/null | od -An -c | grep -q "P   N   G"
-    t_ok $? "soak --plot writes a PNG"
-else
-    t_skip "gnuplot not installed"
-fi
+t_png "$T_TMP/soak.png" "soak --plot writes a PNG"
 t_done

@@ -22,7 +22,7 @@
 PY=/usr/bin/python3
 REF=$MT_ROOT/tests/reference/llama_ref.py
 DUMP=$MT_TESTBIN/mt-refdump
-[ -x "$DUMP" ] || t_skip_all "mt-refdump not built"
+t_need mt-refdump
 $PY -c 'import numpy' 2>/dev/null || t_skip_all "python3-numpy missing"
 
 W=16 STEPS=56 STARTS=0,5,11

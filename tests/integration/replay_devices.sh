@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 S=$MT_BIN/mt-serve
-[ -x "$R" ] || t_skip_all "mt-replay not built"
+t_need mt-replay
 cd "$T_TMP" || exit 1
 
 "$R" --list-devices > list.txt 2> list.err
@@ -44,8 +44,7 @@ t_check "--device that matches nothing: exit 1, lists the devices" \
     sh -c 'test $0 = 1 && grep -q "mtnull" nomatch.err' $rc
 [ -x "$S" ] || { t_skip "mt-serve not built: live stream tests"; t_done; }
 
-"$S" -s "$T_TMP/mt.sock" -m synthetic:echo > serve.log 2> serve.err &
-t_track $!
+t_serve serve.log serve.err -s "$T_TMP/mt.sock" -m synthetic:echo
 wait_for_socket "$T_TMP/mt.sock" 100
 t0=$(date +%s%N)
 ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 "$R" -s "$T_TMP/mt.sock" --mic \
@@ -58,6 +57,33 @@ t_check "--mic took about 2 s ($ms ms)" test $ms -ge 1900 -a $ms -lt 8000
 t_check "--mic: 25 frames sent, all answered" \
     grep -q '^replay_summary=1 done=1 rejected=0 failed=0 sent=25 received=25 ' mic.txt
 t_check "--mic reports its device" grep -q '^replay_mic device="mtnull"' mic.txt
+t_check "--mic: the null device (no clock of its own) is said not real-time" \
+    sh -c 'grep -q "^replay_mic .* real_time=0" mic.txt &&
+        grep -q "capture device \"mtnull\" is not real-time" mic.err'
+
+# stdout a terminal (script(1) gives it a pty): one status line redrawn in
+# place (carriage return, erase line), no replay_tick lines on the screen;
+# the machine lines go to --latency-log
+if command -v script >/dev/null; then
+    ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 script -qec \
+        "'$R' -s '$T_TMP/mt.sock' --mic --device null --duration 2 --latency-log '$T_TMP/tty.log'" \
+        /dev/null > tty.out 2>&1
+    rc=$?
+    t_check "--mic on a terminal: exit 0" test $rc = 0
+    t_check "--mic on a terminal: the status is redrawn in place" \
+        sh -c 'test "$(grep -c "$(printf "\r\033\\[K")mic \[" tty.out)" -ge 1 &&
+            grep -q "latency p50 .* p99 .* ms  late [0-9]*" tty.out'
+    t_check "--mic on a terminal: no replay_tick lines on the screen" \
+        sh -c '! grep -q replay_tick tty.out'
+    t_check "--mic on a terminal: the summary closes the screen" \
+        grep -q '^replay_summary=1 done=1 ' tty.out
+    t_check "--mic on a terminal: the status says DEVICE NOT REAL-TIME" \
+        grep -q 'DEVICE NOT REAL-TIME' tty.out
+    t_check "--latency-log: the machine lines are there" \
+        sh -c 'grep -q "^replay_tick=0 " tty.log && grep -q "^replay_summary=1 done=1 " tty.log'
+else
+    t_skip "script(1) not installed: terminal status"
+fi
 
 # Ctrl-C: the session ends with END and the run exits 0
 ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 "$R" -s "$T_TMP/mt.sock" --mic \

@@ -6,8 +6,7 @@
 # clear error, exit status 1 and no output file.
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
-[ -x "$R" ] || t_skip_all "mt-replay not built"
-command -v sox >/dev/null || t_skip_all "sox not installed"
+t_need mt-replay sox
 cd "$T_TMP" || exit 1
 
 # expected output samples: ceil(round(n * 24000 / rate) / 1920) * 1920

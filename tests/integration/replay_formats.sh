@@ -9,9 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 S=$MT_BIN/mt-serve
-[ -x "$R" ] || t_skip_all "mt-replay not built"
-[ -x "$S" ] || t_skip_all "mt-serve not built"
-command -v sox >/dev/null || t_skip_all "sox not installed"
+t_need mt-replay mt-serve sox
 cd "$T_TMP" || exit 1
 
 DUR=1.37

@@ -8,8 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 S=$MT_BIN/mt-serve
-[ -x "$R" ] || t_skip_all "mt-replay not built"
-[ -x "$S" ] || t_skip_all "mt-serve not built"
+t_need mt-replay mt-serve
 cd "$T_TMP" || exit 1
 PY=/usr/bin/python3
 
@@ -68,11 +67,11 @@ t_check "summary has latency percentiles" grep -Eq '^replay_summary.* p50_ms=[0-
     "$R" --play -o piped.wav > play.txt 2> play.err
 t_check "emit | mt-serve --stdio | play: output equals the input" same ref0.wav piped.wav
 
-# a format the server does not serve: REJECT with a reason, exit 1, no file
+# a format the server does not serve: REJECT with a reason, exit 3, no file
 mkdir rej
 timeout 20 "$R" -s "$(t_endpoint "$T_TMP/mt.sock")" -r 16000 -f 1280 tone8.ogg -o rej/x.wav > rej.txt 2>&1
 rc=$?
-t_check "wrong format: exit 1" test $rc = 1
+t_check "wrong format: exit 3 (refused, none failed)" test $rc = 3
 t_check "wrong format: rejected with a reason" grep -Eq '^replay_rejected=rejected session=0 reason=.+' rej.txt
 t_check "wrong format: no output file" test -z "$(ls -A rej)"
 t_check "unreachable socket: exit 1" sh -c '! "$0" -s "$1/nope.sock" "$1/tone8.ogg" >/dev/null 2>&1' "$R" "$T_TMP"

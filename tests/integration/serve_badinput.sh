@@ -5,17 +5,14 @@
 # running at the same time get every frame back, in order, on time, and the
 # ticks go on without a gap.
 . "$(dirname "$0")/lib.sh"
-# OpenBLAS picks slow generic kernels on this virtual CPU; its AVX-512
-# ones when the CPU has them (an explicit setting wins).
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 SOCK=$T_TMP/serve.sock
 FC=$MT_TESTBIN/mt-fakeclient
 GOOD=6
 LATMAX=160                      # two frame periods
 [ -n "$MT_ASAN" ] && LATMAX=640
-"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:tiny >"$T_TMP/lat" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat" "$T_TMP/log" -s "$SOCK" -m synthetic:tiny
 t_check "server listens" wait_for_socket "$SOCK" 300
 timeout 90 "$FC" -s "$SOCK" -n $GOOD -f 100 >"$T_TMP/good" &
 G=$!

@@ -7,18 +7,15 @@
 # FILL count climb, and met (real outputs on time) falls. The same load in
 # window mode stays healthy (no FILL, late_ms under a frame period).
 . "$(dirname "$0")/lib.sh"
-# OpenBLAS picks slow generic kernels on this virtual CPU; its AVX-512
-# ones when the CPU has them (an explicit setting wins).
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 SOCK=$T_TMP/serve.sock
 FC=$MT_TESTBIN/mt-fakeclient
 N=${MT_CLIFF_N:-4}
 FRAMES=${MT_CLIFF_FRAMES:-250}       # 20 s
 KVMEM=${MT_CLIFF_KVMEM:-8M}
-"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:small --kv full --kv-mem "$KVMEM" \
-    --on-full preempt >"$T_TMP/lat" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat" "$T_TMP/log" -s "$SOCK" -m synthetic:small --kv full --kv-mem "$KVMEM" \
+    --on-full preempt
 t_check "server listens" wait_for_socket "$SOCK" 300
 timeout 100 "$FC" -s "$SOCK" -n "$N" -f "$FRAMES" --end-timeout 20 >"$T_TMP/cli"
 t_ok $? "every input answered exactly once, in order (real or FILL)"

@@ -4,9 +4,7 @@
 # one output frame (real or FILL), in order, and the per-tick counters of
 # mt-serve's latency lines must add up to what the clients counted.
 . "$(dirname "$0")/lib.sh"
-# OpenBLAS picks slow generic kernels on this virtual CPU; its AVX-512
-# ones when the CPU has them (an explicit setting wins).
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+t_fast_blas
 SOCK=$T_TMP/serve.sock
 N=${MT_SERVE_N:-32}
 FRAMES=${MT_SERVE_FRAMES:-375}          # 30 s at 80 ms
@@ -14,13 +12,11 @@ tk() { awk -v k="$1" '/^tick=/{for(i=1;i<=NF;i++){n=index($i,"=");if(substr($i,1
 sumk() { tk "$1" | awk '{s+=$1} END{printf "%d\n", s}'; }
 tot() { awk -v k="$1" '/^total /{for(i=1;i<=NF;i++){n=index($i,"=");if(substr($i,1,n-1)==k)print substr($i,n+1)}}' "$T_TMP/cli"; }
 
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_need mt-serve
 # --fill: 32 sessions of synthetic:small are more than 2 cores compute in
 # real time; FILL answers what is late, so every frame is still answered
 # exactly once and the run stays bounded however loaded the machine is.
-"$MT_BIN/mt-serve" $(t_listen_args "$SOCK") -m synthetic:small --max-sessions 64 --fill \
-    >"$T_TMP/lat" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat" "$T_TMP/log" $(t_listen_args "$SOCK") -m synthetic:small --max-sessions 64 --fill
 t_check "server listens" wait_for_socket "$SOCK" 300
 timeout 150 "$MT_TESTBIN/mt-fakeclient" -s "$(t_endpoint "$SOCK")" -n "$N" -f "$FRAMES" \
     --end-timeout 20 >"$T_TMP/cli"

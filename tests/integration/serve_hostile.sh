@@ -11,13 +11,12 @@
 #  8. a closed stdout is logged, the server keeps serving.
 # (4, --stdio EOF, is in serve_stdio_eof.sh.)
 . "$(dirname "$0")/lib.sh"
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+t_fast_blas
 S=$MT_BIN/mt-serve
 R=$MT_BIN/mt-replay
 FC=$MT_TESTBIN/mt-fakeclient
 HC=$MT_TESTBIN/mt-holdconns
-[ -x "$S" ] || t_skip_all "mt-serve not built"
-[ -x "$HC" ] || t_skip_all "mt-holdconns not built"
+t_need mt-serve mt-holdconns
 SOCK=$T_TMP/s.sock
 LATMAX=160
 [ -n "$MT_ASAN" ] && LATMAX=640
@@ -65,8 +64,7 @@ kill -TERM $SRV; wait $SRV
 t_ok $? "1: SIGTERM: exit 0"
 
 # ---- 2. idle connections and a real client ------------------------------------
-"$S" -s "$SOCK" -m synthetic:tiny --device cpu --max-sessions 1 >"$T_TMP/lat2" 2>"$T_TMP/log2" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat2" "$T_TMP/log2" -s "$SOCK" -m synthetic:tiny --device cpu --max-sessions 1
 wait_for_socket "$SOCK" 300
 timeout 60 "$HC" -s "$SOCK" -n 30 --hold 8 >"$T_TMP/hold2" &
 H=$!; t_track $H
@@ -94,8 +92,7 @@ t_check "2: idle connections were closed with a REJECT frame" \
 t_ok $? "2: --help names --max-pending-per-uid"
 kill -TERM $SRV; wait $SRV
 
-"$S" -s "$SOCK" -m synthetic:tiny --device cpu --max-sessions 4 --max-conns 2 --max-pending-per-uid 4 >/dev/null 2>"$T_TMP/log2b" &
-SRV=$!; t_track $SRV
+t_serve /dev/null "$T_TMP/log2b" -s "$SOCK" -m synthetic:tiny --device cpu --max-sessions 4 --max-conns 2 --max-pending-per-uid 4
 wait_for_socket "$SOCK" 300
 timeout 60 "$FC" -s "$SOCK" -n 3 -f 30 >"$T_TMP/c2b"
 t_check "2: --max-conns 2: the third client gets REJECT with a reason" \
@@ -110,8 +107,7 @@ t_check "2: --hello-timeout 300: silent connections closed within the hold" \
 kill -TERM $SRV $S2; wait $SRV; wait $S2
 
 # ---- 3. a stopped server with a full backlog -------------------------------------
-"$S" -s "$SOCK" -m synthetic:tiny --device cpu >/dev/null 2>"$T_TMP/log3" &
-SRV=$!; t_track $SRV
+t_serve /dev/null "$T_TMP/log3" -s "$SOCK" -m synthetic:tiny --device cpu
 wait_for_socket "$SOCK" 300
 sleep 0.3
 kill -STOP $SRV
@@ -141,9 +137,7 @@ kill -TERM $SRV; wait $SRV
 
 # ---- 5. a reject reason that is not UTF-8 ---------------------------------------
 mkfifo "$T_TMP/ctl"
-"$S" -s "$SOCK" -m synthetic:tiny --device cpu --control "$T_TMP/ctl" --admit-timeout 5000 \
-    >"$T_TMP/lat5" 2>"$T_TMP/log5" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat5" "$T_TMP/log5" -s "$SOCK" -m synthetic:tiny --device cpu --control "$T_TMP/ctl" --admit-timeout 5000
 wait_for_socket "$SOCK" 300
 ( exec 3>"$T_TMP/ctl"
   i=0; while ! grep -q '^request' "$T_TMP/lat5" && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done

@@ -3,17 +3,13 @@
 # line) within a bounded time, the others are served all along, and the
 # tick never stalls (asserted from the latency lines).
 . "$(dirname "$0")/lib.sh"
-# OpenBLAS picks slow generic kernels on this virtual CPU; its AVX-512
-# ones when the CPU has them (an explicit setting wins).
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 SOCK=$T_TMP/serve.sock
 FC=$MT_TESTBIN/mt-fakeclient
 GAPMAX=160
 [ -n "$MT_ASAN" ] && GAPMAX=640
-"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:tiny --write-timeout 1000 --out-queue 32 \
-    >"$T_TMP/lat" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat" "$T_TMP/log" -s "$SOCK" -m synthetic:tiny --write-timeout 1000 --out-queue 32
 t_check "server listens" wait_for_socket "$SOCK" 300
 timeout 60 "$FC" -s "$SOCK" -n 4 -f 150 >"$T_TMP/good" &
 G=$!

@@ -9,11 +9,11 @@
 # Then the consumer is stopped again and the server is told to exit: it
 # exits within a bounded time, saying how many lines it could not write.
 . "$(dirname "$0")/lib.sh"
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 SOCK=$T_TMP/serve.sock
 FC=$MT_TESTBIN/mt-fakeclient
-[ -x "$FC" ] || t_skip_all "mt-fakeclient not built"
+t_need mt-fakeclient
 # A 5 ms tick makes ~65 KB/s of tick lines, so the pipe (64 KiB) and the
 # server's queue (128 KiB) are full about 3 s into the stall.
 PERIOD_MS=5
@@ -25,9 +25,7 @@ LATMAX=1500         # ms: a frame's round trip; a stalled tick makes it ~STALL_S
 mkfifo "$T_TMP/fifo"
 cat "$T_TMP/fifo" >"$T_TMP/lat" &
 CAT=$!; t_track $CAT
-"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:tiny --frame-ms $PERIOD_MS \
-    >"$T_TMP/fifo" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/fifo" "$T_TMP/log" -s "$SOCK" -m synthetic:tiny --frame-ms $PERIOD_MS
 t_check "server listens" wait_for_socket "$SOCK" 300
 
 # 2 sessions for 14 s (175 frames at 80 ms); the stall is in the middle

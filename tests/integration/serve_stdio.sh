@@ -4,10 +4,8 @@
 # second helper checks every frame came back in order; the latency lines go
 # to stderr, or to --latency-log (SIGHUP reopens it).
 . "$(dirname "$0")/lib.sh"
-# OpenBLAS picks slow generic kernels on this virtual CPU; its AVX-512
-# ones when the CPU has them (an explicit setting wins).
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 FC=$MT_TESTBIN/mt-fakeclient
 timeout 60 "$FC" --emit -f 40 | timeout 60 "$MT_BIN/mt-serve" --stdio -m synthetic:tiny \
     2>"$T_TMP/err" | timeout 60 "$FC" --read --expect 40 >"$T_TMP/out"
@@ -43,4 +41,41 @@ t_check "SIGHUP: a new log file is written" grep -q '^tick=' "$T_TMP/rot"
 exec 7>&-
 wait $SRV
 t_check "stdin closed before HELLO: exit 0" [ $? = 0 ]
+
+# --latency-format json: every line of the stream (request, admit, ticks,
+# frames) is one JSON object with the logfmt keys, typed
+timeout 60 "$FC" --emit -f 20 --no-pace >"$T_TMP/frames4"
+timeout 60 "$MT_BIN/mt-serve" --stdio -m synthetic:tiny --latency-format json \
+    --latency=frames --latency-log "$T_TMP/json" <"$T_TMP/frames4" 2>/dev/null |
+    timeout 60 "$FC" --read --expect 20 >/dev/null
+t_check "json: the session ran" test -s "$T_TMP/json"
+if command -v python3 >/dev/null; then
+    python3 - "$T_TMP/json" <<'PY'
+import json, sys
+kinds = set()
+for n, line in enumerate(open(sys.argv[1]), 1):
+    o = json.loads(line)                 # raises on any line that is not JSON
+    assert isinstance(o, dict), n
+    kind = next(iter(o))
+    kinds.add(kind)
+    if kind == "tick":
+        assert isinstance(o["p99_ms"], (int, float)) and isinstance(o["tick"], int), line
+    if kind in ("request", "admit"):
+        assert o[kind] is True, line     # the flag
+    if kind == "admit":
+        assert isinstance(o["verdict"], str), line
+assert {"tick", "request", "admit", "frame"} <= kinds, kinds
+PY
+    t_ok $? "json: every line parses (python3 json), keys typed, all four record kinds"
+else
+    t_skip "python3 not installed"
+fi
+# a pool that cannot hold one bounded session: said at start
+timeout 30 "$MT_BIN/mt-serve" --stdio -m synthetic:small --kv-mem 8M </dev/null \
+    >/dev/null 2>"$T_TMP/err5"
+t_check "--kv-mem 8M: warns that not one bounded session fits" \
+    grep -q "warning: kv pool 8 MiB cannot hold one bounded session of 8.50 MiB (S=4 W=256)" "$T_TMP/err5"
+timeout 30 "$MT_BIN/mt-serve" --stdio -m synthetic:small </dev/null >/dev/null 2>"$T_TMP/err6"
+t_check "default pool: says how many bounded sessions it holds" \
+    grep -q "kv pool 512 MiB holds 60 bounded sessions of 8.50 MiB (S=4 W=256)" "$T_TMP/err6"
 t_done

@@ -4,8 +4,8 @@
 # END), a frame cut short by the EOF is a counted miss and a log line, and
 # the exit status is 1 because the stream did not end cleanly.
 . "$(dirname "$0")/lib.sh"
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 FC=$MT_TESTBIN/mt-fakeclient
 S="$MT_BIN/mt-serve --stdio -m synthetic:tiny --device cpu"
 H=56   # MT_FRAME_HEADER_SIZE

@@ -4,10 +4,8 @@
 # kv_used must stay constant (N times one session's bound) while the N
 # sessions are admitted: the bound holds from the first frame on.
 . "$(dirname "$0")/lib.sh"
-# OpenBLAS picks slow generic kernels on this virtual CPU; its AVX-512
-# ones when the CPU has them (an explicit setting wins).
-grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-[ -x "$MT_BIN/mt-serve" ] || t_skip_all "mt-serve not built"
+t_fast_blas
+t_need mt-serve
 SOCK=$T_TMP/serve.sock
 N=${MT_SERVE_WINDOW_N:-8}
 FRAMES=${MT_SERVE_FRAMES:-200}          # 16 s
@@ -16,9 +14,8 @@ LIMIT=$PERIOD
 [ -n "$MT_ASAN" ] && LIMIT=$((PERIOD * 4))   # ASan: timing relaxed only
 tk() { awk -v k="$1" '/^tick=/{for(i=1;i<=NF;i++){n=index($i,"=");if(substr($i,1,n-1)==k)print substr($i,n+1)}}' "$T_TMP/lat"; }
 
-"$MT_BIN/mt-serve" -s "$SOCK" -m synthetic:${MT_SERVE_WINDOW_MODEL:-tiny} --kv window --sink 4 --window 64 \
-    --latency=frames >"$T_TMP/lat" 2>"$T_TMP/log" &
-SRV=$!; t_track $SRV
+t_serve "$T_TMP/lat" "$T_TMP/log" -s "$SOCK" -m synthetic:${MT_SERVE_WINDOW_MODEL:-tiny} --kv window --sink 4 --window 64 \
+    --latency=frames
 t_check "server listens" wait_for_socket "$SOCK" 300
 timeout 120 "$MT_TESTBIN/mt-fakeclient" -s "$SOCK" -n "$N" -f "$FRAMES" >"$T_TMP/cli"
 t_ok $? "$N sessions served completely and in order"

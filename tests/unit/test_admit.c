@@ -187,6 +187,20 @@ static mt_admit *make(mt_admit_opts *o, sim *s)
     return a;
 }
 
+/* make() with the default options, which stay in *o for the checks */
+static mt_admit *make_default(mt_admit_opts *o, sim *s)
+{
+    mt_admit_opts_default(o);
+    return make(o, s);
+}
+
+/* ticks ticks of the simulated server under the controller a */
+static void sim_run(sim *s, mt_admit *a, int ticks)
+{
+    for (int i = 0; i < ticks; i++)
+        sim_tick(s, a);
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 static void test_metronome_converges(double a0, double b0, const char *name)
@@ -194,8 +208,7 @@ static void test_metronome_converges(double a0, double b0, const char *name)
     sim s;
     sim_init(&s, a0, b0);
     mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    mt_admit *a = make(&o, &s);
+    mt_admit *a = make_default(&o, &s);
     if (!a)
         return;
     int nstar = true_nstar(&s, o.margin * o.budget_ms);
@@ -238,13 +251,11 @@ static void test_metronome_outliers(void)
     sim_init(&s, 4, 1.2);
     s.outlier_p = 0.05;         /* one tick in twenty takes 4x as long */
     mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    mt_admit *a = make(&o, &s);
+    mt_admit *a = make_default(&o, &s);
     if (!a)
         return;
     int nstar = true_nstar(&s, o.margin * o.budget_ms);
-    for (int i = 0; i < 3000; i++)
-        sim_tick(&s, a);
+    sim_run(&s, a, 3000);
     tap_diag("outliers 5%%: N*=%d reached %d", nstar, s.active);
     ok(s.active >= 0.85 * nstar && s.max_active <= nstar,
        "metronome: 5%% outliers barely move it (%d of N* %d)", s.active, nstar);
@@ -264,13 +275,11 @@ static void test_metronome_knee(void)
     s.knee = 40;
     s.knee_c = 0.06;
     mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    mt_admit *a = make(&o, &s);
+    mt_admit *a = make_default(&o, &s);
     if (!a)
         return;
     int nstar = true_nstar(&s, o.margin * o.budget_ms);
-    for (int i = 0; i < 4000; i++)
-        sim_tick(&s, a);
+    sim_run(&s, a, 4000);
     double target = o.margin * o.budget_ms;
     double p99_max = true_step(&s, s.max_active) + 2.33 * true_sigma(&s, s.max_active);
     tap_diag("knee: N*=%d reached %d (max %d), accepts %d; clean p99 at the max %.2f ms, target %.1f",
@@ -292,12 +301,10 @@ static void test_metronome_slowdown(void)
     sim_init(&s, 3, 1.0);
     s.life = 400;               /* sessions leave: the limit can act */
     mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    mt_admit *a = make(&o, &s);
+    mt_admit *a = make_default(&o, &s);
     if (!a)
         return;
-    for (int i = 0; i < 1500; i++)
-        sim_tick(&s, a);
+    sim_run(&s, a, 1500);
     int before = mt_admit_limit(a);
     s.b *= 2;                   /* the server gets twice as slow per session */
     int nstar2 = true_nstar(&s, o.margin * o.budget_ms);
@@ -334,8 +341,7 @@ static void test_metronome_refusal(void)
     mt_admit *a = make(&o, &s);
     if (!a)
         return;
-    for (int i = 0; i < 50; i++)
-        sim_tick(&s, a);
+    sim_run(&s, a, 50);
     int acc = s.accepts;
     s.refuse_next = 1;          /* the server refuses what is accepted next */
     int64_t refused_tick = -1;
@@ -344,8 +350,7 @@ static void test_metronome_refusal(void)
         if (s.rejected > 0)
             refused_tick = s.tick;
     }
-    for (int i = 0; i < 2; i++)
-        sim_tick(&s, a);
+    sim_run(&s, a, 2);
     tap_diag("refusal at tick %lld: accepts %d -> %d", (long long)refused_tick, acc, s.accepts);
     ok(refused_tick > 0 && s.accepts >= acc + 2,
        "metronome: a refusal by the server (rejected total) unblocks the wait");
@@ -361,8 +366,7 @@ static void test_metronome_stuck(void)
     s.stuck_at = 12;
     s.life = 300;
     mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    mt_admit *a = make(&o, &s);
+    mt_admit *a = make_default(&o, &s);
     if (!a)
         return;
     int max_late = 0;
@@ -452,8 +456,7 @@ static void test_static(void)
     mt_admit *a = make(&o, &s);
     if (!a)
         return;
-    for (int i = 0; i < 200; i++)
-        sim_tick(&s, a);
+    sim_run(&s, a, 200);
     is_int(s.max_active, 7, "static:7 caps at 7");
     is_int(mt_admit_limit(a), 7, "static:7 limit is 7");
     ok(s.rejects > 150, "static: the rest rejected (%d)", s.rejects);

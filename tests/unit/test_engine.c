@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "wire/frame.h"
 #include "wire/latline.h"
+#include "fake_backend.h"
 #include "tap.h"
 
 #include <stdint.h>
@@ -74,30 +75,10 @@ static int fake_prefill(mt_backend *be, mt_kv_seq *seq, int n,
     return 0;
 }
 
-static void fake_destroy(mt_backend *be) { free(be); }
-
-static int fake_attach_pool(mt_backend *be, mt_kv_pool *pool, char *err,
-                            size_t errlen)
-{
-    return 0;   /* the fake keeps no K/V: the pool's books are enough */
-}
-
 static int fake_create(const mt_model *m, const mt_decoder_opts *o,
                        mt_backend **out, char *err, size_t errlen)
 {
-    mt_backend *be = calloc(1, sizeof *be);
-    if (!be) {
-        snprintf(err, errlen, "fake: out of memory");
-        return -1;
-    }
-    be->name = "fake";
-    be->kv_elem_bytes = sizeof(float);
-    be->attach_pool = fake_attach_pool;
-    be->step = fake_step;
-    be->prefill = fake_prefill;
-    be->destroy = fake_destroy;
-    *out = be;
-    return 0;
+    return fake_backend_new(fake_step, fake_prefill, out, err, errlen);
 }
 
 /* ---- the rig: an engine, its lines, its sessions' output streams --------- */

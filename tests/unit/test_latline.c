@@ -5,6 +5,7 @@
 #include "wire/latline.h"
 #include "tap.h"
 
+#include <jansson.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -395,8 +396,74 @@ static void test_tick_limit(void)
     is_int(mt_tick_format(&t, buf, sizeof buf), -1, "the writer refuses a negative limit");
 }
 
+/* One logfmt line to JSON: the exact text, and that jansson reads it back
+ * as an object. */
+static void json_is(const char *line, const char *want, const char *name)
+{
+    char out[3 * MT_LL_MAX_LINE + 16];
+    err[0] = '\0';
+    long n = mt_latline_to_json(line, strlen(line), out, sizeof out, err, sizeof err);
+    ok(n >= 0 && strcmp(out, want) == 0, "json: %s", name);
+    if (n < 0 || strcmp(out, want) != 0)
+        tap_diag("got %s (err %s), want %s", n < 0 ? "-1" : out, err, want);
+    json_error_t je;
+    json_t *j = n >= 0 ? json_loads(out, 0, &je) : NULL;
+    ok(j && json_is_object(j), "json: %s: jansson reads an object", name);
+    json_decref(j);
+}
+
+static void test_json(void)
+{
+    json_is("tick=3 t=1.250 step_ms=0.500 active=-2",
+            "{\"tick\":3,\"t\":1.250,\"step_ms\":0.500,\"active\":-2}",
+            "numbers stay numbers, as written");
+    json_is("admit session=7 verdict=reject reason=\"server at its limit (2)\"",
+            "{\"admit\":true,\"session\":7,\"verdict\":\"reject\","
+            "\"reason\":\"server at its limit (2)\"}",
+            "a flag is true, a bare word and a quoted value are strings");
+    json_is("k=\"say \\\"hi\\\" \\\\ x\"",
+            "{\"k\":\"say \\\"hi\\\" \\\\ x\"}",
+            "escapes: the quote and the backslash");
+    json_is("q=\"12\" z=007 p=+1 d=1. e=1e5 h=0x10",
+            "{\"q\":\"12\",\"z\":\"007\",\"p\":\"+1\",\"d\":\"1.\",\"e\":1e5,"
+            "\"h\":\"0x10\"}",
+            "a quoted number and bare values outside JSON's grammar are strings");
+    json_is("x=nan y=inf z=-inf", "{\"x\":null,\"y\":null,\"z\":null}",
+            "nan and infinities are null");
+    json_is("", "{}", "an empty line is an empty object");
+    json_is("tick=1 lines_dropped=4\n", "{\"tick\":1,\"lines_dropped\":4}",
+            "the newline is not part of it");
+    json_is("k=\"caf\xc3\xa9\"", "{\"k\":\"caf\xc3\xa9\"}", "UTF-8 kept");
+
+    /* The writer's own output, whatever it quotes, converts to JSON that
+     * holds the same string. */
+    char line[256], out[1024];
+    mt_ll_writer w;
+    mt_ll_begin(&w, line, sizeof line);
+    mt_ll_str(&w, "reason", "a \"b\" = c\\d");
+    mt_ll_flag(&w, "retry");
+    ok(mt_ll_end(&w) > 0, "json: writer line");
+    long n = mt_latline_to_json(line, strlen(line), out, sizeof out, err, sizeof err);
+    json_error_t je;
+    json_t *j = n > 0 ? json_loads(out, 0, &je) : NULL;
+    json_t *r = j ? json_object_get(j, "reason") : NULL;
+    ok(r && json_is_string(r) && strcmp(json_string_value(r), "a \"b\" = c\\d") == 0,
+       "json: a quoted value round-trips through the writer and jansson");
+    ok(j && json_is_true(json_object_get(j, "retry")), "json: the flag is true");
+    json_decref(j);
+
+    err[0] = '\0';
+    ok(mt_latline_to_json("k=\"open", 7, out, sizeof out, err, sizeof err) == -1 &&
+       strstr(err, "unterminated quote"), "json: a malformed line is refused with the parser's message");
+    ok(mt_latline_to_json("tick=1", 6, out, 8, err, sizeof err) == -1,
+       "json: too small an output is refused, not truncated");
+    ok(mt_latline_to_json("tick=1", 6, out, 11, err, sizeof err) == 10 &&
+       strcmp(out, "{\"tick\":1}") == 0, "json: an output of exactly the size fits");
+}
+
 int main(void)
 {
+    test_json();
     test_writer_round_trip();
     test_tick_round_trip();
     test_frame_record();

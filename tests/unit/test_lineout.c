@@ -136,6 +136,28 @@ int main(void)
            "close with a reading reader: everything written");
     read_line(p[0], line, sizeof line);
     is_str(line, "short lines_dropped=1", "the count came out with the next line");
+
+    /* JSON: every line converted, the drop count a key inside the object */
+    is_int(mt_lineout_create(p[1], 0, 64, &q2, err, sizeof err), 0, "a JSON queue");
+    mt_lineout_set_json(q2, 1);
+    longl[0] = 'k';
+    longl[1] = '=';
+    is_int(mt_lineout_put(q2, longl), 1, "json: a line longer than the ring is dropped");
+    /* flushed after each line: the 64-byte ring must not drop them */
+    mt_lineout_put(q2, "tick=1 reason=\"a b\"");
+    mt_lineout_flush(q2, 5000000000ull);
+    mt_lineout_put(q2, longl);
+    mt_lineout_put(q2, "");
+    mt_lineout_flush(q2, 5000000000ull);
+    mt_lineout_put(q2, "done");
+    is_int(mt_lineout_close(q2, 1000000000ull, msg, sizeof msg), 0, "json: all written");
+    read_line(p[0], line, sizeof line);
+    is_str(line, "{\"tick\":1,\"reason\":\"a b\",\"lines_dropped\":1}",
+           "json: the line as an object, the drop count inside it");
+    read_line(p[0], line, sizeof line);
+    is_str(line, "{\"lines_dropped\":1}", "json: an empty line with a drop count");
+    read_line(p[0], line, sizeof line);
+    is_str(line, "{\"done\":true}", "json: a flag");
     ok(mt_lineout_create(-1, 0, 64, &q2, err, sizeof err) == -1 && q2 == NULL,
        "a bad descriptor is refused");
     close(p[0]);

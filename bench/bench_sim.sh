@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# bench/bench_sim.sh: is the simulated device believable? (issue 22, item 3)
+# In one run: calibrate a profile from this host's CPU backend on
+# synthetic:small (mt-probe calibrate), then sweep the real CPU backend and
+# the simulated device on that profile with the same levels, hold, window
+# and budget (mt-probe sweep, each against its own mt-serve), and print
+# both walls N* and both truthful p99s per level side by side, with the
+# relative difference against the acceptance: N* within 15%, and p99
+# within 15% at every level up to the measured (CPU) wall. Prints figures
+# and a verdict line; exits 0 whatever the verdict (a bench, not a test).
+#
+# The budget is two frame periods (160 ms), mt-serve's default deadline: a
+# frame waits up to a period for its tick, so a one-period budget leaves
+# no room for the step at all. A short window (WINDOW, default 32) keeps
+# the visible positions (sink + window) within the calibrated lengths, so
+# the comparison is of batch size against step time, where the wall is.
+#
+# Knobs (environment): MODEL, WINDOW, FROM TO STEP (levels), HOLD, WARMUP,
+# BUDGET (ms), BATCHES LENGTHS REPS (calibration grid), KEEP (a directory
+# to keep the profile, both sweeps' tables and the calibration log in).
+set -u
+export LC_ALL=C
+BIN=${MT_BIN:-bin}
+for p in mt-probe mt-serve; do
+    [ -x "$BIN/$p" ] || { echo "bench_sim: $BIN/$p not built: skipped"; exit 0; }
+done
+MODEL=${MODEL:-synthetic:small}
+WINDOW=${WINDOW:-32}
+FROM=${FROM:-8} TO=${TO:-96} STEP=${STEP:-8}
+HOLD=${HOLD:-4s} WARMUP=${WARMUP:-1s}
+BUDGET=${BUDGET:-160}
+BATCHES=${BATCHES:-1,8,16,32,48,64,96}
+LENGTHS=${LENGTHS:-16,36,64}
+REPS=${REPS:-8}
+TMP=$(mktemp -d /tmp/mt-bench-sim.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+t0=$(date +%s)
+echo "bench_sim: $(date -u +%Y-%m-%dT%H:%MZ), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+
+"$BIN/mt-probe" calibrate -m "$MODEL" --device cpu --batches "$BATCHES" --lengths "$LENGTHS" \
+    --reps "$REPS" --name calibrated-cpu-small -o "$TMP/cal.profile" 2>"$TMP/cal.log" ||
+    { echo "bench_sim: calibrate failed: $(tail -1 "$TMP/cal.log")"; exit 1; }
+sed -n 's/^mt-probe calibrate: fit: /bench_sim: profile fit: /p' "$TMP/cal.log"
+t1=$(date +%s)
+
+# sweep NAME DEVICE: the table's rows to $TMP/NAME.tsv, the wall to NAME.wall
+sweep() {
+    "$BIN/mt-probe" sweep --from "$FROM" --to "$TO" --step "$STEP" --hold "$HOLD" \
+        --warmup "$WARMUP" --budget "$BUDGET" --tsv "$TMP/$1.tsv" \
+        -- -m "$MODEL" --device "$2" --window "$WINDOW" --max-sessions $((TO + 16)) \
+        >"$TMP/$1.out" 2>"$TMP/$1.err" ||
+        { echo "bench_sim: sweep on $2 failed: $(tail -1 "$TMP/$1.err")"; return 1; }
+    sed -n 's/^# wall: \([0-9]*\) sessions.*/\1/p' "$TMP/$1.out" >"$TMP/$1.wall"
+}
+sweep cpu cpu || exit 1
+t2=$(date +%s)
+sweep sim "sim:$TMP/cal.profile" || exit 1
+t3=$(date +%s)
+
+ncpu=$(cat "$TMP/cpu.wall") nsim=$(cat "$TMP/sim.wall")
+echo "bench_sim: $MODEL, window $WINDOW, levels $FROM..$TO step $STEP, hold $HOLD after $WARMUP," \
+     "budget $BUDGET ms; calibrate $((t1 - t0)) s, cpu sweep $((t2 - t1)) s, sim sweep $((t3 - t2)) s"
+echo "bench_sim: sim = SIMULATED device, profile calibrated from this host's CPU on $MODEL"
+# The sweep's TSV: concurrency accepted rejected real fill p50 p99 p99_true max rtt_p99 step kv
+join -t "$(printf '\t')" <(grep -v '^#' "$TMP/cpu.tsv" | grep -v '^concurrency' | sort -k1,1) \
+                         <(grep -v '^#' "$TMP/sim.tsv" | grep -v '^concurrency' | sort -k1,1) |
+    sort -n -k1,1 |
+    awk -F'\t' -v wall="${ncpu:-0}" '
+    function rel(s, c) { return c > 0 ? sprintf("%+.1f%%", 100 * (s - c) / c) : "?" }
+    BEGIN {
+        printf "%5s  %11s %11s %8s  %12s %12s  %s\n", "n", "cpu_p99_ms", "sim_p99_ms", "diff",
+               "cpu_step_ms", "sim_step_ms", "judged"
+    }
+    {
+        n = $1; cp = $8; sp = $19; cs = $11; ss = $22
+        judged = (n <= wall) ? (((sp - cp) / cp <= 0.15 && (cp - sp) / cp <= 0.15) ? "within 15%" : "MISS") : "(above the wall)"
+        if (n <= wall) { J++; if (judged != "within 15%") M++ }
+        printf "%5d  %11.1f %11.1f %8s  %12s %12s  %s\n", n, cp, sp, rel(sp, cp), cs, ss, judged
+    }
+    END { printf "bench_sim: p99 at the %d levels up to the cpu wall: %d within 15%%, %d miss\n", J, J - M, M }'
+awk -v c="${ncpu:-0}" -v s="${nsim:-0}" 'BEGIN {
+    d = c > 0 ? (s - c) / c : 0
+    printf "bench_sim: wall N* cpu %s, sim %s: %+.1f%% (%s)\n", c ? c : "below the first level",
+           s ? s : "below the first level", 100 * d,
+           (c > 0 && s > 0 && d <= 0.15 && d >= -0.15) ? "within 15%" : "MISS"
+}'
+if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && cp "$TMP"/cal.profile "$TMP"/cal.log "$TMP"/cpu.out "$TMP"/sim.out "$KEEP"/ &&
+        echo "bench_sim: kept in $KEEP"
+fi

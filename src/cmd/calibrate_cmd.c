@@ -1,0 +1,131 @@
+/* calibrate_cmd.c: `mt-probe calibrate`'s options, read into an
+ * mt_calibrate_opts for the experiment in src/probe/calibrate.c. */
+#define _GNU_SOURCE
+#include "cmd/calibrate_cmd.h"
+#include "cmd/opt.h"
+#include "probe/calibrate.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: mt-probe calibrate [-m MODEL] [--device cpu|cuda] [options]\n"
+"  -m, --model SPEC     model (default synthetic:small)\n"
+"      --device DEV     cpu (default) or cuda\n"
+"      --threads N      CPU threads (default: all cores)\n"
+"      --batches LIST   batch sizes, comma-separated (default 1,2,4,8,16)\n"
+"      --lengths LIST   cache lengths (default 16,64,256,1024)\n"
+"      --reps N         timed steps per point (default 12; 2 more warm up)\n"
+"      --memory BYTES   device memory for the profile (default: this host's\n"
+"                       physical memory on cpu; required with cuda)\n"
+"      --reserve BYTES  the profile's reserve (default 1/8 of --memory)\n"
+"      --name NAME      the profile's name (default calibrated-DEVICE)\n"
+"  -o, --output FILE    write the profile there (default: standard output)\n"
+"The fit and every point's residual go to standard error.\n");
+}
+
+static const mt_cli cli = {
+    "mt-probe calibrate", "mt-probe calibrate [-m MODEL] [--device cpu|cuda] [options]",
+    usage,
+};
+
+enum { O_DEVICE = 256, O_THREADS, O_BATCHES, O_LENGTHS, O_REPS, O_MEMORY, O_RESERVE,
+       O_NAME };
+
+static const struct option longopts[] = {
+    {"model", required_argument, 0, 'm'},
+    {"device", required_argument, 0, O_DEVICE},
+    {"threads", required_argument, 0, O_THREADS},
+    {"batches", required_argument, 0, O_BATCHES},
+    {"lengths", required_argument, 0, O_LENGTHS},
+    {"reps", required_argument, 0, O_REPS},
+    {"memory", required_argument, 0, O_MEMORY},
+    {"reserve", required_argument, 0, O_RESERVE},
+    {"name", required_argument, 0, O_NAME},
+    {"output", required_argument, 0, 'o'},
+    MT_OPT_COMMON,
+    {0, 0, 0, 0},
+};
+
+/* "1,4,16" into out[0..*n), each lo..hi: 0, or -1 after the message. */
+static int list_option(const char *arg, long lo, long hi, long *out, int *n)
+{
+    const char *s = arg;
+    int k = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || v < lo || v > hi || k == MT_CALIB_GRID_MAX)
+            return mt_opt_bad(arg, "is not a list of at most %d numbers in %ld..%ld",
+                              MT_CALIB_GRID_MAX, lo, hi);
+        out[k++] = v;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return mt_opt_bad(arg, "is not a comma-separated list of numbers");
+        s = end;
+    }
+    if (k == 0)
+        return mt_opt_bad(arg, "is an empty list");
+    *n = k;
+    return 0;
+}
+
+/* One option into o: 0, or -1 after the message. */
+static int one_option(mt_calibrate_opts *o, int c, const char *arg)
+{
+    static const char *const devices[] = { "cpu", "cuda", NULL };
+    int i;
+    switch (c) {
+    case 'm': o->model = arg; return 0;
+    case O_DEVICE:
+        if (mt_opt_choice(arg, devices, &i))
+            return -1;
+        o->device = i ? MT_DEV_CUDA : MT_DEV_CPU;
+        return 0;
+    case O_THREADS: return mt_opt_int(arg, 0, 1024, &o->threads);
+    case O_BATCHES: return list_option(arg, 1, 65536, o->batches, &o->nbatches);
+    case O_LENGTHS: return list_option(arg, 1, 1 << 20, o->lengths, &o->nlengths);
+    case O_REPS: return mt_opt_int(arg, 1, 10000, &o->reps);
+    case O_MEMORY:
+        if (mt_opt_double(arg, 0, 1e18, &o->memory))
+            return -1;
+        return o->memory > 0 ? 0 : mt_opt_bad(arg, "is not a positive number of bytes");
+    case O_RESERVE: return mt_opt_double(arg, 0, 1e18, &o->reserve);
+    case O_NAME:
+        if (strlen(arg) >= 64 || strpbrk(arg, " \t\n#="))
+            return mt_opt_bad(arg, "is not a profile name (under 64 bytes; no blank, '#' or '=')");
+        o->name = arg;
+        return 0;
+    case 'o': o->output = arg; return 0;
+    }
+    return -1;
+}
+
+int mt_probe_calibrate_main(int argc, char **argv)
+{
+    mt_calibrate_opts o;
+    mt_calibrate_opts_default(&o);
+    int c;
+    optind = 1;
+    while ((c = mt_opt_next(&cli, argc, argv, "m:o:h", longopts)) >= 0)
+        if (one_option(&o, c, optarg))
+            return 2;
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
+    if (optind < argc)
+        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    if (o.device == MT_DEV_CUDA && o.memory == 0)
+        return mt_opt_usage_error("--memory BYTES is required with --device cuda");
+    char err[512] = "";
+    if (mt_calibrate_run(&o, stderr, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cli.prog, err);
+        return 1;
+    }
+    return 0;
+}

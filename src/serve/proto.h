@@ -1,0 +1,102 @@
+/* proto.h: one connection's side of mt-serve's protocol, without the
+ * socket: the bytes a client sent go in (mt_proto_input), and what they
+ * mean happens on the engine (sessions, admission, inputs, END, ERROR) or
+ * in the connection's small direct-output buffer (a frame for a
+ * connection the engine does not know yet). server.c reads the socket and
+ * calls this; tests and the fuzz harness call it on a buffer, with a clock
+ * of their own.
+ *
+ * Internal to src/serve: a header for server.c and the tests, not an API.
+ */
+#ifndef MT_PROTO_H
+#define MT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "serve/engine.h"
+#include "wire/frame.h"
+
+#define MT_PROTO_WBUF_CAP (64 * 1024)
+#define MT_PROTO_AUTH_TABLE 64   /* peer addresses whose failures count */
+#define MT_PROTO_AUTH_DELAY_NS    250000000ull    /* first failure's delay; doubles */
+#define MT_PROTO_AUTH_DELAY_MAX_NS 8000000000ull
+#define MT_PROTO_AUTH_FORGET_NS   600000000000ull /* ten quiet minutes clear a count */
+
+/* Authentication failures of one peer address: each one doubles the wait
+ * before its REJECT, so guessing is slow; the table is bounded (the
+ * oldest entry makes room). */
+typedef struct mt_proto_auth_fail {
+    char     addr[64];           /* without the port */
+    unsigned count;
+    uint64_t last;
+} mt_proto_auth_fail;
+
+/* What the protocol needs from the server: its engine, its admission
+ * rule, where its log and machine-stream lines go. */
+typedef struct mt_proto {
+    mt_engine *eng;
+    int        controlled;       /* --control: the controller decides */
+    int        max_sessions;     /* the static rule otherwise */
+    uint64_t   admit_timeout_ns; /* a controlled request waits this long */
+    int        draining;         /* new sessions are rejected */
+    uint64_t   t0;               /* origin of the lines' t= (ns) */
+    void     (*log)(void *ctx, const char *msg);   /* human log */
+    void      *log_ctx;
+    void     (*line)(void *ctx, const char *line); /* machine stream */
+    void      *line_ctx;
+    const char *token;           /* --token-file: a TCP HELLO must carry it */
+    size_t     token_len;
+    mt_proto_auth_fail auth[MT_PROTO_AUTH_TABLE];
+} mt_proto;
+
+/* One connection's protocol state. */
+typedef struct mt_proto_conn {
+    uint32_t id;                 /* engine session, 0 before HELLO */
+    int      reading;            /* still accepting input */
+    int      closing;            /* close once wbuf is flushed */
+    int      pending;            /* waiting for the controller */
+    uint64_t admit_deadline;
+    uint64_t close_deadline;     /* closing: give up on wbuf after this */
+    uid_t    uid;
+    pid_t    pid;
+    int      warned_drop;
+    int      is_tcp;             /* from --listen: no uid; HELLO needs the
+                                    token when one is set */
+    char     peer[64];           /* TCP: "ADDR:PORT" for log lines */
+    uint64_t auth_reject_at;     /* wrong token: REJECT at this time */
+    uint64_t bytes_in;           /* a health check sends nothing */
+    mt_frame_decoder dec;
+    uint8_t  wbuf[MT_PROTO_WBUF_CAP]; /* direct frames; then engine output */
+    size_t   woff, wlen;
+} mt_proto_conn;
+
+/* A fresh connection (reading, no session). */
+void mt_proto_conn_init(mt_proto_conn *c);
+
+/* n bytes the client sent, arriving at now: decodes every whole frame and
+ * acts on it while c is reading (a partial frame stays in c->dec). A
+ * malformed frame fails the session (ERROR). */
+void mt_proto_input(mt_proto *p, mt_proto_conn *c, const uint8_t *buf,
+                    size_t n, uint64_t now);
+
+/* Admission decided outside the input (controller, timeout, drain). */
+void mt_proto_admit(mt_proto *p, mt_proto_conn *c, uint64_t now);
+void mt_proto_reject(mt_proto *p, mt_proto_conn *c, const char *why,
+                     uint64_t now);
+
+/* A connection refused for its token gets its REJECT late (see
+ * auth_reject_at): sends it when now has reached that time. */
+void mt_proto_auth_due(mt_proto_conn *c, uint64_t now);
+
+/* c's peer address without its port (TCP), for per-address counts. */
+void mt_proto_peer_host(const mt_proto_conn *c, char *buf, size_t cap);
+
+/* A frame of type (REJECT or ERROR) with reason, written straight into
+ * c's buffer for a connection without a session; c closes once it is
+ * sent (or a second after now). */
+void mt_proto_direct(mt_proto_conn *c, int type, const char *reason,
+                     uint64_t now);
+
+#endif
