@@ -9,8 +9,8 @@
 # Then the contrast (step 6), the reason the project exists: the same seeded
 # load against the bounded cache (--kv window) and the unbounded one (--kv
 # full) on the SIMULATED device (sim:h200-moshi7b serving synthetic:moshi-7b
-# on a 4 GB slice of its K/V pool, time-scaled x4 so a 50 s load takes
-# about 13 s), the truthful and naive figures of both side by side, and one
+# on a 4 GB slice of its K/V pool, time-scaled x3 so a 50 s load takes
+# about 17 s), the truthful and naive figures of both side by side, and one
 # plot: memory climbing to the wall, then service falling off the cliff
 # while the naive figure stays at 100%.
 #
@@ -120,7 +120,7 @@ fi
 step "6. the contrast: bounded vs unbounded cache, the same seeded load"
 # SIMULATED: synthetic:moshi-7b on sim:h200-moshi7b (profiles/, mt-profile(5)),
 # a 4 GB slice of the pool so that a minute shows it, time-scaled x$CSCALE.
-CSCALE=${CSCALE:-4}
+CSCALE=${CSCALE:-3}
 CPROFILE=h200-moshi7b
 CARGS=(--device "sim:$CPROFILE" -m synthetic:moshi-7b --max-sessions 256 --kv-mem 4000000000)
 CLABEL="SIMULATED device, profile $CPROFILE (synthetic:moshi-7b, 4 GB K/V pool slice), time scale x$CSCALE"

@@ -58,9 +58,9 @@ SINK=${SINK:-4}
 if [ "$QUICK" = 1 ]; then
     # A 4 GB slice of the pool (7629 positions), 40 s calls, a 124-position
     # window: the same race between growing caches and a fixed pool, small
-    # enough to finish in well under a minute at SCALE=5.
-    RUNS=${RUNS:-2}; CALL=${CALL:-40s}; RATE=${RATE:-1}; DURATION=${DURATION:-50s}
-    WINDOW=${WINDOW:-124}; KVMEM=${KVMEM:-4000000000}; SCALE=${SCALE:-5}
+    # enough to finish in about a minute at SCALE=4 (2+2 runs).
+    RUNS=${RUNS:-2}; CALL=${CALL:-40s}; RATE=${RATE:-1}; DURATION=${DURATION:-45s}
+    WINDOW=${WINDOW:-124}; KVMEM=${KVMEM:-4000000000}; SCALE=${SCALE:-4}
     MAXSESS=${MAXSESS:-256}; SWEEP=${SWEEP:-0}
     SWEEP_FROM=${SWEEP_FROM:-10}; SWEEP_TO=${SWEEP_TO:-60}; SWEEP_STEP=${SWEEP_STEP:-10}
     SWEEP_HOLD=${SWEEP_HOLD:-30s}
@@ -78,6 +78,10 @@ else
 fi
 SWEEP_WARMUP=${SWEEP_WARMUP:-5s}
 SWEEP_SCALE=${SWEEP_SCALE:-$SCALE}
+# the sweep may run on a slice of the pool (a smaller --kv-mem) with its own
+# window, when the whole pool's wall needs more sessions than the host can pace
+SWEEP_KVMEM=${SWEEP_KVMEM:-$KVMEM}
+SWEEP_WINDOW=${SWEEP_WINDOW:-$WINDOW}
 
 for p in mt-probe mt-serve; do
     [ -x "$BIN/$p" ] || { echo "paper: $BIN/$p is not built (run make)" >&2; exit 1; }
@@ -126,8 +130,9 @@ awk -v label="$LABEL" '
 
 if [ "$SWEEP" = 1 ]; then
     for pol in window full; do
-        if [ $pol = window ]; then args=("${SERVE[@]}" "${BOUND[@]}"); else args=("${SERVE[@]}" "${UNBOUND[@]}"); fi
-        echo "== sweep, $pol: $SWEEP_FROM..$SWEEP_TO step $SWEEP_STEP, hold $SWEEP_HOLD (time scale x$SWEEP_SCALE)"
+        args=(--device "sim:$PROFILE" -m "$MODEL" --max-sessions "$MAXSESS" --kv-mem "$SWEEP_KVMEM")
+        if [ $pol = window ]; then args+=(--kv window --sink "$SINK" --window "$SWEEP_WINDOW"); else args+=(--kv full); fi
+        echo "== sweep, $pol: $SWEEP_FROM..$SWEEP_TO step $SWEEP_STEP, hold $SWEEP_HOLD, pool $SWEEP_KVMEM bytes, window $SWEEP_WINDOW (time scale x$SWEEP_SCALE)"
         t0=$(date +%s)
         "$P" sweep --from "$SWEEP_FROM" --to "$SWEEP_TO" --step "$SWEEP_STEP" \
             --hold "$SWEEP_HOLD" --warmup "$SWEEP_WARMUP" --budget 160 \
@@ -154,7 +159,7 @@ if [ "$SWEEP" = 1 ]; then
         cat >"$OUT/paper-sweep.png.gp" <<EOF
 set terminal pngcairo size 1200,520 font ",10"
 set output "$OUT/paper-sweep.png"
-set multiplot layout 1,2 title "Latency against concurrency, bounded (window $WINDOW) vs unbounded (full)\\nSIMULATED, profile $PROFILE, time scale x$SWEEP_SCALE, hold $SWEEP_HOLD per level"
+set multiplot layout 1,2 title "Latency against concurrency, bounded (window $SWEEP_WINDOW) vs unbounded (full), K/V pool $SWEEP_KVMEM bytes\\nSIMULATED, profile $PROFILE, time scale x$SWEEP_SCALE, hold $SWEEP_HOLD per level"
 set xlabel "concurrent sessions"
 set ylabel "p99 frame latency, ms (model time; top = missed)"
 set logscale y
