@@ -2,7 +2,8 @@
 # paper_quick.sh: examples/paper.sh --quick, the paper's experiment in
 # miniature on the simulated device (sim:h200-moshi7b, synthetic:moshi-7b,
 # a 4 GB slice of the K/V pool, 40 s calls at poisson:1/s for 45 s, time
-# scale x4: 2 + 2 runs, the same seeds). The prediction says the unbounded
+# scale x2: 1 + 1 runs, the same seed; MT_PAPER_RUNS and MT_PAPER_SCALE
+# change that). The prediction says the unbounded
 # pool overflows in these seeds; the test asserts that every unbounded run
 # collapses, no bounded run does, the measured time to collapse is within
 # 20% of the prediction of its seed, and the time scale reached mt-serve.
@@ -12,9 +13,12 @@ for p in mt-probe mt-serve; do
 done
 [ -r "$MT_ROOT/profiles/h200-moshi7b.profile" ] || t_skip_all "no profiles/h200-moshi7b.profile"
 OUT=$T_TMP/paper
-# Host noise is multiplied by the scale in model time: on a loaded machine
-# a late wake-up of 0.5 s is a 2 s starvation at x4 (MT_PAPER_SCALE lowers it).
-timeout 150 env MT_BIN="$MT_BIN" MT_ROOT="$MT_ROOT" OUT="$OUT" SCALE=${MT_PAPER_SCALE:-4} \
+# Host noise is multiplied by the scale in model time: on this shared
+# 2-core machine x4 and x5 have each turned a client stall of ~0.4 s into
+# a 2 s starvation of a bounded run; x2 needs a 1 s stall.
+RUNS_WANT=${MT_PAPER_RUNS:-1}
+timeout 150 env MT_BIN="$MT_BIN" MT_ROOT="$MT_ROOT" OUT="$OUT" \
+    SCALE=${MT_PAPER_SCALE:-2} RUNS=$RUNS_WANT \
     bash "$MT_ROOT/examples/paper.sh" --quick >"$T_TMP/out" 2>"$T_TMP/err"
 rc=$?
 sed 's/^/# /' "$T_TMP/out"
@@ -33,7 +37,7 @@ nf=$(awk '$1 == "full" && $2 ~ /^[0-9]+$/' "$OUT/soak.txt" | wc -l)
 cw=$(awk '$1 ~ /^window/ && $2 ~ /^[0-9]+$/ && / COLLAPSED/' "$OUT/soak.txt" | wc -l)
 cf=$(awk '$1 == "full" && $2 ~ /^[0-9]+$/ && / COLLAPSED/' "$OUT/soak.txt" | wc -l)
 t_diag "bounded collapsed $cw of $nw, unbounded $cf of $nf"
-t_check "two runs of each configuration" test "$nw" -eq 2 -a "$nf" -eq 2
+t_check "$RUNS_WANT run(s) of each configuration" test "$nw" -eq "$RUNS_WANT" -a "$nf" -eq "$RUNS_WANT"
 if [ -n "${MT_ASAN:-}" ]; then
     t_skip "bounded runs do not collapse (timing, ASan)"
     t_skip "unbounded runs collapse (timing, ASan)"
