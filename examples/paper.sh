@@ -11,7 +11,10 @@
 #   examples/paper.sh            # the default size: 20+20 runs of 5-minute
 #                                # calls, 6-minute loads (about 4 hours of
 #                                # soak at SCALE=1, plus the sweep)
-#   SCALE=6 RUNS=4 examples/paper.sh   # the same experiment 6x faster, fewer runs
+#   RUNS=1 SWEEP_KVMEM=4000000000 SWEEP_WINDOW=124 SWEEP_FROM=10 SWEEP_TO=50 \
+#     SWEEP_STEP=20 SWEEP_HOLD=40s SWEEP_SCALE=2 examples/paper.sh
+#                                # what fit one session here (about 15 min;
+#                                # bench/RESULTS.md, 2026-12-04)
 #   examples/paper.sh --quick    # a pool slice, 40 s calls: the shape of it
 #                                # in under a minute (tests/integration/paper_quick.sh)
 #
@@ -37,7 +40,9 @@
 # thresholds the same way; every time printed is model time. Host noise
 # (a late wake-up of this machine) is multiplied by K in model time, so
 # keep K small enough that a scheduler hiccup stays well under the 2 s
-# starvation threshold / K.
+# starvation threshold / K. At the whole pool (120-180 sessions at once)
+# x2 and x3 stalled the client on the shared 2-core VM (bench/RESULTS.md):
+# there, use SCALE=1 and fewer runs, or a quieter machine.
 set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=${MT_BIN:-$ROOT/bin}
