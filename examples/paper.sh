@@ -105,6 +105,8 @@ echo "== prediction (mt-probe predict, the unbounded pool race and the bounded c
     --duration "$DURATION" --arrivals "poisson:$RATE" --lengths "fixed:$CALL" \
     --seed "$SEED" --samples 400 --max-sessions 512 | tee "$OUT/predict.txt"
 
+# SOAK=0 keeps an earlier run's soak.txt and data/ (e.g. to redo the sweep)
+if [ "${SOAK:-1}" = 1 ]; then
 echo "== soak: $RUNS runs bounded, $RUNS unbounded, seeds $SEED.. (time scale x$SCALE)"
 t0=$(date +%s)
 "$P" soak --runs "$RUNS" --seed "$SEED" --duration "$DURATION" \
@@ -112,6 +114,7 @@ t0=$(date +%s)
     --plot "$OUT/paper-soak.png" --data "$OUT/data" \
     -- "${SERVE[@]}" "${BOUND[@]}" -- "${SERVE[@]}" "${UNBOUND[@]}" | tee "$OUT/soak.txt"
 echo "# soak wall time $(( $(date +%s) - t0 )) s"
+fi
 # mt-probe's soak figure names the load, not the device: say it is simulated
 # (its gnuplot script is kept beside the PNG for exactly this).
 if [ -f "$OUT/paper-soak.png.gp" ] && command -v gnuplot >/dev/null; then
