@@ -126,8 +126,8 @@ fi
 # measured time to collapse per seed of the unbounded runs.
 awk -v label="$LABEL" '
     /^#/ { next }
-    $1 ~ /^window/ && NF >= 15 { wn++; if ($15 == "COLLAPSED") wk++ }
-    $1 == "full" && NF >= 15 { fn++; if ($15 == "COLLAPSED") fk++
+    $1 ~ /^window/ && $2 ~ /^[0-9]+$/ { wn++; if ($15 == "COLLAPSED") wk++ }
+    $1 == "full" && $2 ~ /^[0-9]+$/ { fn++; if ($15 == "COLLAPSED") fk++
         rows = rows sprintf("| %s | %s | %s | %s |\n", $3, $12, $13, $14) }
     END {
         printf "(%s)\n\n", label
