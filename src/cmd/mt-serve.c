@@ -51,6 +51,9 @@ static void usage(FILE *f)
 "      --frame-ms MS        tick period (default: the model's frame)\n"
 "      --deadline-ms MS     an output is due MS after its input arrived\n"
 "                           (default: two frame periods)\n"
+"      --time-scale K       sim devices only: run K times faster than real\n"
+"                           time (tick, deadline and every simulated step\n"
+"                           divided by K; clients must pace at period/K)\n"
 "      --max-sessions N     admitted at once (default 64)\n"
 "      --control PATH       admission answers from a FIFO or Unix socket\n"
 "      --admit-timeout MS   reject requests unanswered this long (2000)\n"
@@ -82,6 +85,7 @@ enum {
     O_ROPE, O_KVMEM, O_ONFULL, O_FILL, O_NOFILL, O_FRAMEMS, O_DEADLINE,
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
+    O_TIMESCALE,
     O_KVDTYPE, O_WEIGHTS,
     O_LATFMT,
 };
@@ -95,6 +99,8 @@ typedef struct serve_args {
     int             fill;           /* -1: by the policy */
     double          frame_ms;       /* 0: the model's frame */
     double          deadline_ms;    /* 0: two frame periods */
+    double          time_scale;     /* 1, or K > 1 (sim only): model time
+                                       runs K times faster than real time */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
@@ -116,6 +122,7 @@ static const struct option longopts[] = {
     {"no-fill", no_argument, 0, O_NOFILL},
     {"frame-ms", required_argument, 0, O_FRAMEMS},
     {"deadline-ms", required_argument, 0, O_DEADLINE},
+    {"time-scale", required_argument, 0, O_TIMESCALE},
     {"max-sessions", required_argument, 0, O_MAXSESS},
     {"control", required_argument, 0, O_CONTROL},
     {"admit-timeout", required_argument, 0, O_ADMITTO},
@@ -149,6 +156,7 @@ static void args_default(serve_args *a)
     a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     a->model = "synthetic:small";
     a->fill = -1;
+    a->time_scale = 1;
 }
 
 /* The options whose value is one of a few words. 0, or -1 (said). */
@@ -221,6 +229,7 @@ static int number_option(serve_args *a, int c, const char *arg)
         return 0;
     case O_FRAMEMS: return mt_opt_ms(arg, 1, 10000, &a->frame_ms);
     case O_DEADLINE: return mt_opt_ms(arg, 1, 600000, &a->deadline_ms);
+    case O_TIMESCALE: return mt_opt_double(arg, 1, 1000, &a->time_scale);
     case O_MAXSESS:
         if (mt_opt_int(arg, 1, 4096, &a->eo.max_sessions)) return -1;
         a->so.max_sessions = a->eo.max_sessions;
@@ -278,6 +287,10 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
     if (!a->so.stdio == !a->so.socket_path)
         return mt_opt_usage_error("give exactly one of -s PATH and --stdio");
+    /* On a real device the compute cannot be made K times faster, so a
+     * scaled clock there would be a different experiment, not a faster one. */
+    if (a->time_scale != 1 && a->dopt.device != MT_DEV_SIM)
+        return mt_opt_usage_error("--time-scale needs --device sim:PROFILE");
     return -1;
 }
 
@@ -313,9 +326,14 @@ static void settle(serve_args *a, const mt_model *m, uint64_t t0)
 {
     if (a->frame_ms <= 0)
         a->frame_ms = 1000.0 * m->cfg.frame_samples / m->cfg.sample_rate;
+    /* --frame-ms and --deadline-ms are model time, like the profile's
+     * step times: all of them are divided by the same K */
+    a->frame_ms /= a->time_scale;
     a->eo.frame_ns = (uint64_t)(a->frame_ms * 1e6);
-    a->eo.deadline_ns = a->deadline_ms > 0 ? (uint64_t)(a->deadline_ms * 1e6)
-                                           : 2 * a->eo.frame_ns;
+    a->eo.deadline_ns = a->deadline_ms > 0
+        ? (uint64_t)(a->deadline_ms / a->time_scale * 1e6)
+        : 2 * a->eo.frame_ns;
+    a->dopt.sim_time_scale = a->time_scale;
     a->eo.fill = a->fill >= 0 ? a->fill : a->dopt.kv.policy == MT_KV_FULL;
     a->eo.drop_when_full = !a->so.stdio;
     a->dopt.max_batch = a->eo.max_sessions;
@@ -339,6 +357,10 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
             mt_kv_used_bytes(mt_decoder_pool(dec)) + mt_kv_free_bytes(mt_decoder_pool(dec)),
             a->frame_ms, a->eo.fill ? "on" : "off",
             a->so.stdio ? "stdio" : "socket ", a->so.stdio ? "" : a->so.socket_path);
+    if (a->time_scale != 1)
+        fprintf(stderr, "%s: TIME-SCALED x%g: model time runs %g times faster "
+                "than real time; tick lines (t, ms figures) are in real time\n",
+                prog, a->time_scale, a->time_scale);
 }
 
 /* "512 MiB", "8.50 MiB": whole MiB without decimals. */
