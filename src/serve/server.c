@@ -11,7 +11,8 @@
  * Admission: HELLO is checked against the model's format (a mismatch gets
  * REJECT with the reason); a `request session=ID ...` line goes to the
  * machine stream; then either the static rule (--max-sessions) decides at
- * once, or the control input's `accept ID` / `reject ID reason` line does,
+ * once, or the control input's `accept ID` / `reject ID reason` line does
+ * (and a `shed ID reason` line ends an admitted session: do_shed),
  * within admit_timeout. The engine refuses, whatever was decided, a window
  * session the KV pool cannot hold for its whole bound.
  *
