@@ -134,6 +134,11 @@ typedef struct mt_tick {
     char     device[48];
     double   sim_pred_ms;
     double   sim_noise_ms;
+    /* ---- shedding (issue 24); optional, after the device keys ----------
+     * shed: sessions ended so far (total) by a controller's `shed` line
+     * because capacity fell under the admitted load; written when >= 0,
+     * -1 when read from a line without the key (older servers). */
+    int64_t  shed;
 } mt_tick;
 #define MT_TICK_DEVICE_MAX 48
 
