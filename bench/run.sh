@@ -10,4 +10,7 @@ for b in bench/bench_*.sh; do
     echo "=== $b"
     bash "$b" || { echo "bench: $b failed" >&2; rc=1; }
 done
+# issue 24: the admission policies at scale, on a simulated device
+echo "=== bench/bench_admit.sh MODE=sim"
+MODE=sim bash bench/bench_admit.sh || { echo "bench: bench_admit.sh MODE=sim failed" >&2; rc=1; }
 exit $rc

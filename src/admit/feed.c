@@ -34,11 +34,11 @@ static mt_feed_kind handle(mt_admit_feed *f, const char *line, size_t len)
         return MT_FEED_EMPTY;
     const char *kind = mt_latline_kind(ll);
     if (!strcmp(kind, "tick")) {
-        mt_tick t;
-        if (mt_tick_from_line(ll, f->lineno, &t, err, sizeof err) != 0)
+        mt_tick *t = &f->tick;
+        if (mt_tick_from_line(ll, f->lineno, t, err, sizeof err) != 0)
             return bad_line(f, err);
-        f->t = t.t;
-        mt_admit_tick(f->a, &t);
+        f->t = t->t;
+        mt_admit_tick(f->a, t);
         return MT_FEED_TICK;
     }
     if (!strcmp(kind, "request")) {
@@ -51,12 +51,12 @@ static mt_feed_kind handle(mt_admit_feed *f, const char *line, size_t len)
         return MT_FEED_REQUEST;
     }
     if (!strcmp(kind, "admit")) {
-        mt_verdict_rec v;
-        if (mt_verdict_from_line(ll, f->lineno, &v, err, sizeof err) != 0)
+        mt_verdict_rec *v = &f->verdict;
+        if (mt_verdict_from_line(ll, f->lineno, v, err, sizeof err) != 0)
             return bad_line(f, err);
-        if (v.t >= 0)
-            f->t = v.t;
-        mt_admit_server_verdict(f->a, v.session, v.accept);
+        if (v->t >= 0)
+            f->t = v->t;
+        mt_admit_server_verdict(f->a, v->session, v->accept);
         return MT_FEED_VERDICT;
     }
     f->ignored++;    /* frame lines, client lines: not ours */

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "admit/admit.h"
+#include "wire/admission.h"
 #include "wire/latline.h"
 
 /* What one line was. */
@@ -41,6 +42,10 @@ typedef struct mt_admit_feed {
     size_t    len, last_len;
     int       overlong;
     mt_latline ll;        /* scratch for the parser */
+    /* the last tick and verdict read (valid after MT_FEED_TICK and
+     * MT_FEED_VERDICT), for what else reads the stream (shedding) */
+    mt_tick        tick;
+    mt_verdict_rec verdict;
 } mt_admit_feed;
 
 /* f is about 10 KB (a line and its parse). */

@@ -3,7 +3,8 @@
  * Thin main over admit.c and feed.c: reads mt-serve's machine stream (tick lines,
  * `request` and `admit` lines; anything else ignored) on stdin or from a
  * recorded log (--replay), feeds it to the chosen policy, and writes
- * `accept ID` / `reject ID reason` and `limit N` lines to stdout, flushed
+ * `accept ID` / `reject ID reason` and `limit N` lines (and, with --shed,
+ * `shed ID reason` lines: shed.h) to stdout, flushed
  * one by one, for mt-serve's --control input. A bad line is counted and
  * reported with its line number, never fatal: the controller must outlive
  * any garbage on its input. End of input ends it cleanly.
@@ -19,6 +20,7 @@
 
 #include "admit/admit.h"
 #include "admit/feed.h"
+#include "admit/shed.h"
 #include "wire/admission.h"
 #include "cmd/opt.h"
 #include "wire/latline.h"
@@ -52,6 +54,14 @@ static void usage(FILE *f)
 "      --long N           gradient: window of the minimum, ticks (600)\n"
 "      --smoothing F      gradient: limit smoothing (0.2)\n"
 "      --queue N          gradient: queue allowance (default sqrt(limit))\n"
+"  shedding (off by default; see mt-admit(1)):\n"
+"      --shed             end sessions (newest first) while lateness over the\n"
+"                         budget is sustained, until it is back under\n"
+"      --shed-order O     newest (default) or oldest\n"
+"      --shed-target F    shed so the step lands under F x budget (0.7)\n"
+"      --shed-sustain MS  lateness this long before shedding (400)\n"
+"      --shed-settle MS   after a shed, wait before judging again (400)\n"
+"      --shed-hold MS     after a shed, admit no more than what was kept (10000)\n"
 "  output:\n"
 "      --status-every N   a status line on stderr every N ticks (25; 0 off)\n"
 "      --replay LOG       offline: print the decisions for a recorded log\n"
@@ -74,6 +84,7 @@ typedef struct run {
     long   reported;
     int    status_every;
     const char *policy_name;
+    mt_shed *shed;      /* NULL: --shed not given */
 } run;
 
 static void out_line(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -113,6 +124,17 @@ static void control_out(run *r, const mt_control *c)
 static void emit(void *ctx, uint32_t id, int accept, const char *reason)
 {
     run *r = ctx;
+    /* after a shed the policy's estimate is the old capacity's: hold
+     * admissions at what was kept (the server's verdict line then tells
+     * the policy the session was refused) */
+    char held[160];
+    if (accept && r->shed && !mt_shed_allow_accept(r->shed)) {
+        mt_shed_stats ss;
+        mt_shed_get_stats(r->shed, &ss);
+        snprintf(held, sizeof held, "shedding: holding at %d sessions", ss.cap);
+        accept = 0;
+        reason = held;
+    }
     if (r->replay) {
         if (accept)
             out_line(r, "decision line=%ld t=%.3f policy=%s session=%u verdict=accept\n",
@@ -127,6 +149,19 @@ static void emit(void *ctx, uint32_t id, int accept, const char *reason)
             snprintf(c.reason, sizeof c.reason, "%s", reason ? reason : "");
         control_out(r, &c);
     }
+}
+
+static void emit_shed(void *ctx, uint32_t id, const char *reason)
+{
+    run *r = ctx;
+    if (r->replay) {
+        out_line(r, "shed line=%ld t=%.3f policy=%s session=%u reason=\"%s\"\n",
+                 r->feed.lineno, r->feed.t, r->policy_name, id, reason);
+        return;
+    }
+    mt_control c = {.kind = MT_CONTROL_SHED, .session = id};
+    snprintf(c.reason, sizeof c.reason, "%s", reason);
+    control_out(r, &c);
 }
 
 static void report_bad(void *ctx, const char *msg)
@@ -165,6 +200,11 @@ static void status(run *r, const char *why)
  * line follow it. */
 static void after_line(run *r, mt_feed_kind k)
 {
+    if (r->shed && k == MT_FEED_TICK)
+        mt_shed_tick(r->shed, &r->feed.tick);
+    if (r->shed && k == MT_FEED_VERDICT && r->feed.verdict.accept &&
+        mt_shed_admitted(r->shed, r->feed.verdict.session) != 0)
+        report_bad(r, "shed: out of memory for the admitted sessions");
     if (k == MT_FEED_TICK && r->status_every > 0) {
         mt_admit_stats st;
         mt_admit_get_stats(r->a, &st);
@@ -209,7 +249,8 @@ static const mt_cli cli = {
 enum {
     O_SIGNAL = 256, O_HOLD, O_MAXLIM, O_SETTLE, O_STALE, O_FORGET, O_Z, O_QZ,
     O_INTERVAL, O_INITIAL, O_BETA, O_TOL, O_LONG, O_SMOOTH, O_QUEUE, O_STATUS,
-    O_REPLAY,
+    O_REPLAY, O_SHED, O_SHED_ORDER, O_SHED_TARGET, O_SHED_SUSTAIN, O_SHED_SETTLE,
+    O_SHED_HOLD,
 };
 
 static const struct option longopts[] = {
@@ -233,6 +274,12 @@ static const struct option longopts[] = {
     {"queue", required_argument, 0, O_QUEUE},
     {"status-every", required_argument, 0, O_STATUS},
     {"replay", required_argument, 0, O_REPLAY},
+    {"shed", no_argument, 0, O_SHED},
+    {"shed-order", required_argument, 0, O_SHED_ORDER},
+    {"shed-target", required_argument, 0, O_SHED_TARGET},
+    {"shed-sustain", required_argument, 0, O_SHED_SUSTAIN},
+    {"shed-settle", required_argument, 0, O_SHED_SETTLE},
+    {"shed-hold", required_argument, 0, O_SHED_HOLD},
     MT_OPT_COMMON,
     {0, 0, 0, 0},
 };
@@ -241,6 +288,8 @@ static const struct option longopts[] = {
 
 typedef struct admit_args {
     mt_admit_opts o;
+    mt_shed_opts  shed;
+    int           shed_on;
     const char   *policies, *replay;
     int           status_every;
     char          plist[512];           /* policies, cut at the commas */
@@ -277,6 +326,14 @@ static int value_option(admit_args *a, int c, const char *arg)
     case O_SMOOTH: return mt_opt_double(arg, 0.001, 1, &o->smoothing);
     case O_QUEUE: return mt_opt_int(arg, 0, MT_ADMIT_MAX_LEVEL, &o->queue);
     case O_STATUS: return mt_opt_int(arg, 0, INT_MAX, &a->status_every);
+    case O_SHED_ORDER:
+        if (mt_shed_order_parse(arg, &a->shed.order) != 0)
+            return mt_opt_bad_opt("--shed-order", arg, "is not newest or oldest"), -1;
+        return 0;
+    case O_SHED_TARGET: return mt_opt_double(arg, 0.01, 1, &a->shed.target);
+    case O_SHED_SUSTAIN: return mt_opt_ms(arg, 0, 1e6, &a->shed.sustain_ms);
+    case O_SHED_SETTLE: return mt_opt_ms(arg, 0, 1e6, &a->shed.settle_ms);
+    case O_SHED_HOLD: return mt_opt_ms(arg, 0, 1e7, &a->shed.hold_ms);
     }
     return -1;
 }
@@ -320,6 +377,8 @@ static int parse_args(int argc, char **argv, admit_args *a)
             a->policies = optarg;
         else if (c == O_REPLAY)
             a->replay = optarg;
+        else if (c == O_SHED)
+            a->shed_on = 1;
         else if (value_option(a, c, optarg))
             return 2;
     }
@@ -348,9 +407,19 @@ static int run_policy(const admit_args *a, const char *name)
         return -1;
     }
     mt_admit_feed_init(&r.feed, r.a, report_bad, &r);
+    if (a->shed_on) {
+        mt_shed_opts so = a->shed;
+        so.budget_ms = oi.budget_ms;
+        if (mt_shed_create(&so, emit_shed, &r, &r.shed, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            mt_admit_free(r.a);
+            return -1;
+        }
+    }
     FILE *in = stdin;
     if (a->replay && !(in = fopen(a->replay, "r"))) {
         fprintf(stderr, "%s: %s: %s\n", prog, a->replay, strerror(errno));
+        mt_shed_free(r.shed);
         mt_admit_free(r.a);
         return -1;
     }
@@ -377,6 +446,13 @@ static int run_policy(const admit_args *a, const char *name)
                  (long long)st.accepted, (long long)st.rejected,
                  mt_admit_limit(r.a), r.feed.bad_lines);
     status(&r, "end");
+    if (r.shed) {
+        mt_shed_stats ss;
+        mt_shed_get_stats(r.shed, &ss);
+        fprintf(stderr, "shed policy=%s shed=%lld episodes=%lld at=end\n", name,
+                (long long)ss.shed, (long long)ss.episodes);
+    }
+    mt_shed_free(r.shed);
     mt_admit_free(r.a);
     return rc;
 }
@@ -386,6 +462,7 @@ int main(int argc, char **argv)
     admit_args a;
     memset(&a, 0, sizeof a);
     mt_admit_opts_default(&a.o);
+    mt_shed_opts_default(&a.shed);
     a.policies = "metronome";
     a.status_every = 25;
     int rc = parse_args(argc, argv, &a);

@@ -16,6 +16,7 @@
 #include "cmd/quality_cmd.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
+#include "decode/sim_profile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -107,7 +108,7 @@ enum {
     O_TSV, O_SERVE, O_RUNS, O_DURATION, O_SEED, O_ARRIVALS, O_LENGTHS,
     O_MAXSESS, O_STARVE, O_DATA, O_LAYERS, O_KVHEADS, O_HEADDIM, O_BACKEND,
     O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES,
-    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN,
+    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN, O_TIMESCALE,
 };
 
 typedef struct load_opts {
@@ -559,7 +560,12 @@ static void help_sweep(FILE *f)
 "  --budget MS         the wall's latency budget (default: two frame periods,\n"
 "                      mt-serve's default deadline: a frame waits up to a\n"
 "                      period for its tick, so one session's p99 is already\n"
-"                      about one period)\n");
+"                      about one period)\n"
+"  --time-scale K      a simulated server K times faster than real time\n"
+"                      (added to the spawned server's arguments; with -s,\n"
+"                      start it with --time-scale K): clients pace at\n"
+"                      period/K, --hold and --warmup and every figure are\n"
+"                      model time\n");
 }
 
 static const mt_cli cli_sweep = {
@@ -584,6 +590,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
         {"serve", required_argument, 0, O_SERVE},
         {"budget", required_argument, 0, O_BUDGET},
         {"token-file", required_argument, 0, O_TOKEN},
+        {"time-scale", required_argument, 0, O_TIMESCALE},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -613,6 +620,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
             o->token = tok;
             break;
         }
+        case O_TIMESCALE: bad = mt_opt_double(optarg, 1, 1000, &o->time_scale); break;
         }
         if (bad)
             return 2;
@@ -692,7 +700,10 @@ LOAD_HELP
 "  --serve BIN         the mt-serve to start (default: beside mt-probe)\n"
 "  --audio FILE        what the sessions send (default synthetic voice-like)\n"
 "  --backend B         cpu or cuda: the cache element size for predict\n"
-"  --samples N         Monte Carlo seeds for the summary's prediction\n");
+"  --samples N         Monte Carlo seeds for the summary's prediction\n"
+"  --time-scale K      simulated devices: each server gets --time-scale K\n"
+"                      and the load runs K times faster; every time in\n"
+"                      the table is model time (real time x K)\n");
 }
 
 static const mt_cli cli_soak = {
@@ -714,6 +725,7 @@ static int soak_options(int argc, char **argv, mt_soak_opts *o, load_opts *ld,
         {"audio", required_argument, 0, O_AUDIO},
         {"backend", required_argument, 0, O_BACKEND},
         {"samples", required_argument, 0, O_SAMPLES},
+        {"time-scale", required_argument, 0, O_TIMESCALE},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -729,6 +741,9 @@ static int soak_options(int argc, char **argv, mt_soak_opts *o, load_opts *ld,
         case O_DATA: o->data_dir = optarg; break;
         case O_SERVE: *serve = optarg; break;
         case O_AUDIO: o->audio = optarg; break;
+        case O_TIMESCALE:
+            r = mt_opt_double(optarg, 1, 1000, &o->time_scale) ? -1 : 1;
+            break;
         default:
             if (!(r = shape_opt(so, c, optarg)))
                 r = load_opt(ld, c, optarg);
@@ -815,6 +830,19 @@ static void soak_shape(shape_opts *so, const mt_soak_config *cfg, int ncfg)
             if (!strcmp(cfg[i].args[k], "cuda") ||
                 !strcmp(cfg[i].args[k], "--device=cuda"))
                 so->elem = 2;
+    /* a simulated device: the profile's K/V element */
+    for (int i = 0; i < ncfg; i++)
+        for (int k = 0; k < cfg[i].nargs; k++) {
+            const char *a = cfg[i].args[k];
+            if (!strncmp(a, "--device=", 9))
+                a += 9;
+            if (strncmp(a, "sim:", 4))
+                continue;
+            mt_sim_profile p;
+            char e[256];
+            if (mt_sim_profile_load(a + 4, &p, e, sizeof e) == 0)
+                so->elem = p.kv_bytes;
+        }
 }
 
 static int cmd_soak(int argc, char **argv)

@@ -61,6 +61,9 @@ static void usage(FILE *f)
 "      --frame-ms MS        tick period (default: the model's frame)\n"
 "      --deadline-ms MS     an output is due MS after its input arrived\n"
 "                           (default: two frame periods)\n"
+"      --time-scale K       sim devices only: run K times faster than real\n"
+"                           time (tick, deadline and every simulated step\n"
+"                           divided by K; clients must pace at period/K)\n"
 "      --max-sessions N     admitted at once (default 64)\n"
 "      --control PATH       admission answers from a FIFO or Unix socket\n"
 "      --admit-timeout MS   reject requests unanswered this long (2000)\n"
@@ -93,6 +96,7 @@ enum {
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
+    O_TIMESCALE,
     O_LATFMT,
 };
 
@@ -107,6 +111,8 @@ typedef struct serve_args {
     double          deadline_ms;    /* 0: two frame periods */
     const char     *token_file;
     char            token[MT_TOKEN_MAX + 1];
+    double          time_scale;     /* 1, or K > 1 (sim only): model time
+                                       runs K times faster than real time */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
@@ -134,6 +140,7 @@ static const struct option longopts[] = {
     {"no-fill", no_argument, 0, O_NOFILL},
     {"frame-ms", required_argument, 0, O_FRAMEMS},
     {"deadline-ms", required_argument, 0, O_DEADLINE},
+    {"time-scale", required_argument, 0, O_TIMESCALE},
     {"max-sessions", required_argument, 0, O_MAXSESS},
     {"control", required_argument, 0, O_CONTROL},
     {"admit-timeout", required_argument, 0, O_ADMITTO},
@@ -167,6 +174,7 @@ static void args_default(serve_args *a)
     a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     a->model = "synthetic:small";
     a->fill = -1;
+    a->time_scale = 1;
 }
 
 /* The options whose value is one of a few words. 0, or -1 (said). */
@@ -239,6 +247,7 @@ static int number_option(serve_args *a, int c, const char *arg)
         return 0;
     case O_FRAMEMS: return mt_opt_ms(arg, 1, 10000, &a->frame_ms);
     case O_DEADLINE: return mt_opt_ms(arg, 1, 600000, &a->deadline_ms);
+    case O_TIMESCALE: return mt_opt_double(arg, 1, 1000, &a->time_scale);
     case O_MAXSESS:
         if (mt_opt_int(arg, 1, 4096, &a->eo.max_sessions)) return -1;
         a->so.max_sessions = a->eo.max_sessions;
@@ -315,6 +324,10 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return mt_opt_usage_error("give -s PATH and/or --listen HOST:PORT, or --stdio");
     if (a->so.stdio && a->so.agent_addr)
         return mt_opt_usage_error("--agent needs a listening server, not --stdio");
+    /* On a real device the compute cannot be made K times faster, so a
+     * scaled clock there would be a different experiment, not a faster one. */
+    if (a->time_scale != 1 && a->dopt.device != MT_DEV_SIM)
+        return mt_opt_usage_error("--time-scale needs --device sim:PROFILE");
     if (a->token_file) {
         char err[512];
         size_t len = 0;
@@ -364,9 +377,14 @@ static void settle(serve_args *a, const mt_model *m, uint64_t t0)
 {
     if (a->frame_ms <= 0)
         a->frame_ms = 1000.0 * m->cfg.frame_samples / m->cfg.sample_rate;
+    /* --frame-ms and --deadline-ms are model time, like the profile's
+     * step times: all of them are divided by the same K */
+    a->frame_ms /= a->time_scale;
     a->eo.frame_ns = (uint64_t)(a->frame_ms * 1e6);
-    a->eo.deadline_ns = a->deadline_ms > 0 ? (uint64_t)(a->deadline_ms * 1e6)
-                                           : 2 * a->eo.frame_ns;
+    a->eo.deadline_ns = a->deadline_ms > 0
+        ? (uint64_t)(a->deadline_ms / a->time_scale * 1e6)
+        : 2 * a->eo.frame_ns;
+    a->dopt.sim_time_scale = a->time_scale;
     a->eo.fill = a->fill >= 0 ? a->fill : a->dopt.kv.policy == MT_KV_FULL;
     a->eo.drop_when_full = !a->so.stdio;
     a->dopt.max_batch = a->eo.max_sessions;
@@ -391,6 +409,10 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
             a->frame_ms, a->eo.fill ? "on" : "off",
             a->so.stdio ? "stdio" : a->so.socket_path ? "socket " : "tcp ",
             a->so.stdio ? "" : a->so.socket_path ? a->so.socket_path : a->so.listen_addr);
+    if (a->time_scale != 1)
+        fprintf(stderr, "%s: TIME-SCALED x%g: model time runs %g times faster "
+                "than real time; tick lines (t, ms figures) are in real time\n",
+                prog, a->time_scale, a->time_scale);
 }
 
 /* "512 MiB", "8.50 MiB": whole MiB without decimals. */

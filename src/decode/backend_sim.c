@@ -24,6 +24,7 @@ struct mt_sim {
     size_t         kv_budget;
     mt_sim_clock   clk;
     uint64_t       t0;
+    double         time_scale;   /* K: waits are model time / K */
     uint64_t       rng[4];       /* xoshiro256** */
     int            have_spare;   /* polar method gives normals in pairs */
     double         spare;
@@ -136,6 +137,7 @@ int mt_sim_create(const mt_sim_profile *p, const mt_config *c,
     else
         s->clk = (mt_sim_clock){ real_now, real_sleep_until, NULL };
     s->t0 = s->clk.now(s->clk.ctx);
+    s->time_scale = 1;
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);
@@ -151,6 +153,13 @@ void mt_sim_free(mt_sim *s)
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
+
+void mt_sim_set_time_scale(mt_sim *s, double k)
+{
+    s->time_scale = k > 1 ? k : 1;
+}
+
+double mt_sim_time_scale(const mt_sim *s) { return s->time_scale; }
 
 const mt_sim_profile *mt_sim_profile_of(const mt_sim *s) { return &s->p; }
 const char *mt_sim_label(const mt_sim *s) { return s->label; }
@@ -217,21 +226,28 @@ double mt_sim_draw_noise(mt_sim *s, double pred_s)
 static void wait_cost(mt_sim *s, uint64_t start, const mt_sim_cost *c)
 {
     double noise = mt_sim_draw_noise(s, c->total);
-    double wait_s = c->total + noise;
+    double k = s->time_scale;
+    double wait_s = (c->total + noise) / k;
     if (wait_s < 0)
         wait_s = 0;
     pthread_mutex_lock(&s->mu);
-    s->pred_ms += c->total * 1e3;
-    s->noise_ms += noise * 1e3;
+    s->pred_ms += c->total * 1e3 / k;
+    s->noise_ms += noise * 1e3 / k;
     pthread_mutex_unlock(&s->mu);
     s->clk.sleep_until(s->clk.ctx, start + (uint64_t)llround(wait_s * 1e9));
+}
+
+/* Model seconds since the device started (the schedule's clock). */
+static double model_s(const mt_sim *s, uint64_t now)
+{
+    return (double)(now - s->t0) / 1e9 * s->time_scale;
 }
 
 void mt_sim_run_step(mt_sim *s, int B, const int64_t *visible)
 {
     uint64_t start = s->clk.now(s->clk.ctx);
     mt_sim_cost c;
-    mt_sim_step_cost(s, B, visible, (double)(start - s->t0) / 1e9, &c);
+    mt_sim_step_cost(s, B, visible, model_s(s, start), &c);
     wait_cost(s, start, &c);
 }
 
@@ -241,7 +257,7 @@ void mt_sim_run_prefill(mt_sim *s, int64_t n, int64_t visible_last,
     uint64_t start = s->clk.now(s->clk.ctx);
     mt_sim_cost c;
     mt_sim_prefill_cost(s, n, visible_last, visible_sum,
-                        (double)(start - s->t0) / 1e9, &c);
+                        model_s(s, start), &c);
     wait_cost(s, start, &c);
 }
 

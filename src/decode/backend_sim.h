@@ -57,6 +57,11 @@ int  mt_sim_create(const mt_sim_profile *p, const mt_config *c,
                    const mt_sim_clock *clk, mt_sim **out, char *err,
                    size_t errlen);
 void mt_sim_free(mt_sim *s);
+/* Time scale K (<= 1: none): every wait is the model's time over K, the
+ * predictions mt_sim_take reports too (they compare with the host's clock),
+ * and the schedule reads model time (K times the real time elapsed). */
+void   mt_sim_set_time_scale(mt_sim *s, double k);
+double mt_sim_time_scale(const mt_sim *s);
 
 const mt_sim_profile *mt_sim_profile_of(const mt_sim *s);
 const char *mt_sim_label(const mt_sim *s);       /* "sim:NAME" */

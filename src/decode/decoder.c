@@ -179,6 +179,7 @@ static int make_sim(mt_decoder *d, char *err, size_t errlen)
         return -1;
     if (mt_sim_create(&prof, &d->m->cfg, NULL, &d->sim, err, errlen) != 0)
         return -1;
+    mt_sim_set_time_scale(d->sim, d->o.sim_time_scale);
     mt_kv_params kp = d->o.kv;
     kp.position_bytes = mt_sim_position_bytes(d->sim);
     if (kp.budget_bytes == 0)
@@ -204,10 +205,11 @@ static int make_sim(mt_decoder *d, char *err, size_t errlen)
     }
     snprintf(d->note, sizeof d->note,
              "SIMULATED device %s (profile %s: %.4g B memory, %.4g B/s, %.4g flop/s, "
-             "%.4g B of weights, K/V pool %zu B%s): no figure from this server is a measurement",
+             "%.4g B of weights, K/V pool %zu B%s%s): no figure from this server is a measurement",
              mt_sim_label(d->sim), prof.path, prof.memory_bytes, prof.bandwidth,
              prof.matrix_rate, mt_sim_weight_bytes(d->sim), kp.budget_bytes,
-             kp.budget_bytes == mt_sim_kv_budget(d->sim) ? "" : ", set by the caller");
+             kp.budget_bytes == mt_sim_kv_budget(d->sim) ? "" : ", set by the caller",
+             mt_sim_time_scale(d->sim) != 1 ? ", time-scaled: steps wait 1/K of the model's time" : "");
     return 0;
 }
 

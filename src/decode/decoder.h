@@ -64,6 +64,10 @@ typedef struct mt_decoder_opts {
      * kv.budget_bytes 0 takes the profile's budget (memory less weights
      * less reserve). The model may be a shape-only load. */
     const char  *sim_profile;
+    /* MT_DEV_SIM: every modeled duration is divided by this (<= 1: none),
+     * so a run of model time T takes T/K of real time (mt-serve
+     * --time-scale). */
+    double       sim_time_scale;
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm / tokens is used. */

@@ -188,6 +188,12 @@ typedef struct mt_sweep_opts {
     const char *tsv_out;        /* also write the table here (plots) */
     int         progress;       /* stderr progress lines */
     double      budget_ms;      /* the wall's latency budget; 0: two periods */
+    double      time_scale;     /* K > 1: a simulated server running K times
+                                   faster (--time-scale K, added to the
+                                   spawned server's arguments); the clients
+                                   pace at period/K, hold and warm-up are
+                                   model time, and every figure is reported
+                                   in model time (real x K) */
     volatile sig_atomic_t *stop;/* set (by a signal handler): end cleanly */
     /* spawn our own server instead of -s: */
     const char *serve_bin;
@@ -234,6 +240,11 @@ typedef struct mt_soak_opts {
                                      stopping the run's server */
     mt_predict_params pred;       /* shape filled from -m; pool per config */
     const char  *model;           /* from the mt-serve args, for predict */
+    double       time_scale;      /* K > 1: every server gets --time-scale K
+                                     (simulated devices), the workload and
+                                     the clients run K times faster, and
+                                     every time reported is model time
+                                     (real x K); <= 1: real time */
 } mt_soak_opts;
 
 typedef struct mt_soak_run {

@@ -16,6 +16,12 @@
  * The measured time to collapse is the onset of the first starvation (the
  * last real frame before the gap), in seconds since the load started, the
  * same clock as the prediction (mt_predict_one of the run's seed).
+ *
+ * With a time scale K (simulated devices only), the server runs K times
+ * faster than real time and so does everything here: arrivals, the client's
+ * frame clock, the starvation threshold. Every time measured is multiplied
+ * back by K, so rows, thresholds and predictions are all in model time and
+ * a scaled run is read exactly like an unscaled one.
  */
 #include "util/errmsg.h"
 #include "util/stats.h"
@@ -75,6 +81,7 @@ typedef struct soak_ctx {
     mt_workload         w;
     soak_sess          *s;
     uint64_t            t0, starve_ns;
+    double              k;              /* time scale: model s per real s */
     double              onset_s;        /* first starvation onset */
     double              max_gap_s;
     uint64_t            real, fills;
@@ -90,14 +97,14 @@ static void note_gap(soak_ctx *x, soak_sess *s, uint64_t now)
 {
     if (!s->last_real || now <= s->last_real)
         return;
-    double gap = (double)(now - s->last_real) / 1e9;
+    double gap = (double)(now - s->last_real) / 1e9 * x->k;
     if (gap > s->max_gap_s)
         s->max_gap_s = gap;
     if (gap > x->max_gap_s)
         x->max_gap_s = gap;
     if (now - s->last_real >= x->starve_ns && x->onset_s < 0 &&
         s->last_real >= x->t0)
-        x->onset_s = (double)(s->last_real - x->t0) / 1e9;
+        x->onset_s = (double)(s->last_real - x->t0) / 1e9 * x->k;
     else if (now - s->last_real >= x->starve_ns && x->onset_s < 0)
         x->onset_s = 0;
 }
@@ -198,7 +205,7 @@ static void classify_ticks(const soak_ctx *x, mt_soak_run *run, double period_s)
     run->late_end_ms = 0;
     for (size_t i = 0; i < x->ntk; i++) {
         const tick_rec *r = &x->tk[i];
-        double t = r->t + off;
+        double t = (r->t + off) * x->k, late_ms = r->late_ms * x->k;
         if (t < 0)
             continue;
         uint64_t pool = (uint64_t)(r->kv_used + r->kv_free);
@@ -207,17 +214,17 @@ static void classify_ticks(const soak_ctx *x, mt_soak_run *run, double period_s)
              (r->fill > 0 && pool && (double)r->kv_free < 0.01 * (double)pool)))
             run->overflow_s = t;
         if (t <= D)
-            run->late_end_ms = r->late_ms;
+            run->late_end_ms = late_ms;
         if (t >= 0.5 * D && t <= 0.95 * D) {
             sx += t;
-            sy += r->late_ms;
+            sy += late_ms;
             sxx += t * t;
-            sxy += t * r->late_ms;
+            sxy += t * late_ms;
             n++;
-            if (r->late_ms > maxlate)
-                maxlate = r->late_ms;
+            if (late_ms > maxlate)
+                maxlate = late_ms;
         }
-        if (first_late < 0 && r->late_ms >= 1000 && t <= D)
+        if (first_late < 0 && late_ms >= 1000 && t <= D)
             first_late = t;
     }
     run->late_slope = 0;
@@ -261,6 +268,7 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     const mt_soak_config *c = &o->cfg[ci];
     soak_ctx *x = calloc(1, sizeof *x);
     mt_client *cl = NULL;
+    char **args = NULL;
     mt_spawn_proc sp;
     char sock[512], log[512], tl[1024], e[256];
     int rc = -1;
@@ -278,7 +286,8 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     x->o = o;
     x->src = src;
     x->onset_s = -1;
-    x->starve_ns = (uint64_t)(o->starve_s * 1e9);
+    x->k = o->time_scale > 1 ? o->time_scale : 1;
+    x->starve_ns = (uint64_t)(o->starve_s / x->k * 1e9);
     mt_pctl_reset(&x->rtt);
     double period = pred->period_s > 0 ? pred->period_s : 0.08;
     if (mt_workload_make(&o->arrivals, &o->lengths, o->duration_s, period,
@@ -303,7 +312,23 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         snprintf(tl, sizeof tl, "%s/ticks-c%d-r%02d.log", o->data_dir, ci, ri);
         x->tick_log = fopen(tl, "w");
     }
-    if (mt_spawn_start(&sp, o->serve_bin, c->args, c->nargs, sock, log, 60.0,
+    /* the configuration's arguments, and --time-scale K when scaled */
+    char kbuf[32];
+    snprintf(kbuf, sizeof kbuf, "%.17g", x->k);
+    args = calloc((size_t)c->nargs + 3, sizeof *args);
+    if (!args) {
+        mt_set_err(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < c->nargs; i++)
+        args[i] = c->args[i];
+    int nargs = c->nargs;
+    if (x->k > 1) {
+        static char time_scale_opt[] = "--time-scale";
+        args[nargs++] = time_scale_opt;
+        args[nargs++] = kbuf;
+    }
+    if (mt_spawn_start(&sp, o->serve_bin, args, nargs, sock, log, 60.0,
                         err, errlen))
         goto out;
     mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
@@ -314,6 +339,8 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     cc.hello.channels = 1;
     cc.hello.encoding = MT_ENC_PCM_S16LE;
     cc.max_sessions = x->w.n + 1;
+    if (x->k > 1)
+        cc.period_ns = (int64_t)llround(period / x->k * 1e9);
     cc.cb = &cb;
     cc.user = x;
     if (mt_client_new(&cc, &cl, err, errlen)) {
@@ -328,13 +355,13 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     }
     x->t0 = mt_client_now() + 100000000ull;
     for (int i = 0; i < x->w.n; i++)
-        if (mt_client_add_unix(cl, sock, x->t0 + (uint64_t)(x->w.s[i].start_s *
-                                                              1e9),
+        if (mt_client_add_unix(cl, sock, x->t0 + (uint64_t)(x->w.s[i].start_s /
+                                                              x->k * 1e9),
                                err, errlen) < 0) {
             mt_spawn_stop(&sp, 2.0, on_tick_line, x);
             goto out;
         }
-    uint64_t t_end = x->t0 + (uint64_t)(o->duration_s * 1e9);
+    uint64_t t_end = x->t0 + (uint64_t)(o->duration_s / x->k * 1e9);
     uint64_t t_give_up = t_end + 15000000000ull;
     int stopped = 0;
     for (;;) {
@@ -368,7 +395,7 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         {
             /* Runs done before this one, plus this one's share of its
              * duration: the estimate of time left scales by it. */
-            double in_run = ((double)now - (double)x->t0) / 1e9 / o->duration_s;
+            double in_run = ((double)now - (double)x->t0) / 1e9 * x->k / o->duration_s;
             in_run = in_run < 0 ? 0 : in_run > 1 ? 1 : in_run;
             char detail[160];
             snprintf(detail, sizeof detail, "%s, real %llu, fill %llu, "
@@ -408,17 +435,19 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         double off = tick_offset(x);
         fprintf(series, "# t late_ms naive_ms met naive_met\n");
         for (size_t i = 0; i < x->ntk; i++) {
-            double t = x->tk[i].t + off;
+            double t = (x->tk[i].t + off) * x->k;
             if (t < -1 || t > o->duration_s + 2)
                 continue;
-            fprintf(series, "%.3f %.2f %.3f %.2f %.2f\n", t, x->tk[i].late_ms,
-                    x->tk[i].naive_ms, x->tk[i].met, x->tk[i].naive_met);
+            fprintf(series, "%.3f %.2f %.3f %.2f %.2f\n", t,
+                    x->tk[i].late_ms * x->k, x->tk[i].naive_ms * x->k,
+                    x->tk[i].met, x->tk[i].naive_met);
         }
     }
     rc = 0;
 out:
     if (x->tick_log)
         fclose(x->tick_log);
+    free(args);
     mt_client_free(cl);
     mt_workload_free(&x->w);
     free(x->s);
@@ -505,6 +534,10 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             o->runs, o->ncfg, o->duration_s, a, l,
             (unsigned long long)o->seed,
             (unsigned long long)(o->seed + (uint64_t)o->runs - 1), o->starve_s);
+    if (o->time_scale > 1)
+        fprintf(out, "# time-scaled x%g: servers and clients ran %g times "
+                "faster than real time; every time below is model time\n",
+                o->time_scale, o->time_scale);
     fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
             "%s\n", "# config", "run", "seed", "sess", "acc", "rej", "real",
             "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s", "ovf_s",

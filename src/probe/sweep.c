@@ -45,6 +45,7 @@ typedef struct sweep_ctx {
     int64_t   kv_max;
     int       collecting;
     double    period_ms;      /* from ACCEPT */
+    double    k;              /* time scale: model s per real s */
     mt_latline ll;
 } sweep_ctx;
 
@@ -94,10 +95,10 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
         return;
     }
     x->real++;
-    push(&x->lat, &x->nlat, &x->caplat, r->server_ms);
-    push(&x->rtt, &x->nrtt, &x->caprtt, r->rtt_ms);
+    push(&x->lat, &x->nlat, &x->caplat, r->server_ms * x->k);
+    push(&x->rtt, &x->nrtt, &x->caprtt, r->rtt_ms * x->k);
     if (r->t_ready > r->t_start) {
-        x->step_sum += (double)(r->t_ready - r->t_start) / 1e6;
+        x->step_sum += (double)(r->t_ready - r->t_start) / 1e6 * x->k;
         x->step_n++;
     }
 }
@@ -114,7 +115,7 @@ static void on_line(void *user, const char *line, size_t len)
         mt_tick_from_line(&x->ll, 0, &t, e, sizeof e))
         return;
     if (t.stepped > 0) {
-        x->tick_step_sum += t.step_ms;
+        x->tick_step_sum += t.step_ms * x->k;
         x->tick_n++;
     }
     if (t.kv_used > x->kv_max)
@@ -172,6 +173,8 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
         cc.hello.token_len = (uint8_t)o->token_len;
     }
     cc.max_sessions = c + 1;
+    if (x->k > 1)   /* ACCEPT names the model's period; ours is 1/K of it */
+        cc.period_ns = (int64_t)llround(80e6 / x->k);
     cc.cb = &cb;
     cc.user = x;
     x->nlat = x->nrtt = 0;
@@ -187,13 +190,14 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
     uint64_t t0 = mt_client_now() + 50000000ull;
     /* Spread the starts over one period: sessions do not arrive in step. */
     for (int i = 0; i < c; i++)
-        if (mt_client_add_unix(cl, sock, t0 + (uint64_t)i * 80000000ull /
-                                             (uint64_t)c, err, errlen) < 0) {
+        if (mt_client_add_unix(cl, sock, t0 + (uint64_t)((double)i * 80e6 /
+                                                         x->k / c),
+                               err, errlen) < 0) {
             mt_client_free(cl);
             return -1;
         }
-    x->t_measure = t0 + (uint64_t)(o->warmup_s * 1e9);
-    uint64_t t_stop = x->t_measure + (uint64_t)(o->hold_s * 1e9);
+    x->t_measure = t0 + (uint64_t)(o->warmup_s / x->k * 1e9);
+    uint64_t t_stop = x->t_measure + (uint64_t)(o->hold_s / x->k * 1e9);
     int ended = 0;
     uint64_t give_up = t_stop + 20000000000ull;
     for (;;) {
@@ -236,7 +240,8 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
                 last = now;
                 fprintf(stderr, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
                         c, now > x->t_measure && !ended
-                               ? (double)(now - x->t_measure) / 1e9 : 0.0,
+                               ? (double)(now - x->t_measure) / 1e9 * x->k
+                               : 0.0,
                         o->hold_s);
             }
         }
@@ -327,6 +332,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     char sockbuf[256], tmpl[] = "/tmp/mt-probe-sweep.XXXXXX", log[300];
     const char *sock = o->sock;
     char *tmpdir = NULL;
+    char **sargs = NULL;
     int rc = -1, n = 0, wall = 0, walling = 1;
     memset(&sp, 0, sizeof sp);
     sp.pid = -1;
@@ -348,6 +354,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
         return -1;
     }
     x->src = &src;
+    x->k = o->time_scale > 1 ? o->time_scale : 1;
     if (mt_probe_source_open(&src, o->audio, err, errlen))
         goto out0;
     if (o->serve_bin) {
@@ -357,7 +364,23 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
         }
         snprintf(sockbuf, sizeof sockbuf, "%s/serve.sock", tmpdir);
         snprintf(log, sizeof log, "%s/serve.log", tmpdir);
-        if (mt_spawn_start(&sp, o->serve_bin, o->serve_args, o->nserve_args,
+        /* the arguments, and --time-scale K when scaled */
+        static char time_scale_opt[] = "--time-scale";
+        char kbuf[32];
+        snprintf(kbuf, sizeof kbuf, "%.17g", x->k);
+        sargs = calloc((size_t)o->nserve_args + 3, sizeof *sargs);
+        if (!sargs) {
+            mt_set_err(err, errlen, "out of memory");
+            goto out1;
+        }
+        for (int i = 0; i < o->nserve_args; i++)
+            sargs[i] = o->serve_args[i];
+        int nargs = o->nserve_args;
+        if (x->k > 1) {
+            sargs[nargs++] = time_scale_opt;
+            sargs[nargs++] = kbuf;
+        }
+        if (mt_spawn_start(&sp, o->serve_bin, sargs, nargs,
                             sockbuf, log, 60.0, err, errlen))
             goto out1;
         sock = sockbuf;
@@ -376,6 +399,10 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
             "latencies in ms from the server's timing in returned frames\n",
             o->hold_s, o->warmup_s);
+    if (x->k > 1)
+        fprintf(out, "# time-scaled x%g: the server and the clients ran %g "
+                "times faster than real time; times and latencies are model "
+                "time (real x %g)\n", x->k, x->k, x->k);
     fprintf(out, "concurrency\taccepted\trejected\treal\tfill\tp50_ms\tp99_ms"
             "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\n");
     fflush(out);
@@ -436,6 +463,7 @@ out1:
     }
     mt_probe_source_free(&src);
 out0:
+    free(sargs);
     free(x->lat);
     free(x->rtt);
     free(x);

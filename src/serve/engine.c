@@ -34,6 +34,8 @@
  *              |              queued input answered: END queued)         |
  *              |  ----------- mt_engine_fail, deliver_row (step failed, |
  *              |              no memory for history: ERROR queued) ---->|
+ *              |  ----------- mt_engine_shed (inputs left: misses, ---->|
+ *              |              END queued)                                |
  *              |                                                         |
  *              +--- mt_engine_close ----------+--------------------------+
  *                                             |
@@ -167,7 +169,7 @@ struct mt_engine {
 
     tick_counts     c;                  /* this tick's, under the lock */
     /* totals */
-    int64_t admitted, rejected;
+    int64_t admitted, rejected, shed;
     /* the published capacity (issue 23), under the lock */
     int     ctl_limit;                  /* last "limit N"; -1: none */
     char    fail_msg[160];              /* a tick failed: "" until then */
@@ -703,6 +705,25 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason)
     pthread_mutex_unlock(&e->mu);
 }
 
+int mt_engine_shed(mt_engine *e, uint32_t id)
+{
+    int rc = -1;
+    pthread_mutex_lock(&e->mu);
+    sess *s = find(e, id);
+    if (s && s->state == S_ACTIVE) {
+        /* a row in the batch being stepped: deliver_row sees the state is
+         * no longer S_ACTIVE and delivers nothing (its input is one of the
+         * misses counted here) */
+        drop_queue(e, s);
+        push_ctl(e, s, MT_FRAME_END, NULL, 0);
+        s->state = S_ENDED;
+        e->shed++;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
 void mt_engine_close(mt_engine *e, uint32_t id)
 {
     pthread_mutex_lock(&e->mu);
@@ -1163,6 +1184,7 @@ static void tick_figures(mt_engine *e, mt_tick *t, uint64_t t_end)
     t->kv_free = (int64_t)mt_kv_free_bytes(e->pool);
     t->admitted = e->admitted;
     t->rejected = e->rejected;
+    t->shed = e->shed;
     t->preempted = e->c.preempted;
     if (e->c.answered > 0) {
         double answered = (double)e->c.answered;

@@ -11,7 +11,8 @@
  * Admission: HELLO is checked against the model's format (a mismatch gets
  * REJECT with the reason); a `request session=ID ...` line goes to the
  * machine stream; then either the static rule (--max-sessions) decides at
- * once, or the control input's `accept ID` / `reject ID reason` line does,
+ * once, or the control input's `accept ID` / `reject ID reason` line does
+ * (and a `shed ID reason` line ends an admitted session: do_shed),
  * within admit_timeout. The engine refuses, whatever was decided, a window
  * session the KV pool cannot hold for its whole bound.
  *
@@ -940,13 +941,45 @@ static conn *find_pending(mt_server *s, uint32_t id)
     return NULL;
 }
 
+/* A controller's `shed ID reason` (issue 24): the admitted session ends
+ * now with END (its queued inputs answered or counted as misses by the
+ * engine), and the reason goes to the log and to a `shed session=ID t=S
+ * reason=...` line on the machine stream, since END carries no payload. */
+static void do_shed(mt_server *s, uint32_t id, const char *why)
+{
+    conn *c = find_pending(s, id);
+    if (!c || c->p.pending || mt_engine_shed(s->eng, id) != 0) {
+        slog(s, "control: shed %u: no such admitted session", id);
+        return;
+    }
+    char reason[MT_REASON_MAX + 1];
+    snprintf(reason, sizeof reason, "%s", why[0] ? why : "shed by the admission controller");
+    mt_utf8_sanitize(reason);
+    slog(s, "session %u: shed: %s", id, reason);
+    c->p.reading = 0;   /* what the client sends after END is not an input */
+    char buf[1024];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_flag(&w, "shed");
+    mt_ll_u64(&w, "session", id);
+    uint64_t now = mt_now_ns();
+    mt_ll_f(&w, "t", now >= s->o.t0 ? (double)(now - s->o.t0) / 1e9 : 0, 3);
+    mt_ll_str(&w, "reason", reason);
+    if (mt_ll_end(&w) > 0)
+        mt_server_line(s, buf);
+}
+
 static void control_line(mt_server *s, const char *line, size_t len)
 {
     mt_control ctl;
     char err[160];
     if (mt_control_parse(line, len, &ctl, err, sizeof err) != 0) {
         slog(s, "control: ignoring malformed line: %s (want 'accept ID', "
-             "'reject ID reason' or 'limit N')", err);
+             "'reject ID reason', 'shed ID reason' or 'limit N')", err);
+        return;
+    }
+    if (ctl.kind == MT_CONTROL_SHED) {
+        do_shed(s, ctl.session, ctl.reason);
         return;
     }
     /* mt-admit also publishes its estimate as "limit N": not a decision

@@ -252,6 +252,7 @@ long mt_control_format(const mt_control *c, char *buf, size_t cap)
     switch (c->kind) {
     case MT_CONTROL_ACCEPT: verb = "accept"; num = c->session; break;
     case MT_CONTROL_REJECT: verb = "reject"; num = c->session; break;
+    case MT_CONTROL_SHED:   verb = "shed";   num = c->session; break;
     case MT_CONTROL_LIMIT:
         if (c->limit < 0 || c->limit > INT32_MAX)
             return -1;
@@ -264,7 +265,8 @@ long mt_control_format(const mt_control *c, char *buf, size_t cap)
     if (c->kind != MT_CONTROL_LIMIT && c->session == 0)
         return -1;
     size_t n = (size_t)snprintf(head, sizeof head, "%s %llu", verb, num);
-    const char *r = c->kind == MT_CONTROL_REJECT ? c->reason : "";
+    const char *r = c->kind == MT_CONTROL_REJECT ||
+                    c->kind == MT_CONTROL_SHED ? c->reason : "";
     size_t rlen = strnlen(r, MT_REASON_MAX + 1);
     if (rlen > MT_REASON_MAX)
         return -1;
@@ -352,6 +354,8 @@ int mt_control_parse(const char *line, size_t len, mt_control *c,
         x.kind = MT_CONTROL_REJECT;
     else if (vl == 5 && memcmp(line + vs, "limit", 5) == 0)
         x.kind = MT_CONTROL_LIMIT;
+    else if (vl == 4 && memcmp(line + vs, "shed", 4) == 0)
+        x.kind = MT_CONTROL_SHED;
     else {
         char v[40];
         size_t n = vl < sizeof v - 1 ? vl : sizeof v - 1;
@@ -360,11 +364,14 @@ int mt_control_parse(const char *line, size_t len, mt_control *c,
         char w[40];
         shown(w, sizeof w, v);
         mt_set_err(err, errlen, "unknown verb '%s' (want accept ID, reject ID "
-                   "reason or limit N)", w);
+                   "reason, shed ID reason or limit N)", w);
         return -1;
     }
     const char *verb = x.kind == MT_CONTROL_LIMIT ? "limit" :
-                       x.kind == MT_CONTROL_ACCEPT ? "accept" : "reject";
+                       x.kind == MT_CONTROL_ACCEPT ? "accept" :
+                       x.kind == MT_CONTROL_SHED ? "shed" : "reject";
+    /* reject and shed carry a reason: the rest of the line */
+    int has_reason = x.kind == MT_CONTROL_REJECT || x.kind == MT_CONTROL_SHED;
     while (i < len && blank(line[i]))
         i++;
     uint64_t num;
@@ -386,19 +393,19 @@ int mt_control_parse(const char *line, size_t len, mt_control *c,
     size_t end = len;
     while (end > i && blank(line[end - 1]))
         end--;
-    if (end > i && x.kind != MT_CONTROL_REJECT) {
+    if (end > i && !has_reason) {
         mt_set_err(err, errlen, "%s: unexpected words after the %s", verb,
                    x.kind == MT_CONTROL_LIMIT ? "count" : "session id");
         return -1;
     }
     if (end - i > MT_REASON_MAX) {
-        mt_set_err(err, errlen, "reject: reason longer than %d bytes",
+        mt_set_err(err, errlen, "%s: reason longer than %d bytes", verb,
                    MT_REASON_MAX);
         return -1;
     }
     memcpy(x.reason, line + i, end - i);
     x.reason[end - i] = '\0';
-    /* A reason goes into a REJECT frame, which must be UTF-8, and into a
+    /* A reason goes into a REJECT or END frame, which must be UTF-8, and into a
      * logfmt line: bytes that are not UTF-8 become '?' rather than cost
      * the client its REJECT. */
     mt_utf8_sanitize(x.reason);

@@ -14,6 +14,7 @@
  *   accept ID
  *   reject ID [REASON...]
  *   limit N
+ *   shed ID [REASON...]
  *
  * The machine-stream readers require `session` (and `verdict` for admit);
  * the other keys may be absent (hand-written fixtures, older logs) and
@@ -72,13 +73,14 @@ enum mt_control_kind {
     MT_CONTROL_ACCEPT,
     MT_CONTROL_REJECT,
     MT_CONTROL_LIMIT,        /* the controller's estimate: information only */
+    MT_CONTROL_SHED,         /* end an admitted session: capacity fell */
 };
 
 typedef struct mt_control {
     int      kind;           /* enum mt_control_kind */
-    uint32_t session;        /* accept, reject: 1..UINT32_MAX */
+    uint32_t session;        /* accept, reject, shed: 1..UINT32_MAX */
     int64_t  limit;          /* limit: 0..INT32_MAX */
-    char     reason[MT_REASON_MAX + 1]; /* reject: "" when none was given */
+    char     reason[MT_REASON_MAX + 1]; /* reject, shed: "" when none given */
 } mt_control;
 
 /* Writes the line without its newline. The reason is written with its
@@ -89,9 +91,10 @@ typedef struct mt_control {
 long mt_control_format(const mt_control *c, char *buf, size_t cap);
 
 /* Parses one line (with or without its "\n" or "\r\n"). Words are
- * separated by spaces or tabs; the verb is accept, reject or limit; ID and
- * N are plain decimal (no sign); accept and limit take nothing more; a
- * reject's reason is the rest of the line, blanks around it removed. Other
+ * separated by spaces or tabs; the verb is accept, reject, shed or limit;
+ * ID and N are plain decimal (no sign); accept and limit take nothing
+ * more; a reject's or shed's reason is the rest of the line, blanks
+ * around it removed (a shed's goes into the session's END frame). Other
  * control bytes (NUL included) anywhere are errors, as are lines longer
  * than MT_CONTROL_MAX_LINE and reasons longer than MT_REASON_MAX; bytes of
  * the reason that are not UTF-8 are replaced with '?' (the reason goes

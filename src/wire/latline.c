@@ -574,6 +574,8 @@ long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
             mt_ll_f(&w, "sim_noise_ms", t->sim_noise_ms, 3);
         }
     }
+    if (t->shed >= 0)
+        mt_ll_int(&w, "shed", t->shed);
     if (t->has_limit) {
         if (t->limit < 0)
             return -1;
@@ -687,6 +689,16 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
                 }
             }
         }
+    }
+    /* shed came with issue 24: absent is "not recorded" */
+    rc = read_field(ll, lineno, "shed", F_INT, &tmp.shed, err, errlen);
+    if (rc == 1)
+        tmp.shed = -1;
+    else if (rc < 0)
+        return -1;
+    else if (tmp.shed < 0) {
+        set_err(err, errlen, "line %ld: key 'shed': negative", lineno);
+        return -1;
     }
     rc = read_field(ll, lineno, "limit", F_INT, &tmp.limit, err, errlen);
     if (rc < 0)

@@ -134,6 +134,11 @@ typedef struct mt_tick {
     char     device[48];
     double   sim_pred_ms;
     double   sim_noise_ms;
+    /* ---- shedding (issue 24); optional, after the device keys ----------
+     * shed: sessions ended so far (total) by a controller's `shed` line
+     * because capacity fell under the admitted load; written when >= 0,
+     * -1 when read from a line without the key (older servers). */
+    int64_t  shed;
     /* ---- the published capacity (issue 23); optional, after the device
      * keys: limit is the session count mt-serve publishes to HAProxy's
      * agent-check (maxconn), written only when has_limit (a reader sets

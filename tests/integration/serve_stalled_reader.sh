@@ -14,10 +14,11 @@ t_need mt-serve
 SOCK=$T_TMP/serve.sock
 FC=$MT_TESTBIN/mt-fakeclient
 t_need mt-fakeclient
-# A 5 ms tick makes ~65 KB/s of tick lines, so the pipe (64 KiB) and the
-# server's queue (128 KiB) are full about 3 s into the stall.
-PERIOD_MS=5
-STALL_S=7
+# A 10 ms tick makes ~33 KB/s of tick lines (about 330 bytes each), so the
+# pipe (64 KiB) and the server's queue (128 KiB) are full about 6 s into the
+# stall. (A 5 ms tick overran on a loaded machine: skipped ticks, not drops.)
+PERIOD_MS=10
+STALL_S=10
 GAPMAX=200          # ms between consecutive tick lines with no drop between
 LATMAX=1500         # ms: a frame's round trip; a stalled tick makes it ~STALL_S s
 [ -n "$MT_ASAN" ] && { GAPMAX=800; LATMAX=3000; }
@@ -55,7 +56,9 @@ read -r nt miss drops gap < <(awk '
       }
       drops += d; pend += d
       if (tk != "") {
-          if (prev != "") { miss += tk - prev - 1; if (pend == 0 && tt - pt > gap) gap = tt - pt }
+          # the first tick after the model loads jumps to the current slot:
+          # that start-up gap is no drop
+          if (prev != "" && prev != 0) { miss += tk - prev - 1; if (pend == 0 && tt - pt > gap) gap = tt - pt }
           prev = tk; pt = tt; pend = 0; nt++
       }
     }
@@ -63,12 +66,12 @@ read -r nt miss drops gap < <(awk '
 t_diag "tick lines $nt, tick numbers missing $miss, lines_dropped summed $drops, max gap $gap ms"
 t_check "lines were dropped and counted (lines_dropped=$drops)" [ "${drops:-0}" -gt 0 ]
 t_check "the ticks went on: missing tick numbers ($miss) are counted drops ($drops), give or take a few overruns" \
-    awk -v m="$miss" -v d="$drops" -v n="$nt" 'BEGIN{exit !(m - d < n / 10)}'
+    awk -v m="$miss" -v d="$drops" -v n="$nt" -v f="${MT_ASAN:+5}" 'BEGIN{exit !(m - d < n / (f ? f : 10))}'
 t_check "consecutive tick lines a few periods apart: max gap $gap ms < $GAPMAX ms" \
     awk -v g="$gap" -v l="$GAPMAX" 'BEGIN{exit !(g < l)}'
 t_check "stderr says lines were dropped" grep -q 'lines dropped' "$T_TMP/log"
 t_check "every tick line that got out is whole" \
-    awk '/^tick=/ && !(/ met=/ && /=[0-9.]+$/) { bad = 1 } END { exit bad }' "$T_TMP/lat"
+    awk '/^tick=/ && !(/ met=[0-9.]+ / && / device=[a-z0-9:._-]+( |$)/ && / (device|sim_noise_ms|shed|limit|lines_dropped)=[^ =]+$/) { bad = 1 } END { exit bad }' "$T_TMP/lat"
 
 # shutdown with the reader stopped: bounded, not a hang
 kill -STOP $CAT

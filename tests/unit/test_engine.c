@@ -37,6 +37,7 @@ static struct fake {
     int      fail;          /* the next step fails */
     uint32_t close_in_step; /* the next step closes this session, as the
                                I/O thread may while a step computes */
+    uint32_t shed_in_step;  /* the next step sheds this one (issue 24) */
 } F;
 
 static uint64_t fake_clock(void *ctx)
@@ -54,6 +55,10 @@ static int fake_step(mt_backend *be, int B, mt_kv_seq *const *seqs,
     if (F.close_in_step) {
         mt_engine_close(eng, F.close_in_step);   /* the lock is not held */
         F.close_in_step = 0;
+    }
+    if (F.shed_in_step) {
+        mt_engine_shed(eng, F.shed_in_step);
+        F.shed_in_step = 0;
     }
     if (F.fail) {
         F.fail = 0;
@@ -642,6 +647,59 @@ static void test_published_limit(void)
     like(failed, "fake: step failed", "the failure is kept for the agent");
 }
 
+/* issue 24: a shed session ends with END; each input it had queued is
+ * answered (a FILL already sent) or a counted miss, never both, never
+ * neither; shed= counts it; a shed of a session stepped right now is safe;
+ * the others go on. */
+static void test_shed(void)
+{
+    rig_opts ro = { .fill = 1, .catch_up = 0 };
+    rig_open(ro, 10 * MS);
+    uint32_t a = open_session(0), b = open_session(1), c = open_session(2);
+    send_frame(a, 1);
+    send_frame(b, 1);
+    send_frame(c, 1);
+    tick(0);                                /* one real output each */
+    /* a: three queued, the first past its deadline (a FILL answers it) */
+    send_frame(a, 2);
+    F.now = T0 + 250 * MS;
+    mt_engine_fill_due(eng, F.now);
+    send_frame(a, 3);
+    send_frame(a, 4);
+    send_frame(b, 2);
+    ok(mt_engine_shed(eng, a) == 0, "shed a: 0");
+    ok(mt_engine_shed(eng, a) == -1, "a second shed of a: -1, nothing changes");
+    ok(mt_engine_shed(eng, 9999) == -1, "shed of an unknown session: -1");
+    uint32_t p = mt_engine_session_new(eng);
+    ok(mt_engine_shed(eng, p) == -1, "shed of a pending session: -1 (reject it instead)");
+    mt_engine_reject(eng, p, "test");
+    ok(send_frame(a, 5) == -1, "no input after the shed");
+    drain_output(0, a);
+    ok(ended(a) && S[0].end == 1 && S[0].error == 0,
+       "a ends with END, not ERROR (end %d error %d)", S[0].end, S[0].error);
+    ok(S[0].real == 1 && S[0].fill == 1, "a got its first real output and one FILL");
+    /* c is in the batch of tick 3 when the shed comes (as the control
+     * thread may shed while a step computes) */
+    send_frame(c, 2);
+    F.shed_in_step = c;
+    ok(tick(3) == 0, "a shed during the step: the tick goes on");
+    drain_output(1, b);
+    drain_output(2, c);
+    ok(S[1].real == 2, "b goes on");
+    ok(ended(c) && S[2].real == 1 && S[2].end == 1,
+       "c, shed while stepped: END, its stepped input not delivered");
+    mt_tick t;
+    ok(last_tick(&t) == 0 && t.shed == 2 && t.active == 1,
+       "shed=2 in the tick line, 1 active (shed %lld active %lld)",
+       (long long)t.shed, (long long)t.active);
+    totals s = sum_ticks();
+    ok(s.in == 8 && s.miss == 3 && s.fill == 1 && s.out == 4,
+       "8 in: 4 real, 1 FILL, 3 misses (a's 2 unanswered, c's stepped one) "
+       "(%lld %lld %lld %lld)",
+       (long long)s.in, (long long)s.out, (long long)s.fill, (long long)s.miss);
+    ok(s.in == s.out + s.fill + s.miss, "every input one output or one counted miss");
+}
+
 int main(void)
 {
     if (mt_model_load("synthetic:tiny", 0, &model, err, sizeof err)) {
@@ -659,6 +717,7 @@ int main(void)
     test_step_failure();
     test_close_in_flight();
     test_published_limit();
+    test_shed();
     rig_close();
     mt_model_free(model);
     return tap_done();

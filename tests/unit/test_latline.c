@@ -356,7 +356,7 @@ static void test_tick_device(void)
 }
 
 /* issue 23: limit= (the capacity published to HAProxy's agent-check),
- * after the device keys, written only when set, never negative. */
+ * after the device keys and shed=, written only when set, never negative. */
 static void test_tick_limit(void)
 {
     mt_tick t = { .tick = 9, .active = 3, .naive_met = 100, .met = 100,
@@ -368,7 +368,7 @@ static void test_tick_limit(void)
     t.has_limit = 1;
     t.limit = 0;
     mt_tick_format(&t, buf, sizeof buf);
-    like(buf, " sim_noise_ms=0.250 limit=0", "limit=0 is written, after the device keys");
+    like(buf, " sim_noise_ms=0.250 shed=0 limit=0", "limit=0 is written, last: after the device keys and shed");
     t.limit = 12;
     ok(mt_tick_format(&t, buf, sizeof buf) > 0, "limit 12 formats");
     is_int(parse(buf, 40), 0, "parses");
@@ -461,9 +461,48 @@ static void test_json(void)
        strcmp(out, "{\"tick\":1}") == 0, "json: an output of exactly the size fits");
 }
 
+/* issue 24: shed= (sessions ended by a controller's shed line, total),
+ * after the device keys; absent on older lines reads as -1. */
+static void test_tick_shed(void)
+{
+    mt_tick t = { .tick = 9, .t = 12.5, .active = 40, .stepped = 40, .step_ms = 70.25,
+                  .naive_met = 100, .met = 97.5, .miss = 3, .sim_pred_ms = 70,
+                  .sim_noise_ms = 0.2, .shed = 6 }, u;
+    snprintf(t.device, sizeof t.device, "sim:drop");
+    char buf[1024];
+    ok(mt_tick_format(&t, buf, sizeof buf) > 0, "tick with shed formats");
+    like(buf, " miss=3 device=sim:drop sim_pred_ms=70.000 sim_noise_ms=0.200 shed=6",
+         "shed= written after the device keys");
+    is_int(parse(buf, 40), 0, "parses");
+    memset(&u, 0xAB, sizeof u);
+    is_int(mt_tick_from_line(&ll, 40, &u, err, sizeof err), 0, "reads");
+    ok(u.shed == 6 && u.miss == 3 && u.active == 40 && !strcmp(u.device, "sim:drop"),
+       "shed read back with the rest");
+    t.shed = -1;
+    mt_tick_format(&t, buf, sizeof buf);
+    ok(strstr(buf, "shed") == NULL, "shed -1: not written");
+    parse(buf, 41);
+    ok(mt_tick_from_line(&ll, 41, &u, err, sizeof err) == 0 && u.shed == -1,
+       "a line without shed reads as -1");
+    static const struct { const char *tail, *want; } bad[] = {
+        { " shed=-2", "line 42: key 'shed': negative" },
+        { " shed=x", "line 42: key 'shed': not an integer" },
+        { " shed=1.5", "line 42: key 'shed': not an integer" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char line[1200];
+        snprintf(line, sizeof line, "%s%s", buf, bad[k].tail);
+        int rp = parse(line, 42);
+        int rt = rp == 0 ? mt_tick_from_line(&ll, 42, &u, err, sizeof err) : 0;
+        ok(rt == -1 && strncmp(err, bad[k].want, strlen(bad[k].want)) == 0,
+           "refused: %s", err);
+    }
+}
+
 int main(void)
 {
     test_json();
+    test_tick_shed();
     test_writer_round_trip();
     test_tick_round_trip();
     test_frame_record();

@@ -165,6 +165,20 @@ static void test_control_round_trip(void)
     ok(mt_control_format(&c, buf, sizeof buf) > 0 && !strcmp(buf, "limit 9"), "limit line");
     is_int(control("limit 9\n", &d), 0, "limit read");
     ok(d.kind == MT_CONTROL_LIMIT && d.limit == 9, "limit 9");
+    /* issue 24: shed, written by mt-admit --shed, read by mt-serve */
+    c = (mt_control){.kind = MT_CONTROL_SHED, .session = 41};
+    strcpy(c.reason, " shed: late 3.2 s over 80 ms (newest first) ");
+    ok(mt_control_format(&c, buf, sizeof buf) > 0 &&
+       !strcmp(buf, "shed 41 shed: late 3.2 s over 80 ms (newest first)"),
+       "shed line, blanks trimmed (%s)", buf);
+    is_int(control(buf, &d), 0, "shed read back");
+    ok(d.kind == MT_CONTROL_SHED && d.session == 41 &&
+       !strcmp(d.reason, "shed: late 3.2 s over 80 ms (newest first)"), "shed 41 and its reason");
+    c = (mt_control){.kind = MT_CONTROL_SHED, .session = 2};
+    ok(mt_control_format(&c, buf, sizeof buf) > 0 && !strcmp(buf, "shed 2"),
+       "shed without a reason: 'shed 2'");
+    ok(mt_control_format(&(mt_control){.kind = MT_CONTROL_SHED}, buf, sizeof buf) < 0,
+       "shed of session 0 is not written");
     ok(mt_control_format(&(mt_control){.kind = MT_CONTROL_ACCEPT}, buf, sizeof buf) < 0,
        "session 0 is not written");
     ok(mt_control_format(&(mt_control){.kind = MT_CONTROL_LIMIT, .limit = -1}, buf,
@@ -225,6 +239,12 @@ static void test_control_parse(void)
         {"limit 3 4", "limit: unexpected words"},
         {"reject 3 a\x01", "control byte 0x01"},
         {"reject x reason", "reject: want a session id"},
+        {"shed", "shed: want a session id"},
+        {"shed 0 late", "shed: want a session id"},
+        {"shed -1", "shed: want a session id"},
+        {"SHED 4", "unknown verb"},
+        {"shedding 4", "unknown verb"},
+        {"shed 4\x02 late", "control byte 0x02"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         c = keep;
@@ -246,6 +266,13 @@ static void test_control_parse(void)
     memset(longr + strlen(longr), 'r', 256);
     ok(control(longr, &c) == -1 && strstr(err, "longer than 255"),
        "a reason over 255 bytes is refused (%s)", err);
+    char longs[400] = "shed 4 ";
+    memset(longs + strlen(longs), 's', 256);
+    ok(control(longs, &c) == -1 && strstr(err, "shed: reason longer than 255"),
+       "a shed reason over 255 bytes is refused (%s)", err);
+    is_int(control("shed 7 late\t 2.5 s ", &c), 0, "shed with a reason");
+    ok(c.kind == MT_CONTROL_SHED && c.session == 7 && !strcmp(c.reason, "late\t 2.5 s"),
+       "shed 7, reason trimmed, inner blanks kept");
     ok(mt_control_parse(NULL, 3, &c, err, sizeof err) == -1, "NULL line with a length: -1");
 }
 

@@ -436,6 +436,38 @@ static void test_calib_fit(void)
     is_int(mt_calib_fit(pts, 2, &bw, &rate, &ov) < 0, 1, "two points are too few");
 }
 
+/* --time-scale K: the wait and the reported prediction are the model's
+ * over K (they compare with the host's clock), and the schedule reads model
+ * time, K times the real time elapsed. */
+static void test_time_scale(const mt_config *c)
+{
+    fake_clock fc = { .now = 7000000000ull };
+    mt_sim *s = make_sim("schedule = 10s bandwidth*0.5\n", &fc, c);
+    if (!s) {
+        ok(0, "sim for the time scale");
+        return;
+    }
+    ok(mt_sim_time_scale(s) == 1, "time scale 1 by default");
+    mt_sim_set_time_scale(s, 0.5);
+    ok(mt_sim_time_scale(s) == 1, "a scale below 1 is taken as 1");
+    mt_sim_set_time_scale(s, 4);
+    int64_t vis[8] = { 1, 10, 100, 1000, 260, 260, 260, 260 };
+    /* 2 s of real time = 8 s of model time: as profiled, 3.627936 ms / 4 */
+    fc.now = 7000000000ull + 2000000000ull;
+    uint64_t st = fc.now;
+    mt_sim_run_step(s, 8, vis);
+    is_int(fc.last_target - st, 906984, "x4: waits 3.627936 ms / 4 = 0.906984 ms");
+    double pred, noise;
+    mt_sim_take(s, &pred, &noise);
+    is_near(pred, 0.906984, 1e-9, "x4: take reports the scaled prediction");
+    /* 2.5 s of real time = 10 s of model time: the schedule's bandwidth x0.5 */
+    fc.now = 7000000000ull + 2500000000ull;
+    st = fc.now;
+    mt_sim_run_step(s, 8, vis);
+    is_int(fc.last_target - st, 1788968, "x4, 10 model s: 7.155872 ms / 4 (schedule in model time)");
+    mt_sim_free(s);
+}
+
 int main(void)
 {
     test_calib_fit();
@@ -449,6 +481,7 @@ int main(void)
     ok(m->shape_only && m->layer == NULL, "moshi-7b loads shape-only: no weights");
     test_cost_model(&m->cfg);
     test_schedule(&m->cfg);
+    test_time_scale(&m->cfg);
     test_noise(&m->cfg);
     test_backend(m);
     test_decoder(m);
