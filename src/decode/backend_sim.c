@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "decode/backend_sim.h"
 #include "decode/backend.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -35,19 +36,13 @@ struct mt_sim {
 static uint64_t real_now(void *ctx)
 {
     (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return mt_clock_ns();
 }
 
 static void real_sleep_until(void *ctx, uint64_t t_ns)
 {
     (void)ctx;
-    struct timespec ts = { .tv_sec = (time_t)(t_ns / 1000000000ull),
-                           .tv_nsec = (long)(t_ns % 1000000000ull) };
-    /* absolute: a late wake-up never shifts the next step's target */
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
+    mt_sleep_until_ns(t_ns);
 }
 
 static uint64_t splitmix64(uint64_t *x)
