@@ -92,7 +92,7 @@ static int read_open(SNDFILE *sf, const SF_INFO *info, const char *name,
     if (info->channels < 1 || info->channels > 64 || info->samplerate < 1 ||
         info->samplerate > 768000) {
         mt_set_err(err, errlen, "%s: implausible header (%d channels, %d Hz)",
-               name, info->channels, info->samplerate);
+                   name, info->channels, info->samplerate);
         sf_close(sf);
         return -1;
     }
@@ -157,7 +157,7 @@ static int read_open(SNDFILE *sf, const SF_INFO *info, const char *name,
     sf_close(sf);
     if (truncated) {
         mt_set_err(err, errlen, "%s: truncated file (the audio data ends before "
-               "the length its header declares)", name);
+                   "the length its header declares)", name);
         free(mono);
         return -1;
     }
@@ -510,7 +510,7 @@ int mt_audio_format_for_path(const char *path, int *sf_format,
     const char *dot = strrchr(base, '.');
     if (!dot || !dot[1]) {
         mt_set_err(err, errlen, "%s: no file name extension to choose the "
-               "output format (.wav .flac .ogg .aiff .au .caf .w64 .raw)", path);
+                   "output format (.wav .flac .ogg .aiff .au .caf .w64 .raw)", path);
         return -1;
     }
     for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
@@ -520,7 +520,7 @@ int mt_audio_format_for_path(const char *path, int *sf_format,
         }
     }
     mt_set_err(err, errlen, "%s: unsupported output format '.%s' (use .wav "
-           ".flac .ogg .aiff .au .caf .w64 .raw)", path, dot + 1);
+               ".flac .ogg .aiff .au .caf .w64 .raw)", path, dot + 1);
     return -1;
 }
 
@@ -622,7 +622,7 @@ int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
     info.format = fmt;
     if (!sf_format_check(&info)) {
         mt_set_err(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
-               path, rate);
+                   path, rate);
         free(w->path);
         free(w->tmp);
         free(w);
@@ -665,15 +665,15 @@ int mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
     *wp = NULL;
     if (isatty(fd)) {
         mt_set_err(err, errlen, "%s: is a terminal; send the audio into a pipe "
-               "or a file", name);
+                   "or a file", name);
         return -1;
     }
     /* A seekable descriptor (stdout redirected to a file) takes any
      * format; a pipe only the streaming ones. */
     if (lseek(fd, 0, SEEK_CUR) < 0 && !mt_audio_type_streams(sf_format)) {
         mt_set_err(err, errlen, "%s: this format cannot be written to a pipe "
-               "(its header is completed last); use --type au, ogg or raw",
-               name);
+                   "(its header is completed last); use --type au, ogg or raw",
+                   name);
         return -1;
     }
     mt_audio_writer *w = calloc(1, sizeof *w);
@@ -708,7 +708,7 @@ int mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
     info.format = sf_format;
     if (!sf_format_check(&info)) {
         mt_set_err(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
-               name, rate);
+                   name, rate);
         writer_free(w);
         return -1;
     }
@@ -1018,7 +1018,7 @@ static int pick_duplex_devices(const char *device, const mt_pa_device *l, int n,
         *din = *dout = find_device(device, l, n);
         if (*din < 0) {
             mt_set_err(err, errlen, "no audio device matches '%s'; %s%s", device,
-                   n ? "PortAudio found:\n" : "", found);
+                       n ? "PortAudio found:\n" : "", found);
             return -1;
         }
     } else {
@@ -1026,15 +1026,15 @@ static int pick_duplex_devices(const char *device, const mt_pa_device *l, int n,
         *dout = Pa_GetDefaultOutputDevice();
         if (*din == paNoDevice || *dout == paNoDevice || *din >= n || *dout >= n) {
             mt_set_err(err, errlen, "no default %s device; %s%s",
-                   *din == paNoDevice ? "input" : "output",
-                   n ? "PortAudio found:\n" : "", found);
+                       *din == paNoDevice ? "input" : "output",
+                       n ? "PortAudio found:\n" : "", found);
             return -1;
         }
     }
     if (l[*din].max_in < 1 || l[*dout].max_out < 1) {
         mt_set_err(err, errlen, "device \"%s\" cannot do full duplex (in %d, out "
-               "%d channels); PortAudio found:\n%s", l[*din].name,
-               l[*din].max_in, l[*dout].max_out, found);
+                   "%d channels); PortAudio found:\n%s", l[*din].name,
+                   l[*din].max_in, l[*dout].max_out, found);
         return -1;
     }
     return 0;
@@ -1088,7 +1088,7 @@ static int duplex_start(mt_duplex *d, const PaStreamParameters *in,
                               paFramesPerBufferUnspecified, paClipOff, duplex_cb, d);
     if (e != paNoError) {
         mt_set_err(err, errlen, "cannot open \"%s\" at %d Hz: %s", d->name,
-               d->dev_rate, Pa_GetErrorText(e));
+                   d->dev_rate, Pa_GetErrorText(e));
         d->stream = NULL;
         return -1;
     }
@@ -1124,7 +1124,7 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
     *dp = NULL;
     if (rate < 1 || frame_samples < 1) {
         mt_set_err(err, errlen, "bad stream format %d Hz / %d samples", rate,
-               frame_samples);
+                   frame_samples);
         return -1;
     }
     PaError e = pa_init_quiet();
@@ -1320,7 +1320,7 @@ int mt_player_open(int rate, int frame_samples, mt_player **pp,
             mt_pa_describe(l, n, found, sizeof found);
         free(l);
         mt_set_err(err, errlen, "no default output device (use -o FILE); %s%s",
-               n ? "PortAudio found:\n" : "", found);
+                   n ? "PortAudio found:\n" : "", found);
         pa_done();
         return -1;
     }
@@ -1336,7 +1336,7 @@ int mt_player_open(int rate, int frame_samples, mt_player **pp,
         e = Pa_StartStream(p->stream);
     if (e != paNoError) {
         mt_set_err(err, errlen, "cannot open the default output at %d Hz: %s",
-               rate, Pa_GetErrorText(e));
+                   rate, Pa_GetErrorText(e));
         if (p->stream)
             Pa_CloseStream(p->stream);
         free(p);

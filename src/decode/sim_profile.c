@@ -145,7 +145,7 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         file = "profile";
     if (len > MT_SIM_PROFILE_MAX_BYTES) {
         mt_set_err(err, errlen, "%s: %zu bytes: a profile is at most %d", file,
-                len, MT_SIM_PROFILE_MAX_BYTES);
+                   len, MT_SIM_PROFILE_MAX_BYTES);
         return -1;
     }
     int seen[K_COUNT] = {0};
@@ -209,7 +209,7 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         for (size_t i = 0; i < vn; i++)
             if ((unsigned char)v[i] < 0x20 && v[i] != '\t') {
                 mt_set_err(err, errlen, "%s:%ld: key '%s': control byte in value",
-                        file, lineno, kshow);
+                           file, lineno, kshow);
                 return -1;
             }
         char vshow[48];
@@ -218,7 +218,7 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
             char *dst = k == K_NAME ? p.name : p.model;
             if (text_value(dst, sizeof p.name, v, vn)) {
                 mt_set_err(err, errlen, "%s:%ld: key '%s': want one printable word of 1..63 bytes, got '%s'",
-                        file, lineno, kshow, vshow);
+                           file, lineno, kshow, vshow);
                 return -1;
             }
             continue;
@@ -226,18 +226,18 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         if (k == K_SCHED) {
             if (p.nschedule == MT_SIM_MAX_SCHEDULE) {
                 mt_set_err(err, errlen, "%s:%ld: key 'schedule': more than %d entries",
-                        file, lineno, MT_SIM_MAX_SCHEDULE);
+                           file, lineno, MT_SIM_MAX_SCHEDULE);
                 return -1;
             }
             mt_sim_change c;
             if (parse_schedule(v, vn, &c)) {
                 mt_set_err(err, errlen, "%s:%ld: key 'schedule': want 'Ts FIELD*F' (FIELD bandwidth, matrix_rate or overhead; F > 0), got '%s'",
-                        file, lineno, vshow);
+                           file, lineno, vshow);
                 return -1;
             }
             if (p.nschedule && c.t_s < p.schedule[p.nschedule - 1].t_s) {
                 mt_set_err(err, errlen, "%s:%ld: key 'schedule': %gs is before the previous entry's %gs",
-                        file, lineno, c.t_s, p.schedule[p.nschedule - 1].t_s);
+                           file, lineno, c.t_s, p.schedule[p.nschedule - 1].t_s);
                 return -1;
             }
             p.schedule[p.nschedule++] = c;
@@ -246,7 +246,7 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         double x;
         if (parse_num(v, vn, &x) || x < keys[k].lo || x > keys[k].hi) {
             mt_set_err(err, errlen, "%s:%ld: key '%s': want a number in %g..%g, got '%s'",
-                    file, lineno, kshow, keys[k].lo, keys[k].hi, vshow);
+                       file, lineno, kshow, keys[k].lo, keys[k].hi, vshow);
             return -1;
         }
         switch (k) {
@@ -263,7 +263,7 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         case K_SEED:
             if (x != floor(x)) {
                 mt_set_err(err, errlen, "%s:%ld: key '%s': want an integer, got '%s'",
-                        file, lineno, kshow, vshow);
+                           file, lineno, kshow, vshow);
                 return -1;
             }
             if (k == K_WB)
@@ -283,7 +283,7 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         }
     if (p.reserve_bytes >= p.memory_bytes) {
         mt_set_err(err, errlen, "%s: key 'reserve_bytes': %g is not below memory_bytes %g",
-                file, p.reserve_bytes, p.memory_bytes);
+                   file, p.reserve_bytes, p.memory_bytes);
         return -1;
     }
     if (!seen[K_NAME])
@@ -374,8 +374,8 @@ int mt_sim_profile_load(const char *spec, mt_sim_profile *p, char *err,
         }
         if (!found) {
             mt_set_err(err, errlen, "sim: no built-in profile '%s' (looked in %s%s%s/profiles and %s/profiles)",
-                    spec, env && *env ? env : "", env && *env ? ", " : "",
-                    MT_SOURCE_DIR, MT_DATADIR);
+                       spec, env && *env ? env : "", env && *env ? ", " : "",
+                       MT_SOURCE_DIR, MT_DATADIR);
             goto out;
         }
     }
