@@ -586,6 +586,23 @@ static int stream_write(mt_audio_writer *w, const int16_t *pcm, size_t n,
     return 0;
 }
 
+/* The SF_INFO of a mono file of format at rate: 0, or -1 with the message
+ * (naming name) when libsndfile cannot write that combination. */
+static int mono_info(SF_INFO *info, int format, int rate, const char *name,
+                     char *err, size_t errlen)
+{
+    memset(info, 0, sizeof *info);
+    info->samplerate = rate;
+    info->channels = 1;
+    info->format = format;
+    if (!sf_format_check(info)) {
+        mt_set_err(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
+                   name, rate);
+        return -1;
+    }
+    return 0;
+}
+
 int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
                          char *err, size_t errlen)
 {
@@ -616,13 +633,7 @@ int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
     snprintf(w->tmp, len + 64, "%.*s.%s.tmp-%ld-%u", (int)dirlen, path,
              path + dirlen, (long)getpid(), counter++);
     SF_INFO info;
-    memset(&info, 0, sizeof info);
-    info.samplerate = rate;
-    info.channels = 1;
-    info.format = fmt;
-    if (!sf_format_check(&info)) {
-        mt_set_err(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
-                   path, rate);
+    if (mono_info(&info, fmt, rate, path, err, errlen) != 0) {
         free(w->path);
         free(w->tmp);
         free(w);
@@ -702,13 +713,7 @@ int mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
         return 0;
     }
     SF_INFO info;
-    memset(&info, 0, sizeof info);
-    info.samplerate = rate;
-    info.channels = 1;
-    info.format = sf_format;
-    if (!sf_format_check(&info)) {
-        mt_set_err(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
-                   name, rate);
+    if (mono_info(&info, sf_format, rate, name, err, errlen) != 0) {
         writer_free(w);
         return -1;
     }
