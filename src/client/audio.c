@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,15 +24,7 @@
 #include <samplerate.h>
 #include <sndfile.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "util/errmsg.h"
 
 /* ---- reading ------------------------------------------------------------ */
 
@@ -100,8 +91,8 @@ static int read_open(SNDFILE *sf, const SF_INFO *info, const char *name,
 {
     if (info->channels < 1 || info->channels > 64 || info->samplerate < 1 ||
         info->samplerate > 768000) {
-        seterr(err, errlen, "%s: implausible header (%d channels, %d Hz)",
-               name, info->channels, info->samplerate);
+        mt_set_err(err, errlen, "%s: implausible header (%d channels, %d Hz)",
+                   name, info->channels, info->samplerate);
         sf_close(sf);
         return -1;
     }
@@ -129,14 +120,14 @@ static int read_open(SNDFILE *sf, const SF_INFO *info, const char *name,
             while (ncap < n + (size_t)got)
                 ncap *= 2;
             if (ncap > (size_t)1 << 34) {  /* 4 G samples: not a real input */
-                seterr(err, errlen, "%s: too long", name);
+                mt_set_err(err, errlen, "%s: too long", name);
                 free(mono);
                 sf_close(sf);
                 return -1;
             }
             float *nm = realloc(mono, ncap * sizeof *nm);
             if (!nm) {
-                seterr(err, errlen, "%s: out of memory", name);
+                mt_set_err(err, errlen, "%s: out of memory", name);
                 free(mono);
                 sf_close(sf);
                 return -1;
@@ -158,20 +149,20 @@ static int read_open(SNDFILE *sf, const SF_INFO *info, const char *name,
                      info->frames != SF_COUNT_MAX &&
                      (sf_count_t)n < info->frames) || log_says_truncated(sf);
     if (e != SF_ERR_NO_ERROR) {
-        seterr(err, errlen, "%s: corrupt audio data: %s", name, sf_strerror(sf));
+        mt_set_err(err, errlen, "%s: corrupt audio data: %s", name, sf_strerror(sf));
         free(mono);
         sf_close(sf);
         return -1;
     }
     sf_close(sf);
     if (truncated) {
-        seterr(err, errlen, "%s: truncated file (the audio data ends before "
-               "the length its header declares)", name);
+        mt_set_err(err, errlen, "%s: truncated file (the audio data ends before "
+                   "the length its header declares)", name);
         free(mono);
         return -1;
     }
     if (n == 0) {
-        seterr(err, errlen, "%s: no audio in file", name);
+        mt_set_err(err, errlen, "%s: no audio in file", name);
         free(mono);
         return -1;
     }
@@ -186,9 +177,9 @@ static void open_failed(const char *name, SNDFILE *none, char *err, size_t errle
 {
     int e = sf_error(none);
     if (e == SF_ERR_UNRECOGNISED_FORMAT)
-        seterr(err, errlen, "%s: unsupported or unrecognised audio format", name);
+        mt_set_err(err, errlen, "%s: unsupported or unrecognised audio format", name);
     else
-        seterr(err, errlen, "%s: cannot read audio: %s", name, sf_strerror(none));
+        mt_set_err(err, errlen, "%s: cannot read audio: %s", name, sf_strerror(none));
 }
 
 int mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen)
@@ -196,19 +187,19 @@ int mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen)
     memset(a, 0, sizeof *a);
     struct stat st;
     if (stat(path, &st) != 0) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
-        seterr(err, errlen, "%s: is a directory, not an audio file", path);
+        mt_set_err(err, errlen, "%s: is a directory, not an audio file", path);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        seterr(err, errlen, "%s: not a regular file", path);
+        mt_set_err(err, errlen, "%s: not a regular file", path);
         return -1;
     }
     if (st.st_size == 0) {
-        seterr(err, errlen, "%s: empty file", path);
+        mt_set_err(err, errlen, "%s: empty file", path);
         return -1;
     }
     SF_INFO info;
@@ -268,11 +259,11 @@ static int read_mem_as(const void *buf, size_t len, const char *name,
 {
     memset(a, 0, sizeof *a);
     if (len == 0) {
-        seterr(err, errlen, "%s: empty file", name);
+        mt_set_err(err, errlen, "%s: empty file", name);
         return -1;
     }
     if (len > (size_t)INT64_MAX / 2) {
-        seterr(err, errlen, "%s: too long", name);
+        mt_set_err(err, errlen, "%s: too long", name);
         return -1;
     }
     SF_VIRTUAL_IO io = { mem_len, mem_seek, mem_read, mem_write, mem_tell };
@@ -309,19 +300,19 @@ int mt_audio_read_fd(int fd, const char *name, int raw_rate, mt_audio *a,
     size_t cap = 1 << 20, len = 0;
     unsigned char *buf = malloc(cap);
     if (!buf) {
-        seterr(err, errlen, "%s: out of memory", name);
+        mt_set_err(err, errlen, "%s: out of memory", name);
         return -1;
     }
     for (;;) {
         if (len == cap) {
             if (cap >= (size_t)1 << 34) {   /* 16 GiB: not a real input */
-                seterr(err, errlen, "%s: too long", name);
+                mt_set_err(err, errlen, "%s: too long", name);
                 free(buf);
                 return -1;
             }
             unsigned char *nb = realloc(buf, cap * 2);
             if (!nb) {
-                seterr(err, errlen, "%s: out of memory", name);
+                mt_set_err(err, errlen, "%s: out of memory", name);
                 free(buf);
                 return -1;
             }
@@ -332,7 +323,7 @@ int mt_audio_read_fd(int fd, const char *name, int raw_rate, mt_audio *a,
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            seterr(err, errlen, "%s: %s", name, strerror(errno));
+            mt_set_err(err, errlen, "%s: %s", name, strerror(errno));
             free(buf);
             return -1;
         }
@@ -341,7 +332,7 @@ int mt_audio_read_fd(int fd, const char *name, int raw_rate, mt_audio *a,
         len += (size_t)n;
     }
     if (len == 0) {
-        seterr(err, errlen, "%s: no data (empty input)", name);
+        mt_set_err(err, errlen, "%s: no data (empty input)", name);
         free(buf);
         return -1;
     }
@@ -393,13 +384,13 @@ int mt_audio_resample(const mt_audio *in, int rate, int quality,
     out->channels_in = in->channels_in;
     memcpy(out->format, in->format, sizeof out->format);
     if (rate < 1 || in->rate < 1) {
-        seterr(err, errlen, "bad sample rate %d -> %d", in->rate, rate);
+        mt_set_err(err, errlen, "bad sample rate %d -> %d", in->rate, rate);
         return -1;
     }
     if (rate == in->rate) {
         out->samples = malloc((in->frames ? in->frames : 1) * sizeof(float));
         if (!out->samples) {
-            seterr(err, errlen, "out of memory");
+            mt_set_err(err, errlen, "out of memory");
             return -1;
         }
         memcpy(out->samples, in->samples, in->frames * sizeof(float));
@@ -413,13 +404,13 @@ int mt_audio_resample(const mt_audio *in, int rate, int quality,
     size_t cap = want + 64;
     out->samples = calloc(cap, sizeof(float));
     if (!out->samples) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     int e = 0;
     SRC_STATE *st = src_new(quality, 1, &e);
     if (!st) {
-        seterr(err, errlen, "libsamplerate: %s", src_strerror(e));
+        mt_set_err(err, errlen, "libsamplerate: %s", src_strerror(e));
         free(out->samples);
         out->samples = NULL;
         return -1;
@@ -436,7 +427,7 @@ int mt_audio_resample(const mt_audio *in, int rate, int quality,
         d.src_ratio = ratio;
         e = src_process(st, &d);
         if (e) {
-            seterr(err, errlen, "libsamplerate: %s", src_strerror(e));
+            mt_set_err(err, errlen, "libsamplerate: %s", src_strerror(e));
             src_delete(st);
             free(out->samples);
             out->samples = NULL;
@@ -518,8 +509,8 @@ int mt_audio_format_for_path(const char *path, int *sf_format,
     const char *base = slash ? slash + 1 : path;
     const char *dot = strrchr(base, '.');
     if (!dot || !dot[1]) {
-        seterr(err, errlen, "%s: no file name extension to choose the "
-               "output format (.wav .flac .ogg .aiff .au .caf .w64 .raw)", path);
+        mt_set_err(err, errlen, "%s: no file name extension to choose the "
+                   "output format (.wav .flac .ogg .aiff .au .caf .w64 .raw)", path);
         return -1;
     }
     for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
@@ -528,8 +519,8 @@ int mt_audio_format_for_path(const char *path, int *sf_format,
             return 0;
         }
     }
-    seterr(err, errlen, "%s: unsupported output format '.%s' (use .wav "
-           ".flac .ogg .aiff .au .caf .w64 .raw)", path, dot + 1);
+    mt_set_err(err, errlen, "%s: unsupported output format '.%s' (use .wav "
+               ".flac .ogg .aiff .au .caf .w64 .raw)", path, dot + 1);
     return -1;
 }
 
@@ -587,10 +578,27 @@ static int stream_write(mt_audio_writer *w, const int16_t *pcm, size_t n,
             buf[o++] = (unsigned char)(w->big_endian ? v : v >> 8);
         }
         if (write_all(w->fd, buf, o) != 0) {
-            seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+            mt_set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
             return -1;
         }
         o = 0;
+    }
+    return 0;
+}
+
+/* The SF_INFO of a mono file of format at rate: 0, or -1 with the message
+ * (naming name) when libsndfile cannot write that combination. */
+static int mono_info(SF_INFO *info, int format, int rate, const char *name,
+                     char *err, size_t errlen)
+{
+    memset(info, 0, sizeof *info);
+    info->samplerate = rate;
+    info->channels = 1;
+    info->format = format;
+    if (!sf_format_check(info)) {
+        mt_set_err(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
+                   name, rate);
+        return -1;
     }
     return 0;
 }
@@ -605,14 +613,14 @@ int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
         return -1;
     mt_audio_writer *w = calloc(1, sizeof *w);
     if (!w) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     size_t len = strlen(path);
     w->path = strdup(path);
     w->tmp = malloc(len + 64);
     if (!w->path || !w->tmp) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         free(w->path);
         free(w->tmp);
         free(w);
@@ -625,13 +633,7 @@ int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
     snprintf(w->tmp, len + 64, "%.*s.%s.tmp-%ld-%u", (int)dirlen, path,
              path + dirlen, (long)getpid(), counter++);
     SF_INFO info;
-    memset(&info, 0, sizeof info);
-    info.samplerate = rate;
-    info.channels = 1;
-    info.format = fmt;
-    if (!sf_format_check(&info)) {
-        seterr(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
-               path, rate);
+    if (mono_info(&info, fmt, rate, path, err, errlen) != 0) {
         free(w->path);
         free(w->tmp);
         free(w);
@@ -639,7 +641,7 @@ int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
     }
     w->sf = sf_open(w->tmp, SFM_WRITE, &info);
     if (!w->sf) {
-        seterr(err, errlen, "%s: cannot create: %s", path, sf_strerror(NULL));
+        mt_set_err(err, errlen, "%s: cannot create: %s", path, sf_strerror(NULL));
         unlink(w->tmp);
         free(w->path);
         free(w->tmp);
@@ -661,7 +663,7 @@ int mt_audio_writer_write(mt_audio_writer *w, const int16_t *pcm, size_t n,
     }
     sf_count_t put = sf_write_short(w->sf, pcm, (sf_count_t)n);
     if (put != (sf_count_t)n) {
-        seterr(err, errlen, "%s: write failed: %s", w->path, sf_strerror(w->sf));
+        mt_set_err(err, errlen, "%s: write failed: %s", w->path, sf_strerror(w->sf));
         return -1;
     }
     w->frames += n;
@@ -673,21 +675,21 @@ int mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
 {
     *wp = NULL;
     if (isatty(fd)) {
-        seterr(err, errlen, "%s: is a terminal; send the audio into a pipe "
-               "or a file", name);
+        mt_set_err(err, errlen, "%s: is a terminal; send the audio into a pipe "
+                   "or a file", name);
         return -1;
     }
     /* A seekable descriptor (stdout redirected to a file) takes any
      * format; a pipe only the streaming ones. */
     if (lseek(fd, 0, SEEK_CUR) < 0 && !mt_audio_type_streams(sf_format)) {
-        seterr(err, errlen, "%s: this format cannot be written to a pipe "
-               "(its header is completed last); use --type au, ogg or raw",
-               name);
+        mt_set_err(err, errlen, "%s: this format cannot be written to a pipe "
+                   "(its header is completed last); use --type au, ogg or raw",
+                   name);
         return -1;
     }
     mt_audio_writer *w = calloc(1, sizeof *w);
     if (!w || !(w->path = strdup(name))) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         free(w);
         return -1;
     }
@@ -711,19 +713,13 @@ int mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
         return 0;
     }
     SF_INFO info;
-    memset(&info, 0, sizeof info);
-    info.samplerate = rate;
-    info.channels = 1;
-    info.format = sf_format;
-    if (!sf_format_check(&info)) {
-        seterr(err, errlen, "%s: libsndfile cannot write this format at %d Hz",
-               name, rate);
+    if (mono_info(&info, sf_format, rate, name, err, errlen) != 0) {
         writer_free(w);
         return -1;
     }
     w->sf = sf_open_fd(fd, SFM_WRITE, &info, 0);
     if (!w->sf) {
-        seterr(err, errlen, "%s: cannot write audio: %s", name, sf_strerror(NULL));
+        mt_set_err(err, errlen, "%s: cannot write audio: %s", name, sf_strerror(NULL));
         writer_free(w);
         return -1;
     }
@@ -747,19 +743,19 @@ int mt_audio_writer_commit(mt_audio_writer *w, char *err, size_t errlen)
     if (!w->sf) {
         /* an AU stream without samples still gets its header */
         if (w->nhead && write_all(w->fd, w->head, w->nhead) != 0) {
-            seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+            mt_set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
             rc = -1;
         }
     } else {
         sf_write_sync(w->sf);
         if (sf_close(w->sf) != 0) {
-            seterr(err, errlen, "%s: close failed", w->path);
+            mt_set_err(err, errlen, "%s: close failed", w->path);
             rc = -1;
         }
     }
     w->sf = NULL;
     if (rc == 0 && w->tmp && rename(w->tmp, w->path) != 0) {
-        seterr(err, errlen, "%s: %s", w->path, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", w->path, strerror(errno));
         rc = -1;
     }
     if (rc != 0 && w->tmp)
@@ -825,12 +821,12 @@ static int pa_collect(mt_pa_device **list, int *n, char *err, size_t errlen)
     *n = 0;
     int count = Pa_GetDeviceCount();
     if (count < 0) {
-        seterr(err, errlen, "PortAudio: %s", Pa_GetErrorText(count));
+        mt_set_err(err, errlen, "PortAudio: %s", Pa_GetErrorText(count));
         return -1;
     }
     mt_pa_device *l = calloc(count ? (size_t)count : 1, sizeof *l);
     if (!l) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     PaDeviceIndex din = Pa_GetDefaultInputDevice();
@@ -861,7 +857,7 @@ int mt_pa_list(mt_pa_device **list, int *n, char *err, size_t errlen)
     *n = 0;
     PaError e = pa_init_quiet();
     if (e != paNoError) {
-        seterr(err, errlen, "PortAudio: %s", Pa_GetErrorText(e));
+        mt_set_err(err, errlen, "PortAudio: %s", Pa_GetErrorText(e));
         return -1;
     }
     int rc = pa_collect(list, n, err, errlen);
@@ -1026,24 +1022,24 @@ static int pick_duplex_devices(const char *device, const mt_pa_device *l, int n,
     if (device) {
         *din = *dout = find_device(device, l, n);
         if (*din < 0) {
-            seterr(err, errlen, "no audio device matches '%s'; %s%s", device,
-                   n ? "PortAudio found:\n" : "", found);
+            mt_set_err(err, errlen, "no audio device matches '%s'; %s%s", device,
+                       n ? "PortAudio found:\n" : "", found);
             return -1;
         }
     } else {
         *din = Pa_GetDefaultInputDevice();
         *dout = Pa_GetDefaultOutputDevice();
         if (*din == paNoDevice || *dout == paNoDevice || *din >= n || *dout >= n) {
-            seterr(err, errlen, "no default %s device; %s%s",
-                   *din == paNoDevice ? "input" : "output",
-                   n ? "PortAudio found:\n" : "", found);
+            mt_set_err(err, errlen, "no default %s device; %s%s",
+                       *din == paNoDevice ? "input" : "output",
+                       n ? "PortAudio found:\n" : "", found);
             return -1;
         }
     }
     if (l[*din].max_in < 1 || l[*dout].max_out < 1) {
-        seterr(err, errlen, "device \"%s\" cannot do full duplex (in %d, out "
-               "%d channels); PortAudio found:\n%s", l[*din].name,
-               l[*din].max_in, l[*dout].max_out, found);
+        mt_set_err(err, errlen, "device \"%s\" cannot do full duplex (in %d, out "
+                   "%d channels); PortAudio found:\n%s", l[*din].name,
+                   l[*din].max_in, l[*dout].max_out, found);
         return -1;
     }
     return 0;
@@ -1080,13 +1076,13 @@ static int duplex_buffers(mt_duplex *d, char *err, size_t errlen)
         d->src_in = src_new(SRC_SINC_FASTEST, 1, &se);
         d->src_out = d->src_in ? src_new(SRC_SINC_FASTEST, 1, &se) : NULL;
         if (!d->src_in || !d->src_out) {
-            seterr(err, errlen, "libsamplerate: %s", src_strerror(se));
+            mt_set_err(err, errlen, "libsamplerate: %s", src_strerror(se));
             return -1;
         }
     }
     return 0;
 nomem:
-    seterr(err, errlen, "out of memory");
+    mt_set_err(err, errlen, "out of memory");
     return -1;
 }
 
@@ -1096,14 +1092,14 @@ static int duplex_start(mt_duplex *d, const PaStreamParameters *in,
     PaError e = Pa_OpenStream(&d->stream, in, out, d->dev_rate,
                               paFramesPerBufferUnspecified, paClipOff, duplex_cb, d);
     if (e != paNoError) {
-        seterr(err, errlen, "cannot open \"%s\" at %d Hz: %s", d->name,
-               d->dev_rate, Pa_GetErrorText(e));
+        mt_set_err(err, errlen, "cannot open \"%s\" at %d Hz: %s", d->name,
+                   d->dev_rate, Pa_GetErrorText(e));
         d->stream = NULL;
         return -1;
     }
     e = Pa_StartStream(d->stream);
     if (e != paNoError) {
-        seterr(err, errlen, "cannot start \"%s\": %s", d->name, Pa_GetErrorText(e));
+        mt_set_err(err, errlen, "cannot start \"%s\": %s", d->name, Pa_GetErrorText(e));
         return -1;
     }
     return 0;
@@ -1132,13 +1128,13 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
 {
     *dp = NULL;
     if (rate < 1 || frame_samples < 1) {
-        seterr(err, errlen, "bad stream format %d Hz / %d samples", rate,
-               frame_samples);
+        mt_set_err(err, errlen, "bad stream format %d Hz / %d samples", rate,
+                   frame_samples);
         return -1;
     }
     PaError e = pa_init_quiet();
     if (e != paNoError) {
-        seterr(err, errlen, "PortAudio: %s", Pa_GetErrorText(e));
+        mt_set_err(err, errlen, "PortAudio: %s", Pa_GetErrorText(e));
         return -1;
     }
     mt_pa_device *l = NULL;
@@ -1152,7 +1148,7 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
         goto fail;
     d = calloc(1, sizeof *d);
     if (!d) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         goto fail;
     }
     d->rate = rate;
@@ -1168,7 +1164,7 @@ int mt_duplex_open(const char *device, int rate, int frame_samples,
     free(l);
     l = NULL;
     if (d->dev_rate < 1000 || d->dev_rate > 768000) {
-        seterr(err, errlen, "device \"%s\" reports no usable sample rate", d->name);
+        mt_set_err(err, errlen, "device \"%s\" reports no usable sample rate", d->name);
         free(d);
         d = NULL;
         goto fail;
@@ -1318,7 +1314,7 @@ int mt_player_open(int rate, int frame_samples, mt_player **pp,
     *pp = NULL;
     PaError e = pa_init_quiet();
     if (e != paNoError) {
-        seterr(err, errlen, "PortAudio: %s", Pa_GetErrorText(e));
+        mt_set_err(err, errlen, "PortAudio: %s", Pa_GetErrorText(e));
         return -1;
     }
     if (Pa_GetDefaultOutputDevice() == paNoDevice) {
@@ -1328,14 +1324,14 @@ int mt_player_open(int rate, int frame_samples, mt_player **pp,
         if (pa_collect(&l, &n, err, errlen) == 0)
             mt_pa_describe(l, n, found, sizeof found);
         free(l);
-        seterr(err, errlen, "no default output device (use -o FILE); %s%s",
-               n ? "PortAudio found:\n" : "", found);
+        mt_set_err(err, errlen, "no default output device (use -o FILE); %s%s",
+                   n ? "PortAudio found:\n" : "", found);
         pa_done();
         return -1;
     }
     mt_player *p = calloc(1, sizeof *p);
     if (!p) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         pa_done();
         return -1;
     }
@@ -1344,8 +1340,8 @@ int mt_player_open(int rate, int frame_samples, mt_player **pp,
     if (e == paNoError)
         e = Pa_StartStream(p->stream);
     if (e != paNoError) {
-        seterr(err, errlen, "cannot open the default output at %d Hz: %s",
-               rate, Pa_GetErrorText(e));
+        mt_set_err(err, errlen, "cannot open the default output at %d Hz: %s",
+                   rate, Pa_GetErrorText(e));
         if (p->stream)
             Pa_CloseStream(p->stream);
         free(p);
@@ -1361,7 +1357,7 @@ int mt_player_write(mt_player *p, const int16_t *pcm, size_t n,
 {
     PaError e = Pa_WriteStream(p->stream, pcm, (unsigned long)n);
     if (e != paNoError && e != paOutputUnderflowed) {
-        seterr(err, errlen, "playback: %s", Pa_GetErrorText(e));
+        mt_set_err(err, errlen, "playback: %s", Pa_GetErrorText(e));
         return -1;
     }
     return 0;

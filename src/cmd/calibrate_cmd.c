@@ -77,8 +77,9 @@ static int list_option(const char *arg, long lo, long hi, long *out, int *n)
 }
 
 /* One option into o: 0, or -1 after the message. */
-static int one_option(mt_calibrate_opts *o, int c, const char *arg)
+static int one_option(void *ctx, int c, const char *arg)
 {
+    mt_calibrate_opts *o = ctx;
     static const char *const devices[] = { "cpu", "cuda", NULL };
     int i;
     switch (c) {
@@ -111,15 +112,9 @@ int mt_probe_calibrate_main(int argc, char **argv)
 {
     mt_calibrate_opts o;
     mt_calibrate_opts_default(&o);
-    int c;
-    optind = 1;
-    while ((c = mt_opt_next(&cli, argc, argv, "m:o:h", longopts)) >= 0)
-        if (one_option(&o, c, optarg))
-            return 2;
-    if (c != MT_OPT_END)
-        return mt_opt_status(c);
-    if (optind < argc)
-        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    int st = mt_opt_read_all(&cli, argc, argv, "m:o:h", longopts, one_option, &o);
+    if (st != MT_OPT_END)
+        return st;
     if (o.device == MT_DEV_CUDA && o.memory == 0)
         return mt_opt_usage_error("--memory BYTES is required with --device cuda");
     char err[512] = "";

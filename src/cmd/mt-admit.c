@@ -368,24 +368,27 @@ static int check_policies(admit_args *a)
     return -1;
 }
 
+/* One option into the admit_args ctx: 0, or -1 after the message. */
+static int one_option(void *ctx, int c, const char *arg)
+{
+    admit_args *a = ctx;
+    if (c == 'p')
+        a->policies = arg;
+    else if (c == O_REPLAY)
+        a->replay = arg;
+    else if (c == O_SHED)
+        a->shed_on = 1;
+    else
+        return value_option(a, c, arg);
+    return 0;
+}
+
 /* The command line into a: -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, admit_args *a)
 {
-    int c;
-    while ((c = mt_opt_next(&cli, argc, argv, "b:p:m:h", longopts)) >= 0) {
-        if (c == 'p')
-            a->policies = optarg;
-        else if (c == O_REPLAY)
-            a->replay = optarg;
-        else if (c == O_SHED)
-            a->shed_on = 1;
-        else if (value_option(a, c, optarg))
-            return 2;
-    }
-    if (c != MT_OPT_END)
-        return mt_opt_status(c);
-    if (optind < argc)
-        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    int st = mt_opt_read_all(&cli, argc, argv, "b:p:m:h", longopts, one_option, a);
+    if (st != MT_OPT_END)
+        return st;
     return check_policies(a);
 }
 

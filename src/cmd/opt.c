@@ -48,6 +48,22 @@ int mt_opt_status(int c)
     return c == MT_OPT_DONE ? 0 : 2;
 }
 
+int mt_opt_read_all(const mt_cli *cli, int argc, char **argv,
+                    const char *shortopts, const struct option *longopts,
+                    int (*one)(void *ctx, int c, const char *arg), void *ctx)
+{
+    int c;
+    optind = 1;
+    while ((c = mt_opt_next(cli, argc, argv, shortopts, longopts)) >= 0)
+        if (one(ctx, c, optarg))
+            return 2;
+    if (c != MT_OPT_END)
+        return mt_opt_status(c);
+    if (optind < argc)
+        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    return MT_OPT_END;
+}
+
 /* getopt's optstring with ':' after any '+' or '-', so a missing value
  * comes back as ':' and getopt itself prints nothing. */
 static const char *quiet_optstring(const char *so, char *buf, size_t cap)

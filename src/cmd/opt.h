@@ -63,6 +63,14 @@ int mt_opt_next(const mt_cli *cli, int argc, char **argv, const char *shortopts,
 /* The exit status for MT_OPT_DONE (0) and MT_OPT_USAGE (2). */
 int mt_opt_status(int c);
 
+/* The whole loop of a program that takes no operands: resets optind, hands
+ * every option to one(ctx, c, optarg) (0, or -1 after its message) and
+ * refuses an operand. MT_OPT_END once all are read, else the exit status
+ * (0 for --help/--version, 2 for a usage error). */
+int mt_opt_read_all(const mt_cli *cli, int argc, char **argv,
+                    const char *shortopts, const struct option *longopts,
+                    int (*one)(void *ctx, int c, const char *arg), void *ctx);
+
 /* The program name of the messages (the cli's prog). */
 const char *mt_opt_prog(void);
 

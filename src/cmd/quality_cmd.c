@@ -97,8 +97,9 @@ static const struct option longopts[] = {
 };
 
 /* One option into o: 0, or -1 after the message. */
-static int one_option(mt_quality_opts *o, int c, const char *arg)
+static int one_option(void *ctx, int c, const char *arg)
 {
+    mt_quality_opts *o = ctx;
     static const char *const ropes[] = { "cache", "absolute", NULL };
     static const char *const formats[] = { "logfmt", "tsv", NULL };
     int i;
@@ -162,15 +163,9 @@ int mt_probe_quality_main(int argc, char **argv)
 {
     mt_quality_opts o;
     mt_quality_opts_default(&o);
-    int c;
-    optind = 1;
-    while ((c = mt_opt_next(&cli, argc, argv, "m:t:p:h", longopts)) >= 0)
-        if (one_option(&o, c, optarg))
-            return 2;
-    if (c != MT_OPT_END)
-        return mt_opt_status(c);
-    if (optind < argc)
-        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    int st = mt_opt_read_all(&cli, argc, argv, "m:t:p:h", longopts, one_option, &o);
+    if (st != MT_OPT_END)
+        return st;
     int rc = check(&o);
     if (rc)
         return rc;

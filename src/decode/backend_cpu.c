@@ -69,6 +69,7 @@
  */
 #include "decode/backend.h"
 #include "decode/cpu_f16.h"
+#include "util/clock.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -127,13 +128,6 @@ typedef struct worker_arg { tpool *tp; int tid; } worker_arg;
  * worker per step: 6% of a core at an 80 ms tick. */
 enum { SPIN_NS = 2 * MT_DECODER_WAKE_NS };
 
-static uint64_t spin_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* One turn of a spin wait begun at *t0 (0: not yet timed): 1 once it has
  * lasted SPIN_NS. Past the first SPIN_PAUSE_NS it yields the CPU at every
  * turn instead of pausing: when more threads are runnable than there are
@@ -145,7 +139,7 @@ static int spin_turn(uint64_t *t0, unsigned i)
     cpu_relax();
     if ((i & 63) != 63)
         return 0;
-    uint64_t t = spin_clock_ns();
+    uint64_t t = mt_clock_ns();
     if (!*t0) {
         *t0 = t;
         return 0;

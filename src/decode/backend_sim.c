@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "decode/backend_sim.h"
 #include "decode/backend.h"
+#include "util/clock.h"
+#include "util/rng.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,7 +27,7 @@ struct mt_sim {
     mt_sim_clock   clk;
     uint64_t       t0;
     double         time_scale;   /* K: waits are model time / K */
-    uint64_t       rng[4];       /* xoshiro256** */
+    mt_rng         rng;
     int            have_spare;   /* polar method gives normals in pairs */
     double         spare;
     pthread_mutex_t mu;          /* the two sums below */
@@ -35,49 +37,13 @@ struct mt_sim {
 static uint64_t real_now(void *ctx)
 {
     (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return mt_clock_ns();
 }
 
 static void real_sleep_until(void *ctx, uint64_t t_ns)
 {
     (void)ctx;
-    struct timespec ts = { .tv_sec = (time_t)(t_ns / 1000000000ull),
-                           .tv_nsec = (long)(t_ns % 1000000000ull) };
-    /* absolute: a late wake-up never shifts the next step's target */
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
-}
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(mt_sim *s)
-{
-    uint64_t *r = s->rng;
-    uint64_t result = rotl(r[1] * 5, 7) * 9;
-    uint64_t t = r[1] << 17;
-    r[2] ^= r[0];
-    r[3] ^= r[1];
-    r[1] ^= r[2];
-    r[0] ^= r[3];
-    r[2] ^= t;
-    r[3] = rotl(r[3], 45);
-    return result;
-}
-
-/* uniform in [0, 1) */
-static double next_unit(mt_sim *s)
-{
-    return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+    mt_sleep_until_ns(t_ns);
 }
 
 static double next_normal(mt_sim *s)
@@ -88,8 +54,8 @@ static double next_normal(mt_sim *s)
     }
     double u, v, q;
     do {
-        u = 2.0 * next_unit(s) - 1.0;
-        v = 2.0 * next_unit(s) - 1.0;
+        u = 2.0 * mt_rng_uniform(&s->rng) - 1.0;
+        v = 2.0 * mt_rng_uniform(&s->rng) - 1.0;
         q = u * u + v * v;
     } while (q >= 1.0 || q == 0.0);
     double f = sqrt(-2.0 * log(q) / q);
@@ -138,9 +104,7 @@ int mt_sim_create(const mt_sim_profile *p, const mt_config *c,
         s->clk = (mt_sim_clock){ real_now, real_sleep_until, NULL };
     s->t0 = s->clk.now(s->clk.ctx);
     s->time_scale = 1;
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+    mt_rng_seed(&s->rng, p->seed);
     pthread_mutex_init(&s->mu, NULL);
     *out = s;
     return 0;
@@ -218,7 +182,7 @@ double mt_sim_draw_noise(mt_sim *s, double pred_s)
     double extra = 0;
     if (s->p.jitter_sigma > 0)
         extra = pred_s * (exp(s->p.jitter_sigma * next_normal(s)) - 1.0);
-    if (s->p.stall_prob > 0 && next_unit(s) < s->p.stall_prob)
+    if (s->p.stall_prob > 0 && mt_rng_uniform(&s->rng) < s->p.stall_prob)
         extra += s->p.stall_ms * 1e-3;
     return extra;
 }

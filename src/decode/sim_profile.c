@@ -8,10 +8,11 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/errmsg.h"
 
 #ifndef MT_SOURCE_DIR
 #define MT_SOURCE_DIR "."
@@ -27,16 +28,6 @@ static const char *const field_names[MT_SIM_NFIELDS] = {
 const char *mt_sim_field_name(mt_sim_field f)
 {
     return (unsigned)f < MT_SIM_NFIELDS ? field_names[f] : "?";
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 /* Copies at most cap-1 bytes of s[0..n) for a message, unprintable bytes
@@ -153,8 +144,8 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
     if (!file)
         file = "profile";
     if (len > MT_SIM_PROFILE_MAX_BYTES) {
-        set_err(err, errlen, "%s: %zu bytes: a profile is at most %d", file,
-                len, MT_SIM_PROFILE_MAX_BYTES);
+        mt_set_err(err, errlen, "%s: %zu bytes: a profile is at most %d", file,
+                   len, MT_SIM_PROFILE_MAX_BYTES);
         return -1;
     }
     int seen[K_COUNT] = {0};
@@ -189,7 +180,7 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         char kshow[40];
         if (eq == n) {
             shown(kshow, sizeof kshow, l, n < 32 ? n : 32);
-            set_err(err, errlen, "%s:%ld: '%s': not key = value", file, lineno, kshow);
+            mt_set_err(err, errlen, "%s:%ld: '%s': not key = value", file, lineno, kshow);
             return -1;
         }
         size_t kn = eq;
@@ -207,18 +198,18 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
             if (strlen(keys[i].name) == kn && memcmp(l, keys[i].name, kn) == 0)
                 k = i;
         if (k < 0) {
-            set_err(err, errlen, "%s:%ld: key '%s': unknown key", file, lineno, kshow);
+            mt_set_err(err, errlen, "%s:%ld: key '%s': unknown key", file, lineno, kshow);
             return -1;
         }
         if (seen[k] && k != K_SCHED) {
-            set_err(err, errlen, "%s:%ld: key '%s': given twice", file, lineno, kshow);
+            mt_set_err(err, errlen, "%s:%ld: key '%s': given twice", file, lineno, kshow);
             return -1;
         }
         seen[k] = 1;
         for (size_t i = 0; i < vn; i++)
             if ((unsigned char)v[i] < 0x20 && v[i] != '\t') {
-                set_err(err, errlen, "%s:%ld: key '%s': control byte in value",
-                        file, lineno, kshow);
+                mt_set_err(err, errlen, "%s:%ld: key '%s': control byte in value",
+                           file, lineno, kshow);
                 return -1;
             }
         char vshow[48];
@@ -226,27 +217,27 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         if (k == K_NAME || k == K_MODEL) {
             char *dst = k == K_NAME ? p.name : p.model;
             if (text_value(dst, sizeof p.name, v, vn)) {
-                set_err(err, errlen, "%s:%ld: key '%s': want one printable word of 1..63 bytes, got '%s'",
-                        file, lineno, kshow, vshow);
+                mt_set_err(err, errlen, "%s:%ld: key '%s': want one printable word of 1..63 bytes, got '%s'",
+                           file, lineno, kshow, vshow);
                 return -1;
             }
             continue;
         }
         if (k == K_SCHED) {
             if (p.nschedule == MT_SIM_MAX_SCHEDULE) {
-                set_err(err, errlen, "%s:%ld: key 'schedule': more than %d entries",
-                        file, lineno, MT_SIM_MAX_SCHEDULE);
+                mt_set_err(err, errlen, "%s:%ld: key 'schedule': more than %d entries",
+                           file, lineno, MT_SIM_MAX_SCHEDULE);
                 return -1;
             }
             mt_sim_change c;
             if (parse_schedule(v, vn, &c)) {
-                set_err(err, errlen, "%s:%ld: key 'schedule': want 'Ts FIELD*F' (FIELD bandwidth, matrix_rate or overhead; F > 0), got '%s'",
-                        file, lineno, vshow);
+                mt_set_err(err, errlen, "%s:%ld: key 'schedule': want 'Ts FIELD*F' (FIELD bandwidth, matrix_rate or overhead; F > 0), got '%s'",
+                           file, lineno, vshow);
                 return -1;
             }
             if (p.nschedule && c.t_s < p.schedule[p.nschedule - 1].t_s) {
-                set_err(err, errlen, "%s:%ld: key 'schedule': %gs is before the previous entry's %gs",
-                        file, lineno, c.t_s, p.schedule[p.nschedule - 1].t_s);
+                mt_set_err(err, errlen, "%s:%ld: key 'schedule': %gs is before the previous entry's %gs",
+                           file, lineno, c.t_s, p.schedule[p.nschedule - 1].t_s);
                 return -1;
             }
             p.schedule[p.nschedule++] = c;
@@ -254,8 +245,8 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         }
         double x;
         if (parse_num(v, vn, &x) || x < keys[k].lo || x > keys[k].hi) {
-            set_err(err, errlen, "%s:%ld: key '%s': want a number in %g..%g, got '%s'",
-                    file, lineno, kshow, keys[k].lo, keys[k].hi, vshow);
+            mt_set_err(err, errlen, "%s:%ld: key '%s': want a number in %g..%g, got '%s'",
+                       file, lineno, kshow, keys[k].lo, keys[k].hi, vshow);
             return -1;
         }
         switch (k) {
@@ -271,8 +262,8 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         case K_KVB:
         case K_SEED:
             if (x != floor(x)) {
-                set_err(err, errlen, "%s:%ld: key '%s': want an integer, got '%s'",
-                        file, lineno, kshow, vshow);
+                mt_set_err(err, errlen, "%s:%ld: key '%s': want an integer, got '%s'",
+                           file, lineno, kshow, vshow);
                 return -1;
             }
             if (k == K_WB)
@@ -287,12 +278,12 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
     }
     for (int k = 0; k < K_COUNT; k++)
         if (keys[k].required && !seen[k]) {
-            set_err(err, errlen, "%s: key '%s': missing", file, keys[k].name);
+            mt_set_err(err, errlen, "%s: key '%s': missing", file, keys[k].name);
             return -1;
         }
     if (p.reserve_bytes >= p.memory_bytes) {
-        set_err(err, errlen, "%s: key 'reserve_bytes': %g is not below memory_bytes %g",
-                file, p.reserve_bytes, p.memory_bytes);
+        mt_set_err(err, errlen, "%s: key 'reserve_bytes': %g is not below memory_bytes %g",
+                   file, p.reserve_bytes, p.memory_bytes);
         return -1;
     }
     if (!seen[K_NAME])
@@ -339,7 +330,7 @@ int mt_sim_profile_load(const char *spec, mt_sim_profile *p, char *err,
                         size_t errlen)
 {
     if (!spec || !*spec) {
-        set_err(err, errlen, "sim: no profile named (want sim:NAME or sim:PATH)");
+        mt_set_err(err, errlen, "sim: no profile named (want sim:NAME or sim:PATH)");
         return -1;
     }
     char path[512];
@@ -350,7 +341,7 @@ int mt_sim_profile_load(const char *spec, mt_sim_profile *p, char *err,
     int found = 0;
     char *buf = malloc(MT_SIM_PROFILE_MAX_BYTES + 1);
     if (!buf) {
-        set_err(err, errlen, "sim: out of memory");
+        mt_set_err(err, errlen, "sim: out of memory");
         return -1;
     }
     const size_t cap = MT_SIM_PROFILE_MAX_BYTES + 1;
@@ -358,7 +349,7 @@ int mt_sim_profile_load(const char *spec, mt_sim_profile *p, char *err,
     if (is_path) {
         snprintf(path, sizeof path, "%s", spec);
         if (read_file(path, buf, cap, &len) != 0) {
-            set_err(err, errlen, "sim: profile %s: %s", spec, strerror(errno));
+            mt_set_err(err, errlen, "sim: profile %s: %s", spec, strerror(errno));
             goto out;
         }
         found = 1;
@@ -366,7 +357,7 @@ int mt_sim_profile_load(const char *spec, mt_sim_profile *p, char *err,
         for (size_t i = 0; i < sl; i++)
             if (!((spec[i] >= 'a' && spec[i] <= 'z') || (spec[i] >= '0' && spec[i] <= '9') ||
                   spec[i] == '-' || spec[i] == '_' || spec[i] == '.')) {
-                set_err(err, errlen, "sim: profile name '%s': want [a-z0-9._-] or a path", spec);
+                mt_set_err(err, errlen, "sim: profile name '%s': want [a-z0-9._-] or a path", spec);
                 goto out;
             }
         const char *env = getenv("MT_PROFILE_DIR");
@@ -382,14 +373,14 @@ int mt_sim_profile_load(const char *spec, mt_sim_profile *p, char *err,
                 found = 1;
         }
         if (!found) {
-            set_err(err, errlen, "sim: no built-in profile '%s' (looked in %s%s%s/profiles and %s/profiles)",
-                    spec, env && *env ? env : "", env && *env ? ", " : "",
-                    MT_SOURCE_DIR, MT_DATADIR);
+            mt_set_err(err, errlen, "sim: no built-in profile '%s' (looked in %s%s%s/profiles and %s/profiles)",
+                       spec, env && *env ? env : "", env && *env ? ", " : "",
+                       MT_SOURCE_DIR, MT_DATADIR);
             goto out;
         }
     }
     if (len > MT_SIM_PROFILE_MAX_BYTES) {
-        set_err(err, errlen, "sim: profile %s: over %d bytes", path, MT_SIM_PROFILE_MAX_BYTES);
+        mt_set_err(err, errlen, "sim: profile %s: over %d bytes", path, MT_SIM_PROFILE_MAX_BYTES);
         goto out;
     }
     char dflt[64];

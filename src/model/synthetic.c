@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/rng.h"
+
 typedef struct preset {
     const char *name;
     int hidden, ffn, layers, heads, kv_heads, head_dim, vocab;
@@ -42,39 +44,13 @@ const char *const *mt_synthetic_presets(void) { return preset_names; }
 
 /* ---- generator ----------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-typedef struct xoshiro { uint64_t s[4]; } xoshiro;
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static inline uint64_t xo_next(xoshiro *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
 /* Stream for (seed, tensor, chunk): documented in model.h. */
-static void xo_seed(xoshiro *r, uint64_t seed, int tensor, uint64_t chunk)
+static void xo_seed(mt_rng *r, uint64_t seed, int tensor, uint64_t chunk)
 {
     uint64_t x = seed ^ ((uint64_t)(tensor + 1) * 0x9E3779B97F4A7C15ull);
-    uint64_t y = splitmix64(&x) ^ chunk;
+    uint64_t y = mt_splitmix64(&x) ^ chunk;
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&y);
+        r->s[i] = mt_splitmix64(&y);
 }
 
 #define CHUNK 65536u
@@ -110,7 +86,7 @@ static void fill_chunk(float *dst, size_t n, double std, uint64_t seed,
             dst[i] = 1.0f;
         return;
     }
-    xoshiro r;
+    mt_rng r;
     xo_seed(&r, seed, tensor, chunk);
     /* Marsaglia's polar method: two uniforms in (-1, 1), rejected outside
      * the unit disc (about 21% of pairs), give two normals with one log and
@@ -119,8 +95,8 @@ static void fill_chunk(float *dst, size_t n, double std, uint64_t seed,
     for (size_t i = 0; i < n; i += 2) {
         double u, v, q;
         do {
-            u = (double)(xo_next(&r) >> 11) * k53 - 1.0;
-            v = (double)(xo_next(&r) >> 11) * k53 - 1.0;
+            u = (double)(mt_rng_next(&r) >> 11) * k53 - 1.0;
+            v = (double)(mt_rng_next(&r) >> 11) * k53 - 1.0;
             q = u * u + v * v;
         } while (q >= 1.0 || q == 0.0);
         double f = sqrt(-2.0 * log(q) / q) * std;

@@ -16,6 +16,7 @@
 #include "decode/decoder.h"
 #include "decode/kv.h"
 #include "model/model.h"
+#include "util/clock.h"
 #include "util/errmsg.h"
 
 #include <errno.h>
@@ -29,9 +30,7 @@
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)mt_clock_ns() * 1e-9;
 }
 
 static int cmp_double(const void *a, const void *b)

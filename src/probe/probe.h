@@ -18,12 +18,9 @@
 #include <signal.h>
 #include <stdio.h>
 
-/* ---- seeded randomness --------------------------------------------------- */
-typedef struct mt_rng { uint64_t s[4]; } mt_rng;
-void     mt_rng_seed(mt_rng *r, uint64_t seed);
-uint64_t mt_rng_next(mt_rng *r);
-double   mt_rng_uniform(mt_rng *r);          /* [0,1) */
-double   mt_rng_normal(mt_rng *r);
+#include "util/rng.h"
+
+/* ---- seeded randomness: mt_rng (util/rng.h) ---------------------------- */
 
 /* ---- workloads ----------------------------------------------------------- */
 enum mt_arrival_kind { MT_ARR_POISSON = 0, MT_ARR_EVEN = 1, MT_ARR_BURST = 2 };

@@ -23,6 +23,7 @@
  * back by K, so rows, thresholds and predictions are all in model time and
  * a scaled run is read exactly like an unscaled one.
  */
+#include "util/clock.h"
 #include "util/errmsg.h"
 #include "util/stats.h"
 #include "util/units.h"
@@ -44,20 +45,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
 
 /* ---- one run ------------------------------------------------------------- */
 
@@ -348,10 +335,10 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         goto out;
     }
     /* Let the server print its first ticks before the load starts. */
-    uint64_t settle = now_ns() + 300000000ull;
-    while (now_ns() < settle) {
+    uint64_t settle = mt_clock_ns() + 300000000ull;
+    while (mt_clock_ns() < settle) {
         mt_spawn_poll_lines(&sp, on_tick_line, x);
-        sleep_s(0.02);
+        mt_sleep_s(0.02);
     }
     x->t0 = mt_client_now() + 100000000ull;
     for (int i = 0; i < x->w.n; i++)

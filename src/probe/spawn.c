@@ -6,6 +6,7 @@
  * child never writes our buffered output a second time.
  */
 #include "probe/spawn.h"
+#include "util/clock.h"
 #include "util/errmsg.h"
 
 #include <errno.h>
@@ -19,20 +20,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
 
 int mt_spawn_start(mt_spawn_proc *sp, const char *serve_bin,
                     char *const *args, int nargs, const char *sock,
@@ -90,7 +77,7 @@ int mt_spawn_start(mt_spawn_proc *sp, const char *serve_bin,
     sp->out_fd = pfd[0];
     fcntl(sp->out_fd, F_SETFL, fcntl(sp->out_fd, F_GETFL) | O_NONBLOCK);
     fcntl(sp->out_fd, F_SETFD, FD_CLOEXEC);
-    uint64_t until = now_ns() + (uint64_t)(wait_s * 1e9);
+    uint64_t until = mt_clock_ns() + (uint64_t)(wait_s * 1e9);
     for (;;) {
         struct stat st;
         if (stat(sock, &st) == 0 && S_ISSOCK(st.st_mode))
@@ -115,13 +102,13 @@ int mt_spawn_start(mt_spawn_proc *sp, const char *serve_bin,
                     *line ? ": " : "", line);
             return -1;
         }
-        if (now_ns() > until) {
+        if (mt_clock_ns() > until) {
             mt_spawn_stop(sp, 1.0, NULL, NULL);
             mt_set_err(err, errlen, "%s did not create %s within %.0f s",
                     serve_bin, sock, wait_s);
             return -1;
         }
-        sleep_s(0.02);
+        mt_sleep_s(0.02);
     }
 }
 
@@ -167,19 +154,19 @@ int mt_spawn_stop(mt_spawn_proc *sp, double grace_s, mt_line_fn fn,
     int status = -1;
     if (sp->pid > 0) {
         kill(sp->pid, SIGTERM);
-        uint64_t until = now_ns() + (uint64_t)(grace_s * 1e9);
+        uint64_t until = mt_clock_ns() + (uint64_t)(grace_s * 1e9);
         int done = 0;
         while (!done) {
             mt_spawn_poll_lines(sp, fn, user);
             pid_t r = waitpid(sp->pid, &status, WNOHANG);
             if (r == sp->pid)
                 done = 1;
-            else if (now_ns() > until) {
+            else if (mt_clock_ns() > until) {
                 kill(sp->pid, SIGKILL);
                 waitpid(sp->pid, &status, 0);
                 done = 1;
             } else
-                sleep_s(0.01);
+                mt_sleep_s(0.01);
         }
         sp->pid = -1;
     }

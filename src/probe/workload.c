@@ -4,7 +4,8 @@
  * Why one generator: the soak plays a workload against a real server and
  * predict runs the same workload through the analytic model, so "predicted
  * vs measured" compares the same sessions, not two draws of one
- * distribution. xoshiro256** seeded by splitmix64: fast, and identical on
+ * distribution. The generator is util/rng.h (xoshiro256** seeded by
+ * splitmix64): fast, and identical on
  * every machine (no libc rand()).
  */
 #include "util/errmsg.h"
@@ -16,51 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* ---- rng ----------------------------------------------------------------- */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void mt_rng_seed(mt_rng *r, uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t mt_rng_next(mt_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return res;
-}
-
-double mt_rng_uniform(mt_rng *r)
-{
-    return (double)(mt_rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-double mt_rng_normal(mt_rng *r)
-{
-    double u1 = mt_rng_uniform(r), u2 = mt_rng_uniform(r);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
 
 /* ---- specs --------------------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "decode/decoder.h"
+#include "util/clock.h"
 #include "util/errmsg.h"
 
 struct mt_ticker {
@@ -20,14 +21,6 @@ struct mt_ticker {
     atomic_int     stop;
     pthread_t      th;
 };
-
-static void sleep_until(uint64_t at)
-{
-    struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
-                          .tv_nsec = (long)(at % 1000000000ull)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
-}
 
 static void tlog(mt_ticker *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -53,12 +46,12 @@ static void *tick_main(void *arg)
         /* wake the decoder's threads a little ahead of the tick, so that
          * their wake-up is not paid inside the step */
         if (at > MT_DECODER_WAKE_NS && mt_now_ns() < at - MT_DECODER_WAKE_NS) {
-            sleep_until(at - MT_DECODER_WAKE_NS);
+            mt_sleep_until_ns(at - MT_DECODER_WAKE_NS);
             if (atomic_load(&t->stop))
                 break;
             mt_engine_wake(t->o.eng);
         }
-        sleep_until(at);
+        mt_sleep_until_ns(at);
         if (atomic_load(&t->stop))
             break;
         if (mt_engine_tick(t->o.eng, k, at, err, sizeof err) != 0)

@@ -187,6 +187,18 @@ static void expect_frames(const char *what, const char *name, double seconds)
     mt_audio_free(&a);
 }
 
+/* Writes name in format and checks its frames, or skips (why_not) when
+ * this libsndfile cannot write that format. */
+static void format_case(const char *what, const char *name, int format, int rate,
+                        int channels, const float *d, sf_count_t n, double secs,
+                        const char *why_not)
+{
+    if (write_sf(name, format, rate, channels, d, n) == 0)
+        expect_frames(what, name, secs);
+    else
+        tap_skip(why_not);
+}
+
 static void formats(void)
 {
     const double secs = 1.37;
@@ -194,21 +206,15 @@ static void formats(void)
     float *d;
 
     d = tone(48000, 2, secs, &n);
-    if (write_sf("s48.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16, 48000, 2, d, n) == 0)
-        expect_frames("48 kHz stereo WAV", "s48.wav", secs);
-    else
-        tap_skip("48 kHz WAV not writable");
+    format_case("48 kHz stereo WAV", "s48.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16,
+                48000, 2, d, n, secs, "48 kHz WAV not writable");
     free(d);
 
     d = tone(44100, 1, secs, &n);
-    if (write_sf("t.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 44100, 1, d, n) == 0)
-        expect_frames("FLAC", "t.flac", secs);
-    else
-        tap_skip("FLAC not writable by this libsndfile");
-    if (write_sf("t.ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS, 44100, 1, d, n) == 0)
-        expect_frames("Ogg Vorbis", "t.ogg", secs);
-    else
-        tap_skip("Ogg Vorbis not writable by this libsndfile");
+    format_case("FLAC", "t.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 44100, 1, d, n,
+                secs, "FLAC not writable by this libsndfile");
+    format_case("Ogg Vorbis", "t.ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS, 44100, 1, d, n,
+                secs, "Ogg Vorbis not writable by this libsndfile");
     free(d);
 
     /* libsndfile's frame count for an MP3 is an estimate from the bit rate
@@ -217,10 +223,8 @@ static void formats(void)
      * libsndfile 1.1, not a macro to test): an older one fails to open it
      * and the case is skipped. */
     d = tone(44100, 2, secs, &n);
-    if (write_sf("t.mp3", 0x230000 | 0x0082, 44100, 2, d, n) == 0)
-        expect_frames("MP3", "t.mp3", secs);
-    else
-        tap_skip("MP3 not writable by this libsndfile (1.1 or later with LAME)");
+    format_case("MP3", "t.mp3", 0x230000 | 0x0082, 44100, 2, d, n, secs,
+                "MP3 not writable by this libsndfile (1.1 or later with LAME)");
     free(d);
 }
 

@@ -71,6 +71,17 @@ static json_t *tiny_header(uint64_t *data_len)
     return h;
 }
 
+/* Copies file of the good checkpoint (tmp/good) into dir. */
+static void copy_good(const char *dir, const char *file)
+{
+    char src[600], *data;
+    size_t n = 0;
+    snprintf(src, sizeof src, "%s/good/%s", tmp, file);
+    data = read_file(src, &n);
+    write_file(dir, file, data, n);
+    free(data);
+}
+
 /* A directory NAME with tiny's config and a safetensors file made of hdr
  * (raw header text) and data_len zero bytes; len_field overrides the
  * length prefix when nonzero. */
@@ -78,12 +89,7 @@ static void make_dir(const char *name, const char *hdr, uint64_t data_len, uint6
                      char *dir, size_t dlen)
 {
     snprintf(dir, dlen, "%s/%s", tmp, name);
-    char src[512], *cfg;
-    size_t n = 0;
-    snprintf(src, sizeof src, "%s/good/config.json", tmp);
-    cfg = read_file(src, &n);
-    write_file(dir, "config.json", cfg, n);
-    free(cfg);
+    copy_good(dir, "config.json");
     size_t hl = strlen(hdr);
     size_t total = 8 + hl + data_len;
     uint8_t *b = calloc(1, total);
@@ -218,12 +224,7 @@ static void config_case(const char *name, const char *json, const char *sub1, co
     snprintf(dir, sizeof dir, "%s/cfg-%s", tmp, name);
     mkdir(dir, 0755);
     write_file(dir, "config.json", json, strlen(json));
-    char src[600], *st;
-    size_t n = 0;
-    snprintf(src, sizeof src, "%s/good/model.safetensors", tmp);
-    st = read_file(src, &n);
-    write_file(dir, "model.safetensors", st, n);
-    free(st);
+    copy_good(dir, "model.safetensors");
     expect_fail(dir, name, sub1, sub2);
     if (strcmp(name, "vs-tensors") == 0)
         like(err, "model.safetensors", "message names model.safetensors");
