@@ -10,6 +10,7 @@
  * extrapolates to the largest level that stays under the target, and the
  * uncertainty shrinks as the controller climbs and observes more levels.
  */
+#include "util/errmsg.h"
 #include "admit/admit.h"
 #include "util/stats.h"
 
@@ -122,7 +123,7 @@ int mt_admit_policy_parse(const char *s, mt_admit_opts *o, char *err, size_t err
         char *end;
         long n = strtol(s + 7, &end, 10);
         if (end == s + 7 || *end || n < 0 || n > MT_ADMIT_MAX_LEVEL) {
-            snprintf(err, errlen, "policy '%s': static:N needs N in 0..%d", s,
+            mt_set_err(err, errlen, "policy '%s': static:N needs N in 0..%d", s,
                      MT_ADMIT_MAX_LEVEL);
             return -1;
         }
@@ -130,13 +131,13 @@ int mt_admit_policy_parse(const char *s, mt_admit_opts *o, char *err, size_t err
         o->static_n = (int)n;
         return 0;
     }
-    snprintf(err, errlen, "unknown policy '%s' (metronome, aimd, gradient, static:N)", s);
+    mt_set_err(err, errlen, "unknown policy '%s' (metronome, aimd, gradient, static:N)", s);
     return -1;
 }
 
 int mt_admit_opts_check(const mt_admit_opts *o, char *err, size_t errlen)
 {
-#define BAD(cond, ...) do { if (cond) { snprintf(err, errlen, __VA_ARGS__); return -1; } } while (0)
+#define BAD(cond, ...) do { if (cond) { mt_set_err(err, errlen, __VA_ARGS__); return -1; } } while (0)
     BAD(!(o->budget_ms > 0 && o->budget_ms < 1e6), "budget must be > 0 ms");
     BAD(!(o->margin > 0 && o->margin <= 1), "margin must be in (0, 1]");
     BAD(!(o->hold_ms >= 0 && o->hold_ms < 1e7), "hold must be >= 0 ms");
@@ -174,7 +175,7 @@ int mt_admit_create(const mt_admit_opts *o, mt_admit_emit_fn emit, void *ctx,
         return -1;
     mt_admit *a = calloc(1, sizeof *a);
     if (!a) {
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     a->o = *o;
@@ -186,7 +187,7 @@ int mt_admit_create(const mt_admit_opts *o, mt_admit_emit_fn emit, void *ctx,
     a->mins = calloc((size_t)a->mins_cap, sizeof *a->mins);
     if (!a->lv || !a->mins || !a->born_bad) {
         mt_admit_free(a);
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     switch (o->policy) {

@@ -6,6 +6,7 @@
  * promise to the user is one clear message and no half-written output.
  */
 #define _GNU_SOURCE
+#include "util/errmsg.h"
 #include "client/audio.h"
 
 #include <errno.h>

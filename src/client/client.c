@@ -13,6 +13,7 @@
  * once the last one leaves 64 writes late, not 64 audio reads late.
  */
 #define _GNU_SOURCE
+#include "util/errmsg.h"
 #include "client/client.h"
 #include "util/stats.h"
 #include "wire/endpoint.h"
@@ -29,16 +30,6 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 uint64_t mt_client_now(void)
 {
@@ -201,7 +192,7 @@ int mt_client_new(const mt_client_config *cfg, mt_client **out,
     *out = NULL;
     mt_client *c = calloc(1, sizeof *c);
     if (!c) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     c->cfg = *cfg;
@@ -223,7 +214,7 @@ int mt_client_new(const mt_client_config *cfg, mt_client **out,
     c->s = calloc((size_t)c->cap, sizeof *c->s);
     c->ep = epoll_create1(EPOLL_CLOEXEC);
     if (!c->s || c->ep < 0) {
-        seterr(err, errlen, "client: %s", c->s ? strerror(errno) : "out of memory");
+        mt_set_err(err, errlen, "client: %s", c->s ? strerror(errno) : "out of memory");
         if (c->ep >= 0)
             close(c->ep);
         free(c->s);
@@ -280,7 +271,7 @@ void mt_client_free(mt_client *c)
 static int add_common(mt_client *c, uint64_t t_start, char *err, size_t errlen)
 {
     if (c->n >= c->cap) {
-        seterr(err, errlen, "client: engine full (%d sessions)", c->cap);
+        mt_set_err(err, errlen, "client: engine full (%d sessions)", c->cap);
         return -1;
     }
     int idx = c->n;
@@ -305,7 +296,7 @@ int mt_client_add_unix(mt_client *c, const char *path, uint64_t t_start,
         return -1;
     c->s[idx].path = strdup(path);
     if (!c->s[idx].path) {
-        seterr(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     c->n++;
@@ -904,7 +895,7 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
         if (ne < 0) {
             if (errno == EINTR)
                 continue;
-            seterr(err, errlen, "epoll_wait: %s", strerror(errno));
+            mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
             return -1;
         }
         for (int i = 0; i < ne; i++) {

@@ -10,6 +10,7 @@
  * are printed here. Exit status: 0 done, 1 runtime error, 2 usage.
  */
 #define _GNU_SOURCE
+#include "util/errmsg.h"
 #include "cmd/opt.h"
 #include "wire/endpoint.h"
 #include "cmd/calibrate_cmd.h"
@@ -404,7 +405,7 @@ static int summarize_stream(mt_summary *s, FILE *in, int strict, char *err,
         }
     }
     if (!rc && ferror(in) && !(stop_flag && errno == EINTR)) {
-        snprintf(err, errlen, "read error: %s", strerror(errno));
+        mt_set_err(err, errlen, "read error: %s", strerror(errno));
         rc = -1;
     }
     free(line);

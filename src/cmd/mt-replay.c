@@ -19,6 +19,7 @@
 #include <portaudio.h>
 #include <sndfile.h>
 
+#include "util/errmsg.h"
 #include "cmd/opt.h"
 #include "client/audio.h"
 #include "client/client.h"
@@ -176,7 +177,7 @@ static int load_input(app *a, input *in, char *err, size_t errlen)
         int raw_rate = a->type &&
             (a->type_fmt & SF_FORMAT_TYPEMASK) == SF_FORMAT_RAW ? a->rate : 0;
         if (isatty(0)) {
-            snprintf(err, errlen, "-: standard input is a terminal; pipe "
+            mt_set_err(err, errlen, "-: standard input is a terminal; pipe "
                      "audio into it");
             return -1;
         }
@@ -193,7 +194,7 @@ static int load_input(app *a, input *in, char *err, size_t errlen)
     in->frames = in->audio.frames;
     in->pcm = malloc((in->frames ? in->frames : 1) * sizeof *in->pcm);
     if (!in->pcm) {
-        snprintf(err, errlen, "%s: out of memory", in->path);
+        mt_set_err(err, errlen, "%s: out of memory", in->path);
         return -1;
     }
     mt_audio_to_s16(in->audio.samples, in->pcm, in->frames);
@@ -827,13 +828,13 @@ static int play_format(const app *a, player *p, const mt_frame *f, char *err, si
     if (mt_hello_decode(f->payload, f->length, fmt) != 0 ||
         fmt->sample_rate < 1 || fmt->frame_samples < 1 ||
         fmt->frame_samples > MT_FRAME_MAX_PAYLOAD / 2 || fmt->channels > 1) {
-        snprintf(err, errlen, "malformed %s on stdin", mt_frame_type_name(f->type));
+        mt_set_err(err, errlen, "malformed %s on stdin", mt_frame_type_name(f->type));
         return -1;
     }
     p->have_fmt = 1;
     p->pcm = calloc(fmt->frame_samples, sizeof *p->pcm);
     if (!p->pcm) {
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     if (!a->out_pattern)
@@ -850,12 +851,12 @@ static int play_audio(player *p, const mt_frame *f, char *err, size_t errlen)
 {
     uint32_t fs = p->fmt.frame_samples;
     if (!p->have_fmt) {
-        snprintf(err, errlen, "AUDIO before HELLO/ACCEPT on stdin");
+        mt_set_err(err, errlen, "AUDIO before HELLO/ACCEPT on stdin");
         return -1;
     }
     int fill = (f->flags & MT_FLAG_FILL) != 0;
     if (!fill && f->length != fs * 2) {
-        snprintf(err, errlen, "AUDIO frame %u: %u bytes, expected %u", f->seq, f->length, fs * 2);
+        mt_set_err(err, errlen, "AUDIO frame %u: %u bytes, expected %u", f->seq, f->length, fs * 2);
         return -1;
     }
     for (uint32_t i = 0; i < fs; i++)
@@ -885,7 +886,7 @@ static int play_frame(const app *a, player *p, const mt_frame *f, char *err, siz
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR: {
         int len = (int)(f->length > MT_REASON_MAX ? MT_REASON_MAX : f->length);
-        snprintf(err, errlen, "%s on stdin: %.*s", mt_frame_type_name(f->type),
+        mt_set_err(err, errlen, "%s on stdin: %.*s", mt_frame_type_name(f->type),
                  len, (const char *)f->payload);
         return -1;
     }
@@ -905,11 +906,11 @@ static int play_stream(const app *a, player *p, char *err, size_t errlen)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            snprintf(err, errlen, "read stdin: %s", strerror(errno));
+            mt_set_err(err, errlen, "read stdin: %s", strerror(errno));
             return -1;
         }
         if (n == 0) {
-            snprintf(err, errlen, "frame stream on stdin ended %s",
+            mt_set_err(err, errlen, "frame stream on stdin ended %s",
                      mt_frame_decoder_finish(p->dec) ? "inside a frame (truncated)"
                                                      : "without END");
             return -1;
@@ -923,7 +924,7 @@ static int play_stream(const app *a, player *p, char *err, size_t errlen)
             if (r == MT_FRAME_NEED_MORE)
                 break;
             if (r < 0) {
-                snprintf(err, errlen, "bad frame on stdin: %s", mt_frame_strerror(r));
+                mt_set_err(err, errlen, "bad frame on stdin: %s", mt_frame_strerror(r));
                 return -1;
             }
             if (play_frame(a, p, &f, err, errlen) != 0)

@@ -2,6 +2,7 @@
  * checks of their constructors, the pool's creation from the backend's
  * K/V element size, and the slicing of a prefill into chunks.
  */
+#include "util/errmsg.h"
 #include "decode/backend.h"
 
 #include <stdio.h>
@@ -12,12 +13,12 @@ int mt_backend_check_model(const mt_model *m, const mt_decoder_opts *o, const ch
     const mt_config *c = &m->cfg;
     if (c->heads <= 0 || c->kv_heads <= 0 || c->heads % c->kv_heads || c->head_dim <= 0 ||
         c->head_dim % 2 || c->layers <= 0 || c->hidden <= 0 || c->ffn <= 0) {
-        snprintf(err, errlen, "%s: model %s has an unusable shape (heads %d, kv_heads %d, head_dim %d)",
+        mt_set_err(err, errlen, "%s: model %s has an unusable shape (heads %d, kv_heads %d, head_dim %d)",
                  who, c->name, c->heads, c->kv_heads, c->head_dim);
         return -1;
     }
     if (o->max_batch < 1 || o->max_batch > 65535) { /* a grid dimension on CUDA */
-        snprintf(err, errlen, "%s: max_batch %d outside 1..65535", who, o->max_batch);
+        mt_set_err(err, errlen, "%s: max_batch %d outside 1..65535", who, o->max_batch);
         return -1;
     }
     return 0;
@@ -33,7 +34,7 @@ int mt_backend_pool_create(mt_backend *be, const mt_config *c, const mt_kv_param
 {
     *out = NULL;
     if (be->kv_elem_bytes == 0) {
-        snprintf(err, errlen, "%s: backend reports no K/V element size", be->name);
+        mt_set_err(err, errlen, "%s: backend reports no K/V element size", be->name);
         return -1;
     }
     mt_kv_params kp = *kv;

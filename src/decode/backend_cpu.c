@@ -67,6 +67,7 @@
  * cache only after every row has attended: in a window prefill a later row
  * may take the ring slot of a position an earlier row still sees.
  */
+#include "util/errmsg.h"
 #include "decode/backend.h"
 #include "decode/cpu_f16.h"
 #include "util/clock.h"
@@ -695,7 +696,7 @@ static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
         if (!sc->dsn)
             sc->dsn = malloc((size_t)be->half * sizeof *sc->dsn);
         if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn) {
-            snprintf(err, errlen, "cpu: out of memory for attention over %d positions",
+            mt_set_err(err, errlen, "cpu: out of memory for attention over %d positions",
                      need);
             return -1;
         }
@@ -719,7 +720,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         need = v > need ? v : need;
     }
     if (need > (1 << 30)) {
-        snprintf(err, errlen, "cpu: %lld visible positions is too many", (long long)need);
+        mt_set_err(err, errlen, "cpu: %lld visible positions is too many", (long long)need);
         return -1;
     }
     if (ensure_scratch(be, (int)need, err, errlen))
@@ -844,7 +845,7 @@ static int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
 {
     cpu_backend *be = b->impl;
     if (B < 1 || B > be->R) {
-        snprintf(err, errlen, "cpu: batch of %d outside 1..%d", B, be->R);
+        mt_set_err(err, errlen, "cpu: batch of %d outside 1..%d", B, be->R);
         return -1;
     }
     for (int r = 0; r < B; r++)
@@ -948,7 +949,7 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
     be->w16 = calloc((size_t)c->layers, sizeof *be->w16);
     be->w16_store = malloc(total * sizeof(uint16_t));
     if (!be->w16 || !be->w16_store) {
-        snprintf(err, errlen, "cpu: cannot allocate the f16 weights (%zu bytes)",
+        mt_set_err(err, errlen, "cpu: cannot allocate the f16 weights (%zu bytes)",
                  total * sizeof(uint16_t));
         return -1;
     }
@@ -999,7 +1000,7 @@ static int cpu_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t er
     size_t nbytes = (size_t)mt_kv_pool_blocks(pool) * be->block_elems * be->kv_elem;
     be->kv = malloc(nbytes ? nbytes : 1);
     if (!be->kv) {
-        snprintf(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)", nbytes);
+        mt_set_err(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)", nbytes);
         return -1;
     }
     memset(be->kv, 0, nbytes);
@@ -1091,7 +1092,7 @@ static int cpu_start_workers(cpu_backend *be, char *err, size_t errlen)
     atomic_init(&tp->pending, 0);
     tp->th = calloc((size_t)T - 1, sizeof *tp->th);
     if (!tp->th) {
-        snprintf(err, errlen, "cpu: out of memory for threads");
+        mt_set_err(err, errlen, "cpu: out of memory for threads");
         pthread_mutex_destroy(&tp->mu);
         pthread_cond_destroy(&tp->start);
         pthread_cond_destroy(&tp->done);
@@ -1101,7 +1102,7 @@ static int cpu_start_workers(cpu_backend *be, char *err, size_t errlen)
         be->wargs[i] = (worker_arg){ tp, i };
         int rc = pthread_create(&tp->th[i - 1], NULL, worker_main, &be->wargs[i]);
         if (rc) {
-            snprintf(err, errlen, "cpu: pthread_create: %s", strerror(rc));
+            mt_set_err(err, errlen, "cpu: pthread_create: %s", strerror(rc));
             tp->n = i; /* join the ones started */
             return -1;
         }
@@ -1115,7 +1116,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     *out = NULL;
     const mt_config *c = &m->cfg;
     if (m->shape_only || !m->layer) {
-        snprintf(err, errlen, "cpu: model %s has no weights in memory (shape only)",
+        mt_set_err(err, errlen, "cpu: model %s has no weights in memory (shape only)",
                  c->name);
         return -1;
     }
@@ -1127,7 +1128,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     if (!b || !be) {
         free(b);
         free(be);
-        snprintf(err, errlen, "cpu: out of memory");
+        mt_set_err(err, errlen, "cpu: out of memory");
         return -1;
     }
     b->impl = be;
@@ -1152,7 +1153,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     be->scr = calloc((size_t)T, sizeof *be->scr);
     be->wargs = calloc((size_t)T, sizeof *be->wargs);
     if (fail || !be->scr || !be->wargs) {
-        snprintf(err, errlen, "cpu: out of memory for activations");
+        mt_set_err(err, errlen, "cpu: out of memory for activations");
         be->tp.n = be->scr ? T : 0;
         cpu_destroy(b);
         return -1;

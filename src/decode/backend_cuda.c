@@ -53,6 +53,7 @@
  * ahead of the GPU, so launch cost only shows at tiny steps. To measure on
  * the H200 before adding it (bench-gpu prints the step time at B = 1).
  */
+#include "util/errmsg.h"
 #include "decode/backend.h"
 #include "decode/cuda_module.h"
 #include "../../kernels/mt_kernels.h"
@@ -144,7 +145,7 @@ typedef struct cuda_backend {
     do {                                                                            \
         cudaError_t e_ = (call);                                                    \
         if (e_ != cudaSuccess) {                                                    \
-            snprintf(err, errlen, "cuda: %s: %s", #call, cudaGetErrorString(e_));   \
+            mt_set_err(err, errlen, "cuda: %s: %s", #call, cudaGetErrorString(e_));   \
             return -1;                                                              \
         }                                                                           \
     } while (0)
@@ -152,7 +153,7 @@ typedef struct cuda_backend {
     do {                                                                            \
         int e_ = (call);                                                            \
         if (e_ != 0) {                                                              \
-            snprintf(err, errlen, "cuda: kernel %s: %s", #call,                     \
+            mt_set_err(err, errlen, "cuda: kernel %s: %s", #call,                     \
                      cudaGetErrorString((cudaError_t)e_));                          \
             return -1;                                                              \
         }                                                                           \
@@ -207,7 +208,7 @@ static int gemm(cuda_backend *be, const uint16_t *W, int out, int in, const uint
                                     W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
                                     CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cuda: cublasGemmEx %dx%dx%d: %s", out, rows, in, blas_str(s));
+        mt_set_err(err, errlen, "cuda: cublasGemmEx %dx%dx%d: %s", out, rows, in, blas_str(s));
         return -1;
     }
     return 0;
@@ -320,7 +321,7 @@ static int load_weights(cuda_backend *be, char *err, size_t errlen)
     if (!m->shape_only) {
         cudaError_t e = cudaMalloc((void **)&stage, stage_n * sizeof(float));
         if (e != cudaSuccess) {
-            snprintf(err, errlen, "cuda: no room for a 64 MiB staging buffer: %s",
+            mt_set_err(err, errlen, "cuda: no room for a 64 MiB staging buffer: %s",
                      cudaGetErrorString(e));
             return -1;
         }
@@ -328,7 +329,7 @@ static int load_weights(cuda_backend *be, char *err, size_t errlen)
     for (int i = 0; i < count; i++) {
         mt_tensor_ref ref;
         if (mt_model_tensor(m, i, &ref)) {
-            snprintf(err, errlen, "cuda: model has no tensor %d", i);
+            mt_set_err(err, errlen, "cuda: model has no tensor %d", i);
             goto out;
         }
         void *dst;
@@ -336,12 +337,12 @@ static int load_weights(cuda_backend *be, char *err, size_t errlen)
         int is_f32;
         float std;
         if (tensor_dest(be, ref.name, &dst, &n, &is_f32, &std)) {
-            snprintf(err, errlen, "cuda: unexpected tensor %s", ref.name);
+            mt_set_err(err, errlen, "cuda: unexpected tensor %s", ref.name);
             goto out;
         }
         size_t numel = (size_t)ref.shape[0] * (ref.ndim == 2 ? (size_t)ref.shape[1] : 1);
         if (numel != n) {
-            snprintf(err, errlen, "cuda: tensor %s has %zu elements, expected %zu", ref.name,
+            mt_set_err(err, errlen, "cuda: tensor %s has %zu elements, expected %zu", ref.name,
                      numel, n);
             goto out;
         }
@@ -368,7 +369,7 @@ static int load_weights(cuda_backend *be, char *err, size_t errlen)
             }
         }
         if (ke) {
-            snprintf(err, errlen, "cuda: weights of %s: %s", ref.name,
+            mt_set_err(err, errlen, "cuda: weights of %s: %s", ref.name,
                      cudaGetErrorString((cudaError_t)ke));
             goto out;
         }
@@ -376,7 +377,7 @@ static int load_weights(cuda_backend *be, char *err, size_t errlen)
     {
         cudaError_t e = cudaStreamSynchronize(be->st);
         if (e != cudaSuccess) {
-            snprintf(err, errlen, "cuda: making the weights: %s", cudaGetErrorString(e));
+            mt_set_err(err, errlen, "cuda: making the weights: %s", cudaGetErrorString(e));
             goto out;
         }
     }
@@ -566,12 +567,12 @@ static mt_cu_row make_row(const cuda_backend *be, const mt_kv_seq *s, int64_t po
 static int check_adapters(const cuda_backend *be, const mt_step_io *io, char *err, size_t errlen)
 {
     if (io->tokens_in ? !be->embed : (!io->pcm_in || !be->audio_in)) {
-        snprintf(err, errlen, "cuda: model %s has no %s adapter", be->c->name,
+        mt_set_err(err, errlen, "cuda: model %s has no %s adapter", be->c->name,
                  io->tokens_in ? "token" : "audio");
         return -1;
     }
     if (!be->ready) {
-        snprintf(err, errlen, "cuda: backend has no pool attached");
+        mt_set_err(err, errlen, "cuda: backend has no pool attached");
         return -1;
     }
     return 0;
@@ -582,7 +583,7 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
 {
     cuda_backend *be = b->impl;
     if (B < 1 || B > be->R) {
-        snprintf(err, errlen, "cuda: batch of %d outside 1..%d", B, be->R);
+        mt_set_err(err, errlen, "cuda: batch of %d outside 1..%d", B, be->R);
         return -1;
     }
     if (check_adapters(be, io, err, errlen))
@@ -591,12 +592,12 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
     for (int r = 0; r < B; r++) {
         const mt_kv_seq *s = seqs[r];
         if (s->len >= INT32_MAX - 1) {
-            snprintf(err, errlen, "cuda: session %d is at position %lld, past 2^31", r,
+            mt_set_err(err, errlen, "cuda: session %d is at position %lld, past 2^31", r,
                      (long long)s->len);
             return -1;
         }
         if (ntab + (size_t)s->nblocks > be->tab_cap) {
-            snprintf(err, errlen, "cuda: block tables of the batch exceed the pool (%zu)",
+            mt_set_err(err, errlen, "cuda: block tables of the batch exceed the pool (%zu)",
                      be->tab_cap);
             return -1;
         }
@@ -612,7 +613,7 @@ static int cuda_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R
 {
     cuda_backend *be = b->impl;
     if (base + R >= INT32_MAX) {
-        snprintf(err, errlen, "cuda: position past 2^31");
+        mt_set_err(err, errlen, "cuda: position past 2^31");
         return -1;
     }
     for (int r = 0; r < R; r++)
@@ -633,7 +634,7 @@ static int cuda_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *
     if (check_adapters(be, io, err, errlen))
         return -1;
     if ((size_t)seq->nblocks > be->tab_cap) {
-        snprintf(err, errlen, "cuda: block table longer than the pool");
+        mt_set_err(err, errlen, "cuda: block table longer than the pool");
         return -1;
     }
     memcpy(be->h_tab, seq->blocks, (size_t)seq->nblocks * sizeof(int32_t));
@@ -694,14 +695,14 @@ static int alloc_meta(cuda_backend *be, size_t tab_cap, char *err, size_t errlen
     cudaError_t e = cudaMallocHost(&be->h_meta, be->meta_bytes);
     if (e != cudaSuccess) {
         be->h_meta = NULL;
-        snprintf(err, errlen, "cuda: cannot pin %zu bytes of host memory: %s", be->meta_bytes,
+        mt_set_err(err, errlen, "cuda: cannot pin %zu bytes of host memory: %s", be->meta_bytes,
                  cudaGetErrorString(e));
         return -1;
     }
     e = cudaMalloc(&be->d_meta, be->meta_bytes);
     if (e != cudaSuccess) {
         be->d_meta = NULL;
-        snprintf(err, errlen, "cuda: cannot allocate %zu bytes of metadata: %s", be->meta_bytes,
+        mt_set_err(err, errlen, "cuda: cannot allocate %zu bytes of metadata: %s", be->meta_bytes,
                  cudaGetErrorString(e));
         return -1;
     }
@@ -728,19 +729,19 @@ static int warm_up(cuda_backend *be, char *err, size_t errlen)
     if (!tok || !pcm) {
         free(tok);
         free(pcm);
-        snprintf(err, errlen, "cuda: out of host memory");
+        mt_set_err(err, errlen, "cuda: out of host memory");
         return -1;
     }
     int rc = -1;
     cudaError_t e = cudaMalloc((void **)&be->kv, blk);
     if (e != cudaSuccess) {
         be->kv = NULL;
-        snprintf(err, errlen, "cuda: warm-up cache: %s", cudaGetErrorString(e));
+        mt_set_err(err, errlen, "cuda: warm-up cache: %s", cudaGetErrorString(e));
         goto out;
     }
     e = cudaMemset(be->kv, 0, blk);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "cuda: warm-up cache: %s", cudaGetErrorString(e));
+        mt_set_err(err, errlen, "cuda: warm-up cache: %s", cudaGetErrorString(e));
         goto out;
     }
     be->h_tab[0] = 0;
@@ -754,7 +755,7 @@ static int warm_up(cuda_backend *be, char *err, size_t errlen)
     if (forward(be, be->R, 1, &io, 1, err, errlen)) {
         char why[300];
         snprintf(why, sizeof why, "%s", err);
-        snprintf(err, errlen, "cuda: warm-up step: %s", why);
+        mt_set_err(err, errlen, "cuda: warm-up step: %s", why);
         goto out;
     }
     rc = 0;
@@ -772,7 +773,7 @@ static int open_device(cuda_backend *be, char *err, size_t errlen)
 {
     char why[200];
     if (!cuda_available(why, sizeof why)) {
-        snprintf(err, errlen, "cuda: %s", why);
+        mt_set_err(err, errlen, "cuda: %s", why);
         return -1;
     }
     CU(cudaSetDevice(0));
@@ -781,13 +782,13 @@ static int open_device(cuda_backend *be, char *err, size_t errlen)
     be->st_ok = 1;
     cublasStatus_t bs = cublasCreate(&be->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cuda: cublasCreate: %s", blas_str(bs));
+        mt_set_err(err, errlen, "cuda: cublasCreate: %s", blas_str(bs));
         return -1;
     }
     be->blas_ok = 1;
     bs = cublasSetStream(be->blas, be->st);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cuda: cublasSetStream: %s", blas_str(bs));
+        mt_set_err(err, errlen, "cuda: cublasSetStream: %s", blas_str(bs));
         return -1;
     }
     return 0;
@@ -799,21 +800,21 @@ static int upload_weights(cuda_backend *be, char *err, size_t errlen)
     const mt_config *c = be->c;
     be->layer = calloc((size_t)c->layers, sizeof *be->layer);
     if (!be->layer) {
-        snprintf(err, errlen, "cuda: out of host memory");
+        mt_set_err(err, errlen, "cuda: out of host memory");
         return -1;
     }
     be->weight_bytes = layout_weights(be, NULL);
     size_t freeb = 0, total = 0;
     CU(cudaMemGetInfo(&freeb, &total));
     if (be->weight_bytes > freeb) {
-        snprintf(err, errlen, "cuda: model %s needs %.2f GiB of device memory for its bf16 weights, %.2f GiB free of %.2f",
+        mt_set_err(err, errlen, "cuda: model %s needs %.2f GiB of device memory for its bf16 weights, %.2f GiB free of %.2f",
                  c->name, gib(be->weight_bytes), gib(freeb), gib(total));
         return -1;
     }
     cudaError_t e = cudaMalloc(&be->wslab, be->weight_bytes);
     if (e != cudaSuccess) {
         be->wslab = NULL;
-        snprintf(err, errlen, "cuda: cannot allocate %.2f GiB for the weights of %s: %s",
+        mt_set_err(err, errlen, "cuda: cannot allocate %.2f GiB for the weights of %s: %s",
                  gib(be->weight_bytes), c->name, cudaGetErrorString(e));
         return -1;
     }
@@ -843,7 +844,7 @@ static int alloc_activations(cuda_backend *be, char *err, size_t errlen)
     cudaError_t e = cudaMalloc(&be->aslab, abytes);
     if (e != cudaSuccess) {
         be->aslab = NULL;
-        snprintf(err, errlen, "cuda: cannot allocate %.2f GiB of activations for %d rows: %s",
+        mt_set_err(err, errlen, "cuda: cannot allocate %.2f GiB of activations for %d rows: %s",
                  gib(abytes), be->R, cudaGetErrorString(e));
         return -1;
     }
@@ -871,7 +872,7 @@ static int alloc_activations(cuda_backend *be, char *err, size_t errlen)
     }
     double *invf = malloc(D / 2 * sizeof(double));
     if (!invf) {
-        snprintf(err, errlen, "cuda: out of host memory");
+        mt_set_err(err, errlen, "cuda: out of host memory");
         return -1;
     }
     for (size_t i = 0; i < D / 2; i++)
@@ -890,7 +891,7 @@ static int alloc_outputs(cuda_backend *be, char *err, size_t errlen)
     cudaError_t e = cudaMallocHost(&be->h_out, R * outw * 4);
     if (e != cudaSuccess) {
         be->h_out = NULL;
-        snprintf(err, errlen, "cuda: cannot pin %zu bytes of host memory for the outputs: %s",
+        mt_set_err(err, errlen, "cuda: cannot pin %zu bytes of host memory for the outputs: %s",
                  R * outw * 4, cudaGetErrorString(e));
         return -1;
     }
@@ -899,7 +900,7 @@ static int alloc_outputs(cuda_backend *be, char *err, size_t errlen)
     CU(cudaEventCreate(&be->ev0));
     if (cudaEventCreate(&be->ev1) != cudaSuccess) {
         cudaEventDestroy(be->ev0);
-        snprintf(err, errlen, "cuda: cudaEventCreate failed");
+        mt_set_err(err, errlen, "cuda: cudaEventCreate failed");
         return -1;
     }
     be->ev_ok = 1;
@@ -932,7 +933,7 @@ static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t e
         return -1;
     be->kv_bytes = (size_t)blocks * MT_KV_BLOCK * b->position_bytes;
     if (be->kv_bytes > b->kv_room_bytes) {
-        snprintf(err, errlen, "cuda: the KV pool of %.2f GiB (%d blocks) does not fit: %.2f GiB free after %.2f GiB of weights, the activations, a warm-up step and a reserve of %.2f GiB; lower the kv budget (--kv-mem)",
+        mt_set_err(err, errlen, "cuda: the KV pool of %.2f GiB (%d blocks) does not fit: %.2f GiB free after %.2f GiB of weights, the activations, a warm-up step and a reserve of %.2f GiB; lower the kv budget (--kv-mem)",
                  gib(be->kv_bytes), blocks, gib(b->kv_room_bytes), gib(be->weight_bytes),
                  gib(b->kv_reserve_bytes));
         return -1;
@@ -940,7 +941,7 @@ static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t e
     cudaError_t e = cudaMalloc((void **)&be->kv, be->kv_bytes);
     if (e != cudaSuccess) {
         be->kv = NULL;
-        snprintf(err, errlen, "cuda: cannot allocate the KV pool of %.2f GiB: %s",
+        mt_set_err(err, errlen, "cuda: cannot allocate the KV pool of %.2f GiB: %s",
                  gib(be->kv_bytes), cudaGetErrorString(e));
         return -1;
     }
@@ -956,7 +957,7 @@ static int cuda_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t e
 {
     cuda_backend *be = b->impl;
     if (!be->kv) {
-        snprintf(err, errlen, "cuda: no pool attached");
+        mt_set_err(err, errlen, "cuda: no pool attached");
         return -1;
     }
     /* unit-scale values, as rotated keys and values of a real model */
@@ -975,7 +976,7 @@ static int cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_b
     mt_cu_dims dims = { c->layers, c->heads, c->kv_heads, c->head_dim };
     char why[200];
     if (mt_cu_attention_supported(dims, why, sizeof why)) {
-        snprintf(err, errlen, "cuda: model %s: %s", c->name, why);
+        mt_set_err(err, errlen, "cuda: model %s: %s", c->name, why);
         return -1;
     }
     mt_backend *b = calloc(1, sizeof *b);
@@ -983,7 +984,7 @@ static int cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_b
     if (!b || !be) {
         free(b);
         free(be);
-        snprintf(err, errlen, "cuda: out of host memory");
+        mt_set_err(err, errlen, "cuda: out of host memory");
         return -1;
     }
     b->impl = be;
@@ -1010,7 +1011,7 @@ static int cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_b
         char *end;
         long v = strtol(fc, &end, 10);
         if (*end || v < 1 || v > 1 << 20) {
-            snprintf(err, errlen, "cuda: MT_CUDA_SPLIT_CHUNK=%s: want a slot count 1..1048576", fc);
+            mt_set_err(err, errlen, "cuda: MT_CUDA_SPLIT_CHUNK=%s: want a slot count 1..1048576", fc);
             cuda_destroy(b);
             return -1;
         }

@@ -3,6 +3,7 @@
  * predicts instead of computing. Nothing here is a measurement; every
  * caller that prints a figure from it labels it with mt_sim_label(). */
 #define _GNU_SOURCE
+#include "util/errmsg.h"
 #include "decode/backend_sim.h"
 #include "decode/backend.h"
 #include "util/clock.h"
@@ -70,13 +71,13 @@ int mt_sim_create(const mt_sim_profile *p, const mt_config *c,
 {
     *out = NULL;
     if (p->model[0] && strcmp(p->model, c->name) != 0) {
-        snprintf(err, errlen, "sim: profile %s describes %s, not %s (give -m %s or a profile for this model)",
+        mt_set_err(err, errlen, "sim: profile %s describes %s, not %s (give -m %s or a profile for this model)",
                  p->name, p->model, c->name, p->model);
         return -1;
     }
     mt_sim *s = calloc(1, sizeof *s);
     if (!s) {
-        snprintf(err, errlen, "sim: out of memory");
+        mt_set_err(err, errlen, "sim: out of memory");
         return -1;
     }
     s->p = *p;
@@ -91,7 +92,7 @@ int mt_sim_create(const mt_sim_profile *p, const mt_config *c,
     s->weight_bytes = s->params * p->weight_bytes;
     double budget = p->memory_bytes - s->weight_bytes - p->reserve_bytes;
     if (budget < (double)s->position_bytes * MT_KV_BLOCK) {
-        snprintf(err, errlen, "sim: profile %s: %.3g bytes of memory less %.3g of weights (%s at %d bytes a parameter) and a %.3g reserve leave no room for a K/V block",
+        mt_set_err(err, errlen, "sim: profile %s: %.3g bytes of memory less %.3g of weights (%s at %d bytes a parameter) and a %.3g reserve leave no room for a K/V block",
                  p->name, p->memory_bytes, s->weight_bytes, c->name,
                  p->weight_bytes, p->reserve_bytes);
         free(s);
@@ -306,7 +307,7 @@ int mt_sim_backend_create(mt_sim *s, const mt_model *m, mt_kv_pool *pool,
 {
     *out = NULL;
     if (mt_kv_pool_params(pool)->position_bytes != s->position_bytes) {
-        snprintf(err, errlen, "sim: pool has %zu bytes a position, profile %zu",
+        mt_set_err(err, errlen, "sim: pool has %zu bytes a position, profile %zu",
                  mt_kv_pool_params(pool)->position_bytes, s->position_bytes);
         return -1;
     }
@@ -317,7 +318,7 @@ int mt_sim_backend_create(mt_sim *s, const mt_model *m, mt_kv_pool *pool,
         free(be);
         free(im);
         free(vis);
-        snprintf(err, errlen, "sim: out of memory");
+        mt_set_err(err, errlen, "sim: out of memory");
         return -1;
     }
     im->sim = s;

@@ -14,6 +14,7 @@
  */
 #ifdef MT_HAVE_CUDA
 
+#include "util/errmsg.h"
 #include "decode/cuda_module.h"
 #include "decode/decoder.h"
 #include "decode/kv.h"
@@ -47,6 +48,7 @@ void *const mt_cuda_module_imports[] = {
     (void *)mt_kv_visible_count,
     (void *)mt_model_tensor,
     (void *)mt_model_tensor_count,
+    (void *)mt_set_err,
 };
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -109,11 +111,11 @@ static void load(void)
 static const mt_cuda_module *get_module(char *err, size_t errlen)
 {
     if (pthread_once(&load_once, load) != 0) {
-        snprintf(err, errlen, "cannot load the CUDA backend: pthread_once failed");
+        mt_set_err(err, errlen, "cannot load the CUDA backend: pthread_once failed");
         return NULL;
     }
     if (!module)
-        snprintf(err, errlen, "cannot load the CUDA backend (%s): %s", MT_CUDA_MODULE_FILE,
+        mt_set_err(err, errlen, "cannot load the CUDA backend (%s): %s", MT_CUDA_MODULE_FILE,
                  load_err[0] ? load_err : "not found");
     return module;
 }
@@ -157,7 +159,7 @@ int mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backe
     char why[512];
     const mt_cuda_module *mod = get_module(why, sizeof why);
     if (!mod) {
-        snprintf(err, errlen, "cuda: %s", why);
+        mt_set_err(err, errlen, "cuda: %s", why);
         return -1;
     }
     return mod->backend_create(m, o, out, err, errlen);
@@ -168,7 +170,7 @@ int mt_cuda_backend_fill_kv_random(mt_backend *be, uint64_t seed, char *err, siz
     char why[512];
     const mt_cuda_module *mod = get_module(why, sizeof why);
     if (!mod) {
-        snprintf(err, errlen, "cuda: %s", why);
+        mt_set_err(err, errlen, "cuda: %s", why);
         return -1;
     }
     return mod->fill_kv_random(be, seed, err, errlen);

@@ -3,6 +3,7 @@
  * checks every step's inputs (batch, room in the cache, token ids), then
  * dispatches to the backend and advances the sessions' lengths.
  */
+#include "util/errmsg.h"
 #include "decode/decoder.h"
 #include "decode/backend.h"
 #include "decode/backend_sim.h"
@@ -146,22 +147,22 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
                                char *err, size_t errlen)
 {
     if (o->max_batch < 1 || o->max_batch > 1 << 16) {
-        snprintf(err, errlen, "decoder: max_batch %d outside 1..65536", o->max_batch);
+        mt_set_err(err, errlen, "decoder: max_batch %d outside 1..65536", o->max_batch);
         return NULL;
     }
     if (o->device != MT_DEV_AUTO && o->device != MT_DEV_CPU && o->device != MT_DEV_CUDA &&
         o->device != MT_DEV_SIM) {
-        snprintf(err, errlen, "decoder: unknown device %d", (int)o->device);
+        mt_set_err(err, errlen, "decoder: unknown device %d", (int)o->device);
         return NULL;
     }
     if ((unsigned)o->kv_dtype > MT_FMT_F16 || (unsigned)o->weights > MT_FMT_F16) {
-        snprintf(err, errlen, "decoder: unknown number format (kv %d, weights %d)",
+        mt_set_err(err, errlen, "decoder: unknown number format (kv %d, weights %d)",
                  (int)o->kv_dtype, (int)o->weights);
         return NULL;
     }
     mt_decoder *d = calloc(1, sizeof *d);
     if (!d) {
-        snprintf(err, errlen, "decoder: out of memory");
+        mt_set_err(err, errlen, "decoder: out of memory");
         return NULL;
     }
     d->m = m;
@@ -185,7 +186,7 @@ static int make_sim(mt_decoder *d, char *err, size_t errlen)
     if (kp.budget_bytes == 0)
         kp.budget_bytes = mt_sim_kv_budget(d->sim);
     if (kp.budget_bytes > mt_sim_kv_budget(d->sim)) {
-        snprintf(err, errlen, "sim: a K/V budget of %zu bytes is over the %zu the simulated device has (profile %s)",
+        mt_set_err(err, errlen, "sim: a K/V budget of %zu bytes is over the %zu the simulated device has (profile %s)",
                  kp.budget_bytes, mt_sim_kv_budget(d->sim), prof.name);
         mt_sim_free(d->sim);
         d->sim = NULL;
@@ -241,7 +242,7 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
                 goto done;
             snprintf(d->note, sizeof d->note, "CUDA backend failed (%s): using CPU", err);
         } else if (o->device == MT_DEV_CUDA) {
-            snprintf(err, errlen, "decoder: CUDA requested but unavailable: %s", why);
+            mt_set_err(err, errlen, "decoder: CUDA requested but unavailable: %s", why);
             free(d);
             return -1;
         } else {
@@ -250,7 +251,7 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
     }
 #else
     if (o->device == MT_DEV_CUDA) {
-        snprintf(err, errlen, "decoder: CUDA requested but this build is built without CUDA (no nvcc at build time)");
+        mt_set_err(err, errlen, "decoder: CUDA requested but this build is built without CUDA (no nvcc at build time)");
         free(d);
         return -1;
     }
@@ -329,21 +330,21 @@ static int check_io(const mt_decoder *d, int rows, const mt_step_io *io, char *e
 {
     const mt_config *c = &d->m->cfg;
     if (!io || (!io->pcm_in) == (!io->tokens_in)) {
-        snprintf(err, errlen, "decoder: a step takes exactly one of pcm_in, tokens_in");
+        mt_set_err(err, errlen, "decoder: a step takes exactly one of pcm_in, tokens_in");
         return -1;
     }
     if (io->pcm_in && !d->m->cfg.has_audio) {
-        snprintf(err, errlen, "decoder: model %s has no audio adapter", c->name);
+        mt_set_err(err, errlen, "decoder: model %s has no audio adapter", c->name);
         return -1;
     }
     if (io->tokens_in) {
         if (!d->m->cfg.has_tokens) {
-            snprintf(err, errlen, "decoder: model %s has no token adapter", c->name);
+            mt_set_err(err, errlen, "decoder: model %s has no token adapter", c->name);
             return -1;
         }
         for (int r = 0; r < rows; r++)
             if (io->tokens_in[r] < 0 || io->tokens_in[r] >= c->vocab) {
-                snprintf(err, errlen, "decoder: token id %d (row %d) outside 0..%d",
+                mt_set_err(err, errlen, "decoder: token id %d (row %d) outside 0..%d",
                          (int)io->tokens_in[r], r, c->vocab - 1);
                 return -1;
             }
@@ -355,22 +356,22 @@ int mt_decoder_step(mt_decoder *d, int B, mt_kv_seq *const *seqs,
                     const mt_step_io *io, char *err, size_t errlen)
 {
     if (B < 1 || B > d->o.max_batch) {
-        snprintf(err, errlen, "decoder: batch of %d outside 1..%d", B, d->o.max_batch);
+        mt_set_err(err, errlen, "decoder: batch of %d outside 1..%d", B, d->o.max_batch);
         return -1;
     }
     for (int i = 0; i < B; i++) {
         if (!seqs[i]) {
-            snprintf(err, errlen, "decoder: session %d of the batch is NULL", i);
+            mt_set_err(err, errlen, "decoder: session %d of the batch is NULL", i);
             return -1;
         }
         if (!mt_kv_has_room(d->pool, seqs[i])) {
-            snprintf(err, errlen, "decoder: session %d (kv seq %d) has no room for position %lld: mt_kv_reserve first",
+            mt_set_err(err, errlen, "decoder: session %d (kv seq %d) has no room for position %lld: mt_kv_reserve first",
                      i, seqs[i]->id, (long long)seqs[i]->len);
             return -1;
         }
         for (int j = 0; j < i; j++)
             if (seqs[j] == seqs[i]) {
-                snprintf(err, errlen, "decoder: kv seq %d appears twice in one batch",
+                mt_set_err(err, errlen, "decoder: kv seq %d appears twice in one batch",
                          seqs[i]->id);
                 return -1;
             }
@@ -388,7 +389,7 @@ int mt_decoder_prefill(mt_decoder *d, mt_kv_seq *seq, int n, const mt_step_io *i
                        char *err, size_t errlen)
 {
     if (n < 0 || !seq) {
-        snprintf(err, errlen, "decoder: prefill of %d positions", n);
+        mt_set_err(err, errlen, "decoder: prefill of %d positions", n);
         return -1;
     }
     if (n == 0)
@@ -398,7 +399,7 @@ int mt_decoder_prefill(mt_decoder *d, mt_kv_seq *seq, int n, const mt_step_io *i
                    ? mt_kv_has_room(d->pool, seq)
                    : (int64_t)seq->nblocks * MT_KV_BLOCK >= seq->len + n;
     if (!room) {
-        snprintf(err, errlen, "decoder: kv seq %d has no room for %d positions from %lld: mt_kv_reserve first",
+        mt_set_err(err, errlen, "decoder: kv seq %d has no room for %d positions from %lld: mt_kv_reserve first",
                  seq->id, n, (long long)seq->len);
         return -1;
     }

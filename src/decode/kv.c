@@ -9,6 +9,7 @@
  * during a step the backend only reads (mt_kv_slot, mt_kv_visible), which
  * any number of threads may do at once.
  */
+#include "util/errmsg.h"
 #include "decode/kv.h"
 
 #include <stdio.h>
@@ -42,23 +43,23 @@ int mt_kv_pool_create(const mt_kv_params *p, mt_kv_pool **out, char *err,
 {
     *out = NULL;
     if (p->policy != MT_KV_WINDOW && p->policy != MT_KV_FULL) {
-        snprintf(err, errlen, "kv: unknown policy %d", (int)p->policy);
+        mt_set_err(err, errlen, "kv: unknown policy %d", (int)p->policy);
         return -1;
     }
     if (p->rope != MT_ROPE_CACHE && p->rope != MT_ROPE_ABSOLUTE) {
-        snprintf(err, errlen, "kv: unknown rope mode %d", (int)p->rope);
+        mt_set_err(err, errlen, "kv: unknown rope mode %d", (int)p->rope);
         return -1;
     }
     if (p->policy == MT_KV_WINDOW &&
         (p->sink < 0 || p->window < 1 || p->sink > (1 << 20) ||
          p->window > (1 << 24))) {
-        snprintf(err, errlen,
+        mt_set_err(err, errlen,
                  "kv: window policy needs sink >= 0 and window >= 1 (got S=%d W=%d)",
                  p->sink, p->window);
         return -1;
     }
     if (p->position_bytes == 0) {
-        snprintf(err, errlen, "kv: position_bytes is 0 (set by the backend)");
+        mt_set_err(err, errlen, "kv: position_bytes is 0 (set by the backend)");
         return -1;
     }
     size_t block_bytes = p->position_bytes * MT_KV_BLOCK;
@@ -66,7 +67,7 @@ int mt_kv_pool_create(const mt_kv_params *p, mt_kv_pool **out, char *err,
     if (n > (size_t)1 << 30)
         n = (size_t)1 << 30;
     if (n == 0) {
-        snprintf(err, errlen,
+        mt_set_err(err, errlen,
                  "kv: budget of %zu bytes holds no block of %zu bytes",
                  p->budget_bytes, block_bytes);
         return -1;
@@ -74,7 +75,7 @@ int mt_kv_pool_create(const mt_kv_params *p, mt_kv_pool **out, char *err,
     mt_kv_pool *pool = calloc(1, sizeof *pool);
     if (!pool || !(pool->free_ids = malloc(n * sizeof *pool->free_ids))) {
         free(pool);
-        snprintf(err, errlen, "kv: out of memory for %zu block ids", n);
+        mt_set_err(err, errlen, "kv: out of memory for %zu block ids", n);
         return -1;
     }
     pool->p = *p;

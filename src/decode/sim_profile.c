@@ -4,6 +4,7 @@
  * Strict on purpose: a profile is the only thing between a simulated run
  * and a figure someone may quote, so every number must be where it is
  * expected, finite and in range, and a misspelt key is an error. */
+#include "util/errmsg.h"
 #include "decode/sim_profile.h"
 
 #include <errno.h>

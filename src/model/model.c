@@ -4,6 +4,7 @@
  * (config.json via jansson + memory-mapped model.safetensors) and the
  * writer. Presets live in synthetic.c, the container format in
  * safetensors.c. */
+#include "util/errmsg.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
@@ -64,7 +65,7 @@ static int range(const char *file, const char *key, long long v, long long lo,
 {
     if (v >= lo && v <= hi)
         return 0;
-    snprintf(err, errlen, "%s: %s = %lld is out of range (%lld..%lld)", file, key,
+    mt_set_err(err, errlen, "%s: %s = %lld is out of range (%lld..%lld)", file, key,
              v, lo, hi);
     return -1;
 }
@@ -82,27 +83,27 @@ int mt_config_check(const mt_config *c, const char *file, char *err, size_t errl
         range(file, "frame_samples", c->frame_samples, 1, LIM_FRAME, err, errlen))
         return -1;
     if (c->heads % c->kv_heads != 0) {
-        snprintf(err, errlen, "%s: num_key_value_heads = %d does not divide "
+        mt_set_err(err, errlen, "%s: num_key_value_heads = %d does not divide "
                  "num_attention_heads = %d", file, c->kv_heads, c->heads);
         return -1;
     }
     if (c->head_dim % 2 != 0) {
-        snprintf(err, errlen, "%s: head_dim = %d is odd (rotary embedding "
+        mt_set_err(err, errlen, "%s: head_dim = %d is odd (rotary embedding "
                  "rotates halves)", file, c->head_dim);
         return -1;
     }
     if (!(c->eps > 0.0f && c->eps < 1.0f)) {
-        snprintf(err, errlen, "%s: rms_norm_eps = %g is out of range (0..1)",
+        mt_set_err(err, errlen, "%s: rms_norm_eps = %g is out of range (0..1)",
                  file, (double)c->eps);
         return -1;
     }
     if (!(c->rope_theta > 0.0f && isfinite(c->rope_theta))) {
-        snprintf(err, errlen, "%s: rope_theta = %g must be positive and finite",
+        mt_set_err(err, errlen, "%s: rope_theta = %g must be positive and finite",
                  file, (double)c->rope_theta);
         return -1;
     }
     if (c->has_tokens && c->vocab < 1) {
-        snprintf(err, errlen, "%s: vocab_size = %d but the model has a token "
+        mt_set_err(err, errlen, "%s: vocab_size = %d but the model has a token "
                  "adapter", file, c->vocab);
         return -1;
     }
@@ -231,7 +232,7 @@ int mt_model_make(const mt_config *c, int shape_only, int zero, mt_model **out,
     if (!m || !st) {
         free(m);
         free(st);
-        snprintf(err, errlen, "%s: out of memory", c->name);
+        mt_set_err(err, errlen, "%s: out of memory", c->name);
         return -1;
     }
     m->cfg = *c;
@@ -253,7 +254,7 @@ int mt_model_make(const mt_config *c, int shape_only, int zero, mt_model **out,
     }
     void *arena = NULL;
     if (!m->layer || posix_memalign(&arena, 64, floats * sizeof(float)) != 0) {
-        snprintf(err, errlen, "%s: out of memory for %.1f MiB of fp32 weights",
+        mt_set_err(err, errlen, "%s: out of memory for %.1f MiB of fp32 weights",
                  c->name, floats * 4.0 / 1048576.0);
         free(m->layer);
         free(st);
@@ -282,7 +283,7 @@ int mt_model_alloc(const mt_config *c, mt_model **out, char *err, size_t errlen)
     if (mt_config_check(c, c->name[0] ? c->name : "config", err, errlen) != 0)
         return -1;
     if (!c->has_audio && !c->has_tokens) {
-        snprintf(err, errlen, "%s: a model needs an audio or a token adapter",
+        mt_set_err(err, errlen, "%s: a model needs an audio or a token adapter",
                  c->name[0] ? c->name : "config");
         return -1;
     }
@@ -311,14 +312,14 @@ int mt_model_load(const char *spec, int flags, mt_model **out, char *err,
 {
     *out = NULL;
     if (!spec || !*spec) {
-        snprintf(err, errlen, "empty model spec (a directory or synthetic:NAME)");
+        mt_set_err(err, errlen, "empty model spec (a directory or synthetic:NAME)");
         return -1;
     }
     if (strncmp(spec, "synthetic:", 10) == 0)
         return mt_synthetic_load(spec, flags, out, err, errlen);
     char dir[4096];
     if (mt_model_resolve(spec, dir, sizeof dir) != 0) {
-        snprintf(err, errlen, "%s: no such model directory (looked in ./%s, "
+        mt_set_err(err, errlen, "%s: no such model directory (looked in ./%s, "
                  MT_DATADIR "/models/%s and the source tree's models/) and not "
                  "synthetic:NAME", spec, spec, spec);
         return -1;
@@ -375,19 +376,19 @@ static int get_int(json_t *root, const char *file, const char *key, long long de
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) {
         if (def == LLONG_MIN) {
-            snprintf(err, errlen, "%s: missing field %s", file, key);
+            mt_set_err(err, errlen, "%s: missing field %s", file, key);
             return -1;
         }
         *out = (int)def;
         return 0;
     }
     if (!json_is_integer(v)) {
-        snprintf(err, errlen, "%s: field %s is not an integer", file, key);
+        mt_set_err(err, errlen, "%s: field %s is not an integer", file, key);
         return -1;
     }
     long long x = json_integer_value(v);
     if (x < lo || x > hi) {
-        snprintf(err, errlen, "%s: field %s = %lld is out of range (%lld..%lld)", file,
+        mt_set_err(err, errlen, "%s: field %s = %lld is out of range (%lld..%lld)", file,
                  key, x, lo, hi);
         return -1;
     }
@@ -404,7 +405,7 @@ static int get_num(json_t *root, const char *file, const char *key, double def,
         return 0;
     }
     if (!json_is_number(v)) {
-        snprintf(err, errlen, "%s: field %s is not a number", file, key);
+        mt_set_err(err, errlen, "%s: field %s is not a number", file, key);
         return -1;
     }
     *out = (float)json_number_value(v);
@@ -419,7 +420,7 @@ static int get_bool(json_t *root, const char *file, const char *key, int *out, c
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_boolean(v)) {
-        snprintf(err, errlen, "%s: field %s is not true or false", file, key);
+        mt_set_err(err, errlen, "%s: field %s is not true or false", file, key);
         return -1;
     }
     *out = json_is_true(v);
@@ -433,13 +434,13 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        snprintf(err, errlen, "%s: JSON syntax error at line %d, column %d: %s", file,
+        mt_set_err(err, errlen, "%s: JSON syntax error at line %d, column %d: %s", file,
                  je.line, je.column, je.text);
         return -1;
     }
     int rc = -1, att_bias = 0, mlp_bias = 0, max_pos = 0;
     if (!json_is_object(root)) {
-        snprintf(err, errlen, "%s: not a JSON object", file);
+        mt_set_err(err, errlen, "%s: not a JSON object", file);
         goto out;
     }
     const long long REQ = LLONG_MIN;
@@ -464,7 +465,7 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
         goto out;
     if (c->head_dim == 0) {
         if (c->hidden % c->heads != 0) {
-            snprintf(err, errlen, "%s: num_attention_heads = %d does not divide "
+            mt_set_err(err, errlen, "%s: num_attention_heads = %d does not divide "
                      "hidden_size = %d (and no head_dim is given)", file, c->heads,
                      c->hidden);
             goto out;
@@ -473,17 +474,17 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
     }
     json_t *act = json_object_get(root, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
-        snprintf(err, errlen, "%s: field hidden_act: only \"silu\" is supported", file);
+        mt_set_err(err, errlen, "%s: field hidden_act: only \"silu\" is supported", file);
         goto out;
     }
     json_t *rs = json_object_get(root, "rope_scaling");
     if (rs && !json_is_null(rs)) {
-        snprintf(err, errlen, "%s: field rope_scaling: not supported (must be null "
+        mt_set_err(err, errlen, "%s: field rope_scaling: not supported (must be null "
                  "or absent)", file);
         goto out;
     }
     if (att_bias || mlp_bias) {
-        snprintf(err, errlen, "%s: field %s: biases are not supported", file,
+        mt_set_err(err, errlen, "%s: field %s: biases are not supported", file,
                  att_bias ? "attention_bias" : "mlp_bias");
         goto out;
     }
@@ -518,16 +519,16 @@ static int open_regular(const char *path, struct stat *sb, char *err, size_t err
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     if (fstat(fd, sb) != 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(sb->st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file (%s)", path,
+        mt_set_err(err, errlen, "%s: not a regular file (%s)", path,
                  S_ISDIR(sb->st_mode) ? "a directory" :
                  S_ISFIFO(sb->st_mode) ? "a FIFO" :
                  S_ISSOCK(sb->st_mode) ? "a socket" : "a device");
@@ -536,7 +537,7 @@ static int open_regular(const char *path, struct stat *sb, char *err, size_t err
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        snprintf(err, errlen, "%s: fcntl: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "%s: fcntl: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
@@ -552,7 +553,7 @@ static char *read_small(const char *path, size_t limit, size_t *len, char *err, 
         return NULL;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }
@@ -561,7 +562,7 @@ static char *read_small(const char *path, size_t limit, size_t *len, char *err, 
     int bad = !buf || ferror(f);
     fclose(f);
     if (bad || n > limit) {
-        snprintf(err, errlen, "%s: %s", path, bad ? "read error" : "too large (over 1 MiB)");
+        mt_set_err(err, errlen, "%s: %s", path, bad ? "read error" : "too large (over 1 MiB)");
         free(buf);
         return NULL;
     }
@@ -602,23 +603,23 @@ static int check_tensors(const mt_config *c, const mt_st_file *sf, const char *p
         }
         if (!known) {
             if (missing)
-                snprintf(err, errlen, "%s: tensor '%s': unknown tensor name (and "
+                mt_set_err(err, errlen, "%s: tensor '%s': unknown tensor name (and "
                          "'%s' is missing: misnamed?)", path, name, missing);
             else
-                snprintf(err, errlen, "%s: tensor '%s': unknown tensor name (not a "
+                mt_set_err(err, errlen, "%s: tensor '%s': unknown tensor name (not a "
                          "tensor of this config)", path, name);
             return -1;
         }
     }
     if (missing) {
-        snprintf(err, errlen, "%s: tensor '%s': missing", path, missing);
+        mt_set_err(err, errlen, "%s: tensor '%s': missing", path, missing);
         return -1;
     }
     for (int i = 0; i < nt; i++) {
         tensor_info(c, NULL, i, &r, &slot);
         const mt_st_tensor *t = mt_st_find(sf, r.name);
         if (t->dtype != MT_ST_F32 && t->dtype != MT_ST_F16 && t->dtype != MT_ST_BF16) {
-            snprintf(err, errlen, "%s: tensor '%s': unsupported dtype %s (F32, F16 or "
+            mt_set_err(err, errlen, "%s: tensor '%s': unsupported dtype %s (F32, F16 or "
                      "BF16)", path, r.name, mt_st_dtype_name(t->dtype));
             return -1;
         }
@@ -636,10 +637,10 @@ static int check_tensors(const mt_config *c, const mt_st_file *sf, const char *p
                 o += (size_t)k;
             }
             if (r.ndim == 1)
-                snprintf(err, errlen, "%s: tensor '%s': wrong shape [%s], expected "
+                mt_set_err(err, errlen, "%s: tensor '%s': wrong shape [%s], expected "
                          "[%lld]", path, r.name, got, (long long)r.shape[0]);
             else
-                snprintf(err, errlen, "%s: tensor '%s': wrong shape [%s], expected "
+                mt_set_err(err, errlen, "%s: tensor '%s': wrong shape [%s], expected "
                          "[%lld, %lld]", path, r.name, got, (long long)r.shape[0],
                          (long long)r.shape[1]);
             return -1;
@@ -654,13 +655,13 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
     char cpath[4096], wpath[4096];
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        snprintf(err, errlen, "%s: not a model directory (%s) and not synthetic:NAME",
+        mt_set_err(err, errlen, "%s: not a model directory (%s) and not synthetic:NAME",
                  dir, stat(dir, &sb) != 0 ? strerror(errno) : "not a directory");
         return -1;
     }
     if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
         (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
-        snprintf(err, errlen, "%s: path too long", dir);
+        mt_set_err(err, errlen, "%s: path too long", dir);
         return -1;
     }
     size_t clen;
@@ -682,7 +683,7 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
     if (flen > 0) {
         void *p = mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
-            snprintf(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
+            mt_set_err(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
             close(fd);
             return -1;
         }
@@ -698,7 +699,7 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
     c.has_audio = mt_st_find(&sf, "audio_in.weight") || mt_st_find(&sf, "audio_out.weight");
     c.has_tokens = c.vocab > 0;
     if (!c.has_audio && !c.has_tokens) {
-        snprintf(err, errlen, "%s: tensor 'audio_in.weight': missing, and vocab_size "
+        mt_set_err(err, errlen, "%s: tensor 'audio_in.weight': missing, and vocab_size "
                  "is 0: the model has neither an audio nor a token adapter", wpath);
         goto done;
     }
@@ -707,7 +708,7 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
     uint64_t bytes = mt_model_params(&c) * 4;
     if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
-        snprintf(err, errlen, "%s: %.1f GiB of fp32 host weights is over the %.0f GiB "
+        mt_set_err(err, errlen, "%s: %.1f GiB of fp32 host weights is over the %.0f GiB "
                  "host limit: use a GPU backend (shape-only load)", wpath,
                  bytes / 1073741824.0, MT_MODEL_HOST_LIMIT_BYTES / 1073741824.0);
         goto done;
@@ -739,21 +740,21 @@ int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
                   size_t errlen)
 {
     if (!m || m->shape_only || !m->layer) {
-        snprintf(err, errlen, "%s: the model has no host weights to save", dir);
+        mt_set_err(err, errlen, "%s: the model has no host weights to save", dir);
         return -1;
     }
     if (dtype != MT_DT_F32 && dtype != MT_DT_F16 && dtype != MT_DT_BF16) {
-        snprintf(err, errlen, "%s: unknown dtype %d", dir, (int)dtype);
+        mt_set_err(err, errlen, "%s: unknown dtype %d", dir, (int)dtype);
         return -1;
     }
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", dir, strerror(errno));
         return -1;
     }
     char cpath[4096], wpath[4096];
     if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
         (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
-        snprintf(err, errlen, "%s: path too long", dir);
+        mt_set_err(err, errlen, "%s: path too long", dir);
         return -1;
     }
     const mt_config *c = &m->cfg;
@@ -772,7 +773,7 @@ int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
         "sample_rate", c->sample_rate, "frame_samples", c->frame_samples,
         "audio_passthrough", c->audio_passthrough != 0);
     if (!cfg) {
-        snprintf(err, errlen, "%s: out of memory", cpath);
+        mt_set_err(err, errlen, "%s: out of memory", cpath);
         return -1;
     }
     char tmp[4200];
@@ -780,7 +781,7 @@ int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
     int bad = json_dump_file(cfg, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0;
     json_decref(cfg);
     if (bad || rename(tmp, cpath) != 0) {
-        snprintf(err, errlen, "%s: write failed: %s", cpath, strerror(errno));
+        mt_set_err(err, errlen, "%s: write failed: %s", cpath, strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -790,7 +791,7 @@ int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
     if (!o || !r) {
         free(o);
         free(r);
-        snprintf(err, errlen, "%s: out of memory", wpath);
+        mt_set_err(err, errlen, "%s: out of memory", wpath);
         return -1;
     }
     for (int i = 0; i < nt; i++) {

@@ -1,6 +1,7 @@
 /* safetensors.c: parse, convert and write the safetensors container. Every
  * byte is hostile: all sizes are checked for overflow before use, and a
  * bad file gets one message naming the file, the tensor and the problem. */
+#include "util/errmsg.h"
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -133,13 +134,13 @@ static int parse_entry(const char *file, const char *name, json_t *v, mt_st_tens
                        uint64_t data_len, char *err, size_t errlen)
 {
     if (!json_is_object(v)) {
-        snprintf(err, errlen, "%s: tensor '%s': header entry is not an object", file, name);
+        mt_set_err(err, errlen, "%s: tensor '%s': header entry is not an object", file, name);
         return -1;
     }
     json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
            *off = json_object_get(v, "data_offsets");
     if (!json_is_string(dt)) {
-        snprintf(err, errlen, "%s: tensor '%s': dtype missing or not a string", file, name);
+        mt_set_err(err, errlen, "%s: tensor '%s': dtype missing or not a string", file, name);
         return -1;
     }
     t->dtype = -1;
@@ -147,16 +148,16 @@ static int parse_entry(const char *file, const char *name, json_t *v, mt_st_tens
         if (strcmp(json_string_value(dt), dtypes[i].name) == 0)
             t->dtype = i;
     if (t->dtype < 0) {
-        snprintf(err, errlen, "%s: tensor '%s': unknown dtype '%.32s'", file, name,
+        mt_set_err(err, errlen, "%s: tensor '%s': unknown dtype '%.32s'", file, name,
                  json_string_value(dt));
         return -1;
     }
     if (!json_is_array(sh)) {
-        snprintf(err, errlen, "%s: tensor '%s': shape missing or not a list", file, name);
+        mt_set_err(err, errlen, "%s: tensor '%s': shape missing or not a list", file, name);
         return -1;
     }
     if (json_array_size(sh) > MT_ST_MAX_DIMS) {
-        snprintf(err, errlen, "%s: tensor '%s': shape has %zu dimensions (at most %d)",
+        mt_set_err(err, errlen, "%s: tensor '%s': shape has %zu dimensions (at most %d)",
                  file, name, json_array_size(sh), MT_ST_MAX_DIMS);
         return -1;
     }
@@ -166,7 +167,7 @@ static int parse_entry(const char *file, const char *name, json_t *v, mt_st_tens
     for (int d = 0; d < t->ndim; d++) {
         json_t *e = json_array_get(sh, (size_t)d);
         if (!json_is_integer(e) || json_integer_value(e) < 0) {
-            snprintf(err, errlen, "%s: tensor '%s': shape[%d] is not a non-negative "
+            mt_set_err(err, errlen, "%s: tensor '%s': shape[%d] is not a non-negative "
                      "integer", file, name, d);
             return -1;
         }
@@ -176,7 +177,7 @@ static int parse_entry(const char *file, const char *name, json_t *v, mt_st_tens
     }
     uint64_t bytes;
     if (overflow || __builtin_mul_overflow(numel, (uint64_t)dtypes[t->dtype].size, &bytes)) {
-        snprintf(err, errlen, "%s: tensor '%s': size of the shape overflows 64 bits "
+        mt_set_err(err, errlen, "%s: tensor '%s': size of the shape overflows 64 bits "
                  "(integer overflow)", file, name);
         return -1;
     }
@@ -185,25 +186,25 @@ static int parse_entry(const char *file, const char *name, json_t *v, mt_st_tens
         !json_is_integer(json_array_get(off, 0)) || !json_is_integer(json_array_get(off, 1)) ||
         json_integer_value(json_array_get(off, 0)) < 0 ||
         json_integer_value(json_array_get(off, 1)) < 0) {
-        snprintf(err, errlen, "%s: tensor '%s': data_offsets missing or not two "
+        mt_set_err(err, errlen, "%s: tensor '%s': data_offsets missing or not two "
                  "non-negative integers", file, name);
         return -1;
     }
     t->begin = (uint64_t)json_integer_value(json_array_get(off, 0));
     t->end = (uint64_t)json_integer_value(json_array_get(off, 1));
     if (t->begin > t->end) {
-        snprintf(err, errlen, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+        mt_set_err(err, errlen, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                  "] out of range: begin after end", file, name, t->begin, t->end);
         return -1;
     }
     if (t->end > data_len) {
-        snprintf(err, errlen, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+        mt_set_err(err, errlen, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                  "] out of range: past the end of the data (%" PRIu64 " bytes; "
                  "truncated file?)", file, name, t->begin, t->end, data_len);
         return -1;
     }
     if (t->end - t->begin != bytes) {
-        snprintf(err, errlen, "%s: tensor '%s': data_offsets span %" PRIu64 " bytes "
+        mt_set_err(err, errlen, "%s: tensor '%s': data_offsets span %" PRIu64 " bytes "
                  "but dtype %s x shape needs %" PRIu64 " (size mismatch)", file, name,
                  t->end - t->begin, dtypes[t->dtype].name, bytes);
         return -1;
@@ -217,7 +218,7 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
     memset(out, 0, sizeof *out);
     const uint8_t *p = buf;
     if (len < 8) {
-        snprintf(err, errlen, "%s: header: truncated file (%zu bytes, need at least "
+        mt_set_err(err, errlen, "%s: header: truncated file (%zu bytes, need at least "
                  "the 8-byte header length)", file, len);
         return -1;
     }
@@ -225,25 +226,25 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | p[i];
     if (hlen > len - 8) {
-        snprintf(err, errlen, "%s: header: length %" PRIu64 " is past the end of "
+        mt_set_err(err, errlen, "%s: header: length %" PRIu64 " is past the end of "
                  "the file (%zu bytes after the length; truncated file?)", file,
                  hlen, len - 8);
         return -1;
     }
     if (hlen > MT_ST_MAX_HEADER) {
-        snprintf(err, errlen, "%s: header: length %" PRIu64 " is over the %u-byte "
+        mt_set_err(err, errlen, "%s: header: length %" PRIu64 " is over the %u-byte "
                  "limit", file, hlen, MT_ST_MAX_HEADER);
         return -1;
     }
     json_error_t je;
     json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        snprintf(err, errlen, "%s: header: JSON error at line %d, column %d: %s",
+        mt_set_err(err, errlen, "%s: header: JSON error at line %d, column %d: %s",
                  file, je.line, je.column, je.text);
         return -1;
     }
     if (!json_is_object(root)) {
-        snprintf(err, errlen, "%s: header: not a JSON object", file);
+        mt_set_err(err, errlen, "%s: header: not a JSON object", file);
         json_decref(root);
         return -1;
     }
@@ -253,7 +254,7 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
     size_t cap = json_object_size(root);
     out->t = calloc(cap ? cap : 1, sizeof *out->t);
     if (!out->t) {
-        snprintf(err, errlen, "%s: header: out of memory", file);
+        mt_set_err(err, errlen, "%s: header: out of memory", file);
         json_decref(root);
         return -1;
     }
@@ -262,7 +263,7 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
     json_object_foreach(root, key, val) {
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(val) && !json_is_null(val)) {
-                snprintf(err, errlen, "%s: header: __metadata__ is not an object", file);
+                mt_set_err(err, errlen, "%s: header: __metadata__ is not an object", file);
                 goto fail;
             }
             continue;
@@ -272,7 +273,7 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
             goto fail;
         t->name = strdup(key);
         if (!t->name) {
-            snprintf(err, errlen, "%s: header: out of memory", file);
+            mt_set_err(err, errlen, "%s: header: out of memory", file);
             goto fail;
         }
         t->data = data + t->begin;
@@ -285,7 +286,7 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
     if (out->n > 1) {
         mt_st_tensor **s = malloc((size_t)out->n * sizeof *s);
         if (!s) {
-            snprintf(err, errlen, "%s: header: out of memory", file);
+            mt_set_err(err, errlen, "%s: header: out of memory", file);
             goto fail;
         }
         for (int i = 0; i < out->n; i++)
@@ -296,7 +297,7 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
             if (s[i]->begin == s[i]->end)
                 continue;
             if (prev && s[i]->begin < prev->end) {
-                snprintf(err, errlen, "%s: tensor '%s': data_offsets [%" PRIu64 ", %"
+                mt_set_err(err, errlen, "%s: tensor '%s': data_offsets [%" PRIu64 ", %"
                          PRIu64 "] overlap tensor '%s' [%" PRIu64 ", %" PRIu64 "]",
                          file, s[i]->name, s[i]->begin, s[i]->end, prev->name,
                          prev->begin, prev->end);
@@ -322,7 +323,7 @@ int mt_st_write(const char *path, const mt_st_out *t, int n, int dtype, char *er
                 size_t errlen)
 {
     if (dtype != MT_ST_F32 && dtype != MT_ST_F16 && dtype != MT_ST_BF16) {
-        snprintf(err, errlen, "%s: cannot write dtype %d", path, dtype);
+        mt_set_err(err, errlen, "%s: cannot write dtype %d", path, dtype);
         return -1;
     }
     int es = dtypes[dtype].size;
@@ -330,7 +331,7 @@ int mt_st_write(const char *path, const mt_st_out *t, int n, int dtype, char *er
     json_t *meta = json_pack("{s:s}", "format", "pt");
     if (!root || !meta || json_object_set_new(root, "__metadata__", meta) != 0) {
         json_decref(root);
-        snprintf(err, errlen, "%s: out of memory", path);
+        mt_set_err(err, errlen, "%s: out of memory", path);
         return -1;
     }
     uint64_t off = 0;
@@ -346,7 +347,7 @@ int mt_st_write(const char *path, const mt_st_out *t, int n, int dtype, char *er
                               "data_offsets", (json_int_t)off, (json_int_t)end);
         if (!e || json_object_set_new(root, t[i].name, e) != 0) {
             json_decref(root);
-            snprintf(err, errlen, "%s: out of memory", path);
+            mt_set_err(err, errlen, "%s: out of memory", path);
             return -1;
         }
         off = end;
@@ -354,19 +355,19 @@ int mt_st_write(const char *path, const mt_st_out *t, int n, int dtype, char *er
     char *hdr = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!hdr) {
-        snprintf(err, errlen, "%s: out of memory", path);
+        mt_set_err(err, errlen, "%s: out of memory", path);
         return -1;
     }
     size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7;
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
         free(hdr);
-        snprintf(err, errlen, "%s: path too long", path);
+        mt_set_err(err, errlen, "%s: path too long", path);
         return -1;
     }
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", tmp, strerror(errno));
         free(hdr);
         return -1;
     }
@@ -404,7 +405,7 @@ int mt_st_write(const char *path, const mt_st_out *t, int n, int dtype, char *er
     if (fclose(f) != 0)
         bad = 1;
     if (bad || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
         unlink(tmp);
         return -1;
     }

@@ -4,6 +4,7 @@
  * tests and experiments need no checkpoint. The init is documented in
  * model.h; it is chunked per tensor so threads can share the work without
  * changing a single value. */
+#include "util/errmsg.h"
 #include "model/synthetic.h"
 
 #include <errno.h>
@@ -215,7 +216,7 @@ int mt_synthetic_load(const char *spec, int flags, mt_model **out,
     char names[256];
     list_presets(names, sizeof names);
     if (colon && parse_seed(colon + 1, &seed) != 0) {
-        snprintf(err, errlen, "%s: bad option '%s' (want seed=N, N a decimal "
+        mt_set_err(err, errlen, "%s: bad option '%s' (want seed=N, N a decimal "
                  "integer)", spec, colon + 1);
         return -1;
     }
@@ -224,7 +225,7 @@ int mt_synthetic_load(const char *spec, int flags, mt_model **out,
         if (strlen(presets[i].name) == nlen && strncmp(presets[i].name, name, nlen) == 0)
             p = &presets[i];
     if (!p) {
-        snprintf(err, errlen, "%s: unknown synthetic preset (presets: %s)", spec, names);
+        mt_set_err(err, errlen, "%s: unknown synthetic preset (presets: %s)", spec, names);
         return -1;
     }
     mt_config c;
@@ -250,7 +251,7 @@ int mt_synthetic_load(const char *spec, int flags, mt_model **out,
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
     uint64_t bytes = mt_model_params(&c) * 4;
     if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
-        snprintf(err, errlen, "%s: %.1f GiB of fp32 host weights is over the "
+        mt_set_err(err, errlen, "%s: %.1f GiB of fp32 host weights is over the "
                  "%.0f GiB host limit: use a GPU backend (shape-only load, "
                  "weights made on the device) or a smaller preset",
                  spec, bytes / 1073741824.0,

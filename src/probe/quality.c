@@ -68,26 +68,26 @@ static int read_text(const char *path, unsigned char **out, size_t *len,
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+        return mt_set_err(err, errlen, "%s: %s", path, strerror(errno)), -1;
     size_t cap = 1 << 16, n = 0;
     unsigned char *buf = malloc(cap);
     if (!buf) {
         fclose(f);
-        return snprintf(err, errlen, "%s: out of memory", path), -1;
+        return mt_set_err(err, errlen, "%s: out of memory", path), -1;
     }
     for (;;) {
         if (n == cap) {
             if (cap >= MAX_TEXT_BYTES) {
                 free(buf);
                 fclose(f);
-                return snprintf(err, errlen, "%s: larger than %u bytes", path,
+                return mt_set_err(err, errlen, "%s: larger than %u bytes", path,
                                 MAX_TEXT_BYTES), -1;
             }
             unsigned char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
                 fclose(f);
-                return snprintf(err, errlen, "%s: out of memory", path), -1;
+                return mt_set_err(err, errlen, "%s: out of memory", path), -1;
             }
             buf = nb;
             cap *= 2;
@@ -101,7 +101,7 @@ static int read_text(const char *path, unsigned char **out, size_t *len,
     fclose(f);
     if (bad) {
         free(buf);
-        return snprintf(err, errlen, "%s: read error", path), -1;
+        return mt_set_err(err, errlen, "%s: read error", path), -1;
     }
     for (size_t i = 0; i < n; i++)
         if (buf[i] >= 128)
@@ -215,7 +215,7 @@ static int runner_init(runner *r, const mt_model *m, const mt_quality_opts *o, i
         goto oom;
     for (int b = 0; b < B; b++)
         if (mt_kv_seq_open(r->pool, &r->seq[b])) {
-            snprintf(err, errlen, "kv: cannot open sequence %d of %d", b, B);
+            mt_set_err(err, errlen, "kv: cannot open sequence %d of %d", b, B);
             runner_free(r);
             return -1;
         }
@@ -232,7 +232,7 @@ static int runner_init(runner *r, const mt_model *m, const mt_quality_opts *o, i
     return 0;
 oom:
     runner_free(r);
-    snprintf(err, errlen, "out of memory");
+    mt_set_err(err, errlen, "out of memory");
     return -1;
 }
 
@@ -241,7 +241,7 @@ static int runner_step(runner *r, const int32_t *tok, char *err, size_t errlen)
 {
     if (r->recompute) {
         if (r->hlen >= r->hcap)
-            return snprintf(err, errlen, "recompute: history full"), -1;
+            return mt_set_err(err, errlen, "recompute: history full"), -1;
         int64_t p = r->hlen;
         for (int b = 0; b < r->B; b++)
             r->hist[(size_t)b * r->hcap + p] = tok[b];
@@ -259,7 +259,7 @@ static int runner_step(runner *r, const int32_t *tok, char *err, size_t errlen)
                     r->list[n++] = h[i];
                 mt_kv_release(r->pool, r->seq[b]);
                 if (mt_kv_reserve(r->pool, r->seq[b], n))
-                    return snprintf(err, errlen, "recompute: kv reserve of %d failed", n), -1;
+                    return mt_set_err(err, errlen, "recompute: kv reserve of %d failed", n), -1;
                 mt_step_io io = { .tokens_in = r->list };
                 if (n > 0 && mt_decoder_prefill(r->d, r->seq[b], n, &io, err, errlen))
                     return -1;
@@ -268,7 +268,7 @@ static int runner_step(runner *r, const int32_t *tok, char *err, size_t errlen)
     }
     for (int b = 0; b < r->B; b++)
         if (mt_kv_reserve(r->pool, r->seq[b], 1))
-            return snprintf(err, errlen, "kv: pool exhausted at position %lld",
+            return mt_set_err(err, errlen, "kv: pool exhausted at position %lld",
                             (long long)r->seq[b]->len), -1;
     mt_step_io io = { .tokens_in = tok, .logits = r->logits };
     return mt_decoder_step(r->d, r->B, r->seq, &io, err, errlen);
@@ -425,7 +425,7 @@ static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W,
 {
     int N = o->length, K = o->streams;
     if ((size_t)o->offset + (size_t)N * K > tlen)
-        return snprintf(err, errlen,
+        return mt_set_err(err, errlen,
                         "--text has %zu bytes; %d stream(s) of %d from offset %d need %zu",
                         tlen, K, N, o->offset, (size_t)o->offset + (size_t)N * K), -1;
     runner r;
@@ -435,7 +435,7 @@ static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W,
     int32_t *tok = malloc((size_t)K * sizeof *tok);
     int rc = -1;
     if (!sum || !tok) {
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         goto out;
     }
     mt_progress pg;
@@ -459,14 +459,14 @@ static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W,
     if (o->per_position) {
         FILE *f = fopen(o->per_position, "w");
         if (!f) {
-            snprintf(err, errlen, "%s: %s", o->per_position, strerror(errno));
+            mt_set_err(err, errlen, "%s: %s", o->per_position, strerror(errno));
             goto out;
         }
         fprintf(f, "# position\tnll (nats/byte, mean over %d stream(s))\n", K);
         for (int p = 0; p < N; p++)
             fprintf(f, "%d\t%.9g\n", p, sum[p] / K);
         if (fclose(f)) {
-            snprintf(err, errlen, "%s: write error", o->per_position);
+            mt_set_err(err, errlen, "%s: write error", o->per_position);
             goto out;
         }
     }
@@ -536,7 +536,7 @@ static int chunked_nll(const mt_model *m, const mt_quality_opts *o, int C, int b
     int rc = -1;
     double tot = 0;
     if (!tok || !logits) {
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         goto out;
     }
     mt_progress pg;
@@ -549,7 +549,7 @@ static int chunked_nll(const mt_model *m, const mt_quality_opts *o, int C, int b
             tok[i] = s[i - 1];
         mt_kv_release(r.pool, r.seq[0]);
         if (mt_kv_reserve(r.pool, r.seq[0], C)) {
-            snprintf(err, errlen, "kv: reserve of %d failed", C);
+            mt_set_err(err, errlen, "kv: reserve of %d failed", C);
             goto out;
         }
         mt_step_io io = { .tokens_in = tok, .logits = logits };
@@ -578,7 +578,7 @@ static int run_chunked(const mt_model *m, const mt_quality_opts *o, int T, int b
     if (o->max_chunks > 0 && nchunks > (size_t)o->max_chunks)
         nchunks = (size_t)o->max_chunks;
     if (!nchunks)
-        return snprintf(err, errlen, "--text is shorter than one chunk of %d bytes", C), -1;
+        return mt_set_err(err, errlen, "--text is shorter than one chunk of %d bytes", C), -1;
     double nll;
     if (chunked_nll(m, o, C, bos, text, nchunks, stride, &nll, err, errlen))
         return -1;
@@ -616,7 +616,7 @@ static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, in
     uint64_t rng = o->seed;
     int rc = -1;
     if (!out) {
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         goto done;
     }
     int32_t t = bos;
@@ -639,7 +639,7 @@ static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, in
     mt_progress_clear(&pg);
     ngram_stats g;
     if (ngrams(out, (size_t)G, &g)) {
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         goto done;
     }
     /* The model's own judgement of what it wrote, within its training
@@ -659,7 +659,7 @@ static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, in
         /* The natural level: the same figures over G bytes of the text. */
         ngram_stats ref;
         if (ngrams(text, (size_t)G, &ref)) {
-            snprintf(err, errlen, "out of memory");
+            mt_set_err(err, errlen, "out of memory");
             goto done;
         }
         double rnll = NAN;
@@ -676,13 +676,13 @@ static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, in
         FILE *f = fopen(o->gen_out, "wb");
         if (!f || fwrite(o->gen_prompt, 1, plen, f) != plen ||
             fwrite(out, 1, (size_t)G, f) != (size_t)G) {
-            snprintf(err, errlen, "%s: %s", o->gen_out, strerror(errno));
+            mt_set_err(err, errlen, "%s: %s", o->gen_out, strerror(errno));
             if (f)
                 fclose(f);
             goto done;
         }
         if (fclose(f)) {
-            snprintf(err, errlen, "%s: write error", o->gen_out);
+            mt_set_err(err, errlen, "%s: write error", o->gen_out);
             goto done;
         }
     }

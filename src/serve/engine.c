@@ -69,6 +69,7 @@
  * good, so batch_deliver's state check says what the epoch said.
  */
 #define _GNU_SOURCE
+#include "util/errmsg.h"
 #include "serve/engine.h"
 #include "util/stats.h"
 
@@ -369,18 +370,18 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
     *out = NULL;
     if (!o || !dec || o->frame_ns == 0 || o->max_sessions < 1 ||
         o->in_queue < 1 || o->out_queue < 1) {
-        snprintf(err, errlen, "engine: bad options");
+        mt_set_err(err, errlen, "engine: bad options");
         return -1;
     }
     const mt_model *m = mt_decoder_model(dec);
     if (!m || !m->cfg.has_audio || m->cfg.frame_samples < 1) {
-        snprintf(err, errlen, "engine: the model has no audio adapter "
+        mt_set_err(err, errlen, "engine: the model has no audio adapter "
                  "(mt-serve serves PCM frame streams)");
         return -1;
     }
     mt_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        snprintf(err, errlen, "engine: out of memory");
+        mt_set_err(err, errlen, "engine: out of memory");
         return -1;
     }
     e->o = *o;
@@ -408,7 +409,7 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
     if (!b->sess || !b->recompute || !b->seqs || !b->pcm_in || !b->pcm_out ||
         !e->lat || !e->enc || !e->silence) {
         mt_engine_free(e);
-        snprintf(err, errlen, "engine: out of memory");
+        mt_set_err(err, errlen, "engine: out of memory");
         return -1;
     }
     *out = e;

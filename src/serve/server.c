@@ -25,6 +25,7 @@
  * reads and writes the request, verdict and control lines.
  */
 #define _GNU_SOURCE
+#include "util/errmsg.h"
 #include "serve/server.h"
 
 #include <errno.h>
@@ -175,7 +176,7 @@ static int open_latency(mt_server *s, char *err, size_t errlen)
     if (s->o.latency_log) {
         fd = open_log_fd(s->o.latency_log);
         if (fd < 0) {
-            snprintf(err, errlen, "--latency-log %s: %s", s->o.latency_log, strerror(errno));
+            mt_set_err(err, errlen, "--latency-log %s: %s", s->o.latency_log, strerror(errno));
             return -1;
         }
         owned = 1;
@@ -260,7 +261,7 @@ static int open_tcp(mt_server *s, char *err, size_t errlen)
     if (s->tcp_fd < 0)
         return -1;
     if (!loop && !s->o.token && !s->o.insecure) {
-        snprintf(err, errlen, "--listen %s is not a loopback address: anyone who "
+        mt_set_err(err, errlen, "--listen %s is not a loopback address: anyone who "
                  "can reach it could send audio; give --token-file FILE (clients "
                  "then need the same token), or --insecure to allow it "
                  "unauthenticated", s->o.listen_addr);
@@ -290,7 +291,7 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     *out = NULL;
     mt_server *s = calloc(1, sizeof *s);
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        mt_set_err(err, errlen, "out of memory");
         return -1;
     }
     s->o = *o;
@@ -318,7 +319,7 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     signal(SIGPIPE, SIG_IGN);
     int sp[2];
     if (pipe2(sp, O_NONBLOCK | O_CLOEXEC) != 0) {
-        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        mt_set_err(err, errlen, "pipe: %s", strerror(errno));
         goto fail;
     }
     s->sigfd = sp[0];
@@ -335,14 +336,14 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
     s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (s->sigfd < 0 || s->evfd < 0 || s->epfd < 0) {
-        snprintf(err, errlen, "eventfd/epoll: %s", strerror(errno));
+        mt_set_err(err, errlen, "eventfd/epoll: %s", strerror(errno));
         goto fail;
     }
     if (open_latency(s, err, errlen) != 0)
         goto fail;
     if (!o->stdio) {
         if (!o->socket_path && !o->listen_addr) {
-            snprintf(err, errlen, "no socket path (-s PATH), no --listen and not --stdio");
+            mt_set_err(err, errlen, "no socket path (-s PATH), no --listen and not --stdio");
             goto fail;
         }
         if (o->listen_addr && open_tcp(s, err, errlen) != 0)
@@ -371,7 +372,7 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
         (s->tcp_fd >= 0 && ep_add(s, s->tcp_fd, EPOLLIN, &s->t_listen_tcp) != 0) ||
         (s->agent_fd >= 0 && ep_add(s, s->agent_fd, EPOLLIN, &s->t_agent) != 0) ||
         (s->ctl.fd >= 0 && ep_add(s, s->ctl.fd, EPOLLIN, &s->t_control) != 0)) {
-        snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
+        mt_set_err(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
     }
     *out = s;
@@ -1100,12 +1101,12 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     s->frame_payload = (int)fmt.frame_samples * 2;
     if (s->o.stdio) {
         if (mt_net_set_nonblock(0) != 0 || mt_net_set_nonblock(1) != 0) {
-            snprintf(err, errlen, "stdio: O_NONBLOCK: %s", strerror(errno));
+            mt_set_err(err, errlen, "stdio: O_NONBLOCK: %s", strerror(errno));
             return -1;
         }
         conn *c = conn_new(s, 0, 1, 0);
         if (!c) {
-            snprintf(err, errlen, "out of memory");
+            mt_set_err(err, errlen, "out of memory");
             return -1;
         }
         c->p.uid = getuid();
@@ -1142,7 +1143,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         int timeout = poll_now ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
         int n = epoll_wait(s->epfd, evs, 64, timeout);
         if (n < 0 && errno != EINTR) {
-            snprintf(err, errlen, "epoll_wait: %s", strerror(errno));
+            mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
             rc = -1;
             break;
         }
@@ -1232,7 +1233,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     while (s->conns)
         conn_free(s, s->conns, s->pr.draining ? NULL : "server stopping");
     if (rc == 0 && s->stdio_unclean) {
-        snprintf(err, errlen, "%s", s->stdio_msg);
+        mt_set_err(err, errlen, "%s", s->stdio_msg);
         rc = 1;
     }
     return rc;

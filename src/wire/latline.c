@@ -8,6 +8,7 @@
  * buffer and never allocates; no input, however long or binary, can make it
  * read or write outside its buffers.
  */
+#include "util/errmsg.h"
 #include "wire/latline.h"
 
 #include <errno.h>
@@ -41,18 +42,6 @@ static void sanitize(char *out, size_t outsz, const char *s, size_t n,
         out[j] = '\0';
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static const char *describe_byte(unsigned char c, char *tmp, size_t n)
 {
     if (c >= 0x21 && c < 0x7f)
@@ -68,12 +57,12 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
     char key[MT_LL_KEY_MAX + 8], tmp[16];
 
     if (!ll) {
-        set_err(err, errlen, "line %ld: no record to parse into", lineno);
+        mt_set_err(err, errlen, "line %ld: no record to parse into", lineno);
         return -1;
     }
     ll->n = 0;
     if (!line && len > 0) {
-        set_err(err, errlen, "line %ld: no input", lineno);
+        mt_set_err(err, errlen, "line %ld: no input", lineno);
         return -1;
     }
     /* The newline ends the line; it is not part of it. */
@@ -82,7 +71,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
     if (len > 0 && line[len - 1] == '\r')
         len--;
     if (len > MT_LL_MAX_LINE) {
-        set_err(err, errlen, "line %ld: longer than %d bytes", lineno,
+        mt_set_err(err, errlen, "line %ld: longer than %d bytes", lineno,
                 MT_LL_MAX_LINE);
         return -1;
     }
@@ -101,32 +90,32 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         size_t klen = i - ks;
         sanitize(key, sizeof key, line + ks, klen ? klen : 1, MT_LL_KEY_MAX);
         if (klen == 0) {
-            set_err(err, errlen, "line %ld: column %zu: expected a key, found %s",
+            mt_set_err(err, errlen, "line %ld: column %zu: expected a key, found %s",
                     lineno, ks + 1,
                     describe_byte((unsigned char)line[ks], tmp, sizeof tmp));
             return -1;
         }
         if (i < len && line[i] != '=' && line[i] != ' ') {
             sanitize(key, sizeof key, line + ks, klen + 1, MT_LL_KEY_MAX);
-            set_err(err, errlen, "line %ld: key '%s': bad character %s in key "
+            mt_set_err(err, errlen, "line %ld: key '%s': bad character %s in key "
                     "(keys are [a-z0-9_])", lineno, key,
                     describe_byte((unsigned char)line[i], tmp, sizeof tmp));
             return -1;
         }
         if (klen > MT_LL_KEY_MAX) {
-            set_err(err, errlen, "line %ld: key '%s...': longer than %d bytes",
+            mt_set_err(err, errlen, "line %ld: key '%s...': longer than %d bytes",
                     lineno, key, MT_LL_KEY_MAX);
             return -1;
         }
         if (ll->n >= MT_LL_MAX_PAIRS) {
-            set_err(err, errlen, "line %ld: key '%s': more than %d pairs",
+            mt_set_err(err, errlen, "line %ld: key '%s': more than %d pairs",
                     lineno, key, MT_LL_MAX_PAIRS);
             return -1;
         }
         for (int k = 0; k < ll->n; k++) {
             if (strlen(ll->pair[k].key) == klen &&
                 memcmp(ll->pair[k].key, line + ks, klen) == 0) {
-                set_err(err, errlen, "line %ld: key '%s': duplicate key",
+                mt_set_err(err, errlen, "line %ld: key '%s': duplicate key",
                         lineno, key);
                 return -1;
             }
@@ -136,7 +125,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
          * for lines within MT_LL_MAX_LINE; it is here so that no future
          * change to the grammar can overrun buf. */
         if (o + klen + 1 > sizeof ll->buf) {
-            set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
+            mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
             return -1;
         }
         char *kout = buf + o;
@@ -149,7 +138,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         if (i < len && line[i] == '=') {
             i++;
             if (o >= sizeof ll->buf) {
-                set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
+                mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
                 return -1;
             }
             vout = buf + o;
@@ -158,7 +147,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                 quoted = 1;
                 for (;;) {
                     if (i >= len) {
-                        set_err(err, errlen, "line %ld: key '%s': unterminated "
+                        mt_set_err(err, errlen, "line %ld: key '%s': unterminated "
                                 "quote", lineno, key);
                         return -1;
                     }
@@ -169,7 +158,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                     }
                     if (c == '\\') {
                         if (i + 1 >= len) {
-                            set_err(err, errlen, "line %ld: key '%s': "
+                            mt_set_err(err, errlen, "line %ld: key '%s': "
                                     "unterminated quote", lineno, key);
                             return -1;
                         }
@@ -179,13 +168,13 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                                 snprintf(tmp, sizeof tmp, "\\%c", c);
                             else
                                 snprintf(tmp, sizeof tmp, "\\ + byte 0x%02x", c);
-                            set_err(err, errlen, "line %ld: key '%s': bad escape "
+                            mt_set_err(err, errlen, "line %ld: key '%s': bad escape "
                                     "'%s' (only \\\" and \\\\)", lineno, key, tmp);
                             return -1;
                         }
                         i += 2;
                     } else if (c < 0x20 || c == 0x7f) {
-                        set_err(err, errlen, "line %ld: key '%s': control %s in "
+                        mt_set_err(err, errlen, "line %ld: key '%s': control %s in "
                                 "value", lineno, key,
                                 describe_byte(c, tmp, sizeof tmp));
                         return -1;
@@ -193,14 +182,14 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                         i++;
                     }
                     if (o + 1 >= sizeof ll->buf) {
-                        set_err(err, errlen, "line %ld: key '%s': record full",
+                        mt_set_err(err, errlen, "line %ld: key '%s': record full",
                                 lineno, key);
                         return -1;
                     }
                     buf[o++] = (char)c;
                 }
                 if (i < len && line[i] != ' ') {
-                    set_err(err, errlen, "line %ld: key '%s': %s after closing "
+                    mt_set_err(err, errlen, "line %ld: key '%s': %s after closing "
                             "quote", lineno, key,
                             describe_byte((unsigned char)line[i], tmp, sizeof tmp));
                     return -1;
@@ -210,7 +199,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                 while (i < len && line[i] != ' ') {
                     unsigned char c = (unsigned char)line[i];
                     if (c == '"' || c == '=' || c < 0x20 || c == 0x7f) {
-                        set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
+                        mt_set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
                                 "value", lineno, key,
                                 describe_byte(c, tmp, sizeof tmp));
                         return -1;
@@ -218,12 +207,12 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                     i++;
                 }
                 if (i == vs) {
-                    set_err(err, errlen, "line %ld: key '%s': missing value "
+                    mt_set_err(err, errlen, "line %ld: key '%s': missing value "
                             "after '=' (write \"\" for an empty one)", lineno, key);
                     return -1;
                 }
                 if (o + (i - vs) + 1 > sizeof ll->buf) {
-                    set_err(err, errlen, "line %ld: key '%s': record full",
+                    mt_set_err(err, errlen, "line %ld: key '%s': record full",
                             lineno, key);
                     return -1;
                 }
@@ -506,7 +495,7 @@ long mt_latline_to_json(const char *line, size_t len, char *out, size_t cap,
     }
     put_bytes(&w, "}", 1);
     if (w.overflow) {
-        set_err(err, errlen, "JSON line longer than %zu bytes", cap ? cap - 1 : 0);
+        mt_set_err(err, errlen, "JSON line longer than %zu bytes", cap ? cap - 1 : 0);
         return -1;
     }
     return (long)w.len;
@@ -604,11 +593,11 @@ static int read_field(const mt_latline *ll, long lineno, const char *key,
             *(double *)dst = v;
     }
     if (rc == 1) {
-        set_err(err, errlen, "line %ld: key '%s': missing", lineno, key);
+        mt_set_err(err, errlen, "line %ld: key '%s': missing", lineno, key);
     } else if (rc < 0) {
         const char *s = mt_latline_get(ll, key);
         sanitize(shown, sizeof shown, s, strlen(s), 32);
-        set_err(err, errlen, "line %ld: key '%s': not %s: '%s'", lineno, key,
+        mt_set_err(err, errlen, "line %ld: key '%s': not %s: '%s'", lineno, key,
                 kind == F_INT ? "an integer" : "a finite number", shown);
     }
     return rc;
@@ -620,14 +609,14 @@ static int check_kind(const mt_latline *ll, long lineno, const char *kind,
 {
     char shown[40];
     if (!ll) {
-        set_err(err, errlen, "line %ld: no record", lineno);
+        mt_set_err(err, errlen, "line %ld: no record", lineno);
         return -1;
     }
     if (strcmp(mt_latline_kind(ll), kind) == 0)
         return 0;
     const char *k = mt_latline_kind(ll);
     sanitize(shown, sizeof shown, k, strlen(k), 32);
-    set_err(err, errlen, "line %ld: key '%s': not %s (first key is '%s')",
+    mt_set_err(err, errlen, "line %ld: key '%s': not %s (first key is '%s')",
             lineno, kind, what, shown);
     return -1;
 }
@@ -636,7 +625,7 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
                       char *err, size_t errlen)
 {
     if (!t) {
-        set_err(err, errlen, "line %ld: no record", lineno);
+        mt_set_err(err, errlen, "line %ld: no record", lineno);
         return -1;
     }
     if (check_kind(ll, lineno, "tick", "a tick record", err, errlen))
@@ -656,7 +645,7 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
     else if (rc < 0)
         return -1;
     else if (tmp.miss < 0) {
-        set_err(err, errlen, "line %ld: key 'miss': negative", lineno);
+        mt_set_err(err, errlen, "line %ld: key 'miss': negative", lineno);
         return -1;
     }
     char shown[40];
@@ -664,7 +653,7 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
     if (dev) {
         if (!device_ok(dev)) {
             sanitize(shown, sizeof shown, dev, strlen(dev), 32);
-            set_err(err, errlen, "line %ld: key 'device': not a device label "
+            mt_set_err(err, errlen, "line %ld: key 'device': not a device label "
                     "([a-z0-9:._-], 1..%d bytes): '%s'", lineno,
                     MT_TICK_DEVICE_MAX - 1, shown);
             return -1;
@@ -676,14 +665,14 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
             for (int k = 0; k < 2; k++) {
                 int rc = mt_latline_f64(ll, simk[k], dst[k]);
                 if (rc == 1) {
-                    set_err(err, errlen, "line %ld: key '%s': missing (device %s is simulated)",
+                    mt_set_err(err, errlen, "line %ld: key '%s': missing (device %s is simulated)",
                             lineno, simk[k], dev);
                     return -1;
                 }
                 if (rc < 0) {
                     const char *s = mt_latline_get(ll, simk[k]);
                     sanitize(shown, sizeof shown, s, strlen(s), 32);
-                    set_err(err, errlen, "line %ld: key '%s': not a finite number: '%s'",
+                    mt_set_err(err, errlen, "line %ld: key '%s': not a finite number: '%s'",
                             lineno, simk[k], shown);
                     return -1;
                 }
@@ -697,14 +686,14 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
     else if (rc < 0)
         return -1;
     else if (tmp.shed < 0) {
-        set_err(err, errlen, "line %ld: key 'shed': negative", lineno);
+        mt_set_err(err, errlen, "line %ld: key 'shed': negative", lineno);
         return -1;
     }
     rc = read_field(ll, lineno, "limit", F_INT, &tmp.limit, err, errlen);
     if (rc < 0)
         return -1;
     if (rc == 0 && tmp.limit < 0) {
-        set_err(err, errlen, "line %ld: key 'limit': negative", lineno);
+        mt_set_err(err, errlen, "line %ld: key 'limit': negative", lineno);
         return -1;
     }
     tmp.has_limit = rc == 0;
@@ -741,7 +730,7 @@ static int read_range(const mt_latline *ll, long lineno, const char *key,
     if (read_field(ll, lineno, key, F_INT, v, err, errlen) != 0)
         return -1;
     if (*v < lo || *v > hi) {
-        set_err(err, errlen, "line %ld: key '%s': %lld outside %lld..%lld",
+        mt_set_err(err, errlen, "line %ld: key '%s': %lld outside %lld..%lld",
                 lineno, key, (long long)*v, (long long)lo, (long long)hi);
         return -1;
     }
@@ -752,7 +741,7 @@ int mt_frame_rec_from_line(const mt_latline *ll, long lineno, mt_frame_rec *r,
                            char *err, size_t errlen)
 {
     if (!r) {
-        set_err(err, errlen, "line %ld: no record", lineno);
+        mt_set_err(err, errlen, "line %ld: no record", lineno);
         return -1;
     }
     if (check_kind(ll, lineno, "frame", "a frame record", err, errlen))
