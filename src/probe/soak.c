@@ -247,22 +247,14 @@ static int is_full(const mt_soak_config *c)
     return kv && !strcmp(kv, "full");
 }
 
-static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
-                   mt_probe_source *src, const mt_predict_params *pred,
-                   int pred_ok, mt_soak_run *run, FILE *series,
-                   mt_progress *pg, char *err, size_t errlen)
+/* Fills the run's identity and the context's clocks, makes the seeded
+ * workload, and asks for the run's prediction (full pools only). */
+static int run_prepare(soak_ctx *x, const mt_soak_opts *o, int ci, int ri,
+                       mt_probe_source *src, const mt_predict_params *pred,
+                       int pred_ok, double period, mt_soak_run *run,
+                       char *err, size_t errlen)
 {
-    const mt_soak_config *c = &o->cfg[ci];
-    soak_ctx *x = calloc(1, sizeof *x);
-    mt_client *cl = NULL;
-    char **args = NULL;
-    mt_spawn_proc sp;
-    char sock[512], log[512], tl[1024], e[256];
-    int rc = -1;
-    if (!x) {
-        mt_set_err(err, errlen, "out of memory");
-        return -1;
-    }
+    char e[256];
     memset(run, 0, sizeof *run);
     run->cfg = ci;
     run->run = ri;
@@ -276,36 +268,38 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     x->k = o->time_scale > 1 ? o->time_scale : 1;
     x->starve_ns = (uint64_t)(o->starve_s / x->k * 1e9);
     mt_pctl_reset(&x->rtt);
-    double period = pred->period_s > 0 ? pred->period_s : 0.08;
     if (mt_workload_make(&o->arrivals, &o->lengths, o->duration_s, period,
                          run->seed, o->max_sessions, &x->w, err, errlen))
-        goto out;
+        return -1;
     x->s = calloc((size_t)x->w.n + 1, sizeof *x->s);
     if (!x->s) {
         mt_set_err(err, errlen, "out of memory");
-        goto out;
+        return -1;
     }
     for (int i = 0; i < x->w.n; i++)
         x->s[i].frames = x->w.s[i].frames;
     run->sessions = x->w.n;
-    if (pred_ok && is_full(c)) {
+    if (pred_ok && is_full(&o->cfg[ci])) {
         mt_predict_run pr;
         if (mt_predict_one(pred, run->seed, &pr, e, sizeof e) == 0)
             run->predicted_s = pr.overflow_s;
     }
-    snprintf(sock, sizeof sock, "%s/serve-%d-%d.sock", tmpdir, ci, ri);
-    snprintf(log, sizeof log, "%s/serve-%d-%d.log", tmpdir, ci, ri);
-    if (o->data_dir) {
-        snprintf(tl, sizeof tl, "%s/ticks-c%d-r%02d.log", o->data_dir, ci, ri);
-        x->tick_log = fopen(tl, "w");
-    }
-    /* the configuration's arguments, and --time-scale K when scaled */
-    char kbuf[32];
-    snprintf(kbuf, sizeof kbuf, "%.17g", x->k);
-    args = calloc((size_t)c->nargs + 3, sizeof *args);
+    return 0;
+}
+
+/* Starts the configuration's mt-serve, with --time-scale K when scaled.
+ * The argument vector is returned in *args_out for the caller to free;
+ * it points into kbuf, which must live as long. */
+static int start_server(soak_ctx *x, const mt_soak_config *c, const char *sock,
+                        const char *log, mt_spawn_proc *sp, char ***args_out,
+                        char kbuf[32], char *err, size_t errlen)
+{
+    snprintf(kbuf, 32, "%.17g", x->k);
+    char **args = calloc((size_t)c->nargs + 3, sizeof *args);
+    *args_out = args;
     if (!args) {
         mt_set_err(err, errlen, "out of memory");
-        goto out;
+        return -1;
     }
     for (int i = 0; i < c->nargs; i++)
         args[i] = c->args[i];
@@ -315,10 +309,14 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         args[nargs++] = time_scale_opt;
         args[nargs++] = kbuf;
     }
-    if (mt_spawn_start(&sp, o->serve_bin, args, nargs, sock, log, 60.0,
-                        err, errlen))
-        goto out;
-    mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
+    return mt_spawn_start(sp, x->o->serve_bin, args, nargs, sock, log, 60.0,
+                          err, errlen);
+}
+
+static int soak_client_new(soak_ctx *x, double period, mt_client **cl,
+                           char *err, size_t errlen)
+{
+    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
     mt_client_config cc;
     memset(&cc, 0, sizeof cc);
     cc.hello.sample_rate = 24000;
@@ -330,14 +328,37 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         cc.period_ns = (int64_t)llround(period / x->k * 1e9);
     cc.cb = &cb;
     cc.user = x;
-    if (mt_client_new(&cc, &cl, err, errlen)) {
-        mt_spawn_stop(&sp, 2.0, on_tick_line, x);
-        goto out;
-    }
+    return mt_client_new(&cc, cl, err, errlen);
+}
+
+static void show_progress(soak_ctx *x, mt_progress *pg, int ci, int ri,
+                          uint64_t now)
+{
+    const mt_soak_opts *o = x->o;
+    /* Runs done before this one, plus this one's share of its
+     * duration: the estimate of time left scales by it. */
+    double in_run = ((double)now - (double)x->t0) / 1e9 * x->k / o->duration_s;
+    in_run = in_run < 0 ? 0 : in_run > 1 ? 1 : in_run;
+    char detail[160];
+    snprintf(detail, sizeof detail, "%s, real %llu, fill %llu, "
+             "max gap %.1f s", o->cfg[ci].label, (unsigned long long)x->real,
+             (unsigned long long)x->fills, x->max_gap_s);
+    mt_progress_show(pg, now, 0, "run", (double)(ri * o->ncfg + ci) + in_run,
+                     (double)o->runs * o->ncfg, detail);
+}
+
+/* Lets the server settle, schedules every session, and drives the client
+ * until all sessions end (or the run is given up). Stops the server on
+ * every path. */
+static int play_load(soak_ctx *x, mt_client *cl, mt_spawn_proc *sp,
+                     const char *sock, mt_progress *pg, int ci, int ri,
+                     char *err, size_t errlen)
+{
+    const mt_soak_opts *o = x->o;
     /* Let the server print its first ticks before the load starts. */
     uint64_t settle = mt_clock_ns() + 300000000ull;
     while (mt_clock_ns() < settle) {
-        mt_spawn_poll_lines(&sp, on_tick_line, x);
+        mt_spawn_poll_lines(sp, on_tick_line, x);
         mt_sleep_s(0.02);
     }
     x->t0 = mt_client_now() + 100000000ull;
@@ -345,8 +366,8 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         if (mt_client_add_unix(cl, sock, x->t0 + (uint64_t)(x->w.s[i].start_s /
                                                               x->k * 1e9),
                                err, errlen) < 0) {
-            mt_spawn_stop(&sp, 2.0, on_tick_line, x);
-            goto out;
+            mt_spawn_stop(sp, 2.0, on_tick_line, x);
+            return -1;
         }
     uint64_t t_end = x->t0 + (uint64_t)(o->duration_s / x->k * 1e9);
     uint64_t t_give_up = t_end + 15000000000ull;
@@ -355,10 +376,10 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         uint64_t now = mt_client_now();
         int left = mt_client_run(cl, now + 20000000ull, err, errlen);
         if (left < 0) {
-            mt_spawn_stop(&sp, 2.0, on_tick_line, x);
-            goto out;
+            mt_spawn_stop(sp, 2.0, on_tick_line, x);
+            return -1;
         }
-        mt_spawn_poll_lines(&sp, on_tick_line, x);
+        mt_spawn_poll_lines(sp, on_tick_line, x);
         now = mt_client_now();
         for (int i = 0; i < x->w.n; i++) {
             const mt_client_stats *st = mt_client_session_stats(cl, i);
@@ -369,9 +390,9 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
             break;
         if (o->stop && *o->stop) {
             mt_client_stop(cl);
-            mt_spawn_stop(&sp, 2.0, on_tick_line, x);
+            mt_spawn_stop(sp, 2.0, on_tick_line, x);
             mt_set_err(err, errlen, "interrupted");
-            goto out;
+            return -1;
         }
         if (!stopped && now > t_end + 3000000000ull) {
             mt_client_stop(cl);      /* a stalled server: end every input */
@@ -379,20 +400,15 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
         }
         if (now > t_give_up)
             break;
-        {
-            /* Runs done before this one, plus this one's share of its
-             * duration: the estimate of time left scales by it. */
-            double in_run = ((double)now - (double)x->t0) / 1e9 * x->k / o->duration_s;
-            in_run = in_run < 0 ? 0 : in_run > 1 ? 1 : in_run;
-            char detail[160];
-            snprintf(detail, sizeof detail, "%s, real %llu, fill %llu, "
-                     "max gap %.1f s", c->label, (unsigned long long)x->real,
-                     (unsigned long long)x->fills, x->max_gap_s);
-            mt_progress_show(pg, now, 0, "run", (double)(ri * o->ncfg + ci) + in_run,
-                             (double)o->runs * o->ncfg, detail);
-        }
+        show_progress(x, pg, ci, ri, now);
     }
-    mt_spawn_stop(&sp, 3.0, on_tick_line, x);
+    mt_spawn_stop(sp, 3.0, on_tick_line, x);
+    return 0;
+}
+
+static void collect_results(soak_ctx *x, mt_client *cl, double period,
+                            mt_soak_run *run)
+{
     mt_client_totals tot;
     mt_client_totals_get(cl, &tot);
     for (int i = 0; i < x->w.n; i++) {
@@ -418,18 +434,59 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     classify_ticks(x, run, period);
     run->collapsed = run->collapse_s >= 0 || x->onset_s >= 0 ||
                      run->unbounded_late;
-    if (series) {
-        double off = tick_offset(x);
-        fprintf(series, "# t late_ms naive_ms met naive_met\n");
-        for (size_t i = 0; i < x->ntk; i++) {
-            double t = (x->tk[i].t + off) * x->k;
-            if (t < -1 || t > o->duration_s + 2)
-                continue;
-            fprintf(series, "%.3f %.2f %.3f %.2f %.2f\n", t,
-                    x->tk[i].late_ms * x->k, x->tk[i].naive_ms * x->k,
-                    x->tk[i].met, x->tk[i].naive_met);
-        }
+}
+
+static void write_series(const soak_ctx *x, FILE *series)
+{
+    double off = tick_offset(x);
+    fprintf(series, "# t late_ms naive_ms met naive_met\n");
+    for (size_t i = 0; i < x->ntk; i++) {
+        double t = (x->tk[i].t + off) * x->k;
+        if (t < -1 || t > x->o->duration_s + 2)
+            continue;
+        fprintf(series, "%.3f %.2f %.3f %.2f %.2f\n", t,
+                x->tk[i].late_ms * x->k, x->tk[i].naive_ms * x->k,
+                x->tk[i].met, x->tk[i].naive_met);
     }
+}
+
+static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
+                   mt_probe_source *src, const mt_predict_params *pred,
+                   int pred_ok, mt_soak_run *run, FILE *series,
+                   mt_progress *pg, char *err, size_t errlen)
+{
+    soak_ctx *x = calloc(1, sizeof *x);
+    mt_client *cl = NULL;
+    char **args = NULL;
+    mt_spawn_proc sp;
+    char sock[512], log[512], tl[1024], kbuf[32];
+    int rc = -1;
+    if (!x) {
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    double period = pred->period_s > 0 ? pred->period_s : 0.08;
+    if (run_prepare(x, o, ci, ri, src, pred, pred_ok, period, run,
+                    err, errlen))
+        goto out;
+    snprintf(sock, sizeof sock, "%s/serve-%d-%d.sock", tmpdir, ci, ri);
+    snprintf(log, sizeof log, "%s/serve-%d-%d.log", tmpdir, ci, ri);
+    if (o->data_dir) {
+        snprintf(tl, sizeof tl, "%s/ticks-c%d-r%02d.log", o->data_dir, ci, ri);
+        x->tick_log = fopen(tl, "w");
+    }
+    if (start_server(x, &o->cfg[ci], sock, log, &sp, &args, kbuf,
+                     err, errlen))
+        goto out;
+    if (soak_client_new(x, period, &cl, err, errlen)) {
+        mt_spawn_stop(&sp, 2.0, on_tick_line, x);
+        goto out;
+    }
+    if (play_load(x, cl, &sp, sock, pg, ci, ri, err, errlen))
+        goto out;
+    collect_results(x, cl, period, run);
+    if (series)
+        write_series(x, series);
     rc = 0;
 out:
     if (x->tick_log)
@@ -467,6 +524,162 @@ static void print_row(FILE *out, const mt_soak_opts *o, const mt_soak_run *r)
     fflush(out);
 }
 
+/* Prediction parameters of one configuration: shape from -m (already in
+ * o->pred), pool from --kv-mem, bound from --sink/--window. Returns whether
+ * a prediction can be made. */
+static int predict_params_for(const mt_soak_opts *o, const mt_soak_config *cfg,
+                              mt_predict_params *pp)
+{
+    *pp = o->pred;
+    pp->arrivals = o->arrivals;
+    pp->lengths = o->lengths;
+    pp->duration_s = o->duration_s;
+    pp->max_sessions = o->max_sessions;
+    pp->seed = o->seed;
+    const char *v;
+    uint64_t b;
+    pp->pool_bytes = 512ull << 20;   /* mt-serve's default */
+    if ((v = find_arg(cfg, "--kv-mem", NULL)) &&
+        !mt_parse_bytes(v, &b, NULL, 0))
+        pp->pool_bytes = b;
+    if ((v = find_arg(cfg, "--sink", NULL)))
+        pp->sink = atoi(v);
+    if ((v = find_arg(cfg, "--window", NULL)))
+        pp->window = atoi(v);
+    return pp->pool_bytes > 0 && mt_predict_position_bytes(pp) > 0;
+}
+
+static void print_header(FILE *out, const mt_soak_opts *o, const char *a,
+                         const char *l)
+{
+    fprintf(out, "# soak: %d runs x %d configurations, %.0f s each, arrivals "
+            "%s, lengths %s, seeds %llu..%llu; collapsed = a session %.1f s "
+            "without a real frame, or lateness growing without bound\n",
+            o->runs, o->ncfg, o->duration_s, a, l,
+            (unsigned long long)o->seed,
+            (unsigned long long)(o->seed + (uint64_t)o->runs - 1), o->starve_s);
+    if (o->time_scale > 1)
+        fprintf(out, "# time-scaled x%g: servers and clients ran %g times "
+                "faster than real time; every time below is model time\n",
+                o->time_scale, o->time_scale);
+    fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
+            "%s\n", "# config", "run", "seed", "sess", "acc", "rej", "real",
+            "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s", "ovf_s",
+            "verdict");
+    fflush(out);
+}
+
+/* The summary of one configuration (index c), prediction beside
+ * measurement; *pred_med_all gets the predicted median overflow time when
+ * the configuration has a full pool. */
+static int print_config_summary(FILE *out, const mt_soak_opts *o, int c,
+                                const mt_soak_run *runs, int nr,
+                                mt_predict_params *pp, int pred_ok,
+                                double *pred_med_all, char *err, size_t errlen)
+{
+    const mt_soak_config *cfg = &o->cfg[c];
+    int n = 0, coll = 0, rej = 0;
+    double *m = calloc((size_t)o->runs + 1, sizeof *m);
+    double *p = calloc((size_t)o->runs + 1, sizeof *p);
+    int nm = 0;
+    if (!m || !p) {
+        free(m);
+        free(p);
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int k = 0; k < nr; k++) {
+        if (runs[k].cfg != c)
+            continue;
+        n++;
+        coll += runs[k].collapsed;
+        rej += runs[k].rejected;
+        if (runs[k].collapsed && runs[k].collapse_s >= 0 &&
+            runs[k].predicted_s >= 0) {
+            m[nm] = runs[k].collapse_s;
+            p[nm] = runs[k].predicted_s;
+            nm++;
+        }
+    }
+    fprintf(out, "%-20s collapsed %d of %d runs; %d sessions refused in "
+            "all\n", cfg->label, coll, n, rej);
+    if (pred_ok) {
+        mt_predict_result pr;
+        char e[256];
+        pp->samples = 400;
+        if (!mt_predict(pp, &pr, e, sizeof e)) {
+            if (is_full(cfg)) {
+                fprintf(out, "%-20s predicted: pool overflows in %.0f%% of "
+                        "seeds (%.1f of %d runs), median at %.1f s "
+                        "(p10 %.1f, p90 %.1f)\n", cfg->label,
+                        100 * pr.p_overflow, pr.p_overflow * n, n,
+                        pr.t_p50, pr.t_p10, pr.t_p90);
+                *pred_med_all = pr.t_p50;
+            } else {
+                fprintf(out, "%-20s predicted: bounded capacity %d "
+                        "sessions, %.1f refusals per run, no overflow\n",
+                        cfg->label, pr.capacity, pr.rejected_mean);
+            }
+        }
+    }
+    if (nm) {
+        double mm = median_of(m, nm), pm = median_of(p, nm);
+        fprintf(out, "%-20s time to collapse: measured median %.1f s, "
+                "predicted median %.1f s over the same %d seeds: %+.0f%%"
+                "%s\n", cfg->label, mm, pm, nm,
+                pm > 0 ? 100.0 * (mm - pm) / pm : 0.0,
+                pm > 0 && fabs(mm - pm) <= 0.2 * pm ? " (within 20%)" :
+                " (outside 20%)");
+    }
+    free(m);
+    free(p);
+    return 0;
+}
+
+static void remove_run_files(const mt_soak_opts *o, const char *tmpdir, int rc)
+{
+    /* Remove what the runs left (logs of servers, sockets). */
+    for (int c = 0; c < o->ncfg; c++)
+        for (int r = 0; r < o->runs; r++) {
+            char p[600];
+            snprintf(p, sizeof p, "%s/serve-%d-%d.log", tmpdir, c, r);
+            if (rc && o->data_dir) {
+                char q[1200];
+                snprintf(q, sizeof q, "%s/serve-c%d-r%02d.log",
+                         o->data_dir, c, r);
+                rename(p, q);
+            }
+            unlink(p);
+            snprintf(p, sizeof p, "%s/serve-%d-%d.sock", tmpdir, c, r);
+            unlink(p);
+        }
+    rmdir(tmpdir);
+}
+
+static int plot_runs(const mt_soak_opts *o, const mt_plot_series *ser, int nr,
+                     double pred_med_all, const char *a, const char *l,
+                     char *err, size_t errlen)
+{
+    const char **labels = calloc((size_t)o->ncfg + 1, sizeof *labels);
+    if (!labels) {
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int c = 0; c < o->ncfg; c++)
+        labels[c] = o->cfg[c].label;
+    char title[256];
+    snprintf(title, sizeof title, "Collapse soak: %d runs per "
+             "configuration, %.0f s, arrivals %s, lengths %s", o->runs,
+             o->duration_s, a, l);
+    int prc = mt_plot_soak(o->plot, ser, nr, labels, o->ncfg,
+                           pred_med_all,
+                           (o->pred.period_s > 0 ? o->pred.period_s
+                                                 : 0.08) * 1000,
+                           o->duration_s, title, err, errlen);
+    free(labels);
+    return prc;
+}
+
 int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             int *nruns_out, char *err, size_t errlen)
 {
@@ -491,45 +704,12 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
     }
     if (mt_probe_source_open(&src, o->audio, err, errlen))
         goto done1;
-    /* Predictions per configuration: shape from -m (already in o->pred),
-     * pool from --kv-mem, bound from --sink/--window. */
-    for (int c = 0; c < o->ncfg; c++) {
-        pp[c] = o->pred;
-        pp[c].arrivals = o->arrivals;
-        pp[c].lengths = o->lengths;
-        pp[c].duration_s = o->duration_s;
-        pp[c].max_sessions = o->max_sessions;
-        pp[c].seed = o->seed;
-        const char *v;
-        uint64_t b;
-        pp[c].pool_bytes = 512ull << 20;   /* mt-serve's default */
-        if ((v = find_arg(&o->cfg[c], "--kv-mem", NULL)) &&
-            !mt_parse_bytes(v, &b, NULL, 0))
-            pp[c].pool_bytes = b;
-        if ((v = find_arg(&o->cfg[c], "--sink", NULL)))
-            pp[c].sink = atoi(v);
-        if ((v = find_arg(&o->cfg[c], "--window", NULL)))
-            pp[c].window = atoi(v);
-        pok[c] = pp[c].pool_bytes > 0 && mt_predict_position_bytes(&pp[c]) > 0;
-    }
+    for (int c = 0; c < o->ncfg; c++)
+        pok[c] = predict_params_for(o, &o->cfg[c], &pp[c]);
     char a[64], l[64];
     mt_arrivals_format(&o->arrivals, a, sizeof a);
     mt_lengths_format(&o->lengths, l, sizeof l);
-    fprintf(out, "# soak: %d runs x %d configurations, %.0f s each, arrivals "
-            "%s, lengths %s, seeds %llu..%llu; collapsed = a session %.1f s "
-            "without a real frame, or lateness growing without bound\n",
-            o->runs, o->ncfg, o->duration_s, a, l,
-            (unsigned long long)o->seed,
-            (unsigned long long)(o->seed + (uint64_t)o->runs - 1), o->starve_s);
-    if (o->time_scale > 1)
-        fprintf(out, "# time-scaled x%g: servers and clients ran %g times "
-                "faster than real time; every time below is model time\n",
-                o->time_scale, o->time_scale);
-    fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
-            "%s\n", "# config", "run", "seed", "sess", "acc", "rej", "real",
-            "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s", "ovf_s",
-            "verdict");
-    fflush(out);
+    print_header(out, o, a, l);
     mt_progress pg;
     mt_progress_start(&pg, o->progress, stderr, "soak", mt_client_now());
     for (int r = 0; r < o->runs; r++)
@@ -558,85 +738,13 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
     /* Summary per configuration, prediction beside measurement. */
     fprintf(out, "#\n# summary\n");
     double pred_med_all = -1;
-    for (int c = 0; c < o->ncfg; c++) {
-        int n = 0, coll = 0, rej = 0;
-        double *m = calloc((size_t)o->runs + 1, sizeof *m);
-        double *p = calloc((size_t)o->runs + 1, sizeof *p);
-        int nm = 0;
-        if (!m || !p) {
-            free(m);
-            free(p);
-            mt_set_err(err, errlen, "out of memory");
+    for (int c = 0; c < o->ncfg; c++)
+        if (print_config_summary(out, o, c, runs, nr, &pp[c], pok[c],
+                                 &pred_med_all, err, errlen))
             goto done2;
-        }
-        for (int k = 0; k < nr; k++) {
-            if (runs[k].cfg != c)
-                continue;
-            n++;
-            coll += runs[k].collapsed;
-            rej += runs[k].rejected;
-            if (runs[k].collapsed && runs[k].collapse_s >= 0 &&
-                runs[k].predicted_s >= 0) {
-                m[nm] = runs[k].collapse_s;
-                p[nm] = runs[k].predicted_s;
-                nm++;
-            }
-        }
-        fprintf(out, "%-20s collapsed %d of %d runs; %d sessions refused in "
-                "all\n", o->cfg[c].label, coll, n, rej);
-        if (pok[c]) {
-            mt_predict_result pr;
-            char e[256];
-            pp[c].samples = 400;
-            if (!mt_predict(&pp[c], &pr, e, sizeof e)) {
-                if (is_full(&o->cfg[c])) {
-                    fprintf(out, "%-20s predicted: pool overflows in %.0f%% of "
-                            "seeds (%.1f of %d runs), median at %.1f s "
-                            "(p10 %.1f, p90 %.1f)\n", o->cfg[c].label,
-                            100 * pr.p_overflow, pr.p_overflow * n, n,
-                            pr.t_p50, pr.t_p10, pr.t_p90);
-                    pred_med_all = pr.t_p50;
-                } else {
-                    fprintf(out, "%-20s predicted: bounded capacity %d "
-                            "sessions, %.1f refusals per run, no overflow\n",
-                            o->cfg[c].label, pr.capacity, pr.rejected_mean);
-                }
-            }
-        }
-        if (nm) {
-            double mm = median_of(m, nm), pm = median_of(p, nm);
-            fprintf(out, "%-20s time to collapse: measured median %.1f s, "
-                    "predicted median %.1f s over the same %d seeds: %+.0f%%"
-                    "%s\n", o->cfg[c].label, mm, pm, nm,
-                    pm > 0 ? 100.0 * (mm - pm) / pm : 0.0,
-                    pm > 0 && fabs(mm - pm) <= 0.2 * pm ? " (within 20%)" :
-                    " (outside 20%)");
-        }
-        free(m);
-        free(p);
-    }
     fflush(out);
-    if (o->plot) {
-        const char **labels = calloc((size_t)o->ncfg + 1, sizeof *labels);
-        if (!labels) {
-            mt_set_err(err, errlen, "out of memory");
-            goto done2;
-        }
-        for (int c = 0; c < o->ncfg; c++)
-            labels[c] = o->cfg[c].label;
-        char title[256];
-        snprintf(title, sizeof title, "Collapse soak: %d runs per "
-                 "configuration, %.0f s, arrivals %s, lengths %s", o->runs,
-                 o->duration_s, a, l);
-        int prc = mt_plot_soak(o->plot, ser, nr, labels, o->ncfg,
-                               pred_med_all,
-                               (o->pred.period_s > 0 ? o->pred.period_s
-                                                     : 0.08) * 1000,
-                               o->duration_s, title, err, errlen);
-        free(labels);
-        if (prc)
-            goto done2;
-    }
+    if (o->plot && plot_runs(o, ser, nr, pred_med_all, a, l, err, errlen))
+        goto done2;
     rc = 0;
 done2:
     mt_probe_source_free(&src);
@@ -645,24 +753,7 @@ done1:
         for (int k = 0; k < total; k++)
             if (paths[k][0])
                 unlink(paths[k]);
-    {
-        /* Remove what the runs left (logs of servers, sockets). */
-        for (int c = 0; c < o->ncfg; c++)
-            for (int r = 0; r < o->runs; r++) {
-                char p[600];
-                snprintf(p, sizeof p, "%s/serve-%d-%d.log", tmpdir, c, r);
-                if (rc && o->data_dir) {
-                    char q[1200];
-                    snprintf(q, sizeof q, "%s/serve-c%d-r%02d.log",
-                             o->data_dir, c, r);
-                    rename(p, q);
-                }
-                unlink(p);
-                snprintf(p, sizeof p, "%s/serve-%d-%d.sock", tmpdir, c, r);
-                unlink(p);
-            }
-        rmdir(tmpdir);
-    }
+    remove_run_files(o, tmpdir, rc);
 done0:
     free(ser);
     free(paths);
