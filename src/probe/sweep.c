@@ -156,12 +156,11 @@ static void pump(mt_spawn_proc *sp, tail *tl, sweep_ctx *x)
         tail_poll(tl, x);
 }
 
-static int run_level(const mt_sweep_opts *o, const char *sock, int c,
-                     sweep_ctx *x, mt_spawn_proc *sp, tail *tl,
-                     mt_sweep_row *row, char *err, size_t errlen)
+/* A client for one level of c sessions, and the level's counters reset. */
+static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
+                            mt_client **cl, char *err, size_t errlen)
 {
-    mt_client *cl = NULL;
-    mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
+    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
     mt_client_config cc;
     memset(&cc, 0, sizeof cc);
     cc.hello.sample_rate = 24000;
@@ -185,17 +184,36 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
     x->tick_n = 0;
     x->kv_max = -1;
     x->collecting = 0;
-    if (mt_client_new(&cc, &cl, err, errlen))
-        return -1;
+    return mt_client_new(&cc, cl, err, errlen);
+}
+
+static void show_level_progress(const mt_sweep_opts *o, const sweep_ctx *x,
+                                int c, uint64_t now, int ended)
+{
+    static uint64_t last;
+    if (now - last > 500000000ull) {
+        last = now;
+        fprintf(stderr, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
+                c, now > x->t_measure && !ended
+                       ? (double)(now - x->t_measure) / 1e9 * x->k
+                       : 0.0,
+                o->hold_s);
+    }
+}
+
+/* Starts c sessions spread over one period, measures them for hold_s after
+ * the warm-up, ends them and lets them drain. */
+static int play_level(const mt_sweep_opts *o, const char *sock, int c,
+                      sweep_ctx *x, mt_spawn_proc *sp, tail *tl,
+                      mt_client *cl, char *err, size_t errlen)
+{
     uint64_t t0 = mt_client_now() + 50000000ull;
     /* Spread the starts over one period: sessions do not arrive in step. */
     for (int i = 0; i < c; i++)
         if (mt_client_add_unix(cl, sock, t0 + (uint64_t)((double)i * 80e6 /
                                                          x->k / c),
-                               err, errlen) < 0) {
-            mt_client_free(cl);
+                               err, errlen) < 0)
             return -1;
-        }
     x->t_measure = t0 + (uint64_t)(o->warmup_s / x->k * 1e9);
     uint64_t t_stop = x->t_measure + (uint64_t)(o->hold_s / x->k * 1e9);
     int ended = 0;
@@ -206,10 +224,8 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
             x->collecting = 1;
         uint64_t until = now + 20000000ull;
         int left = mt_client_run(cl, until, err, errlen);
-        if (left < 0) {
-            mt_client_free(cl);
+        if (left < 0)
             return -1;
-        }
         pump(sp, tl, x);
         now = mt_client_now();
         if (!ended && now >= t_stop) {
@@ -230,22 +246,20 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
             break;
         }
         if (o->stop && *o->stop) {
-            mt_client_free(cl);
             mt_set_err(err, errlen, "interrupted");
             return -1;
         }
-        if (o->progress) {
-            static uint64_t last;
-            if (now - last > 500000000ull) {
-                last = now;
-                fprintf(stderr, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
-                        c, now > x->t_measure && !ended
-                               ? (double)(now - x->t_measure) / 1e9 * x->k
-                               : 0.0,
-                        o->hold_s);
-            }
-        }
+        if (o->progress)
+            show_level_progress(o, x, c, now, ended);
     }
+    return 0;
+}
+
+/* The level's admission counts, from the client; an error when no session
+ * was admitted and the server said why. */
+static int count_admissions(mt_client *cl, int c, mt_sweep_row *row,
+                            char *err, size_t errlen)
+{
     char reason[MT_REASON_MAX + 1] = "";
     memset(row, 0, sizeof *row);
     row->concurrency = c;
@@ -262,11 +276,16 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
         else if (st->state == MT_CS_FAILED && !reason[0])
             snprintf(reason, sizeof reason, "%s", st->reason);
     }
-    mt_client_free(cl);
     if (!row->accepted && reason[0]) {
         mt_set_err(err, errlen, "%d sessions: none admitted: %s", c, reason);
         return -1;
     }
+    return 0;
+}
+
+/* The level's latencies, from the frames collected while measuring. */
+static void fill_latencies(sweep_ctx *x, mt_sweep_row *row)
+{
     row->frames = x->frames;
     row->real = x->real;
     row->fills = x->fills;
@@ -290,6 +309,24 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
     else
         row->step_ms = x->step_n ? x->step_sum / (double)x->step_n : NAN;
     row->kv_used = x->kv_max;
+}
+
+static int run_level(const mt_sweep_opts *o, const char *sock, int c,
+                     sweep_ctx *x, mt_spawn_proc *sp, tail *tl,
+                     mt_sweep_row *row, char *err, size_t errlen)
+{
+    mt_client *cl = NULL;
+    if (level_client_new(o, c, x, &cl, err, errlen))
+        return -1;
+    if (play_level(o, sock, c, x, sp, tl, cl, err, errlen)) {
+        mt_client_free(cl);
+        return -1;
+    }
+    int rc = count_admissions(cl, c, row, err, errlen);
+    mt_client_free(cl);
+    if (rc)
+        return -1;
+    fill_latencies(x, row);
     return 0;
 }
 
@@ -323,6 +360,75 @@ static void print_row(FILE *f, const mt_sweep_row *r)
     fflush(f);
 }
 
+/* Starts the sweep's own mt-serve with --time-scale K when scaled. The
+ * argument vector (*args_out, the caller frees it) points into kbuf, which
+ * must live as long. */
+static int start_server(const mt_sweep_opts *o, double k, const char *sock,
+                        const char *log, mt_spawn_proc *sp, char ***args_out,
+                        char kbuf[32], char *err, size_t errlen)
+{
+    static char time_scale_opt[] = "--time-scale";
+    snprintf(kbuf, 32, "%.17g", k);
+    char **sargs = calloc((size_t)o->nserve_args + 3, sizeof *sargs);
+    *args_out = sargs;
+    if (!sargs) {
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < o->nserve_args; i++)
+        sargs[i] = o->serve_args[i];
+    int nargs = o->nserve_args;
+    if (k > 1) {
+        sargs[nargs++] = time_scale_opt;
+        sargs[nargs++] = kbuf;
+    }
+    return mt_spawn_start(sp, o->serve_bin, sargs, nargs, sock, log, 60.0,
+                          err, errlen);
+}
+
+static void print_header(FILE *out, const mt_sweep_opts *o, double k)
+{
+    fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
+            "latencies in ms from the server's timing in returned frames\n",
+            o->hold_s, o->warmup_s);
+    if (k > 1)
+        fprintf(out, "# time-scaled x%g: the server and the clients ran %g "
+                "times faster than real time; times and latencies are model "
+                "time (real x %g)\n", k, k, k);
+    fprintf(out, "concurrency\taccepted\trejected\treal\tfill\tp50_ms\tp99_ms"
+            "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\n");
+    fflush(out);
+}
+
+/* Prints the wall line and returns the latency budget it was judged by. */
+static double print_wall(FILE *out, const mt_sweep_opts *o, int wall,
+                         double period_ms)
+{
+    /* A frame waits up to a period for its tick and then for the step, so
+     * one session's p99 is already about one period: two periods (mt-serve's
+     * default deadline) is the budget a tick-batched server can meet. */
+    double budget = o->budget_ms > 0 ? o->budget_ms : 2 * period_ms;
+    const char *what = o->budget_ms > 0 ? "budget" : "budget of two frame periods";
+    if (wall)
+        fprintf(out, "# wall: %d sessions (the largest level from %d up with "
+                "every session admitted and the truthful p99 under the %.0f ms "
+                "%s)\n", wall, o->from, budget, what);
+    else
+        fprintf(out, "# wall: below %d sessions (no level kept the truthful "
+                "p99 under the %.0f ms %s)\n", o->from, budget, what);
+    return budget;
+}
+
+static void write_tsv(const char *path, const mt_sweep_row *rows, int n)
+{
+    FILE *t = fopen(path, "w");
+    if (t) {
+        for (int i = 0; i < n; i++)
+            print_row(t, &rows[i]);
+        fclose(t);
+    }
+}
+
 int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
                  int *nrows, int *wall_out, char *err, size_t errlen)
 {
@@ -330,6 +436,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     mt_spawn_proc sp;
     tail tl = {-1, {0}, 0};
     char sockbuf[256], tmpl[] = "/tmp/mt-probe-sweep.XXXXXX", log[300];
+    char kbuf[32];
     const char *sock = o->sock;
     char *tmpdir = NULL;
     char **sargs = NULL;
@@ -364,24 +471,8 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
         }
         snprintf(sockbuf, sizeof sockbuf, "%s/serve.sock", tmpdir);
         snprintf(log, sizeof log, "%s/serve.log", tmpdir);
-        /* the arguments, and --time-scale K when scaled */
-        static char time_scale_opt[] = "--time-scale";
-        char kbuf[32];
-        snprintf(kbuf, sizeof kbuf, "%.17g", x->k);
-        sargs = calloc((size_t)o->nserve_args + 3, sizeof *sargs);
-        if (!sargs) {
-            mt_set_err(err, errlen, "out of memory");
-            goto out1;
-        }
-        for (int i = 0; i < o->nserve_args; i++)
-            sargs[i] = o->serve_args[i];
-        int nargs = o->nserve_args;
-        if (x->k > 1) {
-            sargs[nargs++] = time_scale_opt;
-            sargs[nargs++] = kbuf;
-        }
-        if (mt_spawn_start(&sp, o->serve_bin, sargs, nargs,
-                            sockbuf, log, 60.0, err, errlen))
+        if (start_server(o, x->k, sockbuf, log, &sp, &sargs, kbuf,
+                         err, errlen))
             goto out1;
         sock = sockbuf;
     } else if (o->ticks_path) {
@@ -396,16 +487,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
         mt_set_err(err, errlen, "sweep: no server (-s SOCK, or -- MT-SERVE-ARGS)");
         goto out2;
     }
-    fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
-            "latencies in ms from the server's timing in returned frames\n",
-            o->hold_s, o->warmup_s);
-    if (x->k > 1)
-        fprintf(out, "# time-scaled x%g: the server and the clients ran %g "
-                "times faster than real time; times and latencies are model "
-                "time (real x %g)\n", x->k, x->k, x->k);
-    fprintf(out, "concurrency\taccepted\trejected\treal\tfill\tp50_ms\tp99_ms"
-            "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\n");
-    fflush(out);
+    print_header(out, o, x->k);
     double period_ms = 80.0;
     for (int c = o->from; c <= o->to; c += o->step) {
         if (run_level(o, sock, c, x, o->serve_bin ? &sp : NULL,
@@ -427,26 +509,9 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
             walling = 0;
         n++;
     }
-    /* A frame waits up to a period for its tick and then for the step, so
-     * one session's p99 is already about one period: two periods (mt-serve's
-     * default deadline) is the budget a tick-batched server can meet. */
-    double budget = o->budget_ms > 0 ? o->budget_ms : 2 * period_ms;
-    const char *what = o->budget_ms > 0 ? "budget" : "budget of two frame periods";
-    if (wall)
-        fprintf(out, "# wall: %d sessions (the largest level from %d up with "
-                "every session admitted and the truthful p99 under the %.0f ms "
-                "%s)\n", wall, o->from, budget, what);
-    else
-        fprintf(out, "# wall: below %d sessions (no level kept the truthful "
-                "p99 under the %.0f ms %s)\n", o->from, budget, what);
-    if (o->tsv_out) {
-        FILE *t = fopen(o->tsv_out, "w");
-        if (t) {
-            for (int i = 0; i < n; i++)
-                print_row(t, &rows[i]);
-            fclose(t);
-        }
-    }
+    double budget = print_wall(out, o, wall, period_ms);
+    if (o->tsv_out)
+        write_tsv(o->tsv_out, rows, n);
     if (o->plot && mt_plot_sweep(o->plot, rows, n, wall, budget, err,
                                  errlen))
         goto out2;
