@@ -1082,7 +1082,9 @@ static void on_signal(mt_server *s)
         }
 }
 
-int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
+/* Wires the protocol state to the engine and the options; in stdio mode,
+ * the one connection on fds 0 and 1. */
+static int server_setup(mt_server *s, mt_engine *e, char *err, size_t errlen)
 {
     s->eng = e;
     s->pr.eng = e;
@@ -1112,6 +1114,144 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         c->p.uid = getuid();
         c->p.pid = getpid();
     }
+    return 0;
+}
+
+/* The epoll timeout in ms: the loop wakes for the earliest of a FILL
+ * deadline, an admission deadline, an auth REJECT, the listener's pause,
+ * or in 100 ms at the latest (stuck-output and drain checks); 0 when a
+ * regular file on stdin has input to take. */
+static int wait_timeout_ms(mt_server *s, uint64_t now, uint64_t next_fill)
+{
+    uint64_t wake = now + 100000000ull;
+    if (next_fill && next_fill < wake)
+        wake = next_fill;
+    if (s->accept_paused_until && s->accept_paused_until < wake)
+        wake = s->accept_paused_until;
+    int poll_now = 0;
+    for (conn *c = s->conns; c; c = c->next) {
+        if (c->p.pending && c->p.admit_deadline < wake)
+            wake = c->p.admit_deadline;
+        if (c->p.auth_reject_at && c->p.auth_reject_at < wake)
+            wake = c->p.auth_reject_at;
+        if (c->p.reading && !c->r_epoll &&
+            (!c->p.id || (!c->p.pending && mt_engine_in_space(s->eng, c->p.id) > 0)))
+            poll_now = 1;   /* a regular file on stdin, with room */
+    }
+    return poll_now ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+}
+
+/* Events on the server's own fds (listeners, agent, signals, the ticker's
+ * eventfd, control). Each ticker wake counts down *final_ticks; the last
+ * one sets *stdio_done. */
+static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
+                                   int n, int *final_ticks, int *stdio_done)
+{
+    for (int i = 0; i < n; i++) {
+        tagged *t = evs[i].data.ptr;
+        if (t->tag == TAG_LISTEN) {
+            on_accept(s, s->lis.fd, 0);
+        } else if (t->tag == TAG_LISTEN_TCP) {
+            on_accept(s, s->tcp_fd, 1);
+        } else if (t->tag == TAG_AGENT) {
+            on_agent(s);
+        } else if (t->tag == TAG_SIGNAL) {
+            on_signal(s);
+        } else if (t->tag == TAG_EVENT) {
+            uint64_t v;
+            if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
+                slog(s, "eventfd: %s", strerror(errno));
+            else if (*final_ticks && --*final_ticks == 0)
+                *stdio_done = 1;
+        } else if (t->tag == TAG_CONTROL) {
+            on_control(s);
+        }
+    }
+}
+
+/* Client input: the events refer to conns that may be freed while
+ * handling others, so walk the list and read those flagged; then read
+ * the conns epoll cannot watch (a regular file on stdin). */
+static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
+                                 int n)
+{
+    for (int i = 0; i < n; i++) {
+        tagged *t = evs[i].data.ptr;
+        if (t->tag != TAG_CONN)
+            continue;
+        for (conn *c = s->conns; c; c = c->next)
+            if ((tagged *)c == t) {
+                if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
+                    conn_read(s, c);
+                else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->p.reading &&
+                         !(evs[i].events & EPOLLOUT) && c->is_socket) {
+                    /* peer gone while we no longer read (after END) */
+                    conn_free(s, c, "disconnected");
+                }
+                break;
+            }
+    }
+    for (conn *c = s->conns, *nx; c; c = nx) {
+        nx = c->next;
+        if (c->p.reading && !c->r_epoll)
+            if (conn_read(s, c) < 0)
+                continue;
+    }
+}
+
+/* Per-iteration housekeeping: reports, resuming a paused listener,
+ * admission deadlines, and the writes to every connection. */
+static void housekeeping(mt_server *s, uint64_t now)
+{
+    report_dropped_lines(s, now, DROP_REPORT_NS);
+    report_conns(s, now, 0);
+    if (s->accept_paused_until && now >= s->accept_paused_until) {
+        s->accept_paused_until = 0;
+        if (s->lis.fd >= 0 && ep_add(s, s->lis.fd, EPOLLIN, &s->t_listen) != 0)
+            slog(s, "epoll_ctl (listener): %s", strerror(errno));
+        if (s->tcp_fd >= 0 && ep_add(s, s->tcp_fd, EPOLLIN, &s->t_listen_tcp) != 0)
+            slog(s, "epoll_ctl (tcp listener): %s", strerror(errno));
+    }
+    for (conn *c = s->conns, *nx; c; c = nx) {
+        nx = c->next;
+        if (c->p.pending && now >= c->p.admit_deadline) {
+            mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
+                            "time; retry later", now);
+        }
+        conn_write(s, c, now);
+    }
+}
+
+/* Whether the loop is over: the stdio session ended and its final tick
+ * records went out, or a drain finished (or timed out). Starts the stdio
+ * drain when its one session is over. */
+static int loop_done(mt_server *s, uint64_t now, int *final_ticks,
+                     int stdio_done)
+{
+    if (s->o.stdio && !s->conns && !s->pr.draining) {
+        /* the one session is over; one more tick record carries its
+         * last counts (misses included) before we stop */
+        s->pr.draining = 1;
+        s->drain_deadline = now + 2 * s->o.frame_ns + 100000000ull;
+        *final_ticks = 2;
+        return 0;
+    }
+    if (*final_ticks && now > s->drain_deadline)
+        return 1;
+    if (stdio_done)
+        return 1;
+    if (s->pr.draining && !*final_ticks && (!s->conns || now > s->drain_deadline)) {
+        if (s->conns)
+            slog(s, "drain timeout: closing %d connection(s)", s->nconns);
+        return 1;
+    }
+    return 0;
+}
+
+int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
+{
+    if (server_setup(s, e, err, errlen) != 0)
+        return -1;
     mt_ticker *ticker = NULL;
     mt_ticker_opts to = {.eng = e, .t0 = s->o.t0, .period_ns = s->o.frame_ns,
                          .wake_fd = s->evfd, .log = s->o.log, .log_ctx = s->o.log_ctx};
@@ -1122,111 +1262,20 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     uint64_t next_fill = 0;
     int final_ticks = 0, stdio_done = 0;
     for (;;) {
-        uint64_t now = mt_now_ns();
-        /* the loop wakes for the earliest of: a FILL deadline, an admission
-         * deadline, a stuck-output check, the drain deadline */
-        uint64_t wake = now + 100000000ull;
-        if (next_fill && next_fill < wake)
-            wake = next_fill;
-        if (s->accept_paused_until && s->accept_paused_until < wake)
-            wake = s->accept_paused_until;
-        int poll_now = 0;
-        for (conn *c = s->conns; c; c = c->next) {
-            if (c->p.pending && c->p.admit_deadline < wake)
-                wake = c->p.admit_deadline;
-            if (c->p.auth_reject_at && c->p.auth_reject_at < wake)
-                wake = c->p.auth_reject_at;
-            if (c->p.reading && !c->r_epoll &&
-                (!c->p.id || (!c->p.pending && mt_engine_in_space(s->eng, c->p.id) > 0)))
-                poll_now = 1;   /* a regular file on stdin, with room */
-        }
-        int timeout = poll_now ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+        int timeout = wait_timeout_ms(s, mt_now_ns(), next_fill);
         int n = epoll_wait(s->epfd, evs, 64, timeout);
         if (n < 0 && errno != EINTR) {
             mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
             rc = -1;
             break;
         }
-        for (int i = 0; i < n; i++) {
-            tagged *t = evs[i].data.ptr;
-            if (t->tag == TAG_LISTEN) {
-                on_accept(s, s->lis.fd, 0);
-            } else if (t->tag == TAG_LISTEN_TCP) {
-                on_accept(s, s->tcp_fd, 1);
-            } else if (t->tag == TAG_AGENT) {
-                on_agent(s);
-            } else if (t->tag == TAG_SIGNAL) {
-                on_signal(s);
-            } else if (t->tag == TAG_EVENT) {
-                uint64_t v;
-                if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
-                    slog(s, "eventfd: %s", strerror(errno));
-                else if (final_ticks && --final_ticks == 0)
-                    stdio_done = 1;
-            } else if (t->tag == TAG_CONTROL) {
-                on_control(s);
-            }
-        }
-        /* client input: the events refer to conns that may be freed while
-         * handling others, so walk the list and read those flagged */
-        for (int i = 0; i < n; i++) {
-            tagged *t = evs[i].data.ptr;
-            if (t->tag != TAG_CONN)
-                continue;
-            for (conn *c = s->conns; c; c = c->next)
-                if ((tagged *)c == t) {
-                    if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
-                        conn_read(s, c);
-                    else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->p.reading &&
-                             !(evs[i].events & EPOLLOUT) && c->is_socket) {
-                        /* peer gone while we no longer read (after END) */
-                        conn_free(s, c, "disconnected");
-                    }
-                    break;
-                }
-        }
-        for (conn *c = s->conns, *nx; c; c = nx) {
-            nx = c->next;
-            if (c->p.reading && !c->r_epoll)
-                if (conn_read(s, c) < 0)
-                    continue;
-        }
-        now = mt_now_ns();
+        dispatch_server_events(s, evs, n, &final_ticks, &stdio_done);
+        dispatch_conn_events(s, evs, n);
+        uint64_t now = mt_now_ns();
         next_fill = mt_engine_fill_due(e, now);
-        report_dropped_lines(s, now, DROP_REPORT_NS);
-        report_conns(s, now, 0);
-        if (s->accept_paused_until && now >= s->accept_paused_until) {
-            s->accept_paused_until = 0;
-            if (s->lis.fd >= 0 && ep_add(s, s->lis.fd, EPOLLIN, &s->t_listen) != 0)
-                slog(s, "epoll_ctl (listener): %s", strerror(errno));
-            if (s->tcp_fd >= 0 && ep_add(s, s->tcp_fd, EPOLLIN, &s->t_listen_tcp) != 0)
-                slog(s, "epoll_ctl (tcp listener): %s", strerror(errno));
-        }
-        for (conn *c = s->conns, *nx; c; c = nx) {
-            nx = c->next;
-            if (c->p.pending && now >= c->p.admit_deadline) {
-                mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
-                                "time; retry later", now);
-            }
-            conn_write(s, c, now);
-        }
-        if (s->o.stdio && !s->conns && !s->pr.draining) {
-            /* the one session is over; one more tick record carries its
-             * last counts (misses included) before we stop */
-            s->pr.draining = 1;
-            s->drain_deadline = now + 2 * s->o.frame_ns + 100000000ull;
-            final_ticks = 2;
-            continue;
-        }
-        if (final_ticks && now > s->drain_deadline)
+        housekeeping(s, now);
+        if (loop_done(s, now, &final_ticks, stdio_done))
             break;
-        if (stdio_done)
-            break;
-        if (s->pr.draining && !final_ticks && (!s->conns || now > s->drain_deadline)) {
-            if (s->conns)
-                slog(s, "drain timeout: closing %d connection(s)", s->nconns);
-            break;
-        }
     }
     mt_ticker_stop(ticker);
     report_conns(s, mt_now_ns(), 1);
