@@ -429,6 +429,38 @@ static void write_tsv(const char *path, const mt_sweep_row *rows, int n)
     }
 }
 
+/* Plays every level from --from to --to, printing each row as it ends.
+ * The wall is the last level of the unbroken run of passing levels from
+ * the first; *period_ms is the server's period once it has said it. */
+static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
+                      sweep_ctx *x, mt_spawn_proc *sp, tail *tl,
+                      mt_sweep_row *rows, int *n_out, int *wall_out,
+                      double *period_ms, char *err, size_t errlen)
+{
+    int n = 0, walling = 1;
+    for (int c = o->from; c <= o->to; c += o->step) {
+        if (run_level(o, sock, c, x, sp, tl, &rows[n], err, errlen))
+            return -1;
+        if (x->period_ms > 0)
+            *period_ms = x->period_ms;
+        double budget = o->budget_ms > 0 ? o->budget_ms : 2 * *period_ms;
+        if (o->progress)
+            fprintf(stderr, "\r%-60s\r", "");
+        print_row(out, &rows[n]);
+        int pass = rows[n].accepted == c && rows[n].rejected == 0 &&
+                   rows[n].failed == 0 && rows[n].real > 0 &&
+                   isfinite(rows[n].p99_true_ms) &&
+                   rows[n].p99_true_ms < budget;
+        if (walling && pass)
+            *wall_out = c;
+        else
+            walling = 0;
+        n++;
+        *n_out = n;
+    }
+    return 0;
+}
+
 int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
                  int *nrows, int *wall_out, char *err, size_t errlen)
 {
@@ -440,7 +472,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     const char *sock = o->sock;
     char *tmpdir = NULL;
     char **sargs = NULL;
-    int rc = -1, n = 0, wall = 0, walling = 1;
+    int rc = -1, n = 0, wall = 0;
     memset(&sp, 0, sizeof sp);
     sp.pid = -1;
     sp.out_fd = -1;
@@ -489,26 +521,10 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     }
     print_header(out, o, x->k);
     double period_ms = 80.0;
-    for (int c = o->from; c <= o->to; c += o->step) {
-        if (run_level(o, sock, c, x, o->serve_bin ? &sp : NULL,
-                      tl.fd >= 0 ? &tl : NULL, &rows[n], err, errlen))
-            goto out2;
-        if (x->period_ms > 0)
-            period_ms = x->period_ms;
-        double budget = o->budget_ms > 0 ? o->budget_ms : 2 * period_ms;
-        if (o->progress)
-            fprintf(stderr, "\r%-60s\r", "");
-        print_row(out, &rows[n]);
-        int pass = rows[n].accepted == c && rows[n].rejected == 0 &&
-                   rows[n].failed == 0 && rows[n].real > 0 &&
-                   isfinite(rows[n].p99_true_ms) &&
-                   rows[n].p99_true_ms < budget;
-        if (walling && pass)
-            wall = c;
-        else
-            walling = 0;
-        n++;
-    }
+    if (run_levels(o, out, sock, x, o->serve_bin ? &sp : NULL,
+                   tl.fd >= 0 ? &tl : NULL, rows, &n, &wall, &period_ms,
+                   err, errlen))
+        goto out2;
     double budget = print_wall(out, o, wall, period_ms);
     if (o->tsv_out)
         write_tsv(o->tsv_out, rows, n);
