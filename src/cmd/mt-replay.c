@@ -566,10 +566,11 @@ static void summary_line(app *a)
 
 /* ---- modes --------------------------------------------------------------- */
 
-static int run_client(app *a, int mic)
+/* The client and its sessions, paced from now: 0, or the exit status. */
+static int client_start(app *a, int mic)
 {
+    static const mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end };
     char err[512];
-    mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end };
     mt_client_config cc;
     memset(&cc, 0, sizeof cc);
     cc.hello.sample_rate = (uint32_t)a->rate;
@@ -619,9 +620,15 @@ static int run_client(app *a, int mic)
         a->s[i].attempts = 1;
     }
     a->t_begin = t0;
+    return 0;
+}
+
+/* Runs the sessions to their end, with the interval lines: 0, or 1. */
+static int client_loop(app *a)
+{
+    char err[512];
     uint64_t step = (uint64_t)(a->interval_s * 1e9);
-    a->t_next_line = t0 + step;
-    int rc = 0;
+    a->t_next_line = a->t_begin + step;
     for (;;) {
         uint64_t until = a->t_next_line;
         if (a->lat != LAT_INTERVAL && until > mt_client_now() + 200000000ull)
@@ -629,8 +636,7 @@ static int run_client(app *a, int mic)
         int left = mt_client_run(a->cl, until, err, sizeof err);
         if (left < 0) {
             fprintf(stderr, "mt-replay: %s\n", err);
-            rc = 1;
-            break;
+            return 1;
         }
         uint64_t now = mt_client_now();
         if (now >= a->t_next_line) {
@@ -644,8 +650,14 @@ static int run_client(app *a, int mic)
                 a->t_next_line = now + step;
         }
         if (left == 0)
-            break;
+            return 0;
     }
+}
+
+/* The summary (and the microphone's) lines, on a live terminal there too,
+ * and the warning for a capture device that is not real-time. */
+static void closing_lines(app *a)
+{
     if (a->dx) {
         mt_duplex_status st;
         mt_duplex_get_status(a->dx, &st);
@@ -654,7 +666,6 @@ static int run_client(app *a, int mic)
         if (status_out(a))
             fputc('\n', status_out(a));
     }
-    /* On a live terminal the closing lines are shown there too. */
     FILE *lines = g_lines;
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
@@ -683,15 +694,31 @@ static int run_client(app *a, int mic)
                 "dropped), so what was sent is not live audio; pick a "
                 "microphone with --device (see --list-devices)\n",
                 mt_duplex_device_name(a->dx));
+}
+
+/* The exit status of the run (EXIT STATUS in mt-replay(1)). */
+static int client_exit_status(const app *a, int rc)
+{
     int done = 0, rejected = 0;
     for (int i = 0; i < a->ns; i++) {
         done += a->s[i].final_state == MT_CS_DONE;
         rejected += a->s[i].final_state == MT_CS_REJECTED;
     }
     if (rc == 0 && (done + rejected != a->ns || a->write_failed))
-        rc = 1;
-    else if (rc == 0 && rejected > 0)
-        rc = 3;
+        return 1;
+    if (rc == 0 && rejected > 0)
+        return 3;
+    return rc;
+}
+
+static int run_client(app *a, int mic)
+{
+    int rc = client_start(a, mic);
+    if (rc != 0)
+        return rc;
+    rc = client_loop(a);
+    closing_lines(a);
+    rc = client_exit_status(a, rc);
     g_client = NULL;
     return rc;
 }
