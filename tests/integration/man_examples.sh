@@ -102,9 +102,15 @@ EXAMPLES = [
     ("mt-serve.1", "mkfifo ctl", dict(interrupt=2)),
     ("mt-serve.1", "--latency-format json", dict(
         interrupt=2, expect=r"(?m)^\[[0-9]+,[0-9.]+\]$")),
+    # the shedding example names a profile of the source tree, as typed
+    # from its top: run it from there
+    ("mt-admit.1", "drift-small.profile", dict(
+        interrupt=3, files=["lat.log"],
+        subs=[("sim:tests/profiles/", "sim:$MT_ROOT/tests/profiles/")])),
     ("mt-admit.1", "mkfifo ctl", dict(interrupt=2)),
     ("mt-admit.1", "tee lat.log", dict(interrupt=2, files=["lat.log"])),
     ("mt-admit.1", "--replay lat.log", dict(expect=r"metronome")),
+    ("mt-admit.1", "shed 30 device slower", dict(skip="mt-admit's output shown, not a command")),
     ("mt-probe.1", "mt-probe sweep", dict(
         fixture="server", timeout=120,
         subs=[("--to 32 --step 2", "--to 3 --step 2"), ("--hold 20s", "--hold 2s")],
