@@ -49,11 +49,10 @@ run() {
     kill -TERM $srv; wait $srv; echo $? >"$T_TMP/$name.rc"
     wait $ctl
 }
-run noshed &
-P1=$!
-run shed --shed &
-P2=$!
-wait $P1; wait $P2
+# one after the other: two servers and sixty paced clients at once on two
+# cores add host time to every step and make late ticks of their own
+run noshed
+run shed --shed
 
 tk='{ split("", v); for (i = 1; i <= NF; i++) { j = index($i, "="); if (j) v[substr($i, 1, j - 1)] = substr($i, j + 1) } }'
 # late: ticks with late_ms over the budget in [from, to) while sessions are active
@@ -72,8 +71,12 @@ t_check "without --shed the late stretch shows: most ticks after the drop late (
     test "$nt" -gt 10 -a $((nl * 10)) -ge $((nt * 8))
 # before the drop: a single late tick is a seeded stall (stall_ms); no run
 read -r bt bl bm <<<"$(late "$T_TMP/noshed.lat" 6 $DROP)"
-t_check "and before the drop $N sessions were on time (no run of 3+ late ticks: longest $bm; $bl of $bt late)" \
-    test "$bm" -lt 3
+if [ -n "$MT_ASAN" ]; then   # host time under ASan eats the 18 ms of margin
+    t_skip "before the drop on time (timing; not under ASan)"
+else
+    t_check "and before the drop $N sessions were on time (no run of 3+ late ticks: longest $bm; $bl of $bt late)" \
+        test "$bm" -lt 3
+fi
 
 shed_end=$(awk -v n=$N -v d=$DROP "/^tick=/ $tk"'/^tick=/ && v["t"] + 0 > d + 2 && v["active"] + 0 < n / 4 { print v["t"]; exit }' "$T_TMP/shed.lat")
 shed_end=${shed_end:-$((DROP + 6))}
@@ -87,8 +90,12 @@ t_diag "with --shed: $nshed sessions shed (first at ${first:-never} s), $kept ke
 t_diag "$(grep 'at=end' "$T_TMP/shed.err" | tr '\n' ' ')"
 t_check "sessions were shed after the drop ($nshed, first at ${first:-never} s)" \
     awk -v n="$nshed" -v f="${first:-0}" -v d=$DROP 'BEGIN { exit !(n > 0 && f >= d) }'
-t_check "lateness back under the budget within ${RECOVER} s of the drop and no kept session late after ($sl late ticks of $st)" \
-    test "$st" -gt 10 -a "$sl" = 0
+if [ -n "$MT_ASAN" ]; then
+    t_skip "lateness back under the budget within ${RECOVER} s (timing; not under ASan: $sl late of $st)"
+else
+    t_check "lateness back under the budget within ${RECOVER} s of the drop and no kept session late after ($sl late ticks of $st)" \
+        test "$st" -gt 10 -a "$sl" = 0
+fi
 last_shed=$(awk "/^tick=/ $tk"'/^tick=/ { s = v["shed"] } END { print s + 0 }' "$T_TMP/shed.lat")
 t_check "shed= in the tick lines counts them ($last_shed = $nshed)" [ "$last_shed" = "$nshed" ]
 t_check "every shed line carries a reason" \
