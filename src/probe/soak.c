@@ -294,23 +294,8 @@ static int start_server(soak_ctx *x, const mt_soak_config *c, const char *sock,
                         const char *log, mt_spawn_proc *sp, char ***args_out,
                         char kbuf[32], char *err, size_t errlen)
 {
-    snprintf(kbuf, 32, "%.17g", x->k);
-    char **args = calloc((size_t)c->nargs + 3, sizeof *args);
-    *args_out = args;
-    if (!args) {
-        mt_set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    for (int i = 0; i < c->nargs; i++)
-        args[i] = c->args[i];
-    int nargs = c->nargs;
-    if (x->k > 1) {
-        static char time_scale_opt[] = "--time-scale";
-        args[nargs++] = time_scale_opt;
-        args[nargs++] = kbuf;
-    }
-    return mt_spawn_start(sp, x->o->serve_bin, args, nargs, sock, log, 60.0,
-                          err, errlen);
+    return mt_spawn_start_scaled(sp, x->o->serve_bin, c->args, c->nargs, x->k,
+                                 sock, log, args_out, kbuf, err, errlen);
 }
 
 static int soak_client_new(soak_ctx *x, double period, mt_client **cl,

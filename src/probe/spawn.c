@@ -179,3 +179,27 @@ int mt_spawn_stop(mt_spawn_proc *sp, double grace_s, mt_line_fn fn,
     return status;
 }
 
+
+int mt_spawn_start_scaled(mt_spawn_proc *sp, const char *serve_bin,
+                          char *const *args, int nargs, double k,
+                          const char *sock, const char *log_path,
+                          char ***args_out, char kbuf[32],
+                          char *err, size_t errlen)
+{
+    static char time_scale_opt[] = "--time-scale";
+    snprintf(kbuf, 32, "%.17g", k);
+    char **v = calloc((size_t)nargs + 3, sizeof *v);
+    *args_out = v;
+    if (!v) {
+        mt_set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < nargs; i++)
+        v[i] = args[i];
+    int n = nargs;
+    if (k > 1) {
+        v[n++] = time_scale_opt;
+        v[n++] = kbuf;
+    }
+    return mt_spawn_start(sp, serve_bin, v, n, sock, log_path, 60.0, err, errlen);
+}

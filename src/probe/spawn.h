@@ -32,4 +32,13 @@ int  mt_spawn_stop(mt_spawn_proc *sp, double grace_s, mt_line_fn fn,
                     void *user);
 
 
+/* mt_spawn_start with --time-scale K added to args when k > 1. The
+ * argument vector is returned in *args_out for the caller to free; it
+ * points into kbuf, which must live as long. */
+int  mt_spawn_start_scaled(mt_spawn_proc *sp, const char *serve_bin,
+                           char *const *args, int nargs, double k,
+                           const char *sock, const char *log_path,
+                           char ***args_out, char kbuf[32],
+                           char *err, size_t errlen);
+
 #endif

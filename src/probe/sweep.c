@@ -367,23 +367,8 @@ static int start_server(const mt_sweep_opts *o, double k, const char *sock,
                         const char *log, mt_spawn_proc *sp, char ***args_out,
                         char kbuf[32], char *err, size_t errlen)
 {
-    static char time_scale_opt[] = "--time-scale";
-    snprintf(kbuf, 32, "%.17g", k);
-    char **sargs = calloc((size_t)o->nserve_args + 3, sizeof *sargs);
-    *args_out = sargs;
-    if (!sargs) {
-        mt_set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    for (int i = 0; i < o->nserve_args; i++)
-        sargs[i] = o->serve_args[i];
-    int nargs = o->nserve_args;
-    if (k > 1) {
-        sargs[nargs++] = time_scale_opt;
-        sargs[nargs++] = kbuf;
-    }
-    return mt_spawn_start(sp, o->serve_bin, sargs, nargs, sock, log, 60.0,
-                          err, errlen);
+    return mt_spawn_start_scaled(sp, o->serve_bin, o->serve_args, o->nserve_args, k,
+                                 sock, log, args_out, kbuf, err, errlen);
 }
 
 static void print_header(FILE *out, const mt_sweep_opts *o, double k)
