@@ -10,7 +10,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 make -j2 B=build-cuda BIN=build-cuda/bin build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu \
-    build-cuda/bin/mt-probe build-cuda/libmetronome_cuda.so
+    build-cuda/bin/mt-probe build-cuda/bin/mt-serve build-cuda/libmetronome_cuda.so
 out=build-cuda/gpu
 rm -rf "$out"
 mkdir -p "$out/lib"
@@ -18,8 +18,8 @@ mkdir -p "$out/lib"
 # GPU machine it is found through LD_LIBRARY_PATH, which run-device.sh
 # points at $out/lib.
 cp build-cuda/libmetronome_cuda.so "$out/lib/"
-cp build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu build-cuda/bin/mt-probe "$out/"
-for bin in "$out/test_cuda" "$out/mt-benchgpu" "$out/mt-probe"; do
+cp build-cuda/tests/test_cuda build-cuda/tests/mt-benchgpu build-cuda/bin/mt-probe build-cuda/bin/mt-serve "$out/"
+for bin in "$out/test_cuda" "$out/mt-benchgpu" "$out/mt-probe" "$out/mt-serve"; do
     ldd "$bin" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -28,7 +28,7 @@ done | sort -u | while read -r lib; do
         *) cp -L "$lib" "$out/lib/" ;;
     esac
 done
-strip "$out/test_cuda" "$out/mt-benchgpu" "$out/mt-probe" 2>/dev/null || true
+strip "$out/test_cuda" "$out/mt-benchgpu" "$out/mt-probe" "$out/mt-serve" 2>/dev/null || true
 strip --strip-unneeded "$out"/lib/* 2>/dev/null || true
 cp tests/gpu/run-device.sh "$out/"
 du -sh "$out"

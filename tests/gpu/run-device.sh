@@ -1,31 +1,42 @@
 #!/bin/bash
 # run-device.sh: the one prepared run on a lent GPU machine, from the
-# repository root: parity CUDA vs CPU, a short compute-sanitizer pass, the
-# calibration the simulated device needs, the benchmark; everything logged,
-# a machine-readable summary and a short table at the end.
+# repository root: parity CUDA vs CPU, the calibration the simulated device
+# needs, the benchmark, then the simulator's fidelity check on the GPU (a
+# sweep of the real CUDA mt-serve and one of the simulated device on the
+# profile just calibrated, same levels, same clients), a short
+# compute-sanitizer pass, and a sweep of the datasheet profile last;
+# everything logged, a machine-readable summary and a short table at the end.
 #
-# Budget: about 7 minutes of device time is not much more than a lease's
-# start-up leaves, and a second try must fit. Every step runs under
-# timeout(1) with its own cap, the caps add up to BUDGET_S (390 s), and a
-# step that would start past the budget is skipped (said so), so a hang
-# costs its step's cap, not the lease.
+# Budget: a lease is 15 minutes of device time, its start included, and
+# no second machine starts with under 4 left, so this is one shot. Every
+# step runs under timeout(1) with its own cap, the caps add up to BUDGET_S
+# (540 s), and a step that would start past the budget is skipped (said
+# so), so a hang costs its step's cap, not the lease. Steps are in order of
+# what is owed most.
 #
 #   step       cap   what
 #   info        10   nvidia-smi, date
 #   build      120   make test_cuda mt-benchgpu mt-probe (only with build deps)
-#   parity     100   test_cuda, MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 (a
+#   parity      80   test_cuda, MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 (a
 #                    fault names its kernel)
-#   memcheck    50   compute-sanitizer memcheck over the forced-split cases
+#   calibrate   75   mt-probe calibrate --device cuda on synthetic:moshi-7b
+#                    (B 1..128 x 16..768 positions), when mt-probe has it
+#   bench       75   mt-benchgpu: step time by B, fractions of the measured
+#                    bandwidth and matrix bounds, the output copy
+#   sweep_cuda  90   mt-probe sweep, real mt-serve --device cuda, moshi-7b,
+#                    window 128, 128..896 sessions step 128
+#   sweep_sim   90   the same sweep on sim:<the profile calibrate wrote>
+#   memcheck    30   compute-sanitizer memcheck over the forced-split cases
 #                    (MT_CUDA_QUICK=1: rotary, attention split + combine),
 #                    when compute-sanitizer is present
-#   calibrate   20   mt-probe calibrate --device cuda, when mt-probe has it
-#   bench       90   mt-benchgpu: step time by B, fractions of the measured
-#                    bandwidth and matrix bounds, the output copy
+#   sweep_sheet 90   the same sweep on sim:profiles/h200-moshi7b.profile
 #
-# Output under $OUT (when set; else build-gpu/out): run.log (all of it),
-# parity.log, memcheck.log, calibrate.log, bench.log, and summary.txt: one
-# key=value record a line (verdicts; the benchmark's own "step ..." and
-# "attention ..." lines, already key=value), then the table.
+# Output under $OUT (when set; else build-gpu/out), at most 8 files as the
+# device tool returns: run.log (all of it), summary.txt (one key=value
+# record a line: verdicts; the benchmark's own "step ..." lines, already
+# key=value; the sweeps' rows; then the table) and logs.tgz (every step's
+# log, the calibrated profile, the sweeps' TSVs; remade after each step, so
+# a run stopped at its limit still returns what it had).
 #
 # Where the machine has the build dependencies (nvcc, jansson, OpenBLAS)
 # it builds in build-gpu/; a bare CUDA image runs what tests/gpu/pack.sh
@@ -34,7 +45,7 @@
 #
 #   bash tests/gpu/run-device.sh --dry-run   # here, no GPU: every step it would take
 #   sh tests/gpu/pack.sh                     # here, then from a session with a device:
-#   run(command="bash tests/gpu/run-device.sh", carry=["build-cuda/gpu"], timeout_s=480)
+#   run(command="bash tests/gpu/run-device.sh", carry=["build-cuda/gpu"], timeout_s=590)
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -42,16 +53,17 @@ dry=0
 case "${1:-}" in
     --dry-run|-n) dry=1 ;;
     "") ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
     *) echo "usage: run-device.sh [--dry-run]" >&2; exit 2 ;;
 esac
 
-BUDGET_S=${BUDGET_S:-390}
+BUDGET_S=${BUDGET_S:-540}
 out=${OUT:-build-gpu/out}
 t_start=$(date +%s)
 summary="$out/summary.txt"
+logs="${TMPDIR:-/tmp}/mt-device.$$/logs"   # not under $OUT: the device tool returns 8 files at most
 if [ "$dry" = 0 ]; then
-    mkdir -p "$out"
+    mkdir -p "$out" "$logs"
     : >"$summary"
     exec > >(tee "$out/run.log") 2>&1
 fi
@@ -89,6 +101,7 @@ step() {
     record "$name=$verdict"
     record "${name}_rc=$rc"
     record "${name}_s=$dt"
+    tar -czf "$out/logs.tgz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
     return "$rc"
 }
 
@@ -122,47 +135,76 @@ record "mode=$mode"
 record "budget_s=$BUDGET_S"
 
 # ---- the steps -------------------------------------------------------------
-step info 10 "$out/info.log" nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader
-if [ "$dry" = 0 ] && [ -s "$out/info.log" ]; then
-    record "device=$(head -1 "$out/info.log" | tr -d '\n' | tr ' ' '_')"
+# a thousand sessions' sockets on each side of the sweeps
+ulimit -n 65536 2>/dev/null || ulimit -n 8192 2>/dev/null || true
+
+step info 10 "$logs/info.log" nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv,noheader
+if [ "$dry" = 0 ] && [ -s "$logs/info.log" ]; then
+    record "device=$(head -1 "$logs/info.log" | tr -d '\n' | tr ' ' '_')"
 fi
 
 if [ "$mode" = build ]; then
-    step build 120 "$out/build.log" make -s -j16 B=build-gpu BIN=build-gpu/bin \
-        build-gpu/tests/test_cuda build-gpu/tests/mt-benchgpu build-gpu/bin/mt-probe ||
+    step build 120 "$logs/build.log" make -s -j16 B=build-gpu BIN=build-gpu/bin \
+        build-gpu/tests/test_cuda build-gpu/tests/mt-benchgpu build-gpu/bin/mt-probe \
+        build-gpu/bin/mt-serve ||
         { say "build failed: nothing to run"; exit 1; }
 fi
 
-step parity 100 "$out/parity.log" env MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 "$tdir/test_cuda"
+step parity 80 "$logs/parity.log" env MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 "$tdir/test_cuda"
 parity_rc=$?
-if [ "$dry" = 0 ] && [ -f "$out/parity.log" ]; then
-    record "parity_ok=$(grep -c '^ok ' "$out/parity.log")"
-    record "parity_not_ok=$(grep -c '^not ok ' "$out/parity.log")"
-    record "parity_skip=$(grep -c '# SKIP' "$out/parity.log")"
+if [ "$dry" = 0 ] && [ -f "$logs/parity.log" ]; then
+    record "parity_ok=$(grep -c '^ok ' "$logs/parity.log")"
+    record "parity_not_ok=$(grep -c '^not ok ' "$logs/parity.log")"
+    record "parity_skip=$(grep -c '# SKIP' "$logs/parity.log")"
+fi
+
+# The calibration the simulated device needs (issue 22): the paper's model
+# on the real GPU, over batches and cache lengths that bracket a window of
+# 128 to 768 positions; the profile it writes drives sweep_sim below.
+cal_profile="$logs/calibrated-h200-moshi7b.profile"
+CAL_MODEL=${CAL_MODEL:-synthetic:moshi-7b}
+if [ "$dry" = 1 ] || { [ -x "$probe" ] && "$probe" calibrate --help >/dev/null 2>&1; }; then
+    [ "$dry" = 1 ] && echo "            (calibrate runs only if '$probe calibrate --help' succeeds; else skipped, said so)"
+    step calibrate 75 "$logs/calibrate.log" "$probe" calibrate -m "$CAL_MODEL" --device cuda \
+        --memory 141e9 --batches 1,8,32,64,128 --lengths 16,256,768 --reps 8 \
+        --name calibrated-h200-moshi7b -o "$cal_profile"
+else
+    say "calibrate: skipped ($probe has no 'calibrate' subcommand)"
+    record "calibrate=absent"
+fi
+if [ "$dry" = 0 ] && [ -f "$logs/calibrate.log" ]; then
+    sed -n 's/^mt-probe calibrate: fit: /calibrate_fit: /p' "$logs/calibrate.log" >>"$summary"
+fi
+
+step bench 75 "$logs/bench.log" "$tdir/mt-benchgpu" --max-batch 64 ${BENCH_GPU_ARGS:-}
+bench_rc=$?
+
+# The simulator's fidelity on the GPU: the real CUDA mt-serve and the
+# simulated device on the profile calibrated above, the same sweep (levels,
+# hold, clients) one after the other; then the datasheet profile.
+SWEEP_LEVELS=${SWEEP_LEVELS:---from 128 --to 896 --step 128}
+sweep() { # NAME DEVICE
+    step "$1" 90 "$logs/$1.log" "$probe" sweep $SWEEP_LEVELS --hold 4s --warmup 1s \
+        --tsv "$logs/$1.tsv" -- -m synthetic:moshi-7b --device "$2" --window 128 \
+        --max-sessions 1100
+}
+sweep sweep_cuda cuda
+if [ "$dry" = 1 ] || [ -s "$cal_profile" ]; then
+    sweep sweep_sim "sim:$cal_profile"
+else
+    say "sweep_sim: skipped (no calibrated profile)"
+    record "sweep_sim=skipped_no_profile"
 fi
 
 if [ "$dry" = 1 ] || command -v compute-sanitizer >/dev/null; then
-    step memcheck 50 "$out/memcheck.log" env MT_REQUIRE_GPU=1 MT_CUDA_QUICK=1 \
+    step memcheck 30 "$logs/memcheck.log" env MT_REQUIRE_GPU=1 MT_CUDA_QUICK=1 \
         compute-sanitizer --tool memcheck --error-exitcode 3 "$tdir/test_cuda"
 else
     say "memcheck: skipped (no compute-sanitizer on this machine)"
     record "memcheck=absent"
 fi
 
-# The calibration the simulated-device issue adds to mt-probe: run only
-# when this build's mt-probe knows the subcommand.
-if [ "$dry" = 1 ]; then
-    step calibrate 20 "$out/calibrate.log" "$probe" calibrate --device cuda
-    echo "            (only if '$probe calibrate --help' succeeds; else skipped, said so)"
-elif [ -x "$probe" ] && "$probe" calibrate --help >/dev/null 2>&1; then
-    step calibrate 20 "$out/calibrate.log" "$probe" calibrate --device cuda
-else
-    say "calibrate: skipped ($probe has no 'calibrate' subcommand yet)"
-    record "calibrate=absent"
-fi
-
-step bench 90 "$out/bench.log" "$tdir/mt-benchgpu" --max-batch 64 ${BENCH_GPU_ARGS:-}
-bench_rc=$?
+sweep sweep_sheet sim:profiles/h200-moshi7b.profile
 
 if [ "$dry" = 1 ]; then
     echo "step summary   $summary (key=value), then the short table"
@@ -170,15 +212,20 @@ if [ "$dry" = 1 ]; then
 fi
 
 # ---- summary and the short table, last -------------------------------------
-grep -E '^(device|memory|attention|step|result) ' "$out/bench.log" 2>/dev/null >>"$summary"
+grep -E '^(device|memory|attention|step|result) ' "$logs/bench.log" 2>/dev/null >>"$summary"
+for sw in sweep_cuda sweep_sim sweep_sheet; do
+    [ -f "$logs/$sw.tsv" ] && sed "s/^/$sw /" "$logs/$sw.tsv" >>"$summary"
+    [ -f "$logs/$sw.log" ] && grep '^# wall' "$logs/$sw.log" | sed "s/^/$sw /" >>"$summary"
+done
 record "total_s=$(($(date +%s) - t_start))"
+tar -czf "$out/logs.tgz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
 echo
 echo "== summary ($summary)"
-grep -E '^[a-z_]+=' "$summary"
+grep -E '^[a-z_]+[= ]' "$summary"
 echo
 printf '%-24s %5s %9s %9s %8s %9s %9s\n' model B step_ms bound_ms bw_frac peak_frac copy_ms
 awk '/^step /{
     for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     printf "%-24s %5s %9s %9s %8s %9s %9s\n", v["model"], v["B"], v["ms"], v["bound_ms"], v["bw_frac"], v["peak_frac"], v["out_copy_ms"]
-}' "$out/bench.log" 2>/dev/null
+}' "$logs/bench.log" 2>/dev/null
 [ "$parity_rc" = 0 ] && [ "$bench_rc" = 0 ]
