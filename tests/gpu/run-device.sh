@@ -31,6 +31,13 @@
 #                    when compute-sanitizer is present
 #   sweep_sheet 90   the same sweep on sim:profiles/h200-moshi7b.profile
 #
+# PART=scale runs a second, shorter set instead (about 300 s), for a lease
+# with time left after the first: info, a calibration over batches up to
+# 512 (calibrate_wide), the real CUDA sweep and the simulated one on that
+# profile at 128..512 sessions (sweep_cuda2, sweep_sim2), and the collapse
+# soak on the real GPU (soak: moshi-7b, 100 s of Poisson arrivals, the
+# bounded window against the unbounded cache in the same 20 GB pool).
+#
 # Output under $OUT (when set; else build-gpu/out), at most 8 files as the
 # device tool returns: run.log (all of it), summary.txt (one key=value
 # record a line: verdicts; the benchmark's own "step ..." lines, already
@@ -57,7 +64,12 @@ case "${1:-}" in
     *) echo "usage: run-device.sh [--dry-run]" >&2; exit 2 ;;
 esac
 
-BUDGET_S=${BUDGET_S:-540}
+PART=${PART:-main}
+case "$PART" in
+    main) BUDGET_S=${BUDGET_S:-540} ;;
+    scale) BUDGET_S=${BUDGET_S:-420} ;;
+    *) echo "run-device.sh: PART is main or scale, not '$PART'" >&2; exit 2 ;;
+esac
 out=${OUT:-build-gpu/out}
 t_start=$(date +%s)
 summary="$out/summary.txt"
@@ -148,6 +160,41 @@ if [ "$mode" = build ]; then
         build-gpu/tests/test_cuda build-gpu/tests/mt-benchgpu build-gpu/bin/mt-probe \
         build-gpu/bin/mt-serve ||
         { say "build failed: nothing to run"; exit 1; }
+fi
+
+# ---- PART=scale: the second set --------------------------------------------
+if [ "$PART" = scale ]; then
+    wide="$logs/calibrated-h200-moshi7b-wide.profile"
+    step calibrate_wide 40 "$logs/calibrate_wide.log" "$probe" calibrate -m synthetic:moshi-7b \
+        --device cuda --memory 141e9 --batches 1,32,128,256,512 --lengths 16,132,256 --reps 8 \
+        --name calibrated-h200-moshi7b -o "$wide"
+    [ "$dry" = 0 ] && sed -n 's/^mt-probe calibrate: fit: /calibrate_wide_fit: /p' "$logs/calibrate_wide.log" >>"$summary"
+    SWEEP_LEVELS="--from 128 --to 512 --step 128"
+    sweep2() { # NAME DEVICE
+        step "$1" 60 "$logs/$1.log" "$probe" sweep $SWEEP_LEVELS --hold 4s --warmup 1s \
+            --tsv "$logs/$1.tsv" -- -m synthetic:moshi-7b --device "$2" --window 128 \
+            --max-sessions 600
+    }
+    sweep2 sweep_cuda2 cuda
+    sweep2 sweep_sim2 "sim:$wide"
+    # the cliff on the real device: the same seeded load against the
+    # bounded window and the unbounded cache (preempt and recompute), one
+    # 20 GB pool; about 190 sessions live at the end
+    step soak 260 "$logs/soak.log" "$probe" soak --runs 1 --duration 100s --arrivals poisson:3 \
+        --lengths exp:60s --max-sessions 400 --backend cuda --data "$logs/soak" \
+        -- -m synthetic:moshi-7b --device cuda --kv window --window 128 --kv-mem 20G --max-sessions 400 \
+        -- -m synthetic:moshi-7b --device cuda --kv full --kv-mem 20G --max-sessions 400
+    [ "$dry" = 1 ] && exit 0
+    for sw in sweep_cuda2 sweep_sim2; do
+        [ -f "$logs/$sw.tsv" ] && sed "s/^/$sw /" "$logs/$sw.tsv" >>"$summary"
+    done
+    [ -f "$logs/soak.log" ] && grep -v '^#' "$logs/soak.log" | sed 's/^/soak /' >>"$summary"
+    record "total_s=$(($(date +%s) - t_start))"
+    tar -czf "$out/logs.tgz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
+    echo
+    echo "== summary ($summary)"
+    cat "$summary"
+    exit 0
 fi
 
 step parity 80 "$logs/parity.log" env MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 "$tdir/test_cuda"
