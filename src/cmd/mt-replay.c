@@ -1001,13 +1001,12 @@ static int list_devices(void)
     return 0;
 }
 
+/* The last use of a (run_sessions' end): nothing reads it after. */
 static void app_free(app *a)
 {
     if (a->dx)
         mt_duplex_close(a->dx);
-    a->dx = NULL;
     mt_client_free(a->cl);
-    a->cl = NULL;
     for (int i = 0; i < a->ninputs; i++) {
         mt_audio_free(&a->inputs[i].audio);
         free(a->inputs[i].pcm);
@@ -1015,10 +1014,6 @@ static void app_free(app *a)
     free(a->inputs);
     free(a->s);
     free(a->sess_of);
-    a->sess_of = NULL;
-    a->inputs = NULL;
-    a->s = NULL;
-    a->ninputs = 0;
 }
 
 /* ---- the command line ---------------------------------------------------- */
