@@ -4,23 +4,12 @@
 # mt-serve's --control; then more sessions arrive than fit, and mt-admit
 # decides which. Prints what it decided and the server's summary.
 set -euo pipefail
-ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-BIN=${MT_BIN:-$ROOT/bin}
-OUT=${OUT:-$ROOT/out/admission}
-TMP=$(mktemp -d /tmp/mt-admit-ex.XXXXXX)
-mkdir -p "$OUT"
-mkfifo "$TMP/ctl" "$TMP/lines" "$TMP/serve-out"
-PIDS=""
-trap 'for p in $PIDS; do kill $p 2>/dev/null; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT
-"$BIN/mt-admit" --budget "${BUDGET:-80ms}" <"$TMP/lines" >"$TMP/ctl" 2>"$OUT/admit.log" &
-PIDS="$PIDS $!"
-tee "$OUT/ticks.log" <"$TMP/serve-out" >"$TMP/lines" &
-PIDS="$PIDS $!"
-"$BIN/mt-serve" -s "$TMP/mt.sock" -m "${MODEL:-synthetic:small}" --control "$TMP/ctl" \
-    >"$TMP/serve-out" 2>"$OUT/serve.log" &
-SERVE=$!
-PIDS="$SERVE $PIDS"
-for _ in $(seq 300); do [ -S "$TMP/mt.sock" ] && break; sleep 0.1; done
+. "$(dirname "$0")/lib.sh"
+ex_out admission
+ex_tmp /tmp/mt-admit-ex
+ex_admission_loop "$OUT/ticks.log" "$OUT/admit.log" "$OUT/serve.log" "${BUDGET:-80ms}" \
+    -s "$TMP/mt.sock" -m "${MODEL:-synthetic:small}"
+ex_wait_socket "$TMP/mt.sock" 300
 espeak-ng -w "$TMP/talk.wav" "One more caller, and one more, and one more."
 "$BIN/mt-replay" -s "$TMP/mt.sock" -n "${N:-12}" --stagger 700 --loop --duration 8 \
     "$TMP/talk.wav" >"$OUT/client.log" || true

@@ -16,8 +16,7 @@
 #
 # If a program is not built yet it says which and exits 1: it never pretends.
 set -u
-ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-BIN=${MT_BIN:-$ROOT/bin}
+. "$(dirname "$0")/lib.sh"
 OUT=${OUT:-$ROOT/out/demo}
 SESSIONS=${SESSIONS:-4}
 MODEL=${MODEL:-synthetic:small}
@@ -38,14 +37,7 @@ fi
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
     export OPENBLAS_CORETYPE=SkylakeX
 fi
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-demo.XXXXXX")
-PIDS=""
-cleanup() {
-    for p in $PIDS; do kill "$p" 2>/dev/null; done
-    for p in $PIDS; do wait "$p" 2>/dev/null; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
+ex_tmp "${TMPDIR:-/tmp}/mt-demo"
 trap 'exit 130' INT TERM
 step() { printf '\n== %s\n' "$*"; }
 fail() { echo "demo: $*" >&2; exit 1; }
@@ -61,23 +53,11 @@ and the server can tell truthfully how many people it can serve at once." \
 soxi "$OUT/speech.wav" 2>/dev/null | grep -E 'Sample Rate|Duration' || true
 
 step "2. mt-serve ($MODEL) with mt-admit in the loop"
-mkfifo "$TMP/ctl" "$TMP/lines" "$TMP/lines2" || fail "mkfifo failed"
-# Three stages joined by FIFOs, so each pid is known and stopped by itself:
-#   mt-serve --control ctl > lines ; tee ticks.log < lines > lines2 ;
-#   mt-admit < lines2 > ctl
-"$BIN/mt-admit" --budget 80ms <"$TMP/lines2" >"$TMP/ctl" 2>"$OUT/admit.log" &
-PIDS="$PIDS $!"
-tee "$OUT/ticks.log" <"$TMP/lines" >"$TMP/lines2" &
-PIDS="$PIDS $!"
-"$BIN/mt-serve" -s "$TMP/mt.sock" -m "$MODEL" --control "$TMP/ctl" \
-    >"$TMP/lines" 2>"$OUT/serve.log" &
-SERVE=$!
-PIDS="$SERVE $PIDS"
-for _ in $(seq 300); do
-    [ -S "$TMP/mt.sock" ] && break
-    kill -0 "$SERVE" 2>/dev/null || break
-    sleep 0.1
-done
+# mt-serve --control ctl > lines ; tee ticks.log < lines > lines2 ;
+# mt-admit < lines2 > ctl (examples/lib.sh)
+ex_admission_loop "$OUT/ticks.log" "$OUT/admit.log" "$OUT/serve.log" 80ms \
+    -s "$TMP/mt.sock" -m "$MODEL" || fail "mkfifo failed"
+ex_wait_socket "$TMP/mt.sock" 300 "$SERVE"
 [ -S "$TMP/mt.sock" ] || { tail -5 "$OUT/serve.log" >&2; fail "mt-serve did not start (log: $OUT/serve.log)"; }
 echo "mt-serve pid $SERVE on $TMP/mt.sock; $(head -3 "$OUT/serve.log" | tr '\n' ' ')"
 

@@ -9,18 +9,14 @@
 # the fleet's total, and the sum of the published limits (the walls), into
 # $OUT/fleet.csv and $OUT/fleet.png. SIMULATED: no figure is a measurement.
 set -euo pipefail
-ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-BIN=${MT_BIN:-$ROOT/bin}
-OUT=${OUT:-$ROOT/out/fleet}
+. "$(dirname "$0")/lib.sh"
 N=${N:-28}                  # sessions in the load
 DUR=${DUR:-24}              # seconds each session plays
 DRAIN_AT=${DRAIN_AT:-8} KILL_AT=${KILL_AT:-14}
 SIM="--device sim:h200-llama1b -m synthetic:llama-3.2-1b"
 command -v haproxy >/dev/null || { echo "fleet.sh: haproxy not installed (make deps)" >&2; exit 1; }
-TMP=$(mktemp -d /tmp/mt-fleet.XXXXXX)
-mkdir -p "$OUT"
-PIDS=""
-trap 'for p in $PIDS; do kill $p 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT
+ex_out fleet
+ex_tmp /tmp/mt-fleet
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PA=$(port) PB=$(port) PC=$(port) AA=$(port) AB=$(port) AC=$(port) PH=$(port)
 
@@ -60,7 +56,7 @@ backend mt
 EOF
 haproxy -db -f "$OUT/haproxy.cfg" >"$OUT/haproxy.log" 2>&1 &
 PIDS="$PIDS $!"
-for _ in $(seq 50); do [ -S "$TMP/hap.sock" ] && break; sleep 0.1; done
+ex_wait_socket "$TMP/hap.sock" 50
 sleep 1.5   # the first agent answers
 
 # sample: t, then scur and slim of a, b, c, and each one's status

@@ -3,16 +3,14 @@
 # and draw them (p99 latency, step time, lateness, active sessions), then
 # summarize the same lines. Shows the pieces mt-probe is made of.
 set -euo pipefail
-ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-BIN=${MT_BIN:-$ROOT/bin}
-OUT=${OUT:-$ROOT/out/plots}
-TMP=$(mktemp -d /tmp/mt-plots.XXXXXX)
-mkdir -p "$OUT"
+. "$(dirname "$0")/lib.sh"
+ex_out plots
+ex_tmp /tmp/mt-plots
 "$BIN/mt-serve" -s "$TMP/mt.sock" -m "${MODEL:-synthetic:tiny}" --device cpu \
     >"$OUT/ticks.log" 2>"$TMP/serve.err" &
 SERVE=$!
-trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 100); do [ -S "$TMP/mt.sock" ] && break; sleep 0.1; done
+PIDS=$SERVE
+ex_wait_socket "$TMP/mt.sock" 100
 "$BIN/mt-probe" sweep -s "$TMP/mt.sock" --from 2 --to 6 --step 2 --hold 3s \
     --ticks "$OUT/ticks.log" >"$OUT/sweep.tsv"
 kill $SERVE; wait $SERVE 2>/dev/null || true

@@ -4,16 +4,13 @@
 # client's latency lines are summarized by mt-probe.
 #   examples/replay.sh            N=8 MODEL=synthetic:tiny examples/replay.sh
 set -euo pipefail
-ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
-BIN=${MT_BIN:-$ROOT/bin}
-OUT=${OUT:-$ROOT/out/replay}
-TMP=$(mktemp -d /tmp/mt-replay-ex.XXXXXX)
-mkdir -p "$OUT"
+. "$(dirname "$0")/lib.sh"
+ex_out replay
+ex_tmp /tmp/mt-replay-ex
 espeak-ng -w "$OUT/talk.wav" "Hello. This is a replayed conversation, paced in real time."
 "$BIN/mt-serve" -s "$TMP/mt.sock" -m "${MODEL:-synthetic:tiny}" >"$OUT/ticks.log" 2>"$TMP/serve.err" &
-SERVE=$!
-trap 'kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 100); do [ -S "$TMP/mt.sock" ] && break; sleep 0.1; done
+PIDS="$PIDS $!"
+ex_wait_socket "$TMP/mt.sock" 100
 "$BIN/mt-replay" -s "$TMP/mt.sock" -n "${N:-4}" --stagger 250 "$OUT/talk.wav" \
     -o "$OUT/reply-%d.wav" >"$OUT/client.log"
 "$BIN/mt-probe" summarize <"$OUT/client.log"

@@ -744,10 +744,15 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-static int emit_frame(mt_frame *f)
+/* One frame of the --emit stream, sent at t_send, onto stdout. 0, or -1
+ * (said). */
+static int emit_frame(int type, uint32_t seq, uint64_t t_send,
+                      const uint8_t *payload, uint32_t length)
 {
     static uint8_t buf[MT_FRAME_MAX_SIZE];
-    long n = mt_frame_encode(f, buf, sizeof buf);
+    const mt_frame f = { .version = MT_FRAME_VERSION, .type = (uint8_t)type, .seq = seq,
+                         .t_send = t_send, .length = length, .payload = payload };
+    long n = mt_frame_encode(&f, buf, sizeof buf);
     if (n < 0) {
         fprintf(stderr, "mt-replay: encode: %s\n", mt_frame_strerror((int)n));
         return -1;
@@ -772,14 +777,7 @@ static int run_emit(app *a)
         snprintf(h.model, sizeof h.model, "%s", a->model);
     uint8_t hp[128];
     long hn = mt_hello_encode(&h, hp, sizeof hp);
-    mt_frame f;
-    memset(&f, 0, sizeof f);
-    f.version = MT_FRAME_VERSION;
-    f.type = MT_FRAME_HELLO;
-    f.t_send = mt_client_now();
-    f.length = (uint32_t)hn;
-    f.payload = hp;
-    if (hn < 0 || emit_frame(&f) != 0)
+    if (hn < 0 || emit_frame(MT_FRAME_HELLO, 0, mt_client_now(), hp, (uint32_t)hn) != 0)
         return 1;
     int16_t *pcm = malloc((size_t)a->frame_samples * sizeof *pcm);
     uint8_t *pay = malloc((size_t)a->frame_samples * 2);
@@ -803,28 +801,16 @@ static int run_emit(app *a)
             pay[2 * i] = (uint8_t)((uint16_t)pcm[i]);
             pay[2 * i + 1] = (uint8_t)((uint16_t)pcm[i] >> 8);
         }
-        memset(&f, 0, sizeof f);
-        f.version = MT_FRAME_VERSION;
-        f.type = MT_FRAME_AUDIO;
-        f.seq = seq++;
-        f.t_send = mt_client_now();
+        uint64_t now = mt_client_now();
         if (!a->no_pace)
-            mt_pctl_add(&jit, f.t_send > due ? f.t_send - due : 0);
-        f.length = (uint32_t)a->frame_samples * 2;
-        f.payload = pay;
-        if (emit_frame(&f) != 0) {
+            mt_pctl_add(&jit, now > due ? now - due : 0);
+        if (emit_frame(MT_FRAME_AUDIO, seq++, now, pay, (uint32_t)a->frame_samples * 2) != 0) {
             rc = 1;
             break;
         }
     }
-    if (rc == 0) {
-        memset(&f, 0, sizeof f);
-        f.version = MT_FRAME_VERSION;
-        f.type = MT_FRAME_END;
-        f.t_send = mt_client_now();
-        if (emit_frame(&f) != 0)
-            rc = 1;
-    }
+    if (rc == 0 && emit_frame(MT_FRAME_END, 0, mt_client_now(), NULL, 0) != 0)
+        rc = 1;
     if (a->rate_check && jit.count)
         fprintf(stderr, "replay_rate frames=%llu jitter_p50_ms=%.3f "
                 "jitter_p99_ms=%.3f jitter_max_ms=%.3f\n",
@@ -1015,13 +1001,12 @@ static int list_devices(void)
     return 0;
 }
 
+/* The last use of a (run_sessions' end): nothing reads it after. */
 static void app_free(app *a)
 {
     if (a->dx)
         mt_duplex_close(a->dx);
-    a->dx = NULL;
     mt_client_free(a->cl);
-    a->cl = NULL;
     for (int i = 0; i < a->ninputs; i++) {
         mt_audio_free(&a->inputs[i].audio);
         free(a->inputs[i].pcm);
@@ -1029,10 +1014,6 @@ static void app_free(app *a)
     free(a->inputs);
     free(a->s);
     free(a->sess_of);
-    a->sess_of = NULL;
-    a->inputs = NULL;
-    a->s = NULL;
-    a->ninputs = 0;
 }
 
 /* ---- the command line ---------------------------------------------------- */

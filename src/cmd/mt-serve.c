@@ -284,41 +284,41 @@ static int number_option(serve_args *a, int c, const char *arg)
     return word_option(a, c, arg);
 }
 
+/* One option into the serve_args at ctx. 0, or -1 (said). */
+static int one_option(void *ctx, int c, const char *arg)
+{
+    serve_args *a = ctx;
+    switch (c) {
+    case 's': a->so.socket_path = arg; return 0;
+    case O_STDIO: a->so.stdio = 1; return 0;
+    case O_LISTEN: a->so.listen_addr = arg; return 0;
+    case O_AGENT: a->so.agent_addr = arg; return 0;
+    case O_TOKEN: a->token_file = arg; return 0;
+    case O_INSECURE: a->so.insecure = 1; return 0;
+    case O_DRAIN:
+        if (strcmp(arg, "sessions") && strcmp(arg, "frames")) {
+            /* said with the usage line (its status, 2, is read_all's too) */
+            mt_opt_usage_error("--drain: frames or sessions, not '%s'", arg);
+            return -1;
+        }
+        a->so.drain_sessions = !strcmp(arg, "sessions");
+        return 0;
+    case 'm': a->model = arg; return 0;
+    case O_FILL: a->fill = 1; return 0;
+    case O_NOFILL: a->fill = 0; return 0;
+    case O_CONTROL: a->so.control_path = arg; return 0;
+    case O_LATLOG: a->so.latency_log = arg; return 0;
+    case O_NOCATCH: a->eo.catch_up = 0; return 0;
+    }
+    return number_option(a, c, arg);
+}
+
 /* The command line into a: -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, serve_args *a)
 {
-    int c;
-    while ((c = mt_opt_next(&cli, argc, argv, "s:m:h", longopts)) >= 0) {
-        switch (c) {
-        case 's': a->so.socket_path = optarg; break;
-        case O_STDIO: a->so.stdio = 1; break;
-        case O_LISTEN: a->so.listen_addr = optarg; break;
-        case O_AGENT: a->so.agent_addr = optarg; break;
-        case O_TOKEN: a->token_file = optarg; break;
-        case O_INSECURE: a->so.insecure = 1; break;
-        case O_DRAIN:
-            if (!strcmp(optarg, "sessions"))
-                a->so.drain_sessions = 1;
-            else if (!strcmp(optarg, "frames"))
-                a->so.drain_sessions = 0;
-            else
-                return mt_opt_usage_error("--drain: frames or sessions, not '%s'", optarg);
-            break;
-        case 'm': a->model = optarg; break;
-        case O_FILL: a->fill = 1; break;
-        case O_NOFILL: a->fill = 0; break;
-        case O_CONTROL: a->so.control_path = optarg; break;
-        case O_LATLOG: a->so.latency_log = optarg; break;
-        case O_NOCATCH: a->eo.catch_up = 0; break;
-        default:
-            if (number_option(a, c, optarg))
-                return 2;
-        }
-    }
-    if (c != MT_OPT_END)
-        return mt_opt_status(c);
-    if (optind < argc)
-        return mt_opt_usage_error("unexpected argument '%s'", argv[optind]);
+    int st = mt_opt_read_all(&cli, argc, argv, "s:m:h", longopts, one_option, a);
+    if (st != MT_OPT_END)
+        return st;
     int listens = a->so.socket_path || a->so.listen_addr;
     if (!a->so.stdio == !listens)
         return mt_opt_usage_error("give -s PATH and/or --listen HOST:PORT, or --stdio");
