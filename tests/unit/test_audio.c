@@ -7,6 +7,7 @@
  * not reach is refused, a streaming writer's placeholder size is not. */
 #include "client/audio.h"
 #include "tap.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <samplerate.h>
@@ -385,19 +386,13 @@ static void not_regular(void)
 
 int main(void)
 {
-    snprintf(tmp, sizeof tmp, "%s/mt-audio-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! mkdtemp\n");
+    if (test_tmpdir_make(tmp, sizeof tmp, "mt-audio") != 0)
         return 1;
-    }
     huge_samples();
     formats();
     truncation();
     memory();
     not_regular();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", tmp);
+    test_tmpdir_remove(tmp);
     return tap_done();
 }

@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "tap.h"
+#include "test_util.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -544,11 +545,8 @@ static void presets(void)
 
 int main(void)
 {
-    snprintf(tmp, sizeof tmp, "%s/mt-model-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! mkdtemp\n");
+    if (test_tmpdir_make(tmp, sizeof tmp, "mt-model") != 0)
         return 1;
-    }
     if (mt_model_load("synthetic:tiny", 0, &tiny, err, sizeof err) != 0) {
         printf("Bail out! %s\n", err);
         return 1;
@@ -565,9 +563,6 @@ int main(void)
     fifo_case("model.safetensors");
     resolve();
     mt_model_free(tiny);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", tmp);
+    test_tmpdir_remove(tmp);
     return tap_done();
 }
