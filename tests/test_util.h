@@ -1,6 +1,7 @@
 /* test_util.h: small pieces the C unit tests and test helpers share,
- * header-only as tap.h is: a private temporary directory under $TMPDIR, and
- * the one choice of adapter buffers for mt_decoder_step. */
+ * header-only as tap.h is: a private temporary directory under $TMPDIR, whole
+ * files read and written, and the one choice of adapter buffers for
+ * mt_decoder_step. */
 #ifndef MT_TEST_UTIL_H
 #define MT_TEST_UTIL_H
 
@@ -30,6 +31,37 @@ static inline void test_tmpdir_remove(const char *dir)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         printf("# could not remove %s\n", dir);
+}
+
+/* The whole file at path, with a NUL after it, its length in *n. A test
+ * cannot go on without its own file: failing, a "Bail out!" line and exit. */
+static inline char *test_file_read(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    long sz = -1;
+    char *b = NULL;
+    *n = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (b = malloc((size_t)sz + 1)) != NULL)
+        *n = fread(b, 1, (size_t)sz, f);
+    if (f)
+        fclose(f);
+    if (!b || *n != (size_t)sz) {
+        printf("Bail out! cannot read %s\n", path);
+        exit(1);
+    }
+    b[*n] = 0;
+    return b;
+}
+
+/* Writes the n bytes at p to path; failing, a "Bail out!" line and exit. */
+static inline void test_file_write(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+        printf("Bail out! cannot write %s\n", path);
+        exit(1);
+    }
 }
 
 /* The step's inputs and outputs: the audio adapter's PCM buffers when

@@ -27,29 +27,7 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
     char path[512];
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
-        printf("Bail out! cannot write %s\n", path);
-        exit(1);
-    }
-}
-
-static char *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    *n = 0;
-    if (!f) {
-        printf("Bail out! cannot read %s\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    b[*n] = 0;
-    return b;
+    test_file_write(path, p, n);
 }
 
 /* The header of tiny in F32 as a jansson object, for mutation. */
@@ -78,7 +56,7 @@ static void copy_good(const char *dir, const char *file)
     char src[600], *data;
     size_t n = 0;
     snprintf(src, sizeof src, "%s/good/%s", tmp, file);
-    data = read_file(src, &n);
+    data = test_file_read(src, &n);
     write_file(dir, file, data, n);
     free(data);
 }
@@ -248,7 +226,7 @@ static void broken_configs(void)
         mkdir(dir, 0755);
         write_file(dir, "config.json", cfg, strlen(cfg));
         snprintf(src, sizeof src, "%s/good/model.safetensors", tmp);
-        st = read_file(src, &n);
+        st = test_file_read(src, &n);
         write_file(dir, "model.safetensors", st, n);
         free(st);
         mt_model *m = NULL;
@@ -306,7 +284,7 @@ static void fifo_case(const char *which)
     const char *other = strcmp(which, "config.json") ? "config.json" : "model.safetensors";
     snprintf(src, sizeof src, "%s/good/%s", tmp, other);
     size_t n = 0;
-    char *b = read_file(src, &n);
+    char *b = test_file_read(src, &n);
     write_file(dir, other, b, n);
     free(b);
     snprintf(p, sizeof p, "%s/%s", dir, which);
