@@ -39,33 +39,34 @@ static void control_round_trip(const uint8_t *data, size_t size)
         abort();
 }
 
+/* A record writer's line (n bytes of out; n < 0: the writer failed) read
+ * again by the logfmt parser, as line 2 into ll2: 0, or -1. */
+static int reparse(long n, const char *out)
+{
+    char err[256];
+    return n < 0 || mt_latline_parse(out, (size_t)n, 2, &ll2, err, sizeof err) != 0 ? -1 : 0;
+}
+
 static void records_round_trip(const uint8_t *data, size_t size)
 {
     char err[256], out[MT_LL_MAX_LINE * 2];
     if (mt_latline_parse((const char *)data, size, 1, &ll, err, sizeof err) != 0)
         return;
     mt_request_rec r, r2;
-    if (mt_request_from_line(&ll, 1, &r, err, sizeof err) == 0) {
-        long n = mt_request_format(&r, out, sizeof out);
-        if (n < 0 || mt_latline_parse(out, (size_t)n, 2, &ll2, err, sizeof err) != 0 ||
-            mt_request_from_line(&ll2, 2, &r2, err, sizeof err) != 0)
-            abort();
-        /* t is written with 3 decimals; everything else exactly */
-        if (r.session != r2.session || r.uid != r2.uid || r.pid != r2.pid ||
-            r.rate != r2.rate || r.frame_samples != r2.frame_samples ||
-            r.kv_bound != r2.kv_bound || r.active != r2.active ||
-            r.pending != r2.pending)
-            abort();
-    }
+    /* t is written with 3 decimals; everything else exactly */
+    if (mt_request_from_line(&ll, 1, &r, err, sizeof err) == 0 &&
+        (reparse(mt_request_format(&r, out, sizeof out), out) != 0 ||
+         mt_request_from_line(&ll2, 2, &r2, err, sizeof err) != 0 ||
+         r.session != r2.session || r.uid != r2.uid || r.pid != r2.pid ||
+         r.rate != r2.rate || r.frame_samples != r2.frame_samples ||
+         r.kv_bound != r2.kv_bound || r.active != r2.active || r.pending != r2.pending))
+        abort();
     mt_verdict_rec v, v2;
-    if (mt_verdict_from_line(&ll, 1, &v, err, sizeof err) == 0) {
-        long n = mt_verdict_format(&v, out, sizeof out);
-        if (n < 0 || mt_latline_parse(out, (size_t)n, 2, &ll2, err, sizeof err) != 0 ||
-            mt_verdict_from_line(&ll2, 2, &v2, err, sizeof err) != 0)
-            abort();
-        if (v.session != v2.session || v.accept != v2.accept)
-            abort();
-    }
+    if (mt_verdict_from_line(&ll, 1, &v, err, sizeof err) == 0 &&
+        (reparse(mt_verdict_format(&v, out, sizeof out), out) != 0 ||
+         mt_verdict_from_line(&ll2, 2, &v2, err, sizeof err) != 0 ||
+         v.session != v2.session || v.accept != v2.accept))
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -19,6 +19,7 @@
  * the device.
  */
 #include "decode/backend.h"
+#include "test_util.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -300,14 +301,7 @@ static int bench_model(const char *spec, int S, int W, double budget_ms, int max
             tok[nopen] = (int32_t)((nopen * 7919LL + 17) % (c->vocab > 0 ? c->vocab : 1));
             nopen++;
         }
-        mt_step_io io = { 0 };
-        if (tokens) {
-            io.tokens_in = tok;
-            io.logits = logits;
-        } else {
-            io.pcm_in = pin;
-            io.pcm_out = pout;
-        }
+        mt_step_io io = test_step_io(!tokens, pin, pout, tok, logits);
         double best = 1e30, copy_ms = 0;
         for (int it = 0; it < 7; it++) {
             for (int i = 0; i < B; i++)

@@ -18,6 +18,7 @@
  */
 #include "decode/decoder.h"
 #include "model/model.h"
+#include "test_util.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -170,14 +171,7 @@ int main(int argc, char **argv)
         }
         if (rc || B == 0)
             continue;
-        mt_step_io io = { 0 };
-        if (audio) {
-            io.pcm_in = pcm_in;
-            io.pcm_out = pcm_out;
-        } else {
-            io.tokens_in = tok;
-            io.logits = logits;
-        }
+        mt_step_io io = test_step_io(audio, pcm_in, pcm_out, tok, logits);
         if (mt_decoder_step(d, B, batch, &io, err, sizeof err)) {
             fprintf(stderr, "mt-refdump: step %d: %s\n", t, err);
             rc = 1;

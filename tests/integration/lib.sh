@@ -40,6 +40,12 @@ t_skip() { T_N=$((T_N + 1)); echo "ok $T_N # SKIP $1"; }
 t_skip_all() { echo "1..0 # SKIP $1"; exit 0; }
 t_diag() { echo "# $*"; }
 t_done() { echo "1..$T_N"; [ "$T_FAILED" -eq 0 ]; exit $?; }
+# t_at_most "name" X LIMIT, t_above "name" X LIMIT: checks of a number
+# against a limit, compared by awk (so 1e-5 and 0.25 alike).
+t_at_most() { t_check "$1" awk -v x="$2" -v l="$3" 'BEGIN { exit !(x <= l) }'; }
+t_above() { t_check "$1" awk -v x="$2" -v l="$3" 'BEGIN { exit !(x > l) }'; }
+# t_timing NORMAL ASAN: a timing limit, relaxed under ASan (MT_ASAN set)
+t_timing() { if [ -n "$MT_ASAN" ]; then echo "$2"; else echo "$1"; fi; }
 # wait_for_socket PATH [tenths]: until a Unix socket exists
 wait_for_socket() {
     local i=0 n=${2:-100}
@@ -91,6 +97,15 @@ t_serve() {
     local out=$1 err=$2; shift 2
     "$MT_BIN/mt-serve" "$@" >"$out" 2>"$err" &
     SRV=$!; t_track $SRV
+}
+# t_serve_test [NAME...]: the start of a test of mt-serve: fast BLAS, and a
+# skip unless mt-serve, mt-fakeclient and each NAME are there (as t_need);
+# the server's socket path in SOCK, the fake client in FC.
+t_serve_test() {
+    t_fast_blas
+    t_need mt-serve mt-fakeclient "$@"
+    SOCK=$T_TMP/serve.sock
+    FC=$MT_TESTBIN/mt-fakeclient
 }
 # t_png FILE "name": FILE starts as a PNG does (skipped without gnuplot)
 t_png() {

@@ -41,13 +41,20 @@ t_check "socket removed at exit" [ ! -e "$SOCK" ]
 # control FIFO; a pool that holds two sessions' bounds (window 64: 68
 # positions, 5 blocks of 16, each 16 positions x position bytes)
 mkfifo "$T_TMP/ctl"
+# control_after3 LAT HOLD LINE...: in the background (pid in CTL), once LAT
+# has 3 request lines (or 10 s passed), each LINE written to the control
+# FIFO, which is then held open HOLD s more.
+control_after3() {
+    local lat=$1 hold=$2; shift 2
+    ( exec 3>"$T_TMP/ctl"
+      i=0; while [ $(grep -c '^request' "$lat") -lt 3 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+      printf '%s\n' "$@" >&3; sleep "$hold" ) &
+    CTL=$!
+}
 t_serve "$T_TMP/lat2" "$T_TMP/log2" -s "$SOCK" -m synthetic:tiny --window 60 --control "$T_TMP/ctl" --admit-timeout 1500
 wait_for_socket "$SOCK" 300
 bound=""
-( exec 3>"$T_TMP/ctl"
-  i=0; while [ $(grep -c '^request' "$T_TMP/lat2") -lt 3 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-  echo "accept 1" >&3; echo "reject 2 over budget" >&3; echo "nonsense" >&3; sleep 3 ) &
-CTL=$!
+control_after3 "$T_TMP/lat2" 3 "accept 1" "reject 2 over budget" "nonsense"
 timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c2"
 wait $CTL
 t_check "control: accept" [ "$(grep -c 'state=done' "$T_TMP/c2")" = 1 ]
@@ -62,10 +69,7 @@ t_check "request lines carry kv_bound" [ -n "$bound" ]
 # is still rejected
 t_serve "$T_TMP/lat3" "$T_TMP/log3" -s "$SOCK" -m synthetic:tiny --window 60 --kv-mem $((2 * bound)) --control "$T_TMP/ctl"
 wait_for_socket "$SOCK" 300
-( exec 3>"$T_TMP/ctl"
-  i=0; while [ $(grep -c '^request' "$T_TMP/lat3") -lt 3 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-  echo "accept 1" >&3; echo "accept 2" >&3; echo "accept 3" >&3; sleep 1 ) &
-CTL=$!
+control_after3 "$T_TMP/lat3" 1 "accept 1" "accept 2" "accept 3"
 timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c3"
 wait $CTL
 t_check "window: two sessions fit the pool and are served" [ "$(grep -c 'state=done' "$T_TMP/c3")" = 2 ]

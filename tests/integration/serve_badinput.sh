@@ -5,13 +5,9 @@
 # running at the same time get every frame back, in order, on time, and the
 # ticks go on without a gap.
 . "$(dirname "$0")/lib.sh"
-t_fast_blas
-t_need mt-serve
-SOCK=$T_TMP/serve.sock
-FC=$MT_TESTBIN/mt-fakeclient
+t_serve_test
 GOOD=6
-LATMAX=160                      # two frame periods
-[ -n "$MT_ASAN" ] && LATMAX=640
+LATMAX=$(t_timing 160 640)      # two frame periods
 t_serve "$T_TMP/lat" "$T_TMP/log" -s "$SOCK" -m synthetic:tiny
 t_check "server listens" wait_for_socket "$SOCK" 300
 timeout 90 "$FC" -s "$SOCK" -n $GOOD -f 100 >"$T_TMP/good" &

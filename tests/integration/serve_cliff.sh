@@ -7,10 +7,7 @@
 # FILL count climb, and met (real outputs on time) falls. The same load in
 # window mode stays healthy (no FILL, late_ms under a frame period).
 . "$(dirname "$0")/lib.sh"
-t_fast_blas
-t_need mt-serve
-SOCK=$T_TMP/serve.sock
-FC=$MT_TESTBIN/mt-fakeclient
+t_serve_test
 N=${MT_CLIFF_N:-4}
 FRAMES=${MT_CLIFF_FRAMES:-250}       # 20 s
 KVMEM=${MT_CLIFF_KVMEM:-8M}

@@ -3,12 +3,8 @@
 # line) within a bounded time, the others are served all along, and the
 # tick never stalls (asserted from the latency lines).
 . "$(dirname "$0")/lib.sh"
-t_fast_blas
-t_need mt-serve
-SOCK=$T_TMP/serve.sock
-FC=$MT_TESTBIN/mt-fakeclient
-GAPMAX=160
-[ -n "$MT_ASAN" ] && GAPMAX=640
+t_serve_test
+GAPMAX=$(t_timing 160 640)
 t_serve "$T_TMP/lat" "$T_TMP/log" -s "$SOCK" -m synthetic:tiny --write-timeout 1000 --out-queue 32
 t_check "server listens" wait_for_socket "$SOCK" 300
 timeout 60 "$FC" -s "$SOCK" -n 4 -f 150 >"$T_TMP/good" &

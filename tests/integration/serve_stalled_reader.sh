@@ -9,19 +9,14 @@
 # Then the consumer is stopped again and the server is told to exit: it
 # exits within a bounded time, saying how many lines it could not write.
 . "$(dirname "$0")/lib.sh"
-t_fast_blas
-t_need mt-serve
-SOCK=$T_TMP/serve.sock
-FC=$MT_TESTBIN/mt-fakeclient
-t_need mt-fakeclient
+t_serve_test
 # A 10 ms tick makes ~33 KB/s of tick lines (about 330 bytes each), so the
 # pipe (64 KiB) and the server's queue (128 KiB) are full about 6 s into the
 # stall. (A 5 ms tick overran on a loaded machine: skipped ticks, not drops.)
 PERIOD_MS=10
 STALL_S=10
-GAPMAX=200          # ms between consecutive tick lines with no drop between
-LATMAX=1500         # ms: a frame's round trip; a stalled tick makes it ~STALL_S s
-[ -n "$MT_ASAN" ] && { GAPMAX=800; LATMAX=3000; }
+GAPMAX=$(t_timing 200 800)    # ms between consecutive tick lines with no drop between
+LATMAX=$(t_timing 1500 3000)  # ms: a frame's round trip; a stalled tick makes it ~STALL_S s
 
 mkfifo "$T_TMP/fifo"
 cat "$T_TMP/fifo" >"$T_TMP/lat" &

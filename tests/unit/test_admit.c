@@ -101,14 +101,26 @@ static void sim_emit(void *ctx, uint32_t id, int accept, const char *reason)
     s->to_admit++;
 }
 
-static void sim_init(sim *s, double a, double b)
+/* The simulated server a test asks for: a + b x ms a step; the others,
+ * where zero, keep their defaults (noise 3% of the step + 0.2 ms, 1% of the
+ * ticks outliers, no knee, sessions that stay, never stuck). */
+typedef struct server {
+    double a, b, rel_noise, outlier_p, knee, knee_c;
+    int    life, stuck_at;
+} server;
+
+static void sim_init(sim *s, server sv)
 {
     memset(s, 0, sizeof *s);
-    s->a = a;
-    s->b = b;
-    s->rel_noise = 0.03;
+    s->a = sv.a;
+    s->b = sv.b;
+    s->rel_noise = sv.rel_noise > 0 ? sv.rel_noise : 0.03;
     s->abs_noise = 0.2;
-    s->outlier_p = 0.01;
+    s->outlier_p = sv.outlier_p > 0 ? sv.outlier_p : 0.01;
+    s->knee = sv.knee;
+    s->knee_c = sv.knee_c;
+    s->life = sv.life;
+    s->stuck_at = sv.stuck_at;
     s->outlier_x = 4;
     s->period_ms = 80;
     s->rng = 0x9E3779B97F4A7C15ull ^ (sim_seed * 0x2545F4914F6CDD1Dull);
@@ -187,10 +199,13 @@ static mt_admit *make(mt_admit_opts *o, sim *s)
     return a;
 }
 
-/* make() with the default options, which stay in *o for the checks */
-static mt_admit *make_default(mt_admit_opts *o, sim *s)
+/* A fresh server sv under policy with the other options at their
+ * defaults; the options stay in *o for the checks. */
+static mt_admit *start(sim *s, server sv, int policy, mt_admit_opts *o)
 {
+    sim_init(s, sv);
     mt_admit_opts_default(o);
+    o->policy = policy;
     return make(o, s);
 }
 
@@ -201,65 +216,77 @@ static void sim_run(sim *s, mt_admit *a, int ticks)
         sim_tick(s, a);
 }
 
+/* With the environment variable env set, a line of the controller's state
+ * after tick i (to see how it moves when a check fails). */
+static void sim_trace(const char *env, int i, const sim *s, mt_admit *a)
+{
+    if (!getenv(env))
+        return;
+    mt_admit_stats t;
+    mt_admit_get_stats(a, &t);
+    printf("# trace %d active %d limit %d m %.3f+%.4fx s %.3f+%.4fx lv %d resets %lld\n", i,
+           s->active, mt_admit_limit(a), t.fit_a, t.fit_b, t.fit_sa, t.fit_sb, t.levels,
+           (long long)t.resets);
+}
+
+/* sim_run, traced under env; the most sessions active after tick warm. */
+static int sim_run_peak(sim *s, mt_admit *a, int ticks, int warm, const char *env)
+{
+    int peak = 0;
+    for (int i = 0; i < ticks; i++) {
+        sim_tick(s, a);
+        sim_trace(env, i, s, a);
+        if (i > warm && s->active > peak)
+            peak = s->active;
+    }
+    return peak;
+}
+
+/* The N* the metronome policy should reach under the options o. */
+static int nstar_of(const sim *s, const mt_admit_opts *o)
+{
+    return true_nstar(s, o->margin * o->budget_ms);
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
-static void test_metronome_converges(double a0, double b0, const char *name)
+static void converges(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    sim s;
-    sim_init(&s, a0, b0);
-    mt_admit_opts o;
-    mt_admit *a = make_default(&o, &s);
-    if (!a)
-        return;
-    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    double a0 = s->a, b0 = s->b;
+    int nstar = nstar_of(s, o);
     int reached_at = -1;
     for (int i = 0; i < 3000; i++) {
-        sim_tick(&s, a);
-        if (getenv("ADMIT_TRACE")) {
-            mt_admit_stats t;
-            mt_admit_get_stats(a, &t);
-            printf("# trace %d active %d limit %d m %.3f+%.4fx s %.3f+%.4fx lv %d resets %lld\n",
-                   i, s.active, mt_admit_limit(a), t.fit_a, t.fit_b, t.fit_sa, t.fit_sb,
-                   t.levels, (long long)t.resets);
-        }
-        if (reached_at < 0 && s.active >= 0.95 * nstar)
+        sim_tick(s, a);
+        sim_trace("ADMIT_TRACE", i, s, a);
+        if (reached_at < 0 && s->active >= 0.95 * nstar)
             reached_at = i;
     }
     tap_diag("%s: a=%.1f b=%.2f N*=%d reached %d (max %d) limit %d at tick %d",
-             name, a0, b0, nstar, s.active, s.max_active, mt_admit_limit(a), reached_at);
-    ok(s.max_active <= nstar, "metronome (%s): never above N* (max %d, N* %d)", name,
-       s.max_active, nstar);
-    ok(s.active >= 0.95 * nstar, "metronome (%s): settles within 5%% of N* (%d of %d)",
-       name, s.active, nstar);
-    ok(s.accepts_same_tick == 0 && s.min_gap >= o.settle_ticks,
+             name, a0, b0, nstar, s->active, s->max_active, mt_admit_limit(a), reached_at);
+    ok(s->max_active <= nstar, "metronome (%s): never above N* (max %d, N* %d)", name,
+       s->max_active, nstar);
+    ok(s->active >= 0.95 * nstar, "metronome (%s): settles within 5%% of N* (%d of %d)",
+       name, s->active, nstar);
+    ok(s->accepts_same_tick == 0 && s->min_gap >= o->settle_ticks,
        "metronome (%s): one admission at a time, >= %d ticks apart (min gap %lld)",
-       name, o.settle_ticks, (long long)s.min_gap);
+       name, o->settle_ticks, (long long)s->min_gap);
     mt_admit_stats st;
     mt_admit_get_stats(a, &st);
     tap_diag("  resets %lld", (long long)st.resets);
     tap_diag("  fit m = %.3f + %.4f x (true %.3f + %.4f x), s = %.3f + %.4f x (true %.3f + %.4f x)",
-             st.fit_a, st.fit_b, a0, b0, st.fit_sa, st.fit_sb, s.abs_noise + s.rel_noise * a0,
-             s.rel_noise * b0);
+             st.fit_a, st.fit_b, a0, b0, st.fit_sa, st.fit_sb, s->abs_noise + s->rel_noise * a0,
+             s->rel_noise * b0);
     ok(st.fit_b > 0.8 * b0 && st.fit_b < 1.5 * b0,
        "metronome (%s): learnt slope %.3f near the tail slope", name, st.fit_b);
-    mt_admit_free(a);
 }
 
-static void test_metronome_outliers(void)
+static void ignores_outliers(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    sim s;
-    sim_init(&s, 4, 1.2);
-    s.outlier_p = 0.05;         /* one tick in twenty takes 4x as long */
-    mt_admit_opts o;
-    mt_admit *a = make_default(&o, &s);
-    if (!a)
-        return;
-    int nstar = true_nstar(&s, o.margin * o.budget_ms);
-    sim_run(&s, a, 3000);
-    tap_diag("outliers 5%%: N*=%d reached %d", nstar, s.active);
-    ok(s.active >= 0.85 * nstar && s.max_active <= nstar,
-       "metronome: 5%% outliers barely move it (%d of N* %d)", s.active, nstar);
-    mt_admit_free(a);
+    int nstar = nstar_of(s, o);
+    sim_run(s, a, 3000);
+    tap_diag("outliers 5%%: N*=%d reached %d", nstar, s->active);
+    ok(s->active >= 0.85 * nstar && s->max_active <= nstar,
+       "metronome: 5%% outliers barely move it (%d of N* %d)", s->active, nstar);
 }
 
 /* A server that saturates: the step grows faster than a line past a
@@ -267,60 +294,31 @@ static void test_metronome_outliers(void)
  * up. The level now running is the evidence: the controller goes above
  * it only once the level's own p99 is known to be under the target, and
  * so stops at the wall the line cannot see. */
-static void test_metronome_knee(void)
+static void stops_at_knee(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    sim s;
-    sim_init(&s, 6, 0.8);
-    s.rel_noise = 0.08;
-    s.knee = 40;
-    s.knee_c = 0.06;
-    mt_admit_opts o;
-    mt_admit *a = make_default(&o, &s);
-    if (!a)
-        return;
-    int nstar = true_nstar(&s, o.margin * o.budget_ms);
-    sim_run(&s, a, 4000);
-    double target = o.margin * o.budget_ms;
-    double p99_max = true_step(&s, s.max_active) + 2.33 * true_sigma(&s, s.max_active);
+    int nstar = nstar_of(s, o);
+    sim_run(s, a, 4000);
+    double target = o->margin * o->budget_ms;
+    double p99_max = true_step(s, s->max_active) + 2.33 * true_sigma(s, s->max_active);
     tap_diag("knee: N*=%d reached %d (max %d), accepts %d; clean p99 at the max %.2f ms, target %.1f",
-             nstar, s.active, s.max_active, s.accepts, p99_max, target);
+             nstar, s->active, s->max_active, s->accepts, p99_max, target);
     /* Levels past N* here are 1% (51) and 5% (52) over the target: 51
      * cannot be told from one under it in a run of this length, and a
      * level looked at a few times with z = 2 passes by chance now and
      * then (over seeds 0..40: 38 stop at 51, 3 at 52). A line fitted
      * below the knee, without the level's own test, goes to 53 (9%). */
-    ok(p99_max <= 1.06 * target && s.active >= 0.85 * nstar,
+    ok(p99_max <= 1.06 * target && s->active >= 0.85 * nstar,
        "metronome: a server that saturates past a knee is approached, not passed (%d, max %d, N* %d, p99 at the max %.1f of %.1f ms)",
-       s.active, s.max_active, nstar, p99_max, target);
-    mt_admit_free(a);
+       s->active, s->max_active, nstar, p99_max, target);
 }
 
-static void test_metronome_slowdown(void)
+static void follows_slowdown(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    sim s;
-    sim_init(&s, 3, 1.0);
-    s.life = 400;               /* sessions leave: the limit can act */
-    mt_admit_opts o;
-    mt_admit *a = make_default(&o, &s);
-    if (!a)
-        return;
-    sim_run(&s, a, 1500);
+    sim_run(s, a, 1500);
     int before = mt_admit_limit(a);
-    s.b *= 2;                   /* the server gets twice as slow per session */
-    int nstar2 = true_nstar(&s, o.margin * o.budget_ms);
-    int max_after = 0;
-    for (int i = 0; i < 2500; i++) {
-        sim_tick(&s, a);
-        if (getenv("ADMIT_TRACE2")) {
-            mt_admit_stats t;
-            mt_admit_get_stats(a, &t);
-            printf("# trace %d active %d limit %d m %.3f+%.4fx s %.3f+%.4fx lv %d resets %lld\n",
-                   i, s.active, mt_admit_limit(a), t.fit_a, t.fit_b, t.fit_sa, t.fit_sb,
-                   t.levels, (long long)t.resets);
-        }
-        if (i > 1200 && s.active > max_after)
-            max_after = s.active;
-    }
+    s->b *= 2;                  /* the server gets twice as slow per session */
+    int nstar2 = nstar_of(s, o);
+    int max_after = sim_run_peak(s, a, 2500, 1200, "ADMIT_TRACE2");
     tap_diag("slowdown: limit %d -> %d, new N* %d, active after %d", before,
              mt_admit_limit(a), nstar2, max_after);
     ok(mt_admit_limit(a) <= nstar2 && max_after <= nstar2,
@@ -328,13 +326,12 @@ static void test_metronome_slowdown(void)
        mt_admit_limit(a), nstar2);
     ok(mt_admit_limit(a) >= 0.8 * nstar2, "metronome: and stays useful (limit %d)",
        mt_admit_limit(a));
-    mt_admit_free(a);
 }
 
 static void test_metronome_refusal(void)
 {
     sim s;
-    sim_init(&s, 5, 2);
+    sim_init(&s, (server){ .a = 5, .b = 2 });
     mt_admit_opts o;
     mt_admit_opts_default(&o);
     o.stale_ticks = 1000;       /* only the refusal can unblock it */
@@ -357,24 +354,11 @@ static void test_metronome_refusal(void)
     mt_admit_free(a);
 }
 
-static void test_metronome_stuck(void)
+static void caps_where_late(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
     /* the compute says 27 fit, but from 12 sessions on the server falls a
      * frame behind and stays there: lateness born at a level caps it */
-    sim s;
-    sim_init(&s, 5, 2);
-    s.stuck_at = 12;
-    s.life = 300;
-    mt_admit_opts o;
-    mt_admit *a = make_default(&o, &s);
-    if (!a)
-        return;
-    int max_late = 0;
-    for (int i = 0; i < 3000; i++) {
-        sim_tick(&s, a);
-        if (i > 1000 && s.active > max_late)
-            max_late = s.active;
-    }
+    int max_late = sim_run_peak(s, a, 3000, 1000, "ADMIT_TRACE");
     mt_admit_stats st;
     mt_admit_get_stats(a, &st);
     tap_diag("stuck at 12: limit %d, max active after warm-up %d, late levels %lld",
@@ -382,24 +366,14 @@ static void test_metronome_stuck(void)
     ok(mt_admit_limit(a) <= 12 && max_late <= 13 && st.late_levels >= 1,
        "metronome: lateness born at a level caps the limit there, not at 26 (limit %d)",
        mt_admit_limit(a));
-    mt_admit_free(a);
 }
 
-static void test_aimd_oscillates(void)
+static void aimd_oscillates(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    sim s;
-    sim_init(&s, 3, 1.5);
-    s.life = 300;
-    mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    o.policy = MT_POL_AIMD;
-    mt_admit *a = make(&o, &s);
-    if (!a)
-        return;
-    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    int nstar = nstar_of(s, o);
     int prev = mt_admit_limit(a), dir = 0, turns = 0, above = 0;
     for (int i = 0; i < 6000; i++) {
-        sim_tick(&s, a);
+        sim_tick(s, a);
         int l = mt_admit_limit(a);
         int d = l > prev ? 1 : l < prev ? -1 : 0;
         if (d && dir && d != dir)
@@ -407,47 +381,75 @@ static void test_aimd_oscillates(void)
         if (d)
             dir = d;
         prev = l;
-        if (i > 1000 && s.active > nstar)
+        if (i > 1000 && s->active > nstar)
             above++;
     }
     tap_diag("aimd: N*=%d turns=%d ticks above N*=%d max %d", nstar, turns, above,
-             s.max_active);
+             s->max_active);
     ok(turns >= 4, "aimd: the limit oscillates (%d reversals)", turns);
     ok(above > 0, "aimd: and overshoots N* (%d ticks above)", above);
-    mt_admit_free(a);
 }
 
-static void test_gradient_bounded(void)
+static void gradient_bounded(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    sim s;
-    sim_init(&s, 3, 1.5);
-    s.life = 300;
-    mt_admit_opts o;
-    mt_admit_opts_default(&o);
-    o.policy = MT_POL_GRADIENT;
-    mt_admit *a = make(&o, &s);
-    if (!a)
-        return;
     int lo = 1 << 30, hi = 0;
     for (int i = 0; i < 4000; i++) {
-        sim_tick(&s, a);
+        sim_tick(s, a);
         int l = mt_admit_limit(a);
         if (i > 1000) {
             if (l < lo) lo = l;
             if (l > hi) hi = l;
         }
     }
-    tap_diag("gradient: limit in [%d, %d], max active %d, N* %d", lo, hi, s.max_active,
-             true_nstar(&s, o.margin * o.budget_ms));
+    tap_diag("gradient: limit in [%d, %d], max active %d, N* %d", lo, hi, s->max_active,
+             nstar_of(s, o));
     ok(hi > 1 && hi < 200, "gradient: the limit grows from 1 and stays bounded (%d..%d)",
        lo, hi);
-    mt_admit_free(a);
+}
+
+/* The runs of one simulated server each under a controller with the
+ * default options but the policy: each checks what it names. */
+typedef void run_fn(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name);
+static const struct {
+    const char *name;
+    server sv;
+    int policy;
+    run_fn *run;
+} runs[] = {
+    { "a=5 b=2", { .a = 5, .b = 2.0 }, MT_POL_METRONOME, converges },
+    { "a=20 b=0.5", { .a = 20, .b = 0.5 }, MT_POL_METRONOME, converges },
+    { "a=1 b=4", { .a = 1, .b = 4.0 }, MT_POL_METRONOME, converges },
+    /* one tick in twenty takes 4x as long */
+    { "outliers", { .a = 4, .b = 1.2, .outlier_p = 0.05 }, MT_POL_METRONOME, ignores_outliers },
+    { "knee", { .a = 6, .b = 0.8, .rel_noise = 0.08, .knee = 40, .knee_c = 0.06 },
+      MT_POL_METRONOME, stops_at_knee },
+    /* sessions leave: the limit can act */
+    { "slowdown", { .a = 3, .b = 1.0, .life = 400 }, MT_POL_METRONOME, follows_slowdown },
+    { "stuck", { .a = 5, .b = 2, .stuck_at = 12, .life = 300 }, MT_POL_METRONOME,
+      caps_where_late },
+    { "aimd", { .a = 3, .b = 1.5, .life = 300 }, MT_POL_AIMD, aimd_oscillates },
+    { "gradient", { .a = 3, .b = 1.5, .life = 300 }, MT_POL_GRADIENT, gradient_bounded },
+};
+
+static void test_runs(void)
+{
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        sim s;
+        mt_admit_opts o;
+        mt_admit *a = start(&s, runs[k].sv, runs[k].policy, &o);
+        if (!a) {
+            ok(0, "%s: the controller starts", runs[k].name);
+            continue;
+        }
+        runs[k].run(&s, a, &o, runs[k].name);
+        mt_admit_free(a);
+    }
 }
 
 static void test_static(void)
 {
     sim s;
-    sim_init(&s, 3, 1.5);
+    sim_init(&s, (server){ .a = 3, .b = 1.5 });
     mt_admit_opts o;
     mt_admit_opts_default(&o);
     char err[128];
@@ -468,7 +470,7 @@ static void test_hold(void)
     /* a request that arrives while metronome waits is held, then rejected
      * once hold_ms passes without a fresh signal */
     sim s;
-    sim_init(&s, 5, 2);
+    sim_init(&s, (server){ .a = 5, .b = 2 });
     mt_admit_opts o;
     mt_admit_opts_default(&o);
     o.hold_ms = 100;
@@ -526,17 +528,9 @@ int main(void)
     if (getenv("MT_ADMIT_SEED"))
         sim_seed = strtoull(getenv("MT_ADMIT_SEED"), NULL, 10);
     test_opts();
-    test_metronome_converges(5, 2.0, "a=5 b=2");
-    test_metronome_converges(20, 0.5, "a=20 b=0.5");
-    test_metronome_converges(1, 4.0, "a=1 b=4");
-    test_metronome_outliers();
-    test_metronome_knee();
-    test_metronome_slowdown();
+    test_runs();
     test_metronome_refusal();
-    test_metronome_stuck();
     test_hold();
-    test_aimd_oscillates();
-    test_gradient_bounded();
     test_static();
     return tap_done();
 }

@@ -7,6 +7,7 @@
  * not reach is refused, a streaming writer's placeholder size is not. */
 #include "client/audio.h"
 #include "tap.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <samplerate.h>
@@ -71,33 +72,14 @@ static unsigned char *slurp(const char *name, size_t *n)
 {
     char p[512];
     path_of(p, sizeof p, name);
-    FILE *f = fopen(p, "rb");
-    if (!f) {
-        printf("Bail out! cannot read %s\n", p);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n = b ? fread(b, 1, (size_t)sz, f) : 0;
-    fclose(f);
-    if (!b || *n != (size_t)sz) {
-        printf("Bail out! cannot read %s\n", p);
-        exit(1);
-    }
-    return b;
+    return (unsigned char *)test_file_read(p, n);
 }
 
 static void spill(const char *name, const unsigned char *b, size_t n)
 {
     char p[512];
     path_of(p, sizeof p, name);
-    FILE *f = fopen(p, "wb");
-    if (!f || fwrite(b, 1, n, f) != n || fclose(f) != 0) {
-        printf("Bail out! cannot write %s\n", p);
-        exit(1);
-    }
+    test_file_write(p, b, n);
 }
 
 static int read_named(const char *name, mt_audio *a)
@@ -385,19 +367,13 @@ static void not_regular(void)
 
 int main(void)
 {
-    snprintf(tmp, sizeof tmp, "%s/mt-audio-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! mkdtemp\n");
+    if (test_tmpdir_make(tmp, sizeof tmp, "mt-audio") != 0)
         return 1;
-    }
     huge_samples();
     formats();
     truncation();
     memory();
     not_regular();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", tmp);
+    test_tmpdir_remove(tmp);
     return tap_done();
 }

@@ -54,6 +54,7 @@
  */
 #include "tap.h"
 #include "decode/backend.h"
+#include "test_util.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -177,14 +178,7 @@ static int run(mt_decoder *d, mt_decoder *cmp, const mt_model *m, int steps, int
                     tap_diag("reserve failed at tick %d", t);
                     goto done;
                 }
-            mt_step_io io = { 0 };
-            if (audio) {
-                io.pcm_in = pin;
-                io.pcm_out = pout;
-            } else {
-                io.tokens_in = toks;
-                io.logits = out[k];
-            }
+            mt_step_io io = test_step_io(audio, pin, pout, toks, out[k]);
             if (mt_decoder_step(ds[k], B, batch[k], &io, err, sizeof err)) {
                 tap_diag("step %d (%s): %s", t, mt_decoder_backend_name(ds[k]), err);
                 goto done;

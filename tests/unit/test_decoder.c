@@ -20,15 +20,26 @@ static int V;
 
 static int32_t tok(int b, int i) { return (int32_t)((b * 7919LL + i * 104729LL + 13) % V); }
 
-static mt_decoder *make(mt_kv_policy pol, int S, int W, mt_rope_mode rope, int maxb,
-                        int threads)
+/* Options for a decoder on dev that steps up to maxb sessions on threads,
+ * its K/V kept by pol (S sinks, a window of W) and rope in budget bytes. */
+static mt_decoder_opts opts_of(mt_device dev, int maxb, int threads, mt_kv_policy pol, int S,
+                               int W, mt_rope_mode rope, size_t budget)
 {
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = maxb, .threads = threads };
+    mt_decoder_opts o = { .device = dev, .max_batch = maxb, .threads = threads };
     o.kv.policy = pol;
     o.kv.sink = S;
     o.kv.window = W;
     o.kv.rope = rope;
-    o.kv.budget_bytes = (size_t)NS * 4 * 16 * STEPS * mt_decoder_position_bytes(&model->cfg, sizeof(float));
+    o.kv.budget_bytes = budget;
+    return o;
+}
+
+static mt_decoder *make(mt_kv_policy pol, int S, int W, mt_rope_mode rope, int maxb,
+                        int threads)
+{
+    size_t budget = (size_t)NS * 4 * 16 * STEPS *
+                    mt_decoder_position_bytes(&model->cfg, sizeof(float));
+    mt_decoder_opts o = opts_of(MT_DEV_CPU, maxb, threads, pol, S, W, rope, budget);
     char err[256] = "";
     mt_decoder *d = NULL;
     if (mt_decoder_create(model, &o, &d, err, sizeof err))
@@ -177,11 +188,7 @@ static void test_policy(mt_kv_policy pol, int S, int W, mt_rope_mode rope, const
 static void test_errors(void)
 {
     char err[256] = "";
-    mt_decoder_opts o = { .device = MT_DEV_CUDA, .max_batch = 2, .threads = 1 };
-    o.kv.policy = MT_KV_WINDOW;
-    o.kv.sink = 4;
-    o.kv.window = 16;
-    o.kv.budget_bytes = 1 << 22;
+    mt_decoder_opts o = opts_of(MT_DEV_CUDA, 2, 1, MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE, 1 << 22);
     mt_decoder *d = NULL;
 #ifndef MT_HAVE_CUDA
     ok(mt_decoder_create(model, &o, &d, err, sizeof err) != 0, "CUDA without a CUDA build refused");
@@ -269,14 +276,10 @@ static int run_pair(mt_decoder *d, float *out)
 static void test_half(void)
 {
     char err[256] = "";
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = 2, .threads = 2 };
-    o.kv.policy = MT_KV_WINDOW;
-    o.kv.sink = 4;
-    o.kv.window = 16;
-    o.kv.rope = MT_ROPE_CACHE;
     size_t pb32 = mt_decoder_position_bytes(&model->cfg, mt_num_format_bytes(MT_FMT_F32));
     /* room for exactly 6 fp32 sessions (2 blocks each) */
-    o.kv.budget_bytes = 6 * 2 * MT_KV_BLOCK * pb32;
+    mt_decoder_opts o = opts_of(MT_DEV_CPU, 2, 2, MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE,
+                                6 * 2 * MT_KV_BLOCK * pb32);
     mt_decoder *d32 = NULL, *d16 = NULL;
     o.kv_dtype = MT_FMT_F32;
     ok(mt_decoder_create(model, &o, &d32, err, sizeof err) == 0, "f32 decoder (%s)", err);

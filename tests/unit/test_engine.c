@@ -388,14 +388,33 @@ static void test_fill(void)
     ok(found, "the FILL frame line's bytes");
 }
 
+/* A fresh engine (steps of step_ns) with n sessions open, client k's in
+ * id[k] with its frames 1..queued[k] sent. 0; -1 after a failed check
+ * when the rig or a session does not open. */
+static int rig_sessions(rig_opts ro, uint64_t step_ns, int n, const uint32_t *queued,
+                        uint32_t *id)
+{
+    if (rig_open(ro, step_ns) != 0) {
+        ok(0, "rig: %s", err);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        id[k] = open_session(k);
+        if (!id[k]) {
+            ok(0, "session %d opens", k);
+            return -1;
+        }
+        for (uint32_t f = 1; f <= queued[k]; f++)
+            send_frame(id[k], f);
+    }
+    return 0;
+}
+
 /* A fresh engine (steps of step_ns) with one session n frames behind. */
 static uint32_t session_behind(rig_opts ro, uint64_t step_ns, uint32_t n)
 {
-    rig_open(ro, step_ns);
-    uint32_t a = open_session(0);
-    for (uint32_t k = 1; k <= n; k++)
-        send_frame(a, k);
-    return a;
+    uint32_t a = 0;
+    return rig_sessions(ro, step_ns, 1, &n, &a) == 0 ? a : 0;
 }
 
 static void test_catch_up(void)
@@ -543,11 +562,10 @@ static void test_counters(void)
 
 static void test_drain(void)
 {
-    rig_opts ro = { .catch_up = 0 };
-    rig_open(ro, 10 * MS);
-    uint32_t a = open_session(0), b = open_session(1);
-    send_frame(a, 1);
-    send_frame(a, 2);
+    uint32_t id[2];
+    if (rig_sessions((rig_opts){ .catch_up = 0 }, 10 * MS, 2, (uint32_t[]){ 2, 0 }, id) != 0)
+        return;
+    uint32_t a = id[0], b = id[1];
     mt_engine_drain(eng);
     drain_output(1, b);
     ok(ended(b) && S[1].end == 1, "drain: an idle session ends at once");
@@ -567,11 +585,9 @@ static void test_drain(void)
 
 static void test_step_failure(void)
 {
-    rig_opts ro = { .catch_up = 1 };
-    rig_open(ro, 10 * MS);
-    uint32_t a = open_session(0);
-    send_frame(a, 1);
-    send_frame(a, 2);
+    uint32_t a;
+    if (rig_sessions((rig_opts){ .catch_up = 1 }, 10 * MS, 1, (uint32_t[]){ 2 }, &a) != 0)
+        return;
     F.fail = 1;
     ok(tick(0) == -1 && strstr(err, "fake: step failed"), "a failing step: tick "
        "returns -1 with the backend's message (%s)", err);
@@ -586,11 +602,10 @@ static void test_step_failure(void)
 
 static void test_close_in_flight(void)
 {
-    rig_opts ro = { .catch_up = 1 };
-    rig_open(ro, 10 * MS);
-    uint32_t a = open_session(0), b = open_session(1);
-    send_frame(a, 1);
-    send_frame(b, 1);
+    uint32_t id[2];
+    if (rig_sessions((rig_opts){ .catch_up = 1 }, 10 * MS, 2, (uint32_t[]){ 1, 1 }, id) != 0)
+        return;
+    uint32_t a = id[0], b = id[1];
     F.close_in_step = a;
     ok(tick(0) == 0, "a connection gone during the step: the tick goes on");
     mt_sess_status st;
@@ -653,12 +668,11 @@ static void test_published_limit(void)
  * the others go on. */
 static void test_shed(void)
 {
+    uint32_t id[3];
     rig_opts ro = { .fill = 1, .catch_up = 0 };
-    rig_open(ro, 10 * MS);
-    uint32_t a = open_session(0), b = open_session(1), c = open_session(2);
-    send_frame(a, 1);
-    send_frame(b, 1);
-    send_frame(c, 1);
+    if (rig_sessions(ro, 10 * MS, 3, (uint32_t[]){ 1, 1, 1 }, id) != 0)
+        return;
+    uint32_t a = id[0], b = id[1], c = id[2];
     tick(0);                                /* one real output each */
     /* a: three queued, the first past its deadline (a FILL answers it) */
     send_frame(a, 2);

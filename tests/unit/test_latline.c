@@ -296,6 +296,25 @@ static void test_frame_record(void)
     }
 }
 
+/* Each tail appended to the good tick line `good` makes a line the tick
+ * reader refuses (as line lineno), with an error that starts with want. */
+typedef struct bad_tail {
+    const char *tail, *want;
+} bad_tail;
+
+static void check_bad_tails(const char *good, long lineno, const bad_tail *bad, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        char line[1200];
+        mt_tick u;
+        snprintf(line, sizeof line, "%s%s", good, bad[k].tail);
+        int rp = parse(line, lineno);
+        int rt = rp == 0 ? mt_tick_from_line(&ll, lineno, &u, err, sizeof err) : 0;
+        ok(rt == -1 && strncmp(err, bad[k].want, strlen(bad[k].want)) == 0,
+           "refused: %s", err);
+    }
+}
+
 /* issue 22: the device keys: device= on every tick, and on a simulated
  * device sim_pred_ms and sim_noise_ms, required by the reader there. */
 static void test_tick_device(void)
@@ -334,7 +353,7 @@ static void test_tick_device(void)
        u.sim_pred_ms == 0, "a line without device: device \"\"");
 
     /* the reader's refusals */
-    static const struct { const char *tail, *want; } bad[] = {
+    static const bad_tail bad[] = {
         { " device=sim:x", "line 32: key 'sim_pred_ms': missing (device sim:x is simulated)" },
         { " device=sim:x sim_pred_ms=1", "line 32: key 'sim_noise_ms': missing" },
         { " device=sim:x sim_pred_ms=nan sim_noise_ms=0", "line 32: key 'sim_pred_ms': not a finite number" },
@@ -343,14 +362,7 @@ static void test_tick_device(void)
         { " device=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
           "line 32: key 'device': not a device label" },
     };
-    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-        char line[1200];
-        snprintf(line, sizeof line, "%s%s", buf, bad[k].tail);
-        int rp = parse(line, 32);
-        int rt = rp == 0 ? mt_tick_from_line(&ll, 32, &u, err, sizeof err) : 0;
-        ok(rt == -1 && strncmp(err, bad[k].want, strlen(bad[k].want)) == 0,
-           "refused: %s", err);
-    }
+    check_bad_tails(buf, 32, bad, sizeof bad / sizeof *bad);
     snprintf(t.device, sizeof t.device, "Bad Label");
     is_int(mt_tick_format(&t, buf, sizeof buf), -1, "the writer refuses a bad label");
 }
@@ -484,19 +496,12 @@ static void test_tick_shed(void)
     parse(buf, 41);
     ok(mt_tick_from_line(&ll, 41, &u, err, sizeof err) == 0 && u.shed == -1,
        "a line without shed reads as -1");
-    static const struct { const char *tail, *want; } bad[] = {
+    static const bad_tail bad[] = {
         { " shed=-2", "line 42: key 'shed': negative" },
         { " shed=x", "line 42: key 'shed': not an integer" },
         { " shed=1.5", "line 42: key 'shed': not an integer" },
     };
-    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-        char line[1200];
-        snprintf(line, sizeof line, "%s%s", buf, bad[k].tail);
-        int rp = parse(line, 42);
-        int rt = rp == 0 ? mt_tick_from_line(&ll, 42, &u, err, sizeof err) : 0;
-        ok(rt == -1 && strncmp(err, bad[k].want, strlen(bad[k].want)) == 0,
-           "refused: %s", err);
-    }
+    check_bad_tails(buf, 42, bad, sizeof bad / sizeof *bad);
 }
 
 int main(void)

@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "tap.h"
+#include "test_util.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -26,29 +27,7 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
     char path[512];
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
-        printf("Bail out! cannot write %s\n", path);
-        exit(1);
-    }
-}
-
-static char *read_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    *n = 0;
-    if (!f) {
-        printf("Bail out! cannot read %s\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    b[*n] = 0;
-    return b;
+    test_file_write(path, p, n);
 }
 
 /* The header of tiny in F32 as a jansson object, for mutation. */
@@ -77,7 +56,7 @@ static void copy_good(const char *dir, const char *file)
     char src[600], *data;
     size_t n = 0;
     snprintf(src, sizeof src, "%s/good/%s", tmp, file);
-    data = read_file(src, &n);
+    data = test_file_read(src, &n);
     write_file(dir, file, data, n);
     free(data);
 }
@@ -247,7 +226,7 @@ static void broken_configs(void)
         mkdir(dir, 0755);
         write_file(dir, "config.json", cfg, strlen(cfg));
         snprintf(src, sizeof src, "%s/good/model.safetensors", tmp);
-        st = read_file(src, &n);
+        st = test_file_read(src, &n);
         write_file(dir, "model.safetensors", st, n);
         free(st);
         mt_model *m = NULL;
@@ -305,7 +284,7 @@ static void fifo_case(const char *which)
     const char *other = strcmp(which, "config.json") ? "config.json" : "model.safetensors";
     snprintf(src, sizeof src, "%s/good/%s", tmp, other);
     size_t n = 0;
-    char *b = read_file(src, &n);
+    char *b = test_file_read(src, &n);
     write_file(dir, other, b, n);
     free(b);
     snprintf(p, sizeof p, "%s/%s", dir, which);
@@ -544,11 +523,8 @@ static void presets(void)
 
 int main(void)
 {
-    snprintf(tmp, sizeof tmp, "%s/mt-model-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmp)) {
-        printf("Bail out! mkdtemp\n");
+    if (test_tmpdir_make(tmp, sizeof tmp, "mt-model") != 0)
         return 1;
-    }
     if (mt_model_load("synthetic:tiny", 0, &tiny, err, sizeof err) != 0) {
         printf("Bail out! %s\n", err);
         return 1;
@@ -565,9 +541,6 @@ int main(void)
     fifo_case("model.safetensors");
     resolve();
     mt_model_free(tiny);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0)
-        tap_diag("could not remove %s", tmp);
+    test_tmpdir_remove(tmp);
     return tap_done();
 }

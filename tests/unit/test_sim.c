@@ -184,14 +184,21 @@ static mt_sim *make_sim(const char *extra, fake_clock *fc, const mt_config *c)
     return s;
 }
 
+/* make_sim for the checks named by what; a failed check when it cannot. */
+static mt_sim *sim_for(const char *what, const char *extra, fake_clock *fc, const mt_config *c)
+{
+    mt_sim *s = make_sim(extra, fc, c);
+    if (!s)
+        ok(0, "sim for %s", what);
+    return s;
+}
+
 static void test_cost_model(const mt_config *c)
 {
     fake_clock fc = { .now = 1000000000ull };
-    mt_sim *s = make_sim("", &fc, c);
-    if (!s) {
-        ok(0, "sim for the cost model");
+    mt_sim *s = sim_for("the cost model", "", &fc, c);
+    if (!s)
         return;
-    }
     /* synthetic:moshi-7b: P = 6,492,000,256, pb = 32*2*32*128*2 = 524,288,
      * attention 4*32*32*128 = 524,288 flops a visible position */
     is_int(mt_sim_position_bytes(s), 524288, "K/V bytes a position");
@@ -241,12 +248,11 @@ static void test_cost_model(const mt_config *c)
 static void test_schedule(const mt_config *c)
 {
     fake_clock fc = { .now = 7000000000ull };
-    mt_sim *s = make_sim("schedule = 10s bandwidth*0.5\nschedule = 20s overhead*3\n"
-                         "schedule = 30s bandwidth*2\n", &fc, c);
-    if (!s) {
-        ok(0, "sim for the schedule");
+    mt_sim *s = sim_for("the schedule",
+                        "schedule = 10s bandwidth*0.5\nschedule = 20s overhead*3\n"
+                        "schedule = 30s bandwidth*2\n", &fc, c);
+    if (!s)
         return;
-    }
     ok(mt_sim_factor(s, MT_SIM_BANDWIDTH, 9.999) == 1 &&
        mt_sim_factor(s, MT_SIM_BANDWIDTH, 10) == 0.5 &&
        mt_sim_factor(s, MT_SIM_BANDWIDTH, 29) == 0.5 &&
@@ -442,11 +448,9 @@ static void test_calib_fit(void)
 static void test_time_scale(const mt_config *c)
 {
     fake_clock fc = { .now = 7000000000ull };
-    mt_sim *s = make_sim("schedule = 10s bandwidth*0.5\n", &fc, c);
-    if (!s) {
-        ok(0, "sim for the time scale");
+    mt_sim *s = sim_for("the time scale", "schedule = 10s bandwidth*0.5\n", &fc, c);
+    if (!s)
         return;
-    }
     ok(mt_sim_time_scale(s) == 1, "time scale 1 by default");
     mt_sim_set_time_scale(s, 0.5);
     ok(mt_sim_time_scale(s) == 1, "a scale below 1 is taken as 1");

@@ -1,0 +1,83 @@
+/* test_util.h: small pieces the C unit tests and test helpers share,
+ * header-only as tap.h is: a private temporary directory under $TMPDIR, whole
+ * files read and written, and the one choice of adapter buffers for
+ * mt_decoder_step. */
+#ifndef MT_TEST_UTIL_H
+#define MT_TEST_UTIL_H
+
+#include "decode/decoder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Makes the directory $TMPDIR/NAME-XXXXXX (/tmp without TMPDIR) into dir.
+ * 0; -1 after a TAP "Bail out!" line, as a test cannot go on without it. */
+static inline int test_tmpdir_make(char *dir, size_t cap, const char *name)
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    int n = snprintf(dir, cap, "%s/%s-XXXXXX", base, name);
+    if (n < 0 || (size_t)n >= cap || !mkdtemp(dir)) {
+        printf("Bail out! mkdtemp %s/%s\n", base, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Removes what test_tmpdir_make made, and all in it; a failure is only a
+ * diagnostic (the checks have run). */
+static inline void test_tmpdir_remove(const char *dir)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        printf("# could not remove %s\n", dir);
+}
+
+/* The whole file at path, with a NUL after it, its length in *n. A test
+ * cannot go on without its own file: failing, a "Bail out!" line and exit. */
+static inline char *test_file_read(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    long sz = -1;
+    char *b = NULL;
+    *n = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (b = malloc((size_t)sz + 1)) != NULL)
+        *n = fread(b, 1, (size_t)sz, f);
+    if (f)
+        fclose(f);
+    if (!b || *n != (size_t)sz) {
+        printf("Bail out! cannot read %s\n", path);
+        exit(1);
+    }
+    b[*n] = 0;
+    return b;
+}
+
+/* Writes the n bytes at p to path; failing, a "Bail out!" line and exit. */
+static inline void test_file_write(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+        printf("Bail out! cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+/* The step's inputs and outputs: the audio adapter's PCM buffers when
+ * audio, the token adapter's otherwise (mt_step_io uses exactly one). */
+static inline mt_step_io test_step_io(int audio, const int16_t *pcm_in, int16_t *pcm_out,
+                                      const int32_t *tokens_in, float *logits)
+{
+    mt_step_io io = { 0 };
+    if (audio) {
+        io.pcm_in = pcm_in;
+        io.pcm_out = pcm_out;
+    } else {
+        io.tokens_in = tokens_in;
+        io.logits = logits;
+    }
+    return io;
+}
+
+#endif
