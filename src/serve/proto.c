@@ -24,18 +24,16 @@
 
 #include "wire/admission.h"
 #include "wire/endpoint.h"
+#include "util/errmsg.h"
 
 static void plog(mt_proto *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void plog(mt_proto *p, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    mt_vlog(p->log, p->log_ctx, fmt, ap);
     va_end(ap);
-    if (p->log)
-        p->log(p->log_ctx, msg);
 }
 
 static void pline(mt_proto *p, const char *line)

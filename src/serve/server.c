@@ -145,13 +145,10 @@ static void slog(mt_server *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void slog(mt_server *s, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    mt_vlog(s->o.log, s->o.log_ctx, fmt, ap);
     va_end(ap);
-    if (s->o.log)
-        s->o.log(s->o.log_ctx, msg);
 }
 
 /* Never waits for the reader: a line that finds the queue full is dropped

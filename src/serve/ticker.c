@@ -26,13 +26,10 @@ static void tlog(mt_ticker *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void tlog(mt_ticker *t, const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    mt_vlog(t->o.log, t->o.log_ctx, fmt, ap);
     va_end(ap);
-    if (t->o.log)
-        t->o.log(t->o.log_ctx, msg);
 }
 
 static void *tick_main(void *arg)
