@@ -166,10 +166,7 @@ typedef struct runner {
 
 static void runner_free(runner *r)
 {
-    if (r->seq)
-        for (int b = 0; b < r->B; b++)
-            if (r->seq[b])
-                mt_kv_seq_close(r->pool, r->seq[b]);
+    mt_kv_seq_close_all(r->pool, r->seq, (size_t)r->B);
     free(r->seq);
     mt_decoder_free(r->d);
     free(r->logits);
