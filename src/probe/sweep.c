@@ -14,6 +14,7 @@
  * running server's stdout is appended to (--ticks, read like tail -f).
  */
 #include "util/errmsg.h"
+#include "util/grow.h"
 #include "util/stats.h"
 #include "probe/probe.h"
 #include "probe/spawn.h"
@@ -51,14 +52,8 @@ typedef struct sweep_ctx {
 
 static int push(double **v, size_t *n, size_t *cap, double x)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 4096;
-        double *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return -1;
-        *v = nv;
-        *cap = nc;
-    }
+    if (mt_grow(v, cap, *n + 1, sizeof **v, 4096) != 0)
+        return -1;
     (*v)[(*n)++] = x;
     return 0;
 }
