@@ -26,15 +26,8 @@
 #include "wire/endpoint.h"
 #include "util/errmsg.h"
 
-static void plog(mt_proto *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void plog(mt_proto *p, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    mt_vlog(p->log, p->log_ctx, fmt, ap);
-    va_end(ap);
-}
+/* the human log, when the caller gave one */
+#define plog(p, ...) mt_logf((p)->log, (p)->log_ctx, __VA_ARGS__)
 
 static void pline(mt_proto *p, const char *line)
 {

@@ -141,15 +141,8 @@ void mt_server_opts_default(mt_server_opts *o)
     o->hello_timeout_ns = 10000000000ull;
 }
 
-static void slog(mt_server *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void slog(mt_server *s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    mt_vlog(s->o.log, s->o.log_ctx, fmt, ap);
-    va_end(ap);
-}
+/* the human log, when the caller gave one */
+#define slog(s, ...) mt_logf((s)->o.log, (s)->o.log_ctx, __VA_ARGS__)
 
 /* Never waits for the reader: a line that finds the queue full is dropped
  * and counted (lineout.h). */

@@ -22,3 +22,11 @@ void mt_vlog(mt_log_fn log, void *ctx, const char *fmt, va_list ap)
     vsnprintf(msg, sizeof msg, fmt, ap);
     log(ctx, msg);
 }
+
+void mt_logf(mt_log_fn log, void *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mt_vlog(log, ctx, fmt, ap);
+    va_end(ap);
+}

@@ -19,5 +19,8 @@ typedef void (*mt_log_fn)(void *ctx, const char *msg);
  * ticker and the protocol are this with their own callback. */
 void mt_vlog(mt_log_fn log, void *ctx, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+/* mt_vlog with the arguments inline. */
+void mt_logf(mt_log_fn log, void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif
