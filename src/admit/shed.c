@@ -8,13 +8,15 @@
 #include <string.h>
 
 #include "util/errmsg.h"
+#include "util/grow.h"
 
 struct mt_shed {
     mt_shed_opts    o;
     mt_shed_emit_fn emit;
     void           *ctx;
     uint32_t       *ids;        /* admitted, oldest first */
-    int             n, cap;
+    int             n;
+    size_t          cap;
     double          late_since; /* -1: not late */
     double          last_shed;  /* -1: never */
     int             hold_level; /* -1: none */
@@ -92,14 +94,8 @@ void mt_shed_free(mt_shed *s)
 
 int mt_shed_admitted(mt_shed *s, uint32_t id)
 {
-    if (s->n == s->cap) {
-        int nc = s->cap ? s->cap * 2 : 64;
-        uint32_t *p = realloc(s->ids, (size_t)nc * sizeof *p);
-        if (!p)
-            return -1;
-        s->ids = p;
-        s->cap = nc;
-    }
+    if (mt_grow(&s->ids, &s->cap, (size_t)s->n + 1, sizeof *s->ids, 64) != 0)
+        return -1;
     s->ids[s->n++] = id;
     return 0;
 }

@@ -6,6 +6,7 @@
 #include "decode/backend.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int mt_backend_check_model(const mt_model *m, const mt_decoder_opts *o, const char *who,
                            char *err, size_t errlen)
@@ -22,6 +23,20 @@ int mt_backend_check_model(const mt_model *m, const mt_decoder_opts *o, const ch
         return -1;
     }
     return 0;
+}
+
+mt_backend *mt_backend_alloc(size_t impl_size, const char *oom, char *err, size_t errlen)
+{
+    mt_backend *b = calloc(1, sizeof *b);
+    void *impl = calloc(1, impl_size);
+    if (!b || !impl) {
+        free(b);
+        free(impl);
+        mt_set_err(err, errlen, "%s", oom);
+        return NULL;
+    }
+    b->impl = impl;
+    return b;
 }
 
 int mt_backend_rows(const mt_decoder_opts *o)

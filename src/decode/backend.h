@@ -80,6 +80,10 @@ int  mt_cuda_backend_fill_kv_random(mt_backend *be, uint64_t seed, char *err,
  * and a batch size in range. who prefixes the message ("cpu", "cuda"). */
 int  mt_backend_check_model(const mt_model *m, const mt_decoder_opts *o, const char *who,
                             char *err, size_t errlen);
+/* A zeroed mt_backend with a zeroed impl of impl_size bytes behind
+ * ->impl, the start of every constructor; NULL with oom (the backend's
+ * own "cpu: out of memory") in err. Freed as free(b->impl), free(b). */
+mt_backend *mt_backend_alloc(size_t impl_size, const char *oom, char *err, size_t errlen);
 /* Rows a backend's activations hold: max(max_batch, MT_BACKEND_PREFILL_CHUNK). */
 int  mt_backend_rows(const mt_decoder_opts *o);
 

@@ -1123,15 +1123,10 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     if (mt_backend_check_model(m, o, "cpu", err, errlen))
         return -1;
     int kv_f16 = o->kv_dtype == MT_FMT_F16;
-    mt_backend *b = calloc(1, sizeof *b);
-    cpu_backend *be = calloc(1, sizeof *be);
-    if (!b || !be) {
-        free(b);
-        free(be);
-        mt_set_err(err, errlen, "cpu: out of memory");
+    mt_backend *b = mt_backend_alloc(sizeof(cpu_backend), "cpu: out of memory", err, errlen);
+    if (!b)
         return -1;
-    }
-    b->impl = be;
+    cpu_backend *be = b->impl;
     b->name = "cpu";
     b->kv_elem_bytes = kv_f16 ? 2 : sizeof(float); /* the K/V cache's dtype */
     b->attach_pool = cpu_attach_pool;

@@ -979,15 +979,11 @@ static int cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_b
         mt_set_err(err, errlen, "cuda: model %s: %s", c->name, why);
         return -1;
     }
-    mt_backend *b = calloc(1, sizeof *b);
-    cuda_backend *be = calloc(1, sizeof *be);
-    if (!b || !be) {
-        free(b);
-        free(be);
-        mt_set_err(err, errlen, "cuda: out of host memory");
+    mt_backend *b = mt_backend_alloc(sizeof(cuda_backend), "cuda: out of host memory", err,
+                                     errlen);
+    if (!b)
         return -1;
-    }
-    b->impl = be;
+    cuda_backend *be = b->impl;
     be->pub = b;
     b->name = "cuda";
     b->kv_elem_bytes = 2; /* the K/V cache's dtype: bf16 */

@@ -311,22 +311,20 @@ int mt_sim_backend_create(mt_sim *s, const mt_model *m, mt_kv_pool *pool,
                  mt_kv_pool_params(pool)->position_bytes, s->position_bytes);
         return -1;
     }
-    mt_backend *be = calloc(1, sizeof *be);
-    sim_impl *im = calloc(1, sizeof *im);
-    int64_t *vis = calloc((size_t)(max_batch > 0 ? max_batch : 1), sizeof *vis);
-    if (!be || !im || !vis) {
-        free(be);
-        free(im);
-        free(vis);
+    mt_backend *be = mt_backend_alloc(sizeof(sim_impl), "sim: out of memory", err, errlen);
+    if (!be)
+        return -1;
+    sim_impl *im = be->impl;
+    im->visible = calloc((size_t)(max_batch > 0 ? max_batch : 1), sizeof *im->visible);
+    if (!im->visible) {
+        sim_destroy(be);
         mt_set_err(err, errlen, "sim: out of memory");
         return -1;
     }
     im->sim = s;
     im->m = m;
     im->pool = pool;
-    im->visible = vis;
     be->name = s->label;
-    be->impl = im;
     be->position_bytes = s->position_bytes;
     be->kv_elem_bytes = s->position_bytes /
         ((size_t)m->cfg.layers * 2 * m->cfg.kv_heads * m->cfg.head_dim);

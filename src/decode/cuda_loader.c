@@ -38,6 +38,7 @@
  * objects whatever else the program uses. The Makefile checks this list
  * against the object's undefined mt_* symbols. */
 void *const mt_cuda_module_imports[] = {
+    (void *)mt_backend_alloc,
     (void *)mt_backend_check_model,
     (void *)mt_backend_prefill_chunks,
     (void *)mt_backend_rows,

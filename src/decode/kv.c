@@ -169,6 +169,14 @@ void mt_kv_seq_close(mt_kv_pool *pool, mt_kv_seq *s)
     free(s);
 }
 
+void mt_kv_seq_close_all(mt_kv_pool *pool, mt_kv_seq **s, size_t n)
+{
+    for (size_t i = 0; s && i < n; i++) {
+        mt_kv_seq_close(pool, s[i]);
+        s[i] = NULL;
+    }
+}
+
 int mt_kv_reserve(mt_kv_pool *pool, mt_kv_seq *s, int64_t n)
 {
     if (n < 0)

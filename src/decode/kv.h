@@ -71,6 +71,9 @@ int  mt_kv_pool_blocks(const mt_kv_pool *pool);   /* total blocks */
 /* Opens a sequence. Window: takes the whole bound or MT_KV_EXHAUSTED. */
 int  mt_kv_seq_open(mt_kv_pool *pool, mt_kv_seq **out);
 void mt_kv_seq_close(mt_kv_pool *pool, mt_kv_seq *s);
+/* Closes s[0..n) (NULL entries skipped) and sets each to NULL: the batch
+ * of sequences a runner or benchmark holds. s may be NULL (nothing). */
+void mt_kv_seq_close_all(mt_kv_pool *pool, mt_kv_seq **s, size_t n);
 /* Makes room for positions len .. len+n-1 (full: may take blocks).
  * 0, or MT_KV_EXHAUSTED with nothing taken. */
 int  mt_kv_reserve(mt_kv_pool *pool, mt_kv_seq *s, int64_t n);

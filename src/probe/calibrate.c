@@ -423,9 +423,7 @@ static int write_profile(const calib_run *r, const calib_fit *fit, char *err, si
 
 static void free_run(calib_run *r)
 {
-    for (long i = 0; r->seqs && i < r->bmax; i++)
-        if (r->seqs[i])
-            mt_kv_seq_close(r->pool, r->seqs[i]);
+    mt_kv_seq_close_all(r->pool, r->seqs, (size_t)r->bmax);
     mt_sim_free(r->terms);
     free(r->pts);
     free(r->seqs);

@@ -303,16 +303,7 @@ static int soak_client_new(soak_ctx *x, double period, mt_client **cl,
 {
     static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
     mt_client_config cc;
-    memset(&cc, 0, sizeof cc);
-    cc.hello.sample_rate = 24000;
-    cc.hello.frame_samples = 1920;
-    cc.hello.channels = 1;
-    cc.hello.encoding = MT_ENC_PCM_S16LE;
-    cc.max_sessions = x->w.n + 1;
-    if (x->k > 1)
-        cc.period_ns = (int64_t)llround(period / x->k * 1e9);
-    cc.cb = &cb;
-    cc.user = x;
+    mt_spawn_client_config(&cc, x->w.n + 1, period * 1e9, x->k, &cb, x);
     return mt_client_new(&cc, cl, err, errlen);
 }
 

@@ -203,3 +203,18 @@ int mt_spawn_start_scaled(mt_spawn_proc *sp, const char *serve_bin,
     }
     return mt_spawn_start(sp, serve_bin, v, n, sock, log_path, 60.0, err, errlen);
 }
+
+void mt_spawn_client_config(mt_client_config *cc, int max_sessions, double period_ns,
+                            double k, const mt_client_callbacks *cb, void *user)
+{
+    memset(cc, 0, sizeof *cc);
+    cc->hello.sample_rate = 24000;
+    cc->hello.frame_samples = 1920;
+    cc->hello.channels = 1;
+    cc->hello.encoding = MT_ENC_PCM_S16LE;
+    cc->max_sessions = max_sessions;
+    if (k > 1)
+        cc->period_ns = (int64_t)llround(period_ns / k);
+    cc->cb = cb;
+    cc->user = user;
+}

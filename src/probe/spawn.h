@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client/client.h"
+
 typedef struct mt_spawn_proc {
     int   pid;
     int   out_fd;                 /* its stdout (tick lines), non-blocking */
@@ -40,5 +42,13 @@ int  mt_spawn_start_scaled(mt_spawn_proc *sp, const char *serve_bin,
                            const char *sock, const char *log_path,
                            char ***args_out, char kbuf[32],
                            char *err, size_t errlen);
+
+/* The client config of a probe's load against such a server: the HELLO
+ * of the model the probes drive (24 kHz, 1920-sample mono PCM frames),
+ * room for max_sessions, and, when k > 1, the frame period period_ns / k
+ * (ACCEPT names the model's period; a server under --time-scale K runs
+ * 1/K of it). */
+void mt_spawn_client_config(mt_client_config *cc, int max_sessions, double period_ns,
+                            double k, const mt_client_callbacks *cb, void *user);
 
 #endif

@@ -10,6 +10,7 @@
  * truthful deadline figure beside the naive one.
  */
 #include "util/errmsg.h"
+#include "util/grow.h"
 #include "util/stats.h"
 #include "probe/probe.h"
 #include "wire/latline.h"
@@ -85,14 +86,8 @@ static int parse_num(const char *v, double *out)
 
 static int push(sum_key *k, double v)
 {
-    if (k->n == k->cap) {
-        size_t nc = k->cap ? k->cap * 2 : 256;
-        double *nv = realloc(k->v, nc * sizeof *nv);
-        if (!nv)
-            return -1;
-        k->v = nv;
-        k->cap = nc;
-    }
+    if (mt_grow(&k->v, &k->cap, k->n + 1, sizeof *k->v, 256) != 0)
+        return -1;
     k->v[k->n++] = v;
     return 0;
 }

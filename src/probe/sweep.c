@@ -14,6 +14,7 @@
  * running server's stdout is appended to (--ticks, read like tail -f).
  */
 #include "util/errmsg.h"
+#include "util/grow.h"
 #include "util/stats.h"
 #include "probe/probe.h"
 #include "probe/spawn.h"
@@ -51,14 +52,8 @@ typedef struct sweep_ctx {
 
 static int push(double **v, size_t *n, size_t *cap, double x)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 4096;
-        double *nv = realloc(*v, nc * sizeof *nv);
-        if (!nv)
-            return -1;
-        *v = nv;
-        *cap = nc;
-    }
+    if (mt_grow(v, cap, *n + 1, sizeof **v, 4096) != 0)
+        return -1;
     (*v)[(*n)++] = x;
     return 0;
 }
@@ -162,20 +157,11 @@ static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
 {
     static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
     mt_client_config cc;
-    memset(&cc, 0, sizeof cc);
-    cc.hello.sample_rate = 24000;
-    cc.hello.frame_samples = 1920;
-    cc.hello.channels = 1;
-    cc.hello.encoding = MT_ENC_PCM_S16LE;
+    mt_spawn_client_config(&cc, c + 1, 80e6, x->k, &cb, x);
     if (o->token && o->token_len <= MT_TOKEN_MAX) {
         memcpy(cc.hello.token, o->token, o->token_len);
         cc.hello.token_len = (uint8_t)o->token_len;
     }
-    cc.max_sessions = c + 1;
-    if (x->k > 1)   /* ACCEPT names the model's period; ours is 1/K of it */
-        cc.period_ns = (int64_t)llround(80e6 / x->k);
-    cc.cb = &cb;
-    cc.user = x;
     x->nlat = x->nrtt = 0;
     x->frames = x->real = x->fills = 0;
     x->step_sum = 0;

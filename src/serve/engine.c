@@ -70,6 +70,7 @@
  */
 #define _GNU_SOURCE
 #include "util/errmsg.h"
+#include "util/grow.h"
 #include "serve/engine.h"
 #include "util/stats.h"
 
@@ -214,16 +215,8 @@ void mt_engine_opts_default(mt_engine_opts *o)
 static void sb_add(strbuf *b, const char *line)
 {
     size_t n = strlen(line);
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 4096;
-        while (nc < b->len + n + 1)
-            nc *= 2;
-        char *p = realloc(b->p, nc);
-        if (!p)
-            return;             /* a lost log line, never a crash */
-        b->p = p;
-        b->cap = nc;
-    }
+    if (mt_grow(&b->p, &b->cap, b->len + n + 1, 1, 4096) != 0)
+        return;                 /* a lost log line, never a crash */
     memcpy(b->p + b->len, line, n + 1);
     b->len += n + 1;            /* lines kept NUL-separated */
 }

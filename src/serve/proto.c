@@ -24,19 +24,10 @@
 
 #include "wire/admission.h"
 #include "wire/endpoint.h"
+#include "util/errmsg.h"
 
-static void plog(mt_proto *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void plog(mt_proto *p, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (p->log)
-        p->log(p->log_ctx, msg);
-}
+/* the human log, when the caller gave one */
+#define plog(p, ...) mt_logf((p)->log, (p)->log_ctx, __VA_ARGS__)
 
 static void pline(mt_proto *p, const char *line)
 {

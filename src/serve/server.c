@@ -141,18 +141,8 @@ void mt_server_opts_default(mt_server_opts *o)
     o->hello_timeout_ns = 10000000000ull;
 }
 
-static void slog(mt_server *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void slog(mt_server *s, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (s->o.log)
-        s->o.log(s->o.log_ctx, msg);
-}
+/* the human log, when the caller gave one */
+#define slog(s, ...) mt_logf((s)->o.log, (s)->o.log_ctx, __VA_ARGS__)
 
 /* Never waits for the reader: a line that finds the queue full is dropped
  * and counted (lineout.h). */

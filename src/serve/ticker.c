@@ -22,18 +22,8 @@ struct mt_ticker {
     pthread_t      th;
 };
 
-static void tlog(mt_ticker *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void tlog(mt_ticker *t, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (t->o.log)
-        t->o.log(t->o.log_ctx, msg);
-}
+/* the human log, when the caller gave one */
+#define tlog(t, ...) mt_logf((t)->o.log, (t)->o.log_ctx, __VA_ARGS__)
 
 static void *tick_main(void *arg)
 {

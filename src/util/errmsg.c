@@ -13,3 +13,20 @@ void mt_set_err(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
 }
+
+void mt_vlog(mt_log_fn log, void *ctx, const char *fmt, va_list ap)
+{
+    char msg[512];
+    if (!log)
+        return;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    log(ctx, msg);
+}
+
+void mt_logf(mt_log_fn log, void *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mt_vlog(log, ctx, fmt, ap);
+    va_end(ap);
+}

@@ -4,10 +4,23 @@
 #ifndef MT_ERRMSG_H
 #define MT_ERRMSG_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* printf into err[0..errlen); does nothing when err is NULL or errlen 0. */
 void mt_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Where the serving side's human log goes: one message, no newline. */
+typedef void (*mt_log_fn)(void *ctx, const char *msg);
+
+/* Formats fmt with ap (truncated at 511 bytes) and hands it to log(ctx, ..);
+ * nothing when log is NULL. The printf-style loggers of the server, the
+ * ticker and the protocol are this with their own callback. */
+void mt_vlog(mt_log_fn log, void *ctx, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+/* mt_vlog with the arguments inline. */
+void mt_logf(mt_log_fn log, void *ctx, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -41,18 +41,6 @@ static int bad_value(const mt_latline *ll, long lineno, const char *key,
     return -1;
 }
 
-static int check_kind(const mt_latline *ll, long lineno, const char *kind,
-                      const char *article, char *err, size_t errlen)
-{
-    if (strcmp(mt_latline_kind(ll), kind) == 0)
-        return 0;
-    char k[40];
-    shown(k, sizeof k, mt_latline_kind(ll));
-    mt_set_err(err, errlen, "line %ld: key '%s': not %s %s record (first key "
-               "is '%s')", lineno, kind, article, kind, k);
-    return -1;
-}
-
 /* An integer key in [lo, hi]: 0 read, 1 absent (v untouched), -1 error. */
 static int int_key(const mt_latline *ll, long lineno, const char *key,
                    int64_t lo, int64_t hi, int64_t *v, char *err, size_t errlen)
@@ -140,16 +128,13 @@ long mt_request_format(const mt_request_rec *r, char *buf, size_t cap)
 int mt_request_from_line(const mt_latline *ll, long lineno, mt_request_rec *r,
                          char *err, size_t errlen)
 {
-    if (!ll || !r) {
-        mt_set_err(err, errlen, "line %ld: no record", lineno);
-        return -1;
-    }
-    if (check_kind(ll, lineno, "request", "a", err, errlen) != 0)
+    if (mt_latline_expect(ll, r, lineno, "request", "a request record", err,
+                          errlen) != 0)
         return -1;
     mt_request_rec x;
     memset(&x, 0, sizeof x);
     x.uid = x.pid = -1;
-    int64_t v;
+    int64_t v = 0;
     if (session_key(ll, lineno, &x.session, err, errlen) != 0 ||
         time_key(ll, lineno, &x.t, err, errlen) != 0)
         return -1;
@@ -204,11 +189,8 @@ long mt_verdict_format(const mt_verdict_rec *v, char *buf, size_t cap)
 int mt_verdict_from_line(const mt_latline *ll, long lineno, mt_verdict_rec *v,
                          char *err, size_t errlen)
 {
-    if (!ll || !v) {
-        mt_set_err(err, errlen, "line %ld: no record", lineno);
-        return -1;
-    }
-    if (check_kind(ll, lineno, "admit", "an", err, errlen) != 0)
+    if (mt_latline_expect(ll, v, lineno, "admit", "an admit record", err,
+                          errlen) != 0)
         return -1;
     mt_verdict_rec x;
     memset(&x, 0, sizeof x);
@@ -320,10 +302,7 @@ int mt_control_parse(const char *line, size_t len, mt_control *c,
         mt_set_err(err, errlen, "no line to parse");
         return -1;
     }
-    if (len > 0 && line[len - 1] == '\n')
-        len--;
-    if (len > 0 && line[len - 1] == '\r')
-        len--;
+    len = mt_line_chomp(line, len);
     if (len > MT_CONTROL_MAX_LINE) {
         mt_set_err(err, errlen, "longer than %d bytes", MT_CONTROL_MAX_LINE);
         return -1;

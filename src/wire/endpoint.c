@@ -127,46 +127,68 @@ static int resolve(const char *host, const char *port, int passive,
     return 0;
 }
 
-static int connect_tcp(const char *hp, int timeout_ms, char *err, size_t errlen)
+/* Each address of hp in turn (resolved passive for a listener): a
+ * non-blocking socket for it handed to use(), until one returns 0; that
+ * socket is returned, the others closed. -1 with err when hp does not
+ * resolve; -2 when no address would do, *last then the last one's errno
+ * (left as given when there was none). */
+typedef int (*addr_use_fn)(int fd, const struct addrinfo *ai, void *ctx);
+
+static int first_address(const char *hp, int passive, addr_use_fn use, void *ctx,
+                         int *last, char *err, size_t errlen)
 {
     char host[256], port[16];
     struct addrinfo *res = NULL;
     if (mt_hostport_split(hp, host, sizeof host, port, sizeof port, err, errlen) != 0 ||
-        resolve(host, port, 0, &res, err, errlen) != 0)
+        resolve(host, port, passive, &res, err, errlen) != 0)
         return -1;
-    int fd = -1, last = ECONNREFUSED;
+    int fd = -1;
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                     ai->ai_protocol);
-        if (fd < 0) {
-            last = errno;
-            continue;
-        }
-        int c = connect(fd, ai->ai_addr, ai->ai_addrlen);
-        if (c != 0 && errno == EINPROGRESS) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int pr;
-            do
-                pr = poll(&p, 1, timeout_ms > 0 ? timeout_ms : 5000);
-            while (pr < 0 && errno == EINTR);
-            int soerr = ETIMEDOUT;
-            socklen_t sl = sizeof soerr;
-            if (pr == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
-                soerr = errno;
-            c = soerr == 0 ? 0 : -1;
-            errno = soerr;
-        }
-        if (c != 0) {
-            last = errno;
+        if (fd >= 0 && use(fd, ai, ctx) != 0) {
+            int e = errno;
             close(fd);
             fd = -1;
+            errno = e;
         }
+        if (fd < 0)
+            *last = errno;
     }
     freeaddrinfo(res);
-    if (fd < 0) {
-        mt_set_err(err, errlen, "connect tcp:%s: %s", hp, strerror(last));
-        return -1;
+    return fd < 0 ? -2 : fd;
+}
+
+/* A non-blocking connect finished within timeout_ms (5 s when 0): 0, or
+ * -1 with errno. */
+static int connect_addr(int fd, const struct addrinfo *ai, void *ctx)
+{
+    int timeout_ms = *(const int *)ctx;
+    int c = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (c != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int pr;
+        do
+            pr = poll(&p, 1, timeout_ms > 0 ? timeout_ms : 5000);
+        while (pr < 0 && errno == EINTR);
+        int soerr = ETIMEDOUT;
+        socklen_t sl = sizeof soerr;
+        if (pr == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+            soerr = errno;
+        c = soerr == 0 ? 0 : -1;
+        errno = soerr;
     }
+    return c;
+}
+
+static int connect_tcp(const char *hp, int timeout_ms, char *err, size_t errlen)
+{
+    int last = ECONNREFUSED;
+    int fd = first_address(hp, 0, connect_addr, &timeout_ms, &last, err, errlen);
+    if (fd == -2)
+        mt_set_err(err, errlen, "connect tcp:%s: %s", hp, strerror(last));
+    if (fd < 0)
+        return -1;
     /* one small frame per period: Nagle would hold each behind the last */
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
@@ -209,40 +231,29 @@ int mt_endpoint_connect(const char *spec, int timeout_ms, char *err, size_t errl
     return fd;
 }
 
+/* Binds and listens on one address; *ctx (int *) set to whether it is
+ * loopback. */
+static int listen_addr(int fd, const struct addrinfo *ai, void *ctx)
+{
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ai->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0)
+        return -1;
+    *(int *)ctx = is_loopback(ai->ai_addr);
+    return 0;
+}
+
 int mt_tcp_listen(const char *hostport, int *loopback, char *bound,
                   size_t boundcap, char *err, size_t errlen)
 {
-    char host[256], port[16];
-    struct addrinfo *res = NULL;
-    if (mt_hostport_split(hostport, host, sizeof host, port, sizeof port, err,
-                          errlen) != 0 ||
-        resolve(host, port, 1, &res, err, errlen) != 0)
-        return -1;
-    int fd = -1, last = EADDRNOTAVAIL;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
-        if (fd < 0) {
-            last = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (ai->ai_family == AF_INET6)
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-            last = errno;
-            close(fd);
-            fd = -1;
-            continue;
-        }
-        *loopback = is_loopback(ai->ai_addr);
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
+    int last = EADDRNOTAVAIL;
+    int fd = first_address(hostport, 1, listen_addr, loopback, &last, err, errlen);
+    if (fd == -2)
         mt_set_err(err, errlen, "listen %s: %s", hostport, strerror(last));
+    if (fd < 0)
         return -1;
-    }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)

@@ -51,6 +51,15 @@ static const char *describe_byte(unsigned char c, char *tmp, size_t n)
     return tmp;
 }
 
+size_t mt_line_chomp(const char *line, size_t len)
+{
+    if (len > 0 && line[len - 1] == '\n')
+        len--;
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    return len;
+}
+
 int mt_latline_parse(const char *line, size_t len, long lineno,
                      mt_latline *ll, char *err, size_t errlen)
 {
@@ -66,10 +75,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         return -1;
     }
     /* The newline ends the line; it is not part of it. */
-    if (len > 0 && line[len - 1] == '\n')
-        len--;
-    if (len > 0 && line[len - 1] == '\r')
-        len--;
+    len = mt_line_chomp(line, len);
     if (len > MT_LL_MAX_LINE) {
         mt_set_err(err, errlen, "line %ld: longer than %d bytes", lineno,
                 MT_LL_MAX_LINE);
@@ -603,18 +609,18 @@ static int read_field(const mt_latline *ll, long lineno, const char *key,
     return rc;
 }
 
-/* 0 when ll's first key is `kind`; else -1 with err naming what it is. */
-static int check_kind(const mt_latline *ll, long lineno, const char *kind,
-                      const char *what, char *err, size_t errlen)
+int mt_latline_expect(const mt_latline *ll, const void *rec, long lineno,
+                      const char *kind, const char *what, char *err,
+                      size_t errlen)
 {
     char shown[40];
-    if (!ll) {
+    if (!ll || !rec) {
         mt_set_err(err, errlen, "line %ld: no record", lineno);
         return -1;
     }
-    if (strcmp(mt_latline_kind(ll), kind) == 0)
-        return 0;
     const char *k = mt_latline_kind(ll);
+    if (strcmp(k, kind) == 0)
+        return 0;
     sanitize(shown, sizeof shown, k, strlen(k), 32);
     mt_set_err(err, errlen, "line %ld: key '%s': not %s (first key is '%s')",
             lineno, kind, what, shown);
@@ -624,11 +630,7 @@ static int check_kind(const mt_latline *ll, long lineno, const char *kind,
 int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
                       char *err, size_t errlen)
 {
-    if (!t) {
-        mt_set_err(err, errlen, "line %ld: no record", lineno);
-        return -1;
-    }
-    if (check_kind(ll, lineno, "tick", "a tick record", err, errlen))
+    if (mt_latline_expect(ll, t, lineno, "tick", "a tick record", err, errlen))
         return -1;
     mt_tick tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -740,11 +742,7 @@ static int read_range(const mt_latline *ll, long lineno, const char *key,
 int mt_frame_rec_from_line(const mt_latline *ll, long lineno, mt_frame_rec *r,
                            char *err, size_t errlen)
 {
-    if (!r) {
-        mt_set_err(err, errlen, "line %ld: no record", lineno);
-        return -1;
-    }
-    if (check_kind(ll, lineno, "frame", "a frame record", err, errlen))
+    if (mt_latline_expect(ll, r, lineno, "frame", "a frame record", err, errlen))
         return -1;
     mt_frame_rec tmp;
     memset(&tmp, 0, sizeof tmp);

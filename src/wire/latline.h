@@ -53,6 +53,18 @@ typedef struct mt_latline {
 int mt_latline_parse(const char *line, size_t len, long lineno,
                      mt_latline *ll, char *err, size_t errlen);
 
+/* The length of line[0..len) without its line ending ("\n" or "\r\n"),
+ * the same for every line-oriented record (latency lines, control lines). */
+size_t mt_line_chomp(const char *line, size_t len);
+
+/* The start of every record reader: 0 when ll and the record to fill (rec)
+ * are there and ll's first key is `kind`; else -1 with err: "line 3: no
+ * record", or "line 3: key 'tick': not a tick record (first key is 'x')"
+ * where `what` is "a tick record". */
+int mt_latline_expect(const mt_latline *ll, const void *rec, long lineno,
+                      const char *kind, const char *what, char *err,
+                      size_t errlen);
+
 const char *mt_latline_kind(const mt_latline *ll); /* first key, or "" */
 const char *mt_latline_get(const mt_latline *ll, const char *key); /* or NULL */
 /* Typed getters: 0 found and valid, 1 absent, -1 present but malformed

@@ -131,9 +131,7 @@ typedef struct bench_set {
 
 static void bench_close(bench_set *bs)
 {
-    for (int i = 0; bs->seqs && i < bs->B * bs->ngroups; i++)
-        if (bs->seqs[i])
-            mt_kv_seq_close(bs->pool, bs->seqs[i]);
+    mt_kv_seq_close_all(bs->pool, bs->seqs, (size_t)bs->B * (size_t)bs->ngroups);
     mt_decoder_free(bs->d);
     free(bs->seqs);
     free(bs->in);
