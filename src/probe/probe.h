@@ -162,6 +162,7 @@ typedef struct mt_probe_source {
     int16_t *pcm;          /* prepared at rate */
     size_t   pcm_n;
     int      rate;
+    float   *syn;          /* synthetic carriers (source.c), or NULL */
 } mt_probe_source;
 int  mt_probe_source_open(mt_probe_source *src, const char *path,
                           char *err, size_t errlen);
