@@ -207,6 +207,7 @@ typedef struct mt_sweep_row {
     double   rtt_p99_ms;               /* client round trip, real frames */
     double   step_ms;                  /* t_ready - t_start mean, or ticks */
     int64_t  kv_used;                  /* max over the hold, -1 unknown */
+    double   send_late_p99_ms;         /* the client's own pacing lag */
 } mt_sweep_row;
 
 int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows,
