@@ -162,6 +162,7 @@ typedef struct mt_probe_source {
     int16_t *pcm;          /* prepared at rate */
     size_t   pcm_n;
     int      rate;
+    float   *syn;          /* synthetic carriers (source.c), or NULL */
 } mt_probe_source;
 int  mt_probe_source_open(mt_probe_source *src, const char *path,
                           char *err, size_t errlen);
@@ -206,6 +207,7 @@ typedef struct mt_sweep_row {
     double   rtt_p99_ms;               /* client round trip, real frames */
     double   step_ms;                  /* t_ready - t_start mean, or ticks */
     int64_t  kv_used;                  /* max over the hold, -1 unknown */
+    double   send_late_p99_ms;         /* the client's own pacing lag */
 } mt_sweep_row;
 
 int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows,
