@@ -53,9 +53,7 @@ struct mt_summary {
 int mt_summary_new(mt_summary **out, char *err, size_t errlen)
 {
     *out = mt_calloc_or_err(1, sizeof **out, err, errlen, "summarize");
-    if (!*out)
-        return -1;
-    return 0;
+    return *out ? 0 : -1;
 }
 
 void mt_summary_free(mt_summary *s)
