@@ -173,11 +173,9 @@ int mt_admit_create(const mt_admit_opts *o, mt_admit_emit_fn emit, void *ctx,
     *out = NULL;
     if (mt_admit_opts_check(o, err, errlen) != 0)
         return -1;
-    mt_admit *a = calloc(1, sizeof *a);
-    if (!a) {
-        mt_set_err(err, errlen, "out of memory");
+    mt_admit *a = mt_calloc_or_err(1, sizeof *a, err, errlen, NULL);
+    if (!a)
         return -1;
-    }
     a->o = *o;
     a->emit = emit;
     a->ctx = ctx;

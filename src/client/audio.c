@@ -26,6 +26,7 @@
 #include <sndfile.h>
 
 #include "util/errmsg.h"
+#include "util/io.h"
 
 /* ---- reading ------------------------------------------------------------ */
 
@@ -403,11 +404,9 @@ int mt_audio_resample(const mt_audio *in, int rate, int quality,
      * libsamplerate's end-of-input flush delivers exactly this. */
     size_t want = (size_t)llround((double)in->frames * ratio);
     size_t cap = want + 64;
-    out->samples = calloc(cap, sizeof(float));
-    if (!out->samples) {
-        mt_set_err(err, errlen, "out of memory");
+    out->samples = mt_calloc_or_err(cap, sizeof(float), err, errlen, NULL);
+    if (!out->samples)
         return -1;
-    }
     int e = 0;
     SRC_STATE *st = src_new(quality, 1, &e);
     if (!st) {
@@ -538,20 +537,6 @@ struct mt_audio_writer {
 
 static void writer_free(mt_audio_writer *w);
 
-static int write_all(int fd, const unsigned char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static void put_be32(unsigned char *p, uint32_t v)
 {
     p[0] = (unsigned char)(v >> 24);
@@ -578,7 +563,7 @@ static int stream_write(mt_audio_writer *w, const int16_t *pcm, size_t n,
             buf[o++] = (unsigned char)(w->big_endian ? v >> 8 : v);
             buf[o++] = (unsigned char)(w->big_endian ? v : v >> 8);
         }
-        if (write_all(w->fd, buf, o) != 0) {
+        if (mt_write_all(w->fd, buf, o) != 0) {
             mt_set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
             return -1;
         }
@@ -612,11 +597,9 @@ int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
     int fmt;
     if (mt_audio_format_for_path(path, &fmt, err, errlen) != 0)
         return -1;
-    mt_audio_writer *w = calloc(1, sizeof *w);
-    if (!w) {
-        mt_set_err(err, errlen, "out of memory");
+    mt_audio_writer *w = mt_calloc_or_err(1, sizeof *w, err, errlen, NULL);
+    if (!w)
         return -1;
-    }
     size_t len = strlen(path);
     w->path = strdup(path);
     w->tmp = malloc(len + 64);
@@ -743,7 +726,7 @@ int mt_audio_writer_commit(mt_audio_writer *w, char *err, size_t errlen)
     int rc = 0;
     if (!w->sf) {
         /* an AU stream without samples still gets its header */
-        if (w->nhead && write_all(w->fd, w->head, w->nhead) != 0) {
+        if (w->nhead && mt_write_all(w->fd, w->head, w->nhead) != 0) {
             mt_set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
             rc = -1;
         }
@@ -825,11 +808,9 @@ static int pa_collect(mt_pa_device **list, int *n, char *err, size_t errlen)
         mt_set_err(err, errlen, "PortAudio: %s", Pa_GetErrorText(count));
         return -1;
     }
-    mt_pa_device *l = calloc(count ? (size_t)count : 1, sizeof *l);
-    if (!l) {
-        mt_set_err(err, errlen, "out of memory");
+    mt_pa_device *l = mt_calloc_or_err(count ? (size_t)count : 1, sizeof *l, err, errlen, NULL);
+    if (!l)
         return -1;
-    }
     PaDeviceIndex din = Pa_GetDefaultInputDevice();
     PaDeviceIndex dout = Pa_GetDefaultOutputDevice();
     for (int i = 0; i < count; i++) {

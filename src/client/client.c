@@ -190,11 +190,9 @@ int mt_client_new(const mt_client_config *cfg, mt_client **out,
                   char *err, size_t errlen)
 {
     *out = NULL;
-    mt_client *c = calloc(1, sizeof *c);
-    if (!c) {
-        mt_set_err(err, errlen, "out of memory");
+    mt_client *c = mt_calloc_or_err(1, sizeof *c, err, errlen, NULL);
+    if (!c)
         return -1;
-    }
     c->cfg = *cfg;
     if (cfg->cb)
         c->cb = *cfg->cb;

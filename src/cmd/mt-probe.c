@@ -385,33 +385,6 @@ static const mt_cli cli_summarize = {
     help_summarize,
 };
 
-/* Reads latency lines from in until its end or an interrupt. The usual
- * use is `mt-serve ... | mt-probe summarize` ended by Ctrl-C, which reaches
- * both programs: the interrupt ends the input (what was read is summarized)
- * instead of killing summarize before it prints. 0, or -1 with err. */
-static int summarize_stream(mt_summary *s, FILE *in, int strict, char *err,
-                            size_t errlen)
-{
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    long lineno = 0;
-    int rc = 0;
-    while (!stop_flag && (n = getline(&line, &cap, in)) >= 0) {
-        lineno++;
-        if (mt_summary_add_line(s, line, (size_t)n, lineno, strict, err, errlen)) {
-            rc = -1;
-            break;
-        }
-    }
-    if (!rc && ferror(in) && !(stop_flag && errno == EINTR)) {
-        mt_set_err(err, errlen, "read error: %s", strerror(errno));
-        rc = -1;
-    }
-    free(line);
-    return rc;
-}
-
 static int cmd_summarize(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -439,10 +412,13 @@ static int cmd_summarize(int argc, char **argv)
         return 1;
     }
     int rc = 0;
-    /* No SA_RESTART: an interrupt ends a blocked read (summarize_stream). */
+    /* No SA_RESTART: an interrupt ends a blocked read (mt_summary_read).
+     * The usual use is `mt-serve ... | mt-probe summarize` ended by Ctrl-C,
+     * which reaches both programs: the interrupt ends the input (what was
+     * read is summarized) instead of killing summarize before it prints. */
     catch_signals();
     if (optind == argc) {
-        if (summarize_stream(s, stdin, strict, err, sizeof err))
+        if (mt_summary_read(s, stdin, strict, &stop_flag, err, sizeof err))
             rc = 1;
     } else {
         for (int i = optind; i < argc && !rc && !stop_flag; i++) {
@@ -452,7 +428,7 @@ static int cmd_summarize(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            if (summarize_stream(s, f, strict, err, sizeof err))
+            if (mt_summary_read(s, f, strict, &stop_flag, err, sizeof err))
                 rc = 1;
             if (f != stdin)
                 fclose(f);

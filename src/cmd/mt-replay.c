@@ -19,6 +19,7 @@
 #include <portaudio.h>
 #include <sndfile.h>
 
+#include "util/io.h"
 #include "util/errmsg.h"
 #include "cmd/opt.h"
 #include "client/audio.h"
@@ -729,21 +730,6 @@ static void sleep_until(uint64_t t)
         ;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* One frame of the --emit stream, sent at t_send, onto stdout. 0, or -1
  * (said). */
 static int emit_frame(int type, uint32_t seq, uint64_t t_send,
@@ -757,7 +743,7 @@ static int emit_frame(int type, uint32_t seq, uint64_t t_send,
         fprintf(stderr, "mt-replay: encode: %s\n", mt_frame_strerror((int)n));
         return -1;
     }
-    if (write_all(1, buf, (size_t)n) != 0) {
+    if (mt_write_all(1, buf, (size_t)n) != 0) {
         fprintf(stderr, "mt-replay: write: %s\n", strerror(errno));
         return -1;
     }
@@ -845,11 +831,9 @@ static int play_format(const app *a, player *p, const mt_frame *f, char *err, si
         return -1;
     }
     p->have_fmt = 1;
-    p->pcm = calloc(fmt->frame_samples, sizeof *p->pcm);
-    if (!p->pcm) {
-        mt_set_err(err, errlen, "out of memory");
+    p->pcm = mt_calloc_or_err(fmt->frame_samples, sizeof *p->pcm, err, errlen, NULL);
+    if (!p->pcm)
         return -1;
-    }
     if (!a->out_pattern)
         return mt_player_open((int)fmt->sample_rate, (int)fmt->frame_samples,
                               &p->pl, err, errlen);

@@ -644,6 +644,16 @@ static int cuda_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *
                                      errlen);
 }
 
+/* Frees the pinned and device metadata (alloc_meta) and clears them. */
+static void free_meta(cuda_backend *be)
+{
+    if (be->h_meta)
+        cudaFreeHost(be->h_meta);
+    if (be->d_meta)
+        cudaFree(be->d_meta);
+    be->h_meta = be->d_meta = NULL;
+}
+
 static void cuda_destroy(mt_backend *b)
 {
     if (!b)
@@ -656,16 +666,11 @@ static void cuda_destroy(mt_backend *b)
             cublasDestroy(be->blas);
         if (be->st_ok)
             cudaStreamDestroy(be->st);
-        if (be->wslab)
-            cudaFree(be->wslab);
-        if (be->kv)
-            cudaFree(be->kv);
-        if (be->aslab)
-            cudaFree(be->aslab);
-        if (be->d_meta)
-            cudaFree(be->d_meta);
-        if (be->h_meta)
-            cudaFreeHost(be->h_meta);
+        void *const dev[] = {be->wslab, be->kv, be->aslab};
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+            if (dev[i])
+                cudaFree(dev[i]);
+        free_meta(be);
         if (be->h_out)
             cudaFreeHost(be->h_out);
         if (be->ev_ok) {
@@ -683,11 +688,7 @@ static void cuda_destroy(mt_backend *b)
 static int alloc_meta(cuda_backend *be, size_t tab_cap, char *err, size_t errlen)
 {
     size_t R = (size_t)be->R;
-    if (be->h_meta)
-        cudaFreeHost(be->h_meta);
-    if (be->d_meta)
-        cudaFree(be->d_meta);
-    be->h_meta = be->d_meta = NULL;
+    free_meta(be);
     be->tab_cap = tab_cap;
     size_t o_rows = 0, o_tok = up(R * sizeof(mt_cu_row)), o_pcm = o_tok + up(R * 4),
            o_tab = o_pcm + up(R * be->fs * 2);

@@ -75,11 +75,9 @@ int mt_sim_create(const mt_sim_profile *p, const mt_config *c,
                  p->name, p->model, c->name, p->model);
         return -1;
     }
-    mt_sim *s = calloc(1, sizeof *s);
-    if (!s) {
-        mt_set_err(err, errlen, "sim: out of memory");
+    mt_sim *s = mt_calloc_or_err(1, sizeof *s, err, errlen, "sim");
+    if (!s)
         return -1;
-    }
     s->p = *p;
     snprintf(s->label, sizeof s->label, "sim:%s", p->name);
     s->params = (double)mt_model_params(c);

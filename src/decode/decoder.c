@@ -160,11 +160,9 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
                  (int)o->kv_dtype, (int)o->weights);
         return NULL;
     }
-    mt_decoder *d = calloc(1, sizeof *d);
-    if (!d) {
-        mt_set_err(err, errlen, "decoder: out of memory");
+    mt_decoder *d = mt_calloc_or_err(1, sizeof *d, err, errlen, "decoder");
+    if (!d)
         return NULL;
-    }
     d->m = m;
     d->o = *o;
     return d;

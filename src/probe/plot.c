@@ -113,7 +113,20 @@ static int safe_path(const char *p, char *err, size_t errlen)
     return 0;
 }
 
-static int script_open(const char *png, const char *suffix, char *path,
+/* What every plot checks first: a gnuplot with a PNG terminal (its name
+ * into term[0..n)) and a PNG path that gnuplot can quote. 0, or -1 with err. */
+static int plot_start(const char *png, char *term, size_t n, char *err, size_t errlen)
+{
+    if (!mt_plot_available(term, n)) {
+        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
+        return -1;
+    }
+    return safe_path(png, err, errlen);
+}
+
+/* Creates PNG followed by suffix (its name into path[0..n)) for writing.
+ * 0, or -1 with err. */
+static int open_beside(const char *png, const char *suffix, char *path,
                        size_t n, FILE **f, char *err, size_t errlen)
 {
     snprintf(path, n, "%s%s", png, suffix);
@@ -122,6 +135,18 @@ static int script_open(const char *png, const char *suffix, char *path,
         mt_set_err(err, errlen, "plot: %s: %s", path, strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+/* Creates the script PNG.gp (its name into gp[0..n)) and starts it: the
+ * terminal at w x h and the output file. 0, or -1 with err. */
+static int script_open(const char *png, const char *term, int w, int h, char *gp,
+                       size_t n, FILE **f, char *err, size_t errlen)
+{
+    if (open_beside(png, ".gp", gp, n, f, err, errlen))
+        return -1;
+    terminal_line(*f, term, w, h);
+    fprintf(*f, "set output '%s'\n", png);
     return 0;
 }
 
@@ -143,18 +168,11 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
                   double period_ms, char *err, size_t errlen)
 {
     char term[16], dat[1024], gp[1024];
-    if (!mt_plot_available(term, sizeof term)) {
-        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
+    if (plot_start(png, term, sizeof term, err, errlen))
         return -1;
-    }
-    if (safe_path(png, err, errlen))
+    FILE *d;
+    if (open_beside(png, ".tsv", dat, sizeof dat, &d, err, errlen))
         return -1;
-    snprintf(dat, sizeof dat, "%s.tsv", png);
-    FILE *d = fopen(dat, "w");
-    if (!d) {
-        mt_set_err(err, errlen, "plot: %s: %s", dat, strerror(errno));
-        return -1;
-    }
     /* Missed frames (FILL) have no latency: the truthful p99 is drawn at
      * the top of the axis when more than 1 % of frames missed. */
     double cap = period_ms * 20;
@@ -178,10 +196,8 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
         return -1;
     }
     FILE *f;
-    if (script_open(png, ".gp", gp, sizeof gp, &f, err, errlen))
+    if (script_open(png, term, 1000, 640, gp, sizeof gp, &f, err, errlen))
         return -1;
-    terminal_line(f, term, 1000, 640);
-    fprintf(f, "set output '%s'\n", png);
     fprintf(f, "set title 'Frame latency vs concurrent sessions: "
             "the slope, then the wall'\n");
     fprintf(f, "set xlabel 'concurrent sessions'\n");
@@ -221,21 +237,15 @@ int mt_plot_soak(const char *png, const mt_plot_series *s, int n,
                  size_t errlen)
 {
     char term[16], gp[1024];
-    if (!mt_plot_available(term, sizeof term)) {
-        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
-        return -1;
-    }
-    if (safe_path(png, err, errlen))
+    if (plot_start(png, term, sizeof term, err, errlen))
         return -1;
     for (int i = 0; i < n; i++)
         if (safe_path(s[i].path, err, errlen))
             return -1;
     FILE *f;
-    if (script_open(png, ".gp", gp, sizeof gp, &f, err, errlen))
-        return -1;
     int rows = ncfg > 0 ? ncfg : 1;
-    terminal_line(f, term, 1400, 380 * rows + 80);
-    fprintf(f, "set output '%s'\n", png);
+    if (script_open(png, term, 1400, 380 * rows + 80, gp, sizeof gp, &f, err, errlen))
+        return -1;
     /* The lateness axis is shared by every row, so a flat bounded row and
      * a climbing unbounded row read against the same scale. */
     double lmax = 0;
@@ -319,22 +329,16 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
                   double period_ms, char *err, size_t errlen)
 {
     char term[16], gp[1024], dat[1024];
-    if (!mt_plot_available(term, sizeof term)) {
-        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
-        return -1;
-    }
-    if (safe_path(png, err, errlen))
+    if (plot_start(png, term, sizeof term, err, errlen))
         return -1;
     FILE *in = fopen(ticks_path, "r");
     if (!in) {
         mt_set_err(err, errlen, "plot: %s: %s", ticks_path, strerror(errno));
         return -1;
     }
-    snprintf(dat, sizeof dat, "%s.tsv", png);
-    FILE *d = fopen(dat, "w");
-    if (!d) {
+    FILE *d;
+    if (open_beside(png, ".tsv", dat, sizeof dat, &d, err, errlen)) {
         fclose(in);
-        mt_set_err(err, errlen, "plot: %s: %s", dat, strerror(errno));
         return -1;
     }
     static mt_latline ll;
@@ -370,10 +374,8 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
         return -1;
     }
     FILE *f;
-    if (script_open(png, ".gp", gp, sizeof gp, &f, err, errlen))
+    if (script_open(png, term, 1000, 600, gp, sizeof gp, &f, err, errlen))
         return -1;
-    terminal_line(f, term, 1000, 600);
-    fprintf(f, "set output '%s'\n", png);
     fprintf(f, "set title '%s'\n", title ? title : "mt-serve, per tick");
     fprintf(f, "set xlabel 'server time, s'\nset ylabel 'ms'\n");
     fprintf(f, "set y2label 'active sessions'\nset y2tics 1\n"

@@ -143,9 +143,11 @@ void mt_summary_free(mt_summary *s);
  * (strict: returns -1 with err). */
 int  mt_summary_add_line(mt_summary *s, const char *line, size_t len,
                          long lineno, int strict, char *err, size_t errlen);
-/* Reads a whole stream. */
+/* Reads a whole stream, or until *stop (when stop is not NULL) is set: an
+ * interrupt that sets it ends a blocked read without an error, and what
+ * was read counts. 0, or -1 with err ("read error: ..." or add_line's). */
 int  mt_summary_read(mt_summary *s, FILE *in, int strict,
-                     char *err, size_t errlen);
+                     const volatile sig_atomic_t *stop, char *err, size_t errlen);
 enum { MT_SUM_TABLE = 0, MT_SUM_TSV = 1 };
 void mt_summary_print(FILE *out, const mt_summary *s, int format,
                       const char *only_kind);

@@ -271,11 +271,9 @@ static int run_prepare(soak_ctx *x, const mt_soak_opts *o, int ci, int ri,
     if (mt_workload_make(&o->arrivals, &o->lengths, o->duration_s, period,
                          run->seed, o->max_sessions, &x->w, err, errlen))
         return -1;
-    x->s = calloc((size_t)x->w.n + 1, sizeof *x->s);
-    if (!x->s) {
-        mt_set_err(err, errlen, "out of memory");
+    x->s = mt_calloc_or_err((size_t)x->w.n + 1, sizeof *x->s, err, errlen, NULL);
+    if (!x->s)
         return -1;
-    }
     for (int i = 0; i < x->w.n; i++)
         x->s[i].frames = x->w.s[i].frames;
     run->sessions = x->w.n;
@@ -636,11 +634,9 @@ static int plot_runs(const mt_soak_opts *o, const mt_plot_series *ser, int nr,
                      double pred_med_all, const char *a, const char *l,
                      char *err, size_t errlen)
 {
-    const char **labels = calloc((size_t)o->ncfg + 1, sizeof *labels);
-    if (!labels) {
-        mt_set_err(err, errlen, "out of memory");
+    const char **labels = mt_calloc_or_err((size_t)o->ncfg + 1, sizeof *labels, err, errlen, NULL);
+    if (!labels)
         return -1;
-    }
     for (int c = 0; c < o->ncfg; c++)
         labels[c] = o->cfg[c].label;
     char title[256];

@@ -32,11 +32,9 @@ int mt_spawn_start(mt_spawn_proc *sp, const char *serve_bin,
     sp->out_fd = -1;
     snprintf(sp->sock, sizeof sp->sock, "%s", sock);
     snprintf(sp->log, sizeof sp->log, "%s", log_path ? log_path : "/dev/null");
-    char **argv = calloc((size_t)nargs + 4, sizeof *argv);
-    if (!argv) {
-        mt_set_err(err, errlen, "out of memory");
+    char **argv = mt_calloc_or_err((size_t)nargs + 4, sizeof *argv, err, errlen, NULL);
+    if (!argv)
         return -1;
-    }
     argv[0] = (char *)serve_bin;
     argv[1] = (char *)"-s";
     argv[2] = (char *)sock;

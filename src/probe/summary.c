@@ -15,6 +15,7 @@
 #include "probe/probe.h"
 #include "wire/latline.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -51,12 +52,8 @@ struct mt_summary {
 
 int mt_summary_new(mt_summary **out, char *err, size_t errlen)
 {
-    *out = calloc(1, sizeof **out);
-    if (!*out) {
-        mt_set_err(err, errlen, "summarize: out of memory");
-        return -1;
-    }
-    return 0;
+    *out = mt_calloc_or_err(1, sizeof **out, err, errlen, "summarize");
+    return *out ? 0 : -1;
 }
 
 void mt_summary_free(mt_summary *s)
@@ -184,24 +181,23 @@ int mt_summary_add_line(mt_summary *s, const char *line, size_t len,
     return 0;
 }
 
-int mt_summary_read(mt_summary *s, FILE *in, int strict, char *err,
-                    size_t errlen)
+int mt_summary_read(mt_summary *s, FILE *in, int strict,
+                    const volatile sig_atomic_t *stop, char *err, size_t errlen)
 {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
     long lineno = 0;
     int rc = 0;
-    while ((n = getline(&line, &cap, in)) >= 0) {
+    while (!(stop && *stop) && (n = getline(&line, &cap, in)) >= 0) {
         lineno++;
-        if (mt_summary_add_line(s, line, (size_t)n, lineno, strict, err,
-                                errlen)) {
+        if (mt_summary_add_line(s, line, (size_t)n, lineno, strict, err, errlen)) {
             rc = -1;
             break;
         }
     }
-    if (!rc && ferror(in)) {
-        mt_set_err(err, errlen, "summarize: read error");
+    if (!rc && ferror(in) && !(stop && *stop && errno == EINTR)) {
+        mt_set_err(err, errlen, "read error: %s", strerror(errno));
         rc = -1;
     }
     free(line);

@@ -372,11 +372,9 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
                  "(mt-serve serves PCM frame streams)");
         return -1;
     }
-    mt_engine *e = calloc(1, sizeof *e);
-    if (!e) {
-        mt_set_err(err, errlen, "engine: out of memory");
+    mt_engine *e = mt_calloc_or_err(1, sizeof *e, err, errlen, "engine");
+    if (!e)
         return -1;
-    }
     e->o = *o;
     e->dec = dec;
     e->pool = mt_decoder_pool(dec);

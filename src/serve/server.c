@@ -279,11 +279,9 @@ static int open_agent(mt_server *s, char *err, size_t errlen)
 int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t errlen)
 {
     *out = NULL;
-    mt_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        mt_set_err(err, errlen, "out of memory");
+    mt_server *s = mt_calloc_or_err(1, sizeof *s, err, errlen, NULL);
+    if (!s)
         return -1;
-    }
     s->o = *o;
     s->spare_fd = -1;
     if (s->o.max_conns <= 0)

@@ -66,11 +66,9 @@ int mt_ticker_start(const mt_ticker_opts *o, mt_ticker **out, char *err,
         mt_set_err(err, errlen, "ticker: no engine or no period");
         return -1;
     }
-    mt_ticker *t = calloc(1, sizeof *t);
-    if (!t) {
-        mt_set_err(err, errlen, "out of memory");
+    mt_ticker *t = mt_calloc_or_err(1, sizeof *t, err, errlen, NULL);
+    if (!t)
         return -1;
-    }
     t->o = *o;
     atomic_init(&t->stop, 0);
     int e = pthread_create(&t->th, NULL, tick_main, t);

@@ -11,6 +11,10 @@
 void mt_set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* calloc(n, size); when that fails, "WHAT: out of memory" in err (plain
+ * "out of memory" when what is NULL) and NULL. */
+void *mt_calloc_or_err(size_t n, size_t size, char *err, size_t errlen, const char *what);
+
 /* Where the serving side's human log goes: one message, no newline. */
 typedef void (*mt_log_fn)(void *ctx, const char *msg);
 

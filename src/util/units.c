@@ -23,18 +23,28 @@ static int leading_number(const char *s, double *v, char **end)
     return 0;
 }
 
+/* leading_number for a WHAT ("size", "duration") whose examples are eg:
+ * 0, or -1 with "empty WHAT" or "bad WHAT 'S' (e.g. EG)" in err. */
+static int number_or_err(const char *s, const char *what, const char *eg, double *v,
+                         char **end, char *err, size_t errlen)
+{
+    if (!s || !*s) {
+        mt_set_err(err, errlen, "empty %s", what);
+        return -1;
+    }
+    if (leading_number(s, v, end)) {
+        mt_set_err(err, errlen, "bad %s '%s' (e.g. %s)", what, s, eg);
+        return -1;
+    }
+    return 0;
+}
+
 int mt_parse_bytes(const char *s, uint64_t *out, char *err, size_t errlen)
 {
     char *end;
     double v, mul = 1;
-    if (!s || !*s) {
-        mt_set_err(err, errlen, "empty size");
+    if (number_or_err(s, "size", "64M, 1.5G, 4096", &v, &end, err, errlen))
         return -1;
-    }
-    if (leading_number(s, &v, &end)) {
-        mt_set_err(err, errlen, "bad size '%s' (e.g. 64M, 1.5G, 4096)", s);
-        return -1;
-    }
     if (*end && strcasecmp(end, "b")) {
         switch (*end | 0x20) {
         case 'k': mul = 1024.0; break;
@@ -64,14 +74,8 @@ int mt_parse_duration(const char *s, double unit_s, double *out,
 {
     char *end;
     double v;
-    if (!s || !*s) {
-        mt_set_err(err, errlen, "empty duration");
+    if (number_or_err(s, "duration", "20s, 800ms, 2m", &v, &end, err, errlen))
         return -1;
-    }
-    if (leading_number(s, &v, &end)) {
-        mt_set_err(err, errlen, "bad duration '%s' (e.g. 20s, 800ms, 2m)", s);
-        return -1;
-    }
     /* a number in the unit itself stays exact: 80 ms is 80, not 80.000001 */
     if (!*end)
         ;

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/io.h"
 #include "wire/endpoint.h"
 #include "wire/frame.h"
 
@@ -487,26 +488,11 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
     return ok ? 0 : 1;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int run_emit(int pace)
 {
     uint8_t b[MT_FRAME_MAX_SIZE];
     long m = enc_hello(b, sizeof b, 0);
-    if (write_all(1, b, (size_t)m))
+    if (mt_write_all(1, b, (size_t)m))
         return 1;
     uint64_t P = (uint64_t)(period_ms * 1e6), t0 = now_ns();
     for (int k = 0; k < nframes; k++) {
@@ -518,11 +504,11 @@ static int run_emit(int pace)
         }
         make_pcm((uint32_t)k);
         m = enc(b, sizeof b, MT_FRAME_AUDIO, (uint32_t)k, pcm, (size_t)fsamples * 2);
-        if (write_all(1, b, (size_t)m))
+        if (mt_write_all(1, b, (size_t)m))
             return 1;
     }
     m = enc(b, sizeof b, MT_FRAME_END, 0, NULL, 0);
-    return write_all(1, b, (size_t)m) ? 1 : 0;
+    return mt_write_all(1, b, (size_t)m) ? 1 : 0;
 }
 
 static int run_read(int expect)
