@@ -4,8 +4,10 @@
  * The simulator answers accepts the way mt-serve does (the session is
  * active at the next tick) and sends a new request every tick, faster
  * than capacity. Checks: metronome climbs to within a few percent of the
- * true N* (the largest level whose clean p99 stays under margin x budget)
- * and never above it, one admission at a time, never on a stale signal;
+ * true N* (the largest level whose clean p99 stays under its ceiling:
+ * probe x budget, the budget itself by default; margin x budget with the
+ * probe off) and never above it, one admission at a time, never on a
+ * stale signal;
  * it ignores outliers, follows a server that slows down, and unblocks on
  * a refusal; aimd oscillates around the wall; gradient stays bounded;
  * static caps; the options are checked.
@@ -176,6 +178,13 @@ static void sim_tick(sim *s, mt_admit *a)
     s->tick++;
 }
 
+/* What metronome aims under (ms): the probe's ceiling, or the margin's
+ * target with the probe off (admit.c's metronome_ceiling). */
+static double ceiling_ms(const mt_admit_opts *o)
+{
+    return (o->probe > o->margin ? o->probe : o->margin) * o->budget_ms;
+}
+
 static mt_admit *make(mt_admit_opts *o, sim *s)
 {
     char err[256];
@@ -203,17 +212,27 @@ static void sim_run(sim *s, mt_admit *a, int ticks)
 
 /* ---- tests -------------------------------------------------------------- */
 
-static void test_metronome_converges(double a0, double b0, const char *name)
+/* probe: the option's value, or < 0 for the default. ticks: run length.
+ * full: must settle within 5% of N* (under the ceiling); 0: within 5% of
+ * the margin's N* at least: the probe takes probe_ticks and more per
+ * level past the margin's prediction, one level at a time, so a shallow
+ * slope (many levels between margin and budget) is probed for longer
+ * than a test runs. Never above N* either way. */
+static void test_metronome_converges(double a0, double b0, const char *name, double probe,
+                                     int ticks, int full)
 {
     sim s;
     sim_init(&s, a0, b0);
     mt_admit_opts o;
-    mt_admit *a = make_default(&o, &s);
+    mt_admit_opts_default(&o);
+    if (probe >= 0)
+        o.probe = probe;
+    mt_admit *a = make(&o, &s);
     if (!a)
         return;
-    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    int nstar = true_nstar(&s, ceiling_ms(&o));
     int reached_at = -1;
-    for (int i = 0; i < 3000; i++) {
+    for (int i = 0; i < ticks; i++) {
         sim_tick(&s, a);
         if (getenv("ADMIT_TRACE")) {
             mt_admit_stats t;
@@ -229,8 +248,14 @@ static void test_metronome_converges(double a0, double b0, const char *name)
              name, a0, b0, nstar, s.active, s.max_active, mt_admit_limit(a), reached_at);
     ok(s.max_active <= nstar, "metronome (%s): never above N* (max %d, N* %d)", name,
        s.max_active, nstar);
-    ok(s.active >= 0.95 * nstar, "metronome (%s): settles within 5%% of N* (%d of %d)",
-       name, s.active, nstar);
+    int nmargin = true_nstar(&s, o.margin * o.budget_ms);
+    /* or one level under it: at a steep slope (4 ms a session against an
+     * 80 ms budget) one level is 5%, and the last one is what the z
+     * standard errors hold back */
+    int want = full ? nstar : nmargin;
+    ok(s.active >= 0.95 * want || s.active >= want - 1,
+       "metronome (%s): settles within 5%% (or a level) of N* (%d of %d; the margin's N* %d)",
+       name, s.active, nstar, nmargin);
     ok(s.accepts_same_tick == 0 && s.min_gap >= o.settle_ticks,
        "metronome (%s): one admission at a time, >= %d ticks apart (min gap %lld)",
        name, o.settle_ticks, (long long)s.min_gap);
@@ -254,11 +279,17 @@ static void test_metronome_outliers(void)
     mt_admit *a = make_default(&o, &s);
     if (!a)
         return;
-    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    int nstar = true_nstar(&s, ceiling_ms(&o));
+    int nmargin = true_nstar(&s, o.margin * o.budget_ms);
     sim_run(&s, a, 3000);
-    tap_diag("outliers 5%%: N*=%d reached %d", nstar, s.active);
-    ok(s.active >= 0.85 * nstar && s.max_active <= nstar,
-       "metronome: 5%% outliers barely move it (%d of N* %d)", s.active, nstar);
+    tap_diag("outliers 5%%: N*=%d (the margin's %d) reached %d", nstar, nmargin, s.active);
+    /* Measured against the margin's N*: a 4x step one tick in twenty is
+     * real lateness (the backlog takes ticks to drain, longer the nearer
+     * the wall), which rightly holds the probe back; what the test shows
+     * is that the fit itself is not moved by the outliers. */
+    ok(s.active >= 0.85 * nmargin && s.max_active <= nstar,
+       "metronome: 5%% outliers barely move it (%d of N* %d, the margin's %d)", s.active,
+       nstar, nmargin);
     mt_admit_free(a);
 }
 
@@ -278,9 +309,9 @@ static void test_metronome_knee(void)
     mt_admit *a = make_default(&o, &s);
     if (!a)
         return;
-    int nstar = true_nstar(&s, o.margin * o.budget_ms);
+    int nstar = true_nstar(&s, ceiling_ms(&o));
     sim_run(&s, a, 4000);
-    double target = o.margin * o.budget_ms;
+    double target = ceiling_ms(&o);
     double p99_max = true_step(&s, s.max_active) + 2.33 * true_sigma(&s, s.max_active);
     tap_diag("knee: N*=%d reached %d (max %d), accepts %d; clean p99 at the max %.2f ms, target %.1f",
              nstar, s.active, s.max_active, s.accepts, p99_max, target);
@@ -307,7 +338,7 @@ static void test_metronome_slowdown(void)
     sim_run(&s, a, 1500);
     int before = mt_admit_limit(a);
     s.b *= 2;                   /* the server gets twice as slow per session */
-    int nstar2 = true_nstar(&s, o.margin * o.budget_ms);
+    int nstar2 = true_nstar(&s, ceiling_ms(&o));
     int max_after = 0;
     for (int i = 0; i < 2500; i++) {
         sim_tick(&s, a);
@@ -326,8 +357,13 @@ static void test_metronome_slowdown(void)
     ok(mt_admit_limit(a) <= nstar2 && max_after <= nstar2,
        "metronome: follows a server that slows down (limit %d, N* %d)",
        mt_admit_limit(a), nstar2);
-    ok(mt_admit_limit(a) >= 0.8 * nstar2, "metronome: and stays useful (limit %d)",
-       mt_admit_limit(a));
+    /* useful: back at least near the margin's N* of the slower server
+     * (the probe above it, one level per long look, is slower than this
+     * test's sessions' lives) */
+    int nmargin2 = true_nstar(&s, o.margin * o.budget_ms);
+    ok(mt_admit_limit(a) >= 0.8 * nmargin2,
+       "metronome: and stays useful (limit %d, the margin's N* %d)", mt_admit_limit(a),
+       nmargin2);
     mt_admit_free(a);
 }
 
@@ -526,9 +562,12 @@ int main(void)
     if (getenv("MT_ADMIT_SEED"))
         sim_seed = strtoull(getenv("MT_ADMIT_SEED"), NULL, 10);
     test_opts();
-    test_metronome_converges(5, 2.0, "a=5 b=2");
-    test_metronome_converges(20, 0.5, "a=20 b=0.5");
-    test_metronome_converges(1, 4.0, "a=1 b=4");
+    test_metronome_converges(5, 2.0, "a=5 b=2", -1, 3000, 1);
+    test_metronome_converges(20, 0.5, "a=20 b=0.5", -1, 3000, 0);
+    test_metronome_converges(1, 4.0, "a=1 b=4", -1, 3000, 1);
+    /* the probe off: it stops where the margin puts it, as before the probe */
+    test_metronome_converges(5, 2.0, "a=5 b=2, no probe", 0, 3000, 1);
+    test_metronome_converges(20, 0.5, "a=20 b=0.5, no probe", 0, 3000, 1);
     test_metronome_outliers();
     test_metronome_knee();
     test_metronome_slowdown();
