@@ -28,6 +28,7 @@
 
 typedef struct level {
     float   y[RING];
+    float   sig[RING];  /* the tick's signal (lateness included), for the probe */
     int64_t tick[RING];
     int     n, head;
     /* the going-above test (metronome_predict): its last verdict, and the
@@ -232,8 +233,8 @@ static int cmp_float(const void *x, const void *y)
  * Croux and Rousseeuw, floored) of a level over its samples that are
  * younger than forget_ticks and not older than the last change point;
  * with recent > 0 only the newest `recent` of them. Returns the count. */
-static int level_est(const mt_admit *a, const level *l, int recent, double *med,
-                     double *sigma)
+static int level_est_of(const mt_admit *a, const level *l, int recent, int of_sig,
+                        double *med, double *sigma)
 {
     float v[RING];
     int n = 0;
@@ -241,7 +242,7 @@ static int level_est(const mt_admit *a, const level *l, int recent, double *med,
         int i = (l->head - 1 - k + RING) % RING;     /* newest first */
         if (a->st.ticks - l->tick[i] > a->o.forget_ticks || l->tick[i] < a->reset_tick)
             break;
-        v[n++] = l->y[i];
+        v[n++] = of_sig ? l->sig[i] : l->y[i];
         if (recent > 0 && n == recent)
             break;
     }
@@ -262,12 +263,20 @@ static int level_est(const mt_admit *a, const level *l, int recent, double *med,
     return n;
 }
 
-static void level_add(mt_admit *a, int x, double y)
+/* level_est_of over what the model learns (step_ms, or p99_ms) */
+static int level_est(const mt_admit *a, const level *l, int recent, double *med,
+                     double *sigma)
 {
-    if (x < 1 || x > MT_ADMIT_MAX_LEVEL || !isfinite(y))
+    return level_est_of(a, l, recent, 0, med, sigma);
+}
+
+static void level_add(mt_admit *a, int x, double y, double sig)
+{
+    if (x < 1 || x > MT_ADMIT_MAX_LEVEL || !isfinite(y) || !isfinite(sig))
         return;
     level *l = &a->lv[x];
     l->y[l->head] = (float)y;
+    l->sig[l->head] = (float)sig;
     l->tick[l->head] = a->st.ticks;
     l->head = (l->head + 1) % RING;
     if (l->n < RING)
@@ -350,7 +359,10 @@ static double fit_var(const line_fit *f, double x)
  * (slope of the median plus qz x slope of the spread) adds to it. So: x's
  * own p99 estimate (median + qz sigma, sigma never under the fitted
  * spread) plus that slope, plus z standard errors of both, under the
- * ceiling (probe x budget). Only on a long look (probe_ticks samples:
+ * ceiling (probe x budget). The level's estimate is of the signal itself
+ * (lateness included), not of the compute the line models: near the wall
+ * a tick-batched server's frames wait on the tick before theirs, and that
+ * wait is what the budget is about. Only on a long look (probe_ticks samples:
  * the standard error shrinks as 1/sqrt(n), so the last levels before
  * the wall are told apart from it), and looked at again only when the
  * count has doubled or a ring of new samples came, as the going-above
@@ -360,7 +372,7 @@ static int metronome_probe(mt_admit *a, int x, const line_fit *fm, const line_fi
 {
     level *l = &a->lv[x];
     double m, s, qz = a->o.quantile_z;
-    int n = level_est(a, l, 0, &m, &s);
+    int n = level_est_of(a, l, 0, 1, &m, &s);
     if (n < l->probe_n)              /* forgotten, or a change point */
         l->probe_n = 0;
     if (n >= a->o.probe_ticks &&
@@ -545,7 +557,6 @@ static double model_y(const mt_admit *a, const mt_tick *t)
 
 static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
 {
-    (void)y;
     a->behind = t->late_ms > a->o.budget_ms;
     int xa = (int)t->active;
     if (!a->have_tick || a->last.active != t->active) {
@@ -560,11 +571,12 @@ static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
         a->st.late_levels++;
         a->level_clean = 0;
     }
+    double sig = y;
     y = model_y(a, t);
     int x = (int)(t->stepped >= t->active ? t->active : t->stepped);
     int transient = a->have_tick && a->last.active != t->active;
     if (t->stepped > 0 && !transient)
-        level_add(a, x, y);
+        level_add(a, x, y, sig);
     if (a->waiting) {
         int shown = t->admitted > a->wait_admitted && t->stepped >= t->active;
         int refused = t->rejected > a->wait_rejected && t->admitted <= a->wait_admitted;
