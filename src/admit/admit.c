@@ -97,7 +97,7 @@ void mt_admit_opts_default(mt_admit_opts *o)
     o->forget_ticks = 3000;
     o->z = 2.0;
     o->quantile_z = 2.33;
-    o->probe = 0;          /* off: see mt-admit(1), the bench's figures */
+    o->probe = 1.0;
     o->probe_ticks = 48;
     o->interval_ticks = 12;
     o->beta = 0.7;

@@ -68,7 +68,7 @@ typedef struct mt_admit_opts {
     double z;              /* uncertainty: standard errors added (2.0) */
     double quantile_z;     /* per-level tail: median + qz x sigma (2.33 ~ p99) */
     double probe;          /* ceiling of the probe above the margin, x budget
-                              (0: off); <= margin: no probe */
+                              (1.0); <= margin: no probe */
     int    probe_ticks;    /* samples of a level before probing above it (48) */
     /* aimd */
     int    interval_ticks; /* aimd/gradient update period (12) */

@@ -48,7 +48,7 @@ static void usage(FILE *f)
 "      --quantile-z F     per-level tail: median + F sigma (2.33, ~p99)\n"
 "      --probe F          past the margin, probe one level at a time while a\n"
 "                         level's p99 plus the fitted slope stays under\n"
-"                         F x budget (default 0: off; F <= margin: off)\n"
+"                         F x budget (1.0; F <= margin: no probe)\n"
 "      --probe-ticks N    samples of a level before probing above it (48)\n"
 "  aimd, gradient:\n"
 "      --interval N       ticks between limit updates (12)\n"

@@ -5,8 +5,8 @@
  * active at the next tick) and sends a new request every tick, faster
  * than capacity. Checks: metronome climbs to within a few percent of the
  * true N* (the largest level whose clean p99 stays under its ceiling:
- * margin x budget by default, probe x budget with --probe) and never
- * above it, one admission at a time, never on a
+ * probe x budget, the budget itself by default; margin x budget with the
+ * probe off) and never above it, one admission at a time, never on a
  * stale signal;
  * it ignores outliers, follows a server that slows down, and unblocks on
  * a refusal; aimd oscillates around the wall; gradient stays bounded;
@@ -562,14 +562,14 @@ int main(void)
     if (getenv("MT_ADMIT_SEED"))
         sim_seed = strtoull(getenv("MT_ADMIT_SEED"), NULL, 10);
     test_opts();
-    /* the default (no probe): it stops where the margin puts it */
+    /* the default (--probe 1): on to the budget, one level per long look */
     test_metronome_converges(5, 2.0, "a=5 b=2", -1, 3000, 1);
-    test_metronome_converges(20, 0.5, "a=20 b=0.5", -1, 3000, 1);
+    test_metronome_converges(20, 0.5, "a=20 b=0.5", -1, 3000, 0);
     test_metronome_converges(1, 4.0, "a=1 b=4", -1, 3000, 1);
-    /* --probe 1: on to the budget, one level per long look */
-    test_metronome_converges(5, 2.0, "a=5 b=2, probe 1", 1.0, 3000, 1);
-    test_metronome_converges(20, 0.5, "a=20 b=0.5, probe 1", 1.0, 3000, 0);
-    test_metronome_converges(1, 4.0, "a=1 b=4, probe 1", 1.0, 3000, 1);
+    /* --probe 0: it stops where the margin puts it */
+    test_metronome_converges(5, 2.0, "a=5 b=2, no probe", 0, 3000, 1);
+    test_metronome_converges(20, 0.5, "a=20 b=0.5, no probe", 0, 3000, 1);
+    test_metronome_converges(1, 4.0, "a=1 b=4, no probe", 0, 3000, 1);
     test_metronome_outliers();
     test_metronome_knee();
     test_metronome_slowdown();
