@@ -22,7 +22,7 @@
  *              one session at a time and only once the previous admission
  *              shows in the ticks; then probes on, one level at a time
  *              and only on a level's own long evidence (probe_ticks
- *              samples), while that level's p99 upper bound plus the
+ *              samples), while that level's own p99 of the signal plus the
  *              fitted slope of p99 in n stays under probe x budget;
  *              lateness over budget blocks admissions, and lateness born
  *              at a level that does not recover caps the limit below
