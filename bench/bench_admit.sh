@@ -27,6 +27,7 @@ set -u
 # median and worst, as a fraction of N*), time to reach it, late ticks
 # after WARM s and the longest run of them, frames late (session-ticks
 # over the budget). Every figure is of the simulation, labelled so.
+# ADMIT_ARGS: more options for every mt-admit (e.g. --probe 1).
 # PROFILE defaults to tests/profiles/bench-small.profile: h200-moshi7b's
 # N* (thousands of sessions at a short window) cannot be carried in real
 # time by this 2-core machine's clients; bench-small is the same model on a
@@ -41,7 +42,7 @@ if [ "${MODE:-}" = sim ]; then
     PROFILE=${PROFILE:-$ROOT/tests/profiles/bench-small.profile}
     MODEL=${MODEL:-synthetic:moshi-7b}
     BUDGET=${BUDGET:-80} MARGIN=${MARGIN:-0.9} SECS=${SECS:-45} WARM=${WARM:-5}
-    ARRIVE=${ARRIVE:-0.1} SEEDS=${SEEDS:-1 2 3 4 5}
+    ARRIVE=${ARRIVE:-0.1} SEEDS=${SEEDS:-1 2 3 4 5} ADMIT_ARGS=${ADMIT_ARGS:-}
     FROM=${FROM:-26} TO=${TO:-44} STEP=${STEP:-2} HOLD=${HOLD:-4s}
     SERVE_ARGS=${SERVE_ARGS:---sink 4 --window 28 --max-sessions 128}
     T_TMP=$(mktemp -d /tmp/mt-bench-admit-sim.XXXXXX)
@@ -51,13 +52,15 @@ if [ "${MODE:-}" = sim ]; then
     . "$ROOT/tests/integration/admit_lib.sh"
     FC=$TESTBIN/mt-fakeclient
     label=$(sed -n 's/^name *= *\([^ #]*\).*/\1/p' "$PROFILE")
-    echo "bench_admit: SIMULATED device sim:$label ($PROFILE), $MODEL, budget $BUDGET ms, margin $MARGIN, clients every $ARRIVE s for $SECS s, seeds: $SEEDS, ${PARALLEL:-1} loop(s) at a time"
+    echo "bench_admit: SIMULATED device sim:$label ($PROFILE), $MODEL, budget $BUDGET ms, margin $MARGIN${ADMIT_ARGS:+, mt-admit $ADMIT_ARGS}, clients every $ARRIVE s for $SECS s, seeds: $SEEDS, ${PARALLEL:-1} loop(s) at a time"
     # simloop DIR POLICY PROF: one closed loop into DIR
     simloop() {
         local d=$1 pol=$2 prof=$3 srv ctl
         mkdir -p "$d"; mkfifo "$d/ctl" "$d/out"
+        # ADMIT_ARGS go to every policy's mt-admit (metronome's --probe
+        # is ignored by the others)
         tee "$d/lat" <"$d/out" | "$BIN/mt-admit" --budget "$BUDGET" --margin "$MARGIN" \
-            --policy "$pol" --status-every 0 >"$d/ctl" 2>"$d/err" &
+            --policy "$pol" --status-every 0 $ADMIT_ARGS >"$d/ctl" 2>"$d/err" &
         ctl=$!
         "$BIN/mt-serve" -s "$d/s.sock" --device "sim:$prof" -m "$MODEL" $SERVE_ARGS \
             --control "$d/ctl" >"$d/out" 2>"$d/log" &

@@ -28,12 +28,16 @@
 
 typedef struct level {
     float   y[RING];
+    float   sig[RING];  /* the tick's signal (lateness included), for the probe */
     int64_t tick[RING];
     int     n, head;
     /* the going-above test (metronome_predict): its last verdict, and the
      * sample count and tick it was taken at */
     int     above_ok, above_n;
     int64_t above_tick;
+    /* the probe's test (metronome_probe), looked at the same way */
+    int     probe_ok, probe_n;
+    int64_t probe_tick;
 } level;
 
 typedef struct held {
@@ -93,6 +97,8 @@ void mt_admit_opts_default(mt_admit_opts *o)
     o->forget_ticks = 3000;
     o->z = 2.0;
     o->quantile_z = 2.33;
+    o->probe = 1.0;
+    o->probe_ticks = 48;
     o->interval_ticks = 12;
     o->beta = 0.7;
     o->initial = 1;
@@ -148,6 +154,9 @@ int mt_admit_opts_check(const mt_admit_opts *o, char *err, size_t errlen)
     BAD(o->forget_ticks < 1, "forget ticks must be >= 1");
     BAD(!(o->z >= 0 && o->z <= 20), "z must be in 0..20");
     BAD(!(o->quantile_z >= 0 && o->quantile_z <= 20), "quantile z must be in 0..20");
+    BAD(!(o->probe >= 0 && o->probe <= 1), "probe must be in [0, 1]");
+    BAD(o->probe_ticks < MIN_LEVEL_N || o->probe_ticks > 100000,
+        "probe ticks must be %d..100000", MIN_LEVEL_N);
     BAD(o->interval_ticks < 1 || o->interval_ticks > 100000, "interval must be 1..100000 ticks");
     BAD(!(o->beta > 0 && o->beta < 1), "beta must be in (0, 1)");
     BAD(o->initial < 0 || o->initial > MT_ADMIT_MAX_LEVEL, "initial limit out of range");
@@ -222,8 +231,8 @@ static int cmp_float(const void *x, const void *y)
  * Croux and Rousseeuw, floored) of a level over its samples that are
  * younger than forget_ticks and not older than the last change point;
  * with recent > 0 only the newest `recent` of them. Returns the count. */
-static int level_est(const mt_admit *a, const level *l, int recent, double *med,
-                     double *sigma)
+static int level_est_of(const mt_admit *a, const level *l, int recent, int of_sig,
+                        double *med, double *sigma)
 {
     float v[RING];
     int n = 0;
@@ -231,7 +240,7 @@ static int level_est(const mt_admit *a, const level *l, int recent, double *med,
         int i = (l->head - 1 - k + RING) % RING;     /* newest first */
         if (a->st.ticks - l->tick[i] > a->o.forget_ticks || l->tick[i] < a->reset_tick)
             break;
-        v[n++] = l->y[i];
+        v[n++] = of_sig ? l->sig[i] : l->y[i];
         if (recent > 0 && n == recent)
             break;
     }
@@ -252,12 +261,20 @@ static int level_est(const mt_admit *a, const level *l, int recent, double *med,
     return n;
 }
 
-static void level_add(mt_admit *a, int x, double y)
+/* level_est_of over what the model learns (step_ms, or p99_ms) */
+static int level_est(const mt_admit *a, const level *l, int recent, double *med,
+                     double *sigma)
 {
-    if (x < 1 || x > MT_ADMIT_MAX_LEVEL || !isfinite(y))
+    return level_est_of(a, l, recent, 0, med, sigma);
+}
+
+static void level_add(mt_admit *a, int x, double y, double sig)
+{
+    if (x < 1 || x > MT_ADMIT_MAX_LEVEL || !isfinite(y) || !isfinite(sig))
         return;
     level *l = &a->lv[x];
     l->y[l->head] = (float)y;
+    l->sig[l->head] = (float)sig;
     l->tick[l->head] = a->st.ticks;
     l->head = (l->head + 1) % RING;
     if (l->n < RING)
@@ -333,13 +350,67 @@ static double fit_var(const line_fit *f, double x)
 
 #define FIT_MAX 256
 
+/* The probe: may the controller go from level x to x + 1, above what the
+ * margin allows? The margin is what a line extrapolated over levels far
+ * below may be trusted with; near the wall the level now running is the
+ * better evidence, and one level up is what the fitted slope of p99 in n
+ * (slope of the median plus qz x slope of the spread) adds to it. So: x's
+ * own p99 estimate (median + qz sigma, sigma never under the fitted
+ * spread) plus that slope, plus z standard errors of both, under the
+ * ceiling (probe x budget). The level's estimate is of the signal itself
+ * (lateness included), not of the compute the line models: near the wall
+ * a tick-batched server's frames wait on the tick before theirs, and that
+ * wait is what the budget is about. Only on a long look (probe_ticks samples:
+ * the standard error shrinks as 1/sqrt(n), so the last levels before
+ * the wall are told apart from it), and looked at again only when the
+ * count has doubled or a ring of new samples came, as the going-above
+ * test: a test repeated every tick would pass by chance. */
+static int metronome_probe(mt_admit *a, int x, const line_fit *fm, const line_fit *fs,
+                           double ceiling)
+{
+    level *l = &a->lv[x];
+    double m, s, qz = a->o.quantile_z;
+    int n = level_est_of(a, l, 0, 1, &m, &s);
+    if (n < l->probe_n)              /* forgotten, or a change point */
+        l->probe_n = 0;
+    if (n >= a->o.probe_ticks &&
+        (l->probe_n == 0 || n >= 2 * l->probe_n || a->st.ticks - l->probe_tick >= RING)) {
+        double sf = fit_at(fs, x);
+        if (s < sf)
+            s = sf;
+        double se2 = s * s * (1.5708 + qz * qz * 1.36) / n;
+        double slope = fm->B + qz * (fs->B > 0 ? fs->B : 0);
+        double slope_var = 0;
+        if (fm->k > 0 && fm->sw > 0)
+            slope_var = fm->prop ? fm->chi / fm->sw / (fm->xbar * fm->xbar)
+                                 : (fm->sxx > 0 ? fm->chi / fm->sxx : 0);
+        int was = l->probe_n > 0 && l->probe_ok;
+        l->probe_ok = m + qz * s + slope + a->o.z * sqrt(se2 + slope_var) <= ceiling;
+        l->probe_n = n;
+        l->probe_tick = a->st.ticks;
+        if (l->probe_ok && !was)
+            a->st.probes++;
+    }
+    return l->probe_n > 0 && l->probe_ok;
+}
+
+/* The ceiling the probe climbs to (ms): probe x budget, or the margin's
+ * target when the probe is off. */
+static double metronome_ceiling(const mt_admit *a)
+{
+    double p = a->o.probe > a->o.margin ? a->o.probe : a->o.margin;
+    return p * a->o.budget_ms;
+}
+
 /* Fits the median m(x) and the spread s(x) of the signal over the levels,
  * then returns the largest x whose m + qz s, plus z standard errors of
  * that estimate, stays under margin x budget; never at or above a level
- * already seen over it. */
+ * already seen over the ceiling (probe x budget). From there, the probe
+ * (metronome_probe) goes on one level at a time. */
 static int metronome_predict(mt_admit *a)
 {
     double target = a->o.margin * a->o.budget_ms;
+    double ceiling = metronome_ceiling(a);
     double xs[FIT_MAX], ms[FIT_MAX], mv[FIT_MAX], ss[FIT_MAX], sv[FIT_MAX];
     int ns[FIT_MAX];
     int k = 0, cap = 0;
@@ -350,7 +421,7 @@ static int metronome_predict(mt_admit *a)
         int n = level_est(a, &a->lv[x], 0, &m, &s);
         if (n < MIN_LEVEL_N)
             continue;
-        if (m + a->o.quantile_z * s > target && (!cap || x < cap))
+        if (m + a->o.quantile_z * s > ceiling && (!cap || x < cap))
             cap = x;     /* direct evidence beats any extrapolation */
         xs[k] = x;
         ns[k] = n;
@@ -447,6 +518,10 @@ static int metronome_predict(mt_admit *a)
         if (l->above_n == 0 || !l->above_ok)
             best = xa;
     }
+    if (ceiling > target && best <= xa && xa >= 1 && xa < MT_ADMIT_MAX_LEVEL &&
+        xa + 1 <= a->o.max_limit && (!cap || xa + 1 < cap) &&
+        metronome_probe(a, xa, &fm, &fs, ceiling))
+        best = xa + 1;
     return best;
 }
 
@@ -480,7 +555,6 @@ static double model_y(const mt_admit *a, const mt_tick *t)
 
 static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
 {
-    (void)y;
     a->behind = t->late_ms > a->o.budget_ms;
     int xa = (int)t->active;
     if (!a->have_tick || a->last.active != t->active) {
@@ -495,11 +569,12 @@ static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
         a->st.late_levels++;
         a->level_clean = 0;
     }
+    double sig = y;
     y = model_y(a, t);
     int x = (int)(t->stepped >= t->active ? t->active : t->stepped);
     int transient = a->have_tick && a->last.active != t->active;
     if (t->stepped > 0 && !transient)
-        level_add(a, x, y);
+        level_add(a, x, y, sig);
     if (a->waiting) {
         int shown = t->admitted > a->wait_admitted && t->stepped >= t->active;
         int refused = t->rejected > a->wait_rejected && t->admitted <= a->wait_admitted;
@@ -609,7 +684,7 @@ static int decide(mt_admit *a, char *reason, size_t cap)
             return 1;
         snprintf(reason, cap, "server at its admission limit (%d sessions; "
                  "more would push latency past %.1f ms); retry later", a->limit,
-                 a->o.margin * a->o.budget_ms);
+                 metronome_ceiling(a));
         return 0;
     }
     if (active + a->inflight < a->limit)
@@ -753,6 +828,7 @@ void mt_admit_status(const mt_admit *a, char *buf, size_t cap)
         mt_ll_int(&w, "cap", a->hard_cap);
         mt_ll_int(&w, "resets", a->st.resets);
         mt_ll_int(&w, "late_levels", a->st.late_levels);
+        mt_ll_int(&w, "probes", a->st.probes);
     }
     if (mt_ll_end(&w) < 0 && cap)
         snprintf(buf, cap, "admit_status overflow");

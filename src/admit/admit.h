@@ -20,9 +20,13 @@
  *              spread with their standard errors), predicts the largest N
  *              whose p99 upper bound stays under margin x budget, admits
  *              one session at a time and only once the previous admission
- *              shows in the ticks; lateness over budget blocks admissions,
- *              and lateness born at a level that does not recover caps
- *              the limit below that level.
+ *              shows in the ticks; then probes on, one level at a time
+ *              and only on a level's own long evidence (probe_ticks
+ *              samples), while that level's own p99 of the signal plus the
+ *              fitted slope of p99 in n stays under probe x budget;
+ *              lateness over budget blocks admissions, and lateness born
+ *              at a level that does not recover caps the limit below
+ *              that level.
  *   aimd       limit +1 per interval without violation, x beta on one.
  *   gradient   limit x (min latency x tolerance / recent latency) + queue
  *              allowance, smoothed (Netflix concurrency-limits Gradient2,
@@ -63,6 +67,9 @@ typedef struct mt_admit_opts {
     int    forget_ticks;   /* samples older than this are forgotten (3000) */
     double z;              /* uncertainty: standard errors added (2.0) */
     double quantile_z;     /* per-level tail: median + qz x sigma (2.33 ~ p99) */
+    double probe;          /* ceiling of the probe above the margin, x budget
+                              (1.0); <= margin: no probe */
+    int    probe_ticks;    /* samples of a level before probing above it (48) */
     /* aimd */
     int    interval_ticks; /* aimd/gradient update period (12) */
     double beta;           /* aimd decrease factor (0.7) */
@@ -117,6 +124,8 @@ typedef struct mt_admit_stats {
     int     waiting;         /* metronome: waiting for the last accept */
     int64_t resets;          /* metronome: change points (data forgotten) */
     int64_t late_levels;     /* metronome: lateness born at a level (caps) */
+    int64_t probes;          /* metronome: levels gone above the margin's
+                                prediction by the probe */
 } mt_admit_stats;
 
 void mt_admit_get_stats(const mt_admit *a, mt_admit_stats *s);

@@ -46,6 +46,10 @@ static void usage(FILE *f)
 "      --forget N         samples older than N ticks are forgotten (3000)\n"
 "      --z F              standard errors of the fit added (2.0)\n"
 "      --quantile-z F     per-level tail: median + F sigma (2.33, ~p99)\n"
+"      --probe F          past the margin, probe one level at a time while a\n"
+"                         level's p99 plus the fitted slope stays under\n"
+"                         F x budget (1.0; F <= margin: no probe)\n"
+"      --probe-ticks N    samples of a level before probing above it (48)\n"
 "  aimd, gradient:\n"
 "      --interval N       ticks between limit updates (12)\n"
 "      --initial N        initial limit (1)\n"
@@ -250,7 +254,7 @@ enum {
     O_SIGNAL = 256, O_HOLD, O_MAXLIM, O_SETTLE, O_STALE, O_FORGET, O_Z, O_QZ,
     O_INTERVAL, O_INITIAL, O_BETA, O_TOL, O_LONG, O_SMOOTH, O_QUEUE, O_STATUS,
     O_REPLAY, O_SHED, O_SHED_ORDER, O_SHED_TARGET, O_SHED_SUSTAIN, O_SHED_SETTLE,
-    O_SHED_HOLD,
+    O_SHED_HOLD, O_PROBE, O_PROBE_TICKS,
 };
 
 static const struct option longopts[] = {
@@ -265,6 +269,8 @@ static const struct option longopts[] = {
     {"forget", required_argument, 0, O_FORGET},
     {"z", required_argument, 0, O_Z},
     {"quantile-z", required_argument, 0, O_QZ},
+    {"probe", required_argument, 0, O_PROBE},
+    {"probe-ticks", required_argument, 0, O_PROBE_TICKS},
     {"interval", required_argument, 0, O_INTERVAL},
     {"initial", required_argument, 0, O_INITIAL},
     {"beta", required_argument, 0, O_BETA},
@@ -318,6 +324,8 @@ static int value_option(admit_args *a, int c, const char *arg)
     case O_FORGET: return mt_opt_int(arg, 1, INT_MAX, &o->forget_ticks);
     case O_Z: return mt_opt_double(arg, 0, 20, &o->z);
     case O_QZ: return mt_opt_double(arg, 0, 20, &o->quantile_z);
+    case O_PROBE: return mt_opt_double(arg, 0, 1, &o->probe);
+    case O_PROBE_TICKS: return mt_opt_int(arg, 4, 100000, &o->probe_ticks);
     case O_INTERVAL: return mt_opt_int(arg, 1, 100000, &o->interval_ticks);
     case O_INITIAL: return mt_opt_int(arg, 0, MT_ADMIT_MAX_LEVEL, &o->initial);
     case O_BETA: return mt_opt_double(arg, 0.01, 0.99, &o->beta);

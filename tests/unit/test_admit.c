@@ -4,8 +4,10 @@
  * The simulator answers accepts the way mt-serve does (the session is
  * active at the next tick) and sends a new request every tick, faster
  * than capacity. Checks: metronome climbs to within a few percent of the
- * true N* (the largest level whose clean p99 stays under margin x budget)
- * and never above it, one admission at a time, never on a stale signal;
+ * true N* (the largest level whose clean p99 stays under its ceiling:
+ * probe x budget, the budget itself by default; margin x budget with the
+ * probe off) and never above it, one admission at a time, never on a
+ * stale signal;
  * it ignores outliers, follows a server that slows down, and unblocks on
  * a refusal; aimd oscillates around the wall; gradient stays bounded;
  * static caps; the options are checked.
@@ -200,12 +202,15 @@ static mt_admit *make(mt_admit_opts *o, sim *s)
 }
 
 /* A fresh server sv under policy with the other options at their
- * defaults; the options stay in *o for the checks. */
-static mt_admit *start(sim *s, server sv, int policy, mt_admit_opts *o)
+ * defaults (the probe off with no_probe); the options stay in *o for the
+ * checks. */
+static mt_admit *start(sim *s, server sv, int policy, int no_probe, mt_admit_opts *o)
 {
     sim_init(s, sv);
     mt_admit_opts_default(o);
     o->policy = policy;
+    if (no_probe)
+        o->probe = 0;
     return make(o, s);
 }
 
@@ -242,15 +247,34 @@ static int sim_run_peak(sim *s, mt_admit *a, int ticks, int warm, const char *en
     return peak;
 }
 
+/* What metronome aims under (ms): the probe's ceiling, or the margin's
+ * target with the probe off (admit.c's metronome_ceiling). */
+static double ceiling_ms(const mt_admit_opts *o)
+{
+    return (o->probe > o->margin ? o->probe : o->margin) * o->budget_ms;
+}
+
 /* The N* the metronome policy should reach under the options o. */
 static int nstar_of(const sim *s, const mt_admit_opts *o)
+{
+    return true_nstar(s, ceiling_ms(o));
+}
+
+/* The N* of the margin's prediction alone, where the probe starts. */
+static int nmargin_of(const sim *s, const mt_admit_opts *o)
 {
     return true_nstar(s, o->margin * o->budget_ms);
 }
 
 /* ---- tests -------------------------------------------------------------- */
 
-static void converges(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
+/* Settles within 5% of N* (under the ceiling), never above it. With
+ * short_probe, within 5% of the margin's N* at least: the probe takes
+ * probe_ticks and more per level past the margin's prediction, one level
+ * at a time, so a shallow slope (many levels between margin and budget)
+ * is probed for longer than the run lasts. */
+static void settles(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name,
+                    int short_probe)
 {
     double a0 = s->a, b0 = s->b;
     int nstar = nstar_of(s, o);
@@ -265,8 +289,14 @@ static void converges(sim *s, mt_admit *a, const mt_admit_opts *o, const char *n
              name, a0, b0, nstar, s->active, s->max_active, mt_admit_limit(a), reached_at);
     ok(s->max_active <= nstar, "metronome (%s): never above N* (max %d, N* %d)", name,
        s->max_active, nstar);
-    ok(s->active >= 0.95 * nstar, "metronome (%s): settles within 5%% of N* (%d of %d)",
-       name, s->active, nstar);
+    int nmargin = nmargin_of(s, o);
+    /* or one level under it: at a steep slope (4 ms a session against an
+     * 80 ms budget) one level is 5%, and the last one is what the z
+     * standard errors hold back */
+    int want = short_probe ? nmargin : nstar;
+    ok(s->active >= 0.95 * want || s->active >= want - 1,
+       "metronome (%s): settles within 5%% (or a level) of N* (%d of %d; the margin's N* %d)",
+       name, s->active, nstar, nmargin);
     ok(s->accepts_same_tick == 0 && s->min_gap >= o->settle_ticks,
        "metronome (%s): one admission at a time, >= %d ticks apart (min gap %lld)",
        name, o->settle_ticks, (long long)s->min_gap);
@@ -280,13 +310,28 @@ static void converges(sim *s, mt_admit *a, const mt_admit_opts *o, const char *n
        "metronome (%s): learnt slope %.3f near the tail slope", name, st.fit_b);
 }
 
+static void converges(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
+{
+    settles(s, a, o, name, 0);
+}
+
+static void converges_short(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
+{
+    settles(s, a, o, name, 1);
+}
+
 static void ignores_outliers(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    int nstar = nstar_of(s, o);
+    int nstar = nstar_of(s, o), nmargin = nmargin_of(s, o);
     sim_run(s, a, 3000);
-    tap_diag("outliers 5%%: N*=%d reached %d", nstar, s->active);
-    ok(s->active >= 0.85 * nstar && s->max_active <= nstar,
-       "metronome: 5%% outliers barely move it (%d of N* %d)", s->active, nstar);
+    tap_diag("outliers 5%%: N*=%d (the margin's %d) reached %d", nstar, nmargin, s->active);
+    /* Measured against the margin's N*: a 4x step one tick in twenty is
+     * real lateness (the backlog takes ticks to drain, longer the nearer
+     * the wall), which rightly holds the probe back; what the test shows
+     * is that the fit itself is not moved by the outliers. */
+    ok(s->active >= 0.85 * nmargin && s->max_active <= nstar,
+       "metronome: 5%% outliers barely move it (%d of N* %d, the margin's %d)", s->active,
+       nstar, nmargin);
 }
 
 /* A server that saturates: the step grows faster than a line past a
@@ -298,7 +343,7 @@ static void stops_at_knee(sim *s, mt_admit *a, const mt_admit_opts *o, const cha
 {
     int nstar = nstar_of(s, o);
     sim_run(s, a, 4000);
-    double target = o->margin * o->budget_ms;
+    double target = ceiling_ms(o);
     double p99_max = true_step(s, s->max_active) + 2.33 * true_sigma(s, s->max_active);
     tap_diag("knee: N*=%d reached %d (max %d), accepts %d; clean p99 at the max %.2f ms, target %.1f",
              nstar, s->active, s->max_active, s->accepts, p99_max, target);
@@ -324,8 +369,13 @@ static void follows_slowdown(sim *s, mt_admit *a, const mt_admit_opts *o, const 
     ok(mt_admit_limit(a) <= nstar2 && max_after <= nstar2,
        "metronome: follows a server that slows down (limit %d, N* %d)",
        mt_admit_limit(a), nstar2);
-    ok(mt_admit_limit(a) >= 0.8 * nstar2, "metronome: and stays useful (limit %d)",
-       mt_admit_limit(a));
+    /* useful: back at least near the margin's N* of the slower server
+     * (the probe above it, one level per long look, is slower than this
+     * test's sessions' lives) */
+    int nmargin2 = nmargin_of(s, o);
+    ok(mt_admit_limit(a) >= 0.8 * nmargin2,
+       "metronome: and stays useful (limit %d, the margin's N* %d)", mt_admit_limit(a),
+       nmargin2);
 }
 
 static void test_metronome_refusal(void)
@@ -408,17 +458,24 @@ static void gradient_bounded(sim *s, mt_admit *a, const mt_admit_opts *o, const 
 }
 
 /* The runs of one simulated server each under a controller with the
- * default options but the policy: each checks what it names. */
+ * default options but the policy (and --probe 0 where no_probe is set):
+ * each checks what it names. */
 typedef void run_fn(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name);
 static const struct {
     const char *name;
     server sv;
     int policy;
     run_fn *run;
+    int no_probe;
 } runs[] = {
-    { "a=5 b=2", { .a = 5, .b = 2.0 }, MT_POL_METRONOME, converges },
-    { "a=20 b=0.5", { .a = 20, .b = 0.5 }, MT_POL_METRONOME, converges },
-    { "a=1 b=4", { .a = 1, .b = 4.0 }, MT_POL_METRONOME, converges },
+    /* the default (--probe 1): on to the budget, one level per long look */
+    { "a=5 b=2", { .a = 5, .b = 2.0 }, MT_POL_METRONOME, converges, 0 },
+    { "a=20 b=0.5", { .a = 20, .b = 0.5 }, MT_POL_METRONOME, converges_short, 0 },
+    { "a=1 b=4", { .a = 1, .b = 4.0 }, MT_POL_METRONOME, converges, 0 },
+    /* --probe 0: it stops where the margin puts it */
+    { "a=5 b=2, no probe", { .a = 5, .b = 2.0 }, MT_POL_METRONOME, converges, 1 },
+    { "a=20 b=0.5, no probe", { .a = 20, .b = 0.5 }, MT_POL_METRONOME, converges, 1 },
+    { "a=1 b=4, no probe", { .a = 1, .b = 4.0 }, MT_POL_METRONOME, converges, 1 },
     /* one tick in twenty takes 4x as long */
     { "outliers", { .a = 4, .b = 1.2, .outlier_p = 0.05 }, MT_POL_METRONOME, ignores_outliers },
     { "knee", { .a = 6, .b = 0.8, .rel_noise = 0.08, .knee = 40, .knee_c = 0.06 },
@@ -436,7 +493,7 @@ static void test_runs(void)
     for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
         sim s;
         mt_admit_opts o;
-        mt_admit *a = start(&s, runs[k].sv, runs[k].policy, &o);
+        mt_admit *a = start(&s, runs[k].sv, runs[k].policy, runs[k].no_probe, &o);
         if (!a) {
             ok(0, "%s: the controller starts", runs[k].name);
             continue;
