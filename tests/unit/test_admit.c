@@ -420,7 +420,8 @@ static void caps_where_late(sim *s, mt_admit *a, const mt_admit_opts *o, const c
 
 static void aimd_oscillates(sim *s, mt_admit *a, const mt_admit_opts *o, const char *name)
 {
-    int nstar = nstar_of(s, o);
+    /* aimd has no probe: its wall is the margin's */
+    int nstar = nmargin_of(s, o);
     int prev = mt_admit_limit(a), dir = 0, turns = 0, above = 0;
     for (int i = 0; i < 6000; i++) {
         sim_tick(s, a);
@@ -452,7 +453,7 @@ static void gradient_bounded(sim *s, mt_admit *a, const mt_admit_opts *o, const 
         }
     }
     tap_diag("gradient: limit in [%d, %d], max active %d, N* %d", lo, hi, s->max_active,
-             nstar_of(s, o));
+             nmargin_of(s, o));
     ok(hi > 1 && hi < 200, "gradient: the limit grows from 1 and stays bounded (%d..%d)",
        lo, hi);
 }
@@ -477,15 +478,15 @@ static const struct {
     { "a=20 b=0.5, no probe", { .a = 20, .b = 0.5 }, MT_POL_METRONOME, converges, 1 },
     { "a=1 b=4, no probe", { .a = 1, .b = 4.0 }, MT_POL_METRONOME, converges, 1 },
     /* one tick in twenty takes 4x as long */
-    { "outliers", { .a = 4, .b = 1.2, .outlier_p = 0.05 }, MT_POL_METRONOME, ignores_outliers },
+    { "outliers", { .a = 4, .b = 1.2, .outlier_p = 0.05 }, MT_POL_METRONOME, ignores_outliers, 0 },
     { "knee", { .a = 6, .b = 0.8, .rel_noise = 0.08, .knee = 40, .knee_c = 0.06 },
-      MT_POL_METRONOME, stops_at_knee },
+      MT_POL_METRONOME, stops_at_knee, 0 },
     /* sessions leave: the limit can act */
-    { "slowdown", { .a = 3, .b = 1.0, .life = 400 }, MT_POL_METRONOME, follows_slowdown },
+    { "slowdown", { .a = 3, .b = 1.0, .life = 400 }, MT_POL_METRONOME, follows_slowdown, 0 },
     { "stuck", { .a = 5, .b = 2, .stuck_at = 12, .life = 300 }, MT_POL_METRONOME,
-      caps_where_late },
-    { "aimd", { .a = 3, .b = 1.5, .life = 300 }, MT_POL_AIMD, aimd_oscillates },
-    { "gradient", { .a = 3, .b = 1.5, .life = 300 }, MT_POL_GRADIENT, gradient_bounded },
+      caps_where_late, 0 },
+    { "aimd", { .a = 3, .b = 1.5, .life = 300 }, MT_POL_AIMD, aimd_oscillates, 0 },
+    { "gradient", { .a = 3, .b = 1.5, .life = 300 }, MT_POL_GRADIENT, gradient_bounded, 0 },
 };
 
 static void test_runs(void)
