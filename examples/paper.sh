@@ -136,6 +136,43 @@ awk -v label="$LABEL" '
         printf "| seed | predicted overflow s | measured collapse s | first preemption s |\n|---|---|---|---|\n%s", rows
     }' "$OUT/soak.txt" | tee "$OUT/table.md"
 
+# The server's view of every run (its tick lines, kept under data/): was a
+# COLLAPSED the model (FILL answers, preemptions: the pool) or this host (the
+# client's input falling behind the frame clock, the server's steps running
+# long)? A collapse with no FILL and no preemption, at a time when the
+# client delivered under half its frames over a starvation span (25 ticks,
+# 2 s of model time), is the host's. Tick lines are in real time: x SCALE.
+if [ -d "$OUT/data" ]; then
+    {
+    echo
+    echo "Server's view per run (tick lines; model time; host_ms = a step's time beyond the profile's prediction and noise, real ms):"
+    echo
+    echo "| config | seed | verdict | server FILL frames | first preemption s | max lateness ms | worst client input (25 ticks) | at s | steps > pred+10 ms | max host_ms | reading |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    for f in "$OUT"/data/ticks-c*-r*.log; do
+        [ -f "$f" ] || continue
+        b=$(basename "$f" .log); c=${b#ticks-c}; c=${c%%-*}; r=${b##*-r}; r=$((10#$r))
+        verdict=$(awk -v c="$c" -v r="$r" '!/^#/ && $2 ~ /^[0-9]+$/ && $2 == r &&
+                  ((c == 0 && $1 ~ /^window/) || (c == 1 && $1 == "full")) { print $15 }' "$OUT/soak.txt" | head -1)
+        awk -v K="$SCALE" -v c="$c" -v seed=$((SEED + r)) -v verdict="${verdict:-?}" '
+            /^tick=/ { for (i = 1; i <= NF; i++) { n = index($i, "="); v[substr($i, 1, n - 1)] = substr($i, n + 1) }
+                t++; l = v["late_ms"] * K; if (l > ml) ml = l
+                ex = v["step_ms"] - v["sim_pred_ms"] - v["sim_noise_ms"]; if (ex > mx) mx = ex; if (ex > 10) nx++
+                fills += v["fill"]; if (v["preempted"] > 0 && pt == "") pt = sprintf("%.1f", v["t"] * K)
+                wa[t % 25] = v["active"]; wi[t % 25] = v["in"]
+                if (t >= 25) { A = 0; I = 0; for (k = 0; k < 25; k++) { A += wa[k]; I += wi[k] }
+                    if (A >= 250 && I / A < wr) { wr = I / A; wt = v["t"] * K } } }
+            BEGIN { wr = 9; pt = "" }
+            END { if (wr == 9) { wr = 1; wt = "-" } else wt = sprintf("%.1f", wt)
+                  reading = "ok"
+                  if (verdict == "COLLAPSED") reading = (fills > 0 || pt != "") ? "model (FILL/preemption)" : (wr < 0.5 ? "host (client stalled)" : "unexplained")
+                  else if (fills > 0 || pt != "") reading = "ok, with FILL"
+                  printf "| %s | %d | %s | %d | %s | %.0f | %.2f | %s | %d | %.1f | %s |\n",
+                      c == 0 ? "bounded" : "unbounded", seed, verdict, fills, pt == "" ? "-" : pt, ml, wr, wt, nx, mx, reading }' "$f"
+    done
+    } | tee "$OUT/server-view.md"
+fi
+
 if [ "$SWEEP" = 1 ]; then
     for pol in window full; do
         args=(--device "sim:$PROFILE" -m "$MODEL" --max-sessions "$MAXSESS" --kv-mem "$SWEEP_KVMEM")
