@@ -15,6 +15,9 @@
 #     SWEEP_STEP=20 SWEEP_HOLD=40s SWEEP_SCALE=2 examples/paper.sh
 #                                # what fit one session here (about 15 min;
 #                                # bench/RESULTS.md, 2026-12-04)
+#   RUNS=4 SWEEP=0 examples/paper.sh
+#                                # 4+4 runs at x1, the most that fit one
+#                                # session here (48 min; bench/RESULTS.md)
 #   examples/paper.sh --quick    # a pool slice, 40 s calls: the shape of it
 #                                # in under a minute (tests/integration/paper_quick.sh)
 #
@@ -43,6 +46,10 @@
 # starvation threshold / K. At the whole pool (120-180 sessions at once)
 # x2 and x3 stalled the client on the shared 2-core VM (bench/RESULTS.md):
 # there, use SCALE=1 and fewer runs, or a quieter machine.
+# After the soak, server-view.md reads each run's tick lines (FILL,
+# preemptions, the client's input against the frame clock): a bounded
+# COLLAPSED with no FILL and no preemption while the client stalled is the
+# host's, not the model's.
 set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=${MT_BIN:-$ROOT/bin}
@@ -51,7 +58,7 @@ QUICK=0
 for a in "$@"; do
     case $a in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
     *) echo "paper: unknown argument $a (see --help)" >&2; exit 2 ;;
     esac
 done
