@@ -15,6 +15,9 @@
 #     SWEEP_STEP=20 SWEEP_HOLD=40s SWEEP_SCALE=2 examples/paper.sh
 #                                # what fit one session here (about 15 min;
 #                                # bench/RESULTS.md, 2026-12-04)
+#   RUNS=4 SWEEP=0 examples/paper.sh
+#                                # 4+4 runs at x1, the most that fit one
+#                                # session here (48 min; bench/RESULTS.md)
 #   examples/paper.sh --quick    # a pool slice, 40 s calls: the shape of it
 #                                # in under a minute (tests/integration/paper_quick.sh)
 #
@@ -43,6 +46,10 @@
 # starvation threshold / K. At the whole pool (120-180 sessions at once)
 # x2 and x3 stalled the client on the shared 2-core VM (bench/RESULTS.md):
 # there, use SCALE=1 and fewer runs, or a quieter machine.
+# After the soak, server-view.md reads each run's tick lines (FILL,
+# preemptions, the client's input against the frame clock): a bounded
+# COLLAPSED with no FILL and no preemption while the client stalled is the
+# host's, not the model's.
 set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=${MT_BIN:-$ROOT/bin}
@@ -51,7 +58,7 @@ QUICK=0
 for a in "$@"; do
     case $a in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
     *) echo "paper: unknown argument $a (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -135,6 +142,43 @@ awk -v label="$LABEL" '
         printf "| bounded (window) | %d of %d |\n| unbounded (full) | %d of %d |\n\n", wk, wn, fk, fn
         printf "| seed | predicted overflow s | measured collapse s | first preemption s |\n|---|---|---|---|\n%s", rows
     }' "$OUT/soak.txt" | tee "$OUT/table.md"
+
+# The server's view of every run (its tick lines, kept under data/): was a
+# COLLAPSED the model (FILL answers, preemptions: the pool) or this host (the
+# client's input falling behind the frame clock, the server's steps running
+# long)? A collapse with no FILL and no preemption, at a time when the
+# client delivered under half its frames over a starvation span (25 ticks,
+# 2 s of model time), is the host's. Tick lines are in real time: x SCALE.
+if [ -d "$OUT/data" ]; then
+    {
+    echo
+    echo "Server's view per run (tick lines; model time; host_ms = a step's time beyond the profile's prediction and noise, real ms):"
+    echo
+    echo "| config | seed | verdict | server FILL frames | first preemption s | max lateness ms | worst client input (25 ticks) | at s | steps > pred+10 ms | max host_ms | reading |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    for f in "$OUT"/data/ticks-c*-r*.log; do
+        [ -f "$f" ] || continue
+        b=$(basename "$f" .log); c=${b#ticks-c}; c=${c%%-*}; r=${b##*-r}; r=$((10#$r))
+        verdict=$(awk -v c="$c" -v r="$r" '!/^#/ && $2 ~ /^[0-9]+$/ && $2 == r &&
+                  ((c == 0 && $1 ~ /^window/) || (c == 1 && $1 == "full")) { print $15 }' "$OUT/soak.txt" | head -1)
+        awk -v K="$SCALE" -v c="$c" -v seed=$((SEED + r)) -v verdict="${verdict:-?}" '
+            /^tick=/ { for (i = 1; i <= NF; i++) { n = index($i, "="); v[substr($i, 1, n - 1)] = substr($i, n + 1) }
+                t++; l = v["late_ms"] * K; if (l > ml) ml = l
+                ex = v["step_ms"] - v["sim_pred_ms"] - v["sim_noise_ms"]; if (ex > mx) mx = ex; if (ex > 10) nx++
+                fills += v["fill"]; if (v["preempted"] > 0 && pt == "") pt = sprintf("%.1f", v["t"] * K)
+                wa[t % 25] = v["active"]; wi[t % 25] = v["in"]
+                if (t >= 25) { A = 0; I = 0; for (k = 0; k < 25; k++) { A += wa[k]; I += wi[k] }
+                    if (A >= 250 && I / A < wr) { wr = I / A; wt = v["t"] * K } } }
+            BEGIN { wr = 9; pt = "" }
+            END { if (wr == 9) { wr = 1; wt = "-" } else wt = sprintf("%.1f", wt)
+                  reading = "ok"
+                  if (verdict == "COLLAPSED") reading = (fills > 0 || pt != "") ? "model (FILL/preemption)" : (wr < 0.5 ? "host (client stalled)" : "unexplained")
+                  else if (fills > 0 || pt != "") reading = "ok, with FILL"
+                  printf "| %s | %d | %s | %d | %s | %.0f | %.2f | %s | %d | %.1f | %s |\n",
+                      c == 0 ? "bounded" : "unbounded", seed, verdict, fills, pt == "" ? "-" : pt, ml, wr, wt, nx, mx, reading }' "$f"
+    done
+    } | tee "$OUT/server-view.md"
+fi
 
 if [ "$SWEEP" = 1 ]; then
     for pol in window full; do
