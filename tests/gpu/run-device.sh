@@ -21,6 +21,7 @@
 #                    fault names its kernel)
 #   calibrate   75   mt-probe calibrate --device cuda on synthetic:moshi-7b
 #                    (B 1..128 x 16..768 positions), when mt-probe has it
+#   calibrate_llama 30  the same on synthetic:llama-3.2-1b (B 1..1024)
 #   bench       75   mt-benchgpu: step time by B, fractions of the measured
 #                    bandwidth and matrix bounds, the output copy
 #   sweep_cuda  90   mt-probe sweep, real mt-serve --device cuda, moshi-7b,
@@ -221,6 +222,17 @@ else
 fi
 if [ "$dry" = 0 ] && [ -f "$logs/calibrate.log" ]; then
     sed -n 's/^mt-probe calibrate: fit: /calibrate_fit: /p' "$logs/calibrate.log" >>"$summary"
+fi
+# the second shipped model (issue 22 item 7): llama-3.2-1b's K/V is 32 KiB
+# a position, so the grid can reach the batches its profile is used at
+if [ "$dry" = 1 ] || { [ -x "$probe" ] && "$probe" calibrate --help >/dev/null 2>&1; }; then
+    step calibrate_llama 30 "$logs/calibrate_llama.log" "$probe" calibrate \
+        -m synthetic:llama-3.2-1b --device cuda --memory 141e9 --batches 1,16,64,256,1024 \
+        --lengths 16,256,1024 --reps 8 --name calibrated-h200-llama1b \
+        -o "$logs/calibrated-h200-llama1b.profile"
+fi
+if [ "$dry" = 0 ] && [ -f "$logs/calibrate_llama.log" ]; then
+    sed -n 's/^mt-probe calibrate: fit: /calibrate_llama_fit: /p' "$logs/calibrate_llama.log" >>"$summary"
 fi
 
 step bench 75 "$logs/bench.log" "$tdir/mt-benchgpu" --max-batch 64 ${BENCH_GPU_ARGS:-}
