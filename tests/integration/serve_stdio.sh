@@ -13,7 +13,7 @@ st=("${PIPESTATUS[@]}")
 t_check "emitter exit 0" [ "${st[0]}" = 0 ]
 t_check "mt-serve --stdio exit 0 at the end of its session" [ "${st[1]}" = 0 ]
 t_ok "${st[2]}" "40 frames in, 40 outputs back in order, then END ($(cat "$T_TMP/out"))"
-t_check "tick lines on stderr" grep -q '^tick=.* stepped=1 ' "$T_TMP/err"
+t_check "tick lines on stderr" grep -q '^tick=.* stepped=[1-9]' "$T_TMP/err"
 t_check "request line on stderr" grep -q '^request session=1 ' "$T_TMP/err"
 t_check "sum of in= is 40" [ "$(awk '/^tick=/{for(i=1;i<=NF;i++) if($i ~ /^in=/){sub("in=","",$i); s+=$i}} END{print s+0}' "$T_TMP/err")" = 40 ]
 
