@@ -13,7 +13,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-"usage: mt-probe calibrate [-m MODEL] [--device cpu|cuda] [options]\n"
+"usage: mt-probe calibrate [-m MODEL] [--device cpu|cuda] [--served] [options]\n"
 "  -m, --model SPEC     model (default synthetic:small)\n"
 "      --device DEV     cpu (default) or cuda\n"
 "      --threads N      CPU threads (default: all cores)\n"
@@ -25,6 +25,18 @@ static void usage(FILE *f)
 "      --reserve BYTES  the profile's reserve (default 1/8 of --memory)\n"
 "      --name NAME      the profile's name (default calibrated-DEVICE)\n"
 "  -o, --output FILE    write the profile there (default: standard output)\n"
+"      --served         time the step inside a serving mt-serve instead of a\n"
+"                       bare decoder: sweep it with paced clients at the\n"
+"                       --batches concurrency levels (default "
+MT_CALIB_SERVED_LEVELS ") and fit\n"
+"                       its tick lines (stepped batch, step_ms); the host's\n"
+"                       contention is in the times. Not with --lengths, --reps\n"
+"      --window W       with --served: mt-serve's --window (default 256)\n"
+"      --sink S         with --served: mt-serve's --sink (default 4)\n"
+"      --hold DUR       with --served: measured time per level (default 4s)\n"
+"      --warmup DUR     with --served: unmeasured time first (default 1s)\n"
+"      --serve BIN      with --served: the mt-serve to run (default: beside\n"
+"                       mt-probe, then PATH)\n"
 "The fit and every point's residual go to standard error.\n");
 }
 
@@ -34,7 +46,7 @@ static const mt_cli cli = {
 };
 
 enum { O_DEVICE = 256, O_THREADS, O_BATCHES, O_LENGTHS, O_REPS, O_MEMORY, O_RESERVE,
-       O_NAME };
+       O_NAME, O_SERVED, O_WINDOW, O_SINK, O_HOLD, O_WARMUP, O_SERVE };
 
 static const struct option longopts[] = {
     {"model", required_argument, 0, 'm'},
@@ -47,6 +59,12 @@ static const struct option longopts[] = {
     {"reserve", required_argument, 0, O_RESERVE},
     {"name", required_argument, 0, O_NAME},
     {"output", required_argument, 0, 'o'},
+    {"served", no_argument, 0, O_SERVED},
+    {"window", required_argument, 0, O_WINDOW},
+    {"sink", required_argument, 0, O_SINK},
+    {"hold", required_argument, 0, O_HOLD},
+    {"warmup", required_argument, 0, O_WARMUP},
+    {"serve", required_argument, 0, O_SERVE},
     MT_OPT_COMMON,
     {0, 0, 0, 0},
 };
@@ -76,10 +94,17 @@ static int list_option(const char *arg, long lo, long hi, long *out, int *n)
     return 0;
 }
 
+/* The options and which of them were given, for the checks across them. */
+typedef struct calib_cli {
+    mt_calibrate_opts o;
+    int given_batches, given_lengths, given_reps, given_served_only;
+} calib_cli;
+
 /* One option into o: 0, or -1 after the message. */
 static int one_option(void *ctx, int c, const char *arg)
 {
-    mt_calibrate_opts *o = ctx;
+    calib_cli *cc = ctx;
+    mt_calibrate_opts *o = &cc->o;
     static const char *const devices[] = { "cpu", "cuda", NULL };
     int i;
     switch (c) {
@@ -90,9 +115,21 @@ static int one_option(void *ctx, int c, const char *arg)
         o->device = i ? MT_DEV_CUDA : MT_DEV_CPU;
         return 0;
     case O_THREADS: return mt_opt_int(arg, 0, 1024, &o->threads);
-    case O_BATCHES: return list_option(arg, 1, 65536, o->batches, &o->nbatches);
-    case O_LENGTHS: return list_option(arg, 1, 1 << 20, o->lengths, &o->nlengths);
-    case O_REPS: return mt_opt_int(arg, 1, 10000, &o->reps);
+    case O_BATCHES:
+        cc->given_batches = 1;
+        return list_option(arg, 1, 65536, o->batches, &o->nbatches);
+    case O_LENGTHS:
+        cc->given_lengths = 1;
+        return list_option(arg, 1, 1 << 20, o->lengths, &o->nlengths);
+    case O_REPS:
+        cc->given_reps = 1;
+        return mt_opt_int(arg, 1, 10000, &o->reps);
+    case O_SERVED: o->served = 1; return 0;
+    case O_WINDOW: cc->given_served_only = 1; return mt_opt_int(arg, 1, 1 << 20, &o->window);
+    case O_SINK: cc->given_served_only = 1; return mt_opt_int(arg, 0, 1 << 20, &o->sink);
+    case O_HOLD: cc->given_served_only = 1; return mt_opt_seconds(arg, 0.1, 3600, &o->hold_s);
+    case O_WARMUP: cc->given_served_only = 1; return mt_opt_seconds(arg, 0, 3600, &o->warmup_s);
+    case O_SERVE: cc->given_served_only = 1; o->serve_bin = arg; return 0;
     case O_MEMORY:
         if (mt_opt_double(arg, 0, 1e18, &o->memory))
             return -1;
@@ -108,15 +145,33 @@ static int one_option(void *ctx, int c, const char *arg)
     return -1;
 }
 
-int mt_probe_calibrate_main(int argc, char **argv)
+int mt_probe_calibrate_main(int argc, char **argv, const char *serve_bin)
 {
+    calib_cli cc;
+    memset(&cc, 0, sizeof cc);
+    mt_calibrate_opts_default(&cc.o);
     mt_calibrate_opts o;
-    mt_calibrate_opts_default(&o);
-    int st = mt_opt_read_all(&cli, argc, argv, "m:o:h", longopts, one_option, &o);
+    int st = mt_opt_read_all(&cli, argc, argv, "m:o:h", longopts, one_option, &cc);
     if (st != MT_OPT_END)
         return st;
+    o = cc.o;
     if (o.device == MT_DEV_CUDA && o.memory == 0)
         return mt_opt_usage_error("--memory BYTES is required with --device cuda");
+    if (!o.served && cc.given_served_only)
+        return mt_opt_usage_error("--window, --sink, --hold, --warmup and --serve go with --served");
+    if (o.served && (cc.given_lengths || cc.given_reps))
+        return mt_opt_usage_error("--lengths and --reps are the bare calibration's: with --served "
+                                  "the cache lengths are the served sessions' and every tick is a step");
+    if (o.served && !cc.given_batches &&
+        list_option(MT_CALIB_SERVED_LEVELS, 1, 65536, o.batches, &o.nbatches))
+        return 2;
+    if (o.served && !o.serve_bin) {
+        if (!serve_bin) {
+            fprintf(stderr, "%s: mt-serve not found (use --serve BIN)\n", cli.prog);
+            return 1;
+        }
+        o.serve_bin = serve_bin;
+    }
     char err[512] = "";
     if (mt_calibrate_run(&o, stderr, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cli.prog, err);

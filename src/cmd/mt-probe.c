@@ -915,6 +915,9 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
-    if (!strcmp(cmd, "calibrate")) return mt_probe_calibrate_main(argc, argv);
+    if (!strcmp(cmd, "calibrate")) {
+        char servebuf[PATH_MAX];
+        return mt_probe_calibrate_main(argc, argv, default_serve(servebuf, sizeof servebuf));
+    }
     return mt_opt_usage_error("unknown %s '%s'", cmd[0] == '-' ? "option" : "command", cmd);
 }

@@ -3,6 +3,13 @@
  * device's cost model to the medians, prints every point's residual, and
  * writes a profile whose figures say they were fitted, on what and when.
  *
+ * Bare (the default) times a decoder alone in this process. --served times
+ * the step where it runs: it sweeps a real mt-serve with mt-probe's paced
+ * clients (sweep.c) and reads each tick's stepped batch and step time
+ * (calibrate_ticks.c). On a host whose cores the step shares with the
+ * clients, the I/O thread and the ticker, the served step is the longer
+ * one, and the one a simulation of that host's serving must reproduce.
+ *
  * The cache is not computed for the grid: a session is given its blocks
  * and its length set, so a step reads as many K/V positions as a real
  * session of that length would (what a step costs does not depend on what
@@ -12,12 +19,14 @@
  * read in src/cmd/calibrate_cmd.c. */
 #define _GNU_SOURCE
 #include "probe/calibrate.h"
+#include "probe/probe.h"
 #include "decode/backend_sim.h"
 #include "decode/decoder.h"
 #include "decode/kv.h"
 #include "model/model.h"
 #include "util/clock.h"
 #include "util/errmsg.h"
+#include "wire/latline.h"
 
 #include <errno.h>
 #include <math.h>
@@ -163,6 +172,10 @@ void mt_calibrate_opts_default(mt_calibrate_opts *o)
     memcpy(o->lengths, lengths, sizeof lengths);
     o->nlengths = 4;
     o->reserve = -1;
+    o->sink = 4;
+    o->window = 256;
+    o->hold_s = 4;
+    o->warmup_s = 1;
 }
 
 /* One run: the options resolved, the backend under test, the sequences the
@@ -186,6 +199,12 @@ typedef struct calib_run {
     int         nres;
     mt_calib_point *pts;
     int         npts;
+    /* --served */
+    mt_calib_ticks *ticks;
+    int         oom;              /* a tick sample could not be kept */
+    double      served_sigma;     /* the ticks' jitter */
+    int         dropped;          /* ticks in groups too small to be points */
+    char        levels[256];      /* the levels played, for the profile */
 } calib_run;
 
 typedef struct calib_fit {
@@ -219,7 +238,8 @@ static int resolve_opts(calib_run *r, char *err, size_t errlen)
     if (o->name && o->name[0])
         snprintf(r->name, sizeof r->name, "%s", o->name);
     else
-        snprintf(r->name, sizeof r->name, "calibrated-%s", o->device == MT_DEV_CUDA ? "cuda" : "cpu");
+        snprintf(r->name, sizeof r->name, "calibrated-%s%s", o->device == MT_DEV_CUDA ? "cuda" : "cpu",
+                 o->served ? "-served" : "");
     for (int i = 0; i < o->nbatches; i++)
         r->bmax = o->batches[i] > r->bmax ? o->batches[i] : r->bmax;
     for (int i = 0; i < o->nlengths; i++)
@@ -231,7 +251,8 @@ static int resolve_opts(calib_run *r, char *err, size_t errlen)
 static int load_backend(calib_run *r, char *err, size_t errlen)
 {
     const mt_calibrate_opts *o = r->o;
-    int mflags = o->device == MT_DEV_CUDA && strncmp(o->model, "synthetic:", 10) == 0
+    /* served: mt-serve loads the weights; only the shape is wanted here */
+    int mflags = o->served || (o->device == MT_DEV_CUDA && strncmp(o->model, "synthetic:", 10) == 0)
                  ? MT_MODEL_SHAPE_ONLY : 0;
     if (mt_model_load(o->model, mflags, &r->m, err, errlen) != 0)
         return -1;
@@ -243,6 +264,8 @@ static int load_backend(calib_run *r, char *err, size_t errlen)
      * default f32 (do.kv_dtype left at its default) */
     r->elem = o->device == MT_DEV_CUDA ? 2 : mt_num_format_bytes(MT_FMT_DEFAULT);
     r->pb = mt_decoder_position_bytes(&r->m->cfg, r->elem);
+    if (o->served)
+        return 0;
     mt_decoder_opts dopt;
     memset(&dopt, 0, sizeof dopt);
     dopt.device = o->device;
@@ -263,13 +286,6 @@ static int prepare_grid(calib_run *r, char *err, size_t errlen)
     const mt_calibrate_opts *o = r->o;
     int cells = o->nbatches * o->nlengths;
     size_t frames = (size_t)r->bmax * (size_t)r->m->cfg.frame_samples;
-    mt_sim_profile unit;
-    memset(&unit, 0, sizeof unit);
-    snprintf(unit.name, sizeof unit.name, "unit");
-    unit.memory_bytes = 1e18;   /* no limit: only the terms are wanted */
-    unit.bandwidth = unit.matrix_rate = 1;
-    unit.weight_bytes = (int)r->elem;
-    unit.kv_bytes = (int)r->elem;
     r->pts = calloc((size_t)cells, sizeof *r->pts);
     r->seqs = calloc((size_t)r->bmax, sizeof *r->seqs);
     r->vis = calloc((size_t)r->bmax, sizeof *r->vis);
@@ -281,7 +297,7 @@ static int prepare_grid(calib_run *r, char *err, size_t errlen)
         mt_set_err(err, errlen, "out of memory");
         return -1;
     }
-    if (mt_sim_create(&unit, &r->m->cfg, NULL, &r->terms, err, errlen) != 0)
+    if (mt_calib_unit_terms(&r->m->cfg, r->elem, &r->terms, err, errlen) != 0)
         return -1;
     for (long i = 0; i < r->bmax; i++)
         if (mt_kv_seq_open(r->pool, &r->seqs[i]) != 0) {
@@ -326,7 +342,7 @@ static int time_point(calib_run *r, int B, long L, char *err, size_t errlen)
     for (int k = 0; k < reps; k++)
         r->lres[r->nres++] = log(r->ts[k] / med);
     r->pts[r->npts++] = (mt_calib_point){ .batch = B, .len = L, .bytes = cost.bytes,
-                                          .flops = cost.flops, .t_s = med };
+                                          .flops = cost.flops, .t_s = med, .ticks = reps };
     return 0;
 }
 
@@ -343,6 +359,92 @@ static int time_grid(calib_run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- --served: the step timed where it runs ----------------------------------- */
+
+static void served_tick(void *user, int level, int measuring, const struct mt_tick *t)
+{
+    calib_run *r = user;
+    if (mt_calib_ticks_add(r->ticks, level, measuring, t) < 0)
+        r->oom = 1;
+}
+
+/* Sweeps a real mt-serve (the model, device and window policy given) with
+ * mt-probe's paced clients at the levels, its table to the report, and
+ * turns the ticks read during each level's hold into fit points. */
+static int time_served(calib_run *r, char *err, size_t errlen)
+{
+    const mt_calibrate_opts *o = r->o;
+    if (!o->serve_bin) {
+        mt_set_err(err, errlen, "--served: no mt-serve to run");
+        return -1;
+    }
+    int levels[MT_CALIB_GRID_MAX];
+    size_t off = 0;
+    for (int i = 0; i < o->nbatches; i++) {
+        levels[i] = (int)o->batches[i];
+        if (off < sizeof r->levels)
+            off += (size_t)snprintf(r->levels + off, sizeof r->levels - off, "%s%d",
+                                    i ? "," : "", levels[i]);
+    }
+    if (mt_calib_ticks_new(&r->m->cfg, r->elem, o->sink, o->window, &r->ticks, err, errlen))
+        return -1;
+    char win[24], sink[24], maxs[24], thr[24];
+    snprintf(win, sizeof win, "%d", o->window);
+    snprintf(sink, sizeof sink, "%d", o->sink);
+    snprintf(maxs, sizeof maxs, "%ld", r->bmax);
+    snprintf(thr, sizeof thr, "%d", o->threads);
+    char *args[16];
+    int na = 0;
+    args[na++] = "-m";
+    args[na++] = (char *)o->model;
+    args[na++] = "--device";
+    args[na++] = o->device == MT_DEV_CUDA ? "cuda" : "cpu";
+    args[na++] = "--window";
+    args[na++] = win;
+    args[na++] = "--sink";
+    args[na++] = sink;
+    args[na++] = "--max-sessions";
+    args[na++] = maxs;
+    if (o->threads > 0) {
+        args[na++] = "--threads";
+        args[na++] = thr;
+    }
+    args[na] = NULL;
+    fprintf(r->report, "mt-probe calibrate --served: %s, mt-serve --device %s --window %d --sink %d; "
+            "levels %s sessions, %.1f s hold after %.1f s warm-up each: the step timed inside "
+            "the serving process (tick lines), sharing this host with the clients\n",
+            r->m->cfg.name, args[3], o->window, o->sink, r->levels, o->hold_s, o->warmup_s);
+    mt_sweep_opts so;
+    memset(&so, 0, sizeof so);
+    so.levels = levels;
+    so.nlevels = o->nbatches;
+    so.hold_s = o->hold_s;
+    so.warmup_s = o->warmup_s;
+    so.serve_bin = o->serve_bin;
+    so.serve_args = args;
+    so.nserve_args = na;
+    so.on_tick = served_tick;
+    so.tick_user = r;
+    mt_sweep_row *rows = NULL;
+    int nrows = 0, wall = 0;
+    if (mt_sweep_run(&so, r->report, &rows, &nrows, &wall, err, errlen) != 0)
+        return -1;
+    free(rows);
+    if (r->oom) {
+        mt_set_err(err, errlen, "out of memory keeping the ticks");
+        return -1;
+    }
+    if (mt_calib_ticks_points(r->ticks, MT_CALIB_SERVED_MIN_TICKS, &r->pts, &r->npts,
+                              &r->served_sigma, &r->dropped, err, errlen) != 0)
+        return -1;
+    fprintf(r->report, "mt-probe calibrate --served: %zu ticks measured, %d points "
+            "(batch x visible positions, median of at least %d ticks), %d ticks in smaller groups left out\n",
+            mt_calib_ticks_count(r->ticks), r->npts, MT_CALIB_SERVED_MIN_TICKS, r->dropped);
+    fprintf(r->report, "%6s %7s %10s %10s %8s %6s\n", "batch", "len", "step_ms", "fit_ms",
+            "resid%", "ticks");
+    return 0;
+}
+
 /* Fits the cost model to the points and reports every point's residual,
  * the fit and the jitter. */
 static int fit_points(calib_run *r, calib_fit *fit, char *err, size_t errlen)
@@ -352,16 +454,24 @@ static int fit_points(calib_run *r, calib_fit *fit, char *err, size_t errlen)
         mt_set_err(err, errlen, "too few points to fit (%d; need 3)", r->npts);
         return -1;
     }
-    for (int i = 0; i < r->npts; i++)
-        fprintf(r->report, "%6d %7ld %10.3f %10.3f %+8.1f\n", r->pts[i].batch, r->pts[i].len,
+    for (int i = 0; i < r->npts; i++) {
+        fprintf(r->report, "%6d %7ld %10.3f %10.3f %+8.1f", r->pts[i].batch, r->pts[i].len,
                 r->pts[i].t_s * 1e3, r->pts[i].fit_s * 1e3,
                 100 * (r->pts[i].fit_s - r->pts[i].t_s) / r->pts[i].t_s);
-    double s2 = 0;
-    for (int i = 0; i < r->nres; i++)
-        s2 += r->lres[i] * r->lres[i];
-    fit->sigma = r->nres > 1 ? sqrt(s2 / (r->nres - 1)) : 0;
-    if (fit->sigma > 2)
-        fit->sigma = 2;
+        if (r->o->served)
+            fprintf(r->report, " %6d", r->pts[i].ticks);
+        fputc('\n', r->report);
+    }
+    if (r->o->served) {
+        fit->sigma = r->served_sigma;
+    } else {
+        double s2 = 0;
+        for (int i = 0; i < r->nres; i++)
+            s2 += r->lres[i] * r->lres[i];
+        fit->sigma = r->nres > 1 ? sqrt(s2 / (r->nres - 1)) : 0;
+        if (fit->sigma > 2)
+            fit->sigma = 2;
+    }
     fprintf(r->report, "mt-probe calibrate: fit: bandwidth %.4g B/s, matrix_rate %.4g flop/s, "
             "overhead %.1f us; RMS relative residual %.1f%%; step-to-step sigma %.3f\n",
             fit->bw, fit->rate, fit->ov * 1e6, 100 * fit->rms, fit->sigma);
@@ -375,15 +485,28 @@ static int fit_points(calib_run *r, calib_fit *fit, char *err, size_t errlen)
 /* The profile (mt-profile(5)), each figure saying where it came from. */
 static void print_profile(const calib_run *r, const calib_fit *fit, FILE *f)
 {
-    const char *backend = mt_decoder_backend_name(r->d);
+    const char *tick_dev = r->ticks ? mt_calib_ticks_device(r->ticks) : "";
+    const char *backend = r->d ? mt_decoder_backend_name(r->d)
+                          : tick_dev[0] ? tick_dev
+                          : r->o->device == MT_DEV_CUDA ? "cuda" : "cpu";
     time_t now = time(NULL);
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    fprintf(f, "# %s: fitted by mt-probe calibrate on %s to %d points (batches x cache\n"
-               "# lengths) of the %s backend running %s; RMS relative residual %.1f%%.\n"
-               "# Format: mt-profile(5). A simulation on this profile reproduces the fit,\n"
-               "# not the backend: believe it only within the residual and the grid.\n",
-            r->name, when, r->npts, backend, r->m->cfg.name, 100 * fit->rms);
+    if (r->o->served)
+        fprintf(f, "# %s: fitted by mt-probe calibrate --served on %s to %d points (stepped\n"
+                   "# batch x visible cache positions) of the tick lines of mt-serve, %s\n"
+                   "# backend running %s (--window %d --sink %d), under mt-probe's paced\n"
+                   "# clients at %s sessions; RMS relative residual %.1f%%. The step times\n"
+                   "# include this host's contention: the clients, the I/O thread and the\n"
+                   "# ticker ran on the same cores as the step.\n",
+                r->name, when, r->npts, backend, r->m->cfg.name, r->o->window, r->o->sink,
+                r->levels, 100 * fit->rms);
+    else
+        fprintf(f, "# %s: fitted by mt-probe calibrate on %s to %d points (batches x cache\n"
+                   "# lengths) of the %s backend running %s; RMS relative residual %.1f%%.\n",
+                r->name, when, r->npts, backend, r->m->cfg.name, 100 * fit->rms);
+    fprintf(f, "# Format: mt-profile(5). A simulation on this profile reproduces the fit,\n"
+               "# not the backend: believe it only within the residual and the grid.\n");
     fprintf(f, "name          = %s\n", r->name);
     fprintf(f, "model         = %s\n", r->m->cfg.name);
     fprintf(f, "memory_bytes  = %.6g   # %s\n", r->memory,
@@ -394,7 +517,8 @@ static void print_profile(const calib_run *r, const calib_fit *fit, FILE *f)
     fprintf(f, "overhead_us   = %.6g   # fitted\n", fit->ov * 1e6);
     fprintf(f, "weight_bytes  = %zu   # the %s backend's weights\n", r->elem, backend);
     fprintf(f, "kv_bytes      = %zu   # the %s backend's K/V\n", r->elem, backend);
-    fprintf(f, "jitter_sigma  = %.4g   # measured: spread of log(step / median) over all points\n", fit->sigma);
+    fprintf(f, "jitter_sigma  = %.4g   # measured: spread of log(step / median) over all points%s\n",
+            fit->sigma, r->o->served ? "' ticks" : "");
     fprintf(f, "stall_prob    = 0   # not measured\n");
     fprintf(f, "stall_ms      = 0\n");
     fprintf(f, "seed          = 1\n");
@@ -423,7 +547,9 @@ static int write_profile(const calib_run *r, const calib_fit *fit, char *err, si
 
 static void free_run(calib_run *r)
 {
-    mt_kv_seq_close_all(r->pool, r->seqs, (size_t)r->bmax);
+    mt_calib_ticks_free(r->ticks);
+    if (r->pool)
+        mt_kv_seq_close_all(r->pool, r->seqs, (size_t)r->bmax);
     mt_sim_free(r->terms);
     free(r->pts);
     free(r->seqs);
@@ -445,7 +571,8 @@ int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, char *err, size_t
     calib_fit fit;
     int rc = -1;
     if (resolve_opts(&r, err, errlen) == 0 && load_backend(&r, err, errlen) == 0 &&
-        prepare_grid(&r, err, errlen) == 0 && time_grid(&r, err, errlen) == 0 &&
+        (o->served ? time_served(&r, err, errlen)
+                   : prepare_grid(&r, err, errlen) || time_grid(&r, err, errlen)) == 0 &&
         fit_points(&r, &fit, err, errlen) == 0 && write_profile(&r, &fit, err, errlen) == 0)
         rc = 0;
     free_run(&r);

@@ -20,6 +20,8 @@
 
 #include "util/rng.h"
 
+struct mt_tick;   /* wire/latline.h */
+
 /* ---- seeded randomness: mt_rng (util/rng.h) ---------------------------- */
 
 /* ---- workloads ----------------------------------------------------------- */
@@ -199,6 +201,17 @@ typedef struct mt_sweep_opts {
     const char *serve_bin;
     char *const *serve_args;
     int         nserve_args;
+    /* The levels to play, in order, instead of --from .. --to by --step
+     * (nlevels 0: from, to, step). */
+    const int  *levels;
+    int         nlevels;
+    /* When set, every tick line the sweep reads (its own server's, or
+     * --ticks) while a level plays, warm-up and drain included, goes to
+     * on_tick with the level's concurrency and whether it fell inside the
+     * hold (measuring): what `mt-probe calibrate --served` fits. */
+    void      (*on_tick)(void *user, int level, int measuring,
+                         const struct mt_tick *t);
+    void       *tick_user;
 } mt_sweep_opts;
 
 typedef struct mt_sweep_row {

@@ -45,6 +45,8 @@ typedef struct sweep_ctx {
     long      tick_n;
     int64_t   kv_max;
     int       collecting;
+    int       level;          /* the level playing: its concurrency */
+    const mt_sweep_opts *o;   /* for on_tick */
     double    period_ms;      /* from ACCEPT */
     double    k;              /* time scale: model s per real s */
     mt_latline ll;
@@ -103,11 +105,16 @@ static void on_line(void *user, const char *line, size_t len)
     sweep_ctx *x = user;
     char e[128];
     mt_tick t;
-    if (!x->collecting)
+    int hook = x->o && x->o->on_tick;
+    if (!x->collecting && !hook)
         return;
     if (mt_latline_parse(line, len, 0, &x->ll, e, sizeof e) ||
         strcmp(mt_latline_kind(&x->ll), "tick") ||
         mt_tick_from_line(&x->ll, 0, &t, e, sizeof e))
+        return;
+    if (hook)
+        x->o->on_tick(x->o->tick_user, x->level, x->collecting, &t);
+    if (!x->collecting)
         return;
     if (t.stepped > 0) {
         x->tick_step_sum += t.step_ms * x->k;
@@ -170,6 +177,7 @@ static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
     x->tick_n = 0;
     x->kv_max = -1;
     x->collecting = 0;
+    x->level = c;
     return mt_client_new(&cc, cl, err, errlen);
 }
 
@@ -384,13 +392,14 @@ static double print_wall(FILE *out, const mt_sweep_opts *o, int wall,
      * default deadline) is the budget a tick-batched server can meet. */
     double budget = o->budget_ms > 0 ? o->budget_ms : 2 * period_ms;
     const char *what = o->budget_ms > 0 ? "budget" : "budget of two frame periods";
+    int first = o->nlevels > 0 ? o->levels[0] : o->from;
     if (wall)
         fprintf(out, "# wall: %d sessions (the largest level from %d up with "
                 "every session admitted and the truthful p99 under the %.0f ms "
-                "%s)\n", wall, o->from, budget, what);
+                "%s)\n", wall, first, budget, what);
     else
         fprintf(out, "# wall: below %d sessions (no level kept the truthful "
-                "p99 under the %.0f ms %s)\n", o->from, budget, what);
+                "p99 under the %.0f ms %s)\n", first, budget, what);
     return budget;
 }
 
@@ -413,7 +422,9 @@ static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
                       double *period_ms, char *err, size_t errlen)
 {
     int n = 0, walling = 1;
-    for (int c = o->from; c <= o->to; c += o->step) {
+    int levels = o->nlevels > 0 ? o->nlevels : (o->to - o->from) / o->step + 1;
+    for (int li = 0; li < levels; li++) {
+        int c = o->nlevels > 0 ? o->levels[li] : o->from + li * o->step;
         if (run_level(o, sock, c, x, sp, tl, &rows[n], err, errlen))
             return -1;
         if (x->period_ms > 0)
@@ -465,11 +476,17 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     *rows_out = NULL;
     *nrows = 0;
     *wall_out = 0;
-    if (o->from < 1 || o->to < o->from || o->step < 1) {
+    if (o->nlevels > 0) {
+        for (int i = 0; i < o->nlevels; i++)
+            if (o->levels[i] < 1) {
+                mt_set_err(err, errlen, "sweep: a level below 1 session");
+                return -1;
+            }
+    } else if (o->from < 1 || o->to < o->from || o->step < 1) {
         mt_set_err(err, errlen, "sweep: need 1 <= --from <= --to, --step >= 1");
         return -1;
     }
-    int levels = (o->to - o->from) / o->step + 1;
+    int levels = o->nlevels > 0 ? o->nlevels : (o->to - o->from) / o->step + 1;
     mt_sweep_row *rows = calloc((size_t)levels, sizeof *rows);
     sweep_ctx *x = calloc(1, sizeof *x);
     if (!rows || !x) {
@@ -479,6 +496,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
         return -1;
     }
     x->src = &src;
+    x->o = o;
     x->k = o->time_scale > 1 ? o->time_scale : 1;
     if (mt_probe_source_open(&src, o->audio, err, errlen))
         goto out0;
