@@ -9,6 +9,16 @@
 # within 15% at every level up to the measured (CPU) wall. Prints figures
 # and a verdict line; exits 0 whatever the verdict (a bench, not a test).
 #
+# The calibration (CAL) is served by default: `mt-probe calibrate
+# --served` times the step inside a serving mt-serve (same model, window
+# and sink as the sweeps) under mt-probe's paced clients at CAL_LEVELS,
+# from its tick lines, so the profile has the host's contention in it: on
+# a 2-core host the served step shares the cores with the clients, the I/O
+# thread and the ticker and is 1.4-2x the bare one. CAL=bare times a bare
+# decoder alone instead (the grid BATCHES x LENGTHS, REPS steps a point).
+# Either way the calibration is its own run; the sweeps compared are not
+# it.
+#
 # The budget is two frame periods (160 ms), mt-serve's default deadline: a
 # frame waits up to a period for its tick, so a one-period budget leaves
 # no room for the step at all. A short window (WINDOW, default 32) keeps
@@ -16,8 +26,10 @@
 # the comparison is of batch size against step time, where the wall is.
 #
 # Knobs (environment): MODEL, WINDOW, FROM TO STEP (levels), HOLD, WARMUP,
-# BUDGET (ms), BATCHES LENGTHS REPS (calibration grid), KEEP (a directory
-# to keep the profile, both sweeps' tables and the calibration log in).
+# BUDGET (ms), CAL (served or bare), CAL_LEVELS CAL_HOLD CAL_WARMUP (the
+# served calibration's levels and times), BATCHES LENGTHS REPS (the bare
+# calibration's grid), KEEP (a directory to keep the profile, both
+# sweeps' tables and the calibration log in).
 set -u
 export LC_ALL=C
 BIN=${MT_BIN:-bin}
@@ -32,15 +44,31 @@ BUDGET=${BUDGET:-160}
 BATCHES=${BATCHES:-1,8,16,32,48,64,96}
 LENGTHS=${LENGTHS:-16,36,64}
 REPS=${REPS:-8}
+CAL=${CAL:-served}
+CAL_LEVELS=${CAL_LEVELS:-1,8,24,40,56,72,96}
+CAL_HOLD=${CAL_HOLD:-4s} CAL_WARMUP=${CAL_WARMUP:-1s}
 TMP=$(mktemp -d /tmp/mt-bench-sim.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 grep -q avx512f /proc/cpuinfo 2>/dev/null && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 t0=$(date +%s)
 echo "bench_sim: $(date -u +%Y-%m-%dT%H:%MZ), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 
-"$BIN/mt-probe" calibrate -m "$MODEL" --device cpu --batches "$BATCHES" --lengths "$LENGTHS" \
-    --reps "$REPS" --name calibrated-cpu-small -o "$TMP/cal.profile" 2>"$TMP/cal.log" ||
-    { echo "bench_sim: calibrate failed: $(tail -1 "$TMP/cal.log")"; exit 1; }
+case $CAL in
+served)
+    PROFILE=calibrated-cpu-small-served
+    CAL_WHAT="served: mt-probe calibrate --served, the step timed inside mt-serve (window $WINDOW) under mt-probe's paced clients at $CAL_LEVELS sessions, $CAL_HOLD hold after $CAL_WARMUP each"
+    "$BIN/mt-probe" calibrate --served -m "$MODEL" --device cpu --window "$WINDOW" \
+        --batches "$CAL_LEVELS" --hold "$CAL_HOLD" --warmup "$CAL_WARMUP" \
+        --name "$PROFILE" -o "$TMP/cal.profile" 2>"$TMP/cal.log" ;;
+bare)
+    PROFILE=calibrated-cpu-small
+    CAL_WHAT="bare: mt-probe calibrate, a decoder timed alone over batches $BATCHES x lengths $LENGTHS, $REPS steps a point"
+    "$BIN/mt-probe" calibrate -m "$MODEL" --device cpu --batches "$BATCHES" --lengths "$LENGTHS" \
+        --reps "$REPS" --name "$PROFILE" -o "$TMP/cal.profile" 2>"$TMP/cal.log" ;;
+*)
+    echo "bench_sim: CAL=$CAL: served or bare"; exit 1 ;;
+esac || { echo "bench_sim: calibrate ($CAL) failed: $(tail -1 "$TMP/cal.log")"; exit 1; }
+echo "bench_sim: calibration $CAL_WHAT"
 sed -n 's/^mt-probe calibrate: fit: /bench_sim: profile fit: /p' "$TMP/cal.log"
 t1=$(date +%s)
 
@@ -61,7 +89,7 @@ t3=$(date +%s)
 ncpu=$(cat "$TMP/cpu.wall") nsim=$(cat "$TMP/sim.wall")
 echo "bench_sim: $MODEL, window $WINDOW, levels $FROM..$TO step $STEP, hold $HOLD after $WARMUP," \
      "budget $BUDGET ms; calibrate $((t1 - t0)) s, cpu sweep $((t2 - t1)) s, sim sweep $((t3 - t2)) s"
-echo "bench_sim: sim = SIMULATED device, profile calibrated from this host's CPU on $MODEL"
+echo "bench_sim: sim = SIMULATED device --device sim:$PROFILE, profile calibrated ($CAL) from this host's CPU on $MODEL"
 # The sweep's TSV: concurrency accepted rejected real fill p50 p99 p99_true max rtt_p99 step kv
 join -t "$(printf '\t')" <(grep -v '^#' "$TMP/cpu.tsv" | grep -v '^concurrency' | sort -k1,1) \
                          <(grep -v '^#' "$TMP/sim.tsv" | grep -v '^concurrency' | sort -k1,1) |
@@ -79,9 +107,9 @@ join -t "$(printf '\t')" <(grep -v '^#' "$TMP/cpu.tsv" | grep -v '^concurrency' 
         printf "%5d  %11.1f %11.1f %8s  %12s %12s  %s\n", n, cp, sp, rel(sp, cp), cs, ss, judged
     }
     END { printf "bench_sim: p99 at the %d levels up to the cpu wall: %d within 15%%, %d miss\n", J, J - M, M }'
-awk -v c="${ncpu:-0}" -v s="${nsim:-0}" 'BEGIN {
+awk -v c="${ncpu:-0}" -v s="${nsim:-0}" -v prof="$PROFILE" 'BEGIN {
     d = c > 0 ? (s - c) / c : 0
-    printf "bench_sim: wall N* cpu %s, sim %s: %+.1f%% (%s)\n", c ? c : "below the first level",
+    printf "bench_sim: wall N* cpu %s, sim (SIMULATED, %s) %s: %+.1f%% (%s)\n", c ? c : "below the first level", prof,
            s ? s : "below the first level", 100 * d,
            (c > 0 && s > 0 && d <= 0.15 && d >= -0.15) ? "within 15%" : "MISS"
 }'
