@@ -27,10 +27,10 @@ static void usage(FILE *f)
 "  -o, --output FILE    write the profile there (default: standard output)\n"
 "      --served         time the step inside a serving mt-serve instead of a\n"
 "                       bare decoder: sweep it with paced clients at the\n"
-"                       --batches concurrency levels (default "
-MT_CALIB_SERVED_LEVELS ") and fit\n"
-"                       its tick lines (stepped batch, step_ms); the host's\n"
-"                       contention is in the times. Not with --lengths, --reps\n"
+"                       --batches concurrency levels (default\n"
+"                       " MT_CALIB_SERVED_LEVELS ") and fit its tick lines (stepped\n"
+"                       batch, step_ms): the host's contention is in the\n"
+"                       times. Not with --lengths or --reps\n"
 "      --window W       with --served: mt-serve's --window (default 256)\n"
 "      --sink S         with --served: mt-serve's --sink (default 4)\n"
 "      --hold DUR       with --served: measured time per level (default 4s)\n"
@@ -41,7 +41,7 @@ MT_CALIB_SERVED_LEVELS ") and fit\n"
 }
 
 static const mt_cli cli = {
-    "mt-probe calibrate", "mt-probe calibrate [-m MODEL] [--device cpu|cuda] [options]",
+    "mt-probe calibrate", "mt-probe calibrate [-m MODEL] [--device cpu|cuda] [--served] [options]",
     usage,
 };
 

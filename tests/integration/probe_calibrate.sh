@@ -3,6 +3,8 @@
 # synthetic:tiny over a small grid, prints every point's residual, and
 # writes a profile that mt-serve accepts as a simulated device: a session
 # through it comes back whole, each tick naming the calibrated profile.
+# --served (briefly: two levels of 2 s) sweeps a real mt-serve and fits its
+# tick lines into a profile of the same format.
 . "$(dirname "$0")/lib.sh"
 t_need mt-probe
 P=$T_TMP/cal.profile
@@ -27,4 +29,26 @@ t_check "ticks carry device=sim:cal-tiny" grep -q " device=sim:cal-tiny sim_pred
 "$MT_BIN/mt-probe" calibrate --batches 1 --lengths 16 --reps 2 -m synthetic:tiny -o /dev/null 2>"$T_TMP/err2"
 t_check "one point is too few to fit: exit 1" [ $? = 1 ]
 t_check "and it says so" grep -q "too few points" "$T_TMP/err2"
+
+S=$T_TMP/served.profile
+timeout 60 "$MT_BIN/mt-probe" calibrate --served -m synthetic:tiny --threads 1 \
+    --batches 1,4 --window 16 --hold 2s --warmup 0.5s --memory 8e9 --name cal-served \
+    -o "$S" 2>"$T_TMP/serr"
+t_ok $? "calibrate --served exits 0"
+t_check "it swept mt-serve: a table row per level (2)" \
+    [ "$(grep -cP '^[0-9]+\t[0-9]+\t' "$T_TMP/serr")" = 2 ]
+t_check "residual lines with a ticks column (at least 3)" \
+    [ "$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[-+][0-9.]+ +[0-9]+$' "$T_TMP/serr")" -ge 3 ]
+t_check "the fit is printed" grep -q "fit: bandwidth .* RMS relative residual" "$T_TMP/serr"
+t_check "the profile says it was fitted to served ticks" grep -q "fitted by mt-probe calibrate --served" "$S"
+t_check "and names itself" grep -q "^name          = cal-served" "$S"
+t_check "its figures say they were fitted" grep -q "^matrix_rate .*# fitted" "$S"
+"$MT_TESTBIN/mt-fakeclient" --emit -f 5 --no-pace |
+    "$MT_BIN/mt-serve" --stdio --device "sim:$S" -m synthetic:tiny 2>"$T_TMP/slog" |
+    "$MT_TESTBIN/mt-fakeclient" --read --expect 5 >"$T_TMP/sread"
+t_ok $? "mt-serve runs a session on the served profile"
+"$MT_BIN/mt-probe" calibrate --served --lengths 16 -o /dev/null 2>"$T_TMP/err3"
+t_check "--served with --lengths: usage error, exit 2" [ $? = 2 ]
+"$MT_BIN/mt-probe" calibrate --window 16 -o /dev/null 2>"$T_TMP/err4"
+t_check "--window without --served: usage error, exit 2" [ $? = 2 ]
 t_done
