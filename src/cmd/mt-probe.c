@@ -69,7 +69,8 @@ static void usage_main(FILE *f)
 "  plot       draw one PNG from a file of mt-serve tick lines\n"
 "  quality    perplexity and free-generation quality of a token model under\n"
 "             each cache policy (full, window, window+sink, recompute)\n""  calibrate  time a real backend over batch sizes and cache lengths, fit\n"
-"             the simulated device's cost model, write a profile (issue 22)\n"
+"             the simulated device's cost model, write a profile (issue 22);\n"
+"             --served times the step inside a serving mt-serve under load\n"
 "\n"
 "`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n"
 "`mt-probe --version` prints the version.\n");
