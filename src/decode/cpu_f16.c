@@ -193,6 +193,23 @@ tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint1
         }
 }
 
+/* Asks for weight rows [n, n + nr) (those of the next tile) in one burst
+ * before this tile is computed: each tile's rows start a new set of
+ * streams the hardware prefetcher picks up late. Measured on the EPYC with
+ * one thread, M = 1, 80 matrices of 1536 x 512 on 2 MiB pages: 18 ->
+ * 25-29 GB/s of f16 weights, alternating runs. */
+static inline void ask_next_tile(const uint16_t *W, int K, int n, int nr, int N)
+{
+    if (n >= N)
+        return;
+    if (n + nr > N)
+        nr = N - n;
+    const char *a = (const char *)(W + (size_t)n * K);
+    size_t bytes = (size_t)nr * K * sizeof *W;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(a + o);
+}
+
 F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
                              float beta, float *Y, int ldy)
 {
@@ -200,12 +217,15 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
     if (M == 1) {
         /* one row: eight weight rows at a time, eight independent FMA
          * chains and eight streams of loads in flight */
-        for (; n + 8 <= N; n += 8)
+        for (; n + 8 <= N; n += 8) {
+            ask_next_tile(W, K, n + 8, 8, N);
             tile_x86(1, 8, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+        }
     }
     if (M == 2 || M == 3) {
         /* two or three rows: four weight rows at a time (8 or 12 chains) */
         for (; n + 4 <= N; n += 4) {
+            ask_next_tile(W, K, n + 4, 4, N);
             if (M == 2)
                 tile_x86(2, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
             else
@@ -214,6 +234,7 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
     }
     for (; n + 2 <= N; n += 2) {
         const uint16_t *w = W + (size_t)n * K;
+        ask_next_tile(W, K, n + 2, 2, N);
         int m = 0;
         for (; m + 4 <= M; m += 4)
             tile_x86(4, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy);
