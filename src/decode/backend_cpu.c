@@ -11,7 +11,7 @@
  *     xn  = rmsnorm(x) * attn_norm
  *     qkv = xn . [wq|wk|wv]^T            one GEMM over the R rows
  *     rotary on q (and on k in absolute mode)
- *     att = softmax(q . K^T / sqrt(hd)) . V   per (row, kv head)
+ *     att = softmax(q . K^T / sqrt(hd)) . V   per (row, kv heads)
  *     K,V of the new positions -> the cache
  *     x  += att . wo^T                   one GEMM
  *     xn  = rmsnorm(x) * mlp_norm
@@ -31,11 +31,17 @@
  * features into T column slices (multiples of 32) and each thread calls
  * cblas_sgemm on its slice of the weights (cblas_sgemv when R = 1), so
  * each projection is one batched product over the R rows with the weight
- * matrix read once per step. Attention is split by (row, kv head) work
- * items handed out through an atomic counter (rows of different lengths
- * cost different amounts); its inner loops are 8-wide vector code with an
- * AVX2/FMA clone picked at load time. The rmsnorms and rotary passes are cheap
- * (R x hidden) and run on thread 0 between phases.
+ * matrix read once per step. Attention is split by (row, kv heads) work
+ * items, a whole row's kv heads at batch (fewer per item when rows are
+ * few), handed out through an atomic counter (rows of different lengths
+ * cost different amounts). An item makes one pass over its row's visible
+ * positions in runs of up to MT_KV_BLOCK cache slots, each run's K rows
+ * and then V rows of every head of the item read while they are in L1
+ * (online softmax), the next run prefetched; its inner loops are 8-wide
+ * vector code with an AVX2/FMA clone picked at load time. The cache and
+ * the f16 weights are on 2 MiB pages where the kernel allows (a 4 KiB page
+ * per few KiB read was a TLB miss each). The rmsnorms and rotary passes
+ * are cheap (R x hidden) and run on thread 0 between phases.
  *
  * Half precision (opts kv_dtype / weights, kernels in cpu_f16.c). An f16
  * cache stores each new K,V row rounded to half (round to nearest even)
@@ -332,9 +338,6 @@ typedef struct cpu_backend {
     int     layer;       /* layer the running phase works on */
     atomic_int next_item;/* attention work counter */
     int     att_chunks;  /* attention items per row (kv heads split in as many) */
-#ifdef MT_ATTN_COMPARE
-    int     attn_old, pf_ahead;
-#endif
 
     /* the running GEMM phase: up to 3 weight segments */
     struct gemm_job {
@@ -393,16 +396,6 @@ VINLINE float dot(const float *a, const float *b, int n)
     for (; i < n; i++)
         s += a[i] * b[i];
     return s;
-}
-
-VINLINE void axpy(float *y, float a, const float *x, int n)
-{
-    v8 av = { a, a, a, a, a, a, a, a };
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        store8(y + i, load8(y + i) + av * load8(x + i));
-    for (; i < n; i++)
-        y[i] += a * x[i];
 }
 
 /* out = x * rsqrt(mean(x^2) + eps) * w, one row of n. */
@@ -718,12 +711,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
 
     for (int u = 0; u < nr; u++) {
         const kv_run *ru = &sc->run[u];
-#ifdef MT_ATTN_COMPARE
-        const int pa = be->pf_ahead;
-#else
-        const int pa = 1;
-#endif
-        const kv_run *ahead = u + pa < nr ? &sc->run[u + pa] : NULL;
+        const kv_run *ahead = u + 1 < nr ? &sc->run[u + 1] : NULL;
         if (be->cache_rope && ru->d != cur_d) {
             const float *cs = be->dcos + (size_t)r * be->half;
             const float *sn = be->dsin + (size_t)r * be->half;
@@ -777,166 +765,6 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
     }
 }
 
-#ifdef MT_ATTN_COMPARE
-/* The run of visible entries from j that come from the cache, sit in
- * consecutive slots of one block (up to MT_KV_BLOCK contiguous rows) and
- * share one rotary offset d; returns its length and its first row (fp32 or
- * f16). The f16 kernels take a run per call and read it straight from the
- * cache, converting in registers. */
-static int kv_span_old(const cpu_backend *be, const scratch *sc, const row *rw, int j, int n,
-                   int kv, int g, const void **first)
-{
-    int64_t s0 = sc->slot[j], d0 = sc->abs[j] - sc->rope[j];
-    int room = MT_KV_BLOCK - (int)(s0 % MT_KV_BLOCK), len = 1;
-    while (len < room && j + len < n && sc->slot[j + len] == s0 + len &&
-           sc->abs[j + len] < rw->base && sc->abs[j + len] - sc->rope[j + len] == d0)
-        len++;
-    const size_t row_bytes = (size_t)be->hd * be->kv_elem;
-    *first = (const char *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
-             (size_t)(s0 % MT_KV_BLOCK) * row_bytes;
-    /* The next run is in another block, a whole block (every layer and
-     * head) away: a new stream the hardware prefetcher would only pick up
-     * after a few misses. Ask for it now, while this run is computed. */
-    int next = j + len;
-    if (next < n && sc->abs[next] < rw->base) {
-        int64_t s1 = sc->slot[next];
-        const char *p =
-            (const char *)kv_at(be, rw->seq->blocks[s1 / MT_KV_BLOCK], be->layer, kv, g) +
-            (size_t)(s1 % MT_KV_BLOCK) * row_bytes;
-        size_t bytes = (size_t)(MT_KV_BLOCK - s1 % MT_KV_BLOCK) * row_bytes;
-        for (size_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(p + o);
-    }
-    return len;
-}
-
-/* Attention of one (row, kv head) item: the group's q heads against the
- * row's visible positions. */
-#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-static void attend_old(cpu_backend *be, scratch *sc, int r, int g)
-{
-    const mt_config *c = be->c;
-    const row *rw = &be->rows[r];
-    const int hd = be->hd, group = be->group;
-    int64_t q_rope;
-    int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope,
-                             sc->abs, sc->cap, &q_rope);
-    const float scale = 1.0f / sqrtf((float)hd);
-    /* the group's q heads, rotated by q_rope before this phase */
-    const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g * group * hd;
-    const float *qk = qg;       /* qg rotated by a further cur_d */
-    int64_t cur_d = 0;
-
-    /* scores[i][j] = q_i . k_j * scale, a run of len cached keys at once */
-    for (int j = 0, len = 1; j < n; j += len) {
-        const void *k;
-        len = 1;
-        if (sc->abs[j] >= rw->base) {
-            int lr = rw->first + (int)(sc->abs[j] - rw->base);
-            k = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + (size_t)g * hd;
-        } else {
-            len = kv_span_old(be, sc, rw, j, n, 0, g, &k);
-        }
-        int64_t d = sc->abs[j] - sc->rope[j];
-        if (be->cache_rope && d != cur_d) {
-            const float *cs = be->dcos + (size_t)r * be->half;
-            const float *sn = be->dsin + (size_t)r * be->half;
-            if (d != rw->pos - q_rope) {
-                rope_table(be, d, sc->dcs, sc->dsn);
-                cs = sc->dcs;
-                sn = sc->dsn;
-            }
-            if (d == 0) {
-                qk = qg;
-            } else {
-                memcpy(sc->qd, qg, (size_t)group * hd * sizeof *sc->qd);
-                for (int i = 0; i < group; i++)
-                    rope_apply(sc->qd + (size_t)i * hd, cs, sn, be->half);
-                qk = sc->qd;
-            }
-            cur_d = d;
-        }
-        if (be->kv_f16 && sc->abs[j] < rw->base) {
-            mt_half_scores(group, hd, qk, k, len, scale, sc->score + j, sc->cap);
-        } else {
-            for (int t = 0; t < len; t++)
-                for (int i = 0; i < group; i++)
-                    sc->score[(size_t)i * sc->cap + j + t] =
-                        dot(qk + (size_t)i * hd, (const float *)k + (size_t)t * hd, hd) * scale;
-        }
-    }
-    /* softmax per head */
-    for (int i = 0; i < group; i++) {
-        float *s = sc->score + (size_t)i * sc->cap;
-        float mx = s[0];
-        for (int j = 1; j < n; j++)
-            mx = s[j] > mx ? s[j] : mx;
-        float sum = 0;
-        for (int j = 0; j < n; j++) {
-            s[j] = expf(s[j] - mx);
-            sum += s[j];
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < n; j++)
-            s[j] *= inv;
-    }
-    /* out_i = sum_j p_ij v_j */
-    float *out = be->att + (size_t)r * be->q_dim + (size_t)g * group * hd;
-    memset(out, 0, (size_t)group * hd * sizeof *out);
-    for (int j = 0, len = 1; j < n; j += len) {
-        const void *v;
-        len = 1;
-        if (sc->abs[j] >= rw->base) {
-            int lr = rw->first + (int)(sc->abs[j] - rw->base);
-            v = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + be->kv_dim +
-                (size_t)g * hd;
-        } else {
-            len = kv_span_old(be, sc, rw, j, n, 1, g, &v);
-            if (be->kv_f16) {
-                mt_half_weighted_sum(group, hd, sc->score + j, sc->cap, v, len, out);
-                continue;
-            }
-        }
-        for (int t = 0; t < len; t++)
-            for (int i = 0; i < group; i++)
-                axpy(out + (size_t)i * hd, sc->score[(size_t)i * sc->cap + j + t],
-                     (const float *)v + (size_t)t * hd, hd);
-    }
-    (void)c;
-}
-
-static void phase_attention_old(cpu_backend *be, int tid, int nt)
-{
-    (void)nt;
-    scratch *sc = &be->scr[tid];
-    int items = be->nrows * be->c->kv_heads;
-    for (;;) {
-        int it = atomic_fetch_add(&be->next_item, 1);
-        if (it >= items)
-            break;
-        attend_old(be, sc, it / be->c->kv_heads, it % be->c->kv_heads);
-    }
-}
-
-#endif
-#ifdef MT_ATTN_COMPARE
-double mt_attn_s;
-_Atomic long long mt_attn_cpu_ns;
-static long long tcpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-static double mt_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-#endif
 /* Work items are (row, a range of kv heads): a whole row's heads when
  * there are rows enough to keep every thread busy (its runs are then
  * contiguous over the heads, and its visible list is made once), fewer
@@ -948,14 +776,6 @@ static void phase_attention(cpu_backend *be, int tid, int nt)
     scratch *sc = &be->scr[tid];
     const int chunks = be->att_chunks, per = be->c->kv_heads / chunks;
     const int items = be->nrows * chunks;
-#ifdef MT_ATTN_COMPARE
-    long long c0 = tcpu();
-    if (be->attn_old) {
-        phase_attention_old(be, tid, nt);
-        atomic_fetch_add(&mt_attn_cpu_ns, tcpu() - c0);
-        return;
-    }
-#endif
     for (;;) {
         int it = atomic_fetch_add(&be->next_item, 1);
         if (it >= items)
@@ -963,9 +783,6 @@ static void phase_attention(cpu_backend *be, int tid, int nt)
         int g0 = it % chunks * per;
         attend(be, sc, it / chunks, g0, g0 + per);
     }
-#ifdef MT_ATTN_COMPARE
-    atomic_fetch_add(&mt_attn_cpu_ns, tcpu() - c0);
-#endif
 }
 
 /* The new K,V rows to the cache (kv heads split over threads, rows in
@@ -1148,13 +965,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
 
         /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv heads) */
         atomic_store(&be->next_item, 0);
-#ifdef MT_ATTN_COMPARE
-        { extern double mt_attn_s; double t0 = mt_now_s();
-#endif
         tpool_run(&be->tp, be, phase_attention);
-#ifdef MT_ATTN_COMPARE
-        mt_attn_s += mt_now_s() - t0; }
-#endif
 
         /* cache <- new K,V; x += att . wo^T */
         set_job(be, be->att, be->q_dim, 1.0f, 0);
@@ -1410,10 +1221,6 @@ static void cpu_geometry(cpu_backend *be, const mt_model *m, const mt_decoder_op
     be->kv_dim = c->kv_heads * c->head_dim;
     be->qkv_dim = be->q_dim + 2 * be->kv_dim;
     be->group = c->heads / c->kv_heads;
-#ifdef MT_ATTN_COMPARE
-    be->attn_old = getenv("MT_ATTN_OLD") != NULL;
-    be->pf_ahead = getenv("MT_PF_AHEAD") ? atoi(getenv("MT_PF_AHEAD")) : 1;
-#endif
     be->block_elems = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
     be->kv_f16 = kv_f16;
     be->kv_elem = kv_f16 ? 2 : 4;
