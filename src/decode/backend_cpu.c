@@ -1124,9 +1124,9 @@ static void *alloc_streamed(size_t n)
     if (posix_memalign(&p, huge, rounded) != 0)
         return NULL;
 #ifdef MADV_HUGEPAGE
-    /* advice only: refused (no THP, or "never"), 4 KiB pages still work */
-    if (madvise(p, rounded, MADV_HUGEPAGE) != 0)
-        errno = 0;
+    if (madvise(p, rounded, MADV_HUGEPAGE) != 0) {
+        /* advice only: refused (no THP, or "never"), 4 KiB pages work */
+    }
 #endif
     return p;
 }
