@@ -11,7 +11,7 @@
  *     xn  = rmsnorm(x) * attn_norm
  *     qkv = xn . [wq|wk|wv]^T            one GEMM over the R rows
  *     rotary on q (and on k in absolute mode)
- *     att = softmax(q . K^T / sqrt(hd)) . V   per (row, kv head)
+ *     att = softmax(q . K^T / sqrt(hd)) . V   per (row, kv heads)
  *     K,V of the new positions -> the cache
  *     x  += att . wo^T                   one GEMM
  *     xn  = rmsnorm(x) * mlp_norm
@@ -31,11 +31,17 @@
  * features into T column slices (multiples of 32) and each thread calls
  * cblas_sgemm on its slice of the weights (cblas_sgemv when R = 1), so
  * each projection is one batched product over the R rows with the weight
- * matrix read once per step. Attention is split by (row, kv head) work
- * items handed out through an atomic counter (rows of different lengths
- * cost different amounts); its inner loops are 8-wide vector code with an
- * AVX2/FMA clone picked at load time. The rmsnorms and rotary passes are cheap
- * (R x hidden) and run on thread 0 between phases.
+ * matrix read once per step. Attention is split by (row, kv heads) work
+ * items, a whole row's kv heads at batch (fewer per item when rows are
+ * few), handed out through an atomic counter (rows of different lengths
+ * cost different amounts). An item makes one pass over its row's visible
+ * positions in runs of up to MT_KV_BLOCK cache slots, each run's K rows
+ * and then V rows of every head of the item read while they are in L1
+ * (online softmax), the next run prefetched; its inner loops are 8-wide
+ * vector code with an AVX2/FMA clone picked at load time. The cache and
+ * the f16 weights are on 2 MiB pages where the kernel allows (see
+ * alloc_streamed). The rmsnorms and rotary passes
+ * are cheap (R x hidden) and run on thread 0 between phases.
  *
  * Half precision (opts kv_dtype / weights, kernels in cpu_f16.c). An f16
  * cache stores each new K,V row rounded to half (round to nearest even)
@@ -81,6 +87,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -261,15 +268,28 @@ typedef struct row {
     int        first;  /* row index holding position base of this seq */
 } row;
 
+/* A run of visible positions attended together: len consecutive slots of
+ * one cache block with one rotary offset (up to MT_KV_BLOCK), or one
+ * position written by this call (read from the qkv buffer). */
+typedef struct kv_run {
+    int     j;         /* its first visible entry */
+    int     len;
+    int32_t block;     /* cache block, or -1: qkv row `at` */
+    int     at;        /* first slot within the block, or the qkv row */
+    int64_t d;         /* rotary offset abs - rope of its positions */
+} kv_run;
+
 /* Per-thread attention scratch; cap grows with the longest visible list. */
 typedef struct scratch {
     int      cap;
     int64_t *slot;     /* [cap]  cache slot of each visible position */
     int64_t *rope;     /* [cap]  its rotary position */
     int64_t *abs;      /* [cap]  its absolute position */
-    float   *score;    /* [group, cap] attention weights of the group's heads */
-    float   *qd;       /* [group, head_dim] the group's queries rotated by a
+    kv_run  *run;      /* [cap]  the visible list in runs */
+    float   *score;    /* [heads, cap] attention weights of the item's q heads */
+    float   *qd;       /* [heads, head_dim] the item's queries rotated by a
                           further d (window/cache mode) */
+    float   *ml;       /* [2, heads] running maximum and sum of each q head */
     float   *dcs, *dsn;/* [half] rotary of a d that is not the row's own */
 } scratch;
 
@@ -317,6 +337,7 @@ typedef struct cpu_backend {
     int     nrows;
     int     layer;       /* layer the running phase works on */
     atomic_int next_item;/* attention work counter */
+    int     att_chunks;  /* attention items per row (kv heads split in as many) */
 
     /* the running GEMM phase: up to 3 weight segments */
     struct gemm_job {
@@ -352,10 +373,15 @@ static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
  * SSE registers in the default clone. */
 typedef float v8 __attribute__((vector_size(32)));
 
-static inline v8 load8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
-static inline void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+/* Inlined even where GCC would not: a helper left out of line is compiled
+ * for the default target only, and attend()'s AVX2 clone would call the
+ * SSE version (seen in a profile: wsum and softmax ran out of line). */
+#define VINLINE static inline __attribute__((always_inline))
 
-static inline float dot(const float *a, const float *b, int n)
+VINLINE v8 load8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
+VINLINE void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+
+VINLINE float dot(const float *a, const float *b, int n)
 {
     v8 s0 = { 0 }, s1 = { 0 };
     int i = 0;
@@ -372,16 +398,6 @@ static inline float dot(const float *a, const float *b, int n)
     return s;
 }
 
-static inline void axpy(float *y, float a, const float *x, int n)
-{
-    v8 av = { a, a, a, a, a, a, a, a };
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        store8(y + i, load8(y + i) + av * load8(x + i));
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
 /* out = x * rsqrt(mean(x^2) + eps) * w, one row of n. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
@@ -394,7 +410,7 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
 }
 
 /* Rotate-half rotary on one head vector of hd = 2*half, in place. */
-static inline void rope_apply(float *v, const float *cs, const float *sn, int half)
+VINLINE void rope_apply(float *v, const float *cs, const float *sn, int half)
 {
     int i = 0;
     for (; i + 8 <= half; i += 8) {
@@ -480,145 +496,292 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
     }
 }
 
-/* The run of visible entries from j that come from the cache, sit in
- * consecutive slots of one block (up to MT_KV_BLOCK contiguous rows) and
- * share one rotary offset d; returns its length and its first row (fp32 or
- * f16). The f16 kernels take a run per call and read it straight from the
- * cache, converting in registers. */
-static int kv_span(const cpu_backend *be, const scratch *sc, const row *rw, int j, int n,
-                   int kv, int g, const void **first)
+/* Splits the visible list into runs: positions from the cache that sit in
+ * consecutive slots of one block (up to MT_KV_BLOCK contiguous rows of
+ * each head) and share one rotary offset, and single positions written by
+ * this call. Done once per work item; the K pass, the V pass and every
+ * head of the item share the runs. Returns the number of runs. */
+static int kv_runs(const cpu_backend *be, scratch *sc, const row *rw, int n)
 {
-    int64_t s0 = sc->slot[j], d0 = sc->abs[j] - sc->rope[j];
-    int room = MT_KV_BLOCK - (int)(s0 % MT_KV_BLOCK), len = 1;
-    while (len < room && j + len < n && sc->slot[j + len] == s0 + len &&
-           sc->abs[j + len] < rw->base && sc->abs[j + len] - sc->rope[j + len] == d0)
-        len++;
-    const size_t row_bytes = (size_t)be->hd * be->kv_elem;
-    *first = (const char *)kv_at(be, rw->seq->blocks[s0 / MT_KV_BLOCK], be->layer, kv, g) +
-             (size_t)(s0 % MT_KV_BLOCK) * row_bytes;
-    /* The next run is in another block, a whole block (every layer and
-     * head) away: a new stream the hardware prefetcher would only pick up
-     * after a few misses. Ask for it now, while this run is computed. */
-    int next = j + len;
-    if (next < n && sc->abs[next] < rw->base) {
-        int64_t s1 = sc->slot[next];
-        const char *p =
-            (const char *)kv_at(be, rw->seq->blocks[s1 / MT_KV_BLOCK], be->layer, kv, g) +
-            (size_t)(s1 % MT_KV_BLOCK) * row_bytes;
-        size_t bytes = (size_t)(MT_KV_BLOCK - s1 % MT_KV_BLOCK) * row_bytes;
-        for (size_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(p + o);
+    (void)be;
+    int nr = 0;
+    for (int j = 0, len; j < n; j += len) {
+        kv_run *u = &sc->run[nr++];
+        u->j = j;
+        u->d = sc->abs[j] - sc->rope[j];
+        len = 1;
+        if (sc->abs[j] >= rw->base) {
+            u->block = -1;
+            u->at = rw->first + (int)(sc->abs[j] - rw->base);
+        } else {
+            int64_t s0 = sc->slot[j];
+            int room = MT_KV_BLOCK - (int)(s0 % MT_KV_BLOCK);
+            while (len < room && j + len < n && sc->slot[j + len] == s0 + len &&
+                   sc->abs[j + len] < rw->base && sc->abs[j + len] - sc->rope[j + len] == u->d)
+                len++;
+            u->block = rw->seq->blocks[s0 / MT_KV_BLOCK];
+            u->at = (int)(s0 % MT_KV_BLOCK);
+        }
+        u->len = len;
     }
-    return len;
+    return nr;
 }
 
-/* Attention of one (row, kv head) item: the group's q heads against the
- * row's visible positions. */
+/* First K (kv = 0) or V (kv = 1) row of run u for kv head g: f32 in the
+ * qkv buffer, f32 or f16 in the cache. */
+static inline const void *run_at(const cpu_backend *be, const kv_run *u, int kv, int g)
+{
+    if (u->block < 0)
+        return be->qkv + (size_t)u->at * be->qkv_dim + be->q_dim + (size_t)kv * be->kv_dim +
+               (size_t)g * be->hd;
+    return (const char *)kv_at(be, u->block, be->layer, kv, g) +
+           (size_t)u->at * be->hd * be->kv_elem;
+}
+
+/* Asks for run u's rows of head g (K or V). The next run is in another
+ * block, a whole block (every layer) away: a new stream the hardware
+ * prefetcher would pick up only after a few misses. Asked for in one burst
+ * per head just before that head of the current run is read (measured on
+ * the EPYC: 1.7x the read rate of no prefetch; the same requests spread
+ * over the current run's rows gained a third as much). */
+VINLINE void run_prefetch(const cpu_backend *be, const kv_run *u, int kv, int g)
+{
+    if (u->block < 0)
+        return;
+    const char *p = run_at(be, u, kv, g);
+    size_t bytes = (size_t)u->len * be->hd * be->kv_elem;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o);
+    __builtin_prefetch(p + bytes - 1);
+}
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+VINLINE v8 splat8(float a) { return (v8){ a, a, a, a, a, a, a, a }; }
+
+/* e^x for x <= 0 (softmax's shifted scores), 8 at a time: Cephes' expf
+ * (x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r, 2^n
+ * put in the exponent bits), relative error about 2e-7, a few fp32 ulps.
+ * x is clamped below at -87 (2^n stays normal): a weight under e^-87 =
+ * 1.6e-38 comes out as 1.6e-38, nothing beside the maximum's 1. */
+VINLINE v8 exp8(v8 x)
+{
+    const v8 lo = splat8(-87.0f), magic = splat8(12582912.0f);   /* 1.5 * 2^23 */
+    v8i under = x < lo;
+    x = (v8)(((v8i)x & ~under) | ((v8i)lo & under));
+    v8 t = x * splat8(1.44269504088896341f) + magic;   /* round(x / ln2) + magic */
+    v8 nf = t - magic;
+    v8 r = x - nf * splat8(0.693359375f);
+    r = r - nf * splat8(-2.12194440e-4f);
+    v8 p = splat8(1.9875691500e-4f);
+    p = p * r + splat8(1.3981999507e-3f);
+    p = p * r + splat8(8.3334519073e-3f);
+    p = p * r + splat8(4.1665795894e-2f);
+    p = p * r + splat8(1.6666665459e-1f);
+    p = p * r + splat8(5.0000001201e-1f);
+    p = p * (r * r) + r + splat8(1.0f);
+    v8u n = (v8u)t - (v8u)magic;          /* n in the low bits, mod 2^32 */
+    v8u two_n = (n + 127u) << 23;
+    return p * (v8)two_n;
+}
+
+/* fp32 rows (fp32 cache or this call's qkv buffer), one kv head's group
+ * of q heads: score[i*lds + t] = scale * q_i . k_t for t < rows. */
+VINLINE void scores_f32(int group, int hd, const float *q, const float *k, int rows,
+                              float scale, float *score, int lds)
+{
+    for (int t = 0; t < rows; t++) {
+        for (int i = 0; i < group; i++)
+            score[(size_t)i * lds + t] = dot(q + (size_t)i * hd, k + (size_t)t * hd, hd) * scale;
+    }
+}
+
+/* out_i += sum_t p[i*ldp + t] v_t over fp32 rows: 32 columns at a time in
+ * four accumulators held over all the rows (out read and written once per
+ * run, not once per row). */
+VINLINE void wsum_f32(int group, int hd, const float *p, int ldp, const float *v,
+                            int rows, float *out)
+{
+    for (int i = 0; i < group; i++) {
+        const float *pi = p + (size_t)i * ldp;
+        float *oi = out + (size_t)i * hd;
+        int c = 0;
+        for (; c + 32 <= hd; c += 32) {
+            v8 a0 = load8(oi + c), a1 = load8(oi + c + 8);
+            v8 a2 = load8(oi + c + 16), a3 = load8(oi + c + 24);
+            for (int t = 0; t < rows; t++) {
+                const float *vr = v + (size_t)t * hd + c;
+                v8 b = splat8(pi[t]);
+                a0 += b * load8(vr);
+                a1 += b * load8(vr + 8);
+                a2 += b * load8(vr + 16);
+                a3 += b * load8(vr + 24);
+            }
+            store8(oi + c, a0);
+            store8(oi + c + 8, a1);
+            store8(oi + c + 16, a2);
+            store8(oi + c + 24, a3);
+        }
+        for (; c + 8 <= hd; c += 8) {
+            v8 a0 = load8(oi + c);
+            for (int t = 0; t < rows; t++)
+                a0 += splat8(pi[t]) * load8(v + (size_t)t * hd + c);
+            store8(oi + c, a0);
+        }
+        for (; c < hd; c++)
+            for (int t = 0; t < rows; t++)
+                oi[c] += pi[t] * v[(size_t)t * hd + c];
+    }
+}
+
+/* One run's scores of one q head folded into its running softmax (online
+ * softmax): s[0..len) become e^(s - m) with m the running maximum, and when
+ * the maximum rises the sum l and the output o so far are scaled by
+ * e^(m_old - m_new). len <= MT_KV_BLOCK; s has room for MT_KV_BLOCK. */
+VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int hd)
+{
+    float mnew = *m;
+    for (int t = 0; t < len; t++)
+        mnew = s[t] > mnew ? s[t] : mnew;
+    if (mnew > *m) {
+        float f = expf(*m - mnew);          /* 0 on the first run (m = -inf) */
+        *l *= f;
+        v8 fv = splat8(f);
+        int c = 0;
+        for (; c + 8 <= hd; c += 8)
+            store8(o + c, load8(o + c) * fv);
+        for (; c < hd; c++)
+            o[c] *= f;
+        *m = mnew;
+    }
+    v8 mv = splat8(mnew), sum8 = { 0 };
+    int t = 0;
+    for (; t + 8 <= len; t += 8) {
+        v8 e = exp8(load8(s + t) - mv);
+        store8(s + t, e);
+        sum8 += e;
+    }
+    float sum = ((sum8[0] + sum8[4]) + (sum8[1] + sum8[5])) +
+                ((sum8[2] + sum8[6]) + (sum8[3] + sum8[7]));
+    if (t < len) {
+        float tail[8] = { 0 };
+        memcpy(tail, s + t, (size_t)(len - t) * sizeof *tail);
+        v8 e = exp8(load8(tail) - mv);
+        for (int i = 0; i < len - t; i++) {
+            s[t + i] = e[i];
+            sum += e[i];
+        }
+    }
+    *l += sum;
+}
+
+/* Attention of one (row, kv heads g0..g1) item: those heads' groups of q
+ * heads against the row's visible positions, in one pass over the runs
+ * with an online softmax: each run's K rows and then its V rows of every
+ * head of the item, while they are in L1. The item's heads of a block's
+ * (layer, K) lie next to each other (16 rows per head) and its V follows,
+ * so with every head in the item (B >= 4 * threads) a full run is one
+ * contiguous stretch of 2 * kv_heads * 16 rows, and the next run (another
+ * block) is asked for while this one is computed. */
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-static void attend(cpu_backend *be, scratch *sc, int r, int g)
+static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
 {
-    const mt_config *c = be->c;
     const row *rw = &be->rows[r];
-    const int hd = be->hd, group = be->group;
+    const int hd = be->hd, group = be->group, nq = (g1 - g0) * group;
     int64_t q_rope;
-    int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope,
-                             sc->abs, sc->cap, &q_rope);
+    int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope, sc->abs, sc->cap,
+                             &q_rope);
+    int nr = kv_runs(be, sc, rw, n);
     const float scale = 1.0f / sqrtf((float)hd);
-    /* the group's q heads, rotated by q_rope before this phase */
-    const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g * group * hd;
+    /* the item's q heads, rotated by q_rope before this phase */
+    const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g0 * group * hd;
     const float *qk = qg;       /* qg rotated by a further cur_d */
     int64_t cur_d = 0;
+    float *out = be->att + (size_t)r * be->q_dim + (size_t)g0 * group * hd;
+    float *mx = sc->ml, *sum = sc->ml + nq;
+    float *p = sc->score;       /* [group, MT_KV_BLOCK] one head's run */
+    memset(out, 0, (size_t)nq * hd * sizeof *out);
+    for (int h = 0; h < nq; h++) {
+        mx[h] = -INFINITY;
+        sum[h] = 0.0f;
+    }
 
-    /* scores[i][j] = q_i . k_j * scale, a run of len cached keys at once */
-    for (int j = 0, len = 1; j < n; j += len) {
-        const void *k;
-        len = 1;
-        if (sc->abs[j] >= rw->base) {
-            int lr = rw->first + (int)(sc->abs[j] - rw->base);
-            k = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + (size_t)g * hd;
-        } else {
-            len = kv_span(be, sc, rw, j, n, 0, g, &k);
-        }
-        int64_t d = sc->abs[j] - sc->rope[j];
-        if (be->cache_rope && d != cur_d) {
+    for (int u = 0; u < nr; u++) {
+        const kv_run *ru = &sc->run[u];
+        const kv_run *ahead = u + 1 < nr ? &sc->run[u + 1] : NULL;
+        if (be->cache_rope && ru->d != cur_d) {
             const float *cs = be->dcos + (size_t)r * be->half;
             const float *sn = be->dsin + (size_t)r * be->half;
-            if (d != rw->pos - q_rope) {
-                rope_table(be, d, sc->dcs, sc->dsn);
+            if (ru->d != rw->pos - q_rope) {
+                rope_table(be, ru->d, sc->dcs, sc->dsn);
                 cs = sc->dcs;
                 sn = sc->dsn;
             }
-            if (d == 0) {
+            if (ru->d == 0) {
                 qk = qg;
             } else {
-                memcpy(sc->qd, qg, (size_t)group * hd * sizeof *sc->qd);
-                for (int i = 0; i < group; i++)
+                memcpy(sc->qd, qg, (size_t)nq * hd * sizeof *sc->qd);
+                for (int i = 0; i < nq; i++)
                     rope_apply(sc->qd + (size_t)i * hd, cs, sn, be->half);
                 qk = sc->qd;
             }
-            cur_d = d;
+            cur_d = ru->d;
         }
-        if (be->kv_f16 && sc->abs[j] < rw->base) {
-            mt_half_scores(group, hd, qk, k, len, scale, sc->score + j, sc->cap);
-        } else {
-            for (int t = 0; t < len; t++)
-                for (int i = 0; i < group; i++)
-                    sc->score[(size_t)i * sc->cap + j + t] =
-                        dot(qk + (size_t)i * hd, (const float *)k + (size_t)t * hd, hd) * scale;
-        }
-    }
-    /* softmax per head */
-    for (int i = 0; i < group; i++) {
-        float *s = sc->score + (size_t)i * sc->cap;
-        float mx = s[0];
-        for (int j = 1; j < n; j++)
-            mx = s[j] > mx ? s[j] : mx;
-        float sum = 0;
-        for (int j = 0; j < n; j++) {
-            s[j] = expf(s[j] - mx);
-            sum += s[j];
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < n; j++)
-            s[j] *= inv;
-    }
-    /* out_i = sum_j p_ij v_j */
-    float *out = be->att + (size_t)r * be->q_dim + (size_t)g * group * hd;
-    memset(out, 0, (size_t)group * hd * sizeof *out);
-    for (int j = 0, len = 1; j < n; j += len) {
-        const void *v;
-        len = 1;
-        if (sc->abs[j] >= rw->base) {
-            int lr = rw->first + (int)(sc->abs[j] - rw->base);
-            v = be->qkv + (size_t)lr * be->qkv_dim + be->q_dim + be->kv_dim +
-                (size_t)g * hd;
-        } else {
-            len = kv_span(be, sc, rw, j, n, 1, g, &v);
-            if (be->kv_f16) {
-                mt_half_weighted_sum(group, hd, sc->score + j, sc->cap, v, len, out);
-                continue;
+        for (int g = g0; g < g1; g++) {
+            if (ahead) {
+                run_prefetch(be, ahead, 0, g);
+                run_prefetch(be, ahead, 1, g);
             }
+            const void *k = run_at(be, ru, 0, g), *v = run_at(be, ru, 1, g);
+            const float *qh = qk + (size_t)(g - g0) * group * hd;
+            float *og = out + (size_t)(g - g0) * group * hd;
+            int f16 = be->kv_f16 && ru->block >= 0;
+            if (f16)
+                mt_half_scores(group, hd, qh, k, ru->len, scale, p, MT_KV_BLOCK);
+            else
+                scores_f32(group, hd, qh, k, ru->len, scale, p, MT_KV_BLOCK);
+            for (int i = 0; i < group; i++) {
+                int h = (g - g0) * group + i;
+                softmax_fold(p + (size_t)i * MT_KV_BLOCK, ru->len, &mx[h], &sum[h],
+                             out + (size_t)h * hd, hd);
+            }
+            if (f16)
+                mt_half_weighted_sum(group, hd, p, MT_KV_BLOCK, v, ru->len, og);
+            else
+                wsum_f32(group, hd, p, MT_KV_BLOCK, v, ru->len, og);
         }
-        for (int t = 0; t < len; t++)
-            for (int i = 0; i < group; i++)
-                axpy(out + (size_t)i * hd, sc->score[(size_t)i * sc->cap + j + t],
-                     (const float *)v + (size_t)t * hd, hd);
     }
-    (void)c;
+    for (int h = 0; h < nq; h++) {
+        v8 inv = splat8(1.0f / sum[h]);
+        float *o = out + (size_t)h * hd;
+        int c = 0;
+        for (; c + 8 <= hd; c += 8)
+            store8(o + c, load8(o + c) * inv);
+        for (; c < hd; c++)
+            o[c] *= inv[0];
+    }
 }
 
+/* Work items are (row, a range of kv heads): a whole row's heads when
+ * there are rows enough to keep every thread busy (its runs are then
+ * contiguous over the heads, and its visible list is made once), fewer
+ * heads per item at small batches. The items are handed out through a
+ * counter: rows of different lengths cost different amounts. */
 static void phase_attention(cpu_backend *be, int tid, int nt)
 {
     (void)nt;
     scratch *sc = &be->scr[tid];
-    int items = be->nrows * be->c->kv_heads;
+    const int chunks = be->att_chunks, per = be->c->kv_heads / chunks;
+    const int items = be->nrows * chunks;
     for (;;) {
         int it = atomic_fetch_add(&be->next_item, 1);
         if (it >= items)
             break;
-        attend(be, sc, it / be->c->kv_heads, it % be->c->kv_heads);
+        int g0 = it % chunks * per;
+        attend(be, sc, it / chunks, g0, g0 + per);
     }
 }
 
@@ -687,15 +850,19 @@ static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
         if (b) sc->rope = b;
         int64_t *p = realloc(sc->abs, (size_t)cap * sizeof *p);
         if (p) sc->abs = p;
-        float *s = realloc(sc->score, (size_t)cap * be->group * sizeof *s);
+        kv_run *u = realloc(sc->run, (size_t)cap * sizeof *u);
+        if (u) sc->run = u;
+        float *s = realloc(sc->score, (size_t)cap * be->c->heads * sizeof *s);
         if (s) sc->score = s;
         if (!sc->qd)
-            sc->qd = malloc((size_t)be->group * be->hd * sizeof *sc->qd);
+            sc->qd = malloc((size_t)be->c->heads * be->hd * sizeof *sc->qd);
+        if (!sc->ml)
+            sc->ml = malloc((size_t)2 * be->c->heads * sizeof *sc->ml);
         if (!sc->dcs)
             sc->dcs = malloc((size_t)be->half * sizeof *sc->dcs);
         if (!sc->dsn)
             sc->dsn = malloc((size_t)be->half * sizeof *sc->dsn);
-        if (!a || !b || !p || !s || !sc->qd || !sc->dcs || !sc->dsn) {
+        if (!a || !b || !p || !u || !s || !sc->qd || !sc->ml || !sc->dcs || !sc->dsn) {
             mt_set_err(err, errlen, "cpu: out of memory for attention over %d positions",
                      need);
             return -1;
@@ -725,6 +892,13 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     }
     if (ensure_scratch(be, (int)need, err, errlen))
         return -1;
+    /* attention items: whole rows when there are 4 per thread, else the
+     * kv heads split (in a divisor of kv_heads) until there are */
+    be->att_chunks = 1;
+    while (be->tp.n > 1 && be->att_chunks < c->kv_heads && R * be->att_chunks < 4 * be->tp.n)
+        do
+            be->att_chunks++;
+        while (c->kv_heads % be->att_chunks);
 
     /* x [R, hidden]: the input adapter */
     if (io->tokens_in) {
@@ -789,7 +963,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
                            be->rsin + (size_t)r * half, half);
         }
 
-        /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv head) */
+        /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv heads) */
         atomic_store(&be->next_item, 0);
         tpool_run(&be->tp, be, phase_attention);
 
@@ -906,8 +1080,10 @@ static void cpu_destroy(mt_backend *b)
                 free(be->scr[t].slot);
                 free(be->scr[t].rope);
                 free(be->scr[t].abs);
+                free(be->scr[t].run);
                 free(be->scr[t].score);
                 free(be->scr[t].qd);
+                free(be->scr[t].ml);
                 free(be->scr[t].dcs);
                 free(be->scr[t].dsn);
             }
@@ -933,6 +1109,30 @@ static void cpu_destroy(mt_backend *b)
  * compute-bound with much better blocking than a small-M kernel, wins. */
 enum { F16_ROWS_DEFAULT = 8 };
 
+/* A large buffer that steps read in long streams (the kv pool, the f16
+ * weights), on 2 MiB pages where the kernel gives them on request
+ * (transparent huge pages in "madvise" mode, Debian's default): the
+ * attention reads a few KiB in each of thousands of blocks, a new 4 KiB
+ * page every few KiB. A one-core microbenchmark of that pattern (32 KiB
+ * per block, 256 KiB apart, prefetched) read 24 GB/s on 4 KiB pages and
+ * 29 GB/s on 2 MiB pages. Freed with free(). */
+static void *alloc_streamed(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge)
+        return malloc(n ? n : 1);
+    size_t rounded = (n + huge - 1) / huge * huge;
+    void *p = NULL;
+    if (posix_memalign(&p, huge, rounded) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    if (madvise(p, rounded, MADV_HUGEPAGE) != 0) {
+        /* advice only: refused (no THP, or "never"), 4 KiB pages work */
+    }
+#endif
+    return p;
+}
+
 /* --weights f16: half copies of every matrix the step multiplies by, in one
  * allocation (the model's fp32 copies stay: the sgemm path above the
  * crossover reads them, so this costs half the matrices' fp32 bytes more). */
@@ -947,7 +1147,7 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
     size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
     size_t total = per_layer * c->layers + n_lm + n_ai + n_ao;
     be->w16 = calloc((size_t)c->layers, sizeof *be->w16);
-    be->w16_store = malloc(total * sizeof(uint16_t));
+    be->w16_store = alloc_streamed(total * sizeof(uint16_t));
     if (!be->w16 || !be->w16_store) {
         mt_set_err(err, errlen, "cpu: cannot allocate the f16 weights (%zu bytes)",
                  total * sizeof(uint16_t));
@@ -998,7 +1198,7 @@ static int cpu_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t er
     be->pool = pool;
     be->kvp = mt_kv_pool_params(pool);
     size_t nbytes = (size_t)mt_kv_pool_blocks(pool) * be->block_elems * be->kv_elem;
-    be->kv = malloc(nbytes ? nbytes : 1);
+    be->kv = alloc_streamed(nbytes);
     if (!be->kv) {
         mt_set_err(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)", nbytes);
         return -1;

@@ -193,6 +193,23 @@ tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint1
         }
 }
 
+/* Asks for weight rows [n, n + nr) (those of the next tile) in one burst
+ * before this tile is computed: each tile's rows start a new set of
+ * streams the hardware prefetcher picks up late. Measured on the EPYC with
+ * one thread, M = 1, 80 matrices of 1536 x 512 on 2 MiB pages: 18 ->
+ * 25-29 GB/s of f16 weights, alternating runs. */
+static inline void ask_next_tile(const uint16_t *W, int K, int n, int nr, int N)
+{
+    if (n >= N)
+        return;
+    if (n + nr > N)
+        nr = N - n;
+    const char *a = (const char *)(W + (size_t)n * K);
+    size_t bytes = (size_t)nr * K * sizeof *W;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(a + o);
+}
+
 F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
                              float beta, float *Y, int ldy)
 {
@@ -200,12 +217,15 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
     if (M == 1) {
         /* one row: eight weight rows at a time, eight independent FMA
          * chains and eight streams of loads in flight */
-        for (; n + 8 <= N; n += 8)
+        for (; n + 8 <= N; n += 8) {
+            ask_next_tile(W, K, n + 8, 8, N);
             tile_x86(1, 8, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
+        }
     }
     if (M == 2 || M == 3) {
         /* two or three rows: four weight rows at a time (8 or 12 chains) */
         for (; n + 4 <= N; n += 4) {
+            ask_next_tile(W, K, n + 4, 4, N);
             if (M == 2)
                 tile_x86(2, 4, K, X, ldx, W + (size_t)n * K, beta, Y + n, ldy);
             else
@@ -214,6 +234,7 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
     }
     for (; n + 2 <= N; n += 2) {
         const uint16_t *w = W + (size_t)n * K;
+        ask_next_tile(W, K, n + 2, 2, N);
         int m = 0;
         for (; m + 4 <= M; m += 4)
             tile_x86(4, 2, K, X + (size_t)m * ldx, ldx, w, beta, Y + (size_t)m * ldy + n, ldy);
@@ -230,10 +251,45 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
                      Y + (size_t)m * ldy + n, ldy);
 }
 
+/* q . k_t for the 8 rows k_0..k_7 (hd halves each, hd a multiple of 8),
+ * as one vector of 8 sums: eight independent FMA chains, then one
+ * transposing reduction for all eight (hadd tree) instead of a horizontal
+ * sum per row. */
+F16C_FN static inline __attribute__((always_inline)) __m256
+dot8rows(const float *q, const uint16_t *k, int hd)
+{
+    __m256 a[8];
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < 8; t++)
+        a[t] = _mm256_setzero_ps();
+    for (int c = 0; c < hd; c += 8) {
+        __m256 qv = _mm256_loadu_ps(q + c);
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < 8; t++)
+            a[t] = _mm256_fmadd_ps(qv, _mm256_cvtph_ps(_mm_loadu_si128(
+                                           (const __m128i *)(k + (size_t)t * hd + c))), a[t]);
+    }
+    __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 s03 = _mm256_hadd_ps(s01, s23), s47 = _mm256_hadd_ps(s45, s67);
+    /* s03 = [rows 0-3 over columns' low halves | rows 0-3, high halves] */
+    return _mm256_add_ps(_mm256_permute2f128_ps(s03, s47, 0x20),
+                         _mm256_permute2f128_ps(s03, s47, 0x31));
+}
+
 F16C_FN static void scores_x86(int group, int hd, const float *q, const uint16_t *k, int rows,
                                float scale, float *score, int lds)
 {
-    for (int r = 0; r < rows; r++) {
+    int r = 0;
+    if (hd % 8 == 0) {
+        const __m256 sv = _mm256_set1_ps(scale);
+        for (; r + 8 <= rows; r += 8)
+            for (int i = 0; i < group; i++)
+                _mm256_storeu_ps(score + (size_t)i * lds + r,
+                                 _mm256_mul_ps(dot8rows(q + (size_t)i * hd, k + (size_t)r * hd, hd),
+                                               sv));
+    }
+    for (; r < rows; r++) {
         const uint16_t *kr = k + (size_t)r * hd;
         for (int i = 0; i < group; i++) {
             const float *qi = q + (size_t)i * hd;

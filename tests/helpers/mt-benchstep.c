@@ -100,6 +100,53 @@ static double copy_bandwidth(int T)
     return best;
 }
 
+typedef struct { const char *src; size_t n; double sum; } read_arg;
+static void *read_main(void *p)
+{
+    read_arg *a = p;
+    const double *d = (const double *)a->src;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= a->n / sizeof *d; i += 4) {
+        s0 += d[i];
+        s1 += d[i + 1];
+        s2 += d[i + 2];
+        s3 += d[i + 3];
+    }
+    a->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* GB/s of a streaming read on all threads (bytes read): the ceiling of a
+ * loop that only reads, such as the attention's K/V read. The copy
+ * bandwidth above counts a byte read and a byte written per byte copied. */
+static double read_bandwidth(int T)
+{
+    size_t n = (size_t)256 << 20;
+    char *src = malloc(n);
+    if (!src)
+        return 0;
+    memset(src, 0, n);
+    double best = 0, sink = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        pthread_t th[64];
+        read_arg ar[64];
+        int nt = T < 64 ? T : 64;
+        double t0 = now();
+        for (int i = 0; i < nt; i++) {
+            ar[i] = (read_arg){ src + n / nt * i, n / nt, 0 };
+            pthread_create(&th[i], NULL, read_main, &ar[i]);
+        }
+        for (int i = 0; i < nt; i++) {
+            pthread_join(th[i], NULL);
+            sink += ar[i].sum;
+        }
+        double g = (double)n / (now() - t0) / 1e9;
+        best = g > best ? g : best;
+    }
+    free(src);
+    return sink == 0 ? best : best;   /* sink keeps the sums live */
+}
+
 typedef struct { double ms; double gflop; double kv_bytes; } result;
 
 /* Trials per figure (the best is kept). */
@@ -335,10 +382,10 @@ static int time_window_lengths(const mt_model *m, int S, int W, int B, const int
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:small";
-    int T = 0, W = 256, S = 4, quick = 0;
+    int T = 0, W = 256, S = 4, quick = 0, half_only = 0;
     static const struct option lo[] = { { "model", 1, 0, 'm' }, { "threads", 1, 0, 't' },
                                         { "window", 1, 0, 'w' }, { "quick", 0, 0, 'q' },
-                                        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+                                        { "half-only", 0, 0, 'H' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
     int ch;
     while ((ch = getopt_long(argc, argv, "m:t:w:qh", lo, NULL)) != -1) {
         switch (ch) {
@@ -346,8 +393,10 @@ int main(int argc, char **argv)
         case 't': T = atoi(optarg); break;
         case 'w': W = atoi(optarg); break;
         case 'q': quick = 1; break;
+        case 'H': half_only = 1; break;
         case 'h':
-            printf("usage: mt-benchstep [--model SPEC] [--threads T] [--window W] [--quick]\n");
+            printf("usage: mt-benchstep [--model SPEC] [--threads T] [--window W] [--quick]"
+                   " [--half-only]\n");
             return 0;
         default: return 2;
         }
@@ -356,9 +405,9 @@ int main(int argc, char **argv)
         T = (int)sysconf(_SC_NPROCESSORS_ONLN);
     char err[512] = "";
     double peak = sgemm_peak(T);
-    double bw = copy_bandwidth(T);
-    printf("machine threads=%d blas_core=%s sgemm_peak_gflops=%.1f copy_bandwidth_gbs=%.2f\n", T,
-           openblas_get_corename(), peak, bw);
+    double bw = copy_bandwidth(T), rbw = read_bandwidth(T);
+    printf("machine threads=%d blas_core=%s sgemm_peak_gflops=%.1f copy_bandwidth_gbs=%.2f"
+           " read_bandwidth_gbs=%.2f\n", T, openblas_get_corename(), peak, bw, rbw);
     fflush(stdout);
 
     mt_model *m = NULL;
@@ -376,7 +425,7 @@ int main(int argc, char **argv)
            c->layers, c->heads, c->ffn, wbytes);
 
     int Bs[] = { 1, 8, 32, 64 };
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4 && !half_only; i++) {
         result r;
         int reps = Bs[i] >= 32 ? 5 : 8;
         if (quick)
@@ -472,8 +521,8 @@ int main(int argc, char **argv)
             double bytes = kvb[2 * f] - kvb[2 * f + 1], dt = (ms[2 * f] - ms[2 * f + 1]) * 1e-3;
             double gbs = dt > 0 ? bytes / dt / 1e9 : 0;
             printf("attention kv=%s B=%d W=%d/%d extra_bytes_mb=%.1f extra_ms=%.2f read_gbs=%.2f"
-                   " frac_copy_bw=%.2f\n", fm[f].kv == MT_FMT_F16 ? "f16" : "f32", Ba, W, Wshort,
-                   bytes / 1e6, dt * 1e3, gbs, gbs / bw);
+                   " frac_copy_bw=%.2f frac_read_bw=%.2f\n", fm[f].kv == MT_FMT_F16 ? "f16" : "f32",
+                   Ba, W, Wshort, bytes / 1e6, dt * 1e3, gbs, gbs / bw, gbs / rbw);
             fflush(stdout);
         }
     }
@@ -485,6 +534,10 @@ int main(int argc, char **argv)
                fm[f].kv == MT_FMT_F16 ? "f16" : "f32", S, W, per, (double)(1u << 30) / per);
     }
     fmt_set(MT_FMT_F32, MT_FMT_F32, 0);
+    if (half_only) {
+        mt_model_free(m);
+        return 0;
+    }
 
     /* The full policy's figures only have to rise with length: one pass. */
     int Bl = 4;
