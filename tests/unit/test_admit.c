@@ -540,15 +540,15 @@ static int longest_late_run(sim *s, mt_admit *a, int ticks, int warm, double bud
     return longest;
 }
 
-/* A host with a 24 ms hiccup every 150 ticks (12 s), otherwise clean: the
- * statistics alone take the probe to the clean p99's N* (36 here), where a
- * hiccup overruns by 18 ms and the period drains 6 ms a tick: runs of late
- * ticks. With the headroom the probe stops where the tick after a hiccup
- * is back in budget (2 m + 24 <= 160: m <= 68, 33 sessions), and the
- * longest run is the hiccup's own tick. */
+/* A host with a 30 ms hiccup every 150 ticks (12 s), otherwise clean: the
+ * statistics alone take the probe to the clean p99's N* (35-36 here), where
+ * a hiccup overruns by 24 ms and the period drains 6 ms a tick: runs of
+ * late ticks. With the headroom the probe stops where the tick after a
+ * hiccup is back in budget (2 m + 30 <= 160: m <= 65, 31 sessions), and
+ * the longest run is the hiccup's own tick. */
 static void test_headroom(void)
 {
-    server sv = { .a = 2, .b = 2, .outlier_p = 1e-12, .hiccup_every = 150, .hiccup_ms = 24 };
+    server sv = { .a = 2, .b = 2, .outlier_p = 1e-12, .hiccup_every = 150, .hiccup_ms = 30 };
     int level[2], longest[2];
     double hic = 0;
     int64_t holds = 0;
@@ -580,7 +580,7 @@ static void test_headroom(void)
                  st.hiccup_ms, st.period_ms, (long long)st.headroom_holds);
         mt_admit_free(a);
     }
-    /* the largest level whose median leaves the drain: 2 m + 24 <= 160 */
+    /* the largest level whose median leaves the drain: 2 m + h <= 160 */
     int nh = 0;
     sim ref;
     sim_init(&ref, sv);
@@ -593,7 +593,9 @@ static void test_headroom(void)
        longest[1], level[1]);
     ok(level[1] <= nh && level[1] >= nh - 1,
        "headroom on: settles at the drain's level or one under (%d; %d)", level[1], nh);
-    ok(hic > 0.8 * sv.hiccup_ms && hic < 1.5 * sv.hiccup_ms,
+    /* the signal of a hiccup tick is the hiccup plus its own jitter (and,
+     * in this simulator, the overrun it adds to its own late_ms) */
+    ok(hic >= 0.9 * sv.hiccup_ms && hic < 2 * sv.hiccup_ms,
        "headroom: the hiccup measured from the ticks (%.1f ms; %.0f)", hic, sv.hiccup_ms);
     ok(holds >= 1, "headroom: the probe was held back (%lld)", (long long)holds);
 }
