@@ -22,7 +22,7 @@
 #define RING 256          /* samples kept per level */
 #define QUEUE_MAX 1024    /* held requests */
 #define MIN_LEVEL_N 4     /* samples before a level counts in the fit */
-#define HICCUP_RING 1024  /* recent hiccups kept (the headroom's evidence) */
+#define HICCUP_RING 1024  /* hiccups kept: a falling sequence (hiccup_add) */
 #define LATE_RUN 25       /* ticks of lateness born at a level, without
                              recovery, that mark the level as too many (a
                              hiccup's backlog drains sooner below the wall) */
@@ -79,10 +79,12 @@ struct mt_admit {
     int     late_run;       /* consecutive late ticks at the current level */
     struct line_fit_s { double A, B, sw, xbar, sxx, chi; int k, prop; } fit_m;
     /* hiccups: a tick's signal over its level's median, born on a tick
-     * in budget, newest last (a ring) */
+     * in budget; only those no later one is as large as (a falling
+     * sequence, oldest first, in a ring): its first is the largest of the
+     * window */
     float   hic[HICCUP_RING];
     int64_t hic_tick[HICCUP_RING];
-    int     hic_n, hic_head;
+    int     hic_n, hic_first;
     int     have_first;     /* the first tick line (period estimate) */
     int64_t first_tick;
     double  first_t;
@@ -377,18 +379,14 @@ static double tick_period_ms(const mt_admit *a)
     return a->o.budget_ms;
 }
 
-/* The largest hiccup (ms) of the recent ticks (forget_ticks), 0 if none. */
-static double hiccup_max(const mt_admit *a)
+/* The largest hiccup (ms) of the last forget_ticks ticks, 0 if none. */
+static double hiccup_max(mt_admit *a)
 {
-    double h = 0;
-    for (int k = 0; k < a->hic_n; k++) {
-        int i = (a->hic_head - 1 - k + HICCUP_RING) % HICCUP_RING;
-        if (a->st.ticks - a->hic_tick[i] > a->o.forget_ticks)
-            break;
-        if (a->hic[i] > h)
-            h = a->hic[i];
+    while (a->hic_n > 0 && a->st.ticks - a->hic_tick[a->hic_first] > a->o.forget_ticks) {
+        a->hic_first = (a->hic_first + 1) % HICCUP_RING;
+        a->hic_n--;
     }
-    return h;
+    return a->hic_n > 0 ? a->hic[a->hic_first] : 0;
 }
 
 /* The headroom test of the probe: going from x to x + 1 is kept only if
@@ -648,11 +646,18 @@ static void hiccup_add(mt_admit *a, int x, double sig, int prev_behind)
     double m, s;
     if (level_est_of(a, &a->lv[x], 0, 1, &m, &s) < MIN_LEVEL_N || !(sig > m))
         return;
-    a->hic[a->hic_head] = (float)(sig - m);
-    a->hic_tick[a->hic_head] = a->st.ticks;
-    a->hic_head = (a->hic_head + 1) % HICCUP_RING;
-    if (a->hic_n < HICCUP_RING)
-        a->hic_n++;
+    float h = (float)(sig - m);
+    /* an older hiccup no larger than this one can never be the largest
+     * again: dropped from the newest end (so the first stays the largest) */
+    while (a->hic_n > 0 &&
+           a->hic[(a->hic_first + a->hic_n - 1) % HICCUP_RING] <= h)
+        a->hic_n--;
+    if (a->hic_n == HICCUP_RING)     /* full: the smallest (newest) goes */
+        a->hic_n--;
+    int i = (a->hic_first + a->hic_n) % HICCUP_RING;
+    a->hic[i] = h;
+    a->hic_tick[i] = a->st.ticks;
+    a->hic_n++;
 }
 
 static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
