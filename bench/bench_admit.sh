@@ -100,7 +100,10 @@ if [ "${MODE:-}" = sim ]; then
                 END { for (i = 1; i <= nt; i++) if (fa && T[i] >= fa + warm && T[i] <= lr) {
                           if (L[i] > b && A[i] > 0) { r++; fl += A[i]; if (r > m) m = r } else r = 0 }
                       printf "longest_run=%d frames_late=%d", m + 0, fl + 0 }' "$d/lat")
-            echo "bench_admit: sim seed=$seed policy=${pol%%:*} nstar=$nstar $sum $extra"
+            # metronome's own view: the largest recent hiccup it measured
+            # and how often its headroom held the probe back (mt-admit(1))
+            hic=$(sed -n 's/^admit_status .*\(hiccup_ms=[0-9.]* headroom_holds=[0-9]*\).*/\1/p' "$d/err" | tail -1)
+            echo "bench_admit: sim seed=$seed policy=${pol%%:*} nstar=$nstar $sum $extra${hic:+ $hic}"
         done
     done | tee "$T_TMP/rows"
     echo "bench_admit: per policy over the seeds (settled as a fraction of N*; SIMULATED, sim:$label):"

@@ -22,6 +22,7 @@
 #define RING 256          /* samples kept per level */
 #define QUEUE_MAX 1024    /* held requests */
 #define MIN_LEVEL_N 4     /* samples before a level counts in the fit */
+#define HICCUP_RING 1024  /* hiccups kept: a falling sequence (hiccup_add) */
 #define LATE_RUN 25       /* ticks of lateness born at a level, without
                              recovery, that mark the level as too many (a
                              hiccup's backlog drains sooner below the wall) */
@@ -35,9 +36,13 @@ typedef struct level {
      * sample count and tick it was taken at */
     int     above_ok, above_n;
     int64_t above_tick;
-    /* the probe's test (metronome_probe), looked at the same way */
+    /* the probe's test (metronome_probe), looked at the same way; with
+     * the median of the level's signal and its standard error then, for
+     * the headroom test (taken at every tick: the hiccups change) */
     int     probe_ok, probe_n;
     int64_t probe_tick;
+    double  probe_med, probe_med_se;
+    int     held_back;      /* the headroom test holds the probe back */
 } level;
 
 typedef struct held {
@@ -73,6 +78,16 @@ struct mt_admit {
     int     level_clean;    /* the current level has had lateness in budget */
     int     late_run;       /* consecutive late ticks at the current level */
     struct line_fit_s { double A, B, sw, xbar, sxx, chi; int k, prop; } fit_m;
+    /* hiccups: a tick's signal over its level's median, born on a tick
+     * in budget; only those no later one is as large as (a falling
+     * sequence, oldest first, in a ring): its first is the largest of the
+     * window */
+    float   hic[HICCUP_RING];
+    int64_t hic_tick[HICCUP_RING];
+    int     hic_n, hic_first;
+    int     have_first;     /* the first tick line (period estimate) */
+    int64_t first_tick;
+    double  first_t;
     /* aimd, gradient */
     int     since_update;
     double  interval_max, interval_sum;
@@ -99,6 +114,7 @@ void mt_admit_opts_default(mt_admit_opts *o)
     o->quantile_z = 2.33;
     o->probe = 1.0;
     o->probe_ticks = 48;
+    o->headroom = 1;
     o->interval_ticks = 12;
     o->beta = 0.7;
     o->initial = 1;
@@ -157,6 +173,7 @@ int mt_admit_opts_check(const mt_admit_opts *o, char *err, size_t errlen)
     BAD(!(o->probe >= 0 && o->probe <= 1), "probe must be in [0, 1]");
     BAD(o->probe_ticks < MIN_LEVEL_N || o->probe_ticks > 100000,
         "probe ticks must be %d..100000", MIN_LEVEL_N);
+    BAD(o->headroom != 0 && o->headroom != 1, "headroom must be 0 or 1");
     BAD(o->interval_ticks < 1 || o->interval_ticks > 100000, "interval must be 1..100000 ticks");
     BAD(!(o->beta > 0 && o->beta < 1), "beta must be in (0, 1)");
     BAD(o->initial < 0 || o->initial > MT_ADMIT_MAX_LEVEL, "initial limit out of range");
@@ -350,6 +367,60 @@ static double fit_var(const line_fit *f, double x)
 
 #define FIT_MAX 256
 
+/* The tick period (ms), from the lines' own tick numbers and times: a
+ * tick that starts late (after an overrun) keeps its slot's number, so
+ * the ratio over the whole run is the period whatever the delays; the
+ * budget until two ticks are known. */
+static double tick_period_ms(const mt_admit *a)
+{
+    if (a->have_first && a->have_tick && a->last.tick > a->first_tick &&
+        a->last.t > a->first_t)
+        return 1000 * (a->last.t - a->first_t) / (double)(a->last.tick - a->first_tick);
+    return a->o.budget_ms;
+}
+
+/* The largest hiccup (ms) of the last forget_ticks ticks, 0 if none. */
+static double hiccup_max(mt_admit *a)
+{
+    while (a->hic_n > 0 && a->st.ticks - a->hic_tick[a->hic_first] > a->o.forget_ticks) {
+        a->hic_first = (a->hic_first + 1) % HICCUP_RING;
+        a->hic_n--;
+    }
+    return a->hic_n > 0 ? a->hic[a->hic_first] : 0;
+}
+
+/* The headroom test of the probe: going from x to x + 1 is kept only if
+ * the tick after the largest recent hiccup would still be in the ceiling
+ * at x + 1. Why: a tick that runs past the period delays the next one by
+ * the overrun, and ticks drain that delay at P - m a tick (P the period,
+ * m the level's median step); the delay shows in late_ms. A hiccup of h
+ * over the median, at a level whose median is m, overruns by m + h - P;
+ * the next tick then ends at about m + (m + h - P). Kept under the
+ * ceiling, a hiccup costs at most the one tick it happened in; past it,
+ * the late ticks run on for (m + h - P) / (P - m) ticks (at m = 73 of 80
+ * ms a 30 ms hiccup is 4 late ticks in a row). The statistical test
+ * (metronome_probe) says the next level's p99 fits; this one says the
+ * next level leaves room to recover from what this host has been seen to
+ * do, measured, not assumed: h is the largest hiccup of the recent ticks,
+ * P comes from the tick lines, m from the level now running plus the
+ * fitted slope, with z standard errors of both. */
+static int headroom_ok(mt_admit *a, const level *l, const line_fit *fm, double ceiling)
+{
+    if (!a->o.headroom)
+        return 1;
+    double slope_var = 0;
+    if (fm->k > 0 && fm->sw > 0)
+        slope_var = fm->prop ? fm->chi / fm->sw / (fm->xbar * fm->xbar)
+                             : (fm->sxx > 0 ? fm->chi / fm->sxx : 0);
+    double m1 = l->probe_med + fm->B +
+                a->o.z * sqrt(l->probe_med_se * l->probe_med_se + slope_var);
+    double period = tick_period_ms(a), h = hiccup_max(a);
+    double carry = m1 + h - period;
+    a->st.hiccup_ms = h;
+    a->st.period_ms = period;
+    return m1 + (carry > 0 ? carry : 0) <= ceiling;
+}
+
 /* The probe: may the controller go from level x to x + 1, above what the
  * margin allows? The margin is what a line extrapolated over levels far
  * below may be trusted with; near the wall the level now running is the
@@ -388,10 +459,21 @@ static int metronome_probe(mt_admit *a, int x, const line_fit *fm, const line_fi
         l->probe_ok = m + qz * s + slope + a->o.z * sqrt(se2 + slope_var) <= ceiling;
         l->probe_n = n;
         l->probe_tick = a->st.ticks;
+        l->probe_med = m;
+        l->probe_med_se = s * sqrt(1.5708 / n);
         if (l->probe_ok && !was)
             a->st.probes++;
     }
-    return l->probe_n > 0 && l->probe_ok;
+    if (!(l->probe_n > 0 && l->probe_ok))
+        return 0;
+    if (!headroom_ok(a, l, fm, ceiling)) {
+        if (!l->held_back)
+            a->st.headroom_holds++;
+        l->held_back = 1;
+        return 0;
+    }
+    l->held_back = 0;
+    return 1;
 }
 
 /* The ceiling the probe climbs to (ms): probe x budget, or the margin's
@@ -553,9 +635,40 @@ static double model_y(const mt_admit *a, const mt_tick *t)
     return a->o.signal == MT_SIG_P99 ? t->p99_ms : t->step_ms;
 }
 
+/* A hiccup: how far the signal of tick t (level x) went over the level's
+ * median. Only on a tick whose predecessor was in budget: a delay carried
+ * from an earlier tick (or an overload's growing backlog) is that tick's
+ * hiccup, not a new one. */
+static void hiccup_add(mt_admit *a, int x, double sig, int prev_behind)
+{
+    if (prev_behind || x < 1 || x > MT_ADMIT_MAX_LEVEL)
+        return;
+    double m, s;
+    if (level_est_of(a, &a->lv[x], 0, 1, &m, &s) < MIN_LEVEL_N || !(sig > m))
+        return;
+    float h = (float)(sig - m);
+    /* an older hiccup no larger than this one can never be the largest
+     * again: dropped from the newest end (so the first stays the largest) */
+    while (a->hic_n > 0 &&
+           a->hic[(a->hic_first + a->hic_n - 1) % HICCUP_RING] <= h)
+        a->hic_n--;
+    if (a->hic_n == HICCUP_RING)     /* full: the smallest (newest) goes */
+        a->hic_n--;
+    int i = (a->hic_first + a->hic_n) % HICCUP_RING;
+    a->hic[i] = h;
+    a->hic_tick[i] = a->st.ticks;
+    a->hic_n++;
+}
+
 static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
 {
+    int prev_behind = a->behind;
     a->behind = t->late_ms > a->o.budget_ms;
+    if (!a->have_first) {
+        a->have_first = 1;
+        a->first_tick = t->tick;
+        a->first_t = t->t;
+    }
     int xa = (int)t->active;
     if (!a->have_tick || a->last.active != t->active) {
         a->level_clean = !a->behind;
@@ -573,8 +686,12 @@ static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
     y = model_y(a, t);
     int x = (int)(t->stepped >= t->active ? t->active : t->stepped);
     int transient = a->have_tick && a->last.active != t->active;
-    if (t->stepped > 0 && !transient)
+    if (t->stepped > 0 && !transient) {
+        hiccup_add(a, x, sig, prev_behind);
         level_add(a, x, y, sig);
+    }
+    a->st.hiccup_ms = hiccup_max(a);
+    a->st.period_ms = tick_period_ms(a);
     if (a->waiting) {
         int shown = t->admitted > a->wait_admitted && t->stepped >= t->active;
         int refused = t->rejected > a->wait_rejected && t->admitted <= a->wait_admitted;
@@ -829,6 +946,8 @@ void mt_admit_status(const mt_admit *a, char *buf, size_t cap)
         mt_ll_int(&w, "resets", a->st.resets);
         mt_ll_int(&w, "late_levels", a->st.late_levels);
         mt_ll_int(&w, "probes", a->st.probes);
+        mt_ll_f(&w, "hiccup_ms", a->st.hiccup_ms, 1);
+        mt_ll_int(&w, "headroom_holds", a->st.headroom_holds);
     }
     if (mt_ll_end(&w) < 0 && cap)
         snprintf(buf, cap, "admit_status overflow");

@@ -23,7 +23,10 @@
  *              shows in the ticks; then probes on, one level at a time
  *              and only on a level's own long evidence (probe_ticks
  *              samples), while that level's own p99 of the signal plus the
- *              fitted slope of p99 in n stays under probe x budget;
+ *              fitted slope of p99 in n stays under probe x budget, and
+ *              (headroom) while the next level's median step, plus the
+ *              delay the largest recent hiccup would carry into the
+ *              tick after it, stays under it too;
  *              lateness over budget blocks admissions, and lateness born
  *              at a level that does not recover caps the limit below
  *              that level.
@@ -70,6 +73,8 @@ typedef struct mt_admit_opts {
     double probe;          /* ceiling of the probe above the margin, x budget
                               (1.0); <= margin: no probe */
     int    probe_ticks;    /* samples of a level before probing above it (48) */
+    int    headroom;       /* 1: the probe keeps the headroom to drain the
+                              largest recent hiccup within a tick (1) */
     /* aimd */
     int    interval_ticks; /* aimd/gradient update period (12) */
     double beta;           /* aimd decrease factor (0.7) */
@@ -126,6 +131,12 @@ typedef struct mt_admit_stats {
     int64_t late_levels;     /* metronome: lateness born at a level (caps) */
     int64_t probes;          /* metronome: levels gone above the margin's
                                 prediction by the probe */
+    double  hiccup_ms;       /* metronome: largest recent hiccup (a tick's
+                                signal over its level's median, born on a
+                                tick in budget) */
+    double  period_ms;       /* metronome: the tick period, from the lines */
+    int64_t headroom_holds;  /* metronome: probes the statistics allowed and
+                                the hiccup headroom held back */
 } mt_admit_stats;
 
 void mt_admit_get_stats(const mt_admit *a, mt_admit_stats *s);

@@ -50,6 +50,8 @@ static void usage(FILE *f)
 "                         level's p99 plus the fitted slope stays under\n"
 "                         F x budget (1.0; F <= margin: no probe)\n"
 "      --probe-ticks N    samples of a level before probing above it (48)\n"
+"      --headroom 0|1     1: probe only while the next level leaves room to\n"
+"                         drain the largest recent hiccup within a tick (1)\n"
 "  aimd, gradient:\n"
 "      --interval N       ticks between limit updates (12)\n"
 "      --initial N        initial limit (1)\n"
@@ -254,7 +256,7 @@ enum {
     O_SIGNAL = 256, O_HOLD, O_MAXLIM, O_SETTLE, O_STALE, O_FORGET, O_Z, O_QZ,
     O_INTERVAL, O_INITIAL, O_BETA, O_TOL, O_LONG, O_SMOOTH, O_QUEUE, O_STATUS,
     O_REPLAY, O_SHED, O_SHED_ORDER, O_SHED_TARGET, O_SHED_SUSTAIN, O_SHED_SETTLE,
-    O_SHED_HOLD, O_PROBE, O_PROBE_TICKS,
+    O_SHED_HOLD, O_PROBE, O_PROBE_TICKS, O_HEADROOM,
 };
 
 static const struct option longopts[] = {
@@ -271,6 +273,7 @@ static const struct option longopts[] = {
     {"quantile-z", required_argument, 0, O_QZ},
     {"probe", required_argument, 0, O_PROBE},
     {"probe-ticks", required_argument, 0, O_PROBE_TICKS},
+    {"headroom", required_argument, 0, O_HEADROOM},
     {"interval", required_argument, 0, O_INTERVAL},
     {"initial", required_argument, 0, O_INITIAL},
     {"beta", required_argument, 0, O_BETA},
@@ -326,6 +329,7 @@ static int value_option(admit_args *a, int c, const char *arg)
     case O_QZ: return mt_opt_double(arg, 0, 20, &o->quantile_z);
     case O_PROBE: return mt_opt_double(arg, 0, 1, &o->probe);
     case O_PROBE_TICKS: return mt_opt_int(arg, 4, 100000, &o->probe_ticks);
+    case O_HEADROOM: return mt_opt_int(arg, 0, 1, &o->headroom);
     case O_INTERVAL: return mt_opt_int(arg, 1, 100000, &o->interval_ticks);
     case O_INITIAL: return mt_opt_int(arg, 0, MT_ADMIT_MAX_LEVEL, &o->initial);
     case O_BETA: return mt_opt_double(arg, 0.01, 0.99, &o->beta);

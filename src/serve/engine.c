@@ -170,6 +170,9 @@ struct mt_engine {
     strbuf          tick_lines, fill_lines;
 
     tick_counts     c;                  /* this tick's, under the lock */
+    uint64_t        round_fixed_ns;     /* what a round costs whatever its
+                                           rows, learnt from the last catch-up
+                                           round (tick thread only) */
     /* totals */
     int64_t admitted, rejected, shed;
     /* the published capacity (issue 23), under the lock */
@@ -1125,26 +1128,46 @@ static int count_behind(mt_engine *e, uint64_t t_tick)
 }
 
 /* Rows of the next catch-up round after a round of n rows that began at r0,
- * or 0 for none.
+ * or 0 for none. round0_ns: what the tick's first round (every session)
+ * cost; borrow: no catch-up round has run in this tick yet.
  *
  * A catch-up round steps sessions still behind (a frame that arrived before
  * this tick still queued: a client phase-shifted against the ticks, or every
  * session after an overrun tick), as many as fit before 15/16 of the
- * period, costed from the last round: per row, plus a fixed eighth of it
- * for the weights every round reads whatever its batch. The rest catch up
- * in later ticks. Without it a single overrun leaves every session one
- * frame behind (late by a period) for good, near capacity where a full
- * second round never fits. */
-static int catch_up_rows(mt_engine *e, uint64_t t_tick, uint64_t r0, int n)
+ * period, costed from the last round: per row, plus a fixed part for the
+ * weights every round reads whatever its batch (an eighth of the round, or
+ * what the last catch-up round showed it to be, whichever is more). The
+ * rest catch up in later ticks. Without it a single overrun leaves every
+ * session one frame behind (late by a period) for good, near capacity where
+ * a full second round never fits.
+ *
+ * Near capacity no catch-up round fits before 15/16 of the period at all,
+ * and a session behind stays behind (late by a period at every tick) until
+ * the lag drains by chance. So the first catch-up round of a tick may
+ * borrow the next tick's slack: it may end as late as the next tick can
+ * start and still, with a first round costing what this one did, end within
+ * its period (t_tick + 2 P - round0). The next tick then starts late by at
+ * most its own slack and ends on time: a lag drains by a round each tick
+ * instead of never. Never more than one borrowed round a tick, and only
+ * while the first round leaves slack (round0 < P). */
+static int catch_up_rows(mt_engine *e, uint64_t t_tick, uint64_t r0, int n,
+                         uint64_t round0_ns, int borrow)
 {
     int behind = count_behind(e, t_tick);
     if (behind == 0)
         return 0;
-    uint64_t t = now(e), dur = t - r0;
+    uint64_t t = now(e), dur = t - r0, P = e->o.frame_ns;
     uint64_t per_row = dur / (uint64_t)n, fixed = dur / 8;
-    uint64_t end = t_tick + e->o.frame_ns * 15 / 16;
-    if (t + fixed + per_row > end)
-        return 0;
+    if (e->round_fixed_ns > fixed)
+        fixed = e->round_fixed_ns;
+    uint64_t end = t_tick + P * 15 / 16;
+    if (t + fixed + per_row > end) {
+        if (!borrow || round0_ns >= P)
+            return 0;
+        end = t_tick + 2 * P - round0_ns;
+        if (t + fixed + per_row > end)
+            return 0;
+    }
     uint64_t fit = (end - t - fixed) / (per_row ? per_row : 1);
     return fit < (uint64_t)behind ? (int)fit : behind;
 }
@@ -1204,6 +1227,8 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
     int stepped = 0, rc = 0;
     e->nlat = 0;
     int max_rows = e->o.max_sessions;
+    uint64_t round0_ns = 0, per_row0 = 0;
+    int caught_up = 0;
     for (int round = 0; round < MAX_ROUNDS; round++) {
         uint64_t r0 = now(e);
         int n = run_round(e, round, max_rows, t_tick, &comp_ms, &step_only_ms,
@@ -1213,12 +1238,27 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
             break;
         }
         stepped += n;
+        uint64_t dur = now(e) - r0;
+        if (round == 0 && n > 0) {
+            round0_ns = dur;
+            per_row0 = dur / (uint64_t)n;
+        } else if (round > 0 && n > 0) {
+            /* a small round against the full one: what is not per row is
+             * the fixed cost (on a GPU, the weights read whatever the batch) */
+            uint64_t rows = (uint64_t)n * per_row0;
+            e->round_fixed_ns = dur > rows ? dur - rows : 0;
+        }
         if (n == 0 || !e->o.catch_up)
             break;
-        max_rows = catch_up_rows(e, t_tick, r0, n);
+        max_rows = catch_up_rows(e, t_tick, r0, n, round0_ns, round == 0);
         if (max_rows == 0)
             break;
+        caught_up = 1;
     }
+    /* the fixed cost learnt from a catch-up round fades over ticks without
+     * one (a round slowed by a hiccup must not block catch-up for good) */
+    if (!caught_up)
+        e->round_fixed_ns -= e->round_fixed_ns / 16;
 
     mt_tick t;
     memset(&t, 0, sizeof t);

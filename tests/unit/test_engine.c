@@ -32,6 +32,7 @@
 static struct fake {
     uint64_t now;           /* the engine's clock */
     uint64_t step_ns;       /* cost of one batch step */
+    uint64_t row_ns;        /* and of each of its rows (0 unless a test sets it) */
     uint64_t prefill_ns;    /* cost of one recomputed position */
     int      steps, rows, prefills, prefill_positions;
     int      fail;          /* the next step fails */
@@ -51,7 +52,7 @@ static mt_engine *eng;
 static int fake_step(mt_backend *be, int B, mt_kv_seq *const *seqs,
                      const mt_step_io *io, char *err, size_t errlen)
 {
-    F.now += F.step_ns;
+    F.now += F.step_ns + F.row_ns * (uint64_t)B;
     if (F.close_in_step) {
         mt_engine_close(eng, F.close_in_step);   /* the lock is not held */
         F.close_in_step = 0;
@@ -449,6 +450,47 @@ static void test_catch_up(void)
     ok(t.late_ms == 10.0, "and the rest wait: late_ms %.3f", t.late_ms);
 }
 
+/* Near capacity no catch-up round fits before 15/16 of the period; the
+ * first catch-up round of a tick may borrow the next tick's slack (end by
+ * t_tick + 2 P - round0), so a lagging session is caught up at once instead
+ * of staying a frame behind until chance drains it. 8 sessions, a step of
+ * 8 ms + 7 ms a row: a full round is 64 ms, a one-row round 15 ms. */
+static void test_catch_up_borrow(void)
+{
+    uint32_t id[8];
+    uint32_t queued[8] = { 2, 1, 1, 1, 1, 1, 1, 1 };   /* the first one behind */
+    if (rig_sessions((rig_opts){ .catch_up = 1 }, 8 * MS, 8, queued, id) != 0)
+        return;
+    F.row_ns = 7 * MS;
+    tick(0);
+    mt_tick t;
+    last_tick(&t);
+    /* 64 + 8 (an eighth) + 8 (a row) = 80 > 75: the 15/16 rule alone steps
+     * none; borrowing, the round may end by 160 - 64 = 96 */
+    is_int(t.stepped, 9, "near capacity the lagging session is caught up in the same tick");
+    ok(F.now == T0 + 79 * MS, "the borrowed round ended before the next tick (at %.1f ms)",
+       (double)(F.now - T0) / 1e6);
+    for (int k = 0; k < 8; k++)
+        send_frame(id[k], queued[k] + 1);
+    tick(1);
+    last_tick(&t);
+    ok(t.stepped == 8 && t.late_ms <= 80.0,
+       "and the next tick steps every session once, in budget (stepped %lld, late %.1f ms)",
+       (long long)t.stepped, t.late_ms);
+
+    /* with less slack than a round's cost (a full round of 76 ms: a
+     * one-row round would end past the next tick's start by more than its
+     * slack) it does not borrow: the session waits */
+    uint32_t q2[8] = { 2, 1, 1, 1, 1, 1, 1, 1 };
+    if (rig_sessions((rig_opts){ .catch_up = 1 }, 20 * MS, 8, q2, id) != 0)
+        return;
+    F.row_ns = 7 * MS;
+    tick(0);
+    last_tick(&t);
+    is_int(t.stepped, 8, "no slack to borrow: no catch-up round");
+    F.row_ns = 0;
+}
+
 /* Two sessions in full mode on a 3-block pool: 16 positions each fill a
  * block; the 17th needs a second block each and there is one. */
 static void full_pool_scenario(mt_on_full policy, uint32_t *pa, uint32_t *pb)
@@ -724,6 +766,7 @@ int main(void)
     test_deadlines();
     test_fill();
     test_catch_up();
+    test_catch_up_borrow();
     test_preempt_recompute();
     test_stall();
     test_counters();
