@@ -20,12 +20,14 @@ ex_out() {
 # Stops what the example started (by pid, never by name), then waits for
 # all of it, so that nothing writes into TMP after it is gone.
 ex_cleanup() {
+    [ "$BASHPID" = "${EX_MAIN:-$BASHPID}" ] || return 0   # not in a subshell
     for p in $PIDS; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$TMP"
 }
 
 ex_tmp() {
+    EX_MAIN=$BASHPID
     TMP=$(mktemp -d "$1.XXXXXX")
     PIDS=""
     trap ex_cleanup EXIT

@@ -10,7 +10,13 @@ T_FAILED=0
 T_PIDS=""
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-test.XXXXXX")
 
+T_MAIN=$BASHPID
+# Only the test's own shell cleans up. A background subshell killed in the
+# instant after its fork (a watchdog ended as soon as its target died) can
+# still run the parent's EXIT trap; without this guard it removed T_TMP
+# under the running test (CI, serve_hostile.sh, 2026-12-04).
 t_cleanup() {
+    [ "$BASHPID" = "$T_MAIN" ] || return 0
     for p in $T_PIDS; do kill "$p" 2>/dev/null; done
     for p in $T_PIDS; do wait "$p" 2>/dev/null; done
     rm -rf "$T_TMP"
