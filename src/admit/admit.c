@@ -367,6 +367,15 @@ static double fit_var(const line_fit *f, double x)
 
 #define FIT_MAX 256
 
+/* The variance of the fitted slope B (0 before a fit). */
+static double fit_slope_var(const line_fit *f)
+{
+    if (!(f->k > 0 && f->sw > 0))
+        return 0;
+    return f->prop ? f->chi / f->sw / (f->xbar * f->xbar)
+                   : (f->sxx > 0 ? f->chi / f->sxx : 0);
+}
+
 /* The tick period (ms), from the lines' own tick numbers and times: a
  * tick that starts late (after an overrun) keeps its slot's number, so
  * the ratio over the whole run is the period whatever the delays; the
@@ -408,16 +417,11 @@ static int headroom_ok(mt_admit *a, const level *l, const line_fit *fm, double c
 {
     if (!a->o.headroom)
         return 1;
-    double slope_var = 0;
-    if (fm->k > 0 && fm->sw > 0)
-        slope_var = fm->prop ? fm->chi / fm->sw / (fm->xbar * fm->xbar)
-                             : (fm->sxx > 0 ? fm->chi / fm->sxx : 0);
+    double slope_var = fit_slope_var(fm);
     double m1 = l->probe_med + fm->B +
                 a->o.z * sqrt(l->probe_med_se * l->probe_med_se + slope_var);
     double period = tick_period_ms(a), h = hiccup_max(a);
     double carry = m1 + h - period;
-    a->st.hiccup_ms = h;
-    a->st.period_ms = period;
     return m1 + (carry > 0 ? carry : 0) <= ceiling;
 }
 
@@ -451,10 +455,7 @@ static int metronome_probe(mt_admit *a, int x, const line_fit *fm, const line_fi
             s = sf;
         double se2 = s * s * (1.5708 + qz * qz * 1.36) / n;
         double slope = fm->B + qz * (fs->B > 0 ? fs->B : 0);
-        double slope_var = 0;
-        if (fm->k > 0 && fm->sw > 0)
-            slope_var = fm->prop ? fm->chi / fm->sw / (fm->xbar * fm->xbar)
-                                 : (fm->sxx > 0 ? fm->chi / fm->sxx : 0);
+        double slope_var = fit_slope_var(fm);
         int was = l->probe_n > 0 && l->probe_ok;
         l->probe_ok = m + qz * s + slope + a->o.z * sqrt(se2 + slope_var) <= ceiling;
         l->probe_n = n;

@@ -165,7 +165,8 @@ int mt_calib_ticks_points(mt_calib_ticks *ct, int min_ticks, mt_calib_point **pt
     mt_calib_point *pts = calloc(ct->n ? ct->n : 1, sizeof *pts);
     int64_t *vis = calloc(ct->n ? ct->n : 1, sizeof *vis);
     int64_t *row = NULL;
-    int rowcap = 0, n = 0;
+    size_t rowcap = 0;
+    int n = 0;
     double s2 = 0;
     long dof = 0;
     if (!pts || !vis) {
@@ -193,17 +194,12 @@ int mt_calib_ticks_points(mt_calib_ticks *ct, int min_ticks, mt_calib_point **pt
         dof += cnt - 1;
         qsort(vis, (size_t)cnt, sizeof *vis, cmp_i64);
         int64_t L = vis[cnt / 2];
-        if (B > rowcap) {
-            int64_t *nr = realloc(row, (size_t)B * sizeof *row);
-            if (!nr) {
-                free(row);
-                free(pts);
-                free(vis);
-                mt_set_err(err, errlen, "out of memory");
-                return -1;
-            }
-            row = nr;
-            rowcap = B;
+        if (mt_grow(&row, &rowcap, (size_t)B, sizeof *row, 64) != 0) {
+            free(row);
+            free(pts);
+            free(vis);
+            mt_set_err(err, errlen, "out of memory");
+            return -1;
         }
         for (int b = 0; b < B; b++)
             row[b] = L;
