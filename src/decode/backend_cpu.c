@@ -501,9 +501,8 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
  * each head) and share one rotary offset, and single positions written by
  * this call. Done once per work item; the K pass, the V pass and every
  * head of the item share the runs. Returns the number of runs. */
-static int kv_runs(const cpu_backend *be, scratch *sc, const row *rw, int n)
+static int kv_runs(scratch *sc, const row *rw, int n)
 {
-    (void)be;
     int nr = 0;
     for (int j = 0, len; j < n; j += len) {
         kv_run *u = &sc->run[nr++];
@@ -694,7 +693,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
     int64_t q_rope;
     int n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope, sc->abs, sc->cap,
                              &q_rope);
-    int nr = kv_runs(be, sc, rw, n);
+    int nr = kv_runs(sc, rw, n);
     const float scale = 1.0f / sqrtf((float)hd);
     /* the item's q heads, rotated by q_rope before this phase */
     const float *qg = be->qkv + (size_t)r * be->qkv_dim + (size_t)g0 * group * hd;
