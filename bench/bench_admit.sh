@@ -18,9 +18,11 @@ set -u
 # The comparison at scale, on a simulated device (mt-profile(5)), where the
 # machine's own drift does not decide the outcome: for each of SEEDS (5)
 # noise seeds of PROFILE (jitter and stalls on), the wall N* from
-# `mt-probe sweep` (levels FROM..TO step STEP, HOLD each; the truthful p99
-# of per-frame latency under 2 x BUDGET, the server's deadline, as a
-# tick-batched server's frames wait up to a period for their tick), then
+# `mt-probe sweep --signal tick` (levels FROM..TO step STEP, HOLD each: the
+# largest level, from FROM up, whose p99 over its ticks of
+# max(step_ms, late_ms) is under BUDGET: the signal and the budget the
+# controllers are given; WALL=frame judges it by the truthful per-frame p99
+# under 2 x BUDGET instead, as before 2026-12-05), then
 # each policy (metronome, aimd, gradient, static at N*) in a closed loop
 # with clients arriving every ARRIVE s (faster than capacity) for SECS s,
 # PARALLEL (1) loops at a time. Per policy over the seeds: sessions reached (settled level,
@@ -43,7 +45,9 @@ if [ "${MODE:-}" = sim ]; then
     MODEL=${MODEL:-synthetic:moshi-7b}
     BUDGET=${BUDGET:-80} MARGIN=${MARGIN:-0.9} SECS=${SECS:-45} WARM=${WARM:-5}
     ARRIVE=${ARRIVE:-0.1} SEEDS=${SEEDS:-1 2 3 4 5} ADMIT_ARGS=${ADMIT_ARGS:-}
-    FROM=${FROM:-26} TO=${TO:-44} STEP=${STEP:-2} HOLD=${HOLD:-4s}
+    # HOLD 10 s: 125 ticks, so that a level's p99 is its second-worst tick,
+    # not its worst (one stall would decide it)
+    FROM=${FROM:-26} TO=${TO:-40} STEP=${STEP:-2} HOLD=${HOLD:-10s} WALL=${WALL:-tick}
     SERVE_ARGS=${SERVE_ARGS:---sink 4 --window 28 --max-sessions 128}
     T_TMP=$(mktemp -d /tmp/mt-bench-admit-sim.XXXXXX)
     T_PIDS=""
@@ -52,7 +56,7 @@ if [ "${MODE:-}" = sim ]; then
     . "$ROOT/tests/integration/admit_lib.sh"
     FC=$TESTBIN/mt-fakeclient
     label=$(sed -n 's/^name *= *\([^ #]*\).*/\1/p' "$PROFILE")
-    echo "bench_admit: SIMULATED device sim:$label ($PROFILE), $MODEL, budget $BUDGET ms, margin $MARGIN${ADMIT_ARGS:+, mt-admit $ADMIT_ARGS}, clients every $ARRIVE s for $SECS s, seeds: $SEEDS, ${PARALLEL:-1} loop(s) at a time"
+    echo "bench_admit: SIMULATED device sim:$label ($PROFILE), $MODEL, budget $BUDGET ms, margin $MARGIN${ADMIT_ARGS:+, mt-admit $ADMIT_ARGS}, clients every $ARRIVE s for $SECS s, seeds: $SEEDS, wall by $WALL ($HOLD a level), ${PARALLEL:-1} loop(s) at a time"
     # simloop DIR POLICY PROF: one closed loop into DIR
     simloop() {
         local d=$1 pol=$2 prof=$3 srv ctl
@@ -72,12 +76,14 @@ if [ "${MODE:-}" = sim ]; then
     for seed in $SEEDS; do
         prof=$T_TMP/seed$seed.profile
         sed "s/^seed *=.*/seed = $seed/" "$PROFILE" >"$prof"
+        if [ "$WALL" = frame ]; then wall_args="--signal frame --budget $((2 * BUDGET))"
+        else wall_args="--signal tick --budget $BUDGET"; fi
         "$BIN/mt-probe" sweep --from "$FROM" --to "$TO" --step "$STEP" --hold "$HOLD" \
-            --warmup 1s --budget $((2 * BUDGET)) -- --device "sim:$prof" -m "$MODEL" \
+            --warmup 1s $wall_args -- --device "sim:$prof" -m "$MODEL" \
             $SERVE_ARGS >"$T_TMP/sweep$seed.tsv" 2>/dev/null
         nstar=$(sed -n 's/^# wall: \([0-9]*\) sessions.*/\1/p' "$T_TMP/sweep$seed.tsv")
         nstar=${nstar:-0}
-        echo "bench_admit: seed $seed: N* = $nstar ($(awk -F'\t' '!/^#/ && NR > 2 { printf "%s:%s/%s ", $1, $8, $11 }' "$T_TMP/sweep$seed.tsv")level:p99_true_ms/mean step_ms)"
+        echo "bench_admit: seed $seed: N* = $nstar by $WALL ($(awk -F'\t' '!/^#/ && NR > 2 { printf "%s:%s/%s/%s ", $1, $13, $8, $11 }' "$T_TMP/sweep$seed.tsv")level:tick p99/frame p99_true/mean step, ms)"
         # PARALLEL loops at a time: each adds host time (its clients, its
         # server's I/O) to every other's step_ms; 1 measures each alone
         pids="" k=0

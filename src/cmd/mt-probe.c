@@ -110,7 +110,7 @@ enum {
     O_TSV, O_SERVE, O_RUNS, O_DURATION, O_SEED, O_ARRIVALS, O_LENGTHS,
     O_MAXSESS, O_STARVE, O_DATA, O_LAYERS, O_KVHEADS, O_HEADDIM, O_BACKEND,
     O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES,
-    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN, O_TIMESCALE,
+    O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN, O_TIMESCALE, O_SIGNAL,
 };
 
 typedef struct load_opts {
@@ -520,8 +520,9 @@ static void help_sweep(FILE *f)
 "concurrency, accepted, rejected, real and FILL frames, p50/p99/max server\n"
 "latency of real frames, the truthful p99 (FILL counted as missed), the\n"
 "client round-trip p99, step time and KV bytes (from tick lines when known),\n"
-"then the wall: the largest level whose truthful p99 stays under the frame\n"
-"period with every session admitted. Progress on stderr when it is a tty.\n"
+"the p99 of the tick signal, then the wall: the largest level whose truthful\n"
+"p99 (or, with --signal tick, the tick signal's) stays under the budget with\n"
+"every session admitted. Progress on stderr when it is a tty.\n"
 "\n"
 "  -s, --socket SOCK   a running mt-serve (Unix socket or tcp:HOST:PORT)\n"
 "  --token-file FILE   its access token (mt-serve --token-file)\n"
@@ -539,6 +540,11 @@ static void help_sweep(FILE *f)
 "                      mt-serve's default deadline: a frame waits up to a\n"
 "                      period for its tick, so one session's p99 is already\n"
 "                      about one period)\n"
+"  --signal S          what the wall is judged by: frame (the truthful\n"
+"                      per-frame p99, default) or tick (the p99 over the\n"
+"                      hold's ticks of max(step_ms, late_ms), mt-admit's\n"
+"                      signal; default budget one frame period; needs the\n"
+"                      tick lines: -- MT-SERVE-ARGS or --ticks FILE)\n"
 "  --time-scale K      a simulated server K times faster than real time\n"
 "                      (added to the spawned server's arguments; with -s,\n"
 "                      start it with --time-scale K): clients pace at\n"
@@ -569,6 +575,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
         {"budget", required_argument, 0, O_BUDGET},
         {"token-file", required_argument, 0, O_TOKEN},
         {"time-scale", required_argument, 0, O_TIMESCALE},
+        {"signal", required_argument, 0, O_SIGNAL},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -599,6 +606,14 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
             break;
         }
         case O_TIMESCALE: bad = mt_opt_double(optarg, 1, 1000, &o->time_scale); break;
+        case O_SIGNAL:
+            if (!strcmp(optarg, "tick"))
+                o->tick_signal = 1;
+            else if (!strcmp(optarg, "frame"))
+                o->tick_signal = 0;
+            else
+                return mt_opt_usage_error("--signal: frame or tick, not '%s'", optarg);
+            break;
         }
         if (bad)
             return 2;

@@ -189,7 +189,12 @@ typedef struct mt_sweep_opts {
     const char *plot;           /* PNG path or NULL */
     const char *tsv_out;        /* also write the table here (plots) */
     int         progress;       /* stderr progress lines */
-    double      budget_ms;      /* the wall's latency budget; 0: two periods */
+    double      budget_ms;      /* the wall's latency budget; 0: two periods
+                                   (frame signal) or one period (tick) */
+    int         tick_signal;    /* judge the wall by the p99 over the hold's
+                                   ticks of max(step_ms, late_ms), the signal
+                                   mt-admit reads (--signal tick), instead of
+                                   the truthful per-frame p99 */
     double      time_scale;     /* K > 1: a simulated server running K times
                                    faster (--time-scale K, added to the
                                    spawned server's arguments); the clients
@@ -223,6 +228,9 @@ typedef struct mt_sweep_row {
     double   step_ms;                  /* t_ready - t_start mean, or ticks */
     int64_t  kv_used;                  /* max over the hold, -1 unknown */
     double   send_late_p99_ms;         /* the client's own pacing lag */
+    double   tick_p99_ms;              /* p99 over the hold's ticks of
+                                          max(step_ms, late_ms); NaN when
+                                          no tick line was read */
 } mt_sweep_row;
 
 int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows,

@@ -7,7 +7,11 @@
  * truthful one where a FILL frame (silence in place of a late output)
  * counts as missed, i.e. infinitely late. The wall is the largest level,
  * counting up from the first, at which every session was admitted and
- * the truthful p99 stayed under the frame period.
+ * the truthful p99 stayed under the budget (two frame periods unless
+ * told). With --signal tick the wall is judged instead by the p99 over the
+ * hold's ticks of max(step_ms, late_ms) against the budget (one period
+ * unless told): the signal and the budget mt-admit is given, so that a
+ * controller's level can be compared with a wall measured its own way.
  *
  * Step time and KV bytes come from mt-serve's tick lines when they are
  * available: the stdout of a server the sweep started itself, or a file a
@@ -37,6 +41,8 @@ typedef struct sweep_ctx {
     size_t    nlat, caplat;
     double   *rtt;
     size_t    nrtt, caprtt;
+    double   *sig;            /* per measured tick: max(step_ms, late_ms) */
+    size_t    nsig, capsig;
     uint64_t  frames, real, fills;
     double    step_sum;
     uint64_t  step_n;
@@ -116,6 +122,8 @@ static void on_line(void *user, const char *line, size_t len)
         x->o->on_tick(x->o->tick_user, x->level, x->collecting, &t);
     if (!x->collecting)
         return;
+    push(&x->sig, &x->nsig, &x->capsig,
+         (t.step_ms > t.late_ms ? t.step_ms : t.late_ms) * x->k);
     if (t.stepped > 0) {
         x->tick_step_sum += t.step_ms * x->k;
         x->tick_n++;
@@ -169,7 +177,7 @@ static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
         memcpy(cc.hello.token, o->token, o->token_len);
         cc.hello.token_len = (uint8_t)o->token_len;
     }
-    x->nlat = x->nrtt = 0;
+    x->nlat = x->nrtt = x->nsig = 0;
     x->frames = x->real = x->fills = 0;
     x->step_sum = 0;
     x->step_n = 0;
@@ -302,6 +310,7 @@ static void fill_latencies(sweep_ctx *x, mt_sweep_row *row)
         row->step_ms = x->tick_step_sum / (double)x->tick_n;
     else
         row->step_ms = x->step_n ? x->step_sum / (double)x->step_n : NAN;
+    row->tick_p99_ms = x->nsig ? mt_stats_percentile(x->sig, x->nsig, 0.99) : NAN;
     row->kv_used = x->kv_max;
 }
 
@@ -340,21 +349,22 @@ static void fmt_ms(char *b, size_t n, double v)
 
 static void print_row(FILE *f, const mt_sweep_row *r)
 {
-    char a[16], b[16], c[16], d[16], e[16], s[16], kv[24];
+    char a[16], b[16], c[16], d[16], e[16], s[16], g[16], kv[24];
     fmt_ms(a, sizeof a, r->p50_ms);
     fmt_ms(b, sizeof b, r->p99_ms);
     fmt_ms(c, sizeof c, r->p99_true_ms);
     fmt_ms(d, sizeof d, r->max_ms);
     fmt_ms(e, sizeof e, r->rtt_p99_ms);
     fmt_ms(s, sizeof s, r->step_ms);
+    fmt_ms(g, sizeof g, r->tick_p99_ms);
     if (r->kv_used >= 0)
         snprintf(kv, sizeof kv, "%lld", (long long)r->kv_used);
     else
         snprintf(kv, sizeof kv, "-");
-    fprintf(f, "%d\t%d\t%d\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+    fprintf(f, "%d\t%d\t%d\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
             r->concurrency, r->accepted, r->rejected,
             (unsigned long long)r->real, (unsigned long long)r->fills, a, b, c,
-            d, e, s, kv);
+            d, e, s, kv, g);
     fflush(f);
 }
 
@@ -379,27 +389,41 @@ static void print_header(FILE *out, const mt_sweep_opts *o, double k)
                 "times faster than real time; times and latencies are model "
                 "time (real x %g)\n", k, k, k);
     fprintf(out, "concurrency\taccepted\trejected\treal\tfill\tp50_ms\tp99_ms"
-            "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\n");
+            "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\ttick_p99_ms\n");
     fflush(out);
+}
+
+/* The budget the wall is judged by: --budget, else two frame periods for
+ * the per-frame p99 (a frame waits up to a period for its tick and then for
+ * the step, so one session's p99 is already about one period: two periods,
+ * mt-serve's default deadline, is what a tick-batched server can meet) or
+ * one period for the tick signal (a step must end within its period). */
+static double wall_budget(const mt_sweep_opts *o, double period_ms)
+{
+    if (o->budget_ms > 0)
+        return o->budget_ms;
+    return o->tick_signal ? period_ms : 2 * period_ms;
 }
 
 /* Prints the wall line and returns the latency budget it was judged by. */
 static double print_wall(FILE *out, const mt_sweep_opts *o, int wall,
                          double period_ms)
 {
-    /* A frame waits up to a period for its tick and then for the step, so
-     * one session's p99 is already about one period: two periods (mt-serve's
-     * default deadline) is the budget a tick-batched server can meet. */
-    double budget = o->budget_ms > 0 ? o->budget_ms : 2 * period_ms;
-    const char *what = o->budget_ms > 0 ? "budget" : "budget of two frame periods";
+    double budget = wall_budget(o, period_ms);
+    const char *what = o->budget_ms > 0 ? "budget"
+                       : o->tick_signal ? "budget of one frame period"
+                                        : "budget of two frame periods";
+    const char *sig = o->tick_signal
+        ? "the p99 of max(step_ms, late_ms) over its ticks (mt-admit's signal)"
+        : "the truthful p99";
     int first = o->nlevels > 0 ? o->levels[0] : o->from;
     if (wall)
         fprintf(out, "# wall: %d sessions (the largest level from %d up with "
-                "every session admitted and the truthful p99 under the %.0f ms "
-                "%s)\n", wall, first, budget, what);
+                "every session admitted and %s under the %.0f ms %s)\n",
+                wall, first, sig, budget, what);
     else
-        fprintf(out, "# wall: below %d sessions (no level kept the truthful "
-                "p99 under the %.0f ms %s)\n", first, budget, what);
+        fprintf(out, "# wall: below %d sessions (no level kept %s under the "
+                "%.0f ms %s)\n", first, sig, budget, what);
     return budget;
 }
 
@@ -429,7 +453,7 @@ static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
             return -1;
         if (x->period_ms > 0)
             *period_ms = x->period_ms;
-        double budget = o->budget_ms > 0 ? o->budget_ms : 2 * *period_ms;
+        double budget = wall_budget(o, *period_ms);
         if (o->progress)
             fprintf(stderr, "\r%-60s\r", "");
         print_row(out, &rows[n]);
@@ -444,10 +468,15 @@ static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
                     "lateness p99 %.1f ms is over the %.0f ms frame period): "
                     "this level measures the client's host, not the server\n",
                     c, rows[n].send_late_p99_ms, *period_ms);
+        double judged = o->tick_signal ? rows[n].tick_p99_ms
+                                       : rows[n].p99_true_ms;
+        if (o->tick_signal && isnan(judged))
+            fprintf(out, "# %d sessions: no tick line was read (--signal "
+                    "tick needs the server's stdout: -- MT-SERVE-ARGS or "
+                    "--ticks FILE)\n", c);
         int pass = rows[n].accepted == c && rows[n].rejected == 0 &&
                    rows[n].failed == 0 && rows[n].real > 0 &&
-                   isfinite(rows[n].p99_true_ms) &&
-                   rows[n].p99_true_ms < budget && !client_behind;
+                   isfinite(judged) && judged < budget && !client_behind;
         if (walling && pass)
             *wall_out = c;
         else
@@ -551,6 +580,7 @@ out0:
     free(sargs);
     free(x->lat);
     free(x->rtt);
+    free(x->sig);
     free(x);
     if (rc) {
         free(rows);

@@ -33,4 +33,38 @@ timeout 30 "$P" sweep --from 1 --to 1 --hold 1s -s "$T_TMP/none.sock" \
     >/dev/null 2>&1
 t_check "no server at the socket: not a success" test $? -ne 0
 t_png "$T_TMP/sweep.png" "sweep --plot writes a PNG"
+# --signal tick: the wall judged by mt-admit's signal (the p99 over a level's
+# ticks of max(step_ms, late_ms)) against one period. A noiseless simulated
+# device where a step costs about 2 ms a session: 20 sessions step in about
+# 45 ms, 40 in about 85 ms, over the 80 ms period.
+cat >"$T_TMP/flat.profile" <<'EOF'
+name          = flat-small
+model         = synthetic:moshi-7b
+memory_bytes  = 141e9
+reserve_bytes = 6e9
+bandwidth     = 1.0e12
+matrix_rate   = 6.5e12
+overhead_us   = 2000
+weight_bytes  = 2
+kv_bytes      = 2
+jitter_sigma  = 0
+stall_prob    = 0
+stall_ms      = 0
+seed          = 1
+EOF
+timeout 90 "$P" sweep --from 20 --to 40 --step 20 --hold 2s --warmup 0.5s --signal tick \
+    -- --device "sim:$T_TMP/flat.profile" -m synthetic:moshi-7b --sink 4 --window 28 \
+    --max-sessions 64 >"$T_TMP/tick" 2>"$T_TMP/err"
+rc=$?
+sed 's/^/# /' "$T_TMP/tick"
+[ $rc -eq 0 ] || sed 's/^/# err: /' "$T_TMP/err"
+t_check "--signal tick: exits 0" test $rc -eq 0
+awk -F'\t' '$1 == 20 { a = $13 } $1 == 40 { b = $13 }
+    END { exit !(a + 0 > 0 && a + 0 < 80 && b + 0 >= 80) }' "$T_TMP/tick"
+t_ok $? "--signal tick: the tick p99 column is under the period at 20, over it at 40"
+grep -qE '^# wall: 20 sessions .*max\(step_ms, late_ms\).* 80 ms budget of one frame period' "$T_TMP/tick"
+t_ok $? "--signal tick: the wall is 20, judged by the tick signal against one period"
+"$P" sweep --signal p95 -s /nonexistent >/dev/null 2>"$T_TMP/err"
+t_check "--signal p95: exit 2" test $? -eq 2
+t_check "--signal p95: says what it takes" grep -q "frame or tick" "$T_TMP/err"
 t_done
