@@ -263,72 +263,6 @@ F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const
                      Y + (size_t)m * ldy + n, ldy, NULL);
 }
 
-/* One row of X (B = 1, the step that streams every weight once) with
- * AVX-512, where the CPU has it: 16 halves converted per instruction, so
- * half the instructions of the AVX2 tile per byte read; with the stream
- * prefetch, 57 against 42 GB/s on 2 threads in the measurement above. */
-#define AVX512_FN __attribute__((target("avx512f,f16c,avx2,fma")))
-
-AVX512_FN static void gemv_avx512(int N, int K, const float *X, const uint16_t *W, float beta,
-                                  float *Y)
-{
-    const uint16_t *end = W + (size_t)N * K;
-    const int K16 = K / 16 * 16;
-    int n = 0;
-    for (; n + 8 <= N; n += 8) {
-        const uint16_t *w = W + (size_t)n * K;
-        const char *pf = ahead(w, end);
-        __m512 acc[8];
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 8; j++)
-            acc[j] = _mm512_setzero_ps();
-        for (int k = 0; k < K16; k += 16) {
-            /* 8 rows x 32 bytes: four lines of the stream */
-            if (pf) {
-                _mm_prefetch(pf, _MM_HINT_T0);
-                _mm_prefetch(pf + 64, _MM_HINT_T0);
-                _mm_prefetch(pf + 128, _MM_HINT_T0);
-                _mm_prefetch(pf + 192, _MM_HINT_T0);
-                pf += 256;
-            }
-            __m512 x = _mm512_loadu_ps(X + k);
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 8; j++)
-                acc[j] = _mm512_fmadd_ps(x, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                                (const __m256i *)(w + (size_t)j * K + k))), acc[j]);
-        }
-        for (int j = 0; j < 8; j++) {
-            float s = _mm512_reduce_add_ps(acc[j]);
-            for (int k = K16; k < K; k++)
-                s += X[k] * mt_half_to_float(w[(size_t)j * K + k]);
-            Y[n + j] = beta == 0.0f ? s : Y[n + j] + s;
-        }
-    }
-    for (; n < N; n++) {
-        const uint16_t *w = W + (size_t)n * K;
-        __m512 acc = _mm512_setzero_ps();
-        for (int k = 0; k < K16; k += 16)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(X + k),
-                                  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k))), acc);
-        float s = _mm512_reduce_add_ps(acc);
-        for (int k = K16; k < K; k++)
-            s += X[k] * mt_half_to_float(w[k]);
-        Y[n] = beta == 0.0f ? s : Y[n] + s;
-    }
-}
-
-/* The AVX-512 set's product: the row above for B = 1, the AVX2 tiles for
- * more rows (their weights are read once per 2 to 4 rows of X, so fewer
- * bytes per flop and less to gain from wider conversion). */
-AVX512_FN static void gemm_avx512(int M, int N, int K, const float *X, int ldx,
-                                  const uint16_t *W, float beta, float *Y, int ldy)
-{
-    if (M == 1)
-        gemv_avx512(N, K, X, W, beta, Y);
-    else
-        gemm_x86(M, N, K, X, ldx, W, beta, Y, ldy);
-}
-
 /* q . k_t for the 8 rows k_0..k_7 (hd halves each, hd a multiple of 8),
  * as one vector of 8 sums: eight independent FMA chains, then one
  * transposing reduction for all eight (hadd tree) instead of a horizontal
@@ -426,6 +360,74 @@ F16C_FN static void weighted_sum_x86(int group, int hd, const float *p, int ldp,
                 oi[c] += pi[r] * mt_half_to_float(v[(size_t)r * hd + c]);
     }
 }
+/* ---- AVX-512 (where the CPU has it, on top of the F16C set) ---------- */
+
+/* One row of X (B = 1, the step that streams every weight once) with
+ * AVX-512, where the CPU has it: 16 halves converted per instruction, so
+ * half the instructions of the AVX2 tile per byte read; with the stream
+ * prefetch, 57 against 42 GB/s on 2 threads in the measurement above. */
+#define AVX512_FN __attribute__((target("avx512f,f16c,avx2,fma")))
+
+AVX512_FN static void gemv_avx512(int N, int K, const float *X, const uint16_t *W, float beta,
+                                  float *Y)
+{
+    const uint16_t *end = W + (size_t)N * K;
+    const int K16 = K / 16 * 16;
+    int n = 0;
+    for (; n + 8 <= N; n += 8) {
+        const uint16_t *w = W + (size_t)n * K;
+        const char *pf = ahead(w, end);
+        __m512 acc[8];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm512_setzero_ps();
+        for (int k = 0; k < K16; k += 16) {
+            /* 8 rows x 32 bytes: four lines of the stream */
+            if (pf) {
+                _mm_prefetch(pf, _MM_HINT_T0);
+                _mm_prefetch(pf + 64, _MM_HINT_T0);
+                _mm_prefetch(pf + 128, _MM_HINT_T0);
+                _mm_prefetch(pf + 192, _MM_HINT_T0);
+                pf += 256;
+            }
+            __m512 x = _mm512_loadu_ps(X + k);
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 8; j++)
+                acc[j] = _mm512_fmadd_ps(x, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                                (const __m256i *)(w + (size_t)j * K + k))), acc[j]);
+        }
+        for (int j = 0; j < 8; j++) {
+            float s = _mm512_reduce_add_ps(acc[j]);
+            for (int k = K16; k < K; k++)
+                s += X[k] * mt_half_to_float(w[(size_t)j * K + k]);
+            Y[n + j] = beta == 0.0f ? s : Y[n + j] + s;
+        }
+    }
+    for (; n < N; n++) {
+        const uint16_t *w = W + (size_t)n * K;
+        __m512 acc = _mm512_setzero_ps();
+        for (int k = 0; k < K16; k += 16)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(X + k),
+                                  _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + k))), acc);
+        float s = _mm512_reduce_add_ps(acc);
+        for (int k = K16; k < K; k++)
+            s += X[k] * mt_half_to_float(w[k]);
+        Y[n] = beta == 0.0f ? s : Y[n] + s;
+    }
+}
+
+/* The AVX-512 set's product: the row above for B = 1, the AVX2 tiles for
+ * more rows (their weights are read once per 2 to 4 rows of X, so fewer
+ * bytes per flop and less to gain from wider conversion). */
+AVX512_FN static void gemm_avx512(int M, int N, int K, const float *X, int ldx,
+                                  const uint16_t *W, float beta, float *Y, int ldy)
+{
+    if (M == 1)
+        gemv_avx512(N, K, X, W, beta, Y);
+    else
+        gemm_x86(M, N, K, X, ldx, W, beta, Y, ldy);
+}
+
 #endif
 
 /* ---- dispatch ------------------------------------------------------------ */
