@@ -1,7 +1,8 @@
 /* cpu_f16.c: half-precision conversion and the small-batch f16-weight
  * product (see cpu_f16.h). Two sets of kernels: F16C/AVX2/FMA (x86-64 with
- * those extensions, checked at run time) and portable C; mt_half_init()
- * picks one. Both accumulate in fp32 and round fp32 -> f16 to nearest
+ * those extensions, checked at run time; the one-row product, B = 1, in
+ * AVX-512 where the CPU has that too) and portable C; mt_half_init()
+ * picks one. All accumulate in fp32 and round fp32 -> f16 to nearest
  * even, so they agree to fp32 summation order.
  */
 #include "decode/cpu_f16.h"
