@@ -172,7 +172,7 @@ tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint1
     int k = 0;
     for (; k + 8 <= K; k += 8) {
         /* the NR * 16 bytes this step reads, PREFETCH_AHEAD further on in
-         * the call's weights (see stream_ahead) */
+         * the call's weights (see PREFETCH_AHEAD) */
         if (pf)
             for (int b = 0; b < NR * 16; b += 64)
                 _mm_prefetch(pf + b, _MM_HINT_T0);
@@ -361,6 +361,7 @@ F16C_FN static void weighted_sum_x86(int group, int hd, const float *p, int ldp,
                 oi[c] += pi[r] * mt_half_to_float(v[(size_t)r * hd + c]);
     }
 }
+
 /* ---- AVX-512 (where the CPU has it, on top of the F16C set) ---------- */
 
 /* One row of X (B = 1, the step that streams every weight once) with
