@@ -2,7 +2,8 @@
  * weight matrices stored as f16 (half the bytes of fp32), converted to fp32
  * in registers and accumulated in fp32.
  *
- * Each kernel has an F16C/AVX2/FMA version and a portable scalar version
+ * Each kernel has an F16C/AVX2/FMA version (the one-row product also an
+ * AVX-512 one, where the CPU has it) and a portable scalar version
  * (bit-exact IEEE conversion, round to nearest even); mt_half_init() picks
  * one set for the process from the CPU (the kernels call through it).
  * Debian's OpenBLAS 0.3.21 exports no half-precision GEMM/GEMV (no
@@ -15,9 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Picks the kernels (idempotent, thread-safe); returns 1 when the F16C
- * ones are in use, 0 for the portable ones. */
+/* Picks the kernels (idempotent, thread-safe); returns 2 when the F16C
+ * ones are in use with the AVX-512 product for one row (B = 1), 1 for
+ * F16C/AVX2 alone, 0 for the portable ones. */
 int  mt_half_init(void);
+/* Tests: switches to the best kernels up to max_level (as above) the CPU
+ * runs and returns the level set. Not while a kernel may be running. */
+int  mt_half_select(int max_level);
 /* MT_F16_PORTABLE=1 in the environment forces the portable kernels (tests). */
 
 uint16_t mt_half_from_float(float f);  /* round to nearest even */

@@ -21,7 +21,9 @@ static float frand(void)
 
 int main(void)
 {
-    tap_diag("kernels: %s", mt_half_init() ? "F16C" : "portable");
+    static const char *const level_name[] = { "portable", "F16C", "F16C + AVX-512 product" };
+    int top = mt_half_init();
+    tap_diag("kernels: %s", level_name[top]);
 
     /* every half: to float and back is the identity (nan stays nan) */
     int bad = 0;
@@ -73,22 +75,30 @@ int main(void)
         Wf[i] = frand();
     mt_half_pack(W, Wf, (size_t)Nn * K);
     mt_half_unpack(Wf, W, (size_t)Nn * K);
-    double gerr = 0;
-    for (int M = 1; M <= 9; M++)
-        for (int beta = 0; beta <= 1; beta++) {
-            for (int i = 0; i < 9 * 40; i++)
-                Y[i] = beta ? 0.5f : NAN;
-            mt_half_gemm(M, Nn, K, X, K, W, (float)beta, Y, 40);
-            for (int m = 0; m < M; m++)
-                for (int n = 0; n < Nn; n++) {
-                    double s = beta ? 0.5 : 0;
-                    for (int k = 0; k < K; k++)
-                        s += (double)X[m * K + k] * Wf[n * K + k];
-                    double e = fabs(s - Y[m * 40 + n]);
-                    gerr = isnan(e) ? 1e9 : (e > gerr ? e : gerr);
-                }
-        }
-    ok(gerr < 1e-4, "f16 gemm == fp64 product over the rounded weights (err %.2e)", gerr);
+    /* every kernel level this CPU runs (the wider ones replace the others
+     * at run time, so each is checked here) */
+    for (int level = top; level >= 0; level--) {
+        ok(mt_half_select(level) == level, "kernels of level %d (%s) selected", level,
+           level_name[level]);
+        double gerr = 0;
+        for (int M = 1; M <= 9; M++)
+            for (int beta = 0; beta <= 1; beta++) {
+                for (int i = 0; i < 9 * 40; i++)
+                    Y[i] = beta ? 0.5f : NAN;
+                mt_half_gemm(M, Nn, K, X, K, W, (float)beta, Y, 40);
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < Nn; n++) {
+                        double s = beta ? 0.5 : 0;
+                        for (int k = 0; k < K; k++)
+                            s += (double)X[m * K + k] * Wf[n * K + k];
+                        double e = fabs(s - Y[m * 40 + n]);
+                        gerr = isnan(e) ? 1e9 : (e > gerr ? e : gerr);
+                    }
+            }
+        ok(gerr < 1e-4, "level %d: f16 gemm == fp64 product over the rounded weights (err %.2e)",
+           level, gerr);
+    }
+    mt_half_select(top);
     /* attention kernels: group 2, hd 72 (not a multiple of 32), 13 rows */
     {
         enum { G = 2, HD = 72, RW = 13, LD = 16 };
