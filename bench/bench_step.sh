@@ -20,7 +20,15 @@
 # >= 1.3x faster than fp32; attention read >= 80% of the copy bandwidth.
 # The machine line also gives a plain streaming read's bandwidth (bytes
 # read only; the copy counts each byte read and written), the ceiling of a
-# loop that only reads. `bash bench/bench_step.sh --half-only` runs the
+# loop that only reads. Both bandwidths are the best of many 256 MiB
+# passes: 12 just before the step timings, 12 just after them and (the
+# copy) one between each round of the B = 1 timings, so that the steps
+# and the passes see the same moments of this shared machine's load; a
+# burst of other load lowers one set, not the figure. "bandwidth" lines
+# give each set's best, the median and the slowest pass: how much the
+# load moved them. "split" lines time the small-batch f16 step's
+# phases as they were (MT_CPU_SPLIT=static) against the default, in turn
+# in one process. `bash bench/bench_step.sh --half-only` runs the
 # half-precision and attention figures alone.
 set -u
 cd "$(dirname "$0")/.."
@@ -41,6 +49,10 @@ echo "$out"
 # Summary against the targets, from the figures of this run.
 echo "$out" | awk '
 /^machine/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+/^bandwidth/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); bw[kv[1]] = kv[2] }
+               printf "summary bandwidth %s %.1f GB/s, best of %d passes (sets: before %.1f, during %.1f, after %.1f; median %.1f, slowest %.1f: the best %.0f%% above the median)\n", $2, bw["best_gbs"], bw["passes"], bw["before_gbs"], bw["during_gbs"], bw["after_gbs"], bw["median_gbs"], bw["min_gbs"], 100 * (bw["best_gbs"] / bw["median_gbs"] - 1) }
+/^split/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); sp[kv[1]] = kv[2] }
+           printf "summary split B=%d f16: fixed split %.3f ms (%.2fx the bound), balanced %.3f ms (%.2fx), %.2fx faster\n", sp["B"], sp["static_ms"], sp["static_over_bound"], sp["default_ms"], sp["default_over_bound"], sp["speedup"] }
 /^step / { for (i = 1; i <= NF; i++) { split($i, kv, "="); s[kv[1]] = kv[2] }
            if (s["B"] >= 32) printf "summary B=%d %.0f%% of sgemm peak (target 60%%; at best %.0f%% with GEMMs at the peak and the K/V read at the copy bandwidth, one after the other)\n", s["B"], 100 * s["frac_peak"], 100 * s["serial_ceiling"];
            if (s["B"] == 1) printf "summary B=1 step %.2fx the bandwidth bound (target <= 1.5x)\n", s["step_over_bound"] }

@@ -14,6 +14,13 @@
  * same batch, same run as the copy bandwidth) and sessions per GiB of
  * pool for each K/V format.
  *
+ * The bandwidths (copy and plain read) are each the best of two sets of
+ * passes, one before the step timings and one after them, printed with
+ * their spread ("bandwidth" lines); every figure that divides by them is
+ * printed after the second set. "split" lines: the f16 step at B = 1 and
+ * 8 with the phases as they were (MT_CPU_SPLIT=static) and the default,
+ * timed in turn.
+ *
  * Lengths are fast-forwarded (len set, cache blocks held, contents zero):
  * a step's work depends only on how many positions it attends to, not on
  * what they hold. Prints logfmt-ish lines; asserts nothing.
@@ -164,49 +171,114 @@ static void *stream_main(void *p)
     return NULL;
 }
 
-/* GB/s of a 256 MiB streaming pass on T threads, best of 4: a copy
- * (copy 1; bytes read + bytes written) or a plain read (copy 0; bytes
- * read), the ceiling of a loop that only reads, such as the attention's
- * K/V read. 0 if it could not run. */
-static double stream_bandwidth(int T, int copy)
+/* The buffers of 256 MiB streaming passes: a copy (copy 1; bytes read +
+ * bytes written) or a plain read (copy 0; bytes read), the ceiling of a
+ * loop that only reads, such as the attention's K/V read. */
+typedef struct stream_bufs { char *src, *dst; size_t n; int copy; } stream_bufs;
+
+static void stream_close(stream_bufs *sb)
+{
+    free(sb->src);
+    free(sb->dst);
+    memset(sb, 0, sizeof *sb);
+}
+
+static int stream_open(stream_bufs *sb, int copy)
 {
     size_t n = (size_t)256 << 20;
     /* the copy stays on malloc's pages (what it has always measured) */
-    char *src = copy ? malloc(n) : aligned_alloc((size_t)2 << 20, n);
-    char *dst = copy ? malloc(n) : NULL;
-    double best = 0;
-    if (!src || (copy && !dst))
-        goto out;
+    *sb = (stream_bufs){ copy ? malloc(n) : aligned_alloc((size_t)2 << 20, n),
+                         copy ? malloc(n) : NULL, n, copy };
+    if (!sb->src || (copy && !sb->dst)) {
+        stream_close(sb);
+        return -1;
+    }
 #ifdef MADV_HUGEPAGE
     if (!copy)
-        (void)madvise(src, n, MADV_HUGEPAGE);   /* a hint: 4 KiB pages if refused */
+        (void)madvise(sb->src, n, MADV_HUGEPAGE);   /* a hint: 4 KiB pages if refused */
 #endif
-    memset(src, 1, n);
-    if (dst)
-        memset(dst, 2, n);
-    for (int rep = 0; rep < 4; rep++) {
-        pthread_t th[64];
-        stream_arg ar[64];
-        int nt = T < 64 ? T : 64, started = 0;
-        double t0 = now();
-        for (int i = 0; i < nt; i++) {
-            ar[i] = (stream_arg){ dst ? dst + n / nt * i : NULL, src + n / nt * i, n / nt, 0 };
-            if (pthread_create(&th[i], NULL, stream_main, &ar[i]) != 0)
-                break;
-            started++;
-        }
-        for (int i = 0; i < started; i++)
-            pthread_join(th[i], NULL);
-        if (started < nt)
-            goto out;
-        double g = (copy ? 2.0 : 1.0) * n / (now() - t0) / 1e9;
-        best = g > best ? g : best;
-    }
-out:
-    free(src);
-    free(dst);
-    return best;
+    memset(sb->src, 1, n);
+    if (sb->dst)
+        memset(sb->dst, 2, n);
+    return 0;
 }
+
+/* GB/s of one pass on T threads; 0 if it could not run. */
+static double stream_pass(stream_bufs *sb, int T)
+{
+    pthread_t th[64];
+    stream_arg ar[64];
+    int nt = T < 64 ? T : 64, started = 0;
+    size_t n = sb->n;
+    double t0 = now();
+    for (int i = 0; i < nt; i++) {
+        ar[i] = (stream_arg){ sb->dst ? sb->dst + n / nt * i : NULL, sb->src + n / nt * i,
+                              n / nt, 0 };
+        if (pthread_create(&th[i], NULL, stream_main, &ar[i]) != 0)
+            break;
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    if (started < nt)
+        return 0;
+    return (sb->copy ? 2.0 : 1.0) * n / (now() - t0) / 1e9;
+}
+
+/* A bandwidth figure that holds still, and a bound measured when the
+ * step is. The best of four passes moved from 40 to 63 GB/s between runs
+ * a minute apart on this shared machine: a burst of other tenants' load
+ * lasts seconds and lands on every pass of a 40 ms set, and the bound (so
+ * every "over bound" ratio) moved with it; a step timed a few seconds
+ * from its bound's passes could land in a quiet moment when they did not
+ * (0.86x the bound in one such run) or the other way round. So passes are
+ * taken in three sets: before the step timings, between the rounds of the
+ * B = 1 timings (one pass per round, so the steps and the passes see the
+ * same moments), and after the step timings; the figure is the best pass
+ * of all: the most this machine's memory gave a plain copy in the run,
+ * which a burst can lower but not raise. Each set's best, the median and
+ * the slowest pass are printed beside it ("bandwidth" lines), so a reader
+ * sees how much the load moved them. */
+enum { BW_PASSES_MAX = 96, BW_BEFORE = 0, BW_DURING = 1, BW_AFTER = 2 };
+typedef struct bw_figure {
+    double g[BW_PASSES_MAX];
+    int    n, nset[3];
+    double set_best[3];
+    double best, min, median;
+} bw_figure;
+
+static int cmp_double(const void *a, const void *b);
+
+/* Adds one pass of gbs to set `set` (BW_BEFORE, BW_DURING, BW_AFTER). */
+static void bw_add(bw_figure *f, int set, double gbs)
+{
+    if (gbs <= 0 || f->n >= BW_PASSES_MAX)
+        return;
+    f->g[f->n++] = gbs;
+    f->nset[set]++;
+    f->set_best[set] = gbs > f->set_best[set] ? gbs : f->set_best[set];
+    double s[BW_PASSES_MAX];
+    memcpy(s, f->g, (size_t)f->n * sizeof *s);
+    qsort(s, (size_t)f->n, sizeof *s, cmp_double);
+    f->best = s[f->n - 1];
+    f->min = s[0];
+    f->median = (s[(f->n - 1) / 2] + s[f->n / 2]) / 2;
+}
+
+/* One set of npass passes (before or after the step timings). */
+static void bw_measure(bw_figure *f, int T, int copy, int npass, int set)
+{
+    stream_bufs sb;
+    if (stream_open(&sb, copy))
+        return;
+    for (int i = 0; i < npass; i++)
+        bw_add(f, set, stream_pass(&sb, T));
+    stream_close(&sb);
+}
+
+/* Copy passes between the rounds of a timing (time_sets): open buffers
+ * (NULL: none) and the figure they add to. */
+typedef struct bw_during { stream_bufs *sb; bw_figure *f; int T; } bw_during;
 
 typedef struct { double ms; double gflop; double kv_bytes; } result;
 
@@ -364,7 +436,7 @@ static int time_steps(const mt_model *m, mt_kv_policy pol, int S, int W, int B, 
  * warm-up steps, the best round of each kept: the machine is shared, and
  * timing one format after the other let a burst of another tenant's load
  * land on one of them only (ratios off by 2x in runs so measured). */
-static int time_sets(bench_set *bs, int n, int reps, double *ms)
+static int time_sets(bench_set *bs, int n, int reps, double *ms, const bw_during *bwd)
 {
     for (int i = 0; i < n; i++) {
         ms[i] = 1e30;
@@ -374,6 +446,8 @@ static int time_sets(bench_set *bs, int n, int reps, double *ms)
     }
     for (int t = 0; t < trials; t++)
         for (int i = 0; i < n; i++) {
+            if (i == 0 && bwd && bwd->sb)
+                bw_add(bwd->f, BW_DURING, stream_pass(bwd->sb, bwd->T));
             /* one untimed step first: this decoder's threads went to sleep
              * while the others ran, and waking them is not the step's cost */
             if (bench_step(&bs[i], 0))
@@ -440,13 +514,34 @@ static int time_window_lengths(const mt_model *m, int S, int W, int B, const int
     return rc;
 }
 
+/* One set of the split comparison: a decoder made with MT_CPU_SPLIT set
+ * to split (NULL: unset, the default) for its creation only. */
+static int open_split(bench_set *bs, const mt_model *m, const char *split, int S, int W, int B,
+                      int64_t len, int T)
+{
+    const char *was = getenv("MT_CPU_SPLIT");
+    char *saved = was ? strdup(was) : NULL;
+    if (split)
+        setenv("MT_CPU_SPLIT", split, 1);
+    else
+        unsetenv("MT_CPU_SPLIT");
+    int rc = bench_open(bs, m, MT_KV_WINDOW, S, W, B, 1, &len, (S + W + 15) / 16 * 16, T);
+    if (saved)
+        setenv("MT_CPU_SPLIT", saved, 1);
+    else
+        unsetenv("MT_CPU_SPLIT");
+    free(saved);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:small";
-    int T = 0, W = 256, S = 4, quick = 0, half_only = 0;
+    int T = 0, W = 256, S = 4, quick = 0, half_only = 0, split_only = 0;
     static const struct option lo[] = { { "model", 1, 0, 'm' }, { "threads", 1, 0, 't' },
                                         { "window", 1, 0, 'w' }, { "quick", 0, 0, 'q' },
-                                        { "half-only", 0, 0, 'H' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+                                        { "half-only", 0, 0, 'H' }, { "split-only", 0, 0, 'S' },
+                                        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
     int ch;
     while ((ch = getopt_long(argc, argv, "m:t:w:qh", lo, NULL)) != -1) {
         switch (ch) {
@@ -455,9 +550,10 @@ int main(int argc, char **argv)
         case 'w': W = atoi(optarg); break;
         case 'q': quick = 1; break;
         case 'H': half_only = 1; break;
+        case 'S': split_only = half_only = 1; break;
         case 'h':
             printf("usage: mt-benchstep [--model SPEC] [--threads T] [--window W] [--quick]"
-                   " [--half-only]\n");
+                   " [--half-only] [--split-only]\n");
             return 0;
         default: return 2;
         }
@@ -466,10 +562,12 @@ int main(int argc, char **argv)
         T = (int)sysconf(_SC_NPROCESSORS_ONLN);
     char err[512] = "";
     double peak = sgemm_peak(T);
-    double bw = stream_bandwidth(T, 1), rbw = stream_bandwidth(T, 0);
-    printf("machine threads=%d blas_core=%s sgemm_peak_gflops=%.1f copy_bandwidth_gbs=%.2f"
-           " read_bandwidth_gbs=%.2f\n", T, openblas_get_corename(), peak, bw, rbw);
-    fflush(stdout);
+    /* bandwidth: one set of passes now, one after the step timings; every
+     * figure that depends on it is printed after the second */
+    const int npass = quick ? 3 : 12;
+    bw_figure cbw = { .n = 0 }, rbwf = { .n = 0 };
+    bw_measure(&cbw, T, 1, npass, BW_BEFORE);
+    bw_measure(&rbwf, T, 0, npass, BW_BEFORE);
 
     mt_model *m = NULL;
     if (mt_model_load(spec, 0, &m, err, sizeof err)) {
@@ -482,43 +580,18 @@ int main(int argc, char **argv)
                                                 3.0 * c->hidden * c->ffn + 2.0 * c->hidden) +
                            (m->audio_in ? 2.0 * c->hidden * c->frame_samples
                                         : (double)c->vocab * c->hidden));
-    printf("model %s hidden=%d layers=%d heads=%d ffn=%d weight_bytes=%.0f\n", spec, c->hidden,
-           c->layers, c->heads, c->ffn, wbytes);
 
     int Bs[] = { 1, 8, 32, 64 };
+    result steps[4] = { { 0 } };
     for (int i = 0; i < 4 && !half_only; i++) {
-        result r;
         int reps = Bs[i] >= 32 ? 5 : 8;
         if (quick)
             reps = 2;
-        if (time_steps(m, MT_KV_WINDOW, S, W, Bs[i], 300, reps, T, &r))
+        if (time_steps(m, MT_KV_WINDOW, S, W, Bs[i], 300, reps, T, &steps[i]))
             return 1;
-        /* bytes a step must read at least: the weights once, the KV it attends to */
-        double mem_ms = (wbytes + r.kv_bytes) / (bw * 1e9) * 1e3;
-        printf("step policy=window S=%d W=%d B=%d step_ms=%.2f gflops=%.1f frac_peak=%.2f"
-               " kv_read_mb=%.0f mem_bound_ms=%.2f",
-               S, W, Bs[i], r.ms, r.gflop, r.gflop / peak, r.kv_bytes / 1e6, mem_ms);
-        /* The fraction of the peak a step could reach at best: each
-         * layer's attention needs that layer's q/k/v product and the next
-         * product needs its output, so the K/V read (memory-bound) and
-         * the GEMMs (compute-bound) follow each other. With the GEMMs at
-         * the sgemm peak and the K/V read at the copy bandwidth, the step
-         * takes flops / peak + kv_bytes / bandwidth. */
-        double gemm_ms = r.gflop * r.ms / peak, kv_ms = r.kv_bytes / (bw * 1e9) * 1e3;
-        if (Bs[i] >= 32)        /* where the weight read is small beside both */
-            printf(" serial_ceiling=%.2f", gemm_ms / (gemm_ms + kv_ms));
-        if (Bs[i] == 1) {
-            double bound_ms = wbytes / (bw * 1e9) * 1e3;
-            printf(" bw_bound_ms=%.2f step_over_bound=%.2f", bound_ms, r.ms / bound_ms);
-        }
-        printf("\n");
-        fflush(stdout);
     }
 
     /* Half precision, side by side in this run. */
-    double bound16_ms = wbytes / 2 / (bw * 1e9) * 1e3;
-    printf("half f16_weight_bytes=%.0f f16_bw_bound_ms=%.2f f32_bw_bound_ms=%.2f\n", wbytes / 2,
-           bound16_ms, 2 * bound16_ms);
     enum { NF = 4 };
     static const struct { const char *name; mt_num_format kv, w; int all_rows; } fm[NF] = {
         { "f32", MT_FMT_F32, MT_FMT_F32, 0 },         /* kv f32, weights f32 */
@@ -528,8 +601,13 @@ int main(int argc, char **argv)
     };
     trials = quick ? 2 : 5;
     int64_t len300 = 300;
-    for (int i = 0; i < 4; i++) {
-        double ms[NF];
+    /* copy passes between the B = 1 rounds (see bw_figure) */
+    stream_bufs dsb = { 0 };
+    if (stream_open(&dsb, 1))
+        dsb = (stream_bufs){ 0 };
+    const bw_during bwd = { dsb.src ? &dsb : NULL, &cbw, T };
+    double hms[4][NF] = { { 0 } };
+    for (int i = 0; i < 4 && !split_only; i++) {
         bench_set sets[NF];
         int reps = quick ? 2 : Bs[i] >= 32 ? 3 : 6, opened = 0, rc = 0;
         for (int f = 0; f < NF && !rc; f++, opened++) {
@@ -538,12 +616,108 @@ int main(int argc, char **argv)
                             (S + W + 15) / 16 * 16, T);
         }
         if (!rc)
-            rc = time_sets(sets, NF, reps, ms);
+            rc = time_sets(sets, NF, reps, hms[i], Bs[i] == 1 ? &bwd : NULL);
         for (int f = 0; f < opened; f++)
             if (sets[f].d)
                 bench_close(&sets[f]);
         if (rc)
             return 1;
+    }
+    /* The step's parallel phases as they were (MT_CPU_SPLIT=static: fixed
+     * column slices, norms and rotary on thread 0 between phases) against
+     * the default, f16 K/V and weights, timed in turn in many short rounds
+     * (the machine's speed drifts by tens of percent within minutes). */
+    enum { NSB = 2 };
+    const int split_B[NSB] = { 1, 8 };
+    double split_ms[NSB][2];
+    {
+        int saved_trials = trials;
+        trials = quick ? 2 : 15;
+        fmt_set(MT_FMT_F16, MT_FMT_F16, 0);
+        for (int i = 0; i < NSB; i++) {
+            bench_set sets[2];
+            int rc = open_split(&sets[0], m, "static", S, W, split_B[i], len300, T);
+            if (!rc && (rc = open_split(&sets[1], m, NULL, S, W, split_B[i], len300, T)))
+                bench_close(&sets[0]);
+            if (rc)
+                return 1;
+            rc = time_sets(sets, 2, quick ? 2 : 10, split_ms[i], split_B[i] == 1 ? &bwd : NULL);
+            bench_close(&sets[0]);
+            bench_close(&sets[1]);
+            if (rc)
+                return 1;
+        }
+        trials = saved_trials;
+    }
+    /* The attention's read bandwidth at B = 64: the step at W = 256 reads
+     * (260 - 20) more positions per session than at W = 16; the time that
+     * adds is the attention's over those bytes. All four timed in turn. */
+    int Ba = 64, Wshort = 16;
+    double ams[4] = { 0 }, kvb[4] = { 0 };
+    if (!split_only) {
+        int reps = quick ? 2 : 3, rc = 0, opened = 0;
+        bench_set sets[4];
+        for (int k = 0; k < 4 && !rc; k++, opened++) {
+            int w = k % 2 ? Wshort : W;
+            fmt_set(fm[k / 2].kv, MT_FMT_F32, 0);
+            rc = bench_open(&sets[k], m, MT_KV_WINDOW, S, w, Ba, 1, &len300,
+                            (S + w + 15) / 16 * 16, T);
+        }
+        if (!rc)
+            rc = time_sets(sets, 4, reps, ams, NULL);
+        for (int k = 0; k < 4; k++)
+            kvb[k] = rc || k >= opened || !sets[k].d ? 0 : set_kv_bytes(&sets[k]);
+        for (int k = 0; k < opened; k++)
+            if (sets[k].d)
+                bench_close(&sets[k]);
+        if (rc)
+            return 1;
+    }
+    fmt_set(MT_FMT_F32, MT_FMT_F32, 0);
+
+    stream_close(&dsb);
+    bw_measure(&cbw, T, 1, npass, BW_AFTER);
+    bw_measure(&rbwf, T, 0, npass, BW_AFTER);
+    double bw = cbw.best, rbw = rbwf.best;
+    printf("machine threads=%d blas_core=%s sgemm_peak_gflops=%.1f copy_bandwidth_gbs=%.2f"
+           " read_bandwidth_gbs=%.2f\n", T, openblas_get_corename(), peak, bw, rbw);
+    /* best of every pass; each set's best; the slowest and median pass */
+    for (int k = 0; k < 2; k++) {
+        const bw_figure *f = k ? &rbwf : &cbw;
+        printf("bandwidth %s passes=%d best_gbs=%.2f before_gbs=%.2f during_gbs=%.2f"
+               " after_gbs=%.2f median_gbs=%.2f min_gbs=%.2f\n", k ? "read" : "copy", f->n,
+               f->best, f->set_best[BW_BEFORE], f->set_best[BW_DURING], f->set_best[BW_AFTER],
+               f->median, f->min);
+    }
+    printf("model %s hidden=%d layers=%d heads=%d ffn=%d weight_bytes=%.0f\n", spec, c->hidden,
+           c->layers, c->heads, c->ffn, wbytes);
+    for (int i = 0; i < 4 && !half_only; i++) {
+        const result *r = &steps[i];
+        /* bytes a step must read at least: the weights once, the KV it attends to */
+        double mem_ms = (wbytes + r->kv_bytes) / (bw * 1e9) * 1e3;
+        printf("step policy=window S=%d W=%d B=%d step_ms=%.2f gflops=%.1f frac_peak=%.2f"
+               " kv_read_mb=%.0f mem_bound_ms=%.2f",
+               S, W, Bs[i], r->ms, r->gflop, r->gflop / peak, r->kv_bytes / 1e6, mem_ms);
+        /* The fraction of the peak a step could reach at best: each
+         * layer's attention needs that layer's q/k/v product and the next
+         * product needs its output, so the K/V read (memory-bound) and
+         * the GEMMs (compute-bound) follow each other. With the GEMMs at
+         * the sgemm peak and the K/V read at the copy bandwidth, the step
+         * takes flops / peak + kv_bytes / bandwidth. */
+        double gemm_ms = r->gflop * r->ms / peak, kv_ms = r->kv_bytes / (bw * 1e9) * 1e3;
+        if (Bs[i] >= 32)        /* where the weight read is small beside both */
+            printf(" serial_ceiling=%.2f", gemm_ms / (gemm_ms + kv_ms));
+        if (Bs[i] == 1) {
+            double bound_ms = wbytes / (bw * 1e9) * 1e3;
+            printf(" bw_bound_ms=%.2f step_over_bound=%.2f", bound_ms, r->ms / bound_ms);
+        }
+        printf("\n");
+    }
+    double bound16_ms = wbytes / 2 / (bw * 1e9) * 1e3;
+    printf("half f16_weight_bytes=%.0f f16_bw_bound_ms=%.2f f32_bw_bound_ms=%.2f\n", wbytes / 2,
+           bound16_ms, 2 * bound16_ms);
+    for (int i = 0; i < 4 && !split_only; i++) {
+        const double *ms = hms[i];
         printf("half B=%d", Bs[i]);
         for (int f = 0; f < NF; f++)
             printf(" %s_ms=%.2f", fm[f].name, ms[f]);
@@ -554,38 +728,18 @@ int main(int argc, char **argv)
         if (Bs[i] == 1)
             printf(" f16_over_bound=%.2f", ms[2] / bound16_ms);
         printf("\n");
-        fflush(stdout);
     }
-    /* The attention's read bandwidth at B = 64: the step at W = 256 reads
-     * (260 - 20) more positions per session than at W = 16; the time that
-     * adds is the attention's over those bytes. All four timed in turn. */
-    {
-        int Ba = 64, Wshort = 16, reps = quick ? 2 : 3, rc = 0, opened = 0;
-        bench_set sets[4];
-        double ms[4], kvb[4];
-        for (int k = 0; k < 4 && !rc; k++, opened++) {
-            int w = k % 2 ? Wshort : W;
-            fmt_set(fm[k / 2].kv, MT_FMT_F32, 0);
-            rc = bench_open(&sets[k], m, MT_KV_WINDOW, S, w, Ba, 1, &len300,
-                            (S + w + 15) / 16 * 16, T);
-        }
-        if (!rc)
-            rc = time_sets(sets, 4, reps, ms);
-        for (int k = 0; k < 4; k++)
-            kvb[k] = rc || k >= opened || !sets[k].d ? 0 : set_kv_bytes(&sets[k]);
-        for (int k = 0; k < opened; k++)
-            if (sets[k].d)
-                bench_close(&sets[k]);
-        if (rc)
-            return 1;
-        for (int f = 0; f < 2; f++) {
-            double bytes = kvb[2 * f] - kvb[2 * f + 1], dt = (ms[2 * f] - ms[2 * f + 1]) * 1e-3;
-            double gbs = dt > 0 ? bytes / dt / 1e9 : 0;
-            printf("attention kv=%s B=%d W=%d/%d extra_bytes_mb=%.1f extra_ms=%.2f read_gbs=%.2f"
-                   " frac_copy_bw=%.2f frac_read_bw=%.2f\n", fm[f].kv == MT_FMT_F16 ? "f16" : "f32",
-                   Ba, W, Wshort, bytes / 1e6, dt * 1e3, gbs, gbs / bw, gbs / rbw);
-            fflush(stdout);
-        }
+    for (int i = 0; i < NSB; i++)
+        printf("split B=%d kv=f16 weights=f16 static_ms=%.3f default_ms=%.3f speedup=%.2f"
+               " static_over_bound=%.2f default_over_bound=%.2f\n", split_B[i], split_ms[i][0],
+               split_ms[i][1], split_ms[i][0] / split_ms[i][1], split_ms[i][0] / bound16_ms,
+               split_ms[i][1] / bound16_ms);
+    for (int f = 0; f < 2 && !split_only; f++) {
+        double bytes = kvb[2 * f] - kvb[2 * f + 1], dt = (ams[2 * f] - ams[2 * f + 1]) * 1e-3;
+        double gbs = dt > 0 ? bytes / dt / 1e9 : 0;
+        printf("attention kv=%s B=%d W=%d/%d extra_bytes_mb=%.1f extra_ms=%.2f read_gbs=%.2f"
+               " frac_copy_bw=%.2f frac_read_bw=%.2f\n", fm[f].kv == MT_FMT_F16 ? "f16" : "f32",
+               Ba, W, Wshort, bytes / 1e6, dt * 1e3, gbs, gbs / bw, gbs / rbw);
     }
     for (int f = 0; f < 2; f++) {
         mt_kv_params kp = { .policy = MT_KV_WINDOW, .sink = S, .window = W,
@@ -594,7 +748,7 @@ int main(int argc, char **argv)
         printf("sessions kv=%s S=%d W=%d session_bytes=%zu sessions_per_gib=%.1f\n",
                fm[f].kv == MT_FMT_F16 ? "f16" : "f32", S, W, per, (double)(1u << 30) / per);
     }
-    fmt_set(MT_FMT_F32, MT_FMT_F32, 0);
+    fflush(stdout);
     if (half_only) {
         mt_model_free(m);
         return 0;

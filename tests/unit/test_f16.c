@@ -97,6 +97,24 @@ int main(void)
             }
         ok(gerr < 1e-4, "level %d: f16 gemm == fp64 product over the rounded weights (err %.2e)",
            level, gerr);
+        /* The CPU backend's balanced split computes a call's columns in
+         * pieces of any size on any thread: each column must come out bit
+         * for bit the same whichever piece holds it. */
+        int same = 1;
+        float *Y2 = malloc(9 * 40 * sizeof *Y2);
+        static const int cut[] = { 0, 1, 8, 11, 19, 35, 37 };
+        for (int M = 1; Y2 && M <= 9; M++) {
+            for (int i = 0; i < 9 * 40; i++)
+                Y[i] = Y2[i] = 0.25f;
+            mt_half_gemm(M, Nn, K, X, K, W, 1.0f, Y, 40);
+            for (int c = 0; c + 1 < (int)(sizeof cut / sizeof cut[0]); c++)
+                mt_half_gemm_stream(M, cut[c + 1] - cut[c], K, X, K, W + (size_t)cut[c] * K, 1.0f,
+                                    Y2 + cut[c], 40, W + (size_t)Nn * K);
+            same &= memcmp(Y, Y2, 9 * 40 * sizeof *Y) == 0;
+        }
+        ok(Y2 && same, "level %d: columns in pieces (mt_half_gemm_stream) == one call, bit for bit",
+           level);
+        free(Y2);
     }
     mt_half_select(top);
     /* attention kernels: group 2, hd 72 (not a multiple of 32), 13 rows */
