@@ -544,10 +544,13 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
  * (mt_half_gemm_stream asks for the lines up to its range's end).
  *
  * Measured (2 threads, old and new phases alternating in one process,
- * bench/RESULTS.md): B = 8 12-14% faster; B = 1 and 3 within the
- * machine's noise (+-5%): the barriers' spin fell from 31% to 13% of a
- * B = 1 profile's samples, but the step is bound by the memory's read
- * rate, and the core that waited was not the one that bound it.
+ * bench/RESULTS.md, 2026-12-05): no gain beyond this shared machine's
+ * noise at B = 1 and 3 (+-5%), B = 8 12-14% faster in two runs and
+ * 0.88-1.20x in eight others. The barriers' spin fell from 31% to 13% of
+ * a B = 1 profile's samples, but the step reads at about the plain read
+ * rate either way: the waiting core was not what bound it. The results
+ * are the same bits, and MT_CPU_SPLIT=static keeps the old phases for
+ * the comparison (mt-benchstep's "split" lines).
  *
  * The serial work between phases moves into them: the rmsnorm before a
  * product is made by every thread into its own buffer (the same function
