@@ -50,7 +50,8 @@ echo "$out"
 echo "$out" | awk '
 /^machine/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
 /^bandwidth/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); bw[kv[1]] = kv[2] }
-               printf "summary bandwidth %s %.1f GB/s, best of %d passes (sets: before %.1f, during %.1f, after %.1f; median %.1f, slowest %.1f: the best %.0f%% above the median)\n", $2, bw["best_gbs"], bw["passes"], bw["before_gbs"], bw["during_gbs"], bw["after_gbs"], bw["median_gbs"], bw["min_gbs"], 100 * (bw["best_gbs"] / bw["median_gbs"] - 1) }
+               during = bw["during_gbs"] > 0 ? sprintf(", during %.1f", bw["during_gbs"]) : ""
+               printf "summary bandwidth %s %.1f GB/s, best of %d passes (sets: before %.1f%s, after %.1f; median %.1f, slowest %.1f: the best %.0f%% above the median)\n", $2, bw["best_gbs"], bw["passes"], bw["before_gbs"], during, bw["after_gbs"], bw["median_gbs"], bw["min_gbs"], 100 * (bw["best_gbs"] / bw["median_gbs"] - 1) }
 /^split/ { delete sp; for (i = 1; i <= NF; i++) { split($i, kv, "="); sp[kv[1]] = kv[2] }
            if (sp["B"] == 1) printf "summary split B=1 f16: fixed split %.3f ms (%.2fx the bound), balanced %.3f ms (%.2fx), %.2fx faster\n", sp["static_ms"], sp["static_over_bound"], sp["default_ms"], sp["default_over_bound"], sp["speedup"];
            else printf "summary split B=%d f16: fixed split %.3f ms, balanced %.3f ms, %.2fx faster\n", sp["B"], sp["static_ms"], sp["default_ms"], sp["speedup"] }
