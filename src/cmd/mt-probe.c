@@ -545,7 +545,7 @@ static void help_sweep(FILE *f)
 "                      hold's ticks of max(step_ms, late_ms), mt-admit's\n"
 "                      signal; default budget one frame period; needs the\n"
 "                      tick lines: -- MT-SERVE-ARGS or --ticks FILE)\n"
-"  --time-scale K      a simulated server K times faster than real time\n"
+"  --time-scale K      a simulated server at K times real time (0.1..1000)\n"
 "                      (added to the spawned server's arguments; with -s,\n"
 "                      start it with --time-scale K): clients pace at\n"
 "                      period/K, --hold and --warmup and every figure are\n"
@@ -605,7 +605,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
             o->token = tok;
             break;
         }
-        case O_TIMESCALE: bad = mt_opt_double(optarg, 1, 1000, &o->time_scale); break;
+        case O_TIMESCALE: bad = mt_opt_double(optarg, 0.1, 1000, &o->time_scale); break;
         case O_SIGNAL:
             if (!strcmp(optarg, "tick"))
                 o->tick_signal = 1;
@@ -695,7 +695,8 @@ LOAD_HELP
 "  --backend B         cpu or cuda: the cache element size for predict\n"
 "  --samples N         Monte Carlo seeds for the summary's prediction\n"
 "  --time-scale K      simulated devices: each server gets --time-scale K\n"
-"                      and the load runs K times faster; every time in\n"
+"                      (0.1..1000) and the load runs at K times real\n"
+"                      time; every time in\n"
 "                      the table is model time (real time x K)\n");
 }
 
@@ -735,7 +736,7 @@ static int soak_options(int argc, char **argv, mt_soak_opts *o, load_opts *ld,
         case O_SERVE: *serve = optarg; break;
         case O_AUDIO: o->audio = optarg; break;
         case O_TIMESCALE:
-            r = mt_opt_double(optarg, 1, 1000, &o->time_scale) ? -1 : 1;
+            r = mt_opt_double(optarg, 0.1, 1000, &o->time_scale) ? -1 : 1;
             break;
         default:
             if (!(r = shape_opt(so, c, optarg)))

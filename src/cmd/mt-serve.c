@@ -61,9 +61,10 @@ static void usage(FILE *f)
 "      --frame-ms MS        tick period (default: the model's frame)\n"
 "      --deadline-ms MS     an output is due MS after its input arrived\n"
 "                           (default: two frame periods)\n"
-"      --time-scale K       sim devices only: run K times faster than real\n"
-"                           time (tick, deadline and every simulated step\n"
-"                           divided by K; clients must pace at period/K)\n"
+"      --time-scale K       sim devices only: model time runs K times real\n"
+"                           time, K in 0.1..1000 (tick, deadline and every\n"
+"                           simulated step divided by K; clients must pace\n"
+"                           at period/K; K < 1 runs slower than real time)\n"
 "      --max-sessions N     admitted at once (default 64)\n"
 "      --control PATH       admission answers from a FIFO or Unix socket\n"
 "      --admit-timeout MS   reject requests unanswered this long (2000)\n"
@@ -111,7 +112,7 @@ typedef struct serve_args {
     double          deadline_ms;    /* 0: two frame periods */
     const char     *token_file;
     char            token[MT_TOKEN_MAX + 1];
-    double          time_scale;     /* 1, or K > 1 (sim only): model time
+    double          time_scale;     /* 1, or K in 0.1..1000 (sim only): model time
                                        runs K times faster than real time */
 } serve_args;
 
@@ -247,7 +248,7 @@ static int number_option(serve_args *a, int c, const char *arg)
         return 0;
     case O_FRAMEMS: return mt_opt_ms(arg, 1, 10000, &a->frame_ms);
     case O_DEADLINE: return mt_opt_ms(arg, 1, 600000, &a->deadline_ms);
-    case O_TIMESCALE: return mt_opt_double(arg, 1, 1000, &a->time_scale);
+    case O_TIMESCALE: return mt_opt_double(arg, 0.1, 1000, &a->time_scale);
     case O_MAXSESS:
         if (mt_opt_int(arg, 1, 4096, &a->eo.max_sessions)) return -1;
         a->so.max_sessions = a->eo.max_sessions;
@@ -410,9 +411,11 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
             a->so.stdio ? "stdio" : a->so.socket_path ? "socket " : "tcp ",
             a->so.stdio ? "" : a->so.socket_path ? a->so.socket_path : a->so.listen_addr);
     if (a->time_scale != 1)
-        fprintf(stderr, "%s: TIME-SCALED x%g: model time runs %g times faster "
+        fprintf(stderr, "%s: TIME-SCALED x%g: model time runs %g times %s "
                 "than real time; tick lines (t, ms figures) are in real time\n",
-                prog, a->time_scale, a->time_scale);
+                prog, a->time_scale,
+                a->time_scale > 1 ? a->time_scale : 1 / a->time_scale,
+                a->time_scale > 1 ? "faster" : "slower");
 }
 
 /* "512 MiB", "8.50 MiB": whole MiB without decimals. */

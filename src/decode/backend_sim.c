@@ -119,7 +119,7 @@ void mt_sim_free(mt_sim *s)
 
 void mt_sim_set_time_scale(mt_sim *s, double k)
 {
-    s->time_scale = k > 1 ? k : 1;
+    s->time_scale = k > 0 ? k : 1;
 }
 
 double mt_sim_time_scale(const mt_sim *s) { return s->time_scale; }

@@ -195,8 +195,8 @@ typedef struct mt_sweep_opts {
                                    ticks of max(step_ms, late_ms), the signal
                                    mt-admit reads (--signal tick), instead of
                                    the truthful per-frame p99 */
-    double      time_scale;     /* K > 1: a simulated server running K times
-                                   faster (--time-scale K, added to the
+    double      time_scale;     /* K != 1: a simulated server running at K
+                                   times real time (--time-scale K, added to the
                                    spawned server's arguments); the clients
                                    pace at period/K, hold and warm-up are
                                    model time, and every figure is reported
@@ -262,7 +262,7 @@ typedef struct mt_soak_opts {
                                      stopping the run's server */
     mt_predict_params pred;       /* shape filled from -m; pool per config */
     const char  *model;           /* from the mt-serve args, for predict */
-    double       time_scale;      /* K > 1: every server gets --time-scale K
+    double       time_scale;      /* K != 1: every server gets --time-scale K
                                      (simulated devices), the workload and
                                      the clients run K times faster, and
                                      every time reported is model time

@@ -265,7 +265,7 @@ static int run_prepare(soak_ctx *x, const mt_soak_opts *o, int ci, int ri,
     x->o = o;
     x->src = src;
     x->onset_s = -1;
-    x->k = o->time_scale > 1 ? o->time_scale : 1;
+    x->k = o->time_scale > 0 ? o->time_scale : 1;
     x->starve_ns = (uint64_t)(o->starve_s / x->k * 1e9);
     mt_pctl_reset(&x->rtt);
     if (mt_workload_make(&o->arrivals, &o->lengths, o->duration_s, period,
@@ -532,9 +532,9 @@ static void print_header(FILE *out, const mt_soak_opts *o, const char *a,
             o->runs, o->ncfg, o->duration_s, a, l,
             (unsigned long long)o->seed,
             (unsigned long long)(o->seed + (uint64_t)o->runs - 1), o->starve_s);
-    if (o->time_scale > 1)
-        fprintf(out, "# time-scaled x%g: servers and clients ran %g times "
-                "faster than real time; every time below is model time\n",
+    if (o->time_scale > 0 && o->time_scale != 1)
+        fprintf(out, "# time-scaled x%g: servers and clients ran at %g times "
+                "real time; every time below is model time\n",
                 o->time_scale, o->time_scale);
     fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
             "%s\n", "# config", "run", "seed", "sess", "acc", "rej", "real",

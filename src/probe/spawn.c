@@ -195,7 +195,7 @@ int mt_spawn_start_scaled(mt_spawn_proc *sp, const char *serve_bin,
     for (int i = 0; i < nargs; i++)
         v[i] = args[i];
     int n = nargs;
-    if (k > 1) {
+    if (k != 1) {
         v[n++] = time_scale_opt;
         v[n++] = kbuf;
     }
@@ -211,7 +211,7 @@ void mt_spawn_client_config(mt_client_config *cc, int max_sessions, double perio
     cc->hello.channels = 1;
     cc->hello.encoding = MT_ENC_PCM_S16LE;
     cc->max_sessions = max_sessions;
-    if (k > 1)
+    if (k != 1)
         cc->period_ns = (int64_t)llround(period_ns / k);
     cc->cb = cb;
     cc->user = user;

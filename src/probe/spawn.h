@@ -34,7 +34,7 @@ int  mt_spawn_stop(mt_spawn_proc *sp, double grace_s, mt_line_fn fn,
                     void *user);
 
 
-/* mt_spawn_start with --time-scale K added to args when k > 1. The
+/* mt_spawn_start with --time-scale K added to args when k != 1. The
  * argument vector is returned in *args_out for the caller to free; it
  * points into kbuf, which must live as long. */
 int  mt_spawn_start_scaled(mt_spawn_proc *sp, const char *serve_bin,
@@ -45,7 +45,7 @@ int  mt_spawn_start_scaled(mt_spawn_proc *sp, const char *serve_bin,
 
 /* The client config of a probe's load against such a server: the HELLO
  * of the model the probes drive (24 kHz, 1920-sample mono PCM frames),
- * room for max_sessions, and, when k > 1, the frame period period_ns / k
+ * room for max_sessions, and, when k != 1, the frame period period_ns / k
  * (ACCEPT names the model's period; a server under --time-scale K runs
  * 1/K of it). */
 void mt_spawn_client_config(mt_client_config *cc, int max_sessions, double period_ns,

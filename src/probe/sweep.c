@@ -384,10 +384,10 @@ static void print_header(FILE *out, const mt_sweep_opts *o, double k)
     fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
             "latencies in ms from the server's timing in returned frames\n",
             o->hold_s, o->warmup_s);
-    if (k > 1)
-        fprintf(out, "# time-scaled x%g: the server and the clients ran %g "
-                "times faster than real time; times and latencies are model "
-                "time (real x %g)\n", k, k, k);
+    if (k != 1)
+        fprintf(out, "# time-scaled x%g: the server and the clients ran at %g "
+                "times real time; times and latencies are model time "
+                "(real x %g)\n", k, k, k);
     fprintf(out, "concurrency\taccepted\trejected\treal\tfill\tp50_ms\tp99_ms"
             "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\ttick_p99_ms\n");
     fflush(out);
@@ -526,7 +526,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     }
     x->src = &src;
     x->o = o;
-    x->k = o->time_scale > 1 ? o->time_scale : 1;
+    x->k = o->time_scale > 0 ? o->time_scale : 1;
     if (mt_probe_source_open(&src, o->audio, err, errlen))
         goto out0;
     if (o->serve_bin) {

@@ -103,4 +103,41 @@ t_check "90% of ticks add under $TYP ms of host time ($slow of $steps over)" \
     [ "${steps:-0}" -gt 0 -a "${slow:-99999}" -le $((${steps:-0} / 10)) ]
 t_check "every tick's noise within 4 sigma of jitter plus stalls ($badn of $steps outside)" \
     [ "${steps:-0}" -gt 0 -a "${badn:-1}" = 0 ]
+# --time-scale below 1: the model runs slower than real time (how
+# bench_admit.sh MODE=sim shrinks this host's hiccups in model time). At
+# K = 0.5 the tick is 160 ms of real time, every simulated step waits
+# twice its model time (sim_pred_ms, in real ms, is twice the cost model's
+# figure), clients pacing at 160 ms get every frame back, and K under 0.1
+# is refused.
+"$MT_BIN/mt-serve" -s "$T_TMP/x.sock" --device sim:h200-moshi7b -m synthetic:moshi-7b \
+    --time-scale 0.05 >/dev/null 2>"$T_TMP/log.k"
+rc=$?
+t_check "--time-scale 0.05 refused with status 2 ($(head -1 "$T_TMP/log.k"))" [ $rc = 2 ]
+SOCK=$T_TMP/slow.sock
+t_serve "$T_TMP/lat.k" "$T_TMP/log.k" -s "$SOCK" --device sim:h200-moshi7b -m synthetic:moshi-7b \
+    --max-sessions 8 --sink 4 --window 12 --time-scale 0.5
+i=0
+while [ ! -S "$SOCK" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+t_check "the start line says the model runs 2 times slower, tick 160 ms" \
+    grep -q "tick 160.000 ms.*" "$T_TMP/log.k"
+t_check "... and TIME-SCALED x0.5, slower than real time" \
+    grep -q "TIME-SCALED x0.5: model time runs 2 times slower than real time" "$T_TMP/log.k"
+timeout 60 "$MT_TESTBIN/mt-fakeclient" -s "$SOCK" -n 4 -f 30 --period-ms 160 --echo \
+    --end-timeout 10 >"$T_TMP/cli.k"
+t_ok $? "4 sessions paced at 160 ms: every input got exactly one output, in order"
+kill -TERM $SRV; wait $SRV
+t_ok $? "SIGTERM: drained, exit status 0"
+want=$(awk -v P=6492000256 -v B=4 -v V=16 -v bw="$BW" -v r="$RATE" -v ov="$OV" \
+           -v wb="$WB" -v kb="$KB" 'BEGIN{pb=32*2*32*128*kb;
+    bytes=P*wb+pb*V*B; fl=2*P*B+4*32*32*128*V*B;
+    tm=bytes/bw; tf=fl/r; t=(tm>tf?tm:tf)+ov*1e-6; printf "%.3f", 2*t*1e3}')
+awk '/^tick=/{ for(i=1;i<=NF;i++){n=index($i,"="); v[substr($i,1,n-1)]=substr($i,n+1)+0}
+      if (v["stepped"] == 4 && v["sim_pred_ms"] > m) m = v["sim_pred_ms"]
+      if (n0++) { d = v["t"] - t0; if (d > 0.15 && d < 0.17) near++; all++ } t0 = v["t"] }
+      END{ printf "%.3f %d %d\n", m, near, all }' "$T_TMP/lat.k" >"$T_TMP/k"
+read kpred near all <"$T_TMP/k"
+t_check "a full batch's sim_pred_ms is twice the cost model's ($kpred ms, want $want)" \
+    awk -v a="$kpred" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.004 && d > -0.004) }'
+t_check "ticks 160 ms apart in real time ($near of $all within 10 ms)" \
+    [ "${all:-0}" -ge 20 -a "${near:-0}" -ge $((${all:-0} * 9 / 10)) ]
 t_done
