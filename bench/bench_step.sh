@@ -26,9 +26,7 @@
 # and the passes see the same moments of this shared machine's load; a
 # burst of other load lowers one set, not the figure. "bandwidth" lines
 # give each set's best, the median and the slowest pass: how much the
-# load moved them. "split" lines time the small-batch f16 step's
-# phases as they were (MT_CPU_SPLIT=static) against the default, in turn
-# in one process. `bash bench/bench_step.sh --half-only` runs the
+# load moved them. `bash bench/bench_step.sh --half-only` runs the
 # half-precision and attention figures alone.
 set -u
 cd "$(dirname "$0")/.."
@@ -52,9 +50,6 @@ echo "$out" | awk '
 /^bandwidth/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); bw[kv[1]] = kv[2] }
                during = bw["during_gbs"] > 0 ? sprintf(", during %.1f", bw["during_gbs"]) : ""
                printf "summary bandwidth %s %.1f GB/s, best of %d passes (sets: before %.1f%s, after %.1f; median %.1f, slowest %.1f: the best %.0f%% above the median)\n", $2, bw["best_gbs"], bw["passes"], bw["before_gbs"], during, bw["after_gbs"], bw["median_gbs"], bw["min_gbs"], 100 * (bw["best_gbs"] / bw["median_gbs"] - 1) }
-/^split/ { delete sp; for (i = 1; i <= NF; i++) { split($i, kv, "="); sp[kv[1]] = kv[2] }
-           if (sp["B"] == 1) printf "summary split B=1 f16: fixed split %.3f ms (%.2fx the bound), balanced %.3f ms (%.2fx), %.2fx faster\n", sp["static_ms"], sp["static_over_bound"], sp["default_ms"], sp["default_over_bound"], sp["speedup"];
-           else printf "summary split B=%d f16: fixed split %.3f ms, balanced %.3f ms, %.2fx faster\n", sp["B"], sp["static_ms"], sp["default_ms"], sp["speedup"] }
 /^step / { for (i = 1; i <= NF; i++) { split($i, kv, "="); s[kv[1]] = kv[2] }
            if (s["B"] >= 32) printf "summary B=%d %.0f%% of sgemm peak (target 60%%; at best %.0f%% with GEMMs at the peak and the K/V read at the copy bandwidth, one after the other)\n", s["B"], 100 * s["frac_peak"], 100 * s["serial_ceiling"];
            if (s["B"] == 1) printf "summary B=1 step %.2fx the bandwidth bound (target <= 1.5x)\n", s["step_over_bound"] }

@@ -357,27 +357,7 @@ typedef struct cpu_backend {
         int          K;
         float        beta;
         struct { const float *W; const uint16_t *W16; int N; float *Y; int ldy; } seg[3];
-        /* the balanced split (see phase_gemm_balanced); set by run_gemm */
-        int          balanced;
-        int          unit;    /* columns per claim unit */
-        int          units;   /* claim units in the job */
-        const float *norm_w;  /* not NULL: X = rmsnorm(x) * norm_w, made by each thread */
-        int          rope;    /* rotate the q and k heads of each chunk (the qkv job) */
     } job;
-    /* MT_CPU_SPLIT=static at creation: every product phase split in fixed
-     * column slices, norms and rotary on thread 0 between phases (the
-     * phases as they were before the balanced split; kept to measure one
-     * against the other in one process) */
-    int      split_static;
-    /* per thread: its range of claim units of the running balanced job,
-     * front (low 32 bits, taken by the owner) and back (high 32 bits,
-     * taken by a thief), one cache line each */
-    struct claim { _Alignas(64) atomic_ullong fb; } *claims;   /* [threads] */
-    /* the balanced product after the running phase (none: w[0] NULL):
-     * its weight streams (two for gate|up), columns, K and claim unit */
-    struct next_job { const uint16_t *w[2]; int ncol, K, unit; } next;
-    float   *xnt;        /* [threads][xnt_rows, hidden] each thread's normed X */
-    int      xnt_rows;   /* min(f16_rows, R): the most rows of a balanced job */
 
     tpool   tp;
     scratch *scr;        /* [threads] */
@@ -524,197 +504,6 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
                       j->seg[s].ldy, j->beta);
         start += j->seg[s].N;
     }
-}
-
-/* ---- the balanced product (calls of up to f16_rows rows on f16 weights) --
- *
- * A fixed split of the columns leaves the faster thread spinning at every
- * phase's end: on this shared machine one core is often slower than the
- * other (a perf profile of the B = 1 f16 step: 46% of the samples in the
- * product, 24% in the barriers' spin waits), and 42 phases a step pay it
- * 42 times. So each thread owns a contiguous range of the job's columns
- * (its own weight stream, as in the fixed split) and takes it in claims,
- * a quarter of what is left at a time; a thread done with its own takes
- * one unit at a time from the back of another's. Every column is still
- * computed by the same kernel over the same K in the same order, so the
- * result is bit for bit the fixed split's. An earlier try that handed out
- * chunks of 64 columns through one shared counter was slower (2.0
- * against 1.65 ms): the threads' streams interleaved and each chunk began
- * cold; here the owner's stream runs on through its claims
- * (mt_half_gemm_stream asks for the lines up to its range's end).
- *
- * Measured (2 threads, old and new phases alternating in one process,
- * bench/RESULTS.md, 2026-12-05): no gain beyond this shared machine's
- * noise at B = 1 and 3 (+-5%), B = 8 12-14% faster in two runs and
- * 0.88-1.20x in eight others. The barriers' spin fell from 31% to 13% of
- * a B = 1 profile's samples, but the step reads at about the plain read
- * rate either way: the waiting core was not what bound it. The results
- * are the same bits, and MT_CPU_SPLIT=static keeps the old phases for
- * the comparison (mt-benchstep's "split" lines).
- *
- * The serial work between phases moves into them: the rmsnorm before a
- * product is made by every thread into its own buffer (the same function
- * on the same input: the same values), and the q and k heads of the qkv
- * product are rotated by the thread that made them (claims are whole
- * heads there). The worker no longer waits while thread 0 does either. */
-
-/* Columns of the job (paired: of each segment). */
-static int job_cols(const struct gemm_job *j)
-{
-    if (j->paired)
-        return j->seg[0].N;
-    int n = 0;
-    for (int s = 0; s < j->nseg; s++)
-        n += j->seg[s].N;
-    return n;
-}
-
-/* Claim units [lo, hi) that thread tid owns at the start of the job. */
-static void owned_units(const struct gemm_job *j, int tid, int nt, int *lo, int *hi)
-{
-    *lo = (int)((long long)j->units * tid / nt);
-    *hi = (int)((long long)j->units * (tid + 1) / nt);
-}
-
-/* End of the weight stream of segment s from column a (segment-local) on,
- * up to job column hi: the segment's rows up to hi, and on into the next
- * segments while they follow it in memory (wq|wk|wv and gate/up of a
- * layer's f16 copy do). start: job column of the segment's first. */
-static const uint16_t *stream_end(const struct gemm_job *j, int s, int start, int hi)
-{
-    int K = j->K, n = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
-    const uint16_t *e = j->seg[s].W16 + (size_t)(n > 0 ? n : 0) * K;
-    for (int t = s + 1, st = start + j->seg[s].N; t < j->nseg && hi > st && e == j->seg[t].W16;
-         st += j->seg[t].N, t++)
-        e = j->seg[t].W16 + (size_t)(hi - st < j->seg[t].N ? hi - st : j->seg[t].N) * K;
-    return e;
-}
-
-/* The q and k heads whose columns lie in [a, b) of the qkv job (a, b on
- * head boundaries), rotated for every row as run_rows does after a fixed
- * split's qkv phase. */
-static void rope_cols(cpu_backend *be, int a, int b)
-{
-    const int hd = be->hd, half = be->half;
-    for (int r = 0; r < be->nrows; r++) {
-        float *q = be->qkv + (size_t)r * be->qkv_dim;
-        for (int col = a; col < b && col < be->q_dim + be->kv_dim; col += hd) {
-            if (col < be->q_dim)
-                rope_apply(q + col, be->qcos + (size_t)r * half, be->qsin + (size_t)r * half,
-                           half);
-            else
-                rope_apply(q + col, be->rcos + (size_t)r * half, be->rsin + (size_t)r * half,
-                           half);
-        }
-    }
-}
-
-/* Columns [a, b) of the job on X, the weight streams running on to job
- * column hi (see stream_end). */
-static void gemm_chunk(cpu_backend *be, const float *X, int a, int b, int hi)
-{
-    const struct gemm_job *j = &be->job;
-    const int M = be->nrows, K = j->K;
-    if (j->paired) {
-        for (int s = 0; s < j->nseg; s++)
-            mt_half_gemm_stream(M, b - a, K, X, K, j->seg[s].W16 + (size_t)a * K, j->beta,
-                                j->seg[s].Y + a, j->seg[s].ldy,
-                                j->seg[s].W16 + (size_t)hi * K);
-        for (int r = 0; r < M; r++) {
-            float *g = be->gate + (size_t)r * be->c->ffn;
-            const float *u = be->up + (size_t)r * be->c->ffn;
-            for (int i = a; i < b; i++)
-                g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-        }
-        return;
-    }
-    int start = 0;
-    for (int s = 0; s < j->nseg; s++) {
-        int lo = a > start ? a - start : 0;
-        int up = b - start < j->seg[s].N ? b - start : j->seg[s].N;
-        if (lo < up)
-            mt_half_gemm_stream(M, up - lo, K, X, K, j->seg[s].W16 + (size_t)lo * K, j->beta,
-                                j->seg[s].Y + lo, j->seg[s].ldy, stream_end(j, s, start, hi));
-        start += j->seg[s].N;
-    }
-    if (j->rope)
-        rope_cols(be, a, b);
-}
-
-/* Asks for the first PREFETCH_NEXT bytes of each stream this thread will
- * read in the next product (set by run_rows, see set_next): the kernel
- * asks for its lines 8 KiB ahead of its loads, so a stream's first 8 KiB
- * were always fetched on demand, at every phase's start; asked for here,
- * at the end of this thread's share of the phase before, they arrive
- * while it waits for the other threads. */
-enum { PREFETCH_NEXT = 8192 };
-static void prefetch_next(const cpu_backend *be, int tid, int nt)
-{
-    const struct next_job *n = &be->next;
-    if (!n->w[0])
-        return;
-    int units = (n->ncol + n->unit - 1) / n->unit;
-    size_t lo = (size_t)((long long)units * tid / nt) * n->unit;
-    if ((int)lo >= n->ncol)
-        return;
-    for (int s = 0; s < 2 && n->w[s]; s++) {
-        const char *p = (const char *)(n->w[s] + lo * n->K);
-        size_t left = (size_t)(n->ncol - (int)lo) * n->K * sizeof(uint16_t);
-        size_t bytes = left < PREFETCH_NEXT ? left : PREFETCH_NEXT;
-        for (size_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(p + o);
-    }
-}
-
-static void phase_gemm_balanced(cpu_backend *be, int tid, int nt)
-{
-    const struct gemm_job *j = &be->job;
-    const float *X = j->X;
-    if (j->norm_w) {
-        const int H = be->c->hidden;
-        float *xn = be->xnt + (size_t)tid * be->xnt_rows * H;
-        for (int r = 0; r < be->nrows; r++)
-            rmsnorm(xn + (size_t)r * H, be->x + (size_t)r * H, j->norm_w, H, be->c->eps);
-        X = xn;
-    }
-    const int ncol = job_cols(j), U = j->unit;
-    int lo, hi;
-    owned_units(j, tid, nt, &lo, &hi);
-    const int hi_col = hi * U < ncol ? hi * U : ncol;
-    /* the owner: a quarter of what is left at a time, from the front */
-    atomic_ullong *fb = &be->claims[tid].fb;
-    unsigned long long v = atomic_load_explicit(fb, memory_order_acquire);
-    for (;;) {
-        unsigned f = (unsigned)(v & 0xffffffffu), bk = (unsigned)(v >> 32);
-        if (f >= bk)
-            break;
-        unsigned take = (bk - f) / 4 ? (bk - f) / 4 : 1;
-        unsigned long long nv = (unsigned long long)(f + take) | ((unsigned long long)bk << 32);
-        if (!atomic_compare_exchange_weak_explicit(fb, &v, nv, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue;
-        int a = (int)f * U, b = (int)(f + take) * U;
-        gemm_chunk(be, X, a, b < ncol ? b : ncol, hi_col);
-        v = atomic_load_explicit(fb, memory_order_acquire);
-    }
-    /* then one unit at a time from the back of the others' */
-    for (int k = 1; k < nt; k++) {
-        atomic_ullong *ofb = &be->claims[(tid + k) % nt].fb;
-        unsigned long long w = atomic_load_explicit(ofb, memory_order_acquire);
-        for (;;) {
-            unsigned f = (unsigned)(w & 0xffffffffu), bk = (unsigned)(w >> 32);
-            if (f >= bk)
-                break;
-            unsigned long long nw = (unsigned long long)f | ((unsigned long long)(bk - 1) << 32);
-            if (!atomic_compare_exchange_weak_explicit(ofb, &w, nw, memory_order_acq_rel,
-                                                       memory_order_acquire))
-                continue;
-            int a = (int)(bk - 1) * U, b = (int)bk * U < ncol ? (int)bk * U : ncol;
-            gemm_chunk(be, X, a, b, b);
-            w = atomic_load_explicit(ofb, memory_order_acquire);
-        }
-    }
-    prefetch_next(be, tid, nt);
 }
 
 /* Splits the visible list into runs: positions from the cache that sit in
@@ -911,7 +700,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
 {
     const row *rw = &be->rows[r];
     const int hd = be->hd, group = be->group, nq = (g1 - g0) * group;
-    if (be->split_static || sc->vis_call != be->call || sc->vis_row != r) {
+    if (sc->vis_call != be->call || sc->vis_row != r) {
         sc->vis_n = mt_kv_visible_ex(be->pool, rw->seq, rw->pos, sc->slot, sc->rope, sc->abs,
                                      sc->cap, &sc->vis_q_rope);
         sc->vis_nr = kv_runs(sc, rw, sc->vis_n);
@@ -997,6 +786,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
  * counter: rows of different lengths cost different amounts. */
 static void phase_attention(cpu_backend *be, int tid, int nt)
 {
+    (void)nt;
     scratch *sc = &be->scr[tid];
     const int chunks = be->att_chunks, per = be->c->kv_heads / chunks;
     const int items = be->nrows * chunks;
@@ -1007,7 +797,6 @@ static void phase_attention(cpu_backend *be, int tid, int nt)
         int g0 = it % chunks * per;
         attend(be, sc, it / chunks, g0, g0 + per);
     }
-    prefetch_next(be, tid, nt);
 }
 
 /* The new K,V rows to the cache (kv heads split over threads, rows in
@@ -1035,19 +824,13 @@ static void phase_store_and_oproj(cpu_backend *be, int tid, int nt)
             }
         }
     }
-    if (be->job.balanced)
-        phase_gemm_balanced(be, tid, nt);
-    else
-        phase_gemm(be, tid, nt);
+    phase_gemm(be, tid, nt);
 }
 
 /* ---- the transformer over the call's rows ------------------------------- */
 
 static void set_job(cpu_backend *be, const float *X, int K, float beta, int paired)
 {
-    be->job.balanced = 0;
-    be->job.norm_w = NULL;
-    be->job.rope = 0;
     be->job.nseg = 0;
     be->job.X = X;
     be->job.K = K;
@@ -1066,69 +849,17 @@ static void add_seg(cpu_backend *be, const float *W, const uint16_t *W16, int N,
     be->job.seg[s].ldy = ldy;
 }
 
-static int gcd(int a, int b)
-{
-    while (b) {
-        int t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Columns per claim unit of a balanced job: whole heads where the phase
- * rotates them (the qkv job), else SLICE_ALIGN. */
-static int claim_unit(const cpu_backend *be, int rope)
-{
-    return rope ? SLICE_ALIGN / gcd(SLICE_ALIGN, be->hd) * be->hd : SLICE_ALIGN;
-}
-
-/* The balanced product that follows the next phase run (w0 NULL: none,
- * or not balanced): streams w0 (and w1: the up matrix of gate|up), ncol
- * columns of K, claims of claim_unit(rope). */
-static void set_next(cpu_backend *be, const uint16_t *w0, const uint16_t *w1, int ncol, int K,
-                     int rope)
-{
-    int on = w0 && !be->split_static && be->nrows <= be->f16_rows;
-    be->next = (struct next_job){ { on ? w0 : NULL, on ? w1 : NULL }, ncol, K,
-                                  claim_unit(be, rope) };
-}
-
 /* Runs the job set up by set_job/add_seg as phase fn (phase_gemm, or
  * phase_store_and_oproj, which ends in it). norm_w: the job's X is
- * rmsnorm(x) * norm_w (the caller passes be->xn as X); rope: the job is
- * the qkv product, its q and k heads to be rotated after it. With the
- * balanced split (f16 weights, up to f16_rows rows, not MT_CPU_SPLIT=static)
- * both happen inside the phase; otherwise the norm is made here, on
- * thread 0, and the caller rotates (be->job.balanced says which). */
-static void run_gemm(cpu_backend *be, phase_fn fn, const float *norm_w, int rope)
+ * rmsnorm(x) * norm_w (the caller passes be->xn as X), made here on
+ * thread 0 first (R x hidden: cheap beside the product). */
+static void run_gemm(cpu_backend *be, phase_fn fn, const float *norm_w)
 {
-    struct gemm_job *j = &be->job;
-    int ok = !be->split_static && be->w16 && be->nrows <= be->f16_rows;
-    for (int s = 0; s < j->nseg && ok; s++)
-        ok = j->seg[s].W16 != NULL;
-    j->balanced = ok;
-    if (!ok) {
-        const int H = be->c->hidden;
-        if (norm_w)
-            for (int r = 0; r < be->nrows; r++)
-                rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, norm_w, H, be->c->eps);
-        tpool_run(&be->tp, be, fn);
-        return;
-    }
-    j->norm_w = norm_w;
-    j->rope = rope;
-    /* claims on head boundaries where the phase rotates heads */
-    j->unit = claim_unit(be, rope);
-    j->units = (job_cols(j) + j->unit - 1) / j->unit;
-    for (int t = 0; t < be->tp.n; t++) {
-        int lo, hi;
-        owned_units(j, t, be->tp.n, &lo, &hi);
-        atomic_store_explicit(&be->claims[t].fb,
-                              (unsigned long long)lo | ((unsigned long long)hi << 32),
-                              memory_order_relaxed);
-    }
-    tpool_run(&be->tp, be, fn == phase_gemm ? phase_gemm_balanced : fn);
+    const int H = be->c->hidden;
+    if (norm_w)
+        for (int r = 0; r < be->nrows; r++)
+            rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, norm_w, H, be->c->eps);
+    tpool_run(&be->tp, be, fn);
 }
 
 static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
@@ -1202,7 +933,6 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     const int fs = c->frame_samples;
 
     /* x [R, hidden]: the input adapter */
-    set_next(be, be->w16 ? be->w16[0].wq : NULL, NULL, be->qkv_dim, H, 1);
     if (io->tokens_in) {
         for (int r = 0; r < R; r++)
             memcpy(be->x + (size_t)r * H, m->embed + (size_t)io->tokens_in[r] * H,
@@ -1212,7 +942,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
             be->pcmf[i] = io->pcm_in[i] / 32768.0f;
         set_job(be, be->pcmf, fs, 0.0f, 0);
         add_seg(be, m->audio_in, be->audio_in16, H, be->x, H);
-        run_gemm(be, phase_gemm, NULL, 0);
+        run_gemm(be, phase_gemm, NULL);
     }
 
     /* rotary tables of each row: keys at the absolute position, and the
@@ -1247,13 +977,11 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         add_seg(be, w->wq, w16 ? w16->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
         add_seg(be, w->wk, w16 ? w16->wk : NULL, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
         add_seg(be, w->wv, w16 ? w16->wv : NULL, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
-        set_next(be, w16 ? w16->wo : NULL, NULL, H, be->q_dim, 0);   /* after the attention */
-        run_gemm(be, phase_gemm, w->attn_norm, 1);
+        run_gemm(be, phase_gemm, w->attn_norm);
 
         /* rotary: every q head by the query's position (its cache index
-         * in cache mode), k heads by the absolute position (done inside
-         * a balanced phase) */
-        for (int r = 0; r < R && !be->job.balanced; r++) {
+         * in cache mode), k heads by the absolute position */
+        for (int r = 0; r < R; r++) {
             float *q = be->qkv + (size_t)r * be->qkv_dim;
             for (int h = 0; h < c->heads; h++)
                 rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
@@ -1270,26 +998,18 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         /* cache <- new K,V; x += att . wo^T */
         set_job(be, be->att, be->q_dim, 1.0f, 0);
         add_seg(be, w->wo, w16 ? w16->wo : NULL, H, be->x, H);
-        set_next(be, w16 ? w16->w_gate : NULL, w16 ? w16->w_up : NULL, c->ffn, H, 0);
-        run_gemm(be, phase_store_and_oproj, NULL, 0);
+        run_gemm(be, phase_store_and_oproj, NULL);
 
         /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
         set_job(be, be->xn, H, 0.0f, 1);
         add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, c->ffn, be->gate, c->ffn);
         add_seg(be, w->w_up, w16 ? w16->w_up : NULL, c->ffn, be->up, c->ffn);
-        set_next(be, w16 ? w16->w_down : NULL, NULL, H, c->ffn, 0);
-        run_gemm(be, phase_gemm, w->mlp_norm, 0);
+        run_gemm(be, phase_gemm, w->mlp_norm);
 
         /* x += gate . w_down^T */
         set_job(be, be->gate, c->ffn, 1.0f, 0);
         add_seg(be, w->w_down, w16 ? w16->w_down : NULL, H, be->x, H);
-        if (l + 1 < c->layers)
-            set_next(be, be->w16 ? be->w16[l + 1].wq : NULL, NULL, be->qkv_dim, H, 1);
-        else if (want_logits)
-            set_next(be, be->lm_head16, NULL, c->vocab, H, 0);
-        else
-            set_next(be, want_pcm ? be->audio_out16 : NULL, NULL, fs, H, 0);
-        run_gemm(be, phase_gemm, NULL, 0);
+        run_gemm(be, phase_gemm, NULL);
     }
 
     /* out = rmsnorm(x) * norm, then the output head(s) on it */
@@ -1297,8 +1017,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         /* logits [R, vocab] = xn . lm_head^T */
         set_job(be, be->xn, H, 0.0f, 0);
         add_seg(be, m->lm_head, be->lm_head16, c->vocab, io->logits, c->vocab);
-        set_next(be, want_pcm ? be->audio_out16 : NULL, NULL, fs, H, 0);
-        run_gemm(be, phase_gemm, m->norm, 0);
+        run_gemm(be, phase_gemm, m->norm);
     }
     if (io->pcm_out && c->audio_passthrough && io->pcm_in) {
         memcpy(io->pcm_out, io->pcm_in, (size_t)R * c->frame_samples * sizeof(int16_t));
@@ -1306,8 +1025,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         /* pcm [R, frame_samples] = clamp(xn . audio_out^T) * 32767 */
         set_job(be, be->xn, H, 0.0f, 0);
         add_seg(be, m->audio_out, be->audio_out16, fs, be->pcmf, fs);
-        set_next(be, NULL, NULL, 0, 0, 0);
-        run_gemm(be, phase_gemm, m->norm, 0);
+        run_gemm(be, phase_gemm, m->norm);
         for (size_t i = 0; i < (size_t)R * fs; i++) {
             float y = be->pcmf[i];
             y = y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
@@ -1392,8 +1110,6 @@ static void cpu_destroy(mt_backend *b)
             }
         free(be->scr);
         free(be->wargs);
-        free(be->claims);
-        free(be->xnt);
         free(be->kv);
         free(be->w16);
         free(be->w16_store);
@@ -1652,16 +1368,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     be->tp.n = T;
     be->scr = calloc((size_t)T, sizeof *be->scr);
     be->wargs = calloc((size_t)T, sizeof *be->wargs);
-    const char *split = getenv("MT_CPU_SPLIT");
-    be->split_static = split && strcmp(split, "static") == 0;
-    be->claims = aligned_alloc(_Alignof(struct claim), (size_t)T * sizeof *be->claims);
-    if (be->claims)
-        for (int t = 0; t < T; t++)
-            atomic_init(&be->claims[t].fb, 0);
-    be->xnt_rows = be->f16_rows < be->R ? be->f16_rows : be->R;
-    if (be->w16)
-        be->xnt = alloc_floats((size_t)T * be->xnt_rows * c->hidden, &fail);
-    if (fail || !be->scr || !be->wargs || !be->claims) {
+    if (fail || !be->scr || !be->wargs) {
         mt_set_err(err, errlen, "cpu: out of memory for activations");
         be->tp.n = be->scr ? T : 0;
         cpu_destroy(b);

@@ -70,9 +70,8 @@ static void to_f32_c(float *dst, const uint16_t *src, size_t n)
 }
 
 static void gemm_c(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
-                   float beta, float *Y, int ldy, const uint16_t *stream_end)
+                   float beta, float *Y, int ldy)
 {
-    (void)stream_end;
     enum { CH = 256 };
     float w[CH];
     for (int n = 0; n < N; n++) {
@@ -202,9 +201,7 @@ tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint1
 }
 
 /* The weights a product reads are one contiguous stream per call (its
- * rows, tile after tile; with the caller's stream_end, the stream goes on
- * past the call's own rows into the rows of the caller's next call), so
- * each k step of a tile asks for the bytes it
+ * rows, tile after tile), so each k step of a tile asks for the bytes it
  * reads PREFETCH_AHEAD further on in that stream: a steady trickle of
  * requests, as many as the loads retire. Asking for the whole next tile
  * in one burst at the start of each tile (the earlier code) overflowed
@@ -216,8 +213,7 @@ tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint1
 enum { PREFETCH_AHEAD = 8192 };
 
 /* Where a tile starting at w asks for its lines: NULL once that is past
- * the stream's end (the call's weights, or the caller's stream_end: past
- * it lie the other thread's rows, or another matrix's). */
+ * the call's weights (the other thread's, or another matrix's). */
 static inline const char *ahead(const uint16_t *w, const uint16_t *end)
 {
     size_t left = (size_t)((const char *)end - (const char *)w);
@@ -225,8 +221,9 @@ static inline const char *ahead(const uint16_t *w, const uint16_t *end)
 }
 
 F16C_FN static void gemm_x86(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
-                             float beta, float *Y, int ldy, const uint16_t *end)
+                             float beta, float *Y, int ldy)
 {
+    const uint16_t *end = W + (size_t)N * K;
     int n = 0;
     if (M == 1) {
         /* one row: eight weight rows at a time, eight independent FMA
@@ -374,8 +371,9 @@ F16C_FN static void weighted_sum_x86(int group, int hd, const float *p, int ldp,
 #define AVX512_FN __attribute__((target("avx512f,f16c,avx2,fma")))
 
 AVX512_FN static void gemv_avx512(int N, int K, const float *X, const uint16_t *W, float beta,
-                                  float *Y, const uint16_t *end)
+                                  float *Y)
 {
+    const uint16_t *end = W + (size_t)N * K;
     const int K16 = K / 16 * 16;
     int n = 0;
     for (; n + 8 <= N; n += 8) {
@@ -424,13 +422,12 @@ AVX512_FN static void gemv_avx512(int N, int K, const float *X, const uint16_t *
  * more rows (their weights are read once per 2 to 4 rows of X, so fewer
  * bytes per flop and less to gain from wider conversion). */
 AVX512_FN static void gemm_avx512(int M, int N, int K, const float *X, int ldx,
-                                  const uint16_t *W, float beta, float *Y, int ldy,
-                                  const uint16_t *end)
+                                  const uint16_t *W, float beta, float *Y, int ldy)
 {
     if (M == 1)
-        gemv_avx512(N, K, X, W, beta, Y, end);
+        gemv_avx512(N, K, X, W, beta, Y);
     else
-        gemm_x86(M, N, K, X, ldx, W, beta, Y, ldy, end);
+        gemm_x86(M, N, K, X, ldx, W, beta, Y, ldy);
 }
 
 #endif
@@ -440,8 +437,7 @@ AVX512_FN static void gemm_avx512(int M, int N, int K, const float *X, int ldx,
 static struct {
     void (*from_f32)(uint16_t *, const float *, size_t);
     void (*to_f32)(float *, const uint16_t *, size_t);
-    void (*gemm)(int, int, int, const float *, int, const uint16_t *, float, float *, int,
-                 const uint16_t *);
+    void (*gemm)(int, int, int, const float *, int, const uint16_t *, float, float *, int);
     void (*scores)(int, int, const float *, const uint16_t *, int, float, float *, int);
     void (*wsum)(int, int, const float *, int, const uint16_t *, int, float *);
     int f16c;
@@ -515,15 +511,7 @@ void mt_half_gemm(int M, int N, int K, const float *X, int ldx, const uint16_t *
                  float beta, float *Y, int ldy)
 {
     mt_half_init();
-    kern.gemm(M, N, K, X, ldx, W, beta, Y, ldy, W + (size_t)N * K);
-}
-
-void mt_half_gemm_stream(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
-                         float beta, float *Y, int ldy, const uint16_t *stream_end)
-{
-    mt_half_init();
-    const uint16_t *own = W + (size_t)N * K;
-    kern.gemm(M, N, K, X, ldx, W, beta, Y, ldy, stream_end > own ? stream_end : own);
+    kern.gemm(M, N, K, X, ldx, W, beta, Y, ldy);
 }
 
 void mt_half_scores(int group, int hd, const float *q, const uint16_t *k, int rows,

@@ -37,13 +37,6 @@ void mt_half_unpack(float *dst, const uint16_t *src, size_t n);
  * read once, each row of it used by all M rows while in L1. */
 void mt_half_gemm(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
                  float beta, float *Y, int ldy);
-/* The same product, one piece of a longer stream of weight rows that the
- * caller reads in several calls (W + N*K <= stream_end): the kernel asks
- * for the lines it will read next up to stream_end, not only up to its
- * own last row, so the next call's first rows are already on their way.
- * Bit for bit the same result as mt_half_gemm. */
-void mt_half_gemm_stream(int M, int N, int K, const float *X, int ldx, const uint16_t *W,
-                         float beta, float *Y, int ldy, const uint16_t *stream_end);
 
 /* Attention over a run of `rows` f16 K or V rows of hd elements each (a
  * block's contiguous slots), for a group of q heads, read straight from the

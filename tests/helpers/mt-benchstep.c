@@ -17,9 +17,7 @@
  * The bandwidths (copy and plain read) are each the best of two sets of
  * passes, one before the step timings and one after them, printed with
  * their spread ("bandwidth" lines); every figure that divides by them is
- * printed after the second set. "split" lines: the f16 step at B = 1 and
- * 8 with the phases as they were (MT_CPU_SPLIT=static) and the default,
- * timed in turn.
+ * printed after the second set.
  *
  * Lengths are fast-forwarded (len set, cache blocks held, contents zero):
  * a step's work depends only on how many positions it attends to, not on
@@ -526,34 +524,14 @@ static int time_window_lengths(const mt_model *m, int S, int W, int B, const int
     return rc;
 }
 
-/* One set of the split comparison: a decoder made with MT_CPU_SPLIT set
- * to split (NULL: unset, the default) for its creation only. */
-static int open_split(bench_set *bs, const mt_model *m, const char *split, int S, int W, int B,
-                      int64_t len, int T)
-{
-    const char *was = getenv("MT_CPU_SPLIT");
-    char *saved = was ? strdup(was) : NULL;
-    if (split)
-        setenv("MT_CPU_SPLIT", split, 1);
-    else
-        unsetenv("MT_CPU_SPLIT");
-    int rc = bench_open(bs, m, MT_KV_WINDOW, S, W, B, 1, &len, (S + W + 15) / 16 * 16, T);
-    if (saved)
-        setenv("MT_CPU_SPLIT", saved, 1);
-    else
-        unsetenv("MT_CPU_SPLIT");
-    free(saved);
-    return rc;
-}
-
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:small";
-    int T = 0, W = 256, S = 4, quick = 0, half_only = 0, split_only = 0;
+    int T = 0, W = 256, S = 4, quick = 0, half_only = 0;
     static const struct option lo[] = { { "model", 1, 0, 'm' }, { "threads", 1, 0, 't' },
                                         { "window", 1, 0, 'w' }, { "quick", 0, 0, 'q' },
-                                        { "half-only", 0, 0, 'H' }, { "split-only", 0, 0, 'S' },
-                                        { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+                                        { "half-only", 0, 0, 'H' }, { "help", 0, 0, 'h' },
+                                        { 0, 0, 0, 0 } };
     int ch;
     while ((ch = getopt_long(argc, argv, "m:t:w:qh", lo, NULL)) != -1) {
         switch (ch) {
@@ -562,10 +540,9 @@ int main(int argc, char **argv)
         case 'w': W = atoi(optarg); break;
         case 'q': quick = 1; break;
         case 'H': half_only = 1; break;
-        case 'S': split_only = half_only = 1; break;
         case 'h':
             printf("usage: mt-benchstep [--model SPEC] [--threads T] [--window W] [--quick]"
-                   " [--half-only] [--split-only]\n");
+                   " [--half-only]\n");
             return 0;
         default: return 2;
         }
@@ -619,7 +596,7 @@ int main(int argc, char **argv)
         dsb = (stream_bufs){ 0 };
     const bw_during bwd = { dsb.src ? &dsb : NULL, &cbw, T };
     double hms[4][NF] = { { 0 } };
-    for (int i = 0; i < 4 && !split_only; i++) {
+    for (int i = 0; i < 4; i++) {
         bench_set sets[NF];
         int reps = quick ? 2 : Bs[i] >= 32 ? 3 : 6, opened = 0, rc = 0;
         for (int f = 0; f < NF && !rc; f++, opened++) {
@@ -641,38 +618,12 @@ int main(int argc, char **argv)
         if (rc)
             return 1;
     }
-    /* The step's parallel phases as they were (MT_CPU_SPLIT=static: fixed
-     * column slices, norms and rotary on thread 0 between phases) against
-     * the default, f16 K/V and weights, timed in turn in many short rounds
-     * (the machine's speed drifts by tens of percent within minutes). */
-    enum { NSB = 2 };
-    const int split_B[NSB] = { 1, 8 };
-    double split_ms[NSB][2];
-    {
-        int saved_trials = trials;
-        trials = quick ? 2 : 15;
-        fmt_set(MT_FMT_F16, MT_FMT_F16, 0);
-        for (int i = 0; i < NSB; i++) {
-            bench_set sets[2];
-            int rc = open_split(&sets[0], m, "static", S, W, split_B[i], len300, T);
-            if (!rc && (rc = open_split(&sets[1], m, NULL, S, W, split_B[i], len300, T)))
-                bench_close(&sets[0]);
-            if (rc)
-                return 1;
-            rc = time_sets(sets, 2, quick ? 2 : 10, split_ms[i], split_B[i] == 1 ? &bwd : NULL);
-            bench_close(&sets[0]);
-            bench_close(&sets[1]);
-            if (rc)
-                return 1;
-        }
-        trials = saved_trials;
-    }
     /* The attention's read bandwidth at B = 64: the step at W = 256 reads
      * (260 - 20) more positions per session than at W = 16; the time that
      * adds is the attention's over those bytes. All four timed in turn. */
     int Ba = 64, Wshort = 16;
     double ams[4] = { 0 }, kvb[4] = { 0 };
-    if (!split_only) {
+    {
         int reps = quick ? 2 : 3, rc = 0, opened = 0;
         bench_set sets[4];
         for (int k = 0; k < 4 && !rc; k++, opened++) {
@@ -734,7 +685,7 @@ int main(int argc, char **argv)
     double bound16_ms = wbytes / 2 / (bw * 1e9) * 1e3;
     printf("half f16_weight_bytes=%.0f f16_bw_bound_ms=%.2f f32_bw_bound_ms=%.2f\n", wbytes / 2,
            bound16_ms, 2 * bound16_ms);
-    for (int i = 0; i < 4 && !split_only; i++) {
+    for (int i = 0; i < 4; i++) {
         const double *ms = hms[i];
         printf("half B=%d", Bs[i]);
         for (int f = 0; f < NF; f++)
@@ -747,15 +698,7 @@ int main(int argc, char **argv)
             printf(" f16_over_bound=%.2f", ms[2] / bound16_ms);
         printf("\n");
     }
-    for (int i = 0; i < NSB; i++) {
-        printf("split B=%d kv=f16 weights=f16 static_ms=%.3f default_ms=%.3f speedup=%.2f",
-               split_B[i], split_ms[i][0], split_ms[i][1], split_ms[i][0] / split_ms[i][1]);
-        if (split_B[i] == 1)    /* the weight-bytes bound is B = 1's */
-            printf(" static_over_bound=%.2f default_over_bound=%.2f", split_ms[i][0] / bound16_ms,
-                   split_ms[i][1] / bound16_ms);
-        printf("\n");
-    }
-    for (int f = 0; f < 2 && !split_only; f++) {
+    for (int f = 0; f < 2; f++) {
         double bytes = kvb[2 * f] - kvb[2 * f + 1], dt = (ams[2 * f] - ams[2 * f + 1]) * 1e-3;
         double gbs = dt > 0 ? bytes / dt / 1e9 : 0;
         printf("attention kv=%s B=%d W=%d/%d extra_bytes_mb=%.1f extra_ms=%.2f read_gbs=%.2f"

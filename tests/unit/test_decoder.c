@@ -6,10 +6,7 @@
  * take different BLAS kernels), checked relative to the logit scale.
  * Half precision (--kv-dtype f16, --weights f16): a bounded session's pool
  * bytes halve (twice the sessions in one budget), and the logits stay
- * within 4u (u = 2^-11, f16's unit roundoff) of the fp32 decoder's.
- * The balanced split of the small-batch f16 product (the default) gives
- * bit for bit the fixed split's outputs (MT_CPU_SPLIT=static), on 2 and 3
- * threads, steps of 1 to 3 rows, prefill, tokens and pcm. */
+ * within 4u (u = 2^-11, f16's unit roundoff) of the fp32 decoder's. */
 #include "tap.h"
 #include "decode/decoder.h"
 
@@ -335,96 +332,6 @@ static void test_half(void)
     ok(mt_num_format_parse("bf16", &f) != 0, "parse bf16 refused");
 }
 
-/* Outputs of a fixed script on d (3 sessions; f16 weights): steps of 1,
- * 2 and 3 rows with logits, a prefill of STEPS positions with logits, then
- * steps of 3 rows pcm in and out. lg: [STEPS * (1+2+3+1) * V] floats, pcm:
- * [STEPS * 3 * frame_samples]. 0, or -1 on an error. */
-static int split_script(mt_decoder *d, float *lg, int16_t *pcm)
-{
-    mt_kv_pool *pool = mt_decoder_pool(d);
-    const int fs = model->cfg.frame_samples;
-    mt_kv_seq *s[4] = { 0 };
-    char err[256] = "";
-    int rc = 0;
-    for (int b = 0; b < 4 && !rc; b++)
-        rc = mt_kv_seq_open(pool, &s[b]);
-    int16_t *in = calloc((size_t)3 * fs, sizeof *in);
-    rc = rc || !in;
-    for (int B = 1; B <= 3 && !rc; B++)
-        for (int i = 0; i < STEPS && !rc; i++) {
-            int32_t t[3] = { tok(0, i), tok(1, i + B), tok(2, i + 2 * B) };
-            mt_step_io io = { .tokens_in = t, .logits = lg };
-            for (int b = 0; b < B && !rc; b++)
-                rc = mt_kv_reserve(pool, s[b], 1);
-            rc = rc || mt_decoder_step(d, B, s, &io, err, sizeof err);
-            lg += (size_t)B * V;
-        }
-    int32_t tk[STEPS];
-    for (int i = 0; i < STEPS; i++)
-        tk[i] = tok(3, i);
-    mt_step_io pio = { .tokens_in = tk, .logits = lg };
-    rc = rc || mt_kv_reserve(pool, s[3], STEPS) ||
-         mt_decoder_prefill(d, s[3], STEPS, &pio, err, sizeof err);
-    for (int i = 0; i < STEPS && !rc; i++) {
-        for (int k = 0; k < 3 * fs; k++)
-            in[k] = (int16_t)((k * 7919 + i * 104729) % 20000 - 10000);
-        mt_step_io io = { .pcm_in = in, .pcm_out = pcm + (size_t)i * 3 * fs };
-        for (int b = 0; b < 3 && !rc; b++)
-            rc = mt_kv_reserve(pool, s[b], 1);
-        rc = rc || mt_decoder_step(d, 3, s, &io, err, sizeof err);
-    }
-    if (rc)
-        tap_diag("split script: %s", err);
-    for (int b = 0; b < 4; b++)
-        if (s[b])
-            mt_kv_seq_close(pool, s[b]);
-    free(in);
-    return rc ? -1 : 0;
-}
-
-static void test_split(void)
-{
-    const size_t nlg = (size_t)STEPS * 7 * V, npcm = (size_t)STEPS * 3 * model->cfg.frame_samples;
-    for (int T = 2; T <= 3; T++) {
-        size_t pb = mt_decoder_position_bytes(&model->cfg, mt_num_format_bytes(MT_FMT_F16));
-        mt_decoder_opts o = opts_of(MT_DEV_CPU, 3, T, MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE,
-                                    (size_t)4 * 4 * 16 * STEPS * pb);
-        o.kv_dtype = MT_FMT_F16;
-        o.weights = MT_FMT_F16;
-        mt_decoder *ds = NULL, *db = NULL;
-        char err[256] = "";
-        setenv("MT_CPU_SPLIT", "static", 1);
-        int rc = mt_decoder_create(model, &o, &ds, err, sizeof err);
-        unsetenv("MT_CPU_SPLIT");
-        rc = rc || mt_decoder_create(model, &o, &db, err, sizeof err);
-        if (!ok(rc == 0, "split T=%d: decoders created (%s)", T, err)) {
-            mt_decoder_free(ds);
-            mt_decoder_free(db);
-            continue;
-        }
-        float *ls = calloc(nlg, sizeof *ls), *lb = calloc(nlg, sizeof *lb);
-        int16_t *ps = calloc(npcm, sizeof *ps), *pb16 = calloc(npcm, sizeof *pb16);
-        int good = ls && lb && ps && pb16 && split_script(ds, ls, ps) == 0 &&
-                   split_script(db, lb, pb16) == 0;
-        double scale;
-        (void)maxdiff(ls, ls, nlg, &scale);
-        int pcm_moves = 0;
-        for (size_t i = 0; good && i < npcm; i++)
-            pcm_moves |= ps[i] != 0;
-        ok(good && scale > 0 && pcm_moves, "split T=%d: the script ran (logits, pcm)", T);
-        ok(good && memcmp(ls, lb, nlg * sizeof *ls) == 0,
-           "split T=%d: balanced logits == fixed split's, bit for bit", T);
-        ok(good && memcmp(ps, pb16, npcm * sizeof *ps) == 0,
-           "split T=%d: balanced pcm == fixed split's, bit for bit", T);
-        free(ls);
-        free(lb);
-        free(ps);
-        free(pb16);
-        mt_decoder_free(ds);
-        mt_decoder_free(db);
-    }
-}
-
 int main(void)
 {
     char err[512] = "";
@@ -441,7 +348,6 @@ int main(void)
     test_policy(MT_KV_WINDOW, 4, 16, MT_ROPE_ABSOLUTE, "window S=4 absolute");
     test_errors();
     test_half();
-    test_split();
     mt_model_free(model);
     return tap_done();
 }
