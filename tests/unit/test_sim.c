@@ -452,8 +452,13 @@ static void test_time_scale(const mt_config *c)
     if (!s)
         return;
     ok(mt_sim_time_scale(s) == 1, "time scale 1 by default");
+    mt_sim_set_time_scale(s, 0);
+    ok(mt_sim_time_scale(s) == 1, "a scale of 0 is taken as 1");
+    mt_sim_set_time_scale(s, -2);
+    ok(mt_sim_time_scale(s) == 1, "a negative scale is taken as 1");
+    /* below 1 the model runs slower than real time (mt-serve takes 0.1 up) */
     mt_sim_set_time_scale(s, 0.5);
-    ok(mt_sim_time_scale(s) == 1, "a scale below 1 is taken as 1");
+    ok(mt_sim_time_scale(s) == 0.5, "a scale of 0.5 is kept");
     mt_sim_set_time_scale(s, 4);
     int64_t vis[8] = { 1, 10, 100, 1000, 260, 260, 260, 260 };
     /* 2 s of real time = 8 s of model time: as profiled, 3.627936 ms / 4 */
