@@ -207,6 +207,7 @@ TEST_BINS := $(UNIT_BINS) $(HELP_BINS) $(FUZZ_REPLAY)
 
 # Tests run one at a time: several of them measure real-time behaviour and
 # must not compete with each other for the two cores.
+PROVE_FLAGS ?= --timer
 test: all $(TEST_BINS)
 	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
 	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG)

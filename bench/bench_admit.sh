@@ -38,6 +38,15 @@ set -u
 # host's. Every budget, time and figure below is model time (the real
 # budget mt-admit is given is BUDGET / TIME_SCALE); the run takes
 # 1 / TIME_SCALE times as long. TIME_SCALE=1 runs in real time.
+# RT_PRIORITY (default 50; 0: off): where SCHED_FIFO is permitted (root
+# or CAP_SYS_NICE), every mt-serve runs with --rt-priority RT_PRIORITY and
+# the clients (the sweep's and the loops') under SCHED_FIFO at
+# RT_PRIORITY - 10, as clients on other hosts would be: unaffected by this
+# host's own scheduling. Measured (bench_rt.sh, 2026-12-05): with busier
+# processes beside it a server under the normal policy added up to 7 ms
+# of host delay to a tick, under SCHED_FIFO 0.5 ms; and a client frame
+# that arrives late leaves its session a frame behind, which near the
+# wall takes several late ticks to catch up.
 # PROFILE defaults to tests/profiles/bench-small.profile: h200-moshi7b's
 # N* (thousands of sessions at a short window) cannot be carried in real
 # time by this 2-core machine's clients; bench-small is the same model on a
@@ -65,6 +74,15 @@ if [ "${MODE:-}" = sim ]; then
     # not its worst (one stall would decide it)
     FROM=${FROM:-26} TO=${TO:-40} STEP=${STEP:-2} HOLD=${HOLD:-10s} WALL=${WALL:-tick}
     SERVE_ARGS=${SERVE_ARGS:---sink 4 --window 28 --max-sessions 128}
+    RT=${RT_PRIORITY:-50} SWEEP_CHRT="" FC_CHRT=""
+    if [ "$RT" -gt 10 ] && chrt -f 10 true 2>/dev/null; then
+        SERVE_ARGS="$SERVE_ARGS --rt-priority $RT"
+        SWEEP_CHRT="chrt -f $((RT - 10))"
+        FC_CHRT=$SWEEP_CHRT
+    else
+        RT=0
+    fi
+    export FC_CHRT
     T_TMP=$(mktemp -d /tmp/mt-bench-admit-sim.XXXXXX)
     T_PIDS=""
     t_track() { T_PIDS="$T_PIDS $1"; }
@@ -72,7 +90,7 @@ if [ "${MODE:-}" = sim ]; then
     . "$ROOT/tests/integration/admit_lib.sh"
     FC=$TESTBIN/mt-fakeclient
     label=$(sed -n 's/^name *= *\([^ #]*\).*/\1/p' "$PROFILE")
-    echo "bench_admit: SIMULATED device sim:$label ($PROFILE), $MODEL, time scale x$K (model time; mt-admit told $RBUDGET ms of real time), budget $BUDGET ms, margin $MARGIN${ADMIT_ARGS:+, mt-admit $ADMIT_ARGS}, clients every $ARRIVE s for $SECS s, seeds: $SEEDS, wall by $WALL ($HOLD a level), ${PARALLEL:-1} loop(s) at a time"
+    echo "bench_admit: SIMULATED device sim:$label ($PROFILE), $MODEL, time scale x$K (model time; mt-admit told $RBUDGET ms of real time), budget $BUDGET ms, margin $MARGIN${ADMIT_ARGS:+, mt-admit $ADMIT_ARGS}, clients every $ARRIVE s for $SECS s, seeds: $SEEDS, wall by $WALL ($HOLD a level), ${PARALLEL:-1} loop(s) at a time, $([ "$RT" -gt 0 ] && echo "servers under SCHED_FIFO $RT, clients $((RT - 10))" || echo "normal scheduling (SCHED_FIFO not permitted, or RT_PRIORITY=0)")"
     # simloop DIR POLICY PROF: one closed loop into DIR
     simloop() {
         local d=$1 pol=$2 prof=$3 srv ctl
@@ -94,7 +112,7 @@ if [ "${MODE:-}" = sim ]; then
         sed "s/^seed *=.*/seed = $seed/" "$PROFILE" >"$prof"
         if [ "$WALL" = frame ]; then wall_args="--signal frame --budget $((2 * BUDGET))"
         else wall_args="--signal tick --budget $BUDGET"; fi
-        "$BIN/mt-probe" sweep --from "$FROM" --to "$TO" --step "$STEP" --hold "$HOLD" \
+        $SWEEP_CHRT "$BIN/mt-probe" sweep --from "$FROM" --to "$TO" --step "$STEP" --hold "$HOLD" \
             --warmup 1s --time-scale "$K" $wall_args -- --device "sim:$prof" -m "$MODEL" \
             $SERVE_ARGS >"$T_TMP/sweep$seed.tsv" 2>/dev/null
         nstar=$(sed -n 's/^# wall: \([0-9]*\) sessions.*/\1/p' "$T_TMP/sweep$seed.tsv")

@@ -19,6 +19,7 @@
 #include "serve/engine.h"
 #include "model/model.h"
 #include "serve/server.h"
+#include "util/realtime.h"
 #include "wire/endpoint.h"
 
 static const char *prog = "mt-serve";
@@ -65,6 +66,9 @@ static void usage(FILE *f)
 "                           time, K in 0.1..1000 (tick, deadline and every\n"
 "                           simulated step divided by K; clients must pace\n"
 "                           at period/K; K < 1 runs slower than real time)\n"
+"      --rt-priority N      run the I/O, tick and log threads under\n"
+"                           SCHED_FIFO at N (1..99; needs root or\n"
+"                           CAP_SYS_NICE); host hiccups stop making late ticks\n"
 "      --max-sessions N     admitted at once (default 64)\n"
 "      --control PATH       admission answers from a FIFO or Unix socket\n"
 "      --admit-timeout MS   reject requests unanswered this long (2000)\n"
@@ -97,7 +101,7 @@ enum {
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
-    O_TIMESCALE,
+    O_TIMESCALE, O_RTPRIO,
     O_LATFMT,
 };
 
@@ -114,6 +118,7 @@ typedef struct serve_args {
     char            token[MT_TOKEN_MAX + 1];
     double          time_scale;     /* 1, or K in 0.1..1000 (sim only): model time
                                        runs K times faster than real time */
+    int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
@@ -142,6 +147,7 @@ static const struct option longopts[] = {
     {"frame-ms", required_argument, 0, O_FRAMEMS},
     {"deadline-ms", required_argument, 0, O_DEADLINE},
     {"time-scale", required_argument, 0, O_TIMESCALE},
+    {"rt-priority", required_argument, 0, O_RTPRIO},
     {"max-sessions", required_argument, 0, O_MAXSESS},
     {"control", required_argument, 0, O_CONTROL},
     {"admit-timeout", required_argument, 0, O_ADMITTO},
@@ -249,6 +255,8 @@ static int number_option(serve_args *a, int c, const char *arg)
     case O_FRAMEMS: return mt_opt_ms(arg, 1, 10000, &a->frame_ms);
     case O_DEADLINE: return mt_opt_ms(arg, 1, 600000, &a->deadline_ms);
     case O_TIMESCALE: return mt_opt_double(arg, 0.1, 1000, &a->time_scale);
+    case O_RTPRIO:
+        return mt_opt_int(arg, MT_RT_PRIORITY_MIN, MT_RT_PRIORITY_MAX, &a->rt_priority);
     case O_MAXSESS:
         if (mt_opt_int(arg, 1, 4096, &a->eo.max_sessions)) return -1;
         a->so.max_sessions = a->eo.max_sessions;
@@ -416,6 +424,9 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
                 prog, a->time_scale,
                 a->time_scale > 1 ? a->time_scale : 1 / a->time_scale,
                 a->time_scale > 1 ? "faster" : "slower");
+    if (a->rt_priority)
+        fprintf(stderr, "%s: I/O, tick and log threads under SCHED_FIFO priority %d\n",
+                prog, a->rt_priority);
 }
 
 /* "512 MiB", "8.50 MiB": whole MiB without decimals. */
@@ -467,6 +478,10 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     if (note && *note)
         fprintf(stderr, "%s: %s\n", prog, note);
     pool_capacity(dec);
+    /* after the decoder (its CPU workers keep the normal policy), before
+     * the server and its threads, which inherit SCHED_FIFO (realtime.h) */
+    if (a->rt_priority && mt_realtime_enter(a->rt_priority, err, sizeof err) != 0)
+        goto out;
     if (mt_server_create(&a->so, &srv, err, sizeof err) != 0)
         goto out;
     a->eo.line = mt_server_line;

@@ -101,8 +101,9 @@ admit_arrivals() {
     local sock=$1 secs=$2 every=$3 frames=$4 n ms p
     n=$(awk -v s="$secs" -v e="$every" 'BEGIN { printf "%d", s / e + 0.999 }')
     ms=$(awk -v e="$every" 'BEGIN { printf "%g", e * 1000 }')
-    # FC_ARGS: more mt-fakeclient options (a time-scaled server's period)
-    timeout $((secs + frames / 12 + 20)) "$FC" -s "$sock" -n "$n" --arrive-ms "$ms" \
+    # FC_ARGS: more mt-fakeclient options (a time-scaled server's period);
+    # FC_CHRT: a command to run it under (bench_admit.sh: chrt -f N)
+    timeout $((secs + frames / 12 + 20)) ${FC_CHRT:-} "$FC" -s "$sock" -n "$n" --arrive-ms "$ms" \
         -f "$frames" --end-timeout 2 ${FC_ARGS:-} >"$T_TMP/clients" 2>&1 &
     p=$!
     t_track $p

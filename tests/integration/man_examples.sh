@@ -81,6 +81,14 @@ def examples(page):
 #   files:     files it must leave behind
 #   timeout:   seconds before it counts as hung
 SERVER_FIXTURE = "mt-serve -s %s/mt.sock -m synthetic:tiny"
+
+def fifo_permitted():
+    try:
+        return subprocess.run(["chrt", "-f", "10", "true"],
+                              stderr=subprocess.DEVNULL).returncode == 0
+    except OSError:
+        return False
+
 EXAMPLES = [
     ("mt-frame.5", "00000000:", dict(skip="a hex dump shown, not a command")),
     ("mt-replay.1", "--mic", dict(skip="needs a live microphone")),
@@ -99,6 +107,10 @@ EXAMPLES = [
         interrupt=3, expect=r"p99")),
     ("mt-serve.1", "--kv-mem 16M", dict(interrupt=1)),
     ("mt-serve.1", "--device sim:h200-moshi7b", dict(interrupt=2)),
+    # as typed it runs synthetic:small on the CPU: where SCHED_FIFO is
+    # not permitted (not root, no CAP_SYS_NICE) it cannot run as typed
+    ("mt-serve.1", "--rt-priority 50", dict(interrupt=1) if fifo_permitted()
+        else dict(skip="SCHED_FIFO is not permitted here")),
     ("mt-serve.1", "mkfifo ctl", dict(interrupt=2)),
     ("mt-serve.1", "--latency-format json", dict(
         interrupt=2, expect=r"(?m)^\[[0-9]+,[0-9.]+\]$")),

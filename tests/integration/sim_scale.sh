@@ -72,10 +72,17 @@ t_check "every tick line names the device" \
 BW=$(prof bandwidth) RATE=$(prof matrix_rate) OV=$(prof overhead_us)
 WB=$(prof weight_bytes) KB=$(prof kv_bytes) SIG=$(prof jitter_sigma)
 STALL=$(prof stall_ms)
-want=$(awk -v P=6492000256 -v B="$N" -v V=$V -v bw="$BW" -v r="$RATE" -v ov="$OV" \
-           -v wb="$WB" -v kb="$KB" 'BEGIN{pb=32*2*32*128*kb;
+# hand_pred B V SCALE: the profile's cost model by hand for synthetic:moshi-7b
+# (6.49e9 parameters, 32 layers of 32 heads x 128), B sessions with V
+# visible positions each, the weights read once: max(bytes / bandwidth,
+# flops / matrix_rate) plus the overhead, in ms, times SCALE (1/K)
+hand_pred() {
+    awk -v P=6492000256 -v B="$1" -v V="$2" -v sc="$3" -v bw="$BW" -v r="$RATE" \
+        -v ov="$OV" -v wb="$WB" -v kb="$KB" 'BEGIN{pb=32*2*32*128*kb;
     bytes=P*wb+pb*V*B; fl=2*P*B+4*32*32*128*V*B;
-    tm=bytes/bw; tf=fl/r; t=(tm>tf?tm:tf)+ov*1e-6; printf "%.3f", t*1e3}')
+    tm=bytes/bw; tf=fl/r; t=(tm>tf?tm:tf)+ov*1e-6; printf "%.3f", sc*t*1e3}'
+}
+want=$(hand_pred "$N" "$V" 1)
 t_diag "hand prediction for B=$N, $V visible: $want ms"
 # ticks after every session has V positions (7 s on), all N in one round
 awk -v N="$N" -v w="$want" '/^tick=/{ for(i=1;i<=NF;i++){n=index($i,"="); v[substr($i,1,n-1)]=substr($i,n+1)+0}
@@ -127,10 +134,7 @@ timeout 60 "$MT_TESTBIN/mt-fakeclient" -s "$SOCK" -n 4 -f 30 --period-ms 160 --e
 t_ok $? "4 sessions paced at 160 ms: every input got exactly one output, in order"
 kill -TERM $SRV; wait $SRV
 t_ok $? "SIGTERM: drained, exit status 0"
-want=$(awk -v P=6492000256 -v B=4 -v V=16 -v bw="$BW" -v r="$RATE" -v ov="$OV" \
-           -v wb="$WB" -v kb="$KB" 'BEGIN{pb=32*2*32*128*kb;
-    bytes=P*wb+pb*V*B; fl=2*P*B+4*32*32*128*V*B;
-    tm=bytes/bw; tf=fl/r; t=(tm>tf?tm:tf)+ov*1e-6; printf "%.3f", 2*t*1e3}')
+want=$(hand_pred 4 16 2)
 awk '/^tick=/{ for(i=1;i<=NF;i++){n=index($i,"="); v[substr($i,1,n-1)]=substr($i,n+1)+0}
       if (v["stepped"] == 4 && v["sim_pred_ms"] > m) m = v["sim_pred_ms"]
       if (n0++) { d = v["t"] - t0; if (d > 0.15 && d < 0.17) near++; all++ } t0 = v["t"] }
