@@ -64,7 +64,7 @@ fi
 # not permitted: an unprivileged user with no rtprio limit
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
     setpriv --reuid 65534 --regid 65534 --clear-groups bash -c 'ulimit -r 0 2>/dev/null
-        exec "$0" --stdio --device sim:h200-moshi7b -m synthetic:moshi-7b --rt-priority 10' \
+        exec "$0" --stdio --device cpu -m synthetic:tiny --threads 1 --rt-priority 10' \
         "$MT_BIN/mt-serve" </dev/null >/dev/null 2>"$T_TMP/err.perm"
     rc=$?
     if [ $rc = 126 -o $rc = 127 ]; then
