@@ -43,8 +43,8 @@ set -u
 # the clients (the sweep's and the loops') under SCHED_FIFO at
 # RT_PRIORITY - 10, as clients on other hosts would be: unaffected by this
 # host's own scheduling. Measured (bench_rt.sh, 2026-12-05): with busier
-# processes beside it a server under the normal policy added up to 7 ms
-# of host delay to a tick, under SCHED_FIFO 0.5 ms; and a client frame
+# processes beside it a server under the normal policy added up to 9 ms
+# of host delay to a tick, under SCHED_FIFO under 1 ms; and a client frame
 # that arrives late leaves its session a frame behind, which near the
 # wall takes several late ticks to catch up.
 # PROFILE defaults to tests/profiles/bench-small.profile: h200-moshi7b's

@@ -68,7 +68,7 @@ static void usage(FILE *f)
 "                           at period/K; K < 1 runs slower than real time)\n"
 "      --rt-priority N      run the I/O, tick and log threads under\n"
 "                           SCHED_FIFO at N (1..99; needs root or\n"
-"                           CAP_SYS_NICE); host hiccups stop making late ticks\n"
+"                           CAP_SYS_NICE): busier processes cannot delay a tick\n"
 "      --max-sessions N     admitted at once (default 64)\n"
 "      --control PATH       admission answers from a FIFO or Unix socket\n"
 "      --admit-timeout MS   reject requests unanswered this long (2000)\n"
