@@ -317,8 +317,10 @@ typedef struct cpu_backend {
     int   R;             /* rows per call: mt_backend_rows(o) */
     int   hd, half, q_dim, kv_dim, qkv_dim, group;
 
-    char  *kv;           /* [blocks][layers][2][kv_heads][16][head_dim] */
-    size_t block_elems;  /* layers * 2 * kv_heads * 16 * head_dim */
+    char  *kv;           /* [layers][blocks][kv_heads][2][16][head_dim] */
+    size_t block_elems;  /* one block, every layer: layers * layer_block_elems */
+    size_t layer_block_elems; /* one block, one layer: kv_heads * 2 * 16 * head_dim */
+    size_t layer_elems;  /* one layer of the pool: blocks * layer_block_elems */
     int    kv_f16;       /* elements are IEEE half (else fp32) */
     size_t kv_elem;      /* 2 or 4 */
 
@@ -365,14 +367,18 @@ typedef struct cpu_backend {
 } cpu_backend;
 
 /* Elements (fp32 or f16) of (layer l, k or v, kv head g) of block b,
- * slot row 0. */
-static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv,
-                          int g)
+ * slot row 0. The pool is layer-major, and within a layer's block each
+ * head's K rows are followed by its V rows: a window session's blocks are
+ * taken together when it opens (kv.c, ascending ids), so one layer of one
+ * session is a single stretch read front to back, K and V of each head in
+ * turn, as attend() walks it. Block-major order (a block's every layer
+ * together, each layer's K of all heads before their V) cut that read
+ * into 16 KiB pieces 128 KiB (f16) apart and made the attention 1.3x
+ * (f16) to 1.15x (f32) slower at B = 64 (bench/RESULTS.md). */
+static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv, int g)
 {
-    const mt_config *c = be->c;
-    size_t off = (size_t)block * be->block_elems +
-                 ((((size_t)l * 2 + kv) * c->kv_heads + g) * MT_KV_BLOCK) *
-                     be->hd;
+    size_t off = (size_t)l * be->layer_elems + (size_t)block * be->layer_block_elems +
+                 ((size_t)g * 2 + kv) * MT_KV_BLOCK * be->hd;
     return be->kv + off * be->kv_elem;
 }
 
@@ -547,12 +553,14 @@ static inline const void *run_at(const cpu_backend *be, const kv_run *u, int kv,
            (size_t)u->at * be->hd * be->kv_elem;
 }
 
-/* Asks for run u's rows of head g (K or V). The next run is in another
- * block, a whole block (every layer) away: a new stream the hardware
- * prefetcher would pick up only after a few misses. Asked for in one burst
- * per head just before that head of the current run is read (measured on
- * the EPYC: 1.7x the read rate of no prefetch; the same requests spread
- * over the current run's rows gained a third as much). */
+/* Asks for run u's rows of head g (K or V). The next run is the next
+ * block of this layer: right after this one where the session's blocks
+ * are consecutive (kv_at), elsewhere where they are not; either way the
+ * hardware prefetcher alone does not keep up (measured on the EPYC: the
+ * f16 attention 1.5x slower without these requests). Asked for in one
+ * burst per head just before that head of the current run is read; asking
+ * 1 to 6 heads ahead instead, or to L2 a few runs ahead, measured the same
+ * or slower. */
 VINLINE void run_prefetch(const cpu_backend *be, const kv_run *u, int kv, int g)
 {
     if (u->block < 0)
@@ -645,15 +653,32 @@ VINLINE void wsum_f32(int group, int hd, const float *p, int ldp, const float *v
 }
 
 /* One run's scores of one q head folded into its running softmax (online
- * softmax): s[0..len) become e^(s - m) with m the running maximum, and when
- * the maximum rises the sum l and the output o so far are scaled by
- * e^(m_old - m_new). len <= MT_KV_BLOCK; s has room for MT_KV_BLOCK. */
+ * softmax): s[0..len) become e^(s - m) with m the reference maximum, and
+ * when it moves the sum l and the output o so far are scaled by
+ * e^(m_old - m_new). The reference moves only when a score passes it by
+ * more than MT_SOFTMAX_SLACK (and on the first run, m = -inf): a score up to
+ * e^SLACK = 3e3 times the reference's weight is far inside fp32's range
+ * (260 such terms sum under 1e6), and the rescale with its expf is then
+ * rare instead of once every few runs. The result o / l is the same
+ * softmax; only the rounding's reference point differs.
+ * len <= MT_KV_BLOCK; s has room for MT_KV_BLOCK. */
 VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int hd)
 {
-    float mnew = *m;
-    for (int t = 0; t < len; t++)
+    float mnew = -INFINITY;
+    int t = 0;
+    if (len >= 8) {
+        v8 m8 = load8(s);
+        for (t = 8; t + 8 <= len; t += 8) {
+            v8 x = load8(s + t);
+            v8i gt = x > m8;
+            m8 = (v8)(((v8i)x & gt) | ((v8i)m8 & ~gt));
+        }
+        for (int i = 0; i < 8; i++)
+            mnew = m8[i] > mnew ? m8[i] : mnew;
+    }
+    for (; t < len; t++)
         mnew = s[t] > mnew ? s[t] : mnew;
-    if (mnew > *m) {
+    if (mnew > *m + MT_SOFTMAX_SLACK) {
         float f = expf(*m - mnew);          /* 0 on the first run (m = -inf) */
         *l *= f;
         v8 fv = splat8(f);
@@ -664,9 +689,9 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
             o[c] *= f;
         *m = mnew;
     }
+    mnew = *m;
     v8 mv = splat8(mnew), sum8 = { 0 };
-    int t = 0;
-    for (; t + 8 <= len; t += 8) {
+    for (t = 0; t + 8 <= len; t += 8) {
         v8 e = exp8(load8(s + t) - mv);
         store8(s + t, e);
         sum8 += e;
@@ -688,11 +713,14 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
 /* Attention of one (row, kv heads g0..g1) item: those heads' groups of q
  * heads against the row's visible positions, in one pass over the runs
  * with an online softmax: each run's K rows and then its V rows of every
- * head of the item, while they are in L1. The item's heads of a block's
- * (layer, K) lie next to each other (16 rows per head) and its V follows,
- * so with every head in the item (B >= 4 * threads) a full run is one
- * contiguous stretch of 2 * kv_heads * 16 rows, and the next run (another
- * block) is asked for while this one is computed. */
+ * head of the item, while they are in L1. A head's K and V rows of a
+ * block's layer lie together and the item's heads follow each other
+ * (kv_at), so a run of the item is one contiguous stretch of
+ * 2 * heads * 16 rows, and the next run (the next block) is asked for
+ * while this one is computed. On an f16 cache the CPU's fused kernel
+ * (mt_half_attend_run, AVX-512) does a run's scores, softmax fold and
+ * weighted sum with the scores in a register; elsewhere the three steps
+ * below run in turn. */
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
@@ -753,6 +781,10 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
             const float *qh = qk + (size_t)(g - g0) * group * hd;
             float *og = out + (size_t)(g - g0) * group * hd;
             int f16 = be->kv_f16 && ru->block >= 0;
+            if (f16 &&
+                mt_half_attend_run(group, hd, qh, k, v, ru->len, scale, &mx[(g - g0) * group],
+                                   &sum[(g - g0) * group], og) == 0)
+                continue;
             if (f16)
                 mt_half_scores(group, hd, qh, k, ru->len, scale, p, MT_KV_BLOCK);
             else
@@ -1219,6 +1251,7 @@ static int cpu_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t er
     be->pool = pool;
     be->kvp = mt_kv_pool_params(pool);
     size_t nbytes = (size_t)mt_kv_pool_blocks(pool) * be->block_elems * be->kv_elem;
+    be->layer_elems = (size_t)mt_kv_pool_blocks(pool) * be->layer_block_elems;
     be->kv = alloc_streamed(nbytes);
     if (!be->kv) {
         mt_set_err(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)", nbytes);
@@ -1244,7 +1277,8 @@ static void cpu_geometry(cpu_backend *be, const mt_model *m, const mt_decoder_op
     be->kv_dim = c->kv_heads * c->head_dim;
     be->qkv_dim = be->q_dim + 2 * be->kv_dim;
     be->group = c->heads / c->kv_heads;
-    be->block_elems = (size_t)c->layers * 2 * c->kv_heads * MT_KV_BLOCK * c->head_dim;
+    be->layer_block_elems = (size_t)c->kv_heads * 2 * MT_KV_BLOCK * c->head_dim;
+    be->block_elems = (size_t)c->layers * be->layer_block_elems;
     be->kv_f16 = kv_f16;
     be->kv_elem = kv_f16 ? 2 : 4;
 }

@@ -48,4 +48,17 @@ void mt_half_scores(int group, int hd, const float *q, const uint16_t *k, int ro
 void mt_half_weighted_sum(int group, int hd, const float *p, int ldp, const uint16_t *v,
                           int rows, float *out);
 
+/* The online softmax's slack (the CPU backend's softmax_fold and the fused
+ * run below): the running reference maximum m moves only when a score
+ * passes it by more than this. */
+#define MT_SOFTMAX_SLACK 8.0f
+
+/* One run of rows <= 16 f16 K and V rows, fused (scores, the online
+ * softmax fold into m[i], l[i] and out, the weighted sum) for a group of q
+ * heads; the same arithmetic as mt_half_scores, the softmax fold and
+ * mt_half_weighted_sum in turn. Returns -1, having done nothing, where the
+ * CPU has no fused kernel (below AVX-512) or hd is not a multiple of 16. */
+int mt_half_attend_run(int group, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                       int rows, float scale, float *m, float *l, float *out);
+
 #endif

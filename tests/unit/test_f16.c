@@ -151,6 +151,88 @@ int main(void)
         ok(e1 < 1e-5, "half scores == fp64 over the rounded keys (err %.2e)", e1);
         ok(e2 < 1e-5, "half weighted sum == fp64 over the rounded values (err %.2e)", e2);
     }
+    /* the fused run (AVX-512 only): three runs of 16, 5 and 13 rows folded
+     * into one softmax, the third run's scores far above the first's so
+     * that the reference maximum moves (past MT_SOFTMAX_SLACK) and the sum
+     * and output so far are rescaled; against fp64 over the rounded K/V */
+    {
+        enum { G = 2, HD = 64, NR = 3, MAXR = 16 };
+        static const int rows[NR] = { 16, 5, 13 };
+        static const float gain[NR] = { 1.0f, 0.5f, 40.0f };
+        float q[G * HD], kf[NR][MAXR * HD], vf[NR][MAXR * HD], o[G * HD];
+        uint16_t k16[NR][MAXR * HD], v16[NR][MAXR * HD];
+        for (int i = 0; i < G * HD; i++)
+            q[i] = frand();
+        for (int u = 0; u < NR; u++) {
+            for (int i = 0; i < MAXR * HD; i++) {
+                kf[u][i] = frand() * gain[u] / 8;
+                vf[u][i] = frand();
+            }
+            /* the last run's keys lean towards q: scores well above the rest */
+            for (int r = 0; u == NR - 1 && r < rows[u]; r++)
+                for (int c = 0; c < HD; c++)
+                    kf[u][r * HD + c] += (q[c] + q[HD + c]) * 6;
+            mt_half_pack(k16[u], kf[u], MAXR * HD);
+            mt_half_unpack(kf[u], k16[u], MAXR * HD);
+            mt_half_pack(v16[u], vf[u], MAXR * HD);
+            mt_half_unpack(vf[u], v16[u], MAXR * HD);
+        }
+        const float scale = 0.125f;
+        int refused = 0, ran = 1;
+        for (int level = top; level >= 0; level--) {
+            mt_half_select(level);
+            float m[G] = { -INFINITY, -INFINITY }, l[G] = { 0, 0 };
+            int rc = mt_half_attend_run(G, HD, q, k16[0], v16[0], 16, scale, m, l, o);
+            refused += level < 2 && rc == -1;
+            ran &= level < 2 || rc == 0;
+        }
+        mt_half_select(top);
+        ok(refused == (top < 2 ? top + 1 : 2) && ran,
+           "fused run: done at the AVX-512 level, refused (-1) below it");
+        if (top == 2) {
+            float m[G] = { -INFINITY, -INFINITY }, l[G] = { 0, 0 };
+            for (int i = 0; i < G * HD; i++)
+                o[i] = 0;
+            int rc = 0;
+            for (int u = 0; u < NR; u++)
+                rc |= mt_half_attend_run(G, HD, q, k16[u], v16[u], rows[u], scale, m, l, o);
+            double err = 0, moved = INFINITY;
+            for (int i = 0; i < G; i++) {
+                double sc[3 * MAXR], mx = -INFINITY, first_max = -INFINITY, den = 0;
+                int n = 0;
+                for (int u = 0; u < NR; u++)
+                    for (int r = 0; r < rows[u]; r++, n++) {
+                        double d = 0;
+                        for (int c = 0; c < HD; c++)
+                            d += (double)q[i * HD + c] * kf[u][r * HD + c];
+                        sc[n] = d * scale;
+                        mx = fmax(mx, sc[n]);
+                        if (u == 0)
+                            first_max = fmax(first_max, sc[n]);
+                    }
+                moved = fmin(moved, mx - first_max);
+                for (int j = 0; j < n; j++)
+                    den += exp(sc[j] - mx);
+                for (int c = 0; c < HD; c++) {
+                    double num = 0;
+                    n = 0;
+                    for (int u = 0; u < NR; u++)
+                        for (int r = 0; r < rows[u]; r++, n++)
+                            num += exp(sc[n] - mx) * vf[u][r * HD + c];
+                    err = fmax(err, fabs(num / den - o[i * HD + c] / l[i]));
+                }
+            }
+            ok(rc == 0 && moved > MT_SOFTMAX_SLACK && err < 1e-5,
+               "fused run: three runs == fp64 softmax over the rounded K/V, the maximum moved"
+               " %.1f (err %.2e)", moved, err);
+            ok(mt_half_attend_run(G, 72, q, k16[0], v16[0], 16, scale, m, l, o) == -1 &&
+                   mt_half_attend_run(G, HD, q, k16[0], v16[0], 17, scale, m, l, o) == -1,
+               "fused run: refused for hd 72 (not a multiple of 16) and 17 rows");
+        } else {
+            tap_skip("no AVX-512: the fused run is not used on this CPU");
+            tap_skip("no AVX-512: the fused run is not used on this CPU");
+        }
+    }
     free(src); free(back); free(h); free(X); free(Wf); free(W); free(Y);
     return tap_done();
 }
