@@ -38,7 +38,8 @@
  * positions in runs of up to MT_KV_BLOCK cache slots, each run's K rows
  * and then V rows of every head of the item read while they are in L1
  * (online softmax), the next run prefetched; its inner loops are 8-wide
- * vector code with an AVX2/FMA clone picked at load time. The cache and
+ * vector code with an AVX2/FMA clone picked at load time (on an f16 cache
+ * and an AVX-512 CPU, one fused kernel a run: mt_half_attend_run). The cache and
  * the f16 weights are on 2 MiB pages where the kernel allows (see
  * alloc_streamed). The rmsnorms and rotary passes
  * are cheap (R x hidden) and run on thread 0 between phases.
@@ -53,10 +54,13 @@
  * reads half the bytes of sgemv, and larger calls keep OpenBLAS's sgemm on
  * the fp32 matrices.
  *
- * Cache layout: one contiguous allocation addressed by block id,
- *   kv[block][layer][k|v][kv_head][MT_KV_BLOCK slots][head_dim]   fp32 or f16
- * so one (layer, kv head) of a block is 16 contiguous key rows, and a
- * block is layers*2*kv_heads*16*head_dim elements (16 * position_bytes).
+ * Cache layout: one contiguous allocation, layer-major, addressed by
+ * block id within a layer,
+ *   kv[layer][block][kv_head][k|v][MT_KV_BLOCK slots][head_dim]   fp32 or f16
+ * so one (layer, block, kv head) is 16 contiguous key rows followed by
+ * their 16 value rows, a block holds layers*2*kv_heads*16*head_dim
+ * elements (16 * position_bytes) in `layers` pieces, and one layer of a
+ * window session (its blocks consecutive ids) is one stretch (kv_at).
  * Keys are stored rotated by their absolute position, in every mode. In
  * window/cache mode (StreamingLLM) a score must see the rotary distance
  * between the query's and the key's indices in the kept cache; a rotary
