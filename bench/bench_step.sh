@@ -36,10 +36,19 @@ if [ ! -x "$TB/mt-benchstep" ]; then
     exit 1
 fi
 # OpenBLAS misdetects some virtual CPUs and falls back to SSE3 kernels;
-# name the core it should use unless the caller already did.
+# name the core it should use unless the caller already did. A caller's
+# choice is kept, and said when it is not the CPU's widest: every B >= 8
+# figure (the sgemm peak, the f32 GEMMs, and so the f16 cache's ratio at
+# B = 64) depends on it. On the 2-core EPYC the SkylakeX kernels measured
+# a sgemm peak of 340-367 GFLOP/s against 175-212 for Haswell's, and the
+# B = 64 f16 cache ratio 1.35-1.49x against 1.24-1.28x (bench/RESULTS.md).
+best_core=
+if grep -qw avx512f /proc/cpuinfo; then best_core=SkylakeX
+elif grep -qw avx2 /proc/cpuinfo; then best_core=Haswell; fi
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-    elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+    [ -n "$best_core" ] && export OPENBLAS_CORETYPE=$best_core
+elif [ -n "$best_core" ] && [ "$OPENBLAS_CORETYPE" != "$best_core" ]; then
+    echo "note OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment is kept; this CPU runs $best_core kernels (unset it for them)"
 fi
 echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ) cpu=\"$(lscpu | sed -n 's/^Model name: *//p' | head -1)\" load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 out=$("$TB/mt-benchstep" "$@") || { echo "$out"; exit 1; }
