@@ -51,6 +51,9 @@ typedef struct sweep_ctx {
     long      tick_n;
     int64_t   kv_max;
     int       collecting;
+    int       oom;            /* a figure could not be kept: the level's
+                                 percentiles would be of what was kept, and
+                                 the truthful p99's rank past the end */
     int       level;          /* the level playing: its concurrency */
     const mt_sweep_opts *o;   /* for on_tick */
     double    period_ms;      /* from ACCEPT */
@@ -98,8 +101,9 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
         return;
     }
     x->real++;
-    push(&x->lat, &x->nlat, &x->caplat, r->server_ms * x->k);
-    push(&x->rtt, &x->nrtt, &x->caprtt, r->rtt_ms * x->k);
+    if (push(&x->lat, &x->nlat, &x->caplat, r->server_ms * x->k) ||
+        push(&x->rtt, &x->nrtt, &x->caprtt, r->rtt_ms * x->k))
+        x->oom = 1;
     if (r->t_ready > r->t_start) {
         x->step_sum += (double)(r->t_ready - r->t_start) / 1e6 * x->k;
         x->step_n++;
@@ -122,8 +126,9 @@ static void on_line(void *user, const char *line, size_t len)
         x->o->on_tick(x->o->tick_user, x->level, x->collecting, &t);
     if (!x->collecting)
         return;
-    push(&x->sig, &x->nsig, &x->capsig,
-         (t.step_ms > t.late_ms ? t.step_ms : t.late_ms) * x->k);
+    if (push(&x->sig, &x->nsig, &x->capsig,
+             (t.step_ms > t.late_ms ? t.step_ms : t.late_ms) * x->k))
+        x->oom = 1;
     if (t.stepped > 0) {
         x->tick_step_sum += t.step_ms * x->k;
         x->tick_n++;
@@ -185,6 +190,7 @@ static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
     x->tick_n = 0;
     x->kv_max = -1;
     x->collecting = 0;
+    x->oom = 0;
     x->level = c;
     return mt_client_new(&cc, cl, err, errlen);
 }
@@ -331,6 +337,10 @@ static int run_level(const mt_sweep_opts *o, const char *sock, int c,
     mt_client_free(cl);
     if (rc)
         return -1;
+    if (x->oom) {
+        mt_set_err(err, errlen, "%d sessions: out of memory for the level's latencies", c);
+        return -1;
+    }
     fill_latencies(x, row);
     row->send_late_p99_ms = (double)mt_pctl_quantile(&tot.send_late, 0.99) /
                             1e6 * x->k;
