@@ -699,8 +699,10 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
         reason[n] = 0;
         if (!n)
             snprintf(reason, sizeof reason, "(no reason given)");
-        if (f->type == MT_FRAME_REJECT)
+        if (f->type == MT_FRAME_REJECT) {
+            s->st.final = (f->flags & MT_FLAG_FINAL) != 0;
             finish(c, s, MT_CS_REJECTED, "%s", reason);
+        }
         else
             finish(c, s, MT_CS_FAILED, "server error: %s", reason);
         return;

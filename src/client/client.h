@@ -71,6 +71,8 @@ typedef struct mt_client_stats {
     double   rtt_max_ms;       /* max client round trip of this session */
     double   server_max_ms;    /* max t_ready - t_arrive of this session */
     char     reason[MT_REASON_MAX + 1]; /* REJECT/ERROR/local failure */
+    int      final;            /* the REJECT carried MT_FLAG_FINAL: the
+                                  same HELLO would be refused again */
 } mt_client_stats;
 
 /* One returned AUDIO frame. All times CLOCK_MONOTONIC ns. t_sched,

@@ -506,7 +506,10 @@ static void cb_end(void *user, int idx, const mt_client_stats *st)
     flush_lines();
     s->final_state = st->state;
     snprintf(s->reason, sizeof s->reason, "%s", st->reason);
-    if (st->state == MT_CS_REJECTED && s->attempts <= a->retry && !g_stop)
+    if (st->state == MT_CS_REJECTED && st->final && s->attempts <= a->retry)
+        fprintf(stderr, "mt-replay: session %d: not retried: the server says the same "
+                "request would be refused again\n", si);
+    else if (st->state == MT_CS_REJECTED && s->attempts <= a->retry && !g_stop)
         retry_session(a, si, st->reason);
 }
 

@@ -289,11 +289,12 @@ static int push_frame(mt_engine *e, sess *s, const mt_frame *f)
     return 1;
 }
 
-static void push_ctl(mt_engine *e, sess *s, int type, const void *payload,
+static void push_ctl(mt_engine *e, sess *s, int type, uint16_t flags, const void *payload,
                      size_t len)
 {
     mt_frame f = {0};
     f.type = (uint8_t)type;
+    f.flags = flags;
     f.session = s->id;
     f.t_send = now(e);
     f.length = (uint32_t)len;
@@ -301,7 +302,7 @@ static void push_ctl(mt_engine *e, sess *s, int type, const void *payload,
     push_frame(e, s, &f);
 }
 
-static void push_reason(mt_engine *e, sess *s, int type, const char *reason)
+static void push_reason(mt_engine *e, sess *s, int type, uint16_t flags, const char *reason)
 {
     size_t n = strlen(reason);
     if (n > MT_REASON_MAX)
@@ -309,7 +310,7 @@ static void push_reason(mt_engine *e, sess *s, int type, const char *reason)
     /* cut at a UTF-8 boundary */
     while (n > 0 && n < strlen(reason) && ((unsigned char)reason[n] & 0xC0) == 0x80)
         n--;
-    push_ctl(e, s, type, reason, n);
+    push_ctl(e, s, type, flags, reason, n);
 }
 
 static void free_sess(mt_engine *e, sess *s)
@@ -354,7 +355,7 @@ static void maybe_end(mt_engine *e, sess *s)
             return;
     /* what is left was answered by FILL: the model need not consume it */
     s->qlen = 0;
-    push_ctl(e, s, MT_FRAME_END, NULL, 0);
+    push_ctl(e, s, MT_FRAME_END, 0, NULL, 0);
     s->state = S_ENDED;
 }
 
@@ -521,11 +522,12 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
         size_t bound = mt_engine_session_bound(e);
         size_t total = mt_kv_used_bytes(e->pool) + mt_kv_free_bytes(e->pool);
         /* Two different things for an operator: full now, or never. */
-        if (k == MT_KV_EXHAUSTED && bound > total)
+        if (k == MT_KV_EXHAUSTED && bound > total) {
             snprintf(why, whylen, "KV pool cannot hold this session's bound: "
                      "one session needs %zu bytes, the whole pool is %zu "
                      "(raise mt-serve's --kv-mem)", bound, total);
-        else if (k == MT_KV_EXHAUSTED)
+            rc = MT_ENGINE_REFUSED_FINAL;
+        } else if (k == MT_KV_EXHAUSTED)
             snprintf(why, whylen, "KV pool cannot hold this session's bound "
                      "now: it needs %zu bytes, %zu are free while other "
                      "sessions run; retry later", bound, mt_kv_free_bytes(e->pool));
@@ -549,19 +551,19 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     mt_engine_format(e, &h);
     uint8_t pl[12 + MT_MODEL_NAME_MAX];
     long n = mt_hello_encode(&h, pl, sizeof pl);
-    push_ctl(e, s, MT_FRAME_ACCEPT, pl, n > 0 ? (size_t)n : 0);
+    push_ctl(e, s, MT_FRAME_ACCEPT, 0, pl, n > 0 ? (size_t)n : 0);
     rc = 0;
 out:
     pthread_mutex_unlock(&e->mu);
     return rc;
 }
 
-void mt_engine_reject(mt_engine *e, uint32_t id, const char *reason)
+void mt_engine_reject(mt_engine *e, uint32_t id, const char *reason, int final)
 {
     pthread_mutex_lock(&e->mu);
     sess *s = find(e, id);
     if (s && s->state == S_PENDING) {
-        push_reason(e, s, MT_FRAME_REJECT, reason);
+        push_reason(e, s, MT_FRAME_REJECT, final ? MT_FLAG_FINAL : 0, reason);
         s->state = S_ENDED;
         e->rejected++;
     }
@@ -694,7 +696,7 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason)
             drop_queue(e, s);
         if (s->state == S_PENDING)
             e->rejected++;
-        push_reason(e, s, MT_FRAME_ERROR, reason);
+        push_reason(e, s, MT_FRAME_ERROR, 0, reason);
         s->state = S_ENDED;
     }
     pthread_mutex_unlock(&e->mu);
@@ -710,7 +712,7 @@ int mt_engine_shed(mt_engine *e, uint32_t id)
          * no longer S_ACTIVE and delivers nothing (its input is one of the
          * misses counted here) */
         drop_queue(e, s);
-        push_ctl(e, s, MT_FRAME_END, NULL, 0);
+        push_ctl(e, s, MT_FRAME_END, 0, NULL, 0);
         s->state = S_ENDED;
         e->shed++;
         rc = 0;
@@ -1040,7 +1042,7 @@ static int batch_step(mt_engine *e, mt_batch *b, char *err, size_t errlen)
 static void end_with_error(mt_engine *e, sess *s, const char *reason)
 {
     drop_queue(e, s);
-    push_reason(e, s, MT_FRAME_ERROR, reason);
+    push_reason(e, s, MT_FRAME_ERROR, 0, reason);
     s->state = S_ENDED;
 }
 

@@ -73,10 +73,14 @@ size_t mt_engine_session_bound(const mt_engine *e);
 /* A new session, waiting for admission. Returns its id (> 0). */
 uint32_t mt_engine_session_new(mt_engine *e);
 /* Admits: opens the KV sequence (window: the whole bound, or refused) and
- * queues ACCEPT. 0, or -1 with why (the caller then rejects). */
+ * queues ACCEPT. 0; or, with why (the caller then rejects), -1 where a
+ * later try may pass (the server full now) and MT_ENGINE_REFUSED_FINAL
+ * where it cannot (one session's bound larger than the whole pool). */
+#define MT_ENGINE_REFUSED_FINAL (-2)
 int  mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen);
-/* Queues REJECT (reason) and ends the session. */
-void mt_engine_reject(mt_engine *e, uint32_t id, const char *reason);
+/* Queues REJECT (reason; final: MT_FLAG_FINAL, retrying cannot help) and
+ * ends the session. */
+void mt_engine_reject(mt_engine *e, uint32_t id, const char *reason, int final);
 /* An AUDIO input frame (already decoded, length checked by the caller or
  * here). Returns 0 queued, 1 dropped (input queue full: a counted miss),
  * -1 not acceptable (why filled: the caller fails the session). */

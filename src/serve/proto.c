@@ -48,10 +48,12 @@ void mt_proto_conn_init(mt_proto_conn *c)
     mt_frame_decoder_init(&c->dec);
 }
 
-void mt_proto_direct(mt_proto_conn *c, int type, const char *reason, uint64_t now)
+void mt_proto_direct(mt_proto_conn *c, int type, uint16_t flags, const char *reason,
+                     uint64_t now)
 {
     mt_frame f = {0};
     f.type = (uint8_t)type;
+    f.flags = flags;
     f.t_send = now;
     f.length = (uint32_t)strlen(reason);
     if (f.length > MT_REASON_MAX)
@@ -81,7 +83,7 @@ static void fail_session(mt_proto *p, mt_proto_conn *c, const char *reason,
             plog(p, "connection from %s: %s: ERROR", c->peer, reason);
         else
             plog(p, "connection (uid %d): %s: ERROR", (int)c->uid, reason);
-        mt_proto_direct(c, MT_FRAME_ERROR, reason, now);
+        mt_proto_direct(c, MT_FRAME_ERROR, 0, reason, now);
     }
 }
 
@@ -96,14 +98,14 @@ static void verdict_line(mt_proto *p, uint32_t id, int accept, const char *reaso
         pline(p, buf);
 }
 
-void mt_proto_reject(mt_proto *p, mt_proto_conn *c, const char *why, uint64_t now)
+void mt_proto_reject(mt_proto *p, mt_proto_conn *c, const char *why, int final, uint64_t now)
 {
     /* a REJECT frame must carry UTF-8, whoever wrote the reason */
     char reason[MT_REASON_MAX + 1];
     snprintf(reason, sizeof reason, "%s", why);
     mt_utf8_sanitize(reason);
     plog(p, "session %u: rejected: %s", c->id, reason);
-    mt_engine_reject(p->eng, c->id, reason);
+    mt_engine_reject(p->eng, c->id, reason, final);
     verdict_line(p, c->id, 0, reason, now);
     c->pending = 0;
     c->reading = 0;
@@ -113,8 +115,9 @@ void mt_proto_admit(mt_proto *p, mt_proto_conn *c, uint64_t now)
 {
     char why[256];
     c->pending = 0;
-    if (mt_engine_admit(p->eng, c->id, why, sizeof why) != 0) {
-        mt_proto_reject(p, c, why, now);
+    int rc = mt_engine_admit(p->eng, c->id, why, sizeof why);
+    if (rc != 0) {
+        mt_proto_reject(p, c, why, rc == MT_ENGINE_REFUSED_FINAL, now);
         return;
     }
     if (c->is_tcp)
@@ -189,7 +192,7 @@ void mt_proto_auth_due(mt_proto_conn *c, uint64_t now)
 {
     if (!c->id && !c->closing && c->auth_reject_at && now >= c->auth_reject_at) {
         c->auth_reject_at = 0;
-        mt_proto_direct(c, MT_FRAME_REJECT, "authentication failed: wrong or "
+        mt_proto_direct(c, MT_FRAME_REJECT, MT_FLAG_FINAL, "authentication failed: wrong or "
                         "missing token (--token-file)", now);
     }
 }
@@ -202,10 +205,11 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
     mt_engine_format(p->eng, &want);
     c->id = mt_engine_session_new(p->eng);
     if (!c->id) {
-        mt_proto_direct(c, MT_FRAME_REJECT, "server out of memory", now);
+        mt_proto_direct(c, MT_FRAME_REJECT, 0, "server out of memory", now);
         return;
     }
     char reason[256] = "";
+    int final = 0;         /* the format: asking again cannot change it */
     if (mt_hello_decode(f->payload, f->length, &h) != 0) {
         fail_session(p, c, "malformed HELLO payload", now);
         return;
@@ -218,6 +222,7 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
                  "mono PCM s16le (encoding %d)", h.sample_rate, h.frame_samples,
                  h.channels, h.encoding, want.sample_rate, want.frame_samples,
                  MT_ENC_PCM_S16LE);
+        final = 1;
     } else if (p->draining) {
         snprintf(reason, sizeof reason, "server shutting down; not taking new sessions");
     }
@@ -235,7 +240,7 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
     if (mt_request_format(&rq, buf, sizeof buf) > 0)
         pline(p, buf);
     if (reason[0]) {
-        mt_proto_reject(p, c, reason, now);
+        mt_proto_reject(p, c, reason, final, now);
         return;
     }
     if (p->controlled) {
@@ -247,7 +252,7 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
         snprintf(reason, sizeof reason, "server at its session limit (%d "
                  "session%s, --max-sessions); retry later", p->max_sessions,
                  p->max_sessions == 1 ? "" : "s");
-        mt_proto_reject(p, c, reason, now);
+        mt_proto_reject(p, c, reason, 0, now);
         return;
     }
     mt_proto_admit(p, c, now);

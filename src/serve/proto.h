@@ -83,7 +83,9 @@ void mt_proto_input(mt_proto *p, mt_proto_conn *c, const uint8_t *buf,
 
 /* Admission decided outside the input (controller, timeout, drain). */
 void mt_proto_admit(mt_proto *p, mt_proto_conn *c, uint64_t now);
-void mt_proto_reject(mt_proto *p, mt_proto_conn *c, const char *why,
+/* final: MT_FLAG_FINAL on the REJECT, the same HELLO would be refused
+ * again (see frame.h); 0 where a later try may pass. */
+void mt_proto_reject(mt_proto *p, mt_proto_conn *c, const char *why, int final,
                      uint64_t now);
 
 /* A connection refused for its token gets its REJECT late (see
@@ -93,10 +95,10 @@ void mt_proto_auth_due(mt_proto_conn *c, uint64_t now);
 /* c's peer address without its port (TCP), for per-address counts. */
 void mt_proto_peer_host(const mt_proto_conn *c, char *buf, size_t cap);
 
-/* A frame of type (REJECT or ERROR) with reason, written straight into
- * c's buffer for a connection without a session; c closes once it is
- * sent (or a second after now). */
-void mt_proto_direct(mt_proto_conn *c, int type, const char *reason,
+/* A frame of type (REJECT or ERROR) with flags and reason, written
+ * straight into c's buffer for a connection without a session; c closes
+ * once it is sent (or a second after now). */
+void mt_proto_direct(mt_proto_conn *c, int type, uint16_t flags, const char *reason,
                      uint64_t now);
 
 #endif

@@ -527,7 +527,7 @@ static int stdio_eof(mt_server *s, conn *c, int truncated)
              "END%s (taken as END: queued inputs answered)", c->p.id,
              truncated ? ", inside a frame" : "");
     if (c->p.pending) {
-        mt_proto_reject(&s->pr, &c->p, "input ended before the admission decision", mt_now_ns());
+        mt_proto_reject(&s->pr, &c->p, "input ended before the admission decision", 0, mt_now_ns());
         return 0;
     }
     slog(s, "session %u: stdin ended without END: taken as END", c->p.id);
@@ -623,7 +623,7 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
         snprintf(why, sizeof why, "no HELLO within %.1f s",
                  (double)s->o.hello_timeout_ns / 1e9);
         s->n_timeout++;
-        mt_proto_direct(&c->p, MT_FRAME_ERROR, why, now);
+        mt_proto_direct(&c->p, MT_FRAME_ERROR, 0, why, now);
         return 0;
     }
     mt_sess_status st = {0};
@@ -991,7 +991,7 @@ static void control_line(mt_server *s, const char *line, size_t len)
         return;
     }
     mt_proto_reject(&s->pr, &c->p, ctl.reason[0] ? ctl.reason
-                    : "refused by the admission controller; retry later", mt_now_ns());
+                    : "refused by the admission controller; retry later", 0, mt_now_ns());
 }
 
 static void on_control(mt_server *s)
@@ -1048,7 +1048,7 @@ static void begin_drain(mt_server *s, const char *why)
      * reason, rather than a refused connection. */
     for (conn *c = s->conns; c; c = c->next) {
         if (c->p.pending)
-            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", mt_now_ns());
+            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", 0, mt_now_ns());
         else if (s->o.drain_sessions && c->p.id && c->p.reading)
             continue;   /* --drain sessions: it ends when its client ends it */
         c->p.reading = 0;
@@ -1204,7 +1204,7 @@ static void housekeeping(mt_server *s, uint64_t now)
         nx = c->next;
         if (c->p.pending && now >= c->p.admit_deadline) {
             mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
-                            "time; retry later", now);
+                            "time; retry later", 0, now);
         }
         conn_write(s, c, now);
     }

@@ -163,12 +163,15 @@ static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
     }
 }
 
-/* Flags allowed for a type: FILL marks silence standing in for data. */
+/* Flags allowed for a type: FILL marks silence standing in for data,
+ * FINAL a refusal that retrying cannot change. */
 static int flags_ok(unsigned type, uint16_t flags)
 {
     if (flags & ~(uint16_t)MT_FLAGS_KNOWN)
         return 0;
     if ((flags & MT_FLAG_FILL) && !is_data(type))
+        return 0;
+    if ((flags & MT_FLAG_FINAL) && type != MT_FRAME_REJECT)
         return 0;
     return 1;
 }

@@ -54,8 +54,14 @@ enum mt_frame_type {
 enum mt_frame_flags {
     MT_FLAG_FILL = 1u << 0, /* silence sent in place of a late output;
                                AUDIO/TOKENS only */
+    MT_FLAG_FINAL = 1u << 1, /* REJECT only: the same HELLO would be
+                                refused again (a wrong token, a format this
+                                server does not serve, a session bound
+                                larger than its whole pool): retrying
+                                cannot help. Without it a refusal may pass
+                                (a full server, the controller's no). */
 };
-#define MT_FLAGS_KNOWN MT_FLAG_FILL
+#define MT_FLAGS_KNOWN (MT_FLAG_FILL | MT_FLAG_FINAL)
 
 enum mt_encoding {
     MT_ENC_PCM_S16LE = 1,

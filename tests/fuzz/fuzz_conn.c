@@ -208,11 +208,11 @@ static void advance(uint64_t dt)
         uint32_t r = rnd() % 4;
         if (now_ns >= conn.admit_deadline)
             mt_proto_reject(&pr, &conn, "admission timeout: no answer from the "
-                            "controller", now_ns);
+                            "controller", 0, now_ns);
         else if (r == 0)
             mt_proto_admit(&pr, &conn, now_ns);
         else if (r == 1)
-            mt_proto_reject(&pr, &conn, "rejected \xff by the controller", now_ns);
+            mt_proto_reject(&pr, &conn, "rejected \xff by the controller", (int)(r & 1), now_ns);
     }
     take_output();
     check_conn();
@@ -380,7 +380,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         conn.reading = 0;
         if (conn.id && conn.pending) {
             mt_proto_reject(&pr, &conn, "input ended before the admission decision",
-                            now_ns);
+                            0, now_ns);
         } else if (conn.id) {
             if (truncated)
                 mt_engine_count_lost_input(eng);
@@ -395,7 +395,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the session runs out: every queued input answered, then END */
     for (int i = 0; i < 2000 && !finished() && conn.id; i++) {
         if (conn.pending)
-            mt_proto_reject(&pr, &conn, "server draining", now_ns);
+            mt_proto_reject(&pr, &conn, "server draining", 0, now_ns);
         advance(PERIOD);
     }
     take_output();

@@ -54,6 +54,7 @@ typedef struct fsess {
     uint64_t t_misbehave, t_end;
     uint64_t t_connect;       /* when it connects (--arrive-ms) */
     char     reason[160];
+    int      final;           /* REJECT with MT_FLAG_FINAL: asking again cannot help */
     mt_frame_decoder dec;
     uint8_t  out[MT_FRAME_MAX_SIZE];
     size_t   outlen, outoff;
@@ -164,6 +165,7 @@ static void on_frame(fsess *s, const mt_frame *f, uint64_t now)
         }
         return;
     case MT_FRAME_REJECT:
+        s->final = (f->flags & MT_FLAG_FINAL) != 0;
         finish(s, ST_REJECTED, NULL);
         snprintf(s->reason, sizeof s->reason, "%.*s", (int)(f->length > 150 ? 150 : f->length),
                  (const char *)f->payload);
@@ -467,13 +469,13 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
         tot_echo += s->echo_err;
         printf("session=%d id=%u bad=%s state=%s ok=%d sent=%u real=%u fill=%u "
                "order_err=%u missing=%u echo_err=%u lat_mean_ms=%.2f lat_max_ms=%.2f "
-               "end_after_ms=%.1f reason=\"%s\"\n", i, s->id, bad_names[s->bad],
+               "end_after_ms=%.1f final=%d reason=\"%s\"\n", i, s->id, bad_names[s->bad],
                st_names[s->state], good, s->sent, s->real, s->fill, s->order_err,
                s->missing, s->echo_err, s->real + s->fill ? s->lat_sum_ms / (s->real + s->fill) : 0,
                s->lat_max_ms,
                s->t_misbehave && s->t_end > s->t_misbehave
                    ? (double)(s->t_end - s->t_misbehave) / 1e6 : 0.0,
-               s->reason);
+               s->final, s->reason);
     }
     printf("total sessions=%d ok=%d done=%d rejected=%d error=%d closed=%d "
            "disconnected=%d failed=%d sent=%llu real=%llu fill=%llu order_err=%llu "

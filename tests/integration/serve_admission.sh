@@ -29,11 +29,11 @@ t_check "socket mode 0600" [ "$(stat -c %a "$SOCK")" = 600 ]
 "$S" -s "$SOCK" -m synthetic:tiny 2>"$T_TMP/e2"; rc=$?
 t_check "refuses a live server's socket (exit 1)" [ $rc = 1 ] && grep -q 'another server' "$T_TMP/e2"
 timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c1"
-t_check "--max-sessions 2: two served, the third rejected" \
-    [ "$(grep -c 'state=done' "$T_TMP/c1")" = 2 ] && grep -q 'state=rejected.*server at its session limit' "$T_TMP/c1"
+t_check "--max-sessions 2: two served, the third rejected, not as final" \
+    [ "$(grep -c 'state=done' "$T_TMP/c1")" = 2 ] && grep -q 'state=rejected.* final=0 .*server at its session limit' "$T_TMP/c1"
 t_check "request lines for all three" [ "$(grep -c '^request session=' "$T_TMP/lat")" = 3 ]
-t_check "HELLO mismatch answered with REJECT and a reason" \
-    sh -c "timeout 30 '$FC' -s '$SOCK' -n 1 -f 5 --bad wrong-format | grep -q 'state=rejected.*format mismatch'"
+t_check "HELLO mismatch answered with a final REJECT (MT_FLAG_FINAL) and a reason" \
+    sh -c "timeout 30 '$FC' -s '$SOCK' -n 1 -f 5 --bad wrong-format | grep -q 'state=rejected.* final=1 .*format mismatch'"
 kill -TERM $SRV; wait $SRV
 t_ok $? "SIGTERM: exit 0"
 t_check "socket removed at exit" [ ! -e "$SOCK" ]
@@ -73,10 +73,19 @@ control_after3 "$T_TMP/lat3" 1 "accept 1" "accept 2" "accept 3"
 timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c3"
 wait $CTL
 t_check "window: two sessions fit the pool and are served" [ "$(grep -c 'state=done' "$T_TMP/c3")" = 2 ]
-t_check "window: the third is rejected although accepted by the controller" \
-    grep -q 'state=rejected.*KV pool cannot hold' "$T_TMP/c3"
+t_check "window: the third is rejected although accepted by the controller, not as final" \
+    grep -q 'state=rejected.* final=0 .*KV pool cannot hold' "$T_TMP/c3"
 kill -TERM $SRV; wait $SRV
 t_ok $? "exit 0"
+
+# a pool smaller than one bound: every session is refused, and the REJECT
+# says asking again cannot help (MT_FLAG_FINAL)
+t_serve "$T_TMP/lat5" "$T_TMP/log5" -s "$SOCK" -m synthetic:tiny --window 60 --kv-mem $((bound / 2))
+wait_for_socket "$SOCK" 300
+timeout 30 "$FC" -s "$SOCK" -n 1 -f 5 >"$T_TMP/c5"
+t_check "pool under one bound: a final REJECT naming the whole pool" \
+    grep -q 'state=rejected.* final=1 .*the whole pool is' "$T_TMP/c5"
+kill -TERM $SRV; wait $SRV
 
 # --kv-dtype f16: a position takes half the bytes, so the same --kv-mem (two
 # fp32 bounds) admits four sessions; the fifth is rejected.

@@ -2,7 +2,8 @@
 # tcp_hostile: mt-serve --listen with --token-file against hostile clients
 # over TCP (issue 23): a wrong token, no token, garbage before HELLO each
 # get REJECT or a close, with a log line naming the peer; repeated failures
-# from one address wait longer each time; an admitted session is untouched
+# from one address wait longer each time (and mt-replay --retry does not
+# ask again: the REJECT is FINAL); an admitted session is untouched
 # throughout; the Unix socket beside it needs no token; a non-loopback
 # --listen without --token-file or --insecure refuses to start.
 . "$(dirname "$0")/lib.sh"
@@ -28,9 +29,15 @@ timeout 60 "$FC" -s tcp:127.0.0.1:$P --token-file tok -n 1 -f 75 > good &
 G=$!
 
 sox -n -r 24000 -c 1 one.wav synth 1 sine 300 vol 0.3 2>/dev/null
-timeout 20 "$R" -s tcp:127.0.0.1:$P --token-file bad one.wav > r_bad.txt 2>&1
+# --retry does not ask again: the REJECT says (MT_FLAG_FINAL) that the
+# same HELLO would be refused again
+timeout 20 "$R" -s tcp:127.0.0.1:$P --token-file bad --retry 3 one.wav > r_bad.txt 2>&1
+rc=$?
 t_check "wrong token: REJECT with the reason" \
     grep -q 'replay_rejected=rejected.*authentication failed' r_bad.txt
+t_check "wrong token with --retry 3: exit 3, not retried, saying why (rc $rc)" \
+    sh -c 'test $0 = 3 && ! grep -q "^replay_retry=" r_bad.txt &&
+        grep -q "not retried: the server says the same request would be refused again" r_bad.txt' $rc
 t_check "wrong token: a log line with the peer address" \
     grep -Eq "connection from 127\.0\.0\.1:[0-9]+: wrong token" log
 timeout 20 "$R" -s tcp:127.0.0.1:$P one.wav > r_none.txt 2>&1

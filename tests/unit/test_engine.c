@@ -728,7 +728,7 @@ static void test_shed(void)
     ok(mt_engine_shed(eng, 9999) == -1, "shed of an unknown session: -1");
     uint32_t p = mt_engine_session_new(eng);
     ok(mt_engine_shed(eng, p) == -1, "shed of a pending session: -1 (reject it instead)");
-    mt_engine_reject(eng, p, "test");
+    mt_engine_reject(eng, p, "test", 0);
     ok(send_frame(a, 5) == -1, "no input after the shed");
     drain_output(0, a);
     ok(ended(a) && S[0].end == 1 && S[0].error == 0,

@@ -39,6 +39,8 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
             pl[k] = (uint8_t)(k ^ (size_t)i);
     } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR) {
         n = (size_t)snprintf((char *)pl, 64, "reason %d: caf\xc3\xa9", i);
+        /* FINAL, the refusal that retrying cannot change: REJECT only */
+        f.flags = (type == MT_FRAME_REJECT && i % 2 == 0) ? MT_FLAG_FINAL : 0;
     }
     f.length = (uint32_t)n;
     f.payload = pl;
@@ -237,7 +239,9 @@ static const struct {
     { "unknown version", MT_FRAME_END, 0, 1, MT_FERR_VERSION, 1, { { 4, 2 } } },
     { "unknown type 0", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 0 } } },
     { "unknown type 8", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 8 } } },
-    { "unknown flag bit", MT_FRAME_AUDIO, 1, 1, MT_FERR_FLAGS, 1, { { 6, 0x02 } } },
+    { "unknown flag bit", MT_FRAME_AUDIO, 1, 1, MT_FERR_FLAGS, 1, { { 6, 0x04 } } },
+    { "FINAL on AUDIO", MT_FRAME_AUDIO, 1, 1, MT_FERR_FLAGS, 1, { { 6, MT_FLAG_FINAL } } },
+    { "FINAL on ERROR", MT_FRAME_ERROR, 1, 1, MT_FERR_FLAGS, 0, { { 6, MT_FLAG_FINAL } } },
     { "non-zero reserved", MT_FRAME_AUDIO, 1, 1, MT_FERR_FLAGS, 1, { { 53, 1 } } },
     { "FILL on a control frame", MT_FRAME_END, 0, 1, MT_FERR_FLAGS, 0,
       { { 6, MT_FLAG_FILL } } },
