@@ -376,11 +376,13 @@ typedef struct cpu_backend {
  * slot row 0. The pool is layer-major, and within a layer's block each
  * head's K rows are followed by its V rows: a window session's blocks are
  * taken together when it opens (kv.c, ascending ids), so one layer of one
- * session is a single stretch read front to back, K and V of each head in
- * turn, as attend() walks it. Block-major order (a block's every layer
- * together, each layer's K of all heads before their V) cut that read
- * into 16 KiB pieces 128 KiB (f16) apart and made the attention 1.3x
- * (f16) to 1.15x (f32) slower at B = 64 (bench/RESULTS.md). */
+ * session is a single stretch, read in order (K and V of each head in
+ * turn) but for a jump at the sinks and one where the ring wraps, as
+ * attend() walks it. Block-major order (a block's every layer together,
+ * each layer's K of all heads before their V) cut that read into pieces
+ * of 16 KiB of K and 16 KiB of V (f16, synthetic:small), each block's 256
+ * KiB from the next, and made the attention phase about 1.3x slower at
+ * B = 64, fp32 and f16 alike (bench/RESULTS.md). */
 static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv, int g)
 {
     size_t off = (size_t)l * be->layer_elems + (size_t)block * be->layer_block_elems +
