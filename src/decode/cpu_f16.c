@@ -442,9 +442,10 @@ AVX512_FN static inline __attribute__((always_inline)) __m512 exp16(__m512 x)
 }
 
 /* Sums of 16 vectors in one: element r of the result is the sum of a[r]'s
- * 16 elements. Three rounds of 128-bit-lane shuffles and adds halve the
- * vectors (45 instructions where 16 separate reductions take about 130);
- * the rows end transposed in 4 x 4 and one permute puts them in order. */
+ * 16 elements. Four rounds of shuffles and adds halve the vectors, 16 to
+ * 1 (46 instructions with the permute, where 16 separate reductions take
+ * about 130); the rows end transposed in 4 x 4 and one permute puts them
+ * in order. */
 AVX512_FN static inline __attribute__((always_inline)) __m512 sum16x16(const __m512 *a)
 {
     __m512 c[8], e[4], g[2];
