@@ -14,7 +14,10 @@
 # weight formats side by side (f32 = both fp32; f16kv = f16 cache, fp32
 # weights; f16 = both f16, the f16 weight product up to its crossover;
 # f16w_all = the f16 product at every batch, to locate the crossover),
-# "attention" lines the K/V read bandwidth, "sessions" lines the sessions
+# "attention" lines the K/V read bandwidth at B = 64 (the bytes a step's
+# attention reads over the time its attention phases take, timed inside
+# the decoder; beside it, diff_*: the same from the difference of two
+# step timings, W = 256 against W = 16), "sessions" lines the sessions
 # per GiB of pool. Targets: B=1 f16 weights within 1.2x of the f16
 # weight-bytes bound and >= 1.6x faster than fp32 weights; B=64 f16 cache
 # >= 1.3x faster than fp32; attention read >= 80% of the copy bandwidth.
@@ -68,7 +71,7 @@ echo "$out" | awk '
              if (h["B"] == 64) printf "summary half B=64 f16 cache %.2fx faster than fp32 (target >= 1.3x)\n", h["kv_speedup"];
              if (h["f16_product_wins"] == 1 && !lost) xo = h["B"]; else lost = 1 }
 /^attention/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); a[kv[1]] = kv[2] }
-               printf "summary attention kv=%s read %.1f GB/s = %.0f%% of the copy bandwidth (target >= 80%%), %.0f%% of a plain streaming read\n", a["kv"], a["read_gbs"], 100 * a["frac_copy_bw"], 100 * a["frac_read_bw"] }
+               printf "summary attention kv=%s read %.1f GB/s = %.0f%% of the copy bandwidth (target >= 80%%), %.0f%% of a plain streaming read; by the W=%s difference %.0f%% of the copy\n", a["kv"], a["read_gbs"], 100 * a["frac_copy_bw"], 100 * a["frac_read_bw"], a["diff_W"], 100 * a["diff_frac_copy_bw"] }
 /^sessions/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); se[kv[1]] = kv[2] }
               printf "summary sessions kv=%s %.0f per GiB of pool\n", se["kv"], se["sessions_per_gib"] }
 /^length/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); l[kv[1]] = kv[2] }

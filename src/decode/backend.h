@@ -46,6 +46,10 @@ typedef struct mt_backend {
     /* Time the last call spent copying its outputs back to the caller
      * (ms; 0 where not measured): for the benchmark. */
     double      out_copy_ms;
+    /* Time the last call spent in its attention phases, every layer's
+     * (ms; 0 where not measured): the benchmark divides the K/V bytes
+     * the call read by it. */
+    double      attention_ms;
     /* Storage for every block of pool (mt_kv_pool_blocks), addressed by
      * block id; called once, by mt_backend_pool_create. */
     int  (*attach_pool)(struct mt_backend *be, mt_kv_pool *pool, char *err, size_t errlen);

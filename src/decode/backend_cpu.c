@@ -352,6 +352,7 @@ typedef struct cpu_backend {
     int     nrows;
     uint64_t call;       /* run_rows calls so far (keys the scratch's visible lists) */
     int     layer;       /* layer the running phase works on */
+    uint64_t att_ns;     /* this call's attention phases, wall time (attention_ms) */
     /* [threads] each thread's counter into its share of the attention
      * items (phase_attention), a cache line each */
     struct att_counter { _Alignas(64) atomic_int n; } *att_next;
@@ -967,6 +968,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     if (ensure_scratch(be, (int)need, err, errlen))
         return -1;
     be->call++;         /* the scratch's visible lists are of an earlier call */
+    be->att_ns = 0;
     /* attention items: whole rows when there are 4 per thread, else the
      * kv heads split (in a divisor of kv_heads) until there are */
     be->att_chunks = 1;
@@ -1041,7 +1043,9 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv heads) */
         for (int t = 0; t < be->tp.n; t++)
             atomic_store(&be->att_next[t].n, 0);
+        uint64_t t_att = mt_clock_ns();
         tpool_run(&be->tp, be, phase_attention);
+        be->att_ns += mt_clock_ns() - t_att;
 
         /* cache <- new K,V; x += att . wo^T */
         set_job(be, be->att, be->q_dim, 1.0f, 0);
@@ -1095,7 +1099,9 @@ static int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
         be->rows[r] = (row){ .seq = seqs[r], .pos = seqs[r]->len,
                              .base = seqs[r]->len, .first = r };
     be->nrows = B;
-    return run_rows(be, io, err, errlen);
+    int rc = run_rows(be, io, err, errlen);
+    b->attention_ms = be->att_ns / 1e6;
+    return rc;
 }
 
 static int cpu_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R,

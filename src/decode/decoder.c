@@ -300,6 +300,7 @@ void mt_decoder_free(mt_decoder *d)
 mt_kv_pool *mt_decoder_pool(mt_decoder *d) { return d->pool; }
 const char *mt_decoder_backend_name(const mt_decoder *d) { return d->be->name; }
 const mt_model *mt_decoder_model(const mt_decoder *d) { return d->m; }
+double mt_decoder_attention_ms(const mt_decoder *d) { return d->be->attention_ms; }
 
 void mt_decoder_wake(mt_decoder *d)
 {

@@ -100,6 +100,9 @@ void mt_decoder_free(mt_decoder *d);
 mt_kv_pool *mt_decoder_pool(mt_decoder *d);
 const char *mt_decoder_backend_name(const mt_decoder *d);
 const mt_model *mt_decoder_model(const mt_decoder *d);
+/* Milliseconds the last step spent in its attention phases (0 where the
+ * backend does not measure it): for the benchmark's K/V read bandwidth. */
+double mt_decoder_attention_ms(const mt_decoder *d);
 /* A step is due in about MT_DECODER_WAKE_NS: lets a backend whose threads
  * sleep between steps wake them ahead of it (on a VM a sleeping thread
  * takes up to milliseconds to run again, paid inside the step otherwise).

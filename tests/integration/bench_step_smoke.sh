@@ -23,6 +23,9 @@ t_check "half: four batch sizes, four formats each" \
 t_check "half: the f16 weight-bytes bound" grep -Eq '^half f16_weight_bytes=[0-9]+ f16_bw_bound_ms=[0-9.]+' "$T_TMP/out"
 t_check "attention read bandwidth for both K/V formats" \
     test "$(grep -Ec '^attention kv=f(32|16) .*read_gbs=[0-9.]+ frac_copy_bw=[0-9.]+' "$T_TMP/out")" = 2
+t_check "both from attention phases timed in the decoder (phase_ms > 0)" \
+    test "$(awk '/^attention / { for (i = 1; i <= NF; i++) if ($i ~ /^phase_ms=/ && substr($i, 10) + 0 > 0) n++ }
+               END { print n + 0 }' "$T_TMP/out")" = 2
 t_check "f16 K/V holds twice the sessions per GiB" \
     awk '/^sessions/ { split($2, k, "="); for (i = 1; i <= NF; i++) if ($i ~ /^sessions_per_gib=/) v[k[2]] = substr($i, 18) + 0 }
          END { exit !(v["f32"] > 0 && v["f16"] > 1.99 * v["f32"] && v["f16"] < 2.01 * v["f32"]) }' "$T_TMP/out"
