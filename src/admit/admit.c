@@ -23,9 +23,12 @@
 #define QUEUE_MAX 1024    /* held requests */
 #define MIN_LEVEL_N 4     /* samples before a level counts in the fit */
 #define HICCUP_RING 1024  /* hiccups kept: a falling sequence (hiccup_add) */
+#define DRAIN_SPAN 8      /* ticks over which a late run's draining is seen */
 #define LATE_RUN 25       /* ticks of lateness born at a level, without
                              recovery, that mark the level as too many (a
-                             hiccup's backlog drains sooner below the wall) */
+                             hiccup's backlog drains sooner below the wall;
+                             a run draining at 5% of the budget a tick or
+                             more is recovery: late_run_add) */
 
 typedef struct level {
     float   y[RING];
@@ -77,6 +80,7 @@ struct mt_admit {
                                was born at that level (held LATE_RUN ticks), or 0 */
     int     level_clean;    /* the current level has had lateness in budget */
     int     late_run;       /* consecutive late ticks at the current level */
+    float   late_hist[DRAIN_SPAN];  /* the run's last late_ms, a ring */
     struct line_fit_s { double A, B, sw, xbar, sxx, chi; int k, prop; } fit_m;
     /* hiccups: a tick's signal over its level's median, born on a tick
      * in budget; only those no later one is as large as (a falling
@@ -661,6 +665,23 @@ static void hiccup_add(mt_admit *a, int x, double sig, int prev_behind)
     a->hic_n++;
 }
 
+/* One more late tick in the current level's run; returns the run's length.
+ * A run whose lateness is draining (down by at least DRAIN_SPAN x 5% of
+ * the budget over the last DRAIN_SPAN ticks: a hiccup's backlog going) is
+ * recovery, not a level that cannot keep up: it starts the count again.
+ * A server that cannot catch up stays late without that fall. */
+static int late_run_add(mt_admit *a, double late_ms)
+{
+    int i = a->late_run % DRAIN_SPAN;
+    if (a->late_run >= DRAIN_SPAN &&
+        late_ms < a->late_hist[i] - DRAIN_SPAN * 0.05 * a->o.budget_ms) {
+        a->late_run = 0;
+        i = 0;
+    }
+    a->late_hist[i] = (float)late_ms;
+    return ++a->late_run;
+}
+
 static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
 {
     int prev_behind = a->behind;
@@ -677,7 +698,7 @@ static void metronome_tick(mt_admit *a, const mt_tick *t, double y)
     } else if (!a->behind) {
         a->level_clean = 1;
         a->late_run = 0;
-    } else if (a->level_clean && ++a->late_run >= LATE_RUN && xa >= 1 &&
+    } else if (a->level_clean && late_run_add(a, t->late_ms) >= LATE_RUN && xa >= 1 &&
                xa <= MT_ADMIT_MAX_LEVEL) {
         a->born_bad[xa] = a->st.ticks;
         a->st.late_levels++;
