@@ -10,8 +10,8 @@
 #                   late stretch shows, most ticks after the drop late);
 #   with --shed     mt-admit ends the newest sessions (`shed ID reason`),
 #                   and lateness is back under the budget within 2 s of the
-#                   drop, no tick late after that (late_ms is the oldest
-#                   unanswered frame of any kept session), every shed
+#                   drop, no run of late ticks after that (late_ms is the
+#                   oldest unanswered frame of any kept session), every shed
 #                   session ended with END (not ERROR, not a dropped
 #                   connection) and a reason, counted in shed=, and every
 #                   input the server read is one output or one counted miss.
@@ -69,13 +69,17 @@ read -r nt nl nm <<<"$(late "$T_TMP/noshed.lat" $((DROP + RECOVER)) "$load_end")
 t_diag "without --shed: $nl of $nt ticks late from $((DROP + RECOVER)) s to $load_end s (longest run $nm); before the drop: $(late "$T_TMP/noshed.lat" 6 $DROP)"
 t_check "without --shed the late stretch shows: most ticks after the drop late ($nl of $nt)" \
     test "$nt" -gt 10 -a $((nl * 10)) -ge $((nt * 8))
-# before the drop: a single late tick is a seeded stall (stall_ms); no run
+# Before the drop: no sustained lateness. One stall of the host (another
+# tenant, a test before this one still exiting) delays a tick, and the
+# frames it held back drain over the next few ticks (about 20 ms of room a
+# tick at 30 of 36): a clean-clone CI run saw a run of 3 late ticks there.
+# The lost capacity after the drop makes a run of 40 or more.
 read -r bt bl bm <<<"$(late "$T_TMP/noshed.lat" 6 $DROP)"
 if [ -n "$MT_ASAN" ]; then   # host time under ASan eats the 18 ms of margin
     t_skip "before the drop on time (timing; not under ASan)"
 else
-    t_check "and before the drop $N sessions were on time (no run of 3+ late ticks: longest $bm; $bl of $bt late)" \
-        test "$bm" -lt 3
+    t_check "and before the drop $N sessions were on time (no run of 5+ late ticks: longest $bm; $bl of $bt late)" \
+        test "$bm" -lt 5
 fi
 
 shed_end=$(awk -v n=$N -v d=$DROP "/^tick=/ $tk"'/^tick=/ && v["t"] + 0 > d + 2 && v["active"] + 0 < n / 4 { print v["t"]; exit }' "$T_TMP/shed.lat")
@@ -93,8 +97,12 @@ t_check "sessions were shed after the drop ($nshed, first at ${first:-never} s)"
 if [ -n "$MT_ASAN" ]; then
     t_skip "lateness back under the budget within ${RECOVER} s (timing; not under ASan: $sl late of $st)"
 else
-    t_check "lateness back under the budget within ${RECOVER} s of the drop and no kept session late after ($sl late ticks of $st)" \
-        test "$st" -gt 10 -a "$sl" = 0
+    # a host stall can still delay one tick or two after the recovery
+    # (two clean-clone CI runs: 1 and 2 late ticks about 4 s after the
+    # drop, with 19 and 20 sessions kept of about 26 that fit); shedding
+    # too slowly or too little gives a run from the drop on
+    t_check "lateness back under the budget within ${RECOVER} s of the drop and no kept session late after (no run of 3+ late ticks, at most 1 in 10: $sl late of $st, longest $sm)" \
+        test "$st" -gt 10 -a "$sm" -lt 3 -a $((sl * 10)) -le "$st"
 fi
 last_shed=$(awk "/^tick=/ $tk"'/^tick=/ { s = v["shed"] } END { print s + 0 }' "$T_TMP/shed.lat")
 t_check "shed= in the tick lines counts them ($last_shed = $nshed)" [ "$last_shed" = "$nshed" ]

@@ -613,12 +613,20 @@ static void test_headroom(void)
     for (int x = 1; x < 100; x++)
         if (2 * true_step(&ref, x) + sv.hiccup_ms <= 160)
             nh = x;
-    ok(longest[0] >= 2, "headroom off: the probe goes where a hiccup is a run of late ticks "
-       "(longest %d, at %d)", longest[0], level[0]);
+    /* Past nh a hiccup's drain overruns the tick after it. Whether the
+     * 26 hiccups of a run land on steps slow enough to show it is chance:
+     * over MT_ADMIT_SEED 1-20 the longest run without the headroom was 1
+     * to 4 (1 once), the level 35 or 36 every time. So the level is what
+     * is asserted. With the headroom the level was 29 to 32: the
+     * controller knows the median and the hiccup only from the ticks (it
+     * measures the 30 ms hiccup as 41-47 ms). */
+    ok(level[0] > nh, "headroom off: the probe goes past the drain's level, where a hiccup "
+       "overruns the tick after it too (%d > %d; longest late run %d)", level[0], nh,
+       longest[0]);
     ok(longest[1] <= 1, "headroom on: no run of late ticks after warm-up (longest %d, at %d)",
        longest[1], level[1]);
-    ok(level[1] <= nh && level[1] >= nh - 1,
-       "headroom on: settles at the drain's level or one under (%d; %d)", level[1], nh);
+    ok(level[1] <= nh + 1 && level[1] >= nh - 2,
+       "headroom on: settles near the drain's level (%d; %d - 2 to %d + 1)", level[1], nh, nh);
     /* the signal of a hiccup tick is the hiccup plus its own jitter (and,
      * in this simulator, the overrun it adds to its own late_ms) */
     ok(hic >= 0.9 * sv.hiccup_ms && hic < 2 * sv.hiccup_ms,
