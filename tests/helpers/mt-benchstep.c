@@ -746,12 +746,18 @@ int main(int argc, char **argv)
     trials = quick ? 3 : 5;
     if (time_window_lengths(m, S, W, Bl, lens, 3, quick ? 20 : 100, T, wms))
         return 1;
-    for (int i = 0; i < 3; i++) {
-        result rf;
-        if (time_steps(m, MT_KV_FULL, 0, 0, Bl, lens[i], quick ? 2 : 5, T, &rf))
-            return 1;
-        fms[i] = rf.ms;
-    }
+    /* the three lengths in turn, rounds of them, the best of each: a quick
+     * run's figures are a few steps of 0.1-4 ms, and one burst of another
+     * tenant's load once landed on every trial of the shortest (1.50 ms
+     * against 0.13-0.29 in other runs: the smoke test's "rises with
+     * length" failed) */
+    for (int round = 0; round < (quick ? 5 : 1); round++)
+        for (int i = 0; i < 3; i++) {
+            result rf;
+            if (time_steps(m, MT_KV_FULL, 0, 0, Bl, lens[i], quick ? 2 : 5, T, &rf))
+                return 1;
+            fms[i] = round == 0 || rf.ms < fms[i] ? rf.ms : fms[i];
+        }
     for (int i = 0; i < 3; i++)
         printf("length B=%d frame=%lld window_ms=%.2f full_ms=%.2f\n", Bl, (long long)lens[i],
                wms[i], fms[i]);
