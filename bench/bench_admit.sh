@@ -66,13 +66,14 @@ if [ "${MODE:-}" = sim ]; then
     BUDGET=${BUDGET:-80} MARGIN=${MARGIN:-0.9} SECS=${SECS:-45} WARM=${WARM:-5}
     ARRIVE=${ARRIVE:-0.1} SEEDS=${SEEDS:-1 2 3 4 5} ADMIT_ARGS=${ADMIT_ARGS:-}
     K=${TIME_SCALE:-0.5}
-    # real-time equivalents of the model-time figures above
-    RBUDGET=$(awk -v b="$BUDGET" -v k="$K" 'BEGIN { printf "%g", b / k }')
-    RSECS=$(awk -v x="$SECS" -v k="$K" 'BEGIN { printf "%d", x / k + 0.5 }')
-    RARRIVE=$(awk -v x="$ARRIVE" -v k="$K" 'BEGIN { printf "%g", x / k }')
-    RWARM=$(awk -v x="$WARM" -v k="$K" 'BEGIN { printf "%g", x / k }')
-    RLAST=$(awk -v k="$K" 'BEGIN { printf "%g", 8 / k }')
-    export FC_ARGS="--period-ms $(awk -v k="$K" 'BEGIN { printf "%g", 80 / k }')"
+    # real-time equivalents of the model-time figures above: x / K
+    real_time() { awk -v x="$1" -v k="$K" 'BEGIN { printf "%g", x / k }'; }
+    RBUDGET=$(real_time "$BUDGET")
+    RSECS=$(awk -v x="$(real_time "$SECS")" 'BEGIN { printf "%d", x + 0.5 }')
+    RARRIVE=$(real_time "$ARRIVE")
+    RWARM=$(real_time "$WARM")
+    RLAST=$(real_time 8)
+    export FC_ARGS="--period-ms $(real_time 80)"
     # HOLD 10 s: 125 ticks, so that a level's p99 is its second-worst tick,
     # not its worst (one stall would decide it)
     FROM=${FROM:-26} TO=${TO:-40} STEP=${STEP:-2} HOLD=${HOLD:-10s} WALL=${WALL:-tick}
