@@ -733,7 +733,7 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
+static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next_r)
 {
     const row *rw = &be->rows[r];
     const int hd = be->hd, group = be->group, nq = (g1 - g0) * group;
@@ -763,6 +763,15 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1)
     for (int u = 0; u < nr; u++) {
         const kv_run *ru = &sc->run[u];
         const kv_run *ahead = u + 1 < nr ? &sc->run[u + 1] : NULL;
+        /* the last run: ask for the first block of the row this thread
+         * takes next (its sinks, or the oldest of its window) */
+        kv_run first;
+        if (!ahead && next_r >= 0 && be->rows[next_r].seq->nblocks > 0 &&
+            be->rows[next_r].base > 0) {
+            first = (kv_run){ .block = be->rows[next_r].seq->blocks[0], .at = 0,
+                              .len = MT_KV_BLOCK };
+            ahead = &first;
+        }
         if (be->cache_rope && ru->d != cur_d) {
             const float *cs = be->dcos + (size_t)r * be->half;
             const float *sn = be->dsin + (size_t)r * be->half;
@@ -842,7 +851,9 @@ static void phase_attention(cpu_backend *be, int tid, int nt)
             if (it >= hi)
                 break;
             int g0 = it % chunks * per;
-            attend(be, sc, it / chunks, g0, g0 + per);
+            /* whole rows: the next item here is most likely the next row */
+            attend(be, sc, it / chunks, g0, g0 + per,
+                   chunks == 1 && it + 1 < hi ? it + 1 : -1);
         }
     }
 }
