@@ -729,7 +729,8 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
  * while this one is computed. On an f16 cache the CPU's fused kernel
  * (mt_half_attend_run, AVX-512) does a run's scores, softmax fold and
  * weighted sum with the scores in a register; elsewhere the three steps
- * below run in turn. */
+ * below run in turn. next_r: the row this thread most likely takes next
+ * (-1: none known), whose first block is asked for during the last run. */
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
