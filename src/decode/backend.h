@@ -46,9 +46,9 @@ typedef struct mt_backend {
     /* Time the last call spent copying its outputs back to the caller
      * (ms; 0 where not measured): for the benchmark. */
     double      out_copy_ms;
-    /* Time the last call spent in its attention phases, every layer's
-     * (ms; 0 where not measured): the benchmark divides the K/V bytes
-     * the call read by it. */
+    /* Time the last step (not prefill) spent in its attention phases,
+     * every layer's (ms; 0 where not measured): the benchmark divides the
+     * K/V bytes the step read by it. */
     double      attention_ms;
     /* Storage for every block of pool (mt_kv_pool_blocks), addressed by
      * block id; called once, by mt_backend_pool_create. */
