@@ -761,18 +761,18 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next
         sum[h] = 0.0f;
     }
 
+    /* after the last run: the first block of the row this thread takes
+     * next (its sinks, or the oldest of its window), asked for meanwhile */
+    kv_run first;
+    const kv_run *next_first = NULL;
+    if (next_r >= 0 && be->rows[next_r].seq->nblocks > 0 && be->rows[next_r].base > 0) {
+        first = (kv_run){ .block = be->rows[next_r].seq->blocks[0], .at = 0,
+                          .len = MT_KV_BLOCK };
+        next_first = &first;
+    }
     for (int u = 0; u < nr; u++) {
         const kv_run *ru = &sc->run[u];
-        const kv_run *ahead = u + 1 < nr ? &sc->run[u + 1] : NULL;
-        /* the last run: ask for the first block of the row this thread
-         * takes next (its sinks, or the oldest of its window) */
-        kv_run first;
-        if (!ahead && next_r >= 0 && be->rows[next_r].seq->nblocks > 0 &&
-            be->rows[next_r].base > 0) {
-            first = (kv_run){ .block = be->rows[next_r].seq->blocks[0], .at = 0,
-                              .len = MT_KV_BLOCK };
-            ahead = &first;
-        }
+        const kv_run *ahead = u + 1 < nr ? &sc->run[u + 1] : next_first;
         if (be->cache_rope && ru->d != cur_d) {
             const float *cs = be->dcos + (size_t)r * be->half;
             const float *sn = be->dsin + (size_t)r * be->half;

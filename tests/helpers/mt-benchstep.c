@@ -634,10 +634,11 @@ int main(int argc, char **argv)
      * more positions a session reads at W = 256 than at W = 16 over the
      * step time they add, a difference of two timings (it moved from 65%
      * to 120% of the copy between runs). All four timed in turn, with a
-     * copy pass between rounds as at B = 1 (the phase and the copy see the
-     * same moments), 15 rounds: the best round, like the best copy pass,
-     * is one the other tenants left alone (with 5, the phase read 52-83%
-     * of the copy in one series of runs a minute apart). */
+     * copy pass between rounds as at B = 1 (the phases and the copy see
+     * the same moments), 15 rounds: the best step's phases, like the best
+     * copy pass, are ones the other tenants left alone (with 5 rounds the
+     * phases read 52-83% of the copy in one series of runs a minute
+     * apart). */
     int Ba = 64, Wshort = 16;
     double ams[4] = { 0 }, kvb[4] = { 0 }, aph[4] = { 0 };
     {
