@@ -56,7 +56,7 @@ t_check "--mic on the null device for 2 s: exit 0 $(head -c 200 mic.err)" test $
 t_check "--mic took about 2 s ($ms ms)" test $ms -ge 1900 -a $ms -lt 8000
 t_check "--mic: 25 frames sent, all answered" \
     grep -q '^replay_summary=1 done=1 rejected=0 failed=0 sent=25 received=25 ' mic.txt
-t_check "--mic reports its device" grep -q '^replay_mic device="mtnull"' mic.txt
+t_check "--mic reports its device" grep -Eq '^replay_mic device="?mtnull' mic.txt
 t_check "--mic: the null device (no clock of its own) is said not real-time" \
     sh -c 'grep -q "^replay_mic .* real_time=0" mic.txt &&
         grep -q "capture device \"mtnull\" is not real-time" mic.err'
