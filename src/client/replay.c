@@ -20,6 +20,7 @@ typedef struct sess {
     mt_input        *in;            /* NULL: the microphone */
     mt_source       *src;
     int              attempts;      /* connections made (1 + retries) */
+    int              waits;         /* of the retries: after "warming up:" */
     int              final_state;   /* MT_CS_*: the last attempt's end */
     char             reason[MT_REASON_MAX + 1];
     uint64_t         frames_left;   /* --duration bound, or UINT64_MAX */
@@ -320,12 +321,28 @@ static uint64_t retry_delay_ns(int k)
     return (uint64_t)(base * (0.5 + 0.5 * u) * 1e9);
 }
 
-/* A fresh connection for session si after a refusal. 0, or -1 (said). */
-static int retry_session(app *a, int si, const char *why)
+/* The wait before a session refused by a warming controller asks again:
+ * 250 ms doubling to 2 s, jittered; the controller admits one session at
+ * a time and measures each for about a second. */
+static uint64_t warm_delay_ns(int k)
+{
+    double base = 0.25 * (double)(1u << (k < 3 ? k : 3));
+    double u = (double)random() / ((double)RAND_MAX + 1.0);
+    return (uint64_t)(base * (0.5 + 0.5 * u) * 1e9);
+}
+
+/* A refusal that says the controller is still measuring, not full. */
+static int warming(const mt_client_stats *st)
+{
+    return !st->final && !strncmp(st->reason, "warming up:", 11);
+}
+
+/* A fresh connection for session si after a refusal, in delay ns. 0, or
+ * -1 (said). */
+static int retry_session(app *a, int si, const char *why, uint64_t delay)
 {
     sess *s = &a->s[si];
     char err[256];
-    uint64_t delay = retry_delay_ns(s->attempts - 1);
     int idx = mt_client_add_unix(a->cl, a->c->sock, mt_client_now() + delay,
                                  err, sizeof err);
     if (idx < 0) {
@@ -382,11 +399,18 @@ static void cb_end(void *user, int idx, const mt_client_stats *st)
     flush_lines(a);
     s->final_state = st->state;
     snprintf(s->reason, sizeof s->reason, "%s", st->reason);
-    if (st->state == MT_CS_REJECTED && st->final && s->attempts <= a->c->retry)
+    if (st->state != MT_CS_REJECTED || stopped(a))
+        return;
+    int counted = s->attempts - 1 - s->waits;   /* --retry's retries made */
+    if (warming(st) && s->waits < a->c->retry_warming) {
+        s->waits++;
+        retry_session(a, si, st->reason, warm_delay_ns(s->waits - 1));
+    } else if (st->final && counted < a->c->retry) {
         say(a, "session %d: not retried: the server says the same request "
             "would be refused again", si);
-    else if (st->state == MT_CS_REJECTED && s->attempts <= a->c->retry && !stopped(a))
-        retry_session(a, si, st->reason);
+    } else if (counted < a->c->retry) {
+        retry_session(a, si, st->reason, retry_delay_ns(counted));
+    }
 }
 
 static void summary_lines(app *a)
@@ -481,7 +505,7 @@ static int client_start(app *a, char *err, size_t errlen)
     cc.cb = &cb;
     cc.user = a;
     /* every session, and a fresh connection for each retry */
-    long cap = (long)a->ns * (c->retry + 1) + 1;
+    long cap = (long)a->ns * (c->retry + c->retry_warming + 1) + 1;
     cc.max_sessions = (int)cap;
     a->sess_of = mt_calloc_or_err((size_t)cap, sizeof *a->sess_of, err, errlen, NULL);
     if (!a->sess_of)

@@ -43,6 +43,7 @@ typedef struct app {
     int         type_fmt;       /* its libsndfile format */
     const char *latency_log;    /* --latency-log FILE */
     int         retry;          /* --retry N */
+    int         no_wait;        /* --no-wait */
     int         live;           /* --mic with stdout a terminal */
     int         rate, frame_samples;
     int         ns;             /* sessions */
@@ -51,6 +52,10 @@ typedef struct app {
     mt_duplex  *dx;
     FILE       *lines;          /* where the records go (open_lines) */
 } app;
+
+/* Retries of a session refused by a warming-up controller (0.25 s
+ * doubling to 2 s apart: over three minutes in all). */
+enum { WARM_RETRIES = 100 };
 
 static volatile sig_atomic_t g_stop;
 
@@ -88,6 +93,9 @@ static void usage(FILE *f)
 "      --retry N          retry a refused session up to N times, backing off\n"
 "                         (0.25 s doubling, jittered, at most 8 s); not one\n"
 "                         the server marks final (a wrong token, say)\n"
+"      --no-wait          do not wait for a warming-up controller: a refusal\n"
+"                         that begins \"warming up:\" is final too (by\n"
+"                         default it is retried, up to %d times, uncounted)\n"
 "      --latency-log FILE machine lines to FILE instead of stdout\n"
 "  -r, --rate HZ          session sample rate (default 24000)\n"
 "  -f, --frame-samples N  samples per frame (default 1920)\n"
@@ -106,7 +114,7 @@ static void usage(FILE *f)
 "      --jitter MS        speaker jitter buffer (default 160)\n"
 "      --list-devices     list what PortAudio finds\n"
 "  -h, --help             this text\n"
-"      --version          print the version\n");
+"      --version          print the version\n", WARM_RETRIES);
 }
 
 static int list_devices(void)
@@ -137,7 +145,7 @@ static const mt_cli cli = {
 
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
-       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG };
+       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG, O_NOWAIT };
 
 static const struct option longopts[] = {
     { "socket", required_argument, 0, 's' },
@@ -164,6 +172,7 @@ static const struct option longopts[] = {
     { "type", required_argument, 0, O_TYPE },
     { "retry", required_argument, 0, O_RETRY },
     { "latency-log", required_argument, 0, O_LATLOG },
+    { "no-wait", no_argument, 0, O_NOWAIT },
     MT_OPT_COMMON,
     { 0, 0, 0, 0 },
 };
@@ -227,6 +236,7 @@ static int parse_args(int argc, char **argv, app *a)
         case O_LIST: a->list = 1; break;
         case O_TOKEN: a->token_file = optarg; break;
         case O_LATLOG: a->latency_log = optarg; break;
+        case O_NOWAIT: a->no_wait = 1; break;
         default:
             if (value_option(a, c, optarg))
                 return 2;
@@ -465,6 +475,7 @@ static void make_cfg(app *a, mt_replay_cfg *c)
     c->duration_s = a->duration_s;
     c->stagger_ms = a->stagger_ms;
     c->retry = a->retry;
+    c->retry_warming = a->no_wait ? 0 : WARM_RETRIES;
     c->out_pattern = a->emit ? NULL : a->out_pattern;
     c->type_fmt = a->type_fmt;
     c->lat = a->lat;
