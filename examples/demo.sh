@@ -14,6 +14,9 @@
 # plot: memory climbing to the wall, then service falling off the cliff
 # while the naive figure stays at 100%.
 #
+# About a minute (SESSIONS sessions of speech, then two 50 s loads at x3).
+#   examples/demo.sh       SESSIONS=2 CSCALE=10 MODEL=synthetic:tiny examples/demo.sh
+#
 # If a program is not built yet it says which and exits 1: it never pretends.
 set -u
 . "$(dirname "$0")/lib.sh"
