@@ -348,6 +348,26 @@ static int check_play(const app *a, int nargs)
     return -1;
 }
 
+/* -s names a server that can be there: a Unix socket path must exist and
+ * be a socket (a TCP address is tried when the sessions connect). 0, or
+ * -1 (said). */
+static int check_server(const app *a)
+{
+    struct stat st;
+    if (!a->sock || mt_endpoint_is_tcp(a->sock))
+        return 0;
+    if (stat(a->sock, &st) != 0) {
+        fprintf(stderr, "mt-replay: -s %s: %s%s\n", a->sock, strerror(errno),
+                errno == ENOENT ? " (is mt-serve running there?)" : "");
+        return -1;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        fprintf(stderr, "mt-replay: -s %s: not a socket\n", a->sock);
+        return -1;
+    }
+    return 0;
+}
+
 /* The sessions' output files, checked before any input is read or any
  * connection made: a known format, a directory that can be written. -1 to
  * go on, else the exit status. */
@@ -383,7 +403,7 @@ static int load_inputs(app *a, char **files, int nargs)
         if (nargs > 0)
             return mt_opt_usage_error("--mic takes no files");
         a->ns = 1;
-        return -1;
+        return check_server(a) != 0 ? 1 : -1;
     }
     if (a->emit && nargs > 0)
         return mt_opt_usage_error("--emit takes one file");
@@ -410,6 +430,8 @@ static int load_inputs(app *a, char **files, int nargs)
     int rc = check_outputs(a);
     if (rc >= 0)
         return rc;
+    if (!a->emit && check_server(a) != 0)
+        return 1;
     a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
     if (!a->inputs)
         return 1;
