@@ -189,7 +189,6 @@ const mt_client_stats *mt_client_session_stats(const mt_client *c, int idx);
 void mt_client_totals_get(const mt_client *c, mt_client_totals *t);
 
 const char *mt_client_state_name(int state);
-uint64_t    mt_client_now(void);   /* CLOCK_MONOTONIC ns */
 /* Wait until CLOCK_MONOTONIC reaches t (ns), to within microseconds: sleeps,
  * then spins the last half millisecond. Returns 0, or -1 when a signal cut
  * the sleep short (the caller checks its stop flag and calls again). */

@@ -21,6 +21,7 @@
 #include "serve/server.h"
 #include "util/realtime.h"
 #include "wire/endpoint.h"
+#include "util/clock.h"
 
 static const char *prog = "mt-serve";
 
@@ -527,7 +528,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    uint64_t t0 = mt_now_ns();
+    uint64_t t0 = mt_clock_ns();
     mt_model *m = NULL;
     if (load_model(&a, &m) != 0)
         return 1;
