@@ -36,6 +36,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -512,14 +513,21 @@ static int predict_params_for(const mt_soak_opts *o, const mt_soak_config *cfg,
     pp->seed = o->seed;
     const char *v;
     uint64_t b;
-    pp->pool_bytes = 512ull << 20;   /* mt-serve's default */
+    long n;
+    pp->pool_bytes = MT_KV_DEFAULT_BUDGET;   /* mt-serve's default */
     if ((v = find_arg(cfg, "--kv-mem", NULL)) &&
         !mt_parse_bytes(v, &b, NULL, 0))
         pp->pool_bytes = b;
-    if ((v = find_arg(cfg, "--sink", NULL)))
-        pp->sink = atoi(v);
-    if ((v = find_arg(cfg, "--window", NULL)))
-        pp->window = atoi(v);
+    if ((v = find_arg(cfg, "--sink", NULL))) {
+        if (mt_parse_int(v, 0, INT_MAX, "--sink", &n, NULL, 0) != 0)
+            return 0;
+        pp->sink = (int)n;
+    }
+    if ((v = find_arg(cfg, "--window", NULL))) {
+        if (mt_parse_int(v, 0, INT_MAX, "--window", &n, NULL, 0) != 0)
+            return 0;
+        pp->window = (int)n;
+    }
     return pp->pool_bytes > 0 && mt_predict_position_bytes(pp) > 0;
 }
 
