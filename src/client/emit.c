@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "client/client.h"
+#include "util/clock.h"
 #include "util/errmsg.h"
 #include "util/io.h"
 
@@ -45,7 +46,7 @@ static int emit_audio(const mt_replay_cfg *c, mt_source *src, mt_pctl *jit,
     uint64_t period = (uint64_t)fs * 1000000000ull / c->hello.sample_rate;
     uint64_t max_frames = c->duration_s > 0
         ? (uint64_t)(c->duration_s * c->hello.sample_rate / fs + 0.5) : UINT64_MAX;
-    uint64_t t0 = mt_client_now();
+    uint64_t t0 = mt_clock_ns();
     for (uint32_t seq = 0; seq < max_frames && !stopped(c); seq++) {
         int r = mt_source_frame(src, pcm, (size_t)fs, c->loop, err, errlen);
         if (r < 0)
@@ -61,7 +62,7 @@ static int emit_audio(const mt_replay_cfg *c, mt_source *src, mt_pctl *jit,
             pay[2 * i] = (uint8_t)((uint16_t)pcm[i]);
             pay[2 * i + 1] = (uint8_t)((uint16_t)pcm[i] >> 8);
         }
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         if (!c->no_pace)
             mt_pctl_add(jit, now > due ? now - due : 0);
         if (emit_frame(MT_FRAME_AUDIO, seq, now, pay, (uint32_t)fs * 2, err, errlen) != 0)
@@ -80,7 +81,7 @@ int mt_replay_emit(const mt_replay_cfg *c, mt_replay_rate *rate, char *err,
         mt_set_err(err, errlen, "encode HELLO: %s", mt_frame_strerror((int)hn));
         return -1;
     }
-    if (emit_frame(MT_FRAME_HELLO, 0, mt_client_now(), hp, (uint32_t)hn, err, errlen) != 0)
+    if (emit_frame(MT_FRAME_HELLO, 0, mt_clock_ns(), hp, (uint32_t)hn, err, errlen) != 0)
         return -1;
     size_t fs = c->hello.frame_samples;
     mt_source *src = NULL;
@@ -91,7 +92,7 @@ int mt_replay_emit(const mt_replay_cfg *c, mt_replay_rate *rate, char *err,
     int rc = -1;
     if (pay && mt_source_open(c->inputs[0], &src, err, errlen) == 0 &&
         emit_audio(c, src, &jit, pcm, pay, err, errlen) == 0 &&
-        emit_frame(MT_FRAME_END, 0, mt_client_now(), NULL, 0, err, errlen) == 0)
+        emit_frame(MT_FRAME_END, 0, mt_clock_ns(), NULL, 0, err, errlen) == 0)
         rc = 0;
     rate->replay_rate = 1;
     rate->frames = jit.count;

@@ -14,6 +14,7 @@
 
 #include "client/audio_write.h"
 #include "client/client.h"
+#include "util/clock.h"
 #include "util/errmsg.h"
 
 typedef struct sess {
@@ -301,7 +302,7 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
     }
     if (a->c->dx) {
         mt_duplex_write(a->c->dx, pcm, n);
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         if (now - a->t_status > 200000000ull) {
             status_line(a, now);
             a->t_status = now;
@@ -343,7 +344,7 @@ static int retry_session(app *a, int si, const char *why, uint64_t delay)
 {
     sess *s = &a->s[si];
     char err[256];
-    int idx = mt_client_add_unix(a->cl, a->c->sock, mt_client_now() + delay,
+    int idx = mt_client_add_unix(a->cl, a->c->sock, mt_clock_ns() + delay,
                                  err, sizeof err);
     if (idx < 0) {
         say(a, "retry: %s", err);
@@ -514,7 +515,7 @@ static int client_start(app *a, char *err, size_t errlen)
     cc.prepare_ns = c->dx ? -1 : 0;
     if (mt_client_new(&cc, &a->cl, err, errlen) != 0)
         return -1;
-    uint64_t t0 = mt_client_now();
+    uint64_t t0 = mt_clock_ns();
     srandom((unsigned)(t0 ^ (uint64_t)getpid()));
     for (int i = 0; i < a->ns; i++) {
         uint64_t start = t0 + (uint64_t)(i * c->stagger_ms * 1e6);
@@ -539,12 +540,12 @@ static int client_loop(app *a, char *err, size_t errlen)
             mt_client_stop(a->cl);
         /* at most 100 ms between looks at the stop flag */
         uint64_t until = a->t_next_line;
-        if (until > mt_client_now() + 100000000ull)
-            until = mt_client_now() + 100000000ull;
+        if (until > mt_clock_ns() + 100000000ull)
+            until = mt_clock_ns() + 100000000ull;
         int left = mt_client_run(a->cl, until, err, errlen);
         if (left < 0)
             return -1;
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         if (now >= a->t_next_line) {
             if (a->c->lat == MT_REPLAY_LAT_INTERVAL)
                 interval_line(a, now);
@@ -568,7 +569,7 @@ static void closing_lines(app *a)
     if (dx) {
         mt_duplex_status st;
         mt_duplex_get_status(dx, &st);
-        if (device_outruns_clock(&st, (double)(mt_client_now() - a->t_begin) / 1e9))
+        if (device_outruns_clock(&st, (double)(mt_clock_ns() - a->t_begin) / 1e9))
             a->not_realtime = 1;
         if (a->c->status)
             fputc('\n', a->c->status);
