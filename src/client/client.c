@@ -257,6 +257,8 @@ static void finish(mt_client *c, session *s, int state, const char *fmt, ...)
         c->tot.done++;
     else if (state == MT_CS_REJECTED)
         c->tot.rejected++;
+    else if (state == MT_CS_SHED)
+        c->tot.shed++;
     else
         c->tot.failed++;
     c->tot.missing += s->st.missing;
@@ -599,6 +601,17 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         c->cb.on_frame(c->cfg.user, &r, s->pcm, s->samples);
 }
 
+/* A REJECT, ERROR or END frame's reason, control bytes shown as '?'. */
+static void frame_reason(const mt_frame *f, char reason[MT_REASON_MAX + 1])
+{
+    size_t n = f->length < MT_REASON_MAX ? f->length : MT_REASON_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = f->payload[i];
+        reason[i] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+    }
+    reason[n] = 0;
+}
+
 static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t now)
 {
     char reason[MT_REASON_MAX + 1];
@@ -612,13 +625,8 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
         return;
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR: {
-        size_t n = f->length < MT_REASON_MAX ? f->length : MT_REASON_MAX;
-        for (size_t i = 0; i < n; i++) {
-            unsigned char ch = f->payload[i];
-            reason[i] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
-        }
-        reason[n] = 0;
-        if (!n)
+        frame_reason(f, reason);
+        if (!reason[0])
             snprintf(reason, sizeof reason, "(no reason given)");
         if (f->type == MT_FRAME_REJECT) {
             s->st.final = (f->flags & MT_FLAG_FINAL) != 0;
@@ -640,11 +648,17 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
             finish(c, s, MT_CS_FAILED, "server ended the session before ACCEPT");
             return;
         }
+        c->tot.active--;
+        if (f->length > 0) {
+            /* a reason: the server ended the session early (shed) */
+            frame_reason(f, reason);
+            finish(c, s, MT_CS_SHED, "%s", reason);
+            return;
+        }
         if (s->st.state == MT_CS_STREAMING) {
             s->st.state = MT_CS_DRAINING;   /* the server ended it (drain) */
             snprintf(s->st.reason, sizeof s->st.reason, "ended by the server");
         }
-        c->tot.active--;
         finish(c, s, MT_CS_DONE, NULL);
         return;
     default:
@@ -887,8 +901,8 @@ void mt_client_totals_get(const mt_client *c, mt_client_totals *t)
 const char *mt_client_state_name(int state)
 {
     static const char *names[] = { "waiting", "connecting", "hello",
-        "streaming", "draining", "done", "rejected", "failed" };
-    if (state < 0 || state > MT_CS_FAILED)
+        "streaming", "draining", "done", "rejected", "failed", "shed" };
+    if (state < 0 || state > MT_CS_SHED)
         return "?";
     return names[state];
 }

@@ -39,6 +39,7 @@ typedef struct app {
     int          retries;     /* made so far */
     mt_client   *cl;
     int          write_failed;
+    int          failures_said;   /* sessions whose failure went to say() */
     FILE        *lines;       /* where records go now (c->lines, or stdout) */
     /* interval records */
     uint64_t     t_begin, t_next_line;
@@ -400,6 +401,10 @@ static void cb_end(void *user, int idx, const mt_client_stats *st)
     flush_lines(a);
     s->final_state = st->state;
     snprintf(s->reason, sizeof s->reason, "%s", st->reason);
+    if (st->state == MT_CS_SHED)
+        say(a, "session %d: shed by the server: %s", si, st->reason);
+    if (st->state == MT_CS_FAILED && a->failures_said++ == 0)
+        say(a, "session %d failed: %s", si, st->reason);
     if (st->state != MT_CS_REJECTED || stopped(a))
         return;
     int counted = s->attempts - 1 - s->waits;   /* --retry's retries made */
@@ -432,7 +437,8 @@ static void summary_lines(app *a)
         int fs = a->s[i].final_state;
         r.done += fs == MT_CS_DONE;
         r.rejected += fs == MT_CS_REJECTED;
-        r.failed += fs != MT_CS_DONE && fs != MT_CS_REJECTED;
+        r.shed += fs == MT_CS_SHED;
+        r.failed += fs != MT_CS_DONE && fs != MT_CS_REJECTED && fs != MT_CS_SHED;
     }
     EMIT(a, replay_summary, &r);
     /* sessions that did not finish, with their last reason, one line each */
@@ -442,7 +448,8 @@ static void summary_lines(app *a)
             continue;
         mt_replay_rejected j = { .session = i };
         snprintf(j.replay_rejected, sizeof j.replay_rejected, "%s",
-                 s->final_state == MT_CS_REJECTED ? "rejected" : "failed");
+                 s->final_state == MT_CS_REJECTED ? "rejected" :
+                 s->final_state == MT_CS_SHED ? "shed" : "failed");
         snprintf(j.reason, sizeof j.reason, "%s",
                  s->reason[0] ? s->reason : "interrupted before it ended");
         EMIT(a, replay_rejected, &j);
@@ -596,6 +603,14 @@ static void closing_lines(app *a)
         }
     }
     a->lines = a->c->lines;
+    int failed = 0;
+    for (int i = 0; i < a->ns; i++)
+        failed += a->s[i].final_state != MT_CS_DONE &&
+                  a->s[i].final_state != MT_CS_REJECTED &&
+                  a->s[i].final_state != MT_CS_SHED;
+    if (failed > 1 || (failed == 1 && a->failures_said == 0))
+        say(a, "%d session%s failed in all (the reasons: the replay_rejected "
+            "records)", failed, failed == 1 ? "" : "s");
     if (dx && a->not_realtime)
         say(a, "the capture device \"%s\" is not real-time: it delivers "
             "samples faster than its rate (the excess was dropped), so what "
@@ -603,17 +618,19 @@ static void closing_lines(app *a)
             "(see --list-devices)", mt_duplex_device_name(dx));
 }
 
-/* The exit status of the run (EXIT STATUS in mt-replay(1)). */
+/* The exit status of the run (EXIT STATUS in mt-replay(1)): a failure
+ * first, then a shed session, then a refusal. */
 static int exit_status(const app *a)
 {
-    int done = 0, rejected = 0;
+    int done = 0, rejected = 0, shed = 0;
     for (int i = 0; i < a->ns; i++) {
         done += a->s[i].final_state == MT_CS_DONE;
         rejected += a->s[i].final_state == MT_CS_REJECTED;
+        shed += a->s[i].final_state == MT_CS_SHED;
     }
-    if (done + rejected != a->ns || a->write_failed)
+    if (done + rejected + shed != a->ns || a->write_failed)
         return MT_REPLAY_FAILED;
-    return rejected > 0 ? MT_REPLAY_REFUSED : MT_REPLAY_OK;
+    return shed > 0 ? MT_REPLAY_SHED : rejected > 0 ? MT_REPLAY_REFUSED : MT_REPLAY_OK;
 }
 
 static void app_free(app *a)

@@ -933,18 +933,18 @@ static conn *find_pending(mt_server *s, uint32_t id)
 
 /* A controller's `shed ID reason` (issue 24): the admitted session ends
  * now with END (its queued inputs answered or counted as misses by the
- * engine), and the reason goes to the log and to a `shed session=ID t=S
- * reason=...` line on the machine stream, since END carries no payload. */
+ * engine) carrying the reason, which also goes to the log and to a
+ * `shed session=ID t=S reason=...` line on the machine stream. */
 static void do_shed(mt_server *s, uint32_t id, const char *why)
 {
-    conn *c = find_pending(s, id);
-    if (!c || c->p.pending || mt_engine_shed(s->eng, id) != 0) {
-        slog(s, "control: shed %u: no such admitted session", id);
-        return;
-    }
     char reason[MT_REASON_MAX + 1];
     snprintf(reason, sizeof reason, "%s", why[0] ? why : "shed by the admission controller");
     mt_utf8_sanitize(reason);
+    conn *c = find_pending(s, id);
+    if (!c || c->p.pending || mt_engine_shed(s->eng, id, reason) != 0) {
+        slog(s, "control: shed %u: no such admitted session", id);
+        return;
+    }
     slog(s, "session %u: shed: %s", id, reason);
     c->p.reading = 0;   /* what the client sends after END is not an input */
     char buf[1024];

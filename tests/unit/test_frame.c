@@ -276,7 +276,8 @@ static const struct {
     { "odd AUDIO length", MT_FRAME_AUDIO, 1, MT_FERR_PAYLOAD, 1, 3, 3 },
     { "TOKENS length not a multiple of 4", MT_FRAME_TOKENS, 4, MT_FERR_PAYLOAD, 1, 6, 6 },
     { "HELLO too short", MT_FRAME_HELLO, 0, MT_FERR_PAYLOAD, 0, 11, 11 },
-    { "END with a payload", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 2, 2 },
+    { "END with a NUL in its reason", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 2, 2 },
+    { "END with a reason over 255 bytes", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 256, 256 },
 };
 
 static void test_malformed(void)
