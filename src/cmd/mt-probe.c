@@ -454,6 +454,35 @@ static int cmd_summarize(int argc, char **argv)
     return 0;
 }
 
+/* ---- output paths --------------------------------------------------------- */
+
+/* The files and folder an experiment will write, checked before it starts
+ * (a typo must not cost the whole run): --plot (and gnuplot), --ticks,
+ * --data (made when missing, so its parent is checked). -1 to go on, else
+ * the exit status (said, naming the option and the path). */
+static int check_outputs(const char *sub, const char *plot, const char *ticks,
+                         const char *data)
+{
+    char err[1024];
+    if ((plot && mt_plot_check("--plot", plot, err, sizeof err) != 0) ||
+        (ticks && mt_out_path_check("--ticks", ticks, err, sizeof err) != 0)) {
+        fprintf(stderr, "%s %s: %s\n", prog, sub, err);
+        return 1;
+    }
+    if (data) {
+        struct stat st;
+        if (stat(data, &st) == 0 ? !S_ISDIR(st.st_mode) || access(data, W_OK | X_OK) != 0
+                                 : mt_out_path_check("--data", data, err, sizeof err) != 0) {
+            if (stat(data, &st) == 0)
+                snprintf(err, sizeof err, "--data %s: %s", data,
+                         S_ISDIR(st.st_mode) ? strerror(EACCES) : "not a directory");
+            fprintf(stderr, "%s %s: %s\n", prog, sub, err);
+            return 1;
+        }
+    }
+    return -1;
+}
+
 /* ---- plot ------------------------------------------------------------------ */
 
 static void help_plot(FILE *f)
@@ -500,7 +529,8 @@ static int cmd_plot(int argc, char **argv)
         return mt_opt_status(c);
     if (!ticks || !out || optind < argc)
         return mt_opt_usage_error("need --ticks FILE and -o FILE.png");
-    if (mt_plot_ticks(out, ticks, title, frame_ms, err, sizeof err)) {
+    if (mt_plot_check("-o", out, err, sizeof err) != 0 ||
+        mt_plot_ticks(out, ticks, title, frame_ms, err, sizeof err)) {
         fprintf(stderr, "%s plot: %s\n", prog, err);
         return 1;
     }
@@ -627,7 +657,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
         return mt_opt_usage_error("give -s SOCK or -- MT-SERVE-ARGS, not both");
     if (!has_args && !o->sock)
         return mt_opt_usage_error("need -s SOCK or -- MT-SERVE-ARGS");
-    return -1;
+    return check_outputs("sweep", o->plot, o->ticks_path, NULL);
 }
 
 static int cmd_sweep(int argc, char **argv)
@@ -754,7 +784,7 @@ static int soak_options(int argc, char **argv, mt_soak_opts *o, load_opts *ld,
         argv[optind][0] != '-')
         return mt_opt_usage_error("unexpected argument '%s' (mt-serve arguments "
                                   "go after --)", argv[optind]);
-    return -1;
+    return check_outputs("soak", o->plot, NULL, o->data_dir);
 }
 
 /* A configuration's label: the policy and its pool or bound. */
