@@ -83,15 +83,24 @@ static float clamp_sample(double s)
     return (float)s;
 }
 
-/* The decoding half of a read, shared by files and memory: sf is open,
- * name is what messages say. Closes sf in every case. */
-static int read_open(SNDFILE *sf, const SF_INFO *info, const char *name,
-                     mt_audio *a, char *err, size_t errlen)
+/* What a header says that no audio file can be. 0, or -1 with err. */
+static int header_ok(const SF_INFO *info, const char *name, char *err, size_t errlen)
 {
     if (info->channels < 1 || info->channels > 64 || info->samplerate < 1 ||
         info->samplerate > 768000) {
         mt_set_err(err, errlen, "%s: implausible header (%d channels, %d Hz)",
                    name, info->channels, info->samplerate);
+        return -1;
+    }
+    return 0;
+}
+
+/* The decoding half of a read, shared by files and memory: sf is open,
+ * name is what messages say. Closes sf in every case. */
+static int read_open(SNDFILE *sf, const SF_INFO *info, const char *name,
+                     mt_audio *a, char *err, size_t errlen)
+{
+    if (header_ok(info, name, err, errlen) != 0) {
         sf_close(sf);
         return -1;
     }
@@ -181,9 +190,10 @@ static void open_failed(const char *name, SNDFILE *none, char *err, size_t errle
         mt_set_err(err, errlen, "%s: cannot read audio: %s", name, sf_strerror(none));
 }
 
-int mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen)
+/* A path that can be an audio file: there, regular, not empty. 0, or -1
+ * with err naming it. */
+static int path_ok(const char *path, char *err, size_t errlen)
 {
-    memset(a, 0, sizeof *a);
     struct stat st;
     if (stat(path, &st) != 0) {
         mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
@@ -201,6 +211,14 @@ int mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen)
         mt_set_err(err, errlen, "%s: empty file", path);
         return -1;
     }
+    return 0;
+}
+
+int mt_audio_read(const char *path, mt_audio *a, char *err, size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    if (path_ok(path, err, errlen) != 0)
+        return -1;
     SF_INFO info;
     memset(&info, 0, sizeof info);
     SNDFILE *sf = sf_open(path, SFM_READ, &info);
@@ -349,3 +367,98 @@ void mt_audio_free(mt_audio *a)
     a->frames = 0;
 }
 
+
+/* ---- a file a block at a time -------------------------------------------- */
+
+struct mt_audio_stream {
+    SNDFILE *sf;
+    SF_INFO  info;
+    char    *name;
+    float    block[4096];   /* [frames * channels] interleaved, as read */
+};
+
+int mt_audio_stream_open(const char *path, mt_audio_stream **out, char *err,
+                         size_t errlen)
+{
+    *out = NULL;
+    if (path_ok(path, err, errlen) != 0)
+        return -1;
+    mt_audio_stream *s = mt_calloc_or_err(1, sizeof *s, err, errlen, path);
+    if (!s)
+        return -1;
+    s->sf = sf_open(path, SFM_READ, &s->info);
+    if (!s->sf) {
+        open_failed(path, NULL, err, errlen);
+        free(s);
+        return -1;
+    }
+    s->name = strdup(path);
+    if (!s->name || header_ok(&s->info, path, err, errlen) != 0) {
+        if (!s->name)
+            mt_set_err(err, errlen, "%s: out of memory", path);
+        mt_audio_stream_close(s);
+        return -1;
+    }
+    if (log_says_truncated(s->sf)) {
+        mt_set_err(err, errlen, "%s: truncated file (the audio data ends before "
+                   "the length its header declares)", path);
+        mt_audio_stream_close(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+int mt_audio_stream_rate(const mt_audio_stream *s) { return s->info.samplerate; }
+
+double mt_audio_stream_seconds(const mt_audio_stream *s)
+{
+    return s->info.frames > 0 && s->info.frames != SF_COUNT_MAX
+        ? (double)s->info.frames / s->info.samplerate : 0;
+}
+
+long mt_audio_stream_read(mt_audio_stream *s, float *mono, size_t n, char *err,
+                          size_t errlen)
+{
+    size_t ch = (size_t)s->info.channels, done = 0;
+    const size_t bframes = sizeof s->block / sizeof s->block[0] / ch;
+    while (done < n) {
+        size_t want = n - done < bframes ? n - done : bframes;
+        sf_count_t got = sf_readf_float(s->sf, s->block, (sf_count_t)want);
+        if (got <= 0)
+            break;
+        for (sf_count_t i = 0; i < got; i++) {
+            double v = 0;
+            for (size_t c = 0; c < ch; c++)
+                v += clamp_sample(s->block[(size_t)i * ch + c]);
+            mono[done + (size_t)i] = clamp_sample(v / (double)ch);
+        }
+        done += (size_t)got;
+    }
+    if (sf_error(s->sf) != SF_ERR_NO_ERROR) {
+        mt_set_err(err, errlen, "%s: corrupt audio data: %s", s->name,
+                   sf_strerror(s->sf));
+        return -1;
+    }
+    return (long)done;
+}
+
+int mt_audio_stream_rewind(mt_audio_stream *s, char *err, size_t errlen)
+{
+    if (sf_seek(s->sf, 0, SEEK_SET) != 0) {
+        mt_set_err(err, errlen, "%s: cannot go back to its start: %s", s->name,
+                   sf_strerror(s->sf));
+        return -1;
+    }
+    return 0;
+}
+
+void mt_audio_stream_close(mt_audio_stream *s)
+{
+    if (!s)
+        return;
+    if (s->sf)
+        sf_close(s->sf);
+    free(s->name);
+    free(s);
+}

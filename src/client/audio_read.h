@@ -39,4 +39,22 @@ int  mt_audio_read_fd(int fd, const char *name, int raw_rate, mt_audio *a,
                       char *err, size_t errlen);
 void mt_audio_free(mt_audio *a);
 
+/* ---- a file read a block at a time (inputs too long to hold) ------------
+ * The same checks as mt_audio_read that a header allows (missing, not a
+ * regular file, empty, unsupported, implausible, a WAV/AIFF/AU data size
+ * the file does not reach); a FLAC whose data ends early simply ends. */
+typedef struct mt_audio_stream mt_audio_stream;
+int    mt_audio_stream_open(const char *path, mt_audio_stream **s, char *err,
+                            size_t errlen);
+int    mt_audio_stream_rate(const mt_audio_stream *s);
+/* The length the header states (an estimate for MP3), or 0 if unknown. */
+double mt_audio_stream_seconds(const mt_audio_stream *s);
+/* Up to n mono samples (channels averaged, clamped as mt_audio_read does)
+ * at the file's rate: the count, less than n only at the end (0 there), or
+ * -1 with err (corrupt data). */
+long   mt_audio_stream_read(mt_audio_stream *s, float *mono, size_t n,
+                            char *err, size_t errlen);
+int    mt_audio_stream_rewind(mt_audio_stream *s, char *err, size_t errlen);
+void   mt_audio_stream_close(mt_audio_stream *s);
+
 #endif

@@ -133,3 +133,77 @@ void mt_audio_to_s16(const float *in, int16_t *out, size_t n)
     }
 }
 
+
+/* ---- a stream of blocks --------------------------------------------------- */
+
+struct mt_resampler {
+    SRC_STATE *st;      /* NULL when the rates are equal */
+    double     ratio;
+};
+
+int mt_resampler_new(int in_rate, int out_rate, int quality, mt_resampler **out,
+                     char *err, size_t errlen)
+{
+    *out = NULL;
+    if (in_rate < 1 || out_rate < 1) {
+        mt_set_err(err, errlen, "bad sample rate %d -> %d", in_rate, out_rate);
+        return -1;
+    }
+    mt_resampler *r = mt_calloc_or_err(1, sizeof *r, err, errlen, NULL);
+    if (!r)
+        return -1;
+    r->ratio = (double)out_rate / in_rate;
+    if (in_rate != out_rate) {
+        int e = 0;
+        r->st = src_new(quality, 1, &e);
+        if (!r->st) {
+            mt_set_err(err, errlen, "libsamplerate: %s", src_strerror(e));
+            free(r);
+            return -1;
+        }
+    }
+    *out = r;
+    return 0;
+}
+
+long mt_resampler_run(mt_resampler *r, const float *in, size_t n_in, int end,
+                      size_t *used, float *out, size_t cap, char *err,
+                      size_t errlen)
+{
+    if (!r->st) {
+        size_t n = n_in < cap ? n_in : cap;
+        memcpy(out, in, n * sizeof *out);
+        *used = n;
+        return (long)n;
+    }
+    SRC_DATA d;
+    memset(&d, 0, sizeof d);
+    d.data_in = in;
+    d.input_frames = (long)n_in;
+    d.data_out = out;
+    d.output_frames = (long)cap;
+    d.end_of_input = end;
+    d.src_ratio = r->ratio;
+    int e = src_process(r->st, &d);
+    if (e) {
+        mt_set_err(err, errlen, "libsamplerate: %s", src_strerror(e));
+        return -1;
+    }
+    *used = (size_t)d.input_frames_used;
+    return d.output_frames_gen;
+}
+
+void mt_resampler_reset(mt_resampler *r)
+{
+    if (r->st)
+        src_reset(r->st);
+}
+
+void mt_resampler_free(mt_resampler *r)
+{
+    if (!r)
+        return;
+    if (r->st)
+        src_delete(r->st);
+    free(r);
+}
