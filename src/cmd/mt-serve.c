@@ -57,9 +57,9 @@ static void usage(FILE *f)
 "      --rope MODE          cache (default) or absolute\n"
 "      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default %dM; on\n"
 "                           CUDA %d%% of free device memory after a reserve)\n"
-"      --kv-dtype T         CPU K/V cache elements: f32 (default) or f16\n"
-"      --weights T          CPU weights: f32 (default) or f16 (adds a half\n"
-"                           copy for small batches)\n"
+"      --kv-dtype T         CPU K/V cache elements: f16 (default) or f32\n"
+"      --weights T          CPU weights: f16 (default: a half copy beside\n"
+"                           the f32 one, for batches of up to 8) or f32\n"
 "      --on-full ACTION     full policy on exhaustion: preempt (default) or\n"
 "                           stall\n"
 "      --fill, --no-fill    send FILL (silence) for frames past their deadline\n"
@@ -183,6 +183,12 @@ static void args_default(serve_args *a)
     a->dopt.kv.window = 256;
     a->dopt.kv.rope = MT_ROPE_CACHE;
     a->dopt.kv.budget_bytes = MT_KV_DEFAULT_BUDGET;
+    /* half precision on the CPU: exact to the tests' tolerance, faster at
+     * every batch and half the bytes a session (bench/RESULTS.md, issue
+     * 21); --kv-dtype f32 --weights f32 for the full-precision path. Other
+     * devices choose their own. */
+    a->dopt.kv_dtype = MT_FMT_F16;
+    a->dopt.weights = MT_FMT_F16;
     a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     a->model = "synthetic:small";
     a->fill = -1;

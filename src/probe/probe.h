@@ -188,7 +188,7 @@ typedef struct mt_sweep_opts {
     const char *ticks_path;     /* mt-serve tick lines being appended here */
     const char *plot;           /* PNG path or NULL */
     const char *tsv_out;        /* also write the table here (plots) */
-    int         progress;       /* stderr progress lines */
+    FILE       *progress;       /* the progress line (a terminal), or NULL */
     double      budget_ms;      /* the wall's latency budget; 0: two periods
                                    (frame signal) or one period (tick) */
     int         tick_signal;    /* judge the wall by the p99 over the hold's

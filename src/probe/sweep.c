@@ -202,7 +202,7 @@ static void show_level_progress(const mt_sweep_opts *o, const sweep_ctx *x,
     static uint64_t last;
     if (now - last > 500000000ull) {
         last = now;
-        fprintf(stderr, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
+        fprintf(o->progress, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
                 c, now > x->t_measure && !ended
                        ? (double)(now - x->t_measure) / 1e9 * x->k
                        : 0.0,
@@ -428,7 +428,13 @@ static double print_wall(FILE *out, const mt_sweep_opts *o, int wall,
         ? "the p99 of max(step_ms, late_ms) over its ticks (mt-admit's signal)"
         : "the truthful p99";
     int first = o->nlevels > 0 ? o->levels[0] : o->from;
-    if (wall)
+    int last = o->nlevels > 0 ? o->levels[o->nlevels - 1]
+             : o->from + (o->to - o->from) / o->step * o->step;
+    if (wall && wall == last)
+        fprintf(out, "# no wall up to %d session%s: every level from %d kept "
+                "%s under the %.0f ms %s; raise --to\n", last,
+                last == 1 ? "" : "s", first, sig, budget, what);
+    else if (wall)
         fprintf(out, "# wall: %d sessions (the largest level from %d up with "
                 "every session admitted and %s under the %.0f ms %s)\n",
                 wall, first, sig, budget, what);
@@ -466,7 +472,7 @@ static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
             *period_ms = x->period_ms;
         double budget = wall_budget(o, *period_ms);
         if (o->progress)
-            fprintf(stderr, "\r%-60s\r", "");
+            fprintf(o->progress, "\r%-60s\r", "");
         print_row(out, &rows[n]);
         /* A client that sends its frames late (one thread driving every
          * session, on a host that also runs the server) offers the server
@@ -572,8 +578,10 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     double budget = print_wall(out, o, wall, period_ms);
     if (o->tsv_out)
         write_tsv(o->tsv_out, rows, n);
-    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall, budget, err,
-                                 errlen))
+    /* no wall in the range: none drawn */
+    int last = n > 0 ? rows[n - 1].concurrency : 0;
+    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall == last ? 0 : wall,
+                                 budget, err, errlen))
         goto out2;
     rc = 0;
 out2:

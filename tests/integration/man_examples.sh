@@ -126,7 +126,7 @@ EXAMPLES = [
     ("mt-probe.1", "mt-probe sweep", dict(
         fixture="server", timeout=120,
         subs=[("--to 32 --step 2", "--to 3 --step 2"), ("--hold 20s", "--hold 2s")],
-        expect=r"# wall: [1-9]", files=["sweep.png"])),
+        expect=r"# (no )?wall( up to)?:? [1-9]", files=["sweep.png"])),
     ("mt-probe.1", "mt-probe soak", dict(
         timeout=240,
         subs=[("--runs 20 --duration 30s", "--runs 1 --duration 4s"),

@@ -20,12 +20,16 @@ awk -F'\t' '/^[0-9]+\t/ { if ($4 + 0 < $1 * 10) bad=1 } END {exit bad}' "$T_TMP/
 t_ok $? "each level measured real frames (>= 10 per session)"
 awk -F'\t' '/^[0-9]+\t/ { if ($12 == "-" || $12 + 0 <= 0) bad=1 } END {exit bad}' "$T_TMP/out"
 t_ok $? "KV bytes come from the server's tick lines"
-grep -qE '^# wall: ' "$T_TMP/out"
-t_ok $? "the wall is named"
+grep -qE '^# (wall: |no wall up to 3 sessions: .*; raise --to$)' "$T_TMP/out"
+t_ok $? "the wall is named, or that there is none up to --to"
 # No --budget: two frame periods, so a lightly loaded server's wall is at
 # least one session (one period would put it below one on any server).
-grep -qE '^# wall: [1-9][0-9]* sessions .* budget of two frame periods' "$T_TMP/out"
+grep -qE '^# (wall: [1-9][0-9]* sessions|no wall up to 3 sessions: every level from 1) .* budget of two frame periods' "$T_TMP/out"
 t_ok $? "the default budget (two frame periods) finds a wall of 1 session or more"
+# The last level (3) passed: then there is no wall in the range, and the
+# line says so instead of naming 3; it failed: the wall is below it.
+t_check "no wall is named at the last level of the range" \
+    sh -c "! grep -q '^# wall: 3 sessions' '$T_TMP/out'"
 t_check "--tsv writes the rows" test "$(wc -l <"$T_TMP/rows.tsv")" -eq 3
 "$P" sweep --from 3 --to 1 -s /nonexistent >/dev/null 2>&1
 t_check "--to below --from: exit 2" test $? -eq 2
