@@ -940,9 +940,15 @@ static int cmd_soak(int argc, char **argv)
     int nruns;
     if (mt_soak(&o, stdout, &runs, &nruns, err, sizeof err)) {
         fprintf(stderr, "%s soak: %s\n", prog, err);
-        return 1;
+        return stop_flag ? 130 : 1;
     }
     free(runs);
+    if (stop_flag) {
+        fprintf(stderr, "%s soak: interrupted after %d run%s: %s of those\n",
+                prog, nruns, nruns == 1 ? "" : "s",
+                o.plot ? "the summary and the plot are" : "the summary is");
+        return 130;
+    }
     return 0;
 }
 
