@@ -386,7 +386,7 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
     long lineno = 0, rows = 0;
     int64_t amax = 0;
     char e[256];
-    fprintf(d, "# t active p99_ms late_ms step_ms fill met naive_met\n");
+    fprintf(d, "# t active p99_ms late_ms step_ms fill met naive_met kv_pct fill_pct\n");
     while ((len = getline(&line, &cap, in)) >= 0) {
         mt_tick t;
         lineno++;
@@ -394,9 +394,15 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
             strcmp(mt_latline_kind(&ll), "tick") ||
             mt_tick_from_line(&ll, lineno, &t, e, sizeof e))
             continue;
-        fprintf(d, "%.3f %lld %.3f %.3f %.3f %lld %.2f %.2f\n", t.t,
+        /* the pool in use and the share of answers that were silence:
+         * the cliff, where the pool fills and FILL replaces the audio */
+        double pool = (double)(t.kv_used + t.kv_free);
+        double answers = (double)(t.out + t.fill);
+        fprintf(d, "%.3f %lld %.3f %.3f %.3f %lld %.2f %.2f %.2f %.2f\n", t.t,
                 (long long)t.active, t.p99_ms, t.late_ms, t.step_ms,
-                (long long)t.fill, t.met, t.naive_met);
+                (long long)t.fill, t.met, t.naive_met,
+                pool > 0 ? 100.0 * (double)t.kv_used / pool : 0,
+                answers > 0 ? 100.0 * (double)t.fill / answers : 0);
         rows++;
         if (t.active > amax)
             amax = t.active;
@@ -412,8 +418,9 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
         return -1;
     }
     FILE *f;
-    if (script_open(png, term, 1000, 600, gp, sizeof gp, &f, err, errlen))
+    if (script_open(png, term, 1000, 900, gp, sizeof gp, &f, err, errlen))
         return -1;
+    fprintf(f, "set multiplot layout 2,1\n");
     fprintf(f, "set title '%s'\n", title ? title : "mt-serve, per tick");
     fprintf(f, "set xlabel 'server time, s'\nset ylabel 'ms'\n");
     fprintf(f, "set y2label 'active sessions'\nset y2tics 1\n"
@@ -434,5 +441,18 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
             "title 'lateness (oldest unanswered frame)', \\\n");
     fprintf(f, "  '' using 1:2 axes x1y2 with steps lw 2 lc rgb '#888888' "
             "title 'active sessions (right)'\n");
+    /* below: the K/V pool and the answers, in % (the silent cliff) */
+    fprintf(f, "unset arrow\nunset label\nunset y2tics\nunset y2label\n"
+            "set title 'the K/V pool and the answers'\n"
+            "set ylabel '%%'\nset yrange [0:105]\n");
+    fprintf(f, "plot '%s' using 1:9 with lines lw 2 lc rgb '#aa00aa' "
+            "title 'K/V pool in use', \\\n", dat);
+    fprintf(f, "  '' using 1:10 with lines lw 2 lc rgb '#ff8800' "
+            "title 'FILL (silence) of the answers', \\\n");
+    fprintf(f, "  '' using 1:7 with lines lw 2 lc rgb '#3366cc' "
+            "title 'deadlines met, truthful', \\\n");
+    fprintf(f, "  '' using 1:8 with lines dt 2 lc rgb '#3366cc' "
+            "title 'deadlines met, naive (silence counted)'\n");
+    fprintf(f, "unset multiplot\n");
     return script_run(f, gp, err, errlen);
 }
