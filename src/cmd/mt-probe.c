@@ -684,6 +684,7 @@ static int cmd_sweep(int argc, char **argv)
     o.hold_s = 20;
     o.warmup_s = 1;
     o.progress = isatty(2) ? stderr : NULL;
+    o.aligned = isatty(1);   /* a pipe or a file gets the TSV */
     const char *serve = NULL;
     int rc = sweep_options(argc, argv, &o, &serve);
     if (rc >= 0)

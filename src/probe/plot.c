@@ -252,8 +252,9 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
     if (wall > 0) {
         fprintf(f, "set arrow from first %d, graph 0 to first %d, graph 1 "
                 "nohead lc rgb '#cc0000' lw 2 front\n", wall, wall);
-        fprintf(f, "set label 'wall: %d sessions' at first %d, graph 0.55 "
-                "left offset 0.5,0 tc rgb '#cc0000' front\n", wall, wall);
+        fprintf(f, "set label 'wall: %d session%s' at first %d, graph 0.55 "
+                "left offset 0.5,0 tc rgb '#cc0000' front\n", wall,
+                wall == 1 ? "" : "s", wall);
     }
     fprintf(f, "plot '%s' using 1:6 axes x1y2 with boxes lc rgb '#ff8800' "
             "title 'FILL %% (right axis)', \\\n", dat);

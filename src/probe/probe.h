@@ -189,6 +189,8 @@ typedef struct mt_sweep_opts {
     const char *plot;           /* PNG path or NULL */
     const char *tsv_out;        /* also write the table here (plots) */
     FILE       *progress;       /* the progress line (a terminal), or NULL */
+    int         aligned;        /* the table in aligned columns (a terminal),
+                                   not tab-separated */
     double      budget_ms;      /* the wall's latency budget; 0: two periods
                                    (frame signal) or one period (tick) */
     int         tick_signal;    /* judge the wall by the p99 over the hold's
