@@ -82,8 +82,9 @@ struct mimi_state {
     float   x[];                /* [state_floats] */
 };
 
-/* Builds the layer table and arena for c (weights zero). */
-int  mimi_model_build(const mimi_config *c, mimi_model **out, char *err, size_t errlen);
+/* Builds the layer table and arena for c (weights zero); refused when c
+ * needs more than max_params weights (0: no limit). */
+int  mimi_model_build(const mimi_config *c, size_t max_params, mimi_model **out, char *err, size_t errlen);
 /* Centroids from embedding_sum / max(cluster_usage, 1e-5) and their norms;
  * called once after the weights are in. */
 void mimi_model_finish(mimi_model *m);

@@ -245,7 +245,7 @@ static void walk(builder *bd)
 #undef GEOM
 }
 
-int mimi_model_build(const mimi_config *c, mimi_model **out, char *err, size_t errlen)
+int mimi_model_build(const mimi_config *c, size_t max_params, mimi_model **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (mimi_config_check(c, err, errlen) != 0)
@@ -271,6 +271,12 @@ int mimi_model_build(const mimi_config *c, mimi_model **out, char *err, size_t e
     builder bd = { .m = m };
     walk(&bd);
     m->arena_floats = bd.floats;
+    if (max_params && m->params > max_params) {
+        mt_set_err(err, errlen, "the configuration needs %zu weights, more than the checkpoint's "
+                   "tensors can hold (%zu)", m->params, max_params);
+        mimi_free(m);
+        return -1;
+    }
     if (m->arena_floats > ((size_t)1 << 31)) {
         mt_set_err(err, errlen, "mimi: %zu weights is too many", m->arena_floats);
         mimi_free(m);
@@ -352,7 +358,7 @@ static inline float unif(mt_rng *r, double sd)
 int mimi_synthetic(const mimi_config *c, uint64_t seed, mimi_model **out, char *err, size_t errlen)
 {
     mimi_model *m;
-    if (mimi_model_build(c, &m, err, errlen) != 0)
+    if (mimi_model_build(c, 0, &m, err, errlen) != 0)
         return -1;
     mt_rng r;
     mt_rng_seed(&r, seed);
@@ -512,8 +518,12 @@ int mimi_load_mem(const void *buf, size_t len, const char *what, const mimi_conf
             }
         }
     }
+    /* no weight comes in at less than 2 bytes: a configuration asking for
+     * more weights than that is refused before anything is allocated */
     mimi_model *m;
-    if (mimi_model_build(&c, &m, err, errlen) != 0) {
+    char e2[256];
+    if (mimi_model_build(&c, len / 2 + 1, &m, e2, sizeof e2) != 0) {
+        mt_set_err(err, errlen, "%s: %s", what, e2);
         mt_st_free(&sf);
         return -1;
     }
