@@ -14,6 +14,7 @@
 #include "cmd/opt.h"
 #include "wire/endpoint.h"
 #include "cmd/calibrate_cmd.h"
+#include "cmd/codec_cmd.h"
 #include "cmd/quality_cmd.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
@@ -71,6 +72,8 @@ static void usage_main(FILE *f)
 "             each cache policy (full, window, window+sink, recompute)\n""  calibrate  time a real backend over batch sizes and cache lengths, fit\n"
 "             the simulated device's cost model, write a profile (issue 22);\n"
 "             --served times the step inside a serving mt-serve under load\n"
+"  codec      Kyutai's Mimi codec on a file: audio to codes, codes to audio,\n"
+"             or the round trip\n"
 "\n"
 "`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n"
 "`mt-probe --version` prints the version.\n");
@@ -902,7 +905,7 @@ static int cmd_soak(int argc, char **argv)
 }
 
 static const mt_cli cli_main = {
-    "mt-probe", "mt-probe COMMAND [options] (sweep, soak, predict, summarize, plot, quality)",
+    "mt-probe", "mt-probe COMMAND [options] (sweep, soak, predict, summarize, plot, quality, calibrate, codec)",
     usage_main,
 };
 
@@ -932,6 +935,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
+    if (!strcmp(cmd, "codec")) return mt_probe_codec_main(argc, argv);
     if (!strcmp(cmd, "calibrate")) {
         char servebuf[PATH_MAX];
         return mt_probe_calibrate_main(argc, argv, default_serve(servebuf, sizeof servebuf));
