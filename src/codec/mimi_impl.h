@@ -48,7 +48,8 @@ typedef struct mimi_tensor {
     char     alt[112];     /* a second accepted spelling, or "" */
     int      ndim;
     int64_t  shape[3];
-    float   *dst;          /* NULL: accepted and ignored (_initialized) */
+    float   *dst;          /* NULL: not allocated yet, or not stored */
+    int      stored;       /* 0: accepted and ignored (_initialized) */
     int      optional;
 } mimi_tensor;
 
@@ -82,11 +83,16 @@ struct mimi_state {
     float   x[];                /* [state_floats] */
 };
 
-/* Builds the layer table and arena for c (weights zero); refused when c
- * needs more than max_params weights (0: no limit). */
-int  mimi_model_build(const mimi_config *c, size_t max_params, mimi_model **out, char *err, size_t errlen);
+/* Builds the layer table for c, and with with_weights the arena (weights
+ * zero); without, the table's dst pointers are NULL until
+ * mimi_model_alloc. */
+int  mimi_model_build(const mimi_config *c, int with_weights, mimi_model **out, char *err, size_t errlen);
+int  mimi_model_alloc(mimi_model *m, char *err, size_t errlen);
 /* Centroids from embedding_sum / max(cluster_usage, 1e-5) and their norms;
  * called once after the weights are in. */
 void mimi_model_finish(mimi_model *m);
+
+/* ELU with alpha 1, dst may be src (mimi.c). */
+void mimi_elu(float *dst, const float *src, size_t n);
 
 #endif

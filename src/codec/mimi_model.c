@@ -36,7 +36,7 @@ static float *add_tensor(builder *bd, const char *name, const char *alt, int ndi
     size_t n = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1) * (size_t)(ndim > 2 ? d2 : 1);
     float *dst = NULL;
     if (store) {
-        if (bd->place)
+        if (bd->place && m->arena)
             dst = m->arena + bd->floats;
         bd->floats += (n + 15) & ~(size_t)15;   /* 64-byte aligned starts */
     }
@@ -47,6 +47,7 @@ static float *add_tensor(builder *bd, const char *name, const char *alt, int ndi
         t->ndim = ndim;
         t->shape[0] = d0; t->shape[1] = d1; t->shape[2] = d2;
         t->dst = dst;
+        t->stored = store;
         t->optional = !store;
     } else {
         m->ntab++;
@@ -149,9 +150,8 @@ static void rvq_tensors(builder *bd, mimi_rvq *q, const char *which, int nq)
         q->usage[i] = add_tensor(bd, n, NULL, 1, c->bins, 0, 0, 1);
         snprintf(n, sizeof n, "quantizer.%s.vq.layers.%d._codebook.embedding_sum", which, i);
         q->cb[i] = add_tensor(bd, n, NULL, 2, c->bins, c->q_dimension, 0, 1);
-        if (bd->place) {
+        if (bd->place && bd->m->arena)
             q->norm2[i] = bd->m->arena + bd->floats;
-        }
         bd->floats += ((size_t)c->bins + 15) & ~(size_t)15;
     }
 }
@@ -245,7 +245,7 @@ static void walk(builder *bd)
 #undef GEOM
 }
 
-int mimi_model_build(const mimi_config *c, size_t max_params, mimi_model **out, char *err, size_t errlen)
+int mimi_model_build(const mimi_config *c, int with_weights, mimi_model **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (mimi_config_check(c, err, errlen) != 0)
@@ -271,29 +271,36 @@ int mimi_model_build(const mimi_config *c, size_t max_params, mimi_model **out, 
     builder bd = { .m = m };
     walk(&bd);
     m->arena_floats = bd.floats;
-    if (max_params && m->params > max_params) {
-        mt_set_err(err, errlen, "the configuration needs %zu weights, more than the checkpoint's "
-                   "tensors can hold (%zu)", m->params, max_params);
+    m->tab = calloc((size_t)m->ntab, sizeof *m->tab);
+    if (!m->tab) {
+        mt_set_err(err, errlen, "mimi model: out of memory");
         mimi_free(m);
         return -1;
     }
+    bd.place = 1;
+    walk(&bd);
+    if (with_weights && mimi_model_alloc(m, err, errlen) != 0) {
+        mimi_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+int mimi_model_alloc(mimi_model *m, char *err, size_t errlen)
+{
     if (m->arena_floats > ((size_t)1 << 31)) {
         mt_set_err(err, errlen, "mimi: %zu weights is too many", m->arena_floats);
-        mimi_free(m);
         return -1;
     }
-    m->tab = calloc((size_t)m->ntab, sizeof *m->tab);
-    if (posix_memalign((void **)&m->arena, 64, m->arena_floats * sizeof(float) + 64) != 0)
+    if (posix_memalign((void **)&m->arena, 64, m->arena_floats * sizeof(float) + 64) != 0) {
         m->arena = NULL;
-    if (!m->tab || !m->arena) {
         mt_set_err(err, errlen, "mimi model: out of memory (%zu weights)", m->arena_floats);
-        mimi_free(m);
         return -1;
     }
     memset(m->arena, 0, m->arena_floats * sizeof(float));
-    bd.place = 1;
-    walk(&bd);
-    *out = m;
+    builder bd = { .m = m, .place = 1 };
+    walk(&bd);   /* again, now with the weights' addresses */
     return 0;
 }
 
@@ -358,7 +365,7 @@ static inline float unif(mt_rng *r, double sd)
 int mimi_synthetic(const mimi_config *c, uint64_t seed, mimi_model **out, char *err, size_t errlen)
 {
     mimi_model *m;
-    if (mimi_model_build(c, 0, &m, err, errlen) != 0)
+    if (mimi_model_build(c, 1, &m, err, errlen) != 0)
         return -1;
     mt_rng r;
     mt_rng_seed(&r, seed);
@@ -430,10 +437,11 @@ static char *metadata_config(const uint8_t *buf, size_t len)
     return out;
 }
 
-static int fill_from(mimi_model *m, const mt_st_file *sf, const char *what, char *err, size_t errlen)
+/* Every checkpoint tensor is one of ours, every one of ours (not
+ * optional) is there with its shape and a float dtype. */
+static int check_tensors(const mimi_model *m, const mt_st_file *sf, const char *what, char *err, size_t errlen)
 {
     char got[96], want[96];
-    /* every checkpoint tensor must be one of ours */
     for (int i = 0; i < sf->n; i++) {
         const mt_st_tensor *st = &sf->t[i];
         int found = 0;
@@ -447,7 +455,7 @@ static int fill_from(mimi_model *m, const mt_st_file *sf, const char *what, char
         }
     }
     for (int j = 0; j < m->ntab; j++) {
-        mimi_tensor *t = &m->tab[j];
+        const mimi_tensor *t = &m->tab[j];
         const mt_st_tensor *st = mt_st_find(sf, t->name);
         if (!st && t->alt[0])
             st = mt_st_find(sf, t->alt);
@@ -474,17 +482,25 @@ static int fill_from(mimi_model *m, const mt_st_file *sf, const char *what, char
                        mt_st_dtype_name(st->dtype));
             return -1;
         }
-        if (t->dst && mt_st_to_f32(st, t->dst) != 0) {
+    }
+    return 0;
+}
+
+/* The weights in, converted to fp32, all finite. */
+static int fill_from(mimi_model *m, const mt_st_file *sf, const char *what, char *err, size_t errlen)
+{
+    for (int j = 0; j < m->ntab; j++) {
+        mimi_tensor *t = &m->tab[j];
+        const mt_st_tensor *st = mt_st_find(sf, t->name);
+        if (!st && t->alt[0])
+            st = mt_st_find(sf, t->alt);
+        if (!st || !t->dst)
+            continue;
+        if (mt_st_to_f32(st, t->dst) != 0) {
             mt_set_err(err, errlen, "%s: tensor '%s': cannot convert", what, st->name);
             return -1;
         }
-    }
-    for (int j = 0; j < m->ntab; j++) {
-        mimi_tensor *t = &m->tab[j];
-        if (!t->dst)
-            continue;
-        size_t n = (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1) *
-                   (size_t)(t->ndim > 2 ? t->shape[2] : 1);
+        size_t n = (size_t)st->numel;
         for (size_t k = 0; k < n; k++)
             if (!isfinite(t->dst[k])) {
                 mt_set_err(err, errlen, "%s: tensor '%s': element %zu is not finite", what, t->name, k);
@@ -518,16 +534,22 @@ int mimi_load_mem(const void *buf, size_t len, const char *what, const mimi_conf
             }
         }
     }
-    /* no weight comes in at less than 2 bytes: a configuration asking for
-     * more weights than that is refused before anything is allocated */
+    /* the tensors' names and shapes are checked before the weights are
+     * allocated, so the allocation is bounded by the file's size */
     mimi_model *m;
     char e2[256];
-    if (mimi_model_build(&c, len / 2 + 1, &m, e2, sizeof e2) != 0) {
+    if (mimi_model_build(&c, 0, &m, e2, sizeof e2) != 0) {
         mt_set_err(err, errlen, "%s: %s", what, e2);
         mt_st_free(&sf);
         return -1;
     }
-    int rc = fill_from(m, &sf, what, err, errlen);
+    int rc = check_tensors(m, &sf, what, err, errlen);
+    if (rc == 0 && mimi_model_alloc(m, e2, sizeof e2) != 0) {
+        mt_set_err(err, errlen, "%s: %s", what, e2);
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = fill_from(m, &sf, what, err, errlen);
     mt_st_free(&sf);
     if (rc != 0) {
         mimi_free(m);
