@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util/clock.h"
 #include "util/errmsg.h"
@@ -29,9 +30,20 @@ struct mimi_batch {
     float *score;      /* [context] */
     float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
     double stage_s[MIMI_NSTAGES];
+    int    cpu_clock;  /* stages timed in this thread's CPU time */
 };
 
-static double now_s(void) { return (double)mt_clock_ns() * 1e-9; }
+static double now_s(const mimi_batch *w)
+{
+    if (w->cpu_clock) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    }
+    return (double)mt_clock_ns() * 1e-9;
+}
+
+void mimi_batch_time_cpu(mimi_batch *w, int on) { w->cpu_clock = on; }
 
 static void *alloc_f(size_t n, size_t *bytes, int *bad)
 {
@@ -472,7 +484,7 @@ int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
     if (check_call(m, w, S, B, pcm, codes, err, errlen) != 0)
         return -1;
     const mimi_config *c = &m->c;
-    double t0 = now_s();
+    double t0 = now_s(w);
     float **A = w->act;
     int cur = 0;
     int ci = 0;
@@ -495,14 +507,14 @@ int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
     elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
     conv_fwd(last, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
     cur = (cur + 2) % 4;
-    double t1 = now_s();
+    double t1 = now_s(w);
     transformer_fwd(m, m->etr, w, S, B, m->enc_steps, 0, A[cur]);
-    double t2 = now_s();
+    double t2 = now_s(w);
     float *lat = A[(cur + 1) % 4];   /* [dim][B] */
     conv_fwd(&m->down, w, S, B, A[cur], lat);
     for (int b = 0; b < B; b++)
         S[b]->down_first = 0;
-    double t3 = now_s();
+    double t3 = now_s(w);
 
     const int qd = c->q_dimension, nq = c->n_q_used;
     const mimi_rvq *qs[2] = { &m->first, &m->rest };
@@ -534,7 +546,7 @@ int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
         }
         code0 += nqs[r];
     }
-    double t4 = now_s();
+    double t4 = now_s(w);
     for (int b = 0; b < B; b++)
         S[b]->enc_frames++;
     w->stage_s[MIMI_ST_SEANET] = t1 - t0;
@@ -560,7 +572,7 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
                 return -1;
             }
         }
-    double t0 = now_s();
+    double t0 = now_s(w);
     float **A = w->act;
     float *lat = A[0];   /* [dim][B] */
     const mimi_rvq *qs[2] = { &m->first, &m->rest };
@@ -580,11 +592,11 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
                     qs[r]->out_proj, qd, w->sum2, B, r ? 1.0f : 0.0f, lat, B);
         code0 += nqs[r];
     }
-    double t1 = now_s();
+    double t1 = now_s(w);
     convtr_fwd(&m->up, w, S, B, lat, A[1]);
-    double t2 = now_s();
+    double t2 = now_s(w);
     transformer_fwd(m, m->dtr, w, S, B, m->enc_steps, 1, A[1]);
-    double t3 = now_s();
+    double t3 = now_s(w);
     int cur = 1, ci = 0;
     conv_fwd(&m->dec[ci++], w, S, B, A[cur], A[(cur + 1) % 4]);
     cur = (cur + 1) % 4;
@@ -605,7 +617,7 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
     const mimi_conv *last = &m->dec[ci++];
     elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
     conv_fwd(last, w, S, B, A[(cur + 1) % 4], pcm);   /* [1][B*frame] = [B][frame] */
-    double t4 = now_s();
+    double t4 = now_s(w);
     for (int b = 0; b < B; b++)
         S[b]->dec_frames++;
     w->stage_s[MIMI_ST_RVQ] = t1 - t0;

@@ -135,7 +135,10 @@ int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *s, int B,
 int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *s, int B,
                 const int32_t *codes, float *pcm, char *err, size_t errlen);
 
-/* Stage timings of the last call (seconds), for the benchmark. */
+/* Stage timings of the last call (seconds), for the benchmark: wall
+ * time, or with mimi_batch_time_cpu(w, 1) the calling thread's CPU time
+ * (the work itself on a shared machine, when BLAS runs on this thread). */
+void mimi_batch_time_cpu(mimi_batch *w, int on);
 enum { MIMI_ST_SEANET, MIMI_ST_TRANSFORMER, MIMI_ST_RESAMPLE, MIMI_ST_RVQ, MIMI_NSTAGES };
 void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES]);
 /* FLOPs per session-frame of each stage, encode (dir 0) or decode (1). */

@@ -15,7 +15,8 @@
  *         gflops= (both directions) sgemm_gflops= (best so far)
  *         frac_sgemm= (gflops / sgemm_gflops) and per stage
  *         enc_seanet= enc_transformer= enc_resample= enc_rvq= (GFLOP/s)
- *         and dec_* alike
+ *         and dec_* alike (wall; with one thread they are on the
+ *         codec_cpu line, GFLOP/s / ms per session-frame of CPU time)
  *   realtime sessions= (80 ms per frame over the best per-session time,
  *         on these threads)
  * With one thread, codec_cpu and realtime_cpu lines give the same from
@@ -134,6 +135,8 @@ int main(int argc, char **argv)
                 fprintf(stderr, "mt-benchcodec: %s\n", err);
                 return 1;
             }
+        if (threads == 1)
+            mimi_batch_time_cpu(w, 1);
         double g_here = sgemm_gflops();   /* beside this batch's timing */
         if (g_here > peak)
             peak = g_here;
@@ -174,15 +177,20 @@ int main(int argc, char **argv)
         printf("codec B=%d enc_ms=%.2f dec_ms=%.2f enc_gflops=%.1f dec_gflops=%.1f gflops=%.1f sgemm_gflops=%.1f "
                "frac_sgemm=%.2f", B, be * 1e3 / B, bd * 1e3 / B, ge, gd, gall, peak, gall / peak);
         static const char *names[MIMI_NSTAGES] = { "seanet", "transformer", "resample", "rvq" };
-        for (int i = 0; i < MIMI_NSTAGES; i++)
+        for (int i = 0; threads > 1 && i < MIMI_NSTAGES; i++)
             printf(" enc_%s=%.1f", names[i], se[i] > 0 ? fe[i] * B / se[i] / 1e9 : 0);
-        for (int i = 0; i < MIMI_NSTAGES; i++)
+        for (int i = 0; threads > 1 && i < MIMI_NSTAGES; i++)
             printf(" dec_%s=%.1f", names[i], sd[i] > 0 ? fd[i] * B / sd[i] / 1e9 : 0);
-        printf(" enc_ms_seanet=%.2f dec_ms_seanet=%.2f\n", se[0] * 1e3 / B, sd[0] * 1e3 / B);
+        printf("\n");
         if (threads == 1) {
             double gc = (mimi_encode_flops(m) + mimi_decode_flops(m)) * B / (ce + cd) / 1e9;
-            printf("codec_cpu B=%d enc_ms=%.2f dec_ms=%.2f gflops=%.1f sgemm_gflops=%.1f frac_sgemm=%.2f\n", B,
+            printf("codec_cpu B=%d enc_ms=%.2f dec_ms=%.2f gflops=%.1f sgemm_gflops=%.1f frac_sgemm=%.2f", B,
                    ce * 1e3 / B, cd * 1e3 / B, gc, sgemm_cpu_best, gc / sgemm_cpu_best);
+            for (int i = 0; i < MIMI_NSTAGES; i++)
+                printf(" enc_%s=%.1f/%.2fms", names[i], se[i] > 0 ? fe[i] * B / se[i] / 1e9 : 0, se[i] * 1e3 / B);
+            for (int i = 0; i < MIMI_NSTAGES; i++)
+                printf(" dec_%s=%.1f/%.2fms", names[i], sd[i] > 0 ? fd[i] * B / sd[i] / 1e9 : 0, sd[i] * 1e3 / B);
+            printf("\n");
             if ((ce + cd) / B < best_cpu) {
                 best_cpu = (ce + cd) / B;
                 best_cb = B;
