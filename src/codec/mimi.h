@@ -91,6 +91,11 @@ typedef struct mimi_batch mimi_batch;
  * or all the codebooks when fewer). */
 int  mimi_load(const char *spec, const char *config_path, int n_q_used,
                mimi_model **out, char *err, size_t errlen);
+/* The shape alone (no weights: state bytes, FLOPs, parameter count; not
+ * for encode/decode): synthetic specs, or the configuration a checkpoint
+ * file or directory would be loaded with (its tensors not read). */
+int  mimi_load_shape(const char *spec, const char *config_path, int n_q_used,
+                     mimi_model **out, char *err, size_t errlen);
 /* The same from a safetensors image in memory (what the fuzz harness
  * drives). c is the configuration the tensors must match. Every tensor
  * Kyutai's state dict has for c must be present with its shape (F32, F16

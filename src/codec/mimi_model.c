@@ -611,8 +611,8 @@ static int find_weights(const char *dir, char *out, size_t outlen, char *err, si
     return 0;
 }
 
-int mimi_load(const char *spec, const char *config_path, int n_q_used, mimi_model **out,
-              char *err, size_t errlen)
+static int load_any(const char *spec, const char *config_path, int n_q_used, int shape_only,
+                    mimi_model **out, char *err, size_t errlen)
 {
     *out = NULL;
     mimi_config c;
@@ -663,7 +663,7 @@ int mimi_load(const char *spec, const char *config_path, int n_q_used, mimi_mode
                 return -1;
             }
         }
-        if (mimi_synthetic(&c, seed, &m, err, errlen) != 0)
+        if (shape_only ? mimi_model_build(&c, 0, &m, err, errlen) : mimi_synthetic(&c, seed, &m, err, errlen))
             return -1;
     } else {
         char wpath[4096];
@@ -709,7 +709,21 @@ int mimi_load(const char *spec, const char *config_path, int n_q_used, mimi_mode
             return -1;
         }
         static const uint8_t empty[1];
-        int rc = mimi_load_mem(map ? map : empty, flen, wpath, have_c ? &c : NULL, &m, err, errlen);
+        int rc;
+        if (shape_only) {
+            if (!have_c) {
+                mimi_config_default(&c);
+                char *js = map ? metadata_config(map, flen) : NULL;
+                rc = js ? mimi_config_parse(js, strlen(js), wpath, &c, err, errlen) : 0;
+                free(js);
+            } else {
+                rc = 0;
+            }
+            if (rc == 0)
+                rc = mimi_model_build(&c, 0, &m, err, errlen);
+        } else {
+            rc = mimi_load_mem(map ? map : empty, flen, wpath, have_c ? &c : NULL, &m, err, errlen);
+        }
         if (map)
             munmap(map, flen);
         if (rc != 0)
@@ -724,6 +738,18 @@ int mimi_load(const char *spec, const char *config_path, int n_q_used, mimi_mode
     }
     *out = m;
     return 0;
+}
+
+int mimi_load(const char *spec, const char *config_path, int n_q_used, mimi_model **out,
+              char *err, size_t errlen)
+{
+    return load_any(spec, config_path, n_q_used, 0, out, err, errlen);
+}
+
+int mimi_load_shape(const char *spec, const char *config_path, int n_q_used, mimi_model **out,
+                    char *err, size_t errlen)
+{
+    return load_any(spec, config_path, n_q_used, 1, out, err, errlen);
 }
 
 /* ---- session state --------------------------------------------------------- */

@@ -69,6 +69,14 @@ head -c 3000 /dev/urandom >"$T_TMP/bad.txt"
 t_ok $? "random bytes as codes: exit 1, one message"
 t_check "nothing written after a refusal" [ ! -e "$T_TMP/bad.raw" ]
 
+# 3b. the codec's share in mt-probe predict
+out=$("$P" predict -m synthetic:small --kv-mem 64M --duration 10s --codec synthetic:mimi 2>&1)
+t_check "predict --codec: the codec's state per session (16480832 bytes)" grep -q "codec per-session state.*(16480832)" <<<"$out"
+t_check "predict --codec: at the bounded capacity of 7" grep -q "codec at bounded capacity.*for 7 sessions" <<<"$out"
+"$P" predict -m synthetic:small --kv-mem 64M --codec "$T_TMP/none" >"$T_TMP/out" 2>"$T_TMP/err"
+[ $? = 1 ] && [ ! -s "$T_TMP/out" ] && grep -q -- "--codec" "$T_TMP/err"
+t_ok $? "predict --codec with no such codec: exit 1 before any output"
+
 # 4. usage
 "$P" codec -c $C --encode --decode a b >/dev/null 2>&1
 t_check "--encode with --decode: exit 2" [ $? = 2 ]
