@@ -116,8 +116,9 @@ size_t mimi_param_count(const mimi_model *m);
 double mimi_encode_flops(const mimi_model *m);
 double mimi_decode_flops(const mimi_model *m);
 
-/* One session's streaming state, zeroed at start: every bytes below is
- * allocated by mimi_state_new and nothing more is ever allocated. */
+/* One session's streaming state, zeroed at start: mimi_state_bytes() are
+ * allocated by mimi_state_new, and encoding or decoding allocates nothing
+ * more for the session, however long it runs. */
 size_t      mimi_state_bytes(const mimi_model *m);
 mimi_state *mimi_state_new(const mimi_model *m, char *err, size_t errlen);
 void        mimi_state_reset(const mimi_model *m, mimi_state *s);
