@@ -23,7 +23,9 @@
  *              * 32767); audio_passthrough models copy pcm_in to pcm_out
  *              (the backbone still runs).
  *   token in:  x = embed_tokens[id] (ids checked in decoder.c: 0 <= id < vocab)
+ *   vector in: x = x_in (no adapter; any model)
  *   logits:    lm_head . rmsnorm(h_final)
+ *   hidden out: h_out = rmsnorm(h_final) * norm (what the heads read)
  * Outputs that are NULL (or that the model has no adapter for) are skipped.
  */
 #ifndef MT_DECODER_H
@@ -70,12 +72,18 @@ typedef struct mt_decoder_opts {
     double       sim_time_scale;
 } mt_decoder_opts;
 
-/* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
+/* Inputs and outputs of one step; exactly one of pcm_in / tokens_in / x_in
+ * is used. */
 typedef struct mt_step_io {
     const int16_t *pcm_in;    /* [B, frame_samples]  audio adapter */
     int16_t       *pcm_out;   /* [B, frame_samples] */
     const int32_t *tokens_in; /* [B]                 token adapter */
     float         *logits;    /* [B, vocab] */
+    /* Vector input (a caller that embeds its own streams, e.g. Kyutai's
+     * summed text and codebook embeddings): used instead of pcm_in and
+     * tokens_in. */
+    const float   *x_in;      /* [B, hidden]         x = x_in */
+    float         *h_out;     /* [B, hidden]         rmsnorm(h_final) * norm */
 } mt_step_io;
 
 
