@@ -228,8 +228,23 @@ int mt_kyutai_config_check(const mt_kyutai_config *kc, const char *file, char *e
         mt_set_err(err, errlen, "%s: dep_q %d is more than n_q %d", file, kc->dep_q, kc->n_q);
         return -1;
     }
-    if (kc->ffn < 1 || kc->dep_ffn < 1) {
-        mt_set_err(err, errlen, "%s: a feed-forward width is under 1", file);
+    if (kc->ffn < 1 || kc->dep_ffn < 1 || kc->ffn > (1 << 20) || kc->dep_ffn > (1 << 20)) {
+        mt_set_err(err, errlen, "%s: a feed-forward width (%d, depformer %d) is outside 1..%d",
+                 file, kc->ffn, kc->dep_ffn, 1 << 20);
+        return -1;
+    }
+    mt_config c;
+    mt_kyutai_backbone_config(kc, file, &c);
+    if (mt_config_check(&c, file, err, errlen))
+        return -1;
+    /* every size product stays far inside 64 bits */
+    double floats = (double)mt_model_params(&c) +
+                    (double)kc->dep_layers * kc->dep_q *
+                        (4.0 * kc->dep_dim * kc->dep_dim + 3.0 * kc->dep_ffn * kc->dep_dim) +
+                    (double)(kc->n_q + 2) * (kc->card + kc->text_card + 2) * (kc->dim + kc->dep_dim);
+    if (floats > 1e15) {
+        mt_set_err(err, errlen, "%s: %.3g parameters is not a model this loader takes", file,
+                 floats);
         return -1;
     }
     return 0;

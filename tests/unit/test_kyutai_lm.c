@@ -459,6 +459,131 @@ static int edited_copy(const char *dir, const char *from, const char *to)
     return p ? rc : -1;
 }
 
+/* Frame t's input vectors of the fixture sessions, teacher-forced from
+ * Kyutai's tokens (LMGen's streams: initial token while t <= delay, else
+ * the token of frame t - 1 for the generated streams and of frame
+ * t - delay for the user's). x [B, dim]. */
+static void forced_inputs(const mt_kyutai_lm *lm, int t, float *x)
+{
+    const mt_kyutai_config *kc = &lm->kc;
+    const int Q = kc->dep_q, nu = kc->n_q - Q, D = kc->dim;
+    const int32_t *text = ex_data("text_tokens", (uint64_t)B * T);
+    const int32_t *audio = ex_data("audio_tokens", (uint64_t)B * T * Q);
+    const int32_t *user = ex_data("user_codes", (uint64_t)B * T * nu);
+    for (int b = 0; b < B; b++) {
+        float *xb = x + (size_t)b * D;
+        memset(xb, 0, (size_t)D * sizeof(float));
+        for (int k = 0; k <= kc->n_q; k++) {
+            int d = kc->delays[k];
+            int32_t v = t <= d ? (k ? kc->card : kc->text_card)
+                      : k == 0 ? text[b * T + t - 1]
+                      : k <= Q ? audio[((size_t)b * T + t - 1) * Q + k - 1]
+                               : user[((size_t)b * T + t - d) * nu + k - 1 - Q];
+            if (v < 0)
+                continue;
+            const float *e = k ? lm->emb[k - 1] : lm->text_emb;
+            for (int i = 0; i < D; i++)
+                xb[i] += e[(size_t)v * D + i];
+        }
+    }
+}
+
+/* The teacher-forced temporal step on a decoder: text logits [B, T, V]
+ * and out_norm(h) [B, T, dim]. With the fixture's own tokens as inputs,
+ * the CPU's logits must be Kyutai's. */
+static int forced_run(const mt_kyutai_lm *lm, mt_decoder *d, float *tlog, float *h)
+{
+    const int V = lm->kc.text_card_out, D = lm->kc.dim;
+    mt_kv_pool *pool = mt_decoder_pool(d);
+    mt_kv_seq *seqs[B] = { 0 };
+    float x[B * 64], tl[B * 64], hh[B * 64];
+    char err[256] = "";
+    int rc = -1;
+    for (int b = 0; b < B; b++)
+        if (mt_kv_seq_open(pool, &seqs[b]))
+            goto out;
+    for (int t = 0; t < T; t++) {
+        forced_inputs(lm, t, x);
+        for (int b = 0; b < B; b++)
+            if (mt_kv_reserve(pool, seqs[b], 1))
+                goto out;
+        mt_step_io io = { .x_in = x, .logits = tl, .h_out = hh };
+        if (mt_decoder_step(d, B, seqs, &io, err, sizeof err))
+            goto out;
+        for (int b = 0; b < B; b++) {
+            memcpy(tlog + ((size_t)b * T + t) * V, tl + (size_t)b * V, (size_t)V * sizeof(float));
+            memcpy(h + ((size_t)b * T + t) * D, hh + (size_t)b * D, (size_t)D * sizeof(float));
+        }
+    }
+    rc = 0;
+out:
+    if (rc)
+        tap_diag("forced run: %s", err);
+    mt_kv_seq_close_all(pool, seqs, B);
+    return rc;
+}
+
+/* The temporal transformer teacher-forced on the CPU (against Kyutai's
+ * logits) and, where a GPU is present, on CUDA against the CPU: bf16
+ * weights and K/V there, so 3% RMS of the logits' RMS (test_cuda.c's
+ * budget) instead of fp32's 1e-4. */
+static void test_forced_and_cuda(void)
+{
+    mt_kyutai_lm *lm = load("split");
+    if (!lm)
+        return;
+    const int V = lm->kc.text_card_out, D = lm->kc.dim;
+    float *tl = calloc((size_t)B * T * V, sizeof(float)), *h = calloc((size_t)B * T * D, sizeof(float));
+    mt_decoder *dc = make_dec(lm, MT_KV_WINDOW, 0, lm->kc.context, MT_ROPE_ABSOLUTE);
+    if (ok(dc && forced_run(lm, dc, tl, h) == 0, "teacher-forced temporal steps (x_in, h_out)")) {
+        double sc, m = maxdiff(tl, ex_data("text_logits", (uint64_t)B * T * V), (size_t)B * T * V, &sc);
+        ok(m <= LOGIT_TOL * sc, "  text logits of Kyutai's inputs are Kyutai's (max diff %.2e)", m);
+    }
+#ifdef MT_HAVE_CUDA
+    char why[256] = "";
+    if (mt_cuda_available(why, sizeof why) == 1) {
+        mt_decoder_opts o = { .device = MT_DEV_CUDA, .max_batch = B };
+        o.kv.policy = MT_KV_WINDOW;
+        o.kv.window = lm->kc.context;
+        o.kv.rope = MT_ROPE_ABSOLUTE;
+        o.kv.budget_bytes = (size_t)B * 4 * 64 * mt_decoder_position_bytes(&lm->temporal->cfg, 2);
+        mt_decoder *dg = NULL;
+        char err[256] = "";
+        float *tg = calloc((size_t)B * T * V, sizeof(float)), *hg = calloc((size_t)B * T * D, sizeof(float));
+        if (ok(mt_decoder_create(lm->temporal, &o, &dg, err, sizeof err) == 0 &&
+               forced_run(lm, dg, tg, hg) == 0, "CUDA: teacher-forced temporal steps (%s)", err)) {
+            double e2 = 0, r2 = 0, he2 = 0, hr2 = 0;
+            for (size_t i = 0; i < (size_t)B * T * V; i++) {
+                e2 += (tg[i] - tl[i]) * (double)(tg[i] - tl[i]);
+                r2 += (double)tl[i] * tl[i];
+            }
+            for (size_t i = 0; i < (size_t)B * T * D; i++) {
+                he2 += (hg[i] - h[i]) * (double)(hg[i] - h[i]);
+                hr2 += (double)h[i] * h[i];
+            }
+            ok(sqrt(e2 / r2) < 0.03, "CUDA text logits within 3%% RMS of the CPU's (%.4f)",
+               sqrt(e2 / r2));
+            ok(sqrt(he2 / hr2) < 0.03, "CUDA h_out within 3%% RMS of the CPU's (%.4f)",
+               sqrt(he2 / hr2));
+        }
+        free(tg);
+        free(hg);
+        mt_decoder_free(dg);
+    } else {
+        if (getenv("MT_REQUIRE_GPU") && atoi(getenv("MT_REQUIRE_GPU")))
+            ok(0, "a GPU is present (MT_REQUIRE_GPU=1): %s", why);
+        else
+            tap_skip("CUDA parity of the Kyutai temporal step: no GPU here");
+    }
+#else
+    tap_skip("CUDA parity of the Kyutai temporal step: built without CUDA");
+#endif
+    mt_decoder_free(dc);
+    free(tl);
+    free(h);
+    mt_kyutai_free(lm);
+}
+
 static void test_refusals(void)
 {
     char dir[] = "/tmp/mt-kyutai-XXXXXX", err[512];
@@ -538,6 +663,7 @@ int main(void)
     test_against_kyutai("fused");
     test_rope_layouts();
     test_bounded_vs_ring();
+    test_forced_and_cuda();
     test_sampling();
     test_refusals();
     mt_st_free(&ex);
