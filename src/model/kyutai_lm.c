@@ -284,6 +284,15 @@ size_t mt_kyutai_dep_state_bytes(const mt_kyutai_config *kc)
     return (size_t)kc->dep_layers * 2 * kc->dep_q * kc->dep_dim * sizeof(float);
 }
 
+size_t mt_kyutai_session_bytes(const mt_kyutai_config *kc)
+{
+    int max_delay = 0;
+    for (int k = 0; k <= kc->n_q; k++)
+        max_delay = kc->delays[k] > max_delay ? kc->delays[k] : max_delay;
+    return mt_kyutai_dep_state_bytes(kc) +
+           (size_t)(1 + kc->n_q) * (max_delay + 2) * sizeof(int32_t);
+}
+
 /* ---- storage ----------------------------------------------------------------- */
 
 /* Floats of every non-temporal tensor. */

@@ -121,5 +121,8 @@ void mt_kyutai_rope_perm(int hd, int *perm);
 /* Host bytes of the depformer's per-session scratch at one step (its
  * per-frame K/V of dep_q positions, every layer), for the memory report. */
 size_t mt_kyutai_dep_state_bytes(const mt_kyutai_config *kc);
+/* A session's bytes besides the temporal K/V (which the KV pool counts):
+ * the depformer's per-frame K/V and the token rings (decode/kyutai.h). */
+size_t mt_kyutai_session_bytes(const mt_kyutai_config *kc);
 
 #endif
