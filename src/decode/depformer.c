@@ -92,10 +92,21 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int B, int 
     }
 }
 
-/* Y [B, N] (+)= X [B, K] . W [N, K]^T */
+/* Y [B, N] (+)= X [B, K] . W [N, K]^T, X rows ldx apart (sgemv for one
+ * row: OpenBLAS's sgemm takes longer over a single row) */
+static void gemm_ld(int B, int N, int K, const float *X, int ldx, const float *W, float beta,
+                    float *Y)
+{
+    if (B == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W, K, X, 1, beta, Y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, X, ldx, W, K, beta,
+                    Y, N);
+}
+
 static void gemm(int B, int N, int K, const float *X, const float *W, float beta, float *Y)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, X, K, W, K, beta, Y, N);
+    gemm_ld(B, N, K, X, K, W, beta, Y);
 }
 
 static void add_emb(float *x, const float *table, int32_t tok, int n)
@@ -163,8 +174,7 @@ void mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logi
                 g[i] = g[i] / (1.0f + expf(-g[i])) * g[F + i];
         }
         /* x += silu(gate) * up . linear_out^T, reading the gate halves */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, dd, F, 1.0f, df->gu, 2 * F,
-                    w->w_out, F, 1.0f, df->x, dd);
+        gemm_ld(B, dd, F, df->gu, 2 * F, w->w_out, 1.0f, df->x);
     }
     gemm(B, kc->card, dd, df->x, lm->linears[k], 0.0f, logits);
 }

@@ -34,8 +34,7 @@ struct mt_kyutai_gen {
     int32_t *tok;          /* [maxb] the step's sampled tokens */
     int32_t *text;         /* [maxb] the frame's text tokens */
     int32_t *audio;        /* [maxb, dep_q] */
-    int     *idx;          /* [max(text_card_out, card)] sampling scratch */
-    float   *prob;         /* [max(text_card_out, card)] */
+    int     *idx;          /* [max(text_card_out, card)] top-k candidates */
     mt_kyutai_times times;
 };
 
@@ -62,7 +61,6 @@ void mt_kyutai_gen_free(mt_kyutai_gen *g)
     free(g->text);
     free(g->audio);
     free(g->idx);
-    free(g->prob);
     free(g);
 }
 
@@ -104,9 +102,7 @@ int mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
     g->text = malloc(R * sizeof(int32_t));
     g->audio = malloc(R * (size_t)(kc->dep_q + 1) * sizeof(int32_t));
     g->idx = malloc(V * sizeof(int));
-    g->prob = malloc(V * sizeof(float));
-    if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio || !g->idx ||
-        !g->prob) {
+    if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio || !g->idx) {
         mt_kyutai_gen_free(g);
         mt_set_err(err, errlen, "kyutai: out of memory");
         return -1;
@@ -159,18 +155,55 @@ void mt_kyutai_last_times(const mt_kyutai_gen *g, mt_kyutai_times *t) { *t = g->
 
 /* ---- sampling ---------------------------------------------------------------- */
 
-static const float *cmp_p;
-static int by_prob_desc(const void *a, const void *b)
+static int cmp_int(const void *a, const void *b)
 {
-    float x = cmp_p[*(const int *)a], y = cmp_p[*(const int *)b];
-    if (x != y)
-        return x > y ? -1 : 1;
     return *(const int *)a - *(const int *)b;
 }
 
-/* Kyutai's sample_token on one row of n logits. */
+/* The top k of n logits by a min-heap of their indices (smallest logit at
+ * the root; ties: the larger index counts as smaller, so the lower index
+ * is kept, as torch.topk's stable order would): idx [k]. */
+static int worse(const float *l, int a, int b)
+{
+    return l[a] < l[b] || (l[a] == l[b] && a > b);
+}
+
+static void sift_down(const float *l, int *h, int k, int i)
+{
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= k)
+            return;
+        if (c + 1 < k && worse(l, h[c + 1], h[c]))
+            c++;
+        if (!worse(l, h[c], h[i]))
+            return;
+        int t = h[c];
+        h[c] = h[i];
+        h[i] = t;
+        i = c;
+    }
+}
+
+static void top_k(const float *l, int n, int k, int *h)
+{
+    for (int i = 0; i < k; i++)
+        h[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--)
+        sift_down(l, h, k, i);
+    for (int i = k; i < n; i++)
+        if (worse(l, h[0], i)) {
+            h[0] = i;
+            sift_down(l, h, k, 0);
+        }
+}
+
+/* Kyutai's sample_token on one row of n logits: softmax(l / temp), its top
+ * k, one draw. The softmax is taken over the top k only: the draw
+ * (argmax p_i / E_i) does not change when every p_i is scaled by one
+ * factor, and the order of p is the order of the logits. */
 static int32_t sample(mt_kyutai_gen *g, mt_kyutai_sess *s, const float *logits, int n,
-                      float temp, int top_k)
+                      float temp, int top_k_n)
 {
     int best = 0;
     if (s->smp.greedy || !(temp > 0.0f)) {
@@ -179,28 +212,19 @@ static int32_t sample(mt_kyutai_gen *g, mt_kyutai_sess *s, const float *logits, 
                 best = i;
         return best;
     }
-    float *p = g->prob;
-    float m = -INFINITY, sum = 0;
-    for (int i = 0; i < n; i++)
-        m = logits[i] / temp > m ? logits[i] / temp : m;
-    for (int i = 0; i < n; i++) {
-        p[i] = expf(logits[i] / temp - m);
-        sum += p[i];
-    }
-    for (int i = 0; i < n; i++) {
-        p[i] /= sum;
-        g->idx[i] = i;
-    }
-    int k = top_k > 0 && top_k < n ? top_k : n;
-    if (k < n) {
-        cmp_p = p;      /* qsort has no context argument; steps are not concurrent */
-        qsort(g->idx, (size_t)n, sizeof *g->idx, by_prob_desc);
-    }
-    /* one draw from p restricted to the top k: argmax p_i / E_i */
+    int k = top_k_n > 0 && top_k_n < n ? top_k_n : n;
+    top_k(logits, n, k, g->idx);
+    float m = -INFINITY;
+    for (int j = 0; j < k; j++)
+        m = logits[g->idx[j]] > m ? logits[g->idx[j]] : m;
+    /* the draws in the order of the candidates' indices, so that the
+     * generator's stream does not depend on the heap's order */
+    qsort(g->idx, (size_t)k, sizeof *g->idx, cmp_int);
     double bestv = -1;
     for (int j = 0; j < k; j++) {
+        double p = exp(((double)logits[g->idx[j]] - m) / temp);
         double e = -log(1.0 - mt_rng_uniform(&s->rng));
-        double v = p[g->idx[j]] / (e > 0 ? e : 1e-300);
+        double v = p / (e > 0 ? e : 1e-300);
         if (v > bestv) {
             bestv = v;
             best = g->idx[j];

@@ -726,6 +726,25 @@ static void tiny_config(mt_kyutai_config *kc)
     kc->eps = 1e-8f;
 }
 
+/* A mid-size Kyutai shape for the CPU benchmark: Moshi's streams (16
+ * codebooks, 8 of them the depformer's, Moshi's delays) on a small
+ * transformer. */
+static void small_config(mt_kyutai_config *kc)
+{
+    moshiko_defaults(kc);
+    kc->dim = 256;
+    kc->num_heads = 4;
+    kc->num_layers = 6;
+    kc->ffn = 2 * (int)(4.125 * 256) / 3;           /* 704 */
+    kc->text_card = 4000;
+    kc->text_card_out = 4000;
+    kc->card = 1024;
+    kc->dep_dim = 256;
+    kc->dep_heads = 4;
+    kc->dep_layers = 4;
+    kc->dep_ffn = 2 * (int)(4.125 * 256) / 3;
+}
+
 /* Random side tensors: N(0, 1/in) for matrices and tables (Kyutai's init
  * scale), norms 1. */
 static void fill_random(mt_kyutai_lm *lm, uint64_t seed)
@@ -765,9 +784,11 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
         moshiko_defaults(&kc);
     else if (nl == 11 && !strncmp(name, "kyutai-tiny", 11))
         tiny_config(&kc);
+    else if (nl == 12 && !strncmp(name, "kyutai-small", 12))
+        small_config(&kc);
     else {
         mt_set_err(err, errlen, "%s: unknown Kyutai preset (synthetic:moshiko, "
-                 "synthetic:kyutai-tiny)", spec);
+                 "synthetic:kyutai-small, synthetic:kyutai-tiny)", spec);
         return -1;
     }
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
@@ -807,7 +828,7 @@ int mt_kyutai_is_kyutai(const char *spec)
 {
     if (!strncmp(spec, "synthetic:", 10)) {
         const char *n = spec + 10;
-        return !strncmp(n, "moshiko", 7) || !strncmp(n, "kyutai-tiny", 11);
+        return !strncmp(n, "moshiko", 7) || !strncmp(n, "kyutai-", 7);
     }
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", spec) >= sizeof path)

@@ -35,9 +35,10 @@
  * of moshi/models/loaders.py's _lm_kwargs, defaults from the published
  * Moshi configuration) and model.safetensors (F32, F16 or BF16, split
  * in_projs.N / out_projs.N or fused in_proj_weight / out_proj.weight
- * names); or "synthetic:moshiko" (the published shape) and
- * "synthetic:kyutai-tiny" (the fixture's shape), [":seed=N"], random
- * weights. A missing tensor or a shape that disagrees with the config is
+ * names); or "synthetic:moshiko" (the published shape),
+ * "synthetic:kyutai-small" (Moshi's streams on a 256-wide, 6-layer
+ * transformer, for the CPU benchmark) and "synthetic:kyutai-tiny" (the
+ * fixture's shape), [":seed=N"], random weights. A missing tensor or a shape that disagrees with the config is
  * refused with its name and both shapes.
  */
 #ifndef MT_KYUTAI_LM_H
@@ -104,8 +105,8 @@ int mt_kyutai_config_check(const mt_kyutai_config *kc, const char *file, char *e
 /* The temporal backbone's mt_config for kc. */
 void mt_kyutai_backbone_config(const mt_kyutai_config *kc, const char *name, mt_config *c);
 
-/* spec: a directory or "synthetic:moshiko" / "synthetic:kyutai-tiny"
- * [":seed=N"]. flags: MT_MODEL_SHAPE_ONLY for config only. */
+/* spec: a directory or "synthetic:moshiko" / "synthetic:kyutai-small" /
+ * "synthetic:kyutai-tiny" [":seed=N"]. flags: MT_MODEL_SHAPE_ONLY for config only. */
 int  mt_kyutai_load(const char *spec, int flags, mt_kyutai_lm **out, char *err,
                     size_t errlen);
 void mt_kyutai_free(mt_kyutai_lm *lm);

@@ -584,6 +584,78 @@ static void test_forced_and_cuda(void)
     mt_kyutai_free(lm);
 }
 
+/* The split fixture rewritten in BF16 (as Kyutai publishes): every weight
+ * loads as the bf16 rounding of the F32 fixture's, the permuted q/k rows
+ * and the split gate|up included. */
+static void test_bf16(void)
+{
+    char dir[] = "/tmp/mt-kyutai-bf16-XXXXXX", path[1300], err[512] = "";
+    if (!mkdtemp(dir)) {
+        ok(0, "mkdtemp");
+        return;
+    }
+    size_t len;
+    snprintf(path, sizeof path, "%s/tests/fixtures/kyutai_lm/split/model.safetensors", root);
+    char *buf = slurp(path, &len);
+    mt_st_file sf;
+    int rc = buf ? mt_st_parse(buf, len, path, &sf, err, sizeof err) : -1;
+    if (!ok(rc == 0, "read the F32 fixture (%s)", err)) {
+        free(buf);
+        rmdir(dir);
+        return;
+    }
+    mt_st_out *outs = calloc((size_t)sf.n, sizeof *outs);
+    float **data = calloc((size_t)sf.n, sizeof *data);
+    for (int i = 0; i < sf.n; i++) {
+        outs[i].name = sf.t[i].name;
+        outs[i].ndim = sf.t[i].ndim;
+        memcpy(outs[i].shape, sf.t[i].shape, sizeof outs[i].shape);
+        data[i] = malloc(sf.t[i].numel * sizeof(float));
+        mt_st_to_f32(&sf.t[i], data[i]);
+        outs[i].data = data[i];
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rc = mt_st_write(path, outs, sf.n, MT_ST_BF16, err, sizeof err);
+    char cfg[1300];
+    snprintf(cfg, sizeof cfg, "%s/tests/fixtures/kyutai_lm/split/config.json", root);
+    char *ctext = slurp(cfg, &len);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    FILE *f = fopen(cfg, "wb");
+    if (!ctext || !f || fwrite(ctext, 1, len, f) != len)
+        rc = -1;
+    if (f && fclose(f))
+        rc = -1;
+    free(ctext);
+    for (int i = 0; i < sf.n; i++)
+        free(data[i]);
+    free(data);
+    free(outs);
+    mt_st_free(&sf);
+    free(buf);
+    mt_kyutai_lm *lb = NULL, *lf = load("split");
+    if (ok(rc == 0 && lf && mt_kyutai_load(dir, 0, &lb, err, sizeof err) == 0,
+           "a BF16 Kyutai checkpoint loads (%s)", err)) {
+        const mt_kyutai_config *kc = &lf->kc;
+        size_t nd = (size_t)kc->dim * kc->dim, bad = 0;
+        const float *pairs[][2] = {
+            { lb->temporal->layer[1].wq, lf->temporal->layer[1].wq },
+            { lb->temporal->layer[0].wk, lf->temporal->layer[0].wk },
+            { lb->temporal->layer[0].w_up, lf->temporal->layer[0].w_up },
+            { lb->text_emb, lf->text_emb },
+            { lb->dep[1].wqkv, lf->dep[1].wqkv },
+        };
+        for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
+            for (size_t i = 0; i < nd / 2; i++)
+                bad += pairs[p][0][i] != mt_bf16_to_f32(mt_f32_to_bf16(pairs[p][1][i]));
+        is_int(bad, 0, "  its weights are the F32 fixture's rounded to bf16, in place");
+    }
+    mt_kyutai_free(lb);
+    mt_kyutai_free(lf);
+    unlink(path);
+    unlink(cfg);
+    rmdir(dir);
+}
+
 static void test_refusals(void)
 {
     char dir[] = "/tmp/mt-kyutai-XXXXXX", err[512];
@@ -665,6 +737,7 @@ int main(void)
     test_bounded_vs_ring();
     test_forced_and_cuda();
     test_sampling();
+    test_bf16();
     test_refusals();
     mt_st_free(&ex);
     free(ex_buf);
