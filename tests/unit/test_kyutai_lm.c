@@ -423,6 +423,14 @@ static void test_sampling(void)
         const int32_t *gt = ex_data("text_tokens", (uint64_t)B * T);
         ok(memcmp(both->text[0], gt, sizeof both->text[0]) != 0,
            "sampling is not greedy decoding");
+        /* top-k applies: with k = 1 every draw is the argmax, so the
+         * sampled run is Kyutai's greedy one */
+        smp.top_k = smp.top_k_text = 1;
+        int same = run(lm, d, &smp, seeds, B, in_order, other) == 0;
+        for (int b = 0; b < B && same; b++)
+            for (int t = 0; t < T; t++)
+                same &= other->text[b][t] == gt[b * T + t];
+        ok(same, "sampling with top_k 1 gives Kyutai's greedy text tokens");
     }
     free_out(both);
     free_out(alone);
