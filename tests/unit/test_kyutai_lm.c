@@ -618,16 +618,27 @@ static void test_bf16(void)
     }
     mt_st_out *outs = calloc((size_t)sf.n, sizeof *outs);
     float **data = calloc((size_t)sf.n, sizeof *data);
+    if (!outs || !data) {
+        ok(0, "out of memory");
+        free(outs);
+        free(data);
+        mt_st_free(&sf);
+        free(buf);
+        rmdir(dir);
+        return;
+    }
     for (int i = 0; i < sf.n; i++) {
         outs[i].name = sf.t[i].name;
         outs[i].ndim = sf.t[i].ndim;
         memcpy(outs[i].shape, sf.t[i].shape, sizeof outs[i].shape);
         data[i] = malloc(sf.t[i].numel * sizeof(float));
-        mt_st_to_f32(&sf.t[i], data[i]);
+        if (!data[i] || mt_st_to_f32(&sf.t[i], data[i]))
+            rc = -1;
         outs[i].data = data[i];
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    rc = mt_st_write(path, outs, sf.n, MT_ST_BF16, err, sizeof err);
+    if (rc == 0)
+        rc = mt_st_write(path, outs, sf.n, MT_ST_BF16, err, sizeof err);
     char cfg[1300];
     snprintf(cfg, sizeof cfg, "%s/tests/fixtures/kyutai_lm/split/config.json", root);
     char *ctext = slurp(cfg, &len);
