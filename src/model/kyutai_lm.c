@@ -224,6 +224,12 @@ int mt_kyutai_config_check(const mt_kyutai_config *kc, const char *file, char *e
                  file, kc->dep_dim, kc->dep_heads);
         return -1;
     }
+    if (kc->text_card_out > kc->text_card + 1) {
+        /* a sampled text token is embedded again (text_emb has text_card + 1 rows) */
+        mt_set_err(err, errlen, "%s: text_card_out %d is over text_card + 1 = %d", file,
+                 kc->text_card_out, kc->text_card + 1);
+        return -1;
+    }
     if (kc->dep_q > kc->n_q) {
         mt_set_err(err, errlen, "%s: dep_q %d is more than n_q %d", file, kc->dep_q, kc->n_q);
         return -1;

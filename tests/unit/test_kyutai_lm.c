@@ -717,6 +717,7 @@ static void test_refusals(void)
         { "{\"positional_embedding\": \"sin\"}", "positional_embedding" },
         { "{\"depformer_weights_per_step\": false}", "depformer_weights_per_step" },
         { "{\"dim\": 30, \"num_heads\": 4}", "num_heads" },
+        { "{\"text_card\": 10, \"text_card_out\": 12}", "text_card_out 12 is over" },
         { "[1, 2]", "not a JSON object" },
         { "{\"n_q\": 4", "line 1" },
     };
