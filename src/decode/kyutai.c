@@ -297,11 +297,10 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
     g->times.temporal_ms = ms_since(t0);
 
     uint64_t ts = mt_clock_ns();
-    double sample_ns = 0;
     for (int r = 0; r < B; r++)
         g->tok[r] = sample(g, sess[r], g->tlog + (size_t)r * kc->text_card_out,
                            kc->text_card_out, sess[r]->smp.temp_text, sess[r]->smp.top_k_text);
-    sample_ns += (double)(mt_clock_ns() - ts);
+    double text_sample_ns = (double)(mt_clock_ns() - ts), dep_sample_ns = 0;
     memcpy(g->text, g->tok, (size_t)B * sizeof(int32_t));
     if (out->text)
         memcpy(out->text, g->text, (size_t)B * sizeof(int32_t));
@@ -324,11 +323,11 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
                                    sess[r]->smp.temp, sess[r]->smp.top_k);
                 g->audio[(size_t)r * Q + k] = g->tok[r];
             }
-            sample_ns += (double)(mt_clock_ns() - ts);
+            dep_sample_ns += (double)(mt_clock_ns() - ts);
         }
     }
-    g->times.depformer_ms = ms_since(t0) - sample_ns / 1e6;
-    g->times.sample_ms = sample_ns / 1e6;
+    g->times.depformer_ms = ms_since(t0) - dep_sample_ns / 1e6;
+    g->times.sample_ms = (text_sample_ns + dep_sample_ns) / 1e6;
     if (out->audio)
         memcpy(out->audio, g->audio, (size_t)B * Q * sizeof(int32_t));
 
