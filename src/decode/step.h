@@ -59,7 +59,8 @@ typedef struct mt_step_io {
      * summed text and codebook embeddings): used instead of pcm_in and
      * tokens_in. */
     const float   *x_in;      /* [B, hidden]         x = x_in */
-    float         *h_out;     /* [B, hidden]         rmsnorm(h_final) * norm */
+    float         *h_out;     /* [B, hidden]         rmsnorm(h_final) * norm
+                                 (CUDA: rounded to bf16, as its heads read it) */
 } mt_step_io;
 
 /* How long before a step mt_decoder_wake is called (decoder.h). */
