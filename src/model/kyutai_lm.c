@@ -319,8 +319,10 @@ static size_t side_floats(const mt_kyutai_config *kc)
     return n;
 }
 
+/* temporal_shape_only: the backbone without host weights (a device
+ * backend makes its own); shape_only: no side tensors either. */
 static int ky_alloc(const mt_kyutai_config *kc, const char *name, int shape_only,
-                    mt_kyutai_lm **out, char *err, size_t errlen)
+                    int temporal_shape_only, mt_kyutai_lm **out, char *err, size_t errlen)
 {
     mt_kyutai_lm *lm = calloc(1, sizeof *lm);
     if (!lm) {
@@ -332,7 +334,7 @@ static int ky_alloc(const mt_kyutai_config *kc, const char *name, int shape_only
     mt_config c;
     mt_kyutai_backbone_config(kc, name, &c);
     if (mt_config_check(&c, name, err, errlen) ||
-        mt_model_make(&c, shape_only, 0, &lm->temporal, err, errlen)) {
+        mt_model_make(&c, shape_only || temporal_shape_only, 0, &lm->temporal, err, errlen)) {
         free(lm);
         return -1;
     }
@@ -666,7 +668,7 @@ static int load_dir(const char *dir, int flags, mt_kyutai_lm **out, char *err, s
         return -1;
     }
     mt_kyutai_lm *lm = NULL;
-    if (ky_alloc(&kc, base, shape_only, &lm, err, errlen))
+    if (ky_alloc(&kc, base, shape_only, shape_only, &lm, err, errlen))
         return -1;
     if (shape_only) {
         *out = lm;
@@ -798,9 +800,10 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
         return -1;
     }
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
+    int side_only = !shape_only && (flags & MT_KYUTAI_HOST_SIDE) != 0;
     mt_config c;
     mt_kyutai_backbone_config(&kc, spec, &c);
-    uint64_t bytes = (mt_model_params(&c) + side_floats(&kc)) * 4;
+    uint64_t bytes = ((side_only ? 0 : mt_model_params(&c)) + side_floats(&kc)) * 4;
     if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
         mt_set_err(err, errlen, "%s: %.1f GiB of fp32 host weights is over the %.0f GiB host "
                  "limit: load it shape-only (GPU or simulated device)", spec,
@@ -808,11 +811,12 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
         return -1;
     }
     mt_kyutai_lm *lm = NULL;
-    if (ky_alloc(&kc, spec, shape_only, &lm, err, errlen))
+    if (ky_alloc(&kc, spec, shape_only, side_only, &lm, err, errlen))
         return -1;
     lm->temporal->seed = seed;
     if (!shape_only) {
-        mt_synthetic_fill(lm->temporal);
+        if (!side_only)
+            mt_synthetic_fill(lm->temporal);
         fill_random(lm, seed);
     }
     *out = lm;
@@ -827,6 +831,11 @@ int mt_kyutai_load(const char *spec, int flags, mt_kyutai_lm **out, char *err, s
     *out = NULL;
     if (!strncmp(spec, "synthetic:", 10))
         return load_synthetic(spec, flags, out, err, errlen);
+    if ((flags & MT_KYUTAI_HOST_SIDE) && !(flags & MT_MODEL_SHAPE_ONLY)) {
+        mt_set_err(err, errlen, "%s: the temporal transformer without host weights is for "
+                 "the synthetic presets only (a device backend makes their weights)", spec);
+        return -1;
+    }
     return load_dir(spec, flags, out, err, errlen);
 }
 

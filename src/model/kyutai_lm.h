@@ -87,7 +87,9 @@ typedef struct mt_kyutai_lm {
     float *linears[MT_KY_MAX_Q];  /* [dep_q] of [card, dep_dim] */
     float **dep_norm1, **dep_norm2; /* [dep_layers] of [dep_dim] */
     mt_ky_dep_w *dep;             /* [dep_layers * dep_q], layer-major */
-    int    shape_only;            /* no host weights (GPU or simulated) */
+    int    shape_only;            /* no side tensors on the host (config only);
+                                     temporal->shape_only alone: its
+                                     weights are the device's */
     float *arena;                 /* the storage behind every pointer above */
 } mt_kyutai_lm;
 
@@ -105,8 +107,17 @@ int mt_kyutai_config_check(const mt_kyutai_config *kc, const char *file, char *e
 /* The temporal backbone's mt_config for kc. */
 void mt_kyutai_backbone_config(const mt_kyutai_config *kc, const char *name, mt_config *c);
 
+/* flags: with MT_KYUTAI_HOST_SIDE (presets only) the temporal transformer
+ * is shape-only (a GPU or the simulated device makes or needs no host
+ * weights: the CUDA backend generates a preset's from its seed) while the
+ * streams and the depformer are on the host, so the whole frame runs with
+ * the temporal step on the device: moshiko's 2.4 GB of fp32 depformer
+ * instead of 30 GB. */
+enum { MT_KYUTAI_HOST_SIDE = 1 << 8 };
+
 /* spec: a directory or "synthetic:moshiko" / "synthetic:kyutai-small" /
- * "synthetic:kyutai-tiny" [":seed=N"]. flags: MT_MODEL_SHAPE_ONLY for config only. */
+ * "synthetic:kyutai-tiny" [":seed=N"]. flags: MT_MODEL_SHAPE_ONLY for config
+ * only, MT_KYUTAI_HOST_SIDE as above. */
 int  mt_kyutai_load(const char *spec, int flags, mt_kyutai_lm **out, char *err,
                     size_t errlen);
 void mt_kyutai_free(mt_kyutai_lm *lm);

@@ -8,8 +8,14 @@
  * (S sinks + W), reached by stepping, so the attention reads what a long
  * session's would once W frames have passed.
  *
- * usage: mt-benchkyutai [-m MODEL] [-b 1,8,32] [-f FRAMES] [-S S] [-W W]
- *                       [-t THREADS]
+ * -d cuda or -d sim:PROFILE runs the temporal step there (the model's
+ * temporal weights the device's own, a preset only: MT_KYUTAI_HOST_SIDE),
+ * the streams, the depformer and the sampling on the host as always; on
+ * the simulated device the temporal time is the profile's prediction and
+ * the line says so (device=sim:...).
+ *
+ * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-b 1,8,32]
+ *                       [-f FRAMES] [-S S] [-W W] [-t THREADS]
  * Prints one logfmt line per B; asserts nothing. */
 #include "decode/decoder.h"
 #include "decode/kyutai.h"
@@ -33,12 +39,16 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static mt_device dev = MT_DEV_CPU;
+static const char *dev_name = "cpu", *sim_profile;
+
 static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads)
 {
     const mt_kyutai_config *kc = &lm->kc;
     const int nu = kc->n_q - kc->dep_q;
     char err[512] = "";
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = threads };
+    mt_decoder_opts o = { .device = dev, .max_batch = B, .threads = threads,
+                          .sim_profile = sim_profile };
     o.kv.policy = MT_KV_WINDOW;
     o.kv.sink = S;
     o.kv.window = W;
@@ -93,10 +103,10 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
         }
     }
     size_t kvb = (size_t)(S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
-    printf("kyutai model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f temporal_ms=%.3f "
+    printf("kyutai device=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f temporal_ms=%.3f "
            "depformer_ms=%.3f sample_ms=%.3f total_ms=%.3f per_frame_session_ms=%.3f "
            "session_kv_bytes=%zu session_other_bytes=%zu\n",
-           lm->temporal->cfg.name, B, S, W, F, median(st[0], F), median(st[1], F),
+           dev_name, lm->temporal->cfg.name, B, S, W, F, median(st[0], F), median(st[1], F),
            median(st[2], F), median(st[3], F), median(st[4], F), median(st[4], F) / B, kvb,
            mt_kyutai_session_bytes(kc));
     fflush(stdout);
@@ -123,17 +133,31 @@ int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
     int F = 40, S = 4, W = 252, threads = 0, c;
-    while ((c = getopt(argc, argv, "m:b:f:S:W:t:")) != -1) {
+    while ((c = getopt(argc, argv, "m:d:b:f:S:W:t:")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
+        case 'd':
+            dev_name = optarg;
+            if (!strcmp(optarg, "cpu"))
+                dev = MT_DEV_CPU;
+            else if (!strcmp(optarg, "cuda"))
+                dev = MT_DEV_CUDA;
+            else if (!strncmp(optarg, "sim:", 4) && optarg[4]) {
+                dev = MT_DEV_SIM;
+                sim_profile = optarg + 4;
+            } else {
+                fprintf(stderr, "mt-benchkyutai: -d cpu, cuda or sim:PROFILE\n");
+                return 2;
+            }
+            break;
         case 'b': bs = optarg; break;
         case 'f': F = atoi(optarg); break;
         case 'S': S = atoi(optarg); break;
         case 'W': W = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: mt-benchkyutai [-m MODEL] [-b 1,8,32] [-f FRAMES] [-S S] "
-                            "[-W W] [-t THREADS]\n");
+            fprintf(stderr, "usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] "
+                            "[-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]\n");
             return 2;
         }
     }
@@ -143,7 +167,8 @@ int main(int argc, char **argv)
     }
     char err[512];
     mt_kyutai_lm *lm = NULL;
-    if (mt_kyutai_load(model, 0, &lm, err, sizeof err)) {
+    if (mt_kyutai_load(model, dev == MT_DEV_CPU ? 0 : MT_KYUTAI_HOST_SIDE, &lm, err,
+                       sizeof err)) {
         fprintf(stderr, "mt-benchkyutai: %s\n", err);
         return 1;
     }
