@@ -732,6 +732,16 @@ static void test_refusals(void)
        kc.dim == 4096 && kc.n_q == 16 && kc.dep_q == 8 && kc.ffn == 11264 &&
        kc.dep_ffn == 2816 && kc.context == 3000 && kc.delays[2] == 1 && kc.delays[9] == 0,
        "an empty config takes the published Moshi defaults (ffn 11264, depformer 2816)");
+    if (ok(mt_kyutai_load("synthetic:kyutai-tiny", MT_KYUTAI_HOST_SIDE, &lm, err, sizeof err) == 0,
+           "a preset with its temporal weights on the device loads (%s)", err)) {
+        ok(lm->temporal->shape_only && !lm->shape_only && lm->text_emb && lm->dep,
+           "  temporal shape-only, streams and depformer on the host");
+        mt_kyutai_free(lm);
+    }
+    char fx[1200];
+    snprintf(fx, sizeof fx, "%s/tests/fixtures/kyutai_lm/split", root);
+    ok(mt_kyutai_load(fx, MT_KYUTAI_HOST_SIDE, &lm, err, sizeof err) == -1 &&
+       strstr(err, "presets only"), "a checkpoint's temporal weights are not dropped (%s)", err);
     ok(mt_kyutai_load("synthetic:moshiko", 0, &lm, err, sizeof err) == -1,
        "synthetic:moshiko is refused on the host (%s)", err);
     if (ok(mt_kyutai_load("synthetic:moshiko", MT_MODEL_SHAPE_ONLY, &lm, err, sizeof err) == 0,
