@@ -536,31 +536,33 @@ static int load_depformer(const ky_src *s, mt_kyutai_lm *lm)
                lm->dep_text_emb))
         return -1;
     for (int l = 0; l < kc->dep_layers; l++) {
-#define P(buf, fmt, ...) snprintf(buf, sizeof buf, "depformer.layers.%d." fmt, l, __VA_ARGS__)
-        P(n1, "norm1.alpha%s", "");
+        char pre[64];
+        snprintf(pre, sizeof pre, "depformer.layers.%d.", l);
+        snprintf(n1, sizeof n1, "%snorm1.alpha", pre);
         if (ky_get(s, n1, NULL, 0, 1, dd, 0, lm->dep_norm1[l]))
             return -1;
-        P(n1, "norm2.alpha%s", "");
+        snprintf(n1, sizeof n1, "%snorm2.alpha", pre);
         if (ky_get(s, n1, NULL, 0, 1, dd, 0, lm->dep_norm2[l]))
             return -1;
         for (int k = 0; k < kc->dep_q; k++) {
             mt_ky_dep_w *w = &lm->dep[(size_t)l * kc->dep_q + k];
-            P(n1, "self_attn.in_projs.%d.weight", k);
-            P(n2, "self_attn.in_proj_weight%s", "");
+            /* per step: in_projs.k / out_projs.k, or slice k of the fused
+             * in_proj_weight [dep_q * 3 dd, dd] / out_proj.weight */
+            snprintf(n1, sizeof n1, "%sself_attn.in_projs.%d.weight", pre, k);
+            snprintf(n2, sizeof n2, "%sself_attn.in_proj_weight", pre);
             if (ky_get(s, n1, n2, k, (int)Q, 3 * dd, dd, w->wqkv))
                 return -1;
-            P(n1, "self_attn.out_projs.%d.weight", k);
-            P(n2, "self_attn.out_proj.weight%s", "");
+            snprintf(n1, sizeof n1, "%sself_attn.out_projs.%d.weight", pre, k);
+            snprintf(n2, sizeof n2, "%sself_attn.out_proj.weight", pre);
             if (ky_get(s, n1, n2, k, (int)Q, dd, dd, w->wo))
                 return -1;
-            P(n1, "gating.%d.linear_in.weight", k);
+            snprintf(n1, sizeof n1, "%sgating.%d.linear_in.weight", pre, k);
             if (ky_get(s, n1, NULL, 0, 1, 2 * F, dd, w->w_in))
                 return -1;
-            P(n1, "gating.%d.linear_out.weight", k);
+            snprintf(n1, sizeof n1, "%sgating.%d.linear_out.weight", pre, k);
             if (ky_get(s, n1, NULL, 0, 1, dd, F, w->w_out))
                 return -1;
         }
-#undef P
     }
     return 0;
 }
