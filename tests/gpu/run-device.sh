@@ -19,8 +19,6 @@
 #   build      120   make test_cuda mt-benchgpu mt-probe (only with build deps)
 #   parity      80   test_cuda, MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 (a
 #                    fault names its kernel)
-#   kyutai      15   test_kyutai_lm, MT_REQUIRE_GPU=1: Kyutai's temporal
-#                    transformer on CUDA against the CPU (when built)
 #   calibrate   75   mt-probe calibrate --device cuda on synthetic:moshi-7b
 #                    (B 1..128 x 16..768 positions), when mt-probe has it
 #   calibrate_llama 30  the same on synthetic:llama-3.2-1b (B 1..1024)
@@ -161,7 +159,7 @@ fi
 if [ "$mode" = build ]; then
     step build 120 "$logs/build.log" make -s -j16 B=build-gpu BIN=build-gpu/bin \
         build-gpu/tests/test_cuda build-gpu/tests/mt-benchgpu build-gpu/bin/mt-probe \
-        build-gpu/bin/mt-serve build-gpu/tests/test_kyutai_lm ||
+        build-gpu/bin/mt-serve ||
         { say "build failed: nothing to run"; exit 1; }
 fi
 
@@ -206,11 +204,6 @@ if [ "$dry" = 0 ] && [ -f "$logs/parity.log" ]; then
     record "parity_ok=$(grep -c '^ok ' "$logs/parity.log")"
     record "parity_not_ok=$(grep -c '^not ok ' "$logs/parity.log")"
     record "parity_skip=$(grep -c '# SKIP' "$logs/parity.log")"
-fi
-# Kyutai's temporal transformer on CUDA against the CPU (issue 36): a few
-# seconds, fixtures from tests/fixtures/kyutai_lm (run from the repository root)
-if [ -x "$tdir/test_kyutai_lm" ] || [ "$dry" = 1 ]; then
-    step kyutai 15 "$logs/kyutai.log" env MT_REQUIRE_GPU=1 "$tdir/test_kyutai_lm"
 fi
 
 # The calibration the simulated device needs (issue 22): the paper's model
