@@ -1,4 +1,4 @@
-/* quality.c: `mt-probe quality`, quality under the bound (issue 9).
+/* quality.c: `mt-probe quality`, quality under the bound.
  *
  * The paper's second claim is that bounding the cache keeps quality, and
  * that a few sink positions are what keep a sliding window coherent. This
