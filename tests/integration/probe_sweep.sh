@@ -68,6 +68,14 @@ awk -F'\t' '$1 == 20 { a = $13 } $1 == 40 { b = $13 }
 t_ok $? "--signal tick: the tick p99 column is under the period at 20, over it at 40"
 grep -qE '^# wall: 20 sessions .*max\(step_ms, late_ms\).* 80 ms budget of one frame period' "$T_TMP/tick"
 t_ok $? "--signal tick: the wall is 20, judged by the tick signal against one period"
+# Every level passing (2 and 4 sessions step in a few ms on this device):
+# no wall in the range, and the line says to raise --to.
+timeout 90 "$P" sweep --from 2 --to 4 --step 2 --hold 1s --warmup 0.5s --signal tick \
+    -- --device "sim:$T_TMP/flat.profile" -m synthetic:moshi-7b --sink 4 --window 28 \
+    --max-sessions 64 >"$T_TMP/nowall" 2>"$T_TMP/err"
+sed 's/^/# /' "$T_TMP/nowall"
+t_check "every level passed: 'no wall up to 4 sessions ... raise --to', no wall named" \
+    sh -c "grep -q '^# no wall up to 4 sessions: every level from 2 kept .*; raise --to\$' '$T_TMP/nowall' && ! grep -q '^# wall:' '$T_TMP/nowall'"
 "$P" sweep --signal p95 -s /nonexistent >/dev/null 2>"$T_TMP/err"
 t_check "--signal p95: exit 2" test $? -eq 2
 t_check "--signal p95: says what it takes" grep -q "frame or tick" "$T_TMP/err"
