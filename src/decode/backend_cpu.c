@@ -91,6 +91,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -371,6 +372,7 @@ typedef struct cpu_backend {
     tpool   tp;
     scratch *scr;        /* [threads] */
     worker_arg *wargs;   /* [threads] */
+    char    note[200];   /* the backend's note: what OpenBLAS chose, when it matters */
 } cpu_backend;
 
 /* Elements (fp32 or f16) of (layer l, k or v, kv head g) of block b,
@@ -1400,6 +1402,31 @@ static int cpu_start_workers(cpu_backend *be, char *err, size_t errlen)
     return 0;
 }
 
+/* OpenBLAS picks its kernels from cpuid at load time; in some virtual
+ * machines it fails to recognise the CPU and falls back to its SSE3
+ * (Prescott) kernels, several times slower than the AVX2/AVX-512 ones the
+ * CPU has. It can only be told before it loads (OPENBLAS_CORETYPE), so say
+ * so in the note, where the caller can print it. */
+static void blas_note(mt_backend *b)
+{
+#if defined(__x86_64__)
+    cpu_backend *be = b->impl;
+    const char *core = openblas_get_corename();
+    if (!core || strcasecmp(core, "prescott") != 0)
+        return;
+    const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2")  ? "Haswell" : NULL;
+    if (!want)
+        return;
+    snprintf(be->note, sizeof be->note,
+             "OpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
+             core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
+    b->note = be->note;
+#else
+    (void)b;
+#endif
+}
+
 int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
                           char *err, size_t errlen)
 {
@@ -1450,6 +1477,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
         cpu_destroy(b);
         return -1;
     }
+    blas_note(b);
     *out = b;
     return 0;
 }

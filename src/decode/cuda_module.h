@@ -20,7 +20,7 @@
 #include "decode/backend.h"
 
 /* Bumped whenever this struct or what its functions take changes. */
-enum { MT_CUDA_MODULE_ABI = 1 };
+enum { MT_CUDA_MODULE_ABI = 2 };
 
 typedef struct mt_cuda_module {
     int    abi;           /* MT_CUDA_MODULE_ABI of the object's build */
