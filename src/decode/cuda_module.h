@@ -7,7 +7,7 @@
  * simulated device too.
  *
  * The shared object resolves the library functions it calls (backend.c,
- * kv.c, model.c, decoder.c) from the program, which exports them
+ * kv.c, model.c, step.c) from the program, which exports them
  * (-rdynamic); cuda_loader.c references each of them so that a static
  * link keeps them, and the Makefile checks that list against the object's
  * undefined symbols.
