@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,6 +279,12 @@ static void report(mt_metrics_http *h, uint64_t now, int final)
 static void *http_main(void *arg)
 {
     mt_metrics_http *h = arg;
+    /* never under mt-serve's SCHED_FIFO (--rt-priority): a flood of
+     * scrapers must not compete with the tick at its priority */
+    struct sched_param sp = {.sched_priority = 0};
+    int e = pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+    if (e != 0)
+        hlog(h, "metrics: leaving SCHED_FIFO: %s", strerror(e));
     int max = h->o.max_conns;
     struct pollfd *pf = calloc((size_t)max + 2, sizeof *pf);
     int *slot = calloc((size_t)max + 2, sizeof *slot);
