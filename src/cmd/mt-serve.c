@@ -21,6 +21,7 @@
 #include "serve/metrics_http.h"
 #include "model/model.h"
 #include "serve/server.h"
+#include "serve/ws_gate.h"
 #include "util/realtime.h"
 #include "util/version.h"
 #include "wire/endpoint.h"
@@ -39,6 +40,9 @@ static void usage(FILE *f)
 "      --insecure           allow a non-loopback --listen or --metrics\n"
 "                           without a token\n"
 "      --agent HOST:PORT    answer HAProxy's agent-check there\n"
+"      --ws HOST:PORT       Kyutai's WebSocket chat protocol at /api/chat\n"
+"                           (Ogg Opus both ways; needs -s PATH, which its\n"
+"                           sessions enter through)\n"
 "      --metrics HOST:PORT  Prometheus metrics: GET /metrics, /health (with\n"
 "                           --token-file, /metrics wants it as a bearer token;\n"
 "                           off loopback one is required, or --insecure)\n"
@@ -110,7 +114,7 @@ enum {
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO,
-    O_LATFMT, O_METRICS,
+    O_LATFMT, O_METRICS, O_WS,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -128,6 +132,7 @@ typedef struct serve_args {
                                        runs K times faster than real time */
     int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
+    const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
@@ -138,6 +143,7 @@ static const struct option longopts[] = {
     {"listen", required_argument, 0, O_LISTEN},
     {"agent", required_argument, 0, O_AGENT},
     {"metrics", required_argument, 0, O_METRICS},
+    {"ws", required_argument, 0, O_WS},
     {"token-file", required_argument, 0, O_TOKEN},
     {"insecure", no_argument, 0, O_INSECURE},
     {"drain", required_argument, 0, O_DRAIN},
@@ -313,6 +319,7 @@ static int one_option(void *ctx, int c, const char *arg)
     case O_LISTEN: a->so.listen_addr = arg; return 0;
     case O_AGENT: a->so.agent_addr = arg; return 0;
     case O_METRICS: a->metrics_addr = arg; return 0;
+    case O_WS: a->ws_addr = arg; return 0;
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -342,6 +349,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
     int listens = a->so.socket_path || a->so.listen_addr;
     if (!a->so.stdio == !listens)
         return mt_opt_usage_error("give -s PATH and/or --listen HOST:PORT, or --stdio");
+    if (a->ws_addr && !a->so.socket_path)
+        return mt_opt_usage_error("--ws needs -s PATH: its sessions enter the server "
+                                  "through that socket");
     if (a->so.stdio && a->so.agent_addr)
         return mt_opt_usage_error("--agent needs a listening server, not --stdio");
     /* On a real device the compute cannot be made K times faster, so a
@@ -351,9 +361,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
     if (a->token_file) {
         char err[512];
         size_t len = 0;
-        if (!a->so.listen_addr && !a->metrics_addr)
-            return mt_opt_usage_error("--token-file guards --listen and --metrics (a "
-                                      "Unix socket is guarded by its mode)");
+        if (!a->so.listen_addr && !a->metrics_addr && !a->ws_addr)
+            return mt_opt_usage_error("--token-file guards --listen, --ws and --metrics "
+                                      "(a Unix socket is guarded by its mode)");
         if (mt_token_read(a->token_file, a->token, sizeof a->token, &len, err,
                           sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", prog, err);
@@ -520,6 +530,26 @@ static int metrics_start(const serve_args *a, mt_metrics *reg, mt_engine *eng,
     return 0;
 }
 
+/* --ws: Kyutai's protocol, in front of our own socket. */
+static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
+                    char *err, size_t errlen)
+{
+    mt_hello fmt;
+    mt_engine_format(eng, &fmt);
+    mt_ws_gate_opts wo = {
+        .addr = a->ws_addr, .server = a->so.socket_path, .token = a->so.token,
+        .token_len = a->so.token_len, .insecure = a->so.insecure,
+        .rate = (int)fmt.sample_rate, .frame_samples = (int)fmt.frame_samples,
+        .model = fmt.model, .log = log_stderr,
+    };
+    char bound[80];
+    if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
+        return -1;
+    fprintf(stderr, "%s: websocket on ws://%s/api/chat%s\n", prog, bound,
+            a->so.token ? " (token required)" : "");
+    return 0;
+}
+
 /* The decoder, the server and the engine over m, run to the end. The exit
  * status. */
 static int serve(serve_args *a, const mt_model *m, uint64_t t0)
@@ -530,6 +560,7 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     mt_engine *eng = NULL;
     mt_metrics *reg = NULL;
     mt_metrics_http *web = NULL;
+    mt_ws_gate *gate = NULL;
     int rc = 1;
     if (mt_decoder_create(m, &a->dopt, &dec, err, sizeof err) != 0)
         goto out;
@@ -551,6 +582,8 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
         goto out;
     if (a->metrics_addr && metrics_start(a, reg, eng, &web, err, sizeof err) != 0)
         goto out;
+    if (a->ws_addr && ws_start(a, eng, &gate, err, sizeof err) != 0)
+        goto out;
     banner(a, m, dec);
     if (mt_server_run(srv, eng, err, sizeof err) != 0)
         goto out;
@@ -559,6 +592,7 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
 out:
     if (rc)
         fprintf(stderr, "%s: %s\n", prog, err);
+    mt_ws_gate_stop(gate);       /* before the server it connects to */
     mt_metrics_http_stop(web);   /* before the engine its /health asks */
     mt_engine_free(eng);
     mt_metrics_free(reg);
