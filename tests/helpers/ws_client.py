@@ -44,9 +44,12 @@ async def run(a):
                 if a.no_send:
                     return
                 data = open(a.inp, "rb").read()
-                for i in range(0, len(data), a.chunk):
-                    await ws.send(b"\x01" + data[i:i + a.chunk])
-                    await asyncio.sleep(0.001)
+                try:
+                    for i in range(0, len(data), a.chunk):
+                        await ws.send(b"\x01" + data[i:i + a.chunk])
+                        await asyncio.sleep(0.001)
+                except websockets.exceptions.ConnectionClosed:
+                    pass   # the server ended it first: the receiver says why
 
             send_task = None
             while True:
