@@ -116,6 +116,10 @@ int mt_ws_read(mt_ws_reader *r, const uint8_t *buf, size_t len,
     while (i < len || (r->in_payload && r->left == 0)) {
         if (!r->in_payload) {
             r->hdr[r->hlen++] = buf[i++];
+            if (r->hlen == 2 && !(r->hdr[1] & 0x80)) {   /* at once */
+                *consumed = i;
+                return fail(r, MT_WS_EPROTO, "client frame not masked");
+            }
             if (r->hlen < 2 || r->hlen < header_size(r->hdr))
                 continue;
             int rc = begin_frame(r);
