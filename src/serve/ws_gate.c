@@ -597,10 +597,22 @@ static void on_accept(mt_ws_gate *g, uint64_t now)
         int fd = accept4(g->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        int slot = -1;
-        for (int i = 0; i < g->o.max_conns && slot < 0; i++)
+        /* a free slot; when none, the oldest connection still sending its
+         * upgrade request makes room (idle connections cannot keep a
+         * client out) */
+        int slot = -1, oldest = -1;
+        for (int i = 0; i < g->o.max_conns && slot < 0; i++) {
             if (!g->c[i])
                 slot = i;
+            else if (g->c[i]->state == W_UPGRADE &&
+                     (oldest < 0 || g->c[i]->deadline < g->c[oldest]->deadline))
+                oldest = i;
+        }
+        if (slot < 0 && oldest >= 0) {
+            conn_free(g, oldest);
+            g->n_dropped++;
+            slot = oldest;
+        }
         wsc *c = slot >= 0 ? conn_new(g, fd, now) : NULL;
         if (!c) {
             static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"

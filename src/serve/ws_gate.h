@@ -18,7 +18,8 @@
  * upgrade request is bounded (wire/http.h), messages are bounded
  * (MT_WS_GATE_MSG_MAX), the Ogg/Opus input is checked (wire/oggopus.h), a
  * client that does not read is dropped when its queue passes out_max, and
- * the upgrade has a deadline.
+ * the upgrade has a deadline; when every slot is taken, the oldest
+ * connection still sending its upgrade makes room for a new one.
  *
  * Auth follows --listen: with a token, the upgrade must carry it (the
  * kyutai-api-key header or the auth_id query parameter, as Kyutai's

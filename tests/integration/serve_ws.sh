@@ -147,6 +147,17 @@ print("badkey", raw(up.replace(key, b"short"), b"").split(b"\r\n")[0].decode())
 print("wrongpath", raw(up.replace(b"/api/chat", b"/nope"), b"").split(b"\r\n")[0].decode())
 print("notoken", raw(up.replace(b"auth_id=", b"x="), b"").split(b"\r\n")[0].decode())
 print("garbage", raw(b"\x16\x03\x01garbage\r\n\r\n", b"").split(b"\r\n")[0].decode())
+# seventy connections that never finish their upgrade (the cap is 64): a
+# new client still gets in
+idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(70)]
+for s in idle: s.sendall(b"GET /api/ch")
+async def late():
+    async with websockets.connect(url, max_size=None) as ws:
+        return (await asyncio.wait_for(ws.recv(), 10))[0]
+try:
+    print("after_idle", asyncio.run(late()))
+except Exception as e:
+    print("after_idle", repr(e))
 PYEOF
 t_check "an oversize message: close 1009 $(grep oversize hostile.txt)" grep -q "^oversize 1009" hostile.txt
 t_check "an unmasked frame: 101 then close 1002" \
@@ -157,6 +168,8 @@ t_check "a wrong path: 404" grep -q "^wrongpath HTTP/1.1 404" hostile.txt
 t_check "garbage: 400" grep -q "^garbage HTTP/1.1 400" hostile.txt
 
 t_check "a bad upgrade without the token: 401" grep -q "^notoken HTTP/1.1 401" hostile.txt
+t_check "seventy idle connections: a new client still gets its handshake" \
+    grep -q "^after_idle 0$" hostile.txt
 timeout 30 "$PY" "$WC" "$URL2?auth_id=$tq" junk.bin x.opus --frames 3 > junk.txt 2>&1
 t_check "garbage instead of Ogg Opus: an Error message naming it $(cat junk.txt)" \
     grep -q 'errors="bad audio: ' junk.txt
