@@ -53,7 +53,7 @@ typedef struct mt_engine_opts {
     void     (*tick_rec)(void *ctx, const mt_tick *t);
     void      *tick_rec_ctx;
     /* The engine's clock in ns (every timestamp, deadline and duration it
-     * records comes from it); NULL: CLOCK_MONOTONIC (mt_now_ns). Tests pass
+     * records comes from it); NULL: CLOCK_MONOTONIC (mt_clock_ns). Tests pass
      * one they advance themselves. Called from either thread, with the
      * engine lock held or not. */
     uint64_t (*clock)(void *ctx);
@@ -160,6 +160,5 @@ void mt_engine_count_lost_input(mt_engine *e);
 void mt_engine_set_limit(mt_engine *e, int limit);
 int  mt_engine_published_limit(mt_engine *e, char *failed, size_t failedlen);
 
-uint64_t mt_now_ns(void);   /* CLOCK_MONOTONIC */
 
 #endif
