@@ -40,6 +40,7 @@
 #define DEFAULT_OUT_MAX     (1024 * 1024)
 #define IOUT_MAX            (4 * 1024 * 1024)  /* frames queued to the server */
 #define CLOSING_NS          2000000000ull      /* a closing client, at most */
+#define PRE_ADMIT_FRAMES    64                 /* audio held until the verdict */
 #define REPORT_NS           10000000000ull
 
 enum { W_UPGRADE = 0, W_WAIT, W_OPEN, W_CLOSING };
@@ -61,6 +62,8 @@ typedef struct wsc {
     uint8_t         *msg;              /* [MT_WS_GATE_MSG_MAX] */
     mt_frame_decoder *fdec;            /* the server's frames */
     bbuf             out, iout;        /* to the client; to the server */
+    bbuf             pre;              /* PCM s16le frames decoded before
+                                          the verdict, sent once admitted */
     mt_oggopus_dec  *dec;
     mt_oggopus_enc  *enc;
     uint32_t         session, seq;
@@ -212,17 +215,24 @@ static void send_frame(wsc *c, int type, const void *payload, uint32_t len)
 }
 
 /* A whole decoded frame of the client's audio: an AUDIO frame once
- * admitted (before the verdict there is no session to take it). */
+ * admitted; before the verdict it waits (a client may speak before the
+ * Handshake), up to PRE_ADMIT_FRAMES, past which it is refused rather
+ * than have frames lost without a count. */
 static void on_pcm(void *ctx, const int16_t *pcm)
 {
     wsc *c = ctx;
-    if (!c->admitted || c->state != W_OPEN)
+    if (c->state == W_CLOSING)
         return;
     static uint8_t le[MT_FRAME_MAX_PAYLOAD];
     int n = c->g->o.frame_samples;
     for (int i = 0; i < n; i++) {
         le[2 * i] = (uint8_t)((uint16_t)pcm[i] & 0xff);
         le[2 * i + 1] = (uint8_t)((uint16_t)pcm[i] >> 8);
+    }
+    if (!c->admitted) {
+        if (bb_put(&c->pre, le, (size_t)(2 * n), (size_t)(2 * n) * PRE_ADMIT_FRAMES) != 0)
+            refuse(c, "too much audio before admission");
+        return;
     }
     send_frame(c, MT_FRAME_AUDIO, le, (uint32_t)(2 * n));
 }
@@ -477,6 +487,11 @@ static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
             return;
         }
         kmsg(c, MSG_AUDIO, g->page, (size_t)n);
+        /* what the client said before the verdict, in order */
+        size_t fb = (size_t)(2 * g->o.frame_samples);
+        for (size_t at = c->pre.off; at + fb <= c->pre.len; at += fb)
+            send_frame(c, MT_FRAME_AUDIO, c->pre.p + at, (uint32_t)fb);
+        c->pre.off = c->pre.len = 0;
         return;
     }
     case MT_FRAME_REJECT:
@@ -557,6 +572,7 @@ static void conn_free(mt_ws_gate *g, int i)
     free(c->fdec);
     free(c->out.p);
     free(c->iout.p);
+    free(c->pre.p);
     free(c);
     g->c[i] = NULL;
 }

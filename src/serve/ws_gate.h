@@ -9,7 +9,8 @@
  * frames; the server's AUDIO frames (FILL included) are encoded as one Ogg
  * page each and sent as Audio messages. Admission, the controller, drain,
  * shedding, the latency lines and the metrics are the server's, unchanged:
- * the gate is one more client of it. ACCEPT becomes the Handshake message
+ * the gate is one more client of it. Audio a client sends before the
+ * verdict waits for it (up to 64 frames; more is refused with an Error). ACCEPT becomes the Handshake message
  * (protocol version 0, model version 0) then the Ogg header pages;
  * REJECT and ERROR become an Error message with the reason, then a close;
  * END a close.

@@ -8,7 +8,7 @@ collects what comes back, and prints one line of facts:
   errors="..." close=CODE out=FILE
 
 usage: ws_client.py URL IN.opus OUT.opus [--frames N] [--chunk BYTES]
-       [--header K=V] [--timeout S] [--no-send]
+       [--header K=V] [--timeout S] [--no-send] [--eager]
 --frames: stop once N audio pages (after the header pages) came back.
 """
 import asyncio, struct, sys, argparse
@@ -51,7 +51,7 @@ async def run(a):
                 except websockets.exceptions.ConnectionClosed:
                     pass   # the server ended it first: the receiver says why
 
-            send_task = None
+            send_task = asyncio.ensure_future(sender()) if a.eager else None
             while True:
                 try:
                     msg = await asyncio.wait_for(ws.recv(), timeout=a.timeout)
@@ -103,4 +103,6 @@ p.add_argument("--chunk", type=int, default=997)
 p.add_argument("--header", action="append", default=[])
 p.add_argument("--timeout", type=float, default=10)
 p.add_argument("--no-send", action="store_true")
+p.add_argument("--eager", action="store_true",
+               help="send at once, without waiting for the handshake")
 asyncio.run(run(p.parse_args()))

@@ -48,17 +48,23 @@ P=$(port_of log)
 t_check "the log names the WebSocket address" test -n "$P"
 URL=ws://127.0.0.1:$P/api/chat
 
-timeout 60 "$PY" "$WC" "$URL" in.opus out.opus --frames "$FRAMES" > good.txt 2>&1 &
-GOOD=$!
+# the server holds one session: while a silent client holds it, another
+# is refused with the reason
+timeout 60 "$PY" "$WC" "$URL" in.opus hold.opus --no-send --timeout 30 > hold.txt 2>&1 &
+HOLD=$!
 i=0   # until it is admitted
 while ! grep -q "verdict=accept" lat && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-# the server holds one session: a second one is refused with the reason
 timeout 30 "$PY" "$WC" "$URL" in.opus full.opus --frames 1 > full.txt 2>&1
 t_check "a full server: an Error message with the reason $(cat full.txt)" \
     grep -q 'errors="[^"]*[a-z]' full.txt
 t_check "... then a clean close (1000)" test "$(fact full.txt close)" = 1000
 t_check "... and no handshake" test "$(fact full.txt handshake_first)" = 0
+kill $HOLD; wait $HOLD 2>/dev/null
+i=0   # until the holder's session is gone
+while ! tail -1 lat | grep -q " active=0 " && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 
+timeout 60 "$PY" "$WC" "$URL" in.opus out.opus --frames "$FRAMES" > good.txt 2>&1 &
+GOOD=$!
 wait $GOOD
 t_check "the good session: handshake first $(cat good.txt)" test "$(fact good.txt handshake_first)" = 1
 t_check "... protocol and model version 0,0" test "$(fact good.txt handshake)" = 0,0
@@ -178,6 +184,9 @@ wait $GOOD2
 t_check "the good session beside them: every frame answered, no error $(cat good2.txt)" \
     test "$(fact good2.txt pages)" = "$FRAMES" -a "$(fact good2.txt granule)" = $((FRAMES * 3840))
 t_check "... no error" grep -q 'errors="" ' good2.txt
+timeout 60 "$PY" "$WC" "$URL2?auth_id=$tq" in.opus eager.opus --frames "$FRAMES" --eager > eager.txt 2>&1
+t_check "audio sent before the handshake waits for it: every frame answered $(cat eager.txt)" \
+    test "$(fact eager.txt pages)" = "$FRAMES" -a "$(fact eager.txt handshake_first)" = 1
 t_check "the server is still up" kill -0 $SRV2
 kill $SRV2; wait $SRV2 2>/dev/null
 
