@@ -187,7 +187,17 @@ t_check "... no error" grep -q 'errors="" ' good2.txt
 timeout 60 "$PY" "$WC" "$URL2?auth_id=$tq" in.opus eager.opus --frames "$FRAMES" --eager > eager.txt 2>&1
 t_check "audio sent before the handshake waits for it: every frame answered $(cat eager.txt)" \
     test "$(fact eager.txt pages)" = "$FRAMES" -a "$(fact eager.txt handshake_first)" = 1
+timeout 60 "$PY" "$WC" "$URL2?auth_id=$tq" in.opus early.opus --frames 5 > early.txt 2>&1
+t_check "a client that leaves after 5 answers: 5 pages" test "$(fact early.txt pages)" = 5
 t_check "the server is still up" kill -0 $SRV2
+i=0   # until every session is over
+while ! tail -1 lat2 | grep -q " active=0 " && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+sums=$(awk '/^tick=/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); s[kv[1]] += kv[2] } }
+            END { printf "%d %d %d", s["in"], s["out"], s["miss"] }' lat2)
+set -- $sums
+t_check "every input of every WebSocket session an output or a counted miss (in $1 = out $2 + miss $3)" \
+    test "$1" -gt 0 -a "$1" = $(($2 + $3))
+t_check "... the early leaver's unanswered frames among the misses" test "$3" -gt 0
 kill $SRV2; wait $SRV2 2>/dev/null
 
 timeout 20 "$S" -s "$T_TMP/u.sock" --ws 0.0.0.0:0 -m synthetic:echo --threads 1 > /dev/null 2> log3
