@@ -117,6 +117,26 @@ timeout 60 "$PY" "$WC" "$URL2?auth_id=$tq" in.opus out2.opus --frames "$FRAMES" 
 GOOD2=$!
 i=0
 while ! grep -q "verdict=accept" lat2 && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+# a slow reader beside it: upgrades with a tiny receive buffer, sends the
+# whole recording, and never reads what comes back
+"$PY" - "$P2" "$tq" in.opus > slow.txt 2>&1 <<'PYEOF' &
+import socket, sys, os, base64, time
+port, tok, data = int(sys.argv[1]), sys.argv[2], open(sys.argv[3], "rb").read()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+s.connect(("127.0.0.1", port))
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall(("GET /api/chat?auth_id=%s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+           "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+           % (tok, key)).encode())
+mask = b"\x01\x02\x03\x04"
+for i in range(0, len(data), 900):
+    p = b"\x01" + data[i:i + 900]
+    s.sendall(b"\x82" + bytes([0x80 | 126]) + len(p).to_bytes(2, "big") + mask +
+              bytes(b ^ mask[j & 3] for j, b in enumerate(p)))
+time.sleep(6)
+print("slow reader done")
+PYEOF
+SLOW=$!
 "$PY" - "$P2" "$tq" > hostile.txt 2>&1 <<'PYEOF'
 import asyncio, socket, sys, os, base64, websockets
 port = int(sys.argv[1]); url = "ws://127.0.0.1:%d/api/chat?auth_id=%s" % (port, sys.argv[2])
@@ -181,7 +201,9 @@ t_check "garbage instead of Ogg Opus: an Error message naming it $(cat junk.txt)
     grep -q 'errors="bad audio: ' junk.txt
 t_check "... then a clean close" test "$(fact junk.txt close)" = 1000
 wait $GOOD2
-t_check "the good session beside them: every frame answered, no error $(cat good2.txt)" \
+wait $SLOW
+t_check "the slow reader ran beside it $(cat slow.txt)" grep -q "slow reader done" slow.txt
+t_check "the good session beside them (and a slow reader): every frame answered $(cat good2.txt)" \
     test "$(fact good2.txt pages)" = "$FRAMES" -a "$(fact good2.txt granule)" = $((FRAMES * 3840))
 t_check "... no error" grep -q 'errors="" ' good2.txt
 timeout 60 "$PY" "$WC" "$URL2?auth_id=$tq" in.opus eager.opus --frames "$FRAMES" --eager > eager.txt 2>&1
