@@ -61,11 +61,12 @@ wait_for_socket "$T_TMP/s.sock" 300
 # four sessions at once, three admitted: one refusal counted
 timeout 60 "$R" -s "$T_TMP/s.sock" -n 4 talk.wav > replay.txt 2>&1 &
 RP=$!
-i=0   # until the sessions run
+i=0   # until the sessions run and have been answered a while
 while [ $i -lt 100 ]; do
     get "$P" /metrics > a1
     body < a1 > scrape1
-    [ "$(metric scrape1 metronome_sessions_live)" = 3 ] && break
+    [ "$(metric scrape1 metronome_sessions_live)" = 3 ] &&
+        [ "$(metric scrape1 metronome_frames_out_total)" -ge 30 ] && break
     sleep 0.1; i=$((i + 1))
 done
 t_check "/metrics answers 200" status 200 a1
@@ -172,6 +173,32 @@ t_check "an idle connection is closed by the server" grep -q "idle closed" idle.
 t_check "the server is still up" kill -0 $SRV
 kill $SRV; wait $SRV 2>/dev/null
 t_check "the log counts the bad requests" grep -q "metrics: .* bad request" log
+
+# FILL counted: with a 1 ms deadline every input is answered by FILL
+# before the tick steps it (the naive "on time" of a server that lies)
+sox -n -r 24000 -c 1 short.wav synth 1.5 pinknoise vol 0.3 2>/dev/null
+"$S" -s "$T_TMP/f.sock" --metrics 127.0.0.1:0 -m synthetic:echo --threads 1 \
+    --fill --deadline-ms 1 > latf 2> logf &
+SRVF=$!; t_track $SRVF
+PF=$(port_of logf)
+wait_for_socket "$T_TMP/f.sock" 300
+timeout 60 "$R" -s "$T_TMP/f.sock" short.wav > /dev/null 2>&1
+i=0
+while [ $i -lt 50 ]; do
+    get "$PF" /metrics | body > scrapef
+    [ "$(metric scrapef metronome_sessions_ended_total)" = 1 ] && break
+    sleep 0.2; i=$((i + 1))
+done
+kill $SRVF; wait $SRVF 2>/dev/null
+NF=$(metric scrapef metronome_ticks_total)
+fills=$(grep '^tick=' latf | head -n "$NF" | tr ' ' '\n' | sed -n 's/^fill=//p' | awk '{ s += $1 } END { print s + 0 }')
+t_check "FILL frames counted: metronome_frames_fill_total = the sum of fill= ($(metric scrapef metronome_frames_fill_total) vs $fills)" \
+    test "$(metric scrapef metronome_frames_fill_total)" = "$fills" -a "$fills" -gt 0
+if command -v promtool >/dev/null; then
+    promtool check metrics < scrapef > promtoolf.txt 2>&1
+    rc=$?
+    t_check "promtool accepts that exposition too (rc $rc)" test $rc = 0 -a ! -s promtoolf.txt
+fi
 
 # a token: /metrics wants it as a bearer token, /health does not
 head -c 24 /dev/urandom | base64 > tok
