@@ -959,6 +959,29 @@ static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
     return 0;
 }
 
+/* One row's q|k|v [q_dim + 2 kv_dim] after the projections: += the q, k, v
+ * biases (when the layer has them), then each q and k head RMSNorm'd over
+ * its head_dim with q_norm / k_norm (when it has them). */
+static void qwen_bias_norm(const cpu_backend *be, const mt_layer_weights *w, float *qkv)
+{
+    const int hd = be->hd;
+    if (w->bq) {
+        for (int i = 0; i < be->q_dim; i++)
+            qkv[i] += w->bq[i];
+        for (int i = 0; i < be->kv_dim; i++) {
+            qkv[be->q_dim + i] += w->bk[i];
+            qkv[be->q_dim + be->kv_dim + i] += w->bv[i];
+        }
+    }
+    if (w->q_norm) {
+        for (int h = 0; h < be->c->heads; h++)
+            rmsnorm(qkv + (size_t)h * hd, qkv + (size_t)h * hd, w->q_norm, hd, be->c->eps);
+        for (int g = 0; g < be->c->kv_heads; g++)
+            rmsnorm(qkv + be->q_dim + (size_t)g * hd, qkv + be->q_dim + (size_t)g * hd,
+                    w->k_norm, hd, be->c->eps);
+    }
+}
+
 /* Runs be->rows[0..nrows) through the model; inputs and outputs are row
  * arrays of nrows (outputs may be NULL). */
 static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t errlen)
@@ -1041,9 +1064,12 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         run_gemm(be, phase_gemm, w->attn_norm);
 
         /* rotary: every q head by the query's position (its cache index
-         * in cache mode), k heads by the absolute position */
+         * in cache mode), k heads by the absolute position; before it, the
+         * q/k/v biases (Qwen2) and each q and k head's RMSNorm (Qwen3) */
         for (int r = 0; r < R; r++) {
             float *q = be->qkv + (size_t)r * be->qkv_dim;
+            if (w->bq || w->q_norm)
+                qwen_bias_norm(be, w, q);
             for (int h = 0; h < c->heads; h++)
                 rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
                            be->qsin + (size_t)r * half, half);

@@ -114,7 +114,13 @@ int mt_config_check(const mt_config *c, const char *file, char *err, size_t errl
 
 enum { PER_LAYER = 9 };
 
-int mt_model_tensor_count(const mt_config *c)
+/* Qwen tensors per layer, after every Llama tensor */
+static int extra_per_layer(const mt_config *c)
+{
+    return (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0);
+}
+
+static int base_tensor_count(const mt_config *c)
 {
     int n = c->layers * PER_LAYER + 1;
     if (c->has_tokens)
@@ -122,6 +128,34 @@ int mt_model_tensor_count(const mt_config *c)
     if (c->has_audio)
         n += 2;
     return n;
+}
+
+int mt_model_tensor_count(const mt_config *c)
+{
+    return base_tensor_count(c) + c->layers * extra_per_layer(c);
+}
+
+/* Tensor e of the Qwen section: layer e / extra, the biases then the norms. */
+static void extra_info(const mt_config *c, mt_model *m, int e, mt_tensor_ref *r,
+                       float ***slot)
+{
+    int per = extra_per_layer(c), l = e / per, k = e % per;
+    if (!c->qkv_bias)
+        k += 3;
+    static const char *const suffix[5] = {
+        "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+        "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+    };
+    const int64_t n[5] = { (int64_t)c->heads * c->head_dim, (int64_t)c->kv_heads * c->head_dim,
+                           (int64_t)c->kv_heads * c->head_dim, c->head_dim, c->head_dim };
+    snprintf(r->name, sizeof r->name, "model.layers.%d.%s", l, suffix[k]);
+    r->ndim = 1;
+    r->shape[0] = n[k];
+    if (m && m->layer) {
+        mt_layer_weights *w = &m->layer[l];
+        float **s[5] = { &w->bq, &w->bk, &w->bv, &w->q_norm, &w->k_norm };
+        *slot = s[k];
+    }
 }
 
 /* Name, shape and the slot in m that holds tensor i (m may be NULL). */
@@ -136,6 +170,10 @@ static int tensor_info(const mt_config *c, mt_model *m, int i, mt_tensor_ref *r,
     *slot = (float **)&none;
     int64_t H = c->hidden, Q = (int64_t)c->heads * c->head_dim,
             KV = (int64_t)c->kv_heads * c->head_dim, F = c->ffn;
+    if (i >= base_tensor_count(c)) {
+        extra_info(c, m, i - base_tensor_count(c), r, slot);
+        return 0;
+    }
     if (i < c->layers * PER_LAYER) {
         int l = i / PER_LAYER, k = i % PER_LAYER;
         static const char *const suffix[PER_LAYER] = {
@@ -427,6 +465,81 @@ static int get_bool(json_t *root, const char *file, const char *key, int *out, c
     return 0;
 }
 
+/* A field that must be absent, null, false or equal to `ok` (a number) for
+ * the decoders' arithmetic to be the model's. */
+static int refuse_unless(json_t *root, const char *file, const char *key, double ok,
+                         const char *why, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v) || json_is_false(v) ||
+        (json_is_number(v) && json_number_value(v) == ok))
+        return 0;
+    mt_set_err(err, errlen, "%s: field %s: %s", file, key, why);
+    return -1;
+}
+
+/* model_type and the fields of HuggingFace's Qwen2Config and Qwen3Config
+ * that change the arithmetic. Qwen2 biases q/k/v (not o) whatever the
+ * config says; Qwen3 norms each head of q and k and biases q/k/v *and* o
+ * when attention_bias (o's bias is not implemented: refused). Sliding
+ * window attention (use_sliding_window, or a layer_types entry other than
+ * full_attention) and partial rotary are refused; sliding_window and
+ * max_window_layers alone change nothing while use_sliding_window is off. */
+static int qwen_fields(json_t *root, const char *file, mt_config *c, int att_bias,
+                       char *err, size_t errlen)
+{
+    json_t *mt = json_object_get(root, "model_type");
+    const char *type = "llama";
+    if (mt && !json_is_null(mt)) {
+        if (!json_is_string(mt)) {
+            mt_set_err(err, errlen, "%s: field model_type is not a string", file);
+            return -1;
+        }
+        type = json_string_value(mt);
+    }
+    if (strcmp(type, "qwen2") == 0) {
+        c->qkv_bias = 1;
+    } else if (strcmp(type, "qwen3") == 0) {
+        c->qk_norm = 1;
+    } else if (strcmp(type, "llama") != 0) {
+        mt_set_err(err, errlen, "%s: field model_type: \"%s\" is not supported "
+                 "(llama, qwen2, qwen3)", file, type);
+        return -1;
+    }
+    if (att_bias) {
+        mt_set_err(err, errlen, "%s: field attention_bias: an o_proj bias is not "
+                 "supported (%s)", file,
+                 c->qkv_bias ? "qwen2 has q/k/v biases without this field" :
+                 "true biases o_proj too");
+        return -1;
+    }
+    if (refuse_unless(root, file, "use_sliding_window", 0, "sliding-window attention "
+                      "is not supported (must be false)", err, errlen) ||
+        refuse_unless(root, file, "partial_rotary_factor", 1, "partial rotary is not "
+                      "supported (must be 1)", err, errlen) ||
+        refuse_unless(root, file, "rope_parameters", 0, "not supported (rope_theta and "
+                      "a null rope_scaling say the same)", err, errlen))
+        return -1;
+    json_t *lt = json_object_get(root, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        size_t i;
+        json_t *e;
+        if (!json_is_array(lt)) {
+            mt_set_err(err, errlen, "%s: field layer_types is not an array", file);
+            return -1;
+        }
+        json_array_foreach(lt, i, e) {
+            if (!json_is_string(e) || strcmp(json_string_value(e), "full_attention") != 0) {
+                mt_set_err(err, errlen, "%s: field layer_types: entry %zu is not "
+                         "\"full_attention\" (sliding-window layers are not "
+                         "supported)", file, i);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c,
                     char *err, size_t errlen)
 {
@@ -483,9 +596,10 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
                  "or absent)", file);
         goto out;
     }
-    if (att_bias || mlp_bias) {
-        mt_set_err(err, errlen, "%s: field %s: biases are not supported", file,
-                 att_bias ? "attention_bias" : "mlp_bias");
+    if (qwen_fields(root, file, c, att_bias, err, errlen) != 0)
+        goto out;
+    if (mlp_bias) {
+        mt_set_err(err, errlen, "%s: field mlp_bias: biases are not supported", file);
         goto out;
     }
     c->has_tokens = c->vocab > 0;
@@ -736,6 +850,37 @@ unmap:
 
 /* ---- writer ------------------------------------------------------------------ */
 
+/* A Qwen model's config.json says what HuggingFace's Qwen2Config or
+ * Qwen3Config says for Qwen2.5-7B and Qwen3-8B, so the directory is the
+ * shape of a published one (only the values differ): model_type and
+ * architectures, and their window, position and token-id fields (all of
+ * which the loader reads or refuses). */
+static int qwen_config(const mt_config *c, json_t *cfg)
+{
+    if (!c->qkv_bias && !c->qk_norm)
+        return 0;
+    int q2 = c->qkv_bias;
+    json_t *extra = json_pack(
+        "{s:[s],s:s,s:f,s:i,s:i,s:f,s:i,s:i,s:b,s:b,s:s}",
+        "architectures", q2 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM",
+        "model_type", q2 ? "qwen2" : "qwen3", "attention_dropout", 0.0,
+        "bos_token_id", 151643, "eos_token_id", 151645,
+        "initializer_range", 0.02, "max_position_embeddings", q2 ? 32768 : 40960,
+        "max_window_layers", c->layers, "use_cache", 1, "use_sliding_window", 0,
+        "transformers_version", q2 ? "4.43.1" : "4.51.0");
+    if (!extra)
+        return -1;
+    int bad = json_object_update(cfg, extra) != 0 ||
+              json_object_set_new(cfg, "sliding_window",
+                                  q2 ? json_integer(131072) : json_null()) != 0;
+    json_decref(extra);
+    if (q2) {                /* Qwen2Config has neither: its biases are fixed */
+        json_object_del(cfg, "attention_bias");
+        json_object_del(cfg, "mlp_bias");
+    }
+    return bad ? -1 : 0;
+}
+
 int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
                   size_t errlen)
 {
@@ -772,7 +917,8 @@ int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
         "attention_bias", 0, "mlp_bias", 0, "rope_scaling",
         "sample_rate", c->sample_rate, "frame_samples", c->frame_samples,
         "audio_passthrough", c->audio_passthrough != 0);
-    if (!cfg) {
+    if (!cfg || qwen_config(c, cfg) != 0) {
+        json_decref(cfg);
         mt_set_err(err, errlen, "%s: out of memory", cpath);
         return -1;
     }

@@ -34,6 +34,10 @@
  *                                    -20 dBFS RMS maps to a unit-RMS vector
  *       audio_out                    0.1 / sqrt(hidden): output RMS about
  *                                    0.1 (-20 dBFS), rarely clipped
+ *       q/k/v biases                 0.5 (so a bias moves a unit-RMS
+ *                                    projection visibly)
+ *       q_norm, k_norm               1.0 + N(0, 0.25): not constant, so a
+ *                                    decoder that forgot the weight differs
  *
  * All matrices are row-major in HuggingFace's [out_features, in_features]
  * orientation, fp32, so y = W x is cblas_sgemv(RowMajor, NoTrans, ...).
@@ -64,6 +68,10 @@ typedef struct mt_config {
     int   has_tokens;        /* embed_tokens/lm_head present */
     int   audio_passthrough; /* test preset: output frame = input frame
                                 (the backbone still runs, for timing) */
+    int   qkv_bias;          /* q_proj, k_proj, v_proj carry biases (Qwen2;
+                                o_proj never does here) */
+    int   qk_norm;           /* per-head RMSNorm of q and k before the
+                                rotation, eps = rms_norm_eps (Qwen3) */
 } mt_config;
 
 typedef struct mt_layer_weights {
@@ -76,6 +84,11 @@ typedef struct mt_layer_weights {
     float *w_gate;     /* [ffn, hidden]                     gate_proj */
     float *w_up;       /* [ffn, hidden]                     up_proj */
     float *w_down;     /* [hidden, ffn]                     down_proj */
+    float *bq;         /* [heads*head_dim]     q_proj.bias, or NULL (no qkv_bias) */
+    float *bk;         /* [kv_heads*head_dim]  k_proj.bias, or NULL */
+    float *bv;         /* [kv_heads*head_dim]  v_proj.bias, or NULL */
+    float *q_norm;     /* [head_dim]  self_attn.q_norm.weight, or NULL (no qk_norm) */
+    float *k_norm;     /* [head_dim]  self_attn.k_norm.weight, or NULL */
 } mt_layer_weights;
 
 typedef struct mt_model {
@@ -155,7 +168,11 @@ int mt_config_check(const mt_config *c, const char *file, char *err,
  *     .down_proj;
  *   model.norm.weight;
  *   token adapter: model.embed_tokens.weight, lm_head.weight (untied only);
- *   audio adapter: audio_in.weight, audio_out.weight. */
+ *   audio adapter: audio_in.weight, audio_out.weight;
+ *   then, for each layer N, when qkv_bias: model.layers.N.self_attn.q_proj.bias,
+ *     .k_proj.bias, .v_proj.bias; when qk_norm: .self_attn.q_norm.weight,
+ *     .k_norm.weight (last, so a Llama model's tensors keep their indices
+ *     and synthetic values). */
 typedef struct mt_tensor_ref {
     char     name[80];
     int      ndim;       /* 1 or 2 */
