@@ -1,7 +1,8 @@
 /* model.h: the model a Metronome decoder runs.
  *
  * A Llama-architecture backbone (RMSNorm, rotary positions, GQA attention,
- * SwiGLU MLP) with HuggingFace tensor names, plus two adapters:
+ * SwiGLU MLP) with HuggingFace tensor names, optionally with Qwen2's q/k/v
+ * biases or Qwen3's per-head q/k norms, plus two adapters:
  *   audio: audio_in.weight  [hidden, frame_samples]  PCM frame -> input vector
  *          audio_out.weight [frame_samples, hidden]  final hidden -> PCM frame
  *   token: model.embed_tokens.weight [vocab, hidden], lm_head.weight
@@ -10,7 +11,8 @@
  * A model comes from a directory (config.json + model.safetensors, F32, F16
  * or BF16, memory-mapped and converted once to fp32 here) or from a
  * synthetic preset ("synthetic:tiny", "synthetic:small", "synthetic:base",
- * "synthetic:moshi-7b", "synthetic:llama-3.2-1b", optionally
+ * "synthetic:moshi-7b", "synthetic:llama-3.2-1b", "synthetic:qwen2.5-7b",
+ * "synthetic:qwen3-8b", "synthetic:tiny-qwen2", "synthetic:tiny-qwen3", optionally
  * "synthetic:NAME:seed=N") whose weights are generated deterministically.
  *
  * Synthetic init (implemented in synthetic.c; values never depend on the
@@ -146,9 +148,13 @@ const char *const *mt_model_presets(void);
  * (default 1e-6), rope_theta (default 10000), vocab_size (default 0; > 0
  * means the token adapter is expected), tie_word_embeddings (default
  * false), sample_rate (24000), frame_samples (1920), audio_passthrough
- * (false). Rejected: hidden_act other than "silu", attention_bias or
- * mlp_bias true, a non-null rope_scaling (not implemented by the
- * decoders). max_position_embeddings, when present, must be 1 or more
+ * (false), model_type (default "llama"; "qwen2": q/k/v biases; "qwen3":
+ * per-head q/k RMSNorm; anything else refused). Rejected, each naming the
+ * field: hidden_act other than "silu", attention_bias or mlp_bias true (an
+ * o_proj or MLP bias), a non-null rope_scaling or rope_parameters,
+ * use_sliding_window true, a layer_types entry other than
+ * "full_attention", partial_rotary_factor other than 1 (none implemented
+ * by the decoders). max_position_embeddings, when present, must be 1 or more
  * (the decoders do not use it). Other keys are ignored. has_audio is not a config field: the
  * loader sets it from the tensors present. */
 int mt_config_parse(const char *json, size_t len, const char *file,
