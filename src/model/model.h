@@ -196,6 +196,14 @@ int mt_model_alloc(const mt_config *c, mt_model **out, char *err,
 
 const char *mt_dtype_name(mt_dtype dt);   /* "F32", "F16", "BF16" */
 
+/* For the loaders (load.c, synthetic.c and any beside them): a model for
+ * config c, the layer table and, unless shape_only, one 64-byte-aligned
+ * fp32 arena holding every tensor (zeroed when zero is set, otherwise left
+ * for the caller to fill). No size limit is applied here; callers check
+ * MT_MODEL_HOST_LIMIT_BYTES first. Freed with mt_model_free. */
+int mt_model_make(const mt_config *c, int shape_only, int zero,
+                  mt_model **out, char *err, size_t errlen);
+
 /* The values of synthetic tensor i (mt_model_tensor order) for m's config
  * and m->seed, written to dst [numel floats]; works on shape_only models,
  * so a device backend can make a preset's weights tensor by tensor
