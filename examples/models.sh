@@ -10,7 +10,8 @@
 #  - the whole H200 pool, 5-minute calls, predicted (mt-probe predict, 400
 #    seeds): K/V bytes a position, how many unbounded calls the pool holds
 #    at their full length, the bounded capacity (S=4 + W=750), and the
-#    lowest Poisson arrival rate, stepping 0.1 x pool/300 s, at which the
+#    lowest Poisson arrival rate, from 1.2 to 3 x (calls it holds)/300 s in steps of
+#    0.1 (the mean-field demand of 5-min calls reaches the pool at 2x), at which the
 #    unbounded pool passes the wall in most runs (over half the seeds);
 #  - measured on the simulator: examples/paper.sh --quick --model NAME,
 #    RUNS bounded and RUNS unbounded soak runs on a slice of the pool of
@@ -64,7 +65,7 @@ for name in $MODELS; do
     # 5-minute calls are 3750 positions, 235 blocks of 16
     fit=$((blocks / 235))
     rate="" pct=""
-    for k in 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    for k in $(seq 12 30); do
         r=$(awk -v f="$fit" -v k="$k" 'BEGIN { printf "%.3f", f / 300 * k / 10 }')
         pr "$r" >"$OUT/$name-whole.txt"
         p=$(awk -F'\t' '$1 == "unbounded overflow within run" { gsub(/.*\(|%\)/, "", $2); print $2 }' "$OUT/$name-whole.txt")

@@ -116,6 +116,8 @@ typedef struct row {
     int64_t    base;   /* seq->len when the call began: positions >= base
                           are read from this call's qkv buffer */
     int        first;  /* row index holding position base of this seq */
+    int64_t    rpos;   /* rotary position of its key (and, absolute, its query):
+                          pos, or its input's (mt_step_io.positions) */
 } row;
 
 /* A run of visible positions attended together: len consecutive slots of
@@ -875,10 +877,11 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         run_gemm(be, phase_gemm, NULL);
     }
 
-    /* rotary tables of each row: keys at the absolute position, and the
-     * query at its rotary position (cache index in cache mode) */
+    /* rotary tables of each row: keys at the absolute position (the
+     * input's when it gives one), and the query at its rotary position
+     * (cache index in cache mode) */
     for (int r = 0; r < R; r++) {
-        rope_table(be, be->rows[r].pos, be->rcos + (size_t)r * half,
+        rope_table(be, be->rows[r].rpos, be->rcos + (size_t)r * half,
                    be->rsin + (size_t)r * half);
         if (be->cache_rope) {
             int64_t qi = mt_kv_visible_count(be->pool, be->rows[r].pos) - 1;
@@ -981,7 +984,8 @@ static int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
     }
     for (int r = 0; r < B; r++)
         be->rows[r] = (row){ .seq = seqs[r], .pos = seqs[r]->len,
-                             .base = seqs[r]->len, .first = r };
+                             .base = seqs[r]->len, .first = r,
+                             .rpos = io->positions ? io->positions[r] : seqs[r]->len };
     be->nrows = B;
     int rc = run_rows(be, io, err, errlen);
     b->attention_ms = be->att_ns / 1e6;
@@ -993,7 +997,8 @@ static int cpu_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R,
 {
     cpu_backend *be = b->impl;
     for (int r = 0; r < R; r++)
-        be->rows[r] = (row){ .seq = seq, .pos = base + r, .base = base, .first = 0 };
+        be->rows[r] = (row){ .seq = seq, .pos = base + r, .base = base, .first = 0,
+                             .rpos = base + r };
     be->nrows = R;
     return run_rows(be, io, err, errlen);
 }

@@ -625,6 +625,8 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
         }
         memcpy(be->h_tab + ntab, s->blocks, (size_t)s->nblocks * sizeof(int32_t));
         be->h_rows[r] = make_row(be, s, s->len, (int32_t)ntab);
+        if (io->positions) /* absolute rotary only (the decoder checks) */
+            be->h_rows[r].pos_abs = be->h_rows[r].pos_sink = (int32_t)io->positions[r];
         ntab += (size_t)s->nblocks;
     }
     return forward(be, B, ntab, io, 0, err, errlen);

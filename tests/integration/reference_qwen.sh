@@ -10,6 +10,9 @@
 # the schedule and the 1e-4 tolerance of reference.sh (3 sessions starting
 # at steps 0, 5, 11; W=16 over 56 steps).
 #
+# Positions supplied per input (mt_step_io.positions) are checked the same
+# way, with their own negative control.
+#
 # Negative controls: the same C output against the reference with the
 # biases dropped (qwen2) or the q/k norms dropped (qwen3) must fail the
 # same comparison, so a decoder that skipped either could not pass.
@@ -75,6 +78,24 @@ run_case qwen2-nobias-full         "$T_TMP/qwen2-f32" full   0 absolute tokens b
 run_case qwen2-nobias-window-cache "$T_TMP/qwen2-f32" window 4 cache    tokens bias
 run_case qwen3-nonorm-full         "$T_TMP/qwen3-f32" full   0 absolute tokens qknorm
 run_case qwen3-nonorm-window-cache "$T_TMP/qwen3-f32" window 4 cache    tokens qknorm
+
+# Positions supplied per input (mt_step_io.positions, as an adapter's
+# position ids): the input of session b at its i-th step sits at rotary
+# position 3b + K i; full policy and window with rope absolute; and the
+# comparison separates a decoder that ignored them (the same C output
+# against the reference at slot positions must fail).
+HALF="--pos-stride 2" run_case qwen2-pos2-full "$T_TMP/qwen2-f32" full 0 absolute tokens
+HALF="--pos-stride 3" run_case qwen3-pos3-window-S4-abs "$T_TMP/qwen3-bf16" window 4 absolute tokens
+HALF="--pos-stride 3 --kv-dtype f16 --weights f16" run_case qwen3-pos3-f16kvw-full "$T_TMP/qwen3-f32" full 0 absolute tokens
+res=$($PY "$REF" "$T_TMP/qwen2-f32" --policy full --sink 0 --window $W --rope absolute \
+      --starts $STARTS --steps $STEPS --out "$T_TMP/slot.r" --check "$T_TMP/qwen2-pos2-full.c" 2>&1)
+[ $? -eq 1 ] && [ -s "$T_TMP/qwen2-pos2-full.c" ]
+t_ok $? "positions matter: the stride-2 C output fails against slot positions ($res)"
+"$DUMP" --model "$T_TMP/qwen2-f32" --policy window --sink 4 --window $W --rope cache \
+    --starts $STARTS --steps 4 --pos-stride 2 --out "$T_TMP/cache.c" 2>"$T_TMP/cache.err"
+rc=$?
+[ $rc -ne 0 ] && grep -q "rope absolute" "$T_TMP/cache.err"
+t_ok $? "positions with --rope cache are refused ($(cat "$T_TMP/cache.err"))"
 
 # The policies and rope modes must matter for these models too.
 differ() {

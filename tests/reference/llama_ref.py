@@ -48,6 +48,10 @@ Inputs (the test spec shared with tests/helpers/mt-refdump.c): sessions b
 at its position i = t - starts[b], all of them as one batch, in order of b.
   token input:  id = (b * 7919 + i * 104729 + 13) % vocab
   audio input:  pcm[k] = ((b * 131 + i * 17 + k * 7) % 2001 - 1000) * 8
+  positions (--pos-stride K): the input's rotary position is 3 * b + K * i
+                (as an adapter's position ids would number it; without
+                the option, i itself); keys rotated by their input's
+                position, the query by its own (full, or rope absolute).
 Output: for each step, for each stepped session, its logits (float32,
 vocab) or its output pcm (int16, frame_samples), appended in that order.
 
@@ -55,7 +59,7 @@ Usage:
   llama_ref.py MODEL_DIR --policy full|window --sink S --window W
                --rope cache|absolute --starts 0,5,11 --steps 60
                [--input tokens|audio] [--kv-dtype f32|f16] [--weights f32|f16]
-               [--drop bias|qknorm] --out FILE [--check C_FILE] [--tol 1e-4]
+               [--drop bias|qknorm] [--pos-stride K] --out FILE [--check C_FILE] [--tol 1e-4]
 --drop bias|qknorm computes the reference without the q/k/v biases or the
 q/k norms (negative controls: a C decoder that skipped them).
 With --check the reference compares C_FILE against its own result, prints
@@ -203,11 +207,16 @@ class Session:
         self.k_new = [None] * m.layers
         self.v_new = [None] * m.layers
         self.len = 0
+        self.rpos = []   # rotary position of each position so far
 
 
-def step(m, sess, x, policy, S, W, rope_mode):
-    """One position of one session: x [hidden] -> final hidden [hidden]."""
+def step(m, sess, x, policy, S, W, rope_mode, rp=None):
+    """One position of one session: x [hidden] -> final hidden [hidden];
+    rp: its rotary position when the input gives one."""
     p = sess.len
+    sess.rpos.append(p if rp is None else rp)
+    if rp is not None and policy == "window" and rope_mode == "cache":
+        raise SystemExit("llama_ref: positions need rope absolute or the full policy")
     hd, nh, nkv = m.head_dim, m.heads, m.kv_heads
     n_rep = nh // nkv
     vis = kept(policy, S, W, p)
@@ -215,8 +224,8 @@ def step(m, sess, x, policy, S, W, rope_mode):
         key_pos = list(range(len(vis)))
         q_pos = len(vis) - 1
     else:
-        key_pos = vis
-        q_pos = p
+        key_pos = [sess.rpos[j] for j in vis]
+        q_pos = sess.rpos[p]
     for l in range(m.layers):
         h = m.rmsnorm(x, m.w(l, "input_layernorm"))
         q = m.head_norm(l, "q_norm", m.proj(l, "q_proj", h).reshape(nh, hd))
@@ -225,7 +234,7 @@ def step(m, sess, x, policy, S, W, rope_mode):
         if m.kv_f16:
             # the cache rounds the key rotated by its absolute position;
             # un-rotate the rounded key so that it is kept like the others
-            kc = m.rope(to_f16(m.rope(k, [p] * nkv)), [-p] * nkv)
+            kc = m.rope(to_f16(m.rope(k, [sess.rpos[p]] * nkv)), [-sess.rpos[p]] * nkv)
             sess.k[l].append(kc)
             sess.v[l].append(to_f16(v))
         else:
@@ -267,6 +276,7 @@ def main():
     ap.add_argument("--weights", choices=["f32", "f16"], default="f32")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--drop", choices=["bias", "qknorm"])
+    ap.add_argument("--pos-stride", type=int)
     a = ap.parse_args()
 
     m = Llama(a.model_dir, weights=a.weights, kv_dtype=a.kv_dtype, drop=a.drop)
@@ -285,7 +295,8 @@ def main():
                 k = np.arange(m.frame_samples)
                 pcm = ((b * 131 + i * 17 + k * 7) % 2001 - 1000) * 8
                 x = m.audio_in @ (pcm / 32768.0)
-            hf = step(m, sessions[b], x, a.policy, a.sink, a.window, a.rope)
+            rp = None if a.pos_stride is None else 3 * b + a.pos_stride * i
+            hf = step(m, sessions[b], x, a.policy, a.sink, a.window, a.rope, rp)
             if a.input == "tokens":
                 outs.append((m.lm_head @ hf).astype(np.float32))
             else:
