@@ -1,7 +1,8 @@
 /* test_cuda.c: the CUDA backend against the CPU backend (parity), on
  * synthetic:tiny (head_dim 16, GQA 2), synthetic:small (head_dim 64) and a
  * made-up model with head_dim 128 and GQA 4 (moshi's and llama-1b's shapes),
- * and the Qwen features on tiny-qwen2 / tiny-qwen3 (qwen_cases):
+ * and the Qwen features on tiny-qwen2 / tiny-qwen3 (qwen_cases, with
+ * positions supplied per input, mt_step_io.positions, in absolute rotary):
  * full policy, window without sinks, window + sinks in both rope modes,
  * over 3x the window, batches whose sessions have different lengths
  * (sessions join at different ticks), a prefill, and the audio adapter.
@@ -73,6 +74,10 @@ int main(void)
 #define EXPECTED_ERR 0.01 /* the bf16 estimate above */
 enum { NS = 3, STAGGER = 5, MAXB = 4 };
 
+/* When set, run() gives each input its rotary position 3 b + pos_stride i
+ * (mt_step_io.positions, as an adapter's position ids). */
+static int pos_stride;
+
 static int32_t tok(int b, int i, int V)
 {
     return (int32_t)((b * 7919LL + i * 104729LL + 13) % V);
@@ -143,6 +148,7 @@ static int run(mt_decoder *d, mt_decoder *cmp, const mt_model *m, int steps, int
     int16_t *pin = malloc((size_t)NS * FS * sizeof *pin);
     int16_t *pout = malloc((size_t)NS * FS * sizeof *pout);
     int32_t toks[NS];
+    int64_t rpos[NS];
     out[0] = malloc((size_t)NS * width * sizeof(float));
     out[1] = malloc((size_t)NS * width * sizeof(float));
     int rc = -1;
@@ -165,6 +171,7 @@ static int run(mt_decoder *d, mt_decoder *cmp, const mt_model *m, int steps, int
             int i = t - STAGGER * b; /* this session's position */
             who[B] = b;
             toks[B] = tok(b, i, V > 0 ? V : 1);
+            rpos[B] = 3LL * b + (int64_t)pos_stride * i;
             for (int s = 0; s < FS; s++)
                 pin[(size_t)B * FS + s] = pcm_sample(b, i, s);
             for (int k = 0; k < 2; k++)
@@ -180,6 +187,8 @@ static int run(mt_decoder *d, mt_decoder *cmp, const mt_model *m, int steps, int
                     goto done;
                 }
             mt_step_io io = test_step_io(audio, pin, pout, toks, out[k]);
+            if (pos_stride)
+                io.positions = rpos;
             if (mt_decoder_step(ds[k], B, batch[k], &io, err, sizeof err)) {
                 tap_diag("step %d (%s): %s", t, mt_decoder_backend_name(ds[k]), err);
                 goto done;
@@ -295,7 +304,7 @@ static void parity(const mt_model *m, const char *name, mt_kv_policy pol, int S,
         double s = cpu_difference(m, MT_KV_FULL, 0, 1, MT_ROPE_ABSOLUTE, steps, last_cpu);
         if (ok(s >= 0, "%s: full-policy reference ran", what))
             control(what, "window-vs-full", gpu_err, s);
-        if (S > 0) {
+        if (S > 0 && !pos_stride) { /* cache mode takes no positions */
             mt_rope_mode other = rope == MT_ROPE_CACHE ? MT_ROPE_ABSOLUTE : MT_ROPE_CACHE;
             double sr = cpu_difference(m, pol, S, W, other, steps, last_cpu);
             if (ok(sr >= 0, "%s: other rope mode's reference ran", what))
@@ -593,6 +602,10 @@ static void qwen_cases(const char *spec, int gpu)
     }
     if (gpu) {
         parity(m, "tokens", MT_KV_WINDOW, 4, W, MT_ROPE_ABSOLUTE, T, 0);
+        pos_stride = 3; /* positions supplied per input: absolute rotary only */
+        parity(m, "tokens positions 3b+3i", MT_KV_FULL, 0, 1, MT_ROPE_ABSOLUTE, T, 0);
+        parity(m, "tokens positions 3b+3i", MT_KV_WINDOW, 4, W, MT_ROPE_ABSOLUTE, T, 0);
+        pos_stride = 0;
         parity(m, "tokens", MT_KV_WINDOW, 0, W, MT_ROPE_CACHE, T, 0);
         parity(m, "audio", MT_KV_WINDOW, 4, W, MT_ROPE_CACHE, T, 1);
         parity_prefill(m, MT_KV_WINDOW, 4, W, 30);
