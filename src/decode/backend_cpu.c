@@ -228,10 +228,10 @@ typedef struct cpu_backend {
  * session is a single stretch, read in order (K and V of each head in
  * turn) but for a jump at the sinks and one where the ring wraps, as
  * attend() walks it. Block-major order (a block's every layer together,
- * each layer's K of all heads before their V) cut that read into pieces
- * of 16 KiB of K and 16 KiB of V (f16, synthetic:small), each block's 256
- * KiB from the next, and made the attention phase about 1.3x slower at
- * B = 64, fp32 and f16 alike (bench/RESULTS.md). */
+ * each layer's K of all heads before their V) would cut that read into
+ * pieces of 16 KiB of K and 16 KiB of V (f16, synthetic:small), each
+ * block's 256 KiB from the next: a slower attention phase, fp32 and f16
+ * alike (bench/RESULTS.md). */
 static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv, int g)
 {
     size_t off = (size_t)l * be->layer_elems + (size_t)block * be->layer_block_elems +
@@ -413,11 +413,10 @@ static inline const void *run_at(const cpu_backend *be, const kv_run *u, int kv,
 /* Asks for run u's rows of head g (K or V). The next run is the next
  * block of this layer: right after this one where the session's blocks
  * are consecutive (kv_at), elsewhere where they are not; either way the
- * hardware prefetcher alone does not keep up (measured on the EPYC: the
- * f16 attention 1.5x slower without these requests). Asked for in one
- * burst per head just before that head of the current run is read; asking
- * 1 to 6 heads ahead instead, or to L2 a few runs ahead, measured the same
- * or slower. */
+ * hardware prefetcher alone does not keep up (bench/RESULTS.md). Asked
+ * for in one burst per head just before that head of the current run is
+ * read; asking 1 to 6 heads ahead, or to L2 a few runs ahead, does no
+ * better. */
 VINLINE void run_prefetch(const cpu_backend *be, const kv_run *u, int kv, int g)
 {
     if (u->block < 0)
@@ -686,8 +685,8 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next
  * what is left of theirs: rows of different lengths cost different
  * amounts, so a fixed split alone could leave one thread waiting. Neither
  * thread interleaves its rows with the other's, so each reads its own
- * region of the pool (measured at B = 64, f16: the phase 5-20% faster than
- * with one counter for all, which dealt alternate rows to the threads). */
+ * region of the pool (faster than one counter for all, which deals
+ * alternate rows to the threads). */
 static void phase_attention(cpu_backend *be, int tid, int nt)
 {
     scratch *sc = &be->scr[tid];
@@ -1065,9 +1064,8 @@ enum { F16_ROWS_DEFAULT = 8 };
  * weights), on 2 MiB pages where the kernel gives them on request
  * (transparent huge pages in "madvise" mode, Debian's default): the
  * attention reads a few KiB in each of thousands of blocks, a new 4 KiB
- * page every few KiB. A one-core microbenchmark of that pattern (32 KiB
- * per block, 256 KiB apart, prefetched) read 24 GB/s on 4 KiB pages and
- * 29 GB/s on 2 MiB pages. Freed with free(). */
+ * page every few KiB, and that pattern reads faster on 2 MiB pages than on
+ * 4 KiB ones (fewer TLB misses). Freed with free(). */
 static void *alloc_streamed(size_t n)
 {
     const size_t huge = (size_t)2 << 20;

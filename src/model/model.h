@@ -133,7 +133,7 @@ uint64_t mt_model_params(const mt_config *c);
 /* Names of the presets, NULL-terminated, for --help and errors. */
 const char *const *mt_model_presets(void);
 
-/* ---- additions (model helper, issue 3); all additive ------------------ */
+/* ---- config, tensors and storage, for loaders and tools -------------- */
 
 /* Host weights above this many bytes of fp32 are refused (presets and
  * directories) unless MT_MODEL_SHAPE_ONLY is given: such models belong on a
