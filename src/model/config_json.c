@@ -71,6 +71,61 @@ static int get_bool(json_t *root, const char *file, const char *key, int *out, c
     return 0;
 }
 
+/* rope_scaling: null or absent; or the multimodal rotary of Qwen2-VL and
+ * Qwen2.5-Omni ({"type"/"rope_type": "mrope" or "default", "mrope_section":
+ * [t, h, w]} summing to head_dim/2), which with one position per token
+ * (text or audio alone: the three sections' positions are equal) is the
+ * plain rotation. Any other key or type (linear, dynamic, yarn, a factor)
+ * is refused. */
+static int rope_scaling(json_t *rs, const char *file, const mt_config *c, char *err,
+                        size_t errlen)
+{
+    if (!rs || json_is_null(rs))
+        return 0;
+    const char *key;
+    json_t *v;
+    if (!json_is_object(rs))
+        goto bad;
+    json_object_foreach(rs, key, v) {
+        if (!strcmp(key, "type") || !strcmp(key, "rope_type")) {
+            if (!json_is_string(v) || (strcmp(json_string_value(v), "mrope") != 0 &&
+                                       strcmp(json_string_value(v), "default") != 0)) {
+                mt_set_err(err, errlen, "%s: field rope_scaling: %s %s is not supported "
+                           "(only M-RoPE's \"mrope\" or \"default\")", file, key,
+                           json_is_string(v) ? json_string_value(v) : "(not a string)");
+                return -1;
+            }
+        } else if (!strcmp(key, "mrope_section")) {
+            size_t i;
+            json_t *e;
+            long long sum = 0;
+            if (!json_is_array(v) || json_array_size(v) == 0)
+                goto bad;
+            json_array_foreach(v, i, e) {
+                if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                    json_integer_value(e) > c->head_dim)
+                    goto bad;
+                sum += json_integer_value(e);
+            }
+            if (sum != c->head_dim / 2) {
+                mt_set_err(err, errlen, "%s: field rope_scaling: mrope_section sums to %lld, "
+                           "not head_dim/2 = %d", file, sum, c->head_dim / 2);
+                return -1;
+            }
+        } else {
+            mt_set_err(err, errlen, "%s: field rope_scaling: %s is not supported (only "
+                       "M-RoPE's mrope_section, which one position a token reduces to the "
+                       "plain rotation)", file, key);
+            return -1;
+        }
+    }
+    return 0;
+bad:
+    mt_set_err(err, errlen, "%s: field rope_scaling: not supported (null, or M-RoPE's "
+               "{\"type\": \"mrope\", \"mrope_section\": [t, h, w]})", file);
+    return -1;
+}
+
 /* A field that must be absent, null, false or equal to `ok` (a number) for
  * the decoders' arithmetic to be the model's. */
 static int refuse_unless(json_t *root, const char *file, const char *key, double ok,
@@ -196,12 +251,8 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
         mt_set_err(err, errlen, "%s: field hidden_act: only \"silu\" is supported", file);
         goto out;
     }
-    json_t *rs = json_object_get(root, "rope_scaling");
-    if (rs && !json_is_null(rs)) {
-        mt_set_err(err, errlen, "%s: field rope_scaling: not supported (must be null "
-                 "or absent)", file);
+    if (rope_scaling(json_object_get(root, "rope_scaling"), file, c, err, errlen) != 0)
         goto out;
-    }
     if (qwen_fields(root, file, c, att_bias, err, errlen) != 0)
         goto out;
     if (mlp_bias) {

@@ -151,7 +151,9 @@ const char *const *mt_model_presets(void);
  * (false), model_type (default "llama"; "qwen2": q/k/v biases; "qwen3":
  * per-head q/k RMSNorm; anything else refused). Rejected, each naming the
  * field: hidden_act other than "silu", attention_bias or mlp_bias true (an
- * o_proj or MLP bias), a non-null rope_scaling or rope_parameters,
+ * o_proj or MLP bias), a rope_scaling other than null or M-RoPE's
+ * mrope_section (Qwen2-VL, Qwen2.5-Omni: with one position a token it is
+ * the plain rotation; the sections must sum to head_dim/2), rope_parameters,
  * use_sliding_window true, a layer_types entry other than
  * "full_attention", partial_rotary_factor other than 1 (none implemented
  * by the decoders). max_position_embeddings, when present, must be 1 or more

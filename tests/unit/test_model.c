@@ -659,6 +659,13 @@ static void qwen(void)
                 "not supported");
     config_case("qwen2-rope-scaling", Q2 "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}}",
                 "rope_scaling", "not supported");
+    config_case("qwen2-rope-linear", Q2 "\"rope_scaling\": {\"type\": \"linear\"}}",
+                "rope_scaling", "type linear");
+    config_case("qwen2-mrope-factor", Q2 "\"rope_scaling\": {\"type\": \"mrope\", "
+                "\"mrope_section\": [2, 3, 3], \"factor\": 2.0}}", "rope_scaling", "factor");
+    config_case("qwen2-mrope-sum", Q2 "\"rope_scaling\": {\"type\": \"mrope\", "
+                "\"mrope_section\": [2, 3, 4]}}", "rope_scaling", "head_dim/2 = 8");
+    config_case("qwen2-mrope-type", Q2 "\"rope_scaling\": [1]}", "rope_scaling", "not supported");
     config_case("qwen3-rope-params", Q3 "\"rope_parameters\": {\"rope_type\": \"default\"}}",
                 "rope_parameters", "not supported");
     config_case("qwen2-layer-types", Q2 "\"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
@@ -680,7 +687,9 @@ static void qwen(void)
                           "\"use_sliding_window\": false, \"sliding_window\": 131072, "
                           "\"max_window_layers\": 28, \"partial_rotary_factor\": 1.0, "
                           "\"layer_types\": [\"full_attention\", \"full_attention\"], "
-                          "\"rope_scaling\": null, \"attention_dropout\": 0.0}";
+                          "\"rope_scaling\": {\"mrope_section\": [2, 3, 3], "
+                          "\"rope_type\": \"default\", \"type\": \"default\"}, "
+                          "\"attention_dropout\": 0.0}";
         snprintf(dir, sizeof dir, "%s/cfg-qwen-harmless", tmp);
         mkdir(dir, 0755);
         write_file(dir, "config.json", cfg, strlen(cfg));
@@ -691,7 +700,8 @@ static void qwen(void)
         mt_model *m = NULL;
         int rc = mt_model_load(dir, 0, &m, err, sizeof err);
         ok(rc == 0, "sliding_window with use_sliding_window false, full_attention layer types, "
-           "partial_rotary_factor 1 load (%s)", rc == 0 ? "ok" : err);
+           "partial_rotary_factor 1, Qwen2.5-Omni's M-RoPE rope_scaling (sections summing "
+           "to head_dim/2) load (%s)", rc == 0 ? "ok" : err);
         mt_model_free(m);
     }
 }
