@@ -9,7 +9,7 @@
 #             a higher stage than F. Stages, lowest first:
 #               0 util
 #               1 model, wire
-#               2 decode
+#               2 decode, codec
 #               3 serve, client, probe, admit
 #               4 cmd
 #             A folder may include its own stage and any below; a folder
@@ -26,7 +26,7 @@ SRC=${1:-src}
 OBJ=${2:-build/src}
 bad=0
 
-declare -A STAGE=([util]=0 [model]=1 [wire]=1 [decode]=2
+declare -A STAGE=([util]=0 [model]=1 [wire]=1 [decode]=2 [codec]=2
                   [serve]=3 [client]=3 [probe]=3 [admit]=3 [cmd]=4)
 
 # ---- includes ----------------------------------------------------------
