@@ -38,7 +38,7 @@
  *                                    0.1 (-20 dBFS), rarely clipped
  *       q/k/v biases                 0.5 (so a bias moves a unit-RMS
  *                                    projection visibly)
- *       q_norm, k_norm               1.0 + N(0, 0.25): not constant, so a
+ *       q_norm, k_norm               1.0 + 0.25 N(0, 1): not constant, so a
  *                                    decoder that forgot the weight differs
  *
  * All matrices are row-major in HuggingFace's [out_features, in_features]

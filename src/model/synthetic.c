@@ -1,7 +1,8 @@
 /* synthetic.c: the synthetic presets: fixed shapes (tiny, tiny-qwen2/3 for
  * tests, small/base for CPU work, moshi-7b, llama-3.2-1b, qwen2.5-7b and
- * qwen3-8b for capacity work at real shapes) and weights generated deterministically from a seed, so
- * tests and experiments need no checkpoint. The init is documented in
+ * qwen3-8b for capacity work at real shapes) and weights generated
+ * deterministically from a seed, so tests and experiments need no
+ * checkpoint. The init is documented in
  * model.h; it is chunked per tensor so threads can share the work without
  * changing a single value. */
 #include "util/errmsg.h"
