@@ -73,12 +73,15 @@ done
 # Per model: its H200 profile, its bf16 K/V bytes a position (layers x K,V x
 # kv_heads x head_dim x 2) and its whole K/V pool on that profile (141e9 less
 # the bf16 weights, 2 x mt_model_params, less the 6e9 reserve; each
-# profile's comments say the same).
+# profile's comments say the same); for the whole pool, the arrival rate
+# (about 1.1x the lowest at which its unbounded pool passes the wall in
+# most runs, examples/models.sh) and a session cap above the live sessions
+# it brings.
 case $NAME in
-moshi-7b)     DPROFILE=h200-moshi7b    BPP=524288 WHOLE=122015999488 ;;
-qwen2.5-7b)   DPROFILE=h200-qwen2.5-7b BPP=57344  WHOLE=119741241856 ;;
-qwen3-8b)     DPROFILE=h200-qwen3-8b   BPP=147456 WHOLE=118587072000 ;;
-llama-3.2-1b) DPROFILE=h200-llama1b    BPP=32768  WHOLE=132512642560 ;;
+moshi-7b)     DPROFILE=h200-moshi7b    BPP=524288 WHOLE=122015999488 WRATE=0.45 WMAX=400 ;;
+qwen2.5-7b)   DPROFILE=h200-qwen2.5-7b BPP=57344  WHOLE=119741241856 WRATE=4.1  WMAX=2400 ;;
+qwen3-8b)     DPROFILE=h200-qwen3-8b   BPP=147456 WHOLE=118587072000 WRATE=1.6  WMAX=1000 ;;
+llama-3.2-1b) DPROFILE=h200-llama1b    BPP=32768  WHOLE=132512642560 WRATE=7.9  WMAX=4600 ;;
 *) echo "paper: unknown model $NAME (moshi-7b, qwen2.5-7b, qwen3-8b, llama-3.2-1b)" >&2; exit 2 ;;
 esac
 PROFILE=${PROFILE:-$DPROFILE}
@@ -99,12 +102,12 @@ if [ "$QUICK" = 1 ]; then
     SWEEP_HOLD=${SWEEP_HOLD:-30s}
     OUT=${OUT:-$ROOT/out/paper-quick}
 else
-    RUNS=${RUNS:-20}; CALL=${CALL:-300s}; RATE=${RATE:-0.45}; DURATION=${DURATION:-360s}
+    RUNS=${RUNS:-20}; CALL=${CALL:-300s}; RATE=${RATE:-$WRATE}; DURATION=${DURATION:-360s}
     WINDOW=${WINDOW:-750}
     # the profile's whole K/V pool (moshi-7b: 141e9 - 12.984e9 of weights -
     # 6e9 reserve), given explicitly so that the prediction reads the same pool
     KVMEM=${KVMEM:-$WHOLE}
-    SCALE=${SCALE:-1}; MAXSESS=${MAXSESS:-400}; SWEEP=${SWEEP:-1}
+    SCALE=${SCALE:-1}; MAXSESS=${MAXSESS:-$WMAX}; SWEEP=${SWEEP:-1}
     SWEEP_FROM=${SWEEP_FROM:-50}; SWEEP_TO=${SWEEP_TO:-350}; SWEEP_STEP=${SWEEP_STEP:-50}
     SWEEP_HOLD=${SWEEP_HOLD:-300s}     # each level: that many 5-minute calls at once
     OUT=${OUT:-$ROOT/out/paper}
@@ -131,7 +134,7 @@ echo "# SIMULATED device: no figure below is a measurement of a GPU"
 echo "== prediction (mt-probe predict, the unbounded pool race and the bounded capacity)"
 "$P" predict -m "$MODEL" --backend cuda --kv-mem "$KVMEM" --sink "$SINK" --window "$WINDOW" \
     --duration "$DURATION" --arrivals "poisson:$RATE" --lengths "fixed:$CALL" \
-    --seed "$SEED" --samples 400 --max-sessions 512 | tee "$OUT/predict.txt"
+    --seed "$SEED" --samples 400 --max-sessions "$(( MAXSESS > 512 ? MAXSESS : 512 ))" | tee "$OUT/predict.txt"
 
 # SOAK=0 keeps an earlier run's soak.txt and data/ (e.g. to redo the sweep)
 if [ "${SOAK:-1}" = 1 ]; then
