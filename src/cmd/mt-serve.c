@@ -470,6 +470,10 @@ static int preflight(const serve_args *a)
         return rc;
     if (a->so.listen_addr && (rc = check_tcp(a, "--listen", a->so.listen_addr)) >= 0)
         return rc;
+    if (a->metrics_addr && (rc = check_tcp(a, "--metrics", a->metrics_addr)) >= 0)
+        return rc;
+    if (a->ws_addr && (rc = check_tcp(a, "--ws", a->ws_addr)) >= 0)
+        return rc;
     if (a->so.socket_path && check_socket_path(a->so.socket_path) != 0)
         return 1;
     if (a->so.control_path) {
