@@ -14,6 +14,7 @@ RUNS='admission.sh|60|N=3 DURATION=3 MODEL=synthetic:tiny
 collapse.sh|90|RUNS=1 DURATION=4s MODEL=synthetic:tiny
 demo.sh|120|SESSIONS=2 CSCALE=10 MODEL=synthetic:tiny
 fleet.sh|90|N=6 DUR=4 DRAIN_AT=2 KILL_AT=3
+models.sh|240|RUNS=1 MODELS=llama-3.2-1b RESULTS=-
 plots.sh|60|HOLD=1s
 replay.sh|60|N=2
 soak.sh|60|RUNS=1 DURATION=3s
