@@ -87,7 +87,7 @@ record "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 record "mode=$mode"
 
 step info 10 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-[ "$mode" = build ] &&
+{ [ "$mode" = build ] || [ "$dry" = 1 ]; } &&   # a dry run lists it: its cap counts
     step build 150 make -s -j16 B=build-gpu BIN=build-gpu/bin build-gpu/tests/test_mimi_cuda
 step parity 90 env MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 "$tdir/test_mimi_cuda"
 parity=$?

@@ -7,7 +7,7 @@ script="$MT_ROOT/tests/gpu/run-codec.sh"
 [ -f "$script" ] || t_skip_all "no tests/gpu/run-codec.sh"
 OUT="$T_TMP/out" MT_GPU_USE_CARRIED=1 bash "$script" --dry-run >"$T_TMP/dry" 2>"$T_TMP/err"
 t_ok $? "run-codec.sh --dry-run exits 0"
-for s in info parity memcheck; do
+for s in info build parity memcheck; do
     t_check "lists the $s step" grep -Eq "^step $s " "$T_TMP/dry"
 done
 t_check "parity requires the GPU, launches blocking" \
