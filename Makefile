@@ -12,7 +12,7 @@
 #   src/cmd/mt-*.c           one program each, into $(BIN)/
 #   src/STAGE/*.c            the library libmetronome.a (wire, model, decode,
 #                            serve, client, admit, probe, util)
-#   src/decode/backend_cuda*.c, src/codec/*_cuda.c, kernels/*.cu
+#   src/decode/backend_cuda*.c, src/*/*_cuda.c, kernels/*.cu
 #                            only when nvcc is found (MT_HAVE_CUDA),
 #                            into $(B)/libmetronome_cuda.so, loaded with
 #                            dlopen when CUDA is asked for (cuda_module.h)
@@ -101,7 +101,7 @@ CUDA_SO    :=
 endif
 
 PROG_SRCS := $(wildcard src/cmd/mt-*.c)
-CUDA_C    := $(wildcard src/decode/backend_cuda*.c src/codec/*_cuda.c)
+CUDA_C    := $(sort $(wildcard src/decode/backend_cuda*.c src/*/*_cuda.c))
 LIB_SRCS  := $(filter-out $(PROG_SRCS) $(CUDA_C) src/cmd/%,$(wildcard src/*/*.c))
 CMD_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard src/cmd/*.c))
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(B)/src/%.o)
@@ -324,6 +324,7 @@ ifneq ($(HAVE_CUDA),)
 $(CU_SRCS:kernels/%.cu=$(B)/cuda/kernels/%.o): kernels/mt_kernels.h src/decode/kv.h
 $(B)/cuda/src/decode/backend_cuda.o: kernels/mt_kernels.h
 $(B)/cuda/src/codec/mimi_cuda.o $(B)/cuda/kernels/mimi.o: kernels/mimi_kernels.h
+$(B)/cuda/src/decode/depformer_cuda.o $(B)/cuda/kernels/depformer.o: kernels/depformer_kernels.h
 # Programs and tests load $(CUDA_SO) at run time: build it with them.
 $(PROGS) $(UNIT_BINS) $(HELP_BINS): | $(CUDA_SO)
 # mt-benchgpu calls the kernels and the runtime itself: linked to the object.

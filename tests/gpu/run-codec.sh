@@ -1,19 +1,22 @@
 #!/bin/bash
-# run-codec.sh: Mimi's CUDA codec on a lent GPU, a run of its own beside
-# run-device.sh (whose step caps already fill a lease): the codec's parity
-# test (tests/unit/test_mimi_cuda.c: Kyutai's fixtures and the CPU, the
-# published shape at batch 4) with MT_REQUIRE_GPU=1 and
-# CUDA_LAUNCH_BLOCKING=1 (a fault names its kernel), then the same under
+# run-codec.sh: Mimi's CUDA codec and the CUDA depformer on a lent GPU, a
+# run of its own beside run-device.sh (whose step caps already fill a
+# lease): the codec's parity test (tests/unit/test_mimi_cuda.c: Kyutai's
+# fixtures and the CPU, the published shape at batch 4) and the
+# depformer's (test_depformer_cuda.c) with MT_REQUIRE_GPU=1 and
+# CUDA_LAUNCH_BLOCKING=1 (a fault names its kernel), then the codec's under
 # compute-sanitizer's memcheck when present. From the repository root (the
 # fixtures are read from tests/fixtures/).
 #
 #   step      cap   what
 #   info       10   nvidia-smi
-#   build     150   make test_mimi_cuda (only where the build deps are)
+#   build     130   make test_mimi_cuda test_depformer_cuda (only where the
+#                   build deps are)
 #   parity     90   test_mimi_cuda, MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1
-#   memcheck  180   compute-sanitizer --tool memcheck test_mimi_cuda
+#   depformer  60   test_depformer_cuda, the same
+#   memcheck  150   compute-sanitizer --tool memcheck test_mimi_cuda
 #
-# The caps add up to BUDGET_S (430 s): with a lease's start, one run fits
+# The caps add up to BUDGET_S (440 s): with a lease's start, one run fits
 # a 15-minute lease with a margin; a step that would start past the budget
 # is skipped (said so). Output under $OUT (else build-gpu/out): run.log and
 # summary.txt (name=pass|fail|timeout|skipped a line).
@@ -29,7 +32,7 @@ case "${1:-}" in
     "") ;;
     *) echo "usage: run-codec.sh [--dry-run]" >&2; exit 2 ;;
 esac
-BUDGET_S=${BUDGET_S:-430}
+BUDGET_S=${BUDGET_S:-440}
 out=${OUT:-build-gpu/out}
 summary="$out/summary.txt"
 t_start=$(date +%s)
@@ -88,11 +91,13 @@ record "mode=$mode"
 
 step info 10 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 { [ "$mode" = build ] || [ "$dry" = 1 ]; } &&   # a dry run lists it: its cap counts
-    step build 150 make -s -j16 B=build-gpu BIN=build-gpu/bin build-gpu/tests/test_mimi_cuda
+    step build 130 make -s -j16 B=build-gpu BIN=build-gpu/bin build-gpu/tests/test_mimi_cuda \
+        build-gpu/tests/test_depformer_cuda
 step parity 90 env MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 "$tdir/test_mimi_cuda"
 parity=$?
+step depformer 60 env MT_REQUIRE_GPU=1 CUDA_LAUNCH_BLOCKING=1 "$tdir/test_depformer_cuda" || parity=1
 if command -v compute-sanitizer >/dev/null || [ "$dry" = 1 ]; then
-    step memcheck 180 env MT_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    step memcheck 150 env MT_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 3 \
         "$tdir/test_mimi_cuda"
 else
     say "memcheck: skipped (no compute-sanitizer)"
