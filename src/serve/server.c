@@ -96,6 +96,8 @@ static int wait_timeout_ms(mt_server *s, uint64_t now, uint64_t next_fill)
         wake = next_fill;
     if (s->accept_paused_until && s->accept_paused_until < wake)
         wake = s->accept_paused_until;
+    if (s->agent_paused_until && s->agent_paused_until < wake)
+        wake = s->agent_paused_until;
     int poll_now = 0;
     for (conn *c = s->conns; c; c = c->next) {
         if (c->p.pending && c->p.admit_deadline < wake)
@@ -151,6 +153,9 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
             if ((tagged *)c == t) {
                 if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
                     mt_srv_conn_read(s, c);
+                else if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+                         c->p.auth_reject_at && c->is_socket)
+                    mt_srv_conn_discard(s, c);
                 else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->p.reading &&
                          !(evs[i].events & EPOLLOUT) && c->is_socket) {
                     /* peer gone while we no longer read (after END) */
@@ -173,6 +178,12 @@ static void housekeeping(mt_server *s, uint64_t now)
 {
     mt_srv_report_dropped_lines(s, now, DROP_REPORT_NS);
     mt_srv_report_conns(s, now, 0);
+    mt_proto_report(&s->pr, now, 0);
+    if (s->agent_paused_until && now >= s->agent_paused_until) {
+        s->agent_paused_until = 0;
+        if (s->agent_fd >= 0 && ep_add(s, s->agent_fd, EPOLLIN, &s->t_agent) != 0)
+            slog(s, "epoll_ctl (agent port): %s", strerror(errno));
+    }
     if (s->accept_paused_until && now >= s->accept_paused_until) {
         s->accept_paused_until = 0;
         if (s->lis.fd >= 0 && ep_add(s, s->lis.fd, EPOLLIN, &s->t_listen) != 0)
@@ -186,13 +197,49 @@ static void housekeeping(mt_server *s, uint64_t now)
             mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
                             "time; retry later", 0, now);
         }
+        if (s->o.input_timeout_ns && c->is_socket && c->p.id && !c->p.pending &&
+            c->p.reading && now - c->p.last_input > s->o.input_timeout_ns) {
+            char why[128];
+            snprintf(why, sizeof why, "no input for %.1f s (--input-timeout): "
+                     "the client is silent or gone",
+                     (double)(now - c->p.last_input) / 1e9);
+            mt_srv_end_session(s, c, why);
+        }
         mt_srv_conn_write(s, c, now);
     }
 }
 
+/* Whether a drain still has something to wait for: a session, or a last
+ * frame on its way out. A connection without a session (an idle one, one
+ * that arrived during the drain, one held for a delayed REJECT) is not. */
+static int drain_busy(const mt_server *s)
+{
+    for (const conn *c = s->conns; c; c = c->next)
+        if (c->p.id || (c->p.closing && c->p.wlen > 0))
+            return 1;
+    return 0;
+}
+
+/* The drain timeout passed with sessions still running: each one ends now
+ * with END and a reason (log and machine stream), and the loop runs a
+ * moment longer to send it. */
+static void cut_at_drain_timeout(mt_server *s, uint64_t now)
+{
+    char why[160];
+    snprintf(why, sizeof why, "drain timeout (--drain-timeout %.1f s): the "
+             "server is stopping", (double)s->o.drain_timeout_ns / 1e9);
+    int n = 0;
+    for (conn *c = s->conns; c; c = c->next)
+        if (mt_srv_end_session(s, c, why) == 0)
+            n++;
+    slog(s, "drain timeout: %d session(s) ended with END", n);
+    s->drain_cut = 1;
+    s->drain_deadline = now + DRAIN_CUT_GRACE_NS;
+}
+
 /* Whether the loop is over: the stdio session ended and its final tick
- * records went out, or a drain finished (or timed out). Starts the stdio
- * drain when its one session is over. */
+ * records went out, or a drain finished (or timed out, and what it cut
+ * was told). Starts the stdio drain when its one session is over. */
 static int loop_done(mt_server *s, uint64_t now, int *final_ticks,
                      int stdio_done)
 {
@@ -208,12 +255,18 @@ static int loop_done(mt_server *s, uint64_t now, int *final_ticks,
         return 1;
     if (stdio_done)
         return 1;
-    if (s->pr.draining && !*final_ticks && (!s->conns || now > s->drain_deadline)) {
-        if (s->conns)
-            slog(s, "drain timeout: closing %d connection(s)", s->nconns);
+    if (!s->pr.draining || *final_ticks)
+        return 0;
+    if (!drain_busy(s))
         return 1;
+    if (now <= s->drain_deadline)
+        return 0;
+    if (!s->drain_cut) {
+        cut_at_drain_timeout(s, now);
+        return 0;
     }
-    return 0;
+    slog(s, "drain timeout: closing %d connection(s)", s->nconns);
+    return 1;
 }
 
 int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
@@ -247,6 +300,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     }
     mt_ticker_stop(ticker);
     mt_srv_report_conns(s, mt_now_ns(), 1);
+    mt_proto_report(&s->pr, mt_now_ns(), 1);
     while (s->conns)
         mt_srv_conn_free(s, s->conns, s->pr.draining ? NULL : "server stopping");
     if (rc == 0 && s->stdio_unclean) {

@@ -95,6 +95,7 @@ void mt_srv_conn_free(mt_server *s, conn *c, const char *why)
     } else if (why) {
         slog(s, "connection (uid %d): closed: %s", (int)c->p.uid, why);
     }
+    mt_proto_conn_release(&s->pr, &c->p);
     if (c->r_epoll)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
     if (c->w_epoll && c->wfd != c->rfd)
@@ -205,6 +206,24 @@ int mt_srv_conn_read(mt_server *s, conn *c)
     return 0;
 }
 
+/* A connection held for a delayed REJECT (proto.c): what it sends is not
+ * read as input, only drained, so that a peer that goes away is closed now
+ * and holds nothing until its REJECT was due. Returns -1 when c was
+ * freed. */
+int mt_srv_conn_discard(mt_server *s, conn *c)
+{
+    for (int rounds = 0; rounds < 4; rounds++) {
+        ssize_t n = read(c->rfd, s->rbuf, RBUF_CAP);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return 0;
+        if (n <= 0) {
+            mt_srv_conn_free(s, c, NULL);   /* gone: not news */
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Moves output from the engine to the client; closes what is finished or
  * stuck. Returns -1 when c was freed. */
 int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
@@ -232,7 +251,7 @@ int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
         c->p.wlen -= (size_t)n;
         c->stuck_since = 0;
     }
-    mt_proto_auth_due(&c->p, now);
+    mt_proto_auth_due(&s->pr, &c->p, now);
     if (!c->p.id && !c->p.closing && c->is_socket && !c->p.auth_reject_at &&
         now - c->t_created > s->o.hello_timeout_ns) {
         /* counted, not logged one by one: idle connections come in crowds */
@@ -276,7 +295,9 @@ int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
         mt_srv_conn_free(s, c, "closing: output not taken in time");
         return -1;
     }
-    int want_r = c->p.reading;
+    /* held for a delayed REJECT: watched, so that a peer that goes away
+     * is closed at once rather than at the REJECT */
+    int want_r = c->p.reading || (c->p.auth_reject_at && c->is_socket);
     if (want_r && s->o.stdio && c->p.id &&
         (c->p.pending || mt_engine_in_space(s->eng, c->p.id) <= 0))
         want_r = 0;
@@ -308,7 +329,7 @@ static int pending_of_uid(const mt_server *s, uid_t uid)
     int n = 0;
     for (const conn *c = s->conns; c; c = c->next)
         if (c->is_socket && !c->p.is_tcp && !c->p.closing && c->p.uid == uid &&
-            (!c->p.id || c->p.pending))
+            !c->p.auth_reject_at && (!c->p.id || c->p.pending))
             n++;
     return n;
 }
@@ -319,7 +340,8 @@ static int pending_of_host(const mt_server *s, const char *host)
     int n = 0;
     char h[64];
     for (const conn *c = s->conns; c; c = c->next) {
-        if (!c->p.is_tcp || c->p.closing || (c->p.id && !c->p.pending))
+        if (!c->p.is_tcp || c->p.closing || c->p.auth_reject_at ||
+            (c->p.id && !c->p.pending))
             continue;
         mt_proto_peer_host(&c->p, h, sizeof h);
         if (!strcmp(h, host))
@@ -328,22 +350,38 @@ static int pending_of_host(const mt_server *s, const char *host)
     return n;
 }
 
-/* The oldest connection that has sent nothing (no HELLO), of uid or of
- * anyone (uid_any): the first to go when a place is needed. One connected
- * a moment ago is spared: a crowd of clients connecting together would
- * otherwise evict each other before any of them could say HELLO. */
-static conn *oldest_idle(mt_server *s, int uid_any, uid_t uid)
+/* The oldest connection without a session (no HELLO yet, or held for a
+ * delayed REJECT) of one owner, or of anyone (any): the first to go when
+ * a place is needed. The owner is a uid on the Unix socket and a peer
+ * address (host) over TCP. One connected a moment ago is spared: a crowd
+ * of clients connecting together would otherwise evict each other before
+ * any of them could say HELLO. */
+static conn *oldest_idle(mt_server *s, int any, int is_tcp, uid_t uid,
+                         const char *host)
 {
     conn *best = NULL;
     uint64_t now = mt_now_ns();
     uint64_t min_idle = EVICT_MIN_IDLE_NS < s->o.hello_timeout_ns
                         ? EVICT_MIN_IDLE_NS : s->o.hello_timeout_ns;
-    for (conn *c = s->conns; c; c = c->next)
-        if (c->is_socket && !c->p.id && !c->p.closing && c->p.wlen == 0 &&
-            now - c->t_created >= min_idle &&
-            (uid_any || c->p.uid == uid) &&
-            (!best || c->t_created < best->t_created))
-            best = c;
+    char h[64];
+    for (conn *c = s->conns; c; c = c->next) {
+        if (!c->is_socket || c->p.id || c->p.closing || c->p.wlen != 0 ||
+            now - c->t_created < min_idle ||
+            (best && c->t_created >= best->t_created))
+            continue;
+        if (!any) {
+            if (c->p.is_tcp != is_tcp)
+                continue;
+            if (!is_tcp && c->p.uid != uid)
+                continue;
+            if (is_tcp) {
+                mt_proto_peer_host(&c->p, h, sizeof h);
+                if (strcmp(h, host))
+                    continue;
+            }
+        }
+        best = c;
+    }
     return best;
 }
 
@@ -400,7 +438,8 @@ static void accept_without_fd(mt_server *s, int lfd, int err, uint64_t now)
  * CONN_REPORT_NS with the counts, never one per connection. */
 void mt_srv_report_conns(mt_server *s, uint64_t now, int force)
 {
-    if (!s->n_refused && !s->n_evicted && !s->n_nofd && !s->n_timeout)
+    if (!s->n_refused && !s->n_refused_owner && !s->n_evicted && !s->n_nofd &&
+        !s->n_timeout)
         return;
     if (!force && s->last_conn_report && now - s->last_conn_report < CONN_REPORT_NS)
         return;
@@ -408,11 +447,13 @@ void mt_srv_report_conns(mt_server *s, uint64_t now, int force)
     if (s->n_nofd)
         snprintf(nofd, sizeof nofd, ", %llu accepted only to be closed (%s)",
                  (unsigned long long)s->n_nofd, strerror(s->nofd_errno));
-    slog(s, "connections: %llu refused over the cap (%d), %llu idle ones "
-         "evicted for newer ones, %llu closed without HELLO%s",
+    slog(s, "connections: %llu refused at the connection cap (--max-conns %d), "
+         "%llu at the cap of one uid or address (--max-pending-per-uid %d), "
+         "%llu idle ones evicted for newer ones, %llu closed without HELLO%s",
          (unsigned long long)s->n_refused, s->o.max_conns,
+         (unsigned long long)s->n_refused_owner, s->o.max_pending_per_uid,
          (unsigned long long)s->n_evicted, (unsigned long long)s->n_timeout, nofd);
-    s->n_refused = s->n_evicted = s->n_nofd = s->n_timeout = 0;
+    s->n_refused = s->n_refused_owner = s->n_evicted = s->n_nofd = s->n_timeout = 0;
     s->last_conn_report = now;
 }
 
@@ -444,42 +485,51 @@ void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp)
             char *colon = strrchr(host, ':');
             if (colon)
                 *colon = '\0';
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            /* keepalive: a peer that vanished (no FIN) is found within
+             * about a minute even on a session --input-timeout spares */
+            int one = 1, idle = 30, intvl = 10, cnt = 3;
+            if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0 ||
+                setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) != 0 ||
+                setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+                setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0 ||
+                setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) != 0) {
+                /* options only: the connection works without them */
+            }
         } else if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
             cr.uid = (uid_t)-1;
         }
         if (s->o.sndbuf > 0)
             setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &s->o.sndbuf, sizeof s->o.sndbuf);
-        if (is_tcp && pending_of_host(s, host) >= s->o.max_pending_per_uid) {
-            char why[160];
-            snprintf(why, sizeof why, "too many connections waiting for "
-                     "admission from %s (--max-pending-per-uid %d)", host,
-                     s->o.max_pending_per_uid);
-            s->n_refused++;
-            reject_and_close(fd, why);
-            continue;
-        }
-        /* One uid's connections not yet admitted are capped: past that, its
-         * own oldest idle one makes room (never another user's). */
-        if (!is_tcp && pending_of_uid(s, cr.uid) >= s->o.max_pending_per_uid) {
-            conn *v = oldest_idle(s, 0, cr.uid);
+        /* One uid's (TCP: one address's) connections not yet admitted are
+         * capped: past that, its own oldest idle one makes room (never
+         * another's), so that a crowd of idle connections cannot keep a
+         * client that says HELLO at once out. */
+        if (is_tcp ? pending_of_host(s, host) >= s->o.max_pending_per_uid
+                   : pending_of_uid(s, cr.uid) >= s->o.max_pending_per_uid) {
+            conn *v = oldest_idle(s, 0, is_tcp, cr.uid, host);
             if (!v) {
-                char why[128];
-                snprintf(why, sizeof why, "too many connections waiting for "
-                         "admission from uid %d (--max-pending-per-uid %d)",
-                         (int)cr.uid, s->o.max_pending_per_uid);
-                s->n_refused++;
+                char why[160];
+                if (is_tcp)
+                    snprintf(why, sizeof why, "too many connections waiting for "
+                             "admission from %s (--max-pending-per-uid %d)", host,
+                             s->o.max_pending_per_uid);
+                else
+                    snprintf(why, sizeof why, "too many connections waiting for "
+                             "admission from uid %d (--max-pending-per-uid %d)",
+                             (int)cr.uid, s->o.max_pending_per_uid);
+                s->n_refused_owner++;
                 reject_and_close(fd, why);
                 continue;
             }
-            evict(s, v, "closed: no HELLO, and a newer connection of the same "
+            evict(s, v, is_tcp ? "closed: no session, and a newer connection from "
+                  "the same address needed the place"
+                  : "closed: no HELLO, and a newer connection of the same "
                   "uid needed the place");
         }
         /* At the cap, the oldest connection that never sent HELLO makes
          * room, so that a client which sends HELLO promptly is answered. */
         if (live_conns(s) >= s->o.max_conns) {
-            conn *v = oldest_idle(s, 1, 0);
+            conn *v = oldest_idle(s, 1, 0, 0, NULL);
             if (!v) {
                 char why[128];
                 snprintf(why, sizeof why, "server full: %d connections "

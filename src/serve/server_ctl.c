@@ -33,6 +33,29 @@ void mt_srv_on_agent(mt_server *s)
 {
     for (int rounds = 0; rounds < 64; rounds++) {
         int fd = accept4(s->agent_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                       errno == ENOMEM)) {
+            /* out of descriptors: the spare one takes the check, which is
+             * still answered; without a spare the port waits a moment.
+             * Either way the pending check no longer wakes the loop at
+             * once, and the count goes to report_conns, not a line each. */
+            s->n_nofd++;
+            s->nofd_errno = errno;
+            if (s->spare_fd >= 0) {
+                close(s->spare_fd);
+                s->spare_fd = -1;
+                fd = accept4(s->agent_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            }
+            if (fd < 0) {
+                if (!s->agent_paused_until) {
+                    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->agent_fd, NULL);
+                    s->agent_paused_until = mt_now_ns() + ACCEPT_PAUSE_NS;
+                }
+                if (s->spare_fd < 0)
+                    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                return;
+            }
+        }
         if (fd < 0) {
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 slog(s, "agent: accept: %s", strerror(errno));
@@ -57,6 +80,8 @@ void mt_srv_on_agent(mt_server *s)
             /* HAProxy gone already: nothing to tell */
         }
         close(fd);
+        if (s->spare_fd < 0)
+            s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
 }
 
@@ -68,21 +93,21 @@ static conn *find_pending(mt_server *s, uint32_t id)
     return NULL;
 }
 
-/* A controller's `shed ID reason` (issue 24): the admitted session ends
- * now with END (its queued inputs answered or counted as misses by the
- * engine), and the reason goes to the log and to a `shed session=ID t=S
- * reason=...` line on the machine stream, since END carries no payload. */
-static void do_shed(mt_server *s, uint32_t id, const char *why)
+/* Ends the admitted session of c now with END (its queued inputs
+ * answered or counted as misses by the engine) for a reason that goes to
+ * the log and to a `shed session=ID t=S reason=...` line on the machine
+ * stream, since END carries no payload: a controller's `shed`, the input
+ * timeout, the drain timeout. 0, or -1 when c has no admitted session
+ * still running. */
+int mt_srv_end_session(mt_server *s, conn *c, const char *why)
 {
-    conn *c = find_pending(s, id);
-    if (!c || c->p.pending || mt_engine_shed(s->eng, id) != 0) {
-        slog(s, "control: shed %u: no such admitted session", id);
-        return;
-    }
+    uint32_t id = c->p.id;
+    if (!id || c->p.pending || mt_engine_shed(s->eng, id) != 0)
+        return -1;
     char reason[MT_REASON_MAX + 1];
-    snprintf(reason, sizeof reason, "%s", why[0] ? why : "shed by the admission controller");
+    snprintf(reason, sizeof reason, "%s", why);
     mt_utf8_sanitize(reason);
-    slog(s, "session %u: shed: %s", id, reason);
+    slog(s, "session %u: ended (END): %s", id, reason);
     c->p.reading = 0;   /* what the client sends after END is not an input */
     char buf[1024];
     mt_ll_writer w;
@@ -94,6 +119,16 @@ static void do_shed(mt_server *s, uint32_t id, const char *why)
     mt_ll_str(&w, "reason", reason);
     if (mt_ll_end(&w) > 0)
         mt_server_line(s, buf);
+    return 0;
+}
+
+/* A controller's `shed ID reason` (issue 24). */
+static void do_shed(mt_server *s, uint32_t id, const char *why)
+{
+    conn *c = find_pending(s, id);
+    if (!c || mt_srv_end_session(s, c, why[0] ? why : "shed by the admission "
+                                 "controller") != 0)
+        slog(s, "control: shed %u: no such admitted session", id);
 }
 
 static void control_line(mt_server *s, const char *line, size_t len)
@@ -184,7 +219,15 @@ static void mt_srv_begin_drain(mt_server *s, const char *why)
      * (the agent says drain, so it shows DRAIN, not DOWN), and a client
      * routed here before it noticed gets REJECT "server shutting down; ...", a
      * reason, rather than a refused connection. */
-    for (conn *c = s->conns; c; c = c->next) {
+    for (conn *c = s->conns, *nx; c; c = nx) {
+        nx = c->next;
+        if (!c->p.id && !c->p.closing && c->is_socket && c->p.wlen == 0) {
+            /* no session: nothing to finish, and waiting for its HELLO
+             * (or its delayed REJECT) would hold the exit */
+            mt_proto_direct(&c->p, MT_FRAME_REJECT, 0, "server shutting down; "
+                            "not taking new sessions", mt_now_ns());
+            continue;
+        }
         if (c->p.pending)
             mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", 0, mt_now_ns());
         else if (s->o.drain_sessions && c->p.id && c->p.reading)

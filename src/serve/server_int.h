@@ -37,6 +37,8 @@
                                              control, the spare, libraries */
 #define CONN_REPORT_NS   10000000000ull   /* refused/evicted: one line per 10 s */
 #define ACCEPT_PAUSE_NS  100000000ull     /* out of descriptors, no spare */
+#define DRAIN_CUT_GRACE_NS 1000000000ull /* to send the END of what the
+                                             drain timeout cut */
 #define EVICT_MIN_IDLE_NS 250000000ull    /* a connection this young may still
                                              be about to send its HELLO */
 
@@ -73,6 +75,7 @@ struct mt_server {
     conn          *conns;
     int            nconns;
     uint64_t       drain_deadline;
+    int            drain_cut;        /* the drain timeout ended the sessions */
     mt_engine     *eng;
     mt_proto       pr;               /* the protocol's view of us: the
                                         engine, admission, draining */
@@ -83,7 +86,8 @@ struct mt_server {
     int            spare_fd;         /* /dev/null, given up to accept one
                                         connection when out of descriptors */
     uint64_t       accept_paused_until; /* listener out of epoll until then */
-    uint64_t       n_refused, n_evicted, n_nofd, n_timeout;
+    uint64_t       agent_paused_until;  /* the agent port, the same */
+    uint64_t       n_refused, n_refused_owner, n_evicted, n_nofd, n_timeout;
     uint64_t       last_conn_report;
     int            nofd_errno;
     /* --stdio: how the input ended */
@@ -113,6 +117,7 @@ void mt_srv_report_dropped_lines(mt_server *s, uint64_t now, uint64_t every);
 conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket);
 void mt_srv_conn_free(mt_server *s, conn *c, const char *why);
 int mt_srv_conn_read(mt_server *s, conn *c);
+int mt_srv_conn_discard(mt_server *s, conn *c);
 int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now);
 void mt_srv_report_conns(mt_server *s, uint64_t now, int force);
 void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp);
@@ -122,5 +127,6 @@ void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp);
 void mt_srv_on_agent(mt_server *s);
 void mt_srv_on_control(mt_server *s);
 void mt_srv_on_signal(mt_server *s);
+int  mt_srv_end_session(mt_server *s, conn *c, const char *why);
 
 #endif

@@ -48,6 +48,7 @@ void mt_server_opts_default(mt_server_opts *o)
     o->sndbuf = 64 * 1024;
     o->drain_timeout_ns = 10000000000ull;
     o->hello_timeout_ns = 10000000000ull;
+    o->input_timeout_ns = 10000000000ull;
 }
 
 /* Never waits for the reader: a line that finds the queue full is dropped
@@ -158,6 +159,10 @@ static int open_tcp(mt_server *s, char *err, size_t errlen)
     if (!loop && !s->o.token)
         slog(s, "WARNING: --insecure: listening on %s without a token: anyone "
              "who can reach it may connect", s->tcp_name);
+    else if (!s->o.token)
+        slog(s, "WARNING: listening on %s without a token: every user of this "
+             "machine may connect (a TCP port has no file mode, unlike the "
+             "Unix socket); give --token-file FILE to require one", s->tcp_name);
     slog(s, "listening on tcp %s%s", s->tcp_name,
          s->o.token ? " (token required)" : "");
     return 0;

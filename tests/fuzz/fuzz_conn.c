@@ -203,7 +203,7 @@ static void advance(uint64_t dt)
     if (now_ns < until)
         now_ns = until;
     mt_engine_fill_due(eng, now_ns);
-    mt_proto_auth_due(&conn, now_ns);
+    mt_proto_auth_due(&pr, &conn, now_ns);
     if (conn.pending) {
         uint32_t r = rnd() % 4;
         if (now_ns >= conn.admit_deadline)
