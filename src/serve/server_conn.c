@@ -350,39 +350,62 @@ static int pending_of_host(const mt_server *s, const char *host)
     return n;
 }
 
+/* Whether c is an eviction candidate of the owner: no session, nothing
+ * being sent, of that uid (Unix socket) or peer address (TCP), or of
+ * anyone (any). */
+static int idle_of(const conn *c, int any, int is_tcp, uid_t uid, const char *host)
+{
+    if (!c->is_socket || c->p.id || c->p.closing || c->p.wlen != 0)
+        return 0;
+    if (any)
+        return 1;
+    if (c->p.is_tcp != is_tcp || (!is_tcp && c->p.uid != uid))
+        return 0;
+    if (is_tcp) {
+        char h[64];
+        mt_proto_peer_host(&c->p, h, sizeof h);
+        return !strcmp(h, host);
+    }
+    return 1;
+}
+
 /* The oldest connection without a session (no HELLO yet, or held for a
  * delayed REJECT) of one owner, or of anyone (any): the first to go when
- * a place is needed. The owner is a uid on the Unix socket and a peer
- * address (host) over TCP. One connected a moment ago is spared: a crowd
- * of clients connecting together would otherwise evict each other before
- * any of them could say HELLO. */
-static conn *oldest_idle(mt_server *s, int any, int is_tcp, uid_t uid,
-                         const char *host)
+ * a place is needed. One connected a moment ago is spared while an older
+ * one is there: a crowd of clients connecting together would otherwise
+ * evict each other before any of them could say HELLO. At the owner's
+ * cap (young), the youngest are not spared: a crowd that reconnects
+ * faster than that moment would otherwise keep every place, and a client
+ * among it that says HELLO at once could never get in. A candidate whose
+ * HELLO is already waiting in its socket is read, not evicted. */
+static conn *oldest_idle(mt_server *s, int any, int young, int is_tcp,
+                         uid_t uid, const char *host)
 {
-    conn *best = NULL;
-    uint64_t now = mt_now_ns();
     uint64_t min_idle = EVICT_MIN_IDLE_NS < s->o.hello_timeout_ns
                         ? EVICT_MIN_IDLE_NS : s->o.hello_timeout_ns;
-    char h[64];
-    for (conn *c = s->conns; c; c = c->next) {
-        if (!c->is_socket || c->p.id || c->p.closing || c->p.wlen != 0 ||
-            now - c->t_created < min_idle ||
-            (best && c->t_created >= best->t_created))
-            continue;
-        if (!any) {
-            if (c->p.is_tcp != is_tcp)
+    for (int tries = 0; tries < 8; tries++) {
+        uint64_t now = mt_now_ns();
+        conn *best = NULL, *best_young = NULL;
+        for (conn *c = s->conns; c; c = c->next) {
+            if (!idle_of(c, any, is_tcp, uid, host))
                 continue;
-            if (!is_tcp && c->p.uid != uid)
-                continue;
-            if (is_tcp) {
-                mt_proto_peer_host(&c->p, h, sizeof h);
-                if (strcmp(h, host))
-                    continue;
+            if (now - c->t_created >= min_idle) {
+                if (!best || c->t_created < best->t_created)
+                    best = c;
+            } else if (!best_young || c->t_created < best_young->t_created) {
+                best_young = c;
             }
         }
-        best = c;
+        if (!best && young)
+            best = best_young;
+        if (!best)
+            return NULL;
+        char b;
+        if (!best->p.reading || recv(best->rfd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
+            return best;
+        mt_srv_conn_read(s, best);   /* its HELLO came: no longer idle */
     }
-    return best;
+    return NULL;
 }
 
 static void evict(mt_server *s, conn *c, const char *reason)
@@ -506,7 +529,7 @@ void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp)
          * client that says HELLO at once out. */
         if (is_tcp ? pending_of_host(s, host) >= s->o.max_pending_per_uid
                    : pending_of_uid(s, cr.uid) >= s->o.max_pending_per_uid) {
-            conn *v = oldest_idle(s, 0, is_tcp, cr.uid, host);
+            conn *v = oldest_idle(s, 0, 1, is_tcp, cr.uid, host);
             if (!v) {
                 char why[160];
                 if (is_tcp)
@@ -529,7 +552,7 @@ void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp)
         /* At the cap, the oldest connection that never sent HELLO makes
          * room, so that a client which sends HELLO promptly is answered. */
         if (live_conns(s) >= s->o.max_conns) {
-            conn *v = oldest_idle(s, 1, 0, 0, NULL);
+            conn *v = oldest_idle(s, 1, 0, 0, 0, NULL);
             if (!v) {
                 char why[128];
                 snprintf(why, sizeof why, "server full: %d connections "

@@ -23,7 +23,8 @@
  * ms=T" (T from its connect to the verdict); then "probe_max_ms=T".
  * With --probe-stay an accepted probe stays, silent, until the server
  * ends it ("probe after_accept=END ms=T", T from the ACCEPT), or until
- * --hold has passed and the server still has not (no line).
+ * --hold has passed and the server still has not (no line). The crowd
+ * is held until --hold has passed and every probe has run.
  * Prints a summary line and exits 0 (1 on usage or setup errors).
  */
 #define _GNU_SOURCE
@@ -288,7 +289,7 @@ int main(int argc, char **argv)
     uint64_t end = now_ns() + (uint64_t)(hold * 1e9);
     uint64_t next_probe = now_ns() + (uint64_t)(probe_every * 1e6);
     uint8_t buf[4096];
-    while (now_ns() < end || (pr.fd >= 0 && !pr.accepted)) {
+    while (now_ns() < end || (pr.fd >= 0 && !pr.accepted) || probes_left > 0) {
         if (pr.fd < 0 && probes_left > 0 && now_ns() >= next_probe) {
             probes_left--;
             probe_start(&pr, probe_hello, probe_len);
