@@ -283,7 +283,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     uint64_t next_fill = 0;
     int final_ticks = 0, stdio_done = 0;
     for (;;) {
-        int timeout = wait_timeout_ms(s, mt_now_ns(), next_fill);
+        int timeout = wait_timeout_ms(s, mt_clock_ns(), next_fill);
         int n = epoll_wait(s->epfd, evs, 64, timeout);
         if (n < 0 && errno != EINTR) {
             mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
@@ -292,15 +292,15 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         }
         dispatch_server_events(s, evs, n, &final_ticks, &stdio_done);
         dispatch_conn_events(s, evs, n);
-        uint64_t now = mt_now_ns();
+        uint64_t now = mt_clock_ns();
         next_fill = mt_engine_fill_due(e, now);
         housekeeping(s, now);
         if (loop_done(s, now, &final_ticks, stdio_done))
             break;
     }
     mt_ticker_stop(ticker);
-    mt_srv_report_conns(s, mt_now_ns(), 1);
-    mt_proto_report(&s->pr, mt_now_ns(), 1);
+    mt_srv_report_conns(s, mt_clock_ns(), 1);
+    mt_proto_report(&s->pr, mt_clock_ns(), 1);
     while (s->conns)
         mt_srv_conn_free(s, s->conns, s->pr.draining ? NULL : "server stopping");
     if (rc == 0 && s->stdio_unclean) {

@@ -36,7 +36,7 @@ conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
     c->rfd = rfd;
     c->wfd = wfd;
     c->is_socket = is_socket;
-    c->t_created = mt_now_ns();
+    c->t_created = mt_clock_ns();
     mt_proto_conn_init(&c->p);
     c->next = s->conns;
     s->conns = c;
@@ -145,7 +145,7 @@ static int stdio_eof(mt_server *s, conn *c, int truncated)
              "END%s (taken as END: queued inputs answered)", c->p.id,
              truncated ? ", inside a frame" : "");
     if (c->p.pending) {
-        mt_proto_reject(&s->pr, &c->p, "input ended before the admission decision", 0, mt_now_ns());
+        mt_proto_reject(&s->pr, &c->p, "input ended before the admission decision", 0, mt_clock_ns());
         return 0;
     }
     slog(s, "session %u: stdin ended without END: taken as END", c->p.id);
@@ -193,7 +193,7 @@ int mt_srv_conn_read(mt_server *s, conn *c)
                                                     : "disconnected");
             return -1;
         }
-        mt_proto_input(&s->pr, &c->p, s->rbuf, (size_t)n, mt_now_ns());
+        mt_proto_input(&s->pr, &c->p, s->rbuf, (size_t)n, mt_clock_ns());
         if (!c->p.reading && !c->is_socket && c->r_epoll && c->rfd != c->wfd) {
             /* input over (END, or a failure): a pipe at EOF would stay
              * readable (HUP) and spin the loop */
@@ -312,7 +312,7 @@ static void reject_and_close(int fd, const char *reason)
     uint8_t buf[MT_FRAME_HEADER_SIZE + MT_REASON_MAX];
     mt_frame f = {0};
     f.type = MT_FRAME_REJECT;
-    f.t_send = mt_now_ns();
+    f.t_send = mt_clock_ns();
     f.length = (uint32_t)strlen(reason);
     f.payload = (const uint8_t *)reason;
     long n = mt_frame_encode(&f, buf, sizeof buf);
@@ -384,7 +384,7 @@ static conn *oldest_idle(mt_server *s, int any, int young, int is_tcp,
     uint64_t min_idle = EVICT_MIN_IDLE_NS < s->o.hello_timeout_ns
                         ? EVICT_MIN_IDLE_NS : s->o.hello_timeout_ns;
     for (int tries = 0; tries < 8; tries++) {
-        uint64_t now = mt_now_ns();
+        uint64_t now = mt_clock_ns();
         conn *best = NULL, *best_young = NULL;
         for (conn *c = s->conns; c; c = c->next) {
             if (!idle_of(c, any, is_tcp, uid, host))
@@ -489,7 +489,7 @@ void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp)
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
                 errno == ENOMEM) {
-                accept_without_fd(s, lfd, errno, mt_now_ns());
+                accept_without_fd(s, lfd, errno, mt_clock_ns());
                 continue;
             }
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)

@@ -49,7 +49,7 @@ void mt_srv_on_agent(mt_server *s)
             if (fd < 0) {
                 if (!s->agent_paused_until) {
                     epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->agent_fd, NULL);
-                    s->agent_paused_until = mt_now_ns() + ACCEPT_PAUSE_NS;
+                    s->agent_paused_until = mt_clock_ns() + ACCEPT_PAUSE_NS;
                 }
                 if (s->spare_fd < 0)
                     s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -114,7 +114,7 @@ int mt_srv_end_session(mt_server *s, conn *c, const char *why)
     mt_ll_begin(&w, buf, sizeof buf);
     mt_ll_flag(&w, "shed");
     mt_ll_u64(&w, "session", id);
-    uint64_t now = mt_now_ns();
+    uint64_t now = mt_clock_ns();
     mt_ll_f(&w, "t", now >= s->o.t0 ? (double)(now - s->o.t0) / 1e9 : 0, 3);
     mt_ll_str(&w, "reason", reason);
     if (mt_ll_end(&w) > 0)
@@ -160,11 +160,11 @@ static void control_line(mt_server *s, const char *line, size_t len)
         return;
     }
     if (ctl.kind == MT_CONTROL_ACCEPT) {
-        mt_proto_admit(&s->pr, &c->p, mt_now_ns());
+        mt_proto_admit(&s->pr, &c->p, mt_clock_ns());
         return;
     }
     mt_proto_reject(&s->pr, &c->p, ctl.reason[0] ? ctl.reason
-                    : "refused by the admission controller; retry later", 0, mt_now_ns());
+                    : "refused by the admission controller; retry later", 0, mt_clock_ns());
 }
 
 void mt_srv_on_control(mt_server *s)
@@ -209,7 +209,7 @@ static void mt_srv_begin_drain(mt_server *s, const char *why)
     if (s->pr.draining)
         return;
     s->pr.draining = 1;
-    s->drain_deadline = mt_now_ns() + s->o.drain_timeout_ns;
+    s->drain_deadline = mt_clock_ns() + s->o.drain_timeout_ns;
     slog(s, "%s: draining (no new sessions; finishing in-flight frames)", why);
     if (s->lis.fd >= 0) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
@@ -225,11 +225,11 @@ static void mt_srv_begin_drain(mt_server *s, const char *why)
             /* no session: nothing to finish, and waiting for its HELLO
              * (or its delayed REJECT) would hold the exit */
             mt_proto_direct(&c->p, MT_FRAME_REJECT, 0, "server shutting down; "
-                            "not taking new sessions", mt_now_ns());
+                            "not taking new sessions", mt_clock_ns());
             continue;
         }
         if (c->p.pending)
-            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", 0, mt_now_ns());
+            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", 0, mt_clock_ns());
         else if (s->o.drain_sessions && c->p.id && c->p.reading)
             continue;   /* --drain sessions: it ends when its client ends it */
         c->p.reading = 0;

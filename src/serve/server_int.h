@@ -24,6 +24,7 @@
 #include "serve/net.h"
 #include "serve/proto.h"
 #include "serve/server.h"
+#include "util/clock.h"
 #include "util/errmsg.h"
 #include "wire/admission.h"
 

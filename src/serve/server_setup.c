@@ -303,7 +303,7 @@ void mt_server_free(mt_server *s)
     if (s->epfd >= 0) close(s->epfd);
     if (s->out) {
         char msg[256];
-        mt_srv_report_dropped_lines(s, mt_now_ns(), 0);
+        mt_srv_report_dropped_lines(s, mt_clock_ns(), 0);
         mt_lineout_close(s->out, LINE_FLUSH_NS, msg, sizeof msg);
         if (msg[0])
             slog(s, "%s", msg);
