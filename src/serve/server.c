@@ -203,7 +203,7 @@ static void housekeeping(mt_server *s, uint64_t now)
             snprintf(why, sizeof why, "no input for %.1f s (--input-timeout): "
                      "the client is silent or gone",
                      (double)(now - c->p.last_input) / 1e9);
-            mt_srv_end_session(s, c, why);
+            mt_srv_end_session(s, c, "ended (END)", why);
         }
         mt_srv_conn_write(s, c, now);
     }
@@ -230,7 +230,7 @@ static void cut_at_drain_timeout(mt_server *s, uint64_t now)
              "server is stopping", (double)s->o.drain_timeout_ns / 1e9);
     int n = 0;
     for (conn *c = s->conns; c; c = c->next)
-        if (mt_srv_end_session(s, c, why) == 0)
+        if (mt_srv_end_session(s, c, "ended (END)", why) == 0)
             n++;
     slog(s, "drain timeout: %d session(s) ended with END", n);
     s->drain_cut = 1;

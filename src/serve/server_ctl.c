@@ -97,9 +97,10 @@ static conn *find_pending(mt_server *s, uint32_t id)
  * answered or counted as misses by the engine) for a reason that goes to
  * the log and to a `shed session=ID t=S reason=...` line on the machine
  * stream, since END carries no payload: a controller's `shed`, the input
- * timeout, the drain timeout. 0, or -1 when c has no admitted session
- * still running. */
-int mt_srv_end_session(mt_server *s, conn *c, const char *why)
+ * timeout, the drain timeout. what names it in the log line ("shed",
+ * "ended (END)"). 0, or -1 when c has no admitted session still
+ * running. */
+int mt_srv_end_session(mt_server *s, conn *c, const char *what, const char *why)
 {
     uint32_t id = c->p.id;
     if (!id || c->p.pending || mt_engine_shed(s->eng, id) != 0)
@@ -107,7 +108,7 @@ int mt_srv_end_session(mt_server *s, conn *c, const char *why)
     char reason[MT_REASON_MAX + 1];
     snprintf(reason, sizeof reason, "%s", why);
     mt_utf8_sanitize(reason);
-    slog(s, "session %u: ended (END): %s", id, reason);
+    slog(s, "session %u: %s: %s", id, what, reason);
     c->p.reading = 0;   /* what the client sends after END is not an input */
     char buf[1024];
     mt_ll_writer w;
@@ -126,8 +127,8 @@ int mt_srv_end_session(mt_server *s, conn *c, const char *why)
 static void do_shed(mt_server *s, uint32_t id, const char *why)
 {
     conn *c = find_pending(s, id);
-    if (!c || mt_srv_end_session(s, c, why[0] ? why : "shed by the admission "
-                                 "controller") != 0)
+    if (!c || mt_srv_end_session(s, c, "shed", why[0] ? why : "shed by the "
+                                 "admission controller") != 0)
         slog(s, "control: shed %u: no such admitted session", id);
 }
 

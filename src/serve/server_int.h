@@ -128,6 +128,7 @@ void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp);
 void mt_srv_on_agent(mt_server *s);
 void mt_srv_on_control(mt_server *s);
 void mt_srv_on_signal(mt_server *s);
-int  mt_srv_end_session(mt_server *s, conn *c, const char *why);
+int  mt_srv_end_session(mt_server *s, conn *c, const char *what,
+                        const char *why);
 
 #endif
