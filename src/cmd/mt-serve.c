@@ -3,7 +3,7 @@
  * Thin main: reads the options (cmd/opt.h) into a serve_args, loads the
  * model, creates the decoder (its KV pool and policy), the engine and the
  * server, and runs.
- * Everything else lives in engine.c and server.c. stdout carries the
+ * Everything else lives in engine.c and server*.c. stdout carries the
  * machine stream (latency lines, requests); stderr carries human log lines.
  */
 #define _GNU_SOURCE

@@ -23,8 +23,8 @@
  * Failures before a session exists come in crowds: the first of each
  * reason in an interval is logged, the rest counted (mt_proto_report).
  *
- * Kept apart from server.c so that it runs on a buffer: no descriptor, no
- * epoll, no clock but the caller's `now`.
+ * Kept apart from the server*.c files so that it runs on a buffer: no
+ * descriptor, no epoll, no clock but the caller's `now`.
  */
 #include "serve/proto.h"
 

@@ -2,11 +2,12 @@
  * socket: the bytes a client sent go in (mt_proto_input), and what they
  * mean happens on the engine (sessions, admission, inputs, END, ERROR) or
  * in the connection's small direct-output buffer (a frame for a
- * connection the engine does not know yet). server.c reads the socket and
- * calls this; tests and the fuzz harness call it on a buffer, with a clock
- * of their own.
+ * connection the engine does not know yet). server_conn.c reads the
+ * socket and calls this; tests and the fuzz harness call it on a buffer,
+ * with a clock of their own.
  *
- * Internal to src/serve: a header for server.c and the tests, not an API.
+ * Internal to src/serve: a header for the server*.c files and the tests,
+ * not an API.
  */
 #ifndef MT_PROTO_H
 #define MT_PROTO_H

@@ -75,7 +75,7 @@ static mt_admit *make_new(int policy, decisions *d)
 
 /* A controller per configuration and side, made once and reset for each
  * input: making one allocates and clears a few MB (a level table of
- * MT_ADMIT_MAX_LEVEL + 1 entries), which under ASan took most of a run. */
+ * MT_ADMIT_MAX_LEVEL + 1 entries), most of a run's time under ASan. */
 static mt_admit *made[32][2];
 
 static mt_admit *make(int policy, decisions *d)

@@ -93,7 +93,7 @@ static void on_line(void *ctx, const char *line)
         return;
     /* Every 16th tick line goes through the strict parser (which must take
      * what the engine wrote); the others are read for their four counts
-     * only: the full parse of every line was most of a run's time. */
+     * only: a full parse of every line would be most of a run's time. */
     if (tot.ticks % 16 == 0) {
         if (mt_latline_parse(line, strlen(line), 1, &ll, err, sizeof err) != 0 ||
             mt_tick_from_line(&ll, 1, &t, err, sizeof err) != 0)
@@ -241,9 +241,8 @@ static void advance(uint64_t dt)
 /* The clock's step after a chunk of n bytes: about a real client's pace
  * (an 80 ms frame is 3.9 kB), sometimes a pause of up to two ticks, at
  * most MAX_PAUSES of them in a run. A step per chunk regardless of its
- * size made a long input cut into bytes a run of thousands of ticks, each
- * one a tick line formatted and parsed: the harness ran a few hundred
- * inputs a minute. */
+ * size would make a long input cut into bytes a run of thousands of
+ * ticks, each one a tick line formatted and parsed. */
 #define MAX_PAUSES 32
 static uint64_t chunk_time(size_t n, int *pauses)
 {
