@@ -114,11 +114,24 @@ static int wait_timeout_ms(mt_server *s, uint64_t now, uint64_t next_fill)
 /* Events on the server's own fds (listeners, agent, signals, the ticker's
  * eventfd, control). Each ticker wake counts down *final_ticks; the last
  * one sets *stdio_done. */
+/* Whether an event's pointer is one of the server's own descriptors. A
+ * connection's event may name a connection freed by an earlier event of
+ * the same batch (evicted by an accept), so a pointer is never followed
+ * before it is known to be live: the server's own by address, a
+ * connection by finding it in the list. */
+static int own_tag(const mt_server *s, const void *t)
+{
+    return t == &s->t_listen || t == &s->t_signal || t == &s->t_event ||
+           t == &s->t_control || t == &s->t_listen_tcp || t == &s->t_agent;
+}
+
 static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
                                    int n, int *final_ticks, int *stdio_done)
 {
     for (int i = 0; i < n; i++) {
         tagged *t = evs[i].data.ptr;
+        if (!own_tag(s, t))
+            continue;
         if (t->tag == TAG_LISTEN) {
             mt_srv_on_accept(s, s->lis.fd, 0);
         } else if (t->tag == TAG_LISTEN_TCP) {
@@ -147,7 +160,7 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
 {
     for (int i = 0; i < n; i++) {
         tagged *t = evs[i].data.ptr;
-        if (t->tag != TAG_CONN)
+        if (own_tag(s, t))
             continue;
         for (conn *c = s->conns; c; c = c->next)
             if ((tagged *)c == t) {
