@@ -13,6 +13,7 @@
  *   per layer:
  *     xn  = bf16(rmsnorm(x) * attn_norm)
  *     qkv = xn . Wqkv^T           one GEMM, q|k|v fused [q+2kv, hidden]
+ *     qkv += bias; q, k heads normed   Qwen2 / Qwen3 only (kernels/qwen.cu)
  *     rotary (q twice, see attention.cu), K,V -> the pool
  *     att = windowed-sink / paged attention (split + combine)
  *     x  += att . Wo^T            one GEMM, beta = 1 into the fp32 residual
@@ -80,6 +81,8 @@ typedef struct dev_layer {
     uint16_t *wo;                     /* [hidden, q_dim] */
     uint16_t *wgu;                    /* [2 ffn, hidden] */
     uint16_t *wdown;                  /* [hidden, ffn] */
+    float    *bqkv;                   /* [q_dim + 2 kv_dim] q|k|v biases, or NULL */
+    float    *qk_norm;                /* [2 head_dim] q_norm | k_norm, or NULL */
 } dev_layer;
 
 typedef struct cuda_backend {
@@ -140,6 +143,10 @@ typedef struct cuda_backend {
     int16_t   *h_pcm, *d_pcm;       /* [R, fs] */
     int32_t   *h_tab, *d_tab;       /* [tab_cap] */
     size_t     tab_cap;
+
+    /* io->h_out: the normed final hidden state back (bf16, as xn), host
+     * [R, hidden], made on the first call that asks */
+    uint16_t  *h_hid;
 } cuda_backend;
 
 #define CU(call)                                                                    \
@@ -238,6 +245,10 @@ static size_t layout_weights(cuda_backend *be, char *base)
         TAKE(L->wo, uint16_t, H * be->q_dim);
         TAKE(L->wgu, uint16_t, 2 * (size_t)c->ffn * H);
         TAKE(L->wdown, uint16_t, H * c->ffn);
+        if (c->qkv_bias)
+            TAKE(L->bqkv, float, be->qkv_dim);
+        if (c->qk_norm)
+            TAKE(L->qk_norm, float, 2 * (size_t)be->hd);
     }
     TAKE(be->norm, float, H);
     if (be->has_tokens) {
@@ -256,8 +267,9 @@ static size_t layout_weights(cuda_backend *be, char *base)
     return off;
 }
 
-/* Where tensor `name` goes, its element count there, fp32 or bf16, and
- * the std of its synthetic init. */
+/* Where tensor `name` goes, its element count there, fp32 or bf16
+ * (is_f32: 1 for a norm, made as 1.0 on the device; 2 for a bias, made as
+ * 0.0), and the std of its synthetic init. */
 static int tensor_dest(cuda_backend *be, const char *name, void **dst, size_t *n, int *is_f32,
                        float *std)
 {
@@ -291,6 +303,17 @@ static int tensor_dest(cuda_backend *be, const char *name, void **dst, size_t *n
         } else if (!strcmp(rest, "mlp.down_proj.weight")) {
             *dst = L->wdown; *n = H * c->ffn;
             *std = 1.0f / sqrtf((float)c->ffn) / depth;
+        } else if (!strcmp(rest, "self_attn.q_proj.bias") && L->bqkv) {
+            *dst = L->bqkv; *n = (size_t)be->q_dim; *is_f32 = 2; *std = 0;
+        } else if (!strcmp(rest, "self_attn.k_proj.bias") && L->bqkv) {
+            *dst = L->bqkv + be->q_dim; *n = (size_t)be->kv_dim; *is_f32 = 2; *std = 0;
+        } else if (!strcmp(rest, "self_attn.v_proj.bias") && L->bqkv) {
+            *dst = L->bqkv + be->q_dim + be->kv_dim; *n = (size_t)be->kv_dim;
+            *is_f32 = 2; *std = 0;
+        } else if (!strcmp(rest, "self_attn.q_norm.weight") && L->qk_norm) {
+            *dst = L->qk_norm; *n = (size_t)be->hd; *is_f32 = 1; *std = 0;
+        } else if (!strcmp(rest, "self_attn.k_norm.weight") && L->qk_norm) {
+            *dst = L->qk_norm + be->hd; *n = (size_t)be->hd; *is_f32 = 1; *std = 0;
         } else
             return -1;
         return 0;
@@ -350,7 +373,7 @@ static int load_weights(cuda_backend *be, char *err, size_t errlen)
         int ke = 0;
         if (!ref.data) {
             if (is_f32)
-                ke = mt_cu_fill_f32(dst, n, 1.0f, be->st);
+                ke = mt_cu_fill_f32(dst, n, is_f32 == 2 ? 0.0f : 1.0f, be->st);
             else
                 ke = mt_cu_fill_uniform_bf16(dst, n, m->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1,
                                              std, be->st);
@@ -452,7 +475,10 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
                        cudaMemcpyHostToDevice, st));
     CU(cudaMemcpyAsync(be->d_tab, be->h_tab, ntab * sizeof(int32_t), cudaMemcpyHostToDevice,
                        st));
-    if (io->tokens_in) {
+    if (io->x_in) {
+        CU(cudaMemcpyAsync(be->x, io->x_in, (size_t)n * H * sizeof(float),
+                           cudaMemcpyHostToDevice, st));
+    } else if (io->tokens_in) {
         memcpy(be->h_tok, io->tokens_in, (size_t)n * sizeof(int32_t));
         CU(cudaMemcpyAsync(be->d_tok, be->h_tok, (size_t)n * sizeof(int32_t),
                            cudaMemcpyHostToDevice, st));
@@ -474,6 +500,9 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
         KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
         if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
             return -1;
+        if (L->bqkv || L->qk_norm) /* Qwen2 biases, Qwen3 q/k norms */
+            KE(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
+                              c->eps, st));
         KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
                              l, be->dims, st));
         KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
@@ -490,8 +519,15 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
 
     int want_logits = (io->logits || warm) && be->lm_head;
     int want_pcm = (io->pcm_out || warm) && be->audio_out && !c->audio_passthrough;
-    if (want_logits || want_pcm)
+    if (io->h_out && !be->h_hid && !(be->h_hid = malloc((size_t)be->R * H * sizeof(uint16_t)))) {
+        mt_set_err(err, errlen, "cuda: out of memory");
+        return -1;
+    }
+    if (want_logits || want_pcm || io->h_out)
         KE(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st));
+    if (io->h_out)
+        CU(cudaMemcpyAsync(be->h_hid, be->xn, (size_t)n * H * sizeof(uint16_t),
+                           cudaMemcpyDeviceToHost, st));
     float *y = be->outf + (size_t)be->R * c->vocab;
     if (want_logits &&
         gemm(be, be->lm_head, c->vocab, H, be->xn, n, be->outf, 0.0f, err, errlen))
@@ -522,6 +558,10 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
         memcpy(io->logits, be->h_logits, (size_t)n * c->vocab * sizeof(float));
     if (want_pcm && io->pcm_out)
         memcpy(io->pcm_out, be->h_pcm_out, (size_t)n * be->fs * sizeof(int16_t));
+    for (size_t i = 0; io->h_out && i < (size_t)n * H; i++) {
+        uint32_t u = (uint32_t)be->h_hid[i] << 16;      /* bf16 -> fp32 */
+        memcpy(&io->h_out[i], &u, sizeof u);
+    }
     be->pub->out_copy_ms = dev_ms + ((double)mt_clock_ns() / 1e6 - t0);
     if (io->pcm_out && c->audio_passthrough && io->pcm_in)
         memcpy(io->pcm_out, io->pcm_in, (size_t)n * be->fs * sizeof(int16_t));
@@ -560,7 +600,7 @@ static mt_cu_row make_row(const cuda_backend *be, const mt_kv_seq *s, int64_t po
 
 static int check_adapters(const cuda_backend *be, const mt_step_io *io, char *err, size_t errlen)
 {
-    if (io->tokens_in ? !be->embed : (!io->pcm_in || !be->audio_in)) {
+    if (!io->x_in && (io->tokens_in ? !be->embed : (!io->pcm_in || !be->audio_in))) {
         mt_set_err(err, errlen, "cuda: model %s has no %s adapter", be->c->name,
                  io->tokens_in ? "token" : "audio");
         return -1;
@@ -597,6 +637,8 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
         }
         memcpy(be->h_tab + ntab, s->blocks, (size_t)s->nblocks * sizeof(int32_t));
         be->h_rows[r] = make_row(be, s, s->len, (int32_t)ntab);
+        if (io->positions) /* absolute rotary only (the decoder checks) */
+            be->h_rows[r].pos_abs = be->h_rows[r].pos_sink = (int32_t)io->positions[r];
         ntab += (size_t)s->nblocks;
     }
     return forward(be, B, ntab, io, 0, err, errlen);
@@ -672,6 +714,7 @@ static void cuda_destroy(mt_backend *b)
             cudaEventDestroy(be->ev1);
         }
         free(be->layer);
+        free(be->h_hid);
         free(be);
     }
     free(b);
