@@ -48,7 +48,7 @@ t_check "the log says a token is required" grep -q "listening on tcp 127.0.0.1:$
 timeout 60 "$FC" -s tcp:127.0.0.1:$P --token-file tok -n 1 -f 75 > good &
 G=$!
 # admitted before the failures below: a right token clears its address's count
-i=0; while ! grep -q "admitted (tcp" log && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+i=0; while ! grep -q "admitted (tcp" log 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 
 sox -n -r 24000 -c 1 one.wav synth 1 sine 300 vol 0.3 2>/dev/null
 # --retry does not ask again: the REJECT says (MT_FLAG_FINAL) that the
@@ -166,7 +166,7 @@ t_check "non-loopback --listen without a token refuses to start (rc $rc)" test $
 t_check "... saying why" grep -q "not a loopback address.*--token-file.*--insecure" nl.txt
 "$S" --listen 0.0.0.0:0 --insecure -m synthetic:tiny --device cpu --threads 1 > /dev/null 2> ins.txt &
 I=$!; t_track $I
-i=0; while ! grep -q "listening on tcp" ins.txt && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+i=0; while ! grep -q "listening on tcp" ins.txt 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 t_check "--insecure starts, with a warning" grep -q "WARNING: --insecure" ins.txt
 kill -TERM $I; wait $I
 
@@ -175,12 +175,12 @@ cp tok loose; chmod 644 loose
 "$S" --listen 127.0.0.1:0 --token-file loose -m synthetic:tiny --device cpu --threads 1 \
     --kv-mem 16M > /dev/null 2> loose.txt &
 I=$!; t_track $I
-i=0; while ! grep -q "listening on tcp" loose.txt && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+i=0; while ! grep -q "listening on tcp" loose.txt 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 t_check "10: a 0644 token file is warned about" grep -q "WARNING: --token-file loose is readable by others" loose.txt
 kill -TERM $I; wait $I
 "$S" --listen 127.0.0.1:0 -m synthetic:tiny --device cpu --threads 1 --kv-mem 16M > /dev/null 2> open.txt &
 I=$!; t_track $I
-i=0; while ! grep -q "listening on tcp" open.txt && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+i=0; while ! grep -q "listening on tcp" open.txt 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 t_check "8: loopback --listen without a token: warned at start" \
     grep -q "WARNING: listening on 127.0.0.1:[0-9]* without a token: every user of this machine may connect" open.txt
 kill -TERM $I; wait $I
@@ -204,7 +204,7 @@ PB=$(t_free_port) AB=$(t_free_port)
     --device cpu --threads 1 --max-sessions 2 --input-timeout 1000 --drain sessions \
     --drain-timeout 1000 --kv-mem 16M > latb 2> logb &
 B=$!; t_track $B
-i=0; while ! grep -q "agent-check on tcp" logb && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+i=0; while ! grep -q "agent-check on tcp" logb 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 # 5. two clients go silent after ACCEPT: both end with END after 1 s
 SP=""
 for k in 1 2; do
