@@ -24,6 +24,31 @@
 #define MIN_LEVEL_N 4     /* samples before a level counts in the fit */
 #define HICCUP_RING 1024  /* hiccups kept: a falling sequence (hiccup_add) */
 #define DRAIN_SPAN 8      /* ticks over which a late run's draining is seen */
+/* The statistics of a level's samples, robust estimates of a roughly
+ * normal latency (median and MAD; Rousseeuw & Croux 1993 for the factors):
+ *   sigma         = MAD_TO_SIGMA x MAD x the small-sample factor (mad_small_n)
+ *   var(median)   = VAR_MEDIAN x sigma^2 / n       (pi/2: the median's
+ *                                                    efficiency for a normal)
+ *   var(sigma)    = VAR_MAD_SIGMA x sigma^2 / n    (a MAD-based sigma's)
+ * and a spread never under SIGMA_FLOOR_REL x median + SIGMA_FLOOR_MS
+ * (timings are quantised: a level of identical samples is not certain). */
+#define MAD_TO_SIGMA    1.4826
+#define VAR_MEDIAN      1.5708
+#define VAR_MAD_SIGMA   1.36
+#define SIGMA_FLOOR_REL 0.01
+#define SIGMA_FLOOR_MS  0.02
+/* The fitted lines are only a model: this share of the prediction is
+ * added as model error (metronome_predict). */
+#define MODEL_ERR_REL   0.015
+/* A change point (metronome_change): the recent median is further from the
+ * line than CHANGE_SE standard errors plus CHANGE_REL of the prediction. */
+#define CHANGE_SE       4.0
+#define CHANGE_REL      0.1
+/* A late run is draining when its lateness falls by DRAIN_FRAC of the
+ * budget a tick on average over DRAIN_SPAN ticks (late_run_add). */
+#define DRAIN_FRAC      0.05
+/* gradient: the most one update may cut the limit by (x 0.5). */
+#define GRADIENT_MIN    0.5
 #define LATE_RUN 25       /* ticks of lateness born at a level, without
                              recovery, that mark the level as too many (a
                              hiccup's backlog drains sooner below the wall;
@@ -252,6 +277,9 @@ static int cmp_float(const void *x, const void *y)
  * Croux and Rousseeuw, floored) of a level over its samples that are
  * younger than forget_ticks and not older than the last change point;
  * with recent > 0 only the newest `recent` of them. Returns the count. */
+/* The least spread a level of median m is taken to have. */
+static double sigma_floor(double m) { return SIGMA_FLOOR_REL * m + SIGMA_FLOOR_MS; }
+
 static int level_est_of(const mt_admit *a, const level *l, int recent, int of_sig,
                         double *med, double *sigma)
 {
@@ -272,11 +300,13 @@ static int level_est_of(const mt_admit *a, const level *l, int recent, int of_si
     for (int i = 0; i < n; i++)
         v[i] = (float)fabs(v[i] - m);
     qsort(v, (size_t)n, sizeof *v, cmp_float);
-    static const double corr[10] = {0, 0, 1.196, 1.495, 1.363, 1.206, 1.200, 1.140,
-                                    1.129, 1.107};
-    double c = n < 10 ? corr[n] : (double)n / (n - 0.8);
-    double s = 1.4826 * c * mt_stats_median_sorted(v, (size_t)n);
-    double floor_s = 0.01 * m + 0.02;   /* quantised timings: never zero */
+    /* the MAD's small-sample correction factors (Croux & Rousseeuw 1992),
+     * n / (n - 0.8) beyond */
+    static const double mad_small_n[10] = {0, 0, 1.196, 1.495, 1.363, 1.206, 1.200,
+                                           1.140, 1.129, 1.107};
+    double c = n < 10 ? mad_small_n[n] : (double)n / (n - 0.8);
+    double s = MAD_TO_SIGMA * c * mt_stats_median_sorted(v, (size_t)n);
+    double floor_s = sigma_floor(m);
     *med = m;
     *sigma = s > floor_s ? s : floor_s;
     return n;
@@ -457,7 +487,7 @@ static int metronome_probe(mt_admit *a, int x, const line_fit *fm, const line_fi
         double sf = fit_at(fs, x);
         if (s < sf)
             s = sf;
-        double se2 = s * s * (1.5708 + qz * qz * 1.36) / n;
+        double se2 = s * s * (VAR_MEDIAN + qz * qz * VAR_MAD_SIGMA) / n;
         double slope = fm->B + qz * (fs->B > 0 ? fs->B : 0);
         double slope_var = fit_slope_var(fm);
         int was = l->probe_n > 0 && l->probe_ok;
@@ -465,7 +495,7 @@ static int metronome_probe(mt_admit *a, int x, const line_fit *fm, const line_fi
         l->probe_n = n;
         l->probe_tick = a->st.ticks;
         l->probe_med = m;
-        l->probe_med_se = s * sqrt(1.5708 / n);
+        l->probe_med_se = s * sqrt(VAR_MEDIAN / n);
         if (l->probe_ok && !was)
             a->st.probes++;
     }
@@ -513,9 +543,9 @@ static int metronome_predict(mt_admit *a)
         xs[k] = x;
         ns[k] = n;
         ms[k] = m;
-        mv[k] = 1.5708 * s * s / n;    /* variance of a median */
+        mv[k] = VAR_MEDIAN * s * s / n;
         ss[k] = s;
-        sv[k] = 1.36 * s * s / n;      /* variance of a MAD-based sigma */
+        sv[k] = VAR_MAD_SIGMA * s * s / n;
         k++;
     }
     /* lateness born at a level (not inherited from a higher one) is
@@ -543,11 +573,11 @@ static int metronome_predict(mt_admit *a)
     fit_line(xs, ss, sv, k, &fs);
     for (int i = 0; i < k; i++) {
         double sf = fit_at(&fs, xs[i]);
-        double fl = 0.01 * ms[i] + 0.02;
+        double fl = sigma_floor(ms[i]);
         if (sf < fl)
             sf = fl;
-        sv[i] = 1.36 * sf * sf / ns[i];
-        mv[i] = 1.5708 * sf * sf / ns[i];
+        sv[i] = VAR_MAD_SIGMA * sf * sf / ns[i];
+        mv[i] = VAR_MEDIAN * sf * sf / ns[i];
     }
     fit_line(xs, ss, sv, k, &fs);
     fit_line(xs, ms, mv, k, &fm);
@@ -560,11 +590,10 @@ static int metronome_predict(mt_admit *a)
     int best = 0;
     for (int x = 1; x <= a->o.max_limit; x++) {
         double s = fit_at(&fs, x);
-        double floor_s = 0.01 * fit_at(&fm, x) + 0.02;
+        double floor_s = sigma_floor(fit_at(&fm, x));
         if (s < floor_s)
             s = floor_s;
-        /* the lines are only a model: 1.5% of the prediction as model error */
-        double me = 0.015 * fit_at(&fm, x);
+        double me = MODEL_ERR_REL * fit_at(&fm, x);
         double pred = fit_at(&fm, x) + qz * s +
                       a->o.z * sqrt(fit_var(&fm, x) + qz * qz * fit_var(&fs, x) + me * me);
         if (pred > target)
@@ -597,7 +626,7 @@ static int metronome_predict(mt_admit *a)
             double sf = fit_at(&fs, xa);
             if (s < sf)
                 s = sf;
-            double se = s * sqrt((1.5708 + qz * qz * 1.36) / n);
+            double se = s * sqrt((VAR_MEDIAN + qz * qz * VAR_MAD_SIGMA) / n);
             l->above_ok = m + qz * s + a->o.z * se <= target;
             l->above_n = n;
             l->above_tick = a->st.ticks;
@@ -624,7 +653,8 @@ static void metronome_change(mt_admit *a, int x)
     if (level_est(a, &a->lv[x], RECENT, &m, &s) < RECENT)
         return;
     double pred = fit_at(&a->fit_m, x);
-    double tol = 4 * sqrt(1.5708 * s * s / RECENT + fit_var(&a->fit_m, x)) + 0.1 * pred;
+    double tol = CHANGE_SE * sqrt(VAR_MEDIAN * s * s / RECENT + fit_var(&a->fit_m, x)) +
+                 CHANGE_REL * pred;
     if (fabs(m - pred) > tol) {
         a->reset_tick = a->st.ticks - RECENT + 1;
         a->st.resets++;
@@ -666,15 +696,15 @@ static void hiccup_add(mt_admit *a, int x, double sig, int prev_behind)
 }
 
 /* One more late tick in the current level's run; returns the run's length.
- * A run whose lateness is draining (down by at least DRAIN_SPAN x 5% of
- * the budget over the last DRAIN_SPAN ticks: a hiccup's backlog going) is
+ * A run whose lateness is draining (down by at least DRAIN_SPAN x DRAIN_FRAC
+ * of the budget over the last DRAIN_SPAN ticks: a hiccup's backlog going) is
  * recovery, not a level that cannot keep up: it starts the count again.
  * A server that cannot catch up stays late without that fall. */
 static int late_run_add(mt_admit *a, double late_ms)
 {
     int i = a->late_run % DRAIN_SPAN;
     if (a->late_run >= DRAIN_SPAN &&
-        late_ms < a->late_hist[i] - DRAIN_SPAN * 0.05 * a->o.budget_ms) {
+        late_ms < a->late_hist[i] - DRAIN_SPAN * DRAIN_FRAC * a->o.budget_ms) {
         a->late_run = 0;
         i = 0;
     }
@@ -777,7 +807,7 @@ static void gradient_tick(mt_admit *a, const mt_tick *t, double y)
             mn = a->mins[i];
     double grad = mn * a->o.tolerance / (recent > 1e-6 ? recent : 1e-6);
     if (grad > 1) grad = 1;
-    if (grad < 0.5) grad = 0.5;
+    if (grad < GRADIENT_MIN) grad = GRADIENT_MIN;
     double queue = a->o.queue >= 0 ? a->o.queue : sqrt(a->glimit);
     double next = a->glimit * grad + queue;
     /* the limit only grows when it is in use (Gradient2's app-limited rule) */

@@ -1,4 +1,4 @@
-/* shed.h: load shedding for mt-admit --shed (issue 24).
+/* shed.h: load shedding for mt-admit --shed.
  *
  * An admission controller can only stop admitting; when the device slows
  * under the admitted load (a capacity drop, a noisy neighbour), every

@@ -17,6 +17,7 @@
 #include "client/client.h"
 #include "util/stats.h"
 #include "wire/endpoint.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,13 +32,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t mt_client_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* A virtual machine's timer wakes a sleeper 0.1-2 ms late (the hypervisor's
  * tick, not timer slack), which alone would break a 2 ms jitter bound: sleep
  * to SPIN_NS before the instant and spin the rest on the clock. The spin
@@ -46,7 +40,7 @@ uint64_t mt_client_now(void)
 
 int mt_client_sleep_until(uint64_t t)
 {
-    uint64_t now = mt_client_now();
+    uint64_t now = mt_clock_ns();
     if (t > now + SPIN_NS) {
         uint64_t wake = t - SPIN_NS;
         struct timespec ts = { (time_t)(wake / 1000000000ull),
@@ -55,91 +49,9 @@ int mt_client_sleep_until(uint64_t t)
         if (r == EINTR)
             return -1;
     }
-    while (mt_client_now() < t)
+    while (mt_clock_ns() < t)
         ;
     return 0;
-}
-
-/* ---- percentiles -------------------------------------------------------- */
-
-void mt_pctl_reset(mt_pctl *p) { memset(p, 0, sizeof *p); }
-
-static int pctl_index(uint64_t us)
-{
-    if (us < MT_PCTL_SUB)
-        return (int)us;
-    int msb = 63 - __builtin_clzll(us);           /* >= 7 */
-    int oct = msb - 6;                            /* 1.. */
-    if (oct >= MT_PCTL_OCTAVES)
-        return MT_PCTL_OCTAVES * MT_PCTL_SUB - 1;
-    int sub = (int)((us >> (msb - 7)) & (MT_PCTL_SUB - 1));
-    return oct * MT_PCTL_SUB + sub;
-}
-
-static uint64_t pctl_value(int idx)  /* bucket middle, us */
-{
-    int oct = idx / MT_PCTL_SUB, sub = idx % MT_PCTL_SUB;
-    if (oct == 0)
-        return (uint64_t)sub;
-    int msb = oct + 6;
-    uint64_t lo = ((uint64_t)1 << msb) | ((uint64_t)sub << (msb - 7));
-    uint64_t width = (uint64_t)1 << (msb - 7);
-    return lo + width / 2;
-}
-
-void mt_pctl_add(mt_pctl *p, uint64_t ns)
-{
-    if (p->count == 0 || ns < p->min_ns)
-        p->min_ns = ns;
-    if (ns > p->max_ns)
-        p->max_ns = ns;
-    p->count++;
-    p->sum_ns += (double)ns;
-    p->bucket[pctl_index(ns / 1000)]++;
-}
-
-void mt_pctl_merge(mt_pctl *into, const mt_pctl *from)
-{
-    if (!from->count)
-        return;
-    if (!into->count || from->min_ns < into->min_ns)
-        into->min_ns = from->min_ns;
-    if (from->max_ns > into->max_ns)
-        into->max_ns = from->max_ns;
-    into->count += from->count;
-    into->sum_ns += from->sum_ns;
-    for (int i = 0; i < MT_PCTL_OCTAVES * MT_PCTL_SUB; i++)
-        into->bucket[i] += from->bucket[i];
-}
-
-uint64_t mt_pctl_quantile(const mt_pctl *p, double q)
-{
-    if (!p->count)
-        return 0;
-    if (q >= 1.0)
-        return p->max_ns;
-    if (q <= 0)
-        return p->min_ns;
-    /* the bucket holding the value of the shared rank rule */
-    uint64_t rank = mt_stats_rank(p->count, q);
-    uint64_t seen = 0;
-    for (int i = 0; i < MT_PCTL_OCTAVES * MT_PCTL_SUB; i++) {
-        seen += p->bucket[i];
-        if (seen > rank) {
-            uint64_t v = pctl_value(i) * 1000;
-            if (v > p->max_ns)
-                v = p->max_ns;
-            if (v < p->min_ns)
-                v = p->min_ns;
-            return v;
-        }
-    }
-    return p->max_ns;
-}
-
-double mt_pctl_mean(const mt_pctl *p)
-{
-    return p->count ? p->sum_ns / (double)p->count : 0;
 }
 
 /* ---- engine ------------------------------------------------------------- */
@@ -277,7 +189,7 @@ static int add_common(mt_client *c, uint64_t t_start, char *err, size_t errlen)
     memset(s, 0, sizeof *s);
     s->rfd = s->wfd = -1;
     s->st.state = MT_CS_WAITING;
-    s->st.t_added = mt_client_now();
+    s->st.t_added = mt_clock_ns();
     s->t_start = t_start ? t_start : s->st.t_added;
     s->t_state = s->st.t_added;
     s->tag[0].idx = s->tag[1].idx = idx;
@@ -322,7 +234,7 @@ static void finish(mt_client *c, session *s, int state, const char *fmt, ...)
     if (s->st.state >= MT_CS_DONE)
         return;
     s->st.state = state;
-    s->st.t_end = mt_client_now();
+    s->st.t_end = mt_clock_ns();
     if (fmt && !s->st.reason[0]) {
         va_list ap;
         va_start(ap, fmt);
@@ -451,11 +363,11 @@ static void send_hello(mt_client *c, session *s)
     memset(&f, 0, sizeof f);
     f.version = MT_FRAME_VERSION;
     f.type = MT_FRAME_HELLO;
-    f.t_send = mt_client_now();
+    f.t_send = mt_clock_ns();
     f.length = (uint32_t)n;
     f.payload = p;
     s->st.state = MT_CS_HELLO;
-    s->t_state = mt_client_now();
+    s->t_state = mt_clock_ns();
     queue_frame(c, s, &f);
 }
 
@@ -495,10 +407,10 @@ static void send_end(mt_client *c, session *s)
     f.version = MT_FRAME_VERSION;
     f.type = MT_FRAME_END;
     f.session = s->st.server_session;
-    f.t_send = mt_client_now();
+    f.t_send = mt_clock_ns();
     s->input_ended = 1;
     s->st.state = MT_CS_DRAINING;
-    s->t_state = mt_client_now();
+    s->t_state = mt_clock_ns();
     queue_frame(c, s, &f);
 }
 
@@ -546,7 +458,7 @@ static void send_audio(mt_client *c, session *s, uint64_t t_sched)
     f.type = MT_FRAME_AUDIO;
     f.session = s->st.server_session;
     f.seq = s->next_seq;
-    f.t_send = mt_client_now();
+    f.t_send = mt_clock_ns();
     f.length = (uint32_t)(s->samples * 2);
     f.payload = payload;
     sent_rec *rec = &s->ring[s->next_seq % SEND_RING];
@@ -576,7 +488,7 @@ static void on_accept(mt_client *c, session *s, const mt_frame *f)
     }
     s->st.fmt = h;
     s->st.server_session = f->session;
-    s->st.t_accept = mt_client_now();
+    s->st.t_accept = mt_clock_ns();
     s->samples = (size_t)h.frame_samples * (h.channels ? h.channels : 1);
     s->pcm = calloc(s->samples, sizeof *s->pcm);
     s->ready = malloc(s->samples * 2);
@@ -604,7 +516,7 @@ static void on_accept(mt_client *c, session *s, const mt_frame *f)
      * caller chose with t_start (a stagger): frame 0 leaves at the first
      * t_start + k * period not before that, so sessions admitted in one
      * server tick do not all send at once. */
-    s->t0 = mt_client_now() + c->prepare_ns;
+    s->t0 = mt_clock_ns() + c->prepare_ns;
     if (s->t_start < s->t0 && s->period) {
         uint64_t k = (s->t0 - s->t_start + s->period - 1) / s->period;
         s->t0 = s->t_start + k * s->period;
@@ -765,7 +677,7 @@ static void handle_read(mt_client *c, session *s)
                    mt_frame_decoder_finish(s->dec) ? " inside a frame" : " without END");
             return;
         }
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         size_t off = 0;
         while (off < (size_t)n && s->st.state < MT_CS_DONE) {
             size_t used = 0;
@@ -873,7 +785,7 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
 {
     struct epoll_event ev[64];
     for (;;) {
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         uint64_t next = do_due(c, now);
         int left = mt_client_unfinished(c);
         if (left == 0)
@@ -882,7 +794,7 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
             return left;
         if (until_ns && until_ns < next)
             next = until_ns;
-        now = mt_client_now();
+        now = mt_clock_ns();
         /* epoll's millisecond timeout overshoots by up to ~4 ms on a
          * virtual machine: wake EPOLL_EARLY_NS early and finish the wait on
          * the absolute clock. */
@@ -901,8 +813,8 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
         for (int i = 0; i < ne; i++) {
             /* Sends come first: a burst of returned frames (all sessions
              * answered in one tick) must not delay a frame that is due. */
-            if (next != UINT64_MAX && mt_client_now() >= next)
-                next = do_due(c, mt_client_now());
+            if (next != UINT64_MAX && mt_clock_ns() >= next)
+                next = do_due(c, mt_clock_ns());
             struct { int idx; int dir; } *tag = ev[i].data.ptr;
             session *s = &c->s[tag->idx];
             if (s->st.state >= MT_CS_DONE)
@@ -917,7 +829,7 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
                 finish(c, s, MT_CS_FAILED, "server closed its input");
         }
         if (ne == 0) {
-            now = mt_client_now();
+            now = mt_clock_ns();
             /* A signal cutting the wait short is handled by the loop. */
             if (next != UINT64_MAX && next > now &&
                 next - now <= EPOLL_EARLY_NS + 500000 &&

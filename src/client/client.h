@@ -20,28 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/stats.h"   /* mt_pctl */
 #include "wire/frame.h"
-
-/* ---- percentiles in bounded memory ---------------------------------------
- * A log-linear histogram of non-negative durations in ns, 1 us resolution
- * below 128 us and < 0.8 % relative error above, up to ~18 min; exact
- * count, sum, min and max. Fixed size, no allocation: cheap to keep one per
- * figure (latency, send jitter) for runs of any length. */
-#define MT_PCTL_SUB     128
-#define MT_PCTL_OCTAVES 31
-typedef struct mt_pctl {
-    uint64_t count;
-    double   sum_ns;
-    uint64_t min_ns, max_ns;
-    uint32_t bucket[MT_PCTL_OCTAVES * MT_PCTL_SUB];
-} mt_pctl;
-
-void     mt_pctl_reset(mt_pctl *p);
-void     mt_pctl_add(mt_pctl *p, uint64_t ns);   /* negative: pass 0 */
-void     mt_pctl_merge(mt_pctl *into, const mt_pctl *from);
-/* q in [0,1]; returns ns (0 when empty). q=1 returns the exact max. */
-uint64_t mt_pctl_quantile(const mt_pctl *p, double q);
-double   mt_pctl_mean(const mt_pctl *p);         /* ns */
 
 /* ---- sessions ------------------------------------------------------------ */
 enum mt_client_state {
@@ -189,7 +169,6 @@ const mt_client_stats *mt_client_session_stats(const mt_client *c, int idx);
 void mt_client_totals_get(const mt_client *c, mt_client_totals *t);
 
 const char *mt_client_state_name(int state);
-uint64_t    mt_client_now(void);   /* CLOCK_MONOTONIC ns */
 /* Wait until CLOCK_MONOTONIC reaches t (ns), to within microseconds: sleeps,
  * then spins the last half millisecond. Returns 0, or -1 when a signal cut
  * the sleep short (the caller checks its stop flag and calls again). */

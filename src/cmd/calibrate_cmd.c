@@ -173,7 +173,7 @@ int mt_probe_calibrate_main(int argc, char **argv, const char *serve_bin)
         o.serve_bin = serve_bin;
     }
     char err[512] = "";
-    if (mt_calibrate_run(&o, stderr, err, sizeof err)) {
+    if (mt_calibrate_run(&o, stderr, stdout, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cli.prog, err);
         return 1;
     }

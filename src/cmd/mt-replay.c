@@ -27,6 +27,7 @@
 #include "wire/endpoint.h"
 #include "wire/frame.h"
 #include "wire/latline.h"
+#include "util/clock.h"
 
 enum { LAT_NONE, LAT_INTERVAL, LAT_FRAMES };
 
@@ -413,7 +414,7 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
     }
     if (a->dx) {
         mt_duplex_write(a->dx, pcm, n);
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         if (now - a->t_status > 200000000ull) {
             status_line(a, now);
             a->t_status = now;
@@ -439,7 +440,7 @@ static int retry_session(app *a, int si, const char *why)
     sess *s = &a->s[si];
     char err[256];
     uint64_t delay = retry_delay_ns(s->attempts - 1);
-    int idx = mt_client_add_unix(a->cl, a->sock, mt_client_now() + delay,
+    int idx = mt_client_add_unix(a->cl, a->sock, mt_clock_ns() + delay,
                                  err, sizeof err);
     if (idx < 0) {
         fprintf(stderr, "mt-replay: retry: %s\n", err);
@@ -612,7 +613,7 @@ static int client_start(app *a, int mic)
     g_client = a->cl;
     if (g_stop)
         mt_client_stop(a->cl);
-    uint64_t t0 = mt_client_now();
+    uint64_t t0 = mt_clock_ns();
     srandom((unsigned)(t0 ^ (uint64_t)getpid()));
     for (int i = 0; i < a->ns; i++) {
         uint64_t start = t0 + (uint64_t)(i * a->stagger_ms * 1e6);
@@ -636,14 +637,14 @@ static int client_loop(app *a)
     a->t_next_line = a->t_begin + step;
     for (;;) {
         uint64_t until = a->t_next_line;
-        if (a->lat != LAT_INTERVAL && until > mt_client_now() + 200000000ull)
-            until = mt_client_now() + 200000000ull;
+        if (a->lat != LAT_INTERVAL && until > mt_clock_ns() + 200000000ull)
+            until = mt_clock_ns() + 200000000ull;
         int left = mt_client_run(a->cl, until, err, sizeof err);
         if (left < 0) {
             fprintf(stderr, "mt-replay: %s\n", err);
             return 1;
         }
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         if (now >= a->t_next_line) {
             if (a->lat == LAT_INTERVAL)
                 interval_line(a, now);
@@ -666,7 +667,7 @@ static void closing_lines(app *a)
     if (a->dx) {
         mt_duplex_status st;
         mt_duplex_get_status(a->dx, &st);
-        if (device_outruns_clock(&st, (double)(mt_client_now() - a->t_begin) / 1e9))
+        if (device_outruns_clock(&st, (double)(mt_clock_ns() - a->t_begin) / 1e9))
             a->not_realtime = 1;
         if (status_out(a))
             fputc('\n', status_out(a));
@@ -767,7 +768,7 @@ static int run_emit(app *a)
         snprintf(h.model, sizeof h.model, "%s", a->model);
     uint8_t hp[128];
     long hn = mt_hello_encode(&h, hp, sizeof hp);
-    if (hn < 0 || emit_frame(MT_FRAME_HELLO, 0, mt_client_now(), hp, (uint32_t)hn) != 0)
+    if (hn < 0 || emit_frame(MT_FRAME_HELLO, 0, mt_clock_ns(), hp, (uint32_t)hn) != 0)
         return 1;
     int16_t *pcm = malloc((size_t)a->frame_samples * sizeof *pcm);
     uint8_t *pay = malloc((size_t)a->frame_samples * 2);
@@ -776,7 +777,7 @@ static int run_emit(app *a)
         return 1;
     }
     uint64_t period = (uint64_t)a->frame_samples * 1000000000ull / (uint64_t)a->rate;
-    uint64_t t0 = mt_client_now();
+    uint64_t t0 = mt_clock_ns();
     mt_pctl jit;
     mt_pctl_reset(&jit);
     uint32_t seq = 0;
@@ -791,7 +792,7 @@ static int run_emit(app *a)
             pay[2 * i] = (uint8_t)((uint16_t)pcm[i]);
             pay[2 * i + 1] = (uint8_t)((uint16_t)pcm[i] >> 8);
         }
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         if (!a->no_pace)
             mt_pctl_add(&jit, now > due ? now - due : 0);
         if (emit_frame(MT_FRAME_AUDIO, seq++, now, pay, (uint32_t)a->frame_samples * 2) != 0) {
@@ -799,7 +800,7 @@ static int run_emit(app *a)
             break;
         }
     }
-    if (rc == 0 && emit_frame(MT_FRAME_END, 0, mt_client_now(), NULL, 0) != 0)
+    if (rc == 0 && emit_frame(MT_FRAME_END, 0, mt_clock_ns(), NULL, 0) != 0)
         rc = 1;
     if (a->rate_check && jit.count)
         fprintf(stderr, "replay_rate frames=%llu jitter_p50_ms=%.3f "

@@ -21,6 +21,7 @@
 #include "serve/server.h"
 #include "util/realtime.h"
 #include "wire/endpoint.h"
+#include "util/clock.h"
 
 static const char *prog = "mt-serve";
 
@@ -50,8 +51,8 @@ static void usage(FILE *f)
 "      --sink S             sink positions, window policy (default 4)\n"
 "      --window W           ring positions, window policy (default 256)\n"
 "      --rope MODE          cache (default) or absolute\n"
-"      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default 512M; on\n"
-"                           CUDA 95%% of free device memory after a reserve)\n"
+"      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default %dM; on\n"
+"                           CUDA %d%% of free device memory after a reserve)\n"
 "      --kv-dtype T         CPU K/V cache elements: f32 (default) or f16\n"
 "      --weights T          CPU weights: f32 (default) or f16 (adds a half\n"
 "                           copy for small batches)\n"
@@ -86,7 +87,7 @@ static void usage(FILE *f)
 "      --no-catch-up        never run a second round in one tick\n"
 "  -h, --help               this help\n"
 "      --version            print the version\n"
-"See mt-serve(1).\n");
+"See mt-serve(1).\n", MT_KV_DEFAULT_MIB, MT_DECODER_AUTO_POOL_PCT);
 }
 
 static void log_stderr(void *ctx, const char *msg)
@@ -177,7 +178,7 @@ static void args_default(serve_args *a)
     a->dopt.kv.sink = 4;
     a->dopt.kv.window = 256;
     a->dopt.kv.rope = MT_ROPE_CACHE;
-    a->dopt.kv.budget_bytes = (size_t)512 << 20;
+    a->dopt.kv.budget_bytes = MT_KV_DEFAULT_BUDGET;
     a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     a->model = "synthetic:small";
     a->fill = -1;
@@ -527,7 +528,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    uint64_t t0 = mt_now_ns();
+    uint64_t t0 = mt_clock_ns();
     mt_model *m = NULL;
     if (load_model(&a, &m) != 0)
         return 1;

@@ -5,6 +5,8 @@
 #include "cmd/opt.h"
 #include "probe/quality.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -159,6 +161,86 @@ static int check(const mt_quality_opts *o)
     return 0;
 }
 
+/* ---- the records, printed ------------------------------------------------ */
+
+typedef struct printer {
+    int tsv;
+    int header;          /* the TSV header of the stream's buckets is out */
+} printer;
+
+static void print_shape(const mt_quality_record *r)
+{
+    printf("policy=%s", mt_quality_policy_names[r->pol]);
+    if (r->pol != MT_QUALITY_FULL)
+        printf(" sink=%d window=%d", r->sink, r->window);
+    if (r->pol == MT_QUALITY_WINDOW || r->pol == MT_QUALITY_WINDOW_SINK)
+        printf(" rope=%s", r->rope == MT_ROPE_CACHE ? "cache" : "absolute");
+    printf(" ctx=%d", r->ctx);
+}
+
+static void print_ngrams(const char *what, const mt_quality_ngrams *g)
+{
+    printf(" %s_words=%zu rep4=%.4f distinct1=%.4f distinct2=%.4f distinct3=%.4f"
+           " distinct4=%.4f rep4_bytes=%.4f", what, g->words, g->rep4,
+           g->distinct[0], g->distinct[1], g->distinct[2], g->distinct[3],
+           g->rep4_bytes);
+}
+
+/* One result line, as mt-probe(1) QUALITY describes it (TSV with --tsv). */
+static void print_record(void *ctx, const mt_quality_record *r)
+{
+    printer *pr = ctx;
+    switch (r->kind) {
+    case MT_QREC_BUCKET:
+    case MT_QREC_ALL:
+        if (pr->tsv) {
+            if (!pr->header)
+                printf("policy\tsink\twindow\tfrom\tto\tnll\tppl\n");
+            pr->header = 1;
+            printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", mt_quality_policy_names[r->pol],
+                   r->sink, r->window, r->from, r->to, r->nll, exp(r->nll));
+            break;
+        }
+        printf("quality ");
+        print_shape(r);
+        if (r->kind == MT_QREC_BUCKET) {
+            printf(" streams=%d bucket=%d/%d from=%d to=%d nll=%.6f ppl=%.4f\n", r->streams,
+                   r->bucket, r->buckets, r->from, r->to, r->nll, exp(r->nll));
+            break;
+        }
+        printf(" streams=%d bucket=all from=0 to=%d nll=%.6f ppl=%.4f ppl_within_ctx=%.4f",
+               r->streams, r->to, r->nll, exp(r->nll), exp(r->nll_within_ctx));
+        if (!isnan(r->nll_past_ctx))
+            printf(" ppl_past_ctx=%.4f", exp(r->nll_past_ctx));
+        printf("\n");
+        break;
+    case MT_QREC_CHUNKED:
+        if (pr->tsv)
+            printf("mode\tchunk\tstride\tchunks\tbytes\tnll\tppl\n"
+                   "chunked\t%d\t%zu\t%zu\t%zu\t%.6f\t%.4f\n", r->chunk, r->stride,
+                   r->chunks, r->chunks * (size_t)r->chunk, r->nll, exp(r->nll));
+        else
+            printf("quality mode=chunked policy=full ctx=%d chunk=%d stride=%zu chunks=%zu"
+                   " bytes=%zu nll=%.6f ppl=%.4f\n", r->ctx, r->chunk, r->stride, r->chunks,
+                   r->chunks * (size_t)r->chunk, r->nll, exp(r->nll));
+        break;
+    case MT_QREC_GENERATION:
+        printf("generation ");
+        print_shape(r);
+        printf(" prompt_bytes=%zu tokens=%d seed=%llu temperature=%g", r->prompt_bytes,
+               r->tokens, (unsigned long long)r->seed, r->temperature);
+        print_ngrams("gen", &r->gen);
+        printf(" gen_ppl=%.4f", exp(r->gen_nll));
+        if (r->has_ref)
+            printf(" ref_words=%zu ref_rep4=%.4f ref_distinct1=%.4f ref_distinct2=%.4f"
+                   " ref_distinct3=%.4f ref_rep4_bytes=%.4f ref_ppl=%.4f", r->ref.words,
+                   r->ref.rep4, r->ref.distinct[0], r->ref.distinct[1], r->ref.distinct[2],
+                   r->ref.rep4_bytes, exp(r->ref_nll));
+        printf("\n");
+        break;
+    }
+}
+
 int mt_probe_quality_main(int argc, char **argv)
 {
     mt_quality_opts o;
@@ -169,10 +251,16 @@ int mt_probe_quality_main(int argc, char **argv)
     int rc = check(&o);
     if (rc)
         return rc;
-    o.progress = isatty(2);
+    o.progress = isatty(2) ? stderr : NULL;
     char err[512] = "";
-    if (mt_quality_run(&o, err, sizeof err)) {
+    printer pr = { .tsv = o.tsv };
+    if (mt_quality_run(&o, print_record, &pr, err, sizeof err)) {
+        fflush(stdout);
         fprintf(stderr, "%s: %s\n", cli.prog, err);
+        return 1;
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: stdout: %s\n", cli.prog, strerror(errno));
         return 1;
     }
     return 0;

@@ -1,6 +1,6 @@
 /* backend.c: what the decode backends share (see backend.h): the model
  * checks of their constructors, the pool's creation from the backend's
- * K/V element size, and the slicing of a prefill into chunks.
+ * K/V element size and limit, and the slicing of a prefill into chunks.
  */
 #include "util/errmsg.h"
 #include "decode/backend.h"
@@ -53,6 +53,13 @@ int mt_backend_pool_create(mt_backend *be, const mt_config *c, const mt_kv_param
         return -1;
     }
     mt_kv_params kp = *kv;
+    if (be->kv_max_bytes && kp.budget_bytes == 0)
+        kp.budget_bytes = be->kv_max_bytes;
+    if (be->kv_max_bytes && kp.budget_bytes > be->kv_max_bytes) {
+        mt_set_err(err, errlen, "%s: a K/V budget of %zu bytes is over the %zu the device has",
+                   be->name, kp.budget_bytes, be->kv_max_bytes);
+        return -1;
+    }
     kp.position_bytes = mt_decoder_position_bytes(c, be->kv_elem_bytes);
     mt_kv_pool *pool = NULL;
     if (mt_kv_pool_create(&kp, &pool, err, errlen))

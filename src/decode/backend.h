@@ -1,5 +1,5 @@
 /* backend.h: the interface a decode backend implements (CPU: backend_cpu.c,
- * CUDA: backend_cuda.c) and what the backends share (backend.c): the
+ * CUDA: backend_cuda.c, the simulated device: backend_sim.c) and what the backends share (backend.c): the
  * constructor's model checks, the K/V element size, the pool's creation
  * and the slicing of a prefill into chunks.
  *
@@ -12,18 +12,21 @@
  *   2. mt_backend_pool_create(be, kv params): position_bytes from
  *      kv_elem_bytes, the pool's bookkeeping (kv.h), then be->attach_pool,
  *      which allocates the storage behind the pool's block ids.
- * decoder.c does both; the benchmark and tests may too.
+ * decoder.c does both; the benchmark and tests may too. A new backend is
+ * its constructor below and one row of decoder.c's device table; the
+ * decoder's checks, pool sizing and dispatch are the same for all.
  *
- * Only decoder.c and the backends include this file; everything else goes
- * through decoder.h.
+ * Only decoder.c, the backends, and tests and benchmarks that drive a
+ * backend directly include this file; everything else goes through
+ * decoder.h.
  */
 #ifndef MT_BACKEND_H
 #define MT_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "decode/decoder.h"
 #include "decode/kv.h"
+#include "decode/step.h"
 #include "model/model.h"
 
 /* Rows a prefill chunk runs at once; a backend sizes its activations for
@@ -31,7 +34,7 @@
 enum { MT_BACKEND_PREFILL_CHUNK = 64 };
 
 typedef struct mt_backend {
-    const char *name;         /* "cpu", "cuda" */
+    const char *name;         /* "cpu", "cuda", "sim:NAME" */
     void       *impl;
     /* Bytes of one K or V element in the backend's cache dtype (fp32 4,
      * bf16 or f16 2): set by the constructor; the pool's position_bytes
@@ -42,6 +45,9 @@ typedef struct mt_backend {
      * 0 on the CPU (no device limit known). */
     size_t      kv_room_bytes;
     size_t      kv_reserve_bytes; /* that reserve (for messages) */
+    /* The most the pool may take (0: no limit): a budget of 0 takes all of
+     * it, a larger one is refused (the simulated device's profile). */
+    size_t      kv_max_bytes;
     size_t      position_bytes;   /* set by mt_backend_pool_create */
     /* Time the last call spent copying its outputs back to the caller
      * (ms; 0 where not measured): for the benchmark. */
@@ -50,6 +56,13 @@ typedef struct mt_backend {
      * every layer's (ms; 0 where not measured): the benchmark divides the
      * K/V bytes the step read by it. */
     double      attention_ms;
+    /* What the caller should know about this backend, for it to print
+     * (NULL or "": nothing); may be set by attach_pool, which knows the
+     * pool. */
+    const char *note;
+    /* A simulated device: its label ("sim:NAME"), carried by every figure
+     * it yields; NULL on a real device. */
+    const char *sim_label;
     /* Storage for every block of pool (mt_kv_pool_blocks), addressed by
      * block id; called once, by mt_backend_pool_create. */
     int  (*attach_pool)(struct mt_backend *be, mt_kv_pool *pool, char *err, size_t errlen);
@@ -64,6 +77,9 @@ typedef struct mt_backend {
     /* Optional (NULL: nothing to do): a step is due shortly (about
      * MT_DECODER_WAKE_NS from now); wake what sleeps between steps. */
     void (*wake)(struct mt_backend *be);
+    /* Optional (NULL: a real device): the modeled (noiseless) and noise
+     * milliseconds of the calls since the last one, then reset. */
+    void (*take_modeled)(struct mt_backend *be, double *pred_ms, double *noise_ms);
     void (*destroy)(struct mt_backend *be);
 } mt_backend;
 
@@ -79,6 +95,11 @@ int  mt_cuda_backend_fill_kv_random(mt_backend *be, uint64_t seed, char *err,
                                     size_t errlen);
 #endif
 
+/* The simulated device (backend_sim.h): o->sim_profile names the profile,
+ * o->sim_time_scale its time scale; the backend owns its mt_sim. */
+int  mt_sim_backend_create(const mt_model *m, const mt_decoder_opts *o,
+                           mt_backend **out, char *err, size_t errlen);
+
 /* The checks every constructor starts with: a Llama shape the backends
  * can run (heads a multiple of kv_heads, even head_dim, positive sizes)
  * and a batch size in range. who prefixes the message ("cpu", "cuda"). */
@@ -92,7 +113,8 @@ mt_backend *mt_backend_alloc(size_t impl_size, const char *oom, char *err, size_
 int  mt_backend_rows(const mt_decoder_opts *o);
 
 /* Creates the pool for be with kv's policy and budget (position_bytes is
- * computed here) and attaches it; *out is the caller's to free after the
+ * computed here; a budget of 0 or over be->kv_max_bytes as said there) and
+ * attaches it; *out is the caller's to free after the
  * backend. 0, or -1 with nothing left allocated. */
 int  mt_backend_pool_create(mt_backend *be, const mt_config *c, const mt_kv_params *kv,
                             mt_kv_pool **out, char *err, size_t errlen);

@@ -23,8 +23,8 @@
  * rotary with inv_freq[i] = theta^(-2i/hd), GQA (q head h uses kv head
  * h / (heads/kv_heads)), scale 1/sqrt(hd), SwiGLU.
  *
- * Threads. One pool of T threads (the caller's thread is thread 0) runs
- * every parallel phase; OpenBLAS is set to one thread
+ * Threads. One pool of T threads (cpu_pool.c; the caller's thread is
+ * thread 0) runs every parallel phase; OpenBLAS is set to one thread
  * (openblas_set_num_threads(1), process-wide) so its own workers never
  * compete with ours: two thread pools on the same cores oversubscribe, and
  * OpenBLAS's workers spin after each call. A GEMM phase splits the output
@@ -80,26 +80,23 @@
 #include "util/errmsg.h"
 #include "decode/backend.h"
 #include "decode/cpu_f16.h"
+#include "decode/cpu_pool.h"
 #include "util/clock.h"
 
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#else
-#define cpu_relax() ((void)0)
 #endif
 
 /* The vector helpers below are static inline: no ABI crosses a call. */
@@ -107,159 +104,8 @@
 
 enum { SLICE_ALIGN = 32 };
 
-/* ---- thread pool ------------------------------------------------------ */
-
-struct cpu_backend;
-typedef void (*phase_fn)(struct cpu_backend *be, int tid, int nt);
-
-typedef struct tpool {
-    int             n;        /* threads including the caller */
-    pthread_t      *th;       /* [n-1] */
-    pthread_mutex_t mu;
-    pthread_cond_t  start, done;
-    atomic_uint     gen;      /* bumped once per phase */
-    atomic_int      pending;  /* workers still running the phase */
-    phase_fn        fn;
-    struct cpu_backend *be;
-    int             stop;
-} tpool;
-
-typedef struct worker_arg { tpool *tp; int tid; } worker_arg;
-
-/* How long a thread spins for the next phase (or the phase's end) before
- * it sleeps on the condition variable. Timed, not counted: a pause
- * instruction costs 10 to 140 cycles depending on the core. On a VM a
- * sleeping thread takes 0.1 to several milliseconds to run again (its
- * vCPU halted and must be woken through the hypervisor); paid at each of
- * a step's 42 phases, that doubled a small batch's step in mt-serve. So a
- * thread spins through the whole step (phases follow each other within
- * microseconds; one thread may be preempted for a while), and sleeps only
- * between steps, a frame period apart; the server wakes the pool
- * MT_DECODER_WAKE_NS ahead of each tick (tpool_wake), which SPIN_NS must
- * outlast. The cost is about SPIN_NS + MT_DECODER_WAKE_NS of spinning per
- * worker per step: 6% of a core at an 80 ms tick. */
-enum { SPIN_NS = 2 * MT_DECODER_WAKE_NS };
-
-/* One turn of a spin wait begun at *t0 (0: not yet timed): 1 once it has
- * lasted SPIN_NS. Past the first SPIN_PAUSE_NS it yields the CPU at every
- * turn instead of pausing: when more threads are runnable than there are
- * cores (the clients, the I/O thread, a sanitizer build), a pure spin
- * would hold the core that the thread it waits for needs. */
-static int spin_turn(uint64_t *t0, unsigned i)
-{
-    enum { SPIN_PAUSE_NS = 50000 };
-    cpu_relax();
-    if ((i & 63) != 63)
-        return 0;
-    uint64_t t = mt_clock_ns();
-    if (!*t0) {
-        *t0 = t;
-        return 0;
-    }
-    if (t - *t0 > SPIN_NS)
-        return 1;
-    if (t - *t0 > SPIN_PAUSE_NS)
-        sched_yield();
-    return 0;
-}
-
-static void spin_until_changed(atomic_uint *gen, unsigned seen)
-{
-    uint64_t t0 = 0;
-    for (unsigned i = 0; atomic_load_explicit(gen, memory_order_acquire) == seen; i++)
-        if (spin_turn(&t0, i))
-            return;
-}
-
-static void spin_until_zero(atomic_int *pending)
-{
-    uint64_t t0 = 0;
-    for (unsigned i = 0; atomic_load_explicit(pending, memory_order_acquire) > 0; i++)
-        if (spin_turn(&t0, i))
-            return;
-}
-
-/* A phase's workers spin briefly (phases follow each other within
- * microseconds inside a step) and then sleep (between steps). */
-static void *worker_main(void *arg)
-{
-    worker_arg *wa = arg;
-    tpool *tp = wa->tp;
-    /* Threads start while gen is 0: a phase posted before this thread runs
-     * must still be seen as new. */
-    unsigned seen = 0;
-    for (;;) {
-        spin_until_changed(&tp->gen, seen);
-        if (atomic_load_explicit(&tp->gen, memory_order_acquire) == seen) {
-            pthread_mutex_lock(&tp->mu);
-            while (atomic_load(&tp->gen) == seen && !tp->stop)
-                pthread_cond_wait(&tp->start, &tp->mu);
-            pthread_mutex_unlock(&tp->mu);
-        }
-        if (tp->stop)
-            return NULL;
-        seen = atomic_load(&tp->gen);
-        tp->fn(tp->be, wa->tid, tp->n);
-        if (atomic_fetch_sub(&tp->pending, 1) == 1) {
-            pthread_mutex_lock(&tp->mu);
-            pthread_cond_signal(&tp->done);
-            pthread_mutex_unlock(&tp->mu);
-        }
-    }
-}
-
-/* Waits until the workers have finished the phase last posted: spins
- * (SPIN_NS), then sleeps on done. */
-static void tpool_settle(tpool *tp)
-{
-    spin_until_zero(&tp->pending);
-    if (atomic_load(&tp->pending) > 0) {
-        pthread_mutex_lock(&tp->mu);
-        while (atomic_load(&tp->pending) > 0)
-            pthread_cond_wait(&tp->done, &tp->mu);
-        pthread_mutex_unlock(&tp->mu);
-    }
-}
-
-static void phase_nothing(struct cpu_backend *be, int tid, int nt)
-{
-    (void)be, (void)tid, (void)nt;
-}
-
-/* Hands fn to the workers as the next phase; returns at once. */
-static void tpool_post(tpool *tp, struct cpu_backend *be, phase_fn fn)
-{
-    tp->fn = fn;
-    tp->be = be;
-    atomic_store(&tp->pending, tp->n - 1);
-    pthread_mutex_lock(&tp->mu);
-    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&tp->start);
-    pthread_mutex_unlock(&tp->mu);
-}
-
-/* Posts an empty phase and returns at once: the workers wake from their
- * sleep now and are spinning (for SPIN_NS) when the step's first phase is
- * posted, instead of paying their wake-up inside it. */
-static void tpool_wake(tpool *tp, struct cpu_backend *be)
-{
-    if (tp->n == 1)
-        return;
-    tpool_settle(tp);
-    tpool_post(tp, be, phase_nothing);
-}
-
-static void tpool_run(tpool *tp, struct cpu_backend *be, phase_fn fn)
-{
-    if (tp->n == 1) {
-        fn(be, 0, 1);
-        return;
-    }
-    tpool_settle(tp);           /* a wake-up phase may still run */
-    tpool_post(tp, be, fn);
-    fn(be, 0, tp->n);
-    tpool_settle(tp);
-}
+/* A parallel phase of the step (cpu_pool.h). */
+typedef mt_tpool_fn phase_fn;
 
 /* ---- the backend ------------------------------------------------------ */
 
@@ -368,9 +214,9 @@ typedef struct cpu_backend {
         struct { const float *W; const uint16_t *W16; int N; float *Y; int ldy; } seg[3];
     } job;
 
-    tpool   tp;
+    mt_tpool tp;         /* tp.n threads, the caller's included */
     scratch *scr;        /* [threads] */
-    worker_arg *wargs;   /* [threads] */
+    char    note[200];   /* the backend's note: what OpenBLAS chose, when it matters */
 } cpu_backend;
 
 /* Elements (fp32 or f16) of (layer l, k or v, kv head g) of block b,
@@ -380,10 +226,10 @@ typedef struct cpu_backend {
  * session is a single stretch, read in order (K and V of each head in
  * turn) but for a jump at the sinks and one where the ring wraps, as
  * attend() walks it. Block-major order (a block's every layer together,
- * each layer's K of all heads before their V) cut that read into pieces
- * of 16 KiB of K and 16 KiB of V (f16, synthetic:small), each block's 256
- * KiB from the next, and made the attention phase about 1.3x slower at
- * B = 64, fp32 and f16 alike (bench/RESULTS.md). */
+ * each layer's K of all heads before their V) would cut that read into
+ * pieces of 16 KiB of K and 16 KiB of V (f16, synthetic:small), each
+ * block's 256 KiB from the next: a slower attention phase, fp32 and f16
+ * alike (bench/RESULTS.md). */
 static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv, int g)
 {
     size_t off = (size_t)l * be->layer_elems + (size_t)block * be->layer_block_elems +
@@ -565,11 +411,10 @@ static inline const void *run_at(const cpu_backend *be, const kv_run *u, int kv,
 /* Asks for run u's rows of head g (K or V). The next run is the next
  * block of this layer: right after this one where the session's blocks
  * are consecutive (kv_at), elsewhere where they are not; either way the
- * hardware prefetcher alone does not keep up (measured on the EPYC: the
- * f16 attention 1.5x slower without these requests). Asked for in one
- * burst per head just before that head of the current run is read; asking
- * 1 to 6 heads ahead instead, or to L2 a few runs ahead, measured the same
- * or slower. */
+ * hardware prefetcher alone does not keep up (bench/RESULTS.md). Asked
+ * for in one burst per head just before that head of the current run is
+ * read; asking 1 to 6 heads ahead, or to L2 a few runs ahead, does no
+ * better. */
 VINLINE void run_prefetch(const cpu_backend *be, const kv_run *u, int kv, int g)
 {
     if (u->block < 0)
@@ -838,8 +683,8 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next
  * what is left of theirs: rows of different lengths cost different
  * amounts, so a fixed split alone could leave one thread waiting. Neither
  * thread interleaves its rows with the other's, so each reads its own
- * region of the pool (measured at B = 64, f16: the phase 5-20% faster than
- * with one counter for all, which dealt alternate rows to the threads). */
+ * region of the pool (faster than one counter for all, which deals
+ * alternate rows to the threads). */
 static void phase_attention(cpu_backend *be, int tid, int nt)
 {
     scratch *sc = &be->scr[tid];
@@ -919,7 +764,7 @@ static void run_gemm(cpu_backend *be, phase_fn fn, const float *norm_w)
     if (norm_w)
         for (int r = 0; r < be->nrows; r++)
             rmsnorm(be->xn + (size_t)r * H, be->x + (size_t)r * H, norm_w, H, be->c->eps);
-    tpool_run(&be->tp, be, fn);
+    mt_tpool_run(&be->tp, be, fn);
 }
 
 static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
@@ -1056,7 +901,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         for (int t = 0; t < be->tp.n; t++)
             atomic_store(&be->att_next[t].n, 0);
         uint64_t t_att = mt_clock_ns();
-        tpool_run(&be->tp, be, phase_attention);
+        mt_tpool_run(&be->tp, be, phase_attention);
         be->att_ns += mt_clock_ns() - t_att;
 
         /* cache <- new K,V; x += att . wo^T */
@@ -1139,7 +984,7 @@ static int cpu_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *i
 static void cpu_wake(mt_backend *b)
 {
     cpu_backend *be = b->impl;
-    tpool_wake(&be->tp, be);
+    mt_tpool_wake(&be->tp, be);
 }
 
 static void cpu_destroy(mt_backend *b)
@@ -1148,20 +993,8 @@ static void cpu_destroy(mt_backend *b)
         return;
     cpu_backend *be = b->impl;
     if (be) {
-        tpool *tp = &be->tp;
-        if (tp->th) {
-            pthread_mutex_lock(&tp->mu);
-            tp->stop = 1;
-            atomic_fetch_add(&tp->gen, 1);
-            pthread_cond_broadcast(&tp->start);
-            pthread_mutex_unlock(&tp->mu);
-            for (int i = 0; i < tp->n - 1; i++)
-                pthread_join(tp->th[i], NULL);
-            free(tp->th);
-            pthread_mutex_destroy(&tp->mu);
-            pthread_cond_destroy(&tp->start);
-            pthread_cond_destroy(&tp->done);
-        }
+        mt_tpool *tp = &be->tp;
+        mt_tpool_stop(tp);
         if (be->scr)
             for (int t = 0; t < tp->n; t++) {
                 free(be->scr[t].slot);
@@ -1175,7 +1008,6 @@ static void cpu_destroy(mt_backend *b)
                 free(be->scr[t].dsn);
             }
         free(be->scr);
-        free(be->wargs);
         free(be->att_next);
         free(be->kv);
         free(be->w16);
@@ -1201,9 +1033,8 @@ enum { F16_ROWS_DEFAULT = 8 };
  * weights), on 2 MiB pages where the kernel gives them on request
  * (transparent huge pages in "madvise" mode, Debian's default): the
  * attention reads a few KiB in each of thousands of blocks, a new 4 KiB
- * page every few KiB. A one-core microbenchmark of that pattern (32 KiB
- * per block, 256 KiB apart, prefetched) read 24 GB/s on 4 KiB pages and
- * 29 GB/s on 2 MiB pages. Freed with free(). */
+ * page every few KiB, and that pattern reads faster on 2 MiB pages than on
+ * 4 KiB ones (fewer TLB misses). Freed with free(). */
 static void *alloc_streamed(size_t n)
 {
     const size_t huge = (size_t)2 << 20;
@@ -1369,35 +1200,29 @@ static int cpu_thread_count(const mt_decoder_opts *o)
     return T;
 }
 
-/* Starts the tp.n - 1 workers (the caller's thread is worker 0). On
- * failure tp.n counts the threads cpu_destroy must join. */
-static int cpu_start_workers(cpu_backend *be, char *err, size_t errlen)
+/* OpenBLAS picks its kernels from cpuid at load time; in some virtual
+ * machines it fails to recognise the CPU and falls back to its SSE3
+ * (Prescott) kernels, several times slower than the AVX2/AVX-512 ones the
+ * CPU has. It can only be told before it loads (OPENBLAS_CORETYPE), so say
+ * so in the note, where the caller can print it. */
+static void blas_note(mt_backend *b)
 {
-    tpool *tp = &be->tp;
-    int T = tp->n;
-    pthread_mutex_init(&tp->mu, NULL);
-    pthread_cond_init(&tp->start, NULL);
-    pthread_cond_init(&tp->done, NULL);
-    atomic_init(&tp->gen, 0);
-    atomic_init(&tp->pending, 0);
-    tp->th = calloc((size_t)T - 1, sizeof *tp->th);
-    if (!tp->th) {
-        mt_set_err(err, errlen, "cpu: out of memory for threads");
-        pthread_mutex_destroy(&tp->mu);
-        pthread_cond_destroy(&tp->start);
-        pthread_cond_destroy(&tp->done);
-        return -1;
-    }
-    for (int i = 1; i < T; i++) {
-        be->wargs[i] = (worker_arg){ tp, i };
-        int rc = pthread_create(&tp->th[i - 1], NULL, worker_main, &be->wargs[i]);
-        if (rc) {
-            mt_set_err(err, errlen, "cpu: pthread_create: %s", strerror(rc));
-            tp->n = i; /* join the ones started */
-            return -1;
-        }
-    }
-    return 0;
+#if defined(__x86_64__)
+    cpu_backend *be = b->impl;
+    const char *core = openblas_get_corename();
+    if (!core || strcasecmp(core, "prescott") != 0)
+        return;
+    const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2")  ? "Haswell" : NULL;
+    if (!want)
+        return;
+    snprintf(be->note, sizeof be->note,
+             "OpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
+             core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
+    b->note = be->note;
+#else
+    (void)b;
+#endif
 }
 
 int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
@@ -1436,9 +1261,8 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     int T = cpu_thread_count(o);
     be->tp.n = T;
     be->scr = calloc((size_t)T, sizeof *be->scr);
-    be->wargs = calloc((size_t)T, sizeof *be->wargs);
     be->att_next = aligned_alloc(64, (size_t)T * sizeof *be->att_next);
-    if (fail || !be->scr || !be->wargs || !be->att_next) {
+    if (fail || !be->scr || !be->att_next) {
         mt_set_err(err, errlen, "cpu: out of memory for activations");
         be->tp.n = be->scr ? T : 0;
         cpu_destroy(b);
@@ -1446,10 +1270,11 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     }
     /* Our threads do the parallel work; OpenBLAS runs inside them. */
     openblas_set_num_threads(1);
-    if (T > 1 && cpu_start_workers(be, err, errlen) != 0) {
+    if (T > 1 && mt_tpool_start(&be->tp, T, err, errlen) != 0) {
         cpu_destroy(b);
         return -1;
     }
+    blas_note(b);
     *out = b;
     return 0;
 }

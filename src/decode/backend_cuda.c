@@ -57,6 +57,7 @@
 #include "decode/backend.h"
 #include "decode/cuda_module.h"
 #include "../../kernels/mt_kernels.h"
+#include "util/clock.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -423,13 +424,6 @@ static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *ns
     *nsplit = (max_ring + *chunk - 1) / *chunk;
 }
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
-}
-
 /* Runs rows h_rows[0..n) (filled by the caller, with ntab table entries in
  * h_tab) through the model; io's arrays hold n rows. warm: compute every
  * output the model has and copy it to the pinned buffer, none to the
@@ -523,12 +517,12 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
     float dev_ms = 0;
     if (be->ev_ok)
         CU(cudaEventElapsedTime(&dev_ms, be->ev0, be->ev1));
-    double t0 = now_ms();
+    double t0 = (double)mt_clock_ns() / 1e6;
     if (want_logits && io->logits)
         memcpy(io->logits, be->h_logits, (size_t)n * c->vocab * sizeof(float));
     if (want_pcm && io->pcm_out)
         memcpy(io->pcm_out, be->h_pcm_out, (size_t)n * be->fs * sizeof(int16_t));
-    be->pub->out_copy_ms = dev_ms + (now_ms() - t0);
+    be->pub->out_copy_ms = dev_ms + ((double)mt_clock_ns() / 1e6 - t0);
     if (io->pcm_out && c->audio_passthrough && io->pcm_in)
         memcpy(io->pcm_out, io->pcm_in, (size_t)n * be->fs * sizeof(int16_t));
     return 0;

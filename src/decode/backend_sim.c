@@ -85,8 +85,7 @@ int mt_sim_create(const mt_sim_profile *p, const mt_config *c,
     s->heads = c->heads;
     s->kv_heads = c->kv_heads;
     s->head_dim = c->head_dim;
-    s->position_bytes = (size_t)c->layers * 2 * (size_t)c->kv_heads *
-                        (size_t)c->head_dim * (size_t)p->kv_bytes;
+    s->position_bytes = mt_decoder_position_bytes(c, (size_t)p->kv_bytes);
     s->weight_bytes = s->params * p->weight_bytes;
     double budget = p->memory_bytes - s->weight_bytes - p->reserve_bytes;
     if (budget < (double)s->position_bytes * MT_KV_BLOCK) {
@@ -237,9 +236,11 @@ void mt_sim_take(mt_sim *s, double *pred_ms, double *noise_ms)
 
 typedef struct sim_impl {
     mt_sim         *sim;
+    int             own_sim;   /* made by mt_sim_backend_create: freed with it */
     const mt_model *m;
-    mt_kv_pool     *pool;
+    mt_kv_pool     *pool;      /* attached */
     int64_t        *visible;   /* [max_batch] */
+    char            note[1024];  /* the profile path (512) and figures */
 } sim_impl;
 
 /* Output of rows rows: input PCM echoed (the sim computes nothing, and an
@@ -288,27 +289,54 @@ static int sim_prefill(mt_backend *be, mt_kv_seq *seq, int n,
     return 0;
 }
 
+/* The pool only keeps books (no memory behind its blocks), so a 141 GB
+ * device costs the host a few hundred KB of block ids. */
+static int sim_attach_pool(mt_backend *be, mt_kv_pool *pool, char *err, size_t errlen)
+{
+    sim_impl *im = be->impl;
+    const mt_kv_params *kp = mt_kv_pool_params(pool);
+    if (kp->position_bytes != im->sim->position_bytes) {
+        mt_set_err(err, errlen, "sim: pool has %zu bytes a position, profile %zu",
+                   kp->position_bytes, im->sim->position_bytes);
+        return -1;
+    }
+    im->pool = pool;
+    const mt_sim *s = im->sim;
+    snprintf(im->note, sizeof im->note,
+             "SIMULATED device %s (profile %s: %.4g B memory, %.4g B/s, %.4g flop/s, "
+             "%.4g B of weights, K/V pool %zu B%s%s): no figure from this server is a measurement",
+             s->label, s->p.path, s->p.memory_bytes, s->p.bandwidth, s->p.matrix_rate,
+             s->weight_bytes, kp->budget_bytes,
+             kp->budget_bytes == s->kv_budget ? "" : ", set by the caller",
+             s->time_scale != 1 ? ", time-scaled: steps wait 1/K of the model's time" : "");
+    be->note = im->note;
+    return 0;
+}
+
+static void sim_take_modeled(mt_backend *be, double *pred_ms, double *noise_ms)
+{
+    sim_impl *im = be->impl;
+    mt_sim_take(im->sim, pred_ms, noise_ms);
+}
+
 static void sim_destroy(mt_backend *be)
 {
     if (!be)
         return;
     sim_impl *im = be->impl;
-    if (im)
+    if (im) {
         free(im->visible);
+        if (im->own_sim)
+            mt_sim_free(im->sim);
+    }
     free(im);
     free(be);
 }
 
-int mt_sim_backend_create(mt_sim *s, const mt_model *m, mt_kv_pool *pool,
-                          int max_batch, mt_backend **out, char *err,
-                          size_t errlen)
+int mt_sim_backend_wrap(mt_sim *s, const mt_model *m, int max_batch,
+                        mt_backend **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (mt_kv_pool_params(pool)->position_bytes != s->position_bytes) {
-        mt_set_err(err, errlen, "sim: pool has %zu bytes a position, profile %zu",
-                 mt_kv_pool_params(pool)->position_bytes, s->position_bytes);
-        return -1;
-    }
     mt_backend *be = mt_backend_alloc(sizeof(sim_impl), "sim: out of memory", err, errlen);
     if (!be)
         return -1;
@@ -321,15 +349,38 @@ int mt_sim_backend_create(mt_sim *s, const mt_model *m, mt_kv_pool *pool,
     }
     im->sim = s;
     im->m = m;
-    im->pool = pool;
     be->name = s->label;
-    be->position_bytes = s->position_bytes;
-    be->kv_elem_bytes = s->position_bytes /
-        ((size_t)m->cfg.layers * 2 * m->cfg.kv_heads * m->cfg.head_dim);
+    be->sim_label = s->label;
+    be->kv_elem_bytes = (size_t)s->p.kv_bytes;
+    be->kv_max_bytes = s->kv_budget;
+    be->attach_pool = sim_attach_pool;
     be->step = sim_step;
     be->prefill = sim_prefill;
     be->wake = NULL;
+    be->take_modeled = sim_take_modeled;
     be->destroy = sim_destroy;
     *out = be;
+    return 0;
+}
+
+int mt_sim_backend_create(const mt_model *m, const mt_decoder_opts *o,
+                          mt_backend **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!o->sim_profile) {
+        mt_set_err(err, errlen, "sim: no profile given");
+        return -1;
+    }
+    mt_sim_profile prof;
+    mt_sim *s = NULL;
+    if (mt_sim_profile_load(o->sim_profile, &prof, err, errlen) != 0 ||
+        mt_sim_create(&prof, &m->cfg, NULL, &s, err, errlen) != 0)
+        return -1;
+    mt_sim_set_time_scale(s, o->sim_time_scale);
+    if (mt_sim_backend_wrap(s, m, o->max_batch, out, err, errlen) != 0) {
+        mt_sim_free(s);
+        return -1;
+    }
+    ((sim_impl *)(*out)->impl)->own_sim = 1;
     return 0;
 }

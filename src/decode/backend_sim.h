@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include "decode/kv.h"
 #include "decode/sim_profile.h"
+#include "decode/step.h"
 #include "model/model.h"
 
 typedef struct mt_sim mt_sim;
@@ -90,10 +91,11 @@ void mt_sim_run_prefill(mt_sim *s, int64_t n, int64_t visible_last,
 /* Predicted and noise milliseconds added since the last call; resets. */
 void mt_sim_take(mt_sim *s, double *pred_ms, double *noise_ms);
 
-/* The backend over a sim the caller keeps (and frees after the backend). */
+/* The backend over a sim the caller keeps (and frees after the backend),
+ * for tests that inject a clock; mt_sim_backend_create (backend.h) is the
+ * ordinary constructor, which makes and owns its sim. */
 struct mt_backend;
-int  mt_sim_backend_create(mt_sim *s, const mt_model *m, mt_kv_pool *pool,
-                           int max_batch, struct mt_backend **out,
-                           char *err, size_t errlen);
+int  mt_sim_backend_wrap(mt_sim *s, const mt_model *m, int max_batch,
+                         struct mt_backend **out, char *err, size_t errlen);
 
 #endif

@@ -203,13 +203,10 @@ tile_x86(const int MR, const int NR, int K, const float *X, int ldx, const uint1
 /* The weights a product reads are one contiguous stream per call (its
  * rows, tile after tile), so each k step of a tile asks for the bytes it
  * reads PREFETCH_AHEAD further on in that stream: a steady trickle of
- * requests, as many as the loads retire. Asking for the whole next tile
- * in one burst at the start of each tile (the earlier code) overflowed
- * the core's queue of misses and then left it idle: measured on the EPYC
- * (Zen 5), 56 matrices of 1024 x 512 halves on 2 MiB pages, M = 1, the
- * 8-row tile: 22 GB/s (burst) against 42 GB/s (stream, AVX2) and 57 GB/s
- * (stream, AVX-512) on 2 threads; 11 / 24 / 36 GB/s on one. Distances of
- * 8 to 32 KiB measured within 5% of one another. */
+ * requests, as many as the loads retire. Asking for a whole tile in one
+ * burst overflows the core's queue of misses and then leaves it idle,
+ * which reads at about half the bandwidth; any distance from 8 to 32 KiB
+ * does as well as this one (bench/RESULTS.md). */
 enum { PREFETCH_AHEAD = 8192 };
 
 /* Where a tile starting at w asks for its lines: NULL once that is past
@@ -366,8 +363,8 @@ F16C_FN static void weighted_sum_x86(int group, int hd, const float *p, int ldp,
 
 /* One row of X (B = 1, the step that streams every weight once) with
  * AVX-512, where the CPU has it: 16 halves converted per instruction, so
- * half the instructions of the AVX2 tile per byte read; with the stream
- * prefetch, 57 against 42 GB/s on 2 threads in the measurement above. */
+ * half the instructions of the AVX2 tile per byte read, and a higher read
+ * bandwidth with the same stream prefetch. */
 #define AVX512_FN __attribute__((target("avx512f,f16c,avx2,fma")))
 
 AVX512_FN static void gemv_avx512(int N, int K, const float *X, const uint16_t *W, float beta,

@@ -19,6 +19,7 @@
 #include "decode/decoder.h"
 #include "decode/kv.h"
 #include "model/model.h"
+#include "util/clock.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -42,6 +43,7 @@ void *const mt_cuda_module_imports[] = {
     (void *)mt_backend_check_model,
     (void *)mt_backend_prefill_chunks,
     (void *)mt_backend_rows,
+    (void *)mt_clock_ns,
     (void *)mt_decoder_position_bytes,
     (void *)mt_kv_pool_blocks,
     (void *)mt_kv_pool_params,

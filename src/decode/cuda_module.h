@@ -7,7 +7,7 @@
  * simulated device too.
  *
  * The shared object resolves the library functions it calls (backend.c,
- * kv.c, model.c, decoder.c) from the program, which exports them
+ * kv.c, model.c, step.c) from the program, which exports them
  * (-rdynamic); cuda_loader.c references each of them so that a static
  * link keeps them, and the Makefile checks that list against the object's
  * undefined symbols.
@@ -20,7 +20,7 @@
 #include "decode/backend.h"
 
 /* Bumped whenever this struct or what its functions take changes. */
-enum { MT_CUDA_MODULE_ABI = 1 };
+enum { MT_CUDA_MODULE_ABI = 2 };
 
 typedef struct mt_cuda_module {
     int    abi;           /* MT_CUDA_MODULE_ABI of the object's build */

@@ -1,55 +1,25 @@
-/* decoder.c: the backend-neutral decoder: picks the backend (CPU, or CUDA
- * when built with it and a GPU is there), sizes and creates the KV pool,
- * checks every step's inputs (batch, room in the cache, token ids), then
- * dispatches to the backend and advances the sessions' lengths.
+/* decoder.c: the backend-neutral decoder: picks the backend from the
+ * device (CPU, CUDA when built with it and a GPU is there, the simulated
+ * device), sizes and creates the KV pool, checks every step's inputs
+ * (batch, room in the cache, token ids), then dispatches to the backend
+ * and advances the sessions' lengths.
  */
 #include "util/errmsg.h"
 #include "decode/decoder.h"
 #include "decode/backend.h"
-#include "decode/backend_sim.h"
 
-#include <cblas.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 struct mt_decoder {
     const mt_model *m;
     mt_decoder_opts o;
     mt_kv_pool     *pool;
     mt_backend     *be;
-    mt_sim         *sim;       /* MT_DEV_SIM: the cost model the backend
-                                  waits on (freed after the backend) */
     char            note[1024];
 };
-
-size_t mt_decoder_position_bytes(const mt_config *c, size_t elem_bytes)
-{
-    return (size_t)c->layers * 2 * c->kv_heads * c->head_dim * elem_bytes;
-}
-
-size_t mt_num_format_bytes(mt_num_format f)
-{
-    return f == MT_FMT_F16 ? 2 : sizeof(float);
-}
-
-const char *mt_num_format_name(mt_num_format f)
-{
-    return f == MT_FMT_F16 ? "f16" : "f32";
-}
-
-int mt_num_format_parse(const char *s, mt_num_format *out)
-{
-    if (!strcmp(s, "f32"))
-        *out = MT_FMT_F32;
-    else if (!strcmp(s, "f16"))
-        *out = MT_FMT_F16;
-    else
-        return -1;
-    return 0;
-}
 
 size_t mt_decoder_kv_elem_bytes(const mt_decoder *d) { return d->be->kv_elem_bytes; }
 
@@ -93,18 +63,18 @@ static void auto_budget(mt_decoder *d, mt_kv_params *kp)
                  pb.position_bytes ? kp->budget_bytes / pb.position_bytes : 0);
 }
 
-/* The backend first, then the pool in its K/V dtype (backend.h). create:
- * the backend's constructor, NULL for the one called name. */
-static int make_backend(mt_decoder *d, const char *name,
-                        mt_backend_create_fn create, char *err, size_t errlen)
+/* The constructor of a device (backend.h) that needs no probing: the CPU
+ * and the simulated device (CUDA and auto go through try_cuda first). */
+static mt_backend_create_fn constructor(mt_device dev)
 {
-    if (!create) {
-        create = mt_cpu_backend_create;
-#ifdef MT_HAVE_CUDA
-        if (strcmp(name, "cuda") == 0)
-            create = mt_cuda_backend_create;
-#endif
-    }
+    return dev == MT_DEV_SIM ? mt_sim_backend_create : mt_cpu_backend_create;
+}
+
+/* The backend first, then the pool in its K/V dtype (backend.h), then what
+ * the backend has to say in the note. */
+static int make_backend(mt_decoder *d, mt_backend_create_fn create, char *err,
+                        size_t errlen)
+{
     if (create(d->m, &d->o, &d->be, err, errlen))
         return -1;
     mt_kv_params kp = d->o.kv;
@@ -117,29 +87,9 @@ static int make_backend(mt_decoder *d, const char *name,
         return -1;
     }
     d->o.kv = *mt_kv_pool_params(d->pool);
+    if (d->be->note && d->be->note[0])
+        add_note(d, "%s", d->be->note);
     return 0;
-}
-
-/* OpenBLAS picks its kernels from cpuid at load time; in some virtual
- * machines it fails to recognise the CPU and falls back to its SSE3
- * (Prescott) kernels, several times slower than the AVX2/AVX-512 ones the
- * CPU has. It can only be told before it loads (OPENBLAS_CORETYPE), so say
- * so where the caller can print it. */
-static void blas_note(mt_decoder *d)
-{
-#if defined(__x86_64__)
-    const char *core = openblas_get_corename();
-    if (!core || strcasecmp(core, "prescott") != 0)
-        return;
-    const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2")  ? "Haswell" : NULL;
-    if (!want)
-        return;
-    add_note(d, "OpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
-             core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
-#else
-    (void)d;
-#endif
 }
 
 /* The checked options and an empty decoder, or NULL with err. */
@@ -168,47 +118,36 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
     return d;
 }
 
-/* The simulated device: its profile sets the K/V element size and, unless
- * the caller gave one, the pool's budget; the pool only keeps books, so a
- * 141 GB device costs the host a few hundred KB of block ids. */
-static int make_sim(mt_decoder *d, char *err, size_t errlen)
+/* --device cuda or auto: 1 with the CUDA backend made, 0 to go on with the
+ * CPU (auto only; the note says why), -1 with err. */
+static int try_cuda(mt_decoder *d, char *err, size_t errlen)
 {
-    mt_sim_profile prof;
-    if (mt_sim_profile_load(d->o.sim_profile, &prof, err, errlen) != 0)
-        return -1;
-    if (mt_sim_create(&prof, &d->m->cfg, NULL, &d->sim, err, errlen) != 0)
-        return -1;
-    mt_sim_set_time_scale(d->sim, d->o.sim_time_scale);
-    mt_kv_params kp = d->o.kv;
-    kp.position_bytes = mt_sim_position_bytes(d->sim);
-    if (kp.budget_bytes == 0)
-        kp.budget_bytes = mt_sim_kv_budget(d->sim);
-    if (kp.budget_bytes > mt_sim_kv_budget(d->sim)) {
-        mt_set_err(err, errlen, "sim: a K/V budget of %zu bytes is over the %zu the simulated device has (profile %s)",
-                 kp.budget_bytes, mt_sim_kv_budget(d->sim), prof.name);
-        mt_sim_free(d->sim);
-        d->sim = NULL;
+    int want = d->o.device == MT_DEV_CUDA;
+#ifdef MT_HAVE_CUDA
+    char why[200] = "";
+    /* auto: no device node, no probe (the probe maps ~150 MB of CUDA
+     * libraries); an explicit cuda asks the runtime whatever /dev holds */
+    int present = want || mt_cuda_device_present(why, sizeof why);
+    if (present && mt_cuda_available(why, sizeof why)) {
+        if (make_backend(d, mt_cuda_backend_create, err, errlen) == 0)
+            return 1;
+        if (want)
+            return -1;
+        snprintf(d->note, sizeof d->note, "CUDA backend failed (%s): using CPU", err);
+        return 0;
+    }
+    if (want) {
+        mt_set_err(err, errlen, "decoder: CUDA requested but unavailable: %s", why);
         return -1;
     }
-    d->o.kv = kp;
-    int rc = mt_kv_pool_create(&kp, &d->pool, err, errlen);
-    if (rc == 0)
-        rc = mt_sim_backend_create(d->sim, d->m, d->pool, d->o.max_batch,
-                                   &d->be, err, errlen);
-    if (rc) {
-        mt_kv_pool_free(d->pool);
-        d->pool = NULL;
-        mt_sim_free(d->sim);
-        d->sim = NULL;
+    snprintf(d->note, sizeof d->note, "CUDA unavailable (%s): using CPU", why);
+#else
+    if (want) {
+        mt_set_err(err, errlen, "decoder: CUDA requested but this build is built without CUDA (no nvcc at build time)");
         return -1;
     }
-    snprintf(d->note, sizeof d->note,
-             "SIMULATED device %s (profile %s: %.4g B memory, %.4g B/s, %.4g flop/s, "
-             "%.4g B of weights, K/V pool %zu B%s%s): no figure from this server is a measurement",
-             mt_sim_label(d->sim), prof.path, prof.memory_bytes, prof.bandwidth,
-             prof.matrix_rate, mt_sim_weight_bytes(d->sim), kp.budget_bytes,
-             kp.budget_bytes == mt_sim_kv_budget(d->sim) ? "" : ", set by the caller",
-             mt_sim_time_scale(d->sim) != 1 ? ", time-scaled: steps wait 1/K of the model's time" : "");
+    snprintf(d->note, sizeof d->note, "built without CUDA: using CPU");
+#endif
     return 0;
 }
 
@@ -219,50 +158,19 @@ int mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
     mt_decoder *d = decoder_new(m, o, err, errlen);
     if (!d)
         return -1;
-    int rc;
-    if (o->device == MT_DEV_SIM) {
-        if (make_sim(d, err, errlen) != 0) {
-            free(d);
-            return -1;
+    mt_device dev = o->device;
+    if (dev == MT_DEV_AUTO || dev == MT_DEV_CUDA) {
+        int rc = try_cuda(d, err, errlen);
+        if (rc != 0) {
+            if (rc < 0)
+                free(d);
+            else
+                *out = d;
+            return rc < 0 ? -1 : 0;
         }
-        *out = d;
-        return 0;
+        dev = MT_DEV_CPU;
     }
-#ifdef MT_HAVE_CUDA
-    if (o->device == MT_DEV_CUDA || o->device == MT_DEV_AUTO) {
-        char why[200] = "";
-        /* auto: no device node, no probe (the probe maps ~150 MB of CUDA
-         * libraries); an explicit cuda asks the runtime whatever /dev holds */
-        int present = o->device == MT_DEV_CUDA || mt_cuda_device_present(why, sizeof why);
-        if (present && mt_cuda_available(why, sizeof why)) {
-            rc = make_backend(d, "cuda", NULL, err, errlen);
-            if (rc == 0 || o->device == MT_DEV_CUDA)
-                goto done;
-            snprintf(d->note, sizeof d->note, "CUDA backend failed (%s): using CPU", err);
-        } else if (o->device == MT_DEV_CUDA) {
-            mt_set_err(err, errlen, "decoder: CUDA requested but unavailable: %s", why);
-            free(d);
-            return -1;
-        } else {
-            snprintf(d->note, sizeof d->note, "CUDA unavailable (%s): using CPU", why);
-        }
-    }
-#else
-    if (o->device == MT_DEV_CUDA) {
-        mt_set_err(err, errlen, "decoder: CUDA requested but this build is built without CUDA (no nvcc at build time)");
-        free(d);
-        return -1;
-    }
-    if (o->device == MT_DEV_AUTO)
-        snprintf(d->note, sizeof d->note, "built without CUDA: using CPU");
-#endif
-    rc = make_backend(d, "cpu", NULL, err, errlen);
-    if (rc == 0)
-        blas_note(d);
-#ifdef MT_HAVE_CUDA
-done:
-#endif
-    if (rc) {
+    if (make_backend(d, constructor(dev), err, errlen) != 0) {
         free(d);
         return -1;
     }
@@ -278,7 +186,7 @@ int mt_decoder_create_with(const mt_model *m, const mt_decoder_opts *o,
     mt_decoder *d = decoder_new(m, o, err, errlen);
     if (!d)
         return -1;
-    if (make_backend(d, "cpu", create, err, errlen) != 0) {
+    if (make_backend(d, create ? create : mt_cpu_backend_create, err, errlen) != 0) {
         free(d);
         return -1;
     }
@@ -292,7 +200,6 @@ void mt_decoder_free(mt_decoder *d)
         return;
     if (d->be)
         d->be->destroy(d->be);
-    mt_sim_free(d->sim);
     mt_kv_pool_free(d->pool);
     free(d);
 }
@@ -311,15 +218,15 @@ const char *mt_decoder_note(const mt_decoder *d) { return d->note; }
 
 const char *mt_decoder_sim_label(const mt_decoder *d)
 {
-    return d && d->sim ? mt_sim_label(d->sim) : NULL;
+    return d ? d->be->sim_label : NULL;
 }
 
 int mt_decoder_sim_take(mt_decoder *d, double *pred_ms, double *noise_ms)
 {
     *pred_ms = *noise_ms = 0;
-    if (!d || !d->sim)
+    if (!d || !d->be->take_modeled)
         return 0;
-    mt_sim_take(d->sim, pred_ms, noise_ms);
+    d->be->take_modeled(d->be, pred_ms, noise_ms);
     return 1;
 }
 

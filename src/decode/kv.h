@@ -30,6 +30,10 @@
 #include <stdint.h>
 
 #define MT_KV_BLOCK 16
+/* The pool's budget when none is given (mt-serve --kv-mem; the probes that
+ * predict a server's pool from its arguments): 512 MiB. */
+#define MT_KV_DEFAULT_MIB 512
+#define MT_KV_DEFAULT_BUDGET ((size_t)MT_KV_DEFAULT_MIB << 20)
 #define MT_KV_EXHAUSTED (-2)
 
 typedef enum mt_kv_policy { MT_KV_WINDOW = 0, MT_KV_FULL = 1 } mt_kv_policy;

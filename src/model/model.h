@@ -118,7 +118,7 @@ uint64_t mt_model_params(const mt_config *c);
 /* Names of the presets, NULL-terminated, for --help and errors. */
 const char *const *mt_model_presets(void);
 
-/* ---- additions (model helper, issue 3); all additive ------------------ */
+/* ---- config, tensors and storage, for loaders and tools -------------- */
 
 /* Host weights above this many bytes of fp32 are refused (presets and
  * directories) unless MT_MODEL_SHAPE_ONLY is given: such models belong on a
@@ -172,6 +172,14 @@ int mt_model_alloc(const mt_config *c, mt_model **out, char *err,
                    size_t errlen);
 
 const char *mt_dtype_name(mt_dtype dt);   /* "F32", "F16", "BF16" */
+
+/* For the loaders (load.c, synthetic.c and any beside them): a model for
+ * config c, the layer table and, unless shape_only, one 64-byte-aligned
+ * fp32 arena holding every tensor (zeroed when zero is set, otherwise left
+ * for the caller to fill). No size limit is applied here; callers check
+ * MT_MODEL_HOST_LIMIT_BYTES first. Freed with mt_model_free. */
+int mt_model_make(const mt_config *c, int shape_only, int zero,
+                  mt_model **out, char *err, size_t errlen);
 
 /* The values of synthetic tensor i (mt_model_tensor order) for m's config
  * and m->seed, written to dst [numel floats]; works on shape_only models,

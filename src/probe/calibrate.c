@@ -183,6 +183,7 @@ void mt_calibrate_opts_default(mt_calibrate_opts *o)
 typedef struct calib_run {
     const mt_calibrate_opts *o;
     FILE       *report;           /* the grid, the fit and warnings */
+    FILE       *profile;          /* the profile when o->output is NULL */
     char        name[64];
     double      memory, reserve;  /* the options', defaults filled in */
     long        bmax, lmax;       /* the grid's largest batch and length */
@@ -528,11 +529,11 @@ static void print_profile(const calib_run *r, const calib_fit *fit, FILE *f)
                 r->pts[i].fit_s * 1e3);
 }
 
-/* To o->output, or standard output when there is none. */
+/* To o->output, or the caller's stream when there is none. */
 static int write_profile(const calib_run *r, const calib_fit *fit, char *err, size_t errlen)
 {
     const char *path = r->o->output;
-    FILE *f = path ? fopen(path, "w") : stdout;
+    FILE *f = path ? fopen(path, "w") : r->profile;
     if (!f) {
         mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
@@ -562,12 +563,14 @@ static void free_run(calib_run *r)
     mt_model_free(r->m);
 }
 
-int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, char *err, size_t errlen)
+int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, FILE *profile, char *err,
+                     size_t errlen)
 {
     calib_run r;
     memset(&r, 0, sizeof r);
     r.o = o;
     r.report = report;
+    r.profile = profile;
     calib_fit fit;
     int rc = -1;
     if (resolve_opts(&r, err, errlen) == 0 && load_backend(&r, err, errlen) == 0 &&

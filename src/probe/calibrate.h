@@ -35,7 +35,8 @@ double mt_calib_fit(mt_calib_point *pts, int n, double *bandwidth,
 
 typedef struct mt_calibrate_opts {
     const char *model;
-    const char *output;      /* the profile's file; NULL: standard output */
+    const char *output;      /* the profile's file; NULL: the caller's
+                                stream (mt_calibrate_run's profile) */
     const char *name;        /* the profile's name; NULL or "": calibrated-DEVICE */
     mt_device   device;      /* MT_DEV_CPU or MT_DEV_CUDA */
     int         threads;     /* CPU threads; 0: all cores */
@@ -60,10 +61,12 @@ typedef struct mt_calibrate_opts {
  * mt-serve's window 256 + sink 4, 4 s hold after 1 s warm-up). */
 void mt_calibrate_opts_default(mt_calibrate_opts *o);
 
-/* Times the grid, fits the cost model and writes the profile. The grid,
+/* Times the grid, fits the cost model and writes the profile, to
+ * o->output or else to profile (the main's standard output). The grid,
  * every point's residual, the fit and warnings go to report. 0, or -1
  * with err (nothing printed about it). */
-int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, char *err, size_t errlen);
+int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, FILE *profile, char *err,
+                     size_t errlen);
 
 /* The levels --served plays when --batches is not given. */
 #define MT_CALIB_SERVED_LEVELS "1,8,16,32,48,64"

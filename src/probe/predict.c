@@ -22,6 +22,7 @@
 #include "util/stats.h"
 #include "probe/probe.h"
 #include "model/model.h"
+#include "decode/step.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -32,8 +33,8 @@ uint64_t mt_predict_position_bytes(const mt_predict_params *p)
 {
     if (p->position_bytes)
         return p->position_bytes;
-    return (uint64_t)p->layers * (uint64_t)p->kv_heads *
-           (uint64_t)p->head_dim * 2u * (uint64_t)(p->elem_bytes ? p->elem_bytes : 4);
+    mt_config c = { .layers = p->layers, .kv_heads = p->kv_heads, .head_dim = p->head_dim };
+    return mt_decoder_position_bytes(&c, (size_t)(p->elem_bytes ? p->elem_bytes : 4));
 }
 
 static int check(const mt_predict_params *p, char *err, size_t errlen)

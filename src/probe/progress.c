@@ -45,8 +45,8 @@ void mt_progress_start(mt_progress *p, int on, FILE *f, const char *what,
                        uint64_t now_ns)
 {
     memset(p, 0, sizeof *p);
-    p->on = on;
-    p->f = f ? f : stderr;
+    p->on = on && f;
+    p->f = f;
     p->what = what;
     p->t0 = now_ns;
 }

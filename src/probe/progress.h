@@ -29,6 +29,7 @@ void mt_progress_format(char *buf, size_t cap, const char *what,
                         const char *unit, double done, double total,
                         double elapsed_s, const char *detail);
 
+/* A line on f (the main's terminal) when on; f NULL: none. */
 void mt_progress_start(mt_progress *p, int on, FILE *f, const char *what,
                        uint64_t now_ns);
 /* Redraws the line, at most every 0.5 s unless force. */

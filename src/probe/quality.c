@@ -1,4 +1,4 @@
-/* quality.c: `mt-probe quality`, quality under the bound (issue 9).
+/* quality.c: `mt-probe quality`, quality under the bound.
  *
  * The paper's second claim is that bounding the cache keeps quality, and
  * that a few sink positions are what keep a sliding window coherent. This
@@ -31,7 +31,8 @@
  *                full-policy sequence (released and prefilled each step).
  *
  * The experiments only: the options of `mt-probe quality` are read in
- * src/cmd/quality_cmd.c. Results go to stdout; errors come back in err.
+ * src/cmd/quality_cmd.c, which prints the records this file hands back;
+ * errors come back in err.
  * The decoder runs on the CPU backend with --threads threads (default 1:
  * the probe is meant to run beside others).
  */
@@ -297,12 +298,7 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-typedef struct ngram_stats {
-    size_t words, bytes;
-    double distinct[4];  /* word distinct-1..4: unique / total */
-    double rep4;         /* word: 1 - distinct-4, share of repeated 4-grams */
-    double rep4_bytes;   /* the same over byte 4-grams */
-} ngram_stats;
+typedef mt_quality_ngrams ngram_stats;
 
 /* Words are maximal runs of non-space bytes, compared exactly (by a 64-bit
  * hash). A statistic with no n-gram to count is NAN. */
@@ -406,18 +402,29 @@ static void policy_shape(const mt_quality_opts *o, int T, int *S, int *W)
     }
 }
 
-static void print_prefix(const mt_quality_opts *o, int S, int W, int T)
+/* Where the records go, and the run's shape every record carries. */
+typedef struct sink_to {
+    mt_quality_emit_fn emit;
+    void              *ctx;
+} sink_to;
+
+static mt_quality_record record_of(const mt_quality_opts *o, mt_quality_kind kind, int S,
+                                   int W, int T)
 {
-    printf("policy=%s", mt_quality_policy_names[o->pol]);
-    if (o->pol != MT_QUALITY_FULL)
-        printf(" sink=%d window=%d", S, W);
-    if (o->pol == MT_QUALITY_WINDOW || o->pol == MT_QUALITY_WINDOW_SINK)
-        printf(" rope=%s", o->rope == MT_ROPE_CACHE ? "cache" : "absolute");
-    printf(" ctx=%d", T);
+    mt_quality_record r;
+    memset(&r, 0, sizeof r);
+    r.kind = kind;
+    r.pol = o->pol;
+    r.sink = S;
+    r.window = W;
+    r.ctx = T;
+    r.rope = o->rope;
+    r.nll = r.nll_within_ctx = r.nll_past_ctx = r.gen_nll = r.ref_nll = NAN;
+    return r;
 }
 
 static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W, int T,
-                      int bos, const unsigned char *text, size_t tlen,
+                      int bos, const unsigned char *text, size_t tlen, const sink_to *to_,
                       char *err, size_t errlen)
 {
     int N = o->length, K = o->streams;
@@ -436,7 +443,7 @@ static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W,
         goto out;
     }
     mt_progress pg;
-    mt_progress_start(&pg, o->progress, stderr, "quality", mt_clock_ns());
+    mt_progress_start(&pg, o->progress != NULL, o->progress, "quality", mt_clock_ns());
     for (int p = 0; p < N; p++) {
         mt_progress_show(&pg, mt_clock_ns(), 0, "position", p, N, NULL);
         for (int k = 0; k < K; k++) {
@@ -467,24 +474,20 @@ static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W,
             goto out;
         }
     }
-    if (o->tsv)
-        printf("policy\tsink\twindow\tfrom\tto\tnll\tppl\n");
     int nb = o->buckets < N ? o->buckets : N;
     for (int b = 0; b < nb; b++) {
         int from = (int)((int64_t)b * N / nb), to = (int)((int64_t)(b + 1) * N / nb);
         double s = 0;
         for (int p = from; p < to; p++)
             s += sum[p];
-        double nll = s / ((double)(to - from) * K);
-        if (o->tsv) {
-            printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", mt_quality_policy_names[o->pol], S, W,
-                   from, to, nll, exp(nll));
-        } else {
-            printf("quality ");
-            print_prefix(o, S, W, T);
-            printf(" streams=%d bucket=%d/%d from=%d to=%d nll=%.6f ppl=%.4f\n",
-                   K, b + 1, nb, from, to, nll, exp(nll));
-        }
+        mt_quality_record rec = record_of(o, MT_QREC_BUCKET, S, W, T);
+        rec.streams = K;
+        rec.bucket = b + 1;
+        rec.buckets = nb;
+        rec.from = from;
+        rec.to = to;
+        rec.nll = s / ((double)(to - from) * K);
+        to_->emit(to_->ctx, &rec);
     }
     double all = 0, in = 0, past = 0;
     int nin = N < T ? N : T;
@@ -495,20 +498,15 @@ static int run_stream(const mt_model *m, const mt_quality_opts *o, int S, int W,
         else
             past += sum[p];
     }
-    all /= (double)N * K;
-    in /= (double)nin * K;
-    if (o->tsv) {
-        printf("%s\t%d\t%d\t%d\t%d\t%.6f\t%.4f\n", mt_quality_policy_names[o->pol], S, W, 0, N,
-               all, exp(all));
-    } else {
-        printf("quality ");
-        print_prefix(o, S, W, T);
-        printf(" streams=%d bucket=all from=0 to=%d nll=%.6f ppl=%.4f"
-               " ppl_within_ctx=%.4f", K, N, all, exp(all), exp(in));
-        if (N > T)
-            printf(" ppl_past_ctx=%.4f", exp(past / ((double)(N - T) * K)));
-        printf("\n");
-    }
+    mt_quality_record rec = record_of(o, MT_QREC_ALL, S, W, T);
+    rec.streams = K;
+    rec.from = 0;
+    rec.to = N;
+    rec.nll = all / ((double)N * K);
+    rec.nll_within_ctx = in / ((double)nin * K);
+    if (N > T)
+        rec.nll_past_ctx = past / ((double)(N - T) * K);
+    to_->emit(to_->ctx, &rec);
     rc = 0;
 out:
     free(sum);
@@ -537,7 +535,7 @@ static int chunked_nll(const mt_model *m, const mt_quality_opts *o, int C, int b
         goto out;
     }
     mt_progress pg;
-    mt_progress_start(&pg, o->progress, stderr, "quality", mt_clock_ns());
+    mt_progress_start(&pg, o->progress != NULL, o->progress, "quality", mt_clock_ns());
     for (size_t c = 0; c < nchunks; c++) {
         mt_progress_show(&pg, mt_clock_ns(), 0, "chunk", (double)c, (double)nchunks, NULL);
         const unsigned char *s = text + c * stride * (size_t)C;
@@ -566,8 +564,8 @@ out:
 }
 
 static int run_chunked(const mt_model *m, const mt_quality_opts *o, int T, int bos,
-                       const unsigned char *text, size_t tlen, char *err,
-                       size_t errlen)
+                       const unsigned char *text, size_t tlen, const sink_to *to_,
+                       char *err, size_t errlen)
 {
     int C = o->chunk;
     size_t stride = o->chunk_stride > 0 ? (size_t)o->chunk_stride : 1;
@@ -579,13 +577,14 @@ static int run_chunked(const mt_model *m, const mt_quality_opts *o, int T, int b
     double nll;
     if (chunked_nll(m, o, C, bos, text, nchunks, stride, &nll, err, errlen))
         return -1;
-    if (o->tsv)
-        printf("mode\tchunk\tstride\tchunks\tbytes\tnll\tppl\nchunked\t%d\t%zu\t%zu\t%zu\t%.6f\t%.4f\n",
-               C, stride, nchunks, nchunks * C, nll, exp(nll));
-    else
-        printf("quality mode=chunked policy=full ctx=%d chunk=%d stride=%zu chunks=%zu"
-               " bytes=%zu nll=%.6f ppl=%.4f\n", T, C, stride, nchunks, nchunks * C,
-               nll, exp(nll));
+    mt_quality_opts full = *o;
+    full.pol = MT_QUALITY_FULL;
+    mt_quality_record rec = record_of(&full, MT_QREC_CHUNKED, 0, 0, T);
+    rec.chunk = C;
+    rec.stride = stride;
+    rec.chunks = nchunks;
+    rec.nll = nll;
+    to_->emit(to_->ctx, &rec);
     return 0;
 }
 
@@ -607,17 +606,9 @@ static int text_figures(const mt_model *m, const mt_quality_opts *o, int T, int 
     return 0;
 }
 
-static void print_ngrams(const char *what, const ngram_stats *g)
-{
-    printf(" %s_words=%zu rep4=%.4f distinct1=%.4f distinct2=%.4f distinct3=%.4f"
-           " distinct4=%.4f rep4_bytes=%.4f", what, g->words, g->rep4,
-           g->distinct[0], g->distinct[1], g->distinct[2], g->distinct[3],
-           g->rep4_bytes);
-}
-
 static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, int W, int T,
                           int bos, const unsigned char *text, size_t tlen,
-                          char *err, size_t errlen)
+                          const sink_to *to_, char *err, size_t errlen)
 {
     size_t plen = strlen(o->gen_prompt);
     int G = o->gen_tokens;
@@ -625,7 +616,7 @@ static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, in
     if (runner_init(&r, m, o, S, W, 1, (int64_t)plen + 1 + G, err, errlen))
         return -1;
     mt_progress pg;
-    mt_progress_start(&pg, o->progress, stderr, "quality", mt_clock_ns());
+    mt_progress_start(&pg, o->progress != NULL, o->progress, "quality", mt_clock_ns());
     unsigned char *out = malloc((size_t)G + 1);
     double p[256];
     uint64_t rng = o->seed;
@@ -652,28 +643,20 @@ static int run_generation(const mt_model *m, const mt_quality_opts *o, int S, in
         }
     }
     mt_progress_clear(&pg);
-    ngram_stats g;
-    double gnll;
-    if (text_figures(m, o, T, bos, out, (size_t)G, &g, &gnll, err, errlen))
+    mt_quality_record rec = record_of(o, MT_QREC_GENERATION, S, W, T);
+    rec.prompt_bytes = plen;
+    rec.tokens = G;
+    rec.seed = o->seed;
+    rec.temperature = o->temperature;
+    if (text_figures(m, o, T, bos, out, (size_t)G, &rec.gen, &rec.gen_nll, err, errlen))
         goto done;
-    printf("generation ");
-    print_prefix(o, S, W, T);
-    printf(" prompt_bytes=%zu tokens=%d seed=%llu temperature=%g", plen, G,
-           (unsigned long long)o->seed, o->temperature);
-    print_ngrams("gen", &g);
-    printf(" gen_ppl=%.4f", exp(gnll));
     if (text && tlen >= (size_t)G) {
         /* The natural level: the same figures over G bytes of the text. */
-        ngram_stats ref;
-        double rnll;
-        if (text_figures(m, o, T, bos, text, (size_t)G, &ref, &rnll, err, errlen))
+        rec.has_ref = 1;
+        if (text_figures(m, o, T, bos, text, (size_t)G, &rec.ref, &rec.ref_nll, err, errlen))
             goto done;
-        printf(" ref_words=%zu ref_rep4=%.4f ref_distinct1=%.4f ref_distinct2=%.4f"
-               " ref_distinct3=%.4f ref_rep4_bytes=%.4f ref_ppl=%.4f", ref.words,
-               ref.rep4, ref.distinct[0], ref.distinct[1], ref.distinct[2],
-               ref.rep4_bytes, exp(rnll));
     }
-    printf("\n");
+    to_->emit(to_->ctx, &rec);
     if (o->gen_out) {
         FILE *f = fopen(o->gen_out, "wb");
         if (!f || fwrite(o->gen_prompt, 1, plen, f) != plen ||
@@ -711,9 +694,11 @@ void mt_quality_opts_default(mt_quality_opts *o)
     o->threads = 1;
 }
 
-int mt_quality_run(const mt_quality_opts *opts, char *err, size_t errlen)
+int mt_quality_run(const mt_quality_opts *opts, mt_quality_emit_fn emit, void *ctx,
+                   char *err, size_t errlen)
 {
     mt_quality_opts o = *opts;
+    const sink_to to = { emit, ctx };
     mt_model *m = NULL;
     if (mt_model_load(o.model, 0, &m, err, errlen))
         return -1;
@@ -748,19 +733,15 @@ int mt_quality_run(const mt_quality_opts *opts, char *err, size_t errlen)
     if (o.gen_only) {
         /* generation only */
     } else if (o.text && o.chunk) {
-        if (run_chunked(m, &o, T, bos, text, tlen, err, errlen))
+        if (run_chunked(m, &o, T, bos, text, tlen, &to, err, errlen))
             goto out;
     } else if (o.text) {
-        if (run_stream(m, &o, S, W, T, bos, text, tlen, err, errlen))
+        if (run_stream(m, &o, S, W, T, bos, text, tlen, &to, err, errlen))
             goto out;
     }
     if (o.gen_prompt &&
-        run_generation(m, &o, S, W, T, bos, text, tlen, err, errlen))
+        run_generation(m, &o, S, W, T, bos, text, tlen, &to, err, errlen))
         goto out;
-    if (fflush(stdout)) {
-        mt_set_err(err, errlen, "stdout: %s", strerror(errno));
-        goto out;
-    }
     rc = 0;
 out:
     free(text);

@@ -44,6 +44,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -111,7 +112,7 @@ static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
                                 reasonlen))
         return -1;
     x->s[idx].accepted = 1;
-    x->s[idx].last_real = mt_client_now();
+    x->s[idx].last_real = mt_clock_ns();
     return 0;
 }
 
@@ -164,7 +165,7 @@ static void on_tick_line(void *user, const char *line, size_t len)
     }
     tick_rec *r = &x->tk[x->ntk++];
     r->k.t = t.t;
-    r->recv = mt_client_now();
+    r->recv = mt_clock_ns();
     r->k.late_ms = t.late_ms;
     r->naive_ms = t.naive_ms;
     r->met = t.met;
@@ -342,7 +343,7 @@ static int play_load(soak_ctx *x, mt_client *cl, mt_spawn_proc *sp,
         mt_spawn_poll_lines(sp, on_tick_line, x);
         mt_sleep_s(0.02);
     }
-    x->t0 = mt_client_now() + 100000000ull;
+    x->t0 = mt_clock_ns() + 100000000ull;
     for (int i = 0; i < x->w.n; i++)
         if (mt_client_add_unix(cl, sock, x->t0 + (uint64_t)(x->w.s[i].start_s /
                                                               x->k * 1e9),
@@ -354,14 +355,14 @@ static int play_load(soak_ctx *x, mt_client *cl, mt_spawn_proc *sp,
     uint64_t t_give_up = t_end + 15000000000ull;
     int stopped = 0;
     for (;;) {
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         int left = mt_client_run(cl, now + 20000000ull, err, errlen);
         if (left < 0) {
             mt_spawn_stop(sp, 2.0, on_tick_line, x);
             return -1;
         }
         mt_spawn_poll_lines(sp, on_tick_line, x);
-        now = mt_client_now();
+        now = mt_clock_ns();
         for (int i = 0; i < x->w.n; i++) {
             const mt_client_stats *st = mt_client_session_stats(cl, i);
             if (st && st->state == MT_CS_STREAMING && x->s[i].accepted)
@@ -533,14 +534,21 @@ static int predict_params_for(const mt_soak_opts *o, const mt_soak_config *cfg,
     pp->seed = o->seed;
     const char *v;
     uint64_t b;
-    pp->pool_bytes = 512ull << 20;   /* mt-serve's default */
+    long n;
+    pp->pool_bytes = MT_KV_DEFAULT_BUDGET;   /* mt-serve's default */
     if ((v = find_arg(cfg, "--kv-mem", NULL)) &&
         !mt_parse_bytes(v, &b, NULL, 0))
         pp->pool_bytes = b;
-    if ((v = find_arg(cfg, "--sink", NULL)))
-        pp->sink = atoi(v);
-    if ((v = find_arg(cfg, "--window", NULL)))
-        pp->window = atoi(v);
+    if ((v = find_arg(cfg, "--sink", NULL))) {
+        if (mt_parse_int(v, 0, INT_MAX, "--sink", &n, NULL, 0) != 0)
+            return 0;
+        pp->sink = (int)n;
+    }
+    if ((v = find_arg(cfg, "--window", NULL))) {
+        if (mt_parse_int(v, 0, INT_MAX, "--window", &n, NULL, 0) != 0)
+            return 0;
+        pp->window = (int)n;
+    }
     return pp->pool_bytes > 0 && mt_predict_position_bytes(pp) > 0;
 }
 
@@ -709,7 +717,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
     mt_lengths_format(&o->lengths, l, sizeof l);
     print_header(out, o, a, l);
     mt_progress pg;
-    mt_progress_start(&pg, o->progress, stderr, "soak", mt_client_now());
+    mt_progress_start(&pg, o->progress, stderr, "soak", mt_clock_ns());
     for (int r = 0; r < o->runs; r++)
         for (int c = 0; c < o->ncfg; c++) {
             FILE *series = NULL;

@@ -24,6 +24,7 @@
 #include "probe/spawn.h"
 #include "client/client.h"
 #include "wire/latline.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -215,7 +216,7 @@ static int play_level(const mt_sweep_opts *o, const char *sock, int c,
                       sweep_ctx *x, mt_spawn_proc *sp, tail *tl,
                       mt_client *cl, char *err, size_t errlen)
 {
-    uint64_t t0 = mt_client_now() + 50000000ull;
+    uint64_t t0 = mt_clock_ns() + 50000000ull;
     /* Spread the starts over one period: sessions do not arrive in step. */
     for (int i = 0; i < c; i++)
         if (mt_client_add_unix(cl, sock, t0 + (uint64_t)((double)i * 80e6 /
@@ -227,7 +228,7 @@ static int play_level(const mt_sweep_opts *o, const char *sock, int c,
     int ended = 0;
     uint64_t give_up = t_stop + 20000000000ull;
     for (;;) {
-        uint64_t now = mt_client_now();
+        uint64_t now = mt_clock_ns();
         if (!x->collecting && now >= x->t_measure)
             x->collecting = 1;
         uint64_t until = now + 20000000ull;
@@ -235,7 +236,7 @@ static int play_level(const mt_sweep_opts *o, const char *sock, int c,
         if (left < 0)
             return -1;
         pump(sp, tl, x);
-        now = mt_client_now();
+        now = mt_clock_ns();
         if (!ended && now >= t_stop) {
             x->collecting = 0;
             for (int i = 0; i < c; i++)

@@ -73,6 +73,7 @@
 #include "util/grow.h"
 #include "serve/engine.h"
 #include "util/stats.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -180,17 +181,10 @@ struct mt_engine {
     char    fail_msg[160];              /* a tick failed: "" until then */
 };
 
-uint64_t mt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t monotonic_clock(void *ctx)
 {
     (void)ctx;
-    return mt_now_ns();
+    return mt_clock_ns();
 }
 
 /* The engine's time: every timestamp and deadline comes from here. */

@@ -49,7 +49,7 @@ typedef struct mt_engine_opts {
     void     (*line)(void *ctx, const char *line);
     void      *line_ctx;
     /* The engine's clock in ns (every timestamp, deadline and duration it
-     * records comes from it); NULL: CLOCK_MONOTONIC (mt_now_ns). Tests pass
+     * records comes from it); NULL: CLOCK_MONOTONIC (mt_clock_ns). Tests pass
      * one they advance themselves. Called from either thread, with the
      * engine lock held or not. */
     uint64_t (*clock)(void *ctx);
@@ -156,6 +156,5 @@ void mt_engine_count_lost_input(mt_engine *e);
 void mt_engine_set_limit(mt_engine *e, int limit);
 int  mt_engine_published_limit(mt_engine *e, char *failed, size_t failedlen);
 
-uint64_t mt_now_ns(void);   /* CLOCK_MONOTONIC */
 
 #endif

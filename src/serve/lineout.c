@@ -27,6 +27,7 @@
 
 #include "util/errmsg.h"
 #include "wire/latline.h"
+#include "util/clock.h"
 
 #define CHUNK_MAX (2 * PIPE_BUF)   /* room for one line longer than PIPE_BUF */
 
@@ -49,13 +50,6 @@ struct mt_lineout {
     pthread_t       th;
     char            chunk[CHUNK_MAX];
 };
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static size_t count_newlines(const char *p, size_t n)
 {
@@ -324,7 +318,7 @@ int mt_lineout_report(mt_lineout *q, uint64_t now, uint64_t every_ns,
 /* With q->mu held: waits until the ring is empty, at most wait_ns. */
 static void wait_empty(mt_lineout *q, uint64_t wait_ns)
 {
-    uint64_t deadline = mono_ns() + wait_ns;
+    uint64_t deadline = mt_clock_ns() + wait_ns;
     struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
                           .tv_nsec = (long)(deadline % 1000000000ull)};
     while (q->used > 0 &&

@@ -50,6 +50,7 @@
 #include "serve/ticker.h"
 #include "wire/admission.h"
 #include "wire/endpoint.h"
+#include "util/clock.h"
 
 #define RBUF_CAP   (64 * 1024)
 #define LINE_QUEUE_BYTES (128 * 1024)     /* machine-stream lines in flight */
@@ -400,7 +401,7 @@ void mt_server_free(mt_server *s)
     if (s->epfd >= 0) close(s->epfd);
     if (s->out) {
         char msg[256];
-        report_dropped_lines(s, mt_now_ns(), 0);
+        report_dropped_lines(s, mt_clock_ns(), 0);
         mt_lineout_close(s->out, LINE_FLUSH_NS, msg, sizeof msg);
         if (msg[0])
             slog(s, "%s", msg);
@@ -419,7 +420,7 @@ static conn *conn_new(mt_server *s, int rfd, int wfd, int is_socket)
     c->rfd = rfd;
     c->wfd = wfd;
     c->is_socket = is_socket;
-    c->t_created = mt_now_ns();
+    c->t_created = mt_clock_ns();
     mt_proto_conn_init(&c->p);
     c->next = s->conns;
     s->conns = c;
@@ -527,7 +528,7 @@ static int stdio_eof(mt_server *s, conn *c, int truncated)
              "END%s (taken as END: queued inputs answered)", c->p.id,
              truncated ? ", inside a frame" : "");
     if (c->p.pending) {
-        mt_proto_reject(&s->pr, &c->p, "input ended before the admission decision", 0, mt_now_ns());
+        mt_proto_reject(&s->pr, &c->p, "input ended before the admission decision", 0, mt_clock_ns());
         return 0;
     }
     slog(s, "session %u: stdin ended without END: taken as END", c->p.id);
@@ -575,7 +576,7 @@ static int conn_read(mt_server *s, conn *c)
                                                     : "disconnected");
             return -1;
         }
-        mt_proto_input(&s->pr, &c->p, s->rbuf, (size_t)n, mt_now_ns());
+        mt_proto_input(&s->pr, &c->p, s->rbuf, (size_t)n, mt_clock_ns());
         if (!c->p.reading && !c->is_socket && c->r_epoll && c->rfd != c->wfd) {
             /* input over (END, or a failure): a pipe at EOF would stay
              * readable (HUP) and spin the loop */
@@ -674,7 +675,7 @@ static void reject_and_close(int fd, const char *reason)
     uint8_t buf[MT_FRAME_HEADER_SIZE + MT_REASON_MAX];
     mt_frame f = {0};
     f.type = MT_FRAME_REJECT;
-    f.t_send = mt_now_ns();
+    f.t_send = mt_clock_ns();
     f.length = (uint32_t)strlen(reason);
     f.payload = (const uint8_t *)reason;
     long n = mt_frame_encode(&f, buf, sizeof buf);
@@ -718,7 +719,7 @@ static int pending_of_host(const mt_server *s, const char *host)
 static conn *oldest_idle(mt_server *s, int uid_any, uid_t uid)
 {
     conn *best = NULL;
-    uint64_t now = mt_now_ns();
+    uint64_t now = mt_clock_ns();
     uint64_t min_idle = EVICT_MIN_IDLE_NS < s->o.hello_timeout_ns
                         ? EVICT_MIN_IDLE_NS : s->o.hello_timeout_ns;
     for (conn *c = s->conns; c; c = c->next)
@@ -808,7 +809,7 @@ static void on_accept(mt_server *s, int lfd, int is_tcp)
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
                 errno == ENOMEM) {
-                accept_without_fd(s, lfd, errno, mt_now_ns());
+                accept_without_fd(s, lfd, errno, mt_clock_ns());
                 continue;
             }
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
@@ -951,7 +952,7 @@ static void do_shed(mt_server *s, uint32_t id, const char *why)
     mt_ll_begin(&w, buf, sizeof buf);
     mt_ll_flag(&w, "shed");
     mt_ll_u64(&w, "session", id);
-    uint64_t now = mt_now_ns();
+    uint64_t now = mt_clock_ns();
     mt_ll_f(&w, "t", now >= s->o.t0 ? (double)(now - s->o.t0) / 1e9 : 0, 3);
     mt_ll_str(&w, "reason", reason);
     if (mt_ll_end(&w) > 0)
@@ -987,11 +988,11 @@ static void control_line(mt_server *s, const char *line, size_t len)
         return;
     }
     if (ctl.kind == MT_CONTROL_ACCEPT) {
-        mt_proto_admit(&s->pr, &c->p, mt_now_ns());
+        mt_proto_admit(&s->pr, &c->p, mt_clock_ns());
         return;
     }
     mt_proto_reject(&s->pr, &c->p, ctl.reason[0] ? ctl.reason
-                    : "refused by the admission controller; retry later", 0, mt_now_ns());
+                    : "refused by the admission controller; retry later", 0, mt_clock_ns());
 }
 
 static void on_control(mt_server *s)
@@ -1036,7 +1037,7 @@ static void begin_drain(mt_server *s, const char *why)
     if (s->pr.draining)
         return;
     s->pr.draining = 1;
-    s->drain_deadline = mt_now_ns() + s->o.drain_timeout_ns;
+    s->drain_deadline = mt_clock_ns() + s->o.drain_timeout_ns;
     slog(s, "%s: draining (no new sessions; finishing in-flight frames)", why);
     if (s->lis.fd >= 0) {
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
@@ -1048,7 +1049,7 @@ static void begin_drain(mt_server *s, const char *why)
      * reason, rather than a refused connection. */
     for (conn *c = s->conns; c; c = c->next) {
         if (c->p.pending)
-            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", 0, mt_now_ns());
+            mt_proto_reject(&s->pr, &c->p, "server shutting down; not taking new sessions", 0, mt_clock_ns());
         else if (s->o.drain_sessions && c->p.id && c->p.reading)
             continue;   /* --drain sessions: it ends when its client ends it */
         c->p.reading = 0;
@@ -1250,7 +1251,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     uint64_t next_fill = 0;
     int final_ticks = 0, stdio_done = 0;
     for (;;) {
-        int timeout = wait_timeout_ms(s, mt_now_ns(), next_fill);
+        int timeout = wait_timeout_ms(s, mt_clock_ns(), next_fill);
         int n = epoll_wait(s->epfd, evs, 64, timeout);
         if (n < 0 && errno != EINTR) {
             mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
@@ -1259,14 +1260,14 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         }
         dispatch_server_events(s, evs, n, &final_ticks, &stdio_done);
         dispatch_conn_events(s, evs, n);
-        uint64_t now = mt_now_ns();
+        uint64_t now = mt_clock_ns();
         next_fill = mt_engine_fill_due(e, now);
         housekeeping(s, now);
         if (loop_done(s, now, &final_ticks, stdio_done))
             break;
     }
     mt_ticker_stop(ticker);
-    report_conns(s, mt_now_ns(), 1);
+    report_conns(s, mt_clock_ns(), 1);
     while (s->conns)
         conn_free(s, s->conns, s->pr.draining ? NULL : "server stopping");
     if (rc == 0 && s->stdio_unclean) {

@@ -35,7 +35,7 @@ static void *tick_main(void *arg)
         uint64_t at = t0 + (uint64_t)k * P;
         /* wake the decoder's threads a little ahead of the tick, so that
          * their wake-up is not paid inside the step */
-        if (at > MT_DECODER_WAKE_NS && mt_now_ns() < at - MT_DECODER_WAKE_NS) {
+        if (at > MT_DECODER_WAKE_NS && mt_clock_ns() < at - MT_DECODER_WAKE_NS) {
             mt_sleep_until_ns(at - MT_DECODER_WAKE_NS);
             if (atomic_load(&t->stop))
                 break;
@@ -51,7 +51,7 @@ static void *tick_main(void *arg)
             tlog(t, "eventfd: %s", strerror(errno));
         /* Next tick: the next slot, or, after an overrun, the slot we are
          * in (started at once, late, and shown late in late_ms). */
-        uint64_t now = mt_now_ns();
+        uint64_t now = mt_clock_ns();
         int64_t cur = (int64_t)((now - t0) / P);
         k = cur > k ? cur : k + 1;
     }

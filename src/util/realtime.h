@@ -1,10 +1,10 @@
 /* realtime.h: real-time scheduling for mt-serve's timing threads.
  *
  * A tick that must start every 80 ms loses to any busier process on a
- * shared host: measured on a 2-core machine with more runnable work than
- * cores, a thread sleeping to 10 ms deadlines woke up to 63 ms late under
- * the normal policy and never more than 1 ms late under SCHED_FIFO. Such a
- * hiccup is a late tick, and near capacity the lag takes several ticks to
+ * shared host: with more runnable work than cores, a thread sleeping to
+ * short deadlines wakes tens of milliseconds late under the normal policy
+ * and within about a millisecond under SCHED_FIFO. Such a hiccup is a
+ * late tick, and near capacity the lag takes several ticks to
  * drain. mt-serve --rt-priority N puts its I/O, tick and line-output
  * threads under SCHED_FIFO at N; the CPU decoder's worker threads, made
  * before, keep the normal policy so that a full step cannot starve the

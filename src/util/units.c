@@ -1,4 +1,5 @@
-/* units.c: byte sizes and durations as people type them (see units.h). */
+/* units.c: integers, byte sizes and durations as people type them (see
+ * units.h). */
 #include "util/units.h"
 #include "util/errmsg.h"
 
@@ -7,6 +8,29 @@
 #include <stdlib.h>
 #include <strings.h>
 #include <string.h>
+
+int mt_parse_int(const char *s, long lo, long hi, const char *field, long *out,
+                 char *err, size_t errlen)
+{
+    const char *d = s && (*s == '-' || *s == '+') ? s + 1 : s;
+    if (!s || !(*d >= '0' && *d <= '9')) {
+        mt_set_err(err, errlen, "%s: '%s' is not an integer", field, s ? s : "");
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end) {
+        mt_set_err(err, errlen, "%s: '%s' is not an integer", field, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < lo || v > hi) {
+        mt_set_err(err, errlen, "%s: %s is outside %ld..%ld", field, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
 
 /* strtod, but not its hex, inf and nan forms: a size or a duration is
  * digits, a point and an exponent at most. */

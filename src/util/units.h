@@ -1,5 +1,5 @@
-/* units.h: the grammars of byte sizes and durations, one implementation
- * for every program and library that reads them (mt-serve --kv-mem, the
+/* units.h: the grammars of integers, byte sizes and durations, one
+ * implementation for every program and library that reads them (mt-serve --kv-mem, the
  * probes reading mt-serve's arguments, the durations of mt-probe, the
  * millisecond options of mt-serve, mt-admit and mt-replay). */
 #ifndef MT_UNITS_H
@@ -7,6 +7,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* A decimal integer in lo..hi, the whole of s (an optional sign, digits;
+ * no spaces, no trailing text, no hex): strtonum's contract with the
+ * field named in the message. 0, or -1 with err ("FIELD: 'S' is not an
+ * integer" or "FIELD: S is outside LO..HI"). */
+int mt_parse_int(const char *s, long lo, long hi, const char *field, long *out,
+                 char *err, size_t errlen);
 
 /* A byte size: a non-negative number, optionally fractional, then an
  * optional unit, case-insensitive: B; K, KB, KiB; M, MB, MiB; G, GB, GiB.

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "util/errmsg.h"
+#include "util/units.h"
 
 int mt_endpoint_is_tcp(const char *spec)
 {
@@ -60,9 +61,14 @@ int mt_hostport_split(const char *hp, char *host, size_t hostcap,
     }
     const char *p = colon + 1;
     size_t pl = strlen(p);
-    if (pl == 0 || pl >= portcap || strspn(p, "0123456789") != pl ||
-        atoi(p) > 65535) {
+    long port_no;
+    if (pl == 0 || pl >= portcap || strspn(p, "0123456789") != pl) {
         mt_set_err(err, errlen, "%s: bad port", hp);
+        return -1;
+    }
+    char why[96];
+    if (mt_parse_int(p, 0, 65535, "port", &port_no, why, sizeof why) != 0) {
+        mt_set_err(err, errlen, "%s: bad %s", hp, why);
         return -1;
     }
     if (hl >= hostcap) {

@@ -1,5 +1,5 @@
 /* fuzz_config.c: libFuzzer harness for config.json validation
- * (mt_config_parse in src/model/model.c). Any bytes go in as the file's text; it
+ * (mt_config_parse in src/model/config_json.c). Any bytes go in as the file's text; it
  * must return 0 or -1 with a message naming the file, and a config it
  * accepts must pass mt_config_check and give sizes that do not overflow. */
 #include "model/model.h"

@@ -336,14 +336,13 @@ static void test_backend(const mt_model *m)
 {
     fake_clock fc = { .now = 1000000000ull };
     mt_sim *s = make_sim("", &fc, &m->cfg);
-    mt_kv_params kp = { .policy = MT_KV_FULL, .budget_bytes = (size_t)64 << 20,
-                        .position_bytes = mt_sim_position_bytes(s) };
+    mt_kv_params kp = { .policy = MT_KV_FULL, .budget_bytes = (size_t)64 << 20 };
     mt_kv_pool *pool = NULL;
     mt_backend *be = NULL;
-    ok(s && mt_kv_pool_create(&kp, &pool, err, sizeof err) == 0 &&
-       mt_sim_backend_create(s, m, pool, 4, &be, err, sizeof err) == 0,
+    ok(s && mt_sim_backend_wrap(s, m, 4, &be, err, sizeof err) == 0 &&
+       mt_backend_pool_create(be, &m->cfg, &kp, &pool, err, sizeof err) == 0,
        "backend over a full-policy pool");
-    if (!be)
+    if (!be || !pool)
         return;
     is_str(be->name, "sim:t1", "backend name is the device's label");
     ok(be->position_bytes == mt_sim_position_bytes(s), "position bytes");

@@ -1,5 +1,6 @@
-/* test_units.c: the byte-size and duration grammars (util/units.c) that
- * mt-serve --kv-mem, the probes and every duration option share. */
+/* test_units.c: the integer, byte-size and duration grammars
+ * (util/units.c) that mt-serve --kv-mem, the probes, the endpoint parser
+ * and every duration option share. */
 #include "tap.h"
 #include "util/units.h"
 
@@ -38,8 +39,38 @@ static void dur_bad(const char *s, const char *want)
     ok(rc == -1 && v == 7 && strstr(err, want), "duration '%s' refused: %s", s, err);
 }
 
+static void int_ok(const char *s, long lo, long hi, long want)
+{
+    long v = -12345;
+    char err[128] = "";
+    int rc = mt_parse_int(s, lo, hi, "--n", &v, err, sizeof err);
+    ok(rc == 0 && v == want, "int '%s' in %ld..%ld = %ld (got %ld; %s)", s, lo, hi, want,
+       v, err);
+}
+
+static void int_bad(const char *s, long lo, long hi, const char *want)
+{
+    long v = 7;
+    char err[128] = "";
+    int rc = mt_parse_int(s, lo, hi, "--n", &v, err, sizeof err);
+    ok(rc == -1 && v == 7 && strstr(err, want) && strncmp(err, "--n: ", 5) == 0,
+       "int '%s' refused naming the field: %s", s, err);
+}
+
 int main(void)
 {
+    int_ok("42", 0, 100, 42);
+    int_ok("-3", -5, 5, -3);
+    int_ok("+7", 0, 10, 7);
+    int_ok("65535", 0, 65535, 65535);
+    int_bad("65536", 0, 65535, "outside 0..65535");
+    int_bad("-1", 0, 10, "outside");
+    int_bad("99999999999999999999999", 0, 10, "outside");
+    int_bad("", 0, 10, "not an integer");
+    int_bad("12abc", 0, 100, "not an integer");
+    int_bad(" 12", 0, 100, "not an integer");
+    int_bad("0x10", 0, 100, "not an integer");
+    int_bad("-", 0, 100, "not an integer");
     bytes_ok("4096", 4096);
     bytes_ok("0", 0);
     bytes_ok("512M", 512ull << 20);

@@ -1,0 +1,81 @@
+/* step.h: the types one decode step is made of, shared by the decoder
+ * (decoder.c) and every backend (backend.h) without either including the
+ * other: the device and number-format names, the decoder's options, a
+ * step's inputs and outputs, a backend's constructor, and the one formula
+ * for the K/V bytes of a position.
+ */
+#ifndef MT_STEP_H
+#define MT_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "model/model.h"
+#include "decode/kv.h"
+
+typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2,
+                         MT_DEV_SIM = 3 /* backend_sim.h */ } mt_device;
+
+/* Number format of the CPU backend's K/V cache and of its weights
+ * (--kv-dtype, --weights). DEFAULT: the backend's choice (CPU: f32 K/V, f32
+ * weights; CUDA: bf16 K/V whatever is asked). */
+typedef enum mt_num_format {
+    MT_FMT_DEFAULT = 0, MT_FMT_F32 = 1, MT_FMT_F16 = 2
+} mt_num_format;
+
+typedef struct mt_decoder_opts {
+    mt_device    device;
+    int          max_batch;   /* largest B a step will be given */
+    int          threads;     /* CPU threads; 0 = all cores */
+    mt_kv_params kv;          /* policy, S, W, rope, budget_bytes;
+                                 position_bytes is filled in when the pool
+                                 is made (mt_backend_pool_create) */
+    int          kv_budget_auto; /* 1: kv.budget_bytes is only a default: a
+                                    backend with device memory (CUDA) sizes
+                                    the pool to MT_DECODER_AUTO_POOL_PCT % of
+                                    the room it reports instead */
+    mt_num_format kv_dtype;   /* CPU K/V elements: f32 or f16 (IEEE half) */
+    mt_num_format weights;    /* CPU: f16 adds a half copy of the weights,
+                                 used for calls of up to weights_f16_rows
+                                 rows (0: the measured crossover) */
+    int          weights_f16_rows;
+    /* MT_DEV_SIM (backend_sim.h): the profile, a built-in name or a path;
+     * kv.budget_bytes 0 takes the profile's budget (memory less weights
+     * less reserve). The model may be a shape-only load. */
+    const char  *sim_profile;
+    /* MT_DEV_SIM: every modeled duration is divided by this (<= 1: none),
+     * so a run of model time T takes T/K of real time (mt-serve
+     * --time-scale). */
+    double       sim_time_scale;
+} mt_decoder_opts;
+
+/* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
+typedef struct mt_step_io {
+    const int16_t *pcm_in;    /* [B, frame_samples]  audio adapter */
+    int16_t       *pcm_out;   /* [B, frame_samples] */
+    const int32_t *tokens_in; /* [B]                 token adapter */
+    float         *logits;    /* [B, vocab] */
+} mt_step_io;
+
+/* How long before a step mt_decoder_wake is called (decoder.h). */
+enum { MT_DECODER_WAKE_NS = 1500000 };
+
+/* A backend constructor (backend.h): builds the backend without a pool;
+ * the pool is then sized from the backend's kv_elem_bytes. */
+struct mt_backend;
+typedef int (*mt_backend_create_fn)(const mt_model *m, const mt_decoder_opts *o,
+                                    struct mt_backend **out, char *err, size_t errlen);
+
+/* KV bytes of one position of the model for a K/V element of elem_bytes:
+ * layers * 2 (K,V) * kv_heads * head_dim * elem_bytes. Every pool, backend
+ * and simulated device takes its position size from here. */
+size_t mt_decoder_position_bytes(const mt_config *c, size_t elem_bytes);
+
+/* Bytes of one element of a CPU number format (f32 4, f16 2; DEFAULT is
+ * f32): position bytes for a pool sized before a decoder exists. */
+size_t mt_num_format_bytes(mt_num_format f);
+/* "f32", "f16" for a format (DEFAULT resolved as the CPU backend does);
+ * parse: 0, or -1 for an unknown name. */
+const char *mt_num_format_name(mt_num_format f);
+int mt_num_format_parse(const char *s, mt_num_format *out);
+
+#endif
