@@ -34,8 +34,9 @@ static void find_model(const mt_soak_tick *tk, size_t n, mt_soak_class *c)
 }
 
 /* Fills the host fields: stretches of FILL ticks (gaps under starve_s
- * merge) before model_s that start with pool room and have a starved tick
- * from starve_s before their start to their end. */
+ * merge) before model_s, with a starved tick from starve_s before their
+ * start to their end. Before model_s the pool has room: FILL with it
+ * exhausted would be model_s itself. */
 static void find_host(const mt_soak_tick *tk, size_t n, double starve_s,
                       mt_soak_class *c)
 {
@@ -65,7 +66,7 @@ static void find_host(const mt_soak_tick *tk, size_t n, double starve_s,
             }
         for (size_t j = a; j <= b && !cause; j++)
             cause = starved(&tk[j]);
-        if (cause && !pool_exhausted(&tk[a])) {
+        if (cause) {
             if (c->host_s < 0) {
                 c->host_s = tk[a].t;
                 c->host_end_s = tk[b].t;
