@@ -52,6 +52,33 @@ t_at_most() { t_check "$1" awk -v x="$2" -v l="$3" 'BEGIN { exit !(x <= l) }'; }
 t_above() { t_check "$1" awk -v x="$2" -v l="$3" 'BEGIN { exit !(x > l) }'; }
 # t_timing NORMAL ASAN: a timing limit, relaxed under ASan (MT_ASAN set)
 t_timing() { if [ -n "$MT_ASAN" ]; then echo "$2"; else echo "$1"; fi; }
+# The baseline for a time limit, taken in the same run: t_hiccup_start
+# starts a sampler that sleeps 5 ms at a time beside the test and keeps
+# the largest lateness of its wake-ups; t_hiccup_ms prints it (ms) so far.
+# A limit on a server's tick gap or a frame's latency is then LIMIT plus
+# what this host's scheduler took from any process meanwhile: a busy
+# machine moves both alike, while a server that blocks (on a stalled or
+# hostile client) still goes far past it. t_limit LIMIT prints that sum.
+t_hiccup_start() {
+    /usr/bin/python3 -c '
+import os, signal, sys, time
+m, out = 0.0, sys.argv[1]
+def save():
+    with open(out + ".tmp", "w") as f:
+        f.write("%.1f\n" % (m * 1000))
+    os.replace(out + ".tmp", out)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+save()
+while True:
+    t = time.monotonic(); time.sleep(0.005); d = time.monotonic() - t - 0.005
+    if d > m:
+        m = d
+        save()
+' "$T_TMP/hiccup" &
+    t_track $!
+}
+t_hiccup_ms() { cat "$T_TMP/hiccup" 2>/dev/null || echo 0; }
+t_limit() { awk -v l="$1" -v h="$(t_hiccup_ms)" 'BEGIN { printf "%.0f", l + h }'; }
 # wait_for_socket PATH [tenths]: until a Unix socket exists
 wait_for_socket() {
     local i=0 n=${2:-100}
