@@ -46,10 +46,13 @@
 # starvation threshold / K. At the whole pool (120-180 sessions at once)
 # x2 and x3 stalled the client on the shared 2-core VM (bench/RESULTS.md):
 # there, use SCALE=1 and fewer runs, or a quieter machine.
-# After the soak, server-view.md reads each run's tick lines (FILL,
-# preemptions, the client's input against the frame clock): a bounded
-# COLLAPSED with no FILL and no preemption while the client stalled is the
-# host's, not the model's.
+# The soak books a run's collapse to the model only from the pool's
+# exhaustion (its first preemption or stall), lateness without bound, or a
+# starvation no host stall explains; a stretch of FILL while the pool had
+# room and the client's input was starved is this host's, printed per run
+# (host_s) and counted apart in table.md ("N of M runs disturbed by the
+# host: rerun on a quieter machine"). server-view.md shows each run's tick
+# lines beside that reading.
 set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=${MT_BIN:-$ROOT/bin}
@@ -60,7 +63,7 @@ QUICK=0
 for a in "$@"; do
     case $a in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
     *) echo "paper: unknown argument $a (see --help)" >&2; exit 2 ;;
     esac
 done
