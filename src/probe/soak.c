@@ -17,9 +17,9 @@
  *     it reached 1 s;
  *   - an admitted session went starve_s (2 s) or more without a real
  *     (non-FILL) output frame (silence sent on time is not service), from
- *     the last real frame before the gap, unless a host stretch (FILL with
- *     the pool's room, the client's input starved) began before the gap
- *     was seen: then the host starved it, not the model.
+ *     the last real frame before the gap, unless the gap began within a
+ *     host stall (the client's input starved, then FILL with the pool's
+ *     room; soak_classify.h): then the host starved it, not the model.
  * A run with a host stretch before its collapse (or in a run with none) is
  * marked disturbed by the host, with the stretch's times: its figures say
  * more about this machine than about the model.
@@ -218,8 +218,10 @@ static void classify_ticks(const soak_ctx *x, mt_soak_run *run)
     run->host_disturbed = c.host_s >= 0;
     run->starve_onset_s = x->onset_s;
     double on = x->onset_s;
+    /* the host's: the gap began (its last real frame) at most starve_s
+     * before the client's input stopped, and before the stall ended */
     int host_starved = on >= 0 && c.host_s >= 0 &&
-                       c.host_s <= on + x->o->starve_s;
+                       on >= c.host_s - x->o->starve_s && on <= c.host_end_s;
     if (c.model_s >= 0)
         run->collapse_s = c.model_s;
     else if (c.unbounded_late && c.first_late_s >= 0)

@@ -34,9 +34,11 @@ static void find_model(const mt_soak_tick *tk, size_t n, mt_soak_class *c)
 }
 
 /* Fills the host fields: stretches of FILL ticks (gaps under starve_s
- * merge) before model_s, with a starved tick from starve_s before their
- * start to their end. Before model_s the pool has room: FILL with it
- * exhausted would be model_s itself. */
+ * merge) before model_s, caused by a starved tick from starve_s before
+ * their start to their end. The stall starts at the first tick of the
+ * run of starved ticks that cause names (the client's input stopped
+ * there) and ends at the stretch's last FILL. Before model_s the pool has
+ * room: FILL with it exhausted would be model_s itself. */
 static void find_host(const mt_soak_tick *tk, size_t n, double starve_s,
                       mt_soak_class *c)
 {
@@ -58,17 +60,20 @@ static void find_host(const mt_soak_tick *tk, size_t n, double starve_s,
                     break;
                 b = j;
             }
-        int cause = 0;
+        size_t cause = n;       /* the first starved tick found */
         for (size_t j = a + 1; j-- > 0 && tk[a].t - tk[j].t <= starve_s;)
-            if (starved(&tk[j])) {
-                cause = 1;
+            if (starved(&tk[j]) && tk[j].t >= 0) {
+                cause = j;
                 break;
             }
-        for (size_t j = a; j <= b && !cause; j++)
-            cause = starved(&tk[j]);
-        if (cause) {
+        for (size_t j = a; j <= b && cause == n; j++)
+            if (starved(&tk[j]))
+                cause = j;
+        if (cause < n) {
+            while (cause > 0 && starved(&tk[cause - 1]) && tk[cause - 1].t >= 0)
+                cause--;
             if (c->host_s < 0) {
-                c->host_s = tk[a].t;
+                c->host_s = tk[cause].t;
                 c->host_end_s = tk[b].t;
                 c->host_free = tk[a].kv_free;
             }

@@ -7,9 +7,10 @@
  * pool has room and the client's input is starved (a tick with sessions
  * active and no input frame read, within `starve_s` before the stretch or
  * inside it) is the host's: the client's frames arrived late and in a
- * burst, and the server answered the backlog with FILL. Such a stretch
- * before the model's collapse (or in a run with none) marks the run as
- * disturbed by the host.
+ * burst, and the server answered the backlog with FILL. The host's stall
+ * runs from the first of the starved ticks before that stretch to its last
+ * FILL. Such a stall before the model's collapse (or in a run with none)
+ * marks the run as disturbed by the host.
  */
 #ifndef MT_PROBE_SOAK_CLASSIFY_H
 #define MT_PROBE_SOAK_CLASSIFY_H
@@ -32,9 +33,10 @@ typedef struct mt_soak_tick {
 
 typedef struct mt_soak_class {
     double  model_s;       /* pool exhaustion (the model's collapse), -1 */
-    double  host_s;        /* first host stretch before model_s: start, -1 */
+    double  host_s;        /* first host stall before model_s: its first
+                              starved tick, -1 */
     double  host_end_s;    /* its last FILL tick, -1 */
-    int64_t host_free;     /* K/V bytes free when it started */
+    int64_t host_free;     /* K/V bytes free at its first FILL */
     int     host_stretches;/* host stretches before model_s */
     double  late_end_ms;   /* lateness at the last tick within the load */
     double  late_slope;    /* ms of lateness per s over 50%..95% of it */

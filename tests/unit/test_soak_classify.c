@@ -74,7 +74,8 @@ int main(void)
     spec host = {5.0, 5.6, 5.68, 6.4, -1, -1};
     ok(classify(&host, &c) == 0, "host stall: every line parsed");
     ok(c.host_s >= 0, "host stall: flagged host-disturbed");
-    is_near(c.host_s, 5.68, 1e-6, "host stall: its start, 5.68 s");
+    is_near(c.host_s, 5.04, 1e-6, "host stall: its start, 5.04 s, the "
+            "first tick without input");
     is_near(c.host_end_s, 6.4, 1e-6, "host stall: its end, 6.4 s");
     ok(c.host_free > POOL / 2, "host stall: the pool had room (%.1f GB free)",
        (double)c.host_free / 1e9);
@@ -94,18 +95,18 @@ int main(void)
     is_near(c.model_s, 17.6, 1e-6, "a first preemption at 17.6 s is the "
             "model's time");
 
-    /* the busy machine: a host stall at 5.68 s, then the pool at 30 s:
+    /* the busy machine: a host stall at 5.0 s, then the pool at 30 s:
      * both times, and the collapse is the model's at 30 s */
     spec both = {5.0, 5.6, 5.68, 6.4, 30.0, -1};
     both.fill_to = 6.4;
     ok(classify(&both, &c) == 0, "both: every line parsed");
-    is_near(c.host_s, 5.68, 1e-6, "both: the host stall at 5.68 s");
+    is_near(c.host_s, 5.04, 1e-6, "both: the host stall at 5.04 s");
     is_near(c.model_s, -1, 0, "both: no FILL at exhaustion, no preemption: "
             "not yet the model's");
     both.fill_to = 40.0;
     both.fill_from = 5.68;
     ok(classify(&both, &c) == 0, "both, FILL on to the end: parsed");
-    is_near(c.host_s, 5.68, 1e-6, "both: the host stall still at 5.68 s");
+    is_near(c.host_s, 5.04, 1e-6, "both: the host stall still at 5.04 s");
     is_near(c.model_s, 30.0, 1e-6, "both: the model's collapse at 30 s");
 
     /* FILL with room while the input is on time: late steps, not the
