@@ -14,6 +14,8 @@
 #include "cmd/opt.h"
 #include "wire/endpoint.h"
 #include "cmd/calibrate_cmd.h"
+#include "cmd/codec_cmd.h"
+#include "codec/mimi.h"
 #include "cmd/quality_cmd.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
@@ -71,6 +73,8 @@ static void usage_main(FILE *f)
 "             each cache policy (full, window, window+sink, recompute)\n""  calibrate  time a real backend over batch sizes and cache lengths, fit\n"
 "             the simulated device's cost model, write a profile (issue 22);\n"
 "             --served times the step inside a serving mt-serve under load\n"
+"  codec      Kyutai's Mimi codec on a file: audio to codes, codes to audio,\n"
+"             or the round trip\n"
 "\n"
 "`mt-probe COMMAND --help` lists the options of each; see mt-probe(1).\n"
 "`mt-probe --version` prints the version.\n");
@@ -109,7 +113,7 @@ enum {
     O_FROM = 256, O_TO, O_STEP, O_HOLD, O_WARMUP, O_AUDIO, O_TICKS, O_PLOT,
     O_TSV, O_SERVE, O_RUNS, O_DURATION, O_SEED, O_ARRIVALS, O_LENGTHS,
     O_MAXSESS, O_STARVE, O_DATA, O_LAYERS, O_KVHEADS, O_HEADDIM, O_BACKEND,
-    O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES,
+    O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES, O_CODEC,
     O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN, O_TIMESCALE, O_SIGNAL,
 };
 
@@ -282,6 +286,9 @@ static void help_predict(FILE *f)
 "  --frame-ms MS       frame period (default: the model's, 80)\n"
 "  --samples N         Monte Carlo seeds (default 1000)\n"
 "  --runs N            also print the model of seeds S..S+N-1, one per row\n"
+"  --codec SPEC        sessions also carry Kyutai's Mimi codec (synthetic:mimi,\n"
+"                      a checkpoint): its per-session host state and compute\n"
+"                      beside the KV figures, at the bounded capacity\n"
 LOAD_HELP, MT_KV_BLOCK);
 }
 
@@ -290,12 +297,27 @@ static const mt_cli cli_predict = {
     help_predict,
 };
 
+/* The codec's share of a session: host state (not in the KV pool) and
+ * compute per frame, alone and at the bounded capacity. */
+static void print_codec(const mimi_model *m, const char *spec, int capacity, double period_s)
+{
+    double gf = (mimi_encode_flops(m) + mimi_decode_flops(m)) / 1e9;
+    double per = period_s > 0 ? period_s : 0.08;
+    double mib = mimi_state_bytes(m) / 1048576.0;
+    printf("codec per-session state\t%.2f MiB host (%zu), outside the KV pool (%s, %d codebooks)\n", mib,
+           mimi_state_bytes(m), spec, mimi_model_config(m)->n_q_used);
+    printf("codec per-session compute\t%.3f GFLOP per frame (encode + decode), %.1f GFLOP/s\n", gf, gf / per);
+    printf("codec at bounded capacity\t%.2f MiB host state, %.1f GFLOP/s for %d sessions\n", mib * capacity,
+           gf / per * capacity, capacity);
+}
+
 static int cmd_predict(int argc, char **argv)
 {
     static const struct option lo[] = {
         SHAPE_LONGOPTS, LOAD_LONGOPTS,
         {"kv-mem", required_argument, 0, O_KVMEM},
         {"runs", required_argument, 0, O_RUNS},
+        {"codec", required_argument, 0, O_CODEC},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -303,6 +325,7 @@ static int cmd_predict(int argc, char **argv)
     load_opts ld;
     mt_predict_params p;
     char err[512];
+    const char *codec = NULL;
     int runs = 0, c;
     uint64_t kvmem = 0;
     shape_defaults(&so);
@@ -314,6 +337,8 @@ static int cmd_predict(int argc, char **argv)
             r = mt_opt_bytes(optarg, 0, UINT64_MAX, &kvmem) ? -1 : 1;
         else if (c == O_RUNS)
             r = mt_opt_int(optarg, 1, 100000, &runs) ? -1 : 1;
+        else if (c == O_CODEC)
+            r = (codec = optarg) ? 1 : -1;
         else if (!(r = shape_opt(&so, c, optarg)))
             r = load_opt(&ld, c, optarg);
         if (r <= 0)
@@ -329,6 +354,11 @@ static int cmd_predict(int argc, char **argv)
         fprintf(stderr, "%s predict: %s\n", prog, err);
         return 1;
     }
+    mimi_model *cm = NULL;
+    if (codec && mimi_load_shape(codec, NULL, 0, &cm, err, sizeof err) != 0) {
+        fprintf(stderr, "%s predict: --codec: %s\n", prog, err);
+        return 1;
+    }
     p.pool_bytes = kvmem;
     p.arrivals = ld.arrivals;
     p.lengths = ld.lengths;
@@ -338,9 +368,14 @@ static int cmd_predict(int argc, char **argv)
     mt_predict_result r;
     if (mt_predict(&p, &r, err, sizeof err)) {
         fprintf(stderr, "%s predict: %s\n", prog, err);
+        mimi_free(cm);
         return 1;
     }
     mt_predict_print(stdout, &p, &r);
+    if (cm) {
+        print_codec(cm, codec, r.capacity, p.period_s);
+        mimi_free(cm);
+    }
     if (runs) {
         printf("#\nseed\tsessions\tpeak_live\tpeak_fill\toverflow_s\t"
                "bounded_rejected\n");
@@ -902,7 +937,7 @@ static int cmd_soak(int argc, char **argv)
 }
 
 static const mt_cli cli_main = {
-    "mt-probe", "mt-probe COMMAND [options] (sweep, soak, predict, summarize, plot, quality)",
+    "mt-probe", "mt-probe COMMAND [options] (sweep, soak, predict, summarize, plot, quality, calibrate, codec)",
     usage_main,
 };
 
@@ -932,6 +967,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "soak")) return cmd_soak(argc, argv);
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(cmd, "quality")) return mt_probe_quality_main(argc, argv);
+    if (!strcmp(cmd, "codec")) return mt_probe_codec_main(argc, argv);
     if (!strcmp(cmd, "calibrate")) {
         char servebuf[PATH_MAX];
         return mt_probe_calibrate_main(argc, argv, default_serve(servebuf, sizeof servebuf));

@@ -91,6 +91,10 @@ int mt_backend_prefill_chunks(mt_backend *be, const mt_config *c, mt_kv_seq *seq
             sub.tokens_in = io->tokens_in + done;
         if (io->logits)
             sub.logits = io->logits + (size_t)done * c->vocab;
+        if (io->x_in)
+            sub.x_in = io->x_in + (size_t)done * c->hidden;
+        if (io->h_out)
+            sub.h_out = io->h_out + (size_t)done * c->hidden;
         if (run(be, seq, base, R, &sub, err, errlen))
             return -1;
         done += R;

@@ -838,8 +838,10 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     const int want_pcm = io->pcm_out && m->audio_out && !c->audio_passthrough;
     const int fs = c->frame_samples;
 
-    /* x [R, hidden]: the input adapter */
-    if (io->tokens_in) {
+    /* x [R, hidden]: the input adapter (or the caller's vectors) */
+    if (io->x_in) {
+        memcpy(be->x, io->x_in, (size_t)R * H * sizeof(float));
+    } else if (io->tokens_in) {
         for (int r = 0; r < R; r++)
             memcpy(be->x + (size_t)r * H, m->embed + (size_t)io->tokens_in[r] * H,
                    (size_t)H * sizeof(float));
@@ -922,6 +924,9 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     }
 
     /* out = rmsnorm(x) * norm, then the output head(s) on it */
+    if (io->h_out)
+        for (int r = 0; r < R; r++)
+            rmsnorm(io->h_out + (size_t)r * H, be->x + (size_t)r * H, m->norm, H, c->eps);
     if (want_logits) {
         /* logits [R, vocab] = xn . lm_head^T */
         set_job(be, be->xn, H, 0.0f, 0);

@@ -140,6 +140,10 @@ typedef struct cuda_backend {
     int16_t   *h_pcm, *d_pcm;       /* [R, fs] */
     int32_t   *h_tab, *d_tab;       /* [tab_cap] */
     size_t     tab_cap;
+
+    /* io->h_out: the normed final hidden state back (bf16, as xn), host
+     * [R, hidden], made on the first call that asks */
+    uint16_t  *h_hid;
 } cuda_backend;
 
 #define CU(call)                                                                    \
@@ -452,7 +456,10 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
                        cudaMemcpyHostToDevice, st));
     CU(cudaMemcpyAsync(be->d_tab, be->h_tab, ntab * sizeof(int32_t), cudaMemcpyHostToDevice,
                        st));
-    if (io->tokens_in) {
+    if (io->x_in) {
+        CU(cudaMemcpyAsync(be->x, io->x_in, (size_t)n * H * sizeof(float),
+                           cudaMemcpyHostToDevice, st));
+    } else if (io->tokens_in) {
         memcpy(be->h_tok, io->tokens_in, (size_t)n * sizeof(int32_t));
         CU(cudaMemcpyAsync(be->d_tok, be->h_tok, (size_t)n * sizeof(int32_t),
                            cudaMemcpyHostToDevice, st));
@@ -490,8 +497,15 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
 
     int want_logits = (io->logits || warm) && be->lm_head;
     int want_pcm = (io->pcm_out || warm) && be->audio_out && !c->audio_passthrough;
-    if (want_logits || want_pcm)
+    if (io->h_out && !be->h_hid && !(be->h_hid = malloc((size_t)be->R * H * sizeof(uint16_t)))) {
+        mt_set_err(err, errlen, "cuda: out of memory");
+        return -1;
+    }
+    if (want_logits || want_pcm || io->h_out)
         KE(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st));
+    if (io->h_out)
+        CU(cudaMemcpyAsync(be->h_hid, be->xn, (size_t)n * H * sizeof(uint16_t),
+                           cudaMemcpyDeviceToHost, st));
     float *y = be->outf + (size_t)be->R * c->vocab;
     if (want_logits &&
         gemm(be, be->lm_head, c->vocab, H, be->xn, n, be->outf, 0.0f, err, errlen))
@@ -522,6 +536,10 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
         memcpy(io->logits, be->h_logits, (size_t)n * c->vocab * sizeof(float));
     if (want_pcm && io->pcm_out)
         memcpy(io->pcm_out, be->h_pcm_out, (size_t)n * be->fs * sizeof(int16_t));
+    for (size_t i = 0; io->h_out && i < (size_t)n * H; i++) {
+        uint32_t u = (uint32_t)be->h_hid[i] << 16;      /* bf16 -> fp32 */
+        memcpy(&io->h_out[i], &u, sizeof u);
+    }
     be->pub->out_copy_ms = dev_ms + ((double)mt_clock_ns() / 1e6 - t0);
     if (io->pcm_out && c->audio_passthrough && io->pcm_in)
         memcpy(io->pcm_out, io->pcm_in, (size_t)n * be->fs * sizeof(int16_t));
@@ -560,7 +578,7 @@ static mt_cu_row make_row(const cuda_backend *be, const mt_kv_seq *s, int64_t po
 
 static int check_adapters(const cuda_backend *be, const mt_step_io *io, char *err, size_t errlen)
 {
-    if (io->tokens_in ? !be->embed : (!io->pcm_in || !be->audio_in)) {
+    if (!io->x_in && (io->tokens_in ? !be->embed : (!io->pcm_in || !be->audio_in))) {
         mt_set_err(err, errlen, "cuda: model %s has no %s adapter", be->c->name,
                  io->tokens_in ? "token" : "audio");
         return -1;
@@ -672,6 +690,7 @@ static void cuda_destroy(mt_backend *b)
             cudaEventDestroy(be->ev1);
         }
         free(be->layer);
+        free(be->h_hid);
         free(be);
     }
     free(b);

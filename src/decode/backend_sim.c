@@ -244,7 +244,7 @@ typedef struct sim_impl {
 } sim_impl;
 
 /* Output of rows rows: input PCM echoed (the sim computes nothing, and an
- * echo lets clients check every frame's content), logits zero. */
+ * echo lets clients check every frame's content), logits and h_out zero. */
 static void echo(const sim_impl *im, int rows, const mt_step_io *io)
 {
     const mt_config *c = &im->m->cfg;
@@ -257,6 +257,8 @@ static void echo(const sim_impl *im, int rows, const mt_step_io *io)
     }
     if (io->logits && c->vocab > 0)
         memset(io->logits, 0, (size_t)rows * (size_t)c->vocab * sizeof(float));
+    if (io->h_out)
+        memset(io->h_out, 0, (size_t)rows * (size_t)c->hidden * sizeof(float));
 }
 
 static int sim_step(mt_backend *be, int B, mt_kv_seq *const *seqs,

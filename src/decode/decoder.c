@@ -235,8 +235,8 @@ static int check_io(const mt_decoder *d, int rows, const mt_step_io *io, char *e
                     size_t errlen)
 {
     const mt_config *c = &d->m->cfg;
-    if (!io || (!io->pcm_in) == (!io->tokens_in)) {
-        mt_set_err(err, errlen, "decoder: a step takes exactly one of pcm_in, tokens_in");
+    if (!io || (!!io->pcm_in) + (!!io->tokens_in) + (!!io->x_in) != 1) {
+        mt_set_err(err, errlen, "decoder: a step takes exactly one of pcm_in, tokens_in, x_in");
         return -1;
     }
     if (io->pcm_in && !d->m->cfg.has_audio) {

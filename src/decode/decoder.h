@@ -25,7 +25,9 @@
  *              * 32767); audio_passthrough models copy pcm_in to pcm_out
  *              (the backbone still runs).
  *   token in:  x = embed_tokens[id] (ids checked in decoder.c: 0 <= id < vocab)
+ *   vector in: x = x_in (no adapter; any model)
  *   logits:    lm_head . rmsnorm(h_final)
+ *   hidden out: h_out = rmsnorm(h_final) * norm (what the heads read)
  * Outputs that are NULL (or that the model has no adapter for) are skipped.
  */
 #ifndef MT_DECODER_H

@@ -48,12 +48,19 @@ typedef struct mt_decoder_opts {
     double       sim_time_scale;
 } mt_decoder_opts;
 
-/* Inputs and outputs of one step; exactly one of pcm / tokens is used. */
+/* Inputs and outputs of one step; exactly one of pcm_in / tokens_in / x_in
+ * is used. */
 typedef struct mt_step_io {
     const int16_t *pcm_in;    /* [B, frame_samples]  audio adapter */
     int16_t       *pcm_out;   /* [B, frame_samples] */
     const int32_t *tokens_in; /* [B]                 token adapter */
     float         *logits;    /* [B, vocab] */
+    /* Vector input (a caller that embeds its own streams, e.g. Kyutai's
+     * summed text and codebook embeddings): used instead of pcm_in and
+     * tokens_in. */
+    const float   *x_in;      /* [B, hidden]         x = x_in */
+    float         *h_out;     /* [B, hidden]         rmsnorm(h_final) * norm
+                                 (CUDA: rounded to bf16, as its heads read it) */
 } mt_step_io;
 
 /* How long before a step mt_decoder_wake is called (decoder.h). */

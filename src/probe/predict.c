@@ -22,6 +22,7 @@
 #include "util/stats.h"
 #include "probe/probe.h"
 #include "model/model.h"
+#include "model/kyutai_lm.h"
 #include "decode/step.h"
 
 #include <math.h>
@@ -299,6 +300,12 @@ void mt_predict_print(FILE *out, const mt_predict_params *p,
             t3, t2, t4);
     fprintf(out, "bounded per-session bound\t%s (sink %d + window %d)\n", b3,
             p->sink, p->window);
+    if (p->session_extra_bytes) {
+        char b4[32];
+        fmt_bytes(b4, sizeof b4, (double)p->session_extra_bytes);
+        fprintf(out, "per-session besides K/V\t%s (Kyutai depformer K/V and token rings, host)\n",
+                b4);
+    }
     fprintf(out, "bounded capacity\t%d sessions\n", r->capacity);
     fprintf(out, "bounded refusals per run\t%.1f (mean), never an overflow\n",
             r->rejected_mean);
@@ -307,6 +314,20 @@ void mt_predict_print(FILE *out, const mt_predict_params *p,
 int mt_predict_shape_from_model(mt_predict_params *p, const char *spec,
                                 char *err, size_t errlen)
 {
+    if (mt_kyutai_is_kyutai(spec)) {
+        /* Kyutai's LM: the temporal transformer holds the bounded K/V;
+         * one position per 80 ms frame */
+        mt_kyutai_lm *lm = NULL;
+        if (mt_kyutai_load(spec, MT_MODEL_SHAPE_ONLY, &lm, err, errlen))
+            return -1;
+        p->layers = lm->temporal->cfg.layers;
+        p->kv_heads = lm->temporal->cfg.kv_heads;
+        p->head_dim = lm->temporal->cfg.head_dim;
+        p->period_s = (double)lm->temporal->cfg.frame_samples / lm->temporal->cfg.sample_rate;
+        p->session_extra_bytes = mt_kyutai_session_bytes(&lm->kc);
+        mt_kyutai_free(lm);
+        return 0;
+    }
     mt_model *m = NULL;
     if (mt_model_load(spec, MT_MODEL_SHAPE_ONLY, &m, err, errlen))
         return -1;

@@ -91,6 +91,9 @@ typedef struct mt_predict_params {
     /* Monte Carlo */
     uint64_t seed;
     int      samples;
+    /* per-session state besides the temporal K/V (Kyutai: the depformer's
+     * per-frame K/V and the token rings), host bytes; 0 for other models */
+    uint64_t session_extra_bytes;
 } mt_predict_params;
 
 /* One seeded workload against the two policies. */

@@ -139,6 +139,8 @@ EXAMPLES = [
         interrupt=2, timeout=240, files=["cpu-small.profile"],
         subs=[("calibrate -m synthetic:small",
                "calibrate -m synthetic:small --batches 1,4 --lengths 16,128")])),
+    ("mt-probe.1", "mt-probe codec", dict(
+        expect=r"frames_in=25 frames_out=25", files=["back.wav", "talk.codes"])),
     ("mt-profile.5", "name          = mygpu", dict(write="mygpu.profile")),
     ("mt-profile.5", "sim:./mygpu.profile", dict(interrupt=2)),
 ]

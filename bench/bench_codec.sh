@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# bench_codec.sh: Kyutai's Mimi codec (issue 35), synthetic:mimi (the
+# published shape, 8 codebooks), encode and decode per session-frame at
+# B = 1, 8, 32, 64 sessions per batch on one CPU thread, with its FLOP
+# count per frame, the achieved GFLOP/s overall and per stage (SEANet,
+# transformer, resampling convolutions, RVQ), beside this machine's sgemm
+# on the same thread count measured in the same run (before each batch;
+# the best of them is the denominator). The last line says how many
+# sessions' codec one thread runs in real time (80 ms per frame).
+# Target (reported, never asserted): the codec at >= 50% of the sgemm
+# figure at B >= 8. BENCH_CODEC_ARGS adds mt-benchcodec options
+# (--threads N, --frames F, --batches LIST).
+set -u
+cd "$(dirname "$0")/.."
+H=${MT_TESTBIN:-build/tests}/mt-benchcodec
+[ -x "$H" ] || { echo "bench_codec: $H not built (make build/tests/mt-benchcodec)" >&2; exit 1; }
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC') $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+# shellcheck disable=SC2086
+"$H" --batches 1,8,32,64 --frames 3 ${BENCH_CODEC_ARGS:-}

@@ -1,0 +1,676 @@
+/* mimi.c: Mimi's streaming compute for a batch of sessions: causal
+ * convolutions as im2col + one sgemm per layer (columns = every session's
+ * output steps), transposed convolutions as one sgemm + overlap-add, the
+ * transformers with one sgemm per projection across the batch and
+ * attention over each session's ring, the split RVQ with the distances as
+ * one sgemm per codebook.
+ *
+ * Activations are [channels][session][steps] (column n = b * T + t), so a
+ * batch is one matrix and one frame of B sessions costs one GEMM per
+ * layer, not B. */
+#include "codec/mimi_impl.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/clock.h"
+#include "util/errmsg.h"
+
+struct mimi_batch {
+    int    max_batch;
+    size_t bytes;
+    float *act[4];     /* [max_act * max_batch] each: the SEANet ping-pong */
+    float *col;        /* [col_floats]: im2col / transposed-GEMM chunk */
+    size_t col_floats;
+    float *part;       /* [max_batch][cout][ctx]: a transposed conv's new overlap */
+    float *h, *qkv, *att, *ff;   /* transformer: [d|3d|d|ff][max_batch * steps] */
+    float *score;      /* [context] */
+    float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
+    double stage_s[MIMI_NSTAGES];
+    int    cpu_clock;  /* stages timed in this thread's CPU time */
+};
+
+static double now_s(const mimi_batch *w)
+{
+    if (w->cpu_clock) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    }
+    return (double)mt_clock_ns() * 1e-9;
+}
+
+void mimi_batch_time_cpu(mimi_batch *w, int on) { w->cpu_clock = on; }
+
+static void *alloc_f(size_t n, size_t *bytes, int *bad)
+{
+    void *p = NULL;
+    size_t sz = (n ? n : 1) * sizeof(float);
+    if (posix_memalign(&p, 64, sz) != 0) {
+        *bad = 1;
+        return NULL;
+    }
+    memset(p, 0, sz);
+    *bytes += sz;
+    return p;
+}
+
+mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t errlen)
+{
+    if (max_batch < 1 || max_batch > 4096) {
+        mt_set_err(err, errlen, "mimi batch: %d sessions is out of range (1..4096)", max_batch);
+        return NULL;
+    }
+    mimi_batch *w = mt_calloc_or_err(1, sizeof *w, err, errlen, "mimi batch");
+    if (!w)
+        return NULL;
+    const mimi_config *c = &m->c;
+    size_t B = (size_t)max_batch, N = B * (size_t)m->enc_steps;
+    int bad = 0;
+    w->max_batch = max_batch;
+    for (int i = 0; i < 4; i++)
+        w->act[i] = alloc_f(m->max_act * B, &w->bytes, &bad);
+    /* the im2col chunk: whole batch when small, else at least 64 columns */
+    size_t need = (size_t)m->max_rows * (size_t)m->frame * B;
+    size_t cap = (size_t)1 << 22;
+    if (cap < (size_t)m->max_rows * 64)
+        cap = (size_t)m->max_rows * 64;
+    w->col_floats = need < cap ? need : cap;
+    w->col = alloc_f(w->col_floats, &w->bytes, &bad);
+    size_t part = 0;
+    for (int i = 0; i < m->n_dec; i++)
+        if (m->dec[i].tr && (size_t)m->dec[i].cout * (size_t)m->dec[i].ctx > part)
+            part = (size_t)m->dec[i].cout * (size_t)m->dec[i].ctx;
+    if ((size_t)m->up.cout * (size_t)m->up.ctx > part)
+        part = (size_t)m->up.cout * (size_t)m->up.ctx;
+    w->part = alloc_f(part * B, &w->bytes, &bad);
+    w->h = alloc_f((size_t)c->d_model * N, &w->bytes, &bad);
+    w->qkv = alloc_f((size_t)3 * c->d_model * N, &w->bytes, &bad);
+    w->att = alloc_f((size_t)c->d_model * N, &w->bytes, &bad);
+    w->ff = alloc_f((size_t)c->dim_feedforward * N, &w->bytes, &bad);
+    w->score = alloc_f((size_t)c->context, &w->bytes, &bad);
+    w->r = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
+    w->sc = alloc_f((size_t)c->bins * B, &w->bytes, &bad);
+    w->sum2 = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
+    if (bad) {
+        mt_set_err(err, errlen, "mimi batch of %d: out of memory", max_batch);
+        mimi_batch_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void mimi_batch_free(mimi_batch *w)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < 4; i++)
+        free(w->act[i]);
+    free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
+    free(w->score); free(w->r); free(w->sc); free(w->sum2);
+    free(w);
+}
+
+size_t mimi_batch_bytes(const mimi_batch *w) { return w->bytes; }
+
+void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
+{
+    for (int i = 0; i < MIMI_NSTAGES; i++)
+        out[i] = w->stage_s[i];
+}
+
+/* ---- elementwise --------------------------------------------------------- */
+
+/* ELU (alpha 1): x > 0 ? x : expm1(x), 4 lanes at a time with GCC's vector
+ * extension (libm's expm1f was a fifth of the codec's time): x = n ln2 + r
+ * with |r| <= ln2/2 (Cody-Waite, ln2 in two parts), expm1(r) by its Taylor
+ * polynomial to r^7 (truncation 2e-9 relative), then expm1(x) =
+ * 2^n expm1(r) + (2^n - 1); within 2 ulp of expm1f over [-87, 0] (below,
+ * -1 to the float), checked by test_mimi. dst may be src. */
+typedef float   v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f v4_sel(v4i m, v4f a, v4f b)   /* m ? a : b, m all-ones or 0 */
+{
+    return (v4f)(((v4i)a & m) | ((v4i)b & ~m));
+}
+
+void mimi_elu(float *dst, const float *src, size_t n)
+{
+    const v4f lo = { -87, -87, -87, -87 }, zero = { 0, 0, 0, 0 };
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4f x;
+        memcpy(&x, src + i, sizeof x);
+        v4f xn = v4_sel(x < lo, lo, x);
+        xn = v4_sel(xn > zero, zero, xn);
+        v4f t = xn * 1.44269504088896341f;
+        v4f fn = (t + 12582912.0f) - 12582912.0f;   /* round to nearest */
+        v4f r = (xn - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
+        v4f p = r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+                r * (1.0f / 720 + r * (1.0f / 5040)))))));
+        v4i e = (__builtin_convertvector(fn, v4i) + 127) << 23;
+        v4f sc = (v4f)e;
+        v4f y = v4_sel(x > zero, x, sc * p + (sc - 1.0f));
+        memcpy(dst + i, &y, sizeof y);
+    }
+    for (; i < n; i++)
+        dst[i] = src[i] > 0 ? src[i] : expm1f(src[i]);
+}
+
+static void elu(float *dst, const float *src, size_t n)
+{
+    mimi_elu(dst, src, n);
+}
+
+static void add_into(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+/* ---- convolutions ----------------------------------------------------------- */
+
+/* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
+static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
+                     const float *X, float *Y)
+{
+    const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride, dil = cv->dil;
+    const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
+    const size_t Nin = (size_t)B * tin, N = (size_t)B * tout;
+    if (cv->replicate && ctx > 0)
+        for (int b = 0; b < B; b++)
+            if (S[b]->down_first)
+                for (int ci = 0; ci < cin; ci++)
+                    for (int j = 0; j < ctx; j++)
+                        S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
+    for (int co = 0; co < cout; co++) {
+        float bv = cv->b ? cv->b[co] : 0.0f;
+        float *y = Y + (size_t)co * N;
+        for (size_t n = 0; n < N; n++)
+            y[n] = bv;
+    }
+    if (k == 1 && st == 1) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)N, cin, 1.0f, cv->w, cin,
+                    X, (int)Nin, 1.0f, Y, (int)N);
+    } else {
+        const size_t rows = (size_t)cin * k;
+        size_t chunk = w->col_floats / rows;
+        if (chunk < 1)
+            chunk = 1;
+        for (size_t n0 = 0; n0 < N; n0 += chunk) {
+            size_t nc = N - n0 < chunk ? N - n0 : chunk;
+            /* Col [cin*k][nc]: row (ci, kk), column (b, t) = padded input at
+             * t*stride + kk*dil, the padding being the session's context */
+            for (int ci = 0; ci < cin; ci++) {
+                const float *xs = X + (size_t)ci * Nin;
+                for (int kk = 0; kk < k; kk++) {
+                    float *crow = w->col + ((size_t)ci * k + kk) * nc;
+                    int off = kk * dil;
+                    /* steps t < tsplit read the context */
+                    int tsplit = off >= ctx ? 0 : (ctx - off + st - 1) / st;
+                    size_t j = 0;
+                    for (size_t b = n0 / tout; j < nc; b++) {
+                        int t0 = (int)((n0 + j) - b * tout);
+                        int t1 = (int)(n0 + nc - b * tout < (size_t)tout ? n0 + nc - b * tout : (size_t)tout);
+                        int ts = tsplit < t0 ? t0 : tsplit > t1 ? t1 : tsplit;
+                        const float *sb = S[b]->x + cv->st + (size_t)ci * ctx;
+                        for (int t = t0; t < ts; t++)
+                            crow[j++] = sb[t * st + off];
+                        const float *xb = xs + b * tin;   /* step p of the padded input: xb[p - ctx] */
+                        if (st == 1) {
+                            if (t1 > ts)
+                                memcpy(crow + j, xb + (ts + off - ctx), (size_t)(t1 - ts) * sizeof *crow);
+                            j += (size_t)(t1 - ts);
+                        } else {
+                            for (int t = ts; t < t1; t++)
+                                crow[j++] = xb[t * st + off - ctx];
+                        }
+                    }
+                }
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)nc, (int)rows, 1.0f,
+                        cv->w, (int)rows, w->col, (int)nc, 1.0f, Y + n0, (int)N);
+        }
+    }
+    if (ctx > 0)   /* the new left context: the last ctx steps of state ++ X */
+        for (int b = 0; b < B; b++)
+            for (int ci = 0; ci < cin; ci++) {
+                float *sb = S[b]->x + cv->st + (size_t)ci * ctx;
+                const float *xb = X + (size_t)ci * Nin + (size_t)b * tin;
+                for (int j = 0; j < ctx; j++)
+                    sb[j] = tin + j >= ctx ? xb[tin + j - ctx] : sb[tin + j];
+            }
+}
+
+/* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
+ * overlap pending from the last frame; the new overlap (without bias) kept. */
+static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
+                       const float *X, float *Y)
+{
+    const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
+    const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
+    const size_t N = (size_t)B * tin, Nout = (size_t)B * tout;
+    for (int co = 0; co < cout; co++) {
+        float bv = cv->b ? cv->b[co] : 0.0f;
+        float *y = Y + (size_t)co * Nout;
+        for (size_t n = 0; n < Nout; n++)
+            y[n] = bv;
+    }
+    float *part = w->part;   /* [B][cout][ctx] */
+    memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
+    if (cv->grouped) {
+        for (int c = 0; c < cout; c++)
+            for (size_t n = 0; n < N; n++) {
+                size_t b = n / tin, t = n % tin;
+                float x = X[(size_t)c * N + n];
+                for (int kk = 0; kk < k; kk++) {
+                    int j = (int)t * st + kk;
+                    float v = cv->w[(size_t)c * k + kk] * x;
+                    if (j < tout)
+                        Y[(size_t)c * Nout + b * tout + j] += v;
+                    else
+                        part[(b * cout + c) * ctx + (size_t)(j - tout)] += v;
+                }
+            }
+    } else {
+        const size_t rows = (size_t)cout * k;
+        size_t chunk = w->col_floats / rows;
+        if (chunk < 1)
+            chunk = 1;
+        for (size_t n0 = 0; n0 < N; n0 += chunk) {
+            size_t nc = N - n0 < chunk ? N - n0 : chunk;
+            /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)nc, cin, 1.0f,
+                        cv->w, (int)rows, X + n0, (int)N, 0.0f, w->col, (int)nc);
+            /* overlap-add: column (b, t), row (co, kk) lands at output step
+             * t*stride + kk of session b, or past the frame in its overlap */
+            for (int co = 0; co < cout; co++)
+                for (int kk = 0; kk < k; kk++) {
+                    const float *z = w->col + ((size_t)co * k + kk) * nc;
+                    float *ybase = Y + (size_t)co * Nout;
+                    /* steps t < tlast land inside the frame */
+                    int tlast = kk >= tout ? 0 : (tout - kk + st - 1) / st;
+                    size_t j = 0;
+                    for (size_t b = n0 / tin; j < nc; b++) {
+                        int t0 = (int)((n0 + j) - b * tin);
+                        int t1 = (int)(n0 + nc - b * tin < (size_t)tin ? n0 + nc - b * tin : (size_t)tin);
+                        int ts = tlast < t0 ? t0 : tlast > t1 ? t1 : tlast;
+                        float *yb = ybase + b * tout + kk;
+                        for (int t = t0; t < ts; t++)
+                            yb[t * st] += z[j++];
+                        float *pb = part + (b * cout + co) * ctx;
+                        for (int t = ts; t < t1; t++)
+                            pb[t * st + kk - tout] += z[j++];
+                    }
+                }
+        }
+    }
+    for (int b = 0; b < B; b++)
+        for (int co = 0; co < cout; co++) {
+            float *sb = S[b]->x + cv->st + (size_t)co * ctx;
+            float *y = Y + (size_t)co * Nout + (size_t)b * tout;
+            const float *pb = part + ((size_t)b * cout + co) * ctx;
+            for (int j = 0; j < ctx; j++) {
+                y[j] += sb[j];
+                sb[j] = pb[j];
+            }
+        }
+}
+
+/* ---- transformer ---------------------------------------------------------- */
+
+static void layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
+{
+    for (size_t n = 0; n < N; n++) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < d; i++)
+            mean += x[(size_t)i * N + n];
+        mean /= d;
+        for (int i = 0; i < d; i++) {
+            double v = x[(size_t)i * N + n] - mean;
+            var += v * v;
+        }
+        var /= d;
+        float inv = (float)(1.0 / sqrt(var + 1e-5));
+        for (int i = 0; i < d; i++)
+            h[(size_t)i * N + n] = ((float)(x[(size_t)i * N + n] - mean) * inv) * g[i] + bias[i];
+    }
+}
+
+static void rope(float *q, int d, int hd, size_t N, size_t n, int64_t pos, double max_period)
+{
+    float scale = (float)(-log(max_period) * 2 / hd);
+    for (int i = 0; i < hd / 2; i++) {
+        float freq = expf((float)i * scale);
+        float a = freq * (float)pos;
+        float cr = cosf(a), si = sinf(a);
+        for (int h = 0; h < d / hd; h++) {
+            float *re = q + ((size_t)h * hd + 2 * i) * N + n, *im = re + N;
+            float r = *re, m = *im;
+            *re = r * cr - m * si;
+            *im = r * si + m * cr;
+        }
+    }
+}
+
+/* x [d][B*T] through the layers; pos[b] is session b's first position. */
+static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batch *w,
+                            mimi_state *const *S, int B, int T, int dec, float *x)
+{
+    const mimi_config *c = &m->c;
+    const int d = c->d_model, ff = c->dim_feedforward, H = c->num_heads, hd = d / H, cap = c->context;
+    const size_t N = (size_t)B * T;
+    const float isq = 1.0f / sqrtf((float)hd);
+    for (int li = 0; li < c->num_layers; li++) {
+        const mimi_tlayer *l = &L[li];
+        layer_norm(w->h, x, l->n1w, l->n1b, d, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 3 * d, (int)N, d, 1.0f, l->in_proj, d,
+                    w->h, (int)N, 0.0f, w->qkv, (int)N);
+        float *q = w->qkv, *k = w->qkv + (size_t)d * N, *v = w->qkv + (size_t)2 * d * N;
+        for (int b = 0; b < B; b++) {
+            int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
+            float *rk = S[b]->x + l->st_k, *rv = S[b]->x + l->st_v;
+            for (int t = 0; t < T; t++) {
+                size_t n = (size_t)b * T + t;
+                rope(q, d, hd, N, n, pos0 + t, c->max_period);
+                rope(k, d, hd, N, n, pos0 + t, c->max_period);
+                size_t slot = (size_t)((pos0 + t) % cap);
+                for (int i = 0; i < d; i++) {
+                    rk[slot * d + i] = k[(size_t)i * N + n];
+                    rv[slot * d + i] = v[(size_t)i * N + n];
+                }
+            }
+            /* ring slot j holds the newest position congruent to j, if written */
+            int64_t last = pos0 + T - 1, end = pos0 + T;
+            int64_t end_idx = last % cap;
+            for (int t = 0; t < T; t++) {
+                int64_t p = pos0 + t;
+                size_t n = (size_t)b * T + t;
+                for (int h = 0; h < H; h++) {
+                    float mx = -INFINITY;
+                    for (int j = 0; j < cap; j++) {
+                        int64_t dl = j - end_idx;
+                        int64_t pj = dl <= 0 ? last + dl : last + dl - cap;
+                        int ok = j < end && pj >= 0 && p - pj >= 0 && p - pj < cap;
+                        float s = -INFINITY;
+                        if (ok) {
+                            const float *kr = rk + (size_t)j * d + (size_t)h * hd;
+                            float acc = 0;
+                            for (int e = 0; e < hd; e++)
+                                acc += q[((size_t)h * hd + e) * N + n] * kr[e];
+                            s = acc * isq;
+                            if (s > mx)
+                                mx = s;
+                        }
+                        w->score[j] = s;
+                    }
+                    float den = 0;
+                    for (int j = 0; j < cap; j++) {
+                        float e = w->score[j] == -INFINITY ? 0.0f : expf(w->score[j] - mx);
+                        w->score[j] = e;
+                        den += e;
+                    }
+                    for (int e = 0; e < hd; e++)
+                        w->att[((size_t)h * hd + e) * N + n] = 0;
+                    for (int j = 0; j < cap; j++) {
+                        if (w->score[j] == 0)
+                            continue;
+                        float p_ = w->score[j] / den;
+                        const float *vr = rv + (size_t)j * d + (size_t)h * hd;
+                        for (int e = 0; e < hd; e++)
+                            w->att[((size_t)h * hd + e) * N + n] += p_ * vr[e];
+                    }
+                }
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, (int)N, d, 1.0f, l->out_proj, d,
+                    w->att, (int)N, 0.0f, w->h, (int)N);
+        for (int i = 0; i < d; i++) {
+            float s = l->ls1 ? l->ls1[i] : 1.0f;
+            for (size_t n = 0; n < N; n++)
+                x[(size_t)i * N + n] += s * w->h[(size_t)i * N + n];
+        }
+        layer_norm(w->h, x, l->n2w, l->n2b, d, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ff, (int)N, d, 1.0f, l->l1, d,
+                    w->h, (int)N, 0.0f, w->ff, (int)N);
+        for (size_t i = 0; i < (size_t)ff * N; i++) {
+            float z = w->ff[i];
+            w->ff[i] = 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, (int)N, ff, 1.0f, l->l2, ff,
+                    w->ff, (int)N, 0.0f, w->h, (int)N);
+        for (int i = 0; i < d; i++) {
+            float s = l->ls2 ? l->ls2[i] : 1.0f;
+            for (size_t n = 0; n < N; n++)
+                x[(size_t)i * N + n] += s * w->h[(size_t)i * N + n];
+        }
+    }
+    for (int b = 0; b < B; b++) {
+        if (dec)
+            S[b]->dec_pos += T;
+        else
+            S[b]->enc_pos += T;
+    }
+}
+
+/* ---- the codec ---------------------------------------------------------------- */
+
+static int check_call(const mimi_model *m, const mimi_batch *w, mimi_state *const *s, int B,
+                      const void *in, const void *out, char *err, size_t errlen)
+{
+    if (!m || !w || !s || !in || !out) {
+        mt_set_err(err, errlen, "mimi: NULL argument");
+        return -1;
+    }
+    if (B < 1 || B > w->max_batch) {
+        mt_set_err(err, errlen, "mimi: batch of %d sessions (workspace holds 1..%d)", B, w->max_batch);
+        return -1;
+    }
+    for (int b = 0; b < B; b++)
+        if (!s[b]) {
+            mt_set_err(err, errlen, "mimi: session %d has no state", b);
+            return -1;
+        }
+    return 0;
+}
+
+int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
+                const float *pcm, int32_t *codes, char *err, size_t errlen)
+{
+    if (check_call(m, w, S, B, pcm, codes, err, errlen) != 0)
+        return -1;
+    const mimi_config *c = &m->c;
+    double t0 = now_s(w);
+    float **A = w->act;
+    int cur = 0;
+    int ci = 0;
+    conv_fwd(&m->enc[ci++], w, S, B, pcm, A[0]);
+    for (int r = c->n_ratios - 1; r >= 0; r--) {
+        for (int j = 0; j < c->n_residual_layers; j++) {
+            const mimi_conv *c1 = &m->enc[ci++], *c2 = &m->enc[ci++];
+            elu(A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin);
+            conv_fwd(c1, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
+            elu(A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout);
+            conv_fwd(c2, w, S, B, A[(cur + 2) % 4], A[(cur + 3) % 4]);
+            add_into(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout);
+        }
+        const mimi_conv *dn = &m->enc[ci++];
+        elu(A[(cur + 1) % 4], A[cur], (size_t)dn->cin * B * dn->tin);
+        conv_fwd(dn, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
+        cur = (cur + 2) % 4;
+    }
+    const mimi_conv *last = &m->enc[ci++];
+    elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
+    conv_fwd(last, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
+    cur = (cur + 2) % 4;
+    double t1 = now_s(w);
+    transformer_fwd(m, m->etr, w, S, B, m->enc_steps, 0, A[cur]);
+    double t2 = now_s(w);
+    float *lat = A[(cur + 1) % 4];   /* [dim][B] */
+    conv_fwd(&m->down, w, S, B, A[cur], lat);
+    for (int b = 0; b < B; b++)
+        S[b]->down_first = 0;
+    double t3 = now_s(w);
+
+    const int qd = c->q_dimension, nq = c->n_q_used;
+    const mimi_rvq *qs[2] = { &m->first, &m->rest };
+    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
+    int code0 = 0;
+    for (int r = 0; r < 2; r++) {
+        if (nqs[r] == 0)
+            continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qd, B, c->dimension, 1.0f,
+                    qs[r]->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
+        for (int i = 0; i < nqs[r]; i++) {
+            const float *cb = qs[r]->cb[i], *n2 = qs[r]->norm2[i];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->bins, B, qd, 1.0f, cb, qd,
+                        w->r, B, 0.0f, w->sc, B);
+            for (int b = 0; b < B; b++) {
+                int best = 0;
+                float bd = INFINITY;
+                for (int e = 0; e < c->bins; e++) {
+                    float dist = n2[e] - 2.0f * w->sc[(size_t)e * B + b];
+                    if (dist < bd) {
+                        bd = dist;
+                        best = e;
+                    }
+                }
+                codes[(size_t)b * nq + code0 + i] = best;
+                for (int e = 0; e < qd; e++)
+                    w->r[(size_t)e * B + b] -= cb[(size_t)best * qd + e];
+            }
+        }
+        code0 += nqs[r];
+    }
+    double t4 = now_s(w);
+    for (int b = 0; b < B; b++)
+        S[b]->enc_frames++;
+    w->stage_s[MIMI_ST_SEANET] = t1 - t0;
+    w->stage_s[MIMI_ST_TRANSFORMER] = t2 - t1;
+    w->stage_s[MIMI_ST_RESAMPLE] = t3 - t2;
+    w->stage_s[MIMI_ST_RVQ] = t4 - t3;
+    return 0;
+}
+
+int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
+                const int32_t *codes, float *pcm, char *err, size_t errlen)
+{
+    if (check_call(m, w, S, B, codes, pcm, err, errlen) != 0)
+        return -1;
+    const mimi_config *c = &m->c;
+    const int qd = c->q_dimension, nq = c->n_q_used;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < nq; i++) {
+            int32_t v = codes[(size_t)b * nq + i];
+            if (v < 0 || v >= c->bins) {
+                mt_set_err(err, errlen, "mimi: session %d codebook %d: code %d outside 0..%d", b, i,
+                           (int)v, c->bins - 1);
+                return -1;
+            }
+        }
+    double t0 = now_s(w);
+    float **A = w->act;
+    float *lat = A[0];   /* [dim][B] */
+    const mimi_rvq *qs[2] = { &m->first, &m->rest };
+    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
+    int code0 = 0;
+    for (int r = 0; r < 2; r++) {
+        if (nqs[r] == 0)
+            continue;
+        memset(w->sum2, 0, (size_t)qd * B * sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < nqs[r]; i++) {
+                const float *cv = qs[r]->cb[i] + (size_t)codes[(size_t)b * nq + code0 + i] * qd;
+                for (int e = 0; e < qd; e++)
+                    w->sum2[(size_t)e * B + b] += cv[e];
+            }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->dimension, B, qd, 1.0f,
+                    qs[r]->out_proj, qd, w->sum2, B, r ? 1.0f : 0.0f, lat, B);
+        code0 += nqs[r];
+    }
+    double t1 = now_s(w);
+    convtr_fwd(&m->up, w, S, B, lat, A[1]);
+    double t2 = now_s(w);
+    transformer_fwd(m, m->dtr, w, S, B, m->enc_steps, 1, A[1]);
+    double t3 = now_s(w);
+    int cur = 1, ci = 0;
+    conv_fwd(&m->dec[ci++], w, S, B, A[cur], A[(cur + 1) % 4]);
+    cur = (cur + 1) % 4;
+    for (int r = 0; r < c->n_ratios; r++) {
+        const mimi_conv *up = &m->dec[ci++];
+        elu(A[(cur + 1) % 4], A[cur], (size_t)up->cin * B * up->tin);
+        convtr_fwd(up, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
+        cur = (cur + 2) % 4;
+        for (int j = 0; j < c->n_residual_layers; j++) {
+            const mimi_conv *c1 = &m->dec[ci++], *c2 = &m->dec[ci++];
+            elu(A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin);
+            conv_fwd(c1, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
+            elu(A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout);
+            conv_fwd(c2, w, S, B, A[(cur + 2) % 4], A[(cur + 3) % 4]);
+            add_into(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout);
+        }
+    }
+    const mimi_conv *last = &m->dec[ci++];
+    elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
+    conv_fwd(last, w, S, B, A[(cur + 1) % 4], pcm);   /* [1][B*frame] = [B][frame] */
+    double t4 = now_s(w);
+    for (int b = 0; b < B; b++)
+        S[b]->dec_frames++;
+    w->stage_s[MIMI_ST_RVQ] = t1 - t0;
+    w->stage_s[MIMI_ST_RESAMPLE] = t2 - t1;
+    w->stage_s[MIMI_ST_TRANSFORMER] = t3 - t2;
+    w->stage_s[MIMI_ST_SEANET] = t4 - t3;
+    return 0;
+}
+
+/* ---- cost -------------------------------------------------------------------- */
+
+static double conv_flops(const mimi_conv *cv)
+{
+    if (cv->grouped)
+        return 2.0 * cv->cin * cv->k * cv->tin;
+    if (cv->tr)
+        return 2.0 * cv->cin * cv->cout * cv->k * cv->tin;
+    return 2.0 * cv->cout * cv->cin * cv->k * cv->tout;
+}
+
+void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES])
+{
+    const mimi_config *c = &m->c;
+    for (int i = 0; i < MIMI_NSTAGES; i++)
+        out[i] = 0;
+    const mimi_conv *cv = dir ? m->dec : m->enc;
+    int n = dir ? m->n_dec : m->n_enc;
+    for (int i = 0; i < n; i++)
+        out[MIMI_ST_SEANET] += conv_flops(&cv[i]);
+    double d = c->d_model, T = m->enc_steps;
+    /* projections and MLP, then attention over a full ring */
+    out[MIMI_ST_TRANSFORMER] = c->num_layers * T *
+        (2.0 * (4 * d * d + 2 * d * c->dim_feedforward) + 4.0 * c->context * d);
+    out[MIMI_ST_RESAMPLE] = conv_flops(dir ? &m->up : &m->down);
+    double qd = c->q_dimension;
+    out[MIMI_ST_RVQ] = dir ? 2.0 * 2 * qd * c->dimension
+                           : 2.0 * 2 * qd * c->dimension + 2.0 * c->n_q_used * c->bins * qd;
+}
+
+double mimi_encode_flops(const mimi_model *m)
+{
+    double s[MIMI_NSTAGES], t = 0;
+    mimi_stage_flops(m, 0, s);
+    for (int i = 0; i < MIMI_NSTAGES; i++)
+        t += s[i];
+    return t;
+}
+
+double mimi_decode_flops(const mimi_model *m)
+{
+    double s[MIMI_NSTAGES], t = 0;
+    mimi_stage_flops(m, 1, s);
+    for (int i = 0; i < MIMI_NSTAGES; i++)
+        t += s[i];
+    return t;
+}

@@ -1,0 +1,34 @@
+/* depformer.h: Kyutai's depth transformer (the depformer), batched over
+ * the rows of a tick, fp32 on the CPU.
+ *
+ * Per frame and row, dep_q sequential steps k = 0 .. dep_q-1, each with
+ * its own weights (weights_per_step):
+ *   x   = depformer_in[k] . h  +  (k == 0 ? depformer_text_emb[text]
+ *                                          : depformer_emb[k-1][prev audio])
+ *   for each layer (norms shared across steps, projections per step):
+ *     x += out_proj[k] . attention(in_proj[k] . rmsnorm(x) * norm1)
+ *          over this frame's positions 0..k (causal, no positions)
+ *     x += linear_out[k] . (SiLU(a) * b), [a | b] = linear_in[k] . rmsnorm(x) * norm2
+ *   logits = linears[k] . x                       (no final norm)
+ * The K/V of a frame's dep_q positions is the row's per-frame cache,
+ * started again at every frame. A token of -1 embeds to zero. */
+#ifndef MT_DEPFORMER_H
+#define MT_DEPFORMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "model/kyutai_lm.h"
+
+typedef struct mt_depformer mt_depformer;
+
+int  mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
+                         char *err, size_t errlen);
+void mt_depformer_free(mt_depformer *df);
+/* Starts a frame for B rows: h [B, dim] is the temporal output after
+ * out_norm (read until the frame's last step). */
+void mt_depformer_begin(mt_depformer *df, int B, const float *h);
+/* Step k (in order 0 .. dep_q-1) of the frame: prev [B] is the text token
+ * at k = 0, else the audio token of step k-1; logits [B, card]. */
+void mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits);
+
+#endif

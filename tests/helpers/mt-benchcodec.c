@@ -1,0 +1,224 @@
+/* mt-benchcodec.c: times the Mimi codec (src/codec/) per session-frame at
+ * several batch sizes, beside this machine's sgemm measured in the same
+ * run with the same thread count, for bench/bench_codec.sh.
+ *
+ *   mt-benchcodec [-c SPEC] [--batches 1,8,32,64] [--frames F] [--threads T]
+ *
+ * For each batch B: B sessions, one warm-up frame, then F frames of
+ * encode and decode; the best frame's time (the machine is shared, so the
+ * minimum is the figure least disturbed by others). The sgemm figure is
+ * measured again before each batch's timing and the best so far is the
+ * denominator (a disturbed sgemm would flatter the codec). Prints logfmt
+ * lines:
+ *   machine threads= sgemm_gflops= (the first measurement)
+ *   codec B= enc_ms= dec_ms= (per session-frame) enc_gflops= dec_gflops=
+ *         gflops= (both directions) sgemm_gflops= (best so far)
+ *         frac_sgemm= (gflops / sgemm_gflops) and per stage
+ *         enc_seanet= enc_transformer= enc_resample= enc_rvq= (GFLOP/s)
+ *         and dec_* alike (wall; with one thread they are on the
+ *         codec_cpu line, GFLOP/s / ms per session-frame of CPU time)
+ *   realtime sessions= (80 ms per frame over the best per-session time,
+ *         on these threads)
+ * With one thread, codec_cpu and realtime_cpu lines give the same from
+ * this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), codec and sgemm
+ * alike: the work itself, whatever else the shared machine runs.
+ * Exit status 0, 1 on error, 2 on usage. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codec/mimi.h"
+
+extern void openblas_set_num_threads(int);
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* this thread's CPU time: on one BLAS thread, the work done whatever else
+ * the shared machine runs meanwhile */
+static double cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double sgemm_cpu_best;
+
+/* the best of a few 1024^3 sgemms: the machine's figure on T threads */
+static double sgemm_gflops(void)
+{
+    const int n = 1024;
+    float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
+    if (!a || !b || !c)
+        return 0;
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+    }
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now(), c0 = cpu();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double g = 2.0 * n * n * n / (now() - t0) / 1e9, gc = 2.0 * n * n * n / (cpu() - c0) / 1e9;
+        if (g > best)
+            best = g;
+        if (gc > sgemm_cpu_best)
+            sgemm_cpu_best = gc;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    const char *spec = "synthetic:mimi", *batches = "1,8,32,64";
+    int frames = 3, threads = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-c") && i + 1 < argc) spec = argv[++i];
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = argv[++i];
+        else if (!strcmp(argv[i], "--frames") && i + 1 < argc) frames = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T]\n");
+            return 2;
+        }
+    }
+    if (frames < 1 || threads < 1 || threads > 256) {
+        fprintf(stderr, "mt-benchcodec: --frames and --threads must be positive\n");
+        return 2;
+    }
+    openblas_set_num_threads(threads);
+    char err[512];
+    mimi_model *m;
+    if (mimi_load(spec, NULL, 0, &m, err, sizeof err) != 0) {
+        fprintf(stderr, "mt-benchcodec: %s\n", err);
+        return 1;
+    }
+    const mimi_config *c = mimi_model_config(m);
+    const int fs = mimi_frame_size(c), nq = c->n_q_used;
+    double peak = sgemm_gflops();
+    double fe[MIMI_NSTAGES], fd[MIMI_NSTAGES];
+    mimi_stage_flops(m, 0, fe);
+    mimi_stage_flops(m, 1, fd);
+    printf("machine threads=%d sgemm_gflops=%.1f\n", threads, peak);
+    printf("codec spec=%s params=%zu state_bytes=%zu enc_gflop=%.3f dec_gflop=%.3f codebooks=%d\n", spec,
+           mimi_param_count(m), mimi_state_bytes(m), mimi_encode_flops(m) / 1e9, mimi_decode_flops(m) / 1e9, nq);
+    double best_pair = 1e30, best_cpu = 1e30;
+    int best_cb = 0;
+    int best_b = 0;
+    const char *p = batches;
+    while (*p) {
+        int B = atoi(p);
+        if (B < 1 || B > 1024) {
+            fprintf(stderr, "mt-benchcodec: bad batch in '%s'\n", batches);
+            return 2;
+        }
+        mimi_state **s = calloc((size_t)B, sizeof *s);
+        mimi_batch *w = mimi_batch_new(m, B, err, sizeof err);
+        float *pcm = malloc((size_t)B * fs * 4), *out = malloc((size_t)B * fs * 4);
+        int32_t *codes = malloc((size_t)B * nq * 4);
+        if (!s || !w || !pcm || !out || !codes) {
+            fprintf(stderr, "mt-benchcodec: B=%d: %s\n", B, w ? "out of memory" : err);
+            return 1;
+        }
+        for (int b = 0; b < B; b++)
+            if (!(s[b] = mimi_state_new(m, err, sizeof err))) {
+                fprintf(stderr, "mt-benchcodec: %s\n", err);
+                return 1;
+            }
+        if (threads == 1)
+            mimi_batch_time_cpu(w, 1);
+        double g_here = sgemm_gflops();   /* beside this batch's timing */
+        if (g_here > peak)
+            peak = g_here;
+        double ce = 1e30, cd = 1e30;   /* CPU seconds of the best frame */
+        double be = 1e30, bd = 1e30, se[MIMI_NSTAGES] = {0}, sd[MIMI_NSTAGES] = {0};
+        for (int f = 0; f <= frames; f++) {
+            for (size_t i = 0; i < (size_t)B * fs; i++)
+                pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
+            double c0 = cpu(), t0 = now();
+            if (mimi_encode(m, w, s, B, pcm, codes, err, sizeof err) != 0) {
+                fprintf(stderr, "mt-benchcodec: %s\n", err);
+                return 1;
+            }
+            double t1 = now(), c1 = cpu();
+            if (f > 0 && c1 - c0 < ce)
+                ce = c1 - c0;
+            double st[MIMI_NSTAGES];
+            mimi_batch_stage_seconds(w, st);
+            if (f > 0 && t1 - t0 < be) {
+                be = t1 - t0;
+                memcpy(se, st, sizeof st);
+            }
+            if (mimi_decode(m, w, s, B, codes, out, err, sizeof err) != 0) {
+                fprintf(stderr, "mt-benchcodec: %s\n", err);
+                return 1;
+            }
+            double t2 = now(), c2 = cpu();
+            if (f > 0 && c2 - c1 < cd)
+                cd = c2 - c1;
+            mimi_batch_stage_seconds(w, st);
+            if (f > 0 && t2 - t1 < bd) {
+                bd = t2 - t1;
+                memcpy(sd, st, sizeof st);
+            }
+        }
+        double ge = mimi_encode_flops(m) * B / be / 1e9, gd = mimi_decode_flops(m) * B / bd / 1e9;
+        double gall = (mimi_encode_flops(m) + mimi_decode_flops(m)) * B / (be + bd) / 1e9;
+        printf("codec B=%d enc_ms=%.2f dec_ms=%.2f enc_gflops=%.1f dec_gflops=%.1f gflops=%.1f sgemm_gflops=%.1f "
+               "frac_sgemm=%.2f", B, be * 1e3 / B, bd * 1e3 / B, ge, gd, gall, peak, gall / peak);
+        static const char *names[MIMI_NSTAGES] = { "seanet", "transformer", "resample", "rvq" };
+        for (int i = 0; threads > 1 && i < MIMI_NSTAGES; i++)
+            printf(" enc_%s=%.1f", names[i], se[i] > 0 ? fe[i] * B / se[i] / 1e9 : 0);
+        for (int i = 0; threads > 1 && i < MIMI_NSTAGES; i++)
+            printf(" dec_%s=%.1f", names[i], sd[i] > 0 ? fd[i] * B / sd[i] / 1e9 : 0);
+        printf("\n");
+        if (threads == 1) {
+            double gc = (mimi_encode_flops(m) + mimi_decode_flops(m)) * B / (ce + cd) / 1e9;
+            printf("codec_cpu B=%d enc_ms=%.2f dec_ms=%.2f gflops=%.1f sgemm_gflops=%.1f frac_sgemm=%.2f", B,
+                   ce * 1e3 / B, cd * 1e3 / B, gc, sgemm_cpu_best, gc / sgemm_cpu_best);
+            for (int i = 0; i < MIMI_NSTAGES; i++)
+                printf(" enc_%s=%.1f/%.2fms", names[i], se[i] > 0 ? fe[i] * B / se[i] / 1e9 : 0, se[i] * 1e3 / B);
+            for (int i = 0; i < MIMI_NSTAGES; i++)
+                printf(" dec_%s=%.1f/%.2fms", names[i], sd[i] > 0 ? fd[i] * B / sd[i] / 1e9 : 0, sd[i] * 1e3 / B);
+            printf("\n");
+            if ((ce + cd) / B < best_cpu) {
+                best_cpu = (ce + cd) / B;
+                best_cb = B;
+            }
+        }
+        fflush(stdout);
+        if ((be + bd) / B < best_pair) {
+            best_pair = (be + bd) / B;
+            best_b = B;
+        }
+        for (int b = 0; b < B; b++)
+            mimi_state_free(s[b]);
+        free(s);
+        mimi_batch_free(w);
+        free(pcm);
+        free(out);
+        free(codes);
+        while (*p && *p != ',')
+            p++;
+        if (*p == ',')
+            p++;
+    }
+    double frame_s = (double)fs / c->sample_rate;
+    printf("realtime sessions=%d at_batch=%d per_session_frame_ms=%.2f threads=%d\n", (int)(frame_s / best_pair),
+           best_b, best_pair * 1e3, threads);
+    if (threads == 1)
+        printf("realtime_cpu sessions=%d at_batch=%d per_session_frame_ms=%.2f (one core's CPU time)\n",
+               (int)(frame_s / best_cpu), best_cb, best_cpu * 1e3);
+    mimi_free(m);
+    return 0;
+}

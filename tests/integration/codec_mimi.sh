@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# codec_mimi.sh: `mt-probe codec` (Kyutai's Mimi on a file): real speech
+# (espeak-ng) through synthetic:mimi and back, every frame accounted for
+# (frames in = frames out, samples out = samples in); encode then decode
+# equal to the round trip; a last partial frame padded and said; hostile
+# codes files and contradictory options refused with a clear message.
+. "$(dirname "$0")/lib.sh"
+t_need mt-probe
+P=$MT_BIN/mt-probe
+
+# 1. speech through the published shape (synthetic weights)
+if command -v espeak-ng >/dev/null; then
+    espeak-ng -w "$T_TMP/hello.wav" "Hello there." 2>/dev/null
+    out=$("$P" codec -c synthetic:mimi "$T_TMP/hello.wav" "$T_TMP/back.raw" 2>"$T_TMP/err")
+    t_check "speech round trip through synthetic:mimi: exit 0" [ $? = 0 ]
+    t_diag "$out"
+    val() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$out"; }
+    fin=$(val frames_in); fout=$(val frames_out); sin=$(val samples_in); sout=$(val samples_out)
+    [ -n "$fin" ] && [ "$fin" = "$fout" ] && [ "$fin" -gt 5 ]
+    t_ok $? "speech: frames in ($fin) = frames out ($fout), more than 5"
+    t_check "speech: every frame accounted for (frames = ceil(samples / 1920))" \
+        [ "$fin" = $(( (sin + 1919) / 1920 )) ]
+    t_check "speech: samples out ($sout) = samples in ($sin)" [ "$sout" = "$sin" ]
+    t_check "speech: the output file holds them (16-bit raw)" [ "$(stat -c %s "$T_TMP/back.raw")" = $((2 * sin)) ]
+else
+    t_skip "espeak-ng not installed"
+fi
+
+# 2. the tiny shape: a 3.05-frame input, encode + decode = round trip
+python3 - "$T_TMP/in.wav" <<'PY'
+import math, struct, sys, wave
+n = 1920 * 3 + 100
+w = wave.open(sys.argv[1], "wb"); w.setnchannels(1); w.setsampwidth(2); w.setframerate(24000)
+w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(i * 0.03) * math.sin(i * 0.0007))) for i in range(n)))
+w.close()
+PY
+C=synthetic:mimi-tiny
+out=$("$P" codec -c $C "$T_TMP/in.wav" "$T_TMP/rt.raw")
+t_check "tiny round trip: exit 0" [ $? = 0 ]
+t_check "partial last frame padded and said: frames_in=4 padded=1820" grep -q "frames_in=4 frames_out=4 samples_in=5860 samples_out=5860 padded=1820" <<<"$out"
+"$P" codec -c $C --encode "$T_TMP/in.wav" "$T_TMP/codes.txt" >/dev/null
+t_check "encode: exit 0" [ $? = 0 ]
+t_check "codes file: a header and one line per frame" [ "$(grep -vc '^#' "$T_TMP/codes.txt")" = 4 ]
+t_check "codes file: 4 codes a line (the tiny codec's codebooks)" [ "$(awk '!/^#/ {print NF}' "$T_TMP/codes.txt" | sort -u)" = 4 ]
+"$P" codec -c $C --decode "$T_TMP/codes.txt" "$T_TMP/dec.raw" >/dev/null
+t_check "decode: exit 0" [ $? = 0 ]
+t_check "encode then decode = the round trip, byte for byte" cmp -s "$T_TMP/rt.raw" "$T_TMP/dec.raw"
+"$P" codec -c $C -n 2 --encode "$T_TMP/in.wav" "$T_TMP/c2.txt" >/dev/null
+t_check "-n 2: two codes a line, the first two of the four" \
+    [ "$(awk '!/^#/ {print $1, $2}' "$T_TMP/codes.txt")" = "$(awk '!/^#/ {print $1, $2}' "$T_TMP/c2.txt")" ]
+
+# 3. hostile codes files: clear errors, exit 1
+bad() {   # bad NAME CONTENT PATTERN
+    printf "$2" >"$T_TMP/bad.txt"
+    "$P" codec -c $C --decode "$T_TMP/bad.txt" "$T_TMP/bad.raw" >"$T_TMP/out" 2>"$T_TMP/err"
+    local rc=$?
+    [ $rc = 1 ] && grep -q -- "$3" "$T_TMP/err"
+    t_ok $? "$1: exit 1 with '$3'"
+}
+bad "code out of range" '1 2 3 32\n' 'bad.txt:1: code 32 outside 0..31'
+bad "negative code" '1 -2 3 4\n' 'outside 0..31'
+bad "a short line" '1 2 3 4\n1 2 3\n' 'bad.txt:2: 3 codes, expected 4'
+bad "not a number" '1 2 x 4\n' 'not an integer code'
+bad "no frames" '# mimi codes codebooks=4\n' 'no frames of codes'
+bad "too many codebooks for the codec" '1 2 3 4 5\n' 'codebooks: 5 is outside 1..4'
+head -c 3000 /dev/urandom >"$T_TMP/bad.txt"
+"$P" codec -c $C --decode "$T_TMP/bad.txt" "$T_TMP/bad.raw" >/dev/null 2>"$T_TMP/err"
+[ $? = 1 ] && [ "$(wc -l <"$T_TMP/err")" = 1 ]
+t_ok $? "random bytes as codes: exit 1, one message"
+t_check "nothing written after a refusal" [ ! -e "$T_TMP/bad.raw" ]
+
+# 3b. the codec's share in mt-probe predict
+out=$("$P" predict -m synthetic:small --kv-mem 64M --duration 10s --codec synthetic:mimi 2>&1)
+t_check "predict --codec: the codec's state per session (16480832 bytes)" grep -q "codec per-session state.*(16480832)" <<<"$out"
+t_check "predict --codec: at the bounded capacity of 7" grep -q "codec at bounded capacity.*for 7 sessions" <<<"$out"
+"$P" predict -m synthetic:small --kv-mem 64M --codec "$T_TMP/none" >"$T_TMP/out" 2>"$T_TMP/err"
+[ $? = 1 ] && [ ! -s "$T_TMP/out" ] && grep -q -- "--codec" "$T_TMP/err"
+t_ok $? "predict --codec with no such codec: exit 1 before any output"
+
+# 4. usage
+"$P" codec -c $C --encode --decode a b >/dev/null 2>&1
+t_check "--encode with --decode: exit 2" [ $? = 2 ]
+"$P" codec "$T_TMP/in.wav" "$T_TMP/x.raw" >/dev/null 2>&1
+t_check "no -c: exit 2" [ $? = 2 ]
+"$P" codec -c synthetic:nope "$T_TMP/in.wav" "$T_TMP/x.raw" >/dev/null 2>"$T_TMP/err"
+[ $? = 1 ] && grep -q "synthetic:nope" "$T_TMP/err"
+t_ok $? "unknown synthetic codec: exit 1, named"
+t_done

@@ -1,0 +1,434 @@
+/* test_mimi.c: the Mimi codec against Kyutai's own PyTorch code, then
+ * batch against single sessions, the loader's refusals, and bad calls.
+ *
+ * The fixtures (made by tests/fixtures/gen/mimi_gen.py) are tiny random
+ * Mimis with the real ratios 8,6,5,4 at 24 kHz, run by Kyutai's streaming
+ * path frame by frame: tests/fixtures/mimi (16 frames, rings of 6 steps,
+ * 4 codebooks, plus a BF16 copy of the weights) and tests/fixtures/mimi-b
+ * (12 frames, two residual layers per stage, the second dilated, rings of
+ * 5, 3 of 5 codebooks used). Both rings wrap several times.
+ *
+ * Tolerance for the decoded PCM. Each fixture holds Kyutai's streaming
+ * output computed in float64, and info.json the largest difference of
+ * their float32 run from it. Their float32 run and ours are the same
+ * function evaluated with float32 rounding in different orders of
+ * summation, so each differs from the float64 result by accumulated
+ * rounding of the same size (sums of n products carry about sqrt(n) eps32
+ * |w||x| each, compounded through the same 30-odd layers). We require our
+ * error against float64 to be within 8x theirs: 2.1e-3 on outputs up to
+ * 507 (mimi), 0.11 on outputs up to 11755 (mimi-b), i.e. about 4e-6 and
+ * 9e-6 of the peak; a wrong tap, bias, ring slot or rotary position moves
+ * outputs by orders of magnitude more (see the report of issue 35 for the
+ * faults planted). The codes must be identical: every code's nearest
+ * centroid wins by at least 3.8e-4 (mimi) and 1.2e-2 (mimi-b) of its
+ * distance (info.json: min_code_margin), far above the relative error of
+ * the latent (4e-7). */
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/mimi.h"
+#include "codec/mimi_impl.h"
+#include "model/safetensors.h"
+#include "tap.h"
+
+static char root[2048];
+static const char *fixture = "mimi";   /* tests/fixtures/NAME */
+static int NF = 16;                    /* its frames */
+
+static void *slurp(const char *rel, size_t *len)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/tests/fixtures/%s/%s", root, fixture, rel);
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc((size_t)n + 1);
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        free(b);
+        return NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static double json_num(const char *txt, const char *key)
+{
+    const char *p = strstr(txt, key);
+    if (!p)
+        return NAN;
+    p = strchr(p, ':');
+    return p ? strtod(p + 1, NULL) : NAN;
+}
+
+/* Runs the fixture's 16 frames through one session; codes [NF][nq]. */
+static int run_single(const mimi_model *m, const float *pcm, int32_t *codes, float *out)
+{
+    char err[256];
+    const mimi_config *c = mimi_model_config(m);
+    int fs = mimi_frame_size(c), nq = c->n_q_used;
+    mimi_state *es = mimi_state_new(m, err, sizeof err), *ds = mimi_state_new(m, err, sizeof err);
+    mimi_batch *w = mimi_batch_new(m, 1, err, sizeof err);
+    int rc = es && ds && w ? 0 : -1;
+    for (int f = 0; f < NF && rc == 0; f++) {
+        rc = mimi_encode(m, w, &es, 1, pcm + (size_t)f * fs, codes + f * nq, err, sizeof err);
+        if (rc == 0)
+            rc = mimi_decode(m, w, &ds, 1, codes + f * nq, out + (size_t)f * fs, err, sizeof err);
+    }
+    if (rc)
+        tap_diag("run: %s", err);
+    mimi_state_free(es);
+    mimi_state_free(ds);
+    mimi_batch_free(w);
+    return rc;
+}
+
+/* full: also batch against single sessions, bad calls, the BF16 copy */
+static void test_fixture(const char *name, int full)
+{
+    size_t ln, li, lc, l64, linfo;
+    char err[512];
+    fixture = name;
+    tap_diag("fixture tests/fixtures/%s", name);
+    void *st = slurp("model.safetensors", &ln);
+    float *pcm = slurp("input.f32", &li);
+    int32_t *ref = slurp("codes.i32", &lc);
+    float *dec64 = slurp("decoded-ref.f32", &l64);
+    char *info = slurp("info.json", &linfo);
+    if (!tap_ok(st && pcm && ref && dec64 && info, "%s: fixtures read", name)) {
+        free(st); free(pcm); free(ref); free(dec64); free(info);
+        return;
+    }
+    info[linfo - 1] = 0;
+    NF = (int)json_num(info, "\"frames\"");
+    mimi_model *m = NULL;
+    int rc = mimi_load_mem(st, ln, "model.safetensors", NULL, &m, err, sizeof err);
+    if (rc == 0)
+        rc = mimi_set_codebooks(m, (int)json_num(info, "\"n_q_used\""), err, sizeof err);
+    if (!tap_ok(rc == 0, "%s: checkpoint loads with its metadata config%s%s", name, rc ? ": " : "", rc ? err : "")) {
+        mimi_free(m);
+        free(st); free(pcm); free(ref); free(dec64); free(info);
+        return;
+    }
+    const mimi_config *c = mimi_model_config(m);
+    int fs = mimi_frame_size(c), nq = c->n_q_used;
+    tap_ok(fs == 1920 && mimi_downsample_stride(c) == 2 && nq == (int)json_num(info, "\"n_q_used\""),
+           "%s: frame %d, %d of %d codebooks, context %d, %d residual layer(s)", name, fs, nq, c->n_q,
+           c->context, c->n_residual_layers);
+    tap_ok(li == (size_t)NF * fs * 4 && lc == (size_t)NF * nq * 4 && l64 == (size_t)NF * fs * 4,
+           "%s: fixture sizes", name);
+
+    int32_t *codes = calloc((size_t)NF * nq, 4);
+    float *out = calloc((size_t)NF * fs, 4);
+    rc = run_single(m, pcm, codes, out);
+    int same = 0, first_bad = -1;
+    for (int i = 0; i < NF * nq; i++) {
+        if (codes[i] == ref[i])
+            same++;
+        else if (first_bad < 0)
+            first_bad = i;
+    }
+    tap_ok(rc == 0 && same == NF * nq, "%s: codes identical to Kyutai's streaming encode: %d/%d (first differing %d)",
+           name, same, NF * nq, first_bad);
+
+    double t32 = json_num(info, "\"torch_f32_vs_f64_max_abs\""), tol = 8 * t32;
+    double e64 = 0, peak = 0;
+    for (size_t i = 0; i < (size_t)NF * fs; i++) {
+        double d = fabs(out[i] - dec64[i]);
+        if (d > e64) e64 = d;
+        if (fabs(dec64[i]) > peak) peak = fabs(dec64[i]);
+    }
+    tap_diag("%s decoded: peak %.1f, ours vs float64 %.3g, torch float32 vs float64 %.3g, tolerance %.3g", name,
+             peak, e64, t32, tol);
+    tap_ok(isfinite(tol) && e64 <= tol, "%s: decoded PCM within 8x torch-f32's error of float64 (%.3g <= %.3g)",
+           name, e64, tol);
+    if (!full)
+        goto done;
+
+    /* batch: three sessions with different inputs, one call per frame,
+     * equal to each session run alone */
+    {
+        enum { B = 3 };
+        mimi_state *es[B], *ds[B];
+        mimi_batch *w = mimi_batch_new(m, B, err, sizeof err);
+        float *in = malloc((size_t)B * fs * 4), *o = malloc((size_t)B * fs * 4);
+        float *alone[B];
+        int32_t *ac[B], *bc = malloc((size_t)B * nq * 4);
+        float *pin[B];
+        int ok = w && in && o && bc;
+        for (int b = 0; b < B; b++) {
+            es[b] = mimi_state_new(m, err, sizeof err);
+            ds[b] = mimi_state_new(m, err, sizeof err);
+            pin[b] = malloc((size_t)NF * fs * 4);
+            alone[b] = malloc((size_t)NF * fs * 4);
+            ac[b] = malloc((size_t)NF * nq * 4);
+            ok = ok && es[b] && ds[b] && pin[b] && alone[b] && ac[b];
+        }
+        for (int b = 0; ok && b < B; b++) {
+            for (int i = 0; i < NF * fs; i++)   /* session b: the input, shifted and scaled */
+                pin[b][i] = pcm[(i + b * 777) % (NF * fs)] * (1.0f - 0.2f * b);
+            ok = run_single(m, pin[b], ac[b], alone[b]) == 0;
+        }
+        int cd = 0;
+        double md = 0;
+        for (int f = 0; ok && f < NF; f++) {
+            for (int b = 0; b < B; b++)
+                memcpy(in + (size_t)b * fs, pin[b] + (size_t)f * fs, (size_t)fs * 4);
+            ok = mimi_encode(m, w, es, B, in, bc, err, sizeof err) == 0 &&
+                 mimi_decode(m, w, ds, B, bc, o, err, sizeof err) == 0;
+            for (int b = 0; ok && b < B; b++) {
+                for (int i = 0; i < nq; i++)
+                    cd += bc[b * nq + i] != ac[b][f * nq + i];
+                for (int i = 0; i < fs; i++) {
+                    double d = fabs(o[(size_t)b * fs + i] - alone[b][(size_t)f * fs + i]);
+                    if (d > md) md = d;
+                }
+            }
+        }
+        tap_ok(ok && cd == 0, "batch of %d: codes equal to each session alone (%d differ)", B, cd);
+        tap_ok(ok && md <= 1e-5 * peak, "batch of %d: PCM equal to each session alone (max diff %.3g)", B, md);
+        for (int b = 0; b < B; b++) {
+            tap_ok(mimi_state_frames_encoded(es[b]) == NF && mimi_state_frames_decoded(ds[b]) == NF,
+                   "session %d counted %lld frames in, %lld out", b,
+                   (long long)mimi_state_frames_encoded(es[b]), (long long)mimi_state_frames_decoded(ds[b]));
+            mimi_state_free(es[b]); mimi_state_free(ds[b]);
+            free(pin[b]); free(alone[b]); free(ac[b]);
+        }
+        /* bad calls */
+        int32_t badc[4] = { 0, 32, 0, 0 };
+        rc = mimi_decode(m, w, ds, 1, badc, o, err, sizeof err);
+        tap_ok(rc == -1 && strstr(err, "code 32"), "a code out of range is refused: %s", err);
+        rc = mimi_encode(m, w, es, B + 1, in, bc, err, sizeof err);
+        tap_ok(rc == -1 && strstr(err, "batch"), "a batch over the workspace is refused: %s", err);
+        mimi_batch_free(w);
+        free(in); free(o); free(bc);
+    }
+
+    /* BF16 copy: every weight is the F32 one rounded to bfloat16 */
+    size_t lb;
+    void *stb = slurp("model-bf16.safetensors", &lb);
+    mimi_model *mb = NULL;
+    rc = stb ? mimi_load_mem(stb, lb, "model-bf16.safetensors", NULL, &mb, err, sizeof err) : -1;
+    tap_ok(rc == 0, "BF16 checkpoint loads%s%s", rc ? ": " : "", rc ? err : "");
+    if (rc == 0) {
+        /* every weight (codebooks apart: divided by usage at load) is the
+         * F32 one rounded to bfloat16 */
+        mt_st_file sf;
+        int bad = -1, checked = 0;
+        if (mt_st_parse(st, ln, "f32", &sf, err, sizeof err) == 0) {
+            bad = 0;
+            for (int j = 0; j < mb->ntab; j++) {
+                const mimi_tensor *t = &mb->tab[j];
+                const mt_st_tensor *f = mt_st_find(&sf, t->name);
+                if (!t->dst || strstr(t->name, "embedding_sum") || !f)
+                    continue;
+                float *a = malloc(f->numel * 4);
+                if (!a || mt_st_to_f32(f, a) != 0) { bad++; free(a); continue; }
+                for (uint64_t k = 0; k < f->numel; k++)
+                    bad += t->dst[k] != mt_bf16_to_f32(mt_f32_to_bf16(a[k]));
+                checked++;
+                free(a);
+            }
+            mt_st_free(&sf);
+        }
+        tap_ok(bad == 0 && checked > 100, "BF16 checkpoint: %d tensors equal to F32 rounded to bfloat16 (%d differ)",
+               checked, bad);
+        tap_ok(bad == 0 && mimi_param_count(mb) == mimi_param_count(m), "BF16 model has the F32 model's %zu weights",
+               mimi_param_count(mb));
+        int32_t *cb = calloc((size_t)NF * nq, 4);
+        float *ob = calloc((size_t)NF * fs, 4);
+        int agree = 0;
+        if (run_single(mb, pcm, cb, ob) == 0)
+            for (int i = 0; i < NF * nq; i++)
+                agree += cb[i] == ref[i];
+        tap_diag("BF16 weights: %d/%d codes as F32", agree, NF * nq);
+        tap_ok(agree >= NF * nq / 4, "BF16 weights run (%d/%d codes as F32)", agree, NF * nq);
+        free(cb);
+        free(ob);
+    }
+    mimi_free(mb);
+    free(stb);
+done:
+    free(codes);
+    free(out);
+    mimi_free(m);
+    free(st); free(pcm); free(ref); free(dec64); free(info);
+}
+
+/* rewrites the fixture with one tensor renamed/reshaped/dropped/added */
+static void test_refusals(void)
+{
+    size_t ln;
+    char err[512];
+    void *st = slurp("model.safetensors", &ln);
+    mt_st_file sf;
+    if (!st || mt_st_parse(st, ln, "f", &sf, err, sizeof err) != 0) {
+        tap_ok(0, "fixture parses");
+        free(st);
+        return;
+    }
+    mimi_config tiny;
+    mimi_config_tiny(&tiny);
+    char path[] = "/tmp/test_mimi_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0)
+        close(fd);
+    for (int variant = 0; variant < 4; variant++) {
+        int n = sf.n + 1;
+        mt_st_out *o = calloc((size_t)n, sizeof *o);
+        float **bufs = calloc((size_t)n, sizeof *bufs);
+        int k = 0;
+        const char *target = "decoder.model.5.convtr.convtr.weight";
+        for (int i = 0; i < sf.n; i++) {
+            const mt_st_tensor *t = &sf.t[i];
+            int hit = strcmp(t->name, target) == 0;
+            if (hit && variant == 0)
+                continue;   /* missing */
+            bufs[k] = malloc(t->numel * 4 + 4);
+            mt_st_to_f32(t, bufs[k]);
+            o[k].name = t->name;
+            o[k].ndim = t->ndim;
+            for (int d = 0; d < t->ndim; d++)
+                o[k].shape[d] = t->shape[d];
+            if (hit && variant == 1) {   /* mis-shaped: [16, 8, 12] -> [16, 12, 8] */
+                o[k].shape[1] = t->shape[2];
+                o[k].shape[2] = t->shape[1];
+            }
+            o[k].data = bufs[k];
+            k++;
+        }
+        static const float one = 1;
+        if (variant == 2) {   /* extra */
+            o[k].name = "encoder.model.99.conv.conv.weight";
+            o[k].ndim = 1;
+            o[k].shape[0] = 1;
+            o[k].data = &one;
+            k++;
+        }
+        int rc = mt_st_write(path, o, k, MT_ST_F32, err, sizeof err);
+        mimi_model *m = NULL;
+        if (rc == 0 && variant == 3)
+            rc = mimi_load(path, NULL, 0, &m, err, sizeof err);
+        if (rc == 0 && variant < 3) {
+            /* load from the file written, with the tiny configuration */
+            FILE *f = fopen(path, "rb");
+            size_t fl = 0;
+            void *b = NULL;
+            if (f) {
+                fseek(f, 0, SEEK_END);
+                fl = (size_t)ftell(f);
+                fseek(f, 0, SEEK_SET);
+                b = malloc(fl);
+                if (b && fread(b, 1, fl, f) != fl) { free(b); b = NULL; }
+                fclose(f);
+            }
+            rc = b ? mimi_load_mem(b, fl, "ckpt", &tiny, &m, err, sizeof err) : 0;
+            free(b);
+        }
+        static const char *want[4] = {
+            "'decoder.model.5.convtr.convtr.weight': missing (expected shape [16, 8, 12])",
+            "'decoder.model.5.convtr.convtr.weight': shape [16, 12, 8], expected [16, 8, 12]",
+            "'encoder.model.99.conv.conv.weight': not part of Mimi",
+            "'encoder.model.0.conv.conv.weight': shape [2, 1, 7], expected [64, 1, 7]",
+        };
+        tap_ok(rc == -1 && strstr(err, want[variant]), "refused (%s): %s",
+               variant == 0 ? "missing" : variant == 1 ? "mis-shaped" : variant == 2 ? "extra"
+                            : "no metadata: the published shape", err);
+        mimi_free(m);
+        for (int i = 0; i < k; i++)
+            if (o[i].data != &one)
+                free(bufs[i]);
+        free(bufs);
+        free(o);
+    }
+    unlink(path);
+    mt_st_free(&sf);
+    free(st);
+
+    /* config refusals */
+    mimi_config c;
+    mimi_config_default(&c);
+    const char *bad = "{\"seanet\": {\"norm\": \"weight_norm\"}}";
+    int rc = mimi_config_parse(bad, strlen(bad), "cfg", &c, err, sizeof err);
+    tap_ok(rc == -1 && strstr(err, "seanet.norm"), "weight norm refused: %s", err);
+    const char *bad2 = "{\"sample_rate\": 24000, \"frame_rate\": 7}";
+    mimi_config_default(&c);
+    rc = mimi_config_parse(bad2, strlen(bad2), "cfg", &c, err, sizeof err);
+    tap_ok(rc == -1, "frame rate not dividing the rate refused: %s", err);
+}
+
+static void test_synthetic(void)
+{
+    char err[512];
+    mimi_model *m = NULL;
+    int rc = mimi_load("synthetic:mimi", NULL, 0, &m, err, sizeof err);
+    tap_ok(rc == 0, "synthetic:mimi loads%s%s", rc ? ": " : "", rc ? err : "");
+    if (rc)
+        return;
+    const mimi_config *c = mimi_model_config(m);
+    tap_diag("synthetic:mimi: %zu weights, state %zu bytes/session, encode %.2f GFLOP, decode %.2f GFLOP per frame",
+             mimi_param_count(m), mimi_state_bytes(m), mimi_encode_flops(m) / 1e9, mimi_decode_flops(m) / 1e9);
+    tap_ok(mimi_frame_size(c) == 1920 && c->n_q_used == 8 && c->n_q == 32,
+           "published shape: frame 1920, 8 of 32 codebooks");
+    mimi_state *s = mimi_state_new(m, err, sizeof err);
+    mimi_batch *w = mimi_batch_new(m, 1, err, sizeof err);
+    float pcm[1920], out[1920];
+    int32_t codes[8];
+    for (int i = 0; i < 1920; i++)
+        pcm[i] = 0.3f * sinf(i * 0.05f);
+    rc = s && w ? mimi_encode(m, w, &s, 1, pcm, codes, err, sizeof err) : -1;
+    if (rc == 0)
+        rc = mimi_decode(m, w, &s, 1, codes, out, err, sizeof err);
+    int fin = 1;
+    for (int i = 0; i < 1920; i++)
+        fin &= isfinite(out[i]);
+    tap_ok(rc == 0 && fin, "synthetic:mimi encodes and decodes a frame");
+    mimi_state_free(s);
+    mimi_batch_free(w);
+    mimi_free(m);
+}
+
+/* the vectorizable ELU against libm's expm1f */
+static void test_elu(void)
+{
+    enum { N = 200001 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    if (!x || !y) {
+        tap_ok(0, "elu: memory");
+        return;
+    }
+    for (int i = 0; i < N; i++)
+        x[i] = -100.0f + 110.0f * (float)i / (N - 1);
+    x[0] = -INFINITY;
+    mimi_elu(y, x, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        float ref = x[i] > 0 ? x[i] : expm1f(x[i]);
+        float ulp = nextafterf(fabsf(ref), INFINITY) - fabsf(ref);
+        double e = fabs((double)y[i] - ref) / ulp;
+        if (e > worst) worst = e;
+    }
+    tap_ok(worst <= 2.0, "ELU within 2 ulp of expm1f over [-100, 10] (worst %.2f ulp)", worst);
+    free(x);
+    free(y);
+}
+
+int main(void)
+{
+    test_elu();
+    const char *r = getenv("MT_ROOT");
+    snprintf(root, sizeof root, "%s", r && *r ? r : ".");
+    test_fixture("mimi", 1);
+    test_fixture("mimi-b", 0);
+    fixture = "mimi";
+    test_refusals();
+    test_synthetic();
+    return tap_done();
+}
