@@ -48,6 +48,10 @@ typedef struct mt_engine_opts {
      * thread, never with the engine lock held. */
     void     (*line)(void *ctx, const char *line);
     void      *line_ctx;
+    /* Each tick record as a struct too (the metrics, serve/metrics.h), just
+     * after its line; NULL: none. Tick thread, engine lock not held. */
+    void     (*tick_rec)(void *ctx, const mt_tick *t);
+    void      *tick_rec_ctx;
     /* The engine's clock in ns (every timestamp, deadline and duration it
      * records comes from it); NULL: CLOCK_MONOTONIC (mt_clock_ns). Tests pass
      * one they advance themselves. Called from either thread, with the
