@@ -238,7 +238,7 @@ asan: deps
 # links against it, so only the code a harness reaches is pulled in.
 FUZZ_SECONDS ?= 60
 FUZZ_SAN    := -fsanitize=address,undefined
-FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -DMT_FUZZ_BUILD $(PKG_CFLAGS)
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -DMT_FUZZ_BUILD -MMD -MP $(PKG_CFLAGS)
 FUZZ_OBJS   := $(patsubst src/%.c,build-fuzz/obj/%.o,$(filter-out $(CUDA_C),$(LIB_SRCS)))
 FUZZ_BINS   := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_LDLIBS := $(filter-out -L% -Wl% -lcu% -lstdc++,$(LDLIBS))
@@ -299,6 +299,8 @@ clean:
 
 -include $(LIB_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d) \
   $(wildcard $(B)/tests/*.d $(B)/tests/helpers/*.d $(B)/tests/fuzz/*.d)
+# the fuzz build's objects follow their headers too (a changed struct, no stale object)
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/*.d)
 
 # ---- issue 9: quality
 # The quality-under-the-bound table and plot (bench/quality.sh: minutes, so
