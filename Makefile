@@ -43,7 +43,7 @@ CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 LDFLAGS += -fsanitize=address,undefined
 endif
 
-PKGS    := sndfile samplerate portaudio-2.0 jansson openblas opus ogg
+PKGS    := sndfile samplerate portaudio-2.0 jansson openblas opus ogg nettle
 # On a fresh machine the libraries are not there yet when this file is read,
 # and the flags below are computed now: install them before any rule runs
 # (the `deps` target alone would come too late, or race the compiles under -j).
@@ -239,7 +239,7 @@ asan: deps
 # links against it, so only the code a harness reaches is pulled in.
 FUZZ_SECONDS ?= 60
 FUZZ_SAN    := -fsanitize=address,undefined
-FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -DMT_FUZZ_BUILD $(PKG_CFLAGS)
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -DMT_FUZZ_BUILD -MMD -MP $(PKG_CFLAGS)
 FUZZ_OBJS   := $(patsubst src/%.c,build-fuzz/obj/%.o,$(filter-out $(CUDA_C),$(LIB_SRCS)))
 FUZZ_BINS   := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_LDLIBS := $(filter-out -L% -Wl% -lcu% -lstdc++,$(LDLIBS))
@@ -300,6 +300,8 @@ clean:
 
 -include $(LIB_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d) \
   $(wildcard $(B)/tests/*.d $(B)/tests/helpers/*.d $(B)/tests/fuzz/*.d)
+# the fuzz build's objects follow their headers too (a changed struct, no stale object)
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/*.d)
 
 # ---- issue 9: quality
 # The quality-under-the-bound table and plot (bench/quality.sh: minutes, so
