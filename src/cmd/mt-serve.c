@@ -3,7 +3,7 @@
  * Thin main: reads the options (cmd/opt.h) into a serve_args, loads the
  * model, creates the decoder (its KV pool and policy), the engine and the
  * server, and runs.
- * Everything else lives in engine.c and server.c. stdout carries the
+ * Everything else lives in engine.c and server*.c. stdout carries the
  * machine stream (latency lines, requests); stderr carries human log lines.
  */
 #define _GNU_SOURCE
@@ -98,6 +98,8 @@ static void usage(FILE *f)
 "      --max-conns N        connections at once (default 4 x --max-sessions\n"
 "                           + 16; lowered to fit ulimit -n)\n"
 "      --hello-timeout MS   close a connection that sends no HELLO (10000)\n"
+"      --input-timeout MS   end (END) an admitted session that sends nothing\n"
+"                           for MS (10000; 0: never)\n"
 "      --max-pending-per-uid N  connections of one uid not yet admitted\n"
 "                           (default: half of --max-conns)\n"
 "      --no-catch-up        never run a second round in one tick\n"
@@ -118,7 +120,7 @@ enum {
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
-    O_TIMESCALE, O_RTPRIO,
+    O_TIMESCALE, O_RTPRIO, O_INPUTTO,
     O_LATFMT, O_METRICS, O_WS,
 };
 
@@ -183,6 +185,7 @@ static const struct option longopts[] = {
     {"kv-dtype", required_argument, 0, O_KVDTYPE},
     {"weights", required_argument, 0, O_WEIGHTS},
     {"hello-timeout", required_argument, 0, O_HELLOTO},
+    {"input-timeout", required_argument, 0, O_INPUTTO},
     {"max-pending-per-uid", required_argument, 0, O_MAXPENDUID},
     MT_OPT_COMMON,
     {0, 0, 0, 0},
@@ -307,6 +310,10 @@ static int number_option(serve_args *a, int c, const char *arg)
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
         a->so.hello_timeout_ns = (uint64_t)(ms * 1e6);
         return 0;
+    case O_INPUTTO:
+        if (mt_opt_ms(arg, 0, 86400000, &ms)) return -1;
+        a->so.input_timeout_ns = (uint64_t)(ms * 1e6);
+        return 0;
     case O_MAXPENDUID: return mt_opt_int(arg, 1, 1 << 20, &a->so.max_pending_per_uid);
     case O_SOCKMODE: {
         char *end;
@@ -380,6 +387,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
             fprintf(stderr, "%s: %s\n", prog, err);
             return 2;
         }
+        if (mt_token_mode_warning(a->token_file, err, sizeof err))
+            fprintf(stderr, "%s: %s\n", prog, err);
         a->so.token = a->token;
         a->so.token_len = len;
     }

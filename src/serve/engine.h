@@ -2,7 +2,7 @@
  * output queues, deadlines, the batched step once per tick, FILL frames,
  * full-mode preemption and recompute, and the figures of the latency lines.
  *
- * No sockets here: the server (server.c) feeds decoded input frames in and
+ * No sockets here: the server (server*.c) feeds decoded input frames in and
  * copies encoded output bytes out. Two threads use one engine: the I/O
  * thread (input, output, FILL deadlines) and the tick thread
  * (mt_engine_tick). Every call takes the engine's one mutex, which is never
