@@ -97,9 +97,9 @@ static conn *find_pending(mt_server *s, uint32_t id)
  * answered or counted as misses by the engine) for a reason that END
  * carries to the client (mt-frame(5)) and that goes to the log and to a
  * `shed session=ID t=S reason=...` line on the machine stream: a
- * controller's `shed`, the input timeout, the drain timeout. what names it in the log line ("shed",
- * "ended (END)"). 0, or -1 when c has no admitted session still
- * running. */
+ * controller's `shed`, the input timeout, the drain timeout. what names
+ * it in the log line ("shed", "ended (END)"). 0, or -1 when c has no
+ * admitted session still running. */
 int mt_srv_end_session(mt_server *s, conn *c, const char *what, const char *why)
 {
     uint32_t id = c->p.id;
