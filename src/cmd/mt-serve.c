@@ -433,7 +433,7 @@ static int check_socket_path(const char *path)
     if (fd >= 0)
         close(fd);
     if (live) {
-        fprintf(stderr, "%s: -s %s: a server is already listening there\n", prog, path);
+        fprintf(stderr, "%s: -s %s: another server is listening there\n", prog, path);
         return -1;
     }
     return 0;

@@ -52,7 +52,7 @@ one "mt-serve --listen on a port in use" 1 "^mt-serve: --listen 127.0.0.1:$port:
 # a live server at -s
 t_serve live.out live.err -s "$T_TMP/live.sock" -m synthetic:tiny
 wait_for_socket "$T_TMP/live.sock" 300
-one "mt-serve -s where a server listens" 1 "^mt-serve: -s $T_TMP/live.sock: a server is already listening there\$" \
+one "mt-serve -s where a server listens" 1 "^mt-serve: -s $T_TMP/live.sock: another server is listening there\$" \
     "$S" $M -s "$T_TMP/live.sock"
 kill $SRV
 one "mt-serve -m fortune-byte (a text model)" 1 '^mt-serve: -m .*/models/fortune-byte: a text model .*mt-probe quality' \
