@@ -16,6 +16,7 @@
 #include "util/errmsg.h"
 #include "client/client.h"
 #include "util/stats.h"
+#include "client/ws_client.h"
 #include "wire/endpoint.h"
 #include "util/clock.h"
 
@@ -394,9 +395,13 @@ static void start_session(mt_client *c, session *s, uint64_t now)
         s->t_state = now;
     }
     char cerr[256];
-    int fd = mt_endpoint_connect(s->path,
-                                 (int)(c->cfg.connect_timeout_ns / 1000000), cerr,
-                                 sizeof cerr);
+    int fd = mt_ws_client_is_url(s->path)
+                 ? mt_ws_client_connect(s->path,
+                                        (int)(c->cfg.connect_timeout_ns / 1000000),
+                                        cerr, sizeof cerr)
+                 : mt_endpoint_connect(s->path,
+                                       (int)(c->cfg.connect_timeout_ns / 1000000),
+                                       cerr, sizeof cerr);
     if (fd == -2) {   /* Unix backlog full: retry later */
         if (now - s->t_state > (uint64_t)c->cfg.connect_timeout_ns)
             finish(c, s, MT_CS_FAILED, "connect %s: timed out", s->path);

@@ -26,6 +26,7 @@
 #include "client/input.h"
 #include "client/replay.h"
 #include "client/resample.h"
+#include "client/ws_client.h"
 #include "wire/endpoint.h"
 #include "wire/frame.h"
 #include "wire/replay_rec.h"
@@ -80,7 +81,8 @@ static void usage(FILE *f)
 "       mt-replay -s SOCK --mic [--device DEV] [--jitter MS]\n"
 "       mt-replay --list-devices\n"
 "options:\n"
-"  -s, --socket PATH      mt-serve's Unix socket, or tcp:HOST:PORT\n"
+"  -s, --socket PATH      mt-serve's Unix socket, tcp:HOST:PORT, or a\n"
+"                         ws://HOST:PORT/api/chat (Kyutai's protocol)\n"
 "      --token-file FILE  access token for a TCP server (mt-serve --token-file)\n"
 "  -n, --copies N         sessions per input file (default 1)\n"
 "      --stagger MS       start sessions MS apart (default 0)\n"
@@ -355,7 +357,7 @@ static int check_play(const app *a, int nargs)
 static int check_server(const app *a)
 {
     struct stat st;
-    if (!a->sock || mt_endpoint_is_tcp(a->sock))
+    if (!a->sock || mt_endpoint_is_tcp(a->sock) || mt_ws_client_is_url(a->sock))
         return 0;
     if (stat(a->sock, &st) != 0) {
         fprintf(stderr, "mt-replay: -s %s: %s%s\n", a->sock, strerror(errno),
