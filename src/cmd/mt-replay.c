@@ -435,6 +435,8 @@ static int load_inputs(app *a, char **files, int nargs)
         return rc;
     if (!a->emit && check_server(a) != 0)
         return 1;
+    if (mt_ws_client_is_url(a->sock))
+        mt_ws_client_text_fd(STDERR_FILENO);   /* Kyutai's Text messages */
     a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
     if (!a->inputs)
         return 1;
