@@ -72,6 +72,9 @@ typedef struct bridge {
     char     url[512];
     int      lfd;              /* our end of the pair (mt-frame) */
     int      tfd;              /* the TCP connection (blocking) */
+    const uint8_t *mem;        /* [memlen]: server bytes from memory
+                                  (mt_ws_client_scan), not the socket */
+    size_t   memlen;
     uint8_t  rbuf[4096];       /* [rlen - roff]: server bytes read ahead */
     size_t   roff, rlen;
     uint8_t *msg;              /* [MSG_MAX]: one server message */
@@ -148,6 +151,15 @@ static int to_server(bridge *b, int op, const uint8_t *t, const uint8_t *p, size
 static int srv_read(bridge *b, uint8_t *p, size_t n)
 {
     while (n) {
+        if (b->roff == b->rlen && b->mem) {
+            if (!b->memlen)
+                return -1;
+            b->rlen = b->memlen < sizeof b->rbuf ? b->memlen : sizeof b->rbuf;
+            memcpy(b->rbuf, b->mem, b->rlen);
+            b->roff = 0;
+            b->mem += b->rlen;
+            b->memlen -= b->rlen;
+        }
         if (b->roff == b->rlen) {
             ssize_t r = recv(b->tfd, b->rbuf, sizeof b->rbuf, 0);
             if (r < 0 && errno == EINTR)
@@ -212,6 +224,38 @@ static int srv_message(bridge *b, size_t *len, char *why, size_t whylen)
         if (fin)
             return op;
     }
+}
+
+int mt_ws_client_scan(const uint8_t *p, size_t n,
+                      void (*on_msg)(void *ctx, int op, const uint8_t *m, size_t len),
+                      void *ctx, char *why, size_t whylen)
+{
+    bridge *b = calloc(1, sizeof *b);
+    uint8_t *msg = malloc(MSG_MAX);
+    int rc = -1;
+    if (!b || !msg) {
+        snprintf(why, whylen, "out of memory");
+        goto out;
+    }
+    b->msg = msg;
+    b->tfd = -1;   /* a ping's pong goes nowhere: the scan ends there */
+    b->mem = p;
+    b->memlen = n;
+    for (;;) {
+        size_t len;
+        int op = srv_message(b, &len, why, whylen);
+        if (op < 0)
+            break;
+        on_msg(ctx, op, b->msg, len);
+        if (op == MT_WS_CLOSE) {
+            rc = 0;
+            break;
+        }
+    }
+out:
+    free(msg);
+    free(b);
+    return rc;
 }
 
 static void on_pcm(void *ctx, const int16_t *pcm)

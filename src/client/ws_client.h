@@ -42,4 +42,14 @@ int mt_ws_client_connect(const char *url, int timeout_ms, char *err, size_t errl
 long mt_ws_client_frame(int op, const uint8_t *p, size_t n,
                         const uint8_t mask[4], uint8_t *out, size_t cap);
 
+/* The server's side of a connection, from memory: p[0..n) read as server
+ * frames (unmasked; fragments joined; control frames FIN and at most 125
+ * bytes; a message at most 1 MiB) exactly as the bridge reads them, each
+ * whole message or close handed to on_msg. 0 at a close frame, -1 with
+ * why at the first violation or where the bytes end (a ping ends it too:
+ * there is nowhere to send the pong). */
+int mt_ws_client_scan(const uint8_t *p, size_t n,
+                      void (*on_msg)(void *ctx, int op, const uint8_t *m, size_t len),
+                      void *ctx, char *why, size_t whylen);
+
 #endif
