@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <nettle/base64.h>
@@ -391,6 +392,11 @@ static int upgrade(bridge *b, const mt_hello *h, char *why, size_t whylen)
     int fl = fcntl(b->tfd, F_GETFL);
     if (fl < 0 || fcntl(b->tfd, F_SETFL, fl & ~O_NONBLOCK) < 0)
         return snprintf(why, whylen, "fcntl: %s", strerror(errno)), -1;
+    /* a server silent this long is gone (a live one sends a page every
+     * frame): the bridge's threads never wait on it for ever */
+    struct timeval tv = { .tv_sec = 30 };
+    if (setsockopt(b->tfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0)
+        return snprintf(why, whylen, "SO_RCVTIMEO: %s", strerror(errno)), -1;
     uint8_t raw[16];
     char key[25], want[29];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
