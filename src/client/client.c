@@ -590,6 +590,21 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         c->cb.on_frame(c->cfg.user, &r, s->pcm, s->samples);
 }
 
+/* A TEXT frame: its ids (the decoder checked them: 1..MT_TEXT_MAX_TOKENS,
+ * each at most INT32_MAX) to the caller. */
+static void on_text(mt_client *c, session *s, const mt_frame *f)
+{
+    int32_t tok[MT_TEXT_MAX_TOKENS];
+    int n = (int)(f->length / 4);
+    for (int i = 0; i < n; i++)
+        tok[i] = (int32_t)((uint32_t)f->payload[4 * i] | (uint32_t)f->payload[4 * i + 1] << 8 |
+                           (uint32_t)f->payload[4 * i + 2] << 16 |
+                           (uint32_t)f->payload[4 * i + 3] << 24);
+    s->st.text++;
+    if (c->cb.on_text)
+        c->cb.on_text(c->cfg.user, (int)(s - c->s), f->seq, tok, n);
+}
+
 static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t now)
 {
     char reason[MT_REASON_MAX + 1];
@@ -625,6 +640,13 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
             return;
         }
         on_audio(c, s, f, now);
+        return;
+    case MT_FRAME_TEXT:
+        if (s->st.state != MT_CS_STREAMING && s->st.state != MT_CS_DRAINING) {
+            finish(c, s, MT_CS_FAILED, "TEXT before ACCEPT");
+            return;
+        }
+        on_text(c, s, f);
         return;
     case MT_FRAME_END:
         if (s->st.state == MT_CS_HELLO) {

@@ -43,6 +43,7 @@ typedef struct mt_client_stats {
     uint64_t sent;             /* AUDIO frames sent */
     uint64_t received;         /* AUDIO frames received (real + FILL) */
     uint64_t filled;           /* of those, FILL (silence) */
+    uint64_t text;             /* TEXT frames received (text models) */
     uint64_t late;             /* real frames whose client round trip
                                   exceeded the deadline */
     uint64_t missing;          /* at the end: sent - received (never
@@ -100,6 +101,9 @@ typedef struct mt_client_callbacks {
                      const int16_t *pcm, size_t samples);
     /* The session reached DONE, REJECTED or FAILED; st is final. NULL ok. */
     void (*on_end)(void *user, int idx, const mt_client_stats *st);
+    /* A TEXT frame (Kyutai's models): the n text token ids that go with
+     * the output of input seq. May be NULL. */
+    void (*on_text)(void *user, int idx, uint32_t seq, const int32_t *tok, int n);
 } mt_client_callbacks;
 
 typedef struct mt_client_config {

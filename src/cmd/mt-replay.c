@@ -24,6 +24,7 @@
 #include "cmd/opt.h"
 #include "client/audio.h"
 #include "client/client.h"
+#include "client/transcript.h"
 #include "wire/endpoint.h"
 #include "wire/frame.h"
 #include "wire/latline.h"
@@ -61,6 +62,8 @@ typedef struct app {
     const char *type;           /* --type, for '-' in and out */
     int         type_fmt;       /* its libsndfile format */
     const char *latency_log;    /* --latency-log FILE */
+    const char *transcript_path;/* -t FILE: the text tokens (TEXT frames) */
+    mt_transcript *transcript;
     int         retry;          /* --retry N */
     int        *sess_of;        /* client session index -> a->s index */
     int         retries;        /* made so far */
@@ -122,6 +125,8 @@ static void usage(FILE *f)
 "                         (0.25 s doubling, jittered, at most 8 s); not one\n"
 "                         the server marks final (a wrong token, say)\n"
 "      --latency-log FILE machine lines to FILE instead of stdout\n"
+"  -t, --transcript FILE  text models: the text tokens, one line a frame\n"
+"                         (SESSION SEQ ID...); each is a replay_text line too\n"
 "  -r, --rate HZ          session sample rate (default 24000)\n"
 "  -f, --frame-samples N  samples per frame (default 1920)\n"
 "  -m, --model NAME       model name asked in HELLO (default: any)\n"
@@ -465,6 +470,29 @@ static int retry_session(app *a, int si, const char *why)
     return 0;
 }
 
+/* A TEXT frame: a replay_text line (live), and the transcript line. */
+static void cb_text(void *user, int idx, uint32_t seq, const int32_t *tok, int n)
+{
+    app *a = user;
+    int si = a->sess_of[idx];
+    char buf[1024], ids[800];
+    size_t k = 0;
+    for (int i = 0; i < n && k + 12 < sizeof ids; i++)
+        k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "", (int)tok[i]);
+    ids[k] = 0;
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_u64(&w, "replay_text", seq);
+    mt_ll_int(&w, "session", si);
+    mt_ll_str(&w, "tokens", ids);
+    print_line(&w);
+    char err[512];
+    if (a->transcript && mt_transcript_add(a->transcript, si, seq, tok, n, err, sizeof err)) {
+        fprintf(stderr, "mt-replay: -t: %s\n", err);
+        a->write_failed = 1;
+    }
+}
+
 static void cb_end(void *user, int idx, const mt_client_stats *st)
 {
     app *a = user;
@@ -575,8 +603,13 @@ static void summary_line(app *a)
 /* The client and its sessions, paced from now: 0, or the exit status. */
 static int client_start(app *a, int mic)
 {
-    static const mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end };
+    static const mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end, cb_text };
     char err[512];
+    if (a->transcript_path &&
+        mt_transcript_open(a->transcript_path, &a->transcript, err, sizeof err) != 0) {
+        fprintf(stderr, "mt-replay: -t: %s\n", err);
+        return 1;
+    }
     mt_client_config cc;
     memset(&cc, 0, sizeof cc);
     cc.hello.sample_rate = (uint32_t)a->rate;
@@ -996,6 +1029,9 @@ static void app_free(app *a)
     if (a->dx)
         mt_duplex_close(a->dx);
     mt_client_free(a->cl);
+    char err[512];
+    if (mt_transcript_close(a->transcript, err, sizeof err) != 0)
+        fprintf(stderr, "mt-replay: -t: %s\n", err);
     for (int i = 0; i < a->ninputs; i++) {
         mt_audio_free(&a->inputs[i].audio);
         free(a->inputs[i].pcm);
@@ -1015,6 +1051,7 @@ static const mt_cli cli = {
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
        O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG };
+/* -t has no number of its own: 't' */
 
 static const struct option longopts[] = {
     { "socket", required_argument, 0, 's' },
@@ -1041,6 +1078,7 @@ static const struct option longopts[] = {
     { "type", required_argument, 0, O_TYPE },
     { "retry", required_argument, 0, O_RETRY },
     { "latency-log", required_argument, 0, O_LATLOG },
+    { "transcript", required_argument, 0, 't' },
     MT_OPT_COMMON,
     { 0, 0, 0, 0 },
 };
@@ -1089,7 +1127,7 @@ static int value_option(app *a, int c, const char *arg)
 static int parse_args(int argc, char **argv, app *a)
 {
     int c;
-    while ((c = mt_opt_next(&cli, argc, argv, "s:n:o:r:f:m:q:h", longopts)) >= 0) {
+    while ((c = mt_opt_next(&cli, argc, argv, "s:n:o:r:f:m:q:t:h", longopts)) >= 0) {
         switch (c) {
         case 's': a->sock = optarg; break;
         case 'o': a->out_pattern = optarg; break;
@@ -1104,6 +1142,7 @@ static int parse_args(int argc, char **argv, app *a)
         case O_LIST: a->list = 1; break;
         case O_TOKEN: a->token_file = optarg; break;
         case O_LATLOG: a->latency_log = optarg; break;
+        case 't': a->transcript_path = optarg; break;
         default:
             if (value_option(a, c, optarg))
                 return 2;

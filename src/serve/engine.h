@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "decode/decoder.h"
+#include "decode/speech.h"
 #include "wire/frame.h"
 #include "wire/latline.h"
 
@@ -54,6 +55,15 @@ typedef struct mt_engine_opts {
      * engine lock held or not. */
     uint64_t (*clock)(void *ctx);
     void      *clock_ctx;
+    /* Kyutai's models (decode/speech.h): when set, every batch goes
+     * through this stage (Mimi encode, the LM frame on the decoder, Mimi
+     * decode) instead of the model's own audio adapter, the format is the
+     * codec's, each output AUDIO frame has a TEXT frame beside it once the
+     * model has text, and each session's generator is seeded with
+     * speech_seed. Needs a window policy or --on-full stall (a preempted
+     * session cannot be recomputed through the codec). Not owned. */
+    mt_speech *speech;
+    uint64_t   speech_seed;
 } mt_engine_opts;
 
 void mt_engine_opts_default(mt_engine_opts *o);

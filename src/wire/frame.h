@@ -49,7 +49,13 @@ enum mt_frame_type {
     MT_FRAME_REJECT = 6, /* server -> client: refused; UTF-8 reason
                             (<= MT_REASON_MAX bytes, no NUL) */
     MT_FRAME_ERROR  = 7, /* either way: stream ends; UTF-8 reason (same) */
+    MT_FRAME_TEXT   = 8, /* server -> client: the text tokens that go with
+                            the output of input `seq` (Kyutai's models),
+                            1..MT_TEXT_MAX_TOKENS uint32 LE ids, each at
+                            most INT32_MAX; sent beside that output, not
+                            an answer itself (no FILL, no seq order) */
 };
+#define MT_TEXT_MAX_TOKENS 64
 
 enum mt_frame_flags {
     MT_FLAG_FILL = 1u << 0, /* silence sent in place of a late output;
