@@ -487,6 +487,7 @@ static void on_accept(mt_client *c, session *s, const mt_frame *f)
         return;
     }
     s->st.fmt = h;
+    s->st.text_only = (f->flags & MT_FLAG_TEXT_ONLY) != 0;
     s->st.server_session = f->session;
     s->st.t_accept = mt_clock_ns();
     s->samples = (size_t)h.frame_samples * (h.channels ? h.channels : 1);
@@ -532,12 +533,14 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         return;
     }
     int fill = (f->flags & MT_FLAG_FILL) != 0;
-    if (!fill && f->length != s->samples * 2) {
+    /* a text-only answer (TEXT) carries no audio: silence for on_frame */
+    int silent = fill || f->type == MT_FRAME_TEXT;
+    if (!silent && f->length != s->samples * 2) {
         finish(c, s, MT_CS_FAILED, "AUDIO payload %u bytes, expected %zu",
                f->length, s->samples * 2);
         return;
     }
-    if (fill)
+    if (silent)
         memset(s->pcm, 0, s->samples * sizeof *s->pcm);
     else
         for (size_t i = 0; i < s->samples; i++)
@@ -639,6 +642,10 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
             finish(c, s, MT_CS_FAILED, "AUDIO before ACCEPT");
             return;
         }
+        if (s->st.text_only) {
+            finish(c, s, MT_CS_FAILED, "AUDIO in a text-only session");
+            return;
+        }
         on_audio(c, s, f, now);
         return;
     case MT_FRAME_TEXT:
@@ -647,6 +654,8 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
             return;
         }
         on_text(c, s, f);
+        if (s->st.text_only)
+            on_audio(c, s, f, now);   /* the answer itself */
         return;
     case MT_FRAME_END:
         if (s->st.state == MT_CS_HELLO) {

@@ -44,6 +44,9 @@ typedef struct mt_client_stats {
     uint64_t received;         /* AUDIO frames received (real + FILL) */
     uint64_t filled;           /* of those, FILL (silence) */
     uint64_t text;             /* TEXT frames received (text models) */
+    int      text_only;        /* ACCEPT said MT_FLAG_TEXT_ONLY: the answers
+                                  are TEXT frames (counted as received, with
+                                  silence for on_frame) */
     uint64_t late;             /* real frames whose client round trip
                                   exceeded the deadline */
     uint64_t missing;          /* at the end: sent - received (never

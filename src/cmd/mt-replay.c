@@ -474,6 +474,8 @@ static int retry_session(app *a, int si, const char *why)
 static void cb_text(void *user, int idx, uint32_t seq, const int32_t *tok, int n)
 {
     app *a = user;
+    if (n == 0)
+        return;   /* a text-only answer before the model has text */
     int si = a->sess_of[idx];
     char buf[1024], ids[800];
     size_t k = 0;

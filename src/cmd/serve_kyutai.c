@@ -85,8 +85,8 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
     }
     if (!mt_speech_audio_out(k->sp)) {
         size_t n = strlen(out);
-        snprintf(out + n, cap - n, "; speech to text (dep_q 0): the audio out is silence, "
-                 "the text is the output");
+        snprintf(out + n, cap - n, "; speech to text (dep_q 0): text only, every answer "
+                 "a TEXT frame");
     }
 }
 

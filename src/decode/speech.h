@@ -12,7 +12,8 @@
  *          max_delay frames);
  *   pcm    Mimi's decoding of the undelayed frame's model codebooks;
  *          silence while the delays fill, and always for speech-to-text
- *          configurations (dep_q 0: no model codebooks, text only).
+ *          configurations (dep_q 0: no model codebooks; mt-serve then
+ *          answers with the text alone).
  *
  * The codec must agree with the LM: Mimi's codebook size equals the LM's
  * card; Mimi runs with the user's codebooks (n_q - dep_q), which its

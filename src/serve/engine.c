@@ -171,6 +171,8 @@ struct mt_engine {
     int             nlat, latcap;
     uint8_t        *enc;                /* one encoded frame */
     int16_t        *silence;            /* [fs] zeros */
+    int             text_only;          /* opts.speech without audio out:
+                                           every answer is a TEXT frame */
     strbuf          tick_lines, fill_lines;
 
     tick_counts     c;                  /* this tick's, under the lock */
@@ -394,6 +396,7 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
         e->cfg.frame_samples = mt_speech_frame_samples(o->speech);
     }
     e->fs = e->cfg.frame_samples;
+    e->text_only = o->speech && !mt_speech_audio_out(o->speech);
     e->t0 = t0;
     e->clock = o->clock ? o->clock : monotonic_clock;
     e->clock_ctx = o->clock ? o->clock_ctx : NULL;
@@ -575,7 +578,8 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     mt_engine_format(e, &h);
     uint8_t pl[12 + MT_MODEL_NAME_MAX];
     long n = mt_hello_encode(&h, pl, sizeof pl);
-    push_ctl(e, s, MT_FRAME_ACCEPT, 0, pl, n > 0 ? (size_t)n : 0);
+    push_ctl(e, s, MT_FRAME_ACCEPT, e->text_only ? MT_FLAG_TEXT_ONLY : 0, pl,
+             n > 0 ? (size_t)n : 0);
     rc = 0;
 out:
     pthread_mutex_unlock(&e->mu);
@@ -869,6 +873,10 @@ static void send_fill(mt_engine *e, sess *s, in_entry *q, uint64_t t,
     f.t_ready = t;
     f.length = (uint32_t)e->fs * 2;
     f.payload = (const uint8_t *)e->silence;
+    if (e->text_only) {       /* a FILL answer of a text-only session */
+        f.type = MT_FRAME_TEXT;
+        f.length = 0;
+    }
     q->answered = 1;
     if (push_frame(e, s, &f))
         e->c.fill++;
@@ -882,9 +890,11 @@ static void send_fill(mt_engine *e, sess *s, in_entry *q, uint64_t t,
 /* Answers q with the model's output pcm, computed from t_start to t_ready.
  * Under the lock. */
 static void send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
-                        uint64_t t_start, uint64_t t_ready, strbuf *lines)
+                        int32_t text, uint64_t t_start, uint64_t t_ready, strbuf *lines)
 {
     int met = t_ready <= q->deadline;
+    uint8_t tok[4] = { (uint8_t)text, (uint8_t)(text >> 8), (uint8_t)(text >> 16),
+                       (uint8_t)(text >> 24) };
     mt_frame f = {0};
     f.type = MT_FRAME_AUDIO;
     f.session = s->id;
@@ -895,6 +905,11 @@ static void send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
     f.t_ready = t_ready;
     f.length = (uint32_t)e->fs * 2;
     f.payload = (const uint8_t *)pcm;
+    if (e->text_only) {       /* the answer is the text (none before the delays) */
+        f.type = MT_FRAME_TEXT;
+        f.length = text >= 0 ? 4 : 0;
+        f.payload = tok;
+    }
     if (push_frame(e, s, &f)) {
         e->c.out++;
         e->c.met_real += met;
@@ -1124,10 +1139,12 @@ static void deliver_row(mt_engine *e, mt_batch *b, int r, int step_rc)
      * FILL goes now (the I/O thread was about to) */
     if (!q->answered && e->o.fill && b->t_ready > q->deadline)
         send_fill(e, s, q, now(e), &e->tick_lines);
+    int32_t text = e->o.speech ? b->text[r] : -1;
     if (!q->answered)
-        send_output(e, s, q, b->pcm_out + (size_t)r * (size_t)e->fs,
+        send_output(e, s, q, b->pcm_out + (size_t)r * (size_t)e->fs, text,
                     b->t_start, b->t_ready, &e->tick_lines);
-    if (e->o.speech && b->text[r] >= 0)
+    /* beside the audio; a text-only answer a FILL made is not sent twice */
+    if (e->o.speech && !e->text_only && text >= 0)
         send_text(e, s, q, b->text[r]);
     s->qhead = (s->qhead + 1) % s->qcap;
     s->qlen--;

@@ -59,8 +59,9 @@ typedef struct mt_engine_opts {
      * through this stage (Mimi encode, the LM frame on the decoder, Mimi
      * decode) instead of the model's own audio adapter, the format is the
      * codec's, each output AUDIO frame has a TEXT frame beside it once the
-     * model has text, and each session's generator is seeded with
-     * speech_seed. Needs a window policy or --on-full stall (a preempted
+     * model has text (a speech-to-text model, without audio out: the
+     * answer is the TEXT frame itself, ACCEPT says MT_FLAG_TEXT_ONLY),
+     * and each session's generator is seeded with speech_seed. Needs a window policy or --on-full stall (a preempted
      * session cannot be recomputed through the codec). Not owned. */
     mt_speech *speech;
     uint64_t   speech_seed;

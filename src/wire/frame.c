@@ -142,7 +142,7 @@ static int length_ok(unsigned type, uint32_t len)
     case MT_FRAME_END:
         return len == 0;
     case MT_FRAME_TEXT:
-        return len >= 4 && len % 4 == 0 && len <= 4 * MT_TEXT_MAX_TOKENS;
+        return len % 4 == 0 && len <= 4 * MT_TEXT_MAX_TOKENS;
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
         return len <= MT_REASON_MAX;
@@ -178,7 +178,9 @@ static int flags_ok(unsigned type, uint16_t flags)
 {
     if (flags & ~(uint16_t)MT_FLAGS_KNOWN)
         return 0;
-    if ((flags & MT_FLAG_FILL) && !is_data(type))
+    if ((flags & MT_FLAG_FILL) && !is_data(type) && type != MT_FRAME_TEXT)
+        return 0;
+    if ((flags & MT_FLAG_TEXT_ONLY) && type != MT_FRAME_ACCEPT)
         return 0;
     if ((flags & MT_FLAG_FINAL) && type != MT_FRAME_REJECT)
         return 0;

@@ -66,12 +66,15 @@ read -r tin tacc tout <<<"$acc"
 [ -n "$tin" ] && [ "$tin" = "$tacc" ] && [ "$tin" -gt 40 ]
 t_ok $? "tick lines: frames in ($tin) = out + fill + miss ($tacc), real outputs $tout"
 
-# speech to text (dep_q 0): text beside silence
+# speech to text (dep_q 0): the answers are TEXT frames alone
 run synthetic:kyutai-tiny-stt stt
 t_check "stt: replay exits 0" [ "$(cat rc.stt)" = 0 ]
-t_check "stt: startup says text only" grep -q "speech to text (dep_q 0)" serve.stt
-t_check "stt: text records present" [ "$(grep -c '^replay_text=' lines.stt)" -gt 20 ]
-t_check "stt: the audio out is silence" \
+t_check "stt: startup says text only" grep -q "speech to text (dep_q 0): text only" serve.stt
+t_check "stt: summary: both done, every frame answered, none missing" \
+    grep -q '^replay_summary=2 done=2 rejected=0 failed=0 sent=\([0-9]*\) received=\1 .* missing=0 ' lines.stt
+t_check "stt: a text record for every frame after the delays" \
+    [ "$(grep -c '^replay_text=' lines.stt)" = $((total)) ]
+t_check "stt: the file written from the answers is silence" \
     /usr/bin/python3 -c "
 import wave, array, sys
 w = wave.open('out.stt.0.wav'); a = array.array('h', w.readframes(w.getnframes()))
