@@ -64,6 +64,7 @@ typedef struct app {
     const char *latency_log;    /* --latency-log FILE */
     const char *transcript_path;/* -t FILE: the text tokens (TEXT frames) */
     mt_transcript *transcript;
+    uint32_t    seed;           /* --seed: HELLO's seq; 0: the server's */
     int         retry;          /* --retry N */
     int        *sess_of;        /* client session index -> a->s index */
     int         retries;        /* made so far */
@@ -126,6 +127,8 @@ static void usage(FILE *f)
 "                         the server marks final (a wrong token, say)\n"
 "      --latency-log FILE machine lines to FILE instead of stdout\n"
 "  -t, --transcript FILE  text models: the text tokens, one line a frame\n"
+"      --seed N           models that sample: the sessions' seed (HELLO's seq,\n"
+"                         1..4294967295; default: the server's)\n"
 "                         (SESSION SEQ ID...); each is a replay_text line too\n"
 "  -r, --rate HZ          session sample rate (default 24000)\n"
 "  -f, --frame-samples N  samples per frame (default 1920)\n"
@@ -631,6 +634,7 @@ static int client_start(app *a, int mic)
     }
     cc.cb = &cb;
     cc.user = a;
+    cc.seed = a->seed;
     /* every session, and a fresh connection for each retry */
     long cap = (long)a->ns * (a->retry + 1) + 1;
     cc.max_sessions = (int)cap;
@@ -1052,7 +1056,7 @@ static const mt_cli cli = {
 
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
-       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG };
+       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG, O_SEED };
 /* -t has no number of its own: 't' */
 
 static const struct option longopts[] = {
@@ -1081,6 +1085,7 @@ static const struct option longopts[] = {
     { "retry", required_argument, 0, O_RETRY },
     { "latency-log", required_argument, 0, O_LATLOG },
     { "transcript", required_argument, 0, 't' },
+    { "seed", required_argument, 0, O_SEED },
     MT_OPT_COMMON,
     { 0, 0, 0, 0 },
 };
@@ -1115,6 +1120,13 @@ static int value_option(app *a, int c, const char *arg)
     case O_INTERVAL: return mt_opt_seconds(arg, 0.01, INFINITY, &a->interval_s);
     case O_JITTER: return mt_opt_ms(arg, 0, INFINITY, &a->jitter_ms);
     case O_RETRY: return mt_opt_int(arg, 0, 100, &a->retry);
+    case O_SEED: {
+        long v;
+        if (mt_opt_long(arg, 1, 4294967295L, &v))
+            return -1;
+        a->seed = (uint32_t)v;
+        return 0;
+    }
     case O_TYPE:
         a->type = arg;
         return mt_audio_type_parse(arg, &a->type_fmt)

@@ -114,6 +114,7 @@ typedef struct sess {
     size_t     ob_head, ob_len, ob_cap;
     int        overflow;
     mt_speech_sess *sp;       /* codec state and LM streams (opts.speech) */
+    uint64_t   seed;          /* its sampling seed; 0: opts.speech_seed */
 } sess;
 
 /* One round's batch: what the tick thread steps at once, as llama.cpp's
@@ -504,6 +505,15 @@ uint32_t mt_engine_session_new(mt_engine *e)
     return id;
 }
 
+void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed)
+{
+    pthread_mutex_lock(&e->mu);
+    sess *s = find(e, id);
+    if (s && s->state == S_PENDING)
+        s->seed = seed;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
 {
     pthread_mutex_lock(&e->mu);
@@ -534,8 +544,8 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     }
     mt_speech_sess *sp = NULL;
     char sperr[160];
-    if (e->o.speech && mt_speech_sess_open(e->o.speech, e->o.speech_seed, &sp, sperr,
-                                           sizeof sperr) != 0) {
+    if (e->o.speech && mt_speech_sess_open(e->o.speech, s->seed ? s->seed : e->o.speech_seed,
+                                           &sp, sperr, sizeof sperr) != 0) {
         free(ob); free(q); free(qpcm);
         snprintf(why, whylen, "server: %s", sperr);
         goto out;

@@ -66,6 +66,27 @@ read -r tin tacc tout <<<"$acc"
 [ -n "$tin" ] && [ "$tin" = "$tacc" ] && [ "$tin" -gt 40 ]
 t_ok $? "tick lines: frames in ($tin) = out + fill + miss ($tacc), real outputs $tout"
 
+# HELLO's seed (mt-replay --seed): the same seed twice, the same tokens;
+# another seed, other tokens (sampling at Kyutai's temperatures)
+rm -f mt.sock
+nice -n 10 "$S" -s "$T_TMP/mt.sock" -m synthetic:kyutai-tiny-mimi --threads 1 \
+    > /dev/null 2> serve.seed &
+spid=$!
+t_track $spid
+wait_for_socket "$T_TMP/mt.sock" 100
+for sd in 5 5 6; do
+    timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed $sd -t "tr.$sd.$((n = n + 1))" \
+        > /dev/null 2>> err.seed
+done
+kill -TERM $spid 2>/dev/null
+wait $spid 2>/dev/null
+t_check "--seed 5 twice: the same transcript" cmp -s tr.5.1 tr.5.2
+t_check "  (and it has text)" [ -s tr.5.1 ]
+differ() { [ -s "$1" ] && [ -s "$2" ] && ! cmp -s "$1" "$2"; }
+awk '$1 == 0' transcript.moshi > tr.default
+t_check "--seed 6: another transcript than --seed 5" differ tr.5.1 tr.6.3
+t_check "--seed 5: another transcript than the server's default seed" differ tr.5.1 tr.default
+
 # speech to text (dep_q 0): the answers are TEXT frames alone
 run synthetic:kyutai-tiny-stt stt
 t_check "stt: replay exits 0" [ "$(cat rc.stt)" = 0 ]
