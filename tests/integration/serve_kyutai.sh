@@ -13,7 +13,7 @@ S=$MT_BIN/mt-serve
 R=$MT_BIN/mt-replay
 command -v espeak-ng >/dev/null || t_skip_all "espeak-ng not installed"
 cd "$T_TMP" || exit 1
-espeak-ng -w speech.wav "The model hears this, and answers with text and audio." 2>/dev/null
+espeak-ng -w speech.wav "The model hears this, and answers." 2>/dev/null
 
 # run MODEL TAG: a server, two sessions of the speech, the server stopped
 run() {
