@@ -166,6 +166,16 @@ $(shell mkdir -p $(B) && { [ "$$(cat $(DATADIR_STAMP) 2>/dev/null)" = '$(DATADIR
 endif
 $(B)/src/model/model.o: $(DATADIR_STAMP)
 
+# Every object's MT_HAVE_CUDA follows whether nvcc was found: rebuild them all
+# when that changes (a `make NVCC=` build after a CUDA one, or the reverse),
+# so no stale cuda_loader.o or decoder.o is linked with the other choice.
+CUDA_STAMP := $(B)/.have-cuda
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(B) && { [ "$$(cat $(CUDA_STAMP) 2>/dev/null)" = 'cuda=$(HAVE_CUDA)' ] || echo 'cuda=$(HAVE_CUDA)' > $(CUDA_STAMP); })
+endif
+$(LIB_OBJS) $(CMD_OBJS) $(PROG_SRCS:src/%.c=$(B)/src/%.o): $(CUDA_STAMP)
+$(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%.o) $(HELP_SRCS:tests/helpers/%.c=$(B)/tests/helpers/%.o): $(CUDA_STAMP)
+
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(@D)
 	@rm -f $@

@@ -20,6 +20,11 @@
 #                                # session here (48 min; bench/RESULTS.md)
 #   examples/paper.sh --quick    # a pool slice, 40 s calls: the shape of it
 #                                # in under a minute (tests/integration/paper_quick.sh)
+#   examples/paper.sh --model qwen2.5-7b [--quick]
+#                                # another model on its own H200 profile:
+#                                # moshi-7b (the default), qwen2.5-7b,
+#                                # qwen3-8b, llama-3.2-1b (examples/models.sh
+#                                # runs all four)
 #
 # Every knob is an environment variable (defaults below).
 #
@@ -54,36 +59,55 @@ set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=${MT_BIN:-$ROOT/bin}
 
-QUICK=0
-for a in "$@"; do
-    case $a in
+QUICK=0 NAME=moshi-7b
+while [ $# -gt 0 ]; do
+    case $1 in
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
-    *) echo "paper: unknown argument $a (see --help)" >&2; exit 2 ;;
+    --model) [ $# -ge 2 ] || { echo "paper: --model needs a name" >&2; exit 2; }; NAME=$2; shift ;;
+    -h|--help) sed -n '2,58p' "$0"; exit 0 ;;
+    *) echo "paper: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
+    shift
 done
 
-PROFILE=${PROFILE:-h200-moshi7b}
-MODEL=${MODEL:-synthetic:moshi-7b}
+# Per model: its H200 profile, its bf16 K/V bytes a position (layers x K,V x
+# kv_heads x head_dim x 2) and its whole K/V pool on that profile (141e9 less
+# the bf16 weights, 2 x mt_model_params, less the 6e9 reserve; each
+# profile's comments say the same); for the whole pool, the arrival rate
+# (about 1.1x the lowest at which its unbounded pool passes the wall in
+# most runs, examples/models.sh) and a session cap above the live sessions
+# it brings.
+case $NAME in
+moshi-7b)     DPROFILE=h200-moshi7b    BPP=524288 WHOLE=122015999488 WRATE=0.45 WMAX=400 ;;
+qwen2.5-7b)   DPROFILE=h200-qwen2.5-7b BPP=57344  WHOLE=119741241856 WRATE=4.1  WMAX=2400 ;;
+qwen3-8b)     DPROFILE=h200-qwen3-8b   BPP=147456 WHOLE=118587072000 WRATE=1.6  WMAX=1000 ;;
+llama-3.2-1b) DPROFILE=h200-llama1b    BPP=32768  WHOLE=132512642560 WRATE=7.9  WMAX=4600 ;;
+*) echo "paper: unknown model $NAME (moshi-7b, qwen2.5-7b, qwen3-8b, llama-3.2-1b)" >&2; exit 2 ;;
+esac
+PROFILE=${PROFILE:-$DPROFILE}
+MODEL=${MODEL:-synthetic:$NAME}
 SEED=${SEED:-1}
 SINK=${SINK:-4}
 if [ "$QUICK" = 1 ]; then
-    # A 4 GB slice of the pool (7629 positions), 40 s calls, a 124-position
-    # window: the same race between growing caches and a fixed pool, small
-    # enough to finish in about a minute at SCALE=4 (2+2 runs).
+    # A 4 GB slice of moshi-7b's pool (7629 positions, 476 blocks; for
+    # another model the slice of the same positions), 40 s calls, a
+    # 124-position window: the same race between growing caches and a
+    # fixed pool, small enough to finish in about a minute at SCALE=4
+    # (2+2 runs).
+    if [ "$NAME" = moshi-7b ]; then QKV=4000000000; else QKV=$((7630 * BPP)); fi
     RUNS=${RUNS:-2}; CALL=${CALL:-40s}; RATE=${RATE:-1}; DURATION=${DURATION:-45s}
-    WINDOW=${WINDOW:-124}; KVMEM=${KVMEM:-4000000000}; SCALE=${SCALE:-4}
+    WINDOW=${WINDOW:-124}; KVMEM=${KVMEM:-$QKV}; SCALE=${SCALE:-4}
     MAXSESS=${MAXSESS:-256}; SWEEP=${SWEEP:-0}
     SWEEP_FROM=${SWEEP_FROM:-10}; SWEEP_TO=${SWEEP_TO:-60}; SWEEP_STEP=${SWEEP_STEP:-10}
     SWEEP_HOLD=${SWEEP_HOLD:-30s}
     OUT=${OUT:-$ROOT/out/paper-quick}
 else
-    RUNS=${RUNS:-20}; CALL=${CALL:-300s}; RATE=${RATE:-0.45}; DURATION=${DURATION:-360s}
+    RUNS=${RUNS:-20}; CALL=${CALL:-300s}; RATE=${RATE:-$WRATE}; DURATION=${DURATION:-360s}
     WINDOW=${WINDOW:-750}
-    # the profile's whole K/V pool (141e9 - 12.984e9 of weights - 6e9
-    # reserve), given explicitly so that the prediction reads the same pool
-    KVMEM=${KVMEM:-122015999488}
-    SCALE=${SCALE:-1}; MAXSESS=${MAXSESS:-400}; SWEEP=${SWEEP:-1}
+    # the profile's whole K/V pool (moshi-7b: 141e9 - 12.984e9 of weights -
+    # 6e9 reserve), given explicitly so that the prediction reads the same pool
+    KVMEM=${KVMEM:-$WHOLE}
+    SCALE=${SCALE:-1}; MAXSESS=${MAXSESS:-$WMAX}; SWEEP=${SWEEP:-1}
     SWEEP_FROM=${SWEEP_FROM:-50}; SWEEP_TO=${SWEEP_TO:-350}; SWEEP_STEP=${SWEEP_STEP:-50}
     SWEEP_HOLD=${SWEEP_HOLD:-300s}     # each level: that many 5-minute calls at once
     OUT=${OUT:-$ROOT/out/paper}
@@ -110,7 +134,7 @@ echo "# SIMULATED device: no figure below is a measurement of a GPU"
 echo "== prediction (mt-probe predict, the unbounded pool race and the bounded capacity)"
 "$P" predict -m "$MODEL" --backend cuda --kv-mem "$KVMEM" --sink "$SINK" --window "$WINDOW" \
     --duration "$DURATION" --arrivals "poisson:$RATE" --lengths "fixed:$CALL" \
-    --seed "$SEED" --samples 400 --max-sessions 512 | tee "$OUT/predict.txt"
+    --seed "$SEED" --samples 400 --max-sessions "$(( MAXSESS > 512 ? MAXSESS : 512 ))" | tee "$OUT/predict.txt"
 
 # SOAK=0 keeps an earlier run's soak.txt and data/ (e.g. to redo the sweep)
 if [ "${SOAK:-1}" = 1 ]; then

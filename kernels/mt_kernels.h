@@ -80,6 +80,13 @@ int mt_cu_rope_append(const float *qkv, const mt_cu_row *rows,
                       const float *rope_cs, int nrows, int layer,
                       mt_cu_dims d, void *stream);
 
+/* Qwen backbones, in place on qkv [rows, (H+2Hkv)*D] before
+ * mt_cu_rope_append: += bias [(H+2Hkv)*D] (q|k|v biases, NULL for none),
+ * then each q head RMSNorm'd with qk_norm[0..D) and each k head with
+ * qk_norm[D..2D) (NULL for none), eps as the model's rms_norm_eps. */
+int mt_cu_qwen_qkv(float *qkv, const float *bias, const float *qk_norm, int rows,
+                   int heads, int kv_heads, int head_dim, float eps, void *stream);
+
 /* Largest number of splits of the window the attention uses. */
 #define MT_CU_MAX_SPLITS 32
 

@@ -116,6 +116,8 @@ typedef struct row {
     int64_t    base;   /* seq->len when the call began: positions >= base
                           are read from this call's qkv buffer */
     int        first;  /* row index holding position base of this seq */
+    int64_t    rpos;   /* rotary position of its key (and, absolute, its query):
+                          pos, or its input's (mt_step_io.positions) */
 } row;
 
 /* A run of visible positions attended together: len consecutive slots of
@@ -804,6 +806,29 @@ static int ensure_scratch(cpu_backend *be, int need, char *err, size_t errlen)
     return 0;
 }
 
+/* One row's q|k|v [q_dim + 2 kv_dim] after the projections: += the q, k, v
+ * biases (when the layer has them), then each q and k head RMSNorm'd over
+ * its head_dim with q_norm / k_norm (when it has them). */
+static void qwen_bias_norm(const cpu_backend *be, const mt_layer_weights *w, float *qkv)
+{
+    const int hd = be->hd;
+    if (w->bq) {
+        for (int i = 0; i < be->q_dim; i++)
+            qkv[i] += w->bq[i];
+        for (int i = 0; i < be->kv_dim; i++) {
+            qkv[be->q_dim + i] += w->bk[i];
+            qkv[be->q_dim + be->kv_dim + i] += w->bv[i];
+        }
+    }
+    if (w->q_norm) {
+        for (int h = 0; h < be->c->heads; h++)
+            rmsnorm(qkv + (size_t)h * hd, qkv + (size_t)h * hd, w->q_norm, hd, be->c->eps);
+        for (int g = 0; g < be->c->kv_heads; g++)
+            rmsnorm(qkv + be->q_dim + (size_t)g * hd, qkv + be->q_dim + (size_t)g * hd,
+                    w->k_norm, hd, be->c->eps);
+    }
+}
+
 /* Runs be->rows[0..nrows) through the model; inputs and outputs are row
  * arrays of nrows (outputs may be NULL). */
 static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t errlen)
@@ -853,10 +878,11 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         run_gemm(be, phase_gemm, NULL);
     }
 
-    /* rotary tables of each row: keys at the absolute position, and the
-     * query at its rotary position (cache index in cache mode) */
+    /* rotary tables of each row: keys at the absolute position (the
+     * input's when it gives one), and the query at its rotary position
+     * (cache index in cache mode) */
     for (int r = 0; r < R; r++) {
-        rope_table(be, be->rows[r].pos, be->rcos + (size_t)r * half,
+        rope_table(be, be->rows[r].rpos, be->rcos + (size_t)r * half,
                    be->rsin + (size_t)r * half);
         if (be->cache_rope) {
             int64_t qi = mt_kv_visible_count(be->pool, be->rows[r].pos) - 1;
@@ -888,9 +914,12 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         run_gemm(be, phase_gemm, w->attn_norm);
 
         /* rotary: every q head by the query's position (its cache index
-         * in cache mode), k heads by the absolute position */
+         * in cache mode), k heads by the absolute position; before it, the
+         * q/k/v biases (Qwen2) and each q and k head's RMSNorm (Qwen3) */
         for (int r = 0; r < R; r++) {
             float *q = be->qkv + (size_t)r * be->qkv_dim;
+            if (w->bq || w->q_norm)
+                qwen_bias_norm(be, w, q);
             for (int h = 0; h < c->heads; h++)
                 rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
                            be->qsin + (size_t)r * half, half);
@@ -959,7 +988,8 @@ static int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
     }
     for (int r = 0; r < B; r++)
         be->rows[r] = (row){ .seq = seqs[r], .pos = seqs[r]->len,
-                             .base = seqs[r]->len, .first = r };
+                             .base = seqs[r]->len, .first = r,
+                             .rpos = io->positions ? io->positions[r] : seqs[r]->len };
     be->nrows = B;
     int rc = run_rows(be, io, err, errlen);
     b->attention_ms = be->att_ns / 1e6;
@@ -971,7 +1001,8 @@ static int cpu_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R,
 {
     cpu_backend *be = b->impl;
     for (int r = 0; r < R; r++)
-        be->rows[r] = (row){ .seq = seq, .pos = base + r, .base = base, .first = 0 };
+        be->rows[r] = (row){ .seq = seq, .pos = base + r, .base = base, .first = 0,
+                             .rpos = base + r };
     be->nrows = R;
     return run_rows(be, io, err, errlen);
 }

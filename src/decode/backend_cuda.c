@@ -13,6 +13,7 @@
  *   per layer:
  *     xn  = bf16(rmsnorm(x) * attn_norm)
  *     qkv = xn . Wqkv^T           one GEMM, q|k|v fused [q+2kv, hidden]
+ *     qkv += bias; q, k heads normed   Qwen2 / Qwen3 only (kernels/qwen.cu)
  *     rotary (q twice, see attention.cu), K,V -> the pool
  *     att = windowed-sink / paged attention (split + combine)
  *     x  += att . Wo^T            one GEMM, beta = 1 into the fp32 residual
@@ -80,6 +81,8 @@ typedef struct dev_layer {
     uint16_t *wo;                     /* [hidden, q_dim] */
     uint16_t *wgu;                    /* [2 ffn, hidden] */
     uint16_t *wdown;                  /* [hidden, ffn] */
+    float    *bqkv;                   /* [q_dim + 2 kv_dim] q|k|v biases, or NULL */
+    float    *qk_norm;                /* [2 head_dim] q_norm | k_norm, or NULL */
 } dev_layer;
 
 typedef struct cuda_backend {
@@ -242,6 +245,10 @@ static size_t layout_weights(cuda_backend *be, char *base)
         TAKE(L->wo, uint16_t, H * be->q_dim);
         TAKE(L->wgu, uint16_t, 2 * (size_t)c->ffn * H);
         TAKE(L->wdown, uint16_t, H * c->ffn);
+        if (c->qkv_bias)
+            TAKE(L->bqkv, float, be->qkv_dim);
+        if (c->qk_norm)
+            TAKE(L->qk_norm, float, 2 * (size_t)be->hd);
     }
     TAKE(be->norm, float, H);
     if (be->has_tokens) {
@@ -260,8 +267,9 @@ static size_t layout_weights(cuda_backend *be, char *base)
     return off;
 }
 
-/* Where tensor `name` goes, its element count there, fp32 or bf16, and
- * the std of its synthetic init. */
+/* Where tensor `name` goes, its element count there, fp32 or bf16
+ * (is_f32: 1 for a norm, made as 1.0 on the device; 2 for a bias, made as
+ * 0.0), and the std of its synthetic init. */
 static int tensor_dest(cuda_backend *be, const char *name, void **dst, size_t *n, int *is_f32,
                        float *std)
 {
@@ -295,6 +303,17 @@ static int tensor_dest(cuda_backend *be, const char *name, void **dst, size_t *n
         } else if (!strcmp(rest, "mlp.down_proj.weight")) {
             *dst = L->wdown; *n = H * c->ffn;
             *std = 1.0f / sqrtf((float)c->ffn) / depth;
+        } else if (!strcmp(rest, "self_attn.q_proj.bias") && L->bqkv) {
+            *dst = L->bqkv; *n = (size_t)be->q_dim; *is_f32 = 2; *std = 0;
+        } else if (!strcmp(rest, "self_attn.k_proj.bias") && L->bqkv) {
+            *dst = L->bqkv + be->q_dim; *n = (size_t)be->kv_dim; *is_f32 = 2; *std = 0;
+        } else if (!strcmp(rest, "self_attn.v_proj.bias") && L->bqkv) {
+            *dst = L->bqkv + be->q_dim + be->kv_dim; *n = (size_t)be->kv_dim;
+            *is_f32 = 2; *std = 0;
+        } else if (!strcmp(rest, "self_attn.q_norm.weight") && L->qk_norm) {
+            *dst = L->qk_norm; *n = (size_t)be->hd; *is_f32 = 1; *std = 0;
+        } else if (!strcmp(rest, "self_attn.k_norm.weight") && L->qk_norm) {
+            *dst = L->qk_norm + be->hd; *n = (size_t)be->hd; *is_f32 = 1; *std = 0;
         } else
             return -1;
         return 0;
@@ -354,7 +373,7 @@ static int load_weights(cuda_backend *be, char *err, size_t errlen)
         int ke = 0;
         if (!ref.data) {
             if (is_f32)
-                ke = mt_cu_fill_f32(dst, n, 1.0f, be->st);
+                ke = mt_cu_fill_f32(dst, n, is_f32 == 2 ? 0.0f : 1.0f, be->st);
             else
                 ke = mt_cu_fill_uniform_bf16(dst, n, m->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1,
                                              std, be->st);
@@ -481,6 +500,9 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
         KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
         if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
             return -1;
+        if (L->bqkv || L->qk_norm) /* Qwen2 biases, Qwen3 q/k norms */
+            KE(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
+                              c->eps, st));
         KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
                              l, be->dims, st));
         KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
@@ -615,6 +637,8 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
         }
         memcpy(be->h_tab + ntab, s->blocks, (size_t)s->nblocks * sizeof(int32_t));
         be->h_rows[r] = make_row(be, s, s->len, (int32_t)ntab);
+        if (io->positions) /* absolute rotary only (the decoder checks) */
+            be->h_rows[r].pos_abs = be->h_rows[r].pos_sink = (int32_t)io->positions[r];
         ntab += (size_t)s->nblocks;
     }
     return forward(be, B, ntab, io, 0, err, errlen);

@@ -9,6 +9,7 @@
 #include "decode/backend.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +244,20 @@ static int check_io(const mt_decoder *d, int rows, const mt_step_io *io, char *e
         mt_set_err(err, errlen, "decoder: model %s has no audio adapter", c->name);
         return -1;
     }
+    if (io->positions) {
+        if (d->o.kv.policy == MT_KV_WINDOW && d->o.kv.rope == MT_ROPE_CACHE) {
+            mt_set_err(err, errlen, "decoder: positions given with --rope cache (a window "
+                       "session's rotary positions are its slots there): use --rope "
+                       "absolute or the full policy");
+            return -1;
+        }
+        for (int r = 0; r < rows; r++)
+            if (io->positions[r] < 0 || io->positions[r] >= INT32_MAX - 1) {
+                mt_set_err(err, errlen, "decoder: position %lld (row %d) outside 0..2^31-2",
+                           (long long)io->positions[r], r);
+                return -1;
+            }
+    }
     if (io->tokens_in) {
         if (!d->m->cfg.has_tokens) {
             mt_set_err(err, errlen, "decoder: model %s has no token adapter", c->name);
@@ -311,6 +326,11 @@ int mt_decoder_prefill(mt_decoder *d, mt_kv_seq *seq, int n, const mt_step_io *i
     }
     if (check_io(d, n, io, err, errlen))
         return -1;
+    if (io->positions) {
+        mt_set_err(err, errlen, "decoder: a prefill takes no positions (it recomputes "
+                   "slot positions)");
+        return -1;
+    }
     if (d->be->prefill(d->be, seq, n, io, err, errlen))
         return -1;
     seq->len += n;

@@ -55,6 +55,15 @@ typedef struct mt_step_io {
     int16_t       *pcm_out;   /* [B, frame_samples] */
     const int32_t *tokens_in; /* [B]                 token adapter */
     float         *logits;    /* [B, vocab] */
+    const int64_t *positions; /* [B] each row's rotary position as its
+                                 adapter numbers it (Qwen2.5-Omni's position
+                                 ids, one a token for audio or text alone),
+                                 or NULL: the session's slot index. Its key
+                                 is stored rotated by it. Steps only (not
+                                 prefill), in 0..2^31-1, and only where
+                                 rotary positions are absolute: the full
+                                 policy or --rope absolute (a cache-mode
+                                 window numbers positions by slot). */
     /* Vector input (a caller that embeds its own streams, e.g. Kyutai's
      * summed text and codebook embeddings): used instead of pcm_in and
      * tokens_in. */

@@ -1,4 +1,5 @@
-/* config_json.c: config.json (HuggingFace LlamaConfig + our audio fields)
+/* config_json.c: config.json (HuggingFace LlamaConfig, Qwen2Config or
+ * Qwen3Config, + our audio fields)
  * into an mt_config, every field range-checked (jansson), then
  * mt_config_check. */
 #include "util/errmsg.h"
@@ -70,6 +71,136 @@ static int get_bool(json_t *root, const char *file, const char *key, int *out, c
     return 0;
 }
 
+/* rope_scaling: null or absent; or the multimodal rotary of Qwen2-VL and
+ * Qwen2.5-Omni ({"type"/"rope_type": "mrope" or "default", "mrope_section":
+ * [t, h, w]} summing to head_dim/2), which with one position per token
+ * (text or audio alone: the three sections' positions are equal) is the
+ * plain rotation. Any other key or type (linear, dynamic, yarn, a factor)
+ * is refused. */
+static int rope_scaling(json_t *rs, const char *file, const mt_config *c, char *err,
+                        size_t errlen)
+{
+    if (!rs || json_is_null(rs))
+        return 0;
+    const char *key;
+    json_t *v;
+    if (!json_is_object(rs))
+        goto bad;
+    json_object_foreach(rs, key, v) {
+        if (!strcmp(key, "type") || !strcmp(key, "rope_type")) {
+            if (!json_is_string(v) || (strcmp(json_string_value(v), "mrope") != 0 &&
+                                       strcmp(json_string_value(v), "default") != 0)) {
+                mt_set_err(err, errlen, "%s: field rope_scaling: %s %s is not supported "
+                           "(only M-RoPE's \"mrope\" or \"default\")", file, key,
+                           json_is_string(v) ? json_string_value(v) : "(not a string)");
+                return -1;
+            }
+        } else if (!strcmp(key, "mrope_section")) {
+            size_t i;
+            json_t *e;
+            long long sum = 0;
+            if (!json_is_array(v) || json_array_size(v) == 0)
+                goto bad;
+            json_array_foreach(v, i, e) {
+                if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                    json_integer_value(e) > c->head_dim)
+                    goto bad;
+                sum += json_integer_value(e);
+            }
+            if (sum != c->head_dim / 2) {
+                mt_set_err(err, errlen, "%s: field rope_scaling: mrope_section sums to %lld, "
+                           "not head_dim/2 = %d", file, sum, c->head_dim / 2);
+                return -1;
+            }
+        } else {
+            mt_set_err(err, errlen, "%s: field rope_scaling: %s is not supported (only "
+                       "M-RoPE's mrope_section, which one position a token reduces to the "
+                       "plain rotation)", file, key);
+            return -1;
+        }
+    }
+    return 0;
+bad:
+    mt_set_err(err, errlen, "%s: field rope_scaling: not supported (null, or M-RoPE's "
+               "{\"type\": \"mrope\", \"mrope_section\": [t, h, w]})", file);
+    return -1;
+}
+
+/* A field that must be absent, null, false or equal to `ok` (a number) for
+ * the decoders' arithmetic to be the model's. */
+static int refuse_unless(json_t *root, const char *file, const char *key, double ok,
+                         const char *why, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v) || json_is_false(v) ||
+        (json_is_number(v) && json_number_value(v) == ok))
+        return 0;
+    mt_set_err(err, errlen, "%s: field %s: %s", file, key, why);
+    return -1;
+}
+
+/* model_type and the fields of HuggingFace's Qwen2Config and Qwen3Config
+ * that change the arithmetic. Qwen2 biases q/k/v (not o) whatever the
+ * config says; Qwen3 norms each head of q and k and biases q/k/v *and* o
+ * when attention_bias (o's bias is not implemented: refused). Sliding
+ * window attention (use_sliding_window, or a layer_types entry other than
+ * full_attention) and partial rotary are refused; sliding_window and
+ * max_window_layers alone change nothing while use_sliding_window is off. */
+static int qwen_fields(json_t *root, const char *file, mt_config *c, int att_bias,
+                       char *err, size_t errlen)
+{
+    json_t *mt = json_object_get(root, "model_type");
+    const char *type = "llama";
+    if (mt && !json_is_null(mt)) {
+        if (!json_is_string(mt)) {
+            mt_set_err(err, errlen, "%s: field model_type is not a string", file);
+            return -1;
+        }
+        type = json_string_value(mt);
+    }
+    if (strcmp(type, "qwen2") == 0) {
+        c->qkv_bias = 1;
+    } else if (strcmp(type, "qwen3") == 0) {
+        c->qk_norm = 1;
+    } else if (strcmp(type, "llama") != 0) {
+        mt_set_err(err, errlen, "%s: field model_type: \"%s\" is not supported "
+                 "(llama, qwen2, qwen3)", file, type);
+        return -1;
+    }
+    if (att_bias) {
+        mt_set_err(err, errlen, "%s: field attention_bias: an o_proj bias is not "
+                 "supported (%s)", file,
+                 c->qkv_bias ? "qwen2 has q/k/v biases without this field" :
+                 "true biases o_proj too");
+        return -1;
+    }
+    if (refuse_unless(root, file, "use_sliding_window", 0, "sliding-window attention "
+                      "is not supported (must be false)", err, errlen) ||
+        refuse_unless(root, file, "partial_rotary_factor", 1, "partial rotary is not "
+                      "supported (must be 1)", err, errlen) ||
+        refuse_unless(root, file, "rope_parameters", 0, "not supported (rope_theta and "
+                      "a null rope_scaling say the same)", err, errlen))
+        return -1;
+    json_t *lt = json_object_get(root, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        size_t i;
+        json_t *e;
+        if (!json_is_array(lt)) {
+            mt_set_err(err, errlen, "%s: field layer_types is not an array", file);
+            return -1;
+        }
+        json_array_foreach(lt, i, e) {
+            if (!json_is_string(e) || strcmp(json_string_value(e), "full_attention") != 0) {
+                mt_set_err(err, errlen, "%s: field layer_types: entry %zu is not "
+                         "\"full_attention\" (sliding-window layers are not "
+                         "supported)", file, i);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c,
                     char *err, size_t errlen)
 {
@@ -120,15 +251,12 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
         mt_set_err(err, errlen, "%s: field hidden_act: only \"silu\" is supported", file);
         goto out;
     }
-    json_t *rs = json_object_get(root, "rope_scaling");
-    if (rs && !json_is_null(rs)) {
-        mt_set_err(err, errlen, "%s: field rope_scaling: not supported (must be null "
-                 "or absent)", file);
+    if (rope_scaling(json_object_get(root, "rope_scaling"), file, c, err, errlen) != 0)
         goto out;
-    }
-    if (att_bias || mlp_bias) {
-        mt_set_err(err, errlen, "%s: field %s: biases are not supported", file,
-                 att_bias ? "attention_bias" : "mlp_bias");
+    if (qwen_fields(root, file, c, att_bias, err, errlen) != 0)
+        goto out;
+    if (mlp_bias) {
+        mt_set_err(err, errlen, "%s: field mlp_bias: biases are not supported", file);
         goto out;
     }
     c->has_tokens = c->vocab > 0;

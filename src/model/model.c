@@ -85,7 +85,13 @@ int mt_config_check(const mt_config *c, const char *file, char *err, size_t errl
 
 enum { PER_LAYER = 9 };
 
-int mt_model_tensor_count(const mt_config *c)
+/* Qwen tensors per layer, after every Llama tensor */
+static int extra_per_layer(const mt_config *c)
+{
+    return (c->qkv_bias ? 3 : 0) + (c->qk_norm ? 2 : 0);
+}
+
+static int base_tensor_count(const mt_config *c)
 {
     int n = c->layers * PER_LAYER + 1;
     if (c->has_tokens)
@@ -93,6 +99,34 @@ int mt_model_tensor_count(const mt_config *c)
     if (c->has_audio)
         n += 2;
     return n;
+}
+
+int mt_model_tensor_count(const mt_config *c)
+{
+    return base_tensor_count(c) + c->layers * extra_per_layer(c);
+}
+
+/* Tensor e of the Qwen section: layer e / extra, the biases then the norms. */
+static void extra_info(const mt_config *c, mt_model *m, int e, mt_tensor_ref *r,
+                       float ***slot)
+{
+    int per = extra_per_layer(c), l = e / per, k = e % per;
+    if (!c->qkv_bias)
+        k += 3;
+    static const char *const suffix[5] = {
+        "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+        "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+    };
+    const int64_t n[5] = { (int64_t)c->heads * c->head_dim, (int64_t)c->kv_heads * c->head_dim,
+                           (int64_t)c->kv_heads * c->head_dim, c->head_dim, c->head_dim };
+    snprintf(r->name, sizeof r->name, "model.layers.%d.%s", l, suffix[k]);
+    r->ndim = 1;
+    r->shape[0] = n[k];
+    if (m && m->layer) {
+        mt_layer_weights *w = &m->layer[l];
+        float **s[5] = { &w->bq, &w->bk, &w->bv, &w->q_norm, &w->k_norm };
+        *slot = s[k];
+    }
 }
 
 /* Name, shape and the slot in m that holds tensor i (m may be NULL). */
@@ -107,6 +141,10 @@ static int tensor_info(const mt_config *c, mt_model *m, int i, mt_tensor_ref *r,
     *slot = (float **)&none;
     int64_t H = c->hidden, Q = (int64_t)c->heads * c->head_dim,
             KV = (int64_t)c->kv_heads * c->head_dim, F = c->ffn;
+    if (i >= base_tensor_count(c)) {
+        extra_info(c, m, i - base_tensor_count(c), r, slot);
+        return 0;
+    }
     if (i < c->layers * PER_LAYER) {
         int l = i / PER_LAYER, k = i % PER_LAYER;
         static const char *const suffix[PER_LAYER] = {

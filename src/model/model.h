@@ -1,7 +1,8 @@
 /* model.h: the model a Metronome decoder runs.
  *
  * A Llama-architecture backbone (RMSNorm, rotary positions, GQA attention,
- * SwiGLU MLP) with HuggingFace tensor names, plus two adapters:
+ * SwiGLU MLP) with HuggingFace tensor names, optionally with Qwen2's q/k/v
+ * biases or Qwen3's per-head q/k norms, plus two adapters:
  *   audio: audio_in.weight  [hidden, frame_samples]  PCM frame -> input vector
  *          audio_out.weight [frame_samples, hidden]  final hidden -> PCM frame
  *   token: model.embed_tokens.weight [vocab, hidden], lm_head.weight
@@ -10,7 +11,8 @@
  * A model comes from a directory (config.json + model.safetensors, F32, F16
  * or BF16, memory-mapped and converted once to fp32 here) or from a
  * synthetic preset ("synthetic:tiny", "synthetic:small", "synthetic:base",
- * "synthetic:moshi-7b", "synthetic:llama-3.2-1b", optionally
+ * "synthetic:moshi-7b", "synthetic:llama-3.2-1b", "synthetic:qwen2.5-7b",
+ * "synthetic:qwen3-8b", "synthetic:tiny-qwen2", "synthetic:tiny-qwen3", optionally
  * "synthetic:NAME:seed=N") whose weights are generated deterministically.
  *
  * Synthetic init (implemented in synthetic.c; values never depend on the
@@ -34,6 +36,10 @@
  *                                    -20 dBFS RMS maps to a unit-RMS vector
  *       audio_out                    0.1 / sqrt(hidden): output RMS about
  *                                    0.1 (-20 dBFS), rarely clipped
+ *       q/k/v biases                 0.5 (so a bias moves a unit-RMS
+ *                                    projection visibly)
+ *       q_norm, k_norm               1.0 + 0.25 N(0, 1): not constant, so a
+ *                                    decoder that forgot the weight differs
  *
  * All matrices are row-major in HuggingFace's [out_features, in_features]
  * orientation, fp32, so y = W x is cblas_sgemv(RowMajor, NoTrans, ...).
@@ -64,6 +70,10 @@ typedef struct mt_config {
     int   has_tokens;        /* embed_tokens/lm_head present */
     int   audio_passthrough; /* test preset: output frame = input frame
                                 (the backbone still runs, for timing) */
+    int   qkv_bias;          /* q_proj, k_proj, v_proj carry biases (Qwen2;
+                                o_proj never does here) */
+    int   qk_norm;           /* per-head RMSNorm of q and k before the
+                                rotation, eps = rms_norm_eps (Qwen3) */
 } mt_config;
 
 typedef struct mt_layer_weights {
@@ -76,6 +86,11 @@ typedef struct mt_layer_weights {
     float *w_gate;     /* [ffn, hidden]                     gate_proj */
     float *w_up;       /* [ffn, hidden]                     up_proj */
     float *w_down;     /* [hidden, ffn]                     down_proj */
+    float *bq;         /* [heads*head_dim]     q_proj.bias, or NULL (no qkv_bias) */
+    float *bk;         /* [kv_heads*head_dim]  k_proj.bias, or NULL */
+    float *bv;         /* [kv_heads*head_dim]  v_proj.bias, or NULL */
+    float *q_norm;     /* [head_dim]  self_attn.q_norm.weight, or NULL (no qk_norm) */
+    float *k_norm;     /* [head_dim]  self_attn.k_norm.weight, or NULL */
 } mt_layer_weights;
 
 typedef struct mt_model {
@@ -133,9 +148,15 @@ const char *const *mt_model_presets(void);
  * (default 1e-6), rope_theta (default 10000), vocab_size (default 0; > 0
  * means the token adapter is expected), tie_word_embeddings (default
  * false), sample_rate (24000), frame_samples (1920), audio_passthrough
- * (false). Rejected: hidden_act other than "silu", attention_bias or
- * mlp_bias true, a non-null rope_scaling (not implemented by the
- * decoders). max_position_embeddings, when present, must be 1 or more
+ * (false), model_type (default "llama"; "qwen2": q/k/v biases; "qwen3":
+ * per-head q/k RMSNorm; anything else refused). Rejected, each naming the
+ * field: hidden_act other than "silu", attention_bias or mlp_bias true (an
+ * o_proj or MLP bias), a rope_scaling other than null or M-RoPE's
+ * mrope_section (Qwen2-VL, Qwen2.5-Omni: with one position a token it is
+ * the plain rotation; the sections must sum to head_dim/2), rope_parameters,
+ * use_sliding_window true, a layer_types entry other than
+ * "full_attention", partial_rotary_factor other than 1 (none implemented
+ * by the decoders). max_position_embeddings, when present, must be 1 or more
  * (the decoders do not use it). Other keys are ignored. has_audio is not a config field: the
  * loader sets it from the tensors present. */
 int mt_config_parse(const char *json, size_t len, const char *file,
@@ -155,7 +176,11 @@ int mt_config_check(const mt_config *c, const char *file, char *err,
  *     .down_proj;
  *   model.norm.weight;
  *   token adapter: model.embed_tokens.weight, lm_head.weight (untied only);
- *   audio adapter: audio_in.weight, audio_out.weight. */
+ *   audio adapter: audio_in.weight, audio_out.weight;
+ *   then, for each layer N, when qkv_bias: model.layers.N.self_attn.q_proj.bias,
+ *     .k_proj.bias, .v_proj.bias; when qk_norm: .self_attn.q_norm.weight,
+ *     .k_norm.weight (last, so a Llama model's tensors keep their indices
+ *     and synthetic values). */
 typedef struct mt_tensor_ref {
     char     name[80];
     int      ndim;       /* 1 or 2 */

@@ -12,6 +12,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A Qwen model's config.json says what HuggingFace's Qwen2Config or
+ * Qwen3Config says for Qwen2.5-7B and Qwen3-8B, so the directory is the
+ * shape of a published one (only the values differ): model_type and
+ * architectures, and their window, position and token-id fields (all of
+ * which the loader reads or refuses). */
+static int qwen_config(const mt_config *c, json_t *cfg)
+{
+    if (!c->qkv_bias && !c->qk_norm)
+        return 0;
+    int q2 = c->qkv_bias;
+    json_t *extra = json_pack(
+        "{s:[s],s:s,s:f,s:i,s:i,s:f,s:i,s:i,s:b,s:b,s:s}",
+        "architectures", q2 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM",
+        "model_type", q2 ? "qwen2" : "qwen3", "attention_dropout", 0.0,
+        "bos_token_id", 151643, "eos_token_id", 151645,
+        "initializer_range", 0.02, "max_position_embeddings", q2 ? 32768 : 40960,
+        "max_window_layers", c->layers, "use_cache", 1, "use_sliding_window", 0,
+        "transformers_version", q2 ? "4.43.1" : "4.51.0");
+    if (!extra)
+        return -1;
+    int bad = json_object_update(cfg, extra) != 0 ||
+              json_object_set_new(cfg, "sliding_window",
+                                  q2 ? json_integer(131072) : json_null()) != 0;
+    json_decref(extra);
+    if (q2) {                /* Qwen2Config has neither: its biases are fixed */
+        json_object_del(cfg, "attention_bias");
+        json_object_del(cfg, "mlp_bias");
+    }
+    return bad ? -1 : 0;
+}
+
 int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
                   size_t errlen)
 {
@@ -48,7 +79,8 @@ int mt_model_save(const mt_model *m, const char *dir, mt_dtype dtype, char *err,
         "attention_bias", 0, "mlp_bias", 0, "rope_scaling",
         "sample_rate", c->sample_rate, "frame_samples", c->frame_samples,
         "audio_passthrough", c->audio_passthrough != 0);
-    if (!cfg) {
+    if (!cfg || qwen_config(c, cfg) != 0) {
+        json_decref(cfg);
         mt_set_err(err, errlen, "%s: out of memory", cpath);
         return -1;
     }

@@ -1,7 +1,8 @@
-/* synthetic.c: the synthetic presets: fixed shapes (tiny for unit tests,
- * small/base for CPU work, moshi-7b and llama-3.2-1b for capacity work at
- * real shapes) and weights generated deterministically from a seed, so
- * tests and experiments need no checkpoint. The init is documented in
+/* synthetic.c: the synthetic presets: fixed shapes (tiny, tiny-qwen2/3 for
+ * tests, small/base for CPU work, moshi-7b, llama-3.2-1b, qwen2.5-7b and
+ * qwen3-8b for capacity work at real shapes) and weights generated
+ * deterministically from a seed, so tests and experiments need no
+ * checkpoint. The init is documented in
  * model.h; it is chunked per tensor so threads can share the work without
  * changing a single value. */
 #include "util/errmsg.h"
@@ -23,22 +24,34 @@ typedef struct preset {
     int hidden, ffn, layers, heads, kv_heads, head_dim, vocab;
     float eps, rope_theta;
     int tie, has_audio, has_tokens, passthrough;
+    int qkv_bias, qk_norm;     /* Qwen2, Qwen3 */
 } preset;
 
 static const preset presets[] = {
-    /* name           H     ffn    L   h   kvh hd  vocab   eps   theta     tie au tk pass */
-    { "tiny",         64,   128,   2,  4,  2,  0,  256,    1e-5f, 10000.f,  0, 1, 1, 0 },
-    { "echo",         64,   128,   2,  4,  2,  0,  256,    1e-5f, 10000.f,  0, 1, 1, 1 },
-    { "small",        512,  1536,  8,  8,  8,  0,  1024,   1e-5f, 10000.f,  0, 1, 1, 0 },
-    { "base",         1024, 2816,  12, 16, 8,  0,  1024,   1e-5f, 10000.f,  0, 1, 1, 0 },
-    { "moshi-7b",     4096, 11008, 32, 32, 32, 0,  0,      1e-5f, 10000.f,  0, 1, 0, 0 },
-    { "llama-3.2-1b", 2048, 8192,  16, 32, 8,  64, 128256, 1e-5f, 500000.f, 1, 1, 1, 0 },
+    /* name           H     ffn    L   h   kvh hd  vocab   eps   theta     tie au tk pass bias qkn */
+    { "tiny",         64,   128,   2,  4,  2,  0,  256,    1e-5f, 10000.f,  0, 1, 1, 0, 0, 0 },
+    { "echo",         64,   128,   2,  4,  2,  0,  256,    1e-5f, 10000.f,  0, 1, 1, 1, 0, 0 },
+    { "small",        512,  1536,  8,  8,  8,  0,  1024,   1e-5f, 10000.f,  0, 1, 1, 0, 0, 0 },
+    { "base",         1024, 2816,  12, 16, 8,  0,  1024,   1e-5f, 10000.f,  0, 1, 1, 0, 0, 0 },
+    { "moshi-7b",     4096, 11008, 32, 32, 32, 0,  0,      1e-5f, 10000.f,  0, 1, 0, 0, 0, 0 },
+    { "llama-3.2-1b", 2048, 8192,  16, 32, 8,  64, 128256, 1e-5f, 500000.f, 1, 1, 1, 0, 0, 0 },
+    /* Qwen2.5-7B (config.json of Qwen/Qwen2.5-7B-Instruct; the Thinker of
+     * Qwen2.5-Omni-7B and MiniCPM-o 2.6's LLM have this shape): q/k/v biases.
+     * Qwen3-8B (Qwen/Qwen3-8B; MiniCPM-o 4.5's LLM): q/k norms, head_dim
+     * 128 given explicitly. Both untied, rope theta 1e6, eps 1e-6.
+     * tiny-qwen2/tiny-qwen3: the same features at test size (tiny-qwen3's
+     * heads*head_dim = 128 is not its hidden 64). */
+    { "qwen2.5-7b",   3584, 18944, 28, 28, 4,  128, 152064, 1e-6f, 1e6f,     0, 1, 1, 0, 1, 0 },
+    { "qwen3-8b",     4096, 12288, 36, 32, 8,  128, 151936, 1e-6f, 1e6f,     0, 1, 1, 0, 0, 1 },
+    { "tiny-qwen2",   64,   128,   2,  4,  2,  0,  256,    1e-6f, 1e6f,     0, 1, 1, 0, 1, 0 },
+    { "tiny-qwen3",   64,   128,   2,  4,  2,  32, 256,    1e-6f, 1e6f,     0, 1, 1, 0, 0, 1 },
 };
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
 
 static const char *const preset_names[] = {
     "synthetic:tiny", "synthetic:echo", "synthetic:small", "synthetic:base",
-    "synthetic:moshi-7b", "synthetic:llama-3.2-1b", NULL,
+    "synthetic:moshi-7b", "synthetic:llama-3.2-1b", "synthetic:qwen2.5-7b",
+    "synthetic:qwen3-8b", "synthetic:tiny-qwen2", "synthetic:tiny-qwen3", NULL,
 };
 
 const char *const *mt_synthetic_presets(void) { return preset_names; }
@@ -60,6 +73,10 @@ static void xo_seed(mt_rng *r, uint64_t seed, int tensor, uint64_t chunk)
 static double tensor_std(const mt_config *c, const char *name)
 {
     double L2 = sqrt(2.0 * c->layers);
+    if (strstr(name, "_proj.bias"))
+        return 0.5;
+    if (strstr(name, "q_norm") || strstr(name, "k_norm"))
+        return 0.25;
     if (strstr(name, "layernorm") || strcmp(name, "model.norm.weight") == 0)
         return 0.0;
     if (strstr(name, "o_proj"))
@@ -79,7 +96,13 @@ static double tensor_std(const mt_config *c, const char *name)
     return 0.0;
 }
 
-static void fill_chunk(float *dst, size_t n, double std, uint64_t seed,
+/* mean of tensor i: the q/k norms' weights scatter around 1 */
+static double tensor_mean(const char *name)
+{
+    return strstr(name, "q_norm") || strstr(name, "k_norm") ? 1.0 : 0.0;
+}
+
+static void fill_chunk(float *dst, size_t n, double mean, double std, uint64_t seed,
                        int tensor, uint64_t chunk)
 {
     if (std == 0.0) {
@@ -101,9 +124,9 @@ static void fill_chunk(float *dst, size_t n, double std, uint64_t seed,
             q = u * u + v * v;
         } while (q >= 1.0 || q == 0.0);
         double f = sqrt(-2.0 * log(q) / q) * std;
-        dst[i] = (float)(u * f);
+        dst[i] = (float)(mean + u * f);
         if (i + 1 < n)
-            dst[i + 1] = (float)(v * f);
+            dst[i + 1] = (float)(mean + v * f);
     }
 }
 
@@ -112,7 +135,7 @@ static void fill_chunk(float *dst, size_t n, double std, uint64_t seed,
 typedef struct pool {
     float          *dst;
     size_t          n;
-    double          std;
+    double          mean, std;
     int             tensor;
     uint64_t        seed;
     uint64_t        nchunks;
@@ -131,7 +154,7 @@ static void *worker(void *arg)
             return NULL;
         size_t off = (size_t)k * CHUNK;
         size_t len = p->n - off < CHUNK ? p->n - off : CHUNK;
-        fill_chunk(p->dst + off, len, p->std, p->seed, p->tensor, k);
+        fill_chunk(p->dst + off, len, p->mean, p->std, p->seed, p->tensor, k);
     }
 }
 
@@ -139,7 +162,8 @@ static void fill_tensor(const mt_config *c, uint64_t seed, int i,
                         const mt_tensor_ref *r, float *dst)
 {
     size_t n = (size_t)r->shape[0] * (size_t)(r->ndim == 2 ? r->shape[1] : 1);
-    pool p = { .dst = dst, .n = n, .std = tensor_std(c, r->name), .tensor = i,
+    pool p = { .dst = dst, .n = n, .mean = tensor_mean(r->name),
+               .std = tensor_std(c, r->name), .tensor = i,
                .seed = seed, .nchunks = (n + CHUNK - 1) / CHUNK, .next = 0 };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
@@ -213,7 +237,7 @@ int mt_synthetic_load(const char *spec, int flags, mt_model **out,
     const char *colon = strchr(name, ':');
     size_t nlen = colon ? (size_t)(colon - name) : strlen(name);
     uint64_t seed = 1;
-    char names[256];
+    char names[512];
     list_presets(names, sizeof names);
     if (colon && parse_seed(colon + 1, &seed) != 0) {
         mt_set_err(err, errlen, "%s: bad option '%s' (want seed=N, N a decimal "
@@ -246,6 +270,8 @@ int mt_synthetic_load(const char *spec, int flags, mt_model **out,
     c.has_audio = p->has_audio;
     c.has_tokens = p->has_tokens;
     c.audio_passthrough = p->passthrough;
+    c.qkv_bias = p->qkv_bias;
+    c.qk_norm = p->qk_norm;
     if (mt_config_check(&c, spec, err, errlen) != 0)
         return -1;
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;

@@ -13,6 +13,9 @@
  * and its weights in IEEE half (llama_ref.py --kv-dtype / --weights round
  * the same values to float16).
  *
+ * --pos-stride K gives each input its rotary position 3 * b + K * i
+ * (mt_step_io.positions), as llama_ref.py --pos-stride does.
+ *
  * Also saves a model (--save DIR --dtype f32|f16|bf16), so the test can make
  * a safetensors file that both sides read.
  */
@@ -32,21 +35,21 @@ static void usage(FILE *f)
             "       mt-refdump --model SPEC --policy full|window [--sink S] [--window W]\n"
             "                  [--rope cache|absolute] --starts 0,5,11 --steps N\n"
             "                  [--input tokens|audio] [--threads T] [--kv-dtype f32|f16]\n"
-            "                  [--weights f32|f16] --out FILE\n");
+            "                  [--weights f32|f16] [--pos-stride K] --out FILE\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *spec = NULL, *save = NULL, *out = NULL, *starts_s = "0";
     const char *policy = "window", *rope = "cache", *input = "tokens", *dtype = "f32";
-    int sink = 4, window = 16, steps = 0, threads = 1;
+    int sink = 4, window = 16, steps = 0, threads = 1, pos_stride = 0;
     mt_num_format kv_dtype = MT_FMT_F32, weights = MT_FMT_F32;
     static const struct option lo[] = {
         { "model", 1, 0, 'm' }, { "save", 1, 0, 'S' },   { "dtype", 1, 0, 'd' },
         { "policy", 1, 0, 'p' }, { "sink", 1, 0, 's' },  { "window", 1, 0, 'w' },
         { "rope", 1, 0, 'r' },   { "starts", 1, 0, 'b' }, { "steps", 1, 0, 'n' },
         { "input", 1, 0, 'i' },  { "threads", 1, 0, 't' }, { "out", 1, 0, 'o' },
-        { "kv-dtype", 1, 0, 'K' }, { "weights", 1, 0, 'W' },
+        { "kv-dtype", 1, 0, 'K' }, { "weights", 1, 0, 'W' }, { "pos-stride", 1, 0, 'P' },
         { "help", 0, 0, 'h' },   { 0, 0, 0, 0 }
     };
     int ch;
@@ -76,6 +79,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'P': pos_stride = atoi(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -112,8 +116,9 @@ int main(int argc, char **argv)
     int16_t *pcm_in = calloc((size_t)nb * fs, sizeof *pcm_in);
     int16_t *pcm_out = calloc((size_t)nb * fs, sizeof *pcm_out);
     int32_t *tok = calloc((size_t)nb, sizeof *tok);
+    int64_t *rpos = calloc((size_t)nb, sizeof *rpos);
     float *logits = calloc((size_t)nb * (c->vocab > 0 ? c->vocab : 1), sizeof *logits);
-    if (!starts || !seqs || !batch || !bidx || !pcm_in || !pcm_out || !tok || !logits) {
+    if (!starts || !seqs || !batch || !bidx || !pcm_in || !pcm_out || !tok || !rpos || !logits) {
         fprintf(stderr, "mt-refdump: out of memory\n");
         return 1;
     }
@@ -166,12 +171,15 @@ int main(int argc, char **argv)
             tok[B] = (int32_t)((b * 7919LL + i * 104729LL + 13) % (c->vocab > 0 ? c->vocab : 1));
             for (int k = 0; k < fs; k++)
                 pcm_in[(size_t)B * fs + k] = (int16_t)(((b * 131LL + i * 17 + k * 7LL) % 2001 - 1000) * 8);
+            rpos[B] = 3LL * b + (int64_t)pos_stride * i;
             bidx[B] = b;
             batch[B++] = seqs[b];
         }
         if (rc || B == 0)
             continue;
         mt_step_io io = test_step_io(audio, pcm_in, pcm_out, tok, logits);
+        if (pos_stride > 0)
+            io.positions = rpos;
         if (mt_decoder_step(d, B, batch, &io, err, sizeof err)) {
             fprintf(stderr, "mt-refdump: step %d: %s\n", t, err);
             rc = 1;
@@ -193,6 +201,6 @@ int main(int argc, char **argv)
     mt_decoder_free(d);
     mt_model_free(m);
     free(starts); free(seqs); free(batch); free(bidx);
-    free(pcm_in); free(pcm_out); free(tok); free(logits);
+    free(pcm_in); free(pcm_out); free(tok); free(rpos); free(logits);
     return rc;
 }

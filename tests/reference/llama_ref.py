@@ -11,6 +11,12 @@ against it on the same safetensors file:
   * GQA: kv heads repeated (repeat_kv), q head h uses kv head h // n_rep
   * attention: softmax(q k^T / sqrt(head_dim)) v, causal
   * MLP: down(silu(gate(x)) * up(x)); residual around both sublayers
+  * Qwen2 (config model_type "qwen2", modeling_qwen2.py): q_proj, k_proj
+    and v_proj carry biases (q = W_q x + b_q, ...), o_proj does not
+  * Qwen3 (model_type "qwen3", modeling_qwen3.py): q and k reshaped to
+    heads, each head RMSNorm'd over its head_dim with q_norm.weight /
+    k_norm.weight [head_dim] (eps = rms_norm_eps) before the rotation;
+    head_dim from the config; attention_bias true biases q, k, v and o
   * token adapter: embed_tokens lookup in, lm_head (or tied embedding) out
   * audio adapter: audio_in . (pcm / 32768) in, audio_out . norm(h) out,
     clamp to [-1, 1], round(y * 32767) to s16
@@ -42,6 +48,10 @@ Inputs (the test spec shared with tests/helpers/mt-refdump.c): sessions b
 at its position i = t - starts[b], all of them as one batch, in order of b.
   token input:  id = (b * 7919 + i * 104729 + 13) % vocab
   audio input:  pcm[k] = ((b * 131 + i * 17 + k * 7) % 2001 - 1000) * 8
+  positions (--pos-stride K): the input's rotary position is 3 * b + K * i
+                (as an adapter's position ids would number it; without
+                the option, i itself); keys rotated by their input's
+                position, the query by its own (full, or rope absolute).
 Output: for each step, for each stepped session, its logits (float32,
 vocab) or its output pcm (int16, frame_samples), appended in that order.
 
@@ -49,7 +59,9 @@ Usage:
   llama_ref.py MODEL_DIR --policy full|window --sink S --window W
                --rope cache|absolute --starts 0,5,11 --steps 60
                [--input tokens|audio] [--kv-dtype f32|f16] [--weights f32|f16]
-               --out FILE [--check C_FILE] [--tol 1e-4]
+               [--drop bias|qknorm] [--pos-stride K] --out FILE [--check C_FILE] [--tol 1e-4]
+--drop bias|qknorm computes the reference without the q/k/v biases or the
+q/k norms (negative controls: a C decoder that skipped them).
 With --check the reference compares C_FILE against its own result, prints
 max_err, scale and rel, and exits 1 when rel >= tol (audio: max |diff| in
 LSB, fails above 1).
@@ -99,7 +111,7 @@ MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "dow
 
 
 class Llama:
-    def __init__(self, model_dir, weights="f32", kv_dtype="f32"):
+    def __init__(self, model_dir, weights="f32", kv_dtype="f32", drop=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             cfg = json.load(f)
         self.t = read_safetensors(os.path.join(model_dir, "model.safetensors"))
@@ -113,6 +125,21 @@ class Llama:
         self.theta = cfg.get("rope_theta", 10000.0)
         self.vocab = cfg.get("vocab_size", 0)
         self.frame_samples = cfg.get("frame_samples", 1920)
+        mtype = cfg.get("model_type", "llama")
+        if mtype not in ("llama", "qwen2", "qwen3"):
+            raise SystemExit("llama_ref: model_type %s not described here" % mtype)
+        # which projections carry a bias, and whether q/k are head-normed
+        if mtype == "qwen2":
+            self.biased = ("q_proj", "k_proj", "v_proj")
+        elif cfg.get("attention_bias", False):
+            self.biased = ("q_proj", "k_proj", "v_proj", "o_proj")
+        else:
+            self.biased = ()
+        self.qk_norm = mtype == "qwen3"
+        if drop == "bias":
+            self.biased = ()
+        elif drop == "qknorm":
+            self.qk_norm = False
         t = self.t
         self.embed = t.get("model.embed_tokens.weight")
         self.lm_head = t.get("lm_head.weight")
@@ -122,7 +149,7 @@ class Llama:
         self.audio_out = t.get("audio_out.weight")
         if weights == "f16":
             for name in list(t):
-                if name.split(".")[-2] in MATRICES:
+                if name.endswith(".weight") and name.split(".")[-2] in MATRICES:
                     t[name] = to_f16(t[name])
             if self.lm_head is not None:
                 self.lm_head = to_f16(self.lm_head)   # a copy: embed stays
@@ -135,6 +162,19 @@ class Llama:
 
     def w(self, l, name):
         return self.t["model.layers.%d.%s.weight" % (l, name)]
+
+    def proj(self, l, name, x):
+        """the projection self_attn.NAME of x, with its bias when it has one"""
+        y = self.w(l, "self_attn." + name) @ x
+        if name in self.biased:
+            y = y + self.t["model.layers.%d.self_attn.%s.bias" % (l, name)]
+        return y
+
+    def head_norm(self, l, name, x):
+        """Qwen3: x [n, head_dim], each head RMSNorm'd with NAME.weight"""
+        if not self.qk_norm:
+            return x
+        return self.rmsnorm(x, self.w(l, "self_attn." + name))
 
     def rmsnorm(self, x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
@@ -167,11 +207,16 @@ class Session:
         self.k_new = [None] * m.layers
         self.v_new = [None] * m.layers
         self.len = 0
+        self.rpos = []   # rotary position of each position so far
 
 
-def step(m, sess, x, policy, S, W, rope_mode):
-    """One position of one session: x [hidden] -> final hidden [hidden]."""
+def step(m, sess, x, policy, S, W, rope_mode, rp=None):
+    """One position of one session: x [hidden] -> final hidden [hidden];
+    rp: its rotary position when the input gives one."""
     p = sess.len
+    sess.rpos.append(p if rp is None else rp)
+    if rp is not None and policy == "window" and rope_mode == "cache":
+        raise SystemExit("llama_ref: positions need rope absolute or the full policy")
     hd, nh, nkv = m.head_dim, m.heads, m.kv_heads
     n_rep = nh // nkv
     vis = kept(policy, S, W, p)
@@ -179,17 +224,17 @@ def step(m, sess, x, policy, S, W, rope_mode):
         key_pos = list(range(len(vis)))
         q_pos = len(vis) - 1
     else:
-        key_pos = vis
-        q_pos = p
+        key_pos = [sess.rpos[j] for j in vis]
+        q_pos = sess.rpos[p]
     for l in range(m.layers):
         h = m.rmsnorm(x, m.w(l, "input_layernorm"))
-        q = (m.w(l, "self_attn.q_proj") @ h).reshape(nh, hd)
-        k = (m.w(l, "self_attn.k_proj") @ h).reshape(nkv, hd)
-        v = (m.w(l, "self_attn.v_proj") @ h).reshape(nkv, hd)
+        q = m.head_norm(l, "q_norm", m.proj(l, "q_proj", h).reshape(nh, hd))
+        k = m.head_norm(l, "k_norm", m.proj(l, "k_proj", h).reshape(nkv, hd))
+        v = m.proj(l, "v_proj", h).reshape(nkv, hd)
         if m.kv_f16:
             # the cache rounds the key rotated by its absolute position;
             # un-rotate the rounded key so that it is kept like the others
-            kc = m.rope(to_f16(m.rope(k, [p] * nkv)), [-p] * nkv)
+            kc = m.rope(to_f16(m.rope(k, [sess.rpos[p]] * nkv)), [-sess.rpos[p]] * nkv)
             sess.k[l].append(kc)
             sess.v[l].append(to_f16(v))
         else:
@@ -206,7 +251,7 @@ def step(m, sess, x, policy, S, W, rope_mode):
             s = np.exp(s - s.max())
             s /= s.sum()
             out[hq] = s @ V[:, g, :]
-        x = x + m.w(l, "self_attn.o_proj") @ out.reshape(-1)
+        x = x + m.proj(l, "o_proj", out.reshape(-1))
         h = m.rmsnorm(x, m.w(l, "post_attention_layernorm"))
         gate = m.w(l, "mlp.gate_proj") @ h
         up = m.w(l, "mlp.up_proj") @ h
@@ -230,9 +275,11 @@ def main():
     ap.add_argument("--kv-dtype", choices=["f32", "f16"], default="f32")
     ap.add_argument("--weights", choices=["f32", "f16"], default="f32")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--drop", choices=["bias", "qknorm"])
+    ap.add_argument("--pos-stride", type=int)
     a = ap.parse_args()
 
-    m = Llama(a.model_dir, weights=a.weights, kv_dtype=a.kv_dtype)
+    m = Llama(a.model_dir, weights=a.weights, kv_dtype=a.kv_dtype, drop=a.drop)
     starts = [int(s) for s in a.starts.split(",")]
     sessions = [Session(m) for _ in starts]
     outs = []
@@ -248,7 +295,8 @@ def main():
                 k = np.arange(m.frame_samples)
                 pcm = ((b * 131 + i * 17 + k * 7) % 2001 - 1000) * 8
                 x = m.audio_in @ (pcm / 32768.0)
-            hf = step(m, sessions[b], x, a.policy, a.sink, a.window, a.rope)
+            rp = None if a.pos_stride is None else 3 * b + a.pos_stride * i
+            hf = step(m, sessions[b], x, a.policy, a.sink, a.window, a.rope, rp)
             if a.input == "tokens":
                 outs.append((m.lm_head @ hf).astype(np.float32))
             else:

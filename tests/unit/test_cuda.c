@@ -1,6 +1,8 @@
 /* test_cuda.c: the CUDA backend against the CPU backend (parity), on
  * synthetic:tiny (head_dim 16, GQA 2), synthetic:small (head_dim 64) and a
- * made-up model with head_dim 128 and GQA 4 (moshi's and llama-1b's shapes):
+ * made-up model with head_dim 128 and GQA 4 (moshi's and llama-1b's shapes),
+ * and the Qwen features on tiny-qwen2 / tiny-qwen3 (qwen_cases, with
+ * positions supplied per input, mt_step_io.positions, in absolute rotary):
  * full policy, window without sinks, window + sinks in both rope modes,
  * over 3x the window, batches whose sessions have different lengths
  * (sessions join at different ticks), a prefill, and the audio adapter.
@@ -72,6 +74,10 @@ int main(void)
 #define EXPECTED_ERR 0.01 /* the bf16 estimate above */
 enum { NS = 3, STAGGER = 5, MAXB = 4 };
 
+/* When set, run() gives each input its rotary position 3 b + pos_stride i
+ * (mt_step_io.positions, as an adapter's position ids). */
+static int pos_stride;
+
 static int32_t tok(int b, int i, int V)
 {
     return (int32_t)((b * 7919LL + i * 104729LL + 13) % V);
@@ -142,6 +148,7 @@ static int run(mt_decoder *d, mt_decoder *cmp, const mt_model *m, int steps, int
     int16_t *pin = malloc((size_t)NS * FS * sizeof *pin);
     int16_t *pout = malloc((size_t)NS * FS * sizeof *pout);
     int32_t toks[NS];
+    int64_t rpos[NS];
     out[0] = malloc((size_t)NS * width * sizeof(float));
     out[1] = malloc((size_t)NS * width * sizeof(float));
     int rc = -1;
@@ -164,6 +171,7 @@ static int run(mt_decoder *d, mt_decoder *cmp, const mt_model *m, int steps, int
             int i = t - STAGGER * b; /* this session's position */
             who[B] = b;
             toks[B] = tok(b, i, V > 0 ? V : 1);
+            rpos[B] = 3LL * b + (int64_t)pos_stride * i;
             for (int s = 0; s < FS; s++)
                 pin[(size_t)B * FS + s] = pcm_sample(b, i, s);
             for (int k = 0; k < 2; k++)
@@ -179,6 +187,8 @@ static int run(mt_decoder *d, mt_decoder *cmp, const mt_model *m, int steps, int
                     goto done;
                 }
             mt_step_io io = test_step_io(audio, pin, pout, toks, out[k]);
+            if (pos_stride)
+                io.positions = rpos;
             if (mt_decoder_step(ds[k], B, batch[k], &io, err, sizeof err)) {
                 tap_diag("step %d (%s): %s", t, mt_decoder_backend_name(ds[k]), err);
                 goto done;
@@ -294,7 +304,7 @@ static void parity(const mt_model *m, const char *name, mt_kv_policy pol, int S,
         double s = cpu_difference(m, MT_KV_FULL, 0, 1, MT_ROPE_ABSOLUTE, steps, last_cpu);
         if (ok(s >= 0, "%s: full-policy reference ran", what))
             control(what, "window-vs-full", gpu_err, s);
-        if (S > 0) {
+        if (S > 0 && !pos_stride) { /* cache mode takes no positions */
             mt_rope_mode other = rope == MT_ROPE_CACHE ? MT_ROPE_ABSOLUTE : MT_ROPE_CACHE;
             double sr = cpu_difference(m, pol, S, W, other, steps, last_cpu);
             if (ok(sr >= 0, "%s: other rope mode's reference ran", what))
@@ -530,6 +540,82 @@ static void controls_on_cpu(const mt_model *m)
     free(cache);
 }
 
+/* The Qwen features (kernels/qwen.cu): the q/k/v biases of tiny-qwen2 and
+ * the per-head q/k norms of tiny-qwen3 (head_dim 32, heads*head_dim twice
+ * hidden). Negative control: the CPU's difference between the model and
+ * the same model without the feature (biases zeroed; norms left out)
+ * must be over 4x the expected bf16 error, so that a GPU that skipped
+ * the feature fails; with a GPU, the CUDA error must be under a quarter
+ * of it. Without a GPU only the CPU side runs. */
+static void qwen_cases(const char *spec, int gpu)
+{
+    char err[256] = "", what[160];
+    mt_model *m = NULL, *bare = NULL;
+    if (mt_model_load(spec, 0, &m, err, sizeof err) ||
+        mt_model_load(spec, 0, &bare, err, sizeof err)) {
+        ok(0, "load %s: %s", spec, err);
+        mt_model_free(m);
+        return;
+    }
+    const char *which = m->cfg.qkv_bias ? "a missing q/k/v bias" : "a missing q/k norm";
+    for (int l = 0; l < bare->cfg.layers; l++) {
+        mt_layer_weights *w = &bare->layer[l];
+        if (w->bq) {
+            memset(w->bq, 0, (size_t)bare->cfg.heads * bare->cfg.head_dim * sizeof(float));
+            memset(w->bk, 0, (size_t)bare->cfg.kv_heads * bare->cfg.head_dim * sizeof(float));
+            memset(w->bv, 0, (size_t)bare->cfg.kv_heads * bare->cfg.head_dim * sizeof(float));
+        }
+        w->q_norm = w->k_norm = NULL;   /* the CPU step skips the norms */
+    }
+    const int W = 16, T = 3 * W + STAGGER * (NS - 1) + 4;
+    size_t width = (size_t)m->cfg.vocab;
+    float *last = malloc((size_t)NS * width * sizeof(float));
+    float *last_bare = malloc((size_t)NS * width * sizeof(float));
+    for (int pol = 0; pol < 2; pol++) {
+        mt_kv_policy kp = pol ? MT_KV_WINDOW : MT_KV_FULL;
+        int S = pol ? 4 : 0, Wn = pol ? W : 1;
+        mt_rope_mode rope = pol ? MT_ROPE_CACHE : MT_ROPE_ABSOLUTE;
+        snprintf(what, sizeof what, "%s %s", spec, pol ? "window S=4 W=16 cache" : "full");
+        mt_decoder *c = make(m, MT_DEV_CPU, kp, S, Wn, rope, T);
+        mt_decoder *cb = make(bare, MT_DEV_CPU, kp, S, Wn, rope, T);
+        mt_decoder *g = gpu ? make(m, MT_DEV_CUDA, kp, S, Wn, rope, T) : NULL;
+        errs e = { 0 }, sep = { 0 };
+        int rc = last && last_bare && c && cb && (g || !gpu) ? 0 : -1;
+        if (!rc)
+            rc = run(c, g, m, T, 0, g ? &e : NULL, last);
+        if (!rc)
+            rc = run(cb, NULL, bare, T, 0, NULL, last_bare);
+        if (ok(rc == 0, "%s: ran (%s)", what, gpu ? "cuda and cpu" : "cpu only")) {
+            acc_err(&sep, last, last_bare, (size_t)NS * width);
+            double diff = rel_rms(&sep);
+            ok(diff > 4 * EXPECTED_ERR, "%s: without the feature the CPU differs by %.4f > 4 x "
+               "the expected bf16 error %.2f: the parity tolerance separates %s", what, diff,
+               EXPECTED_ERR, which);
+            if (gpu) {
+                check(what, &e);
+                control(what, which, rel_rms(&e), diff);
+            }
+        }
+        mt_decoder_free(c);
+        mt_decoder_free(cb);
+        mt_decoder_free(g);
+    }
+    if (gpu) {
+        parity(m, "tokens", MT_KV_WINDOW, 4, W, MT_ROPE_ABSOLUTE, T, 0);
+        pos_stride = 3; /* positions supplied per input: absolute rotary only */
+        parity(m, "tokens positions 3b+3i", MT_KV_FULL, 0, 1, MT_ROPE_ABSOLUTE, T, 0);
+        parity(m, "tokens positions 3b+3i", MT_KV_WINDOW, 4, W, MT_ROPE_ABSOLUTE, T, 0);
+        pos_stride = 0;
+        parity(m, "tokens", MT_KV_WINDOW, 0, W, MT_ROPE_CACHE, T, 0);
+        parity(m, "audio", MT_KV_WINDOW, 4, W, MT_ROPE_CACHE, T, 1);
+        parity_prefill(m, MT_KV_WINDOW, 4, W, 30);
+    }
+    free(last);
+    free(last_bare);
+    mt_model_free(m);
+    mt_model_free(bare);
+}
+
 int main(void)
 {
     char why[256] = "";
@@ -565,6 +651,8 @@ int main(void)
         /* the CPU-side parts of the split and control checks */
         split_emulation();
         controls_on_cpu(tiny);
+        qwen_cases("synthetic:tiny-qwen2", 0);
+        qwen_cases("synthetic:tiny-qwen3", 0);
         mt_model_free(tiny);
         if (getenv("MT_REQUIRE_GPU") && atoi(getenv("MT_REQUIRE_GPU"))) {
             ok(0, "a GPU is present (MT_REQUIRE_GPU=1): %s", why);
@@ -619,6 +707,10 @@ int main(void)
         parity(gqa8, "tokens forced-split", MT_KV_WINDOW, 4, 24, MT_ROPE_CACHE, 3 * 24 + 14, 0);
         parity_prefill(gqa8, MT_KV_WINDOW, 4, 24, 40);
         unsetenv("MT_CUDA_SPLIT_CHUNK");
+    }
+    if (nmodels) {
+        qwen_cases("synthetic:tiny-qwen2", 1);
+        qwen_cases("synthetic:tiny-qwen3", 1);
     }
     mt_model_free(tiny);
     mt_model_free(small);

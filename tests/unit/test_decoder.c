@@ -232,6 +232,35 @@ static void test_errors(void)
     ok(mt_decoder_step(d, 1, &s, &io, err, sizeof err) != 0, "released session refused");
     like(err, "reserve", "message says reserve first");
     mt_kv_seq_close(pool, s);
+    mt_decoder_free(d);
+
+    /* positions supplied per input (mt_step_io.positions) */
+    int64_t pos = 7;
+    int32_t one = 1;
+    io = (mt_step_io){ .tokens_in = &one, .logits = lg, .positions = &pos };
+    d = make(MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE, 2, 1);
+    s = NULL;
+    pool = mt_decoder_pool(d);
+    ok(mt_kv_seq_open(pool, &s) == 0 && mt_kv_reserve(pool, s, 1) == 0 &&
+       mt_decoder_step(d, 1, &s, &io, err, sizeof err) != 0, "positions with --rope cache refused");
+    like(err, "rope absolute", "message says where positions apply");
+    mt_kv_seq_close(pool, s);
+    mt_decoder_free(d);
+    d = make(MT_KV_WINDOW, 4, 16, MT_ROPE_ABSOLUTE, 2, 1);
+    s = NULL;
+    pool = mt_decoder_pool(d);
+    err[0] = '\0';
+    int rc = mt_kv_seq_open(pool, &s) || mt_kv_reserve(pool, s, 1) ||
+             mt_decoder_step(d, 1, &s, &io, err, sizeof err);
+    ok(rc == 0 && s->len == 1, "positions with --rope absolute step (%s)", rc ? err : "ok");
+    pos = -1;
+    ok(mt_kv_reserve(pool, s, 1) == 0 && mt_decoder_step(d, 1, &s, &io, err, sizeof err) != 0,
+       "a negative position refused");
+    like(err, "position -1", "message names the position");
+    pos = 8;
+    ok(mt_decoder_prefill(d, s, 1, &io, err, sizeof err) != 0, "a prefill with positions refused");
+    like(err, "prefill", "message says prefill");
+    mt_kv_seq_close(pool, s);
     free(lg);
     mt_decoder_free(d);
 }

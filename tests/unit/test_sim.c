@@ -123,8 +123,13 @@ static void test_shipped(void)
     static const struct { const char *name, *model; } shipped[] = {
         { "h200-moshi7b", "synthetic:moshi-7b" },
         { "h200-llama1b", "synthetic:llama-3.2-1b" },
+        { "h200-qwen2.5-7b", "synthetic:qwen2.5-7b" },
+        { "h200-qwen3-8b", "synthetic:qwen3-8b" },
     };
-    for (int k = 0; k < 2; k++) {
+    /* the K/V pools the profiles' comments and examples/paper.sh state */
+    static const size_t pool[] = { 122015999488u, 132512642560u, 119741241856u,
+                                   118587072000u };
+    for (int k = 0; k < 4; k++) {
         mt_sim_profile p;
         int rc = mt_sim_profile_load(shipped[k].name, &p, err, sizeof err);
         ok(rc == 0, "built-in %s loads (%s)", shipped[k].name, rc ? err : p.path);
@@ -140,6 +145,9 @@ static void test_shipped(void)
         ok(mt_model_load(p.model, MT_MODEL_SHAPE_ONLY, &m, err, sizeof err) == 0 &&
            mt_sim_create(&p, &m->cfg, NULL, &s, err, sizeof err) == 0,
            "fits its model: %s", s ? mt_sim_label(s) : err);
+        if (s)
+            ok(mt_sim_kv_budget(s) == pool[k], "%s: K/V pool %zu bytes (stated %zu)",
+               shipped[k].name, mt_sim_kv_budget(s), pool[k]);
         mt_sim_free(s);
         mt_model_free(m);
     }
