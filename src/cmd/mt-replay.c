@@ -535,6 +535,10 @@ static void cb_end(void *user, int idx, const mt_client_stats *st)
     mt_ll_u64(&w, "missing", st->missing);
     mt_ll_f(&w, "rtt_max_ms", st->rtt_max_ms, 3);
     mt_ll_f(&w, "server_max_ms", st->server_max_ms, 3);
+    if (st->text || st->text_only)      /* a text model's TEXT frames */
+        mt_ll_u64(&w, "text", st->text);
+    if (st->text_only)
+        mt_ll_int(&w, "text_only", 1);
     if (st->reason[0])
         mt_ll_str(&w, "reason", st->reason);
     print_line(&w);
