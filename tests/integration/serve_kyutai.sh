@@ -105,19 +105,20 @@ import wave, array, sys
 w = wave.open('out.stt.0.wav'); a = array.array('h', w.readframes(w.getnframes()))
 sys.exit(0 if len(a) > 0 and not any(a) else 1)"
 
-# refusals, with names and numbers, before listening
-"$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny > /dev/null 2> refuse.err
+# refusals, with names and numbers, before listening (a server that did
+# not refuse is stopped by timeout, and the check fails)
+timeout 10 "$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny > /dev/null 2> refuse.err
 rc=$?
 t_check "LM card 24 with Mimi's 32 bins: refused (exit $rc)" [ $rc = 1 ]
 t_check "the refusal names both numbers" grep -q "32 entries (bins), the LM's card is 24" refuse.err
 t_check "nothing listened" [ ! -e "$T_TMP/x.sock" ]
-"$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny-mimi --codec synthetic:mimi > /dev/null 2> refuse2.err
+timeout 10 "$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny-mimi --codec synthetic:mimi > /dev/null 2> refuse2.err
 t_check "the published Mimi (2048 bins) with the tiny LM: refused" \
     grep -q "2048 entries (bins), the LM's card is 32" refuse2.err
-"$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny-mimi --kv full --on-full preempt \
+timeout 10 "$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny-mimi --kv full --on-full preempt \
     > /dev/null 2> refuse3.err
 t_check "full policy with preemption refused (a codec state cannot be recomputed)" \
     grep -q "cannot be preempted" refuse3.err
-"$S" -s "$T_TMP/x.sock" -m synthetic:tiny --codec synthetic:mimi-tiny > /dev/null 2> refuse4.err
+timeout 10 "$S" -s "$T_TMP/x.sock" -m synthetic:tiny --codec synthetic:mimi-tiny > /dev/null 2> refuse4.err
 t_check "--codec on a model that is not Kyutai's: refused" grep -q -- "--codec is for Kyutai models" refuse4.err
 t_done
