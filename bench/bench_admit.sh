@@ -14,6 +14,8 @@
 # As in tests/integration/admit_closedloop.sh, sweep and loops run on a
 # short window (WINDOW, default 32) so that both measure full caches.
 set -u
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../tools/columns.sh"
 # ---- simulated mode (issue 24): MODE=sim ------------------------------------
 # The comparison at scale, on a simulated device (mt-profile(5)), where the
 # machine's own drift does not decide the outcome: for each of SEEDS (5)
@@ -57,9 +59,7 @@ set -u
 if [ "${MODE:-}" = sim ]; then
     BIN=${MT_BIN:-bin}
     TESTBIN=${MT_TESTBIN:-build/tests}
-    for p in "$BIN/mt-serve" "$BIN/mt-admit" "$BIN/mt-probe" "$TESTBIN/mt-fakeclient"; do
-        [ -x "$p" ] || { echo "bench_admit: $p not built: skipped"; exit 0; }
-    done
+    bench_need bench_admit "$BIN/mt-serve" "$BIN/mt-admit" "$BIN/mt-probe" "$TESTBIN/mt-fakeclient"
     ROOT=$(cd "$(dirname "$0")/.." && pwd)
     PROFILE=${PROFILE:-$ROOT/tests/profiles/bench-small.profile}
     MODEL=${MODEL:-synthetic:moshi-7b}
@@ -121,7 +121,9 @@ if [ "${MODE:-}" = sim ]; then
             $SERVE_ARGS >"$T_TMP/sweep$seed.tsv" 2>/dev/null
         nstar=$(sed -n 's/^# wall: \([0-9]*\) sessions.*/\1/p' "$T_TMP/sweep$seed.tsv")
         nstar=${nstar:-0}
-        echo "bench_admit: seed $seed: N* = $nstar by $WALL ($(awk -F'\t' '!/^#/ && NR > 2 { printf "%s:%s/%s/%s ", $1, $13, $8, $11 }' "$T_TMP/sweep$seed.tsv")level:tick p99/frame p99_true/mean step, ms)"
+        echo "bench_admit: seed $seed: N* = $nstar by $WALL ($(awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ { next }
+            { printf "%s:%s/%s/%s ", col("concurrency"), col("tick_p99_ms"), col("p99_true_ms"), col("step_ms") }
+            END { if (COLS_BAD) exit 2 }' "$T_TMP/sweep$seed.tsv")level:tick p99/frame p99_true/mean step, ms)"
         # PARALLEL loops at a time: each adds host time (its clients, its
         # server's I/O) to every other's step_ms; 1 measures each alone
         pids="" k=0
@@ -171,9 +173,7 @@ if [ "${MODE:-}" = sim ]; then
 fi
 BIN=${MT_BIN:-bin}
 TESTBIN=${MT_TESTBIN:-build/tests}
-for p in "$BIN/mt-serve" "$BIN/mt-admit" "$TESTBIN/mt-fakeclient"; do
-    [ -x "$p" ] || { echo "bench_admit: $p not built: skipped"; exit 0; }
-done
+bench_need bench_admit "$BIN/mt-serve" "$BIN/mt-admit" "$TESTBIN/mt-fakeclient"
 S=$BIN/mt-serve A=$BIN/mt-admit FC=$TESTBIN/mt-fakeclient
 export FC
 MODEL=${MODEL:-synthetic:small}

@@ -5,9 +5,8 @@
 # Prints figures; asserts nothing.
 set -u
 BIN=${MT_BIN:-bin}
-for p in mt-probe mt-serve; do
-    [ -x "$BIN/$p" ] || { echo "bench_probe: $BIN/$p not built: skipped"; exit 0; }
-done
+. "$(dirname "$0")/lib.sh"
+bench_need bench_probe "$BIN/mt-probe" "$BIN/mt-serve"
 M=${MODEL:-synthetic:small}
 TMP=$(mktemp -d /tmp/mt-bench-probe.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -9,7 +9,8 @@ B=${MT_BIN:-$(cd "$(dirname "$0")/.." && pwd)/bin}
 R=$B/mt-replay
 S=$B/mt-serve
 DUR=${BENCH_REPLAY_SECONDS:-10}
-[ -x "$R" ] || { echo "bench_replay: $R not built"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+bench_need bench_replay "$R" "$S"
 T=$(mktemp -d "${TMPDIR:-/tmp}/mt-bench-replay.XXXXXX")
 SP=
 cleanup() { [ -n "$SP" ] && kill "$SP" 2>/dev/null && wait "$SP" 2>/dev/null; rm -rf "$T"; }
@@ -34,7 +35,6 @@ printf "%-22s %9s %9s %9s %10s %10s %7s\n" config p50_ms p99_ms max_ms p99/2ms p
 t0=$(cpu_ticks)
 line=$("$R" --emit "$T/tone.wav" --loop --duration "$DUR" --rate-check 2>&1 >/dev/null | grep '^replay_rate')
 row "emit (no server)" "$line" "$t0"
-[ -x "$S" ] || { echo "bench_replay: mt-serve not built: server rows skipped"; exit 0; }
 # The server runs one BLAS thread at low priority: what is measured is the
 # client's pacing, not how two processes share two cores.
 nice -n 10 "$S" -s "$T/mt.sock" -m synthetic:echo --threads 1 --max-sessions 128 > "$T/serve.log" 2> "$T/serve.err" &

@@ -15,9 +15,8 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${MT_BIN:-$ROOT/bin}
 TESTBIN=${MT_TESTBIN:-$ROOT/build/tests}
-for p in "$BIN/mt-serve" "$TESTBIN/mt-fakeclient"; do
-    [ -x "$p" ] || { echo "bench_rt: $p not built: skipped"; exit 0; }
-done
+. "$ROOT/bench/lib.sh"
+bench_need bench_rt "$BIN/mt-serve" "$TESTBIN/mt-fakeclient"
 if ! chrt -f 10 true 2>/dev/null; then
     echo "bench_rt: SCHED_FIFO is not permitted here (root or CAP_SYS_NICE): skipped"
     exit 0

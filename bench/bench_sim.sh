@@ -7,7 +7,9 @@
 # both walls N* and both truthful p99s per level side by side, with the
 # relative difference against the acceptance: N* within 15%, and p99
 # within 15% at every level up to the measured (CPU) wall. Prints figures
-# and a verdict line; exits 0 whatever the verdict (a bench, not a test).
+# and a verdict line; exits 0 whatever the verdict (a bench, not a test),
+# non-zero when it cannot run. `bench_sim.sh --compare CPU.tsv SIM.tsv
+# WALL` prints the comparison of two sweep tables already made.
 #
 # The calibration (CAL) is served by default: `mt-probe calibrate
 # --served` times the step inside a serving mt-serve (same model, window
@@ -32,10 +34,48 @@
 # sweeps' tables and the calibration log in).
 set -u
 export LC_ALL=C
+. "$(cd "$(dirname "$0")/.." && pwd)/tools/columns.sh"
+# compare CPU.tsv SIM.tsv WALL: per level found in both sweep tables, the
+# truthful p99 (p99_true_ms: FILL counted as missed) and the mean step
+# (step_ms) of each side by side, judged up to the CPU's wall WALL; the
+# columns are read by their header names (tools/columns.sh). Exits 2 when
+# a column is missing.
+compare() {
+    awk -F'\t' -v cpu="$1" -v wall="$3" "$COLS_AWK"'
+    function rel(s, c) { return c > 0 ? sprintf("%+.1f%%", 100 * (s - c) / c) : "?" }
+    cols_try("concurrency") { next }
+    /^#/ || NF == 0 { next }
+    {   n = col("concurrency") + 0
+        if (FILENAME == cpu) { cp[n] = col("p99_true_ms"); cs[n] = col("step_ms") }
+        else { sp[n] = col("p99_true_ms"); ss[n] = col("step_ms") }
+    }
+    END {
+        if (COLS_BAD) exit 2
+        m = 0
+        for (n in cp) if (n in sp) L[++m] = n + 0
+        for (a = 2; a <= m; a++) for (b = a; b > 1 && L[b - 1] > L[b]; b--) { t = L[b]; L[b] = L[b - 1]; L[b - 1] = t }
+        printf "%5s  %11s %11s %8s  %12s %12s  %s\n", "n", "cpu_p99_ms", "sim_p99_ms", "diff",
+               "cpu_step_ms", "sim_step_ms", "judged"
+        for (k = 1; k <= m; k++) {
+            n = L[k]; c = cp[n]; s = sp[n]
+            num = (c ~ /^[0-9.]+$/ && s ~ /^[0-9.]+$/)
+            if (n <= wall) {
+                judged = (num && c > 0 && (s - c) / c <= 0.15 && (c - s) / c <= 0.15) ? "within 15%" : "MISS"
+                J++; if (judged != "within 15%") M++
+            } else judged = "(above the wall)"
+            printf "%5d  %11s %11s %8s  %12s %12s  %s\n", n, c, s, num ? rel(s, c) : "?", cs[n], ss[n], judged
+        }
+        printf "bench_sim: p99 at the %d levels up to the cpu wall: %d within 15%%, %d miss\n", J, J - M, M
+    }' "$1" "$2"
+}
+if [ "${1:-}" = --compare ]; then
+    [ $# = 4 ] || { echo "usage: bench_sim.sh --compare CPU.tsv SIM.tsv CPU_WALL" >&2; exit 2; }
+    compare "$2" "$3" "$4"
+    exit
+fi
 BIN=${MT_BIN:-bin}
-for p in mt-probe mt-serve; do
-    [ -x "$BIN/$p" ] || { echo "bench_sim: $BIN/$p not built: skipped"; exit 0; }
-done
+. "$(dirname "$0")/lib.sh"
+bench_need bench_sim "$BIN/mt-probe" "$BIN/mt-serve"
 MODEL=${MODEL:-synthetic:small}
 WINDOW=${WINDOW:-32}
 FROM=${FROM:-8} TO=${TO:-96} STEP=${STEP:-8}
@@ -90,23 +130,7 @@ ncpu=$(cat "$TMP/cpu.wall") nsim=$(cat "$TMP/sim.wall")
 echo "bench_sim: $MODEL, window $WINDOW, levels $FROM..$TO step $STEP, hold $HOLD after $WARMUP," \
      "budget $BUDGET ms; calibrate $((t1 - t0)) s, cpu sweep $((t2 - t1)) s, sim sweep $((t3 - t2)) s"
 echo "bench_sim: sim = SIMULATED device --device sim:$PROFILE, profile calibrated ($CAL) from this host's CPU on $MODEL"
-# The sweep's TSV: concurrency accepted rejected real fill p50 p99 p99_true max rtt_p99 step kv
-join -t "$(printf '\t')" <(grep -v '^#' "$TMP/cpu.tsv" | grep -v '^concurrency' | sort -k1,1) \
-                         <(grep -v '^#' "$TMP/sim.tsv" | grep -v '^concurrency' | sort -k1,1) |
-    sort -n -k1,1 |
-    awk -F'\t' -v wall="${ncpu:-0}" '
-    function rel(s, c) { return c > 0 ? sprintf("%+.1f%%", 100 * (s - c) / c) : "?" }
-    BEGIN {
-        printf "%5s  %11s %11s %8s  %12s %12s  %s\n", "n", "cpu_p99_ms", "sim_p99_ms", "diff",
-               "cpu_step_ms", "sim_step_ms", "judged"
-    }
-    {
-        n = $1; cp = $8; sp = $19; cs = $11; ss = $22
-        judged = (n <= wall) ? (((sp - cp) / cp <= 0.15 && (cp - sp) / cp <= 0.15) ? "within 15%" : "MISS") : "(above the wall)"
-        if (n <= wall) { J++; if (judged != "within 15%") M++ }
-        printf "%5d  %11.1f %11.1f %8s  %12s %12s  %s\n", n, cp, sp, rel(sp, cp), cs, ss, judged
-    }
-    END { printf "bench_sim: p99 at the %d levels up to the cpu wall: %d within 15%%, %d miss\n", J, J - M, M }'
+compare "$TMP/cpu.tsv" "$TMP/sim.tsv" "${ncpu:-0}" || exit 1
 awk -v c="${ncpu:-0}" -v s="${nsim:-0}" -v prof="$PROFILE" 'BEGIN {
     d = c > 0 ? (s - c) / c : 0
     printf "bench_sim: wall N* cpu %s, sim (SIMULATED, %s) %s: %+.1f%% (%s)\n", c ? c : "below the first level", prof,

@@ -34,10 +34,8 @@
 set -u
 cd "$(dirname "$0")/.."
 TB=${MT_TESTBIN:-build/tests}
-if [ ! -x "$TB/mt-benchstep" ]; then
-    echo "bench_step: $TB/mt-benchstep not built (make bench builds it)" >&2
-    exit 1
-fi
+. bench/lib.sh
+bench_need bench_step "$TB/mt-benchstep"
 # OpenBLAS misdetects some virtual CPUs and falls back to SSE3 kernels;
 # name the core it should use unless the caller already did. A caller's
 # choice is kept, and said when it is not the CPU's widest: every B >= 8

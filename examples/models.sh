@@ -32,6 +32,7 @@
 # subset of the four models).
 set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+. "$ROOT/tools/columns.sh"
 BIN=${MT_BIN:-$ROOT/bin}
 RUNS=${RUNS:-3}
 SCALE=${SCALE:-2}
@@ -81,8 +82,13 @@ for name in $MODELS; do
         bash "$ROOT/examples/paper.sh" --quick --model "$name" >"$OUT/$name.log" 2>&1 ||
         { echo "models: paper.sh --model $name failed (see $OUT/$name.log)" >&2; tail -5 "$OUT/$name.log" >&2; exit 1; }
     S=$OUT/$name/soak.txt
-    bw=$(awk '$1 ~ /^window/ && $2 ~ /^[0-9]+$/ { n++; if ($15 == "COLLAPSED") k++ } END { printf "%d of %d", k, n }' "$S")
-    fu=$(awk '$1 == "full" && $2 ~ /^[0-9]+$/ { n++; if ($15 == "COLLAPSED") k++ } END { printf "%d of %d", k, n }' "$S")
+    # the soak's table read by its columns' names (tools/columns.sh)
+    bw=$(awk "$COLS_AWK"'cols_try("config") { next } /^#/ { next }
+        col("config") ~ /^window/ && col("run") ~ /^[0-9]+$/ { n++; if (col("verdict") == "COLLAPSED") k++ }
+        END { if (COLS_BAD) exit 2; printf "%d of %d", k, n }' "$S")
+    fu=$(awk "$COLS_AWK"'cols_try("config") { next } /^#/ { next }
+        col("config") == "full" && col("run") ~ /^[0-9]+$/ { n++; if (col("verdict") == "COLLAPSED") k++ }
+        END { if (COLS_BAD) exit 2; printf "%d of %d", k, n }' "$S")
     pf=$(sed -n 's/^full .*pool overflows in \([0-9]*% of seeds\) (\([0-9.]*\) of \([0-9]*\) runs).*/\1, \2 of \3 runs expected/p' "$S" | head -1)
     tc=$(awk '$1 == "full" && $2 == "time" { for (i = 1; i <= NF; i++) { if ($i == "measured") m = $(i + 2); if ($i == "predicted") p = $(i + 2) } } END { if (m != "") printf "%s / %s", m, p; else printf "-" }' "$S")
     ucol=$((ucol + ${fu%% *})) bcol=$((bcol + ${bw%% *})) nrun=$((nrun + ${fu##* }))

@@ -92,6 +92,8 @@ struct mt_admit {
     int     nq;
     /* metronome */
     level  *lv;             /* [MT_ADMIT_MAX_LEVEL + 1] */
+    int     lv_top;         /* highest level with a sample: the scans stop
+                               there (each level is a page of its own) */
     int     waiting;        /* an accept not yet confirmed by the ticks */
     uint32_t wait_id;
     int64_t wait_admitted;  /* server's admitted total before the accept */
@@ -222,6 +224,20 @@ double mt_admit_signal_of(const mt_admit_opts *o, const mt_tick *t)
     return t->step_ms > t->late_ms ? t->step_ms : t->late_ms;
 }
 
+/* The limit a policy starts from. */
+static void start_limit(mt_admit *a)
+{
+    const mt_admit_opts *o = &a->o;
+    switch (o->policy) {
+    case MT_POL_STATIC: a->limit = o->static_n; break;
+    case MT_POL_AIMD:
+    case MT_POL_GRADIENT: a->limit = o->initial; a->glimit = o->initial; break;
+    case MT_POL_METRONOME: a->limit = 1; break;   /* one, to start learning */
+    }
+    if (a->limit > o->max_limit)
+        a->limit = o->max_limit;
+}
+
 int mt_admit_create(const mt_admit_opts *o, mt_admit_emit_fn emit, void *ctx,
                     mt_admit **out, char *err, size_t errlen)
 {
@@ -243,16 +259,33 @@ int mt_admit_create(const mt_admit_opts *o, mt_admit_emit_fn emit, void *ctx,
         mt_set_err(err, errlen, "out of memory");
         return -1;
     }
-    switch (o->policy) {
-    case MT_POL_STATIC: a->limit = o->static_n; break;
-    case MT_POL_AIMD:
-    case MT_POL_GRADIENT: a->limit = o->initial; a->glimit = o->initial; break;
-    case MT_POL_METRONOME: a->limit = 1; break;   /* one, to start learning */
-    }
-    if (a->limit > o->max_limit)
-        a->limit = o->max_limit;
+    start_limit(a);
     *out = a;
     return 0;
+}
+
+void mt_admit_reset(mt_admit *a)
+{
+    mt_admit_opts o = a->o;
+    mt_admit_emit_fn emit = a->emit;
+    void *ctx = a->ctx;
+    level *lv = a->lv;
+    int64_t *born_bad = a->born_bad;
+    double *mins = a->mins;
+    int mins_cap = a->mins_cap;
+    /* levels above lv_top were never written */
+    memset(lv, 0, (size_t)(a->lv_top + 1) * sizeof *lv);
+    memset(born_bad, 0, (MT_ADMIT_MAX_LEVEL + 1) * sizeof *born_bad);
+    memset(mins, 0, (size_t)mins_cap * sizeof *mins);
+    memset(a, 0, sizeof *a);
+    a->o = o;
+    a->emit = emit;
+    a->ctx = ctx;
+    a->lv = lv;
+    a->born_bad = born_bad;
+    a->mins = mins;
+    a->mins_cap = mins_cap;
+    start_limit(a);
 }
 
 void mt_admit_free(mt_admit *a)
@@ -324,6 +357,8 @@ static void level_add(mt_admit *a, int x, double y, double sig)
     if (x < 1 || x > MT_ADMIT_MAX_LEVEL || !isfinite(y) || !isfinite(sig))
         return;
     level *l = &a->lv[x];
+    if (x > a->lv_top)
+        a->lv_top = x;
     l->y[l->head] = (float)y;
     l->sig[l->head] = (float)sig;
     l->tick[l->head] = a->st.ticks;
@@ -531,7 +566,7 @@ static int metronome_predict(mt_admit *a)
     double xs[FIT_MAX], ms[FIT_MAX], mv[FIT_MAX], ss[FIT_MAX], sv[FIT_MAX];
     int ns[FIT_MAX];
     int k = 0, cap = 0;
-    for (int x = 1; x <= MT_ADMIT_MAX_LEVEL && k < FIT_MAX; x++) {
+    for (int x = 1; x <= a->lv_top && k < FIT_MAX; x++) {
         if (!a->lv[x].n)
             continue;
         double m, s;

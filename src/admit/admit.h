@@ -103,6 +103,10 @@ typedef struct mt_admit mt_admit;
 int  mt_admit_create(const mt_admit_opts *o, mt_admit_emit_fn emit, void *ctx,
                      mt_admit **out, char *err, size_t errlen);
 void mt_admit_free(mt_admit *a);
+/* a as mt_admit_create made it, with the same options and callback, its
+ * buffers kept (for callers that run many short streams: the fuzz
+ * harness). */
+void mt_admit_reset(mt_admit *a);
 
 /* A tick record: updates the policy, then answers held requests. */
 void mt_admit_tick(mt_admit *a, const mt_tick *t);

@@ -1119,7 +1119,8 @@ static int value_option(app *a, int c, const char *arg)
         return a->quality < 0
             ? mt_opt_bad(arg, "is not one of best, medium, fastest, zoh, linear") : 0;
     case O_STAGGER: return mt_opt_ms(arg, 0, INFINITY, &a->stagger_ms);
-    case O_DURATION: return mt_opt_seconds(arg, 0.001, INFINITY, &a->duration_s);
+    /* at most a year: the frame count must fit a frame sequence number */
+    case O_DURATION: return mt_opt_seconds(arg, 0.001, 31536000, &a->duration_s);
     case O_LATENCY: return mt_opt_choice(arg, lat, &a->lat);
     case O_INTERVAL: return mt_opt_seconds(arg, 0.01, INFINITY, &a->interval_s);
     case O_JITTER: return mt_opt_ms(arg, 0, INFINITY, &a->jitter_ms);

@@ -3,7 +3,7 @@
  * Thin main: reads the options (cmd/opt.h) into a serve_args, loads the
  * model, creates the decoder (its KV pool and policy), the engine and the
  * server, and runs.
- * Everything else lives in engine.c and server.c. stdout carries the
+ * Everything else lives in engine.c and server*.c. stdout carries the
  * machine stream (latency lines, requests); stderr carries human log lines.
  */
 #define _GNU_SOURCE
@@ -17,10 +17,14 @@
 #include "cmd/opt.h"
 #include "decode/decoder.h"
 #include "serve/engine.h"
+#include "serve/metrics.h"
+#include "serve/metrics_http.h"
 #include "model/model.h"
 #include "cmd/serve_kyutai.h"
 #include "serve/server.h"
+#include "serve/ws_gate.h"
 #include "util/realtime.h"
+#include "util/version.h"
 #include "wire/endpoint.h"
 #include "util/clock.h"
 
@@ -32,10 +36,18 @@ static void usage(FILE *f)
 "usage: mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]\n"
 "  -s, --socket PATH        listen on a Unix socket (created mode 0600)\n"
 "      --listen HOST:PORT   listen on TCP too (or instead); [V6ADDR]:PORT\n"
-"      --token-file FILE    TCP clients must send this token in HELLO;\n"
+"      --token-file FILE    TCP clients must send this token in HELLO (and\n"
+"                           scrapers of --metrics as a bearer token);\n"
 "                           required off loopback (or --insecure)\n"
-"      --insecure           allow a non-loopback --listen without a token\n"
+"      --insecure           allow a non-loopback --listen or --metrics\n"
+"                           without a token\n"
 "      --agent HOST:PORT    answer HAProxy's agent-check there\n"
+"      --ws HOST:PORT       Kyutai's WebSocket chat protocol at /api/chat\n"
+"                           (Ogg Opus both ways; needs -s PATH, which its\n"
+"                           sessions enter through)\n"
+"      --metrics HOST:PORT  Prometheus metrics: GET /metrics, /health (with\n"
+"                           --token-file, /metrics wants it as a bearer token;\n"
+"                           off loopback one is required, or --insecure)\n"
 "      --drain MODE         on SIGTERM: frames (default: end every session's\n"
 "                           input, answer what is queued) or sessions (let\n"
 "                           admitted sessions run to their own END)\n"
@@ -87,6 +99,8 @@ static void usage(FILE *f)
 "      --max-conns N        connections at once (default 4 x --max-sessions\n"
 "                           + 16; lowered to fit ulimit -n)\n"
 "      --hello-timeout MS   close a connection that sends no HELLO (10000)\n"
+"      --input-timeout MS   end (END) an admitted session that sends nothing\n"
+"                           for MS (10000; 0: never)\n"
 "      --max-pending-per-uid N  connections of one uid not yet admitted\n"
 "                           (default: half of --max-conns)\n"
 "      --no-catch-up        never run a second round in one tick\n"
@@ -107,8 +121,8 @@ enum {
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
-    O_TIMESCALE, O_RTPRIO,
-    O_LATFMT, O_CODEC, O_SEED,
+    O_TIMESCALE, O_RTPRIO, O_INPUTTO,
+    O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -125,6 +139,8 @@ typedef struct serve_args {
     double          time_scale;     /* 1, or K in 0.1..1000 (sim only): model time
                                        runs K times faster than real time */
     int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
+    const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
+    const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
 } serve_args;
@@ -136,6 +152,8 @@ static const struct option longopts[] = {
     {"socket-mode", required_argument, 0, O_SOCKMODE},
     {"listen", required_argument, 0, O_LISTEN},
     {"agent", required_argument, 0, O_AGENT},
+    {"metrics", required_argument, 0, O_METRICS},
+    {"ws", required_argument, 0, O_WS},
     {"token-file", required_argument, 0, O_TOKEN},
     {"insecure", no_argument, 0, O_INSECURE},
     {"drain", required_argument, 0, O_DRAIN},
@@ -172,6 +190,7 @@ static const struct option longopts[] = {
     {"kv-dtype", required_argument, 0, O_KVDTYPE},
     {"weights", required_argument, 0, O_WEIGHTS},
     {"hello-timeout", required_argument, 0, O_HELLOTO},
+    {"input-timeout", required_argument, 0, O_INPUTTO},
     {"max-pending-per-uid", required_argument, 0, O_MAXPENDUID},
     MT_OPT_COMMON,
     {0, 0, 0, 0},
@@ -292,6 +311,10 @@ static int number_option(serve_args *a, int c, const char *arg)
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
         a->so.hello_timeout_ns = (uint64_t)(ms * 1e6);
         return 0;
+    case O_INPUTTO:
+        if (mt_opt_ms(arg, 0, 86400000, &ms)) return -1;
+        a->so.input_timeout_ns = (uint64_t)(ms * 1e6);
+        return 0;
     case O_MAXPENDUID: return mt_opt_int(arg, 1, 1 << 20, &a->so.max_pending_per_uid);
     case O_SOCKMODE: {
         char *end;
@@ -314,6 +337,8 @@ static int one_option(void *ctx, int c, const char *arg)
     case O_STDIO: a->so.stdio = 1; return 0;
     case O_LISTEN: a->so.listen_addr = arg; return 0;
     case O_AGENT: a->so.agent_addr = arg; return 0;
+    case O_METRICS: a->metrics_addr = arg; return 0;
+    case O_WS: a->ws_addr = arg; return 0;
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -344,6 +369,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
     int listens = a->so.socket_path || a->so.listen_addr;
     if (!a->so.stdio == !listens)
         return mt_opt_usage_error("give -s PATH and/or --listen HOST:PORT, or --stdio");
+    if (a->ws_addr && !a->so.socket_path)
+        return mt_opt_usage_error("--ws needs -s PATH: its sessions enter the server "
+                                  "through that socket");
     if (a->so.stdio && a->so.agent_addr)
         return mt_opt_usage_error("--agent needs a listening server, not --stdio");
     /* On a real device the compute cannot be made K times faster, so a
@@ -353,14 +381,16 @@ static int parse_args(int argc, char **argv, serve_args *a)
     if (a->token_file) {
         char err[512];
         size_t len = 0;
-        if (!a->so.listen_addr)
-            return mt_opt_usage_error("--token-file guards --listen (a Unix socket "
-                                      "is guarded by its mode)");
+        if (!a->so.listen_addr && !a->metrics_addr && !a->ws_addr)
+            return mt_opt_usage_error("--token-file guards --listen, --ws and --metrics "
+                                      "(a Unix socket is guarded by its mode)");
         if (mt_token_read(a->token_file, a->token, sizeof a->token, &len, err,
                           sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", prog, err);
             return 2;
         }
+        if (mt_token_mode_warning(a->token_file, err, sizeof err))
+            fprintf(stderr, "%s: %s\n", prog, err);
         a->so.token = a->token;
         a->so.token_len = len;
     }
@@ -491,6 +521,72 @@ static void pool_capacity(mt_decoder *dec)
                 prog, t, n, n == 1 ? "" : "s", b, p->sink, p->window);
 }
 
+/* --metrics: the registry, fed by the engine's tick records. */
+static int metrics_create(serve_args *a, const mt_model *m, mt_decoder *dec,
+                          mt_metrics **reg, char *err, size_t errlen)
+{
+    mt_kv_pool *pool = mt_decoder_pool(dec);
+    const mt_kv_params *p = mt_kv_pool_params(pool);
+    mt_metrics_info info = {
+        .frame_s = (double)a->eo.frame_ns / 1e9,
+        .deadline_s = (double)a->eo.deadline_ns / 1e9,
+        .blocks_total = mt_kv_pool_blocks(pool),
+        .block_bytes = (int64_t)(p->position_bytes * MT_KV_BLOCK),
+        .session_bound = p->policy == MT_KV_WINDOW ? (int64_t)mt_kv_bound_bytes(p) : 0,
+        .kv_policy = p->policy == MT_KV_WINDOW ? "window" : "full",
+        .model = m->cfg.name,
+        .version = MT_VERSION,
+    };
+    if (mt_metrics_create(&info, reg, err, errlen) != 0)
+        return -1;
+    a->eo.tick_rec = mt_metrics_tick;
+    a->eo.tick_rec_ctx = *reg;
+    return 0;
+}
+
+/* /health: down once a tick failed (as the agent-check says). */
+static int engine_health(void *ctx, char *why, size_t whylen)
+{
+    mt_engine_published_limit(ctx, why, whylen);
+    return why[0] ? -1 : 0;
+}
+
+static int metrics_start(const serve_args *a, mt_metrics *reg, mt_engine *eng,
+                         mt_metrics_http **web, char *err, size_t errlen)
+{
+    mt_metrics_http_opts ho = {
+        .addr = a->metrics_addr, .token = a->so.token, .token_len = a->so.token_len,
+        .insecure = a->so.insecure, .metrics = reg, .health = engine_health,
+        .health_ctx = eng, .log = log_stderr,
+    };
+    char bound[80];
+    if (mt_metrics_http_start(&ho, web, bound, sizeof bound, err, errlen) != 0)
+        return -1;
+    fprintf(stderr, "%s: metrics on http://%s/metrics%s\n", prog, bound,
+            a->so.token ? " (bearer token required)" : "");
+    return 0;
+}
+
+/* --ws: Kyutai's protocol, in front of our own socket. */
+static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
+                    char *err, size_t errlen)
+{
+    mt_hello fmt;
+    mt_engine_format(eng, &fmt);
+    mt_ws_gate_opts wo = {
+        .addr = a->ws_addr, .server = a->so.socket_path, .token = a->so.token,
+        .token_len = a->so.token_len, .insecure = a->so.insecure,
+        .rate = (int)fmt.sample_rate, .frame_samples = (int)fmt.frame_samples,
+        .model = fmt.model, .log = log_stderr,
+    };
+    char bound[80];
+    if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
+        return -1;
+    fprintf(stderr, "%s: websocket on ws://%s/api/chat%s\n", prog, bound,
+            a->so.token ? " (token required)" : "");
+    return 0;
+}
+
 /* The decoder, the server and the engine over m, run to the end. The exit
  * status. */
 static int serve(serve_args *a, const mt_model *m, uint64_t t0)
@@ -499,6 +595,9 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     mt_decoder *dec = NULL;
     mt_server *srv = NULL;
     mt_engine *eng = NULL;
+    mt_metrics *reg = NULL;
+    mt_metrics_http *web = NULL;
+    mt_ws_gate *gate = NULL;
     int rc = 1;
     if (mt_decoder_create(m, &a->dopt, &dec, err, sizeof err) != 0)
         goto out;
@@ -523,7 +622,13 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
         goto out;
     a->eo.line = mt_server_line;
     a->eo.line_ctx = srv;
+    if (a->metrics_addr && metrics_create(a, m, dec, &reg, err, sizeof err) != 0)
+        goto out;
     if (mt_engine_create(&a->eo, dec, t0, &eng, err, sizeof err) != 0)
+        goto out;
+    if (a->metrics_addr && metrics_start(a, reg, eng, &web, err, sizeof err) != 0)
+        goto out;
+    if (a->ws_addr && ws_start(a, eng, &gate, err, sizeof err) != 0)
         goto out;
     banner(a, m, dec);
     if (mt_server_run(srv, eng, err, sizeof err) != 0)
@@ -533,7 +638,10 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
 out:
     if (rc)
         fprintf(stderr, "%s: %s\n", prog, err);
+    mt_ws_gate_stop(gate);       /* before the server it connects to */
+    mt_metrics_http_stop(web);   /* before the engine its /health asks */
     mt_engine_free(eng);
+    mt_metrics_free(reg);
     mt_server_free(srv);
     mt_decoder_free(dec);
     return rc;

@@ -278,8 +278,13 @@ typedef struct mt_soak_run {
     int      sessions, accepted, rejected, failed;
     uint64_t real, fills, missing;
     double   max_starve_s;      /* longest gap without a real frame */
-    double   collapse_s;        /* onset of the first >= starve_s gap, -1 */
+    double   collapse_s;        /* the model's collapse (soak.c), -1 */
     double   overflow_s;        /* first tick with preemption/stall, -1 */
+    double   starve_onset_s;    /* onset of the first >= starve_s gap, -1 */
+    double   host_s, host_end_s;/* the first host stall before the
+                                   collapse (soak_classify.h), -1 */
+    int64_t  host_free;         /* K/V bytes free when it started */
+    int      host_disturbed;    /* a host stall came first */
     double   late_end_ms;       /* server lateness at the end */
     double   late_slope;        /* ms of lateness per s, last part */
     int      unbounded_late;    /* lateness grew without bound */

@@ -7,15 +7,22 @@
  * whether the run collapsed. Configurations (e.g. --kv window, --kv full)
  * play the same seeds, so their rows compare the same sessions.
  *
- * Collapsed means either of:
- *   - an admitted session went starve_s (2 s) or more without a real
- *     (non-FILL) output frame: silence sent on time is not service;
+ * Collapsed (by the model) means any of, the time to collapse being the
+ * first that holds, in seconds since the load started, the same clock as
+ * the prediction (mt_predict_one of the run's seed):
+ *   - the K/V pool ran out: a preemption, or FILL with the pool exhausted
+ *     (soak_classify.c reads it from the server's tick lines);
  *   - the server's lateness grew without bound: over the second half of
  *     the load its least-squares slope is at least 100 ms per second and
- *     it reached 1 s.
- * The measured time to collapse is the onset of the first starvation (the
- * last real frame before the gap), in seconds since the load started, the
- * same clock as the prediction (mt_predict_one of the run's seed).
+ *     it reached 1 s;
+ *   - an admitted session went starve_s (2 s) or more without a real
+ *     (non-FILL) output frame (silence sent on time is not service), from
+ *     the last real frame before the gap, unless the gap began within a
+ *     host stall (the client's input starved, then FILL with the pool's
+ *     room; soak_classify.h): then the host starved it, not the model.
+ * A run with a host stretch before its collapse (or in a run with none) is
+ * marked disturbed by the host, with the stretch's times: its figures say
+ * more about this machine than about the model.
  *
  * With a time scale K (simulated devices only), the server runs K times
  * faster than real time and so does everything here: arrivals, the client's
@@ -29,6 +36,7 @@
 #include "util/units.h"
 #include "probe/probe.h"
 #include "probe/progress.h"
+#include "probe/soak_classify.h"
 #include "probe/spawn.h"
 #include "client/client.h"
 #include "wire/latline.h"
@@ -50,10 +58,9 @@
 /* ---- one run ------------------------------------------------------------- */
 
 typedef struct tick_rec {
-    double   t;              /* server's t */
+    mt_soak_tick k;          /* t: the server's t; late_ms: real ms */
     uint64_t recv;           /* when we read it */
-    double   late_ms, naive_ms, met, naive_met;
-    int64_t  preempted, fill, kv_used, kv_free, active;
+    double   naive_ms, met, naive_met;
 } tick_rec;
 
 typedef struct soak_sess {
@@ -157,17 +164,18 @@ static void on_tick_line(void *user, const char *line, size_t len)
         x->captk = nc;
     }
     tick_rec *r = &x->tk[x->ntk++];
-    r->t = t.t;
+    r->k.t = t.t;
     r->recv = mt_clock_ns();
-    r->late_ms = t.late_ms;
+    r->k.late_ms = t.late_ms;
     r->naive_ms = t.naive_ms;
     r->met = t.met;
     r->naive_met = t.naive_met;
-    r->preempted = t.preempted;
-    r->fill = t.fill;
-    r->kv_used = t.kv_used;
-    r->kv_free = t.kv_free;
-    r->active = t.active;
+    r->k.in = t.in;
+    r->k.active = t.active;
+    r->k.preempted = t.preempted;
+    r->k.fill = t.fill;
+    r->k.kv_used = t.kv_used;
+    r->k.kv_free = t.kv_free;
 }
 
 /* Tick time -> seconds since the load started. Lines reach us through a
@@ -176,55 +184,54 @@ static double tick_offset(const soak_ctx *x)
 {
     double off = INFINITY;
     for (size_t i = 0; i < x->ntk; i++) {
-        double o = ((double)x->tk[i].recv - (double)x->t0) / 1e9 - x->tk[i].t;
+        double o = ((double)x->tk[i].recv - (double)x->t0) / 1e9 - x->tk[i].k.t;
         if (o < off)
             off = o;
     }
     return isfinite(off) ? off : 0;
 }
 
-static void classify_ticks(const soak_ctx *x, mt_soak_run *run, double period_s)
+/* The run's verdict from its ticks (model time) and the client's first
+ * starvation (x->onset_s). */
+static void classify_ticks(const soak_ctx *x, mt_soak_run *run)
 {
-    double off = tick_offset(x), D = x->o->duration_s;
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, maxlate = 0;
-    long n = 0;
-    double first_late = -1;
-    run->overflow_s = -1;
-    run->late_end_ms = 0;
-    for (size_t i = 0; i < x->ntk; i++) {
-        const tick_rec *r = &x->tk[i];
-        double t = (r->t + off) * x->k, late_ms = r->late_ms * x->k;
-        if (t < 0)
-            continue;
-        uint64_t pool = (uint64_t)(r->kv_used + r->kv_free);
-        if (run->overflow_s < 0 &&
-            (r->preempted > 0 ||
-             (r->fill > 0 && pool && (double)r->kv_free < 0.01 * (double)pool)))
-            run->overflow_s = t;
-        if (t <= D)
-            run->late_end_ms = late_ms;
-        if (t >= 0.5 * D && t <= 0.95 * D) {
-            sx += t;
-            sy += late_ms;
-            sxx += t * t;
-            sxy += t * late_ms;
+    double off = tick_offset(x);
+    mt_soak_tick *k = calloc(x->ntk + 1, sizeof *k);
+    mt_soak_class c;
+    size_t n = 0;
+    if (k)
+        for (size_t i = 0; i < x->ntk; i++) {
+            k[n] = x->tk[i].k;
+            k[n].t = (x->tk[i].k.t + off) * x->k;
+            k[n].late_ms = x->tk[i].k.late_ms * x->k;
             n++;
-            if (late_ms > maxlate)
-                maxlate = late_ms;
         }
-        if (first_late < 0 && late_ms >= 1000 && t <= D)
-            first_late = t;
-    }
-    run->late_slope = 0;
-    if (n >= 3) {
-        double den = n * sxx - sx * sx;
-        if (den > 0)
-            run->late_slope = (n * sxy - sx * sy) / den;
-    }
-    run->unbounded_late = run->late_slope >= 100.0 && maxlate >= 1000.0;
-    if (run->collapse_s < 0 && run->unbounded_late)
-        run->collapse_s = first_late;
-    (void)period_s;
+    mt_soak_classify(k, n, x->o->duration_s, x->o->starve_s, &c);
+    free(k);
+    run->overflow_s = c.model_s;
+    run->late_end_ms = c.late_end_ms;
+    run->late_slope = c.late_slope;
+    run->unbounded_late = c.unbounded_late;
+    run->host_s = c.host_s;
+    run->host_end_s = c.host_end_s;
+    run->host_free = c.host_free;
+    run->host_disturbed = c.host_s >= 0;
+    run->starve_onset_s = x->onset_s;
+    double on = x->onset_s;
+    /* the host's: the gap began (its last real frame) at most starve_s
+     * before the client's input stopped, and before the stall ended */
+    int host_starved = on >= 0 && c.host_s >= 0 &&
+                       on >= c.host_s - x->o->starve_s && on <= c.host_end_s;
+    if (c.model_s >= 0)
+        run->collapse_s = c.model_s;
+    else if (c.unbounded_late && c.first_late_s >= 0)
+        run->collapse_s = c.first_late_s;
+    else if (on >= 0 && !host_starved)
+        run->collapse_s = on;
+    else
+        run->collapse_s = -1;
+    if (!k)
+        snprintf(run->note, sizeof run->note, "out of memory: ticks unread");
 }
 
 /* Finds "--key VALUE" or "--key=VALUE" in a configuration's arguments. */
@@ -263,6 +270,8 @@ static int run_prepare(soak_ctx *x, const mt_soak_opts *o, int ci, int ri,
     run->collapse_s = -1;
     run->overflow_s = -1;
     run->predicted_s = -1;
+    run->starve_onset_s = -1;
+    run->host_s = run->host_end_s = -1;
     x->o = o;
     x->src = src;
     x->onset_s = -1;
@@ -381,8 +390,7 @@ static int play_load(soak_ctx *x, mt_client *cl, mt_spawn_proc *sp,
     return 0;
 }
 
-static void collect_results(soak_ctx *x, mt_client *cl, double period,
-                            mt_soak_run *run)
+static void collect_results(soak_ctx *x, mt_client *cl, mt_soak_run *run)
 {
     mt_client_totals tot;
     mt_client_totals_get(cl, &tot);
@@ -404,11 +412,9 @@ static void collect_results(soak_ctx *x, mt_client *cl, double period,
     run->fills = x->fills;
     run->missing = tot.missing;
     run->max_starve_s = x->max_gap_s;
-    run->collapse_s = x->onset_s;
     run->p99_ms = (double)mt_pctl_quantile(&x->rtt, 0.99) / 1e6;
-    classify_ticks(x, run, period);
-    run->collapsed = run->collapse_s >= 0 || x->onset_s >= 0 ||
-                     run->unbounded_late;
+    classify_ticks(x, run);
+    run->collapsed = run->collapse_s >= 0;
 }
 
 static void write_series(const soak_ctx *x, FILE *series)
@@ -416,11 +422,11 @@ static void write_series(const soak_ctx *x, FILE *series)
     double off = tick_offset(x);
     fprintf(series, "# t late_ms naive_ms met naive_met\n");
     for (size_t i = 0; i < x->ntk; i++) {
-        double t = (x->tk[i].t + off) * x->k;
+        double t = (x->tk[i].k.t + off) * x->k;
         if (t < -1 || t > x->o->duration_s + 2)
             continue;
         fprintf(series, "%.3f %.2f %.3f %.2f %.2f\n", t,
-                x->tk[i].late_ms * x->k, x->tk[i].naive_ms * x->k,
+                x->tk[i].k.late_ms * x->k, x->tk[i].naive_ms * x->k,
                 x->tk[i].met, x->tk[i].naive_met);
     }
 }
@@ -459,7 +465,7 @@ static int run_one(const mt_soak_opts *o, int ci, int ri, const char *tmpdir,
     }
     if (play_load(x, cl, &sp, sock, pg, ci, ri, err, errlen))
         goto out;
-    collect_results(x, cl, period, run);
+    collect_results(x, cl, run);
     if (series)
         write_series(x, series);
     rc = 0;
@@ -480,22 +486,39 @@ static double median_of(double *v, int n)
     return n ? mt_stats_percentile(v, (size_t)n, 0.5) : -1;
 }
 
+/* A time in seconds, or "-" when there is none (< 0). */
+static const char *fmt_s(char *b, size_t n, double s)
+{
+    if (s >= 0)
+        snprintf(b, n, "%.1f", s);
+    else
+        snprintf(b, n, "-");
+    return b;
+}
+
 static void print_row(FILE *out, const mt_soak_opts *o, const mt_soak_run *r)
 {
-    char pred[16], coll[16], ovf[16];
-    if (r->predicted_s >= 0) snprintf(pred, sizeof pred, "%.1f", r->predicted_s);
-    else snprintf(pred, sizeof pred, "-");
-    if (r->collapse_s >= 0) snprintf(coll, sizeof coll, "%.1f", r->collapse_s);
-    else snprintf(coll, sizeof coll, "-");
-    if (r->overflow_s >= 0) snprintf(ovf, sizeof ovf, "%.1f", r->overflow_s);
-    else snprintf(ovf, sizeof ovf, "-");
+    char pred[16], coll[16], ovf[16], stv[16], host[16], hend[16];
+    char note[320] = "";  /* the stall text (about 110 bytes) and r->note (96) */
+    if (r->host_disturbed)
+        snprintf(note, sizeof note, "host stall %s-%s s with %.1f GB of the "
+                 "pool free, client input starved%s%s",
+                 fmt_s(host, sizeof host, r->host_s),
+                 fmt_s(hend, sizeof hend, r->host_end_s),
+                 (double)r->host_free / 1e9, r->note[0] ? "; " : "", r->note);
+    else
+        snprintf(note, sizeof note, "%s", r->note);
     fprintf(out, "%-20s %3d %6llu %5d %5d %5d %8llu %7llu %7.1f %9.0f %8.0f "
-            "%8s %8s %8s  %s%s%s\n", o->cfg[r->cfg].label, r->run,
+            "%8s %8s %8s %8s %8s  %s%s%s\n", o->cfg[r->cfg].label, r->run,
             (unsigned long long)r->seed, r->sessions, r->accepted, r->rejected,
             (unsigned long long)r->real, (unsigned long long)r->fills,
-            r->max_starve_s, r->late_end_ms, r->late_slope, pred, coll, ovf,
-            r->collapsed ? "COLLAPSED" : "ok",
-            r->note[0] ? "  # " : "", r->note);
+            r->max_starve_s, r->late_end_ms, r->late_slope,
+            fmt_s(pred, sizeof pred, r->predicted_s),
+            fmt_s(coll, sizeof coll, r->collapse_s),
+            fmt_s(ovf, sizeof ovf, r->overflow_s),
+            fmt_s(stv, sizeof stv, r->starve_onset_s),
+            fmt_s(host, sizeof host, r->host_s),
+            r->collapsed ? "COLLAPSED" : "ok", note[0] ? "  # " : "", note);
     fflush(out);
 }
 
@@ -535,8 +558,11 @@ static void print_header(FILE *out, const mt_soak_opts *o, const char *a,
                          const char *l)
 {
     fprintf(out, "# soak: %d runs x %d configurations, %.0f s each, arrivals "
-            "%s, lengths %s, seeds %llu..%llu; collapsed = a session %.1f s "
-            "without a real frame, or lateness growing without bound\n",
+            "%s, lengths %s, seeds %llu..%llu; collapsed (by the model, at "
+            "coll_s) = the pool exhausted (ovf_s), lateness growing without "
+            "bound, or a session %.1f s without a real frame (starve_s) the "
+            "host did not cause; host_s = a host stall (FILL while the pool "
+            "had room and the client's input starved)\n",
             o->runs, o->ncfg, o->duration_s, a, l,
             (unsigned long long)o->seed,
             (unsigned long long)(o->seed + (uint64_t)o->runs - 1), o->starve_s);
@@ -544,10 +570,10 @@ static void print_header(FILE *out, const mt_soak_opts *o, const char *a,
         fprintf(out, "# time-scaled x%g: servers and clients ran at %g times "
                 "real time; every time below is model time\n",
                 o->time_scale, o->time_scale);
-    fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s  "
-            "%s\n", "# config", "run", "seed", "sess", "acc", "rej", "real",
-            "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s", "ovf_s",
-            "verdict");
+    fprintf(out, "%-20s %3s %6s %5s %5s %5s %8s %7s %7s %9s %8s %8s %8s %8s "
+            "%8s %8s  %s\n", "# config", "run", "seed", "sess", "acc", "rej",
+            "real", "fill", "gap_s", "late_ms", "slope", "pred_s", "coll_s",
+            "ovf_s", "starve_s", "host_s", "verdict");
     fflush(out);
 }
 
@@ -560,7 +586,7 @@ static int print_config_summary(FILE *out, const mt_soak_opts *o, int c,
                                 double *pred_med_all, char *err, size_t errlen)
 {
     const mt_soak_config *cfg = &o->cfg[c];
-    int n = 0, coll = 0, rej = 0;
+    int n = 0, coll = 0, rej = 0, host = 0;
     double *m = calloc((size_t)o->runs + 1, sizeof *m);
     double *p = calloc((size_t)o->runs + 1, sizeof *p);
     int nm = 0;
@@ -576,6 +602,7 @@ static int print_config_summary(FILE *out, const mt_soak_opts *o, int c,
         n++;
         coll += runs[k].collapsed;
         rej += runs[k].rejected;
+        host += runs[k].host_disturbed;
         if (runs[k].collapsed && runs[k].collapse_s >= 0 &&
             runs[k].predicted_s >= 0) {
             m[nm] = runs[k].collapse_s;
@@ -583,8 +610,9 @@ static int print_config_summary(FILE *out, const mt_soak_opts *o, int c,
             nm++;
         }
     }
-    fprintf(out, "%-20s collapsed %d of %d runs; %d sessions refused in "
-            "all\n", cfg->label, coll, n, rej);
+    fprintf(out, "%-20s collapsed %d of %d runs (by the model); %d of %d "
+            "runs disturbed by the host; %d sessions refused in all\n",
+            cfg->label, coll, n, host, n, rej);
     if (pred_ok) {
         mt_predict_result pr;
         char e[256];
@@ -722,6 +750,14 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
         if (print_config_summary(out, o, c, runs, nr, &pp[c], pok[c],
                                  &pred_med_all, err, errlen))
             goto done2;
+    int disturbed = 0;
+    for (int k = 0; k < nr; k++)
+        disturbed += runs[k].host_disturbed;
+    if (disturbed)
+        fprintf(out, "%d of %d runs disturbed by the host: rerun on a "
+                "quieter machine\n", disturbed, nr);
+    else
+        fprintf(out, "0 of %d runs disturbed by the host\n", nr);
     fflush(out);
     if (o->plot && plot_runs(o, ser, nr, pred_med_all, a, l, err, errlen))
         goto done2;

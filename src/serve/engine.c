@@ -1357,6 +1357,8 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
     char line[MT_LL_MAX_LINE];
     if (mt_tick_format(&t, line, sizeof line) > 0 && e->o.line)
         e->o.line(e->o.line_ctx, line);
+    if (e->o.tick_rec)
+        e->o.tick_rec(e->o.tick_rec_ctx, &t);
     return rc;
 }
 

@@ -2,7 +2,7 @@
  * output queues, deadlines, the batched step once per tick, FILL frames,
  * full-mode preemption and recompute, and the figures of the latency lines.
  *
- * No sockets here: the server (server.c) feeds decoded input frames in and
+ * No sockets here: the server (server*.c) feeds decoded input frames in and
  * copies encoded output bytes out. Two threads use one engine: the I/O
  * thread (input, output, FILL deadlines) and the tick thread
  * (mt_engine_tick). Every call takes the engine's one mutex, which is never
@@ -49,6 +49,10 @@ typedef struct mt_engine_opts {
      * thread, never with the engine lock held. */
     void     (*line)(void *ctx, const char *line);
     void      *line_ctx;
+    /* Each tick record as a struct too (the metrics, serve/metrics.h), just
+     * after its line; NULL: none. Tick thread, engine lock not held. */
+    void     (*tick_rec)(void *ctx, const mt_tick *t);
+    void      *tick_rec_ctx;
     /* The engine's clock in ns (every timestamp, deadline and duration it
      * records comes from it); NULL: CLOCK_MONOTONIC (mt_clock_ns). Tests pass
      * one they advance themselves. Called from either thread, with the

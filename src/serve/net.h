@@ -2,7 +2,7 @@
  * (with the check that a socket file left by a dead server is stale before
  * it is replaced, and the unlink at exit that never removes a successor's
  * socket), the control input (a FIFO or a Unix socket), and non-blocking
- * mode. No epoll, no protocol: server.c owns those.
+ * mode. No epoll, no protocol: the server*.c files own those.
  */
 #ifndef MT_NET_H
 #define MT_NET_H

@@ -11,10 +11,20 @@
  * Over TCP with --token-file, HELLO must carry the token (compared in
  * constant time); a wrong or missing one gets REJECT after a wait that
  * doubles with each failure of the same address (a bounded table in
- * mt_proto), so guessing is slow; mt_proto_auth_due sends it when due.
+ * mt_proto); mt_proto_auth_due sends it when due. A connection held for
+ * that REJECT is no longer waiting for admission (it holds no pending
+ * place), and the held ones are bounded: one per address and
+ * MT_PROTO_AUTH_HELD_MAX in all (the global budget); past either, REJECT
+ * goes at once. Behind a proxy every client shares the proxy's address,
+ * so the wait never applies to a right token: the token's length (16
+ * bytes at least, mt_token_read) is what makes guessing hopeless, the
+ * wait and the budget bound what a guesser costs.
  *
- * Kept apart from server.c so that it runs on a buffer: no descriptor, no
- * epoll, no clock but the caller's `now`.
+ * Failures before a session exists come in crowds: the first of each
+ * reason in an interval is logged, the rest counted (mt_proto_report).
+ *
+ * Kept apart from the server*.c files so that it runs on a buffer: no
+ * descriptor, no epoll, no clock but the caller's `now`.
  */
 #include "serve/proto.h"
 
@@ -27,12 +37,63 @@
 #include "util/errmsg.h"
 
 /* the human log, when the caller gave one */
+#define AUTH_REASON "authentication failed: wrong or missing token (--token-file)"
+
 #define plog(p, ...) mt_logf((p)->log, (p)->log_ctx, __VA_ARGS__)
 
 static void pline(mt_proto *p, const char *line)
 {
     if (p->line)
         p->line(p->line_ctx, line);
+}
+
+/* Whether a crowd-prone failure is logged in full: the first of its
+ * reason in the interval is; the others are counted for the summary. */
+static int agg_note(mt_proto *p, const char *reason, uint64_t now)
+{
+    if (!p->agg_since)
+        p->agg_since = now;
+    mt_proto_agg *free_slot = NULL;
+    for (int i = 0; i < MT_PROTO_AGG_REASONS; i++) {
+        mt_proto_agg *a = &p->agg[i];
+        if (a->n && !strncmp(a->reason, reason, sizeof a->reason - 1))
+            return a->n++ == 0;
+        if (!a->n && !free_slot)
+            free_slot = a;
+    }
+    if (!free_slot) {
+        p->agg_other++;
+        return 0;
+    }
+    snprintf(free_slot->reason, sizeof free_slot->reason, "%s", reason);
+    free_slot->n = 1;
+    return 1;
+}
+
+void mt_proto_report(mt_proto *p, uint64_t now, int force)
+{
+    if (!p->agg_since || (!force && now - p->agg_since < MT_PROTO_REPORT_NS))
+        return;
+    char msg[1024];
+    size_t len = 0;
+    uint64_t more = p->agg_other;
+    for (int i = 0; i < MT_PROTO_AGG_REASONS; i++) {
+        mt_proto_agg *a = &p->agg[i];
+        if (a->n > 1 && len < sizeof msg) {
+            int k = snprintf(msg + len, sizeof msg - len, "%s%llu x %s",
+                             len ? ", " : "", (unsigned long long)(a->n - 1), a->reason);
+            len += k > 0 ? (size_t)k : 0;
+        }
+        a->n = 0;
+    }
+    if (more && len < sizeof msg)
+        snprintf(msg + len, sizeof msg - len, "%s%llu of other reasons",
+                 len ? ", " : "", (unsigned long long)more);
+    if (len || more)
+        plog(p, "connections refused before a session, besides the ones logged, "
+             "in the last %.1f s: %s", (double)(now - p->agg_since) / 1e9, msg);
+    p->agg_other = 0;
+    p->agg_since = 0;
 }
 
 static double tsec(const mt_proto *p, uint64_t now)
@@ -79,10 +140,12 @@ static void fail_session(mt_proto *p, mt_proto_conn *c, const char *reason,
         c->reading = 0;
         c->pending = 0;
     } else {
-        if (c->is_tcp)
-            plog(p, "connection from %s: %s: ERROR", c->peer, reason);
-        else
-            plog(p, "connection (uid %d): %s: ERROR", (int)c->uid, reason);
+        if (agg_note(p, reason, now)) {
+            if (c->is_tcp)
+                plog(p, "connection from %s: %s: ERROR", c->peer, reason);
+            else
+                plog(p, "connection (uid %d): %s: ERROR", (int)c->uid, reason);
+        }
         mt_proto_direct(c, MT_FRAME_ERROR, 0, reason, now);
     }
 }
@@ -124,6 +187,7 @@ void mt_proto_admit(mt_proto *p, mt_proto_conn *c, uint64_t now)
         plog(p, "session %u: admitted (tcp %s)", c->id, c->peer);
     else
         plog(p, "session %u: admitted (uid %d)", c->id, (int)c->uid);
+    c->last_input = now;
     verdict_line(p, c->id, 1, NULL, now);
 }
 
@@ -154,9 +218,17 @@ void mt_proto_peer_host(const mt_proto_conn *c, char *buf, size_t cap)
         *colon = '\0';
 }
 
+static mt_proto_auth_fail *auth_find(mt_proto *p, const char *addr)
+{
+    for (int i = 0; i < MT_PROTO_AUTH_TABLE; i++)
+        if (p->auth[i].count && !strcmp(p->auth[i].addr, addr))
+            return &p->auth[i];
+    return NULL;
+}
+
 /* A TCP HELLO without the right token: REJECT, after a wait that doubles
- * with each failure of the same address (mt_proto_auth_due sends it).
- * Returns 1 when c was refused. */
+ * with each failure of the same address (mt_proto_auth_due sends it), or
+ * at once past the held budgets. Returns 1 when c was refused. */
 static int auth_check(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t now)
 {
     if (!c->is_tcp || !p->token)
@@ -180,20 +252,53 @@ static int auth_check(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t
         delay *= 2;
     if (delay > MT_PROTO_AUTH_DELAY_MAX_NS)
         delay = MT_PROTO_AUTH_DELAY_MAX_NS;
-    plog(p, "connection from %s: %s token: REJECT in %.2f s (failure %u from "
-         "this address)", c->peer, h.token_len ? "wrong" : "no", (double)delay / 1e9,
-         a->count);
+    int at_once = a->held >= MT_PROTO_AUTH_HELD_PER_ADDR ||
+                  p->auth_held >= MT_PROTO_AUTH_HELD_MAX;
+    const char *what = h.token_len ? "wrong token" : "no token";
+    if (agg_note(p, what, now)) {
+        if (at_once)
+            plog(p, "connection from %s: %s: REJECT now (failure %u from this "
+                 "address; its held connections or all of them at their "
+                 "budget)", c->peer, what, a->count);
+        else
+            plog(p, "connection from %s: %s: REJECT in %.2f s (failure %u from "
+                 "this address)", c->peer, what, (double)delay / 1e9, a->count);
+    }
     c->reading = 0;
+    if (at_once) {
+        mt_proto_direct(c, MT_FRAME_REJECT, MT_FLAG_FINAL, AUTH_REASON, now);
+        return 1;
+    }
+    a->held++;
+    p->auth_held++;
     c->auth_reject_at = now + delay;
     return 1;
 }
 
-void mt_proto_auth_due(mt_proto_conn *c, uint64_t now)
+static void auth_unhold(mt_proto *p, mt_proto_conn *c)
+{
+    if (!c->auth_reject_at)
+        return;
+    c->auth_reject_at = 0;
+    if (p->auth_held)
+        p->auth_held--;
+    char host[64];
+    mt_proto_peer_host(c, host, sizeof host);
+    mt_proto_auth_fail *a = auth_find(p, host);
+    if (a && a->held)
+        a->held--;
+}
+
+void mt_proto_conn_release(mt_proto *p, mt_proto_conn *c)
+{
+    auth_unhold(p, c);
+}
+
+void mt_proto_auth_due(mt_proto *p, mt_proto_conn *c, uint64_t now)
 {
     if (!c->id && !c->closing && c->auth_reject_at && now >= c->auth_reject_at) {
-        c->auth_reject_at = 0;
-        mt_proto_direct(c, MT_FRAME_REJECT, MT_FLAG_FINAL, "authentication failed: wrong or "
-                        "missing token (--token-file)", now);
+        auth_unhold(p, c);
+        mt_proto_direct(c, MT_FRAME_REJECT, MT_FLAG_FINAL, AUTH_REASON, now);
     }
 }
 
@@ -233,7 +338,9 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
     char buf[1024];
     mt_request_rec rq = {
         .session = c->id, .t = tsec(p, now),
-        .uid = (int64_t)c->uid, .pid = (int64_t)c->pid,
+        /* TCP has neither: -1, as mt-serve(1) says */
+        .uid = c->is_tcp ? -1 : (int64_t)c->uid,
+        .pid = c->is_tcp ? -1 : (int64_t)c->pid,
         .rate = h.sample_rate, .frame_samples = h.frame_samples,
         .kv_bound = mt_engine_session_bound(p->eng),
         .active = active, .pending = pending - 1 < 0 ? 0 : pending - 1,
@@ -316,6 +423,8 @@ void mt_proto_input(mt_proto *p, mt_proto_conn *c, const uint8_t *buf, size_t n,
 {
     size_t off = 0;
     c->bytes_in += n;
+    if (c->id && !c->pending)
+        c->last_input = now;
     while (off < n && c->reading) {
         size_t used = 0;
         mt_frame f;

@@ -2,11 +2,12 @@
  * socket: the bytes a client sent go in (mt_proto_input), and what they
  * mean happens on the engine (sessions, admission, inputs, END, ERROR) or
  * in the connection's small direct-output buffer (a frame for a
- * connection the engine does not know yet). server.c reads the socket and
- * calls this; tests and the fuzz harness call it on a buffer, with a clock
- * of their own.
+ * connection the engine does not know yet). server_conn.c reads the
+ * socket and calls this; tests and the fuzz harness call it on a buffer,
+ * with a clock of their own.
  *
- * Internal to src/serve: a header for server.c and the tests, not an API.
+ * Internal to src/serve: a header for the server*.c files and the tests,
+ * not an API.
  */
 #ifndef MT_PROTO_H
 #define MT_PROTO_H
@@ -23,15 +24,28 @@
 #define MT_PROTO_AUTH_DELAY_NS    250000000ull    /* first failure's delay; doubles */
 #define MT_PROTO_AUTH_DELAY_MAX_NS 8000000000ull
 #define MT_PROTO_AUTH_FORGET_NS   600000000000ull /* ten quiet minutes clear a count */
+#define MT_PROTO_AUTH_HELD_PER_ADDR 1 /* connections of one address held for a
+                                        delayed REJECT; past it, REJECT at once */
+#define MT_PROTO_AUTH_HELD_MAX    16  /* the global budget of held ones */
+#define MT_PROTO_AGG_REASONS      8   /* distinct reasons counted per interval */
+#define MT_PROTO_REPORT_NS        10000000000ull  /* one summary line per 10 s */
 
 /* Authentication failures of one peer address: each one doubles the wait
- * before its REJECT, so guessing is slow; the table is bounded (the
- * oldest entry makes room). */
+ * before its REJECT; the table is bounded (the oldest entry makes room). */
 typedef struct mt_proto_auth_fail {
     char     addr[64];           /* without the port */
     unsigned count;
+    unsigned held;               /* its connections waiting for REJECT */
     uint64_t last;
 } mt_proto_auth_fail;
+
+/* Log lines that come in crowds (bad frames before HELLO, failed
+ * authentication): the first of each reason in an interval is logged in
+ * full, the others counted and summed up in one line at its end. */
+typedef struct mt_proto_agg {
+    char     reason[96];
+    uint64_t n;                  /* this interval, the logged one included */
+} mt_proto_agg;
 
 /* What the protocol needs from the server: its engine, its admission
  * rule, where its log and machine-stream lines go. */
@@ -49,6 +63,10 @@ typedef struct mt_proto {
     const char *token;           /* --token-file: a TCP HELLO must carry it */
     size_t     token_len;
     mt_proto_auth_fail auth[MT_PROTO_AUTH_TABLE];
+    unsigned   auth_held;        /* connections held for a delayed REJECT */
+    mt_proto_agg agg[MT_PROTO_AGG_REASONS];
+    uint64_t   agg_other;        /* reasons past the table's size */
+    uint64_t   agg_since;        /* start of the interval (0: none yet) */
 } mt_proto;
 
 /* One connection's protocol state. */
@@ -65,7 +83,10 @@ typedef struct mt_proto_conn {
     int      is_tcp;             /* from --listen: no uid; HELLO needs the
                                     token when one is set */
     char     peer[64];           /* TCP: "ADDR:PORT" for log lines */
-    uint64_t auth_reject_at;     /* wrong token: REJECT at this time */
+    uint64_t auth_reject_at;     /* wrong token: REJECT at this time (the
+                                    connection is held, not pending) */
+    uint64_t last_input;         /* admitted: when input last came (or the
+                                    admission), for --input-timeout */
     uint64_t bytes_in;           /* a health check sends nothing */
     mt_frame_decoder dec;
     uint8_t  wbuf[MT_PROTO_WBUF_CAP]; /* direct frames; then engine output */
@@ -90,7 +111,15 @@ void mt_proto_reject(mt_proto *p, mt_proto_conn *c, const char *why, int final,
 
 /* A connection refused for its token gets its REJECT late (see
  * auth_reject_at): sends it when now has reached that time. */
-void mt_proto_auth_due(mt_proto_conn *c, uint64_t now);
+void mt_proto_auth_due(mt_proto *p, mt_proto_conn *c, uint64_t now);
+
+/* c is being closed by the server: a delayed REJECT it was held for is
+ * given up (the held counts fall). */
+void mt_proto_conn_release(mt_proto *p, mt_proto_conn *c);
+
+/* The interval's summary of the aggregated log lines, when one is due
+ * (force: now, if anything was counted). */
+void mt_proto_report(mt_proto *p, uint64_t now, int force);
 
 /* c's peer address without its port (TCP), for per-address counts. */
 void mt_proto_peer_host(const mt_proto_conn *c, char *buf, size_t cap);

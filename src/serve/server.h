@@ -43,6 +43,8 @@ typedef struct mt_server_opts {
                                     max_sessions + 16); lowered at start
                                     to fit RLIMIT_NOFILE */
     uint64_t    hello_timeout_ns;/* a connection without HELLO is closed */
+    uint64_t    input_timeout_ns;/* an admitted session without input this
+                                    long ends with END (0: never) */
     int         max_pending_per_uid; /* connections of one uid not yet
                                     admitted (0: half of max_conns) */
     /* TCP (issue 23) */

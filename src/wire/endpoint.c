@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -273,9 +274,21 @@ int mt_token_read(const char *path, char *tok, size_t cap, size_t *len,
                   char *err, size_t errlen)
 {
     char buf[MT_TOKEN_MAX + 64];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO nobody writes would wait for ever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         mt_set_err(err, errlen, "--token-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        close(fd);
+        if (S_ISREG(st.st_mode))
+            mt_set_err(err, errlen, "--token-file %s: %s", path, strerror(e));
+        else
+            mt_set_err(err, errlen, "--token-file %s: not a regular file (a FIFO "
+                       "or a device is refused: it could block for ever)", path);
         return -1;
     }
     ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -315,6 +328,17 @@ int mt_token_read(const char *path, char *tok, size_t cap, size_t *len,
     memcpy(tok, b, l + 1);
     *len = l;
     return 0;
+}
+
+int mt_token_mode_warning(const char *path, char *warn, size_t cap)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !(st.st_mode & 077))
+        return 0;
+    snprintf(warn, cap, "WARNING: --token-file %s is readable by others than "
+             "its owner (mode %04o): anyone who can read it can connect; "
+             "chmod 600 it", path, (unsigned)(st.st_mode & 07777));
+    return 1;
 }
 
 int mt_token_equal(const char *a, size_t alen, const char *b, size_t blen)

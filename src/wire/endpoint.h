@@ -43,9 +43,14 @@ void mt_sockaddr_str(const struct sockaddr *sa, socklen_t len, char *buf,
                      size_t cap);
 
 /* Reads a token file: its first line, surrounding white space removed,
- * 16..MT_TOKEN_MAX printable ASCII bytes. 0, or -1 with err. */
+ * 16..MT_TOKEN_MAX printable ASCII bytes. A regular file only (a FIFO
+ * would block the open or the read for ever). 0, or -1 with err. */
 int mt_token_read(const char *path, char *tok, size_t cap, size_t *len,
                   char *err, size_t errlen);
+/* 1 with a warning in warn when the token file can be read by others
+ * than its owner (group or other bits, as ssh warns of a key file); 0
+ * when it cannot (or cannot be looked at: mt_token_read says why). */
+int mt_token_mode_warning(const char *path, char *warn, size_t cap);
 
 /* 1 when a[0..alen) equals b[0..blen), in a time that depends on neither
  * content nor where they differ (both at most MT_TOKEN_MAX bytes). */

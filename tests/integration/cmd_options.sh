@@ -62,8 +62,8 @@ bad_value() {   # bad_value PROG OPTION VALUE [more args]
     "$MT_BIN/$p" "$opt" "$val" "$@" >"$T_TMP/out" 2>"$T_TMP/err" </dev/null
     local rc=$?
     t_check "$p $opt $val: exit 2" [ $rc = 2 ]
-    t_check "$p $opt $val: one line naming $opt and '$val'" \
-        [ "$(wc -l <"$T_TMP/err")" = 1 ] && grep -q -- "^$p: $opt: '$val' " "$T_TMP/err"
+    t_check "$p $opt $val: one line on stderr" [ "$(wc -l <"$T_TMP/err")" = 1 ]
+    t_check "$p $opt $val: it names $opt and '$val'" grep -q -- "^$p: $opt: '$val' " "$T_TMP/err"
 }
 if [ -x "$MT_BIN/mt-replay" ]; then
     bad_value mt-replay --stagger abc -s /nonexistent x.wav

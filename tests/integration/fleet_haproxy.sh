@@ -11,11 +11,17 @@
 #  3. `limit N` on an instance's control input moves its published figure;
 #  4. SIGTERM: HAProxy shows DRAIN, the instance's sessions finish, new ones
 #     land on the other, it exits 0;
-#  5. kill -9: HAProxy marks it DOWN and new sessions go to the other.
+#  5. kill -9: HAProxy marks it DOWN and new sessions go to the other;
+#  6. (issue 37) floods through HAProxy, where every client shares its
+#     address: 100 idle connections, then 140 wrong-token HELLOs held
+#     open, never keep a client with the token out for more than a second
+#     (the idle ones never reach an instance: the frontend waits for the
+#     client's first bytes, as mt-serve(1) recommends).
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 R=$MT_BIN/mt-replay
 FC=$MT_TESTBIN/mt-fakeclient
+HC=$MT_TESTBIN/mt-holdconns
 HAP=$(command -v haproxy || echo /usr/sbin/haproxy)
 PY=/usr/bin/python3
 [ -x "$S" ] || t_skip_all "mt-serve not built"
@@ -102,6 +108,10 @@ defaults
     timeout queue 2s
 frontend fe
     bind 127.0.0.1:$PH
+    # a connection that sends nothing never takes an instance's place
+    tcp-request inspect-delay 2s
+    tcp-request content accept if { req.len gt 0 }
+    tcp-request content reject
     default_backend be
 backend be
     balance leastconn
@@ -171,6 +181,37 @@ a2=$(admitted log_a2)
 timeout 30 "$FC" -s tcp:127.0.0.1:$PH -n 2 -f 10 > new5
 t_check "5: new sessions go to a" test "$(admitted log_a2)" = $((a2 + 2))
 t_check "5: ... all done" grep -q "^total sessions=2 ok=1 done=2 " new5
+
+# ---- 6. floods through HAProxy (issue 37) ------------------------------------------
+# both instances back, with a token (the wrong-token flood needs one)
 kill -TERM $A; wait $A
+head -c 24 /dev/urandom | base64 > tok
+head -c 24 /dev/urandom | base64 > bad
+chmod 600 tok bad
+"$S" $SIM --listen 127.0.0.1:$PA --agent 127.0.0.1:$AA --max-sessions $CAP_A \
+    --token-file tok > lat_a3 2> log_a3 &
+A=$!; t_track $A
+"$S" $SIM --listen 127.0.0.1:$PB --agent 127.0.0.1:$AB --max-sessions $CAP_B \
+    --token-file tok > lat_b3 2> log_b3 &
+B=$!; t_track $B
+wait_log log_a3 "agent-check on tcp" 300
+wait_log log_b3 "agent-check on tcp" 300
+wait_stat a status '^UP' 5000 >/dev/null
+wait_stat b status '^UP' 5000 >/dev/null
+timeout 30 "$HC" -s tcp:127.0.0.1:$PH -n 100 --hold 2 --reconnect-ms 5 \
+    --probe-token tok --probes 3 --probe-every 500 > idle6.txt 2>&1
+t_diag "idle through HAProxy: $(grep -E '^probe|^total' idle6.txt | tr '\n' ' ')"
+t_check "6: 100 idle connections through HAProxy: the 3 probes with the token admitted" \
+    test "$(grep -c 'probe verdict=accept' idle6.txt)" = 3
+pm=$(sed -n 's/^probe_max_ms=\([0-9]*\).*/\1/p' idle6.txt)
+t_at_most "6: ... each within 1 s ($pm ms)" "$pm" "$(t_timing 1000 3000)"
+timeout 30 "$HC" -s tcp:127.0.0.1:$PH -n 140 --hello-token bad --hold 2 --reconnect-ms 5 \
+    --probe-token tok --probes 3 --probe-every 500 > wrong6.txt 2>&1
+t_diag "wrong tokens through HAProxy: $(grep -E '^probe|^total' wrong6.txt | tr '\n' ' ')"
+t_check "6: 140 wrong-token HELLOs held open through HAProxy: the 3 probes admitted" \
+    test "$(grep -c 'probe verdict=accept' wrong6.txt)" = 3
+pm=$(sed -n 's/^probe_max_ms=\([0-9]*\).*/\1/p' wrong6.txt)
+t_at_most "6: ... each within 1 s ($pm ms)" "$pm" "$(t_timing 1000 3000)"
+kill -TERM $A $B; wait $A $B
 kill $H; wait $H 2>/dev/null
 t_done

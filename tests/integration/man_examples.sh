@@ -205,7 +205,8 @@ for page in sorted(glob.glob(os.path.join(MAN, "*.[157]"))):
     d = os.path.join(TMP, base)
     os.makedirs(d)
     make_inputs(d)
-    for i, text in enumerate(examples(page), 1):
+    exs = examples(page)
+    for i, text in enumerate(exs, 1):
         first = text.splitlines()[0]
         name = "%s example %d: %s" % (base, i, first[:60])
         rule = rule_for(page, text)
@@ -214,9 +215,14 @@ for page in sorted(glob.glob(os.path.join(MAN, "*.[157]"))):
             continue
         if "write" in rule:
             # a file's text, shown for the examples after it to use
+            # written, not run: it is tested by the examples that use it,
+            # so one of them must name it
             with open(os.path.join(d, rule["write"]), "w") as f:
                 f.write(text + "\n")
-            tap(True, name + " (written to %s)" % rule["write"], "")
+            users = [k for k, t in enumerate(exs[i:], i + 1) if rule["write"] in t]
+            tap(bool(users), name + " (written to %s, used by example %s)"
+                % (rule["write"], ",".join(map(str, users)) or "none"),
+                "no later example of %s names %s" % (base, rule["write"]))
             continue
         cmd = text.replace("/tmp/mt.sock", d + "/mt.sock").replace(
             "/run/mt.sock", d + "/mt.sock")

@@ -8,6 +8,7 @@
 # collapses, no bounded run does, the measured time to collapse is within
 # 20% of the prediction of its seed, and the time scale reached mt-serve.
 . "$(dirname "$0")/lib.sh"
+. "$MT_ROOT/tools/columns.sh"
 for p in mt-probe mt-serve; do
     [ -x "$MT_BIN/$p" ] || t_skip_all "$p not built"
 done
@@ -45,10 +46,16 @@ else
     t_check "no bounded run collapses" test "$cw" -eq 0
     t_check "every unbounded run collapses" test "$cf" -eq "$nf"
 fi
-# measured (coll_s, column 13) against predicted (pred_s, column 12), per seed
-bad=$(awk '$1 == "full" && $2 ~ /^[0-9]+$/ && $12 != "-" && $13 != "-" {
-          d = ($13 - $12) / $12; if (d < 0) d = -d; if (d > 0.2) n++ } END { print n + 0 }' "$OUT/soak.txt")
+# measured (coll_s) against predicted (pred_s), per seed
+bad=$(awk "$COLS_AWK"'cols_try("config") { next } /^#/ { next }
+          $1 == "full" && $2 ~ /^[0-9]+$/ && col("pred_s") != "-" && col("coll_s") != "-" {
+          d = (col("coll_s") - col("pred_s")) / col("pred_s"); if (d < 0) d = -d; if (d > 0.2) n++ }
+          END { if (COLS_BAD) { print "no-column"; exit 2 } print n + 0 }' "$OUT/soak.txt")
 t_check "each measured time to collapse within 20% of its seed's prediction" test "$bad" -eq 0
+t_check "table.md counts the runs disturbed by the host apart" \
+    grep -q "| collapsed (by the model) | disturbed by the host |" "$OUT/table.md"
+t_check "server-view.md reads each run" \
+    test "$(grep -c '^| \(un\)\?bounded |' "$OUT/server-view.md")" -eq $((2 * RUNS_WANT))
 t_check "the soak plot was written and relabelled" \
     grep -q "SIMULATED, profile h200-moshi7b" "$OUT/paper-soak.png.gp"
 t_done

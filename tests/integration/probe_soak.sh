@@ -4,6 +4,7 @@
 # is several times the pool, every unbounded run must collapse and no
 # bounded run may; the prediction must be printed beside each unbounded run.
 . "$(dirname "$0")/lib.sh"
+. "$MT_ROOT/tools/columns.sh"
 P=$MT_BIN/mt-probe
 t_need mt-probe mt-serve
 M=synthetic:tiny
@@ -44,8 +45,20 @@ t_ok $? "summary line for the bounded configuration"
 grep -qE '^full[^ ]* +collapsed [0-9]+ of 2 runs' "$T_TMP/out"
 t_ok $? "summary line for the unbounded configuration"
 # the prediction column is filled for the unbounded rows
-awk '$1 ~ /^full/ && $2 ~ /^[0-9]+$/ {if ($12=="-") bad=1} END{exit bad}' "$T_TMP/out"
+awk "$COLS_AWK"'cols_try("config") { next } /^#/ { next }
+    $1 ~ /^full/ && $2 ~ /^[0-9]+$/ { if (col("pred_s") == "-") bad = 1 }
+    END { if (COLS_BAD) exit 2; exit bad }' "$T_TMP/out"
 t_ok $? "every unbounded row carries its predicted overflow time"
+# the model's time beside the host's: a collapsed unbounded row's coll_s
+# is its pool exhaustion (ovf_s); every row has a host_s column
+awk "$COLS_AWK"'cols_try("config") { next } /^#/ { next }
+    $1 ~ /^full/ && $2 ~ /^[0-9]+$/ && col("verdict") == "COLLAPSED" {
+        if (col("ovf_s") == "-" || col("coll_s") != col("ovf_s")) bad = 1 }
+    $2 ~ /^[0-9]+$/ { if (col("host_s") == "") bad = 1 }
+    END { if (COLS_BAD) exit 2; exit bad }' "$T_TMP/out"
+t_ok $? "a collapsed unbounded run is the model's at its pool exhaustion (coll_s = ovf_s)"
+grep -qE '^(0 of 4 runs disturbed by the host|[1-4] of 4 runs disturbed by the host: rerun on a quieter machine)$' "$T_TMP/out"
+t_ok $? "the summary counts the runs a host stall disturbed"
 grep -qE "^full[^ ]* +predicted: pool overflows" "$T_TMP/out"
 t_ok $? "the summary prints the prediction"
 # same seeds in both configurations

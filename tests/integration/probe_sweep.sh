@@ -4,7 +4,12 @@
 # session admitted, frames measured, KV bytes from the tick lines, the wall
 # line (above 1 session with the default budget), and the plot.
 . "$(dirname "$0")/lib.sh"
+. "$MT_ROOT/tools/columns.sh"
 P=$MT_BIN/mt-probe
+# rows COND FILE: exit 0 when COND (awk, over columns read by name with
+# col()) holds on no row, 1 when on some, 2 when a column is missing
+rows() { awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ || NF == 0 { next }
+    { if ('"$1"') bad = 1 } END { if (COLS_BAD) exit 2; exit bad }' "$2"; }
 t_need mt-probe mt-serve
 timeout 90 "$P" sweep --from 1 --to 3 --hold 2s --warmup 0.5s \
     --plot "$T_TMP/sweep.png" --tsv "$T_TMP/rows.tsv" \
@@ -14,11 +19,11 @@ sed 's/^/# /' "$T_TMP/out"
 [ $rc -eq 0 ] || sed 's/^/# err: /' "$T_TMP/err"
 t_check "sweep exits 0" test $rc -eq 0
 t_check "three level rows" test "$(grep -cE '^[0-9]+	' "$T_TMP/out")" -eq 3
-awk -F'\t' '/^[0-9]+\t/ { if ($2 != $1) bad=1 } END {exit bad}' "$T_TMP/out"
+rows 'col("accepted") != col("concurrency")' "$T_TMP/out"
 t_ok $? "every session of every level was admitted"
-awk -F'\t' '/^[0-9]+\t/ { if ($4 + 0 < $1 * 10) bad=1 } END {exit bad}' "$T_TMP/out"
+rows 'col("real") + 0 < col("concurrency") * 10' "$T_TMP/out"
 t_ok $? "each level measured real frames (>= 10 per session)"
-awk -F'\t' '/^[0-9]+\t/ { if ($12 == "-" || $12 + 0 <= 0) bad=1 } END {exit bad}' "$T_TMP/out"
+rows 'col("kv_bytes") == "-" || col("kv_bytes") + 0 <= 0' "$T_TMP/out"
 t_ok $? "KV bytes come from the server's tick lines"
 grep -qE '^# wall: ' "$T_TMP/out"
 t_ok $? "the wall is named"
@@ -59,8 +64,9 @@ rc=$?
 sed 's/^/# /' "$T_TMP/tick"
 [ $rc -eq 0 ] || sed 's/^/# err: /' "$T_TMP/err"
 t_check "--signal tick: exits 0" test $rc -eq 0
-awk -F'\t' '$1 == 20 { a = $13 } $1 == 40 { b = $13 }
-    END { exit !(a + 0 > 0 && a + 0 < 80 && b + 0 >= 80) }' "$T_TMP/tick"
+awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ || NF == 0 { next }
+    col("concurrency") == 20 { a = col("tick_p99_ms") } col("concurrency") == 40 { b = col("tick_p99_ms") }
+    END { if (COLS_BAD) exit 2; exit !(a + 0 > 0 && a + 0 < 80 && b + 0 >= 80) }' "$T_TMP/tick"
 t_ok $? "--signal tick: the tick p99 column is under the period at 20, over it at 40"
 grep -qE '^# wall: 20 sessions .*max\(step_ms, late_ms\).* 80 ms budget of one frame period' "$T_TMP/tick"
 t_ok $? "--signal tick: the wall is 20, judged by the tick signal against one period"

@@ -76,25 +76,22 @@ t_check "wrong format: rejected with a reason" grep -Eq '^replay_rejected=reject
 t_check "wrong format: no output file" test -z "$(ls -A rej)"
 t_check "unreachable socket: exit 1" sh -c '! "$0" -s "$1/nope.sock" "$1/tone8.ogg" >/dev/null 2>&1' "$R" "$T_TMP"
 
-# 64 sessions from one process: the send schedule holds. A pacing
-# threshold says nothing on a machine already oversubscribed by other jobs
-# (load measured before the run): then the figure is only reported.
-load=$(cut -d' ' -f1 /proc/loadavg)
+# 64 sessions from one process: every frame scheduled is sent and
+# answered. How closely the sends keep their schedule (the jitter) is a
+# speed, which a busy machine decides: bench/bench_replay.sh measures it;
+# here it is only reported.
 timeout 60 "$R" -s "$(t_endpoint "$T_TMP/mt.sock")" -n 64 --stagger 1 --loop --duration 4 --rate-check \
     --latency none tone8.ogg > rate.txt 2> rate.err
 rc=$?
 t_check "64 sessions: exit 0 $(head -c 200 rate.err)" test $rc = 0
 t_check "64 sessions: all done, every frame answered" \
     grep -q '^replay_summary=64 done=64 rejected=0 failed=0 .* missing=0 ' rate.txt
-line=$(grep '^replay_rate=' rate.txt)
-t_diag "$line"
-p99=$(echo "$line" | sed -n 's/.*jitter_p99_ms=\([0-9.]*\).*/\1/p')
-busy=$(awk -v l="$load" -v n="$(nproc)" 'BEGIN { print (l > 1.5 * n) ? 1 : 0 }')
-if [ "${MT_ASAN:-}" = 1 ]; then
-    t_skip "send jitter threshold under ASan"
-elif [ "$busy" = 1 ]; then
-    t_skip "send jitter threshold: load average $load on $(nproc) cores"
-else
-    t_check "64 sessions: send jitter p99 $p99 ms < 10 ms" awk -v p="$p99" 'BEGIN { exit !(p != "" && p < 10) }'
-fi
+t_diag "$(grep '^replay_rate=' rate.txt)"
+sent=$(sed -n 's/^replay_summary=.* sent=\([0-9]*\) .*/\1/p' rate.txt)
+recv=$(sed -n 's/^replay_summary=.* received=\([0-9]*\) .*/\1/p' rate.txt)
+paced=$(sed -n 's/^replay_rate=64 frames=\([0-9]*\) .*/\1/p' rate.txt)
+# 4 s of frames of 80 ms, 64 sessions: 50 frames each at least
+t_check "64 sessions: the pacer timed every frame sent ($paced of $sent), 64 x 50 or more" \
+    test "${paced:-0}" = "${sent:-x}" -a "${sent:-0}" -ge 3200
+t_check "64 sessions: as many frames received as sent ($recv of $sent)" test "${recv:-x}" = "${sent:-y}"
 t_done

@@ -27,10 +27,12 @@ sleep 0.5; i=0; while ! grep -q 'on ' "$T_TMP/log" && [ $i -lt 300 ]; do sleep 0
 t_check "replaces a stale socket" grep -q 'removed stale socket' "$T_TMP/log"
 t_check "socket mode 0600" [ "$(stat -c %a "$SOCK")" = 600 ]
 "$S" -s "$SOCK" -m synthetic:tiny 2>"$T_TMP/e2"; rc=$?
-t_check "refuses a live server's socket (exit 1)" [ $rc = 1 ] && grep -q 'another server' "$T_TMP/e2"
+t_check "refuses a live server's socket (exit 1)" [ $rc = 1 ]
+t_check "refuses a live server's socket: says another server has it" grep -q 'another server' "$T_TMP/e2"
 timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c1"
-t_check "--max-sessions 2: two served, the third rejected, not as final" \
-    [ "$(grep -c 'state=done' "$T_TMP/c1")" = 2 ] && grep -q 'state=rejected.* final=0 .*server at its session limit' "$T_TMP/c1"
+t_check "--max-sessions 2: two served" [ "$(grep -c 'state=done' "$T_TMP/c1")" = 2 ]
+t_check "--max-sessions 2: the third rejected, not as final" \
+    grep -q 'state=rejected.* final=0 .*server at its session limit' "$T_TMP/c1"
 t_check "request lines for all three" [ "$(grep -c '^request session=' "$T_TMP/lat")" = 3 ]
 t_check "HELLO mismatch answered with a final REJECT (MT_FLAG_FINAL) and a reason" \
     sh -c "timeout 30 '$FC' -s '$SOCK' -n 1 -f 5 --bad wrong-format | grep -q 'state=rejected.* final=1 .*format mismatch'"

@@ -18,8 +18,9 @@ FC=$MT_TESTBIN/mt-fakeclient
 HC=$MT_TESTBIN/mt-holdconns
 t_need mt-serve mt-holdconns
 SOCK=$T_TMP/s.sock
-LATMAX=160
+LATMAX=160                      # plus the host's hiccups (t_limit)
 [ -n "$MT_ASAN" ] && LATMAX=640
+t_hiccup_start
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 now() { date +%s.%N; }
 
@@ -50,11 +51,16 @@ lps=$(awk -v a="$l0" -v b="$l1" -v t0="$t0" -v t1="$t1" 'BEGIN{printf "%.1f", (b
 t_check "1: log grows by $lps lines/s (<= 3)" awk -v p="$lps" 'BEGIN{exit !(p <= 3)}'
 wait $G; grc=$?
 t_ok $grc "1: the admitted sessions got every frame back ($(tail -1 "$T_TMP/good1"))"
-t_check "1: no FILL for them" grep -q '^total .* fill=0 ' "$T_TMP/good1"
+lim=$(t_limit "$LATMAX")
+if [ "$lim" -lt $((2 * LATMAX)) ]; then
+    t_check "1: no FILL for them" grep -q '^total .* fill=0 ' "$T_TMP/good1"
+else
+    t_skip "1: no FILL: this host stalled a process $(t_hiccup_ms) ms, as long as a deadline"
+fi
 lmax=$(awk '/^session=/{for(i=1;i<=NF;i++) if($i ~ /^lat_max_ms=/){sub("lat_max_ms=","",$i); if($i>m)m=$i}} END{print m+0}' "$T_TMP/good1")
-t_check "1: their worst latency $lmax ms < $LATMAX ms" awk -v m="$lmax" -v l="$LATMAX" 'BEGIN{exit !(m < l)}'
+t_check "1: their worst latency $lmax ms < $lim ms ($LATMAX + the host's $(t_hiccup_ms) ms)" awk -v m="$lmax" -v l="$lim" 'BEGIN{exit !(m < l)}'
 gap=$(awk '/^tick=/{for(i=1;i<=NF;i++) if($i ~ /^t=/){sub("t=","",$i); if(p!="" && $i-p>g) g=$i-p; p=$i}} END{print g*1000}' "$T_TMP/lat1")
-t_check "1: no late tick (largest gap $gap ms < $LATMAX ms)" awk -v g="$gap" -v l="$LATMAX" 'BEGIN{exit !(g < l)}'
+t_check "1: no late tick (largest gap $gap ms < $lim ms)" awk -v g="$gap" -v l="$lim" 'BEGIN{exit !(g < l)}'
 wait $H
 t_diag "holder: $(tail -1 "$T_TMP/hold1")"
 t_check "1: refused or evicted connections got a REJECT frame" \

@@ -43,7 +43,7 @@ bound=$(awk '/^request /{for(i=1;i<=NF;i++) if($i ~ /^kv_bound=/){sub("kv_bound=
 used=$(awk -v n="$N" '/^tick=/{a=0;u=0;for(i=1;i<=NF;i++){if($i ~ /^active=/){sub("active=","",$i);a=$i} if($i ~ /^kv_used=/){sub("kv_used=","",$i);u=$i}} if(a==n) print u}' "$T_TMP/lat" | sort -u)
 t_diag "kv_bound $bound; kv_used while $N active: $used"
 t_check "kv_used constant while $N sessions are active" [ "$(echo "$used" | wc -l)" = 1 ] 
-t_check "kv_used is $N x the session bound" [ -n "$bound" ] && [ "$used" = "$((N * bound))" ]
+t_check "kv_used is $N x the session bound" [ -n "$bound" -a "$used" = "$((N * ${bound:-0}))" ]
 t_check "one frame line per frame (--latency=frames)" \
     [ "$(grep -c '^frame=' "$T_TMP/lat")" = "$((N * FRAMES))" ]
 t_check "no FILL in window mode" [ "$(awk '/^tick=/{for(i=1;i<=NF;i++) if($i ~ /^fill=/){sub("fill=","",$i); s+=$i}} END{print s+0}' "$T_TMP/lat")" = 0 ]

@@ -653,6 +653,41 @@ static void test_static(void)
     mt_admit_free(a);
 }
 
+/* mt_admit_reset: a controller that has run, reset, runs the same stream
+ * to the same state as a new one (the fuzz harness reuses controllers). */
+static void test_reset(void)
+{
+    static const int pols[] = {MT_POL_METRONOME, MT_POL_AIMD, MT_POL_GRADIENT};
+    for (int k = 0; k < 3; k++) {
+        sim s;
+        mt_admit_opts o;
+        mt_admit *a = start(&s, (server){ .a = 5, .b = 2 }, pols[k], 0, &o);
+        mt_admit *b = start(&s, (server){ .a = 5, .b = 2 }, pols[k], 0, &o);
+        if (!a || !b)
+            return;
+        sim_init(&s, (server){ .a = 9, .b = 3, .hiccup_every = 50, .hiccup_ms = 200 });
+        sim_run(&s, a, 1500);      /* other history first */
+        mt_admit_reset(a);
+        sim_init(&s, (server){ .a = 5, .b = 2 });
+        sim_run(&s, a, 1200);
+        mt_admit_stats sa, sb;
+        mt_admit_get_stats(a, &sa);
+        int la = mt_admit_limit(a);
+        sim_init(&s, (server){ .a = 5, .b = 2 });
+        sim_run(&s, b, 1200);
+        mt_admit_get_stats(b, &sb);
+        ok(la == mt_admit_limit(b) && sa.ticks == sb.ticks && sa.requests == sb.requests &&
+           sa.accepted == sb.accepted && sa.rejected == sb.rejected &&
+           sa.levels == sb.levels && sa.resets == sb.resets && sa.fit_a == sb.fit_a &&
+           sa.fit_b == sb.fit_b,
+           "reset (policy %d): the same run as a new controller (limit %d = %d, "
+           "accepted %lld = %lld)", pols[k], la, mt_admit_limit(b),
+           (long long)sa.accepted, (long long)sb.accepted);
+        mt_admit_free(a);
+        mt_admit_free(b);
+    }
+}
+
 static void test_hold(void)
 {
     /* a request that arrives while metronome waits is held, then rejected
@@ -722,5 +757,6 @@ int main(void)
     test_draining_not_born_bad();
     test_hold();
     test_static();
+    test_reset();
     return tap_done();
 }

@@ -1,0 +1,63 @@
+/* ws_gate.h: mt-serve's --ws endpoint: Kyutai's WebSocket chat protocol
+ * (rust/protocol.md in kyutai-labs/moshi) on path /api/chat, in front of
+ * the server's own frame socket.
+ *
+ * Each WebSocket client becomes one frame-stream session of this server:
+ * the gate connects to the server's Unix socket, sends HELLO with the
+ * engine's format, and translates both ways: Audio messages (Ogg pages of
+ * Opus) are decoded to PCM frames at the model's rate and sent as AUDIO
+ * frames; the server's AUDIO frames (FILL included) are encoded as one Ogg
+ * page each and sent as Audio messages. Admission, the controller, drain,
+ * shedding, the latency lines and the metrics are the server's, unchanged:
+ * the gate is one more client of it. Audio a client sends before the
+ * verdict waits for it (up to 64 frames; more is refused with an Error). ACCEPT becomes the Handshake message
+ * (protocol version 0, model version 0) then the Ogg header pages;
+ * REJECT and ERROR become an Error message with the reason, then a close;
+ * END a close.
+ *
+ * A thread of its own with one poll loop. Every client is hostile: the
+ * upgrade request is bounded (wire/http.h), messages are bounded
+ * (MT_WS_GATE_MSG_MAX), the Ogg/Opus input is checked (wire/oggopus.h), a
+ * client that does not read is dropped when its queue passes out_max, and
+ * the upgrade has a deadline; when every slot is taken, the oldest
+ * connection still sending its upgrade makes room for a new one.
+ *
+ * Auth follows --listen: with a token, the upgrade must carry it (the
+ * kyutai-api-key header or the auth_id query parameter, as Kyutai's
+ * clients send it); off loopback a token (or insecure) is required.
+ */
+#ifndef MT_WS_GATE_H
+#define MT_WS_GATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_WS_GATE_MSG_MAX (256 * 1024)   /* bytes of one client message */
+#define MT_WS_PROTOCOL_VERSION 0u
+#define MT_WS_MODEL_VERSION    0u
+
+typedef struct mt_ws_gate_opts {
+    const char *addr;          /* HOST:PORT */
+    const char *server;        /* the server's Unix socket path */
+    const char *token;         /* required at the upgrade; NULL: none */
+    size_t      token_len;
+    int         insecure;      /* allow a non-loopback addr without one */
+    int         rate;          /* the engine's format: sample rate, */
+    int         frame_samples; /* samples per frame (mono), */
+    const char *model;         /* model name for HELLO */
+    int         max_conns;     /* 0: 64 */
+    uint64_t    upgrade_timeout_ns; /* 0: 10 s */
+    size_t      out_max;       /* bytes queued to one client; 0: 1 MiB */
+    void      (*log)(void *ctx, const char *msg);
+    void       *log_ctx;
+} mt_ws_gate_opts;
+
+typedef struct mt_ws_gate mt_ws_gate;
+
+/* Binds addr and starts the thread. bound gets the address as bound.
+ * 0, or -1 with err. */
+int  mt_ws_gate_start(const mt_ws_gate_opts *o, mt_ws_gate **out, char *bound,
+                      size_t boundcap, char *err, size_t errlen);
+void mt_ws_gate_stop(mt_ws_gate *g);
+
+#endif
