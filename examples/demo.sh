@@ -15,6 +15,9 @@
 # while the naive figure stays at 100%. Step 7 serves a Kyutai-format
 # model (the tiny LM with the tiny Mimi): audio in, audio and text out.
 #
+# About a minute (SESSIONS sessions of speech, then two 50 s loads at x3).
+#   examples/demo.sh       SESSIONS=2 CSCALE=10 MODEL=synthetic:tiny examples/demo.sh
+#
 # If a program is not built yet it says which and exits 1: it never pretends.
 set -u
 . "$(dirname "$0")/lib.sh"

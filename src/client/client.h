@@ -34,6 +34,8 @@ enum mt_client_state {
     MT_CS_REJECTED,     /* server answered REJECT (reason) */
     MT_CS_FAILED,       /* connect/IO/protocol error, ERROR frame, or
                            timeout (reason) */
+    MT_CS_SHED,         /* the server ended it early with a reason in its
+                           END: shed to keep the others on time (reason) */
 };
 
 typedef struct mt_client_stats {
@@ -134,7 +136,7 @@ typedef struct mt_client mt_client;
 
 /* The whole engine's figures (sessions merged). */
 typedef struct mt_client_totals {
-    int      sessions, active, done, rejected, failed;
+    int      sessions, active, done, rejected, failed, shed;
     uint64_t sent, received, filled, late, missing;
     mt_pctl  rtt;        /* client round trip of real (non-FILL) frames */
     mt_pctl  server;     /* t_ready - t_arrive of real frames */

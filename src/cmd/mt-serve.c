@@ -9,9 +9,13 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cmd/opt.h"
@@ -70,9 +74,9 @@ static void usage(FILE *f)
 "      --rope MODE          cache (default) or absolute\n"
 "      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default %dM; on\n"
 "                           CUDA %d%% of free device memory after a reserve)\n"
-"      --kv-dtype T         CPU K/V cache elements: f32 (default) or f16\n"
-"      --weights T          CPU weights: f32 (default) or f16 (adds a half\n"
-"                           copy for small batches)\n"
+"      --kv-dtype T         CPU K/V cache elements: f16 (default) or f32\n"
+"      --weights T          CPU weights: f16 (default: a half copy beside\n"
+"                           the f32 one, for batches of up to 8) or f32\n"
 "      --on-full ACTION     full policy on exhaustion: preempt (default) or\n"
 "                           stall\n"
 "      --fill, --no-fill    send FILL (silence) for frames past their deadline\n"
@@ -145,7 +149,7 @@ typedef struct serve_args {
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
 } serve_args;
 
-static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
+static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]", usage };
 
 static const struct option longopts[] = {
     {"socket", required_argument, 0, 's'},
@@ -207,6 +211,12 @@ static void args_default(serve_args *a)
     a->dopt.kv.window = 256;
     a->dopt.kv.rope = MT_ROPE_CACHE;
     a->dopt.kv.budget_bytes = MT_KV_DEFAULT_BUDGET;
+    /* half precision on the CPU: exact to the tests' tolerance, faster at
+     * every batch and half the bytes a session (bench/RESULTS.md, issue
+     * 21); --kv-dtype f32 --weights f32 for the full-precision path. Other
+     * devices choose their own. */
+    a->dopt.kv_dtype = MT_FMT_F16;
+    a->dopt.weights = MT_FMT_F16;
     a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     a->model = "synthetic:small";
     a->fill = -1;
@@ -397,6 +407,120 @@ static int parse_args(int argc, char **argv, serve_args *a)
     return -1;
 }
 
+/* ---- the configuration, checked before the model is loaded -------------- */
+
+/* -s PATH: its directory can take a socket, and nothing else is at PATH
+ * (a live server, or a file that is not a socket; a socket left by a dead
+ * server is replaced when the server starts). 0, or -1 (said). */
+static int check_socket_path(const char *path)
+{
+    char dir[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *d = dirname(dir);
+    if (strlen(path) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+        fprintf(stderr, "%s: -s %s: too long for a Unix socket (%zu bytes at "
+                "most)\n", prog, path, sizeof ((struct sockaddr_un *)0)->sun_path - 1);
+        return -1;
+    }
+    const char *why = stat(d, &st) != 0 ? strerror(errno)
+                    : !S_ISDIR(st.st_mode) ? "not a directory"
+                    : access(d, W_OK | X_OK) != 0 ? strerror(errno) : NULL;
+    if (why) {
+        fprintf(stderr, "%s: -s %s: directory %s: %s\n", prog, path, d, why);
+        return -1;
+    }
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        fprintf(stderr, "%s: -s %s: exists and is not a socket\n", prog, path);
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int live = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (live) {
+        fprintf(stderr, "%s: -s %s: another server is listening there\n", prog, path);
+        return -1;
+    }
+    return 0;
+}
+
+/* A TCP address of an option (--listen, --agent) can be bound now (the
+ * port is free), and --listen off loopback has a token or --insecure.
+ * -1 to go on, else the exit status (said). */
+static int check_tcp(const serve_args *a, const char *opt, const char *addr)
+{
+    char err[512], host[256], port[32], bound[128];
+    if (mt_hostport_split(addr, host, sizeof host, port, sizeof port, err, sizeof err)) {
+        fprintf(stderr, "%s: %s %s\n", prog, opt, err);
+        return 2;
+    }
+    int loop = 0;
+    int fd = mt_tcp_listen(addr, &loop, bound, sizeof bound, err, sizeof err);
+    if (fd < 0) {
+        /* "listen ADDR: why" -> "--agent ADDR: why" */
+        fprintf(stderr, "%s: %s %s\n", prog, opt,
+                strncmp(err, "listen ", 7) ? err : err + 7);
+        return 1;
+    }
+    close(fd);
+    if (!strcmp(opt, "--listen") && !loop && !a->so.token && !a->so.insecure) {
+        fprintf(stderr, "%s: --listen %s is not a loopback address: anyone who "
+                "can reach it could send audio; give --token-file FILE (clients "
+                "then need the same token), or --insecure to allow it "
+                "unauthenticated\n", prog, addr);
+        return 2;
+    }
+    return -1;
+}
+
+/* Every path and address the options name, checked before the model is
+ * loaded (which can take a while), each error naming its option. -1 to go
+ * on, else the exit status (said). */
+static int preflight(const serve_args *a)
+{
+    struct stat st;
+    int rc;
+    if (a->so.agent_addr && (rc = check_tcp(a, "--agent", a->so.agent_addr)) >= 0)
+        return rc;
+    if (a->so.listen_addr && (rc = check_tcp(a, "--listen", a->so.listen_addr)) >= 0)
+        return rc;
+    if (a->metrics_addr && (rc = check_tcp(a, "--metrics", a->metrics_addr)) >= 0)
+        return rc;
+    if (a->ws_addr && (rc = check_tcp(a, "--ws", a->ws_addr)) >= 0)
+        return rc;
+    if (a->so.socket_path && check_socket_path(a->so.socket_path) != 0)
+        return 1;
+    if (a->so.control_path) {
+        if (stat(a->so.control_path, &st) != 0) {
+            fprintf(stderr, "%s: --control %s: %s%s\n", prog, a->so.control_path,
+                    strerror(errno), errno == ENOENT ? " (make it with mkfifo)" : "");
+            return 1;
+        }
+        if (!S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode)) {
+            fprintf(stderr, "%s: --control %s: not a FIFO or a Unix socket\n",
+                    prog, a->so.control_path);
+            return 1;
+        }
+    }
+    if (a->so.latency_log) {
+        int fd = open(a->so.latency_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "%s: --latency-log %s: %s\n", prog, a->so.latency_log,
+                    strerror(errno));
+            return 1;
+        }
+        close(fd);
+    }
+    return -1;
+}
+
 /* The model, refused unless it serves PCM frames. 0, or -1 (said). */
 static int load_model(serve_args *a, mt_model **m)
 {
@@ -427,8 +551,11 @@ static int load_model(serve_args *a, mt_model **m)
     }
     const mt_config *cfg = &(*m)->cfg;
     if (!cfg->has_audio || cfg->sample_rate <= 0 || cfg->frame_samples <= 0) {
-        fprintf(stderr, "%s: %s: no audio adapter; mt-serve serves PCM frame streams\n",
-                prog, a->model);
+        fprintf(stderr, "%s: -m %s: a text model (no audio adapter): mt-serve "
+                "serves audio frame streams; give a model with one (-m "
+                "synthetic:small or synthetic:tiny; -m in mt-serve(1)), or "
+                "measure this one with mt-probe quality -m %s\n",
+                prog, a->model, a->model);
         mt_model_free(*m);
         *m = NULL;
         return -1;
@@ -670,6 +797,9 @@ int main(int argc, char **argv)
     serve_args a;
     args_default(&a);
     int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    rc = preflight(&a);
     if (rc >= 0)
         return rc;
     uint64_t t0 = mt_clock_ns();

@@ -732,6 +732,8 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
                 mt_progress_clear(&pg);
                 if (series)
                     fclose(series);
+                if (o->stop && *o->stop && nr > 0)
+                    goto interrupted;   /* the summary of the runs finished */
                 goto done2;
             }
             if (series)
@@ -743,6 +745,10 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             ser[k].collapsed = runs[k].collapsed;
             nr++;
         }
+interrupted:
+    if (o->stop && *o->stop)
+        fprintf(out, "#\n# interrupted after %d of %d runs: the summary and "
+                "the plot are of those\n", nr, total);
     /* Summary per configuration, prediction beside measurement. */
     fprintf(out, "#\n# summary\n");
     double pred_med_all = -1;

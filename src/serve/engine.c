@@ -740,7 +740,7 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason)
     pthread_mutex_unlock(&e->mu);
 }
 
-int mt_engine_shed(mt_engine *e, uint32_t id)
+int mt_engine_shed(mt_engine *e, uint32_t id, const char *reason)
 {
     int rc = -1;
     pthread_mutex_lock(&e->mu);
@@ -750,7 +750,7 @@ int mt_engine_shed(mt_engine *e, uint32_t id)
          * no longer S_ACTIVE and delivers nothing (its input is one of the
          * misses counted here) */
         drop_queue(e, s);
-        push_ctl(e, s, MT_FRAME_END, 0, NULL, 0);
+        push_reason(e, s, MT_FRAME_END, 0, reason);
         s->state = S_ENDED;
         e->shed++;
         rc = 0;

@@ -114,11 +114,11 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason);
 /* Load shedding (a controller's `shed ID reason`, issue 24): an admitted
  * session is ended now because capacity fell under the admitted load.
  * Its unanswered inputs become counted misses (inputs a FILL already
- * answered are not counted twice), END is queued, and the shed total of
- * the tick lines grows by one. The reason is the caller's to log: END has
- * no payload (mt-frame(5)). 0 shed, or -1 (unknown, not yet admitted, or
- * already ended: nothing changes). */
-int  mt_engine_shed(mt_engine *e, uint32_t id);
+ * answered are not counted twice), END is queued with the reason as its
+ * payload (mt-frame(5): the client tells a shed session from one it
+ * ended), and the shed total of the tick lines grows by one. 0 shed, or
+ * -1 (unknown, not yet admitted, or already ended: nothing changes). */
+int  mt_engine_shed(mt_engine *e, uint32_t id, const char *reason);
 /* The connection is gone: the session is dropped (unanswered inputs are
  * misses); its id becomes unknown. */
 void mt_engine_close(mt_engine *e, uint32_t id);

@@ -139,10 +139,9 @@ static int length_ok(unsigned type, uint32_t len)
         return len % 2 == 0;
     case MT_FRAME_TOKENS:
         return len % 4 == 0;
-    case MT_FRAME_END:
-        return len == 0;
     case MT_FRAME_TEXT:
         return len % 4 == 0 && len <= 4 * MT_TEXT_MAX_TOKENS;
+    case MT_FRAME_END:        /* from the server: why it ended the session */
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
         return len <= MT_REASON_MAX;
@@ -158,6 +157,7 @@ static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
     case MT_FRAME_HELLO:
     case MT_FRAME_ACCEPT:
         return mt_hello_decode(p, len, &h) == 0;
+    case MT_FRAME_END:
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
         return utf8_valid(p, len);
