@@ -404,16 +404,6 @@ typedef struct ky_src {
     size_t            errlen;
 } ky_src;
 
-static void shape_str(const mt_st_tensor *t, char *buf, size_t cap)
-{
-    size_t o = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < t->ndim && o < cap; i++)
-        o += (size_t)snprintf(buf + o, cap - o, "%s%llu", i ? ", " : "",
-                              (unsigned long long)t->shape[i]);
-    if (o < cap)
-        snprintf(buf + o, cap - o, "]");
-}
-
 /* Tensor name (or, when fused is not NULL and name is absent, fused, of
  * which slice k of mult is meant) of rows x cols (a norm: cols 0, any
  * shape of rows elements) -> dst. */
@@ -443,20 +433,17 @@ static int ky_get(const ky_src *s, const char *name, const char *fused, int k, i
         ok = t->ndim == 2 && t->shape[0] == want_rows && t->shape[1] == cols;
     if (!ok) {
         char got[96];
-        shape_str(t, got, sizeof got);
+        mt_st_shape_str(t, got, sizeof got);
         if (cols == 0)
-            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape %s, expected [1, 1, %llu]",
+            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape [%s], expected [1, 1, %llu]",
                      s->path, nm, got, (unsigned long long)rows);
         else
-            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape %s, expected [%llu, %llu]",
+            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape [%s], expected [%llu, %llu]",
                      s->path, nm, got, (unsigned long long)want_rows, (unsigned long long)cols);
         return -1;
     }
-    if (t->dtype != MT_ST_F32 && t->dtype != MT_ST_F16 && t->dtype != MT_ST_BF16) {
-        mt_set_err(s->err, s->errlen, "%s: tensor '%s': dtype %s (want F32, F16 or BF16)",
-                 s->path, nm, mt_st_dtype_name(t->dtype));
+    if (mt_st_check_float(t, s->path, s->err, s->errlen) != 0)
         return -1;
-    }
     if (nm == name || mult == 1)
         return mt_st_to_f32(t, dst);
     /* one slice of the fused tensor: convert it through a view */

@@ -411,3 +411,25 @@ int mt_st_write(const char *path, const mt_st_out *t, int n, int dtype, char *er
     }
     return 0;
 }
+
+int mt_st_check_float(const mt_st_tensor *t, const char *file, char *err, size_t errlen)
+{
+    if (t->dtype == MT_ST_F32 || t->dtype == MT_ST_F16 || t->dtype == MT_ST_BF16)
+        return 0;
+    mt_set_err(err, errlen, "%s: tensor '%s': unsupported dtype %s (F32, F16 or BF16 needed)",
+               file, t->name, mt_st_dtype_name(t->dtype));
+    return -1;
+}
+
+void mt_st_shape_str(const mt_st_tensor *t, char *buf, size_t cap)
+{
+    size_t o = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int d = 0; d < t->ndim && o < cap; d++) {
+        int k = snprintf(buf + o, cap - o, "%s%" PRIu64, d ? ", " : "", t->shape[d]);
+        if (k < 0)
+            break;
+        o += (size_t)k;
+    }
+}
