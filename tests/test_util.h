@@ -1,7 +1,7 @@
 /* test_util.h: small pieces the C unit tests and test helpers share,
  * header-only as tap.h is: a private temporary directory under $TMPDIR, whole
- * files read and written, a number out of a fixture's flat JSON, and the one
- * choice of adapter buffers for mt_decoder_step. */
+ * files read and written, a number out of a fixture's flat JSON, whether a
+ * GPU is here, and the one choice of adapter buffers for mt_decoder_step. */
 #ifndef MT_TEST_UTIL_H
 #define MT_TEST_UTIL_H
 
@@ -90,6 +90,25 @@ static inline void test_file_write(const char *path, const void *p, size_t n)
         printf("Bail out! cannot write %s\n", path);
         exit(1);
     }
+}
+
+/* 1 when a usable CUDA device is here (why [cap]: which), else 0 (why:
+ * the reason, also in a build without nvcc). */
+static inline int test_cuda_present(char *why, size_t cap)
+{
+#ifdef MT_HAVE_CUDA
+    return mt_cuda_device_present(why, cap) && mt_cuda_available(why, cap);
+#else
+    snprintf(why, cap, "built without CUDA (no nvcc at build time)");
+    return 0;
+#endif
+}
+
+/* MT_REQUIRE_GPU=1 (make test-gpu): a missing GPU fails, not skips. */
+static inline int test_gpu_required(void)
+{
+    const char *v = getenv("MT_REQUIRE_GPU");
+    return v && atoi(v);
 }
 
 /* The step's inputs and outputs: the audio adapter's PCM buffers when

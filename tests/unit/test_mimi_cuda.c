@@ -369,18 +369,13 @@ int main(void)
         cpu_checks(&fx[i], cc, co);
 
     char why[512] = "";
-    int present = 0;
-#ifdef MT_HAVE_CUDA
-    present = mt_cuda_device_present(why, sizeof why) && mt_cuda_available(why, sizeof why);
-#else
-    snprintf(why, sizeof why, "built without CUDA (no nvcc at build time)");
-#endif
+    int present = test_cuda_present(why, sizeof why);
     if (!present) {
         char err[512];
         mimi_engine *e = NULL;
         tap_ok(mimi_engine_new(fx[0].m, MIMI_BACKEND_CUDA, 1, 1, &e, err, sizeof err) == -1 && !e &&
                err[0], "the cuda codec without a GPU fails cleanly: %s", err);
-        if (getenv("MT_REQUIRE_GPU") && atoi(getenv("MT_REQUIRE_GPU")))
+        if (test_gpu_required())
             tap_ok(0, "a GPU is present (MT_REQUIRE_GPU=1): %s", why);
         else
             tap_skip("CUDA codec parity (fixtures mimi, mimi-b; synthetic:mimi batch 4): no GPU here");
