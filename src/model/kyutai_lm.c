@@ -5,6 +5,7 @@
  * permutation, gate|up split), and the random presets. */
 #include "util/errmsg.h"
 #include "util/rng.h"
+#include "model/json_obj.h"
 #include "model/kyutai_lm.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
@@ -121,17 +122,10 @@ static int ky_on(json_t *root, const char *file, const char *key, char *err, siz
 int mt_kyutai_config_parse(const char *json, size_t len, const char *file,
                            mt_kyutai_config *kc, char *err, size_t errlen)
 {
-    json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        mt_set_err(err, errlen, "%s: line %d: %s", file, je.line, je.text);
+    json_t *root = mt_json_object(json, len, file, err, errlen);
+    if (!root)
         return -1;
-    }
     int rc = -1;
-    if (!json_is_object(root)) {
-        mt_set_err(err, errlen, "%s: not a JSON object", file);
-        goto out;
-    }
     moshiko_defaults(kc);
     double hs = 4.125, dhs = -1, mp = kc->max_period;
     int dff = -1, heads = -1, layers = -1, kvr = 1, tco = -1;

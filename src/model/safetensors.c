@@ -2,6 +2,7 @@
  * byte is hostile: all sizes are checked for overflow before use, and a
  * bad file gets one message naming the file, the tensor and the problem. */
 #include "util/errmsg.h"
+#include "model/json_obj.h"
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -236,18 +237,11 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
                  "limit", file, hlen, MT_ST_MAX_HEADER);
         return -1;
     }
-    json_error_t je;
-    json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        mt_set_err(err, errlen, "%s: header: JSON error at line %d, column %d: %s",
-                 file, je.line, je.column, je.text);
+    char what[1024];
+    snprintf(what, sizeof what, "%s: header", file);
+    json_t *root = mt_json_object((const char *)p + 8, (size_t)hlen, what, err, errlen);
+    if (!root)
         return -1;
-    }
-    if (!json_is_object(root)) {
-        mt_set_err(err, errlen, "%s: header: not a JSON object", file);
-        json_decref(root);
-        return -1;
-    }
     out->header_len = hlen;
     out->data_len = len - 8 - hlen;
     const uint8_t *data = p + 8 + hlen;
