@@ -374,6 +374,7 @@ static void send_hello(mt_client *c, session *s)
     memset(&f, 0, sizeof f);
     f.version = MT_FRAME_VERSION;
     f.type = MT_FRAME_HELLO;
+    f.seq = c->cfg.seed;
     f.t_send = mt_clock_ns();
     f.length = (uint32_t)n;
     f.payload = p;
@@ -498,6 +499,7 @@ static void on_accept(mt_client *c, session *s, const mt_frame *f)
         return;
     }
     s->st.fmt = h;
+    s->st.text_only = (f->flags & MT_FLAG_TEXT_ONLY) != 0;
     s->st.server_session = f->session;
     s->st.t_accept = mt_clock_ns();
     s->samples = (size_t)h.frame_samples * (h.channels ? h.channels : 1);
@@ -543,12 +545,14 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         return;
     }
     int fill = (f->flags & MT_FLAG_FILL) != 0;
-    if (!fill && f->length != s->samples * 2) {
+    /* a text-only answer (TEXT) carries no audio: silence for on_frame */
+    int silent = fill || f->type == MT_FRAME_TEXT;
+    if (!silent && f->length != s->samples * 2) {
         finish(c, s, MT_CS_FAILED, "AUDIO payload %u bytes, expected %zu",
                f->length, s->samples * 2);
         return;
     }
-    if (fill)
+    if (silent)
         memset(s->pcm, 0, s->samples * sizeof *s->pcm);
     else
         for (size_t i = 0; i < s->samples; i++)
@@ -601,6 +605,21 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         c->cb.on_frame(c->cfg.user, &r, s->pcm, s->samples);
 }
 
+/* A TEXT frame: its ids (the decoder checked them: 0..MT_TEXT_MAX_TOKENS,
+ * each at most INT32_MAX) to the caller. */
+static void on_text(mt_client *c, session *s, const mt_frame *f)
+{
+    int32_t tok[MT_TEXT_MAX_TOKENS];
+    int n = (int)(f->length / 4);
+    for (int i = 0; i < n; i++)
+        tok[i] = (int32_t)((uint32_t)f->payload[4 * i] | (uint32_t)f->payload[4 * i + 1] << 8 |
+                           (uint32_t)f->payload[4 * i + 2] << 16 |
+                           (uint32_t)f->payload[4 * i + 3] << 24);
+    s->st.text++;
+    if (c->cb.on_text)
+        c->cb.on_text(c->cfg.user, s->tag[0].idx, f->seq, tok, n);
+}
+
 /* A REJECT, ERROR or END frame's reason, control bytes shown as '?'. */
 static void frame_reason(const mt_frame *f, char reason[MT_REASON_MAX + 1])
 {
@@ -641,7 +660,20 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
             finish(c, s, MT_CS_FAILED, "AUDIO before ACCEPT");
             return;
         }
+        if (s->st.text_only) {
+            finish(c, s, MT_CS_FAILED, "AUDIO in a text-only session");
+            return;
+        }
         on_audio(c, s, f, now);
+        return;
+    case MT_FRAME_TEXT:
+        if (s->st.state != MT_CS_STREAMING && s->st.state != MT_CS_DRAINING) {
+            finish(c, s, MT_CS_FAILED, "TEXT before ACCEPT");
+            return;
+        }
+        on_text(c, s, f);
+        if (s->st.text_only)
+            on_audio(c, s, f, now);   /* the answer itself */
         return;
     case MT_FRAME_END:
         if (s->st.state == MT_CS_HELLO) {

@@ -45,6 +45,10 @@ typedef struct mt_client_stats {
     uint64_t sent;             /* AUDIO frames sent */
     uint64_t received;         /* AUDIO frames received (real + FILL) */
     uint64_t filled;           /* of those, FILL (silence) */
+    uint64_t text;             /* TEXT frames received (text models) */
+    int      text_only;        /* ACCEPT said MT_FLAG_TEXT_ONLY: the answers
+                                  are TEXT frames (counted as received, with
+                                  silence for on_frame) */
     uint64_t late;             /* real frames whose client round trip
                                   exceeded the deadline */
     uint64_t missing;          /* at the end: sent - received (never
@@ -102,6 +106,9 @@ typedef struct mt_client_callbacks {
                      const int16_t *pcm, size_t samples);
     /* The session reached DONE, REJECTED or FAILED; st is final. NULL ok. */
     void (*on_end)(void *user, int idx, const mt_client_stats *st);
+    /* A TEXT frame (Kyutai's models): the n text token ids that go with
+     * the output of input seq. May be NULL. */
+    void (*on_text)(void *user, int idx, uint32_t seq, const int32_t *tok, int n);
 } mt_client_callbacks;
 
 typedef struct mt_client_config {
@@ -120,6 +127,9 @@ typedef struct mt_client_config {
                                 the due instant (a live microphone) */
     const mt_client_callbacks *cb;
     void    *user;
+    uint32_t seed;           /* HELLO's seq: a sampling seed asked of a
+                                model that samples (Kyutai's); 0: the
+                                server's default */
 } mt_client_config;
 
 typedef struct mt_client mt_client;

@@ -14,6 +14,8 @@
 
 #include "client/audio_write.h"
 #include "client/client.h"
+#include "client/transcript.h"
+#include "wire/latline.h"
 #include "util/clock.h"
 #include "util/errmsg.h"
 
@@ -48,6 +50,7 @@ typedef struct app {
     /* mic */
     uint64_t     t_status;
     int          not_realtime;   /* the capture device outruns the clock */
+    mt_transcript *tr;        /* -t FILE */
 } app;
 
 static int stopped(const app *a)
@@ -365,6 +368,30 @@ static int retry_session(app *a, int si, const char *why, uint64_t delay)
     return 0;
 }
 
+/* A TEXT frame: a replay_text record (live; tokens empty for a text-only
+ * answer before the model has text), and the transcript line. */
+static void cb_text(void *user, int idx, uint32_t seq, const int32_t *tok, int n)
+{
+    app *a = user;
+    int si = a->sess_of[idx];
+    char buf[1024], ids[800];
+    size_t k = 0;
+    for (int i = 0; i < n && k + 12 < sizeof ids; i++)
+        k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "", (int)tok[i]);
+    ids[k] = 0;
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_u64(&w, "replay_text", seq);
+    mt_ll_int(&w, "session", si);
+    mt_ll_str(&w, "tokens", ids);
+    put_line(a, mt_ll_end(&w), buf);
+    char err[512];
+    if (a->tr && n > 0 && mt_transcript_add(a->tr, si, seq, tok, n, err, sizeof err)) {
+        say(a, "-t: %s", err);
+        a->write_failed = 1;
+    }
+}
+
 static void cb_end(void *user, int idx, const mt_client_stats *st)
 {
     app *a = user;
@@ -505,13 +532,16 @@ static int make_sessions(app *a, char *err, size_t errlen)
 /* The client and its sessions, paced from now. 0, or -1 with err. */
 static int client_start(app *a, char *err, size_t errlen)
 {
-    static const mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end };
+    static const mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end, cb_text };
     const mt_replay_cfg *c = a->c;
     mt_client_config cc;
     memset(&cc, 0, sizeof cc);
     cc.hello = c->hello;
     cc.cb = &cb;
     cc.user = a;
+    cc.seed = c->seed;
+    if (c->transcript && mt_transcript_open(c->transcript, &a->tr, err, errlen) != 0)
+        return -1;
     /* every session, and a fresh connection for each retry */
     long cap = (long)a->ns * (c->retry + c->retry_warming + 1) + 1;
     cc.max_sessions = (int)cap;
@@ -661,6 +691,12 @@ int mt_replay_run(const mt_replay_cfg *c, char *err, size_t errlen)
         rc = lrc != 0 ? MT_REPLAY_FAILED : exit_status(&a);
         if (lrc != 0)
             say(&a, "%s", err);
+    }
+    char terr[512];
+    if (mt_transcript_close(a.tr, terr, sizeof terr) != 0) {
+        say(&a, "-t: %s", terr);
+        if (rc == 0)
+            rc = MT_REPLAY_FAILED;
     }
     app_free(&a);
     return rc;

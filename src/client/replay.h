@@ -58,6 +58,8 @@ typedef struct mt_replay_cfg {
     void      (*say)(void *ctx, const char *msg);   /* a message to the user */
     void       *ctx;
     volatile sig_atomic_t *stop;   /* set by a signal: finish now */
+    const char *transcript;   /* -t FILE: the TEXT frames' tokens; NULL: none */
+    uint32_t    seed;         /* --seed: HELLO's seq; 0: the server's */
 } mt_replay_cfg;
 
 /* PATTERN with %d replaced by idx (and %% by %): the number of %d

@@ -42,6 +42,8 @@ typedef struct app {
     const char *type;           /* --type, for '-' in and out */
     int         type_fmt;       /* its libsndfile format */
     const char *latency_log;    /* --latency-log FILE */
+    const char *transcript;     /* -t FILE */
+    uint32_t    seed;           /* --seed; 0: the server's */
     int         retry;          /* --retry N */
     int         no_wait;        /* --no-wait */
     int         live;           /* --mic with stdout a terminal */
@@ -97,6 +99,10 @@ static void usage(FILE *f)
 "                         that begins \"warming up:\" is final too (by\n"
 "                         default it is retried, up to %d times, uncounted)\n"
 "      --latency-log FILE machine lines to FILE instead of stdout\n"
+"  -t, --transcript FILE  text models: the text tokens, one line a frame\n"
+"                         (SESSION SEQ ID...); each is a replay_text line too\n"
+"      --seed N           models that sample: the sessions' seed (HELLO's seq,\n"
+"                         1..4294967295; default: the server's)\n"
 "  -r, --rate HZ          session sample rate (default 24000)\n"
 "  -f, --frame-samples N  samples per frame (default 1920)\n"
 "  -m, --model NAME       model name asked in HELLO (default: any)\n"
@@ -145,7 +151,7 @@ static const mt_cli cli = {
 
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
-       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG, O_NOWAIT };
+       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG, O_NOWAIT, O_SEED };
 
 static const struct option longopts[] = {
     { "socket", required_argument, 0, 's' },
@@ -172,6 +178,8 @@ static const struct option longopts[] = {
     { "type", required_argument, 0, O_TYPE },
     { "retry", required_argument, 0, O_RETRY },
     { "latency-log", required_argument, 0, O_LATLOG },
+    { "transcript", required_argument, 0, 't' },
+    { "seed", required_argument, 0, O_SEED },
     { "no-wait", no_argument, 0, O_NOWAIT },
     MT_OPT_COMMON,
     { 0, 0, 0, 0 },
@@ -208,6 +216,13 @@ static int value_option(app *a, int c, const char *arg)
     case O_INTERVAL: return mt_opt_seconds(arg, 0.01, INFINITY, &a->interval_s);
     case O_JITTER: return mt_opt_ms(arg, 0, INFINITY, &a->jitter_ms);
     case O_RETRY: return mt_opt_int(arg, 0, 100, &a->retry);
+    case O_SEED: {
+        long v;
+        if (mt_opt_long(arg, 1, 4294967295L, &v))
+            return -1;
+        a->seed = (uint32_t)v;
+        return 0;
+    }
     case O_TYPE:
         a->type = arg;
         return mt_audio_type_parse(arg, &a->type_fmt)
@@ -222,7 +237,7 @@ static int value_option(app *a, int c, const char *arg)
 static int parse_args(int argc, char **argv, app *a)
 {
     int c;
-    while ((c = mt_opt_next(&cli, argc, argv, "s:n:o:r:f:m:q:h", longopts)) >= 0) {
+    while ((c = mt_opt_next(&cli, argc, argv, "s:n:o:r:f:m:q:t:h", longopts)) >= 0) {
         switch (c) {
         case 's': a->sock = optarg; break;
         case 'o': a->out_pattern = optarg; break;
@@ -237,6 +252,7 @@ static int parse_args(int argc, char **argv, app *a)
         case O_LIST: a->list = 1; break;
         case O_TOKEN: a->token_file = optarg; break;
         case O_LATLOG: a->latency_log = optarg; break;
+        case 't': a->transcript = optarg; break;
         case O_NOWAIT: a->no_wait = 1; break;
         default:
             if (value_option(a, c, optarg))
@@ -498,6 +514,8 @@ static void make_cfg(app *a, mt_replay_cfg *c)
     c->duration_s = a->duration_s;
     c->stagger_ms = a->stagger_ms;
     c->retry = a->retry;
+    c->transcript = a->transcript;
+    c->seed = a->seed;
     c->retry_warming = a->no_wait ? 0 : WARM_RETRIES;
     c->out_pattern = a->emit ? NULL : a->out_pattern;
     c->type_fmt = a->type_fmt;

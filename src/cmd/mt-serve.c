@@ -24,6 +24,7 @@
 #include "serve/metrics.h"
 #include "serve/metrics_http.h"
 #include "model/model.h"
+#include "cmd/serve_kyutai.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
 #include "util/realtime.h"
@@ -59,7 +60,11 @@ static void usage(FILE *f)
 "      --stdio              one session on stdin/stdout; latency lines on\n"
 "                           stderr or --latency-log\n"
 "  -m, --model SPEC         model directory or synthetic:NAME (default\n"
-"                           synthetic:small)\n"
+"                           synthetic:small); a Kyutai LM directory or preset\n"
+"                           is served with its Mimi codec (mt-serve(1))\n"
+"      --codec SPEC         Kyutai models: the Mimi checkpoint (default\n"
+"                           DIR/mimi/, DIR/mimi.safetensors, or the preset's)\n"
+"      --seed N             Kyutai models: every session's sampling seed (1)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
 "      --threads N          CPU threads (default: all cores)\n"
@@ -121,7 +126,7 @@ enum {
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO, O_INPUTTO,
-    O_LATFMT, O_METRICS, O_WS,
+    O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -140,6 +145,8 @@ typedef struct serve_args {
     int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
+    const char     *codec;          /* Kyutai models: --codec; NULL: the default */
+    mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]", usage };
@@ -177,6 +184,8 @@ static const struct option longopts[] = {
     {"latency-log", required_argument, 0, O_LATLOG},
     {"latency", required_argument, 0, O_LATENCY},
     {"latency-format", required_argument, 0, O_LATFMT},
+    {"codec", required_argument, 0, O_CODEC},
+    {"seed", required_argument, 0, O_SEED},
     {"in-queue", required_argument, 0, O_INQ},
     {"out-queue", required_argument, 0, O_OUTQ},
     {"write-timeout", required_argument, 0, O_WRITETO},
@@ -212,6 +221,7 @@ static void args_default(serve_args *a)
     a->model = "synthetic:small";
     a->fill = -1;
     a->time_scale = 1;
+    a->eo.speech_seed = 1;
 }
 
 /* The options whose value is one of a few words. 0, or -1 (said). */
@@ -296,6 +306,7 @@ static int number_option(serve_args *a, int c, const char *arg)
         a->so.admit_timeout_ns = (uint64_t)(ms * 1e6);
         return 0;
     case O_INQ: return mt_opt_int(arg, 1, 65536, &a->eo.in_queue);
+    case O_SEED: return mt_opt_u64(arg, &a->eo.speech_seed);
     case O_OUTQ: return mt_opt_int(arg, 1, 65536, &a->eo.out_queue);
     case O_WRITETO:
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
@@ -349,6 +360,7 @@ static int one_option(void *ctx, int c, const char *arg)
         a->so.drain_sessions = !strcmp(arg, "sessions");
         return 0;
     case 'm': a->model = arg; return 0;
+    case O_CODEC: a->codec = arg; return 0;
     case O_FILL: a->fill = 1; return 0;
     case O_NOFILL: a->fill = 0; return 0;
     case O_CONTROL: a->so.control_path = arg; return 0;
@@ -510,7 +522,7 @@ static int preflight(const serve_args *a)
 }
 
 /* The model, refused unless it serves PCM frames. 0, or -1 (said). */
-static int load_model(const serve_args *a, mt_model **m)
+static int load_model(serve_args *a, mt_model **m)
 {
     char err[512];
     /* --device cuda with a synthetic preset: the device backend makes the
@@ -520,6 +532,19 @@ static int load_model(const serve_args *a, mt_model **m)
     /* the simulated device holds no weights */
     if (a->dopt.device == MT_DEV_SIM)
         mflags = MT_MODEL_SHAPE_ONLY;
+    if (mt_kyutai_is_kyutai(a->model)) {
+        if (mt_serve_kyutai_load(a->model, a->codec, a->dopt.device, &a->ky, err,
+                                 sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return -1;
+        }
+        *m = a->ky.lm->temporal;
+        return 0;
+    }
+    if (a->codec) {
+        fprintf(stderr, "%s: --codec is for Kyutai models; %s is not one\n", prog, a->model);
+        return -1;
+    }
     if (mt_model_load(a->model, mflags, m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return -1;
@@ -542,6 +567,8 @@ static int load_model(const serve_args *a, mt_model **m)
  * deadline, FILL by policy, the batch. */
 static void settle(serve_args *a, const mt_model *m, uint64_t t0)
 {
+    if (a->frame_ms <= 0 && a->ky.codec)
+        a->frame_ms = 1000.0 / mimi_model_config(a->ky.codec)->frame_rate;
     if (a->frame_ms <= 0)
         a->frame_ms = 1000.0 * m->cfg.frame_samples / m->cfg.sample_rate;
     /* --frame-ms and --deadline-ms are model time, like the profile's
@@ -705,6 +732,15 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     if (note && *note)
         fprintf(stderr, "%s: %s\n", prog, note);
     pool_capacity(dec);
+    if (a->ky.lm) {
+        char line[1024];
+        if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, err, sizeof err) != 0)
+            goto out;
+        mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,
+                               sizeof line);
+        fprintf(stderr, "%s: %s\n", prog, line);
+        a->eo.speech = a->ky.sp;
+    }
     /* after the decoder (its CPU workers keep the normal policy), before
      * the server and its threads, which inherit SCHED_FIFO (realtime.h) */
     if (a->rt_priority && mt_realtime_enter(a->rt_priority, err, sizeof err) != 0)
@@ -772,6 +808,9 @@ int main(int argc, char **argv)
         return 1;
     settle(&a, m, t0);
     rc = serve(&a, m, t0);
-    mt_model_free(m);
+    if (a.ky.lm)
+        mt_serve_kyutai_free(&a.ky);   /* m is its temporal transformer */
+    else
+        mt_model_free(m);
     return rc;
 }

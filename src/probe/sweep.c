@@ -176,7 +176,7 @@ static void pump(mt_spawn_proc *sp, tail *tl, sweep_ctx *x)
 static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
                             mt_client **cl, char *err, size_t errlen)
 {
-    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
+    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL, NULL};
     mt_client_config cc;
     mt_spawn_client_config(&cc, c + 1, 80e6, x->k, &cb, x);
     if (o->token && o->token_len <= MT_TOKEN_MAX) {
