@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "block_reduce.cuh"
 #include "mt_kernels.h"
 
 static inline unsigned grid_for(size_t n, unsigned threads)
@@ -23,21 +24,7 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, const float *__restr
     float ss = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x)
         ss += xr[i] * xr[i];
-    __shared__ float red[32];
-    for (int o = 16; o; o >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-        for (int o = 16; o; o >>= 1)
-            v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (threadIdx.x == 0)
-            red[0] = v;
-    }
-    __syncthreads();
-    float r = rsqrtf(red[0] / n + eps);
+    float r = rsqrtf(block_sum(ss) / n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x)
         orow[i] = __float2bfloat16(xr[i] * r * w[i]);
 }

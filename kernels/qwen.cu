@@ -3,6 +3,7 @@
  * and the per-head RMSNorm of q and k (Qwen3), in place on the fp32 qkv
  * rows, so that rope_append sees what HuggingFace's Qwen2/Qwen3 attention
  * rotates. */
+#include "block_reduce.cuh"
 #include "mt_kernels.h"
 
 #include <cuda_runtime.h>
@@ -24,21 +25,7 @@ __global__ void qwen_qkv_kernel(float *__restrict__ qkv, const float *__restrict
     float ss = 0.f;
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
         ss += v[i] * v[i];
-    __shared__ float red[32];
-    for (int o = 16; o; o >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float s = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
-        for (int o = 16; o; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (threadIdx.x == 0)
-            red[0] = s;
-    }
-    __syncthreads();
-    float r = rsqrtf(red[0] / hd + eps);
+    float r = rsqrtf(block_sum(ss) / hd + eps);
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
         v[i] = v[i] * r * w[i];
 }

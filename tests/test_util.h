@@ -1,14 +1,16 @@
 /* test_util.h: small pieces the C unit tests and test helpers share,
  * header-only as tap.h is: a private temporary directory under $TMPDIR, whole
- * files read and written, and the one choice of adapter buffers for
- * mt_decoder_step. */
+ * files read and written, a number out of a fixture's flat JSON, whether a
+ * GPU is here, and the one choice of adapter buffers for mt_decoder_step. */
 #ifndef MT_TEST_UTIL_H
 #define MT_TEST_UTIL_H
 
 #include "decode/decoder.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Makes the directory $TMPDIR/NAME-XXXXXX (/tmp without TMPDIR) into dir.
  * 0; -1 after a TAP "Bail out!" line, as a test cannot go on without it. */
@@ -33,9 +35,9 @@ static inline void test_tmpdir_remove(const char *dir)
         printf("# could not remove %s\n", dir);
 }
 
-/* The whole file at path, with a NUL after it, its length in *n. A test
- * cannot go on without its own file: failing, a "Bail out!" line and exit. */
-static inline char *test_file_read(const char *path, size_t *n)
+/* The whole file at path (malloc'd), with a NUL after it, its length in
+ * *n; NULL (*n 0) when it cannot be read, for the test to report. */
+static inline char *test_file_load(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     long sz = -1;
@@ -46,12 +48,38 @@ static inline char *test_file_read(const char *path, size_t *n)
         *n = fread(b, 1, (size_t)sz, f);
     if (f)
         fclose(f);
-    if (!b || *n != (size_t)sz) {
-        printf("Bail out! cannot read %s\n", path);
-        exit(1);
+    if (b && *n != (size_t)sz) {
+        free(b);
+        b = NULL;
+    }
+    if (!b) {
+        *n = 0;
+        return NULL;
     }
     b[*n] = 0;
     return b;
+}
+
+/* test_file_load for a test that cannot go on without its own file:
+ * failing, a "Bail out!" line and exit. */
+static inline char *test_file_read(const char *path, size_t *n)
+{
+    char *b = test_file_load(path, n);
+    if (!b) {
+        printf("Bail out! cannot read %s\n", path);
+        exit(1);
+    }
+    return b;
+}
+
+/* The number after "key": in txt (key with its quotes); NAN without it. */
+static inline double test_json_num(const char *txt, const char *key)
+{
+    const char *p = strstr(txt, key);
+    if (!p)
+        return NAN;
+    p = strchr(p, ':');
+    return p ? strtod(p + 1, NULL) : NAN;
 }
 
 /* Writes the n bytes at p to path; failing, a "Bail out!" line and exit. */
@@ -62,6 +90,25 @@ static inline void test_file_write(const char *path, const void *p, size_t n)
         printf("Bail out! cannot write %s\n", path);
         exit(1);
     }
+}
+
+/* 1 when a usable CUDA device is here (why [cap]: which), else 0 (why:
+ * the reason, also in a build without nvcc). */
+static inline int test_cuda_present(char *why, size_t cap)
+{
+#ifdef MT_HAVE_CUDA
+    return mt_cuda_device_present(why, cap) && mt_cuda_available(why, cap);
+#else
+    snprintf(why, cap, "built without CUDA (no nvcc at build time)");
+    return 0;
+#endif
+}
+
+/* MT_REQUIRE_GPU=1 (make test-gpu): a missing GPU fails, not skips. */
+static inline int test_gpu_required(void)
+{
+    const char *v = getenv("MT_REQUIRE_GPU");
+    return v && atoi(v);
 }
 
 /* The step's inputs and outputs: the audio adapter's PCM buffers when

@@ -246,6 +246,19 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
             }
 }
 
+/* SEANet's residual unit, in place on A[cur] ([cin][B*t]):
+ * A[cur] += c2(elu(c1(elu(A[cur])))), the next three of the four
+ * ping-pong buffers (mod 4) as scratch. */
+static void res_unit(const mimi_conv *c1, const mimi_conv *c2, mimi_batch *w,
+                     mimi_state *const *S, int B, float **A, int cur)
+{
+    elu(A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin);
+    conv_fwd(c1, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
+    elu(A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout);
+    conv_fwd(c2, w, S, B, A[(cur + 2) % 4], A[(cur + 3) % 4]);
+    add_into(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout);
+}
+
 /* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
  * overlap pending from the last frame; the new overlap (without bias) kept. */
 static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
@@ -490,14 +503,8 @@ int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
     int ci = 0;
     conv_fwd(&m->enc[ci++], w, S, B, pcm, A[0]);
     for (int r = c->n_ratios - 1; r >= 0; r--) {
-        for (int j = 0; j < c->n_residual_layers; j++) {
-            const mimi_conv *c1 = &m->enc[ci++], *c2 = &m->enc[ci++];
-            elu(A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin);
-            conv_fwd(c1, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-            elu(A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout);
-            conv_fwd(c2, w, S, B, A[(cur + 2) % 4], A[(cur + 3) % 4]);
-            add_into(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout);
-        }
+        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
+            res_unit(&m->enc[ci], &m->enc[ci + 1], w, S, B, A, cur);
         const mimi_conv *dn = &m->enc[ci++];
         elu(A[(cur + 1) % 4], A[cur], (size_t)dn->cin * B * dn->tin);
         conv_fwd(dn, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
@@ -605,14 +612,8 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
         elu(A[(cur + 1) % 4], A[cur], (size_t)up->cin * B * up->tin);
         convtr_fwd(up, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
         cur = (cur + 2) % 4;
-        for (int j = 0; j < c->n_residual_layers; j++) {
-            const mimi_conv *c1 = &m->dec[ci++], *c2 = &m->dec[ci++];
-            elu(A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin);
-            conv_fwd(c1, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-            elu(A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout);
-            conv_fwd(c2, w, S, B, A[(cur + 2) % 4], A[(cur + 3) % 4]);
-            add_into(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout);
-        }
+        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
+            res_unit(&m->dec[ci], &m->dec[ci + 1], w, S, B, A, cur);
     }
     const mimi_conv *last = &m->dec[ci++];
     elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);

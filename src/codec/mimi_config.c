@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "model/json_obj.h"
 #include "util/errmsg.h"
 
 void mimi_config_default(mimi_config *c)
@@ -299,12 +300,9 @@ static int parse_root(json_t *root, mimi_config *c, char *err, size_t errlen)
 int mimi_config_parse(const char *json, size_t len, const char *what,
                       mimi_config *c, char *err, size_t errlen)
 {
-    json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        mt_set_err(err, errlen, "%s: line %d: %s", what, je.line, je.text);
+    json_t *root = mt_json_object(json, len, what, err, errlen);
+    if (!root)
         return -1;
-    }
     char e2[256];
     int rc = parse_root(root, c, e2, sizeof e2);
     json_decref(root);

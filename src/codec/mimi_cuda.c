@@ -13,6 +13,7 @@
  * parity test holds them to the CPU's float32 tolerance. */
 #include "codec/mimi_cuda.h"
 #include "codec/mimi_impl.h"
+#include "decode/fp32_cuda.h"
 #include "util/errmsg.h"
 #include "../../kernels/mimi_kernels.h"
 
@@ -371,13 +372,7 @@ static void g_destroy(mimi_cuda *g)
     void *dev[] = { g->w, g->st, g->act[0], g->act[1], g->act[2], g->act[3], g->col, g->h,
                     g->att, g->qkv, g->ff, g->r, g->sum2, g->sc, g->io, g->codes, g->slot,
                     g->first, g->pos };
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            (void)cudaFree(dev[i]);
-    if (g->blas)
-        (void)cublasDestroy(g->blas);
-    if (g->stream)
-        (void)cudaStreamDestroy(g->stream);
+    mt_cu_fp32_close(g->stream, g->blas, dev, sizeof dev / sizeof dev[0]);
     free(g->enc_pos); free(g->dec_pos); free(g->down_first);
     free(g->h_slot); free(g->h_first); free(g->h_pos);
     free(g);
@@ -465,24 +460,8 @@ static int g_create(const mimi_model *m, int max_batch, int max_sessions, mimi_c
     }
     for (size_t i = 0; i < S; i++)
         g->down_first[i] = 1;
-    int rc = 0;
-    cudaError_t ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
-    if (ce != cudaSuccess) {
-        mt_set_err(err, errlen, "mimi cuda: stream: %s", cudaGetErrorString(ce));
-        g->stream = NULL;
-        rc = -1;
-    }
-    if (rc == 0 && cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "mimi cuda: cublasCreate failed");
-        g->blas = NULL;
-        rc = -1;
-    }
-    /* plain fp32: no TF32 tensor-core rounding of the SGEMMs' inputs */
-    if (rc == 0 && (cublasSetStream(g->blas, g->stream) != CUBLAS_STATUS_SUCCESS ||
-                    cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)) {
-        mt_set_err(err, errlen, "mimi cuda: cuBLAS stream or math mode refused");
-        rc = -1;
-    }
+    cudaError_t ce;
+    int rc = mt_cu_fp32_open(&g->stream, &g->blas, "mimi cuda", err, errlen);
     const size_t F = sizeof(float);
     if (rc == 0)
         rc = dev_alloc(g, &g->w, m->arena_floats * F, err, errlen) ||

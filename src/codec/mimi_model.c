@@ -470,18 +470,12 @@ static int check_tensors(const mimi_model *m, const mt_st_file *sf, const char *
         for (int d = 0; ok && d < t->ndim; d++)
             ok = st->shape[d] == (uint64_t)t->shape[d];
         if (!ok) {
-            int64_t gs[MT_ST_MAX_DIMS];
-            for (int d = 0; d < st->ndim; d++)
-                gs[d] = (int64_t)st->shape[d];
-            shape_str(got, sizeof got, st->ndim, gs);
+            mt_st_shape_str(st, got, sizeof got);
             mt_set_err(err, errlen, "%s: tensor '%s': shape [%s], expected [%s]", what, st->name, got, want);
             return -1;
         }
-        if (st->dtype != MT_ST_F32 && st->dtype != MT_ST_F16 && st->dtype != MT_ST_BF16) {
-            mt_set_err(err, errlen, "%s: tensor '%s': dtype %s (F32, F16 or BF16 needed)", what, st->name,
-                       mt_st_dtype_name(st->dtype));
+        if (mt_st_check_float(st, what, err, errlen) != 0)
             return -1;
-        }
     }
     return 0;
 }

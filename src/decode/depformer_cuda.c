@@ -3,6 +3,7 @@
  * over the batch's rows with that step's weights, the rest the kernels of
  * kernels/depformer.cu. Built into the CUDA module. */
 #include "decode/depformer_cuda.h"
+#include "decode/fp32_cuda.h"
 #include "util/errmsg.h"
 #include "../../kernels/depformer_kernels.h"
 
@@ -68,13 +69,7 @@ static void g_destroy(mt_dep_cuda *g)
     if (!g)
         return;
     void *dev[] = { g->wbuf, g->h, g->x, g->xn, g->att, g->qkv, g->gu, g->kv, g->logits, g->tok };
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i])
-            (void)cudaFree(dev[i]);
-    if (g->blas)
-        (void)cublasDestroy(g->blas);
-    if (g->stream)
-        (void)cudaStreamDestroy(g->stream);
+    mt_cu_fp32_close(g->stream, g->blas, dev, sizeof dev / sizeof dev[0]);
     free(g->dep);
     free(g->norm1);
     free(g->norm2);
@@ -140,20 +135,8 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
     for (int i = 0; i < nw; i++)
         total += wc[i].n;
     cudaError_t ce = cudaSuccess;
-    if (rc == 0 && (ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        g->stream = NULL;
-        rc = -1;
-    }
-    if (rc == 0 && cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
-        g->blas = NULL;
-        mt_set_err(err, errlen, "depformer cuda: cublasCreate failed");
+    if (rc == 0 && mt_cu_fp32_open(&g->stream, &g->blas, "depformer cuda", err, errlen) != 0)
         rc = -2;
-    }
-    if (rc == 0 && (cublasSetStream(g->blas, g->stream) != CUBLAS_STATUS_SUCCESS ||
-                    cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)) {
-        mt_set_err(err, errlen, "depformer cuda: cuBLAS stream or math mode refused");
-        rc = -2;
-    }
     struct { void **p; size_t bytes; } al[] = {
         { (void **)&g->wbuf, total * sizeof(float) },
         { (void **)&g->h, R * kc->dim * sizeof(float) },

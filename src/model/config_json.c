@@ -3,6 +3,7 @@
  * into an mt_config, every field range-checked (jansson), then
  * mt_config_check. */
 #include "util/errmsg.h"
+#include "model/json_obj.h"
 #include "model/model.h"
 #include "model/limits.h"
 
@@ -205,18 +206,10 @@ int mt_config_parse(const char *json, size_t len, const char *file, mt_config *c
                     char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
-    json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        mt_set_err(err, errlen, "%s: JSON syntax error at line %d, column %d: %s", file,
-                 je.line, je.column, je.text);
+    json_t *root = mt_json_object(json, len, file, err, errlen);
+    if (!root)
         return -1;
-    }
     int rc = -1, att_bias = 0, mlp_bias = 0, max_pos = 0;
-    if (!json_is_object(root)) {
-        mt_set_err(err, errlen, "%s: not a JSON object", file);
-        goto out;
-    }
     const long long REQ = LLONG_MIN;
     if (get_int(root, file, "hidden_size", REQ, 1, LIM_HIDDEN, &c->hidden, err, errlen) ||
         get_int(root, file, "intermediate_size", REQ, 1, LIM_FFN, &c->ffn, err, errlen) ||

@@ -5,6 +5,7 @@
  * permutation, gate|up split), and the random presets. */
 #include "util/errmsg.h"
 #include "util/rng.h"
+#include "model/json_obj.h"
 #include "model/kyutai_lm.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
@@ -121,17 +122,10 @@ static int ky_on(json_t *root, const char *file, const char *key, char *err, siz
 int mt_kyutai_config_parse(const char *json, size_t len, const char *file,
                            mt_kyutai_config *kc, char *err, size_t errlen)
 {
-    json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        mt_set_err(err, errlen, "%s: line %d: %s", file, je.line, je.text);
+    json_t *root = mt_json_object(json, len, file, err, errlen);
+    if (!root)
         return -1;
-    }
     int rc = -1;
-    if (!json_is_object(root)) {
-        mt_set_err(err, errlen, "%s: not a JSON object", file);
-        goto out;
-    }
     moshiko_defaults(kc);
     double hs = 4.125, dhs = -1, mp = kc->max_period;
     int dff = -1, heads = -1, layers = -1, kvr = 1, tco = -1;
@@ -404,16 +398,6 @@ typedef struct ky_src {
     size_t            errlen;
 } ky_src;
 
-static void shape_str(const mt_st_tensor *t, char *buf, size_t cap)
-{
-    size_t o = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < t->ndim && o < cap; i++)
-        o += (size_t)snprintf(buf + o, cap - o, "%s%llu", i ? ", " : "",
-                              (unsigned long long)t->shape[i]);
-    if (o < cap)
-        snprintf(buf + o, cap - o, "]");
-}
-
 /* Tensor name (or, when fused is not NULL and name is absent, fused, of
  * which slice k of mult is meant) of rows x cols (a norm: cols 0, any
  * shape of rows elements) -> dst. */
@@ -443,20 +427,17 @@ static int ky_get(const ky_src *s, const char *name, const char *fused, int k, i
         ok = t->ndim == 2 && t->shape[0] == want_rows && t->shape[1] == cols;
     if (!ok) {
         char got[96];
-        shape_str(t, got, sizeof got);
+        mt_st_shape_str(t, got, sizeof got);
         if (cols == 0)
-            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape %s, expected [1, 1, %llu]",
+            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape [%s], expected [1, 1, %llu]",
                      s->path, nm, got, (unsigned long long)rows);
         else
-            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape %s, expected [%llu, %llu]",
+            mt_set_err(s->err, s->errlen, "%s: tensor '%s': shape [%s], expected [%llu, %llu]",
                      s->path, nm, got, (unsigned long long)want_rows, (unsigned long long)cols);
         return -1;
     }
-    if (t->dtype != MT_ST_F32 && t->dtype != MT_ST_F16 && t->dtype != MT_ST_BF16) {
-        mt_set_err(s->err, s->errlen, "%s: tensor '%s': dtype %s (want F32, F16 or BF16)",
-                 s->path, nm, mt_st_dtype_name(t->dtype));
+    if (mt_st_check_float(t, s->path, s->err, s->errlen) != 0)
         return -1;
-    }
     if (nm == name || mult == 1)
         return mt_st_to_f32(t, dst);
     /* one slice of the fused tensor: convert it through a view */

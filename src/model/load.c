@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,24 +211,13 @@ static int check_tensors(const mt_config *c, const mt_st_file *sf, const char *p
     for (int i = 0; i < nt; i++) {
         mt_model_tensor(&shape, i, &r);
         const mt_st_tensor *t = mt_st_find(sf, r.name);
-        if (t->dtype != MT_ST_F32 && t->dtype != MT_ST_F16 && t->dtype != MT_ST_BF16) {
-            mt_set_err(err, errlen, "%s: tensor '%s': unsupported dtype %s (F32, F16 or "
-                     "BF16)", path, r.name, mt_st_dtype_name(t->dtype));
+        if (mt_st_check_float(t, path, err, errlen) != 0)
             return -1;
-        }
         int same = t->ndim == r.ndim && t->shape[0] == (uint64_t)r.shape[0] &&
                    (r.ndim == 1 || t->shape[1] == (uint64_t)r.shape[1]);
         if (!same) {
             char got[128];
-            size_t o = 0;
-            got[0] = '\0';
-            for (int d = 0; d < t->ndim && o < sizeof got; d++) {
-                int k = snprintf(got + o, sizeof got - o, "%s%" PRIu64, d ? ", " : "",
-                                 t->shape[d]);
-                if (k < 0)
-                    break;
-                o += (size_t)k;
-            }
+            mt_st_shape_str(t, got, sizeof got);
             if (r.ndim == 1)
                 mt_set_err(err, errlen, "%s: tensor '%s': wrong shape [%s], expected "
                          "[%lld]", path, r.name, got, (long long)r.shape[0]);

@@ -2,6 +2,7 @@
  * byte is hostile: all sizes are checked for overflow before use, and a
  * bad file gets one message naming the file, the tensor and the problem. */
 #include "util/errmsg.h"
+#include "model/json_obj.h"
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -236,18 +237,11 @@ int mt_st_parse(const void *buf, size_t len, const char *file, mt_st_file *out,
                  "limit", file, hlen, MT_ST_MAX_HEADER);
         return -1;
     }
-    json_error_t je;
-    json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        mt_set_err(err, errlen, "%s: header: JSON error at line %d, column %d: %s",
-                 file, je.line, je.column, je.text);
+    char what[1024];
+    snprintf(what, sizeof what, "%s: header", file);
+    json_t *root = mt_json_object((const char *)p + 8, (size_t)hlen, what, err, errlen);
+    if (!root)
         return -1;
-    }
-    if (!json_is_object(root)) {
-        mt_set_err(err, errlen, "%s: header: not a JSON object", file);
-        json_decref(root);
-        return -1;
-    }
     out->header_len = hlen;
     out->data_len = len - 8 - hlen;
     const uint8_t *data = p + 8 + hlen;
@@ -410,4 +404,26 @@ int mt_st_write(const char *path, const mt_st_out *t, int n, int dtype, char *er
         return -1;
     }
     return 0;
+}
+
+int mt_st_check_float(const mt_st_tensor *t, const char *file, char *err, size_t errlen)
+{
+    if (t->dtype == MT_ST_F32 || t->dtype == MT_ST_F16 || t->dtype == MT_ST_BF16)
+        return 0;
+    mt_set_err(err, errlen, "%s: tensor '%s': unsupported dtype %s (F32, F16 or BF16 needed)",
+               file, t->name, mt_st_dtype_name(t->dtype));
+    return -1;
+}
+
+void mt_st_shape_str(const mt_st_tensor *t, char *buf, size_t cap)
+{
+    size_t o = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int d = 0; d < t->ndim && o < cap; d++) {
+        int k = snprintf(buf + o, cap - o, "%s%" PRIu64, d ? ", " : "", t->shape[d]);
+        if (k < 0)
+            break;
+        o += (size_t)k;
+    }
 }

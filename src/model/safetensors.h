@@ -52,6 +52,12 @@ const char *mt_st_dtype_name(int dtype);
 /* t (F32, F16 or BF16) -> dst [numel]. -1 for other dtypes. */
 int mt_st_to_f32(const mt_st_tensor *t, float *dst);
 
+/* 0 when t is F32, F16 or BF16 (what mt_st_to_f32 takes); else -1 with
+ * "FILE: tensor 'NAME': unsupported dtype X ..." in err. */
+int mt_st_check_float(const mt_st_tensor *t, const char *file, char *err, size_t errlen);
+/* "d0, d1, ..." of t's shape into buf [cap], for messages (truncated to fit). */
+void mt_st_shape_str(const mt_st_tensor *t, char *buf, size_t cap);
+
 float    mt_f16_to_f32(uint16_t h);
 uint16_t mt_f32_to_f16(float f);     /* round to nearest even; subnormals,
                                         overflow to inf, NaN kept NaN */

@@ -164,18 +164,11 @@ static void on_tick_line(void *user, const char *line, size_t len)
         x->captk = nc;
     }
     tick_rec *r = &x->tk[x->ntk++];
-    r->k.t = t.t;
+    mt_soak_tick_from(&t, &r->k);
     r->recv = mt_clock_ns();
-    r->k.late_ms = t.late_ms;
     r->naive_ms = t.naive_ms;
     r->met = t.met;
     r->naive_met = t.naive_met;
-    r->k.in = t.in;
-    r->k.active = t.active;
-    r->k.preempted = t.preempted;
-    r->k.fill = t.fill;
-    r->k.kv_used = t.kv_used;
-    r->k.kv_free = t.kv_free;
 }
 
 /* Tick time -> seconds since the load started. Lines reach us through a

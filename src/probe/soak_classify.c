@@ -138,13 +138,18 @@ int mt_soak_tick_parse(mt_latline *ll, const char *line, size_t len,
         return 1;
     if (mt_tick_from_line(ll, 0, &t, err, errlen))
         return -1;
-    tk->t = t.t;
-    tk->late_ms = t.late_ms;
-    tk->in = t.in;
-    tk->active = t.active;
-    tk->fill = t.fill;
-    tk->preempted = t.preempted;
-    tk->kv_used = t.kv_used;
-    tk->kv_free = t.kv_free;
+    mt_soak_tick_from(&t, tk);
     return 0;
+}
+
+void mt_soak_tick_from(const mt_tick *t, mt_soak_tick *tk)
+{
+    tk->t = t->t;
+    tk->late_ms = t->late_ms;
+    tk->in = t->in;
+    tk->active = t->active;
+    tk->fill = t->fill;
+    tk->preempted = t->preempted;
+    tk->kv_used = t->kv_used;
+    tk->kv_free = t->kv_free;
 }

@@ -58,4 +58,8 @@ void mt_soak_classify(const mt_soak_tick *tk, size_t n, double duration_s,
 int mt_soak_tick_parse(mt_latline *ll, const char *line, size_t len,
                        mt_soak_tick *tk, char *err, size_t errlen);
 
+/* The classifier's fields of a tick line already read into t (t as is:
+ * the server's seconds and ms). */
+void mt_soak_tick_from(const mt_tick *t, mt_soak_tick *tk);
+
 #endif

@@ -31,6 +31,7 @@
 #include "decode/depformer.h"
 #include "model/kyutai_lm.h"
 #include "tap.h"
+#include "test_util.h"
 
 #define LOGIT_TOL 1e-4
 enum { B = 3, FRAMES = 4 };
@@ -177,12 +178,7 @@ int main(void)
     for (int i = 0; i < 2; i++)
         cpu_side(specs[i]);
     char why[512] = "";
-    int present = 0;
-#ifdef MT_HAVE_CUDA
-    present = mt_cuda_device_present(why, sizeof why) && mt_cuda_available(why, sizeof why);
-#else
-    snprintf(why, sizeof why, "built without CUDA (no nvcc at build time)");
-#endif
+    int present = test_cuda_present(why, sizeof why);
     if (!present) {
         char err[512] = "";
         mt_kyutai_lm *lm = load(specs[0]);
@@ -190,7 +186,7 @@ int main(void)
         tap_ok(lm && mt_depformer_create_cuda(lm, B, &g, err, sizeof err) == -1 && !g && err[0],
                "the cuda depformer without a GPU fails cleanly: %s", err);
         mt_kyutai_free(lm);
-        if (getenv("MT_REQUIRE_GPU") && atoi(getenv("MT_REQUIRE_GPU")))
+        if (test_gpu_required())
             tap_ok(0, "a GPU is present (MT_REQUIRE_GPU=1): %s", why);
         else
             tap_skip("CUDA depformer parity (kyutai_lm fixture, synthetic:kyutai-small): no GPU here");

@@ -17,6 +17,7 @@
  * a missing tensor, a wrong shape and a bad config, with names and shapes. */
 #define _GNU_SOURCE /* memmem */
 #include "tap.h"
+#include "test_util.h"
 #include "decode/decoder.h"
 #include "decode/kyutai.h"
 #include "model/kyutai_lm.h"
@@ -43,25 +44,6 @@ static const void *ex_data(const char *name, uint64_t numel)
         exit(1);
     }
     return t->data;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
-            fread(buf, 1, (size_t)n, f) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        }
-        *len = (size_t)(n > 0 ? n : 0);
-    }
-    fclose(f);
-    return buf;
 }
 
 static mt_decoder *make_dec(const mt_kyutai_lm *lm, mt_kv_policy pol, int S, int W,
@@ -447,7 +429,7 @@ static int edited_copy(const char *dir, const char *from, const char *to)
     char src[1200], dst[1200];
     size_t len;
     snprintf(src, sizeof src, "%s/tests/fixtures/kyutai_lm/split/model.safetensors", root);
-    char *buf = slurp(src, &len);
+    char *buf = test_file_load(src, &len);
     if (!buf)
         return -1;
     char *p = memmem(buf, len < 65536 ? len : 65536, from, strlen(from));
@@ -460,7 +442,7 @@ static int edited_copy(const char *dir, const char *from, const char *to)
         rc = -1;
     free(buf);
     snprintf(src, sizeof src, "%s/tests/fixtures/kyutai_lm/split/config.json", root);
-    buf = slurp(src, &len);
+    buf = test_file_load(src, &len);
     snprintf(dst, sizeof dst, "%s/config.json", dir);
     f = fopen(dst, "wb");
     if (!buf || !f || fwrite(buf, 1, len, f) != len)
@@ -608,7 +590,7 @@ static void test_bf16(void)
     }
     size_t len;
     snprintf(path, sizeof path, "%s/tests/fixtures/kyutai_lm/split/model.safetensors", root);
-    char *buf = slurp(path, &len);
+    char *buf = test_file_load(path, &len);
     mt_st_file sf;
     int rc = buf ? mt_st_parse(buf, len, path, &sf, err, sizeof err) : -1;
     if (!ok(rc == 0, "read the F32 fixture (%s)", err)) {
@@ -641,7 +623,7 @@ static void test_bf16(void)
         rc = mt_st_write(path, outs, sf.n, MT_ST_BF16, err, sizeof err);
     char cfg[1300];
     snprintf(cfg, sizeof cfg, "%s/tests/fixtures/kyutai_lm/split/config.json", root);
-    char *ctext = slurp(cfg, &len);
+    char *ctext = test_file_load(cfg, &len);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     FILE *f = fopen(cfg, "wb");
     if (!ctext || !f || fwrite(ctext, 1, len, f) != len)
@@ -766,7 +748,7 @@ static int load_expected(const char *sub)
     }
     snprintf(path, sizeof path, "%s/tests/fixtures/kyutai_lm/%s%sexpected.safetensors", root, sub,
              *sub ? "/" : "");
-    ex_buf = slurp(path, &len);
+    ex_buf = test_file_load(path, &len);
     if (!ex_buf || mt_st_parse(ex_buf, len, path, &ex, err, sizeof err)) {
         tap_diag("%s: %s", path, ex_buf ? err : "cannot read");
         free(ex_buf);

@@ -33,6 +33,7 @@
 #include "codec/mimi_impl.h"
 #include "model/safetensors.h"
 #include "tap.h"
+#include "test_util.h"
 
 static char root[2048];
 static const char *fixture = "mimi";   /* tests/fixtures/NAME */
@@ -42,30 +43,7 @@ static void *slurp(const char *rel, size_t *len)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s/tests/fixtures/%s/%s", root, fixture, rel);
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *b = malloc((size_t)n + 1);
-    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(b);
-        return NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static double json_num(const char *txt, const char *key)
-{
-    const char *p = strstr(txt, key);
-    if (!p)
-        return NAN;
-    p = strchr(p, ':');
-    return p ? strtod(p + 1, NULL) : NAN;
+    return test_file_load(p, len);
 }
 
 /* Runs the fixture's 16 frames through one session; codes [NF][nq]. */
@@ -107,11 +85,11 @@ static void test_fixture(const char *name, int full)
         return;
     }
     info[linfo - 1] = 0;
-    NF = (int)json_num(info, "\"frames\"");
+    NF = (int)test_json_num(info, "\"frames\"");
     mimi_model *m = NULL;
     int rc = mimi_load_mem(st, ln, "model.safetensors", NULL, &m, err, sizeof err);
     if (rc == 0)
-        rc = mimi_set_codebooks(m, (int)json_num(info, "\"n_q_used\""), err, sizeof err);
+        rc = mimi_set_codebooks(m, (int)test_json_num(info, "\"n_q_used\""), err, sizeof err);
     if (!tap_ok(rc == 0, "%s: checkpoint loads with its metadata config%s%s", name, rc ? ": " : "", rc ? err : "")) {
         mimi_free(m);
         free(st); free(pcm); free(ref); free(dec64); free(info);
@@ -119,7 +97,7 @@ static void test_fixture(const char *name, int full)
     }
     const mimi_config *c = mimi_model_config(m);
     int fs = mimi_frame_size(c), nq = c->n_q_used;
-    tap_ok(fs == 1920 && mimi_downsample_stride(c) == 2 && nq == (int)json_num(info, "\"n_q_used\""),
+    tap_ok(fs == 1920 && mimi_downsample_stride(c) == 2 && nq == (int)test_json_num(info, "\"n_q_used\""),
            "%s: frame %d, %d of %d codebooks, context %d, %d residual layer(s)", name, fs, nq, c->n_q,
            c->context, c->n_residual_layers);
     tap_ok(li == (size_t)NF * fs * 4 && lc == (size_t)NF * nq * 4 && l64 == (size_t)NF * fs * 4,
@@ -138,7 +116,7 @@ static void test_fixture(const char *name, int full)
     tap_ok(rc == 0 && same == NF * nq, "%s: codes identical to Kyutai's streaming encode: %d/%d (first differing %d)",
            name, same, NF * nq, first_bad);
 
-    double t32 = json_num(info, "\"torch_f32_vs_f64_max_abs\""), tol = 8 * t32;
+    double t32 = test_json_num(info, "\"torch_f32_vs_f64_max_abs\""), tol = 8 * t32;
     double e64 = 0, peak = 0;
     for (size_t i = 0; i < (size_t)NF * fs; i++) {
         double d = fabs(out[i] - dec64[i]);

@@ -41,6 +41,7 @@
 #include "codec/mimi_impl.h"
 #include "decode/decoder.h"
 #include "tap.h"
+#include "test_util.h"
 
 static char root[2048];
 
@@ -48,30 +49,7 @@ static void *slurp(const char *fixture, const char *rel, size_t *len)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s/tests/fixtures/%s/%s", root, fixture, rel);
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return NULL;
-    void *b = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
-        b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b)
-        *len = (size_t)n;
-    return b;
-}
-
-static double json_num(const char *txt, const char *key)
-{
-    const char *p = strstr(txt, key);
-    if (!p)
-        return NAN;
-    p = strchr(p, ':');
-    return p ? strtod(p + 1, NULL) : NAN;
+    return test_file_load(p, len);
 }
 
 typedef struct fixture {
@@ -98,11 +76,11 @@ static int fixture_load(fixture *x, const char *name)
     int rc = st && info && x->pcm && x->ref && x->dec64 ? 0 : -1;
     if (rc == 0) {
         info[linfo] = 0;
-        x->nf = (int)json_num(info, "\"frames\"");
-        x->tol = 8 * json_num(info, "\"torch_f32_vs_f64_max_abs\"");
+        x->nf = (int)test_json_num(info, "\"frames\"");
+        x->tol = 8 * test_json_num(info, "\"torch_f32_vs_f64_max_abs\"");
         rc = mimi_load_mem(st, ln, name, NULL, &x->m, err, sizeof err);
         if (rc == 0)
-            rc = mimi_set_codebooks(x->m, (int)json_num(info, "\"n_q_used\""), err, sizeof err);
+            rc = mimi_set_codebooks(x->m, (int)test_json_num(info, "\"n_q_used\""), err, sizeof err);
         if (rc)
             tap_diag("%s: %s", name, err);
     }
@@ -391,18 +369,13 @@ int main(void)
         cpu_checks(&fx[i], cc, co);
 
     char why[512] = "";
-    int present = 0;
-#ifdef MT_HAVE_CUDA
-    present = mt_cuda_device_present(why, sizeof why) && mt_cuda_available(why, sizeof why);
-#else
-    snprintf(why, sizeof why, "built without CUDA (no nvcc at build time)");
-#endif
+    int present = test_cuda_present(why, sizeof why);
     if (!present) {
         char err[512];
         mimi_engine *e = NULL;
         tap_ok(mimi_engine_new(fx[0].m, MIMI_BACKEND_CUDA, 1, 1, &e, err, sizeof err) == -1 && !e &&
                err[0], "the cuda codec without a GPU fails cleanly: %s", err);
-        if (getenv("MT_REQUIRE_GPU") && atoi(getenv("MT_REQUIRE_GPU")))
+        if (test_gpu_required())
             tap_ok(0, "a GPU is present (MT_REQUIRE_GPU=1): %s", why);
         else
             tap_skip("CUDA codec parity (fixtures mimi, mimi-b; synthetic:mimi batch 4): no GPU here");

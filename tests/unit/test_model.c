@@ -196,19 +196,36 @@ static void broken_files(void)
     header_case("half-audio", h, dl, "audio_in.weight", "missing");
 }
 
-/* config.json cases, written next to a good safetensors file */
-static void config_case(const char *name, const char *json, const char *sub1, const char *sub2)
+/* config.json cases, written next to a good safetensors file: tmp/cfg-NAME
+ * (into dir [512]) with config json and tiny's good tensors. */
+static void config_dir(const char *name, const char *json, char *dir)
 {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/cfg-%s", tmp, name);
+    snprintf(dir, 512, "%s/cfg-%s", tmp, name);
     mkdir(dir, 0755);
     write_file(dir, "config.json", json, strlen(json));
     copy_good(dir, "model.safetensors");
+}
+
+static void config_case(const char *name, const char *json, const char *sub1, const char *sub2)
+{
+    char dir[512];
+    config_dir(name, json, dir);
     expect_fail(dir, name, sub1, sub2);
     if (strncmp(name, "vs-", 3) == 0)   /* the tensors do not fit the config */
         like(err, "model.safetensors", "message names model.safetensors");
     else
         like(err, "config.json", "message names config.json");
+}
+
+/* mt_model_load's rc on config_dir(NAME, json) (its message in err). */
+static int config_load(const char *name, const char *json)
+{
+    char dir[512];
+    config_dir(name, json, dir);
+    mt_model *m = NULL;
+    int rc = mt_model_load(dir, 0, &m, err, sizeof err);
+    mt_model_free(m);
+    return rc;
 }
 
 #define BASECFG "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, " \
@@ -218,22 +235,11 @@ static void broken_configs(void)
 {
     {   /* tiny's config with max_position_embeddings 256 loads: the cases
          * below fail on that one field alone */
-        char dir[512], src[600], *st;
-        size_t n = 0;
         const char *cfg = "{" BASECFG "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
                           "\"max_position_embeddings\": 256}";
-        snprintf(dir, sizeof dir, "%s/cfg-maxpos-ok", tmp);
-        mkdir(dir, 0755);
-        write_file(dir, "config.json", cfg, strlen(cfg));
-        snprintf(src, sizeof src, "%s/good/model.safetensors", tmp);
-        st = test_file_read(src, &n);
-        write_file(dir, "model.safetensors", st, n);
-        free(st);
-        mt_model *m = NULL;
-        int rc = mt_model_load(dir, 0, &m, err, sizeof err);
+        int rc = config_load("maxpos-ok", cfg);
         ok(rc == 0, "max_position_embeddings 256 with tiny's shapes loads (%s)",
            rc == 0 ? "ok" : err);
-        mt_model_free(m);
     }
     config_case("syntax", "{\n  \"hidden_size\": 64,\n  \"x\" 1\n}", "syntax error", "line 3");
     config_case("missing", "{\"hidden_size\": 64, \"intermediate_size\": 128, "
@@ -681,8 +687,6 @@ static void qwen(void)
     config_case("vs-qwen3-norms", Q3 "\"x\": 0}", "q_norm.weight", "missing");
     /* what published configs carry and changes nothing here: accepted */
     {
-        char dir[512], src[600], *st;
-        size_t n = 0;
         const char *cfg = "{" BASECFG "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
                           "\"use_sliding_window\": false, \"sliding_window\": 131072, "
                           "\"max_window_layers\": 28, \"partial_rotary_factor\": 1.0, "
@@ -690,19 +694,10 @@ static void qwen(void)
                           "\"rope_scaling\": {\"mrope_section\": [2, 3, 3], "
                           "\"rope_type\": \"default\", \"type\": \"default\"}, "
                           "\"attention_dropout\": 0.0}";
-        snprintf(dir, sizeof dir, "%s/cfg-qwen-harmless", tmp);
-        mkdir(dir, 0755);
-        write_file(dir, "config.json", cfg, strlen(cfg));
-        snprintf(src, sizeof src, "%s/good/model.safetensors", tmp);
-        st = test_file_read(src, &n);
-        write_file(dir, "model.safetensors", st, n);
-        free(st);
-        mt_model *m = NULL;
-        int rc = mt_model_load(dir, 0, &m, err, sizeof err);
+        int rc = config_load("qwen-harmless", cfg);
         ok(rc == 0, "sliding_window with use_sliding_window false, full_attention layer types, "
            "partial_rotary_factor 1, Qwen2.5-Omni's M-RoPE rope_scaling (sections summing "
            "to head_dim/2) load (%s)", rc == 0 ? "ok" : err);
-        mt_model_free(m);
     }
 }
 
