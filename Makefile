@@ -323,7 +323,7 @@ bench-quality: all $(TEST_BINS)
 .PHONY: test-gpu bench-gpu
 ifneq ($(HAVE_CUDA),)
 # nvcc writes no dependency files here: the headers the kernels include
-$(CU_SRCS:kernels/%.cu=$(B)/cuda/kernels/%.o): kernels/mt_kernels.h src/decode/kv.h
+$(CU_SRCS:kernels/%.cu=$(B)/cuda/kernels/%.o): kernels/mt_kernels.h kernels/block_reduce.cuh src/decode/kv.h
 $(B)/cuda/src/decode/backend_cuda.o: kernels/mt_kernels.h
 $(B)/cuda/src/codec/mimi_cuda.o $(B)/cuda/kernels/mimi.o: kernels/mimi_kernels.h
 $(B)/cuda/src/decode/depformer_cuda.o $(B)/cuda/kernels/depformer.o: kernels/depformer_kernels.h

@@ -70,7 +70,8 @@ t_ok $? "random bytes as codes: exit 1, one message"
 t_check "nothing written after a refusal" [ ! -e "$T_TMP/bad.raw" ]
 
 # 3b. the codec's share in mt-probe predict
-out=$("$P" predict -m synthetic:small --kv-mem 64M --duration 10s --codec synthetic:mimi 2>&1)
+# f32 K/V named: 8.5 MiB a session, 7 in 64M (the f16 default would hold 15)
+out=$("$P" predict -m synthetic:small --kv-mem 64M --kv-dtype f32 --duration 10s --codec synthetic:mimi 2>&1)
 t_check "predict --codec: the codec's state per session (16480832 bytes)" grep -q "codec per-session state.*(16480832)" <<<"$out"
 t_check "predict --codec: at the bounded capacity of 7" grep -q "codec at bounded capacity.*for 7 sessions" <<<"$out"
 "$P" predict -m synthetic:small --kv-mem 64M --codec "$T_TMP/none" >"$T_TMP/out" 2>"$T_TMP/err"
