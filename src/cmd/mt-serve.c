@@ -22,6 +22,7 @@
 #include "decode/decoder.h"
 #include "serve/engine.h"
 #include "serve/metrics.h"
+#include "serve/net.h"
 #include "serve/metrics_http.h"
 #include "model/model.h"
 #include "cmd/serve_kyutai.h"
@@ -436,16 +437,12 @@ static int check_socket_path(const char *path)
         fprintf(stderr, "%s: -s %s: exists and is not a socket\n", prog, path);
         return -1;
     }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    int live = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    if (fd >= 0)
-        close(fd);
-    if (live) {
-        fprintf(stderr, "%s: -s %s: another server is listening there\n", prog, path);
+    /* net.c's own test, non-blocking: a stopped server with a full backlog
+     * would keep a plain connect waiting for ever */
+    char err[512];
+    int r = mt_net_socket_free(path, err, sizeof err);
+    if (r <= 0) {
+        fprintf(stderr, "%s: -s %s\n", prog, err);
         return -1;
     }
     return 0;

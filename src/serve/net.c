@@ -98,6 +98,23 @@ static int socket_is_stale(const char *path, const struct sockaddr_un *sa,
     return 1;
 }
 
+/* Whether a server may start at path, asked before anything is loaded:
+ * 1 when nothing is there or only a stale socket, 0 when something must be
+ * kept (a live or stopped server, a file that is not a socket: err says
+ * what), -1 on an error (err). Never blocks (see socket_is_stale). */
+int mt_net_socket_free(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return 1;
+    struct sockaddr_un sa;
+    if (unix_addr(path, &sa) != 0) {
+        mt_set_err(err, errlen, "%s: too long for a Unix socket", path);
+        return -1;
+    }
+    return socket_is_stale(path, &sa, err, errlen);
+}
+
 int mt_net_listen(const char *path, mode_t mode, mt_listener *l,
                   char *err, size_t errlen)
 {

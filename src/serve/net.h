@@ -44,4 +44,10 @@ void mt_net_control_close(mt_control_in *c);
 /* O_NONBLOCK on fd. 0, or -1 with errno. */
 int  mt_net_set_nonblock(int fd);
 
+/* Whether a server may start at path (asked before the model is loaded):
+ * 1 when nothing or only a stale socket is there, 0 when what is there
+ * must be kept (err says what: a live or a stopped server, not a socket),
+ * -1 on an error (err). Never blocks, whatever the server there does. */
+int  mt_net_socket_free(const char *path, char *err, size_t errlen);
+
 #endif
