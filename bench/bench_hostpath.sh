@@ -11,7 +11,7 @@
 # worst round trip: an upper bound on the round-trip p99). OLD=PATH runs
 # another mt-serve (the one before a change) beside this tree's at every
 # level, in the same run, one after the other. All figures simulated.
-# Knobs: LEVELS, CLIENTS (processes), SECONDS (per level), OLD.
+# Knobs: LEVELS, CLIENTS (processes), HOLD (seconds a level), OLD.
 set -u
 export LC_ALL=C
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +23,7 @@ FC=$TB/mt-fakeclient
 bench_need bench_hostpath "$S" "$FC"
 LEVELS=${LEVELS:-64 500 1000 2000}
 CLIENTS=${CLIENTS:-4}
-SECONDS_RUN=${SECONDS:-8}
+SECONDS_RUN=${HOLD:-8}
 OLD=${OLD:-}
 PROF=$ROOT/tests/profiles/hostpath.profile
 FRAMES=$(awk -v s="$SECONDS_RUN" 'BEGIN { printf "%d", s * 1000 / 80 }')
@@ -72,14 +72,14 @@ run() {
         for (a = 2; a <= ns; a++) for (b = a; b > 1 && m[b - 1] > m[b]; b--) { x = m[b]; m[b] = m[b - 1]; m[b - 1] = x }
         rt = ns ? m[int(0.99 * (ns - 1)) + 1] : 0
         ans = real + fill; cpu = (c1 - c0) / hz; wall = t1 - t0
-        printf "%-4s %5d %6d %9d %9d %8.2f %9.1f %9.0f %8.2f %8.2f\n", l, n, ok, sent, ans,
+        printf "%-4s %5d %8d %9d %9d %8.2f %9.1f %9.0f %8.2f %8.2f\n", l, n, ok, sent, ans,
                cpu, (ans ? 1e6 * cpu / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt
     }'
 }
 
 echo "# mt-serve host path, simulated device (tests/profiles/hostpath.profile), $(date -u +%F)"
 echo "# $CLIENTS client processes, ${SECONDS_RUN} s of frames at 80 ms a session; $(nproc) cores"
-printf "%-4s %5s %6s %9s %9s %8s %9s %9s %8s %8s\n" which n ok sent answered cpu_s \
+printf "%-4s %5s %8s %9s %9s %8s %9s %9s %8s %8s\n" which n ok_procs sent answered cpu_s \
     us_frame fps_each p99_ms rt_p99_ms
 for n in $LEVELS; do
     [ -n "$OLD" ] && run old "$OLD" "$n"
