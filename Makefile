@@ -12,7 +12,8 @@
 #   src/cmd/mt-*.c           one program each, into $(BIN)/
 #   src/STAGE/*.c            the library libmetronome.a (wire, model, decode,
 #                            serve, client, admit, probe, util)
-#   src/decode/backend_cuda.c, kernels/*.cu   only when nvcc is found (MT_HAVE_CUDA),
+#   src/decode/backend_cuda*.c, src/*/*_cuda.c, kernels/*.cu
+#                            only when nvcc is found (MT_HAVE_CUDA),
 #                            into $(B)/libmetronome_cuda.so, loaded with
 #                            dlopen when CUDA is asked for (cuda_module.h)
 #   tests/unit/test_*.c      one TAP executable each, linked with the library
@@ -42,7 +43,7 @@ CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 LDFLAGS += -fsanitize=address,undefined
 endif
 
-PKGS    := sndfile samplerate portaudio-2.0 jansson openblas opus ogg
+PKGS    := sndfile samplerate portaudio-2.0 jansson openblas opus ogg nettle
 # On a fresh machine the libraries are not there yet when this file is read,
 # and the flags below are computed now: install them before any rule runs
 # (the `deps` target alone would come too late, or race the compiles under -j).
@@ -100,7 +101,7 @@ CUDA_SO    :=
 endif
 
 PROG_SRCS := $(wildcard src/cmd/mt-*.c)
-CUDA_C    := $(wildcard src/decode/backend_cuda*.c)
+CUDA_C    := $(sort $(wildcard src/decode/backend_cuda*.c src/*/*_cuda.c))
 LIB_SRCS  := $(filter-out $(PROG_SRCS) $(CUDA_C) src/cmd/%,$(wildcard src/*/*.c))
 CMD_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard src/cmd/*.c))
 LIB_OBJS  := $(LIB_SRCS:src/%.c=$(B)/src/%.o)
@@ -238,7 +239,7 @@ asan: deps
 # links against it, so only the code a harness reaches is pulled in.
 FUZZ_SECONDS ?= 60
 FUZZ_SAN    := -fsanitize=address,undefined
-FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -DMT_FUZZ_BUILD $(PKG_CFLAGS)
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -Isrc -Itests -pthread -DMT_FUZZ_BUILD -MMD -MP $(PKG_CFLAGS)
 FUZZ_OBJS   := $(patsubst src/%.c,build-fuzz/obj/%.o,$(filter-out $(CUDA_C),$(LIB_SRCS)))
 FUZZ_BINS   := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_LDLIBS := $(filter-out -L% -Wl% -lcu% -lstdc++,$(LDLIBS))
@@ -299,6 +300,8 @@ clean:
 
 -include $(LIB_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(PROG_SRCS:src/%.c=$(B)/src/%.d) $(CMD_OBJS:.o=.d) \
   $(wildcard $(B)/tests/*.d $(B)/tests/helpers/*.d $(B)/tests/fuzz/*.d)
+# the fuzz build's objects follow their headers too (a changed struct, no stale object)
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/*.d)
 
 # ---- issue 9: quality
 # The quality-under-the-bound table and plot (bench/quality.sh: minutes, so
@@ -322,6 +325,8 @@ ifneq ($(HAVE_CUDA),)
 # nvcc writes no dependency files here: the headers the kernels include
 $(CU_SRCS:kernels/%.cu=$(B)/cuda/kernels/%.o): kernels/mt_kernels.h src/decode/kv.h
 $(B)/cuda/src/decode/backend_cuda.o: kernels/mt_kernels.h
+$(B)/cuda/src/codec/mimi_cuda.o $(B)/cuda/kernels/mimi.o: kernels/mimi_kernels.h
+$(B)/cuda/src/decode/depformer_cuda.o $(B)/cuda/kernels/depformer.o: kernels/depformer_kernels.h
 # Programs and tests load $(CUDA_SO) at run time: build it with them.
 $(PROGS) $(UNIT_BINS) $(HELP_BINS): | $(CUDA_SO)
 # mt-benchgpu calls the kernels and the runtime itself: linked to the object.

@@ -14,6 +14,7 @@
 #include "cmd/opt.h"
 #include "client/audio.h"
 #include "codec/mimi.h"
+#include "codec/mimi_engine.h"
 #include "util/clock.h"
 
 #include <errno.h>
@@ -44,26 +45,29 @@ static void usage(FILE *f)
 "      --decode          IN is codes text, OUT audio\n"
 "      --resample Q      converter when IN is not at the codec's rate:\n"
 "                        best, medium, fastest (default medium)\n"
+"      --backend B       cpu (default) or cuda (a GPU, through the CUDA\n"
+"                        module)\n"
 "  -h, --help            this help\n"
 "      --version         print the version\n"
 "\n"
 "Audio is read by libsndfile (any rate, down-mixed to mono, resampled to\n"
 "24 kHz) and written as 16-bit mono by the extension of OUT. One line on\n"
 "stdout says what was done: 'codec mode= frames_in= frames_out=\n"
-"samples_in= samples_out= padded= codebooks= state_bytes= seconds= rtf='\n"
-"(rtf: codec time over audio time). Exit status: 0 ok, 1 runtime error,\n"
-"2 usage.\n");
+"samples_in= samples_out= padded= codebooks= state_bytes= seconds= rtf=\n"
+"backend=' (rtf: codec time over audio time). Exit status: 0 ok, 1 runtime\n"
+"error, 2 usage.\n");
 }
 
 static const mt_cli cli = {
     "mt-probe codec", "mt-probe codec -c CODEC [--encode | --decode] [options] IN OUT", usage,
 };
 
-enum { OPT_ENCODE = 0x100, OPT_DECODE, OPT_CONFIG, OPT_RESAMPLE };
+enum { OPT_ENCODE = 0x100, OPT_DECODE, OPT_CONFIG, OPT_RESAMPLE, OPT_BACKEND };
 
 typedef struct opts {
     const char *codec, *config;
     int codebooks, mode, quality;   /* mode 0 round trip, 1 encode, 2 decode */
+    mimi_backend backend;
 } opts;
 
 static int one_option(void *ctx, int c, const char *arg)
@@ -75,6 +79,8 @@ static int one_option(void *ctx, int c, const char *arg)
     case 'n': return mt_opt_int(arg, 1, 64, &o->codebooks);
     case OPT_ENCODE: o->mode = o->mode == 2 ? -1 : 1; return 0;
     case OPT_DECODE: o->mode = o->mode == 1 ? -1 : 2; return 0;
+    case OPT_BACKEND:
+        return mimi_backend_parse(arg, &o->backend, NULL, 0) ? mt_opt_bad(arg, "is not cpu or cuda") : 0;
     case OPT_RESAMPLE: {
         int q = mt_audio_quality_parse(arg);
         if (q < 0)
@@ -212,6 +218,7 @@ int mt_probe_codec_main(int argc, char **argv)
         {"encode", no_argument, 0, OPT_ENCODE},
         {"decode", no_argument, 0, OPT_DECODE},
         {"resample", required_argument, 0, OPT_RESAMPLE},
+        {"backend", required_argument, 0, OPT_BACKEND},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -245,8 +252,8 @@ int mt_probe_codec_main(int argc, char **argv)
     int32_t *codes = NULL;
     long frames = 0, samples_in = 0, samples_out = 0, padded = 0;
     mt_audio a = {0}, r = {0};
-    mimi_state *st = NULL;
-    mimi_batch *w = NULL;
+    mimi_engine *eng = NULL;   /* one session, slot 0 */
+    const int slot0 = 0;
     FILE *cf = NULL;
     mt_audio_writer *aw = NULL;
     double t0 = 0, busy = 0;
@@ -281,14 +288,13 @@ int mt_probe_codec_main(int argc, char **argv)
         memcpy(pcm, a.samples, (size_t)samples_in * sizeof *pcm);
     }
     const int nq = mc->n_q_used;
-    st = mimi_state_new(m, err, sizeof err);
-    w = st ? mimi_batch_new(m, 1, err, sizeof err) : NULL;
-    if (!w)
+    if (mimi_engine_new(m, o.backend, 1, 1, &eng, err, sizeof err) != 0)
         goto fail;
     t0 = (double)mt_clock_ns() * 1e-9;
     if (o.mode != 2)
         for (long f = 0; f < frames; f++)
-            if (mimi_encode(m, w, &st, 1, pcm + (size_t)f * fs, codes + (size_t)f * nq, err, sizeof err) != 0)
+            if (mimi_engine_encode(eng, &slot0, 1, pcm + (size_t)f * fs, codes + (size_t)f * nq, err,
+                                   sizeof err) != 0)
                 goto fail;
     if (o.mode == 1) {
         busy = (double)mt_clock_ns() * 1e-9 - t0;
@@ -326,7 +332,7 @@ int mt_probe_codec_main(int argc, char **argv)
             goto fail;
         }
         for (long f = 0; f < frames; f++) {
-            if (mimi_decode(m, w, &st, 1, codes + (size_t)f * nq, outpcm, err, sizeof err) != 0) {
+            if (mimi_engine_decode(eng, &slot0, 1, codes + (size_t)f * nq, outpcm, err, sizeof err) != 0) {
                 free(s16);
                 goto fail;
             }
@@ -350,12 +356,13 @@ int mt_probe_codec_main(int argc, char **argv)
     }
     {
         static const char *const modes[] = { "roundtrip", "encode", "decode" };
-        long fin = o.mode == 2 ? 0 : mimi_state_frames_encoded(st);
-        long fout = o.mode == 1 ? frames : mimi_state_frames_decoded(st);
+        long fin = o.mode == 2 ? 0 : (long)mimi_engine_frames_encoded(eng, slot0);
+        long fout = o.mode == 1 ? frames : (long)mimi_engine_frames_decoded(eng, slot0);
         printf("codec mode=%s frames_in=%ld frames_out=%ld samples_in=%ld samples_out=%ld padded=%ld "
-               "codebooks=%d state_bytes=%zu seconds=%.3f rtf=%.3f\n",
+               "codebooks=%d state_bytes=%zu seconds=%.3f rtf=%.3f backend=%s\n",
                modes[o.mode], o.mode == 2 ? frames : fin, fout, samples_in, samples_out, padded, nq,
-               mimi_state_bytes(m), busy, busy / (frames * (double)fs / mc->sample_rate));
+               mimi_state_bytes(m), busy, busy / (frames * (double)fs / mc->sample_rate),
+               mimi_backend_name(o.backend));
     }
     rc = 0;
 fail:
@@ -367,8 +374,7 @@ fail:
     free(pcm);
     free(outpcm);
     free(codes);
-    mimi_batch_free(w);
-    mimi_state_free(st);
+    mimi_engine_free(eng);
     mimi_free(m);
     return rc;
 }

@@ -56,6 +56,7 @@ void *const mt_cuda_module_imports[] = {
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const mt_cuda_module *module;
+static void *module_handle;   /* for mt_cuda_module_sym */
 static char load_err[512];
 
 /* dlopen path; on success sets module, else appends why to load_err. */
@@ -82,6 +83,7 @@ static int try_open(const char *path)
     }
     /* never closed: cuBLAS and the runtime do not unload cleanly */
     module = m;
+    module_handle = h;
     return 0;
 }
 
@@ -121,6 +123,19 @@ static const mt_cuda_module *get_module(char *err, size_t errlen)
         mt_set_err(err, errlen, "cannot load the CUDA backend (%s): %s", MT_CUDA_MODULE_FILE,
                  load_err[0] ? load_err : "not found");
     return module;
+}
+
+void *mt_cuda_module_sym(const char *name, char *err, size_t errlen)
+{
+    char why[512];
+    if (!get_module(why, sizeof why)) {
+        mt_set_err(err, errlen, "cuda: %s", why);
+        return NULL;
+    }
+    void *p = dlsym(module_handle, name);
+    if (!p)
+        mt_set_err(err, errlen, "cuda: %s has no %s (an older build?)", MT_CUDA_MODULE_FILE, name);
+    return p;
 }
 
 int mt_cuda_device_present(char *why, size_t whylen)

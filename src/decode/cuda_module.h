@@ -36,6 +36,12 @@ typedef struct mt_cuda_module {
 typedef const mt_cuda_module *(*mt_cuda_module_get_fn)(void);
 const mt_cuda_module *mt_cuda_module_get(void);
 
+/* A symbol of the loaded module (loading it on first use), for parts of
+ * the program beside the decoder that keep their CUDA code in it (the
+ * codec: codec/mimi_cuda.h); NULL with err set when the module or the
+ * symbol is missing. cuda_loader.c, with MT_HAVE_CUDA only. */
+void *mt_cuda_module_sym(const char *name, char *err, size_t errlen);
+
 /* The shared object's file name (what the loader looks for). */
 #define MT_CUDA_MODULE_FILE "libmetronome_cuda.so"
 

@@ -1,8 +1,11 @@
 /* depformer.c: Kyutai's depformer step by step over a batch of rows
  * (depformer.h), products through OpenBLAS (sgemm over the rows, the
- * weight read once per step). */
+ * weight read once per step); or, made by mt_depformer_create_cuda, the
+ * same steps forwarded to the CUDA module (depformer_cuda.h). */
 #include "util/errmsg.h"
+#include "decode/cuda_module.h"
 #include "decode/depformer.h"
+#include "decode/depformer_cuda.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -20,12 +23,17 @@ struct mt_depformer {
     float *gu;        /* [maxb, 2 ffn]    gate | up, then silu(gate) * up in gate */
     float *kv;        /* [layers][maxb][2][dep_q][dd]  the frame's K,V */
     float *score;     /* [dep_q] */
+    const mt_dep_cuda_ops *ops;   /* CUDA: every step is the module's */
+    mt_dep_cuda *g;
+    char  err[256];   /* the last failed step's message */
 };
 
 void mt_depformer_free(mt_depformer *df)
 {
     if (!df)
         return;
+    if (df->g)
+        df->ops->destroy(df->g);
     free(df->x);
     free(df->xn);
     free(df->qkv);
@@ -71,10 +79,50 @@ int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **ou
     return 0;
 }
 
-void mt_depformer_begin(mt_depformer *df, int B, const float *h)
+int mt_depformer_create_cuda(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
+                             char *err, size_t errlen)
+{
+    *out = NULL;
+#ifdef MT_HAVE_CUDA
+    mt_dep_cuda_ops_get_fn get = (mt_dep_cuda_ops_get_fn)mt_cuda_module_sym(DEP_CUDA_OPS_SYM, err, errlen);
+    if (!get)
+        return -1;
+    const mt_dep_cuda_ops *ops = get();
+    if (!ops || ops->abi != DEP_CUDA_ABI || ops->lm_size != sizeof(mt_kyutai_lm)) {
+        mt_set_err(err, errlen, "depformer: the CUDA module's is not of this build (abi %d, want %d)",
+                   ops ? ops->abi : -1, DEP_CUDA_ABI);
+        return -1;
+    }
+    mt_depformer *df = mt_calloc_or_err(1, sizeof *df, err, errlen, "depformer");
+    if (!df)
+        return -1;
+    df->lm = lm;
+    df->maxb = max_batch;
+    df->ops = ops;
+    if (ops->create(lm, max_batch, &df->g, err, errlen) != 0) {
+        free(df);
+        return -1;
+    }
+    *out = df;
+    return 0;
+#else
+    (void)lm;
+    (void)max_batch;
+    mt_set_err(err, errlen, "depformer: built without CUDA (no nvcc at build time)");
+    return -1;
+#endif
+}
+
+int mt_depformer_is_cuda(const mt_depformer *df) { return df->g != NULL; }
+const char *mt_depformer_error(const mt_depformer *df) { return df->err; }
+
+int mt_depformer_begin(mt_depformer *df, int B, const float *h)
 {
     df->B = B;
     df->h = h;
+    if (df->g)
+        return df->ops->begin(df->g, B, h, df->err, sizeof df->err);
+    return 0;
 }
 
 /* Kyutai's RMSNorm in fp32: x * alpha * rsqrt(eps + mean(x^2)). */
@@ -118,8 +166,10 @@ static void add_emb(float *x, const float *table, int32_t tok, int n)
         x[i] += e[i];
 }
 
-void mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits)
+int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits)
 {
+    if (df->g)
+        return df->ops->next(df->g, k, prev, logits, df->err, sizeof df->err);
     const mt_kyutai_lm *lm = df->lm;
     const mt_kyutai_config *kc = &lm->kc;
     const int B = df->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
@@ -177,4 +227,5 @@ void mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logi
         gemm_ld(B, dd, F, df->gu, 2 * F, w->w_out, 1.0f, df->x);
     }
     gemm(B, kc->card, dd, df->x, lm->linears[k], 0.0f, logits);
+    return 0;
 }

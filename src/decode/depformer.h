@@ -23,12 +23,21 @@ typedef struct mt_depformer mt_depformer;
 
 int  mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
                          char *err, size_t errlen);
+/* The same on CUDA (depformer_cuda.h: fp32 cuBLAS over the rows, the
+ * weights on the device); fails with the reason without the CUDA module,
+ * a GPU or device memory. */
+int  mt_depformer_create_cuda(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
+                              char *err, size_t errlen);
+int  mt_depformer_is_cuda(const mt_depformer *df);
 void mt_depformer_free(mt_depformer *df);
 /* Starts a frame for B rows: h [B, dim] is the temporal output after
- * out_norm (read until the frame's last step). */
-void mt_depformer_begin(mt_depformer *df, int B, const float *h);
+ * out_norm (read until the frame's last step). 0, or -1 (CUDA only) with
+ * mt_depformer_error's message. */
+int  mt_depformer_begin(mt_depformer *df, int B, const float *h);
 /* Step k (in order 0 .. dep_q-1) of the frame: prev [B] is the text token
- * at k = 0, else the audio token of step k-1; logits [B, card]. */
-void mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits);
+ * at k = 0, else the audio token of step k-1; logits [B, card]. 0, or -1
+ * (CUDA only) with mt_depformer_error's message. */
+int  mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits);
+const char *mt_depformer_error(const mt_depformer *df);
 
 #endif

@@ -499,7 +499,7 @@ static const char *fmt_s(char *b, size_t n, double s)
 static void print_row(FILE *out, const mt_soak_opts *o, const mt_soak_run *r)
 {
     char pred[16], coll[16], ovf[16], stv[16], host[16], hend[16];
-    char note[160] = "";
+    char note[320] = "";  /* the stall text (about 110 bytes) and r->note (96) */
     if (r->host_disturbed)
         snprintf(note, sizeof note, "host stall %s-%s s with %.1f GB of the "
                  "pool free, client input starved%s%s",

@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "util/sha1.h"
+#include <nettle/base64.h>
+#include <nettle/sha1.h>
 
 void mt_ws_reader_init(mt_ws_reader *r, uint8_t *msg, size_t cap)
 {
@@ -189,8 +190,13 @@ int mt_ws_accept_key(const char *key, char out[29])
     char cat[24 + sizeof guid];
     memcpy(cat, key, 24);
     memcpy(cat + 24, guid, sizeof guid);
-    uint8_t d[20];
-    mt_sha1(cat, 24 + sizeof guid - 1, d);
-    mt_base64(d, sizeof d, out);
+    /* SHA-1 and base64 from nettle: a well-kept library, not ours to write */
+    uint8_t d[SHA1_DIGEST_SIZE];
+    struct sha1_ctx ctx;
+    sha1_init(&ctx);
+    sha1_update(&ctx, 24 + sizeof guid - 1, (const uint8_t *)cat);
+    sha1_digest(&ctx, sizeof d, d);
+    base64_encode_raw(out, sizeof d, d);
+    out[BASE64_ENCODE_RAW_LENGTH(sizeof d)] = '\0';
     return 0;
 }

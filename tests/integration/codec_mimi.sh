@@ -85,4 +85,19 @@ t_check "no -c: exit 2" [ $? = 2 ]
 "$P" codec -c synthetic:nope "$T_TMP/in.wav" "$T_TMP/x.raw" >/dev/null 2>"$T_TMP/err"
 [ $? = 1 ] && grep -q "synthetic:nope" "$T_TMP/err"
 t_ok $? "unknown synthetic codec: exit 1, named"
+
+# 5. the backend switch
+out=$("$P" codec -c $C --backend cpu "$T_TMP/in.wav" "$T_TMP/rt-cpu.raw")
+t_check "--backend cpu: said on the line" grep -q "frames_out=4 .*backend=cpu" <<<"$out"
+t_check "--backend cpu: the default's output" cmp -s "$T_TMP/rt.raw" "$T_TMP/rt-cpu.raw"
+"$P" codec -c $C --backend gpu "$T_TMP/in.wav" "$T_TMP/x.raw" >/dev/null 2>"$T_TMP/err"
+[ $? = 2 ] && grep -q "not cpu or cuda" "$T_TMP/err"
+t_ok $? "--backend gpu: exit 2, the choices named"
+if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+    t_skip "--backend cuda refusal without a GPU: this machine has one (test_mimi_cuda checks it)"
+else
+    "$P" codec -c $C --backend cuda "$T_TMP/in.wav" "$T_TMP/x.raw" >/dev/null 2>"$T_TMP/err"
+    [ $? = 1 ] && [ "$(wc -l <"$T_TMP/err")" = 1 ] && grep -qi "cuda" "$T_TMP/err" && [ ! -e "$T_TMP/x.raw" ]
+    t_ok $? "--backend cuda without a GPU: exit 1, one message, nothing written ($(cat "$T_TMP/err"))"
+fi
 t_done

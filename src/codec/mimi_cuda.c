@@ -1,0 +1,542 @@
+/* mimi_cuda.c: Mimi's batched streaming encode and decode on CUDA, the
+ * host side: the same sequence of layers as mimi.c, each convolution as
+ * im2col + one cuBLAS SGEMM across the batch (a transposed one as one
+ * SGEMM + overlap-add), the transformers' projections as SGEMMs and the
+ * rest as the kernels of kernels/mimi.cu. Built into the CUDA module
+ * (libmetronome_cuda.so) and reached through mimi_cuda_ops (mimi_cuda.h).
+ *
+ * The weights are one device copy of the model's fp32 arena (a layer's
+ * device pointer is its host pointer's offset into the arena); every
+ * session's state lives on the device, in a pool of max_sessions rows of
+ * state_floats (mimi_state.x's layout), with its positions and
+ * first-frame flag on the host. SGEMMs run in plain fp32 (no TF32): the
+ * parity test holds them to the CPU's float32 tolerance. */
+#include "codec/mimi_cuda.h"
+#include "codec/mimi_impl.h"
+#include "util/errmsg.h"
+#include "../../kernels/mimi_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mimi_cuda {
+    const mimi_model *m;
+    int    max_batch, max_sessions;
+    cudaStream_t   stream;
+    cublasHandle_t blas;
+    size_t bytes;         /* device bytes held */
+    float *w;             /* [arena_floats]: the weights */
+    float *st;            /* [max_sessions][state_floats]: sessions' states */
+    float *act[4];        /* [max_act * max_batch] each: the ping-pong */
+    float *col;           /* [col_floats * max_batch]: im2col / transposed GEMM */
+    float *h, *att;       /* [d][max_batch * T] */
+    float *qkv;           /* [3 d][max_batch * T] */
+    float *ff;            /* [ff][max_batch * T] */
+    float *r, *sum2;      /* [qd][max_batch] */
+    float *sc;            /* [bins][max_batch] */
+    float *io;            /* [max_batch][frame]: PCM in or out */
+    int32_t *codes;       /* [max_batch][n_q] */
+    int32_t *slot;        /* [max_batch]: this call's slots */
+    int32_t *first;       /* [max_batch]: the downsample's context unset */
+    int64_t *pos;         /* [max_batch]: transformer positions at the call */
+    /* host, per slot */
+    int64_t *enc_pos, *dec_pos;
+    int32_t *down_first;
+    /* host staging, per call: [max_batch] */
+    int32_t *h_slot, *h_first;
+    int64_t *h_pos;
+};
+
+#define CU(call, what)                                                                   \
+    do {                                                                                 \
+        int e_ = (int)(call);                                                            \
+        if (e_ != 0) {                                                                   \
+            mt_set_err(err, errlen, "mimi cuda: %s: %s", what,                           \
+                       cudaGetErrorString((cudaError_t)e_));                             \
+            return -1;                                                                   \
+        }                                                                                \
+    } while (0)
+
+#define BL(call, what)                                                                   \
+    do {                                                                                 \
+        cublasStatus_t s_ = (call);                                                      \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+            mt_set_err(err, errlen, "mimi cuda: %s: cuBLAS status %d", what, (int)s_);   \
+            return -1;                                                                   \
+        }                                                                                \
+    } while (0)
+
+/* A weight's device copy (NULL stays NULL). */
+static const float *D(const mimi_cuda *g, const float *p)
+{
+    return p ? g->w + (p - g->m->arena) : NULL;
+}
+
+static mt_cu_conv geom(const mimi_conv *cv)
+{
+    mt_cu_conv k = { cv->cin, cv->cout, cv->k, cv->stride, cv->dil, cv->tin, cv->tout,
+                     cv->ctx, cv->grouped, cv->st };
+    return k;
+}
+
+/* Row-major C [M][N] = alpha op(A) op(B) + beta C, as cblas_sgemm: cuBLAS
+ * is column-major, so it computes C^T = op(B)^T op(A)^T. */
+static int sgemm(mimi_cuda *g, int ta, int M, int N, int K, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc, char *err, size_t errlen)
+{
+    const float one = 1.0f;
+    BL(cublasSgemm(g->blas, CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B, ldb,
+                   A, lda, &beta, C, ldc),
+       "sgemm");
+    return 0;
+}
+
+/* ---- convolutions ---------------------------------------------------------------- */
+
+/* Y [cout][B*tout] = conv(context ++ X [cin][B*tin]); contexts updated. */
+static int conv_fwd(mimi_cuda *g, const mimi_conv *cv, int B, const float *X, float *Y,
+                    char *err, size_t errlen)
+{
+    const mt_cu_conv k = geom(cv);
+    const size_t stride = g->m->state_floats;
+    const int N = B * cv->tout, Nin = B * cv->tin;
+    if (cv->replicate && cv->ctx > 0)
+        CU(mt_cu_mimi_replicate(&k, g->st, stride, g->slot, g->first, B, X, g->stream), "replicate");
+    CU(mt_cu_mimi_bias(Y, D(g, cv->b), cv->cout, (size_t)N, g->stream), "bias");
+    if (cv->k == 1 && cv->stride == 1) {
+        if (sgemm(g, 0, cv->cout, N, cv->cin, D(g, cv->w), cv->cin, X, Nin, 1.0f, Y, N, err, errlen))
+            return -1;
+    } else {
+        int rows = cv->cin * cv->k;
+        CU(mt_cu_mimi_im2col(&k, g->st, stride, g->slot, B, X, g->col, g->stream), "im2col");
+        if (sgemm(g, 0, cv->cout, N, rows, D(g, cv->w), rows, g->col, N, 1.0f, Y, N, err, errlen))
+            return -1;
+    }
+    CU(mt_cu_mimi_conv_state(&k, g->st, stride, g->slot, B, X, g->stream), "conv state");
+    return 0;
+}
+
+/* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin] + the pending
+ * overlap; the new overlap kept. */
+static int convtr_fwd(mimi_cuda *g, const mimi_conv *cv, int B, const float *X, float *Y,
+                      char *err, size_t errlen)
+{
+    const mt_cu_conv k = geom(cv);
+    const int N = B * cv->tin, rows = cv->cout * cv->k;
+    if (!cv->grouped &&   /* Z [cout*k][N] = W^T X, W [cin][cout*k] */
+        sgemm(g, 1, rows, N, cv->cin, D(g, cv->w), rows, X, N, 0.0f, g->col, N, err, errlen))
+        return -1;
+    CU(mt_cu_mimi_convtr_ola(&k, g->st, g->m->state_floats, g->slot, B, g->col, D(g, cv->w), X,
+                             D(g, cv->b), Y, g->stream),
+       "overlap-add");
+    return 0;
+}
+
+static int elu(mimi_cuda *g, float *dst, const float *src, size_t n, char *err, size_t errlen)
+{
+    CU(mt_cu_mimi_elu(dst, src, n, g->stream), "elu");
+    return 0;
+}
+
+/* The residual block pair of the SEANet at A[cur] (mimi.c's order). */
+static int residual(mimi_cuda *g, const mimi_conv *c1, const mimi_conv *c2, int B, int cur,
+                    char *err, size_t errlen)
+{
+    float **A = g->act;
+    if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin, err, errlen) ||
+        conv_fwd(g, c1, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen) ||
+        elu(g, A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout, err, errlen) ||
+        conv_fwd(g, c2, B, A[(cur + 2) % 4], A[(cur + 3) % 4], err, errlen))
+        return -1;
+    CU(mt_cu_mimi_add(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout, g->stream), "add");
+    return 0;
+}
+
+/* ---- transformer ------------------------------------------------------------------ */
+
+/* x [d][B*T] through the layers, at the positions in g->pos. */
+static int transformer_fwd(mimi_cuda *g, const mimi_tlayer *L, int B, float *x, char *err,
+                           size_t errlen)
+{
+    const mimi_config *c = &g->m->c;
+    const int d = c->d_model, ff = c->dim_feedforward, hd = d / c->num_heads, T = g->m->enc_steps;
+    const int N = B * T;
+    const size_t stride = g->m->state_floats;
+    for (int li = 0; li < c->num_layers; li++) {
+        const mimi_tlayer *l = &L[li];
+        CU(mt_cu_mimi_layer_norm(g->h, x, D(g, l->n1w), D(g, l->n1b), d, (size_t)N, g->stream),
+           "layer norm");
+        if (sgemm(g, 0, 3 * d, N, d, D(g, l->in_proj), d, g->h, N, 0.0f, g->qkv, N, err, errlen))
+            return -1;
+        CU(mt_cu_mimi_rope_ring(g->qkv, g->st, stride, g->slot, g->pos, B, T, d, hd, c->context,
+                                c->max_period, l->st_k, l->st_v, g->stream),
+           "rotary");
+        CU(mt_cu_mimi_ring_attention(g->qkv, g->att, g->st, stride, g->slot, g->pos, B, T, d, hd,
+                                     c->context, l->st_k, l->st_v, g->stream),
+           "ring attention");
+        if (sgemm(g, 0, d, N, d, D(g, l->out_proj), d, g->att, N, 0.0f, g->h, N, err, errlen))
+            return -1;
+        CU(mt_cu_mimi_scale_add(x, g->h, D(g, l->ls1), d, (size_t)N, g->stream), "layer scale");
+        CU(mt_cu_mimi_layer_norm(g->h, x, D(g, l->n2w), D(g, l->n2b), d, (size_t)N, g->stream),
+           "layer norm");
+        if (sgemm(g, 0, ff, N, d, D(g, l->l1), d, g->h, N, 0.0f, g->ff, N, err, errlen))
+            return -1;
+        CU(mt_cu_mimi_gelu(g->ff, (size_t)ff * N, g->stream), "gelu");
+        if (sgemm(g, 0, d, N, ff, D(g, l->l2), ff, g->ff, N, 0.0f, g->h, N, err, errlen))
+            return -1;
+        CU(mt_cu_mimi_scale_add(x, g->h, D(g, l->ls2), d, (size_t)N, g->stream), "layer scale");
+    }
+    return 0;
+}
+
+/* This call's slots, first-frame flags and (dec or enc) positions to the
+ * device. */
+static int upload_call(mimi_cuda *g, const int *slot, int B, int dec, char *err, size_t errlen)
+{
+    for (int b = 0; b < B; b++) {
+        g->h_slot[b] = slot[b];
+        g->h_first[b] = g->down_first[slot[b]];
+        g->h_pos[b] = dec ? g->dec_pos[slot[b]] : g->enc_pos[slot[b]];
+    }
+    CU(cudaMemcpyAsync(g->slot, g->h_slot, (size_t)B * sizeof *g->slot, cudaMemcpyHostToDevice,
+                       g->stream), "upload");
+    CU(cudaMemcpyAsync(g->first, g->h_first, (size_t)B * sizeof *g->first, cudaMemcpyHostToDevice,
+                       g->stream), "upload");
+    CU(cudaMemcpyAsync(g->pos, g->h_pos, (size_t)B * sizeof *g->pos, cudaMemcpyHostToDevice,
+                       g->stream), "upload");
+    return 0;
+}
+
+/* ---- the codec ---------------------------------------------------------------------- */
+
+static int g_check(const mimi_cuda *g, const int *slot, int B, char *err, size_t errlen)
+{
+    if (B < 1 || B > g->max_batch) {
+        mt_set_err(err, errlen, "mimi cuda: batch of %d (1..%d)", B, g->max_batch);
+        return -1;
+    }
+    for (int b = 0; b < B; b++)
+        if (slot[b] < 0 || slot[b] >= g->max_sessions) {
+            mt_set_err(err, errlen, "mimi cuda: slot %d outside 0..%d", slot[b], g->max_sessions - 1);
+            return -1;
+        }
+    return 0;
+}
+
+static int g_encode(mimi_cuda *g, const int *slot, int B, const float *pcm, int32_t *codes,
+                    char *err, size_t errlen)
+{
+    if (g_check(g, slot, B, err, errlen))
+        return -1;
+    const mimi_model *m = g->m;
+    const mimi_config *c = &m->c;
+    float **A = g->act;
+    if (upload_call(g, slot, B, 0, err, errlen))
+        return -1;
+    CU(cudaMemcpyAsync(g->io, pcm, (size_t)B * m->frame * sizeof(float), cudaMemcpyHostToDevice,
+                       g->stream), "pcm upload");
+    int cur = 0, ci = 0;
+    if (conv_fwd(g, &m->enc[ci++], B, g->io, A[0], err, errlen))
+        return -1;
+    for (int r = c->n_ratios - 1; r >= 0; r--) {
+        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
+            if (residual(g, &m->enc[ci], &m->enc[ci + 1], B, cur, err, errlen))
+                return -1;
+        const mimi_conv *dn = &m->enc[ci++];
+        if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)dn->cin * B * dn->tin, err, errlen) ||
+            conv_fwd(g, dn, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen))
+            return -1;
+        cur = (cur + 2) % 4;
+    }
+    const mimi_conv *last = &m->enc[ci++];
+    if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin, err, errlen) ||
+        conv_fwd(g, last, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen))
+        return -1;
+    cur = (cur + 2) % 4;
+    if (transformer_fwd(g, m->etr, B, A[cur], err, errlen))
+        return -1;
+    float *lat = A[(cur + 1) % 4];   /* [dim][B] */
+    if (conv_fwd(g, &m->down, B, A[cur], lat, err, errlen))
+        return -1;
+
+    const int qd = c->q_dimension, nq = c->n_q_used;
+    const mimi_rvq *qs[2] = { &m->first, &m->rest };
+    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
+    int code0 = 0;
+    for (int r = 0; r < 2; r++) {
+        if (nqs[r] == 0)
+            continue;
+        if (sgemm(g, 0, qd, B, c->dimension, D(g, qs[r]->in_proj), c->dimension, lat, B, 0.0f,
+                  g->r, B, err, errlen))
+            return -1;
+        for (int i = 0; i < nqs[r]; i++) {
+            if (sgemm(g, 0, c->bins, B, qd, D(g, qs[r]->cb[i]), qd, g->r, B, 0.0f, g->sc, B, err,
+                      errlen))
+                return -1;
+            CU(mt_cu_mimi_rvq_pick(g->sc, D(g, qs[r]->norm2[i]), D(g, qs[r]->cb[i]), g->r, g->codes,
+                                   nq, code0 + i, c->bins, qd, B, g->stream),
+               "nearest centroid");
+        }
+        code0 += nqs[r];
+    }
+    CU(cudaMemcpyAsync(codes, g->codes, (size_t)B * nq * sizeof *codes, cudaMemcpyDeviceToHost,
+                       g->stream), "codes download");
+    CU(cudaStreamSynchronize(g->stream), "encode");
+    for (int b = 0; b < B; b++) {
+        g->enc_pos[slot[b]] += m->enc_steps;
+        g->down_first[slot[b]] = 0;
+    }
+    return 0;
+}
+
+static int g_decode(mimi_cuda *g, const int *slot, int B, const int32_t *codes, float *pcm,
+                    char *err, size_t errlen)
+{
+    if (g_check(g, slot, B, err, errlen))
+        return -1;
+    const mimi_model *m = g->m;
+    const mimi_config *c = &m->c;
+    const int qd = c->q_dimension, nq = c->n_q_used;
+    float **A = g->act;
+    if (upload_call(g, slot, B, 1, err, errlen))
+        return -1;
+    CU(cudaMemcpyAsync(g->codes, codes, (size_t)B * nq * sizeof *codes, cudaMemcpyHostToDevice,
+                       g->stream), "codes upload");
+    float *lat = A[0];   /* [dim][B] */
+    const mimi_rvq *qs[2] = { &m->first, &m->rest };
+    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
+    int code0 = 0;
+    for (int r = 0; r < 2; r++) {
+        if (nqs[r] == 0)
+            continue;
+        CU(cudaMemsetAsync(g->sum2, 0, (size_t)qd * B * sizeof(float), g->stream), "memset");
+        for (int i = 0; i < nqs[r]; i++)
+            CU(mt_cu_mimi_dequant(D(g, qs[r]->cb[i]), g->codes, nq, code0 + i, qd, B, g->sum2,
+                                  g->stream),
+               "dequantize");
+        if (sgemm(g, 0, c->dimension, B, qd, D(g, qs[r]->out_proj), qd, g->sum2, B,
+                  r ? 1.0f : 0.0f, lat, B, err, errlen))
+            return -1;
+        code0 += nqs[r];
+    }
+    if (convtr_fwd(g, &m->up, B, lat, A[1], err, errlen) ||
+        transformer_fwd(g, m->dtr, B, A[1], err, errlen))
+        return -1;
+    int cur = 1, ci = 0;
+    if (conv_fwd(g, &m->dec[ci++], B, A[cur], A[(cur + 1) % 4], err, errlen))
+        return -1;
+    cur = (cur + 1) % 4;
+    for (int r = 0; r < c->n_ratios; r++) {
+        const mimi_conv *up = &m->dec[ci++];
+        if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)up->cin * B * up->tin, err, errlen) ||
+            convtr_fwd(g, up, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen))
+            return -1;
+        cur = (cur + 2) % 4;
+        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
+            if (residual(g, &m->dec[ci], &m->dec[ci + 1], B, cur, err, errlen))
+                return -1;
+    }
+    const mimi_conv *last = &m->dec[ci++];
+    if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin, err, errlen) ||
+        conv_fwd(g, last, B, A[(cur + 1) % 4], g->io, err, errlen))
+        return -1;
+    CU(cudaMemcpyAsync(pcm, g->io, (size_t)B * m->frame * sizeof(float), cudaMemcpyDeviceToHost,
+                       g->stream), "pcm download");
+    CU(cudaStreamSynchronize(g->stream), "decode");
+    for (int b = 0; b < B; b++)
+        g->dec_pos[slot[b]] += m->enc_steps;
+    return 0;
+}
+
+static int g_reset(mimi_cuda *g, int slot, char *err, size_t errlen)
+{
+    if (slot < 0 || slot >= g->max_sessions) {
+        mt_set_err(err, errlen, "mimi cuda: slot %d outside 0..%d", slot, g->max_sessions - 1);
+        return -1;
+    }
+    size_t n = g->m->state_floats;
+    CU(cudaMemsetAsync(g->st + (size_t)slot * n, 0, n * sizeof(float), g->stream), "reset");
+    CU(cudaStreamSynchronize(g->stream), "reset");
+    g->enc_pos[slot] = g->dec_pos[slot] = 0;
+    g->down_first[slot] = 1;
+    return 0;
+}
+
+static void g_destroy(mimi_cuda *g)
+{
+    if (!g)
+        return;
+    void *dev[] = { g->w, g->st, g->act[0], g->act[1], g->act[2], g->act[3], g->col, g->h,
+                    g->att, g->qkv, g->ff, g->r, g->sum2, g->sc, g->io, g->codes, g->slot,
+                    g->first, g->pos };
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i])
+            (void)cudaFree(dev[i]);
+    if (g->blas)
+        (void)cublasDestroy(g->blas);
+    if (g->stream)
+        (void)cudaStreamDestroy(g->stream);
+    free(g->enc_pos); free(g->dec_pos); free(g->down_first);
+    free(g->h_slot); free(g->h_first); free(g->h_pos);
+    free(g);
+}
+
+/* The largest im2col or transposed-GEMM matrix of one session, floats. */
+static size_t col_floats(const mimi_model *m)
+{
+    size_t mx = 0;
+    const mimi_conv *all[2 * MIMI_MAX_CONVS + 2];
+    int n = 0;
+    for (int i = 0; i < m->n_enc; i++) all[n++] = &m->enc[i];
+    for (int i = 0; i < m->n_dec; i++) all[n++] = &m->dec[i];
+    all[n++] = &m->down;
+    all[n++] = &m->up;
+    for (int i = 0; i < n; i++) {
+        const mimi_conv *cv = all[i];
+        size_t f = cv->grouped ? 0 : cv->tr ? (size_t)cv->cout * cv->k * cv->tin
+                                            : (size_t)cv->cin * cv->k * cv->tout;
+        if (f > mx)
+            mx = f;
+    }
+    return mx;
+}
+
+static int dev_alloc(mimi_cuda *g, void *pp, size_t bytes, char *err, size_t errlen)
+{
+    void **p = (void **)pp;
+    if (bytes == 0)
+        bytes = sizeof(float);
+    CU(cudaMalloc(p, bytes), "device memory");
+    g->bytes += bytes;
+    CU(cudaMemsetAsync(*p, 0, bytes, g->stream), "memset");
+    return 0;
+}
+
+static int g_create(const mimi_model *m, int max_batch, int max_sessions, mimi_cuda **out,
+                    char *err, size_t errlen)
+{
+    *out = NULL;
+    if (max_batch < 1 || max_batch > 4096 || max_sessions < 1 || max_sessions > 65536) {
+        mt_set_err(err, errlen, "mimi cuda: batch %d / sessions %d out of range", max_batch,
+                   max_sessions);
+        return -1;
+    }
+    if (!m->arena) {
+        mt_set_err(err, errlen, "mimi cuda: the model has no weights (a shape only)");
+        return -1;
+    }
+    for (int i = 0; i < m->n_dec; i++)
+        if (m->dec[i].tr && m->dec[i].ctx > m->dec[i].tout) {
+            mt_set_err(err, errlen, "mimi cuda: decoder layer %d's overlap (%d) exceeds its frame (%d)",
+                       i, m->dec[i].ctx, m->dec[i].tout);
+            return -1;
+        }
+    if (m->up.ctx > m->up.tout) {
+        mt_set_err(err, errlen, "mimi cuda: the upsample's overlap exceeds its frame");
+        return -1;
+    }
+    const mimi_config *c = &m->c;
+    if (((size_t)c->d_model / c->num_heads + c->context + 128) * sizeof(float) > 48 * 1024) {
+        mt_set_err(err, errlen, "mimi cuda: a ring of %d steps does not fit the attention kernel's shared memory",
+                   c->context);
+        return -1;
+    }
+    mimi_cuda *g = calloc(1, sizeof *g);
+    if (!g) {
+        mt_set_err(err, errlen, "mimi cuda: out of memory");
+        return -1;
+    }
+    g->m = m;
+    g->max_batch = max_batch;
+    g->max_sessions = max_sessions;
+    size_t S = (size_t)max_sessions, Bm = (size_t)max_batch, N = Bm * (size_t)m->enc_steps;
+    g->enc_pos = calloc(S, sizeof *g->enc_pos);
+    g->dec_pos = calloc(S, sizeof *g->dec_pos);
+    g->down_first = calloc(S, sizeof *g->down_first);
+    g->h_slot = calloc(Bm, sizeof *g->h_slot);
+    g->h_first = calloc(Bm, sizeof *g->h_first);
+    g->h_pos = calloc(Bm, sizeof *g->h_pos);
+    if (!g->enc_pos || !g->dec_pos || !g->down_first || !g->h_slot || !g->h_first || !g->h_pos) {
+        mt_set_err(err, errlen, "mimi cuda: out of memory");
+        g_destroy(g);
+        return -1;
+    }
+    for (size_t i = 0; i < S; i++)
+        g->down_first[i] = 1;
+    int rc = 0;
+    cudaError_t ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        mt_set_err(err, errlen, "mimi cuda: stream: %s", cudaGetErrorString(ce));
+        g->stream = NULL;
+        rc = -1;
+    }
+    if (rc == 0 && cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
+        mt_set_err(err, errlen, "mimi cuda: cublasCreate failed");
+        g->blas = NULL;
+        rc = -1;
+    }
+    /* plain fp32: no TF32 tensor-core rounding of the SGEMMs' inputs */
+    if (rc == 0 && (cublasSetStream(g->blas, g->stream) != CUBLAS_STATUS_SUCCESS ||
+                    cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)) {
+        mt_set_err(err, errlen, "mimi cuda: cuBLAS stream or math mode refused");
+        rc = -1;
+    }
+    const size_t F = sizeof(float);
+    if (rc == 0)
+        rc = dev_alloc(g, &g->w, m->arena_floats * F, err, errlen) ||
+             dev_alloc(g, &g->st, S * m->state_floats * F, err, errlen) ||
+             dev_alloc(g, &g->act[0], m->max_act * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->act[1], m->max_act * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->act[2], m->max_act * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->act[3], m->max_act * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->col, col_floats(m) * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->h, (size_t)c->d_model * N * F, err, errlen) ||
+             dev_alloc(g, &g->att, (size_t)c->d_model * N * F, err, errlen) ||
+             dev_alloc(g, &g->qkv, (size_t)3 * c->d_model * N * F, err, errlen) ||
+             dev_alloc(g, &g->ff, (size_t)c->dim_feedforward * N * F, err, errlen) ||
+             dev_alloc(g, &g->r, (size_t)c->q_dimension * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->sum2, (size_t)c->q_dimension * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->sc, (size_t)c->bins * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->io, (size_t)m->frame * Bm * F, err, errlen) ||
+             dev_alloc(g, &g->codes, (size_t)c->n_q * Bm * sizeof(int32_t), err, errlen) ||
+             dev_alloc(g, &g->slot, Bm * sizeof(int32_t), err, errlen) ||
+             dev_alloc(g, &g->first, Bm * sizeof(int32_t), err, errlen) ||
+             dev_alloc(g, &g->pos, Bm * sizeof(int64_t), err, errlen)
+                 ? -1 : 0;
+    if (rc == 0) {
+        /* the memsets above are on g->stream, which the legacy default
+         * stream does not wait for */
+        ce = cudaStreamSynchronize(g->stream);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpy(g->w, m->arena, m->arena_floats * F, cudaMemcpyHostToDevice);
+        if (ce != cudaSuccess) {
+            mt_set_err(err, errlen, "mimi cuda: weights upload: %s", cudaGetErrorString(ce));
+            rc = -1;
+        }
+    }
+    if (rc != 0) {
+        g_destroy(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+static size_t g_device_bytes(const mimi_cuda *g) { return g->bytes; }
+
+const mimi_cuda_ops *mimi_cuda_ops_get(void)
+{
+    static const mimi_cuda_ops ops = {
+        .abi = MIMI_CUDA_ABI,
+        .model_size = sizeof(struct mimi_model),
+        .create = g_create,
+        .destroy = g_destroy,
+        .reset = g_reset,
+        .encode = g_encode,
+        .decode = g_decode,
+        .device_bytes = g_device_bytes,
+    };
+    return &ops;
+}

@@ -1,0 +1,262 @@
+/* depformer_cuda.c: Kyutai's depformer on CUDA (depformer_cuda.h), the
+ * host side: the same step as depformer.c, each product one cuBLAS SGEMM
+ * over the batch's rows with that step's weights, the rest the kernels of
+ * kernels/depformer.cu. Built into the CUDA module. */
+#include "decode/depformer_cuda.h"
+#include "util/errmsg.h"
+#include "../../kernels/depformer_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Device copies of the side tensors the depformer reads. */
+typedef struct dep_w {
+    float *wqkv, *wo, *w_in, *w_out;
+} dep_w;
+
+struct mt_dep_cuda {
+    const mt_kyutai_lm *lm;
+    int maxb, B;
+    cudaStream_t   stream;
+    cublasHandle_t blas;
+    size_t bytes;
+    float *wbuf;                  /* every weight below, one allocation */
+    float *dep_in[MT_KY_MAX_Q];   /* [dep_q] of [dd, dim] */
+    float *dep_text_emb;          /* [text_card + 1, dd] */
+    float *dep_emb[MT_KY_MAX_Q];  /* [dep_q - 1] of [card + 1, dd] */
+    float *linears[MT_KY_MAX_Q];  /* [dep_q] of [card, dd] */
+    float **norm1, **norm2;       /* [layers] of [dd] (host arrays of device pointers) */
+    dep_w *dep;                   /* [layers * dep_q] (host array of device pointers) */
+    float *h;                     /* [maxb, dim] */
+    float *x, *xn, *att;          /* [maxb, dd] */
+    float *qkv;                   /* [maxb, 3 dd] */
+    float *gu;                    /* [maxb, 2 ffn] */
+    float *kv;                    /* [layers][maxb][2][dep_q][dd] */
+    float *logits;                /* [maxb, card] */
+    int32_t *tok;                 /* [maxb] */
+};
+
+#define CU(call, what)                                                                   \
+    do {                                                                                 \
+        int e_ = (int)(call);                                                            \
+        if (e_ != 0) {                                                                   \
+            mt_set_err(err, errlen, "depformer cuda: %s: %s", what,                      \
+                       cudaGetErrorString((cudaError_t)e_));                             \
+            return -1;                                                                   \
+        }                                                                                \
+    } while (0)
+
+/* Y [B, N] (+)= X [B, K] (rows ldx apart) . W [N, K]^T: column-major,
+ * Y^T = W^T' X^T with W read transposed. */
+static int gemm(mt_dep_cuda *g, int B, int N, int K, const float *X, int ldx, const float *W,
+                float beta, float *Y, char *err, size_t errlen)
+{
+    const float one = 1.0f;
+    cublasStatus_t s = cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, B, K, &one, W, K, X, ldx,
+                                   &beta, Y, N);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        mt_set_err(err, errlen, "depformer cuda: sgemm: cuBLAS status %d", (int)s);
+        return -1;
+    }
+    return 0;
+}
+
+static void g_destroy(mt_dep_cuda *g)
+{
+    if (!g)
+        return;
+    void *dev[] = { g->wbuf, g->h, g->x, g->xn, g->att, g->qkv, g->gu, g->kv, g->logits, g->tok };
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i])
+            (void)cudaFree(dev[i]);
+    if (g->blas)
+        (void)cublasDestroy(g->blas);
+    if (g->stream)
+        (void)cudaStreamDestroy(g->stream);
+    free(g->dep);
+    free(g->norm1);
+    free(g->norm2);
+    free(g);
+}
+
+/* The weights: a table of (host source, floats, device destination). */
+typedef struct wcopy {
+    const float *src;
+    size_t n;
+    float **dst;
+} wcopy;
+
+static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, char *err,
+                    size_t errlen)
+{
+    const mt_kyutai_config *kc = &lm->kc;
+    *out = NULL;
+    if (kc->dep_q < 1 || kc->dep_q > MT_KY_MAX_Q || lm->shape_only || max_batch < 1 ||
+        max_batch > 65535) {
+        mt_set_err(err, errlen, "depformer cuda: no depformer, no host weights or batch %d", max_batch);
+        return -1;
+    }
+    mt_dep_cuda *g = calloc(1, sizeof *g);
+    const int L = kc->dep_layers, Q = kc->dep_q;
+    if (g)
+        g->dep = calloc((size_t)L * Q, sizeof *g->dep);
+    if (!g || !g->dep) {
+        free(g);
+        mt_set_err(err, errlen, "depformer cuda: out of memory");
+        return -1;
+    }
+    g->lm = lm;
+    g->maxb = max_batch;
+    const size_t dd = (size_t)kc->dep_dim, F = (size_t)kc->dep_ffn, R = (size_t)max_batch;
+    int nw = 0;
+    wcopy *wc = calloc((size_t)4 * Q + 1 + 2 * (size_t)L + 4 * (size_t)L * Q, sizeof *wc);
+    float **n1 = calloc((size_t)L, sizeof *n1), **n2 = calloc((size_t)L, sizeof *n2);
+    int rc = wc && n1 && n2 ? 0 : -2;
+    if (rc)
+        mt_set_err(err, errlen, "depformer cuda: out of memory");
+    for (int k = 0; rc == 0 && k < Q; k++) {
+        wc[nw++] = (wcopy){ lm->dep_in[k], dd * kc->dim, &g->dep_in[k] };
+        wc[nw++] = (wcopy){ lm->linears[k], dd * kc->card, &g->linears[k] };
+        if (k > 0)
+            wc[nw++] = (wcopy){ lm->dep_emb[k - 1], dd * (kc->card + 1), &g->dep_emb[k - 1] };
+    }
+    if (rc == 0)
+        wc[nw++] = (wcopy){ lm->dep_text_emb, dd * (kc->text_card + 1), &g->dep_text_emb };
+    for (int l = 0; rc == 0 && l < L; l++) {
+        wc[nw++] = (wcopy){ lm->dep_norm1[l], dd, &n1[l] };
+        wc[nw++] = (wcopy){ lm->dep_norm2[l], dd, &n2[l] };
+        for (int k = 0; k < Q; k++) {
+            const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
+            dep_w *d = &g->dep[(size_t)l * Q + k];
+            wc[nw++] = (wcopy){ w->wqkv, 3 * dd * dd, &d->wqkv };
+            wc[nw++] = (wcopy){ w->wo, dd * dd, &d->wo };
+            wc[nw++] = (wcopy){ w->w_in, 2 * F * dd, &d->w_in };
+            wc[nw++] = (wcopy){ w->w_out, dd * F, &d->w_out };
+        }
+    }
+    size_t total = 0;
+    for (int i = 0; i < nw; i++)
+        total += wc[i].n;
+    cudaError_t ce = cudaSuccess;
+    if (rc == 0 && (ce = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        g->stream = NULL;
+        rc = -1;
+    }
+    if (rc == 0 && cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
+        g->blas = NULL;
+        mt_set_err(err, errlen, "depformer cuda: cublasCreate failed");
+        rc = -2;
+    }
+    if (rc == 0 && (cublasSetStream(g->blas, g->stream) != CUBLAS_STATUS_SUCCESS ||
+                    cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS)) {
+        mt_set_err(err, errlen, "depformer cuda: cuBLAS stream or math mode refused");
+        rc = -2;
+    }
+    struct { void **p; size_t bytes; } al[] = {
+        { (void **)&g->wbuf, total * sizeof(float) },
+        { (void **)&g->h, R * kc->dim * sizeof(float) },
+        { (void **)&g->x, R * dd * sizeof(float) },
+        { (void **)&g->xn, R * dd * sizeof(float) },
+        { (void **)&g->att, R * dd * sizeof(float) },
+        { (void **)&g->qkv, R * 3 * dd * sizeof(float) },
+        { (void **)&g->gu, R * 2 * F * sizeof(float) },
+        { (void **)&g->kv, (size_t)L * R * 2 * Q * dd * sizeof(float) },
+        { (void **)&g->logits, R * kc->card * sizeof(float) },
+        { (void **)&g->tok, R * sizeof(int32_t) },
+    };
+    for (size_t i = 0; rc == 0 && i < sizeof al / sizeof al[0]; i++) {
+        if ((ce = cudaMalloc(al[i].p, al[i].bytes)) != cudaSuccess)
+            rc = -1;
+        else
+            g->bytes += al[i].bytes;
+    }
+    size_t off = 0;
+    for (int i = 0; rc == 0 && i < nw; i++) {
+        *wc[i].dst = g->wbuf + off;
+        if ((ce = cudaMemcpy(*wc[i].dst, wc[i].src, wc[i].n * sizeof(float),
+                             cudaMemcpyHostToDevice)) != cudaSuccess)
+            rc = -1;
+        off += wc[i].n;
+    }
+    if (rc == -1)
+        mt_set_err(err, errlen, "depformer cuda: %s", cudaGetErrorString(ce));
+    g->norm1 = n1;   /* g_destroy frees them from here */
+    g->norm2 = n2;
+    free(wc);
+    if (rc != 0) {
+        g_destroy(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+static int g_begin(mt_dep_cuda *g, int B, const float *h, char *err, size_t errlen)
+{
+    if (B < 1 || B > g->maxb) {
+        mt_set_err(err, errlen, "depformer cuda: batch of %d (1..%d)", B, g->maxb);
+        return -1;
+    }
+    g->B = B;
+    CU(cudaMemcpyAsync(g->h, h, (size_t)B * g->lm->kc.dim * sizeof(float), cudaMemcpyHostToDevice,
+                       g->stream), "h upload");
+    return 0;
+}
+
+static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
+                  size_t errlen)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int B = g->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
+    if (k < 0 || k >= Q || B < 1) {
+        mt_set_err(err, errlen, "depformer cuda: step %d of %d (batch %d)", k, Q, B);
+        return -1;
+    }
+    CU(cudaMemcpyAsync(g->tok, prev, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       g->stream), "tokens upload");
+    if (gemm(g, B, dd, kc->dim, g->h, kc->dim, g->dep_in[k], 0.0f, g->x, err, errlen))
+        return -1;
+    CU(mt_cu_dep_add_emb(g->x, k == 0 ? g->dep_text_emb : g->dep_emb[k - 1], g->tok, B, dd,
+                         g->stream), "embedding");
+    for (int l = 0; l < kc->dep_layers; l++) {
+        const dep_w *w = &g->dep[(size_t)l * Q + k];
+        float *kv = g->kv + (size_t)l * g->maxb * 2 * Q * dd;
+        CU(mt_cu_dep_rmsnorm(g->xn, g->x, g->norm1[l], B, dd, kc->eps, g->stream), "rmsnorm");
+        if (gemm(g, B, 3 * dd, dd, g->xn, dd, w->wqkv, 0.0f, g->qkv, err, errlen))
+            return -1;
+        CU(mt_cu_dep_attention(g->qkv, kv, g->att, B, Q, dd, kc->dep_heads, k, g->stream),
+           "attention");
+        if (gemm(g, B, dd, dd, g->att, dd, w->wo, 1.0f, g->x, err, errlen))
+            return -1;
+        CU(mt_cu_dep_rmsnorm(g->xn, g->x, g->norm2[l], B, dd, kc->eps, g->stream), "rmsnorm");
+        if (gemm(g, B, 2 * F, dd, g->xn, dd, w->w_in, 0.0f, g->gu, err, errlen))
+            return -1;
+        CU(mt_cu_dep_swiglu(g->gu, B, F, g->stream), "swiglu");
+        if (gemm(g, B, dd, F, g->gu, 2 * F, w->w_out, 1.0f, g->x, err, errlen))
+            return -1;
+    }
+    if (gemm(g, B, kc->card, dd, g->x, dd, g->linears[k], 0.0f, g->logits, err, errlen))
+        return -1;
+    CU(cudaMemcpyAsync(logits, g->logits, (size_t)B * kc->card * sizeof(float),
+                       cudaMemcpyDeviceToHost, g->stream), "logits download");
+    CU(cudaStreamSynchronize(g->stream), "step");
+    return 0;
+}
+
+static size_t g_device_bytes(const mt_dep_cuda *g) { return g->bytes; }
+
+const mt_dep_cuda_ops *mt_depformer_cuda_ops_get(void)
+{
+    static const mt_dep_cuda_ops ops = {
+        .abi = DEP_CUDA_ABI,
+        .lm_size = sizeof(mt_kyutai_lm),
+        .create = g_create,
+        .destroy = g_destroy,
+        .begin = g_begin,
+        .next = g_next,
+        .device_bytes = g_device_bytes,
+    };
+    return &ops;
+}
