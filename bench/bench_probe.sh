@@ -16,7 +16,7 @@ start=$(date +%s.%N)
     { echo "bench_probe: sweep failed: $(tail -1 "$TMP/err")"; exit 1; }
 end=$(date +%s.%N)
 cat "$TMP/sweep"
-wall=$(sed -n 's/^# wall: \([0-9]*\) sessions.*/\1/p' "$TMP/sweep")
+wall=$(sed -n 's/^# wall: \([0-9]*\) sessions.*/\1/p; s/^# no wall up to \([0-9]*\) session.*/\1 (or more)/p' "$TMP/sweep")
 cap=$("$BIN/mt-probe" predict -m "$M" --kv-mem 512M --samples 1 |
       sed -n 's/^bounded capacity\t\([0-9]*\) sessions/\1/p')
 echo "bench_probe: compute wall ${wall:-below 1} sessions; KV capacity of the"\

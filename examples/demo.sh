@@ -12,7 +12,11 @@
 # on a 4 GB slice of its K/V pool, time-scaled x3 so a 50 s load takes
 # about 17 s), the truthful and naive figures of both side by side, and one
 # plot: memory climbing to the wall, then service falling off the cliff
-# while the naive figure stays at 100%.
+# while the naive figure stays at 100%. Step 7 serves a Kyutai-format
+# model (the tiny LM with the tiny Mimi): audio in, audio and text out.
+#
+# About a minute (SESSIONS sessions of speech, then two 50 s loads at x3).
+#   examples/demo.sh       SESSIONS=2 CSCALE=10 MODEL=synthetic:tiny examples/demo.sh
 #
 # If a program is not built yet it says which and exits 1: it never pretends.
 set -u
@@ -164,6 +168,28 @@ GP
 else
     echo "demo: contrast plot skipped (gnuplot missing)" >&2
 fi
+
+step "7. a Kyutai-format model: synthetic:kyutai-tiny-mimi with the tiny Mimi"
+# Kyutai's LM layout (temporal transformer + depformer, random tiny weights)
+# speaking through Mimi: audio in, audio and the text tokens out.
+KSOCK=$TMP/ky.sock
+"$BIN/mt-serve" -s "$KSOCK" -m synthetic:kyutai-tiny-mimi --max-sessions 4 \
+    >"$OUT/kyutai-ticks.log" 2>"$OUT/kyutai-serve.log" &
+KSERVE=$!
+PIDS="$PIDS $KSERVE"
+ex_wait_socket "$KSOCK" 300 "$KSERVE"
+[ -S "$KSOCK" ] || { tail -3 "$OUT/kyutai-serve.log" >&2; fail "mt-serve (Kyutai) did not start"; }
+grep -o 'kyutai .*' "$OUT/kyutai-serve.log" | head -1
+"$BIN/mt-replay" -s "$KSOCK" -n 2 --duration 5s "$OUT/speech.wav" -o "$OUT/kyutai-reply-%d.wav" \
+    -t "$OUT/kyutai-transcript.txt" >"$OUT/kyutai-replay.log" 2>"$OUT/kyutai-replay.err" \
+    || { tail -3 "$OUT/kyutai-replay.err" >&2; fail "mt-replay against the Kyutai model failed"; }
+kill "$KSERVE" 2>/dev/null
+wait "$KSERVE" 2>/dev/null
+grep '^replay_summary=' "$OUT/kyutai-replay.log"
+echo "text records: $(grep -c '^replay_text=' "$OUT/kyutai-replay.log"); first tokens of session 0:" \
+    "$(awk '$1 == 0 { printf "%s ", $3; if (++n == 12) exit }' "$OUT/kyutai-transcript.txt")"
+"$BIN/mt-probe" summarize --kind tick <"$OUT/kyutai-ticks.log" | tail -4 || true
+echo "wrote $OUT/kyutai-reply-0.wav, $OUT/kyutai-transcript.txt (SESSION SEQ TOKEN)"
 
 step "done: files in $OUT"
 ls -1 "$OUT" | sed 's/^/  /'

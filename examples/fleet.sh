@@ -8,6 +8,8 @@
 # lost). HAProxy's stats are sampled every 0.5 s: sessions per instance,
 # the fleet's total, and the sum of the published limits (the walls), into
 # $OUT/fleet.csv and $OUT/fleet.png. SIMULATED: no figure is a measurement.
+# About DUR + 10 s (35 s by default).
+#   examples/fleet.sh      N=6 DUR=4 DRAIN_AT=2 KILL_AT=3 examples/fleet.sh
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 N=${N:-28}                  # sessions in the load
@@ -26,12 +28,18 @@ A=$!; PIDS="$PIDS $A"
 "$BIN/mt-serve" $SIM --listen 127.0.0.1:$PB --agent 127.0.0.1:$AB --max-sessions 10 \
     >"$OUT/lat_b" 2>"$OUT/log_b" &
 B=$!; PIDS="$PIDS $B"
-mkfifo "$TMP/ctl" "$TMP/lines"
+# c's loop: mt-serve > cout; tee < cout > lines (a copy in lat_c);
+# mt-admit < lines > ctl; mt-serve --control ctl. FIFOs, not a shell
+# pipeline, so that C is mt-serve's own pid (a pipeline's $! is its last
+# stage's).
+mkfifo "$TMP/ctl" "$TMP/lines" "$TMP/cout"
 "$BIN/mt-admit" --budget 80ms --max-limit 12 <"$TMP/lines" >"$TMP/ctl" 2>"$OUT/admit_c.log" &
 PIDS="$PIDS $!"
+tee "$OUT/lat_c" <"$TMP/cout" >"$TMP/lines" &
+PIDS="$PIDS $!"
 "$BIN/mt-serve" $SIM --listen 127.0.0.1:$PC --agent 127.0.0.1:$AC --max-sessions 64 \
-    --control "$TMP/ctl" 2>"$OUT/log_c" | tee "$OUT/lat_c" >"$TMP/lines" &
-C=$!; PIDS="$PIDS $C"
+    --control "$TMP/ctl" >"$TMP/cout" 2>"$OUT/log_c" &
+C=$!; PIDS="$C $PIDS"
 for f in log_a log_b log_c; do
     for _ in $(seq 300); do grep -q "agent-check on" "$OUT/$f" && break; sleep 0.1; done
 done
@@ -96,23 +104,28 @@ sox -n -r 24000 -c 1 "$TMP/talk.wav" synth 3 sine 220 vol 0.3 2>/dev/null
     "$TMP/talk.wav" >"$OUT/client.log" 2>"$OUT/client.err" &
 R=$!
 sleep "$DRAIN_AT"; kill -TERM $A
-sleep $((KILL_AT - DRAIN_AT)); kill -9 $B
+sleep $((KILL_AT - DRAIN_AT))
+# the shell's "Killed" notice for b is expected: kept out of the output
+{ kill -9 $B; wait $B; } 2>/dev/null || true
 # late arrivals after the kill: where do they go?
 "$BIN/mt-replay" -s tcp:127.0.0.1:$PH -n 4 --loop --duration 4 "$TMP/talk.wav" \
     >"$OUT/client_late.log" 2>&1 || true
 wait $R || true
-wait $A; echo "a (drained) exit status: $?"
+rc=0; wait $A || rc=$?; echo "a (drained) exit status: $rc"
 sleep 1
 kill $SAMPLER 2>/dev/null || true
 kill -TERM $C 2>/dev/null || true
+wait $C 2>/dev/null || true   # tee and mt-admit end at the end of its stream
 
 cnt() { grep -c "$1" "$2" || true; }
+# the client's own count, one per session (its last attempt)
+key() { sed -n "s/^replay_summary=.* $1=\([0-9]*\).*/\1/p" "$2"; }
 echo "SIMULATED (sim:h200-llama1b): sessions in the load: $N"
-echo "done:     $(cnt 'state=done' "$OUT/client.log")"
-echo "refused:  $(cnt 'replay_rejected=rejected' "$OUT/client.log") ($(grep -o 'reason="[^"]*"' "$OUT/client.log" | sort | uniq -c | tr '\n' ';'))"
-echo "failed:   $(cnt 'replay_rejected=failed' "$OUT/client.log")"
+echo "done:     $(key done "$OUT/client.log")"
+echo "refused:  $(key rejected "$OUT/client.log") ($(grep '^replay_rejected=rejected' "$OUT/client.log" | grep -o 'reason="[^"]*"' | sort | uniq -c | tr '\n' ';'))"
+echo "failed:   $(key failed "$OUT/client.log") (b's, killed with -9, among them)"
 for i in a b c; do echo "admitted by $i: $(cnt 'admitted (tcp' "$OUT/log_$i")"; done
-echo "late arrivals after the kill: $(cnt 'state=done' "$OUT/client_late.log") done"
+echo "late arrivals after the kill: $(key done "$OUT/client_late.log") of 4 done"
 awk -F, 'NR>1 { if ($5 > m) m = $5; if ($9 > w) w = $9 } END { print "peak fleet sessions: " m ", peak sum of published limits: " w }' "$OUT/fleet.csv"
 if command -v gnuplot >/dev/null; then
     gnuplot <<EOF

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # examples/replay.sh: a spoken file (espeak-ng) replayed as N real-time
 # sessions through mt-serve; the returned audio goes to out/replay/, the
-# client's latency lines are summarized by mt-probe.
+# client's latency lines are summarized by mt-probe. About 5 s.
 #   examples/replay.sh            N=8 MODEL=synthetic:tiny examples/replay.sh
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"

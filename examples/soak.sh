@@ -3,6 +3,7 @@
 # three runs with the bound, three without, same seeds, same pool, under a
 # load whose unbounded caches outgrow the pool. examples/collapse.sh is the
 # full-size version.
+#   examples/soak.sh           RUNS=1 DURATION=3s examples/soak.sh
 set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=${MT_BIN:-$ROOT/bin}

@@ -2,7 +2,7 @@
 # examples/sweep.sh: find the wall. Starts its own mt-serve (synthetic:small
 # on the CPU, the bounded cache), holds 1, 2, ... N concurrent sessions for a
 # few seconds each, prints latency per level and the wall, and draws
-# latency vs concurrency.
+# latency vs concurrency. About TO x HOLD (40 s by default).
 #   examples/sweep.sh            TO=16 HOLD=10s examples/sweep.sh
 set -euo pipefail
 ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}

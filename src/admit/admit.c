@@ -63,6 +63,7 @@ typedef struct level {
     /* the going-above test (metronome_predict): its last verdict, and the
      * sample count and tick it was taken at */
     int     above_ok, above_n;
+    double  above_ms;       /* the estimate that verdict was taken on */
     int64_t above_tick;
     /* the probe's test (metronome_probe), looked at the same way; with
      * the median of the level's signal and its standard error then, for
@@ -101,6 +102,9 @@ struct mt_admit {
     int64_t wait_since;     /* tick count at the accept */
     int     settle_left;    /* ticks still to observe at the new level */
     int     hard_cap;       /* lowest level seen over the target, or 0 */
+    int     why;            /* what holds the limit where it is (WHY_*) */
+    double  why_ms;         /* WHY_MODEL: the prediction for limit + 1;
+                               WHY_SEEN: the level's measured p99 estimate */
     int64_t reset_tick;     /* samples before this tick are forgotten */
     int     behind;         /* the last tick's lateness was over budget */
     int64_t *born_bad;      /* [level]: tick at which lateness over budget
@@ -546,6 +550,13 @@ static int metronome_probe(mt_admit *a, int x, const line_fit *fm, const line_fi
     return 1;
 }
 
+/* What holds the metronome's limit where it is, for the refusal's
+ * reason: still learning (one level at a time, each measured before the
+ * next), the model's prediction for one more, a level measured over the
+ * ceiling, the level now running measured too near the target, or the
+ * configured maximum. */
+enum { WHY_LEARNING, WHY_MODEL, WHY_SEEN, WHY_NEAR, WHY_MAX };
+
 /* The ceiling the probe climbs to (ms): probe x budget, or the margin's
  * target when the probe is off. */
 static double metronome_ceiling(const mt_admit *a)
@@ -596,6 +607,7 @@ static int metronome_predict(mt_admit *a)
     }
     a->st.levels = k;
     a->hard_cap = cap;
+    a->why = WHY_LEARNING;
     if (k == 0)
         return 1;                /* nothing learnt: one session to learn from */
     /* Weights from each level's own noisy sigma would favour the levels
@@ -623,6 +635,7 @@ static int metronome_predict(mt_admit *a)
     a->st.fit_sb = fs.B;
     double qz = a->o.quantile_z;
     int best = 0;
+    a->why = WHY_MAX;
     for (int x = 1; x <= a->o.max_limit; x++) {
         double s = fit_at(&fs, x);
         double floor_s = sigma_floor(fit_at(&fm, x));
@@ -631,12 +644,18 @@ static int metronome_predict(mt_admit *a)
         double me = MODEL_ERR_REL * fit_at(&fm, x);
         double pred = fit_at(&fm, x) + qz * s +
                       a->o.z * sqrt(fit_var(&fm, x) + qz * qz * fit_var(&fs, x) + me * me);
-        if (pred > target)
+        if (pred > target) {
+            a->why = WHY_MODEL;
+            a->why_ms = pred;
             break;
+        }
         best = x;
     }
-    if (cap && best >= cap)
+    if (cap && best >= cap) {
         best = cap - 1;
+        a->why = WHY_SEEN;
+        a->why_ms = ceiling;
+    }
     /* The level now running is direct evidence too, and the line's
      * extrapolation one step up is only as good as it: go above it only
      * once its own p99 estimate, with that estimate's standard error
@@ -662,12 +681,16 @@ static int metronome_predict(mt_admit *a)
             if (s < sf)
                 s = sf;
             double se = s * sqrt((VAR_MEDIAN + qz * qz * VAR_MAD_SIGMA) / n);
-            l->above_ok = m + qz * s + a->o.z * se <= target;
+            l->above_ms = m + qz * s + a->o.z * se;
+            l->above_ok = l->above_ms <= target;
             l->above_n = n;
             l->above_tick = a->st.ticks;
         }
-        if (l->above_n == 0 || !l->above_ok)
+        if (l->above_n == 0 || !l->above_ok) {
             best = xa;
+            a->why = l->above_n == 0 ? WHY_LEARNING : WHY_NEAR;
+            a->why_ms = l->above_ms;
+        }
     }
     if (ceiling > target && best <= xa && xa >= 1 && xa < MT_ADMIT_MAX_LEVEL &&
         xa + 1 <= a->o.max_limit && (!cap || xa + 1 < cap) &&
@@ -886,15 +909,34 @@ static int decide(mt_admit *a, char *reason, size_t cap)
         }
         if (active + a->inflight < a->limit)
             return 1;
-        snprintf(reason, cap, "server at its admission limit (%d sessions; "
-                 "more would push latency past %.1f ms); retry later", a->limit,
-                 metronome_ceiling(a));
+        const char *s = a->limit == 1 ? "" : "s";
+        if (a->why == WHY_LEARNING)
+            snprintf(reason, cap, "warming up: admitting one at a time, %d "
+                     "session%s measured so far; retry later", a->limit, s);
+        else if (a->why == WHY_MODEL)
+            snprintf(reason, cap, "server at its admission limit (%d session%s; "
+                     "the model puts %d at %.1f ms, past the %.1f ms target); "
+                     "retry later", a->limit, s, a->limit + 1, a->why_ms,
+                     a->o.margin * a->o.budget_ms);
+        else if (a->why == WHY_MAX)
+            snprintf(reason, cap, "server at its admission limit (%d session%s, "
+                     "the configured maximum); retry later", a->limit, s);
+        else if (a->why == WHY_NEAR)
+            snprintf(reason, cap, "server at its admission limit (%d session%s; "
+                     "measured at %.1f ms with its error, too near the %.1f ms "
+                     "target for one more); retry later", a->limit, s, a->why_ms,
+                     a->o.margin * a->o.budget_ms);
+        else
+            snprintf(reason, cap, "server at its admission limit (%d session%s; "
+                     "%d were measured past %.1f ms); retry later", a->limit, s,
+                     a->limit + 1, a->why_ms);
         return 0;
     }
     if (active + a->inflight < a->limit)
         return 1;
-    snprintf(reason, cap, "server at its admission limit (%d sessions, %s "
-             "policy); retry later", a->limit, mt_admit_policy_name(a->o.policy));
+    snprintf(reason, cap, "server at its admission limit (%d session%s, %s "
+             "policy); retry later", a->limit, a->limit == 1 ? "" : "s",
+             mt_admit_policy_name(a->o.policy));
     return 0;
 }
 
@@ -926,7 +968,7 @@ static void serve_queue(mt_admit *a)
             /* Sessions that arrive together wait for the effect of the
              * one admitted before them; this one waited its --hold. */
             char why[160];
-            snprintf(why, sizeof why, "server still measuring the session "
+            snprintf(why, sizeof why, "warming up: still measuring the session "
                      "admitted just before (waited %.0f ms); retry later",
                      a->o.hold_ms);
             answer(a, a->q[i].id, 0, why);

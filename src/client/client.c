@@ -89,7 +89,9 @@ typedef struct session {
 struct mt_client {
     mt_client_config cfg;
     mt_client_callbacks cb;
-    session *s;
+    session **s;              /* [cap]: sessions 0..n-1, each allocated
+                                 when added, so that a pointer to one
+                                 stays valid while more are added */
     int      n, cap;
     int      ep;
     volatile sig_atomic_t stop;
@@ -169,9 +171,10 @@ void mt_client_free(mt_client *c)
     if (!c)
         return;
     for (int i = 0; i < c->n; i++) {
-        close_fds(c, &c->s[i]);
-        free_bufs(&c->s[i]);
-        free(c->s[i].path);
+        close_fds(c, c->s[i]);
+        free_bufs(c->s[i]);
+        free(c->s[i]->path);
+        free(c->s[i]);
     }
     close(c->ep);
     free(c->s);
@@ -185,8 +188,12 @@ static int add_common(mt_client *c, uint64_t t_start, char *err, size_t errlen)
         return -1;
     }
     int idx = c->n;
-    session *s = &c->s[idx];
-    memset(s, 0, sizeof *s);
+    session *s = calloc(1, sizeof *s);
+    if (!s) {
+        mt_set_err(err, errlen, "client: out of memory");
+        return -1;
+    }
+    c->s[idx] = s;
     s->rfd = s->wfd = -1;
     s->st.state = MT_CS_WAITING;
     s->st.t_added = mt_clock_ns();
@@ -204,9 +211,11 @@ int mt_client_add_unix(mt_client *c, const char *path, uint64_t t_start,
     int idx = add_common(c, t_start, err, errlen);
     if (idx < 0)
         return -1;
-    c->s[idx].path = strdup(path);
-    if (!c->s[idx].path) {
+    c->s[idx]->path = strdup(path);
+    if (!c->s[idx]->path) {
         mt_set_err(err, errlen, "out of memory");
+        free(c->s[idx]);
+        c->s[idx] = NULL;
         return -1;
     }
     c->n++;
@@ -220,7 +229,7 @@ int mt_client_add_fds(mt_client *c, int rfd, int wfd, int own_fds,
     int idx = add_common(c, t_start, err, errlen);
     if (idx < 0)
         return -1;
-    session *s = &c->s[idx];
+    session *s = c->s[idx];
     s->rfd = rfd;
     s->wfd = wfd;
     s->own_fds = own_fds;
@@ -248,11 +257,13 @@ static void finish(mt_client *c, session *s, int state, const char *fmt, ...)
         c->tot.done++;
     else if (state == MT_CS_REJECTED)
         c->tot.rejected++;
+    else if (state == MT_CS_SHED)
+        c->tot.shed++;
     else
         c->tot.failed++;
     c->tot.missing += s->st.missing;
     if (c->cb.on_end)
-        c->cb.on_end(c->cfg.user, (int)(s - c->s), &s->st);
+        c->cb.on_end(c->cfg.user, s->tag[0].idx, &s->st);
 }
 
 static void want_write(mt_client *c, session *s, int on)
@@ -363,6 +374,7 @@ static void send_hello(mt_client *c, session *s)
     memset(&f, 0, sizeof f);
     f.version = MT_FRAME_VERSION;
     f.type = MT_FRAME_HELLO;
+    f.seq = c->cfg.seed;
     f.t_send = mt_clock_ns();
     f.length = (uint32_t)n;
     f.payload = p;
@@ -421,7 +433,7 @@ static void prepare_audio(mt_client *c, session *s)
         return;
     int r = MT_NEXT_FRAME;
     if (c->cb.next_frame)
-        r = c->cb.next_frame(c->cfg.user, (int)(s - c->s), s->next_seq,
+        r = c->cb.next_frame(c->cfg.user, s->tag[0].idx, s->next_seq,
                              s->pcm, s->samples);
     else
         memset(s->pcm, 0, s->samples * sizeof *s->pcm);
@@ -487,6 +499,7 @@ static void on_accept(mt_client *c, session *s, const mt_frame *f)
         return;
     }
     s->st.fmt = h;
+    s->st.text_only = (f->flags & MT_FLAG_TEXT_ONLY) != 0;
     s->st.server_session = f->session;
     s->st.t_accept = mt_clock_ns();
     s->samples = (size_t)h.frame_samples * (h.channels ? h.channels : 1);
@@ -504,7 +517,7 @@ static void on_accept(mt_client *c, session *s, const mt_frame *f)
     c->tot.active++;
     if (c->cb.on_accept) {
         char reason[MT_REASON_MAX + 1] = "";
-        if (c->cb.on_accept(c->cfg.user, (int)(s - c->s), &h, reason,
+        if (c->cb.on_accept(c->cfg.user, s->tag[0].idx, &h, reason,
                             sizeof reason) != 0) {
             finish(c, s, MT_CS_FAILED, "%s", reason[0] ? reason : "refused by caller");
             return;
@@ -532,19 +545,21 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         return;
     }
     int fill = (f->flags & MT_FLAG_FILL) != 0;
-    if (!fill && f->length != s->samples * 2) {
+    /* a text-only answer (TEXT) carries no audio: silence for on_frame */
+    int silent = fill || f->type == MT_FRAME_TEXT;
+    if (!silent && f->length != s->samples * 2) {
         finish(c, s, MT_CS_FAILED, "AUDIO payload %u bytes, expected %zu",
                f->length, s->samples * 2);
         return;
     }
-    if (fill)
+    if (silent)
         memset(s->pcm, 0, s->samples * sizeof *s->pcm);
     else
         for (size_t i = 0; i < s->samples; i++)
             s->pcm[i] = (int16_t)(f->payload[2 * i] | (f->payload[2 * i + 1] << 8));
     mt_client_result r;
     memset(&r, 0, sizeof r);
-    r.idx = (int)(s - c->s);
+    r.idx = s->tag[0].idx;
     r.seq = f->seq;
     r.fill = fill;
     r.t_recv = now;
@@ -590,6 +605,32 @@ static void on_audio(mt_client *c, session *s, const mt_frame *f, uint64_t now)
         c->cb.on_frame(c->cfg.user, &r, s->pcm, s->samples);
 }
 
+/* A TEXT frame: its ids (the decoder checked them: 0..MT_TEXT_MAX_TOKENS,
+ * each at most INT32_MAX) to the caller. */
+static void on_text(mt_client *c, session *s, const mt_frame *f)
+{
+    int32_t tok[MT_TEXT_MAX_TOKENS];
+    int n = (int)(f->length / 4);
+    for (int i = 0; i < n; i++)
+        tok[i] = (int32_t)((uint32_t)f->payload[4 * i] | (uint32_t)f->payload[4 * i + 1] << 8 |
+                           (uint32_t)f->payload[4 * i + 2] << 16 |
+                           (uint32_t)f->payload[4 * i + 3] << 24);
+    s->st.text++;
+    if (c->cb.on_text)
+        c->cb.on_text(c->cfg.user, s->tag[0].idx, f->seq, tok, n);
+}
+
+/* A REJECT, ERROR or END frame's reason, control bytes shown as '?'. */
+static void frame_reason(const mt_frame *f, char reason[MT_REASON_MAX + 1])
+{
+    size_t n = f->length < MT_REASON_MAX ? f->length : MT_REASON_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = f->payload[i];
+        reason[i] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+    }
+    reason[n] = 0;
+}
+
 static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t now)
 {
     char reason[MT_REASON_MAX + 1];
@@ -603,13 +644,8 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
         return;
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR: {
-        size_t n = f->length < MT_REASON_MAX ? f->length : MT_REASON_MAX;
-        for (size_t i = 0; i < n; i++) {
-            unsigned char ch = f->payload[i];
-            reason[i] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
-        }
-        reason[n] = 0;
-        if (!n)
+        frame_reason(f, reason);
+        if (!reason[0])
             snprintf(reason, sizeof reason, "(no reason given)");
         if (f->type == MT_FRAME_REJECT) {
             s->st.final = (f->flags & MT_FLAG_FINAL) != 0;
@@ -624,18 +660,37 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
             finish(c, s, MT_CS_FAILED, "AUDIO before ACCEPT");
             return;
         }
+        if (s->st.text_only) {
+            finish(c, s, MT_CS_FAILED, "AUDIO in a text-only session");
+            return;
+        }
         on_audio(c, s, f, now);
+        return;
+    case MT_FRAME_TEXT:
+        if (s->st.state != MT_CS_STREAMING && s->st.state != MT_CS_DRAINING) {
+            finish(c, s, MT_CS_FAILED, "TEXT before ACCEPT");
+            return;
+        }
+        on_text(c, s, f);
+        if (s->st.text_only)
+            on_audio(c, s, f, now);   /* the answer itself */
         return;
     case MT_FRAME_END:
         if (s->st.state == MT_CS_HELLO) {
             finish(c, s, MT_CS_FAILED, "server ended the session before ACCEPT");
             return;
         }
+        c->tot.active--;
+        if (f->length > 0) {
+            /* a reason: the server ended the session early (shed) */
+            frame_reason(f, reason);
+            finish(c, s, MT_CS_SHED, "%s", reason);
+            return;
+        }
         if (s->st.state == MT_CS_STREAMING) {
             s->st.state = MT_CS_DRAINING;   /* the server ended it (drain) */
             snprintf(s->st.reason, sizeof s->st.reason, "ended by the server");
         }
-        c->tot.active--;
         finish(c, s, MT_CS_DONE, NULL);
         return;
     default:
@@ -707,7 +762,7 @@ static uint64_t do_due(mt_client *c, uint64_t now)
 {
     uint64_t next = UINT64_MAX;
     for (int i = 0; i < c->n; i++) {
-        session *s = &c->s[i];
+        session *s = c->s[i];
         switch (s->st.state) {
         case MT_CS_WAITING:
             if (c->stop) {
@@ -816,7 +871,7 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
             if (next != UINT64_MAX && mt_clock_ns() >= next)
                 next = do_due(c, mt_clock_ns());
             struct { int idx; int dir; } *tag = ev[i].data.ptr;
-            session *s = &c->s[tag->idx];
+            session *s = c->s[tag->idx];
             if (s->st.state >= MT_CS_DONE)
                 continue;
             if (ev[i].events & (EPOLLOUT)) {
@@ -842,7 +897,7 @@ int mt_client_run(mt_client *c, uint64_t until_ns, char *err, size_t errlen)
 void mt_client_end_session(mt_client *c, int idx)
 {
     if (idx >= 0 && idx < c->n)
-        c->s[idx].end_requested = 1;
+        c->s[idx]->end_requested = 1;
 }
 
 void mt_client_stop(mt_client *c) { c->stop = 1; }
@@ -853,7 +908,7 @@ int mt_client_unfinished(const mt_client *c)
 {
     int n = 0;
     for (int i = 0; i < c->n; i++)
-        if (c->s[i].st.state < MT_CS_DONE)
+        if (c->s[i]->st.state < MT_CS_DONE)
             n++;
     return n;
 }
@@ -862,7 +917,7 @@ const mt_client_stats *mt_client_session_stats(const mt_client *c, int idx)
 {
     if (idx < 0 || idx >= c->n)
         return NULL;
-    return &c->s[idx].st;
+    return &c->s[idx]->st;
 }
 
 void mt_client_totals_get(const mt_client *c, mt_client_totals *t)
@@ -870,7 +925,7 @@ void mt_client_totals_get(const mt_client *c, mt_client_totals *t)
     *t = c->tot;
     int active = 0;
     for (int i = 0; i < c->n; i++)
-        if (c->s[i].st.state == MT_CS_STREAMING || c->s[i].st.state == MT_CS_DRAINING)
+        if (c->s[i]->st.state == MT_CS_STREAMING || c->s[i]->st.state == MT_CS_DRAINING)
             active++;
     t->active = active;
 }
@@ -878,8 +933,8 @@ void mt_client_totals_get(const mt_client *c, mt_client_totals *t)
 const char *mt_client_state_name(int state)
 {
     static const char *names[] = { "waiting", "connecting", "hello",
-        "streaming", "draining", "done", "rejected", "failed" };
-    if (state < 0 || state > MT_CS_FAILED)
+        "streaming", "draining", "done", "rejected", "failed", "shed" };
+    if (state < 0 || state > MT_CS_SHED)
         return "?";
     return names[state];
 }

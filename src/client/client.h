@@ -34,6 +34,8 @@ enum mt_client_state {
     MT_CS_REJECTED,     /* server answered REJECT (reason) */
     MT_CS_FAILED,       /* connect/IO/protocol error, ERROR frame, or
                            timeout (reason) */
+    MT_CS_SHED,         /* the server ended it early with a reason in its
+                           END: shed to keep the others on time (reason) */
 };
 
 typedef struct mt_client_stats {
@@ -43,6 +45,10 @@ typedef struct mt_client_stats {
     uint64_t sent;             /* AUDIO frames sent */
     uint64_t received;         /* AUDIO frames received (real + FILL) */
     uint64_t filled;           /* of those, FILL (silence) */
+    uint64_t text;             /* TEXT frames received (text models) */
+    int      text_only;        /* ACCEPT said MT_FLAG_TEXT_ONLY: the answers
+                                  are TEXT frames (counted as received, with
+                                  silence for on_frame) */
     uint64_t late;             /* real frames whose client round trip
                                   exceeded the deadline */
     uint64_t missing;          /* at the end: sent - received (never
@@ -100,6 +106,9 @@ typedef struct mt_client_callbacks {
                      const int16_t *pcm, size_t samples);
     /* The session reached DONE, REJECTED or FAILED; st is final. NULL ok. */
     void (*on_end)(void *user, int idx, const mt_client_stats *st);
+    /* A TEXT frame (Kyutai's models): the n text token ids that go with
+     * the output of input seq. May be NULL. */
+    void (*on_text)(void *user, int idx, uint32_t seq, const int32_t *tok, int n);
 } mt_client_callbacks;
 
 typedef struct mt_client_config {
@@ -118,13 +127,16 @@ typedef struct mt_client_config {
                                 the due instant (a live microphone) */
     const mt_client_callbacks *cb;
     void    *user;
+    uint32_t seed;           /* HELLO's seq: a sampling seed asked of a
+                                model that samples (Kyutai's); 0: the
+                                server's default */
 } mt_client_config;
 
 typedef struct mt_client mt_client;
 
 /* The whole engine's figures (sessions merged). */
 typedef struct mt_client_totals {
-    int      sessions, active, done, rejected, failed;
+    int      sessions, active, done, rejected, failed, shed;
     uint64_t sent, received, filled, late, missing;
     mt_pctl  rtt;        /* client round trip of real (non-FILL) frames */
     mt_pctl  server;     /* t_ready - t_arrive of real frames */

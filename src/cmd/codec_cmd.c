@@ -12,7 +12,9 @@
 #define _GNU_SOURCE
 #include "cmd/codec_cmd.h"
 #include "cmd/opt.h"
-#include "client/audio.h"
+#include "client/audio_read.h"
+#include "client/audio_write.h"
+#include "client/resample.h"
 #include "codec/mimi.h"
 #include "codec/mimi_engine.h"
 #include "util/clock.h"

@@ -137,7 +137,8 @@ static void emit(void *ctx, uint32_t id, int accept, const char *reason)
     if (accept && r->shed && !mt_shed_allow_accept(r->shed)) {
         mt_shed_stats ss;
         mt_shed_get_stats(r->shed, &ss);
-        snprintf(held, sizeof held, "shedding: holding at %d sessions", ss.cap);
+        snprintf(held, sizeof held, "shedding: holding at %d session%s", ss.cap,
+                 ss.cap == 1 ? "" : "s");
         accept = 0;
         reason = held;
     }

@@ -113,6 +113,7 @@ enum {
     O_FROM = 256, O_TO, O_STEP, O_HOLD, O_WARMUP, O_AUDIO, O_TICKS, O_PLOT,
     O_TSV, O_SERVE, O_RUNS, O_DURATION, O_SEED, O_ARRIVALS, O_LENGTHS,
     O_MAXSESS, O_STARVE, O_DATA, O_LAYERS, O_KVHEADS, O_HEADDIM, O_BACKEND,
+    O_KVDTYPE,
     O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES, O_CODEC,
     O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN, O_TIMESCALE, O_SIGNAL,
 };
@@ -185,12 +186,13 @@ typedef struct shape_opts {
     int         sink, window, block;
     double      frame_ms;
     int         samples;
+    int         backend_cuda, kv_f32;   /* --backend cuda, --kv-dtype f32 */
 } shape_opts;
 
 static void shape_defaults(shape_opts *s)
 {
     memset(s, 0, sizeof *s);
-    s->elem = 4;
+    s->elem = 2;        /* mt-serve's default on the CPU: an f16 cache */
     s->sink = 4;
     s->window = 256;
     s->block = MT_KV_BLOCK;
@@ -210,8 +212,17 @@ static int shape_opt(shape_opts *s, int c, const char *arg)
     case O_BACKEND:
         if (mt_opt_choice(arg, backends, &i))
             return -1;
-        s->elem = i ? 2 : 4;    /* the cache element: bf16 on cuda */
+        s->backend_cuda = i;    /* the cache element: bf16 on cuda */
+        s->elem = i ? 2 : s->kv_f32 ? 4 : 2;
         return 1;
+    case O_KVDTYPE: {
+        static const char *const dtypes[] = { "f16", "f32", NULL };
+        if (mt_opt_choice(arg, dtypes, &i))
+            return -1;
+        s->kv_f32 = i;           /* as mt-serve --kv-dtype (the CPU's) */
+        s->elem = s->backend_cuda ? 2 : i ? 4 : 2;
+        return 1;
+    }
     case O_POSBYTES:
         return mt_opt_bytes(arg, 0, UINT64_MAX, &s->position_bytes) ? -1 : 1;
     case O_SINK: return mt_opt_int(arg, 0, 1 << 24, &s->sink) ? -1 : 1;
@@ -258,6 +269,7 @@ static int shape_fill(const shape_opts *s, mt_predict_params *p, char *err,
     {"kv-heads", required_argument, 0, O_KVHEADS}, \
     {"head-dim", required_argument, 0, O_HEADDIM}, \
     {"backend", required_argument, 0, O_BACKEND}, \
+    {"kv-dtype", required_argument, 0, O_KVDTYPE}, \
     {"position-bytes", required_argument, 0, O_POSBYTES}, \
     {"sink", required_argument, 0, O_SINK}, \
     {"window", required_argument, 0, O_WINDOW}, \
@@ -278,7 +290,8 @@ static void help_predict(FILE *f)
 "\n"
 "  -m, --model SPEC    model for the shape (default synthetic:small)\n"
 "  --layers N --kv-heads N --head-dim N   give the shape instead\n"
-"  --backend B         cpu (fp32 cache, default) or cuda (bf16)\n"
+"  --backend B         cpu (default) or cuda (a bf16 cache)\n"
+"  --kv-dtype T        the CPU's cache: f16 (default, as mt-serve's) or f32\n"
 "  --position-bytes N  KV bytes per position, all layers (overrides shape)\n"
 "  --kv-mem BYTES      the pool (e.g. 64M), as mt-serve --kv-mem\n"
 "  --sink S --window W the bound of --kv window (default 4 and 256)\n"
@@ -489,6 +502,35 @@ static int cmd_summarize(int argc, char **argv)
     return 0;
 }
 
+/* ---- output paths --------------------------------------------------------- */
+
+/* The files and folder an experiment will write, checked before it starts
+ * (a typo must not cost the whole run): --plot (and gnuplot), --ticks,
+ * --data (made when missing, so its parent is checked). -1 to go on, else
+ * the exit status (said, naming the option and the path). */
+static int check_outputs(const char *sub, const char *plot, const char *ticks,
+                         const char *data)
+{
+    char err[1024];
+    if ((plot && mt_plot_check("--plot", plot, err, sizeof err) != 0) ||
+        (ticks && mt_out_path_check("--ticks", ticks, err, sizeof err) != 0)) {
+        fprintf(stderr, "%s %s: %s\n", prog, sub, err);
+        return 1;
+    }
+    if (data) {
+        struct stat st;
+        if (stat(data, &st) == 0 ? !S_ISDIR(st.st_mode) || access(data, W_OK | X_OK) != 0
+                                 : mt_out_path_check("--data", data, err, sizeof err) != 0) {
+            if (stat(data, &st) == 0)
+                snprintf(err, sizeof err, "--data %s: %s", data,
+                         S_ISDIR(st.st_mode) ? strerror(EACCES) : "not a directory");
+            fprintf(stderr, "%s %s: %s\n", prog, sub, err);
+            return 1;
+        }
+    }
+    return -1;
+}
+
 /* ---- plot ------------------------------------------------------------------ */
 
 static void help_plot(FILE *f)
@@ -535,7 +577,8 @@ static int cmd_plot(int argc, char **argv)
         return mt_opt_status(c);
     if (!ticks || !out || optind < argc)
         return mt_opt_usage_error("need --ticks FILE and -o FILE.png");
-    if (mt_plot_ticks(out, ticks, title, frame_ms, err, sizeof err)) {
+    if (mt_plot_check("-o", out, err, sizeof err) != 0 ||
+        mt_plot_ticks(out, ticks, title, frame_ms, err, sizeof err)) {
         fprintf(stderr, "%s plot: %s\n", prog, err);
         return 1;
     }
@@ -662,7 +705,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
         return mt_opt_usage_error("give -s SOCK or -- MT-SERVE-ARGS, not both");
     if (!has_args && !o->sock)
         return mt_opt_usage_error("need -s SOCK or -- MT-SERVE-ARGS");
-    return -1;
+    return check_outputs("sweep", o->plot, o->ticks_path, NULL);
 }
 
 static int cmd_sweep(int argc, char **argv)
@@ -675,7 +718,8 @@ static int cmd_sweep(int argc, char **argv)
     o.step = 1;
     o.hold_s = 20;
     o.warmup_s = 1;
-    o.progress = isatty(2);
+    o.progress = isatty(2) ? stderr : NULL;
+    o.aligned = isatty(1);   /* a pipe or a file gets the TSV */
     const char *serve = NULL;
     int rc = sweep_options(argc, argv, &o, &serve);
     if (rc >= 0)
@@ -728,6 +772,7 @@ LOAD_HELP
 "  --serve BIN         the mt-serve to start (default: beside mt-probe)\n"
 "  --audio FILE        what the sessions send (default synthetic voice-like)\n"
 "  --backend B         cpu or cuda: the cache element size for predict\n"
+"  --kv-dtype T        f16 (default) or f32: the CPU cache's, for predict\n"
 "  --samples N         Monte Carlo seeds for the summary's prediction\n"
 "  --time-scale K      simulated devices: each server gets --time-scale K\n"
 "                      (0.1..1000) and the load runs at K times real\n"
@@ -753,6 +798,7 @@ static int soak_options(int argc, char **argv, mt_soak_opts *o, load_opts *ld,
         {"serve", required_argument, 0, O_SERVE},
         {"audio", required_argument, 0, O_AUDIO},
         {"backend", required_argument, 0, O_BACKEND},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"samples", required_argument, 0, O_SAMPLES},
         {"time-scale", required_argument, 0, O_TIMESCALE},
         MT_OPT_COMMON,
@@ -789,7 +835,7 @@ static int soak_options(int argc, char **argv, mt_soak_opts *o, load_opts *ld,
         argv[optind][0] != '-')
         return mt_opt_usage_error("unexpected argument '%s' (mt-serve arguments "
                                   "go after --)", argv[optind]);
-    return -1;
+    return check_outputs("soak", o->plot, NULL, o->data_dir);
 }
 
 /* A configuration's label: the policy and its pool or bound. */
@@ -930,9 +976,15 @@ static int cmd_soak(int argc, char **argv)
     int nruns;
     if (mt_soak(&o, stdout, &runs, &nruns, err, sizeof err)) {
         fprintf(stderr, "%s soak: %s\n", prog, err);
-        return 1;
+        return stop_flag ? 130 : 1;
     }
     free(runs);
+    if (stop_flag) {
+        fprintf(stderr, "%s soak: interrupted after %d run%s: %s of those\n",
+                prog, nruns, nruns == 1 ? "" : "s",
+                o.plot ? "the summary and the plot are" : "the summary is");
+        return 130;
+    }
     return 0;
 }
 

@@ -9,9 +9,13 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cmd/opt.h"
@@ -20,6 +24,7 @@
 #include "serve/metrics.h"
 #include "serve/metrics_http.h"
 #include "model/model.h"
+#include "cmd/serve_kyutai.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
 #include "util/realtime.h"
@@ -55,7 +60,11 @@ static void usage(FILE *f)
 "      --stdio              one session on stdin/stdout; latency lines on\n"
 "                           stderr or --latency-log\n"
 "  -m, --model SPEC         model directory or synthetic:NAME (default\n"
-"                           synthetic:small)\n"
+"                           synthetic:small); a Kyutai LM directory or preset\n"
+"                           is served with its Mimi codec (mt-serve(1))\n"
+"      --codec SPEC         Kyutai models: the Mimi checkpoint (default\n"
+"                           DIR/mimi/, DIR/mimi.safetensors, or the preset's)\n"
+"      --seed N             Kyutai models: every session's sampling seed (1)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
 "      --threads N          CPU threads (default: all cores)\n"
@@ -65,9 +74,9 @@ static void usage(FILE *f)
 "      --rope MODE          cache (default) or absolute\n"
 "      --kv-mem BYTES       KV pool budget, K/M/G suffixes (default %dM; on\n"
 "                           CUDA %d%% of free device memory after a reserve)\n"
-"      --kv-dtype T         CPU K/V cache elements: f32 (default) or f16\n"
-"      --weights T          CPU weights: f32 (default) or f16 (adds a half\n"
-"                           copy for small batches)\n"
+"      --kv-dtype T         CPU K/V cache elements: f16 (default) or f32\n"
+"      --weights T          CPU weights: f16 (default: a half copy beside\n"
+"                           the f32 one, for batches of up to 8) or f32\n"
 "      --on-full ACTION     full policy on exhaustion: preempt (default) or\n"
 "                           stall\n"
 "      --fill, --no-fill    send FILL (silence) for frames past their deadline\n"
@@ -117,7 +126,7 @@ enum {
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO, O_INPUTTO,
-    O_LATFMT, O_METRICS, O_WS,
+    O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -136,9 +145,11 @@ typedef struct serve_args {
     int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
+    const char     *codec;          /* Kyutai models: --codec; NULL: the default */
+    mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
 } serve_args;
 
-static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --stdio) [options]", usage };
+static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]", usage };
 
 static const struct option longopts[] = {
     {"socket", required_argument, 0, 's'},
@@ -173,6 +184,8 @@ static const struct option longopts[] = {
     {"latency-log", required_argument, 0, O_LATLOG},
     {"latency", required_argument, 0, O_LATENCY},
     {"latency-format", required_argument, 0, O_LATFMT},
+    {"codec", required_argument, 0, O_CODEC},
+    {"seed", required_argument, 0, O_SEED},
     {"in-queue", required_argument, 0, O_INQ},
     {"out-queue", required_argument, 0, O_OUTQ},
     {"write-timeout", required_argument, 0, O_WRITETO},
@@ -198,10 +211,17 @@ static void args_default(serve_args *a)
     a->dopt.kv.window = 256;
     a->dopt.kv.rope = MT_ROPE_CACHE;
     a->dopt.kv.budget_bytes = MT_KV_DEFAULT_BUDGET;
+    /* half precision on the CPU: exact to the tests' tolerance, faster at
+     * every batch and half the bytes a session (bench/RESULTS.md, issue
+     * 21); --kv-dtype f32 --weights f32 for the full-precision path. Other
+     * devices choose their own. */
+    a->dopt.kv_dtype = MT_FMT_F16;
+    a->dopt.weights = MT_FMT_F16;
     a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     a->model = "synthetic:small";
     a->fill = -1;
     a->time_scale = 1;
+    a->eo.speech_seed = 1;
 }
 
 /* The options whose value is one of a few words. 0, or -1 (said). */
@@ -286,6 +306,7 @@ static int number_option(serve_args *a, int c, const char *arg)
         a->so.admit_timeout_ns = (uint64_t)(ms * 1e6);
         return 0;
     case O_INQ: return mt_opt_int(arg, 1, 65536, &a->eo.in_queue);
+    case O_SEED: return mt_opt_u64(arg, &a->eo.speech_seed);
     case O_OUTQ: return mt_opt_int(arg, 1, 65536, &a->eo.out_queue);
     case O_WRITETO:
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
@@ -339,6 +360,7 @@ static int one_option(void *ctx, int c, const char *arg)
         a->so.drain_sessions = !strcmp(arg, "sessions");
         return 0;
     case 'm': a->model = arg; return 0;
+    case O_CODEC: a->codec = arg; return 0;
     case O_FILL: a->fill = 1; return 0;
     case O_NOFILL: a->fill = 0; return 0;
     case O_CONTROL: a->so.control_path = arg; return 0;
@@ -385,8 +407,122 @@ static int parse_args(int argc, char **argv, serve_args *a)
     return -1;
 }
 
+/* ---- the configuration, checked before the model is loaded -------------- */
+
+/* -s PATH: its directory can take a socket, and nothing else is at PATH
+ * (a live server, or a file that is not a socket; a socket left by a dead
+ * server is replaced when the server starts). 0, or -1 (said). */
+static int check_socket_path(const char *path)
+{
+    char dir[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *d = dirname(dir);
+    if (strlen(path) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+        fprintf(stderr, "%s: -s %s: too long for a Unix socket (%zu bytes at "
+                "most)\n", prog, path, sizeof ((struct sockaddr_un *)0)->sun_path - 1);
+        return -1;
+    }
+    const char *why = stat(d, &st) != 0 ? strerror(errno)
+                    : !S_ISDIR(st.st_mode) ? "not a directory"
+                    : access(d, W_OK | X_OK) != 0 ? strerror(errno) : NULL;
+    if (why) {
+        fprintf(stderr, "%s: -s %s: directory %s: %s\n", prog, path, d, why);
+        return -1;
+    }
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        fprintf(stderr, "%s: -s %s: exists and is not a socket\n", prog, path);
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int live = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (live) {
+        fprintf(stderr, "%s: -s %s: another server is listening there\n", prog, path);
+        return -1;
+    }
+    return 0;
+}
+
+/* A TCP address of an option (--listen, --agent) can be bound now (the
+ * port is free), and --listen off loopback has a token or --insecure.
+ * -1 to go on, else the exit status (said). */
+static int check_tcp(const serve_args *a, const char *opt, const char *addr)
+{
+    char err[512], host[256], port[32], bound[128];
+    if (mt_hostport_split(addr, host, sizeof host, port, sizeof port, err, sizeof err)) {
+        fprintf(stderr, "%s: %s %s\n", prog, opt, err);
+        return 2;
+    }
+    int loop = 0;
+    int fd = mt_tcp_listen(addr, &loop, bound, sizeof bound, err, sizeof err);
+    if (fd < 0) {
+        /* "listen ADDR: why" -> "--agent ADDR: why" */
+        fprintf(stderr, "%s: %s %s\n", prog, opt,
+                strncmp(err, "listen ", 7) ? err : err + 7);
+        return 1;
+    }
+    close(fd);
+    if (!strcmp(opt, "--listen") && !loop && !a->so.token && !a->so.insecure) {
+        fprintf(stderr, "%s: --listen %s is not a loopback address: anyone who "
+                "can reach it could send audio; give --token-file FILE (clients "
+                "then need the same token), or --insecure to allow it "
+                "unauthenticated\n", prog, addr);
+        return 2;
+    }
+    return -1;
+}
+
+/* Every path and address the options name, checked before the model is
+ * loaded (which can take a while), each error naming its option. -1 to go
+ * on, else the exit status (said). */
+static int preflight(const serve_args *a)
+{
+    struct stat st;
+    int rc;
+    if (a->so.agent_addr && (rc = check_tcp(a, "--agent", a->so.agent_addr)) >= 0)
+        return rc;
+    if (a->so.listen_addr && (rc = check_tcp(a, "--listen", a->so.listen_addr)) >= 0)
+        return rc;
+    if (a->metrics_addr && (rc = check_tcp(a, "--metrics", a->metrics_addr)) >= 0)
+        return rc;
+    if (a->ws_addr && (rc = check_tcp(a, "--ws", a->ws_addr)) >= 0)
+        return rc;
+    if (a->so.socket_path && check_socket_path(a->so.socket_path) != 0)
+        return 1;
+    if (a->so.control_path) {
+        if (stat(a->so.control_path, &st) != 0) {
+            fprintf(stderr, "%s: --control %s: %s%s\n", prog, a->so.control_path,
+                    strerror(errno), errno == ENOENT ? " (make it with mkfifo)" : "");
+            return 1;
+        }
+        if (!S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode)) {
+            fprintf(stderr, "%s: --control %s: not a FIFO or a Unix socket\n",
+                    prog, a->so.control_path);
+            return 1;
+        }
+    }
+    if (a->so.latency_log) {
+        int fd = open(a->so.latency_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "%s: --latency-log %s: %s\n", prog, a->so.latency_log,
+                    strerror(errno));
+            return 1;
+        }
+        close(fd);
+    }
+    return -1;
+}
+
 /* The model, refused unless it serves PCM frames. 0, or -1 (said). */
-static int load_model(const serve_args *a, mt_model **m)
+static int load_model(serve_args *a, mt_model **m)
 {
     char err[512];
     /* --device cuda with a synthetic preset: the device backend makes the
@@ -396,14 +532,30 @@ static int load_model(const serve_args *a, mt_model **m)
     /* the simulated device holds no weights */
     if (a->dopt.device == MT_DEV_SIM)
         mflags = MT_MODEL_SHAPE_ONLY;
+    if (mt_kyutai_is_kyutai(a->model)) {
+        if (mt_serve_kyutai_load(a->model, a->codec, a->dopt.device, &a->ky, err,
+                                 sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            return -1;
+        }
+        *m = a->ky.lm->temporal;
+        return 0;
+    }
+    if (a->codec) {
+        fprintf(stderr, "%s: --codec is for Kyutai models; %s is not one\n", prog, a->model);
+        return -1;
+    }
     if (mt_model_load(a->model, mflags, m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return -1;
     }
     const mt_config *cfg = &(*m)->cfg;
     if (!cfg->has_audio || cfg->sample_rate <= 0 || cfg->frame_samples <= 0) {
-        fprintf(stderr, "%s: %s: no audio adapter; mt-serve serves PCM frame streams\n",
-                prog, a->model);
+        fprintf(stderr, "%s: -m %s: a text model (no audio adapter): mt-serve "
+                "serves audio frame streams; give a model with one (-m "
+                "synthetic:small or synthetic:tiny; -m in mt-serve(1)), or "
+                "measure this one with mt-probe quality -m %s\n",
+                prog, a->model, a->model);
         mt_model_free(*m);
         *m = NULL;
         return -1;
@@ -415,6 +567,8 @@ static int load_model(const serve_args *a, mt_model **m)
  * deadline, FILL by policy, the batch. */
 static void settle(serve_args *a, const mt_model *m, uint64_t t0)
 {
+    if (a->frame_ms <= 0 && a->ky.codec)
+        a->frame_ms = 1000.0 / mimi_model_config(a->ky.codec)->frame_rate;
     if (a->frame_ms <= 0)
         a->frame_ms = 1000.0 * m->cfg.frame_samples / m->cfg.sample_rate;
     /* --frame-ms and --deadline-ms are model time, like the profile's
@@ -578,6 +732,15 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     if (note && *note)
         fprintf(stderr, "%s: %s\n", prog, note);
     pool_capacity(dec);
+    if (a->ky.lm) {
+        char line[1024];
+        if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, err, sizeof err) != 0)
+            goto out;
+        mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,
+                               sizeof line);
+        fprintf(stderr, "%s: %s\n", prog, line);
+        a->eo.speech = a->ky.sp;
+    }
     /* after the decoder (its CPU workers keep the normal policy), before
      * the server and its threads, which inherit SCHED_FIFO (realtime.h) */
     if (a->rt_priority && mt_realtime_enter(a->rt_priority, err, sizeof err) != 0)
@@ -636,12 +799,18 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
+    rc = preflight(&a);
+    if (rc >= 0)
+        return rc;
     uint64_t t0 = mt_clock_ns();
     mt_model *m = NULL;
     if (load_model(&a, &m) != 0)
         return 1;
     settle(&a, m, t0);
     rc = serve(&a, m, t0);
-    mt_model_free(m);
+    if (a.ky.lm)
+        mt_serve_kyutai_free(&a.ky);   /* m is its temporal transformer */
+    else
+        mt_model_free(m);
     return rc;
 }

@@ -736,6 +736,23 @@ static void tiny_config(mt_kyutai_config *kc)
     kc->eps = 1e-8f;
 }
 
+/* The tiny shape speaking through synthetic:mimi-tiny (mt-serve's tests
+ * and make demo): the codec's 32 bins as the card, its codebooks split as
+ * 2 of the model's and 2 of the user's (dep_q 2), or 2 of the user's alone
+ * (dep_q 0: speech to text, text delayed one frame after the audio). */
+static void tiny_mimi_config(mt_kyutai_config *kc, int dep_q)
+{
+    tiny_config(kc);
+    kc->card = 32;
+    if (dep_q == 0) {
+        static const int delays[3] = { 1, 0, 0 };
+        kc->dep_q = 0;
+        kc->n_q = 2;
+        memset(kc->delays, 0, sizeof kc->delays);
+        memcpy(kc->delays, delays, sizeof delays);
+    }
+}
+
 /* A mid-size Kyutai shape for the CPU benchmark: Moshi's streams (16
  * codebooks, 8 of them the depformer's, Moshi's delays) on a small
  * transformer. */
@@ -794,11 +811,16 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
         moshiko_defaults(&kc);
     else if (nl == 11 && !strncmp(name, "kyutai-tiny", 11))
         tiny_config(&kc);
+    else if (nl == 16 && !strncmp(name, "kyutai-tiny-mimi", 16))
+        tiny_mimi_config(&kc, 2);
+    else if (nl == 15 && !strncmp(name, "kyutai-tiny-stt", 15))
+        tiny_mimi_config(&kc, 0);
     else if (nl == 12 && !strncmp(name, "kyutai-small", 12))
         small_config(&kc);
     else {
         mt_set_err(err, errlen, "%s: unknown Kyutai preset (synthetic:moshiko, "
-                 "synthetic:kyutai-small, synthetic:kyutai-tiny)", spec);
+                 "synthetic:kyutai-small, synthetic:kyutai-tiny, synthetic:kyutai-tiny-mimi, "
+                 "synthetic:kyutai-tiny-stt)", spec);
         return -1;
     }
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;

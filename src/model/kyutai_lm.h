@@ -37,8 +37,11 @@
  * in_projs.N / out_projs.N or fused in_proj_weight / out_proj.weight
  * names); or "synthetic:moshiko" (the published shape),
  * "synthetic:kyutai-small" (Moshi's streams on a 256-wide, 6-layer
- * transformer, for the CPU benchmark) and "synthetic:kyutai-tiny" (the
- * fixture's shape), [":seed=N"], random weights. A missing tensor or a shape that disagrees with the config is
+ * transformer, for the CPU benchmark), "synthetic:kyutai-tiny" (the
+ * fixture's shape), "synthetic:kyutai-tiny-mimi" and
+ * "synthetic:kyutai-tiny-stt" (the tiny shape with synthetic:mimi-tiny's
+ * 32 bins as card, 2 + 2 codebooks, or 2 of the user's and no depformer),
+ * [":seed=N"], random weights. A missing tensor or a shape that disagrees with the config is
  * refused with its name and both shapes.
  */
 #ifndef MT_KYUTAI_LM_H

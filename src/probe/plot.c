@@ -17,6 +17,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,7 +29,7 @@ static int run_gnuplot(const char *script, const char *log, char *err,
     fflush(NULL);   /* a child must not inherit (and flush) our buffers */
     pid_t pid = fork();
     if (pid < 0) {
-        mt_set_err(err, errlen, "plot: fork: %s", strerror(errno));
+        mt_set_err(err, errlen, "fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0) {
@@ -41,7 +43,7 @@ static int run_gnuplot(const char *script, const char *log, char *err,
     int st;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) {
-            mt_set_err(err, errlen, "plot: waitpid: %s", strerror(errno));
+            mt_set_err(err, errlen, "waitpid: %s", strerror(errno));
             return -1;
         }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -53,7 +55,7 @@ static int run_gnuplot(const char *script, const char *log, char *err,
             fclose(f);
         }
         line[strcspn(line, "\n")] = 0;
-        mt_set_err(err, errlen, "plot: gnuplot %s (%s)%s%s",
+        mt_set_err(err, errlen, "gnuplot %s (%s)%s%s",
                 WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "not found"
                                                           : "failed",
                 script, *line ? ": " : "", line);
@@ -107,7 +109,7 @@ static void terminal_line(FILE *f, const char *term, int w, int h)
 static int safe_path(const char *p, char *err, size_t errlen)
 {
     if (strchr(p, '\'') || strchr(p, '\n')) {
-        mt_set_err(err, errlen, "plot: path with a quote or newline: %s", p);
+        mt_set_err(err, errlen, "path with a quote or newline: %s", p);
         return -1;
     }
     return 0;
@@ -118,10 +120,46 @@ static int safe_path(const char *p, char *err, size_t errlen)
 static int plot_start(const char *png, char *term, size_t n, char *err, size_t errlen)
 {
     if (!mt_plot_available(term, n)) {
-        mt_set_err(err, errlen, "plot: gnuplot with a PNG terminal not found");
+        mt_set_err(err, errlen, "gnuplot with a PNG terminal not found");
         return -1;
     }
     return safe_path(png, err, errlen);
+}
+
+int mt_out_path_check(const char *opt, const char *path, char *err, size_t errlen)
+{
+    char dir[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *d = dirname(dir);
+    const char *why = stat(d, &st) != 0 ? strerror(errno)
+                    : !S_ISDIR(st.st_mode) ? "not a directory"
+                    : access(d, W_OK | X_OK) != 0 ? strerror(errno) : NULL;
+    if (why) {
+        mt_set_err(err, errlen, "%s %s: directory %s: %s", opt, path, d, why);
+        return -1;
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        mt_set_err(err, errlen, "%s %s: is a directory", opt, path);
+        return -1;
+    }
+    return 0;
+}
+
+int mt_plot_check(const char *opt, const char *png, char *err, size_t errlen)
+{
+    char term[32];
+    if (!mt_plot_available(term, sizeof term)) {
+        mt_set_err(err, errlen, "%s %s: gnuplot with a PNG terminal not found "
+                   "(install gnuplot, or leave out %s)", opt, png, opt);
+        return -1;
+    }
+    if (strchr(png, '\'') || strchr(png, '\n')) {
+        mt_set_err(err, errlen, "%s %s: a path with a quote or newline "
+                   "(gnuplot cannot take it)", opt, png);
+        return -1;
+    }
+    return mt_out_path_check(opt, png, err, errlen);
 }
 
 /* Creates PNG followed by suffix (its name into path[0..n)) for writing.
@@ -132,7 +170,7 @@ static int open_beside(const char *png, const char *suffix, char *path,
     snprintf(path, n, "%s%s", png, suffix);
     *f = fopen(path, "w");
     if (!*f) {
-        mt_set_err(err, errlen, "plot: %s: %s", path, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -154,7 +192,7 @@ static int script_run(FILE *f, const char *gp, char *err, size_t errlen)
 {
     char log[1024];
     if (fclose(f)) {
-        mt_set_err(err, errlen, "plot: writing %s: %s", gp, strerror(errno));
+        mt_set_err(err, errlen, "writing %s: %s", gp, strerror(errno));
         return -1;
     }
     snprintf(log, sizeof log, "%s.log", gp);
@@ -192,7 +230,7 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
 #undef NZ
     }
     if (fclose(d)) {
-        mt_set_err(err, errlen, "plot: writing %s: %s", dat, strerror(errno));
+        mt_set_err(err, errlen, "writing %s: %s", dat, strerror(errno));
         return -1;
     }
     FILE *f;
@@ -214,8 +252,9 @@ int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
     if (wall > 0) {
         fprintf(f, "set arrow from first %d, graph 0 to first %d, graph 1 "
                 "nohead lc rgb '#cc0000' lw 2 front\n", wall, wall);
-        fprintf(f, "set label 'wall: %d sessions' at first %d, graph 0.55 "
-                "left offset 0.5,0 tc rgb '#cc0000' front\n", wall, wall);
+        fprintf(f, "set label 'wall: %d session%s' at first %d, graph 0.55 "
+                "left offset 0.5,0 tc rgb '#cc0000' front\n", wall,
+                wall == 1 ? "" : "s", wall);
     }
     fprintf(f, "plot '%s' using 1:6 axes x1y2 with boxes lc rgb '#ff8800' "
             "title 'FILL %% (right axis)', \\\n", dat);
@@ -333,7 +372,7 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
         return -1;
     FILE *in = fopen(ticks_path, "r");
     if (!in) {
-        mt_set_err(err, errlen, "plot: %s: %s", ticks_path, strerror(errno));
+        mt_set_err(err, errlen, "%s: %s", ticks_path, strerror(errno));
         return -1;
     }
     FILE *d;
@@ -348,7 +387,7 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
     long lineno = 0, rows = 0;
     int64_t amax = 0;
     char e[256];
-    fprintf(d, "# t active p99_ms late_ms step_ms fill met naive_met\n");
+    fprintf(d, "# t active p99_ms late_ms step_ms fill met naive_met kv_pct fill_pct\n");
     while ((len = getline(&line, &cap, in)) >= 0) {
         mt_tick t;
         lineno++;
@@ -356,9 +395,15 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
             strcmp(mt_latline_kind(&ll), "tick") ||
             mt_tick_from_line(&ll, lineno, &t, e, sizeof e))
             continue;
-        fprintf(d, "%.3f %lld %.3f %.3f %.3f %lld %.2f %.2f\n", t.t,
+        /* the pool in use and the share of answers that were silence:
+         * the cliff, where the pool fills and FILL replaces the audio */
+        double pool = (double)(t.kv_used + t.kv_free);
+        double answers = (double)(t.out + t.fill);
+        fprintf(d, "%.3f %lld %.3f %.3f %.3f %lld %.2f %.2f %.2f %.2f\n", t.t,
                 (long long)t.active, t.p99_ms, t.late_ms, t.step_ms,
-                (long long)t.fill, t.met, t.naive_met);
+                (long long)t.fill, t.met, t.naive_met,
+                pool > 0 ? 100.0 * (double)t.kv_used / pool : 0,
+                answers > 0 ? 100.0 * (double)t.fill / answers : 0);
         rows++;
         if (t.active > amax)
             amax = t.active;
@@ -366,16 +411,17 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
     free(line);
     fclose(in);
     if (fclose(d)) {
-        mt_set_err(err, errlen, "plot: writing %s: %s", dat, strerror(errno));
+        mt_set_err(err, errlen, "writing %s: %s", dat, strerror(errno));
         return -1;
     }
     if (!rows) {
-        mt_set_err(err, errlen, "plot: no tick lines in %s", ticks_path);
+        mt_set_err(err, errlen, "no tick lines in %s", ticks_path);
         return -1;
     }
     FILE *f;
-    if (script_open(png, term, 1000, 600, gp, sizeof gp, &f, err, errlen))
+    if (script_open(png, term, 1000, 900, gp, sizeof gp, &f, err, errlen))
         return -1;
+    fprintf(f, "set multiplot layout 2,1\n");
     fprintf(f, "set title '%s'\n", title ? title : "mt-serve, per tick");
     fprintf(f, "set xlabel 'server time, s'\nset ylabel 'ms'\n");
     fprintf(f, "set y2label 'active sessions'\nset y2tics 1\n"
@@ -396,5 +442,18 @@ int mt_plot_ticks(const char *png, const char *ticks_path, const char *title,
             "title 'lateness (oldest unanswered frame)', \\\n");
     fprintf(f, "  '' using 1:2 axes x1y2 with steps lw 2 lc rgb '#888888' "
             "title 'active sessions (right)'\n");
+    /* below: the K/V pool and the answers, in % (the silent cliff) */
+    fprintf(f, "unset arrow\nunset label\nunset y2tics\nunset y2label\n"
+            "set title 'the K/V pool and the answers'\n"
+            "set ylabel '%%'\nset yrange [0:105]\n");
+    fprintf(f, "plot '%s' using 1:9 with lines lw 2 lc rgb '#aa00aa' "
+            "title 'K/V pool in use', \\\n", dat);
+    fprintf(f, "  '' using 1:10 with lines lw 2 lc rgb '#ff8800' "
+            "title 'FILL (silence) of the answers', \\\n");
+    fprintf(f, "  '' using 1:7 with lines lw 2 lc rgb '#3366cc' "
+            "title 'deadlines met, truthful', \\\n");
+    fprintf(f, "  '' using 1:8 with lines dt 2 lc rgb '#3366cc' "
+            "title 'deadlines met, naive (silence counted)'\n");
+    fprintf(f, "unset multiplot\n");
     return script_run(f, gp, err, errlen);
 }

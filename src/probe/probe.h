@@ -191,7 +191,9 @@ typedef struct mt_sweep_opts {
     const char *ticks_path;     /* mt-serve tick lines being appended here */
     const char *plot;           /* PNG path or NULL */
     const char *tsv_out;        /* also write the table here (plots) */
-    int         progress;       /* stderr progress lines */
+    FILE       *progress;       /* the progress line (a terminal), or NULL */
+    int         aligned;        /* the table in aligned columns (a terminal),
+                                   not tab-separated */
     double      budget_ms;      /* the wall's latency budget; 0: two periods
                                    (frame signal) or one period (tick) */
     int         tick_signal;    /* judge the wall by the p99 over the hold's
@@ -300,6 +302,16 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs, int *nruns,
 /* ---- plots (plot.c) ------------------------------------------------------- */
 /* 1 if gnuplot is there; term gets "pngcairo" or "png". */
 int mt_plot_available(char *term, size_t n);
+/* A file an experiment will write (named by option opt, "--plot" say) can
+ * be written: its directory exists and takes new files, and it is not a
+ * directory. Checked before the experiment. 0, or -1 with err "OPT PATH:
+ * why". */
+int mt_out_path_check(const char *opt, const char *path, char *err, size_t errlen);
+/* What a plot to png needs, checked before the experiment: gnuplot with a
+ * PNG terminal, a path gnuplot can quote, and png and the script and data
+ * beside it (png.gp, png.tsv) writable. 0, or -1 with err naming opt and
+ * png. */
+int mt_plot_check(const char *opt, const char *png, char *err, size_t errlen);
 /* Latency vs concurrency. */
 int mt_plot_sweep(const char *png, const mt_sweep_row *rows, int n, int wall,
                   double period_ms, char *err, size_t errlen);

@@ -309,7 +309,7 @@ static int start_server(soak_ctx *x, const mt_soak_config *c, const char *sock,
 static int soak_client_new(soak_ctx *x, double period, mt_client **cl,
                            char *err, size_t errlen)
 {
-    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
+    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL, NULL};
     mt_client_config cc;
     mt_spawn_client_config(&cc, x->w.n + 1, period * 1e9, x->k, &cb, x);
     return mt_client_new(&cc, cl, err, errlen);
@@ -732,6 +732,8 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
                 mt_progress_clear(&pg);
                 if (series)
                     fclose(series);
+                if (o->stop && *o->stop && nr > 0)
+                    goto interrupted;   /* the summary of the runs finished */
                 goto done2;
             }
             if (series)
@@ -743,6 +745,10 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             ser[k].collapsed = runs[k].collapsed;
             nr++;
         }
+interrupted:
+    if (o->stop && *o->stop)
+        fprintf(out, "#\n# interrupted after %d of %d runs: the summary and "
+                "the plot are of those\n", nr, total);
     /* Summary per configuration, prediction beside measurement. */
     fprintf(out, "#\n# summary\n");
     double pred_med_all = -1;

@@ -21,7 +21,8 @@
  */
 #include "util/errmsg.h"
 #include "probe/probe.h"
-#include "client/audio.h"
+#include "client/audio_read.h"
+#include "client/resample.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -85,12 +85,14 @@ int mt_spawn_start(mt_spawn_proc *sp, const char *serve_bin,
             sp->pid = -1;
             close(sp->out_fd);
             sp->out_fd = -1;
-            char line[256] = "";
+            /* its last line that is not the usage reminder after a usage
+             * error: the error itself */
+            char line[512] = "";
             FILE *f = fopen(sp->log, "r");
             if (f) {
-                char tmp[256];
+                char tmp[512];
                 while (fgets(tmp, sizeof tmp, f))
-                    if (tmp[0] != '\n')
+                    if (tmp[0] != '\n' && strncmp(tmp, "usage:", 6) != 0)
                         snprintf(line, sizeof line, "%s", tmp);
                 fclose(f);
             }

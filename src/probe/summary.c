@@ -3,7 +3,8 @@
  *
  * Reads any logfmt record stream the suite prints: mt-serve's tick lines,
  * mt-replay's client lines, per-frame lines. Every numeric key of every
- * record kind gets count / mean / p50 / p90 / p99 / max / sum (exact
+ * record kind gets count / mean / p50 / p90 / p99 / max, and a sum where
+ * its values add up (summable: counts, not levels, times or ids) (exact
  * percentiles: values are kept, 8 bytes each, which is fine for the hours
  * of lines a run prints). For tick records it adds the verdict the project
  * exists to show: frames served for real vs filled with silence, and the
@@ -204,10 +205,30 @@ int mt_summary_read(mt_summary *s, FILE *in, int strict,
     return rc;
 }
 
+/* Whether a key's values add up to something: the per-record counts of
+ * frames (a tick's in, out, fill, miss, preempted; a session's sent,
+ * received, ...), not levels or totals so far (kv_used, active, admitted),
+ * times, rates, sizes or ids (*_ms, met, rate, pid), nor the running
+ * totals of replay_tick and replay_summary. */
+static int summable(const char *kind, const char *key)
+{
+    static const char *const counts[] = {
+        "in", "out", "fill", "miss", "preempted", "sent", "received",
+        "filled", "late", "missing", "frames", "lines_dropped", NULL };
+    if (!strcmp(kind, "replay_tick") || !strcmp(kind, "replay_summary"))
+        return 0;
+    for (int i = 0; counts[i]; i++)
+        if (!strcmp(key, counts[i]))
+            return 1;
+    return 0;
+}
+
 static void num(FILE *out, double v, int tsv)
 {
     if (isnan(v))
         fprintf(out, tsv ? "\t-" : " %10s", "-");
+    else if ((v == floor(v) && fabs(v) < 1e15) || (fabs(v) >= 1e6 && fabs(v) < 1e10))
+        fprintf(out, tsv ? "\t%.0f" : " %10.0f", v);   /* counts and bytes: whole */
     else if (fabs(v) >= 1e6 || (v != 0 && fabs(v) < 0.01))
         fprintf(out, tsv ? "\t%.6g" : " %10.4g", v);
     else if (v == floor(v))
@@ -259,7 +280,7 @@ void mt_summary_print(FILE *out, const mt_summary *s, int format,
             num(out, mt_stats_percentile(key->v, key->n, 0.90), tsv);
             num(out, mt_stats_percentile(key->v, key->n, 0.99), tsv);
             num(out, mt_stats_percentile(key->v, key->n, 1.0), tsv);
-            num(out, sum, tsv);
+            num(out, summable(k->name, key->name) ? sum : NAN, tsv);
             fputc('\n', out);
         }
     }

@@ -176,7 +176,7 @@ static void pump(mt_spawn_proc *sp, tail *tl, sweep_ctx *x)
 static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
                             mt_client **cl, char *err, size_t errlen)
 {
-    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL};
+    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL, NULL};
     mt_client_config cc;
     mt_spawn_client_config(&cc, c + 1, 80e6, x->k, &cb, x);
     if (o->token && o->token_len <= MT_TOKEN_MAX) {
@@ -202,7 +202,7 @@ static void show_level_progress(const mt_sweep_opts *o, const sweep_ctx *x,
     static uint64_t last;
     if (now - last > 500000000ull) {
         last = now;
-        fprintf(stderr, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
+        fprintf(o->progress, "\r  sweep: %d sessions, %4.1f s of %.0f   ",
                 c, now > x->t_measure && !ended
                        ? (double)(now - x->t_measure) / 1e9 * x->k
                        : 0.0,
@@ -358,25 +358,56 @@ static void fmt_ms(char *b, size_t n, double v)
         snprintf(b, n, "%.1f", v);
 }
 
+/* The table's columns, and their width when aligned for a terminal. */
+static const char *const columns[] = {
+    "concurrency", "accepted", "rejected", "real", "fill", "p50_ms", "p99_ms",
+    "p99_true_ms", "max_ms", "rtt_p99_ms", "step_ms", "kv_bytes", "tick_p99_ms" };
+#define NCOLUMNS (int)(sizeof columns / sizeof columns[0])
+
+static int col_width(int i)
+{
+    int w = (int)strlen(columns[i]);
+    return w < 9 ? 9 : w;
+}
+
+/* One row of cells: tab-separated, or right-aligned under the header. */
+static void print_cells(FILE *f, int aligned, char cell[][24])
+{
+    for (int i = 0; i < NCOLUMNS; i++) {
+        if (aligned)
+            fprintf(f, "%s%*s", i ? " " : "", col_width(i), cell[i]);
+        else
+            fprintf(f, "%s%s", i ? "\t" : "", cell[i]);
+    }
+    fputc('\n', f);
+    fflush(f);
+}
+
+static void print_row_as(FILE *f, int aligned, const mt_sweep_row *r)
+{
+    char cell[NCOLUMNS][24];
+    snprintf(cell[0], sizeof cell[0], "%d", r->concurrency);
+    snprintf(cell[1], sizeof cell[1], "%d", r->accepted);
+    snprintf(cell[2], sizeof cell[2], "%d", r->rejected);
+    snprintf(cell[3], sizeof cell[3], "%llu", (unsigned long long)r->real);
+    snprintf(cell[4], sizeof cell[4], "%llu", (unsigned long long)r->fills);
+    fmt_ms(cell[5], sizeof cell[5], r->p50_ms);
+    fmt_ms(cell[6], sizeof cell[6], r->p99_ms);
+    fmt_ms(cell[7], sizeof cell[7], r->p99_true_ms);
+    fmt_ms(cell[8], sizeof cell[8], r->max_ms);
+    fmt_ms(cell[9], sizeof cell[9], r->rtt_p99_ms);
+    fmt_ms(cell[10], sizeof cell[10], r->step_ms);
+    if (r->kv_used >= 0)
+        snprintf(cell[11], sizeof cell[11], "%lld", (long long)r->kv_used);
+    else
+        snprintf(cell[11], sizeof cell[11], "-");
+    fmt_ms(cell[12], sizeof cell[12], r->tick_p99_ms);
+    print_cells(f, aligned, cell);
+}
+
 static void print_row(FILE *f, const mt_sweep_row *r)
 {
-    char a[16], b[16], c[16], d[16], e[16], s[16], g[16], kv[24];
-    fmt_ms(a, sizeof a, r->p50_ms);
-    fmt_ms(b, sizeof b, r->p99_ms);
-    fmt_ms(c, sizeof c, r->p99_true_ms);
-    fmt_ms(d, sizeof d, r->max_ms);
-    fmt_ms(e, sizeof e, r->rtt_p99_ms);
-    fmt_ms(s, sizeof s, r->step_ms);
-    fmt_ms(g, sizeof g, r->tick_p99_ms);
-    if (r->kv_used >= 0)
-        snprintf(kv, sizeof kv, "%lld", (long long)r->kv_used);
-    else
-        snprintf(kv, sizeof kv, "-");
-    fprintf(f, "%d\t%d\t%d\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-            r->concurrency, r->accepted, r->rejected,
-            (unsigned long long)r->real, (unsigned long long)r->fills, a, b, c,
-            d, e, s, kv, g);
-    fflush(f);
+    print_row_as(f, 0, r);
 }
 
 /* Starts the sweep's own mt-serve with --time-scale K when scaled. The
@@ -399,9 +430,10 @@ static void print_header(FILE *out, const mt_sweep_opts *o, double k)
         fprintf(out, "# time-scaled x%g: the server and the clients ran at %g "
                 "times real time; times and latencies are model time "
                 "(real x %g)\n", k, k, k);
-    fprintf(out, "concurrency\taccepted\trejected\treal\tfill\tp50_ms\tp99_ms"
-            "\tp99_true_ms\tmax_ms\trtt_p99_ms\tstep_ms\tkv_bytes\ttick_p99_ms\n");
-    fflush(out);
+    char cell[NCOLUMNS][24];
+    for (int i = 0; i < NCOLUMNS; i++)
+        snprintf(cell[i], sizeof cell[i], "%s", columns[i]);
+    print_cells(out, o->aligned, cell);
 }
 
 /* The budget the wall is judged by: --budget, else two frame periods for
@@ -428,13 +460,19 @@ static double print_wall(FILE *out, const mt_sweep_opts *o, int wall,
         ? "the p99 of max(step_ms, late_ms) over its ticks (mt-admit's signal)"
         : "the truthful p99";
     int first = o->nlevels > 0 ? o->levels[0] : o->from;
-    if (wall)
+    int last = o->nlevels > 0 ? o->levels[o->nlevels - 1]
+             : o->from + (o->to - o->from) / o->step * o->step;
+    if (wall && wall == last)
+        fprintf(out, "# no wall up to %d session%s: every level from %d kept "
+                "%s under the %.0f ms %s; raise --to\n", last,
+                last == 1 ? "" : "s", first, sig, budget, what);
+    else if (wall)
         fprintf(out, "# wall: %d sessions (the largest level from %d up with "
                 "every session admitted and %s under the %.0f ms %s)\n",
                 wall, first, sig, budget, what);
     else
-        fprintf(out, "# wall: below %d sessions (no level kept %s under the "
-                "%.0f ms %s)\n", first, sig, budget, what);
+        fprintf(out, "# wall: below %d session%s (no level kept %s under the "
+                "%.0f ms %s)\n", first, first == 1 ? "" : "s", sig, budget, what);
     return budget;
 }
 
@@ -466,8 +504,8 @@ static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
             *period_ms = x->period_ms;
         double budget = wall_budget(o, *period_ms);
         if (o->progress)
-            fprintf(stderr, "\r%-60s\r", "");
-        print_row(out, &rows[n]);
+            fprintf(o->progress, "\r%-60s\r", "");
+        print_row_as(out, o->aligned, &rows[n]);
         /* A client that sends its frames late (one thread driving every
          * session, on a host that also runs the server) offers the server
          * less than the level's load and reads its answers late: the row
@@ -475,16 +513,16 @@ static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
          * the wall. */
         int client_behind = rows[n].send_late_p99_ms > *period_ms;
         if (client_behind)
-            fprintf(out, "# %d sessions: the client fell behind (its send "
+            fprintf(out, "# %d session%s: the client fell behind (its send "
                     "lateness p99 %.1f ms is over the %.0f ms frame period): "
                     "this level measures the client's host, not the server\n",
-                    c, rows[n].send_late_p99_ms, *period_ms);
+                    c, c == 1 ? "" : "s", rows[n].send_late_p99_ms, *period_ms);
         double judged = o->tick_signal ? rows[n].tick_p99_ms
                                        : rows[n].p99_true_ms;
         if (o->tick_signal && isnan(judged))
-            fprintf(out, "# %d sessions: no tick line was read (--signal "
+            fprintf(out, "# %d session%s: no tick line was read (--signal "
                     "tick needs the server's stdout: -- MT-SERVE-ARGS or "
-                    "--ticks FILE)\n", c);
+                    "--ticks FILE)\n", c, c == 1 ? "" : "s");
         int pass = rows[n].accepted == c && rows[n].rejected == 0 &&
                    rows[n].failed == 0 && rows[n].real > 0 &&
                    isfinite(judged) && judged < budget && !client_behind;
@@ -572,8 +610,10 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     double budget = print_wall(out, o, wall, period_ms);
     if (o->tsv_out)
         write_tsv(o->tsv_out, rows, n);
-    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall, budget, err,
-                                 errlen))
+    /* no wall in the range: none drawn */
+    int last = n > 0 ? rows[n - 1].concurrency : 0;
+    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall == last ? 0 : wall,
+                                 budget, err, errlen))
         goto out2;
     rc = 0;
 out2:

@@ -113,6 +113,8 @@ typedef struct sess {
     uint8_t   *ob;
     size_t     ob_head, ob_len, ob_cap;
     int        overflow;
+    mt_speech_sess *sp;       /* codec state and LM streams (opts.speech) */
+    uint64_t   seed;          /* its sampling seed; 0: opts.speech_seed */
 } sess;
 
 /* One round's batch: what the tick thread steps at once, as llama.cpp's
@@ -127,6 +129,8 @@ typedef struct mt_batch {
     mt_kv_seq **seqs;        /* [max_sessions] what the decoder steps */
     int16_t    *pcm_in;      /* [max_sessions, fs] each row's queue head */
     int16_t    *pcm_out;     /* [max_sessions, fs] the step's outputs */
+    mt_speech_sess **sp;     /* [max_sessions] opts.speech: the rows' state */
+    int32_t    *text;        /* [max_sessions] opts.speech: text token, -1 none */
     uint64_t    t_start;     /* clock before the recompute prefills */
     uint64_t    t_step;      /* clock before the batch step */
     uint64_t    t_ready;     /* clock after it: the outputs are ready */
@@ -168,6 +172,8 @@ struct mt_engine {
     int             nlat, latcap;
     uint8_t        *enc;                /* one encoded frame */
     int16_t        *silence;            /* [fs] zeros */
+    int             text_only;          /* opts.speech without audio out:
+                                           every answer is a TEXT frame */
     strbuf          tick_lines, fill_lines;
 
     tick_counts     c;                  /* this tick's, under the lock */
@@ -258,9 +264,11 @@ static sess *find(mt_engine *e, uint32_t id)
     return NULL;
 }
 
+/* An output's bytes: its AUDIO frame, and the TEXT frame beside it. */
 static size_t frame_bytes(const mt_engine *e)
 {
-    return MT_FRAME_HEADER_SIZE + (size_t)e->fs * 2;
+    return MT_FRAME_HEADER_SIZE + (size_t)e->fs * 2 +
+           (e->o.speech ? MT_FRAME_HEADER_SIZE + 4 : 0);
 }
 
 /* Appends one encoded frame to s's output queue; on overflow the session
@@ -315,6 +323,7 @@ static void free_sess(mt_engine *e, sess *s)
     free(s->qpcm);
     free(s->hist);
     free(s->ob);
+    mt_speech_sess_close(s->sp);
     free(s);
 }
 
@@ -365,7 +374,13 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
         return -1;
     }
     const mt_model *m = mt_decoder_model(dec);
-    if (!m || !m->cfg.has_audio || m->cfg.frame_samples < 1) {
+    if (o->speech && mt_kv_pool_params(mt_decoder_pool(dec))->policy == MT_KV_FULL &&
+        o->on_full == MT_ONFULL_PREEMPT) {
+        mt_set_err(err, errlen, "engine: a speech model cannot be preempted (its codec "
+                 "state cannot be recomputed): use the window policy or on-full stall");
+        return -1;
+    }
+    if (!m || (!o->speech && (!m->cfg.has_audio || m->cfg.frame_samples < 1))) {
         mt_set_err(err, errlen, "engine: the model has no audio adapter "
                  "(mt-serve serves PCM frame streams)");
         return -1;
@@ -377,7 +392,12 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
     e->dec = dec;
     e->pool = mt_decoder_pool(dec);
     e->cfg = m->cfg;
-    e->fs = m->cfg.frame_samples;
+    if (o->speech) {
+        e->cfg.sample_rate = mt_speech_sample_rate(o->speech);
+        e->cfg.frame_samples = mt_speech_frame_samples(o->speech);
+    }
+    e->fs = e->cfg.frame_samples;
+    e->text_only = o->speech && !mt_speech_audio_out(o->speech);
     e->t0 = t0;
     e->clock = o->clock ? o->clock : monotonic_clock;
     e->clock_ctx = o->clock ? o->clock_ctx : NULL;
@@ -391,12 +411,14 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
     b->seqs = calloc(B, sizeof *b->seqs);
     b->pcm_in = calloc(B * (size_t)e->fs, sizeof(int16_t));
     b->pcm_out = calloc(B * (size_t)e->fs, sizeof(int16_t));
+    b->sp = calloc(B, sizeof *b->sp);
+    b->text = calloc(B, sizeof *b->text);
     e->latcap = (int)B * MAX_ROUNDS;
     e->lat = calloc((size_t)e->latcap, sizeof(double));
     e->enc = malloc(frame_bytes(e) + MT_REASON_MAX + 128);
     e->silence = calloc((size_t)e->fs, sizeof(int16_t));
     if (!b->sess || !b->recompute || !b->seqs || !b->pcm_in || !b->pcm_out ||
-        !e->lat || !e->enc || !e->silence) {
+        !b->sp || !b->text || !e->lat || !e->enc || !e->silence) {
         mt_engine_free(e);
         mt_set_err(err, errlen, "engine: out of memory");
         return -1;
@@ -417,6 +439,8 @@ void mt_engine_free(mt_engine *e)
     free(e->batch.seqs);
     free(e->batch.pcm_in);
     free(e->batch.pcm_out);
+    free(e->batch.sp);
+    free(e->batch.text);
     free(e->lat);
     free(e->enc);
     free(e->silence);
@@ -481,6 +505,15 @@ uint32_t mt_engine_session_new(mt_engine *e)
     return id;
 }
 
+void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed)
+{
+    pthread_mutex_lock(&e->mu);
+    sess *s = find(e, id);
+    if (s && s->state == S_PENDING)
+        s->seed = seed;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
 {
     pthread_mutex_lock(&e->mu);
@@ -509,10 +542,19 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
         snprintf(why, whylen, "server out of memory");
         goto out;
     }
+    mt_speech_sess *sp = NULL;
+    char sperr[160];
+    if (e->o.speech && mt_speech_sess_open(e->o.speech, s->seed ? s->seed : e->o.speech_seed,
+                                           &sp, sperr, sizeof sperr) != 0) {
+        free(ob); free(q); free(qpcm);
+        snprintf(why, whylen, "server: %s", sperr);
+        goto out;
+    }
     mt_kv_seq *kv = NULL;
     int k = mt_kv_seq_open(e->pool, &kv);
     if (k != 0) {
         free(ob); free(q); free(qpcm);
+        mt_speech_sess_close(sp);
         size_t bound = mt_engine_session_bound(e);
         size_t total = mt_kv_used_bytes(e->pool) + mt_kv_free_bytes(e->pool);
         /* Two different things for an operator: full now, or never. */
@@ -538,6 +580,7 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     s->qpcm = qpcm;
     s->qcap = qcap0;
     s->kv = kv;
+    s->sp = sp;
     s->order = e->next_order++;
     s->state = S_ACTIVE;
     e->admitted++;
@@ -545,7 +588,8 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     mt_engine_format(e, &h);
     uint8_t pl[12 + MT_MODEL_NAME_MAX];
     long n = mt_hello_encode(&h, pl, sizeof pl);
-    push_ctl(e, s, MT_FRAME_ACCEPT, 0, pl, n > 0 ? (size_t)n : 0);
+    push_ctl(e, s, MT_FRAME_ACCEPT, e->text_only ? MT_FLAG_TEXT_ONLY : 0, pl,
+             n > 0 ? (size_t)n : 0);
     rc = 0;
 out:
     pthread_mutex_unlock(&e->mu);
@@ -696,7 +740,7 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason)
     pthread_mutex_unlock(&e->mu);
 }
 
-int mt_engine_shed(mt_engine *e, uint32_t id)
+int mt_engine_shed(mt_engine *e, uint32_t id, const char *reason)
 {
     int rc = -1;
     pthread_mutex_lock(&e->mu);
@@ -706,7 +750,7 @@ int mt_engine_shed(mt_engine *e, uint32_t id)
          * no longer S_ACTIVE and delivers nothing (its input is one of the
          * misses counted here) */
         drop_queue(e, s);
-        push_ctl(e, s, MT_FRAME_END, 0, NULL, 0);
+        push_reason(e, s, MT_FRAME_END, 0, reason);
         s->state = S_ENDED;
         e->shed++;
         rc = 0;
@@ -839,6 +883,10 @@ static void send_fill(mt_engine *e, sess *s, in_entry *q, uint64_t t,
     f.t_ready = t;
     f.length = (uint32_t)e->fs * 2;
     f.payload = (const uint8_t *)e->silence;
+    if (e->text_only) {       /* a FILL answer of a text-only session */
+        f.type = MT_FRAME_TEXT;
+        f.length = 0;
+    }
     q->answered = 1;
     if (push_frame(e, s, &f))
         e->c.fill++;
@@ -852,9 +900,11 @@ static void send_fill(mt_engine *e, sess *s, in_entry *q, uint64_t t,
 /* Answers q with the model's output pcm, computed from t_start to t_ready.
  * Under the lock. */
 static void send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
-                        uint64_t t_start, uint64_t t_ready, strbuf *lines)
+                        int32_t text, uint64_t t_start, uint64_t t_ready, strbuf *lines)
 {
     int met = t_ready <= q->deadline;
+    uint8_t tok[4] = { (uint8_t)text, (uint8_t)(text >> 8), (uint8_t)(text >> 16),
+                       (uint8_t)(text >> 24) };
     mt_frame f = {0};
     f.type = MT_FRAME_AUDIO;
     f.session = s->id;
@@ -865,6 +915,11 @@ static void send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
     f.t_ready = t_ready;
     f.length = (uint32_t)e->fs * 2;
     f.payload = (const uint8_t *)pcm;
+    if (e->text_only) {       /* the answer is the text (none before the delays) */
+        f.type = MT_FRAME_TEXT;
+        f.length = text >= 0 ? 4 : 0;
+        f.payload = tok;
+    }
     if (push_frame(e, s, &f)) {
         e->c.out++;
         e->c.met_real += met;
@@ -874,6 +929,24 @@ static void send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
     e->c.answered++;
     if (e->o.frame_lines)
         frame_line(e, lines, s, q, 0, t_start, t_ready, met);
+}
+
+/* The text token that goes with q's output (opts.speech), beside it: not
+ * an answer, so not counted; the transcript has every token the model
+ * made, FILL or not. Under the lock. */
+static void send_text(mt_engine *e, sess *s, const in_entry *q, int32_t tok)
+{
+    uint8_t pl[4] = { (uint8_t)tok, (uint8_t)(tok >> 8), (uint8_t)(tok >> 16),
+                      (uint8_t)(tok >> 24) };
+    mt_frame f = {0};
+    f.type = MT_FRAME_TEXT;
+    f.session = s->id;
+    f.seq = q->seq;
+    f.t_send = now(e);
+    f.t_arrive = q->t_arrive;
+    f.length = 4;
+    f.payload = pl;
+    push_frame(e, s, &f);
 }
 
 /* ---- FILL deadlines (I/O thread) ------------------------------------------ */
@@ -997,6 +1070,7 @@ static int batch_gather(mt_engine *e, mt_batch *b, int round, int max_rows,
         b->sess[b->n] = s;
         b->recompute[b->n] = recompute;
         b->seqs[b->n] = s->kv;
+        b->sp[b->n] = s->sp;
         memcpy(b->pcm_in + (size_t)b->n * (size_t)e->fs,
                s->qpcm + (size_t)s->qhead * (size_t)e->fs, (size_t)e->fs * 2);
         b->n++;
@@ -1022,7 +1096,10 @@ static int batch_step(mt_engine *e, mt_batch *b, char *err, size_t errlen)
             rc = -1;
     }
     b->t_step = now(e);
-    if (rc == 0) {
+    if (rc == 0 && e->o.speech) {
+        rc = mt_speech_step(e->o.speech, b->n, b->seqs, b->sp, b->pcm_in, b->pcm_out,
+                            b->text, err, errlen);
+    } else if (rc == 0) {
         mt_step_io io = {0};
         io.pcm_in = b->pcm_in;
         io.pcm_out = b->pcm_out;
@@ -1072,9 +1149,13 @@ static void deliver_row(mt_engine *e, mt_batch *b, int r, int step_rc)
      * FILL goes now (the I/O thread was about to) */
     if (!q->answered && e->o.fill && b->t_ready > q->deadline)
         send_fill(e, s, q, now(e), &e->tick_lines);
+    int32_t text = e->o.speech ? b->text[r] : -1;
     if (!q->answered)
-        send_output(e, s, q, b->pcm_out + (size_t)r * (size_t)e->fs,
+        send_output(e, s, q, b->pcm_out + (size_t)r * (size_t)e->fs, text,
                     b->t_start, b->t_ready, &e->tick_lines);
+    /* beside the audio; a text-only answer a FILL made is not sent twice */
+    if (e->o.speech && !e->text_only && text >= 0)
+        send_text(e, s, q, b->text[r]);
     s->qhead = (s->qhead + 1) % s->qcap;
     s->qlen--;
     maybe_end(e, s);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "decode/decoder.h"
+#include "decode/speech.h"
 #include "wire/frame.h"
 #include "wire/latline.h"
 
@@ -58,6 +59,16 @@ typedef struct mt_engine_opts {
      * engine lock held or not. */
     uint64_t (*clock)(void *ctx);
     void      *clock_ctx;
+    /* Kyutai's models (decode/speech.h): when set, every batch goes
+     * through this stage (Mimi encode, the LM frame on the decoder, Mimi
+     * decode) instead of the model's own audio adapter, the format is the
+     * codec's, each output AUDIO frame has a TEXT frame beside it once the
+     * model has text (a speech-to-text model, without audio out: the
+     * answer is the TEXT frame itself, ACCEPT says MT_FLAG_TEXT_ONLY),
+     * and each session's generator is seeded with speech_seed. Needs a window policy or --on-full stall (a preempted
+     * session cannot be recomputed through the codec). Not owned. */
+    mt_speech *speech;
+    uint64_t   speech_seed;
 } mt_engine_opts;
 
 void mt_engine_opts_default(mt_engine_opts *o);
@@ -76,6 +87,9 @@ size_t mt_engine_session_bound(const mt_engine *e);
 
 /* A new session, waiting for admission. Returns its id (> 0). */
 uint32_t mt_engine_session_new(mt_engine *e);
+/* The session's sampling seed (HELLO's seq, when not 0), in place of
+ * opts.speech_seed; before mt_engine_admit. Unknown ids: nothing. */
+void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed);
 /* Admits: opens the KV sequence (window: the whole bound, or refused) and
  * queues ACCEPT. 0; or, with why (the caller then rejects), -1 where a
  * later try may pass (the server full now) and MT_ENGINE_REFUSED_FINAL
@@ -100,11 +114,11 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason);
 /* Load shedding (a controller's `shed ID reason`, issue 24): an admitted
  * session is ended now because capacity fell under the admitted load.
  * Its unanswered inputs become counted misses (inputs a FILL already
- * answered are not counted twice), END is queued, and the shed total of
- * the tick lines grows by one. The reason is the caller's to log: END has
- * no payload (mt-frame(5)). 0 shed, or -1 (unknown, not yet admitted, or
- * already ended: nothing changes). */
-int  mt_engine_shed(mt_engine *e, uint32_t id);
+ * answered are not counted twice), END is queued with the reason as its
+ * payload (mt-frame(5): the client tells a shed session from one it
+ * ended), and the shed total of the tick lines grows by one. 0 shed, or
+ * -1 (unknown, not yet admitted, or already ended: nothing changes). */
+int  mt_engine_shed(mt_engine *e, uint32_t id, const char *reason);
 /* The connection is gone: the session is dropped (unanswered inputs are
  * misses); its id becomes unknown. */
 void mt_engine_close(mt_engine *e, uint32_t id);

@@ -94,20 +94,20 @@ static conn *find_pending(mt_server *s, uint32_t id)
 }
 
 /* Ends the admitted session of c now with END (its queued inputs
- * answered or counted as misses by the engine) for a reason that goes to
- * the log and to a `shed session=ID t=S reason=...` line on the machine
- * stream, since END carries no payload: a controller's `shed`, the input
- * timeout, the drain timeout. what names it in the log line ("shed",
- * "ended (END)"). 0, or -1 when c has no admitted session still
- * running. */
+ * answered or counted as misses by the engine) for a reason that END
+ * carries to the client (mt-frame(5)) and that goes to the log and to a
+ * `shed session=ID t=S reason=...` line on the machine stream: a
+ * controller's `shed`, the input timeout, the drain timeout. what names
+ * it in the log line ("shed", "ended (END)"). 0, or -1 when c has no
+ * admitted session still running. */
 int mt_srv_end_session(mt_server *s, conn *c, const char *what, const char *why)
 {
     uint32_t id = c->p.id;
-    if (!id || c->p.pending || mt_engine_shed(s->eng, id) != 0)
-        return -1;
     char reason[MT_REASON_MAX + 1];
     snprintf(reason, sizeof reason, "%s", why);
     mt_utf8_sanitize(reason);
+    if (!id || c->p.pending || mt_engine_shed(s->eng, id, reason) != 0)
+        return -1;
     slog(s, "session %u: %s: %s", id, what, reason);
     c->p.reading = 0;   /* what the client sends after END is not an input */
     char buf[1024];

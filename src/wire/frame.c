@@ -11,6 +11,7 @@
  */
 #include "wire/frame.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* ---- little-endian helpers ----------------------------------------------- */
@@ -60,7 +61,7 @@ enum {
 
 static int type_known(unsigned type)
 {
-    return type >= MT_FRAME_HELLO && type <= MT_FRAME_ERROR;
+    return type >= MT_FRAME_HELLO && type <= MT_FRAME_TEXT;
 }
 
 static int is_data(unsigned type)
@@ -138,8 +139,9 @@ static int length_ok(unsigned type, uint32_t len)
         return len % 2 == 0;
     case MT_FRAME_TOKENS:
         return len % 4 == 0;
-    case MT_FRAME_END:
-        return len == 0;
+    case MT_FRAME_TEXT:
+        return len % 4 == 0 && len <= 4 * MT_TEXT_MAX_TOKENS;
+    case MT_FRAME_END:        /* from the server: why it ended the session */
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
         return len <= MT_REASON_MAX;
@@ -155,9 +157,16 @@ static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
     case MT_FRAME_HELLO:
     case MT_FRAME_ACCEPT:
         return mt_hello_decode(p, len, &h) == 0;
+    case MT_FRAME_END:
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
         return utf8_valid(p, len);
+    case MT_FRAME_TEXT:
+        /* token ids are int32 values on the wire: none negative */
+        for (uint32_t i = 0; i < len; i += 4)
+            if (get_u32(p + i) > INT32_MAX)
+                return 0;
+        return 1;
     default:
         return 1;
     }
@@ -169,7 +178,9 @@ static int flags_ok(unsigned type, uint16_t flags)
 {
     if (flags & ~(uint16_t)MT_FLAGS_KNOWN)
         return 0;
-    if ((flags & MT_FLAG_FILL) && !is_data(type))
+    if ((flags & MT_FLAG_FILL) && !is_data(type) && type != MT_FRAME_TEXT)
+        return 0;
+    if ((flags & MT_FLAG_TEXT_ONLY) && type != MT_FRAME_ACCEPT)
         return 0;
     if ((flags & MT_FLAG_FINAL) && type != MT_FRAME_REJECT)
         return 0;
@@ -442,6 +453,7 @@ const char *mt_frame_type_name(int type)
     case MT_FRAME_ACCEPT: return "ACCEPT";
     case MT_FRAME_REJECT: return "REJECT";
     case MT_FRAME_ERROR:  return "ERROR";
+    case MT_FRAME_TEXT:   return "TEXT";
     default:              return "UNKNOWN";
     }
 }

@@ -49,7 +49,15 @@ enum mt_frame_type {
     MT_FRAME_REJECT = 6, /* server -> client: refused; UTF-8 reason
                             (<= MT_REASON_MAX bytes, no NUL) */
     MT_FRAME_ERROR  = 7, /* either way: stream ends; UTF-8 reason (same) */
+    MT_FRAME_TEXT   = 8, /* server -> client: the text tokens that go with
+                            the output of input `seq` (Kyutai's models),
+                            0..MT_TEXT_MAX_TOKENS uint32 LE ids, each at
+                            most INT32_MAX; beside that AUDIO output, or,
+                            in a session ACCEPTed with MT_FLAG_TEXT_ONLY,
+                            the answer itself (then FILL may mark it); no
+                            seq order of its own */
 };
+#define MT_TEXT_MAX_TOKENS 64
 
 enum mt_frame_flags {
     MT_FLAG_FILL = 1u << 0, /* silence sent in place of a late output;
@@ -60,8 +68,11 @@ enum mt_frame_flags {
                                 larger than its whole pool): retrying
                                 cannot help. Without it a refusal may pass
                                 (a full server, the controller's no). */
+    MT_FLAG_TEXT_ONLY = 1u << 2, /* ACCEPT only: the session's answers are
+                                    TEXT frames, one per input, no AUDIO
+                                    (a speech-to-text model) */
 };
-#define MT_FLAGS_KNOWN (MT_FLAG_FILL | MT_FLAG_FINAL)
+#define MT_FLAGS_KNOWN (MT_FLAG_FILL | MT_FLAG_FINAL | MT_FLAG_TEXT_ONLY)
 
 enum mt_encoding {
     MT_ENC_PCM_S16LE = 1,

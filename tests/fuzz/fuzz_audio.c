@@ -5,7 +5,8 @@
  * at least one frame, a plausible rate, and every sample within [-1, 1]
  * (no NaN); the samples then go through the rate conversion and the s16
  * conversion mt-replay applies, which must not crash either. */
-#include "client/audio.h"
+#include "client/audio_read.h"
+#include "client/resample.h"
 
 #include <samplerate.h>
 #include <stdint.h>

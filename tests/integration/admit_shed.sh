@@ -1,6 +1,6 @@
 #!/bin/bash
 # admit_shed: load shedding (issue 24) on a simulated device whose capacity
-# drops. tests/profiles/drift-small.profile is a made-up device on which
+# drops. profiles/drift-small.profile is a made-up device on which
 # about 36 sessions of synthetic:moshi-7b fit an 80 ms tick until 12 s after
 # the server starts, when its bandwidth and matrix rate drop to 0.7 (every
 # step 1.43 x longer: about 26 fit). N sessions are admitted first (a static
@@ -21,7 +21,7 @@
 S=$MT_BIN/mt-serve
 A=$MT_BIN/mt-admit
 FC=$MT_TESTBIN/mt-fakeclient
-PROFILE=$MT_ROOT/tests/profiles/drift-small.profile
+PROFILE=$MT_ROOT/profiles/drift-small.profile
 [ -x "$S" ] || t_skip_all "mt-serve not built"
 [ -x "$A" ] || t_skip_all "mt-admit not built"
 [ -x "$FC" ] || t_skip_all "mt-fakeclient not built"

@@ -94,6 +94,16 @@ t_check "summarize: step_ms p99 198" test "$7" = 198
 t_check "summarize: step_ms max 200" test "$8" = 200
 grep -q "FILL (silence) 50 " "$T_TMP/s"
 t_ok $? "summarize: counts the FILL frames"
+t_check "summarize: the frame counts are summed (fill: 50)" \
+    sh -c "grep -E '^tick +fill ' '$T_TMP/s' | awk '{ exit \$NF != 50 }'"
+for k in kv_free kv_used active step_ms admitted; do
+    t_check "summarize: $k, a level or a time, is not summed" \
+        sh -c "grep -E '^tick +$k ' '$T_TMP/s' | awk '{ exit \$NF != \"-\" }'"
+done
+printf 'tick=0 t=0 kv_free=536870912 x=1\ntick=1 t=1 kv_free=536592384 x=2\n' |
+    "$P" summarize >"$T_TMP/big" 2>&1
+t_check "summarize: byte counts whole, not in e-notation" \
+    sh -c "grep -E '^tick +kv_free ' '$T_TMP/big' | grep -q ' 536731648 ' && ! grep -q 'e+' '$T_TMP/big'"
 grep -q "truthful 87.5%  |  naive 100.0%" "$T_TMP/s"
 t_ok $? "summarize: truthful met beside the naive figure"
 grep -q "1 malformed line skipped" "$T_TMP/s"

@@ -25,12 +25,16 @@ rows 'col("real") + 0 < col("concurrency") * 10' "$T_TMP/out"
 t_ok $? "each level measured real frames (>= 10 per session)"
 rows 'col("kv_bytes") == "-" || col("kv_bytes") + 0 <= 0' "$T_TMP/out"
 t_ok $? "KV bytes come from the server's tick lines"
-grep -qE '^# wall: ' "$T_TMP/out"
-t_ok $? "the wall is named"
+grep -qE '^# (wall: |no wall up to 3 sessions: .*; raise --to$)' "$T_TMP/out"
+t_ok $? "the wall is named, or that there is none up to --to"
 # No --budget: two frame periods, so a lightly loaded server's wall is at
 # least one session (one period would put it below one on any server).
-grep -qE '^# wall: [1-9][0-9]* sessions .* budget of two frame periods' "$T_TMP/out"
+grep -qE '^# (wall: [1-9][0-9]* sessions|no wall up to 3 sessions: every level from 1) .* budget of two frame periods' "$T_TMP/out"
 t_ok $? "the default budget (two frame periods) finds a wall of 1 session or more"
+# The last level (3) passed: then there is no wall in the range, and the
+# line says so instead of naming 3; it failed: the wall is below it.
+t_check "no wall is named at the last level of the range" \
+    sh -c "! grep -q '^# wall: 3 sessions' '$T_TMP/out'"
 t_check "--tsv writes the rows" test "$(wc -l <"$T_TMP/rows.tsv")" -eq 3
 "$P" sweep --from 3 --to 1 -s /nonexistent >/dev/null 2>&1
 t_check "--to below --from: exit 2" test $? -eq 2
@@ -70,6 +74,14 @@ awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ || NF == 0 { next }
 t_ok $? "--signal tick: the tick p99 column is under the period at 20, over it at 40"
 grep -qE '^# wall: 20 sessions .*max\(step_ms, late_ms\).* 80 ms budget of one frame period' "$T_TMP/tick"
 t_ok $? "--signal tick: the wall is 20, judged by the tick signal against one period"
+# Every level passing (2 and 4 sessions step in a few ms on this device):
+# no wall in the range, and the line says to raise --to.
+timeout 90 "$P" sweep --from 2 --to 4 --step 2 --hold 1s --warmup 0.5s --signal tick \
+    -- --device "sim:$T_TMP/flat.profile" -m synthetic:moshi-7b --sink 4 --window 28 \
+    --max-sessions 64 >"$T_TMP/nowall" 2>"$T_TMP/err"
+sed 's/^/# /' "$T_TMP/nowall"
+t_check "every level passed: 'no wall up to 4 sessions ... raise --to', no wall named" \
+    sh -c "grep -q '^# no wall up to 4 sessions: every level from 2 kept .*; raise --to\$' '$T_TMP/nowall' && ! grep -q '^# wall:' '$T_TMP/nowall'"
 "$P" sweep --signal p95 -s /nonexistent >/dev/null 2>"$T_TMP/err"
 t_check "--signal p95: exit 2" test $? -eq 2
 t_check "--signal p95: says what it takes" grep -q "frame or tick" "$T_TMP/err"

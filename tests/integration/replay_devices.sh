@@ -20,6 +20,9 @@ cat > asound.conf <<'CONF'
 pcm.mtnull { type null }
 pcm.!default { type null }
 CONF
+# x.sock: a socket file nothing listens on, so that -s passes mt-replay's
+# check and the device is what fails
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$T_TMP/x.sock"
 # without any device (this machine as it is, when it has no sound card)
 if grep -q '^# PortAudio .*: 0 devices' list.txt; then
     "$R" -s "$T_TMP/x.sock" --mic > /dev/null 2> nodev.err
@@ -56,7 +59,7 @@ t_check "--mic on the null device for 2 s: exit 0 $(head -c 200 mic.err)" test $
 t_check "--mic took about 2 s ($ms ms)" test $ms -ge 1900 -a $ms -lt 8000
 t_check "--mic: 25 frames sent, all answered" \
     grep -q '^replay_summary=1 done=1 rejected=0 failed=0 sent=25 received=25 ' mic.txt
-t_check "--mic reports its device" grep -q '^replay_mic device="mtnull"' mic.txt
+t_check "--mic reports its device" grep -Eq '^replay_mic device="?mtnull' mic.txt
 t_check "--mic: the null device (no clock of its own) is said not real-time" \
     sh -c 'grep -q "^replay_mic .* real_time=0" mic.txt &&
         grep -q "capture device \"mtnull\" is not real-time" mic.err'

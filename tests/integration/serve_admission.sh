@@ -40,6 +40,8 @@ kill -TERM $SRV; wait $SRV
 t_ok $? "SIGTERM: exit 0"
 t_check "socket removed at exit" [ ! -e "$SOCK" ]
 
+# (these servers keep fp32 K/V, --kv-dtype f32: the f16 check below
+# compares against their bound)
 # control FIFO; a pool that holds two sessions' bounds (window 64: 68
 # positions, 5 blocks of 16, each 16 positions x position bytes)
 mkfifo "$T_TMP/ctl"
@@ -53,7 +55,7 @@ control_after3() {
       printf '%s\n' "$@" >&3; sleep "$hold" ) &
     CTL=$!
 }
-t_serve "$T_TMP/lat2" "$T_TMP/log2" -s "$SOCK" -m synthetic:tiny --window 60 --control "$T_TMP/ctl" --admit-timeout 1500
+t_serve "$T_TMP/lat2" "$T_TMP/log2" -s "$SOCK" -m synthetic:tiny --window 60 --kv-dtype f32 --control "$T_TMP/ctl" --admit-timeout 1500
 wait_for_socket "$SOCK" 300
 bound=""
 control_after3 "$T_TMP/lat2" 3 "accept 1" "reject 2 over budget" "nonsense"
@@ -69,7 +71,7 @@ t_check "request lines carry kv_bound" [ -n "$bound" ]
 
 # window mode: pool of 2 bounds; the controller accepts all 3, the third
 # is still rejected
-t_serve "$T_TMP/lat3" "$T_TMP/log3" -s "$SOCK" -m synthetic:tiny --window 60 --kv-mem $((2 * bound)) --control "$T_TMP/ctl"
+t_serve "$T_TMP/lat3" "$T_TMP/log3" -s "$SOCK" -m synthetic:tiny --window 60 --kv-dtype f32 --kv-mem $((2 * bound)) --control "$T_TMP/ctl"
 wait_for_socket "$SOCK" 300
 control_after3 "$T_TMP/lat3" 1 "accept 1" "accept 2" "accept 3"
 timeout 30 "$FC" -s "$SOCK" -n 3 -f 10 >"$T_TMP/c3"
@@ -82,7 +84,7 @@ t_ok $? "exit 0"
 
 # a pool smaller than one bound: every session is refused, and the REJECT
 # says asking again cannot help (MT_FLAG_FINAL)
-t_serve "$T_TMP/lat5" "$T_TMP/log5" -s "$SOCK" -m synthetic:tiny --window 60 --kv-mem $((bound / 2))
+t_serve "$T_TMP/lat5" "$T_TMP/log5" -s "$SOCK" -m synthetic:tiny --window 60 --kv-dtype f32 --kv-mem $((bound / 2))
 wait_for_socket "$SOCK" 300
 timeout 30 "$FC" -s "$SOCK" -n 1 -f 5 >"$T_TMP/c5"
 t_check "pool under one bound: a final REJECT naming the whole pool" \

@@ -70,12 +70,16 @@ PY
 else
     t_skip "python3 not installed"
 fi
-# a pool that cannot hold one bounded session: said at start
-timeout 30 "$MT_BIN/mt-serve" --stdio -m synthetic:small --kv-mem 8M </dev/null \
+# a pool that cannot hold one bounded session: said at start (f16 K/V, the
+# CPU's default: 4.25 MiB a session of synthetic:small at S=4 W=256)
+timeout 30 "$MT_BIN/mt-serve" --stdio -m synthetic:small --kv-mem 4M </dev/null \
     >/dev/null 2>"$T_TMP/err5"
-t_check "--kv-mem 8M: warns that not one bounded session fits" \
-    grep -q "warning: kv pool 8 MiB cannot hold one bounded session of 8.50 MiB (S=4 W=256)" "$T_TMP/err5"
+t_check "--kv-mem 4M: warns that not one bounded session fits" \
+    grep -q "warning: kv pool 4 MiB cannot hold one bounded session of 4.25 MiB (S=4 W=256)" "$T_TMP/err5"
 timeout 30 "$MT_BIN/mt-serve" --stdio -m synthetic:small </dev/null >/dev/null 2>"$T_TMP/err6"
-t_check "default pool: says how many bounded sessions it holds" \
-    grep -q "kv pool 512 MiB holds 60 bounded sessions of 8.50 MiB (S=4 W=256)" "$T_TMP/err6"
+t_check "default pool, f16 K/V by default: says how many bounded sessions it holds" \
+    grep -q "kv pool 512 MiB holds 120 bounded sessions of 4.25 MiB (S=4 W=256)" "$T_TMP/err6"
+timeout 30 "$MT_BIN/mt-serve" --stdio -m synthetic:small --kv-dtype f32 </dev/null >/dev/null 2>"$T_TMP/err7"
+t_check "--kv-dtype f32: twice the bytes a session, half the sessions" \
+    grep -q "kv pool 512 MiB holds 60 bounded sessions of 8.50 MiB (S=4 W=256)" "$T_TMP/err7"
 t_done

@@ -5,7 +5,9 @@
  * frame count is only an estimate), and the one truncation rule
  * (issue 19 item 8): a size or count the format states and the data does
  * not reach is refused, a streaming writer's placeholder size is not. */
-#include "client/audio.h"
+#include "client/audio_read.h"
+#include "client/resample.h"
+#include "client/audio_write.h"
 #include "tap.h"
 #include "test_util.h"
 

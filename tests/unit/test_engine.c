@@ -58,7 +58,7 @@ static int fake_step(mt_backend *be, int B, mt_kv_seq *const *seqs,
         F.close_in_step = 0;
     }
     if (F.shed_in_step) {
-        mt_engine_shed(eng, F.shed_in_step);
+        mt_engine_shed(eng, F.shed_in_step, "shed while stepped");
         F.shed_in_step = 0;
     }
     if (F.fail) {
@@ -177,8 +177,11 @@ static void drain_output(int k, uint32_t id)
             break;
         if (f.type == MT_FRAME_ACCEPT)
             S[k].accept++;
-        else if (f.type == MT_FRAME_END)
+        else if (f.type == MT_FRAME_END) {
             S[k].end++;
+            snprintf(S[k].reason, sizeof S[k].reason, "%.*s", (int)f.length,
+                     (const char *)f.payload);
+        }
         else if (f.type == MT_FRAME_ERROR || f.type == MT_FRAME_REJECT) {
             S[k].error++;
             snprintf(S[k].reason, sizeof S[k].reason, "%.*s", (int)f.length,
@@ -704,7 +707,8 @@ static void test_published_limit(void)
     like(failed, "fake: step failed", "the failure is kept for the agent");
 }
 
-/* issue 24: a shed session ends with END; each input it had queued is
+/* issue 24: a shed session ends with END, its reason the END's payload
+ * (mt-frame(5)); each input it had queued is
  * answered (a FILL already sent) or a counted miss, never both, never
  * neither; shed= counts it; a shed of a session stepped right now is safe;
  * the others go on. */
@@ -723,16 +727,18 @@ static void test_shed(void)
     send_frame(a, 3);
     send_frame(a, 4);
     send_frame(b, 2);
-    ok(mt_engine_shed(eng, a) == 0, "shed a: 0");
-    ok(mt_engine_shed(eng, a) == -1, "a second shed of a: -1, nothing changes");
-    ok(mt_engine_shed(eng, 9999) == -1, "shed of an unknown session: -1");
+    ok(mt_engine_shed(eng, a, "capacity fell") == 0, "shed a: 0");
+    ok(mt_engine_shed(eng, a, "again") == -1, "a second shed of a: -1, nothing changes");
+    ok(mt_engine_shed(eng, 9999, "x") == -1, "shed of an unknown session: -1");
     uint32_t p = mt_engine_session_new(eng);
-    ok(mt_engine_shed(eng, p) == -1, "shed of a pending session: -1 (reject it instead)");
+    ok(mt_engine_shed(eng, p, "x") == -1, "shed of a pending session: -1 (reject it instead)");
     mt_engine_reject(eng, p, "test", 0);
     ok(send_frame(a, 5) == -1, "no input after the shed");
     drain_output(0, a);
     ok(ended(a) && S[0].end == 1 && S[0].error == 0,
        "a ends with END, not ERROR (end %d error %d)", S[0].end, S[0].error);
+    ok(!strcmp(S[0].reason, "capacity fell"),
+       "a's END carries the reason (\"%s\")", S[0].reason);
     ok(S[0].real == 1 && S[0].fill == 1, "a got its first real output and one FILL");
     /* c is in the batch of tick 3 when the shed comes (as the control
      * thread may shed while a step computes) */

@@ -28,6 +28,8 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
         snprintf(h.model, sizeof h.model, "synthetic:tiny-%d", i);
         long r = mt_hello_encode(&h, pl, MT_FRAME_MAX_PAYLOAD);
         n = r > 0 ? (size_t)r : 0;
+        if (type == MT_FRAME_ACCEPT && i % 2)
+            f.flags = MT_FLAG_TEXT_ONLY;
     } else if (type == MT_FRAME_AUDIO) {
         n = 2 * (size_t)(1 + (i * 37) % 2000);
         for (size_t k = 0; k < n; k++)
@@ -37,6 +39,11 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
         n = 4 * (size_t)(i % 9);
         for (size_t k = 0; k < n; k++)
             pl[k] = (uint8_t)(k ^ (size_t)i);
+    } else if (type == MT_FRAME_TEXT) {
+        n = 4 * (size_t)(i % 3);   /* none: a text-only answer before the delays */
+        f.flags = (i % 2) ? MT_FLAG_FILL : 0;
+        for (size_t k = 0; k < n; k++)
+            pl[k] = (uint8_t)(k % 4 == 3 ? 0x7F : k * 5 + (size_t)i);
     } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR) {
         n = (size_t)snprintf((char *)pl, 64, "reason %d: caf\xc3\xa9", i);
         /* FINAL, the refusal that retrying cannot change: REJECT only */
@@ -64,7 +71,7 @@ static mt_frame_decoder dec; /* big: keep off the stack */
 static void test_round_trip(void)
 {
     static uint8_t wire[MT_FRAME_MAX_SIZE];
-    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_ERROR; type++) {
+    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_TEXT; type++) {
         mt_frame f = make_frame(type, 7, type, payload_buf), g;
         long n = mt_frame_encode(&f, wire, sizeof wire);
         ok(n == (long)(MT_FRAME_HEADER_SIZE + f.length), "%s encodes to %ld bytes",
@@ -238,7 +245,13 @@ static const struct {
     { "bad magic", MT_FRAME_END, 0, 1, MT_FERR_MAGIC, 1, { { 0, 'X' } } },
     { "unknown version", MT_FRAME_END, 0, 1, MT_FERR_VERSION, 1, { { 4, 2 } } },
     { "unknown type 0", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 0 } } },
-    { "unknown type 8", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 8 } } },
+    { "unknown type 9", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 9 } } },
+    /* TEXT carries int32 ids: a top bit set is no token */
+    { "TEXT token over INT32_MAX", MT_FRAME_TEXT, 1, 1, MT_FERR_PAYLOAD, 0, { { -1, 0x80 } } },
+    { "TEXT_ONLY on TEXT", MT_FRAME_TEXT, 0, 1, MT_FERR_FLAGS, 0,
+      { { 6, MT_FLAG_TEXT_ONLY } } },
+    { "TEXT_ONLY on HELLO", MT_FRAME_HELLO, 0, 1, MT_FERR_FLAGS, 0,
+      { { 6, MT_FLAG_TEXT_ONLY } } },
     { "unknown flag bit", MT_FRAME_AUDIO, 1, 1, MT_FERR_FLAGS, 1, { { 6, 0x04 } } },
     { "FINAL on AUDIO", MT_FRAME_AUDIO, 1, 1, MT_FERR_FLAGS, 1, { { 6, MT_FLAG_FINAL } } },
     { "FINAL on ERROR", MT_FRAME_ERROR, 1, 1, MT_FERR_FLAGS, 0, { { 6, MT_FLAG_FINAL } } },
@@ -276,7 +289,11 @@ static const struct {
     { "odd AUDIO length", MT_FRAME_AUDIO, 1, MT_FERR_PAYLOAD, 1, 3, 3 },
     { "TOKENS length not a multiple of 4", MT_FRAME_TOKENS, 4, MT_FERR_PAYLOAD, 1, 6, 6 },
     { "HELLO too short", MT_FRAME_HELLO, 0, MT_FERR_PAYLOAD, 0, 11, 11 },
-    { "END with a payload", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 2, 2 },
+    { "END with a NUL in its reason", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 2, 2 },
+    { "END with a reason over 255 bytes", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 256, 256 },
+    { "TEXT length not a multiple of 4", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0, 6, 6 },
+    { "TEXT over MT_TEXT_MAX_TOKENS", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0,
+      4 * MT_TEXT_MAX_TOKENS + 4, 4 * MT_TEXT_MAX_TOKENS + 4 },
 };
 
 static void test_malformed(void)

@@ -1,8 +1,11 @@
 /* test_records.c: the admission records (src/wire/admission.c): request and
  * verdict lines round-trip through writer and strict reader, control lines
  * too; malformed lines of every kind are refused with a message naming the
- * line and the key or word; the defaults of absent optional keys. */
+ * line and the key or word; the defaults of absent optional keys. And
+ * mt-replay's records (src/wire/replay_rec.c): each round-trips, and a
+ * missing, malformed or overlong key is refused. */
 #include "wire/admission.h"
+#include "wire/replay_rec.h"
 #include "tap.h"
 
 #include <stdint.h>
@@ -276,8 +279,140 @@ static void test_control_parse(void)
     ok(mt_control_parse(NULL, 3, &c, err, sizeof err) == -1, "NULL line with a length: -1");
 }
 
+/* Writes rec, reads the line back into out, and compares the bytes. */
+#define ROUND_TRIP(T, rec) do {                                              \
+        char b_[2048];                                                       \
+        mt_##T out_;                                                         \
+        memset(&out_, 0x5a, sizeof out_);                                    \
+        long n_ = mt_##T##_format(&(rec), b_, sizeof b_);                    \
+        int ok_ = n_ > 0 && parse_ll(b_, 3) == 0 &&                          \
+                  mt_##T##_from_line(&ll, 3, &out_, err, sizeof err) == 0;   \
+        tap_ok(ok_ && !memcmp(&out_, &(rec), sizeof out_),                   \
+               #T " round-trips: %s %s", ok_ ? b_ : "", err);                \
+    } while (0)
+
+static void test_replay_round_trip(void)
+{
+    mt_replay_tick t;
+    memset(&t, 0, sizeof t);
+    t.replay_tick = 4; t.t = 5.125; t.active = 16; t.sent = 1000;
+    t.received = 998; t.filled = 3; t.late = 1; t.p50_ms = 21.5;
+    t.p99_ms = 40.25; t.max_ms = 61; t.server_p50_ms = 12.5;
+    t.server_p99_ms = 30.75;
+    ROUND_TRIP(replay_tick, t);
+
+    mt_replay_frame f;
+    memset(&f, 0, sizeof f);
+    f.replay_frame = 77; f.session = 3; f.fill = 1; f.late = 1;
+    f.rtt_ms = 90.5; f.server_ms = 80.25; f.queue_ms = 1.5; f.send_late_ms = 0.125;
+    ROUND_TRIP(replay_frame, f);
+
+    mt_replay_retry r;
+    memset(&r, 0, sizeof r);
+    r.replay_retry = 2; r.attempt = 3; r.in_s = 0.5;
+    strcpy(r.reason, "warming up: admitting one at a time");
+    ROUND_TRIP(replay_retry, r);
+
+    mt_replay_session s;
+    memset(&s, 0, sizeof s);
+    s.replay_session = 9; strcpy(s.state, "done"); s.server_session = 12;
+    strcpy(s.file, "dir with space/a \"b\".wav"); s.sent = 50; s.received = 50;
+    s.filled = 1; s.late = 2; s.missing = 0; s.rtt_max_ms = 99.5;
+    s.server_max_ms = 70.25;
+    ROUND_TRIP(replay_session, s);
+    strcpy(s.state, "shed");
+    strcpy(s.reason, "shed: capacity fell to 3 sessions");
+    ROUND_TRIP(replay_session, s);
+
+    mt_replay_summary m;
+    memset(&m, 0, sizeof m);
+    m.replay_summary = 16; m.done = 13; m.rejected = 2; m.failed = 1;
+    m.sent = 8000; m.received = 7990; m.filled = 5; m.late = 4;
+    m.missing = 10; m.p50_ms = 20; m.p99_ms = 41; m.max_ms = 88;
+    m.server_p50_ms = 10; m.server_p99_ms = 31; m.server_max_ms = 77;
+    m.retries = 6; m.shed = 1;
+    ROUND_TRIP(replay_summary, m);
+
+    mt_replay_rejected j;
+    memset(&j, 0, sizeof j);
+    strcpy(j.replay_rejected, "shed"); j.session = 4;
+    strcpy(j.reason, "ended by the server");
+    ROUND_TRIP(replay_rejected, j);
+
+    mt_replay_rate q;
+    memset(&q, 0, sizeof q);
+    q.replay_rate = 2; q.frames = 100; q.jitter_p50_ms = 0.05;
+    q.jitter_p99_ms = 0.25; q.jitter_max_ms = 1.5; q.jitter_mean_ms = 0.075;
+    ROUND_TRIP(replay_rate, q);
+
+    mt_replay_mic c;
+    memset(&c, 0, sizeof c);
+    strcpy(c.device, "HDA Intel PCH: ALC892 Analog (hw:0,0)");
+    c.device_rate = 48000; c.mic_frames = 25; c.mic_short = 1;
+    c.mic_dropped = 2; c.spk_underruns = 3; c.spk_dropped = 4; c.real_time = 1;
+    ROUND_TRIP(replay_mic, c);
+
+    mt_replay_play p;
+    memset(&p, 0, sizeof p);
+    p.frames = 18; p.filled = 2; p.samples = 34560; p.server_p50_ms = 9.5;
+    p.server_p99_ms = 19.25;
+    ROUND_TRIP(replay_play, p);
+}
+
+static int replay_session(const char *s, mt_replay_session *r)
+{
+    if (parse_ll(s, 5) != 0)
+        return -2;
+    return mt_replay_session_from_line(&ll, 5, r, err, sizeof err);
+}
+
+static void test_replay_errors(void)
+{
+    mt_replay_session r;
+    const char *good = "replay_session=1 state=done server_session=2 file=a.wav "
+        "sent=3 received=3 filled=0 late=0 missing=0 rtt_max_ms=1.000 "
+        "server_max_ms=0.500";
+    tap_ok(replay_session(good, &r) == 0 && !strcmp(r.file, "a.wav") &&
+           r.reason[0] == 0, "replay_session without a reason reads as \"\": %s", err);
+    memset(&r, 0x77, sizeof r);
+    mt_replay_session before = r;
+    tap_ok(replay_session("replay_session=1 state=done server_session=2 file=a.wav "
+                          "sent=3 received=3 filled=0 late=0 rtt_max_ms=1 "
+                          "server_max_ms=0.5", &r) == -1 &&
+           strstr(err, "line 5") && strstr(err, "'missing'") &&
+           !memcmp(&r, &before, sizeof r),
+           "a missing key is refused by name, the record untouched: %s", err);
+    tap_ok(replay_session("replay_session=1 state=done server_session=2 file=a.wav "
+                          "sent=-3 received=3 filled=0 late=0 missing=0 "
+                          "rtt_max_ms=1 server_max_ms=0.5", &r) == -1 &&
+           strstr(err, "'sent'"), "a negative count is refused: %s", err);
+    tap_ok(replay_session("replay_session=1 state=done server_session=2 file=a.wav "
+                          "sent=3 received=3 filled=0 late=0 missing=0 "
+                          "rtt_max_ms=nan server_max_ms=0.5", &r) == -1 &&
+           strstr(err, "'rtt_max_ms'"), "nan is refused: %s", err);
+    tap_ok(replay_session("replay_tick=1 t=1", &r) == -1 &&
+           strstr(err, "not a replay_session record"),
+           "another record's line is refused: %s", err);
+    char longline[600];
+    snprintf(longline, sizeof longline, "%s reason=%0300d", good, 7);
+    tap_ok(replay_session(longline, &r) == -1 && strstr(err, "'reason'") &&
+           strstr(err, "too long"), "an overlong string is refused, not cut: %s", err);
+    mt_replay_rate q;
+    tap_ok(parse_ll("replay_rate=1 frames=3 jitter_p50_ms=1 jitter_p99_ms=2 "
+                    "jitter_max_ms=3", 1) == 0 &&
+           mt_replay_rate_from_line(&ll, 1, &q, err, sizeof err) == 0 &&
+           q.jitter_mean_ms == 0, "replay_rate's jitter_mean_ms is optional: %s", err);
+    char small[16];
+    mt_replay_play p;
+    memset(&p, 0, sizeof p);
+    tap_ok(mt_replay_play_format(&p, small, sizeof small) == -1,
+           "a record that does not fit its buffer is -1, not cut");
+}
+
 int main(void)
 {
+    test_replay_round_trip();
+    test_replay_errors();
     test_request_round_trip();
     test_request_defaults_and_errors();
     test_verdict();

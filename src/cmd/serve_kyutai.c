@@ -1,0 +1,101 @@
+/* serve_kyutai.c: mt-serve's Kyutai models (serve_kyutai.h). */
+#include "cmd/serve_kyutai.h"
+#include "util/errmsg.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The codec that goes with model when none is named (serve_kyutai.h). */
+static int default_codec(const char *model, char *out, size_t cap, char *err, size_t errlen)
+{
+    struct stat st;
+    if (!strncmp(model, "synthetic:", 10)) {
+        snprintf(out, cap, "%s", !strncmp(model + 10, "kyutai-tiny", 11)
+                                     ? "synthetic:mimi-tiny" : "synthetic:mimi");
+        return 0;
+    }
+    if ((size_t)snprintf(out, cap, "%s/mimi", model) < cap && stat(out, &st) == 0 &&
+        S_ISDIR(st.st_mode))
+        return 0;
+    if ((size_t)snprintf(out, cap, "%s/mimi.safetensors", model) < cap &&
+        stat(out, &st) == 0)
+        return 0;
+    mt_set_err(err, errlen, "%s: no codec: give --codec SPEC, or put Mimi's checkpoint "
+             "in %s/mimi/ or %s/mimi.safetensors", model, model, model);
+    return -1;
+}
+
+int mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device dev,
+                         mt_serve_kyutai *k, char *err, size_t errlen)
+{
+    memset(k, 0, sizeof *k);
+    if (codec_spec)
+        snprintf(k->codec_spec, sizeof k->codec_spec, "%s", codec_spec);
+    else if (default_codec(model, k->codec_spec, sizeof k->codec_spec, err, errlen))
+        return -1;
+    int flags = dev != MT_DEV_CPU && !strncmp(model, "synthetic:", 10) &&
+                dev != MT_DEV_AUTO ? MT_KYUTAI_HOST_SIDE : 0;
+    char e[400];
+    if (mt_kyutai_load(model, flags, &k->lm, e, sizeof e)) {
+        mt_set_err(err, errlen, "%s", e);
+        return -1;
+    }
+    if (mimi_load(k->codec_spec, NULL, 0, &k->codec, e, sizeof e)) {
+        mt_set_err(err, errlen, "codec %s: %s", k->codec_spec, e);
+        mt_serve_kyutai_free(k);
+        return -1;
+    }
+    if (mt_speech_check(k->lm, k->codec, e, sizeof e)) {
+        mt_set_err(err, errlen, "%s with codec %s: %s", model, k->codec_spec, e);
+        mt_serve_kyutai_free(k);
+        return -1;
+    }
+    return 0;
+}
+
+int mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
+                          char *err, size_t errlen)
+{
+    return mt_speech_create(k->lm, k->codec, dec, max_batch, NULL, &k->sp, err, errlen);
+}
+
+void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
+                            char *out, size_t cap)
+{
+    const mt_kyutai_config *kc = &k->lm->kc;
+    size_t kvb = kv->policy == MT_KV_WINDOW ? mt_kv_bound_bytes(kv) : 0;
+    size_t dep = mt_speech_dep_bytes(k->sp), codec = mt_speech_codec_bytes(k->sp);
+    char kvs[64];
+    if (kvb)
+        snprintf(kvs, sizeof kvs, "%zu", kvb);
+    else
+        snprintf(kvs, sizeof kvs, "unbounded (full policy)");
+    snprintf(out, cap, "kyutai %s: %d layers x %d, %d codebooks (%d the model's), text %d; "
+             "codec %s, %d of its codebooks, %d samples a frame at %d Hz; per-session bytes "
+             "= temporal K/V under the bound %s + depformer scratch and token rings %zu + "
+             "codec state %zu%s%s",
+             k->lm->temporal->cfg.name, kc->num_layers, kc->dim, kc->n_q, kc->dep_q,
+             kc->text_card_out, k->codec_spec, mimi_model_config(k->codec)->n_q_used,
+             mt_speech_frame_samples(k->sp), mt_speech_sample_rate(k->sp), kvs, dep, codec,
+             kvb ? " = " : "", "");
+    if (kvb) {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "%zu", kvb + dep + codec);
+    }
+    if (!mt_speech_audio_out(k->sp)) {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; speech to text (dep_q 0): text only, every answer "
+                 "a TEXT frame");
+    }
+}
+
+void mt_serve_kyutai_free(mt_serve_kyutai *k)
+{
+    mt_speech_free(k->sp);
+    mimi_free(k->codec);
+    mt_kyutai_free(k->lm);
+    k->sp = NULL;
+    k->codec = NULL;
+    k->lm = NULL;
+}

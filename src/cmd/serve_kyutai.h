@@ -1,0 +1,39 @@
+/* serve_kyutai.h: mt-serve's Kyutai models: the LM and its Mimi codec
+ * loaded, checked against each other, the speech stage (decode/speech.h)
+ * made on the decoder, and the per-session memory said at start. */
+#ifndef MT_SERVE_KYUTAI_H
+#define MT_SERVE_KYUTAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "codec/mimi.h"
+#include "decode/decoder.h"
+#include "decode/speech.h"
+#include "model/kyutai_lm.h"
+
+typedef struct mt_serve_kyutai {
+    mt_kyutai_lm *lm;       /* lm->temporal is the decoder's model */
+    mimi_model   *codec;
+    mt_speech    *sp;
+    char          codec_spec[4200];
+} mt_serve_kyutai;
+
+/* Loads model (a Kyutai directory or preset: mt_kyutai_is_kyutai) and its
+ * codec: codec_spec (a mimi_load spec), else DIR/mimi/ or
+ * DIR/mimi.safetensors beside a directory's LM, else for a preset
+ * synthetic:mimi-tiny (the kyutai-tiny ones) or synthetic:mimi. A device
+ * other than the CPU takes a preset's temporal weights itself
+ * (MT_KYUTAI_HOST_SIDE). Refuses an LM and a codec that disagree. 0, or
+ * -1 with a message. */
+int  mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device dev,
+                          mt_serve_kyutai *k, char *err, size_t errlen);
+/* The speech stage on dec, for max_batch sessions. */
+int  mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
+                           char *err, size_t errlen);
+/* The startup line: per-session bytes = temporal K/V under the bound +
+ * depformer scratch and token rings + codec state. */
+void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
+                            char *out, size_t cap);
+void mt_serve_kyutai_free(mt_serve_kyutai *k);
+
+#endif

@@ -1,0 +1,73 @@
+/* speech.h: the speech stage around the decoder step for Kyutai's models:
+ * per session per 80 ms frame, PCM in -> Mimi encode (the user's
+ * codebooks) -> one LM frame (decode/kyutai.h: the temporal transformer
+ * through the decoder and its bounded cache, the depformer, sampling with
+ * the session's own generator) -> Mimi decode -> PCM out, with the text
+ * token beside it. Every stage runs once per call for all the rows, as one
+ * batch (mimi_encode, mt_kyutai_step, mimi_decode).
+ *
+ * What goes back per row:
+ *   text   the undelayed frame's text token (the one that goes with the
+ *          audio of this output), -1 while the delays fill (the first
+ *          max_delay frames);
+ *   pcm    Mimi's decoding of the undelayed frame's model codebooks;
+ *          silence while the delays fill, and always for speech-to-text
+ *          configurations (dep_q 0: no model codebooks; mt-serve then
+ *          answers with the text alone).
+ *
+ * The codec must agree with the LM: Mimi's codebook size equals the LM's
+ * card; Mimi runs with the user's codebooks (n_q - dep_q), which its
+ * checkpoint must hold, and the model's (dep_q) must be as many (or 0).
+ * Else mt_speech_check refuses, naming both numbers. */
+#ifndef MT_SPEECH_H
+#define MT_SPEECH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "codec/mimi.h"
+#include "decode/kyutai.h"
+
+typedef struct mt_speech mt_speech;
+typedef struct mt_speech_sess mt_speech_sess;
+
+/* lm runs on dec (mt_kyutai_gen_create's rules); codec's codebook count is
+ * set here (mimi_set_codebooks). smp: the sampling of every session (NULL:
+ * Kyutai's defaults). Nothing is owned. */
+int  mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
+                      int max_batch, const mt_kyutai_sampling *smp,
+                      mt_speech **out, char *err, size_t errlen);
+void mt_speech_free(mt_speech *sp);
+
+/* Checks alone (no decoder needed): 0, or -1 naming the disagreement. */
+int  mt_speech_check(const mt_kyutai_lm *lm, const mimi_model *codec, char *err,
+                     size_t errlen);
+
+int  mt_speech_sample_rate(const mt_speech *sp);
+int  mt_speech_frame_samples(const mt_speech *sp);
+int  mt_speech_audio_out(const mt_speech *sp);    /* 0 for dep_q 0 */
+
+/* Per-session bytes besides the temporal K/V (which the KV pool holds):
+ * the depformer's scratch and the token rings, and the codec's state. */
+size_t mt_speech_dep_bytes(const mt_speech *sp);
+size_t mt_speech_codec_bytes(const mt_speech *sp);
+
+/* A session: its codec state and LM streams, sampling seeded by seed. */
+int  mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
+                         char *err, size_t errlen);
+void mt_speech_sess_close(mt_speech_sess *s);
+
+/* One frame for B rows: pcm_in [B, frame_samples] s16; seqs the rows'
+ * decoder sequences with room made (mt_kv_reserve(seq, 1)); pcm_out
+ * [B, frame_samples]; text [B]. 0, or -1 with a message. */
+int  mt_speech_step(mt_speech *sp, int B, mt_kv_seq *const *seqs,
+                    mt_speech_sess *const *ss, const int16_t *pcm_in,
+                    int16_t *pcm_out, int32_t *text, char *err, size_t errlen);
+
+/* Milliseconds of the last step: encode, LM (the kyutai.h stages), decode. */
+typedef struct mt_speech_times {
+    double encode_ms, decode_ms;
+    mt_kyutai_times lm;
+} mt_speech_times;
+void mt_speech_last_times(const mt_speech *sp, mt_speech_times *t);
+
+#endif

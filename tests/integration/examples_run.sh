@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# examples_run.sh: every script in examples/ runs with short settings (its
+# own knobs, the ones its header names) and must end by itself, with
+# status 0, inside a time limit, and leave no process behind: each runs in
+# a process group of its own, and after it ends nothing may be left in
+# that group. paper.sh is run by paper_quick.sh (--quick); a new script
+# that neither test runs fails the first check.
+. "$(dirname "$0")/lib.sh"
+t_need mt-serve mt-replay mt-probe mt-admit sox espeak-ng gnuplot
+t_fast_blas
+EX=$MT_ROOT/examples
+# NAME|SECONDS|SETTINGS (environment assignments)
+RUNS='admission.sh|60|N=3 DURATION=3 MODEL=synthetic:tiny
+collapse.sh|90|RUNS=1 DURATION=4s MODEL=synthetic:tiny
+demo.sh|120|SESSIONS=2 CSCALE=10 MODEL=synthetic:tiny
+fleet.sh|90|N=6 DUR=4 DRAIN_AT=2 KILL_AT=3
+models.sh|240|RUNS=1 MODELS=llama-3.2-1b RESULTS=-
+plots.sh|60|HOLD=1s
+replay.sh|60|N=2
+soak.sh|60|RUNS=1 DURATION=3s
+sweep.sh|60|TO=2 HOLD=1s MODEL=synthetic:tiny'
+OTHER='lib.sh paper.sh'   # sourced by the others; run by paper_quick.sh
+untested=""
+for f in "$EX"/*.sh; do
+    b=$(basename "$f")
+    printf '%s\n' "$RUNS" | grep -q "^$b|" && continue
+    case " $OTHER " in *" $b "*) continue ;; esac
+    untested="$untested $b"
+done
+t_check "every example is run by a test (not:$untested)" test -z "$untested"
+command -v haproxy >/dev/null || t_diag "haproxy not installed: fleet.sh skipped"
+while IFS='|' read -r name secs settings; do
+    if [ "$name" = fleet.sh ] && ! command -v haproxy >/dev/null; then
+        t_skip "$name: haproxy not installed"; continue
+    fi
+    out=$T_TMP/out/${name%.sh}
+    # timeout makes itself a process group leader: the group is its pid.
+    env $settings OUT="$out" TMPDIR="$T_TMP" MT_BIN="$MT_BIN" MT_ROOT="$MT_ROOT" \
+        timeout -k 5 "$secs" bash "$EX/$name" >"$T_TMP/$name.out" 2>"$T_TMP/$name.err" &
+    pid=$!
+    wait $pid
+    rc=$?
+    [ $rc -eq 0 ] || { sed 's/^/#   /' "$T_TMP/$name.err" | tail -8; }
+    t_check "$name ($settings) exits 0 by itself within $secs s (status $rc)" test $rc -eq 0
+    sleep 0.3
+    left=$(pgrep -g "$pid" 2>/dev/null | tr '\n' ' ')
+    t_check "$name leaves no process behind ($left)" test -z "$left"
+    [ -z "$left" ] || kill -9 $left 2>/dev/null
+done <<<"$RUNS"
+t_done

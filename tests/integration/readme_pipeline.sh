@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# readme_pipeline.sh: README.md's operator pipeline, run as printed: the
+# block under "A typical operator pipeline" with only its socket path
+# moved into the test's directory and bin/ pointed at the built programs.
+# All 16 sessions end done, mt-replay exits 0, the pipeline's own
+# `kill %1` ends the server and the controller, and every refusal on the
+# way says what the controller was doing in words that agree with it.
+. "$(dirname "$0")/lib.sh"
+t_need mt-serve mt-admit mt-replay sox python3
+t_fast_blas
+README=$MT_ROOT/README.md
+block=$(/usr/bin/python3 - "$README" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+i = next(k for k, l in enumerate(lines) if l.startswith("A typical operator pipeline"))
+while not lines[i].startswith("    "):
+    i += 1
+out = []
+while i < len(lines) and (lines[i].startswith("    ") or lines[i] == ""):
+    if lines[i] == "" and out and not lines[i + 1].startswith("    "):
+        break
+    out.append(lines[i][4:])
+    i += 1
+print("\n".join(out))
+PY
+)
+t_check "the README has the pipeline" test -n "$block"
+make=$(grep -o 'sox -n -r 24000 talk.wav synth 5$' "$README")
+t_check "the README says how to make talk.wav" test -n "$make"
+cd "$T_TMP" || exit 1
+sox -n -r 24000 talk.wav synth 5 pinknoise
+script=$(printf '%s\n' "$block" | sed -e "s|/tmp/mt.sock|$T_TMP/mt.sock|g" \
+    -e "s|bin/mt-|$MT_BIN/mt-|g")
+printf '%s\n' "$script" > pipeline.sh
+# mt-replay's status is the script's, checked after it: the README's last
+# line (kill %1) would hide it.
+sed -i "s|^\\($MT_BIN/mt-replay .*\\)$|\\1; echo \"replay_exit=\$?\" >\\&2|" pipeline.sh
+sed "s/^/# /" pipeline.sh
+timeout -k 5 240 bash pipeline.sh > out.txt 2> err.txt
+rc=$?
+t_check "the pipeline ends by itself (status $rc)" test $rc -ne 124 -a $rc -ne 137
+t_check "mt-replay exits 0 $(grep replay_exit err.txt)" grep -q '^replay_exit=0$' err.txt
+t_check "all 16 sessions done: $(grep replay_summary out.txt | cut -c1-60)" \
+    grep -q '^replay_summary=16 done=16 rejected=0 failed=0 ' out.txt
+t_check "16 output files" test "$(ls out/*.wav 2>/dev/null | wc -l)" = 16
+# Each refusal on the way was one the client waits for by itself.
+bad=$(grep '^replay_retry=' out.txt | grep -v 'reason="warming up: ' | head -3)
+t_check "every retry followed a warming-up refusal ${bad:0:200}" test -z "$bad"
+# A reason with a limit of sessions says a plural only with a plural
+t_check "no '1 sessions' in any reason" sh -c "! grep -q '[^0-9]1 sessions' out.txt err.txt"
+# A reason that gives the model's prediction gives one past the target.
+wrong=$(cat out.txt err.txt | grep -o 'the model puts [0-9]* at [0-9.]* ms, past the [0-9.]* ms target' |
+    awk '{ if ($6 + 0 <= $10 + 0) print }' | head -2)
+t_check "each prediction named is past its target ${wrong}" test -z "$wrong"
+sleep 0.5
+left=$(pgrep -f "$T_TMP" | tr '\n' ' ')
+t_check "no process left behind ($left)" test -z "$left"
+t_done
