@@ -19,7 +19,11 @@
 #include "serve/engine.h"
 #include "wire/frame.h"
 
-#define MT_PROTO_WBUF_CAP (64 * 1024)
+#define MT_PROTO_WBUF_CAP (16 * 1024) /* a connection's output buffer: four
+                                         frames of 1920 samples a take (the
+                                         engine's queue is a byte stream, so
+                                         any size works); a connection is
+                                         about 49 KB with its decoder */
 #define MT_PROTO_AUTH_TABLE 64   /* peer addresses whose failures count */
 #define MT_PROTO_AUTH_DELAY_NS    250000000ull    /* first failure's delay; doubles */
 #define MT_PROTO_AUTH_DELAY_MAX_NS 8000000000ull

@@ -86,39 +86,49 @@ static int server_setup(mt_server *s, mt_engine *e, char *err, size_t errlen)
 }
 
 /* The epoll timeout in ms: the loop wakes for the earliest of a FILL
- * deadline, an admission deadline, an auth REJECT, the listener's pause,
- * or in 100 ms at the latest (stuck-output and drain checks); 0 when a
- * regular file on stdin has input to take. */
+ * deadline, an admission deadline or an auth REJECT (s->next_due, kept by
+ * the walks and the events, not a walk of its own), the listener's pause,
+ * or the next walk of every connection (stuck-output, HELLO, input and
+ * drain checks, at most 100 ms apart); 0 when a regular file on stdin
+ * has input to take. */
 static int wait_timeout_ms(mt_server *s, uint64_t now, uint64_t next_fill)
 {
-    uint64_t wake = now + 100000000ull;
+    uint64_t wake = s->next_walk > now ? s->next_walk : now;
     if (next_fill && next_fill < wake)
         wake = next_fill;
+    if (s->next_due && s->next_due < wake)
+        wake = s->next_due;
     if (s->accept_paused_until && s->accept_paused_until < wake)
         wake = s->accept_paused_until;
     if (s->agent_paused_until && s->agent_paused_until < wake)
         wake = s->agent_paused_until;
     int poll_now = 0;
-    for (conn *c = s->conns; c; c = c->next) {
-        if (c->p.pending && c->p.admit_deadline < wake)
-            wake = c->p.admit_deadline;
-        if (c->p.auth_reject_at && c->p.auth_reject_at < wake)
-            wake = c->p.auth_reject_at;
-        if (c->p.reading && !c->r_epoll &&
-            (!c->p.id || (!c->p.pending && mt_engine_in_space(s->eng, c->p.id) > 0)))
-            poll_now = 1;   /* a regular file on stdin, with room */
-    }
+    if (s->o.stdio)     /* the one connection: a regular file on stdin */
+        for (conn *c = s->conns; c; c = c->next)
+            if (c->p.reading && !c->r_epoll &&
+                (!c->p.id || (!c->p.pending && mt_engine_in_space(s->eng, c->p.id) > 0)))
+                poll_now = 1;   /* with room */
     return poll_now ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+}
+
+/* c's admission and delayed-REJECT deadlines, folded into s->next_due */
+static void note_due(mt_server *s, const conn *c)
+{
+    if (c->p.pending && (!s->next_due || c->p.admit_deadline < s->next_due))
+        s->next_due = c->p.admit_deadline;
+    if (c->p.auth_reject_at && (!s->next_due || c->p.auth_reject_at < s->next_due))
+        s->next_due = c->p.auth_reject_at;
 }
 
 /* Events on the server's own fds (listeners, agent, signals, the ticker's
  * eventfd, control). Each ticker wake counts down *final_ticks; the last
  * one sets *stdio_done. */
-/* Whether an event's pointer is one of the server's own descriptors. A
- * connection's event may name a connection freed by an earlier event of
- * the same batch (evicted by an accept), so a pointer is never followed
- * before it is known to be live: the server's own by address, a
- * connection by finding it in the list. */
+/* Whether an event's pointer is one of the server's own descriptors
+ * (by address); any other is a connection's. A connection's event may
+ * name a connection freed by an earlier event of the same batch (evicted
+ * by an accept): its memory is kept until the batch is over
+ * (mt_srv_conn_free puts it on s->zombies), so its `dead` flag is read,
+ * never freed memory. */
 static int own_tag(const mt_server *s, const void *t)
 {
     return t == &s->t_listen || t == &s->t_signal || t == &s->t_event ||
@@ -142,6 +152,7 @@ static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
             mt_srv_on_signal(s);
         } else if (t->tag == TAG_EVENT) {
             uint64_t v;
+            s->walk_all = 1;     /* a tick: any session may have output */
             if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
                 slog(s, "eventfd: %s", strerror(errno));
             else if (*final_ticks && --*final_ticks == 0)
@@ -149,12 +160,15 @@ static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
         } else if (t->tag == TAG_CONTROL) {
             mt_srv_on_control(s);
         }
+        if (t->tag != TAG_EVENT && t->tag != TAG_LISTEN && t->tag != TAG_LISTEN_TCP)
+            s->walk_all = 1;     /* control, agent, signal: any connection */
     }
 }
 
-/* Client input: the events refer to conns that may be freed while
- * handling others, so walk the list and read those flagged; then read
- * the conns epoll cannot watch (a regular file on stdin). */
+/* Client events, each straight to its connection (skipped when an
+ * earlier event of the batch freed it); each one read is then written to
+ * (its direct frames, its output) and its deadlines noted. Then the conns
+ * epoll cannot watch (a regular file on stdin) are read. */
 static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
                                  int n)
 {
@@ -162,21 +176,30 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
         tagged *t = evs[i].data.ptr;
         if (own_tag(s, t))
             continue;
-        for (conn *c = s->conns; c; c = c->next)
-            if ((tagged *)c == t) {
-                if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
-                    mt_srv_conn_read(s, c);
-                else if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
-                         c->p.auth_reject_at && c->is_socket)
-                    mt_srv_conn_discard(s, c);
-                else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->p.reading &&
-                         !(evs[i].events & EPOLLOUT) && c->is_socket) {
-                    /* peer gone while we no longer read (after END) */
-                    mt_srv_conn_free(s, c, "disconnected");
-                }
-                break;
-            }
+        conn *c = (conn *)t;
+        if (c->dead)
+            continue;
+        int r = 0;
+        if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
+            r = mt_srv_conn_read(s, c);
+        else if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+                 c->p.auth_reject_at && c->is_socket)
+            r = mt_srv_conn_discard(s, c);
+        else if ((evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->p.reading &&
+                 !(evs[i].events & EPOLLOUT) && c->is_socket) {
+            /* peer gone while we no longer read (after END) */
+            mt_srv_conn_free(s, c, "disconnected");
+            r = -1;
+        }
+        if (r < 0 || c->dead || s->walk_all)
+            continue;   /* freed, or the walk below writes to it */
+        /* the clock now: the read may have stamped c after the batch's
+         * clock, and the timeouts subtract those stamps from it */
+        if (mt_srv_conn_write(s, c, mt_clock_ns()) == 0)
+            note_due(s, c);
     }
+    if (!s->o.stdio)
+        return;
     for (conn *c = s->conns, *nx; c; c = nx) {
         nx = c->next;
         if (c->p.reading && !c->r_epoll)
@@ -185,8 +208,12 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
     }
 }
 
-/* Per-iteration housekeeping: reports, resuming a paused listener,
- * admission deadlines, and the writes to every connection. */
+/* Per-iteration housekeeping: reports, resuming a paused listener; and,
+ * after a tick (its output), a control or signal event, a deadline due,
+ * or at most 100 ms after the last one, a walk of every connection:
+ * admission deadlines, the input timeout, and the writes (which check the
+ * HELLO and stuck-output timeouts). A wake for one client's input does
+ * not walk the others: the cost of a frame does not grow with them. */
 static void housekeeping(mt_server *s, uint64_t now)
 {
     mt_srv_report_dropped_lines(s, now, DROP_REPORT_NS);
@@ -204,6 +231,12 @@ static void housekeeping(mt_server *s, uint64_t now)
         if (s->tcp_fd >= 0 && ep_add(s, s->tcp_fd, EPOLLIN, &s->t_listen_tcp) != 0)
             slog(s, "epoll_ctl (tcp listener): %s", strerror(errno));
     }
+    if (!s->walk_all && !s->o.stdio && !s->pr.draining && now < s->next_walk &&
+        !(s->next_due && now >= s->next_due))
+        return;
+    s->walk_all = 0;
+    s->next_due = 0;
+    s->next_walk = now + 100000000ull;
     for (conn *c = s->conns, *nx; c; c = nx) {
         nx = c->next;
         if (c->p.pending && now >= c->p.admit_deadline) {
@@ -218,7 +251,8 @@ static void housekeeping(mt_server *s, uint64_t now)
                      (double)(now - c->p.last_input) / 1e9);
             mt_srv_end_session(s, c, "ended (END)", why);
         }
-        mt_srv_conn_write(s, c, now);
+        if (mt_srv_conn_write(s, c, now) == 0)
+            note_due(s, c);
     }
 }
 
@@ -306,8 +340,11 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         dispatch_server_events(s, evs, n, &final_ticks, &stdio_done);
         dispatch_conn_events(s, evs, n);
         uint64_t now = mt_clock_ns();
+        if (next_fill && next_fill <= now)
+            s->walk_all = 1;   /* a FILL deadline passed: FILLs are queued */
         next_fill = mt_engine_fill_due(e, now);
         housekeeping(s, now);
+        mt_srv_conn_reap(s);
         if (loop_done(s, now, &final_ticks, stdio_done))
             break;
     }
@@ -316,6 +353,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     mt_proto_report(&s->pr, mt_clock_ns(), 1);
     while (s->conns)
         mt_srv_conn_free(s, s->conns, s->pr.draining ? NULL : "server stopping");
+    mt_srv_conn_reap(s);
     if (rc == 0 && s->stdio_unclean) {
         mt_set_err(err, errlen, "%s", s->stdio_msg);
         rc = 1;

@@ -39,6 +39,8 @@ conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
     c->t_created = mt_clock_ns();
     mt_proto_conn_init(&c->p);
     c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
     s->conns = c;
     s->nconns++;
     if (rfd == wfd) {
@@ -103,13 +105,27 @@ void mt_srv_conn_free(mt_server *s, conn *c, const char *why)
     if (c->is_socket) {
         close(c->rfd);
     }
-    for (conn **p = &s->conns; *p; p = &(*p)->next)
-        if (*p == c) {
-            *p = c->next;
-            break;
-        }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     s->nconns--;
-    free(c);
+    c->dead = 1;
+    c->prev = NULL;
+    c->next = s->zombies;
+    s->zombies = c;
+}
+
+/* Releases the connections freed during the batch just handled. */
+void mt_srv_conn_reap(mt_server *s)
+{
+    while (s->zombies) {
+        conn *c = s->zombies;
+        s->zombies = c->next;
+        free(c);
+    }
 }
 
 /* --stdio input ended. EOF is an implicit END: what was queued is still

@@ -55,8 +55,13 @@ typedef struct conn {
     int      is_socket;
     uint64_t t_created;
     uint64_t stuck_since;        /* output waiting, no progress since */
+    int      dead;               /* freed in this epoll batch: its
+                                    memory waits on s->zombies until the
+                                    batch is over, so a later event of the
+                                    batch that names it reads this flag,
+                                    never freed memory */
     mt_proto_conn p;             /* the protocol's side (proto.h) */
-    struct conn *next;
+    struct conn *next, *prev;    /* s->conns, doubly linked: O(1) unlink */
 } conn;
 
 typedef struct tagged { int tag; } tagged;
@@ -75,6 +80,15 @@ struct mt_server {
     mt_lineout    *out;              /* machine stream */
     conn          *conns;
     int            nconns;
+    conn          *zombies;          /* freed this batch (conn.dead), on
+                                        ->next; released after it */
+    uint64_t       next_walk;        /* the next walk of every connection
+                                        (timeouts): at most 100 ms apart */
+    uint64_t       next_due;         /* earliest admission or delayed-REJECT
+                                        deadline seen (0: none) */
+    int            walk_all;         /* something outside one connection's
+                                        events changed (a tick's output,
+                                        control, signal): walk them all */
     uint64_t       drain_deadline;
     int            drain_cut;        /* the drain timeout ended the sessions */
     mt_engine     *eng;
@@ -117,6 +131,7 @@ void mt_srv_report_dropped_lines(mt_server *s, uint64_t now, uint64_t every);
  * backlog accepted */
 conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket);
 void mt_srv_conn_free(mt_server *s, conn *c, const char *why);
+void mt_srv_conn_reap(mt_server *s);
 int mt_srv_conn_read(mt_server *s, conn *c);
 int mt_srv_conn_discard(mt_server *s, conn *c);
 int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now);

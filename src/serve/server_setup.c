@@ -286,6 +286,11 @@ void mt_server_free(mt_server *s)
             close(c->wfd);
         free(c);
     }
+    while (s->zombies) {       /* closed already: memory only */
+        conn *c = s->zombies;
+        s->zombies = c->next;
+        free(c);
+    }
     mt_net_listener_close(&s->lis);
     if (s->tcp_fd >= 0) close(s->tcp_fd);
     if (s->agent_fd >= 0) close(s->agent_fd);

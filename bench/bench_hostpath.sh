@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/bench_hostpath.sh: mt-serve's host path alone (issue 40): the
+# simulated device of tests/profiles/hostpath.profile (a step that costs
+# next to nothing) serving synthetic:echo, N sessions paced at the 80 ms
+# frame period from CLIENTS mt-fakeclient processes, N in LEVELS. Per
+# level: the server's own CPU time (utime+stime of its process, from
+# /proc/PID/stat, over the whole run: the clients' share does not count)
+# per frame answered (one frame in and its answer out), the frames a
+# second carried each way, the server's p99 (the worst p99_ms of its tick
+# lines) and the clients' round trip (p99 over sessions of each session's
+# worst round trip: an upper bound on the round-trip p99). OLD=PATH runs
+# another mt-serve (the one before a change) beside this tree's at every
+# level, in the same run, one after the other. All figures simulated.
+# Knobs: LEVELS, CLIENTS (processes), HOLD (seconds a level), OLD.
+set -u
+export LC_ALL=C
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${MT_BIN:-$ROOT/bin}
+TB=${MT_TESTBIN:-$ROOT/build/tests}
+S=$B/mt-serve
+FC=$TB/mt-fakeclient
+. "$ROOT/bench/lib.sh"
+bench_need bench_hostpath "$S" "$FC"
+LEVELS=${LEVELS:-64 500 1000 2000}
+CLIENTS=${CLIENTS:-4}
+SECONDS_RUN=${HOLD:-8}
+OLD=${OLD:-}
+PROF=$ROOT/tests/profiles/hostpath.profile
+FRAMES=$(awk -v s="$SECONDS_RUN" 'BEGIN { printf "%d", s * 1000 / 80 }')
+T=$(mktemp -d "${TMPDIR:-/tmp}/mt-bench-hostpath.XXXXXX")
+SP=
+cleanup() { [ -n "$SP" ] && kill "$SP" 2>/dev/null && wait "$SP" 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+# 2,000 sessions need 2,000 descriptors in the server and N/CLIENTS in
+# each client: raise the soft limit as far as the hard one allows
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 8192 2>/dev/null || true
+HZ=$(getconf CLK_TCK)
+
+cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
+
+# run LABEL SERVER N: one level against one server; prints one row
+run() {
+    local label=$1 srv=$2 n=$3 sock=$T/s.sock log=$T/lat.log i per pids=() c0 c1 t0 t1
+    rm -f "$sock" "$log"
+    "$srv" -s "$sock" -m synthetic:echo --device "sim:$PROF" \
+        --max-sessions $((n + 16)) --max-conns $((2 * n + 64)) \
+        --kv-mem 4G --latency-log "$log" 2>"$T/serve.err" &
+    SP=$!
+    for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+    [ -S "$sock" ] || { echo "bench_hostpath: $label: mt-serve did not start:" >&2; cat "$T/serve.err" >&2; exit 1; }
+    c0=$(cpu_of "$SP"); t0=$(date +%s.%N)
+    per=$(( (n + CLIENTS - 1) / CLIENTS ))
+    for i in $(seq "$CLIENTS"); do
+        "$FC" -s "$sock" -n "$per" -f "$FRAMES" --arrive-ms 0.5 --end-timeout 30 >"$T/fc.$i" 2>&1 &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    t1=$(date +%s.%N); c1=$(cpu_of "$SP")
+    kill "$SP"; wait "$SP" 2>/dev/null; SP=
+    cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" \
+        -v t0="$t0" -v t1="$t1" -v lat="$log" '
+    /^session=/ { for (k = 1; k <= NF; k++) { split($k, kv, "=")
+                    if (kv[1] == "lat_max_ms") m[++ns] = kv[2] + 0 } }
+    /^total / { for (k = 1; k <= NF; k++) { split($k, kv, "=")
+                  if (kv[1] == "sent") sent += kv[2]; if (kv[1] == "real") real += kv[2]
+                  if (kv[1] == "fill") fill += kv[2]; if (kv[1] == "ok") ok += kv[2] } }
+    END {
+        while ((getline line < lat) > 0)
+            if (line ~ /^tick / || line ~ / p99_ms=/) {
+                if (match(line, /p99_ms=[0-9.]+/)) { v = substr(line, RSTART + 7, RLENGTH - 7) + 0
+                    if (v > p99) p99 = v } }
+        for (a = 2; a <= ns; a++) for (b = a; b > 1 && m[b - 1] > m[b]; b--) { x = m[b]; m[b] = m[b - 1]; m[b - 1] = x }
+        rt = ns ? m[int(0.99 * (ns - 1)) + 1] : 0
+        ans = real + fill; cpu = (c1 - c0) / hz; wall = t1 - t0
+        printf "%-4s %5d %8d %9d %9d %8.2f %9.1f %9.0f %8.2f %8.2f\n", l, n, ok, sent, ans,
+               cpu, (ans ? 1e6 * cpu / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt
+    }'
+}
+
+echo "# mt-serve host path, simulated device (tests/profiles/hostpath.profile), $(date -u +%F)"
+echo "# $CLIENTS client processes, ${SECONDS_RUN} s of frames at 80 ms a session; $(nproc) cores"
+printf "%-4s %5s %8s %9s %9s %8s %9s %9s %8s %8s\n" which n ok_procs sent answered cpu_s \
+    us_frame fps_each p99_ms rt_p99_ms
+for n in $LEVELS; do
+    [ -n "$OLD" ] && run old "$OLD" "$n"
+    run new "$S" "$n"
+done
