@@ -932,7 +932,7 @@ static int cmd_soak(int argc, char **argv)
     shape_defaults(&so);
     o.runs = 5;
     o.starve_s = 2.0;
-    o.progress = isatty(2);
+    o.progress = isatty(2) ? stderr : NULL;
     int rc = soak_options(argc, argv, &o, &ld, &so, &serve);
     if (rc >= 0)
         return rc;

@@ -262,7 +262,7 @@ typedef struct mt_soak_opts {
     int          ncfg;
     const char  *plot;            /* PNG or NULL */
     const char  *data_dir;        /* keep per-run tick logs here (or NULL) */
-    int          progress;
+    FILE        *progress;       /* the progress line (a terminal), or NULL */
     volatile sig_atomic_t *stop;  /* set by a signal handler: end cleanly,
                                      stopping the run's server */
     mt_predict_params pred;       /* shape filled from -m; pool per config */

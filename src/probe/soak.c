@@ -712,7 +712,7 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
     mt_lengths_format(&o->lengths, l, sizeof l);
     print_header(out, o, a, l);
     mt_progress pg;
-    mt_progress_start(&pg, o->progress, stderr, "soak", mt_clock_ns());
+    mt_progress_start(&pg, o->progress != NULL, o->progress, "soak", mt_clock_ns());
     for (int r = 0; r < o->runs; r++)
         for (int c = 0; c < o->ncfg; c++) {
             FILE *series = NULL;
