@@ -15,7 +15,8 @@ P=$MT_BIN/mt-probe
     --data "$T_TMP/d" -- -m synthetic:tiny --device cpu --kv full --kv-mem 64M \
     >"$T_TMP/out" 2>"$T_TMP/err" &
 PR=$!; t_track $PR
-( sleep 120; kill $PR 2>/dev/null ) &
+# the watchdog's output away from the TAP pipe, or prove waits out its sleep
+( sleep 120; kill $PR 2>/dev/null ) >/dev/null 2>&1 &
 W=$!; t_track $W
 # the load under way: a tick line with sessions active, then 1 s more
 i=0

@@ -135,7 +135,7 @@ t_check "3: with a clear message ($(tail -1 "$T_TMP/e3"))" grep -q 'does not acc
 "$S" -s "$SOCK" -m synthetic:tiny --device cpu >/dev/null 2>"$T_TMP/e3b" &
 S2=$!
 sleep 0.5; kill -TERM $S2
-( sleep 15; kill -KILL $S2 2>/dev/null ) & KW=$!
+( sleep 15; kill -KILL $S2 2>/dev/null ) >/dev/null 2>&1 & KW=$!
 wait $S2; rc=$?
 kill $KW 2>/dev/null; wait $KW 2>/dev/null
 t_check "3: SIGTERM during start is honoured (rc $rc: 1 or 143, not 137)" [ "$rc" = 1 -o "$rc" = 143 ]
