@@ -158,10 +158,16 @@ struct mt_engine {
     uint64_t        t0;
     pthread_mutex_t mu;
 
-    sess          **s;
+    sess          **s;           /* [scap] the sessions, ns of them, in
+                                    creation order (the batch's order) */
     int             ns, scap;
+    /* id -> session: open addressing, linear probing, [htcap] slots (a
+     * power of two, at least twice ns); id 0 marks a free slot. The I/O
+     * thread looks a session up once or twice a frame: a look-up that grew
+     * with the sessions made every frame cost more at a thousand of them */
+    struct ht_slot { uint32_t id; sess *s; } *ht;
+    size_t          htcap;
     uint32_t        next_id;
-    int             id_wrapped;   /* next_id went past 2^32-1 (find) */
     uint64_t        next_order;
 
     uint64_t      (*clock)(void *ctx);  /* never NULL: see now() */
@@ -237,31 +243,84 @@ static void sb_flush(mt_engine *e, strbuf *b)
     b->len = 0;
 }
 
-/* e->s is in ascending id order (ids are handed out increasing and
- * remove_sess keeps the order), so a lookup is a binary search: the I/O
- * thread looks sessions up several times per frame, and a linear scan made
- * that quadratic in the sessions (most of its time at 1000 simulated
- * sessions). After the 32-bit id wraps the order is lost: linear then. */
+static size_t ht_home(const mt_engine *e, uint32_t id)
+{
+    return (size_t)(id * 2654435761u) & (e->htcap - 1);
+}
+
+/* The session of id (S_GONE ones too: the table holds every session of
+ * e->s), or NULL. */
+static sess *ht_get(const mt_engine *e, uint32_t id)
+{
+    if (!e->htcap || !id)
+        return NULL;
+    for (size_t i = ht_home(e, id);; i = (i + 1) & (e->htcap - 1)) {
+        if (e->ht[i].id == id)
+            return e->ht[i].s;
+        if (e->ht[i].id == 0)
+            return NULL;
+    }
+}
+
+static void ht_put_slot(struct ht_slot *ht, size_t cap, uint32_t id, sess *s)
+{
+    size_t i = (size_t)(id * 2654435761u) & (cap - 1);
+    while (ht[i].id)
+        i = (i + 1) & (cap - 1);
+    ht[i].id = id;
+    ht[i].s = s;
+}
+
+/* Adds s under its id, growing the table to keep it at most half full.
+ * 0, or -1 out of memory (nothing changed). */
+static int ht_put(mt_engine *e, sess *s)
+{
+    if (2 * ((size_t)e->ns + 1) > e->htcap) {
+        size_t nc = e->htcap ? e->htcap * 2 : 64;
+        while (2 * ((size_t)e->ns + 1) > nc)
+            nc *= 2;
+        struct ht_slot *n = calloc(nc, sizeof *n);
+        if (!n)
+            return -1;
+        for (size_t i = 0; i < e->htcap; i++)
+            if (e->ht[i].id)
+                ht_put_slot(n, nc, e->ht[i].id, e->ht[i].s);
+        free(e->ht);
+        e->ht = n;
+        e->htcap = nc;
+    }
+    ht_put_slot(e->ht, e->htcap, s->id, s);
+    return 0;
+}
+
+/* Removes id; the slots after it in its run move back (no tombstones). */
+static void ht_del(mt_engine *e, uint32_t id)
+{
+    if (!e->htcap)
+        return;
+    size_t m = e->htcap - 1, i = ht_home(e, id);
+    while (e->ht[i].id != id) {
+        if (e->ht[i].id == 0)
+            return;
+        i = (i + 1) & m;
+    }
+    for (size_t j = (i + 1) & m; e->ht[j].id; j = (j + 1) & m) {
+        size_t h = ht_home(e, e->ht[j].id);
+        /* j's entry may fill the hole at i unless its home lies in (i, j] */
+        if (((j - h) & m) >= ((j - i) & m)) {
+            e->ht[i] = e->ht[j];
+            i = j;
+        }
+    }
+    e->ht[i].id = 0;
+    e->ht[i].s = NULL;
+}
+
+/* A live session (never S_GONE) by id, in O(1). */
 static sess *find(mt_engine *e, uint32_t id)
 {
-    if (!e->id_wrapped) {
-        int lo = 0, hi = e->ns - 1;
-        while (lo <= hi) {
-            int mid = lo + (hi - lo) / 2;
-            uint32_t m = e->s[mid]->id;
-            if (m == id)
-                return e->s[mid]->state == S_GONE ? NULL : e->s[mid];
-            if (m < id)
-                lo = mid + 1;
-            else
-                hi = mid - 1;
-        }
-        return NULL;
-    }
-    for (int i = 0; i < e->ns; i++)
-        if (e->s[i]->id == id && e->s[i]->state != S_GONE)
-            return e->s[i];
-    return NULL;
+    sess *s = ht_get(e, id);
+    return s && s->state != S_GONE ? s : NULL;
 }
 
 /* An output's bytes: its AUDIO frame, and the TEXT frame beside it. */
@@ -329,6 +388,7 @@ static void free_sess(mt_engine *e, sess *s)
 
 static void remove_sess(mt_engine *e, sess *s)
 {
+    ht_del(e, s->id);
     for (int i = 0; i < e->ns; i++)
         if (e->s[i] == s) {
             memmove(e->s + i, e->s + i + 1, (size_t)(e->ns - i - 1) * sizeof *e->s);
@@ -434,6 +494,7 @@ void mt_engine_free(mt_engine *e)
     for (int i = 0; i < e->ns; i++)
         free_sess(e, e->s[i]);
     free(e->s);
+    free(e->ht);
     free(e->batch.sess);
     free(e->batch.recompute);
     free(e->batch.seqs);
@@ -493,12 +554,17 @@ uint32_t mt_engine_session_new(mt_engine *e)
         free(s);
         return 0;
     }
+    /* past 2^32-1 the ids start again at 1, skipping those still held */
+    while (e->next_id == 0 || ht_get(e, e->next_id))
+        e->next_id++;
     s->id = e->next_id++;
-    if (e->next_id == 0) {
-        e->next_id = 1;
-        e->id_wrapped = 1;   /* find() can no longer bisect */
-    }
     s->state = S_PENDING;
+    if (ht_put(e, s) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        free(s->ob);
+        free(s);
+        return 0;
+    }
     e->s[e->ns++] = s;
     uint32_t id = s->id;
     pthread_mutex_unlock(&e->mu);
@@ -777,20 +843,36 @@ void mt_engine_close(mt_engine *e, uint32_t id)
     pthread_mutex_unlock(&e->mu);
 }
 
+static void status_locked(const sess *s, mt_sess_status *st)
+{
+    st->known = 1;
+    st->out_bytes = s->ob_len;
+    st->ended = s->state == S_ENDED;
+    st->overflow = s->overflow;
+    st->admitted = s->kv != NULL;
+}
+
 int mt_engine_status(mt_engine *e, uint32_t id, mt_sess_status *st)
 {
     memset(st, 0, sizeof *st);
     pthread_mutex_lock(&e->mu);
     sess *s = find(e, id);
-    if (s) {
-        st->known = 1;
-        st->out_bytes = s->ob_len;
-        st->ended = s->state == S_ENDED;
-        st->overflow = s->overflow;
-        st->admitted = s->kv != NULL;
-    }
+    if (s)
+        status_locked(s, st);
     pthread_mutex_unlock(&e->mu);
     return s ? 0 : -1;
+}
+
+/* Under the lock: up to cap of s's queued bytes into buf. */
+static size_t take_locked(sess *s, uint8_t *buf, size_t cap)
+{
+    size_t n = s->ob_len < cap ? s->ob_len : cap;
+    memcpy(buf, s->ob + s->ob_head, n);
+    s->ob_head += n;
+    s->ob_len -= n;
+    if (s->ob_len == 0)
+        s->ob_head = 0;
+    return n;
 }
 
 size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap)
@@ -798,13 +880,22 @@ size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap)
     size_t n = 0;
     pthread_mutex_lock(&e->mu);
     sess *s = find(e, id);
+    if (s)
+        n = take_locked(s, buf, cap);
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+size_t mt_engine_take_status(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap,
+                             mt_sess_status *st)
+{
+    size_t n = 0;
+    memset(st, 0, sizeof *st);
+    pthread_mutex_lock(&e->mu);
+    sess *s = find(e, id);
     if (s) {
-        n = s->ob_len < cap ? s->ob_len : cap;
-        memcpy(buf, s->ob + s->ob_head, n);
-        s->ob_head += n;
-        s->ob_len -= n;
-        if (s->ob_len == 0)
-            s->ob_head = 0;
+        n = take_locked(s, buf, cap);
+        status_locked(s, st);
     }
     pthread_mutex_unlock(&e->mu);
     return n;

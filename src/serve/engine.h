@@ -136,6 +136,10 @@ typedef struct mt_sess_status {
 int    mt_engine_status(mt_engine *e, uint32_t id, mt_sess_status *st);
 /* Copies up to cap queued output bytes and removes them from the queue. */
 size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap);
+/* Both at once, under one lock: up to cap bytes taken (cap 0: none), then
+ * the status after the take (st zeroed for unknown ids). */
+size_t mt_engine_take_status(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap,
+                             mt_sess_status *st);
 
 /* Sends FILL for every input past its deadline (if fill is on). Returns
  * the next deadline in ns (0: none). */

@@ -241,14 +241,22 @@ int mt_srv_conn_discard(mt_server *s, conn *c)
 }
 
 /* Moves output from the engine to the client; closes what is finished or
- * stuck. Returns -1 when c was freed. */
+ * stuck. One locked engine call takes the output and the session's status
+ * at once; a second only when the buffer could not hold all of it, or
+ * when nothing could be taken (the client not reading). Returns -1 when c
+ * was freed. */
 int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
 {
+    mt_sess_status st = {0};
+    int have_st = 0;
     for (;;) {
         if (c->p.wlen == 0) {
             c->p.woff = 0;
-            if (c->p.id)
-                c->p.wlen = mt_engine_take(s->eng, c->p.id, c->p.wbuf, MT_PROTO_WBUF_CAP);
+            if (!c->p.id || (have_st && st.out_bytes == 0))
+                break;
+            c->p.wlen = mt_engine_take_status(s->eng, c->p.id, c->p.wbuf,
+                                              MT_PROTO_WBUF_CAP, &st);
+            have_st = 1;
             if (c->p.wlen == 0)
                 break;
         }
@@ -278,8 +286,7 @@ int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
         mt_proto_direct(&c->p, MT_FRAME_ERROR, 0, why, now);
         return 0;
     }
-    mt_sess_status st = {0};
-    if (c->p.id)
+    if (c->p.id && !have_st)
         mt_engine_status(s->eng, c->p.id, &st);
     int waiting = c->p.wlen > 0 || st.out_bytes > 0;
     if (st.overflow) {
