@@ -109,9 +109,11 @@ typedef struct sess {
     /* consumed inputs, for recompute after preemption [hist_n, fs] */
     int16_t   *hist;
     int64_t    hist_n, hist_cap;
-    /* encoded output bytes: ob[ob_head .. ob_head+ob_len) */
+    /* encoded output bytes: ob[ob_head .. ob_head+ob_len) of ob_cap
+     * allocated; ob_cap grows on demand up to ob_max (push_frame), past
+     * which the client counts as not reading */
     uint8_t   *ob;
-    size_t     ob_head, ob_len, ob_cap;
+    size_t     ob_head, ob_len, ob_cap, ob_max;
     int        overflow;
     mt_speech_sess *sp;       /* codec state and LM streams (opts.speech) */
     uint64_t   seed;          /* its sampling seed; 0: opts.speech_seed */
@@ -176,7 +178,6 @@ struct mt_engine {
     mt_batch        batch;              /* tick thread only */
     double         *lat;                /* per-frame latencies of a tick */
     int             nlat, latcap;
-    uint8_t        *enc;                /* one encoded frame */
     int16_t        *silence;            /* [fs] zeros */
     int             text_only;          /* opts.speech without audio out:
                                            every answer is a TEXT frame */
@@ -330,23 +331,41 @@ static size_t frame_bytes(const mt_engine *e)
            (e->o.speech ? MT_FRAME_HEADER_SIZE + 4 : 0);
 }
 
-/* Appends one encoded frame to s's output queue; on overflow the session
- * is marked (the server disconnects it) and 0 returned. */
+/* Appends one encoded frame to s's output queue, encoded in place; on
+ * overflow the session is marked (the server disconnects it) and 0
+ * returned. The queue grows by doubling up to ob_max: a client that keeps
+ * up needs a frame or two of it, and a full-size queue per session (a
+ * quarter of a megabyte) cost a mapping, its page faults and an munmap
+ * per session. */
 static int push_frame(mt_engine *e, sess *s, const mt_frame *f)
 {
-    long n = mt_frame_encode(f, e->enc, frame_bytes(e) + MT_REASON_MAX + 128);
-    if (n < 0)
-        return 0;
-    if (s->ob_len + (size_t)n > s->ob_cap) {
+    size_t n = MT_FRAME_HEADER_SIZE + (size_t)f->length;
+    if (s->ob_len + n > s->ob_max) {
         s->overflow = 1;
         return 0;
     }
-    if (s->ob_head + s->ob_len + (size_t)n > s->ob_cap) {
+    if (s->ob_len + n > s->ob_cap) {
+        size_t nc = s->ob_cap * 2;
+        while (nc < s->ob_len + n)
+            nc *= 2;
+        if (nc > s->ob_max)
+            nc = s->ob_max;
+        uint8_t *ob = malloc(nc);
+        if (!ob)
+            return 0;          /* out of memory: a counted miss */
+        memcpy(ob, s->ob + s->ob_head, s->ob_len);
+        free(s->ob);
+        s->ob = ob;
+        s->ob_head = 0;
+        s->ob_cap = nc;
+    } else if (s->ob_head + s->ob_len + n > s->ob_cap) {
         memmove(s->ob, s->ob + s->ob_head, s->ob_len);
         s->ob_head = 0;
     }
-    memcpy(s->ob + s->ob_head + s->ob_len, e->enc, (size_t)n);
-    s->ob_len += (size_t)n;
+    long k = mt_frame_encode(f, s->ob + s->ob_head + s->ob_len, n);
+    if (k < 0)
+        return 0;
+    s->ob_len += (size_t)k;
     return 1;
 }
 
@@ -475,10 +494,9 @@ int mt_engine_create(const mt_engine_opts *o, mt_decoder *dec, uint64_t t0,
     b->text = calloc(B, sizeof *b->text);
     e->latcap = (int)B * MAX_ROUNDS;
     e->lat = calloc((size_t)e->latcap, sizeof(double));
-    e->enc = malloc(frame_bytes(e) + MT_REASON_MAX + 128);
     e->silence = calloc((size_t)e->fs, sizeof(int16_t));
     if (!b->sess || !b->recompute || !b->seqs || !b->pcm_in || !b->pcm_out ||
-        !b->sp || !b->text || !e->lat || !e->enc || !e->silence) {
+        !b->sp || !b->text || !e->lat || !e->silence) {
         mt_engine_free(e);
         mt_set_err(err, errlen, "engine: out of memory");
         return -1;
@@ -503,7 +521,6 @@ void mt_engine_free(mt_engine *e)
     free(e->batch.sp);
     free(e->batch.text);
     free(e->lat);
-    free(e->enc);
     free(e->silence);
     free(e->tick_lines.p);
     free(e->fill_lines.p);
@@ -547,7 +564,7 @@ uint32_t mt_engine_session_new(mt_engine *e)
         e->scap = nc;
     }
     /* room for a REJECT now; the full output queue comes with admission */
-    s->ob_cap = MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64;
+    s->ob_cap = s->ob_max = MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64;
     s->ob = malloc(s->ob_cap);
     if (!s->ob) {
         pthread_mutex_unlock(&e->mu);
@@ -598,7 +615,13 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
                  "retry later", e->o.max_sessions, e->o.max_sessions == 1 ? "" : "s");
         goto out;
     }
-    size_t obcap = (size_t)e->o.out_queue * frame_bytes(e) + 4 * (MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64);
+    size_t obmax = (size_t)e->o.out_queue * frame_bytes(e) + 4 * (MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64);
+    /* four frames to start with (push_frame grows it) */
+    size_t obcap = 4 * frame_bytes(e) + 4 * (MT_FRAME_HEADER_SIZE + MT_REASON_MAX + 64);
+    if (obcap > obmax)
+        obcap = obmax;
+    if (obcap < s->ob_len)
+        obcap = s->ob_len;
     uint8_t *ob = malloc(obcap);
     int qcap0 = e->o.in_queue < QUEUE_START ? e->o.in_queue : QUEUE_START;
     in_entry *q = calloc((size_t)qcap0, sizeof *q);
@@ -642,6 +665,7 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     s->ob = ob;
     s->ob_head = 0;
     s->ob_cap = obcap;
+    s->ob_max = obmax > obcap ? obmax : obcap;
     s->q = q;
     s->qpcm = qpcm;
     s->qcap = qcap0;
