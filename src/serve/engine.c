@@ -117,7 +117,22 @@ typedef struct sess {
     int        overflow;
     mt_speech_sess *sp;       /* codec state and LM streams (opts.speech) */
     uint64_t   seed;          /* its sampling seed; 0: opts.speech_seed */
+    void      *user;          /* the caller's (mt_engine_session_new_for) */
+    int        ready;         /* on e->ready: output came since the caller
+                                 last took the list */
+    uint64_t   n_in;          /* inputs queued over its life; the queue
+                                 head is input n_in - qlen (the FILL FIFO) */
 } sess;
+
+/* An input waiting for its FILL deadline: the FIFO holds every input of
+ * every session in arrival order, which is deadline order (each deadline
+ * is its arrival plus the same deadline_ns), so the I/O thread looks at
+ * the inputs due and no others. */
+typedef struct fill_ent {
+    uint32_t id;              /* the session */
+    uint64_t n;               /* its input number (sess.n_in at queueing) */
+    uint64_t deadline;
+} fill_ent;
 
 /* One round's batch: what the tick thread steps at once, as llama.cpp's
  * llama_batch is what one decode call takes. Gathered under the lock
@@ -169,6 +184,15 @@ struct mt_engine {
      * with the sessions made every frame cost more at a thousand of them */
     struct ht_slot { uint32_t id; sess *s; } *ht;
     size_t          htcap;
+    /* ids of the sessions with new output (sess.ready), [scap]: what the
+     * caller's next mt_engine_take_ready hands over, so the I/O thread
+     * writes to those and never walks every connection after a tick */
+    uint32_t       *ready;
+    int             nready;
+    /* the FILL deadlines (opts.fill): a ring of fcap entries, fhead the
+     * oldest, flen of them */
+    fill_ent       *fq;
+    size_t          fhead, flen, fcap;
     uint32_t        next_id;
     uint64_t        next_order;
 
@@ -337,9 +361,18 @@ static size_t frame_bytes(const mt_engine *e)
  * up needs a frame or two of it, and a full-size queue per session (a
  * quarter of a megabyte) cost a mapping, its page faults and an munmap
  * per session. */
+static void mark_ready(mt_engine *e, sess *s)
+{
+    if (!s->ready) {
+        s->ready = 1;
+        e->ready[e->nready++] = s->id;   /* room: nready <= ns <= scap */
+    }
+}
+
 static int push_frame(mt_engine *e, sess *s, const mt_frame *f)
 {
     size_t n = MT_FRAME_HEADER_SIZE + (size_t)f->length;
+    mark_ready(e, s);     /* output, or an overflow: the caller looks */
     if (s->ob_len + n > s->ob_max) {
         s->overflow = 1;
         return 0;
@@ -408,6 +441,12 @@ static void free_sess(mt_engine *e, sess *s)
 static void remove_sess(mt_engine *e, sess *s)
 {
     ht_del(e, s->id);
+    if (s->ready)
+        for (int i = 0; i < e->nready; i++)
+            if (e->ready[i] == s->id) {
+                e->ready[i] = e->ready[--e->nready];
+                break;
+            }
     for (int i = 0; i < e->ns; i++)
         if (e->s[i] == s) {
             memmove(e->s + i, e->s + i + 1, (size_t)(e->ns - i - 1) * sizeof *e->s);
@@ -513,6 +552,8 @@ void mt_engine_free(mt_engine *e)
         free_sess(e, e->s[i]);
     free(e->s);
     free(e->ht);
+    free(e->ready);
+    free(e->fq);
     free(e->batch.sess);
     free(e->batch.recompute);
     free(e->batch.seqs);
@@ -548,13 +589,22 @@ size_t mt_engine_session_bound(const mt_engine *e)
 
 uint32_t mt_engine_session_new(mt_engine *e)
 {
+    return mt_engine_session_new_for(e, NULL);
+}
+
+uint32_t mt_engine_session_new_for(mt_engine *e, void *user)
+{
     sess *s = calloc(1, sizeof *s);
     if (!s)
         return 0;
+    s->user = user;
     pthread_mutex_lock(&e->mu);
     if (e->ns == e->scap) {
         int nc = e->scap ? e->scap * 2 : 16;
-        sess **p = realloc(e->s, (size_t)nc * sizeof *p);
+        uint32_t *r = realloc(e->ready, (size_t)nc * sizeof *r);
+        if (r)
+            e->ready = r;
+        sess **p = r ? realloc(e->s, (size_t)nc * sizeof *p) : NULL;
         if (!p) {
             pthread_mutex_unlock(&e->mu);
             free(s);
@@ -715,6 +765,25 @@ void mt_engine_count_lost_input(mt_engine *e)
 
 static void grow_queue(mt_engine *e, sess *s);
 
+/* Room for one more entry in the FILL FIFO (doubling its ring). 0, or -1
+ * out of memory. Under the lock. */
+static int fill_room(mt_engine *e)
+{
+    if (e->flen < e->fcap)
+        return 0;
+    size_t nc = e->fcap ? e->fcap * 2 : 256;
+    fill_ent *n = malloc(nc * sizeof *n);
+    if (!n)
+        return -1;
+    for (size_t i = 0; i < e->flen; i++)
+        n[i] = e->fq[(e->fhead + i) % e->fcap];
+    free(e->fq);
+    e->fq = n;
+    e->fhead = 0;
+    e->fcap = nc;
+    return 0;
+}
+
 int mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
                     uint64_t t_arrive, char *why, size_t whylen)
 {
@@ -743,11 +812,19 @@ int mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
     e->c.in++;
     if (s->qlen >= s->qcap && s->qcap < e->o.in_queue)
         grow_queue(e, s);
-    if (s->qlen >= s->qcap) {
+    if (s->qlen >= s->qcap || (e->o.fill && fill_room(e) != 0)) {
         e->c.miss++;          /* dropped: a counted miss, never silent */
         rc = 1;
         goto out;
     }
+    if (e->o.fill) {
+        fill_ent *fe = &e->fq[(e->fhead + e->flen) % e->fcap];
+        fe->id = s->id;
+        fe->n = s->n_in;
+        fe->deadline = t_arrive + e->o.deadline_ns;
+        e->flen++;
+    }
+    s->n_in++;
     int idx = (s->qhead + s->qlen) % s->qcap;
     in_entry *q = &s->q[idx];
     q->seq = f->seq;
@@ -1072,26 +1149,49 @@ uint64_t mt_engine_fill_due(mt_engine *e, uint64_t t)
     if (!e->o.fill)
         return 0;
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->ns; i++) {
-        sess *s = e->s[i];
-        if (s->state != S_ACTIVE)
-            continue;
-        for (int j = 0; j < s->qlen; j++) {
-            in_entry *q = &s->q[(s->qhead + j) % s->qcap];
+    /* the FIFO's head first: an entry whose input the model consumed, a
+     * FILL answered, or whose session ended is dropped whatever its
+     * deadline, so the head left is the earliest deadline still open */
+    while (e->flen > 0) {
+        const fill_ent *fe = &e->fq[e->fhead];
+        sess *s = find(e, fe->id);
+        in_entry *q = NULL;
+        if (s && s->state == S_ACTIVE && fe->n >= s->n_in - (uint64_t)s->qlen) {
+            uint64_t k = fe->n - (s->n_in - (uint64_t)s->qlen);   /* from the head */
+            q = &s->q[(s->qhead + (int)k) % s->qcap];
             if (q->answered)
-                continue;
-            if (q->deadline > t) {
-                if (!next || q->deadline < next)
-                    next = q->deadline;
-                break;        /* deadlines grow along the queue */
-            }
-            send_fill(e, s, q, t, &e->fill_lines);
+                q = NULL;
         }
-        maybe_end(e, s);
+        if (q && fe->deadline > t) {
+            next = fe->deadline;
+            break;
+        }
+        e->fhead = (e->fhead + 1) % e->fcap;
+        e->flen--;
+        if (q) {
+            send_fill(e, s, q, t, &e->fill_lines);
+            maybe_end(e, s);
+        }
     }
     pthread_mutex_unlock(&e->mu);
     sb_flush(e, &e->fill_lines);
     return next;
+}
+
+int mt_engine_take_ready(mt_engine *e, void **users, int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&e->mu);
+    while (n < cap && e->nready > 0) {
+        sess *s = ht_get(e, e->ready[--e->nready]);
+        if (!s)
+            continue;
+        s->ready = 0;
+        if (s->state != S_GONE && s->user)
+            users[n++] = s->user;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 /* ---- room in the KV pool (tick thread, under the lock) -------------------- */

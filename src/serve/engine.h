@@ -85,8 +85,11 @@ void mt_engine_format(const mt_engine *e, mt_hello *h);
 /* Window policy: KV bytes one session holds for its life; full: 0. */
 size_t mt_engine_session_bound(const mt_engine *e);
 
-/* A new session, waiting for admission. Returns its id (> 0). */
+/* A new session, waiting for admission. Returns its id (> 0), or 0 out
+ * of memory. _for: with the caller's pointer for it (its connection),
+ * which mt_engine_take_ready hands back. */
 uint32_t mt_engine_session_new(mt_engine *e);
+uint32_t mt_engine_session_new_for(mt_engine *e, void *user);
 /* The session's sampling seed (HELLO's seq, when not 0), in place of
  * opts.speech_seed; before mt_engine_admit. Unknown ids: nothing. */
 void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed);
@@ -142,8 +145,19 @@ size_t mt_engine_take_status(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap
                              mt_sess_status *st);
 
 /* Sends FILL for every input past its deadline (if fill is on). Returns
- * the next deadline in ns (0: none). */
+ * the next deadline in ns (0: none). The inputs wait in one FIFO in
+ * arrival order, which is their deadline order: a call costs the inputs
+ * that are due (or answered since), not the sessions. */
 uint64_t mt_engine_fill_due(mt_engine *e, uint64_t now);
+
+/* The sessions whose output queue took something (a frame, or an
+ * overflow) since the last call, or was made ready: up to cap of their
+ * user pointers (mt_engine_session_new_for; sessions without one are
+ * skipped), each once, taken off the list. Returns how many; call again
+ * while it returns cap. A closed session is never handed back. For the
+ * I/O thread, after the ticker's wake and after its own calls (FILL,
+ * admission): it writes to these and no other connection. */
+int  mt_engine_take_ready(mt_engine *e, void **users, int cap);
 
 /* One tick: the batch (and catch-up rounds), outputs, the tick record
  * (written through the line callback). tick: the tick's index; t_tick: its

@@ -308,7 +308,7 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
     if (auth_check(p, c, f, now))
         return;
     mt_engine_format(p->eng, &want);
-    c->id = mt_engine_session_new(p->eng);
+    c->id = mt_engine_session_new_for(p->eng, c);   /* take_ready gives c back */
     if (!c->id) {
         mt_proto_direct(c, MT_FRAME_REJECT, 0, "server out of memory", now);
         return;

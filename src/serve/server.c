@@ -32,6 +32,7 @@
 #include "serve/server_int.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -85,39 +86,34 @@ static int server_setup(mt_server *s, mt_engine *e, char *err, size_t errlen)
     return 0;
 }
 
+#define RECHECK_NS  100000000ull   /* a due deadline that was not acted on */
+#define MAX_SLEEP_NS 1000000000ull  /* the reports' lines go out at least
+                                       this often */
+
 /* The epoll timeout in ms: the loop wakes for the earliest of a FILL
- * deadline, an admission deadline or an auth REJECT (s->next_due, kept by
- * the walks and the events, not a walk of its own), the listener's pause,
- * or the next walk of every connection (stuck-output, HELLO, input and
- * drain checks, at most 100 ms apart); 0 when a regular file on stdin
- * has input to take. */
+ * deadline, a connection's next deadline (s->timers: admission, HELLO,
+ * delayed REJECT, input, stuck output, closing), the listener's pause,
+ * or, draining, 100 ms (the drain walks every connection), else at most
+ * a second (the reports); 0 when a regular file on stdin has input to
+ * take. */
 static int wait_timeout_ms(mt_server *s, uint64_t now, uint64_t next_fill)
 {
-    uint64_t wake = s->next_walk > now ? s->next_walk : now;
-    if (next_fill && next_fill < wake)
-        wake = next_fill;
-    if (s->next_due && s->next_due < wake)
-        wake = s->next_due;
-    if (s->accept_paused_until && s->accept_paused_until < wake)
-        wake = s->accept_paused_until;
-    if (s->agent_paused_until && s->agent_paused_until < wake)
-        wake = s->agent_paused_until;
+    uint64_t wake = now + (s->pr.draining || s->o.stdio ? RECHECK_NS : MAX_SLEEP_NS);
+#define EARLIEST(t) do { uint64_t t_ = (t); if (t_ && (!wake || t_ < wake)) wake = t_; } while (0)
+    EARLIEST(next_fill);
+    EARLIEST(mt_timeheap_next(&s->timers));
+    EARLIEST(s->accept_paused_until);
+    EARLIEST(s->agent_paused_until);
+#undef EARLIEST
     int poll_now = 0;
     if (s->o.stdio)     /* the one connection: a regular file on stdin */
         for (conn *c = s->conns; c; c = c->next)
             if (c->p.reading && !c->r_epoll &&
                 (!c->p.id || (!c->p.pending && mt_engine_in_space(s->eng, c->p.id) > 0)))
                 poll_now = 1;   /* with room */
-    return poll_now ? 0 : wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
-}
-
-/* c's admission and delayed-REJECT deadlines, folded into s->next_due */
-static void note_due(mt_server *s, const conn *c)
-{
-    if (c->p.pending && (!s->next_due || c->p.admit_deadline < s->next_due))
-        s->next_due = c->p.admit_deadline;
-    if (c->p.auth_reject_at && (!s->next_due || c->p.auth_reject_at < s->next_due))
-        s->next_due = c->p.auth_reject_at;
+    if (poll_now)
+        return 0;
+    return wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
 }
 
 /* Events on the server's own fds (listeners, agent, signals, the ticker's
@@ -151,23 +147,22 @@ static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
         } else if (t->tag == TAG_SIGNAL) {
             mt_srv_on_signal(s);
         } else if (t->tag == TAG_EVENT) {
-            uint64_t v;
-            s->walk_all = 1;     /* a tick: any session may have output */
+            uint64_t v;          /* a tick: its output is on the ready list */
             if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
                 slog(s, "eventfd: %s", strerror(errno));
             else if (*final_ticks && --*final_ticks == 0)
                 *stdio_done = 1;
         } else if (t->tag == TAG_CONTROL) {
-            mt_srv_on_control(s);
+            mt_srv_on_control(s);   /* its verdicts queue output: ready list */
         }
-        if (t->tag != TAG_EVENT && t->tag != TAG_LISTEN && t->tag != TAG_LISTEN_TCP)
-            s->walk_all = 1;     /* control, agent, signal: any connection */
+        if (t->tag == TAG_SIGNAL)
+            s->walk_all = 1;     /* a drain may have begun: every connection */
     }
 }
 
 /* Client events, each straight to its connection (skipped when an
  * earlier event of the batch freed it); each one read is then written to
- * (its direct frames, its output) and its deadlines noted. Then the conns
+ * (its direct frames, its output) and its timer armed. Then the conns
  * epoll cannot watch (a regular file on stdin) are read. */
 static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
                                  int n)
@@ -195,8 +190,7 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
             continue;   /* freed, or the walk below writes to it */
         /* the clock now: the read may have stamped c after the batch's
          * clock, and the timeouts subtract those stamps from it */
-        if (mt_srv_conn_write(s, c, mt_clock_ns()) == 0)
-            note_due(s, c);
+        mt_srv_conn_write(s, c, mt_clock_ns());
     }
     if (!s->o.stdio)
         return;
@@ -208,12 +202,51 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
     }
 }
 
-/* Per-iteration housekeeping: reports, resuming a paused listener; and,
- * after a tick (its output), a control or signal event, a deadline due,
- * or at most 100 ms after the last one, a walk of every connection:
- * admission deadlines, the input timeout, and the writes (which check the
- * HELLO and stuck-output timeouts). A wake for one client's input does
- * not walk the others: the cost of a frame does not grow with them. */
+/* The checks of one connection that nothing else makes: the admission
+ * deadline, the input timeout, and the write (which checks the HELLO,
+ * delayed-REJECT, stuck-output and closing deadlines, and arms its timer
+ * for the next). */
+static void check_conn(mt_server *s, conn *c, uint64_t now)
+{
+    if (c->p.pending && now >= c->p.admit_deadline) {
+        mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
+                        "time; retry later", 0, now);
+    }
+    if (s->o.input_timeout_ns && c->is_socket && c->p.id && !c->p.pending &&
+        c->p.reading && now - c->p.last_input > s->o.input_timeout_ns) {
+        char why[128];
+        snprintf(why, sizeof why, "no input for %.1f s (--input-timeout): "
+                 "the client is silent or gone",
+                 (double)(now - c->p.last_input) / 1e9);
+        mt_srv_end_session(s, c, "ended (END)", why);
+    }
+    /* a deadline whose check changed nothing (none should) is looked at
+     * again later, never at once: the loop must not spin on it */
+    if (mt_srv_conn_write(s, c, now) == 0 && c->tm.idx >= 0 && c->tm.due <= now)
+        mt_timeheap_arm(&s->timers, &c->tm, now + RECHECK_NS);
+}
+
+/* The connections whose session has new output (a tick, FILL, a verdict):
+ * written to, and no others. */
+static void write_ready(mt_server *s, uint64_t now)
+{
+    void *u[256];
+    int n;
+    do {
+        n = mt_engine_take_ready(s->eng, u, 256);
+        for (int i = 0; i < n; i++) {
+            conn *c = (conn *)((char *)u[i] - offsetof(conn, p));
+            if (!c->dead)
+                mt_srv_conn_write(s, c, now);
+        }
+    } while (n == 256);
+}
+
+/* Per-iteration housekeeping: reports, resuming a paused listener; the
+ * connections whose timer is due, each checked (check_conn); and, after
+ * a signal, while draining, and in stdio mode (one connection), a walk of
+ * every connection instead. Neither a frame nor a tick walks them: the
+ * cost of a frame does not grow with the connections. */
 static void housekeeping(mt_server *s, uint64_t now)
 {
     mt_srv_report_dropped_lines(s, now, DROP_REPORT_NS);
@@ -231,29 +264,17 @@ static void housekeeping(mt_server *s, uint64_t now)
         if (s->tcp_fd >= 0 && ep_add(s, s->tcp_fd, EPOLLIN, &s->t_listen_tcp) != 0)
             slog(s, "epoll_ctl (tcp listener): %s", strerror(errno));
     }
-    if (!s->walk_all && !s->o.stdio && !s->pr.draining && now < s->next_walk &&
-        !(s->next_due && now >= s->next_due))
+    if (s->walk_all || s->o.stdio || s->pr.draining) {
+        s->walk_all = 0;
+        for (conn *c = s->conns, *nx; c; c = nx) {
+            nx = c->next;
+            check_conn(s, c, now);
+        }
         return;
-    s->walk_all = 0;
-    s->next_due = 0;
-    s->next_walk = now + 100000000ull;
-    for (conn *c = s->conns, *nx; c; c = nx) {
-        nx = c->next;
-        if (c->p.pending && now >= c->p.admit_deadline) {
-            mt_proto_reject(&s->pr, &c->p, "no answer from the admission controller in "
-                            "time; retry later", 0, now);
-        }
-        if (s->o.input_timeout_ns && c->is_socket && c->p.id && !c->p.pending &&
-            c->p.reading && now - c->p.last_input > s->o.input_timeout_ns) {
-            char why[128];
-            snprintf(why, sizeof why, "no input for %.1f s (--input-timeout): "
-                     "the client is silent or gone",
-                     (double)(now - c->p.last_input) / 1e9);
-            mt_srv_end_session(s, c, "ended (END)", why);
-        }
-        if (mt_srv_conn_write(s, c, now) == 0)
-            note_due(s, c);
     }
+    mt_timer *tm;
+    while ((tm = mt_timeheap_pop_due(&s->timers, now)))
+        check_conn(s, (conn *)((char *)tm - offsetof(conn, tm)), now);
 }
 
 /* Whether a drain still has something to wait for: a session, or a last
@@ -340,10 +361,9 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
         dispatch_server_events(s, evs, n, &final_ticks, &stdio_done);
         dispatch_conn_events(s, evs, n);
         uint64_t now = mt_clock_ns();
-        if (next_fill && next_fill <= now)
-            s->walk_all = 1;   /* a FILL deadline passed: FILLs are queued */
         next_fill = mt_engine_fill_due(e, now);
         housekeeping(s, now);
+        write_ready(s, now);
         mt_srv_conn_reap(s);
         if (loop_done(s, now, &final_ticks, stdio_done))
             break;

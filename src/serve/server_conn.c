@@ -37,6 +37,7 @@ conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
     c->wfd = wfd;
     c->is_socket = is_socket;
     c->t_created = mt_clock_ns();
+    mt_timer_init(&c->tm);
     mt_proto_conn_init(&c->p);
     c->next = s->conns;
     if (s->conns)
@@ -54,7 +55,47 @@ conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
         struct epoll_event e = {.events = 0, .data.ptr = c};
         c->w_epoll = epoll_ctl(s->epfd, EPOLL_CTL_ADD, wfd, &e) == 0;
     }
+    mt_srv_conn_arm(s, c);      /* its HELLO deadline */
     return c;
+}
+
+/* c's next deadline (0: none): what the checks of mt_srv_conn_write and
+ * the loop's check_conn would act on, each a nanosecond past its time
+ * (they test `>`). Without one, only c's own events and its output
+ * (mt_engine_take_ready) call for it. */
+static uint64_t conn_next_deadline(const mt_server *s, const conn *c)
+{
+    uint64_t d = 0;
+#define EARLIEST(t) do { uint64_t t_ = (t); if (t_ && (!d || t_ < d)) d = t_; } while (0)
+    if (c->p.pending)
+        EARLIEST(c->p.admit_deadline);
+    if (c->p.auth_reject_at)
+        EARLIEST(c->p.auth_reject_at);
+    if (!c->p.id && !c->p.closing && c->is_socket && !c->p.auth_reject_at)
+        EARLIEST(c->t_created + s->o.hello_timeout_ns + 1);
+    if (s->o.input_timeout_ns && c->is_socket && c->p.id && !c->p.pending &&
+        c->p.reading)
+        EARLIEST(c->p.last_input + s->o.input_timeout_ns + 1);
+    if (c->stuck_since)
+        EARLIEST(c->stuck_since + s->o.write_timeout_ns + 1);
+    if (c->p.closing && c->p.close_deadline)
+        EARLIEST(c->p.close_deadline + 1);
+#undef EARLIEST
+    return d;
+}
+
+/* Arms c's timer for its next deadline when that is earlier than the
+ * one armed (or none is): a deadline that moved later (the input
+ * timeout, after every frame) leaves the timer where it is, to fire
+ * early, find nothing due, and be armed again; so a frame costs no heap
+ * operation. Out of memory for the heap: the connection's timeouts are
+ * then checked at its next event. */
+void mt_srv_conn_arm(mt_server *s, conn *c)
+{
+    uint64_t d = conn_next_deadline(s, c);
+    if (d && (c->tm.idx < 0 || d < c->tm.due) &&
+        mt_timeheap_arm(&s->timers, &c->tm, d) != 0)
+        slog(s, "out of memory for a connection's timer");
 }
 
 /* Registers what c wants now: input while reading (and, in stdio mode,
@@ -98,6 +139,7 @@ void mt_srv_conn_free(mt_server *s, conn *c, const char *why)
         slog(s, "connection (uid %d): closed: %s", (int)c->p.uid, why);
     }
     mt_proto_conn_release(&s->pr, &c->p);
+    mt_timeheap_disarm(&s->timers, &c->tm);
     if (c->r_epoll)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
     if (c->w_epoll && c->wfd != c->rfd)
@@ -245,7 +287,7 @@ int mt_srv_conn_discard(mt_server *s, conn *c)
  * at once; a second only when the buffer could not hold all of it, or
  * when nothing could be taken (the client not reading). Returns -1 when c
  * was freed. */
-int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
+static int conn_write(mt_server *s, conn *c, uint64_t now)
 {
     mt_sess_status st = {0};
     int have_st = 0;
@@ -325,6 +367,14 @@ int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
         (c->p.pending || mt_engine_in_space(s->eng, c->p.id) <= 0))
         want_r = 0;
     conn_update_events(s, c, want_r, c->p.wlen > 0);
+    return 0;
+}
+
+int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now)
+{
+    if (conn_write(s, c, now) != 0)
+        return -1;
+    mt_srv_conn_arm(s, c);
     return 0;
 }
 
@@ -426,7 +476,8 @@ static conn *oldest_idle(mt_server *s, int any, int young, int is_tcp,
         char b;
         if (!best->p.reading || recv(best->rfd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
             return best;
-        mt_srv_conn_read(s, best);   /* its HELLO came: no longer idle */
+        if (mt_srv_conn_read(s, best) == 0)   /* its HELLO came: no longer idle */
+            mt_srv_conn_arm(s, best);         /* an admission deadline, maybe */
     }
     return NULL;
 }

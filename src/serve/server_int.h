@@ -26,6 +26,7 @@
 #include "serve/server.h"
 #include "util/clock.h"
 #include "util/errmsg.h"
+#include "util/timeheap.h"
 #include "wire/admission.h"
 
 #define RBUF_CAP   (64 * 1024)
@@ -55,6 +56,10 @@ typedef struct conn {
     int      is_socket;
     uint64_t t_created;
     uint64_t stuck_since;        /* output waiting, no progress since */
+    mt_timer tm;                 /* on s->timers at its next deadline
+                                    (mt_srv_conn_arm): HELLO, admission,
+                                    delayed REJECT, input, stuck output,
+                                    closing */
     int      dead;               /* freed in this epoll batch: its
                                     memory waits on s->zombies until the
                                     batch is over, so a later event of the
@@ -82,13 +87,11 @@ struct mt_server {
     int            nconns;
     conn          *zombies;          /* freed this batch (conn.dead), on
                                         ->next; released after it */
-    uint64_t       next_walk;        /* the next walk of every connection
-                                        (timeouts): at most 100 ms apart */
-    uint64_t       next_due;         /* earliest admission or delayed-REJECT
-                                        deadline seen (0: none) */
-    int            walk_all;         /* something outside one connection's
-                                        events changed (a tick's output,
-                                        control, signal): walk them all */
+    mt_timeheap    timers;           /* each connection's next deadline
+                                        (conn.tm): checked when due, never
+                                        by walking them all */
+    int            walk_all;         /* a signal (a drain may begin): walk
+                                        every connection once */
     uint64_t       drain_deadline;
     int            drain_cut;        /* the drain timeout ended the sessions */
     mt_engine     *eng;
@@ -127,14 +130,16 @@ void mt_srv_report_dropped_lines(mt_server *s, uint64_t now, uint64_t every);
 
 /* server_conn.c: a connection made (registered with epoll), freed (why:
  * the log line, NULL for none), read (-1: it was freed), written and
- * checked for timeouts (-1: freed); refusals reported; a listener's
- * backlog accepted */
+ * checked for timeouts (-1: freed; else its timer armed for its next
+ * deadline), its timer armed (after a change that no write follows);
+ * refusals reported; a listener's backlog accepted */
 conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket);
 void mt_srv_conn_free(mt_server *s, conn *c, const char *why);
 void mt_srv_conn_reap(mt_server *s);
 int mt_srv_conn_read(mt_server *s, conn *c);
 int mt_srv_conn_discard(mt_server *s, conn *c);
 int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now);
+void mt_srv_conn_arm(mt_server *s, conn *c);
 void mt_srv_report_conns(mt_server *s, uint64_t now, int force);
 void mt_srv_on_accept(mt_server *s, int lfd, int is_tcp);
 

@@ -291,6 +291,7 @@ void mt_server_free(mt_server *s)
         s->zombies = c->next;
         free(c);
     }
+    mt_timeheap_free(&s->timers);
     mt_net_listener_close(&s->lis);
     if (s->tcp_fd >= 0) close(s->tcp_fd);
     if (s->agent_fd >= 0) close(s->agent_fd);

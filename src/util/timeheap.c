@@ -17,8 +17,6 @@ void mt_timeheap_init(mt_timeheap *h)
 
 void mt_timeheap_free(mt_timeheap *h)
 {
-    for (int i = 0; i < h->n; i++)
-        h->t[i]->idx = -1;
     free(h->t);
     mt_timeheap_init(h);
 }

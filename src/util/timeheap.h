@@ -24,7 +24,8 @@ typedef struct mt_timeheap {
 
 /* A timer not armed (before its first mt_timeheap_arm). */
 void mt_timer_init(mt_timer *t);
-/* An empty heap; mt_timeheap_free releases its array (not the timers). */
+/* An empty heap (a zeroed one is too); mt_timeheap_free releases its
+ * array and touches no timer (their owners may be gone already). */
 void mt_timeheap_init(mt_timeheap *h);
 void mt_timeheap_free(mt_timeheap *h);
 
