@@ -104,7 +104,7 @@ static mt_decoder *dec;
 static char        err[512];
 
 typedef struct rig_opts {
-    int      fill, catch_up, frame_lines, in_queue, max_sessions;
+    int      fill, catch_up, frame_lines, in_queue, max_sessions, out_queue;
     mt_kv_policy policy;
     mt_on_full   on_full;
     int      blocks;        /* KV pool size in blocks */
@@ -147,6 +147,8 @@ static int rig_open(rig_opts ro, uint64_t step_ns)
     o.max_sessions = ro.max_sessions ? ro.max_sessions : 8;
     if (ro.in_queue)
         o.in_queue = ro.in_queue;
+    if (ro.out_queue)
+        o.out_queue = ro.out_queue;
     o.line = on_line;
     o.clock = fake_clock;
     o.clock_ctx = &F;
@@ -762,6 +764,146 @@ static void test_shed(void)
     ok(s.in == s.out + s.fill + s.miss, "every input one output or one counted miss");
 }
 
+
+/* Sessions by id (issue 40: a table, not a search): hundreds opened,
+ * every third closed, more opened; each live id still names its session,
+ * no closed one does, no id is handed out twice. */
+static void test_lookup(void)
+{
+    rig_opts ro = { .catch_up = 1 };
+    ok(rig_open(ro, MS) == 0, "engine: %s", err);
+    enum { N = 600 };
+    static uint32_t id[N + N / 3];
+    static int closed[N + N / 3];
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        id[i] = mt_engine_session_new(eng);
+        closed[i] = 0;
+        bad += id[i] == 0;
+    }
+    for (int i = 0; i < N; i += 3) {
+        mt_engine_close(eng, id[i]);
+        closed[i] = 1;
+    }
+    for (int i = N; i < N + N / 3; i++) {
+        id[i] = mt_engine_session_new(eng);
+        closed[i] = 0;
+        bad += id[i] == 0;
+    }
+    int wrong = 0, dup = 0;
+    for (int i = 0; i < N + N / 3; i++) {
+        mt_sess_status st;
+        int known = mt_engine_status(eng, id[i], &st) == 0 && st.known;
+        wrong += known == closed[i];
+        for (int j = 0; j < i; j++)
+            dup += id[j] == id[i];
+    }
+    ok(bad == 0 && dup == 0, "%d sessions, every id distinct", N + N / 3);
+    is_int(wrong, 0, "each live id found, no closed one");
+}
+
+/* The ready list (issue 40): after a tick, the sessions with output are
+ * handed back (their user pointers), each once; a session without new
+ * output is not; a closed one never is. */
+static void test_ready(void)
+{
+    rig_opts ro = { .catch_up = 1 };
+    ok(rig_open(ro, MS) == 0, "engine: %s", err);
+    int users[4];
+    uint32_t id[4];
+    void *got[8];
+    char why[200];
+    for (int k = 0; k < 4; k++) {
+        id[k] = mt_engine_session_new_for(eng, &users[k]);
+        mt_engine_admit(eng, id[k], why, sizeof why);
+    }
+    int n = mt_engine_take_ready(eng, got, 8);
+    int each = n == 4;
+    for (int k = 0; k < 4; k++) {
+        int seen = 0;
+        for (int i = 0; i < n; i++)
+            seen += got[i] == &users[k];
+        each &= seen == 1;
+    }
+    ok(each, "the ACCEPTs: each session once (%d)", n);
+    is_int(mt_engine_take_ready(eng, got, 8), 0, "taken: the list is empty");
+    send_frame(id[1], 1);
+    send_frame(id[3], 1);
+    send_frame(id[2], 1);
+    mt_engine_close(eng, id[2]);
+    tick(0);
+    n = mt_engine_take_ready(eng, got, 1);
+    void *first = got[0];
+    int n2 = mt_engine_take_ready(eng, got, 8);
+    ok(n == 1 && n2 == 1 && ((first == &users[1] && got[0] == &users[3]) ||
+                              (first == &users[3] && got[0] == &users[1])),
+       "after the tick: the two sessions with output, in calls of cap 1, and not "
+       "the closed one (%d, %d)", n, n2);
+    is_int(mt_engine_take_ready(eng, got, 8), 0, "nothing else");
+}
+
+/* The output queue (issue 40) starts small and grows to out_queue frames;
+ * what it holds survives the growth, and past out_queue the session
+ * overflows (the client does not read). */
+static void test_out_queue(void)
+{
+    rig_opts ro = { .catch_up = 0, .out_queue = 12 };
+    ok(rig_open(ro, MS) == 0, "engine: %s", err);
+    uint32_t a = open_session(0);
+    for (uint32_t f = 1; f <= 10; f++) {
+        send_frame(a, f);
+        tick((int64_t)f);
+    }
+    mt_sess_status st;
+    mt_engine_status(eng, a, &st);
+    ok(!st.overflow && st.out_bytes > 0, "ten frames queued, past the first "
+       "allocation, no overflow");
+    drain_output(0, a);
+    ok(S[0].real == 10 && S[0].wrong == 0 && S[0].last_seq == 10,
+       "all ten come out, each its own echo (%d real, %d wrong)", S[0].real,
+       S[0].wrong);
+    for (uint32_t f = 11; f <= 40; f++) {
+        send_frame(a, f);
+        tick((int64_t)f);
+    }
+    mt_engine_status(eng, a, &st);
+    ok(st.overflow, "thirty more, none taken: the queue overflows");
+}
+
+/* FILL deadlines in one FIFO (issue 40): an input the model consumed in
+ * time, or whose session was closed, gets no FILL, whatever its place in
+ * the FIFO; the next deadline is the oldest input still unanswered. */
+static void test_fill_fifo(void)
+{
+    rig_opts ro = { .fill = 1, .catch_up = 1 };
+    ok(rig_open(ro, MS) == 0, "engine with FILL: %s", err);
+    uint32_t a = open_session(0), b = open_session(1), c = open_session(2);
+    send_frame(a, 1);                 /* T0: due at T0 + 160 ms */
+    F.now = T0 + 10 * MS;
+    send_frame(b, 1);                 /* due at T0 + 170 ms */
+    F.now = T0 + 20 * MS;
+    send_frame(c, 1);                 /* due at T0 + 180 ms */
+    tick(0);                          /* all three answered in time */
+    F.now = T0 + 30 * MS;
+    send_frame(a, 2);                 /* due at T0 + 190 ms */
+    F.now = T0 + 40 * MS;
+    send_frame(b, 2);                 /* due at T0 + 200 ms: b closes first */
+    mt_engine_close(eng, b);
+    F.now = T0 + 50 * MS;
+    send_frame(c, 2);                 /* due at T0 + 210 ms */
+    uint64_t next = mt_engine_fill_due(eng, T0 + 60 * MS);
+    is_int((long long)(next - T0), (long long)(190 * MS),
+           "the next deadline skips the three answered: a's second, 190 ms");
+    next = mt_engine_fill_due(eng, T0 + 205 * MS);
+    is_int((long long)(next - T0), (long long)(210 * MS),
+           "at 205 ms: a's FILL sent, b's input gone with b, next is c's at 210 ms");
+    next = mt_engine_fill_due(eng, T0 + 215 * MS);
+    drain_output(0, a);
+    drain_output(2, c);
+    ok(S[0].fill == 1 && S[2].fill == 1 && S[0].real == 1 && S[2].real == 1 &&
+       next == 0, "one FILL each for a and c, after their real first answers; none left");
+}
+
 int main(void)
 {
     if (mt_model_load("synthetic:tiny", 0, &model, err, sizeof err)) {
@@ -781,6 +923,10 @@ int main(void)
     test_close_in_flight();
     test_published_limit();
     test_shed();
+    test_lookup();
+    test_ready();
+    test_out_queue();
+    test_fill_fifo();
     rig_close();
     mt_model_free(model);
     return tap_done();
