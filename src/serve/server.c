@@ -164,6 +164,17 @@ static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
  * earlier event of the batch freed it); each one read is then written to
  * (its direct frames, its output) and its timer armed. Then the conns
  * epoll cannot watch (a regular file on stdin) are read. */
+/* An admitted session's socket in its steady state: reading, nothing of
+ * its own to send or stuck, no deadline but the input timeout's. A read
+ * that leaves it so only queued input, and writing to it would find
+ * nothing to do: the engine's output for it comes on the ready list. */
+static int streaming(const conn *c)
+{
+    return c->is_socket && c->p.id && !c->p.pending && c->p.reading &&
+           !c->p.closing && !c->p.auth_reject_at && c->p.wlen == 0 &&
+           c->ev_w == 0 && !c->stuck_since;
+}
+
 static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
                                  int n)
 {
@@ -188,6 +199,10 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
         }
         if (r < 0 || c->dead || s->walk_all)
             continue;   /* freed, or the walk below writes to it */
+        if (!(evs[i].events & EPOLLOUT) && streaming(c))
+            continue;   /* input queued, nothing else: its output comes on
+                           the ready list, its input deadline only moved
+                           later (its timer fires early and re-arms) */
         /* the clock now: the read may have stamped c after the batch's
          * clock, and the timeouts subtract those stamps from it */
         mt_srv_conn_write(s, c, mt_clock_ns());
