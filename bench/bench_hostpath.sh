@@ -10,8 +10,12 @@
 # lines) and the clients' round trip (p99 over sessions of each session's
 # worst round trip: an upper bound on the round-trip p99). OLD=PATH runs
 # another mt-serve (the one before a change) beside this tree's at every
-# level, in the same run, one after the other. All figures simulated.
-# Knobs: LEVELS, CLIENTS (processes), HOLD (seconds a level), OLD.
+# level, in the same run, one after the other; BINS="LABEL=PATH ..." runs
+# more (each step of a series of changes), in that order, between OLD and
+# this tree's. FILL=1 serves with --fill (every input also waits on a FILL
+# deadline). All figures simulated.
+# Knobs: LEVELS, CLIENTS (processes), HOLD (seconds a level), OLD, BINS,
+# FILL.
 set -u
 export LC_ALL=C
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +29,9 @@ LEVELS=${LEVELS:-64 500 1000 2000}
 CLIENTS=${CLIENTS:-4}
 SECONDS_RUN=${HOLD:-8}
 OLD=${OLD:-}
+BINS=${BINS:-}
+FILLOPT=
+[ "${FILL:-0}" = 1 ] && FILLOPT=--fill
 PROF=$ROOT/tests/profiles/hostpath.profile
 FRAMES=$(awk -v s="$SECONDS_RUN" 'BEGIN { printf "%d", s * 1000 / 80 }')
 T=$(mktemp -d "${TMPDIR:-/tmp}/mt-bench-hostpath.XXXXXX")
@@ -44,11 +51,11 @@ run() {
     rm -f "$sock" "$log"
     "$srv" -s "$sock" -m synthetic:echo --device "sim:$PROF" \
         --max-sessions $((n + 16)) --max-conns $((2 * n + 64)) \
-        --kv-mem 4G --latency-log "$log" 2>"$T/serve.err" &
+        --kv-mem 4G --latency-log "$log" $FILLOPT 2>"$T/serve.err" &
     SP=$!
     for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
     [ -S "$sock" ] || { echo "bench_hostpath: $label: mt-serve did not start:" >&2; cat "$T/serve.err" >&2; exit 1; }
-    c0=$(cpu_of "$SP"); t0=$(date +%s.%N)
+    c0=$(cpu_of "$SP"); t0=$(date +%s.%N); ld=$(cut -d' ' -f1 /proc/loadavg)
     per=$(( (n + CLIENTS - 1) / CLIENTS ))
     for i in $(seq "$CLIENTS"); do
         "$FC" -s "$sock" -n "$per" -f "$FRAMES" --arrive-ms 0.5 --end-timeout 30 >"$T/fc.$i" 2>&1 &
@@ -58,7 +65,7 @@ run() {
     t1=$(date +%s.%N); c1=$(cpu_of "$SP")
     kill "$SP"; wait "$SP" 2>/dev/null; SP=
     cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" \
-        -v t0="$t0" -v t1="$t1" -v lat="$log" '
+        -v t0="$t0" -v t1="$t1" -v lat="$log" -v ld="$ld" '
     /^session=/ { for (k = 1; k <= NF; k++) { split($k, kv, "=")
                     if (kv[1] == "lat_max_ms") m[++ns] = kv[2] + 0 } }
     /^total / { for (k = 1; k <= NF; k++) { split($k, kv, "=")
@@ -72,16 +79,17 @@ run() {
         for (a = 2; a <= ns; a++) for (b = a; b > 1 && m[b - 1] > m[b]; b--) { x = m[b]; m[b] = m[b - 1]; m[b - 1] = x }
         rt = ns ? m[int(0.99 * (ns - 1)) + 1] : 0
         ans = real + fill; cpu = (c1 - c0) / hz; wall = t1 - t0
-        printf "%-4s %5d %8d %9d %9d %8.2f %9.1f %9.0f %8.2f %8.2f\n", l, n, ok, sent, ans,
-               cpu, (ans ? 1e6 * cpu / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt
+        printf "%-8s %5d %8d %9d %9d %8.2f %9.1f %9.0f %8.2f %8.2f %6s\n", l, n, ok, sent, ans,
+               cpu, (ans ? 1e6 * cpu / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt, ld
     }'
 }
 
 echo "# mt-serve host path, simulated device (tests/profiles/hostpath.profile), $(date -u +%F)"
-echo "# $CLIENTS client processes, ${SECONDS_RUN} s of frames at 80 ms a session; $(nproc) cores"
-printf "%-4s %5s %8s %9s %9s %8s %9s %9s %8s %8s\n" which n ok_procs sent answered cpu_s \
-    us_frame fps_each p99_ms rt_p99_ms
+echo "# $CLIENTS client processes, ${SECONDS_RUN} s of frames at 80 ms a session; $(nproc) cores${FILLOPT:+; --fill}; load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-8s %5s %8s %9s %9s %8s %9s %9s %8s %8s %6s\n" which n ok_procs sent answered cpu_s \
+    us_frame fps_each p99_ms rt_p99_ms load1
 for n in $LEVELS; do
     [ -n "$OLD" ] && run old "$OLD" "$n"
+    for lb in $BINS; do run "${lb%%=*}" "${lb#*=}" "$n"; done
     run new "$S" "$n"
 done
