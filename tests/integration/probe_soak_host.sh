@@ -7,7 +7,6 @@
 # 2 s without a real frame. The soak must say the run was disturbed by the
 # host (its row's host_s and note, the summary's count), and not that the
 # model collapsed: the pool never ran out.
-# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 . "$MT_ROOT/tools/columns.sh"
 t_need mt-probe mt-serve

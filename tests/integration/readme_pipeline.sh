@@ -5,7 +5,6 @@
 # All 16 sessions end done, mt-replay exits 0, the pipeline's own
 # `kill %1` ends the server and the controller, and every refusal on the
 # way says what the controller was doing in words that agree with it.
-# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-admit mt-replay sox python3
 t_fast_blas
