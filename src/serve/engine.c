@@ -193,6 +193,7 @@ struct mt_engine {
      * oldest, flen of them */
     fill_ent       *fq;
     size_t          fhead, flen, fcap;
+    int             nstate[4];    /* sessions of e->s in each S_* state */
     uint32_t        next_id;
     uint64_t        next_order;
 
@@ -348,6 +349,15 @@ static sess *find(mt_engine *e, uint32_t id)
     return s && s->state != S_GONE ? s : NULL;
 }
 
+/* Moves s to state st, keeping e->nstate (the counts the tick line, the
+ * published limit and admission read without walking the sessions). */
+static void set_state(mt_engine *e, sess *s, int st)
+{
+    e->nstate[s->state]--;
+    e->nstate[st]++;
+    s->state = st;
+}
+
 /* An output's bytes: its AUDIO frame, and the TEXT frame beside it. */
 static size_t frame_bytes(const mt_engine *e)
 {
@@ -440,6 +450,7 @@ static void free_sess(mt_engine *e, sess *s)
 
 static void remove_sess(mt_engine *e, sess *s)
 {
+    e->nstate[s->state]--;
     ht_del(e, s->id);
     if (s->ready)
         for (int i = 0; i < e->nready; i++)
@@ -477,7 +488,7 @@ static void maybe_end(mt_engine *e, sess *s)
     /* what is left was answered by FILL: the model need not consume it */
     s->qlen = 0;
     push_ctl(e, s, MT_FRAME_END, 0, NULL, 0);
-    s->state = S_ENDED;
+    set_state(e, s, S_ENDED);
 }
 
 /* ---- create / free -------------------------------------------------------- */
@@ -625,7 +636,7 @@ uint32_t mt_engine_session_new_for(mt_engine *e, void *user)
     while (e->next_id == 0 || ht_get(e, e->next_id))
         e->next_id++;
     s->id = e->next_id++;
-    s->state = S_PENDING;
+    s->state = S_PENDING;          /* counted once it is in e->s */
     if (ht_put(e, s) != 0) {
         pthread_mutex_unlock(&e->mu);
         free(s->ob);
@@ -633,6 +644,7 @@ uint32_t mt_engine_session_new_for(mt_engine *e, void *user)
         return 0;
     }
     e->s[e->ns++] = s;
+    e->nstate[S_PENDING]++;
     uint32_t id = s->id;
     pthread_mutex_unlock(&e->mu);
     return id;
@@ -656,11 +668,7 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
         snprintf(why, whylen, "no such pending session");
         goto out;
     }
-    int active = 0;
-    for (int i = 0; i < e->ns; i++)
-        if (e->s[i]->state == S_ACTIVE)
-            active++;
-    if (active >= e->o.max_sessions) {
+    if (e->nstate[S_ACTIVE] >= e->o.max_sessions) {
         snprintf(why, whylen, "server at its session limit (%d session%s); "
                  "retry later", e->o.max_sessions, e->o.max_sessions == 1 ? "" : "s");
         goto out;
@@ -722,7 +730,7 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     s->kv = kv;
     s->sp = sp;
     s->order = e->next_order++;
-    s->state = S_ACTIVE;
+    set_state(e, s, S_ACTIVE);
     e->admitted++;
     mt_hello h;
     mt_engine_format(e, &h);
@@ -742,7 +750,7 @@ void mt_engine_reject(mt_engine *e, uint32_t id, const char *reason, int final)
     sess *s = find(e, id);
     if (s && s->state == S_PENDING) {
         push_reason(e, s, MT_FRAME_REJECT, final ? MT_FLAG_FINAL : 0, reason);
-        s->state = S_ENDED;
+        set_state(e, s, S_ENDED);
         e->rejected++;
     }
     pthread_mutex_unlock(&e->mu);
@@ -902,7 +910,7 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason)
         if (s->state == S_PENDING)
             e->rejected++;
         push_reason(e, s, MT_FRAME_ERROR, 0, reason);
-        s->state = S_ENDED;
+        set_state(e, s, S_ENDED);
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -918,7 +926,7 @@ int mt_engine_shed(mt_engine *e, uint32_t id, const char *reason)
          * misses counted here) */
         drop_queue(e, s);
         push_reason(e, s, MT_FRAME_END, 0, reason);
-        s->state = S_ENDED;
+        set_state(e, s, S_ENDED);
         e->shed++;
         rc = 0;
     }
@@ -935,9 +943,9 @@ void mt_engine_close(mt_engine *e, uint32_t id)
             drop_queue(e, s);
         if (s->state == S_PENDING)
             e->rejected++;    /* left before a decision: not admitted */
-        s->state = S_ENDED;
+        set_state(e, s, S_ENDED);
         if (s->in_batch)
-            s->state = S_GONE;    /* the tick thread frees it */
+            set_state(e, s, S_GONE);    /* the tick thread frees it */
         else
             remove_sess(e, s);
     }
@@ -1025,12 +1033,8 @@ void mt_engine_wake(mt_engine *e)
 
 void mt_engine_counts(mt_engine *e, int *active, int *pending)
 {
-    int a = 0, p = 0;
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->ns; i++) {
-        a += e->s[i]->state == S_ACTIVE;
-        p += e->s[i]->state == S_PENDING;
-    }
+    int a = e->nstate[S_ACTIVE], p = e->nstate[S_PENDING];
     pthread_mutex_unlock(&e->mu);
     if (active)
         *active = a;
@@ -1329,7 +1333,7 @@ static void end_with_error(mt_engine *e, sess *s, const char *reason)
 {
     drop_queue(e, s);
     push_reason(e, s, MT_FRAME_ERROR, 0, reason);
-    s->state = S_ENDED;
+    set_state(e, s, S_ENDED);
 }
 
 /* Delivers row r of a stepped batch (under the lock): the answer to the
@@ -1469,10 +1473,10 @@ static int catch_up_rows(mt_engine *e, uint64_t t_tick, uint64_t r0, int n,
 static void tick_figures(mt_engine *e, mt_tick *t, uint64_t t_end)
 {
     uint64_t oldest = 0;
+    t->active = e->nstate[S_ACTIVE];
+    t->pending = e->nstate[S_PENDING];
     for (int i = 0; i < e->ns; i++) {
         sess *s = e->s[i];
-        t->active += s->state == S_ACTIVE;
-        t->pending += s->state == S_PENDING;
         if (s->state == S_ACTIVE && s->qlen > 0) {
             uint64_t a = s->q[s->qhead].t_arrive;
             if (!oldest || a < oldest)
@@ -1600,10 +1604,8 @@ static int kv_capacity(const mt_engine *e, int active)
 
 int mt_engine_published_limit(mt_engine *e, char *failed, size_t failedlen)
 {
-    int active = 0;
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->ns; i++)
-        active += e->s[i]->state == S_ACTIVE;
+    int active = e->nstate[S_ACTIVE];
     int n = e->o.max_sessions;
     int kv = kv_capacity(e, active);
     if (kv < n)

@@ -800,6 +800,16 @@ static void test_lookup(void)
     }
     ok(bad == 0 && dup == 0, "%d sessions, every id distinct", N + N / 3);
     is_int(wrong, 0, "each live id found, no closed one");
+    int active = -1, pending = -1;
+    char why[200];
+    mt_engine_admit(eng, id[1], why, sizeof why);
+    mt_engine_admit(eng, id[2], why, sizeof why);
+    mt_engine_close(eng, id[2]);
+    mt_engine_reject(eng, id[4], "no", 0);
+    mt_engine_counts(eng, &active, &pending);
+    ok(active == 1 && pending == N - 3,
+       "the counts kept by the state changes: 1 active, %d pending (%d %d)",
+       N - 3, active, pending);
 }
 
 /* The ready list (issue 40): after a tick, the sessions with output are
