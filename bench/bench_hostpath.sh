@@ -15,7 +15,9 @@
 # this tree's. FILL=1 serves with --fill (every input also waits on a FILL
 # deadline). All figures simulated.
 # Knobs: LEVELS, CLIENTS (processes), HOLD (seconds a level), OLD, BINS,
-# FILL.
+# FILL, REPEAT (the whole series this many times over, interleaved: on a
+# shared machine the least of a server's rows is the figure least
+# inflated by others' load).
 set -u
 export LC_ALL=C
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -88,8 +90,10 @@ echo "# mt-serve host path, simulated device (tests/profiles/hostpath.profile), 
 echo "# $CLIENTS client processes, ${SECONDS_RUN} s of frames at 80 ms a session; $(nproc) cores${FILLOPT:+; --fill}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-8s %5s %8s %9s %9s %8s %9s %9s %8s %8s %6s\n" which n ok_procs sent answered cpu_s \
     us_frame fps_each p99_ms rt_p99_ms load1
-for n in $LEVELS; do
-    [ -n "$OLD" ] && run old "$OLD" "$n"
-    for lb in $BINS; do run "${lb%%=*}" "${lb#*=}" "$n"; done
-    run new "$S" "$n"
+for rep in $(seq "${REPEAT:-1}"); do
+    for n in $LEVELS; do
+        [ -n "$OLD" ] && run old "$OLD" "$n"
+        for lb in $BINS; do run "${lb%%=*}" "${lb#*=}" "$n"; done
+        run new "$S" "$n"
+    done
 done
