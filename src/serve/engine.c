@@ -181,7 +181,7 @@ struct mt_engine {
     /* id -> session: open addressing, linear probing, [htcap] slots (a
      * power of two, at least twice ns); id 0 marks a free slot. The I/O
      * thread looks a session up once or twice a frame: a look-up that grew
-     * with the sessions made every frame cost more at a thousand of them */
+     * with the sessions would make every frame cost more at a thousand */
     struct ht_slot { uint32_t id; sess *s; } *ht;
     size_t          htcap;
     /* ids of the sessions with new output (sess.ready), [scap]: what the
@@ -369,8 +369,8 @@ static size_t frame_bytes(const mt_engine *e)
  * overflow the session is marked (the server disconnects it) and 0
  * returned. The queue grows by doubling up to ob_max: a client that keeps
  * up needs a frame or two of it, and a full-size queue per session (a
- * quarter of a megabyte) cost a mapping, its page faults and an munmap
- * per session. */
+ * quarter of a megabyte) would cost a mapping, its page faults and an
+ * munmap per session. */
 static void mark_ready(mt_engine *e, sess *s)
 {
     if (!s->ready) {
