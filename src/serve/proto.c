@@ -30,6 +30,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "wire/admission.h"
@@ -104,9 +105,14 @@ static double tsec(const mt_proto *p, uint64_t now)
 
 void mt_proto_conn_init(mt_proto_conn *c)
 {
-    memset(c, 0, sizeof *c);
+    /* the fields before the two buffers; the buffers (48 KB, read only
+     * where have and wlen say they were written) are left untouched, so
+     * that their pages are not faulted in for the connections that never
+     * use them */
+    memset(c, 0, offsetof(mt_proto_conn, dec));
     c->reading = 1;
     mt_frame_decoder_init(&c->dec);
+    c->woff = c->wlen = 0;
 }
 
 void mt_proto_direct(mt_proto_conn *c, int type, uint16_t flags, const char *reason,

@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,13 @@
 
 conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
 {
-    conn *c = calloc(1, sizeof *c);
+    /* not calloc: the protocol state's buffers stay untouched
+     * (mt_proto_conn_init) */
+    conn *c = malloc(sizeof *c);
     if (!c)
         return NULL;
+    memset(c, 0, offsetof(conn, p));
+    c->next = c->prev = NULL;
     c->tag = TAG_CONN;
     c->rfd = rfd;
     c->wfd = wfd;
