@@ -254,16 +254,22 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                     return -1;
                 }
             } else {
+                /* the value runs to the next space; its bytes' classes
+                 * are gathered and looked at once, the first bad one
+                 * found again only for the message */
                 size_t vs = i;
-                while (i < len && line[i] != ' ') {
-                    unsigned char c = (unsigned char)line[i];
-                    if (byte_class[c] & C_BARE_BAD) {
-                        mt_set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
-                                "value", lineno, KEY,
-                                describe_byte(c, tmp, sizeof tmp));
-                        return -1;
-                    }
-                    i++;
+                const char *sp = memchr(line + i, ' ', len - i);
+                size_t ve = sp ? (size_t)(sp - line) : len;
+                unsigned cls = 0;
+                for (; i < ve; i++)
+                    cls |= byte_class[(unsigned char)line[i]];
+                if (cls & C_BARE_BAD) {
+                    for (i = vs; !(byte_class[(unsigned char)line[i]] & C_BARE_BAD); i++)
+                        ;
+                    mt_set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
+                            "value", lineno, KEY,
+                            describe_byte((unsigned char)line[i], tmp, sizeof tmp));
+                    return -1;
                 }
                 if (i == vs) {
                     mt_set_err(err, errlen, "line %ld: key '%s': missing value "
@@ -592,12 +598,13 @@ enum field_kind { F_INT, F_DBL };
 
 static const struct tick_field {
     const char *key;
+    size_t klen;
     enum field_kind kind;
     int decimals;
     size_t off;
 } tick_fields[] = {
-#define I(name) { #name, F_INT, 0, offsetof(mt_tick, name) }
-#define D(name, dec) { #name, F_DBL, dec, offsetof(mt_tick, name) }
+#define I(name) { #name, sizeof #name - 1, F_INT, 0, offsetof(mt_tick, name) }
+#define D(name, dec) { #name, sizeof #name - 1, F_DBL, dec, offsetof(mt_tick, name) }
     I(tick), D(t, 3), I(active), I(stepped), D(step_ms, 3), D(late_ms, 3),
     D(p50_ms, 3), D(p99_ms, 3), I(in), I(out), I(fill), I(kv_used),
     I(kv_free), I(pending), I(admitted), I(rejected), I(preempted),
@@ -629,13 +636,20 @@ long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
     mt_ll_begin(&w, buf, cap);
     if (!t)
         return -1;
+    /* the table's keys are [a-z0-9_]{1,32} (test_latline reads back every
+     * line written here): written as they are, not checked per tick */
     for (size_t k = 0; k < N_TICK_FIELDS; k++) {
         const struct tick_field *f = &tick_fields[k];
         const char *p = (const char *)t + f->off;
-        if (f->kind == F_INT)
-            mt_ll_int(&w, f->key, *(const int64_t *)(const void *)p);
-        else
-            mt_ll_f(&w, f->key, *(const double *)(const void *)p, f->decimals);
+        if (w.len > 0)
+            put_bytes(&w, " ", 1);
+        put_bytes(&w, f->key, f->klen);
+        if (f->kind == F_INT) {
+            int64_t v = *(const int64_t *)(const void *)p;
+            put_dec(&w, v < 0 ? 0 - (uint64_t)v : (uint64_t)v, v < 0);
+        } else {
+            put_fmt(&w, "=%.*f", f->decimals, *(const double *)(const void *)p);
+        }
     }
     if (t->miss >= 0)
         mt_ll_int(&w, "miss", t->miss);
