@@ -6,6 +6,7 @@
  * a message. */
 #include "tap.h"
 #include "model/tokenizer.h"
+#include "client/transcript.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -201,6 +202,51 @@ static void test_files(void)
     rmdir(dir);
 }
 
+/* mt-replay's transcript with a tokenizer (client/transcript.c): pieces
+ * joined, ids 0 and 3, control and out-of-range ids skipped, a frame with
+ * no text no line, backslash and control bytes escaped. */
+static void test_transcript(void)
+{
+    /* ids 0 "z", 1 control "<s>", 2 "a\\b", 3 "pad", 4 "x<TAB>y", 5 "<U+2581>hi" */
+    static const uint8_t model[] = {
+        0x0a, 0x03, 0x0a, 0x01, 'z',
+        0x0a, 0x07, 0x0a, 0x03, '<', 's', '>', 0x18, 0x03,
+        0x0a, 0x05, 0x0a, 0x03, 'a', '\\', 'b',
+        0x0a, 0x05, 0x0a, 0x03, 'p', 'a', 'd',
+        0x0a, 0x05, 0x0a, 0x03, 'x', '\t', 'y',
+        0x0a, 0x07, 0x0a, 0x05, 0xe2, 0x96, 0x81, 'h', 'i',
+    };
+    char err[512] = "", path[] = "/tmp/mt_tok_tr_XXXXXX";
+    mt_tokenizer *t = mt_tokenizer_parse(model, sizeof model, err, sizeof err);
+    int fd = mkstemp(path);
+    if (!ok(t && mt_tokenizer_size(t) == 6 && fd >= 0, "a six-piece model (%s)", err)) {
+        mt_tokenizer_free(t);
+        return;
+    }
+    close(fd);
+    mt_transcript *tr = NULL;
+    static const int32_t f1[] = { 5, 2, 4 }, f2[] = { 0, 1, 3, 99, -1 }, f3[] = { 5 };
+    int rc = mt_transcript_open(path, t, &tr, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 0, 7, f1, 3, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 1, 8, f2, 5, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 0, 9, f3, 1, err, sizeof err);
+    long lines = tr ? mt_transcript_lines(tr) : -1;
+    rc = mt_transcript_close(tr, err, sizeof err) || rc;
+    char got[256] = "";
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    got[n] = '\0';
+    if (f)
+        fclose(f);
+    static const char want[] = "0 7  hia\\\\bx\\x09y\n0 9  hi\n";
+    if (!ok(rc == 0 && lines == 2 && !strcmp(got, want),
+            "transcript as text: pieces joined, 0/3/control/out-of-range skipped, "
+            "escapes (%ld lines)", lines))
+        tap_diag("got: %s", got);
+    unlink(path);
+    mt_tokenizer_free(t);
+}
+
 int main(void)
 {
     const char *r = getenv("MT_ROOT");
@@ -209,5 +255,6 @@ int main(void)
     test_against_sentencepiece();
     test_hostile();
     test_files();
+    test_transcript();
     return tap_done();
 }
