@@ -61,7 +61,7 @@ typedef struct mt_replay_cfg {
     volatile sig_atomic_t *stop;   /* set by a signal: finish now */
     const char *transcript;   /* -t FILE: the TEXT frames' tokens; NULL: none */
     const mt_tokenizer *tokenizer;  /* --tokenizer: -t writes text; NULL: ids */
-    uint32_t    seed;         /* --seed: HELLO's seq; 0: the server's */
+    uint64_t    seed;         /* --seed: HELLO's seed; 0: the server's */
 } mt_replay_cfg;
 
 /* PATTERN with %d replaced by idx (and %% by %): the number of %d

@@ -46,7 +46,7 @@ typedef struct app {
     const char *transcript;     /* -t FILE */
     const char *tokenizer_path; /* --tokenizer FILE */
     mt_tokenizer *tokenizer;    /* its pieces, loaded before any session */
-    uint32_t    seed;           /* --seed; 0: the server's */
+    uint64_t    seed;           /* --seed; 0: the server's */
     int         retry;          /* --retry N */
     int         no_wait;        /* --no-wait */
     int         live;           /* --mic with stdout a terminal */
@@ -107,8 +107,9 @@ static void usage(FILE *f)
 "                         (SESSION SEQ ID...); each is a replay_text line too\n"
 "      --tokenizer FILE   with -t: the model's SentencePiece .model; the\n"
 "                         transcript holds the text (SESSION SEQ TEXT)\n"
-"      --seed N           models that sample: the sessions' seed (HELLO's seq,\n"
-"                         1..4294967295; default: the server's)\n"
+"      --seed N           models that sample: the sessions' seed (64 bits in\n"
+"                         HELLO, 1..18446744073709551615; default: the\n"
+"                         server's)\n"
 "  -r, --rate HZ          session sample rate (default 24000)\n"
 "  -f, --frame-samples N  samples per frame (default 1920)\n"
 "  -m, --model NAME       model name asked in HELLO (default: any)\n"
@@ -224,13 +225,10 @@ static int value_option(app *a, int c, const char *arg)
     case O_INTERVAL: return mt_opt_seconds(arg, 0.01, INFINITY, &a->interval_s);
     case O_JITTER: return mt_opt_ms(arg, 0, INFINITY, &a->jitter_ms);
     case O_RETRY: return mt_opt_int(arg, 0, 100, &a->retry);
-    case O_SEED: {
-        long v;
-        if (mt_opt_long(arg, 1, 4294967295L, &v))
+    case O_SEED:
+        if (mt_opt_u64(arg, &a->seed))
             return -1;
-        a->seed = (uint32_t)v;
-        return 0;
-    }
+        return a->seed ? 0 : mt_opt_bad(arg, "is not a seed (1 or more; 0 is the server's)");
     case O_TYPE:
         a->type = arg;
         return mt_audio_type_parse(arg, &a->type_fmt)

@@ -80,6 +80,10 @@ for sd in 5 5 6; do
     timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed $sd -t "tr.$sd.$((n = n + 1))" \
         > /dev/null 2>> err.seed
 done
+# 2^32 + 5: HELLO's 64-bit seed (its high half in the header's reserved
+# field, mt-frame(5)) reaches the generator
+timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed 4294967301 -t tr.big \
+    > /dev/null 2>> err.seed
 # the same seed with --tokenizer: the transcript holds the text
 TOKM=$MT_ROOT/tests/fixtures/kyutai_lm/tokenizer-tiny.model
 timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed 5 -t tr.text --tokenizer "$TOKM" \
@@ -92,6 +96,8 @@ differ() { [ -s "$1" ] && [ -s "$2" ] && ! cmp -s "$1" "$2"; }
 awk '$1 == 0' transcript.moshi > tr.default
 t_check "--seed 6: another transcript than --seed 5" differ tr.5.1 tr.6.3
 t_check "--seed 5: another transcript than the server's default seed" differ tr.5.1 tr.default
+t_check "--seed 2^32+5: another transcript than --seed 5 (the high 32 bits count)" \
+    differ tr.5.1 tr.big
 # the ids of tr.5.1 turned into text by SentencePiece's own table (the
 # fixture's dump), Kyutai's way: ids 0 and 3 and control pieces skipped
 /usr/bin/python3 - "$MT_ROOT/tests/fixtures/kyutai_lm/tokenizer-tiny.pieces" tr.5.1 \
