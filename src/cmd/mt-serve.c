@@ -723,6 +723,10 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     mt_metrics_http *web = NULL;
     mt_ws_gate *gate = NULL;
     int rc = 1;
+    /* the simulated device books the codec's time and memory */
+    if (a->ky.lm && mt_speech_codec_cost(a->ky.lm, a->ky.codec, &a->dopt.codec, err,
+                                         sizeof err) != 0)
+        goto out;
     if (mt_decoder_create(m, &a->dopt, &dec, err, sizeof err) != 0)
         goto out;
     const char *note = mt_decoder_note(dec);

@@ -61,6 +61,19 @@ int mt_speech_check(const mt_kyutai_lm *lm, const mimi_model *codec, char *err,
     return 0;
 }
 
+int mt_speech_codec_cost(const mt_kyutai_lm *lm, mimi_model *codec, mt_codec_cost *out,
+                         char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (mt_speech_check(lm, codec, err, errlen) ||
+        mimi_set_codebooks(codec, lm->kc.n_q - lm->kc.dep_q, err, errlen))
+        return -1;
+    out->flops = mimi_encode_flops(codec) + mimi_decode_flops(codec);
+    out->state_bytes = (double)mimi_state_bytes(codec);
+    out->weight_bytes = (double)mimi_param_count(codec) * sizeof(float);
+    return 0;
+}
+
 void mt_speech_free(mt_speech *sp)
 {
     if (!sp)

@@ -42,6 +42,13 @@ void mt_speech_free(mt_speech *sp);
 int  mt_speech_check(const mt_kyutai_lm *lm, const mimi_model *codec, char *err,
                      size_t errlen);
 
+/* The codec's figures for the simulated device (step.h's mt_codec_cost),
+ * at the codebook count mt_speech_create sets (which this sets too): FLOPs
+ * of one session-frame's encode and decode, one session's state, and the
+ * weights in fp32 (as the CUDA codec, mimi_cuda.c, holds them). */
+int  mt_speech_codec_cost(const mt_kyutai_lm *lm, mimi_model *codec, mt_codec_cost *out,
+                          char *err, size_t errlen);
+
 int  mt_speech_sample_rate(const mt_speech *sp);
 int  mt_speech_frame_samples(const mt_speech *sp);
 int  mt_speech_audio_out(const mt_speech *sp);    /* 0 for dep_q 0 */
