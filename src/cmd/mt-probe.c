@@ -282,7 +282,8 @@ static int shape_fill(const shape_opts *s, mt_predict_params *p, char *err,
 static void help_predict(FILE *f)
 {
     fprintf(f,
-"usage: mt-probe predict --kv-mem BYTES [-m MODEL] [load options]\n"
+"usage: mt-probe predict --kv-mem BYTES [-m MODEL] [--codec SPEC [--codebooks N]\n"
+"       [--profile P]] [load options]\n"
 "\n"
 "The analytic model of the KV wall. Unbounded (--kv full): each live session\n"
 "holds one position per frame, in blocks; the pool overflows when the blocks\n"

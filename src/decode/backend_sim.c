@@ -372,7 +372,7 @@ static int sim_attach_pool(mt_backend *be, mt_kv_pool *pool, char *err, size_t e
                  s->p.codec_overhead_us * 1e-3);
     snprintf(im->note, sizeof im->note,
              "SIMULATED device %s (profile %s: %.4g B memory, %.4g B/s, %.4g flop/s, "
-             "%.4g B of weights, K/V pool %zu B%s%s%s): no figure from this server is a measurement",
+             "%.0f B of weights, K/V pool %zu B%s%s%s): no figure from this server is a measurement",
              s->label, s->p.path, s->p.memory_bytes, s->p.bandwidth, s->p.matrix_rate,
              s->weight_bytes, kp->budget_bytes,
              kp->budget_bytes == s->kv_budget ? "" : ", set by the caller", codec,
