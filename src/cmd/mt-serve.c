@@ -734,7 +734,7 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
         fprintf(stderr, "%s: %s\n", prog, note);
     pool_capacity(dec);
     if (a->ky.lm) {
-        char line[1024];
+        char line[2048];
         if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, err, sizeof err) != 0)
             goto out;
         mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,

@@ -83,6 +83,12 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "%zu", kvb + dep + codec);
     }
+    {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; codec compute %.4g GFLOP a session-frame (encode %.4g "
+                 "+ decode %.4g)", (mimi_encode_flops(k->codec) + mimi_decode_flops(k->codec)) / 1e9,
+                 mimi_encode_flops(k->codec) / 1e9, mimi_decode_flops(k->codec) / 1e9);
+    }
     if (!mt_speech_audio_out(k->sp)) {
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "; speech to text (dep_q 0): text only, every answer "

@@ -38,6 +38,8 @@ t_check "the note states the codec's booking and time: '$booked'" [ -n "$booked"
 read -r b_all b_w b_s b_ms b_over <<< "$booked"
 state=$(sed -n 's/.* + codec state \([0-9]*\) = .*/\1/p' serve.err)
 t_check "the booked state ($b_s) is the startup report's codec state ($state)" [ "$b_s" = "$state" ]
+t_check "the startup report states the codec's compute a session-frame" \
+    grep -Eq 'codec compute [0-9.e+-]+ GFLOP a session-frame \(encode [0-9.e+-]+ \+ decode [0-9.e+-]+\)' serve.err
 t_check "booked = weights + 4 x state ($b_all = $b_w + 4 x $b_s)" [ "$b_all" = $((b_w + 4 * b_s)) ]
 
 "$P" predict --kv-mem 1M --codec synthetic:mimi-tiny --codebooks 2 --profile "$T_TMP/dev.profile" \
