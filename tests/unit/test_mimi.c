@@ -6,7 +6,9 @@
  * path frame by frame: tests/fixtures/mimi (16 frames, rings of 6 steps,
  * 4 codebooks, plus a BF16 copy of the weights) and tests/fixtures/mimi-b
  * (12 frames, two residual layers per stage, the second dilated, rings of
- * 5, 3 of 5 codebooks used). Both rings wrap several times.
+ * 5, 3 of 5 codebooks used). Both rings wrap several times. A third,
+ * tests/fixtures/mimi-own, is our own numpy reference
+ * (tests/fixtures/gen/mimi_ref.py) for what those do not cover (test_own).
  *
  * Tolerance for the decoded PCM. Each fixture holds Kyutai's streaming
  * output computed in float64, and info.json the largest difference of
@@ -314,7 +316,7 @@ static int run_staggered(const mimi_model *m, int S, const int *starts, const in
 }
 
 /* Our own numpy reference (tests/fixtures/gen/mimi_ref.py, written from
- * the architecture) for what Kyutai's fixtures do not cover: 6 of 8
+ * the architecture, BF16 weights) for what Kyutai's fixtures do not cover: 6 of 8
  * codebooks and the semantic one alone, 3 heads of 6, no layer scale, a
  * ring of 3 steps, three residual layers a stage dilated 1, 3, 9 (left
  * contexts longer than the frame at the coarse stages), and the sessions
