@@ -1,7 +1,7 @@
 #!/bin/bash
 # run-lease.sh: one short lease, the new CUDA paths first. Parity of the
 # new CUDA tests with MT_REQUIRE_GPU=1 (Kyutai's LM against its fixtures,
-# Mimi's codec, the depformer), then run-device.sh (the backend's parity
+# Mimi's codec, the depformer, the speech stage's codec on the GPU), then run-device.sh (the backend's parity
 # with the Qwen and positions cases, calibration, the benchmark) within what is left of
 # BUDGET_S. Carried mode only: run tests/gpu/pack.sh here first, then
 #   run(command="bash tests/gpu/run-lease.sh", carry=["build-cuda/gpu"], timeout_s=560)
@@ -22,7 +22,7 @@ export OPENBLAS_NUM_THREADS=1 MT_ROOT=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/info.txt"
 echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$out/summary.txt"
 rc=0
-for t in test_kyutai_lm test_mimi_cuda test_depformer_cuda; do
+for t in test_kyutai_lm test_mimi_cuda test_depformer_cuda test_speech_cuda; do
     timeout -k 5 100 env MT_REQUIRE_GPU=1 "$g/$t" >"$out/parity-$t.log" 2>&1
     r=$?
     nok=$(grep -c '^not ok' "$out/parity-$t.log")
