@@ -7,6 +7,7 @@
 # the tick lines, the per-session bytes in the startup report; an LM and a
 # codec that disagree refused with both numbers; the speech-to-text shape
 # answering with text and silence.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-replay
 S=$MT_BIN/mt-serve
