@@ -516,6 +516,13 @@ static void test_codec(const mt_model *m)
     ok(mt_sim_codec_rate(&p) == 8e14 && p.codec_overhead_us == 0,
        "codec_rate defaults to matrix_rate, codec_overhead_us to 0");
     is_near(mt_sim_codec_seconds(&p, &cc, 1) * 1e3, 0.00125, 1e-15, "1 GFLOP at 8e14: 1.25 us");
+    char text[1024];
+    snprintf(text, sizeof text, "%scodec_rate = 0\n", base_text);
+    ok(parse(text, &p) == -1 && strstr(err, "key 'codec_rate': want a number in 1..1e+21"),
+       "codec_rate 0 refused: %s", err);
+    snprintf(text, sizeof text, "%scodec_overhead_us = -5\n", base_text);
+    ok(parse(text, &p) == -1 && strstr(err, "key 'codec_overhead_us'"),
+       "a negative codec_overhead_us refused: %s", err);
 
     /* through the decoder: opts.codec books it, the pool is that much smaller */
     char path[] = "/tmp/mt-test-simc-XXXXXX";
