@@ -123,6 +123,7 @@ int mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
     mt_speech *sp = mt_calloc_or_err(1, sizeof *sp, err, errlen, "speech");
     if (!sp)
         return -1;
+    pthread_mutex_init(&sp->mu, NULL);
     sp->lm = lm;
     sp->codec = codec;
     sp->maxb = max_batch;
@@ -148,7 +149,6 @@ int mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
         mt_set_err(err, errlen, "speech: out of memory");
         return -1;
     }
-    pthread_mutex_init(&sp->mu, NULL);
     /* the codec beside the LM: on the GPU when the decoder is CUDA's */
     if (strcmp(mt_decoder_backend_name(dec), "cuda") == 0) {
         char e[400];
