@@ -729,6 +729,10 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     mt_metrics_http *web = NULL;
     mt_ws_gate *gate = NULL;
     int rc = 1;
+    /* the simulated device books the codec's time and memory */
+    if (a->ky.lm && mt_speech_codec_cost(a->ky.lm, a->ky.codec, &a->dopt.codec, err,
+                                         sizeof err) != 0)
+        goto out;
     if (a->ky.lm && mt_serve_kyutai_prepare(&a->ky, a->dopt.device, a->dopt.max_batch, err,
                                             sizeof err) != 0)
         goto out;
@@ -739,7 +743,7 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
         fprintf(stderr, "%s: %s\n", prog, note);
     pool_capacity(dec);
     if (a->ky.lm) {
-        char line[1024];
+        char line[2048];
         if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, err, sizeof err) != 0)
             goto out;
         mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,

@@ -104,11 +104,12 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
     else
         snprintf(kvs, sizeof kvs, "unbounded (full policy)");
     snprintf(out, cap, "kyutai %s: %d layers x %d, %d codebooks (%d the model's), text %d; "
-             "codec %s, %d of its codebooks, %d samples a frame at %d Hz; per-session bytes "
+             "codec %s on the %s, %d of its codebooks, %d samples a frame at %d Hz; per-session bytes "
              "= temporal K/V under the bound %s + depformer scratch and token rings %zu + "
              "codec state %zu%s%s",
              k->lm->temporal->cfg.name, kc->num_layers, kc->dim, kc->n_q, kc->dep_q,
-             kc->text_card_out, k->codec_spec, mimi_model_config(k->codec)->n_q_used,
+             kc->text_card_out, k->codec_spec, mt_speech_codec_backend(k->sp),
+             mimi_model_config(k->codec)->n_q_used,
              mt_speech_frame_samples(k->sp), mt_speech_sample_rate(k->sp), kvs, dep, codec,
              kvb ? " = " : "", "");
     if (kvb) {
@@ -122,6 +123,12 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
     if (k->tok) {
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "; tokenizer: %d pieces", mt_tokenizer_size(k->tok));
+    }
+    {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; codec compute %.4g GFLOP a session-frame (encode %.4g "
+                 "+ decode %.4g)", (mimi_encode_flops(k->codec) + mimi_decode_flops(k->codec)) / 1e9,
+                 mimi_encode_flops(k->codec) / 1e9, mimi_decode_flops(k->codec) / 1e9);
     }
     if (!mt_speech_audio_out(k->sp)) {
         size_t n = strlen(out);

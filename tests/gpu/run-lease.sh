@@ -1,12 +1,13 @@
 #!/bin/bash
 # run-lease.sh: one short lease, the new CUDA paths first. Parity of the
 # new CUDA tests with MT_REQUIRE_GPU=1 (Kyutai's LM against its fixtures,
-# Mimi's codec, the depformer and the served path's depformer on the GPU),
-# then Kyutai's moshiko shape by stage (mt-benchkyutai, synthetic weights:
-# the temporal transformer and the depformer on the GPU, B = 1, 8, 32, 64;
-# B = 1 with the depformer on the host beside it, same run), then
-# run-device.sh (the backend's parity with the Qwen and positions cases,
-# calibration, the benchmark) within what is left of BUDGET_S. Carried mode only: run tests/gpu/pack.sh here first, then
+# Mimi's codec, the depformer, the served path's depformer and the speech
+# stage's codec on the GPU), then Kyutai's moshiko shape by stage
+# (mt-benchkyutai, synthetic weights: the temporal transformer and the
+# depformer on the GPU, B = 1, 8, 32, 64; B = 1 with the depformer on the
+# host beside it, same run), then run-device.sh (the backend's parity with
+# the Qwen and positions cases, calibration, the benchmark) within what is
+# left of BUDGET_S. Carried mode only: run tests/gpu/pack.sh here first, then
 #   run(command="bash tests/gpu/run-lease.sh", carry=["build-cuda/gpu"], timeout_s=560)
 # Output under $OUT (else build-gpu/out): parity-NAME.log, summary.txt.
 set -u
@@ -25,7 +26,7 @@ export OPENBLAS_NUM_THREADS=1 MT_ROOT=$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/info.txt"
 echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$out/summary.txt"
 rc=0
-for t in test_kyutai_lm test_mimi_cuda test_depformer_cuda; do
+for t in test_kyutai_lm test_mimi_cuda test_depformer_cuda test_speech_cuda; do
     timeout -k 5 100 env MT_REQUIRE_GPU=1 "$g/$t" >"$out/parity-$t.log" 2>&1
     r=$?
     nok=$(grep -c '^not ok' "$out/parity-$t.log")
