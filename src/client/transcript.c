@@ -54,6 +54,28 @@ int mt_transcript_add(mt_transcript *t, int session, uint32_t seq, const int32_t
     return 0;
 }
 
+int mt_transcript_add_words(mt_transcript *t, int session, uint32_t seq, const char *utf8,
+                            size_t n, char *err, size_t errlen)
+{
+    if (t->failed) {
+        mt_set_err(err, errlen, "%s: an earlier write failed", t->path);
+        return -1;
+    }
+    int bad = fprintf(t->f, "%d %u =", session, seq) < 0;
+    for (size_t i = 0; i < n && !bad; i++) {   /* one line each: controls as '?' */
+        unsigned char ch = (unsigned char)utf8[i];
+        bad = fputc(ch < 0x20 || ch == 0x7f ? '?' : ch, t->f) == EOF;
+    }
+    bad = bad || fputc('\n', t->f) == EOF || fflush(t->f) != 0;
+    if (bad) {
+        t->failed = 1;
+        mt_set_err(err, errlen, "%s: %s", t->path, strerror(errno));
+        return -1;
+    }
+    t->lines++;
+    return 0;
+}
+
 int mt_transcript_close(mt_transcript *t, char *err, size_t errlen)
 {
     if (!t)

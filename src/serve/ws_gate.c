@@ -42,6 +42,7 @@
 #define CLOSING_NS          2000000000ull      /* a closing client, at most */
 #define PRE_ADMIT_FRAMES    64                 /* audio held until the verdict */
 #define REPORT_NS           10000000000ull
+#define TEXT_MAX      255                /* bytes of one Text message */
 
 enum { W_UPGRADE = 0, W_WAIT, W_OPEN, W_CLOSING };
 enum { MSG_HANDSHAKE = 0, MSG_AUDIO = 1, MSG_TEXT = 2, MSG_ERROR = 5 };
@@ -465,6 +466,28 @@ static int client_read(mt_ws_gate *g, wsc *c)
     return 0;
 }
 
+/* A TEXT frame: a Text message for each id with a piece, in order (the
+ * frame follows the audio it goes with); padding and FILL skipped. */
+static void text_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
+{
+    if (!g->o.text_piece || (f->flags & MT_FLAG_FILL))
+        return;
+    char piece[TEXT_MAX + 1];
+    for (uint32_t i = 0; i + 4 <= f->length; i += 4) {
+        const uint8_t *q = f->payload + i;
+        int id = (int)((uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                       (uint32_t)q[3] << 24);
+        if (id == g->o.text_skip[0] || id == g->o.text_skip[1])
+            continue;
+        const char *s = g->o.text_piece(g->o.text_ctx, id);
+        if (!s || !*s)
+            continue;
+        snprintf(piece, sizeof piece, "%s", s);
+        mt_utf8_sanitize(piece);   /* valid UTF-8 whatever the file said */
+        kmsg(c, MSG_TEXT, piece, strlen(piece));
+    }
+}
+
 /* One frame from the server. */
 static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
 {
@@ -519,6 +542,10 @@ static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
         kmsg(c, MSG_AUDIO, g->page, (size_t)n);
         return;
     }
+    case MT_FRAME_TEXT:
+        if (c->admitted)
+            text_frame(g, c, f);
+        return;
     case MT_FRAME_END:
         ws_close(c, 1000, "session ended");
         return;
