@@ -25,6 +25,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -627,6 +629,8 @@ static wsc *conn_new(mt_ws_gate *g, int fd, uint64_t now)
         free(c);
         return NULL;
     }
+    /* a frame's page answered when it arrives, not one period later */
+    mt_oggopus_dec_keep_preskip(c->dec);
     mt_ws_reader_init(&c->rd, c->msg, MT_WS_GATE_MSG_MAX);
     mt_frame_decoder_init(c->fdec);
     return c;
@@ -656,6 +660,11 @@ static void on_accept(mt_ws_gate *g, uint64_t now)
             g->n_dropped++;
             slot = oldest;
         }
+        /* one small page every frame period: Nagle would hold each one for
+         * the client's delayed ACK */
+        int one = 1;
+        if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+            glog(g, "ws: TCP_NODELAY: %s", strerror(errno));
         wsc *c = slot >= 0 ? conn_new(g, fd, now) : NULL;
         if (!c) {
             static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
