@@ -375,7 +375,7 @@ static void send_hello(mt_client *c, session *s)
     memset(&f, 0, sizeof f);
     f.version = MT_FRAME_VERSION;
     f.type = MT_FRAME_HELLO;
-    f.seq = c->cfg.seed;
+    mt_frame_set_hello_seed(&f, c->cfg.seed);
     f.t_send = mt_clock_ns();
     f.length = (uint32_t)n;
     f.payload = p;

@@ -131,7 +131,7 @@ typedef struct mt_client_config {
                                 the due instant (a live microphone) */
     const mt_client_callbacks *cb;
     void    *user;
-    uint32_t seed;           /* HELLO's seq: a sampling seed asked of a
+    uint64_t seed;           /* HELLO's seq and seed_hi: a sampling seed asked of a
                                 model that samples (Kyutai's); 0: the
                                 server's default */
 } mt_client_config;

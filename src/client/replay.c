@@ -564,7 +564,7 @@ static int client_start(app *a, char *err, size_t errlen)
     cc.cb = &cb;
     cc.user = a;
     cc.seed = c->seed;
-    if (c->transcript && mt_transcript_open(c->transcript, &a->tr, err, errlen) != 0)
+    if (c->transcript && mt_transcript_open(c->transcript, c->tokenizer, &a->tr, err, errlen) != 0)
         return -1;
     /* every session, and a fresh connection for each retry */
     long cap = (long)a->ns * (c->retry + c->retry_warming + 1) + 1;

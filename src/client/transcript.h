@@ -3,19 +3,25 @@
  *     SESSION SEQ ID[ ID...]
  * (SESSION: the replay's session index; SEQ: the input frame the text goes
  * with), flushed at every line so a live run can be followed with tail -f.
- * Text that came as words (WORDS frames: a ws:// server) is a line
- *     SESSION SEQ =WORDS
- * with the words exactly as sent after the '=' (a word's leading space
- * kept; control bytes as '?'). */
+ * With a tokenizer (--tokenizer) the line holds the text instead:
+ *     SESSION SEQ TEXT
+ * TEXT the frame's pieces joined (mt_tokenizer_piece: the word mark a
+ * space), the ids Kyutai shows no text for skipped (its padding ids, see
+ * mt_tokenizer_kyutai_silent; control and unknown-to-the-table ids too);
+ * a frame left with no text gets no line. A backslash and the bytes below
+ * 0x20 and 0x7f are written \\ and \xHH, so each frame stays one line. */
 #ifndef MT_TRANSCRIPT_H
 #define MT_TRANSCRIPT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include "model/tokenizer.h"
 
 typedef struct mt_transcript mt_transcript;
 
-int  mt_transcript_open(const char *path, mt_transcript **out, char *err, size_t errlen);
+/* tok: the pieces (borrowed, outliving the transcript), or NULL for ids. */
+int  mt_transcript_open(const char *path, const mt_tokenizer *tok, mt_transcript **out,
+                        char *err, size_t errlen);
 /* 0, or -1 with a message (a write error; later calls fail too). */
 int  mt_transcript_add(mt_transcript *t, int session, uint32_t seq, const int32_t *tok,
                        int n, char *err, size_t errlen);

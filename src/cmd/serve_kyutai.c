@@ -26,8 +26,8 @@ static int default_codec(const char *model, char *out, size_t cap, char *err, si
     return -1;
 }
 
-int mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device dev,
-                         mt_serve_kyutai *k, char *err, size_t errlen)
+int mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *tokenizer,
+                         mt_device dev, mt_serve_kyutai *k, char *err, size_t errlen)
 {
     memset(k, 0, sizeof *k);
     if (codec_spec)
@@ -48,6 +48,21 @@ int mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device de
     }
     if (mt_speech_check(k->lm, k->codec, e, sizeof e)) {
         mt_set_err(err, errlen, "%s with codec %s: %s", model, k->codec_spec, e);
+        mt_serve_kyutai_free(k);
+        return -1;
+    }
+    if (!tokenizer)
+        return 0;
+    k->tok = mt_tokenizer_load_err(tokenizer, e, sizeof e);
+    if (!k->tok) {
+        mt_set_err(err, errlen, "tokenizer %s", e);
+        mt_serve_kyutai_free(k);
+        return -1;
+    }
+    if (mt_tokenizer_size(k->tok) != k->lm->kc.text_card) {
+        mt_set_err(err, errlen, "tokenizer %s has %d pieces, the text card of %s is %d: "
+                   "not this model's tokenizer", tokenizer, mt_tokenizer_size(k->tok),
+                   model, k->lm->kc.text_card);
         mt_serve_kyutai_free(k);
         return -1;
     }
@@ -83,6 +98,10 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "%zu", kvb + dep + codec);
     }
+    if (k->tok) {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; tokenizer: %d pieces", mt_tokenizer_size(k->tok));
+    }
     if (!mt_speech_audio_out(k->sp)) {
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "; speech to text (dep_q 0): text only, every answer "
@@ -93,9 +112,11 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
 void mt_serve_kyutai_free(mt_serve_kyutai *k)
 {
     mt_speech_free(k->sp);
+    mt_tokenizer_free(k->tok);
     mimi_free(k->codec);
     mt_kyutai_free(k->lm);
     k->sp = NULL;
+    k->tok = NULL;
     k->codec = NULL;
     k->lm = NULL;
 }

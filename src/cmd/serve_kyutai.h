@@ -10,11 +10,13 @@
 #include "decode/decoder.h"
 #include "decode/speech.h"
 #include "model/kyutai_lm.h"
+#include "model/tokenizer.h"
 
 typedef struct mt_serve_kyutai {
     mt_kyutai_lm *lm;       /* lm->temporal is the decoder's model */
     mimi_model   *codec;
     mt_speech    *sp;
+    mt_tokenizer *tok;      /* --tokenizer's pieces, or NULL */
     char          codec_spec[4200];
 } mt_serve_kyutai;
 
@@ -23,10 +25,11 @@ typedef struct mt_serve_kyutai {
  * DIR/mimi.safetensors beside a directory's LM, else for a preset
  * synthetic:mimi-tiny (the kyutai-tiny ones) or synthetic:mimi. A device
  * other than the CPU takes a preset's temporal weights itself
- * (MT_KYUTAI_HOST_SIDE). Refuses an LM and a codec that disagree. 0, or
- * -1 with a message. */
-int  mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device dev,
-                          mt_serve_kyutai *k, char *err, size_t errlen);
+ * (MT_KYUTAI_HOST_SIDE). Refuses an LM and a codec that disagree. With
+ * tokenizer (a SentencePiece .model, or NULL) its pieces too, refused
+ * unless it has as many as the LM's text card. 0, or -1 with a message. */
+int  mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *tokenizer,
+                          mt_device dev, mt_serve_kyutai *k, char *err, size_t errlen);
 /* The speech stage on dec, for max_batch sessions. */
 int  mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
                            char *err, size_t errlen);

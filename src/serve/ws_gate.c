@@ -468,8 +468,8 @@ static int client_read(mt_ws_gate *g, wsc *c)
     return 0;
 }
 
-/* A TEXT frame: a Text message for each id with a piece, in order (the
- * frame follows the audio it goes with); padding and FILL skipped. */
+/* A TEXT frame: a Text message for each id with text, in order (the
+ * frame follows the audio it goes with); a FILL has none. */
 static void text_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
 {
     if (!g->o.text_piece || (f->flags & MT_FLAG_FILL))
@@ -479,8 +479,6 @@ static void text_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
         const uint8_t *q = f->payload + i;
         int id = (int)((uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
                        (uint32_t)q[3] << 24);
-        if (id == g->o.text_skip[0] || id == g->o.text_skip[1])
-            continue;
         const char *s = g->o.text_piece(g->o.text_ctx, id);
         if (!s || !*s)
             continue;

@@ -9,7 +9,7 @@
  * frames; the server's AUDIO frames (FILL included) are encoded as one Ogg
  * page each and sent as Audio messages; the ids of its TEXT frames are
  * spelt by text_piece and sent as Text messages, one a token, after the
- * audio they go with (padding skipped). Admission, the controller, drain,
+ * audio they go with (ids without text skipped). Admission, the controller, drain,
  * shedding, the latency lines and the metrics are the server's, unchanged:
  * the gate is one more client of it. Audio a client sends before the
  * verdict waits for it (up to 64 frames; more is refused with an Error). ACCEPT becomes the Handshake message
@@ -50,14 +50,12 @@ typedef struct mt_ws_gate_opts {
     int         max_conns;     /* 0: 64 */
     uint64_t    upgrade_timeout_ns; /* 0: 10 s */
     size_t      out_max;       /* bytes queued to one client; 0: 1 MiB */
-    /* Kyutai's Text messages: the UTF-8 piece of a text token id (the ids
-     * of the server's TEXT frames), NULL for an id without one. NULL
-     * text_piece: no Text messages (no tokenizer to spell the ids).
-     * text_skip: the ids never sent, as Kyutai's server skips them (the
-     * padding and the end of padding; -1: none). */
+    /* Kyutai's Text messages: the UTF-8 text of a text token id (the ids
+     * of the server's TEXT frames), NULL for an id shown as none (padding,
+     * control). NULL text_piece: no Text messages (no tokenizer to spell
+     * the ids). Called on the gate's thread. */
     const char *(*text_piece)(void *ctx, int id);
     void       *text_ctx;
-    int         text_skip[2];
     void      (*log)(void *ctx, const char *msg);
     void       *log_ctx;
 } mt_ws_gate_opts;

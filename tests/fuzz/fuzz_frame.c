@@ -22,6 +22,7 @@ static int same(const mt_frame *a, const mt_frame *b)
            a->seq == b->seq && a->t_send == b->t_send &&
            a->t_arrive == b->t_arrive && a->t_start == b->t_start &&
            a->t_ready == b->t_ready && a->length == b->length &&
+           a->seed_hi == b->seed_hi &&
            (a->length == 0 || memcmp(a->payload, b->payload, a->length) == 0);
 }
 

@@ -414,11 +414,50 @@ static void test_encoder(void)
     is_int(mt_hello_encode(&h, w, 17), 17, "hello exact buffer");
 }
 
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* HELLO's 64-bit seed: seq the low 32 bits, the reserved field the high
+ * (mt-frame(5)); a seed that fits 32 bits is the version-1 HELLO byte for
+ * byte; the field stays refused in every other type. */
+static void test_hello_seed(void)
+{
+    static uint8_t w[MT_FRAME_MAX_SIZE], pl[MT_FRAME_MAX_PAYLOAD];
+    mt_frame f = make_frame(MT_FRAME_HELLO, 0, 0, pl), g;
+    uint64_t seed = 0x0123456789abcdefull;
+    mt_frame_set_hello_seed(&f, seed);
+    size_t n = enc(&f, w);
+    ok(get32(w + 12) == 0x89abcdefu && get32(w + 52) == 0x01234567u,
+       "HELLO: the seed's low 32 bits in seq, the high in the reserved field");
+    mt_frame_decoder d;
+    mt_frame_decoder_init(&d);
+    size_t used = 0;
+    int rc = mt_frame_decode(&d, w, n, &used, &g);
+    ok(rc == MT_FRAME_OK && mt_frame_hello_seed(&g) == seed,
+       "a HELLO with a 64-bit seed decodes to it (rc %d, %#llx)", rc,
+       (unsigned long long)mt_frame_hello_seed(&g));
+    mt_frame_set_hello_seed(&f, 5);
+    n = enc(&f, w);
+    ok(get32(w + 12) == 5 && get32(w + 52) == 0,
+       "a seed under 2^32: seq alone, the reserved field 0 as in version 1");
+    mt_frame a = make_frame(MT_FRAME_AUDIO, 1, 1, pl);
+    a.seed_hi = 1;
+    ok(mt_frame_encode(&a, w, sizeof w) == MT_FERR_FLAGS,
+       "the encoder refuses seed_hi on a frame that is not HELLO");
+    f = make_frame(MT_FRAME_ACCEPT, 0, 0, pl);
+    n = enc(&f, w);
+    w[52] = 1;
+    check_bad("non-zero reserved on ACCEPT", w, n, MT_FERR_FLAGS);
+}
+
 int main(void)
 {
     test_round_trip();
     test_splits();
     test_malformed();
     test_encoder();
+    test_hello_seed();
     return tap_done();
 }
