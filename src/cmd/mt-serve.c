@@ -716,6 +716,7 @@ static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
         .rate = (int)fmt.sample_rate, .frame_samples = (int)fmt.frame_samples,
         .model = fmt.model, .log = log_stderr,
         .text_piece = a->ky.tok ? ws_piece : NULL, .text_ctx = a->ky.tok,
+        .write_timeout_ns = a->so.write_timeout_ns,
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
