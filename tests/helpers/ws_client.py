@@ -14,7 +14,7 @@ handshake, text_bad those not UTF-8.
 
 usage: ws_client.py URL IN.opus OUT.opus [--frames N] [--chunk BYTES]
        [--header K=V] [--timeout S] [--no-send] [--eager] [--text FILE]
-       [--drain S]
+       [--drain S] [--realtime]
 --frames: stop once N audio pages (after the header pages) came back
 (then --drain: read Text messages S seconds more).
 """
@@ -37,6 +37,17 @@ def pages(data):
     return out
 
 
+def page_spans(data):
+    """(start, end, granule) of each Ogg page in data"""
+    out, i = [], 0
+    while i + 27 <= len(data) and data[i:i + 4] == b"OggS":
+        nseg = data[i + 26]
+        end = i + 27 + nseg + sum(data[i + 27:i + 27 + nseg])
+        out.append((i, end, struct.unpack_from("<q", data, i + 6)[0]))
+        i = end
+    return out
+
+
 async def run(a):
     hdrs = dict(kv.split("=", 1) for kv in a.header)
     facts = {"handshake_first": 0, "handshake": "", "audio_msgs": 0, "errors": "",
@@ -53,6 +64,15 @@ async def run(a):
                     return
                 data = open(a.inp, "rb").read()
                 try:
+                    if a.realtime:   # one page a message, when its audio is due
+                        t0 = asyncio.get_event_loop().time()
+                        for off, end, gran in page_spans(data):
+                            due = t0 + max(gran, 0) / 48000.0 - 0.1
+                            now = asyncio.get_event_loop().time()
+                            if due > now:
+                                await asyncio.sleep(due - now)
+                            await ws.send(b"\x01" + data[off:end])
+                        return
                     for i in range(0, len(data), a.chunk):
                         await ws.send(b"\x01" + data[i:i + a.chunk])
                         await asyncio.sleep(0.001)
@@ -145,6 +165,8 @@ p.add_argument("--chunk", type=int, default=997)
 p.add_argument("--header", action="append", default=[])
 p.add_argument("--timeout", type=float, default=10)
 p.add_argument("--no-send", action="store_true")
+p.add_argument("--realtime", action="store_true",
+               help="send each page when its audio is due (granule time)")
 p.add_argument("--text", default="")
 p.add_argument("--drain", type=float, default=0)
 p.add_argument("--eager", action="store_true",

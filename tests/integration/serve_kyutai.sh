@@ -9,6 +9,7 @@
 # answering with text and silence; --tokenizer: the transcript as text,
 # checked against SentencePiece's reading, a tokenizer of another size
 # refused.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-replay
 S=$MT_BIN/mt-serve
