@@ -17,6 +17,7 @@
 #include "cmd/codec_cmd.h"
 #include "codec/mimi.h"
 #include "cmd/quality_cmd.h"
+#include "cmd/serve_kyutai.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
 #include "decode/sim_profile.h"
@@ -367,6 +368,12 @@ static int cmd_predict(int argc, char **argv)
         fprintf(stderr, "%s predict: %s\n", prog, err);
         return 1;
     }
+    /* a Kyutai model carries its codec: the one mt-serve would take */
+    int kyutai = so.model && mt_kyutai_is_kyutai(so.model);
+    char defcodec[4200];
+    if (!codec && kyutai && mt_serve_kyutai_default_codec(so.model, defcodec, sizeof defcodec,
+                                                          err, sizeof err) == 0)
+        codec = defcodec;
     mimi_model *cm = NULL;
     if (codec && mimi_load_shape(codec, NULL, 0, &cm, err, sizeof err) != 0) {
         fprintf(stderr, "%s predict: --codec: %s\n", prog, err);
@@ -385,10 +392,18 @@ static int cmd_predict(int argc, char **argv)
         return 1;
     }
     mt_predict_print(stdout, &p, &r);
-    if (cm) {
+    if (cm)
         print_codec(cm, codec, r.capacity, p.period_s);
-        mimi_free(cm);
+    if (kyutai && r.bound_bytes) {
+        /* what a session holds, as mt-serve's startup report adds it up */
+        size_t cs = cm ? mimi_state_bytes(cm) : 0;
+        printf("per-session bytes	%.2f MiB = temporal K/V under the bound %llu + depformer "
+               "scratch and token rings %llu + codec state %zu%s\n",
+               (double)(r.bound_bytes + p.session_extra_bytes + cs) / 1048576.0,
+               (unsigned long long)r.bound_bytes, (unsigned long long)p.session_extra_bytes, cs,
+               cm ? "" : " (no codec found: give --codec)");
     }
+    mimi_free(cm);
     if (runs) {
         printf("#\nseed\tsessions\tpeak_live\tpeak_fill\toverflow_s\t"
                "bounded_rejected\n");

@@ -741,6 +741,9 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     mt_metrics_http *web = NULL;
     mt_ws_gate *gate = NULL;
     int rc = 1;
+    if (a->ky.lm && mt_serve_kyutai_prepare(&a->ky, a->dopt.device, a->dopt.max_batch, err,
+                                            sizeof err) != 0)
+        goto out;
     if (mt_decoder_create(m, &a->dopt, &dec, err, sizeof err) != 0)
         goto out;
     const char *note = mt_decoder_note(dec);

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* The codec that goes with model when none is named (serve_kyutai.h). */
-static int default_codec(const char *model, char *out, size_t cap, char *err, size_t errlen)
+int mt_serve_kyutai_default_codec(const char *model, char *out, size_t cap, char *err,
+                                  size_t errlen)
 {
     struct stat st;
     if (!strncmp(model, "synthetic:", 10)) {
@@ -32,7 +32,8 @@ int mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *
     memset(k, 0, sizeof *k);
     if (codec_spec)
         snprintf(k->codec_spec, sizeof k->codec_spec, "%s", codec_spec);
-    else if (default_codec(model, k->codec_spec, sizeof k->codec_spec, err, errlen))
+    else if (mt_serve_kyutai_default_codec(model, k->codec_spec, sizeof k->codec_spec, err,
+                                           errlen))
         return -1;
     int flags = dev != MT_DEV_CPU && !strncmp(model, "synthetic:", 10) &&
                 dev != MT_DEV_AUTO ? MT_KYUTAI_HOST_SIDE : 0;
@@ -69,10 +70,26 @@ int mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *
     return 0;
 }
 
+int mt_serve_kyutai_prepare(mt_serve_kyutai *k, mt_device dev, int max_batch, char *err,
+                            size_t errlen)
+{
+    if (dev != MT_DEV_CUDA || k->lm->kc.dep_q == 0 || k->df)
+        return 0;
+    char e[400];
+    if (mt_depformer_create_cuda(k->lm, max_batch, &k->df, e, sizeof e)) {
+        mt_set_err(err, errlen, "the depformer on CUDA: %s", e);
+        return -1;
+    }
+    return 0;
+}
+
 int mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
                           char *err, size_t errlen)
 {
-    return mt_speech_create(k->lm, k->codec, dec, max_batch, NULL, &k->sp, err, errlen);
+    mt_depformer *df = k->df;
+    k->df = NULL;                /* the speech stage's from here on */
+    return mt_speech_create_with(k->lm, k->codec, dec, max_batch, NULL, df, &k->sp, err,
+                                 errlen);
 }
 
 void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
@@ -98,6 +115,10 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "%zu", kvb + dep + codec);
     }
+    if (kc->dep_q > 0) {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; depformer on %s", mt_speech_dep_where(k->sp));
+    }
     if (k->tok) {
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "; tokenizer: %d pieces", mt_tokenizer_size(k->tok));
@@ -112,11 +133,13 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
 void mt_serve_kyutai_free(mt_serve_kyutai *k)
 {
     mt_speech_free(k->sp);
+    mt_depformer_free(k->df);
     mt_tokenizer_free(k->tok);
     mimi_free(k->codec);
     mt_kyutai_free(k->lm);
     k->sp = NULL;
     k->tok = NULL;
+    k->df = NULL;
     k->codec = NULL;
     k->lm = NULL;
 }

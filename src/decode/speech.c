@@ -82,16 +82,28 @@ int mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
                      int max_batch, const mt_kyutai_sampling *smp,
                      mt_speech **out, char *err, size_t errlen)
 {
+    return mt_speech_create_with(lm, codec, dec, max_batch, smp, NULL, out, err, errlen);
+}
+
+const char *mt_speech_dep_where(const mt_speech *sp)
+{
+    return mt_kyutai_gen_dep_where(sp->gen);
+}
+
+int mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
+                          int max_batch, const mt_kyutai_sampling *smp, mt_depformer *df,
+                          mt_speech **out, char *err, size_t errlen)
+{
     *out = NULL;
-    if (mt_speech_check(lm, codec, err, errlen))
-        return -1;
     const mt_kyutai_config *kc = &lm->kc;
     int nu = kc->n_q - kc->dep_q;
-    if (mimi_set_codebooks(codec, nu, err, errlen))
+    mt_speech *sp = NULL;
+    if (mt_speech_check(lm, codec, err, errlen) ||
+        mimi_set_codebooks(codec, nu, err, errlen) ||
+        !(sp = mt_calloc_or_err(1, sizeof *sp, err, errlen, "speech"))) {
+        mt_depformer_free(df);
         return -1;
-    mt_speech *sp = mt_calloc_or_err(1, sizeof *sp, err, errlen, "speech");
-    if (!sp)
-        return -1;
+    }
     sp->lm = lm;
     sp->codec = codec;
     sp->maxb = max_batch;
@@ -114,12 +126,18 @@ int mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
     if (!sp->pcm || !sp->codes || !sp->frame || !sp->dcodes || !sp->st || !sp->dst ||
         !sp->drow || !sp->ls) {
         mt_speech_free(sp);
+        mt_depformer_free(df);
         mt_set_err(err, errlen, "speech: out of memory");
         return -1;
     }
     sp->cw = mimi_batch_new(codec, max_batch, err, errlen);
-    if (!sp->cw || mt_kyutai_gen_create(lm, dec, max_batch, &sp->gen, err, errlen)) {
+    if (!sp->cw) {
         mt_speech_free(sp);
+        mt_depformer_free(df);
+        return -1;
+    }
+    if (mt_kyutai_gen_create_with(lm, dec, max_batch, df, &sp->gen, err, errlen)) {
+        mt_speech_free(sp);      /* df: freed by the generator's failure */
         return -1;
     }
     *out = sp;

@@ -36,7 +36,14 @@ typedef struct mt_speech_sess mt_speech_sess;
 int  mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
                       int max_batch, const mt_kyutai_sampling *smp,
                       mt_speech **out, char *err, size_t errlen);
+/* The same with the depformer df (mt_kyutai_gen_create_with: owned from
+ * this call on; NULL: one where the decoder runs). */
+int  mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
+                           int max_batch, const mt_kyutai_sampling *smp, mt_depformer *df,
+                           mt_speech **out, char *err, size_t errlen);
 void mt_speech_free(mt_speech *sp);
+/* Where the depformer runs: "cuda", "host", or "none" (dep_q 0). */
+const char *mt_speech_dep_where(const mt_speech *sp);
 
 /* Checks alone (no decoder needed): 0, or -1 naming the disagreement. */
 int  mt_speech_check(const mt_kyutai_lm *lm, const mimi_model *codec, char *err,

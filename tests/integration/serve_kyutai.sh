@@ -37,6 +37,14 @@ run synthetic:kyutai-tiny-mimi moshi
 t_check "replay exits 0 $(head -c 200 err.moshi)" [ "$(cat rc.moshi)" = 0 ]
 t_check "startup: per-session bytes = K/V bound + depformer + codec state" \
     grep -Eq 'per-session bytes = temporal K/V under the bound [0-9]+ \+ depformer scratch and token rings [0-9]+ \+ codec state [0-9]+ = [0-9]+' serve.moshi
+t_check "startup: the depformer on the host (a cpu decoder)" grep -q "; depformer on host" serve.moshi
+# mt-probe predict adds a session up as the startup report does (its
+# default codec the one mt-serve took, the same bound S 4 W 256)
+sb=$(sed -n 's/.*per-session bytes = temporal K\/V under the bound \([0-9]*\) + depformer scratch and token rings \([0-9]*\) + codec state \([0-9]*\).*/\1 \2 \3/p' serve.moshi)
+pb=$("$MT_BIN/mt-probe" predict -m synthetic:kyutai-tiny-mimi --kv-mem 64M --samples 1 |
+     sed -n 's/^per-session bytes\t.* = temporal K\/V under the bound \([0-9]*\) + depformer scratch and token rings \([0-9]*\) + codec state \([0-9]*\)$/\1 \2 \3/p')
+t_check "mt-probe predict: per-session K/V + depformer + codec bytes as the startup report ($pb | $sb)" \
+    [ "${sb:-none}" = "$pb" ]
 t_check "summary: both done, none missing" \
     grep -q '^replay_summary=2 done=2 rejected=0 failed=0 .* missing=0 ' lines.moshi
 total=0
