@@ -25,6 +25,9 @@ int  mt_transcript_open(const char *path, const mt_tokenizer *tok, mt_transcript
 /* 0, or -1 with a message (a write error; later calls fail too). */
 int  mt_transcript_add(mt_transcript *t, int session, uint32_t seq, const int32_t *tok,
                        int n, char *err, size_t errlen);
+/* A WORDS frame's n bytes of UTF-8: 0, or -1 as mt_transcript_add. */
+int  mt_transcript_add_words(mt_transcript *t, int session, uint32_t seq,
+                             const char *utf8, size_t n, char *err, size_t errlen);
 /* Closes it: 0, or -1 when a write or the close failed. */
 int  mt_transcript_close(mt_transcript *t, char *err, size_t errlen);
 /* The lines written. */

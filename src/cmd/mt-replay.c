@@ -104,7 +104,8 @@ static void usage(FILE *f)
 "                         default it is retried, up to %d times, uncounted)\n"
 "      --latency-log FILE machine lines to FILE instead of stdout\n"
 "  -t, --transcript FILE  text models: the text tokens, one line a frame\n"
-"                         (SESSION SEQ ID...); each is a replay_text line too\n"
+"                         (SESSION SEQ ID...; a ws:// server's Text messages:\n"
+"                         SESSION SEQ TEXT); each is a replay_text line too\n"
 "      --tokenizer FILE   with -t: the model's SentencePiece .model; the\n"
 "                         transcript holds the text (SESSION SEQ TEXT)\n"
 "      --seed N           models that sample: the sessions' seed (64 bits in\n"
@@ -458,8 +459,6 @@ static int load_inputs(app *a, char **files, int nargs)
         return rc;
     if (!a->emit && check_server(a) != 0)
         return 1;
-    if (mt_ws_client_is_url(a->sock))
-        mt_ws_client_text_fd(STDERR_FILENO);   /* Kyutai's Text messages */
     a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
     if (!a->inputs)
         return 1;

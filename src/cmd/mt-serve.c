@@ -697,6 +697,13 @@ static int metrics_start(const serve_args *a, mt_metrics *reg, mt_engine *eng,
     return 0;
 }
 
+/* A text token's Text message for --ws: the piece, none for the ids
+ * Kyutai's server shows none for (its padding). */
+static const char *ws_piece(void *ctx, int id)
+{
+    return mt_tokenizer_kyutai_silent(id) ? NULL : mt_tokenizer_piece(ctx, id);
+}
+
 /* --ws: Kyutai's protocol, in front of our own socket. */
 static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
                     char *err, size_t errlen)
@@ -708,12 +715,17 @@ static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
         .token_len = a->so.token_len, .insecure = a->so.insecure,
         .rate = (int)fmt.sample_rate, .frame_samples = (int)fmt.frame_samples,
         .model = fmt.model, .log = log_stderr,
+        .text_piece = a->ky.tok ? ws_piece : NULL, .text_ctx = a->ky.tok,
+        .write_timeout_ns = a->so.write_timeout_ns,
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
         return -1;
     fprintf(stderr, "%s: websocket on ws://%s/api/chat%s\n", prog, bound,
             a->so.token ? " (token required)" : "");
+    if (a->ky.lm && !a->ky.tok)
+        fprintf(stderr, "%s: websocket: no --tokenizer: the model's text is not sent "
+                "(Kyutai's clients show Text messages as words)\n", prog);
     return 0;
 }
 

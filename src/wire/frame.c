@@ -61,7 +61,7 @@ enum {
 
 static int type_known(unsigned type)
 {
-    return type >= MT_FRAME_HELLO && type <= MT_FRAME_TEXT;
+    return type >= MT_FRAME_HELLO && type <= MT_FRAME_WORDS;
 }
 
 static int is_data(unsigned type)
@@ -144,6 +144,7 @@ static int length_ok(unsigned type, uint32_t len)
     case MT_FRAME_END:        /* from the server: why it ended the session */
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
+    case MT_FRAME_WORDS:
         return len <= MT_REASON_MAX;
     default:
         return 0;
@@ -160,6 +161,7 @@ static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
     case MT_FRAME_END:
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
+    case MT_FRAME_WORDS:
         return utf8_valid(p, len);
     case MT_FRAME_TEXT:
         /* token ids are int32 values on the wire: none negative */
@@ -455,6 +457,7 @@ const char *mt_frame_type_name(int type)
     case MT_FRAME_REJECT: return "REJECT";
     case MT_FRAME_ERROR:  return "ERROR";
     case MT_FRAME_TEXT:   return "TEXT";
+    case MT_FRAME_WORDS:  return "WORDS";
     default:              return "UNKNOWN";
     }
 }

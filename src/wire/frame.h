@@ -57,6 +57,12 @@ enum mt_frame_type {
                             in a session ACCEPTed with MT_FLAG_TEXT_ONLY,
                             the answer itself (then FILL may mark it); no
                             seq order of its own */
+    MT_FRAME_WORDS  = 9, /* server -> client: the text that goes with the
+                            output of input `seq` as UTF-8 words (no NUL,
+                            <= MT_REASON_MAX bytes), from a server that
+                            sends text rather than token ids (mt-replay's
+                            bridge to Kyutai's WebSocket protocol); beside
+                            the output, not an answer, no seq order */
 };
 #define MT_TEXT_MAX_TOKENS 64
 

@@ -44,7 +44,7 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
         f.flags = (i % 2) ? MT_FLAG_FILL : 0;
         for (size_t k = 0; k < n; k++)
             pl[k] = (uint8_t)(k % 4 == 3 ? 0x7F : k * 5 + (size_t)i);
-    } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR) {
+    } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR || type == MT_FRAME_WORDS) {
         n = (size_t)snprintf((char *)pl, 64, "reason %d: caf\xc3\xa9", i);
         /* FINAL, the refusal that retrying cannot change: REJECT only */
         f.flags = (type == MT_FRAME_REJECT && i % 2 == 0) ? MT_FLAG_FINAL : 0;
@@ -71,7 +71,7 @@ static mt_frame_decoder dec; /* big: keep off the stack */
 static void test_round_trip(void)
 {
     static uint8_t wire[MT_FRAME_MAX_SIZE];
-    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_TEXT; type++) {
+    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_WORDS; type++) {
         mt_frame f = make_frame(type, 7, type, payload_buf), g;
         long n = mt_frame_encode(&f, wire, sizeof wire);
         ok(n == (long)(MT_FRAME_HEADER_SIZE + f.length), "%s encodes to %ld bytes",
@@ -245,7 +245,9 @@ static const struct {
     { "bad magic", MT_FRAME_END, 0, 1, MT_FERR_MAGIC, 1, { { 0, 'X' } } },
     { "unknown version", MT_FRAME_END, 0, 1, MT_FERR_VERSION, 1, { { 4, 2 } } },
     { "unknown type 0", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 0 } } },
-    { "unknown type 9", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 9 } } },
+    { "unknown type 10", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 10 } } },
+    { "WORDS not UTF-8", MT_FRAME_WORDS, 0, 1, MT_FERR_PAYLOAD, 0, { { -1, 0xED } } },
+    { "FILL on WORDS", MT_FRAME_WORDS, 0, 1, MT_FERR_FLAGS, 0, { { 6, MT_FLAG_FILL } } },
     /* TEXT carries int32 ids: a top bit set is no token */
     { "TEXT token over INT32_MAX", MT_FRAME_TEXT, 1, 1, MT_FERR_PAYLOAD, 0, { { -1, 0x80 } } },
     { "TEXT_ONLY on TEXT", MT_FRAME_TEXT, 0, 1, MT_FERR_FLAGS, 0,
@@ -291,6 +293,7 @@ static const struct {
     { "HELLO too short", MT_FRAME_HELLO, 0, MT_FERR_PAYLOAD, 0, 11, 11 },
     { "END with a NUL in its reason", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 2, 2 },
     { "END with a reason over 255 bytes", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 256, 256 },
+    { "WORDS over 255 bytes", MT_FRAME_WORDS, 0, MT_FERR_PAYLOAD, 0, 256, 256 },
     { "TEXT length not a multiple of 4", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0, 6, 6 },
     { "TEXT over MT_TEXT_MAX_TOKENS", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0,
       4 * MT_TEXT_MAX_TOKENS + 4, 4 * MT_TEXT_MAX_TOKENS + 4 },
@@ -395,7 +398,7 @@ static void test_encoder(void)
     f.flags = 0x80;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_FLAGS, "unknown flag refused");
     f.flags = 0;
-    f.type = 9;
+    f.type = 10;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_TYPE, "unknown type refused");
     f.type = MT_FRAME_AUDIO;
     f.version = 3;
