@@ -6,6 +6,7 @@
 # in order; the slow client is dropped, and the server logs who and why
 # (as a frame-socket client that does not read: --write-timeout).
 # lane: light (it mostly waits: make test runs it beside other light tests)
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 PY=/usr/bin/python3
