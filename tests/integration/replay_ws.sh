@@ -20,7 +20,7 @@ espeak-ng -w sp.wav "Every frame sent over the WebSocket comes back, in order." 
 port_of() {   # port_of LOG
     local i=0 p
     while [ $i -lt 300 ]; do
-        p=$(sed -n 's|.*websocket on ws://127\.0\.0\.1:\([0-9]*\)/api/chat.*|\1|p' "$1")
+        p=$(sed -n 's|.*websocket on ws://127\.0\.0\.1:\([0-9]*\)/api/chat.*|\1|p' "$1" 2>/dev/null)   # the log may not exist yet
         [ -n "$p" ] && { echo "$p"; return 0; }
         sleep 0.1; i=$((i + 1))
     done
