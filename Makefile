@@ -118,6 +118,12 @@ HELP_BINS := $(HELP_SRCS:tests/helpers/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/tests/replay_%)
 INTEG     := $(sort $(filter-out %lib.sh,$(wildcard tests/integration/*.sh)))
+# Integration tests that mostly wait (simulated devices that sleep, real-time
+# clients at 12.5 frames a second, timeouts) carry a "# lane: light" line;
+# make test runs them PROVE_JOBS at a time after the others, which run one
+# at a time because they load the cores or measure the machine's own speed.
+INTEG_LIGHT := $(sort $(shell grep -l '^\# lane: light' $(INTEG) /dev/null))
+INTEG_SERIAL := $(filter-out $(INTEG_LIGHT),$(INTEG))
 # run a second time over TCP by `make test` (lib.sh: MT_TRANSPORT)
 TCP_INTEG := tests/integration/serve_concurrent.sh tests/integration/replay_serve.sh
 
@@ -216,23 +222,26 @@ $(B)/tests/fuzz/replay_main.o: tests/fuzz/replay_main.c
 
 TEST_BINS := $(UNIT_BINS) $(HELP_BINS) $(FUZZ_REPLAY)
 
-# Tests run one at a time: several of them measure real-time behaviour and
-# must not compete with each other for the two cores.
+# The unit tests and the integration tests that load the cores run one at a
+# time; the light ones (INTEG_LIGHT) PROVE_JOBS at a time. Several tests
+# measure real-time behaviour against the host's own hiccups measured in
+# the same run, so a busy machine slows them without failing them.
 PROVE_FLAGS ?= --timer
+PROVE_JOBS ?= 4
+TEST_ENV = MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN)
 test: all $(TEST_BINS)
-	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
-	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG)
+	@$(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG_SERIAL)
+	@echo "# the light integration tests, $(PROVE_JOBS) at a time"
+	@$(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) -j $(PROVE_JOBS) $(INTEG_LIGHT)
 	@echo "# the serve/replay tests again, over TCP (MT_TRANSPORT=tcp)"
-	@MT_TRANSPORT=tcp MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
-	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(TCP_INTEG)
+	@MT_TRANSPORT=tcp $(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(TCP_INTEG)
 
 unit: all $(TEST_BINS)
-	@MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) \
-	  prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY)
+	@$(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY)
 
 # The whole suite, sanitized, in its own build tree.
 asan: deps
-	$(MAKE) B=build-asan BIN=build-asan/bin SAN=1 OPT="-O1 -g" MT_ASAN=1 test
+	$(MAKE) B=build-asan BIN=build-asan/bin SAN=1 OPT="-O1 -g" MT_ASAN=1 PROVE_JOBS=2 test
 
 # ---- fuzzing (clang + libFuzzer) -----------------------------------------
 # The library is built once with clang into its own archive; each harness

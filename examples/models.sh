@@ -7,8 +7,8 @@
 # into bench/RESULTS.md (between the models:begin/end markers) and prints it.
 #
 # Per model, two parts:
-#  - the whole H200 pool, 5-minute calls, predicted (mt-probe predict, 400
-#    seeds): K/V bytes a position, how many unbounded calls the pool holds
+#  - the whole H200 pool, 5-minute calls, predicted (mt-probe predict,
+#    SAMPLES seeds): K/V bytes a position, how many unbounded calls the pool holds
 #    at their full length, the bounded capacity (S=4 + W=750), and the
 #    lowest Poisson arrival rate, from 1.2 to 3 x (calls it holds)/300 s in steps of
 #    0.1 (the mean-field demand of 5-min calls reaches the pool at 2x), at which the
@@ -27,7 +27,8 @@
 #   RUNS=1 MODELS="qwen3-8b" examples/models.sh   # one model, quicker
 #                                      # (printed; RESULTS.md left alone)
 #
-# Every knob is an environment variable: RUNS, SCALE, MODELS, OUT, RESULTS
+# Every knob is an environment variable: RUNS, SCALE, SAMPLES (the seeds of
+# each whole-pool prediction, 400), MODELS, OUT, RESULTS
 # (RESULTS=- prints the section and writes no file; the default for a
 # subset of the four models).
 set -euo pipefail
@@ -36,6 +37,7 @@ ROOT=${MT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 BIN=${MT_BIN:-$ROOT/bin}
 RUNS=${RUNS:-3}
 SCALE=${SCALE:-2}
+SAMPLES=${SAMPLES:-400}
 ALL="moshi-7b qwen2.5-7b qwen3-8b llama-3.2-1b"
 MODELS=${MODELS:-$ALL}
 OUT=${OUT:-$ROOT/out/models}
@@ -62,7 +64,7 @@ for name in $MODELS; do
     pr() {   # pr RATE: the whole-pool prediction at poisson:RATE, 5-min calls
         "$P" predict -m "synthetic:$name" --backend cuda --kv-mem "$WHOLE" --sink 4 --window 750 \
             --duration 360s --arrivals "poisson:$1" --lengths fixed:300s --seed 1 \
-            --samples 400 --max-sessions 16384
+            --samples "$SAMPLES" --max-sessions 16384
     }
     pr 0.1 >"$OUT/$name-whole-0.txt"
     bpp=$(awk -F'\t' '$1 == "kv bytes per position" { gsub(/.*\(|\)/, "", $2); print $2 }' "$OUT/$name-whole-0.txt")
@@ -106,7 +108,7 @@ Produced by \`examples/models.sh\` on $(date -u +%Y-%m-%d\ %H:%M) UTC ($(nproc) 
 datasheet figures and stated assumptions, not measurements); the weights
 are the synthetic presets of the real shapes. Whole pool: 141 GB less the
 bf16 weights and a 6 GB reserve, 5-minute calls (3750 positions), predicted
-over 400 seeds. Slice: the same 7629 positions for every model (476 blocks
+over $SAMPLES seeds. Slice: the same 7629 positions for every model (476 blocks
 of 16), 40 s calls at poisson:1/s for 45 s, S=4 + W=124 bounded, $RUNS+$RUNS
 runs per model, the same seeds for both policies, time scale x$SCALE.
 

@@ -65,7 +65,10 @@ admit_level() {
 # hiccup of a shared machine does not fail it. The bisection's levels,
 # the ones near the wall that decide N*, run BISECT-FRAMES frames
 # (default FRAMES): a p99 over 200 ticks is the third-worst tick, over
-# 100 the second. Prints N*, the largest
+# 100 the second. ADMIT_RETRY=K runs a failing level up to K more times
+# before it counts as failed (a wall fails every time; a burst of the
+# host's own load, on a device whose wall is not this machine's, rarely
+# twice). Prints N*, the largest
 # passing level below the first failing one; one line per level goes to
 # $T_TMP/sweep.levels.
 admit_sweep() {
@@ -75,9 +78,13 @@ admit_sweep() {
     # for page faults and the BLAS threads' start
     admit_level "$sock" "$lat" "$budget" 2 30 >/dev/null
     admit_pass() {
-        p=$(admit_level "$sock" "$lat" "$budget" "$1" "${2:-$frames}")
-        echo "n=$1 q$ADMIT_Q=$p" >>"$T_TMP/sweep.levels"
-        [ -n "$p" ] && [ "$p" != nan ] && awk -v p="$p" -v b="$budget" 'BEGIN { exit !(p <= b) }'
+        local try
+        for try in $(seq 0 "${ADMIT_RETRY:-0}"); do
+            p=$(admit_level "$sock" "$lat" "$budget" "$1" "${2:-$frames}")
+            echo "n=$1 q$ADMIT_Q=$p$([ "$try" -gt 0 ] && echo " (again)")" >>"$T_TMP/sweep.levels"
+            [ -n "$p" ] && [ "$p" != nan ] && awk -v p="$p" -v b="$budget" 'BEGIN { exit !(p <= b) }' && return 0
+        done
+        return 1
     }
     while [ $n -le "$maxn" ]; do
         if admit_pass $n; then lo=$n; n=$((n * 2)); else hi=$n; break; fi

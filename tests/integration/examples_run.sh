@@ -14,7 +14,7 @@ RUNS='admission.sh|60|N=3 DURATION=3 MODEL=synthetic:tiny
 collapse.sh|90|RUNS=1 DURATION=4s MODEL=synthetic:tiny
 demo.sh|120|SESSIONS=2 CSCALE=10 MODEL=synthetic:tiny
 fleet.sh|90|N=6 DUR=4 DRAIN_AT=2 KILL_AT=3
-models.sh|240|RUNS=1 MODELS=llama-3.2-1b RESULTS=-
+models.sh|240|RUNS=1 MODELS=llama-3.2-1b SAMPLES=40 RESULTS=-
 plots.sh|60|HOLD=1s
 replay.sh|60|N=2
 soak.sh|60|RUNS=1 DURATION=3s
@@ -38,8 +38,10 @@ while IFS='|' read -r name secs settings; do
     env $settings OUT="$out" TMPDIR="$T_TMP" MT_BIN="$MT_BIN" MT_ROOT="$MT_ROOT" \
         timeout -k 5 "$secs" bash "$EX/$name" >"$T_TMP/$name.out" 2>"$T_TMP/$name.err" &
     pid=$!
+    t0=$(date +%s.%N)
     wait $pid
     rc=$?
+    t_diag "$name: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
     [ $rc -eq 0 ] || { sed 's/^/#   /' "$T_TMP/$name.err" | tail -8; }
     t_check "$name ($settings) exits 0 by itself within $secs s (status $rc)" test $rc -eq 0
     sleep 0.3

@@ -5,6 +5,7 @@
 # with the frame count the arithmetic predicts; Ogg and raw both ways;
 # --emit - reads a pipe; the formats a pipe cannot carry are refused before
 # anything runs, with a message naming the ones that work.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 t_need mt-replay mt-serve sox

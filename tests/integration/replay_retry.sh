@@ -6,6 +6,7 @@
 # --retry both finish, the second after a backoff. A missing output
 # directory or an unknown extension fails at once (exit 2) and the server
 # never sees a session.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 t_need mt-replay mt-serve sox

@@ -5,6 +5,7 @@
 # 5 s (read whole it is 345 MB of float samples). And what a stream
 # sends is the file: a two-minute 48 kHz stereo 440 Hz tone through
 # synthetic:echo comes back 3 s long at 24 kHz, at 440 Hz and its level.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_serve_test mt-replay sox python3
 [ -x /usr/bin/time ] || t_skip_all "/usr/bin/time not installed"

@@ -4,6 +4,7 @@
 # static --max-sessions; --control FIFO (accept, reject with reason,
 # timeout); window mode refuses a session the KV pool cannot hold whatever
 # the controller says; usage errors exit 2; SIGTERM removes the socket.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_fast_blas
 S=$MT_BIN/mt-serve

@@ -4,6 +4,7 @@
 # middle of a frame lose only their own session; the well-behaved sessions
 # running at the same time get every frame back, in order, on time, and the
 # ticks go on without a gap.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_serve_test
 GOOD=6

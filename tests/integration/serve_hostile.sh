@@ -10,6 +10,7 @@
 #     sanitised, and the verdict line is sanitised too;
 #  8. a closed stdout is logged, the server keeps serving.
 # (4, --stdio EOF, is in serve_stdio_eof.sh.)
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_fast_blas
 S=$MT_BIN/mt-serve

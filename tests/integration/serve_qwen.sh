@@ -7,6 +7,7 @@
 # answered once and in order, under both cache policies; and the same
 # directory with an arithmetic-changing field it does not implement is
 # refused at start, the message naming the field.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_serve_test mt-refdump
 PY=/usr/bin/python3

@@ -2,6 +2,7 @@
 # serve_slowreader: a client that stops reading is disconnected (with a log
 # line) within a bounded time, the others are served all along, and the
 # tick never stalls (asserted from the latency lines).
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_serve_test
 GAPMAX=$(t_timing 160 640)      # plus the host's hiccups (t_limit)

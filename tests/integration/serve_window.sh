@@ -4,6 +4,7 @@
 # an isolated tick a stall of the shared host delayed), and
 # kv_used must stay constant (N times one session's bound) while the N
 # sessions are admitted: the bound holds from the first frame on.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_fast_blas
 t_need mt-serve

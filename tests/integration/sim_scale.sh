@@ -8,6 +8,7 @@
 # and every tick's step time is the prediction plus the drawn noise plus
 # host time that is never negative (the wait is on the absolute clock, so
 # a step never ends before its prediction).
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 SOCK=$T_TMP/serve.sock
 N=${MT_SIM_N:-200}
