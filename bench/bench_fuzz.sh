@@ -43,28 +43,30 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# runs BIN NAME TAG: starts one fuzzing run in the background
+# start BIN NAME TAG SEED: one fuzzing run in the background. Round r runs
+# both trees with -seed=r: the same mutation stream to start with, so a
+# round's pair differs by the harness, not by luck of the draw.
 start() {
-    local bin=$1 h=$2 tag=$3
+    local bin=$1 h=$2 tag=$3 seed=$4
     mkdir -p "$tmp/$tag"
-    "$bin" -max_total_time="$S" -print_final_stats=1 \
+    "$bin" -max_total_time="$S" -print_final_stats=1 -seed="$seed" \
         -artifact_prefix="$tmp/$tag-" "$tmp/$tag" "tests/fuzz/corpus/$h" \
         >"$tmp/$tag.log" 2>&1 &
 }
 units() { awk '/stat::number_of_executed_units/ {print $2}' "$1"; }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC') $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# runs in ${S} s from the seed corpus; new = this tree, old = ${rev:-none} (run at the same time)"
+echo "# runs in ${S} s from the seed corpus, -seed=ROUND; new = this tree, old = ${rev:-none} (run at the same time)"
 printf '%-11s %5s %10s %10s %8s %14s %10s\n' harness round new old new/old "issue's figure" new/issue
 rc=0
 for r in $(seq 1 "$REPEAT"); do
     for h in $HARNESSES; do
         rm -rf "${tmp:?}"/*
-        start "build-fuzz/fuzz_$h" "$h" new
+        start "build-fuzz/fuzz_$h" "$h" new "$r"
         pn=$!
         po=""
         if [ -n "$old" ]; then
-            start "$old/build-fuzz/fuzz_$h" "$h" old
+            start "$old/build-fuzz/fuzz_$h" "$h" old "$r"
             po=$!
         fi
         wait $pn || { echo "bench_fuzz: fuzz_$h stopped early:" >&2; tail -20 "$tmp/new.log" >&2; rc=1; }
