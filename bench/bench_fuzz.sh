@@ -12,15 +12,15 @@
 # The old tree is built once into build-fuzz/base-REV/ (a few minutes).
 # Without clang it says so and exits 0: there is nothing to measure.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 command -v clang >/dev/null 2>&1 || { echo "bench_fuzz: no clang: skipped"; exit 0; }
 S=${BENCH_FUZZ_SECONDS:-30}
 REPEAT=${BENCH_FUZZ_REPEAT:-1}
 BASE=${BASE:-b16e3bc}
-HARNESSES="admit conn"
+HARNESSES=(admit conn)
 declare -A ISSUE=([admit]=623 [conn]=6100)   # issue 37, runs in 30 s
 
-for h in $HARNESSES; do
+for h in "${HARNESSES[@]}"; do
     make -s "build-fuzz/fuzz_$h" >&2 || { echo "bench_fuzz: make build-fuzz/fuzz_$h failed" >&2; exit 1; }
 done
 
@@ -29,13 +29,15 @@ if [ "$BASE" != none ]; then
     rev=$(git rev-parse --short "$BASE^{commit}" 2>/dev/null) ||
         { echo "bench_fuzz: no revision $BASE here (BASE=none to skip it)" >&2; exit 1; }
     old=build-fuzz/base-$rev
-    for h in $HARNESSES; do
+    for h in "${HARNESSES[@]}"; do
         [ -x "$old/build-fuzz/fuzz_$h" ] && continue
         echo "bench_fuzz: building the fuzz harnesses of $rev in $old" >&2
-        rm -rf "$old" && mkdir -p "$old" &&
-            git archive "$rev" | tar -x -C "$old" &&
-            make -s -C "$old" $(printf 'build-fuzz/fuzz_%s ' $HARNESSES) >&2 ||
-            { echo "bench_fuzz: building $rev failed" >&2; exit 1; }
+        if ! { rm -rf "$old" && mkdir -p "$old" &&
+               git archive "$rev" | tar -x -C "$old" &&
+               make -s -C "$old" "${HARNESSES[@]/#/build-fuzz/fuzz_}" >&2; }; then
+            echo "bench_fuzz: building $rev failed" >&2
+            exit 1
+        fi
         break
     done
 fi
@@ -60,7 +62,7 @@ echo "# runs in ${S} s from the seed corpus, -seed=ROUND; new = this tree, old =
 printf '%-11s %5s %10s %10s %8s %14s %10s\n' harness round new old new/old "issue's figure" new/issue
 rc=0
 for r in $(seq 1 "$REPEAT"); do
-    for h in $HARNESSES; do
+    for h in "${HARNESSES[@]}"; do
         rm -rf "${tmp:?}"/*
         start "build-fuzz/fuzz_$h" "$h" new "$r"
         pn=$!
