@@ -375,7 +375,7 @@ static void send_hello(mt_client *c, session *s)
     memset(&f, 0, sizeof f);
     f.version = MT_FRAME_VERSION;
     f.type = MT_FRAME_HELLO;
-    f.seq = c->cfg.seed;
+    mt_frame_set_hello_seed(&f, c->cfg.seed);
     f.t_send = mt_clock_ns();
     f.length = (uint32_t)n;
     f.payload = p;
@@ -679,6 +679,16 @@ static void handle_frame(mt_client *c, session *s, const mt_frame *f, uint64_t n
         on_text(c, s, f);
         if (s->st.text_only)
             on_audio(c, s, f, now);   /* the answer itself */
+        return;
+    case MT_FRAME_WORDS:
+        if (s->st.state != MT_CS_STREAMING && s->st.state != MT_CS_DRAINING) {
+            finish(c, s, MT_CS_FAILED, "WORDS before ACCEPT");
+            return;
+        }
+        s->st.text++;
+        if (c->cb.on_words)   /* the decoder checked it: UTF-8, no NUL, <= 255 bytes */
+            c->cb.on_words(c->cfg.user, s->tag[0].idx, f->seq, (const char *)f->payload,
+                           f->length);
         return;
     case MT_FRAME_END:
         if (s->st.state == MT_CS_HELLO) {

@@ -45,7 +45,7 @@ typedef struct mt_client_stats {
     uint64_t sent;             /* AUDIO frames sent */
     uint64_t received;         /* AUDIO frames received (real + FILL) */
     uint64_t filled;           /* of those, FILL (silence) */
-    uint64_t text;             /* TEXT frames received (text models) */
+    uint64_t text;             /* TEXT and WORDS frames received (text models) */
     int      text_only;        /* ACCEPT said MT_FLAG_TEXT_ONLY: the answers
                                   are TEXT frames (counted as received, with
                                   silence for on_frame) */
@@ -109,6 +109,10 @@ typedef struct mt_client_callbacks {
     /* A TEXT frame (Kyutai's models): the n text token ids that go with
      * the output of input seq. May be NULL. */
     void (*on_text)(void *user, int idx, uint32_t seq, const int32_t *tok, int n);
+    /* A WORDS frame (a server that sends text, not ids: Kyutai's protocol
+     * through the ws:// bridge): n bytes of UTF-8 (not NUL-terminated)
+     * that go with the output of input seq. May be NULL. */
+    void (*on_words)(void *user, int idx, uint32_t seq, const char *utf8, size_t n);
 } mt_client_callbacks;
 
 typedef struct mt_client_config {
@@ -127,7 +131,7 @@ typedef struct mt_client_config {
                                 the due instant (a live microphone) */
     const mt_client_callbacks *cb;
     void    *user;
-    uint32_t seed;           /* HELLO's seq: a sampling seed asked of a
+    uint64_t seed;           /* HELLO's seq and seed_hi: a sampling seed asked of a
                                 model that samples (Kyutai's); 0: the
                                 server's default */
 } mt_client_config;

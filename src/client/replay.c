@@ -392,6 +392,29 @@ static void cb_text(void *user, int idx, uint32_t seq, const int32_t *tok, int n
     }
 }
 
+/* A WORDS frame (a ws:// server's Text message): a replay_text record
+ * with the words, and the transcript line. */
+static void cb_words(void *user, int idx, uint32_t seq, const char *utf8, size_t n)
+{
+    app *a = user;
+    int si = a->sess_of[idx];
+    char buf[1024], words[MT_REASON_MAX + 1];
+    size_t k = n < MT_REASON_MAX ? n : MT_REASON_MAX;
+    memcpy(words, utf8, k);
+    words[k] = 0;
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_u64(&w, "replay_text", seq);
+    mt_ll_int(&w, "session", si);
+    mt_ll_str(&w, "words", words);
+    put_line(a, mt_ll_end(&w), buf);
+    char err[512];
+    if (a->tr && mt_transcript_add_words(a->tr, si, seq, utf8, n, err, sizeof err)) {
+        say(a, "-t: %s", err);
+        a->write_failed = 1;
+    }
+}
+
 static void cb_end(void *user, int idx, const mt_client_stats *st)
 {
     app *a = user;
@@ -532,7 +555,8 @@ static int make_sessions(app *a, char *err, size_t errlen)
 /* The client and its sessions, paced from now. 0, or -1 with err. */
 static int client_start(app *a, char *err, size_t errlen)
 {
-    static const mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end, cb_text };
+    static const mt_client_callbacks cb = { cb_accept, cb_next, cb_frame, cb_end, cb_text,
+                                             cb_words };
     const mt_replay_cfg *c = a->c;
     mt_client_config cc;
     memset(&cc, 0, sizeof cc);
@@ -540,7 +564,7 @@ static int client_start(app *a, char *err, size_t errlen)
     cc.cb = &cb;
     cc.user = a;
     cc.seed = c->seed;
-    if (c->transcript && mt_transcript_open(c->transcript, &a->tr, err, errlen) != 0)
+    if (c->transcript && mt_transcript_open(c->transcript, c->tokenizer, &a->tr, err, errlen) != 0)
         return -1;
     /* every session, and a fresh connection for each retry */
     long cap = (long)a->ns * (c->retry + c->retry_warming + 1) + 1;

@@ -18,6 +18,7 @@
 
 #include "client/audio_dev.h"
 #include "client/input.h"
+#include "model/tokenizer.h"
 #include "wire/frame.h"
 #include "wire/replay_rec.h"
 
@@ -59,7 +60,8 @@ typedef struct mt_replay_cfg {
     void       *ctx;
     volatile sig_atomic_t *stop;   /* set by a signal: finish now */
     const char *transcript;   /* -t FILE: the TEXT frames' tokens; NULL: none */
-    uint32_t    seed;         /* --seed: HELLO's seq; 0: the server's */
+    const mt_tokenizer *tokenizer;  /* --tokenizer: -t writes text; NULL: ids */
+    uint64_t    seed;         /* --seed: HELLO's seed; 0: the server's */
 } mt_replay_cfg;
 
 /* PATTERN with %d replaced by idx (and %% by %): the number of %d

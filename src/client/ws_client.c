@@ -32,14 +32,10 @@
 #define PCM_RING   64               /* decoded frames waiting for a page */
 enum { K_HANDSHAKE = 0, K_AUDIO = 1, K_TEXT = 2, K_ERROR = 5 };
 
-static int g_text_fd = -1;
-
 int mt_ws_client_is_url(const char *spec)
 {
     return spec && strncmp(spec, MT_WS_URL_PREFIX, strlen(MT_WS_URL_PREFIX)) == 0;
 }
-
-void mt_ws_client_text_fd(int fd) { g_text_fd = fd; }
 
 long mt_ws_client_frame(int op, const uint8_t *p, size_t n,
                         const uint8_t mask[4], uint8_t *out, size_t cap)
@@ -300,9 +296,19 @@ static void *down(void *arg)
         if (op != MT_WS_BINARY || len < 1)
             continue;
         if (b->msg[0] == K_TEXT) {
-            if (g_text_fd >= 0)
-                dprintf(g_text_fd, "text session=%u: %.*s\n", b->session,
-                        (int)len - 1, (const char *)b->msg + 1);
+            /* a WORDS frame beside the last answer (Kyutai's server sends
+             * a step's text after its audio); what mt-frame cannot carry
+             * (over 255 bytes, not UTF-8, a NUL) is cut or marked '?' */
+            char words[MT_REASON_MAX + 1];
+            size_t n = len - 1 < MT_REASON_MAX ? len - 1 : MT_REASON_MAX;
+            memcpy(words, b->msg + 1, n);
+            words[n] = '\0';
+            mt_utf8_sanitize(words);
+            pthread_mutex_lock(&b->mu);
+            uint32_t at = b->answered ? (uint32_t)b->answered - 1 : 0;
+            pthread_mutex_unlock(&b->mu);
+            if (words[0] && to_client(b, MT_FRAME_WORDS, 0, at, words, strlen(words)) < 0)
+                break;
             continue;
         }
         if (b->msg[0] == K_ERROR) {

@@ -14,8 +14,9 @@
  * its deadline) is the same as over mt-frame, measured on the client's
  * clock. The handshake message is the ACCEPT (24 kHz, 1920-sample
  * frames, mono); an Error message before it the REJECT with its text;
- * Text messages are kept on the bridge's log (text_fd). Library code:
- * nothing printed but the Text messages to text_fd.
+ * a Text message a WORDS frame (mt-frame(5)) with the seq of the last
+ * answer, as Kyutai's server sends a step's text after its audio. Library
+ * code: nothing printed.
  */
 #ifndef MT_WS_CLIENT_H
 #define MT_WS_CLIENT_H
@@ -27,10 +28,6 @@
 
 /* 1 when spec is a ws:// URL. */
 int mt_ws_client_is_url(const char *spec);
-
-/* Where the Text messages go (one line each, "text idx=N: ..."); -1 (the
- * default) drops them. */
-void mt_ws_client_text_fd(int fd);
 
 /* Starts the bridge for url: returns the caller's end of the pair
  * (non-blocking, close-on-exec), or -1 with err. The upgrade happens when

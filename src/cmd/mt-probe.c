@@ -17,8 +17,10 @@
 #include "cmd/codec_cmd.h"
 #include "codec/mimi.h"
 #include "cmd/quality_cmd.h"
+#include "cmd/serve_kyutai.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
+#include "decode/backend_sim.h"
 #include "decode/sim_profile.h"
 
 #include <errno.h>
@@ -116,6 +118,7 @@ enum {
     O_KVDTYPE,
     O_POSBYTES, O_KVMEM, O_SINK, O_WINDOW, O_BLOCK, O_FRAMEMS, O_SAMPLES, O_CODEC,
     O_KIND, O_STRICT, O_TITLE, O_OUT, O_BUDGET, O_TOKEN, O_TIMESCALE, O_SIGNAL,
+    O_PROFILE, O_CODEBOOKS,
 };
 
 typedef struct load_opts {
@@ -280,7 +283,8 @@ static int shape_fill(const shape_opts *s, mt_predict_params *p, char *err,
 static void help_predict(FILE *f)
 {
     fprintf(f,
-"usage: mt-probe predict --kv-mem BYTES [-m MODEL] [load options]\n"
+"usage: mt-probe predict --kv-mem BYTES [-m MODEL] [--codec SPEC [--codebooks N]\n"
+"       [--profile P]] [load options]\n"
 "\n"
 "The analytic model of the KV wall. Unbounded (--kv full): each live session\n"
 "holds one position per frame, in blocks; the pool overflows when the blocks\n"
@@ -302,6 +306,11 @@ static void help_predict(FILE *f)
 "  --codec SPEC        sessions also carry Kyutai's Mimi codec (synthetic:mimi,\n"
 "                      a checkpoint): its per-session host state and compute\n"
 "                      beside the KV figures, at the bounded capacity\n"
+"  --codebooks N       the codec's codebooks (the LM's n_q - dep_q; default\n"
+"                      the codec's own)\n"
+"  --profile P         with --codec: what the simulated device P (mt-profile(5))\n"
+"                      books for the codec: bytes for --max-sessions sessions\n"
+"                      and the time it adds to a step, as mt-serve --device sim:P\n"
 LOAD_HELP, MT_KV_BLOCK);
 }
 
@@ -309,6 +318,25 @@ static const mt_cli cli_predict = {
     "mt-probe predict", "mt-probe predict --kv-mem BYTES [-m MODEL] [load options]",
     help_predict,
 };
+
+/* What the simulated device books for the codec (backend_sim.h's model,
+ * the same functions mt-serve --device sim:P runs). */
+static void print_codec_sim(const mimi_model *m, const mt_sim_profile *pr, int sessions)
+{
+    mt_codec_cost c = {
+        .flops = mimi_encode_flops(m) + mimi_decode_flops(m),
+        .state_bytes = (double)mimi_state_bytes(m),
+        .weight_bytes = (double)mimi_param_count(m) * sizeof(float),
+    };
+    printf("codec on sim:%s booked\t%.0f B for %d sessions (%.0f B of weights + %d x %.0f B of state)\n",
+           pr->name, mt_sim_codec_booked(&c, sessions), sessions, c.weight_bytes, sessions,
+           c.state_bytes);
+    printf("codec on sim:%s time\t%.4g ms a session-frame at %.4g flop/s%s + %.4g ms a step; "
+           "%.4g ms a step of %d sessions (simulated)\n",
+           pr->name, c.flops / mt_sim_codec_rate(pr) * 1e3, mt_sim_codec_rate(pr),
+           pr->codec_rate > 0 ? "" : " (no codec_rate: matrix_rate)",
+           pr->codec_overhead_us * 1e-3, mt_sim_codec_seconds(pr, &c, sessions) * 1e3, sessions);
+}
 
 /* The codec's share of a session: host state (not in the KV pool) and
  * compute per frame, alone and at the bounded capacity. */
@@ -331,6 +359,8 @@ static int cmd_predict(int argc, char **argv)
         {"kv-mem", required_argument, 0, O_KVMEM},
         {"runs", required_argument, 0, O_RUNS},
         {"codec", required_argument, 0, O_CODEC},
+        {"codebooks", required_argument, 0, O_CODEBOOKS},
+        {"profile", required_argument, 0, O_PROFILE},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -338,8 +368,8 @@ static int cmd_predict(int argc, char **argv)
     load_opts ld;
     mt_predict_params p;
     char err[512];
-    const char *codec = NULL;
-    int runs = 0, c;
+    const char *codec = NULL, *profile = NULL;
+    int runs = 0, codebooks = 0, c;
     uint64_t kvmem = 0;
     shape_defaults(&so);
     load_defaults(&ld);
@@ -352,6 +382,10 @@ static int cmd_predict(int argc, char **argv)
             r = mt_opt_int(optarg, 1, 100000, &runs) ? -1 : 1;
         else if (c == O_CODEC)
             r = (codec = optarg) ? 1 : -1;
+        else if (c == O_PROFILE)
+            r = (profile = optarg) ? 1 : -1;
+        else if (c == O_CODEBOOKS)
+            r = mt_opt_int(optarg, 1, 1024, &codebooks) ? -1 : 1;
         else if (!(r = shape_opt(&so, c, optarg)))
             r = load_opt(&ld, c, optarg);
         if (r <= 0)
@@ -367,8 +401,21 @@ static int cmd_predict(int argc, char **argv)
         fprintf(stderr, "%s predict: %s\n", prog, err);
         return 1;
     }
+    /* a Kyutai model carries its codec: the one mt-serve would take */
+    int kyutai = so.model && mt_kyutai_is_kyutai(so.model);
+    char defcodec[4200];
+    if (!codec && kyutai && mt_serve_kyutai_default_codec(so.model, defcodec, sizeof defcodec,
+                                                          err, sizeof err) == 0)
+        codec = defcodec;
+    if ((profile || codebooks) && !codec)
+        return mt_opt_usage_error("--profile and --codebooks go with --codec");
+    mt_sim_profile prof;
+    if (profile && mt_sim_profile_load(profile, &prof, err, sizeof err) != 0) {
+        fprintf(stderr, "%s predict: --profile: %s\n", prog, err);
+        return 1;
+    }
     mimi_model *cm = NULL;
-    if (codec && mimi_load_shape(codec, NULL, 0, &cm, err, sizeof err) != 0) {
+    if (codec && mimi_load_shape(codec, NULL, codebooks, &cm, err, sizeof err) != 0) {
         fprintf(stderr, "%s predict: --codec: %s\n", prog, err);
         return 1;
     }
@@ -387,8 +434,19 @@ static int cmd_predict(int argc, char **argv)
     mt_predict_print(stdout, &p, &r);
     if (cm) {
         print_codec(cm, codec, r.capacity, p.period_s);
-        mimi_free(cm);
+        if (profile)
+            print_codec_sim(cm, &prof, p.max_sessions);
     }
+    if (kyutai && r.bound_bytes) {
+        /* what a session holds, as mt-serve's startup report adds it up */
+        size_t cs = cm ? mimi_state_bytes(cm) : 0;
+        printf("per-session bytes	%.2f MiB = temporal K/V under the bound %llu + depformer "
+               "scratch and token rings %llu + codec state %zu%s\n",
+               (double)(r.bound_bytes + p.session_extra_bytes + cs) / 1048576.0,
+               (unsigned long long)r.bound_bytes, (unsigned long long)p.session_extra_bytes, cs,
+               cm ? "" : " (no codec found: give --codec)");
+    }
+    mimi_free(cm);
     if (runs) {
         printf("#\nseed\tsessions\tpeak_live\tpeak_fill\toverflow_s\t"
                "bounded_rejected\n");

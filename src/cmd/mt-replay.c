@@ -44,7 +44,9 @@ typedef struct app {
     int         type_fmt;       /* its libsndfile format */
     const char *latency_log;    /* --latency-log FILE */
     const char *transcript;     /* -t FILE */
-    uint32_t    seed;           /* --seed; 0: the server's */
+    const char *tokenizer_path; /* --tokenizer FILE */
+    mt_tokenizer *tokenizer;    /* its pieces, loaded before any session */
+    uint64_t    seed;           /* --seed; 0: the server's */
     int         retry;          /* --retry N */
     int         no_wait;        /* --no-wait */
     int         live;           /* --mic with stdout a terminal */
@@ -102,9 +104,13 @@ static void usage(FILE *f)
 "                         default it is retried, up to %d times, uncounted)\n"
 "      --latency-log FILE machine lines to FILE instead of stdout\n"
 "  -t, --transcript FILE  text models: the text tokens, one line a frame\n"
-"                         (SESSION SEQ ID...); each is a replay_text line too\n"
-"      --seed N           models that sample: the sessions' seed (HELLO's seq,\n"
-"                         1..4294967295; default: the server's)\n"
+"                         (SESSION SEQ ID...; a ws:// server's Text messages:\n"
+"                         SESSION SEQ TEXT); each is a replay_text line too\n"
+"      --tokenizer FILE   with -t: the model's SentencePiece .model; the\n"
+"                         transcript holds the text (SESSION SEQ TEXT)\n"
+"      --seed N           models that sample: the sessions' seed (64 bits in\n"
+"                         HELLO, 1..18446744073709551615; default: the\n"
+"                         server's)\n"
 "  -r, --rate HZ          session sample rate (default 24000)\n"
 "  -f, --frame-samples N  samples per frame (default 1920)\n"
 "  -m, --model NAME       model name asked in HELLO (default: any)\n"
@@ -153,7 +159,8 @@ static const mt_cli cli = {
 
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
-       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG, O_NOWAIT, O_SEED };
+       O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG, O_NOWAIT, O_SEED,
+       O_TOKENIZER };
 
 static const struct option longopts[] = {
     { "socket", required_argument, 0, 's' },
@@ -181,6 +188,7 @@ static const struct option longopts[] = {
     { "retry", required_argument, 0, O_RETRY },
     { "latency-log", required_argument, 0, O_LATLOG },
     { "transcript", required_argument, 0, 't' },
+    { "tokenizer", required_argument, 0, O_TOKENIZER },
     { "seed", required_argument, 0, O_SEED },
     { "no-wait", no_argument, 0, O_NOWAIT },
     MT_OPT_COMMON,
@@ -218,13 +226,10 @@ static int value_option(app *a, int c, const char *arg)
     case O_INTERVAL: return mt_opt_seconds(arg, 0.01, INFINITY, &a->interval_s);
     case O_JITTER: return mt_opt_ms(arg, 0, INFINITY, &a->jitter_ms);
     case O_RETRY: return mt_opt_int(arg, 0, 100, &a->retry);
-    case O_SEED: {
-        long v;
-        if (mt_opt_long(arg, 1, 4294967295L, &v))
+    case O_SEED:
+        if (mt_opt_u64(arg, &a->seed))
             return -1;
-        a->seed = (uint32_t)v;
-        return 0;
-    }
+        return a->seed ? 0 : mt_opt_bad(arg, "is not a seed (1 or more; 0 is the server's)");
     case O_TYPE:
         a->type = arg;
         return mt_audio_type_parse(arg, &a->type_fmt)
@@ -255,6 +260,7 @@ static int parse_args(int argc, char **argv, app *a)
         case O_TOKEN: a->token_file = optarg; break;
         case O_LATLOG: a->latency_log = optarg; break;
         case 't': a->transcript = optarg; break;
+        case O_TOKENIZER: a->tokenizer_path = optarg; break;
         case O_NOWAIT: a->no_wait = 1; break;
         default:
             if (value_option(a, c, optarg))
@@ -268,6 +274,8 @@ static int parse_args(int argc, char **argv, app *a)
                                   "exclude each other");
     if (a->retry > 0 && (a->emit || a->play || a->list))
         return mt_opt_usage_error("--retry is for sessions with a server (-s)");
+    if (a->tokenizer_path && !a->transcript)
+        return mt_opt_usage_error("--tokenizer is for the transcript (-t FILE)");
     return -1;
 }
 
@@ -451,8 +459,6 @@ static int load_inputs(app *a, char **files, int nargs)
         return rc;
     if (!a->emit && check_server(a) != 0)
         return 1;
-    if (mt_ws_client_is_url(a->sock))
-        mt_ws_client_text_fd(STDERR_FILENO);   /* Kyutai's Text messages */
     a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
     if (!a->inputs)
         return 1;
@@ -519,6 +525,7 @@ static void make_cfg(app *a, mt_replay_cfg *c)
     c->stagger_ms = a->stagger_ms;
     c->retry = a->retry;
     c->transcript = a->transcript;
+    c->tokenizer = a->tokenizer;
     c->seed = a->seed;
     c->retry_warming = a->no_wait ? 0 : WARM_RETRIES;
     c->out_pattern = a->emit ? NULL : a->out_pattern;
@@ -626,16 +633,32 @@ int main(int argc, char **argv)
         return 2;
     if (open_lines(&a) != 0)
         return 1;
+    if (a.tokenizer_path) {
+        char err[600];
+        a.tokenizer = mt_tokenizer_load_err(a.tokenizer_path, err, sizeof err);
+        if (!a.tokenizer) {
+            fprintf(stderr, "mt-replay: --tokenizer %s\n", err);
+            return 1;
+        }
+    }
     catch_signals();
     if (a.play) {
         rc = check_play(&a, argc - optind);
-        if (rc >= 0)
+        if (rc >= 0) {
+            mt_tokenizer_free(a.tokenizer);
             return rc;
+        }
         mt_replay_cfg c;
         make_cfg(&a, &c);
-        return run_play(&a, &c);
+        rc = run_play(&a, &c);
+        mt_tokenizer_free(a.tokenizer);
+        return rc;
     }
-    if (a.loop && a.duration_s <= 0)
+    if (a.loop && a.duration_s <= 0) {
+        mt_tokenizer_free(a.tokenizer);
         return mt_opt_usage_error("--loop needs --duration");
-    return run_sessions(&a, argv + optind, argc - optind);
+    }
+    rc = run_sessions(&a, argv + optind, argc - optind);
+    mt_tokenizer_free(a.tokenizer);
+    return rc;
 }

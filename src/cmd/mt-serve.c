@@ -65,6 +65,8 @@ static void usage(FILE *f)
 "                           is served with its Mimi codec (mt-serve(1))\n"
 "      --codec SPEC         Kyutai models: the Mimi checkpoint (default\n"
 "                           DIR/mimi/, DIR/mimi.safetensors, or the preset's)\n"
+"      --tokenizer FILE     Kyutai models: the text tokenizer (SentencePiece\n"
+"                           .model), checked against the LM's text card\n"
 "      --seed N             Kyutai models: every session's sampling seed (1)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
@@ -127,7 +129,7 @@ enum {
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO, O_INPUTTO,
-    O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED,
+    O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -147,6 +149,7 @@ typedef struct serve_args {
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
+    const char     *tokenizer;      /* Kyutai models: --tokenizer, or NULL */
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
 } serve_args;
 
@@ -186,6 +189,7 @@ static const struct option longopts[] = {
     {"latency", required_argument, 0, O_LATENCY},
     {"latency-format", required_argument, 0, O_LATFMT},
     {"codec", required_argument, 0, O_CODEC},
+    {"tokenizer", required_argument, 0, O_TOKENIZER},
     {"seed", required_argument, 0, O_SEED},
     {"in-queue", required_argument, 0, O_INQ},
     {"out-queue", required_argument, 0, O_OUTQ},
@@ -362,6 +366,7 @@ static int one_option(void *ctx, int c, const char *arg)
         return 0;
     case 'm': a->model = arg; return 0;
     case O_CODEC: a->codec = arg; return 0;
+    case O_TOKENIZER: a->tokenizer = arg; return 0;
     case O_FILL: a->fill = 1; return 0;
     case O_NOFILL: a->fill = 0; return 0;
     case O_CONTROL: a->so.control_path = arg; return 0;
@@ -530,16 +535,17 @@ static int load_model(serve_args *a, mt_model **m)
     if (a->dopt.device == MT_DEV_SIM)
         mflags = MT_MODEL_SHAPE_ONLY;
     if (mt_kyutai_is_kyutai(a->model)) {
-        if (mt_serve_kyutai_load(a->model, a->codec, a->dopt.device, &a->ky, err,
-                                 sizeof err) != 0) {
+        if (mt_serve_kyutai_load(a->model, a->codec, a->tokenizer, a->dopt.device, &a->ky,
+                                 err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", prog, err);
             return -1;
         }
         *m = a->ky.lm->temporal;
         return 0;
     }
-    if (a->codec) {
-        fprintf(stderr, "%s: --codec is for Kyutai models; %s is not one\n", prog, a->model);
+    if (a->codec || a->tokenizer) {
+        fprintf(stderr, "%s: --%s is for Kyutai models; %s is not one\n", prog,
+                a->codec ? "codec" : "tokenizer", a->model);
         return -1;
     }
     if (mt_model_load(a->model, mflags, m, err, sizeof err) != 0) {
@@ -691,6 +697,13 @@ static int metrics_start(const serve_args *a, mt_metrics *reg, mt_engine *eng,
     return 0;
 }
 
+/* A text token's Text message for --ws: the piece, none for the ids
+ * Kyutai's server shows none for (its padding). */
+static const char *ws_piece(void *ctx, int id)
+{
+    return mt_tokenizer_kyutai_silent(id) ? NULL : mt_tokenizer_piece(ctx, id);
+}
+
 /* --ws: Kyutai's protocol, in front of our own socket. */
 static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
                     char *err, size_t errlen)
@@ -702,12 +715,17 @@ static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
         .token_len = a->so.token_len, .insecure = a->so.insecure,
         .rate = (int)fmt.sample_rate, .frame_samples = (int)fmt.frame_samples,
         .model = fmt.model, .log = log_stderr,
+        .text_piece = a->ky.tok ? ws_piece : NULL, .text_ctx = a->ky.tok,
+        .write_timeout_ns = a->so.write_timeout_ns,
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
         return -1;
     fprintf(stderr, "%s: websocket on ws://%s/api/chat%s\n", prog, bound,
             a->so.token ? " (token required)" : "");
+    if (a->ky.lm && !a->ky.tok)
+        fprintf(stderr, "%s: websocket: no --tokenizer: the model's text is not sent "
+                "(Kyutai's clients show Text messages as words)\n", prog);
     return 0;
 }
 
@@ -723,6 +741,13 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     mt_metrics_http *web = NULL;
     mt_ws_gate *gate = NULL;
     int rc = 1;
+    /* the simulated device books the codec's time and memory */
+    if (a->ky.lm && mt_speech_codec_cost(a->ky.lm, a->ky.codec, &a->dopt.codec, err,
+                                         sizeof err) != 0)
+        goto out;
+    if (a->ky.lm && mt_serve_kyutai_prepare(&a->ky, a->dopt.device, a->dopt.max_batch, err,
+                                            sizeof err) != 0)
+        goto out;
     if (mt_decoder_create(m, &a->dopt, &dec, err, sizeof err) != 0)
         goto out;
     const char *note = mt_decoder_note(dec);
@@ -730,7 +755,7 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
         fprintf(stderr, "%s: %s\n", prog, note);
     pool_capacity(dec);
     if (a->ky.lm) {
-        char line[1024];
+        char line[2048];
         if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, err, sizeof err) != 0)
             goto out;
         mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,

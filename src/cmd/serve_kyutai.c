@@ -6,8 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* The codec that goes with model when none is named (serve_kyutai.h). */
-static int default_codec(const char *model, char *out, size_t cap, char *err, size_t errlen)
+int mt_serve_kyutai_default_codec(const char *model, char *out, size_t cap, char *err,
+                                  size_t errlen)
 {
     struct stat st;
     if (!strncmp(model, "synthetic:", 10)) {
@@ -26,13 +26,14 @@ static int default_codec(const char *model, char *out, size_t cap, char *err, si
     return -1;
 }
 
-int mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device dev,
-                         mt_serve_kyutai *k, char *err, size_t errlen)
+int mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *tokenizer,
+                         mt_device dev, mt_serve_kyutai *k, char *err, size_t errlen)
 {
     memset(k, 0, sizeof *k);
     if (codec_spec)
         snprintf(k->codec_spec, sizeof k->codec_spec, "%s", codec_spec);
-    else if (default_codec(model, k->codec_spec, sizeof k->codec_spec, err, errlen))
+    else if (mt_serve_kyutai_default_codec(model, k->codec_spec, sizeof k->codec_spec, err,
+                                           errlen))
         return -1;
     int flags = dev != MT_DEV_CPU && !strncmp(model, "synthetic:", 10) &&
                 dev != MT_DEV_AUTO ? MT_KYUTAI_HOST_SIDE : 0;
@@ -51,13 +52,44 @@ int mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device de
         mt_serve_kyutai_free(k);
         return -1;
     }
+    if (!tokenizer)
+        return 0;
+    k->tok = mt_tokenizer_load_err(tokenizer, e, sizeof e);
+    if (!k->tok) {
+        mt_set_err(err, errlen, "tokenizer %s", e);
+        mt_serve_kyutai_free(k);
+        return -1;
+    }
+    if (mt_tokenizer_size(k->tok) != k->lm->kc.text_card) {
+        mt_set_err(err, errlen, "tokenizer %s has %d pieces, the text card of %s is %d: "
+                   "not this model's tokenizer", tokenizer, mt_tokenizer_size(k->tok),
+                   model, k->lm->kc.text_card);
+        mt_serve_kyutai_free(k);
+        return -1;
+    }
+    return 0;
+}
+
+int mt_serve_kyutai_prepare(mt_serve_kyutai *k, mt_device dev, int max_batch, char *err,
+                            size_t errlen)
+{
+    if (dev != MT_DEV_CUDA || k->lm->kc.dep_q == 0 || k->df)
+        return 0;
+    char e[400];
+    if (mt_depformer_create_cuda(k->lm, max_batch, &k->df, e, sizeof e)) {
+        mt_set_err(err, errlen, "the depformer on CUDA: %s", e);
+        return -1;
+    }
     return 0;
 }
 
 int mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
                           char *err, size_t errlen)
 {
-    return mt_speech_create(k->lm, k->codec, dec, max_batch, NULL, &k->sp, err, errlen);
+    mt_depformer *df = k->df;
+    k->df = NULL;                /* the speech stage's from here on */
+    return mt_speech_create_with(k->lm, k->codec, dec, max_batch, NULL, df, &k->sp, err,
+                                 errlen);
 }
 
 void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
@@ -72,16 +104,31 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
     else
         snprintf(kvs, sizeof kvs, "unbounded (full policy)");
     snprintf(out, cap, "kyutai %s: %d layers x %d, %d codebooks (%d the model's), text %d; "
-             "codec %s, %d of its codebooks, %d samples a frame at %d Hz; per-session bytes "
+             "codec %s on the %s, %d of its codebooks, %d samples a frame at %d Hz; per-session bytes "
              "= temporal K/V under the bound %s + depformer scratch and token rings %zu + "
              "codec state %zu%s%s",
              k->lm->temporal->cfg.name, kc->num_layers, kc->dim, kc->n_q, kc->dep_q,
-             kc->text_card_out, k->codec_spec, mimi_model_config(k->codec)->n_q_used,
+             kc->text_card_out, k->codec_spec, mt_speech_codec_backend(k->sp),
+             mimi_model_config(k->codec)->n_q_used,
              mt_speech_frame_samples(k->sp), mt_speech_sample_rate(k->sp), kvs, dep, codec,
              kvb ? " = " : "", "");
     if (kvb) {
         size_t n = strlen(out);
         snprintf(out + n, cap - n, "%zu", kvb + dep + codec);
+    }
+    if (kc->dep_q > 0) {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; depformer on %s", mt_speech_dep_where(k->sp));
+    }
+    if (k->tok) {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; tokenizer: %d pieces", mt_tokenizer_size(k->tok));
+    }
+    {
+        size_t n = strlen(out);
+        snprintf(out + n, cap - n, "; codec compute %.4g GFLOP a session-frame (encode %.4g "
+                 "+ decode %.4g)", (mimi_encode_flops(k->codec) + mimi_decode_flops(k->codec)) / 1e9,
+                 mimi_encode_flops(k->codec) / 1e9, mimi_decode_flops(k->codec) / 1e9);
     }
     if (!mt_speech_audio_out(k->sp)) {
         size_t n = strlen(out);
@@ -93,9 +140,13 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
 void mt_serve_kyutai_free(mt_serve_kyutai *k)
 {
     mt_speech_free(k->sp);
+    mt_depformer_free(k->df);
+    mt_tokenizer_free(k->tok);
     mimi_free(k->codec);
     mt_kyutai_free(k->lm);
     k->sp = NULL;
+    k->tok = NULL;
+    k->df = NULL;
     k->codec = NULL;
     k->lm = NULL;
 }

@@ -10,24 +10,41 @@
 #include "decode/decoder.h"
 #include "decode/speech.h"
 #include "model/kyutai_lm.h"
+#include "model/tokenizer.h"
 
 typedef struct mt_serve_kyutai {
     mt_kyutai_lm *lm;       /* lm->temporal is the decoder's model */
     mimi_model   *codec;
     mt_speech    *sp;
+    mt_tokenizer *tok;      /* --tokenizer's pieces, or NULL */
+    mt_depformer *df;       /* made before the decoder (CUDA), until start */
     char          codec_spec[4200];
 } mt_serve_kyutai;
 
+/* The codec that goes with model when none is named: DIR/mimi/ or
+ * DIR/mimi.safetensors beside a directory's LM, else for a preset
+ * synthetic:mimi-tiny (the kyutai-tiny ones) or synthetic:mimi. 0, or -1
+ * with a message. */
+int  mt_serve_kyutai_default_codec(const char *model, char *out, size_t cap, char *err,
+                                   size_t errlen);
 /* Loads model (a Kyutai directory or preset: mt_kyutai_is_kyutai) and its
  * codec: codec_spec (a mimi_load spec), else DIR/mimi/ or
  * DIR/mimi.safetensors beside a directory's LM, else for a preset
  * synthetic:mimi-tiny (the kyutai-tiny ones) or synthetic:mimi. A device
  * other than the CPU takes a preset's temporal weights itself
- * (MT_KYUTAI_HOST_SIDE). Refuses an LM and a codec that disagree. 0, or
+ * (MT_KYUTAI_HOST_SIDE). Refuses an LM and a codec that disagree. With
+ * tokenizer (a SentencePiece .model, or NULL) its pieces too, refused
+ * unless it has as many as the LM's text card. 0, or -1 with a message. */
+int  mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *tokenizer,
+                          mt_device dev, mt_serve_kyutai *k, char *err, size_t errlen);
+/* Before the decoder: with --device cuda, the depformer on the GPU, so
+ * that an automatic KV pool is sized after its weights (a depformer made
+ * after the pool could find no room). Nothing for another device. 0, or
  * -1 with a message. */
-int  mt_serve_kyutai_load(const char *model, const char *codec_spec, mt_device dev,
-                          mt_serve_kyutai *k, char *err, size_t errlen);
-/* The speech stage on dec, for max_batch sessions. */
+int  mt_serve_kyutai_prepare(mt_serve_kyutai *k, mt_device dev, int max_batch, char *err,
+                             size_t errlen);
+/* The speech stage on dec, for max_batch sessions; its depformer the one
+ * prepared, else where dec runs (mt_kyutai_gen_create_with). */
 int  mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
                            char *err, size_t errlen);
 /* The startup line: per-session bytes = temporal K/V under the bound +

@@ -25,6 +25,8 @@ struct mt_sim {
     size_t         position_bytes;
     double         weight_bytes;
     size_t         kv_budget;
+    mt_codec_cost  codec;        /* the sessions' codec; zero: none */
+    int            codec_sessions;
     mt_sim_clock   clk;
     uint64_t       t0;
     double         time_scale;   /* K: waits are model time / K */
@@ -129,6 +131,58 @@ size_t mt_sim_position_bytes(const mt_sim *s) { return s->position_bytes; }
 double mt_sim_weight_bytes(const mt_sim *s) { return s->weight_bytes; }
 size_t mt_sim_kv_budget(const mt_sim *s) { return s->kv_budget; }
 
+double mt_sim_codec_booked(const mt_codec_cost *c, int sessions)
+{
+    return c->weight_bytes + (double)sessions * c->state_bytes;
+}
+
+double mt_sim_codec_rate(const mt_sim_profile *p)
+{
+    return p->codec_rate > 0 ? p->codec_rate : p->matrix_rate;
+}
+
+static double codec_seconds(const mt_sim_profile *p, const mt_codec_cost *c, int B,
+                            double f_rate, double f_over)
+{
+    if (c->flops <= 0 && c->state_bytes <= 0 && c->weight_bytes <= 0)
+        return 0;
+    double rate = mt_sim_codec_rate(p) * f_rate;
+    return (double)B * c->flops / rate + p->codec_overhead_us * 1e-6 * f_over;
+}
+
+double mt_sim_codec_seconds(const mt_sim_profile *p, const mt_codec_cost *c, int B)
+{
+    return codec_seconds(p, c, B, 1, 1);
+}
+
+int mt_sim_set_codec(mt_sim *s, const mt_codec_cost *c, int sessions, char *err,
+                     size_t errlen)
+{
+    if (!(c->flops >= 0 && c->state_bytes >= 0 && c->weight_bytes >= 0) || sessions < 1) {
+        mt_set_err(err, errlen, "sim: codec: bad figures (%g flops, %g state bytes, %g weight bytes, %d sessions)",
+                   c->flops, c->state_bytes, c->weight_bytes, sessions);
+        return -1;
+    }
+    double budget = s->p.memory_bytes - s->weight_bytes - s->p.reserve_bytes -
+                    mt_sim_codec_booked(c, sessions);
+    if (budget < (double)s->position_bytes * MT_KV_BLOCK) {
+        mt_set_err(err, errlen, "sim: profile %s: the codec's %.3g bytes of weights and %d sessions' state of %.3g bytes leave no room for a K/V block",
+                   s->p.name, c->weight_bytes, sessions, c->state_bytes);
+        return -1;
+    }
+    s->kv_budget = (size_t)budget;
+    s->codec = *c;
+    s->codec_sessions = sessions;
+    return 0;
+}
+
+const mt_codec_cost *mt_sim_codec(const mt_sim *s, int *sessions)
+{
+    if (sessions)
+        *sessions = s->codec_sessions;
+    return &s->codec;
+}
+
 double mt_sim_factor(const mt_sim *s, mt_sim_field f, double t_s)
 {
     double k = 1.0;
@@ -145,7 +199,7 @@ static void finish_cost(const mt_sim *s, double t_s, mt_sim_cost *c)
     c->t_mem = c->bytes / bw;
     c->t_flop = c->flops / rate;
     c->t_overhead = s->p.overhead_us * 1e-6 * mt_sim_factor(s, MT_SIM_OVERHEAD, t_s);
-    c->total = (c->t_mem > c->t_flop ? c->t_mem : c->t_flop) + c->t_overhead;
+    c->total = (c->t_mem > c->t_flop ? c->t_mem : c->t_flop) + c->t_overhead + c->t_codec;
 }
 
 /* flops of attention per visible position: QK^T and PV, 2 flops a MAC */
@@ -163,6 +217,9 @@ void mt_sim_step_cost(const mt_sim *s, int B, const int64_t *visible,
     memset(c, 0, sizeof *c);
     c->bytes = s->weight_bytes + (double)s->position_bytes * vsum;
     c->flops = 2.0 * s->params * B + attn_flops_per_pos(s) * vsum;
+    c->t_codec = codec_seconds(&s->p, &s->codec, B,
+                               mt_sim_factor(s, MT_SIM_MATRIX_RATE, t_s),
+                               mt_sim_factor(s, MT_SIM_OVERHEAD, t_s));
     finish_cost(s, t_s, c);
 }
 
@@ -240,7 +297,7 @@ typedef struct sim_impl {
     const mt_model *m;
     mt_kv_pool     *pool;      /* attached */
     int64_t        *visible;   /* [max_batch] */
-    char            note[1024];  /* the profile path (512) and figures */
+    char            note[1536];  /* the profile path (512) and figures */
 } sim_impl;
 
 /* Output of rows rows: input PCM echoed (the sim computes nothing, and an
@@ -304,12 +361,21 @@ static int sim_attach_pool(mt_backend *be, mt_kv_pool *pool, char *err, size_t e
     }
     im->pool = pool;
     const mt_sim *s = im->sim;
+    char codec[256] = "";
+    if (s->codec_sessions > 0)
+        snprintf(codec, sizeof codec,
+                 ", codec %.0f B booked (%.0f B of weights + %d sessions x %.0f B of state), "
+                 "%.4g ms a session-frame + %.4g ms a step",
+                 mt_sim_codec_booked(&s->codec, s->codec_sessions), s->codec.weight_bytes,
+                 s->codec_sessions, s->codec.state_bytes,
+                 s->codec.flops / mt_sim_codec_rate(&s->p) * 1e3,
+                 s->p.codec_overhead_us * 1e-3);
     snprintf(im->note, sizeof im->note,
              "SIMULATED device %s (profile %s: %.4g B memory, %.4g B/s, %.4g flop/s, "
-             "%.4g B of weights, K/V pool %zu B%s%s): no figure from this server is a measurement",
+             "%.0f B of weights, K/V pool %zu B%s%s%s): no figure from this server is a measurement",
              s->label, s->p.path, s->p.memory_bytes, s->p.bandwidth, s->p.matrix_rate,
              s->weight_bytes, kp->budget_bytes,
-             kp->budget_bytes == s->kv_budget ? "" : ", set by the caller",
+             kp->budget_bytes == s->kv_budget ? "" : ", set by the caller", codec,
              s->time_scale != 1 ? ", time-scaled: steps wait 1/K of the model's time" : "");
     be->note = im->note;
     return 0;
@@ -378,6 +444,11 @@ int mt_sim_backend_create(const mt_model *m, const mt_decoder_opts *o,
     if (mt_sim_profile_load(o->sim_profile, &prof, err, errlen) != 0 ||
         mt_sim_create(&prof, &m->cfg, NULL, &s, err, errlen) != 0)
         return -1;
+    if ((o->codec.flops > 0 || o->codec.state_bytes > 0 || o->codec.weight_bytes > 0) &&
+        mt_sim_set_codec(s, &o->codec, o->max_batch > 0 ? o->max_batch : 1, err, errlen)) {
+        mt_sim_free(s);
+        return -1;
+    }
     mt_sim_set_time_scale(s, o->sim_time_scale);
     if (mt_sim_backend_wrap(s, m, o->max_batch, out, err, errlen) != 0) {
         mt_sim_free(s);

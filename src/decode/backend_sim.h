@@ -18,6 +18,18 @@
  * bandwidth, matrix_rate and overhead are the profile's, times the factor
  * of the schedule entry in force at the step's start.
  *
+ * A model served with a codec (Kyutai's Mimi: decode/speech.c encodes and
+ * decodes every session's frame on the device around the LM step) adds,
+ * from the codec's figures (step.h's mt_codec_cost: F flops per session-
+ * frame, encode + decode; S state bytes a session; W weight bytes):
+ *   t_codec = B * F / codec_rate + codec_overhead_us    (to every step)
+ *   K/V budget less W + sessions * S                      (at start)
+ * codec_rate (default matrix_rate) and codec_overhead_us are the
+ * profile's, times the schedule's matrix_rate and overhead factors; the
+ * codec runs after the LM step, so its time adds. A prefill carries no
+ * codec. sessions is the most sessions served at once (every one's state
+ * is held from its admission to its end).
+ *
  * Noise, seeded by the profile's seed, drawn once per step or prefill in
  * call order: the time is multiplied by exp(jitter_sigma * Z), Z ~ N(0,1)
  * (median = the prediction), and with probability stall_prob stall_ms is
@@ -48,7 +60,8 @@ typedef struct mt_sim_clock {
 typedef struct mt_sim_cost {
     double bytes, flops;
     double t_mem, t_flop, t_overhead;
-    double total;             /* max(t_mem, t_flop) + t_overhead */
+    double t_codec;           /* the sessions' codec (0: none) */
+    double total;             /* max(t_mem, t_flop) + t_overhead + t_codec */
 } mt_sim_cost;
 
 /* Checks the profile against the model (profile.model, if given, must be
@@ -68,8 +81,23 @@ const mt_sim_profile *mt_sim_profile_of(const mt_sim *s);
 const char *mt_sim_label(const mt_sim *s);       /* "sim:NAME" */
 size_t mt_sim_position_bytes(const mt_sim *s);   /* pb above */
 double mt_sim_weight_bytes(const mt_sim *s);
-/* memory_bytes - weight bytes - reserve_bytes (> 0: checked at create). */
+/* memory_bytes - weight bytes - reserve_bytes (> 0: checked at create),
+ * less the codec's booking once mt_sim_set_codec has been called. */
 size_t mt_sim_kv_budget(const mt_sim *s);
+
+/* Books the sessions' codec (the model above): its bytes come out of the
+ * K/V budget and its time is added to every step. -1 when the budget left
+ * would not hold one K/V block. */
+int mt_sim_set_codec(mt_sim *s, const mt_codec_cost *c, int sessions, char *err,
+                     size_t errlen);
+/* The codec booked (zero: none) and its sessions. */
+const mt_codec_cost *mt_sim_codec(const mt_sim *s, int *sessions);
+/* The formulas alone, for mt-probe predict: bytes booked for sessions
+ * (W + sessions * S), and seconds a step of B sessions takes for the
+ * codec on profile p (no schedule factor). */
+double mt_sim_codec_booked(const mt_codec_cost *c, int sessions);
+double mt_sim_codec_rate(const mt_sim_profile *p);   /* codec_rate or matrix_rate */
+double mt_sim_codec_seconds(const mt_sim_profile *p, const mt_codec_cost *c, int B);
 
 /* Noiseless predictions at t_s seconds after the start (schedule). */
 void mt_sim_step_cost(const mt_sim *s, int B, const int64_t *visible,

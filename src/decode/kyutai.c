@@ -67,9 +67,27 @@ void mt_kyutai_gen_free(mt_kyutai_gen *g)
 int mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
                          mt_kyutai_gen **out, char *err, size_t errlen)
 {
+    return mt_kyutai_gen_create_with(lm, dec, max_batch, NULL, out, err, errlen);
+}
+
+const char *mt_kyutai_gen_dep_where(const mt_kyutai_gen *g)
+{
+    return !g->df ? "none" : mt_depformer_is_cuda(g->df) ? "cuda" : "host";
+}
+
+int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
+                              mt_depformer *df, mt_kyutai_gen **out, char *err,
+                              size_t errlen)
+{
     const mt_kyutai_config *kc = &lm->kc;
     *out = NULL;
+    if (df && kc->dep_q == 0) {
+        mt_depformer_free(df);
+        mt_set_err(err, errlen, "kyutai: a depformer given for a model without one (dep_q 0)");
+        return -1;
+    }
     if (lm->shape_only) {
+        mt_depformer_free(df);
         mt_set_err(err, errlen, "kyutai: %s is shape-only (no host weights for the streams)",
                  lm->temporal->cfg.name);
         return -1;
@@ -79,13 +97,16 @@ int mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
         mt_set_err(err, errlen, "kyutai: the decoder runs another model (hidden %d, vocab %d; "
                  "want %d, %d)", mt_decoder_model(dec)->cfg.hidden,
                  mt_decoder_model(dec)->cfg.vocab, kc->dim, kc->text_card_out);
+        mt_depformer_free(df);
         return -1;
     }
     mt_kyutai_gen *g = calloc(1, sizeof *g);
     if (!g) {
+        mt_depformer_free(df);
         mt_set_err(err, errlen, "kyutai: out of memory");
         return -1;
     }
+    g->df = df;
     g->lm = lm;
     g->dec = dec;
     g->maxb = max_batch;
@@ -107,7 +128,14 @@ int mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
         mt_set_err(err, errlen, "kyutai: out of memory");
         return -1;
     }
-    if (kc->dep_q > 0 && mt_depformer_create(lm, max_batch, &g->df, err, errlen)) {
+    /* the depformer where the decoder runs: a CUDA decoder's on the GPU,
+     * else the host's */
+    int rc = 0;
+    if (kc->dep_q > 0 && !g->df)
+        rc = !strcmp(mt_decoder_backend_name(dec), "cuda")
+                 ? mt_depformer_create_cuda(lm, max_batch, &g->df, err, errlen)
+                 : mt_depformer_create(lm, max_batch, &g->df, err, errlen);
+    if (rc) {
         mt_kyutai_gen_free(g);
         return -1;
     }
@@ -310,9 +338,17 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
     /* the depformer: dep_q tokens, each from the one before */
     t0 = mt_clock_ns();
     if (Q > 0) {
-        mt_depformer_begin(g->df, B, g->h);
+        /* a failure (CUDA's) returns before any session's token rings
+         * are written */
+        if (mt_depformer_begin(g->df, B, g->h)) {
+            mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
+            return -1;
+        }
         for (int k = 0; k < Q; k++) {
-            mt_depformer_next(g->df, k, g->tok, g->dlog);
+            if (mt_depformer_next(g->df, k, g->tok, g->dlog)) {
+                mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
+                return -1;
+            }
             if (out->dep_logits)
                 for (int r = 0; r < B; r++)
                     memcpy(out->dep_logits + ((size_t)r * Q + k) * kc->card,

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "decode/decoder.h"
+#include "decode/depformer.h"
 #include "model/kyutai_lm.h"
 
 typedef struct mt_kyutai_sampling {
@@ -56,6 +57,16 @@ typedef struct mt_kyutai_out {
  * owned. */
 int  mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
                           mt_kyutai_gen **out, char *err, size_t errlen);
+/* The same with the depformer df (mt_depformer_create or _create_cuda for
+ * at least max_batch rows; owned by the generator from this call on, freed
+ * also when it fails). df NULL: one made where the decoder runs, on CUDA
+ * when the decoder's backend is CUDA, else on the host (what
+ * mt_kyutai_gen_create does). dep_q 0: df must be NULL. */
+int  mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
+                               mt_depformer *df, mt_kyutai_gen **out, char *err,
+                               size_t errlen);
+/* Where the depformer runs: "cuda", "host", or "none" (dep_q 0). */
+const char *mt_kyutai_gen_dep_where(const mt_kyutai_gen *g);
 void mt_kyutai_gen_free(mt_kyutai_gen *g);
 
 int  mt_kyutai_sess_open(const mt_kyutai_gen *g, uint64_t seed, const mt_kyutai_sampling *s,
@@ -65,8 +76,10 @@ int64_t mt_kyutai_sess_offset(const mt_kyutai_sess *s);
 
 /* One frame for B sessions: user [B, n_q - dep_q] their codebook tokens
  * (each -1 or 0..card-1); seqs their decoder sequences, each with room
- * made (mt_kv_reserve(seq, 1)). 0, or -1 with a message (nothing of any
- * session advanced). */
+ * made (mt_kv_reserve(seq, 1)). 0, or -1 with a message: the decoder's
+ * failure advances nothing; a CUDA depformer's, after the temporal step,
+ * leaves the token rings unwritten but the sessions' K/V and generators
+ * one frame on (the caller ends those sessions). */
 int  mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
                     mt_kyutai_sess *const *sess, const int32_t *user,
                     const mt_kyutai_out *out, char *err, size_t errlen);

@@ -65,7 +65,7 @@ static int parse_num(const char *s, size_t n, double *v)
 }
 
 enum { K_NAME, K_MODEL, K_MEM, K_RESERVE, K_BW, K_RATE, K_OVER, K_WB, K_KVB,
-       K_SIGMA, K_SPROB, K_SMS, K_SEED, K_SCHED, K_COUNT };
+       K_SIGMA, K_SPROB, K_SMS, K_SEED, K_SCHED, K_CRATE, K_COVER, K_COUNT };
 
 static const struct key {
     const char *name;
@@ -86,6 +86,8 @@ static const struct key {
     [K_SMS]     = { "stall_ms", 0, 0, 1e6 },
     [K_SEED]    = { "seed", 0, 0, 1.8e19 },
     [K_SCHED]   = { "schedule", 0, 0, 0 },
+    [K_CRATE]   = { "codec_rate", 0, 1, 1e21 },
+    [K_COVER]   = { "codec_overhead_us", 0, 0, 1e7 },
 };
 
 /* "120s bandwidth*0.8" (spaces around '*' allowed) */
@@ -256,6 +258,8 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         case K_BW: p.bandwidth = x; break;
         case K_RATE: p.matrix_rate = x; break;
         case K_OVER: p.overhead_us = x; break;
+        case K_CRATE: p.codec_rate = x; break;
+        case K_COVER: p.codec_overhead_us = x; break;
         case K_SIGMA: p.jitter_sigma = x; break;
         case K_SPROB: p.stall_prob = x; break;
         case K_SMS: p.stall_ms = x; break;

@@ -24,6 +24,10 @@
  *   stall_prob    = P      probability that a step also stalls; default 0
  *   stall_ms      = N      length of a stall; default 0
  *   seed          = N      noise seed (unsigned integer); default 1
+ *   codec_rate    = N      flop/s the sessions' codec (Mimi) runs at, for
+ *                          a model served with one; default matrix_rate
+ *   codec_overhead_us = N  fixed time per step that carries the codec
+ *                          (its launches); default 0
  *   schedule      = Ts FIELD*F
  *                          from T seconds after the device starts, FIELD
  *                          (bandwidth, matrix_rate or overhead) is its
@@ -60,6 +64,8 @@ typedef struct mt_sim_profile {
     double   bandwidth;      /* bytes/s */
     double   matrix_rate;    /* flop/s */
     double   overhead_us;
+    double   codec_rate;        /* flop/s; 0: not given (matrix_rate) */
+    double   codec_overhead_us;
     int      weight_bytes;   /* per parameter */
     int      kv_bytes;       /* per K/V element */
     double   jitter_sigma;

@@ -1,16 +1,23 @@
 /* speech.c: the speech stage of Kyutai's models (speech.h): Mimi encode,
- * one LM frame, Mimi decode, for a batch of sessions. */
+ * one LM frame, Mimi decode, for a batch of sessions. The codec runs on
+ * the CPU (mimi.c, a mimi_state per session), or on a CUDA decoder on the
+ * GPU (mimi_engine.h's CUDA engine, a slot per session, its state on the
+ * device). */
 #include "util/errmsg.h"
 #include "util/clock.h"
 #include "decode/speech.h"
+#include "codec/mimi_engine.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct mt_speech_sess {
-    mimi_state     *codec;
+    mimi_state     *codec;     /* the CPU codec's state; NULL on the GPU's */
     mt_kyutai_sess *lm;
+    mt_speech      *sp;
+    int             slot;      /* the GPU codec's slot; -1 on the CPU's */
 };
 
 struct mt_speech {
@@ -29,6 +36,12 @@ struct mt_speech {
     int     *drow;             /* [maxb]          row of each decoded one */
     mt_kyutai_sess **ls;       /* [maxb] */
     mt_speech_times times;
+    /* the CUDA codec (a CUDA decoder): sessions are its slots 0..maxb-1 */
+    mimi_engine *ce;           /* NULL: the CPU codec (cw, st, dst) */
+    int     *eslot, *dslot;    /* [maxb]          slots of the rows encoded / decoded */
+    int     *free_slot;        /* [maxb]          a stack of the slots not in use */
+    int      nfree;
+    pthread_mutex_t mu;        /* free_slot, nfree */
 };
 
 int mt_speech_check(const mt_kyutai_lm *lm, const mimi_model *codec, char *err,
@@ -61,12 +74,30 @@ int mt_speech_check(const mt_kyutai_lm *lm, const mimi_model *codec, char *err,
     return 0;
 }
 
+int mt_speech_codec_cost(const mt_kyutai_lm *lm, mimi_model *codec, mt_codec_cost *out,
+                         char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (mt_speech_check(lm, codec, err, errlen) ||
+        mimi_set_codebooks(codec, lm->kc.n_q - lm->kc.dep_q, err, errlen))
+        return -1;
+    out->flops = mimi_encode_flops(codec) + mimi_decode_flops(codec);
+    out->state_bytes = (double)mimi_state_bytes(codec);
+    out->weight_bytes = (double)mimi_param_count(codec) * sizeof(float);
+    return 0;
+}
+
 void mt_speech_free(mt_speech *sp)
 {
     if (!sp)
         return;
     mt_kyutai_gen_free(sp->gen);
     mimi_batch_free(sp->cw);
+    mimi_engine_free(sp->ce);
+    free(sp->eslot);
+    free(sp->dslot);
+    free(sp->free_slot);
+    pthread_mutex_destroy(&sp->mu);
     free(sp->pcm);
     free(sp->codes);
     free(sp->frame);
@@ -82,16 +113,29 @@ int mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
                      int max_batch, const mt_kyutai_sampling *smp,
                      mt_speech **out, char *err, size_t errlen)
 {
+    return mt_speech_create_with(lm, codec, dec, max_batch, smp, NULL, out, err, errlen);
+}
+
+const char *mt_speech_dep_where(const mt_speech *sp)
+{
+    return mt_kyutai_gen_dep_where(sp->gen);
+}
+
+int mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
+                          int max_batch, const mt_kyutai_sampling *smp, mt_depformer *df,
+                          mt_speech **out, char *err, size_t errlen)
+{
     *out = NULL;
-    if (mt_speech_check(lm, codec, err, errlen))
-        return -1;
     const mt_kyutai_config *kc = &lm->kc;
     int nu = kc->n_q - kc->dep_q;
-    if (mimi_set_codebooks(codec, nu, err, errlen))
+    mt_speech *sp = NULL;
+    if (mt_speech_check(lm, codec, err, errlen) ||
+        mimi_set_codebooks(codec, nu, err, errlen) ||
+        !(sp = mt_calloc_or_err(1, sizeof *sp, err, errlen, "speech"))) {
+        mt_depformer_free(df);
         return -1;
-    mt_speech *sp = mt_calloc_or_err(1, sizeof *sp, err, errlen, "speech");
-    if (!sp)
-        return -1;
+    }
+    pthread_mutex_init(&sp->mu, NULL);
     sp->lm = lm;
     sp->codec = codec;
     sp->maxb = max_batch;
@@ -114,12 +158,41 @@ int mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
     if (!sp->pcm || !sp->codes || !sp->frame || !sp->dcodes || !sp->st || !sp->dst ||
         !sp->drow || !sp->ls) {
         mt_speech_free(sp);
+        mt_depformer_free(df);
         mt_set_err(err, errlen, "speech: out of memory");
         return -1;
     }
-    sp->cw = mimi_batch_new(codec, max_batch, err, errlen);
-    if (!sp->cw || mt_kyutai_gen_create(lm, dec, max_batch, &sp->gen, err, errlen)) {
-        mt_speech_free(sp);
+    /* the codec beside the LM: on the GPU when the decoder is CUDA's */
+    if (strcmp(mt_decoder_backend_name(dec), "cuda") == 0) {
+        char e[400];
+        sp->eslot = malloc(R * sizeof *sp->eslot);
+        sp->dslot = malloc(R * sizeof *sp->dslot);
+        sp->free_slot = malloc(R * sizeof *sp->free_slot);
+        if (!sp->eslot || !sp->dslot || !sp->free_slot) {
+            mt_speech_free(sp);
+            mt_depformer_free(df);
+            mt_set_err(err, errlen, "speech: out of memory");
+            return -1;
+        }
+        for (int i = 0; i < max_batch; i++)
+            sp->free_slot[i] = max_batch - 1 - i;
+        sp->nfree = max_batch;
+        if (mimi_engine_new(codec, MIMI_BACKEND_CUDA, max_batch, max_batch, &sp->ce, e, sizeof e)) {
+            mt_speech_free(sp);
+            mt_depformer_free(df);
+            mt_set_err(err, errlen, "speech: the codec on the GPU beside the CUDA decoder: %s", e);
+            return -1;
+        }
+    } else {
+        sp->cw = mimi_batch_new(codec, max_batch, err, errlen);
+        if (!sp->cw) {
+            mt_speech_free(sp);
+            mt_depformer_free(df);
+            return -1;
+        }
+    }
+    if (mt_kyutai_gen_create_with(lm, dec, max_batch, df, &sp->gen, err, errlen)) {
+        mt_speech_free(sp);      /* df: freed by the generator's failure */
         return -1;
     }
     *out = sp;
@@ -144,6 +217,22 @@ size_t mt_speech_codec_bytes(const mt_speech *sp)
     return mimi_state_bytes(sp->codec);
 }
 
+const char *mt_speech_codec_backend(const mt_speech *sp) { return sp->ce ? "cuda" : "cpu"; }
+
+void mt_speech_last_codes(const mt_speech *sp, const int32_t **user, const int32_t **frame)
+{
+    *user = sp->codes;
+    *frame = sp->frame;
+}
+
+int64_t mt_speech_sess_codec_frames(const mt_speech_sess *s, int decoded)
+{
+    if (s->slot >= 0)
+        return decoded ? mimi_engine_frames_decoded(s->sp->ce, s->slot)
+                       : mimi_engine_frames_encoded(s->sp->ce, s->slot);
+    return decoded ? mimi_state_frames_decoded(s->codec) : mimi_state_frames_encoded(s->codec);
+}
+
 int mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
                         char *err, size_t errlen)
 {
@@ -151,6 +240,26 @@ int mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
     mt_speech_sess *s = mt_calloc_or_err(1, sizeof *s, err, errlen, "speech session");
     if (!s)
         return -1;
+    s->sp = sp;
+    s->slot = -1;
+    if (sp->ce) {
+        pthread_mutex_lock(&sp->mu);
+        if (sp->nfree > 0)
+            s->slot = sp->free_slot[--sp->nfree];
+        pthread_mutex_unlock(&sp->mu);
+        if (s->slot < 0) {
+            mt_set_err(err, errlen, "speech: all %d of the GPU codec's sessions in use", sp->maxb);
+            free(s);
+            return -1;
+        }
+        if (mimi_engine_reset(sp->ce, s->slot, err, errlen) ||
+            mt_kyutai_sess_open(sp->gen, seed, &sp->smp, &s->lm, err, errlen)) {
+            mt_speech_sess_close(s);
+            return -1;
+        }
+        *out = s;
+        return 0;
+    }
     s->codec = mimi_state_new(sp->codec, err, errlen);
     if (!s->codec || mt_kyutai_sess_open(sp->gen, seed, &sp->smp, &s->lm, err, errlen)) {
         mt_speech_sess_close(s);
@@ -166,6 +275,12 @@ void mt_speech_sess_close(mt_speech_sess *s)
         return;
     mimi_state_free(s->codec);
     mt_kyutai_sess_close(s->lm);
+    if (s->slot >= 0) {
+        mt_speech *sp = s->sp;
+        pthread_mutex_lock(&sp->mu);
+        sp->free_slot[sp->nfree++] = s->slot;
+        pthread_mutex_unlock(&sp->mu);
+    }
     free(s);
 }
 
@@ -184,12 +299,15 @@ int mt_speech_step(mt_speech *sp, int B, mt_kv_seq *const *seqs,
     for (int r = 0; r < B; r++) {
         sp->st[r] = ss[r]->codec;
         sp->ls[r] = ss[r]->lm;
+        if (sp->ce)
+            sp->eslot[r] = ss[r]->slot;
     }
     for (size_t i = 0; i < (size_t)B * fs; i++)
         sp->pcm[i] = (float)pcm_in[i] / 32768.0f;
 
     uint64_t t0 = mt_clock_ns();
-    if (mimi_encode(sp->codec, sp->cw, sp->st, B, sp->pcm, sp->codes, err, errlen))
+    if (sp->ce ? mimi_engine_encode(sp->ce, sp->eslot, B, sp->pcm, sp->codes, err, errlen)
+               : mimi_encode(sp->codec, sp->cw, sp->st, B, sp->pcm, sp->codes, err, errlen))
         return -1;
     sp->times.encode_ms = ms_since(t0);
 
@@ -206,13 +324,17 @@ int mt_speech_step(mt_speech *sp, int B, mt_kv_seq *const *seqs,
         if (Q > 0 && f[1] >= 0) {
             sp->drow[nd] = r;
             sp->dst[nd] = sp->st[r];
+            if (sp->ce)
+                sp->dslot[nd] = sp->eslot[r];
             memcpy(sp->dcodes + (size_t)nd * Q, f + 1, (size_t)Q * sizeof(int32_t));
             nd++;
         }
     }
     memset(pcm_out, 0, (size_t)B * fs * sizeof(int16_t));
     t0 = mt_clock_ns();
-    if (nd > 0 && mimi_decode(sp->codec, sp->cw, sp->dst, nd, sp->dcodes, sp->pcm, err, errlen))
+    if (nd > 0 && (sp->ce ? mimi_engine_decode(sp->ce, sp->dslot, nd, sp->dcodes, sp->pcm, err, errlen)
+                          : mimi_decode(sp->codec, sp->cw, sp->dst, nd, sp->dcodes, sp->pcm, err,
+                                        errlen)))
         return -1;
     sp->times.decode_ms = ms_since(t0);
     for (int d = 0; d < nd; d++) {

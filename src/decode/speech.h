@@ -36,11 +36,25 @@ typedef struct mt_speech_sess mt_speech_sess;
 int  mt_speech_create(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
                       int max_batch, const mt_kyutai_sampling *smp,
                       mt_speech **out, char *err, size_t errlen);
+/* The same with the depformer df (mt_kyutai_gen_create_with: owned from
+ * this call on; NULL: one where the decoder runs). */
+int  mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder *dec,
+                           int max_batch, const mt_kyutai_sampling *smp, mt_depformer *df,
+                           mt_speech **out, char *err, size_t errlen);
 void mt_speech_free(mt_speech *sp);
+/* Where the depformer runs: "cuda", "host", or "none" (dep_q 0). */
+const char *mt_speech_dep_where(const mt_speech *sp);
 
 /* Checks alone (no decoder needed): 0, or -1 naming the disagreement. */
 int  mt_speech_check(const mt_kyutai_lm *lm, const mimi_model *codec, char *err,
                      size_t errlen);
+
+/* The codec's figures for the simulated device (step.h's mt_codec_cost),
+ * at the codebook count mt_speech_create sets (which this sets too): FLOPs
+ * of one session-frame's encode and decode, one session's state, and the
+ * weights in fp32 (as the CUDA codec, mimi_cuda.c, holds them). */
+int  mt_speech_codec_cost(const mt_kyutai_lm *lm, mimi_model *codec, mt_codec_cost *out,
+                          char *err, size_t errlen);
 
 int  mt_speech_sample_rate(const mt_speech *sp);
 int  mt_speech_frame_samples(const mt_speech *sp);
@@ -51,10 +65,21 @@ int  mt_speech_audio_out(const mt_speech *sp);    /* 0 for dep_q 0 */
 size_t mt_speech_dep_bytes(const mt_speech *sp);
 size_t mt_speech_codec_bytes(const mt_speech *sp);
 
-/* A session: its codec state and LM streams, sampling seeded by seed. */
+/* Where the codec runs: "cuda" on a CUDA decoder (the codec's CUDA engine,
+ * every session's state on the GPU), else "cpu". */
+const char *mt_speech_codec_backend(const mt_speech *sp);
+/* The last step's codes, valid until the next step: user [B, n_q - dep_q]
+ * (the rows' encoded input), frame [B, 1 + dep_q] (the undelayed text and
+ * model codes; -1 where the delays are not yet filled). */
+void mt_speech_last_codes(const mt_speech *sp, const int32_t **user, const int32_t **frame);
+
+/* A session: its codec state and LM streams, sampling seeded by seed. On
+ * the GPU codec at most max_batch sessions are open at once. */
 int  mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
                          char *err, size_t errlen);
 void mt_speech_sess_close(mt_speech_sess *s);
+/* Frames the session's codec has encoded (decoded 0) or decoded (1). */
+int64_t mt_speech_sess_codec_frames(const mt_speech_sess *s, int decoded);
 
 /* One frame for B rows: pcm_in [B, frame_samples] s16; seqs the rows'
  * decoder sequences with room made (mt_kv_reserve(seq, 1)); pcm_out

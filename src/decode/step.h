@@ -22,6 +22,15 @@ typedef enum mt_num_format {
     MT_FMT_DEFAULT = 0, MT_FMT_F32 = 1, MT_FMT_F16 = 2
 } mt_num_format;
 
+/* The codec a speech model's sessions carry (Kyutai's Mimi, decode/
+ * speech.c), in the numbers the simulated device books for it: all zero
+ * when the model has none. */
+typedef struct mt_codec_cost {
+    double flops;          /* encode + decode of one frame of one session */
+    double state_bytes;    /* one session's streaming state */
+    double weight_bytes;   /* the codec's weights as the device holds them */
+} mt_codec_cost;
+
 typedef struct mt_decoder_opts {
     mt_device    device;
     int          max_batch;   /* largest B a step will be given */
@@ -46,6 +55,10 @@ typedef struct mt_decoder_opts {
      * so a run of model time T takes T/K of real time (mt-serve
      * --time-scale). */
     double       sim_time_scale;
+    /* MT_DEV_SIM: the sessions' codec, booked by the simulated device
+     * (time a step, state and weights out of the K/V budget; backend_sim.h);
+     * zero: none. Other backends ignore it. */
+    mt_codec_cost codec;
 } mt_decoder_opts;
 
 /* Inputs and outputs of one step; exactly one of pcm_in / tokens_in / x_in

@@ -302,7 +302,7 @@ static int start_server(soak_ctx *x, const mt_soak_config *c, const char *sock,
 static int soak_client_new(soak_ctx *x, double period, mt_client **cl,
                            char *err, size_t errlen)
 {
-    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL, NULL};
+    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL, NULL, NULL};
     mt_client_config cc;
     mt_spawn_client_config(&cc, x->w.n + 1, period * 1e9, x->k, &cb, x);
     return mt_client_new(&cc, cl, err, errlen);

@@ -2,7 +2,9 @@
  *
  * Each level holds c real sessions for --hold seconds through the shared
  * client library (client.h), paced on the absolute frame clock, and reads
- * the server's own timing from the returned frames (t_ready - t_arrive).
+ * the server's own timing from the returned frames (t_ready - t_arrive);
+ * a server without timings on the wire (a ws:// URL: Kyutai's protocol)
+ * is measured by the client's round trip instead, send to audio back.
  * Two p99s are kept: the naive one over real frames only, and the
  * truthful one where a FILL frame (silence in place of a late output)
  * counts as missed, i.e. infinitely late. The wall is the largest level,
@@ -23,6 +25,7 @@
 #include "probe/probe.h"
 #include "probe/spawn.h"
 #include "client/client.h"
+#include "client/ws_client.h"
 #include "wire/latline.h"
 #include "util/clock.h"
 
@@ -102,7 +105,11 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
         return;
     }
     x->real++;
-    if (push(&x->lat, &x->nlat, &x->caplat, r->server_ms * x->k) ||
+    /* a server that puts no timings on the wire (Kyutai's protocol through
+     * the ws:// bridge): the client's round trip, send to real audio back,
+     * is the frame's latency */
+    double ms = r->t_arrive && r->t_ready > r->t_arrive ? r->server_ms : r->rtt_ms;
+    if (push(&x->lat, &x->nlat, &x->caplat, ms * x->k) ||
         push(&x->rtt, &x->nrtt, &x->caprtt, r->rtt_ms * x->k))
         x->oom = 1;
     if (r->t_ready > r->t_start) {
@@ -176,7 +183,7 @@ static void pump(mt_spawn_proc *sp, tail *tl, sweep_ctx *x)
 static int level_client_new(const mt_sweep_opts *o, int c, sweep_ctx *x,
                             mt_client **cl, char *err, size_t errlen)
 {
-    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL, NULL};
+    static const mt_client_callbacks cb = {cb_accept, cb_next, cb_frame, NULL, NULL, NULL};
     mt_client_config cc;
     mt_spawn_client_config(&cc, c + 1, 80e6, x->k, &cb, x);
     if (o->token && o->token_len <= MT_TOKEN_MAX) {
@@ -421,11 +428,13 @@ static int start_server(const mt_sweep_opts *o, double k, const char *sock,
                                  sock, log, args_out, kbuf, err, errlen);
 }
 
-static void print_header(FILE *out, const mt_sweep_opts *o, double k)
+static void print_header(FILE *out, const mt_sweep_opts *o, const char *sock, double k)
 {
     fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
-            "latencies in ms from the server's timing in returned frames\n",
-            o->hold_s, o->warmup_s);
+            "latencies in ms from %s\n", o->hold_s, o->warmup_s,
+            mt_ws_client_is_url(sock)
+                ? "the client's round trip (a ws:// server sends no timings)"
+                : "the server's timing in returned frames");
     if (k != 1)
         fprintf(out, "# time-scaled x%g: the server and the clients ran at %g "
                 "times real time; times and latencies are model time "
@@ -601,7 +610,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
         mt_set_err(err, errlen, "sweep: no server (-s SOCK, or -- MT-SERVE-ARGS)");
         goto out2;
     }
-    print_header(out, o, x->k);
+    print_header(out, o, sock, x->k);
     double period_ms = 80.0;
     if (run_levels(o, out, sock, x, o->serve_bin ? &sp : NULL,
                    tl.fd >= 0 ? &tl : NULL, rows, &n, &wall, &period_ms,

@@ -90,7 +90,7 @@ size_t mt_engine_session_bound(const mt_engine *e);
  * which mt_engine_take_ready hands back. */
 uint32_t mt_engine_session_new(mt_engine *e);
 uint32_t mt_engine_session_new_for(mt_engine *e, void *user);
-/* The session's sampling seed (HELLO's seq, when not 0), in place of
+/* The session's sampling seed (HELLO's 64-bit seed, when not 0), in place of
  * opts.speech_seed; before mt_engine_admit. Unknown ids: nothing. */
 void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed);
 /* Admits: opens the KV sequence (window: the whole bound, or refused) and

@@ -319,8 +319,8 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
         mt_proto_direct(c, MT_FRAME_REJECT, 0, "server out of memory", now);
         return;
     }
-    if (f->seq)
-        mt_engine_set_seed(p->eng, c->id, f->seq);   /* HELLO's seq: mt-frame(5) */
+    if (mt_frame_hello_seed(f))   /* HELLO's seq and seed_hi: mt-frame(5) */
+        mt_engine_set_seed(p->eng, c->id, mt_frame_hello_seed(f));
     char reason[256] = "";
     int final = 0;         /* the format: asking again cannot change it */
     if (mt_hello_decode(f->payload, f->length, &h) != 0) {

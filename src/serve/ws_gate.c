@@ -25,6 +25,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,10 +40,13 @@
 #define DEFAULT_MAX_CONNS   64
 #define DEFAULT_UPGRADE_NS  10000000000ull
 #define DEFAULT_OUT_MAX     (1024 * 1024)
+#define DEFAULT_WRITE_NS    2000000000ull
+#define DEFAULT_SNDBUF      (16 * 1024)
 #define IOUT_MAX            (4 * 1024 * 1024)  /* frames queued to the server */
 #define CLOSING_NS          2000000000ull      /* a closing client, at most */
 #define PRE_ADMIT_FRAMES    64                 /* audio held until the verdict */
 #define REPORT_NS           10000000000ull
+#define TEXT_MAX      255                /* bytes of one Text message */
 
 enum { W_UPGRADE = 0, W_WAIT, W_OPEN, W_CLOSING };
 enum { MSG_HANDSHAKE = 0, MSG_AUDIO = 1, MSG_TEXT = 2, MSG_ERROR = 5 };
@@ -69,6 +74,7 @@ typedef struct wsc {
     uint32_t         session, seq;
     int              admitted;
     int              failed;           /* a queue overflowed: drop it */
+    uint64_t         stuck_since;      /* output queued, none taken since */
     struct mt_ws_gate *g;
 } wsc;
 
@@ -465,6 +471,26 @@ static int client_read(mt_ws_gate *g, wsc *c)
     return 0;
 }
 
+/* A TEXT frame: a Text message for each id with text, in order (the
+ * frame follows the audio it goes with); a FILL has none. */
+static void text_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
+{
+    if (!g->o.text_piece || (f->flags & MT_FLAG_FILL))
+        return;
+    char piece[TEXT_MAX + 1];
+    for (uint32_t i = 0; i + 4 <= f->length; i += 4) {
+        const uint8_t *q = f->payload + i;
+        int id = (int)((uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                       (uint32_t)q[3] << 24);
+        const char *s = g->o.text_piece(g->o.text_ctx, id);
+        if (!s || !*s)
+            continue;
+        snprintf(piece, sizeof piece, "%s", s);
+        mt_utf8_sanitize(piece);   /* valid UTF-8 whatever the file said */
+        kmsg(c, MSG_TEXT, piece, strlen(piece));
+    }
+}
+
 /* One frame from the server. */
 static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
 {
@@ -519,6 +545,10 @@ static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
         kmsg(c, MSG_AUDIO, g->page, (size_t)n);
         return;
     }
+    case MT_FRAME_TEXT:
+        if (c->admitted)
+            text_frame(g, c, f);
+        return;
     case MT_FRAME_END:
         ws_close(c, 1000, "session ended");
         return;
@@ -600,6 +630,8 @@ static wsc *conn_new(mt_ws_gate *g, int fd, uint64_t now)
         free(c);
         return NULL;
     }
+    /* a frame's page answered when it arrives, not one period later */
+    mt_oggopus_dec_keep_preskip(c->dec);
     mt_ws_reader_init(&c->rd, c->msg, MT_WS_GATE_MSG_MAX);
     mt_frame_decoder_init(c->fdec);
     return c;
@@ -629,6 +661,12 @@ static void on_accept(mt_ws_gate *g, uint64_t now)
             g->n_dropped++;
             slot = oldest;
         }
+        /* one small page every frame period: Nagle would hold each one for
+         * the client's delayed ACK */
+        int one = 1;
+        if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0 ||
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &g->o.sndbuf, sizeof g->o.sndbuf) != 0)
+            glog(g, "ws: socket options: %s", strerror(errno));
         wsc *c = slot >= 0 ? conn_new(g, fd, now) : NULL;
         if (!c) {
             static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
@@ -666,6 +704,22 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
     if (bb_size(&c->out) && bb_flush(&c->out, c->fd) != 0)
         return -1;
     if (c->failed) {
+        glog(g, "ws: %s dropped: its output queue passed %zu bytes: the client does "
+             "not read", c->peer, g->o.out_max);
+        g->n_dropped++;
+        return -1;
+    }
+    /* as the frame socket's slow reader: output waiting with none taken
+     * for write_timeout (its session's frames are counted unanswered by
+     * the server when the gate's connection to it closes) */
+    if (!bb_size(&c->out)) {
+        c->stuck_since = 0;
+    } else if (!c->stuck_since) {
+        c->stuck_since = now;
+    } else if (now - c->stuck_since > g->o.write_timeout_ns) {
+        glog(g, "ws: %s dropped: no output accepted for %.1f s (%zu bytes waiting): "
+             "the client does not read", c->peer, (double)(now - c->stuck_since) / 1e9,
+             bb_size(&c->out));
         g->n_dropped++;
         return -1;
     }
@@ -713,6 +767,9 @@ static void *gate_main(void *arg)
             }
             if (c->deadline && (!wake || c->deadline < wake))
                 wake = c->deadline;
+            uint64_t stuck = c->stuck_since ? c->stuck_since + g->o.write_timeout_ns + 1 : 0;
+            if (stuck && (!wake || stuck < wake))
+                wake = stuck;
         }
         int timeout = wake ? (wake > now ? (int)((wake - now + 999999) / 1000000) : 0)
                            : (int)(REPORT_NS / 1000000);
@@ -777,6 +834,10 @@ int mt_ws_gate_start(const mt_ws_gate_opts *o, mt_ws_gate **out, char *bound,
         g->o.upgrade_timeout_ns = DEFAULT_UPGRADE_NS;
     if (!g->o.out_max)
         g->o.out_max = DEFAULT_OUT_MAX;
+    if (!g->o.write_timeout_ns)
+        g->o.write_timeout_ns = DEFAULT_WRITE_NS;
+    if (g->o.sndbuf <= 0)
+        g->o.sndbuf = DEFAULT_SNDBUF;
     /* a frame the encoder cannot split into packets fails here, not per client */
     mt_oggopus_enc *probe = NULL;
     if (mt_oggopus_enc_create(o->rate, o->frame_samples, 1, &probe, err, errlen) != 0)

@@ -7,7 +7,9 @@
  * engine's format, and translates both ways: Audio messages (Ogg pages of
  * Opus) are decoded to PCM frames at the model's rate and sent as AUDIO
  * frames; the server's AUDIO frames (FILL included) are encoded as one Ogg
- * page each and sent as Audio messages. Admission, the controller, drain,
+ * page each and sent as Audio messages; the ids of its TEXT frames are
+ * spelt by text_piece and sent as Text messages, one a token, after the
+ * audio they go with (ids without text skipped). Admission, the controller, drain,
  * shedding, the latency lines and the metrics are the server's, unchanged:
  * the gate is one more client of it. Audio a client sends before the
  * verdict waits for it (up to 64 frames; more is refused with an Error). ACCEPT becomes the Handshake message
@@ -18,7 +20,8 @@
  * A thread of its own with one poll loop. Every client is hostile: the
  * upgrade request is bounded (wire/http.h), messages are bounded
  * (MT_WS_GATE_MSG_MAX), the Ogg/Opus input is checked (wire/oggopus.h), a
- * client that does not read is dropped when its queue passes out_max, and
+ * client that does not read is dropped (logged, with the reason) when its
+ * queue makes no progress for write_timeout_ns or passes out_max, and
  * the upgrade has a deadline; when every slot is taken, the oldest
  * connection still sending its upgrade makes room for a new one.
  *
@@ -48,6 +51,18 @@ typedef struct mt_ws_gate_opts {
     int         max_conns;     /* 0: 64 */
     uint64_t    upgrade_timeout_ns; /* 0: 10 s */
     size_t      out_max;       /* bytes queued to one client; 0: 1 MiB */
+    uint64_t    write_timeout_ns; /* output queued with no progress this
+                                     long: the client does not read, it is
+                                     dropped (as --write-timeout); 0: 2 s */
+    int         sndbuf;        /* SO_SNDBUF of a client socket; 0: 16 KiB
+                                  (a few seconds of pages, so that a client
+                                  that stops reading is seen soon) */
+    /* Kyutai's Text messages: the UTF-8 text of a text token id (the ids
+     * of the server's TEXT frames), NULL for an id shown as none (padding,
+     * control). NULL text_piece: no Text messages (no tokenizer to spell
+     * the ids). Called on the gate's thread. */
+    const char *(*text_piece)(void *ctx, int id);
+    void       *text_ctx;
     void      (*log)(void *ctx, const char *msg);
     void       *log_ctx;
 } mt_ws_gate_opts;

@@ -61,7 +61,7 @@ enum {
 
 static int type_known(unsigned type)
 {
-    return type >= MT_FRAME_HELLO && type <= MT_FRAME_TEXT;
+    return type >= MT_FRAME_HELLO && type <= MT_FRAME_WORDS;
 }
 
 static int is_data(unsigned type)
@@ -144,6 +144,7 @@ static int length_ok(unsigned type, uint32_t len)
     case MT_FRAME_END:        /* from the server: why it ended the session */
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
+    case MT_FRAME_WORDS:
         return len <= MT_REASON_MAX;
     default:
         return 0;
@@ -160,6 +161,7 @@ static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
     case MT_FRAME_END:
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
+    case MT_FRAME_WORDS:
         return utf8_valid(p, len);
     case MT_FRAME_TEXT:
         /* token ids are int32 values on the wire: none negative */
@@ -215,7 +217,7 @@ static int check_header(const mt_frame_decoder *d, size_t have)
     unsigned type = h[OFF_TYPE];
     uint32_t len = get_u32(h + OFF_LENGTH);
     if (!flags_ok(type, get_u16(h + OFF_FLAGS)) ||
-        get_u32(h + OFF_RESERVED) != 0)
+        (type != MT_FRAME_HELLO && get_u32(h + OFF_RESERVED) != 0))
         return MT_FERR_FLAGS;
     if (len > MT_FRAME_MAX_PAYLOAD)
         return MT_FERR_TOO_LONG;
@@ -238,6 +240,7 @@ static void fill_frame(const uint8_t *h, mt_frame *f)
     f->t_start = get_u64(h + OFF_T_START);
     f->t_ready = get_u64(h + OFF_T_READY);
     f->length = get_u32(h + OFF_LENGTH);
+    f->seed_hi = get_u32(h + OFF_RESERVED);   /* 0 but in a HELLO */
     f->payload = h + MT_FRAME_HEADER_SIZE;
 }
 
@@ -327,7 +330,7 @@ long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap)
         return MT_FERR_VERSION;
     if (!type_known(f->type))
         return MT_FERR_TYPE;
-    if (!flags_ok(f->type, f->flags))
+    if (!flags_ok(f->type, f->flags) || (f->type != MT_FRAME_HELLO && f->seed_hi))
         return MT_FERR_FLAGS;
     if (f->length > MT_FRAME_MAX_PAYLOAD)
         return MT_FERR_TOO_LONG;
@@ -351,7 +354,7 @@ long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap)
     put_u64(out + OFF_T_START, f->t_start);
     put_u64(out + OFF_T_READY, f->t_ready);
     put_u32(out + OFF_LENGTH, f->length);
-    put_u32(out + OFF_RESERVED, 0);
+    put_u32(out + OFF_RESERVED, f->seed_hi);
     if (f->length)
         memmove(out + MT_FRAME_HEADER_SIZE, f->payload, f->length);
     return (long)total;
@@ -454,6 +457,7 @@ const char *mt_frame_type_name(int type)
     case MT_FRAME_REJECT: return "REJECT";
     case MT_FRAME_ERROR:  return "ERROR";
     case MT_FRAME_TEXT:   return "TEXT";
+    case MT_FRAME_WORDS:  return "WORDS";
     default:              return "UNKNOWN";
     }
 }

@@ -18,7 +18,8 @@
  *    32    8 t_start      server: when the step that served it started, ns
  *    40    8 t_ready      server: when its output was ready, ns
  *    48    4 length       payload bytes, <= MT_FRAME_MAX_PAYLOAD
- *    52    4 reserved     0 in version 1
+ *    52    4 reserved     0 in version 1, except in HELLO: the high 32
+ *                         bits of the sampling seed (seq its low 32)
  *    56    . payload
  *
  * Decoding is incremental (bytes in any split, one at a time works) and
@@ -56,6 +57,12 @@ enum mt_frame_type {
                             in a session ACCEPTed with MT_FLAG_TEXT_ONLY,
                             the answer itself (then FILL may mark it); no
                             seq order of its own */
+    MT_FRAME_WORDS  = 9, /* server -> client: the text that goes with the
+                            output of input `seq` as UTF-8 words (no NUL,
+                            <= MT_REASON_MAX bytes), from a server that
+                            sends text rather than token ids (mt-replay's
+                            bridge to Kyutai's WebSocket protocol); beside
+                            the output, not an answer, no seq order */
 };
 #define MT_TEXT_MAX_TOKENS 64
 
@@ -89,7 +96,8 @@ enum mt_frame_status {
     MT_FERR_TOO_LONG   = -4, /* payload length over MT_FRAME_MAX_PAYLOAD */
     MT_FERR_SEQ        = -5, /* AUDIO/TOKENS sequence went backwards */
     MT_FERR_TRUNCATED  = -6, /* stream ended inside a frame */
-    MT_FERR_FLAGS      = -7, /* unknown flag bits or non-zero reserved */
+    MT_FERR_FLAGS      = -7, /* unknown flag bits or non-zero reserved
+                                (outside HELLO) */
     MT_FERR_PAYLOAD    = -8, /* payload inconsistent with type */
     MT_FERR_ARG        = -9, /* encoder: bad argument / buffer too small */
 };
@@ -102,6 +110,10 @@ typedef struct mt_frame {
     uint32_t seq;
     uint64_t t_send, t_arrive, t_start, t_ready;
     uint32_t length;
+    uint32_t seed_hi;       /* HELLO only (the header's reserved field):
+                               the seed's high 32 bits, seq its low 32
+                               (mt_frame_hello_seed); 0 in every other
+                               type, where a non-zero one is refused */
     const uint8_t *payload; /* decoder: points into the decoder's buffer,
                                valid until the next decode call */
 } mt_frame;
@@ -130,6 +142,20 @@ typedef struct mt_frame_decoder {
 } mt_frame_decoder;
 
 void mt_frame_decoder_init(mt_frame_decoder *d);
+
+/* A HELLO's 64-bit sampling seed: seed_hi << 32 | seq (0: the server's
+ * default). A client whose seed fits 32 bits sends the version-1 HELLO of
+ * before, byte for byte. */
+static inline uint64_t mt_frame_hello_seed(const mt_frame *f)
+{
+    return (uint64_t)f->seed_hi << 32 | f->seq;
+}
+/* Sets a HELLO's seq and seed_hi from seed. */
+static inline void mt_frame_set_hello_seed(mt_frame *f, uint64_t seed)
+{
+    f->seq = (uint32_t)seed;
+    f->seed_hi = (uint32_t)(seed >> 32);
+}
 
 /* Consumes bytes from buf[0..len). Returns MT_FRAME_OK with *out filled
  * (stop and call again with the rest: *consumed says how much was used),

@@ -21,9 +21,53 @@
 
 /* ---- parser -------------------------------------------------------------- */
 
+/* Byte classes, looked up rather than compared: the parser runs over
+ * every byte of every line mt-admit and mt-probe read. */
+enum { C_KEY = 1, C_BARE_BAD = 2, C_QUOTED_BAD = 4, C_NUM = 8 };
+
+static const uint8_t byte_class[256] = {
+    /* control bytes: in no value */
+    [0x00 ... 0x1f] = C_BARE_BAD | C_QUOTED_BAD,
+    [0x7f] = C_BARE_BAD | C_QUOTED_BAD,
+    ['"'] = C_BARE_BAD,
+    ['='] = C_BARE_BAD,
+    ['a' ... 'd'] = C_KEY,
+    ['f' ... 'z'] = C_KEY,
+    ['_'] = C_KEY,
+    /* C_NUM: what a plain decimal number is written with (mt_latline_f64) */
+    ['0' ... '9'] = C_KEY | C_NUM,
+    ['e'] = C_KEY | C_NUM,
+    ['E'] = C_NUM, ['+'] = C_NUM, ['-'] = C_NUM, ['.'] = C_NUM,
+};
+
 static int key_char(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    return byte_class[c] & C_KEY;
+}
+
+/* FNV-1a over a key's bytes: the key index's hash. */
+#define KEY_HASH0 2166136261u
+static uint32_t key_hash_step(uint32_t h, unsigned char c)
+{
+    return (h ^ c) * 16777619u;
+}
+
+/* The slot of key[0..klen) in ll's index: the one holding it, or the
+ * empty one where it would go. The index is never full (MT_LL_SLOTS is
+ * twice MT_LL_MAX_PAIRS), so the probe ends. */
+static int key_slot(const mt_latline *ll, const char *key, size_t klen,
+                    uint32_t h)
+{
+    unsigned s = h & (MT_LL_SLOTS - 1);
+    for (;;) {
+        int k = ll->slot[s];
+        if (k == 0)
+            return (int)s;
+        const mt_ll_pair *p = &ll->pair[k - 1];
+        if ((size_t)p->klen == klen && memcmp(p->key, key, klen) == 0)
+            return (int)s;
+        s = (s + 1) & (MT_LL_SLOTS - 1);
+    }
 }
 
 /* Copies at most `max` bytes of s[0..n) into out for an error message,
@@ -40,6 +84,14 @@ static void sanitize(char *out, size_t outsz, const char *s, size_t n,
     }
     if (outsz)
         out[j] = '\0';
+}
+
+/* The key at s[0..n) as an error message shows it (at least its first
+ * byte, so an empty key shows what stood there). */
+static const char *key_name(char *out, size_t outsz, const char *s, size_t n)
+{
+    sanitize(out, outsz, s, n ? n : 1, MT_LL_KEY_MAX);
+    return out;
 }
 
 static const char *describe_byte(unsigned char c, char *tmp, size_t n)
@@ -70,6 +122,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         return -1;
     }
     ll->n = 0;
+    memset(ll->slot, 0, sizeof ll->slot);
     if (!line && len > 0) {
         mt_set_err(err, errlen, "line %ld: no input", lineno);
         return -1;
@@ -91,10 +144,12 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         }
         /* key */
         size_t ks = i;
+        uint32_t h = KEY_HASH0;
         while (i < len && key_char((unsigned char)line[i]))
-            i++;
+            h = key_hash_step(h, (unsigned char)line[i++]);
         size_t klen = i - ks;
-        sanitize(key, sizeof key, line + ks, klen ? klen : 1, MT_LL_KEY_MAX);
+/* the key for an error message, made only when there is one */
+#define KEY key_name(key, sizeof key, line + ks, klen)
         if (klen == 0) {
             mt_set_err(err, errlen, "line %ld: column %zu: expected a key, found %s",
                     lineno, ks + 1,
@@ -110,28 +165,26 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         }
         if (klen > MT_LL_KEY_MAX) {
             mt_set_err(err, errlen, "line %ld: key '%s...': longer than %d bytes",
-                    lineno, key, MT_LL_KEY_MAX);
+                    lineno, KEY, MT_LL_KEY_MAX);
             return -1;
         }
         if (ll->n >= MT_LL_MAX_PAIRS) {
             mt_set_err(err, errlen, "line %ld: key '%s': more than %d pairs",
-                    lineno, key, MT_LL_MAX_PAIRS);
+                    lineno, KEY, MT_LL_MAX_PAIRS);
             return -1;
         }
-        for (int k = 0; k < ll->n; k++) {
-            if (strlen(ll->pair[k].key) == klen &&
-                memcmp(ll->pair[k].key, line + ks, klen) == 0) {
-                mt_set_err(err, errlen, "line %ld: key '%s': duplicate key",
-                        lineno, key);
-                return -1;
-            }
+        int ks_slot = key_slot(ll, line + ks, klen, h);
+        if (ll->slot[ks_slot]) {
+            mt_set_err(err, errlen, "line %ld: key '%s': duplicate key",
+                    lineno, KEY);
+            return -1;
         }
         /* Room check: each pair's output (key NUL value NUL) is at most one
          * byte longer than its input plus separator, so this never fires
          * for lines within MT_LL_MAX_LINE; it is here so that no future
          * change to the grammar can overrun buf. */
         if (o + klen + 1 > sizeof ll->buf) {
-            mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
+            mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, KEY);
             return -1;
         }
         char *kout = buf + o;
@@ -144,7 +197,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         if (i < len && line[i] == '=') {
             i++;
             if (o >= sizeof ll->buf) {
-                mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, key);
+                mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, KEY);
                 return -1;
             }
             vout = buf + o;
@@ -154,7 +207,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                 for (;;) {
                     if (i >= len) {
                         mt_set_err(err, errlen, "line %ld: key '%s': unterminated "
-                                "quote", lineno, key);
+                                "quote", lineno, KEY);
                         return -1;
                     }
                     unsigned char c = (unsigned char)line[i];
@@ -165,7 +218,7 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                     if (c == '\\') {
                         if (i + 1 >= len) {
                             mt_set_err(err, errlen, "line %ld: key '%s': "
-                                    "unterminated quote", lineno, key);
+                                    "unterminated quote", lineno, KEY);
                             return -1;
                         }
                         c = (unsigned char)line[i + 1];
@@ -175,13 +228,13 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                             else
                                 snprintf(tmp, sizeof tmp, "\\ + byte 0x%02x", c);
                             mt_set_err(err, errlen, "line %ld: key '%s': bad escape "
-                                    "'%s' (only \\\" and \\\\)", lineno, key, tmp);
+                                    "'%s' (only \\\" and \\\\)", lineno, KEY, tmp);
                             return -1;
                         }
                         i += 2;
-                    } else if (c < 0x20 || c == 0x7f) {
+                    } else if (byte_class[c] & C_QUOTED_BAD) {
                         mt_set_err(err, errlen, "line %ld: key '%s': control %s in "
-                                "value", lineno, key,
+                                "value", lineno, KEY,
                                 describe_byte(c, tmp, sizeof tmp));
                         return -1;
                     } else {
@@ -189,37 +242,43 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                     }
                     if (o + 1 >= sizeof ll->buf) {
                         mt_set_err(err, errlen, "line %ld: key '%s': record full",
-                                lineno, key);
+                                lineno, KEY);
                         return -1;
                     }
                     buf[o++] = (char)c;
                 }
                 if (i < len && line[i] != ' ') {
                     mt_set_err(err, errlen, "line %ld: key '%s': %s after closing "
-                            "quote", lineno, key,
+                            "quote", lineno, KEY,
                             describe_byte((unsigned char)line[i], tmp, sizeof tmp));
                     return -1;
                 }
             } else {
+                /* the value runs to the next space; its bytes' classes
+                 * are gathered and looked at once, the first bad one
+                 * found again only for the message */
                 size_t vs = i;
-                while (i < len && line[i] != ' ') {
-                    unsigned char c = (unsigned char)line[i];
-                    if (c == '"' || c == '=' || c < 0x20 || c == 0x7f) {
-                        mt_set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
-                                "value", lineno, key,
-                                describe_byte(c, tmp, sizeof tmp));
-                        return -1;
-                    }
-                    i++;
+                const char *sp = memchr(line + i, ' ', len - i);
+                size_t ve = sp ? (size_t)(sp - line) : len;
+                unsigned cls = 0;
+                for (; i < ve; i++)
+                    cls |= byte_class[(unsigned char)line[i]];
+                if (cls & C_BARE_BAD) {
+                    for (i = vs; !(byte_class[(unsigned char)line[i]] & C_BARE_BAD); i++)
+                        ;
+                    mt_set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
+                            "value", lineno, KEY,
+                            describe_byte((unsigned char)line[i], tmp, sizeof tmp));
+                    return -1;
                 }
                 if (i == vs) {
                     mt_set_err(err, errlen, "line %ld: key '%s': missing value "
-                            "after '=' (write \"\" for an empty one)", lineno, key);
+                            "after '=' (write \"\" for an empty one)", lineno, KEY);
                     return -1;
                 }
                 if (o + (i - vs) + 1 > sizeof ll->buf) {
                     mt_set_err(err, errlen, "line %ld: key '%s': record full",
-                            lineno, key);
+                            lineno, KEY);
                     return -1;
                 }
                 memcpy(buf + o, line + vs, i - vs);
@@ -230,9 +289,12 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
         ll->pair[ll->n].key = kout;
         ll->pair[ll->n].val = vout;
         ll->pair[ll->n].quoted = quoted;
+        ll->pair[ll->n].klen = (int)klen;
         ll->n++;
+        ll->slot[ks_slot] = (uint8_t)ll->n;
     }
     return 0;
+#undef KEY
 }
 
 const char *mt_latline_kind(const mt_latline *ll)
@@ -244,10 +306,13 @@ const char *mt_latline_get(const mt_latline *ll, const char *key)
 {
     if (!ll || !key)
         return NULL;
-    for (int k = 0; k < ll->n; k++)
-        if (strcmp(ll->pair[k].key, key) == 0)
-            return ll->pair[k].val;
-    return NULL;
+    uint32_t h = KEY_HASH0;
+    size_t n = 0;
+    for (; key[n]; n++)
+        h = key_hash_step(h, (unsigned char)key[n]);
+    int k = ll->slot[key_slot(ll, key, n, h)];
+    /* the index holds the committed pairs only: k <= n */
+    return k && k <= ll->n ? ll->pair[k - 1].val : NULL;
 }
 
 int mt_latline_i64(const mt_latline *ll, const char *key, int64_t *v)
@@ -276,8 +341,11 @@ int mt_latline_f64(const mt_latline *ll, const char *key, double *v)
     if (!s)
         return 1;
     /* Plain decimal only: no hex floats, no nan/inf spellings, no spaces. */
-    if (*s == '\0' || strspn(s, "0123456789+-.eE") != strlen(s))
+    if (*s == '\0')
         return -1;
+    for (const char *p = s; *p; p++)
+        if (!(byte_class[(unsigned char)*p] & C_NUM))
+            return -1;
     char *end;
     errno = 0;
     double x = strtod(s, &end);
@@ -316,16 +384,15 @@ static void put_bytes(mt_ll_writer *w, const char *s, size_t n)
  * the line unparseable, so it poisons the writer like an overflow does. */
 static void put_key(mt_ll_writer *w, const char *key)
 {
-    size_t n = key ? strlen(key) : 0;
-    if (n == 0 || n > MT_LL_KEY_MAX) {
+    size_t n = 0;
+    if (key)
+        while (n <= MT_LL_KEY_MAX && key_char((unsigned char)key[n]))
+            n++;
+    /* empty, too long, or a byte outside [a-z0-9_] before its end */
+    if (n == 0 || n > MT_LL_KEY_MAX || key[n] != '\0') {
         w->overflow = 1;
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        if (!key_char((unsigned char)key[i])) {
-            w->overflow = 1;
-            return;
-        }
     if (w->len > 0)
         put_bytes(w, " ", 1);
     put_bytes(w, key, n);
@@ -347,16 +414,34 @@ static void put_fmt(mt_ll_writer *w, const char *fmt, ...)
     put_bytes(w, tmp, (size_t)n);
 }
 
+/* Writes "=" and v in decimal, with a '-' before it when neg: what
+ * "=%llu" writes, without a format string to interpret (a tick line is
+ * mostly integers, and mt-serve writes one per tick). */
+static void put_dec(mt_ll_writer *w, uint64_t v, int neg)
+{
+    char tmp[24];           /* "=-" and 20 digits at most */
+    char *p = tmp + sizeof tmp;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (neg)
+        *--p = '-';
+    *--p = '=';
+    put_bytes(w, p, (size_t)(tmp + sizeof tmp - p));
+}
+
 void mt_ll_int(mt_ll_writer *w, const char *key, int64_t v)
 {
     put_key(w, key);
-    put_fmt(w, "=%lld", (long long)v);
+    /* the magnitude as unsigned: -INT64_MIN does not fit an int64_t */
+    put_dec(w, v < 0 ? 0 - (uint64_t)v : (uint64_t)v, v < 0);
 }
 
 void mt_ll_u64(mt_ll_writer *w, const char *key, uint64_t v)
 {
     put_key(w, key);
-    put_fmt(w, "=%llu", (unsigned long long)v);
+    put_dec(w, v, 0);
 }
 
 /* Fixed decimals, so columns line up and a reader never meets an exponent.
@@ -513,12 +598,13 @@ enum field_kind { F_INT, F_DBL };
 
 static const struct tick_field {
     const char *key;
+    size_t klen;
     enum field_kind kind;
     int decimals;
     size_t off;
 } tick_fields[] = {
-#define I(name) { #name, F_INT, 0, offsetof(mt_tick, name) }
-#define D(name, dec) { #name, F_DBL, dec, offsetof(mt_tick, name) }
+#define I(name) { #name, sizeof #name - 1, F_INT, 0, offsetof(mt_tick, name) }
+#define D(name, dec) { #name, sizeof #name - 1, F_DBL, dec, offsetof(mt_tick, name) }
     I(tick), D(t, 3), I(active), I(stepped), D(step_ms, 3), D(late_ms, 3),
     D(p50_ms, 3), D(p99_ms, 3), I(in), I(out), I(fill), I(kv_used),
     I(kv_free), I(pending), I(admitted), I(rejected), I(preempted),
@@ -550,13 +636,20 @@ long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
     mt_ll_begin(&w, buf, cap);
     if (!t)
         return -1;
+    /* the table's keys are [a-z0-9_]{1,32} (test_latline reads back every
+     * line written here): written as they are, not checked per tick */
     for (size_t k = 0; k < N_TICK_FIELDS; k++) {
         const struct tick_field *f = &tick_fields[k];
         const char *p = (const char *)t + f->off;
-        if (f->kind == F_INT)
-            mt_ll_int(&w, f->key, *(const int64_t *)(const void *)p);
-        else
-            mt_ll_f(&w, f->key, *(const double *)(const void *)p, f->decimals);
+        if (w.len > 0)
+            put_bytes(&w, " ", 1);
+        put_bytes(&w, f->key, f->klen);
+        if (f->kind == F_INT) {
+            int64_t v = *(const int64_t *)(const void *)p;
+            put_dec(&w, v < 0 ? 0 - (uint64_t)v : (uint64_t)v, v < 0);
+        } else {
+            put_fmt(&w, "=%.*f", f->decimals, *(const double *)(const void *)p);
+        }
     }
     if (t->miss >= 0)
         mt_ll_int(&w, "miss", t->miss);

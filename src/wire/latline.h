@@ -36,16 +36,25 @@
 #define MT_LL_MAX_LINE  4096
 #define MT_LL_KEY_MAX   32
 
+/* slots of the key index: a power of two, twice MT_LL_MAX_PAIRS */
+#define MT_LL_SLOTS     128
+
 typedef struct mt_ll_pair {
     const char *key;   /* NUL-terminated, inside mt_latline.buf */
     const char *val;   /* NUL-terminated, unescaped; "" for a flag */
     int         quoted;/* 1: the value was written in double quotes */
+    int         klen;  /* strlen(key) */
 } mt_ll_pair;
 
+/* A parsed line. The key index finds a key in one or two probes: a typed
+ * reader looks up every key of a record (a tick has 20 to 26), and a scan
+ * of the pairs for each made reading a line quadratic in its keys. */
 typedef struct mt_latline {
     char       buf[MT_LL_MAX_LINE + 1];
     mt_ll_pair pair[MT_LL_MAX_PAIRS];
     int        n;
+    uint8_t    slot[MT_LL_SLOTS]; /* [MT_LL_SLOTS] open addressing on the
+                                     key's hash: pair index + 1, 0 empty */
 } mt_latline;
 
 /* Parses one line (without or with its trailing newline). Returns 0, or -1

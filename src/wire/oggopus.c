@@ -24,6 +24,7 @@ struct mt_oggopus_dec {
     int              packets;         /* packets seen: 0 head, 1 tags */
     OpusDecoder     *opus;
     int              skip;            /* pre-skip samples still to drop */
+    int              keep_preskip;    /* mt_oggopus_dec_keep_preskip */
     size_t           unpaged;         /* bytes fed since the last page */
     int              dead;
     char             why[160];
@@ -105,8 +106,13 @@ static int id_header(mt_oggopus_dec *d, const ogg_packet *op)
     if (p[18] != 0)
         return die(d, "OpusHead: only channel mapping family 0 is served");
     /* pre-skip counts 48 kHz samples */
-    d->skip = (int)((long)le16(p + 10) * d->rate / 48000);
+    d->skip = d->keep_preskip ? 0 : (int)((long)le16(p + 10) * d->rate / 48000);
     return 0;
+}
+
+void mt_oggopus_dec_keep_preskip(mt_oggopus_dec *d)
+{
+    d->keep_preskip = 1;
 }
 
 /* One audio packet, decoded; whole frames handed on. */

@@ -8,7 +8,8 @@
  * Decoder: one logical stream, ID header (OpusHead: version 0.x, 1 or 2
  * channels, mapping family 0) then comment header (OpusTags), then audio;
  * decoded to mono at the decoder's rate whatever the stream's input rate
- * (a stereo stream is downmixed by libopus); the pre-skip dropped. A
+ * (a stereo stream is downmixed by libopus); the pre-skip dropped unless
+ * told (mt_oggopus_dec_keep_preskip). A
  * stream that is not Ogg, not Opus, a second stream, a corrupt packet:
  * -1 with a message, and the decoder is dead.
  */
@@ -27,6 +28,11 @@ int  mt_oggopus_dec_create(int rate, int frame,
                            void *ctx, mt_oggopus_dec **out, char *err,
                            size_t errlen);
 void mt_oggopus_dec_free(mt_oggopus_dec *d);
+/* Keeps the pre-skip samples (call before the first feed): the audio
+ * then starts with the encoder's lookahead (a few ms), and a stream of one
+ * frame a page gives each frame as its page arrives; dropping them, each
+ * frame would wait for the next page, one frame period late. */
+void mt_oggopus_dec_keep_preskip(mt_oggopus_dec *d);
 /* Feeds n bytes of the stream (any cut); calls on_frame for every whole
  * frame decoded. 0, or -1 with err (sticky). */
 int  mt_oggopus_dec_feed(mt_oggopus_dec *d, const uint8_t *p, size_t n,

@@ -120,11 +120,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mt_admit *b = make(policy, &dec_b);
     mt_admit_feed_init(&feed_b, b, NULL, NULL);
     size_t start = 0;
-    for (size_t i = 0; i <= size; i++) {
-        if (i < size && data[i] != '\n')
-            continue;
-        if (i == size && i == start)
-            break;              /* no last line without newline */
+    while (start < size) {      /* no last line when the input ends in \n */
+        const uint8_t *nl = memchr(data + start, '\n', size - start);
+        size_t i = nl ? (size_t)(nl - data) : size;
         size_t len = i - start;
         if (len > MT_LL_MAX_LINE + 1) {
             feed_b.lineno++;    /* overlong: skipped, counted bad */

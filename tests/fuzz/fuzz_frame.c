@@ -22,6 +22,7 @@ static int same(const mt_frame *a, const mt_frame *b)
            a->seq == b->seq && a->t_send == b->t_send &&
            a->t_arrive == b->t_arrive && a->t_start == b->t_start &&
            a->t_ready == b->t_ready && a->length == b->length &&
+           a->seed_hi == b->seed_hi &&
            (a->length == 0 || memcmp(a->payload, b->payload, a->length) == 0);
 }
 
@@ -52,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         pos += used;
         if (rc == MT_FRAME_OK) {
-            if (f.type < MT_FRAME_HELLO || f.type > MT_FRAME_TEXT ||
+            if (f.type < MT_FRAME_HELLO || f.type > MT_FRAME_WORDS ||
                 f.length > MT_FRAME_MAX_PAYLOAD)
                 abort();
             reencode(&f);

@@ -1,7 +1,8 @@
 /* fuzz_oggopus.c: libFuzzer harness for the Ogg Opus input path of --ws
  * (src/wire/oggopus.c, over libogg and libopus): any bytes fed to the
  * decoder, whole and cut at a point the first byte picks, give the same
- * frames and the same verdict, and never crash or overrun. */
+ * frames and the same verdict, and never crash or overrun; each with
+ * the pre-skip dropped and kept (as the gate decodes). */
 #include "wire/oggopus.h"
 
 #include <stdint.h>
@@ -24,13 +25,15 @@ static void on_frame(void *ctx, const int16_t *pcm)
         s->hash = s->hash * 1099511628211ull ^ (uint16_t)pcm[i];
 }
 
-static int run(const uint8_t *data, size_t size, size_t cut, sink *s)
+static int run(const uint8_t *data, size_t size, size_t cut, int keep, sink *s)
 {
     char err[200];
     mt_oggopus_dec *d = NULL;
     memset(s, 0, sizeof *s);
     if (mt_oggopus_dec_create(RATE, FRAME, on_frame, s, &d, err, sizeof err) != 0)
         abort();
+    if (keep)
+        mt_oggopus_dec_keep_preskip(d);
     int rc = mt_oggopus_dec_feed(d, data, cut, err, sizeof err);
     if (rc == 0)
         rc = mt_oggopus_dec_feed(d, data + cut, size - cut, err, sizeof err);
@@ -44,9 +47,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     sink a, b;
     size_t cut = size ? (size_t)data[0] * size / 256 : 0;
-    int ra = run(data, size, size, &a);
-    int rb = run(data, size, cut, &b);
-    if (ra != rb || a.n != b.n || a.hash != b.hash)
-        abort();
+    for (int keep = 0; keep < 2; keep++) {
+        int ra = run(data, size, size, keep, &a);
+        int rb = run(data, size, cut, keep, &b);
+        if (ra != rb || a.n != b.n || a.hash != b.hash)
+            abort();
+    }
     return 0;
 }

@@ -10,12 +10,14 @@
  *
  * -d cuda or -d sim:PROFILE runs the temporal step there (the model's
  * temporal weights the device's own, a preset only: MT_KYUTAI_HOST_SIDE),
- * the streams, the depformer and the sampling on the host as always; on
- * the simulated device the temporal time is the profile's prediction and
- * the line says so (device=sim:...).
+ * the streams and the sampling on the host as always; on the simulated
+ * device the temporal time is the profile's prediction and the line says
+ * so (device=sim:...). The depformer runs where the decoder does (on the
+ * GPU with -d cuda, as mt-serve runs it), or where -D says: host or cuda;
+ * the line says which (depformer=).
  *
- * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-b 1,8,32]
- *                       [-f FRAMES] [-S S] [-W W] [-t THREADS]
+ * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|cuda]
+ *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
  * Prints one logfmt line per B; asserts nothing. */
 #include "decode/decoder.h"
 #include "decode/kyutai.h"
@@ -41,6 +43,7 @@ static double median(double *v, int n)
 
 static mt_device dev = MT_DEV_CPU;
 static const char *dev_name = "cpu", *sim_profile;
+static const char *dep_on;      /* -D host | cuda; NULL: where the decoder runs */
 
 static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads)
 {
@@ -67,8 +70,16 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
     int rc = -1;
     if (!ss || !seqs || !user || !text || !st[0] || !st[1] || !st[2] || !st[3] || !st[4])
         goto out;
-    if (mt_decoder_create(lm->temporal, &o, &d, err, sizeof err) ||
-        mt_kyutai_gen_create(lm, d, B, &g, err, sizeof err))
+    mt_depformer *df = NULL;
+    if (dep_on && kc->dep_q > 0 &&
+        (!strcmp(dep_on, "cuda") ? mt_depformer_create_cuda(lm, B, &df, err, sizeof err)
+                                 : mt_depformer_create(lm, B, &df, err, sizeof err)))
+        goto out;
+    if (mt_decoder_create(lm->temporal, &o, &d, err, sizeof err)) {
+        mt_depformer_free(df);
+        goto out;
+    }
+    if (mt_kyutai_gen_create_with(lm, d, B, df, &g, err, sizeof err))
         goto out;
     mt_kv_pool *pool = mt_decoder_pool(d);
     for (int b = 0; b < B; b++)
@@ -103,10 +114,10 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
         }
     }
     size_t kvb = (size_t)(S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
-    printf("kyutai device=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f temporal_ms=%.3f "
-           "depformer_ms=%.3f sample_ms=%.3f total_ms=%.3f per_frame_session_ms=%.3f "
-           "session_kv_bytes=%zu session_other_bytes=%zu\n",
-           dev_name, lm->temporal->cfg.name, B, S, W, F, median(st[0], F), median(st[1], F),
+    printf("kyutai device=%s depformer=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f "
+           "temporal_ms=%.3f depformer_ms=%.3f sample_ms=%.3f total_ms=%.3f "
+           "per_frame_session_ms=%.3f session_kv_bytes=%zu session_other_bytes=%zu\n",
+           dev_name, mt_kyutai_gen_dep_where(g), lm->temporal->cfg.name, B, S, W, F, median(st[0], F), median(st[1], F),
            median(st[2], F), median(st[3], F), median(st[4], F), median(st[4], F) / B, kvb,
            mt_kyutai_session_bytes(kc));
     fflush(stdout);
@@ -133,7 +144,7 @@ int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
     int F = 40, S = 4, W = 252, threads = 0, c;
-    while ((c = getopt(argc, argv, "m:d:b:f:S:W:t:")) != -1) {
+    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'd':
@@ -150,6 +161,13 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'D':
+            if (strcmp(optarg, "host") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "mt-benchkyutai: -D host or cuda\n");
+                return 2;
+            }
+            dep_on = optarg;
+            break;
         case 'b': bs = optarg; break;
         case 'f': F = atoi(optarg); break;
         case 'S': S = atoi(optarg); break;
@@ -157,7 +175,8 @@ int main(int argc, char **argv)
         case 't': threads = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] "
-                            "[-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]\n");
+                            "[-D host|cuda] [-b 1,8,32] [-f FRAMES] [-S S] [-W W] "
+                            "[-t THREADS]\n");
             return 2;
         }
     }

@@ -75,7 +75,8 @@ while True:
         m = d
         save()
 ' "$T_TMP/hiccup" &
-    t_track $!
+    T_HICCUP_PID=$!
+    t_track $T_HICCUP_PID
 }
 t_hiccup_ms() { cat "$T_TMP/hiccup" 2>/dev/null || echo 0; }
 # t_limit LIMIT [BASE]: the larger of LIMIT and 3 x BASE (the same figure

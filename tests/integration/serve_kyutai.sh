@@ -6,7 +6,9 @@
 # filled) and in the transcript file, every input frame accounted for in
 # the tick lines, the per-session bytes in the startup report; an LM and a
 # codec that disagree refused with both numbers; the speech-to-text shape
-# answering with text and silence.
+# answering with text and silence; --tokenizer: the transcript as text,
+# checked against SentencePiece's reading, a tokenizer of another size
+# refused.
 # lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-replay
@@ -35,6 +37,14 @@ run synthetic:kyutai-tiny-mimi moshi
 t_check "replay exits 0 $(head -c 200 err.moshi)" [ "$(cat rc.moshi)" = 0 ]
 t_check "startup: per-session bytes = K/V bound + depformer + codec state" \
     grep -Eq 'per-session bytes = temporal K/V under the bound [0-9]+ \+ depformer scratch and token rings [0-9]+ \+ codec state [0-9]+ = [0-9]+' serve.moshi
+t_check "startup: the depformer on the host (a cpu decoder)" grep -q "; depformer on host" serve.moshi
+# mt-probe predict adds a session up as the startup report does (its
+# default codec the one mt-serve took, the same bound S 4 W 256)
+sb=$(sed -n 's/.*per-session bytes = temporal K\/V under the bound \([0-9]*\) + depformer scratch and token rings \([0-9]*\) + codec state \([0-9]*\).*/\1 \2 \3/p' serve.moshi)
+pb=$("$MT_BIN/mt-probe" predict -m synthetic:kyutai-tiny-mimi --kv-mem 64M --samples 1 |
+     sed -n 's/^per-session bytes\t.* = temporal K\/V under the bound \([0-9]*\) + depformer scratch and token rings \([0-9]*\) + codec state \([0-9]*\)$/\1 \2 \3/p')
+t_check "mt-probe predict: per-session K/V + depformer + codec bytes as the startup report ($pb | $sb)" \
+    [ "${sb:-none}" = "$pb" ]
 t_check "summary: both done, none missing" \
     grep -q '^replay_summary=2 done=2 rejected=0 failed=0 .* missing=0 ' lines.moshi
 total=0
@@ -79,6 +89,14 @@ for sd in 5 5 6; do
     timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed $sd -t "tr.$sd.$((n = n + 1))" \
         > /dev/null 2>> err.seed
 done
+# 2^32 + 5: HELLO's 64-bit seed (its high half in the header's reserved
+# field, mt-frame(5)) reaches the generator
+timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed 4294967301 -t tr.big \
+    > /dev/null 2>> err.seed
+# the same seed with --tokenizer: the transcript holds the text
+TOKM=$MT_ROOT/tests/fixtures/kyutai_lm/tokenizer-tiny.model
+timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed 5 -t tr.text --tokenizer "$TOKM" \
+    > /dev/null 2>> err.seed
 kill -TERM $spid 2>/dev/null
 wait $spid 2>/dev/null
 t_check "--seed 5 twice: the same transcript" cmp -s tr.5.1 tr.5.2
@@ -87,6 +105,26 @@ differ() { [ -s "$1" ] && [ -s "$2" ] && ! cmp -s "$1" "$2"; }
 awk '$1 == 0' transcript.moshi > tr.default
 t_check "--seed 6: another transcript than --seed 5" differ tr.5.1 tr.6.3
 t_check "--seed 5: another transcript than the server's default seed" differ tr.5.1 tr.default
+t_check "--seed 2^32+5: another transcript than --seed 5 (the high 32 bits count)" \
+    differ tr.5.1 tr.big
+# the ids of tr.5.1 turned into text by SentencePiece's own table (the
+# fixture's dump), Kyutai's way: ids 0 and 3 and control pieces skipped
+/usr/bin/python3 - "$MT_ROOT/tests/fixtures/kyutai_lm/tokenizer-tiny.pieces" tr.5.1 \
+    > tr.want <<'PY'
+import sys
+pieces = {}
+for line in open(sys.argv[1], encoding="utf-8"):
+    i, ctl, p = line.rstrip("\n").split("\t")
+    pieces[int(i)] = None if ctl == "1" else p.replace("\u2581", " ")
+for line in open(sys.argv[2]):
+    f = line.split()
+    text = "".join(pieces[int(t)] or "" for t in f[2:] if int(t) not in (0, 3))
+    if text:
+        sys.stdout.write("%s %s %s\n" % (f[0], f[1], text))
+PY
+t_check "--tokenizer: the transcript is the text of the ids, as SentencePiece reads them" \
+    cmp -s tr.want tr.text
+t_check "  (and it has text: $(wc -l < tr.text) lines)" [ -s tr.text ]
 
 # speech to text (dep_q 0): the answers are TEXT frames alone
 run synthetic:kyutai-tiny-stt stt
@@ -121,4 +159,25 @@ t_check "full policy with preemption refused (a codec state cannot be recomputed
     grep -q "cannot be preempted" refuse3.err
 timeout 10 "$S" -s "$T_TMP/x.sock" -m synthetic:tiny --codec synthetic:mimi-tiny > /dev/null 2> refuse4.err
 t_check "--codec on a model that is not Kyutai's: refused" grep -q -- "--codec is for Kyutai models" refuse4.err
+# --tokenizer: checked against the LM's text card before listening
+timeout 10 "$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny-mimi \
+    --tokenizer "$MT_ROOT/tests/fuzz/corpus/tokenizer/one-piece.bin" > /dev/null 2> refuse5.err
+t_check "a 1-piece tokenizer with the 40-token text card: refused with both numbers" \
+    grep -q "has 1 pieces, the text card of synthetic:kyutai-tiny-mimi is 40" refuse5.err
+mkfifo tok.fifo
+timeout 10 "$S" -s "$T_TMP/x.sock" -m synthetic:kyutai-tiny-mimi --tokenizer tok.fifo \
+    > /dev/null 2> refuse6.err
+t_check "a FIFO as the tokenizer: refused, not waited on" grep -q "not a regular file" refuse6.err
+timeout 10 "$R" -s "$T_TMP/x.sock" speech.wav --tokenizer "$TOKM" > /dev/null 2> refuse7.err
+t_check "mt-replay --tokenizer without -t: a usage error (exit 2)" [ $? = 2 ]
+t_check "nothing listened" [ ! -e "$T_TMP/x.sock" ]
+rm -f mt.sock
+nice -n 10 "$S" -s "$T_TMP/mt.sock" -m synthetic:kyutai-tiny-stt --threads 1 --tokenizer "$TOKM" \
+    > /dev/null 2> serve.tok &
+spid=$!
+t_track $spid
+wait_for_socket "$T_TMP/mt.sock" 100
+kill -TERM $spid 2>/dev/null
+wait $spid 2>/dev/null
+t_check "the right tokenizer: loaded, said at start" grep -q "tokenizer: 40 pieces" serve.tok
 t_done

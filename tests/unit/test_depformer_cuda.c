@@ -20,7 +20,16 @@
  * (K <= 4 dep_dim here: 1e-6), compounded over a few layers: 1e-4 of the
  * scale is two orders above that and, as the control shows, far below a
  * wrong input. test_kyutai_lm holds the CPU to Kyutai's own logits with
- * the same bound. */
+ * the same bound.
+ *
+ * The served path (with a GPU): mt_kyutai_gen_create on a CUDA decoder
+ * (what decode/speech.c and so mt-serve --device cuda run) puts the
+ * depformer on the GPU, on a CPU decoder on the host; the fixture's model
+ * stepped greedily for SERVED_FRAMES frames (past its context) on both,
+ * every step succeeding, the depformer logits compared while the tokens
+ * that feed them agree. Tolerance there: SERVED_TOL of the scale, as
+ * test_kyutai_lm's CUDA temporal check (its K/V is f16 on the GPU, so
+ * the temporal output, the depformer's input, differs by about 0.006). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,12 +38,14 @@
 
 #include "decode/decoder.h"
 #include "decode/depformer.h"
+#include "decode/kyutai.h"
 #include "model/kyutai_lm.h"
 #include "tap.h"
 #include "test_util.h"
 
 #define LOGIT_TOL 1e-4
-enum { B = 3, FRAMES = 4 };
+#define SERVED_TOL 0.03
+enum { B = 3, FRAMES = 4, SERVED_FRAMES = 12 };
 
 static char root[2048];
 
@@ -170,6 +181,118 @@ static void gpu_side(const char *spec)
     mt_kyutai_free(lm);
 }
 
+/* One greedy run of the served path on device dev: text [F, B], audio
+ * [F, B, Q], dep logits [F, B, Q, card]. 0, or -1 (said). */
+static int served_run(const mt_kyutai_lm *lm, mt_device dev, const char **where,
+                      int32_t *text, int32_t *audio, float *dlog)
+{
+    const mt_kyutai_config *kc = &lm->kc;
+    const int Q = kc->dep_q, nu = kc->n_q - kc->dep_q;
+    mt_decoder_opts o = { .device = dev, .max_batch = B, .threads = 1 };
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.sink = 0;
+    o.kv.window = kc->context;
+    o.kv.rope = MT_ROPE_ABSOLUTE;
+    o.kv.budget_bytes = (size_t)B * 4 * 64 * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
+    mt_decoder *d = NULL;
+    mt_kyutai_gen *g = NULL;
+    mt_kyutai_sess *ss[B] = { 0 };
+    mt_kv_seq *seqs[B] = { 0 };
+    mt_kyutai_sampling smp;
+    mt_kyutai_sampling_default(&smp);
+    smp.greedy = 1;
+    char err[512] = "";
+    int rc = -1;
+    if (mt_decoder_create(lm->temporal, &o, &d, err, sizeof err) ||
+        mt_kyutai_gen_create(lm, d, B, &g, err, sizeof err))
+        goto out;
+    *where = mt_kyutai_gen_dep_where(g);
+    for (int r = 0; r < B; r++)
+        if (mt_kyutai_sess_open(g, 1, &smp, &ss[r], err, sizeof err) ||
+            mt_kv_seq_open(mt_decoder_pool(d), &seqs[r]))
+            goto out;
+    int32_t user[B * 8];
+    for (int f = 0; f < SERVED_FRAMES; f++) {
+        for (int i = 0; i < B * nu; i++)
+            user[i] = (int32_t)((i * 7 + f * 5) % kc->card);
+        for (int r = 0; r < B; r++)
+            if (mt_kv_reserve(mt_decoder_pool(d), seqs[r], 1)) {
+                snprintf(err, sizeof err, "kv reserve");
+                goto out;
+            }
+        mt_kyutai_out io = { .text = text + (size_t)f * B, .audio = audio + (size_t)f * B * Q,
+                             .dep_logits = dlog + (size_t)f * B * Q * kc->card };
+        if (mt_kyutai_step(g, B, seqs, ss, user, &io, err, sizeof err))
+            goto out;
+    }
+    rc = 0;
+out:
+    if (rc)
+        tap_diag("served path on %s: %s", dev == MT_DEV_CUDA ? "cuda" : "cpu", err);
+    for (int r = 0; r < B; r++)
+        mt_kyutai_sess_close(ss[r]);
+    if (d)
+        mt_kv_seq_close_all(mt_decoder_pool(d), seqs, B);
+    mt_kyutai_gen_free(g);
+    mt_decoder_free(d);
+    return rc;
+}
+
+static void served_path(const char *spec)
+{
+    mt_kyutai_lm *lm = load(spec);
+    if (!tap_ok(lm != NULL, "%s loads", spec))
+        return;
+    const mt_kyutai_config *kc = &lm->kc;
+    const int Q = kc->dep_q, C = kc->card;
+    size_t nt = (size_t)SERVED_FRAMES * B, na = nt * Q, nl = na * C;
+    int32_t *tc = calloc(nt, 4), *tg = calloc(nt, 4), *ac = calloc(na, 4), *ag = calloc(na, 4);
+    float *lc = calloc(nl, 4), *lg = calloc(nl, 4);
+    const char *wc = "?", *wg = "?";
+    int rc = !tc || !tg || !ac || !ag || !lc || !lg ||
+             served_run(lm, MT_DEV_CPU, &wc, tc, ac, lc) ||
+             served_run(lm, MT_DEV_CUDA, &wg, tg, ag, lg);
+    tap_ok(rc == 0, "%s: the served path steps %d frames on the cpu and on cuda", spec,
+           SERVED_FRAMES);
+    tap_ok(rc == 0 && !strcmp(wc, "host") && !strcmp(wg, "cuda"),
+           "%s: the depformer where the decoder runs (cpu decoder: %s, cuda decoder: %s)",
+           spec, wc, wg);
+    /* logits compared while the tokens before them (text, then each step's
+     * audio) agree in both runs, frame by frame */
+    int compared = 0, same = 0, total = 0;
+    double worst = 0;
+    for (int r = 0; rc == 0 && r < B; r++) {
+        int agree = 1;
+        for (int f = 0; f < SERVED_FRAMES; f++) {
+            size_t t = (size_t)f * B + (size_t)r;
+            agree = agree && tc[t] == tg[t];
+            for (int k = 0; k < Q; k++) {
+                size_t a = t * Q + (size_t)k;
+                if (agree) {
+                    double sc, m = diff(lc + a * C, lg + a * C, (size_t)C, &sc);
+                    double rel = sc > 0 ? m / sc : m;
+                    worst = rel > worst ? rel : worst;
+                    compared++;
+                }
+                agree = agree && ac[a] == ag[a];
+                same += ac[a] == ag[a];
+                total++;
+            }
+        }
+    }
+    tap_diag("%s: %d of %d audio tokens equal on cuda and cpu", spec, same, total);
+    tap_ok(rc == 0 && compared > 0 && worst <= SERVED_TOL,
+           "%s: served depformer logits on cuda within %.2f of the scale of the cpu's "
+           "(%d steps compared, worst %.2g)", spec, SERVED_TOL, compared, worst);
+    free(tc);
+    free(tg);
+    free(ac);
+    free(ag);
+    free(lc);
+    free(lg);
+    mt_kyutai_free(lm);
+}
+
 int main(void)
 {
     const char *r = getenv("MT_ROOT");
@@ -195,5 +318,6 @@ int main(void)
     tap_diag("GPU: %s", why);
     for (int i = 0; i < 2; i++)
         gpu_side(specs[i]);
+    served_path(specs[0]);
     return tap_done();
 }

@@ -44,7 +44,7 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
         f.flags = (i % 2) ? MT_FLAG_FILL : 0;
         for (size_t k = 0; k < n; k++)
             pl[k] = (uint8_t)(k % 4 == 3 ? 0x7F : k * 5 + (size_t)i);
-    } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR) {
+    } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR || type == MT_FRAME_WORDS) {
         n = (size_t)snprintf((char *)pl, 64, "reason %d: caf\xc3\xa9", i);
         /* FINAL, the refusal that retrying cannot change: REJECT only */
         f.flags = (type == MT_FRAME_REJECT && i % 2 == 0) ? MT_FLAG_FINAL : 0;
@@ -71,7 +71,7 @@ static mt_frame_decoder dec; /* big: keep off the stack */
 static void test_round_trip(void)
 {
     static uint8_t wire[MT_FRAME_MAX_SIZE];
-    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_TEXT; type++) {
+    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_WORDS; type++) {
         mt_frame f = make_frame(type, 7, type, payload_buf), g;
         long n = mt_frame_encode(&f, wire, sizeof wire);
         ok(n == (long)(MT_FRAME_HEADER_SIZE + f.length), "%s encodes to %ld bytes",
@@ -245,7 +245,9 @@ static const struct {
     { "bad magic", MT_FRAME_END, 0, 1, MT_FERR_MAGIC, 1, { { 0, 'X' } } },
     { "unknown version", MT_FRAME_END, 0, 1, MT_FERR_VERSION, 1, { { 4, 2 } } },
     { "unknown type 0", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 0 } } },
-    { "unknown type 9", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 9 } } },
+    { "unknown type 10", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 10 } } },
+    { "WORDS not UTF-8", MT_FRAME_WORDS, 0, 1, MT_FERR_PAYLOAD, 0, { { -1, 0xED } } },
+    { "FILL on WORDS", MT_FRAME_WORDS, 0, 1, MT_FERR_FLAGS, 0, { { 6, MT_FLAG_FILL } } },
     /* TEXT carries int32 ids: a top bit set is no token */
     { "TEXT token over INT32_MAX", MT_FRAME_TEXT, 1, 1, MT_FERR_PAYLOAD, 0, { { -1, 0x80 } } },
     { "TEXT_ONLY on TEXT", MT_FRAME_TEXT, 0, 1, MT_FERR_FLAGS, 0,
@@ -291,6 +293,7 @@ static const struct {
     { "HELLO too short", MT_FRAME_HELLO, 0, MT_FERR_PAYLOAD, 0, 11, 11 },
     { "END with a NUL in its reason", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 2, 2 },
     { "END with a reason over 255 bytes", MT_FRAME_END, 0, MT_FERR_PAYLOAD, 0, 256, 256 },
+    { "WORDS over 255 bytes", MT_FRAME_WORDS, 0, MT_FERR_PAYLOAD, 0, 256, 256 },
     { "TEXT length not a multiple of 4", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0, 6, 6 },
     { "TEXT over MT_TEXT_MAX_TOKENS", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0,
       4 * MT_TEXT_MAX_TOKENS + 4, 4 * MT_TEXT_MAX_TOKENS + 4 },
@@ -395,7 +398,7 @@ static void test_encoder(void)
     f.flags = 0x80;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_FLAGS, "unknown flag refused");
     f.flags = 0;
-    f.type = 9;
+    f.type = 10;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_TYPE, "unknown type refused");
     f.type = MT_FRAME_AUDIO;
     f.version = 3;
@@ -411,11 +414,50 @@ static void test_encoder(void)
     is_int(mt_hello_encode(&h, w, 17), 17, "hello exact buffer");
 }
 
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* HELLO's 64-bit seed: seq the low 32 bits, the reserved field the high
+ * (mt-frame(5)); a seed that fits 32 bits is the version-1 HELLO byte for
+ * byte; the field stays refused in every other type. */
+static void test_hello_seed(void)
+{
+    static uint8_t w[MT_FRAME_MAX_SIZE], pl[MT_FRAME_MAX_PAYLOAD];
+    mt_frame f = make_frame(MT_FRAME_HELLO, 0, 0, pl), g;
+    uint64_t seed = 0x0123456789abcdefull;
+    mt_frame_set_hello_seed(&f, seed);
+    size_t n = enc(&f, w);
+    ok(get32(w + 12) == 0x89abcdefu && get32(w + 52) == 0x01234567u,
+       "HELLO: the seed's low 32 bits in seq, the high in the reserved field");
+    mt_frame_decoder d;
+    mt_frame_decoder_init(&d);
+    size_t used = 0;
+    int rc = mt_frame_decode(&d, w, n, &used, &g);
+    ok(rc == MT_FRAME_OK && mt_frame_hello_seed(&g) == seed,
+       "a HELLO with a 64-bit seed decodes to it (rc %d, %#llx)", rc,
+       (unsigned long long)mt_frame_hello_seed(&g));
+    mt_frame_set_hello_seed(&f, 5);
+    n = enc(&f, w);
+    ok(get32(w + 12) == 5 && get32(w + 52) == 0,
+       "a seed under 2^32: seq alone, the reserved field 0 as in version 1");
+    mt_frame a = make_frame(MT_FRAME_AUDIO, 1, 1, pl);
+    a.seed_hi = 1;
+    ok(mt_frame_encode(&a, w, sizeof w) == MT_FERR_FLAGS,
+       "the encoder refuses seed_hi on a frame that is not HELLO");
+    f = make_frame(MT_FRAME_ACCEPT, 0, 0, pl);
+    n = enc(&f, w);
+    w[52] = 1;
+    check_bad("non-zero reserved on ACCEPT", w, n, MT_FERR_FLAGS);
+}
+
 int main(void)
 {
     test_round_trip();
     test_splits();
     test_malformed();
     test_encoder();
+    test_hello_seed();
     return tap_done();
 }

@@ -504,6 +504,78 @@ static void test_tick_shed(void)
     check_bad_tails(buf, 42, bad, sizeof bad / sizeof *bad);
 }
 
+/* The key index (every key found, none invented, a record that failed
+ * part-way shows nothing of the line before) and the writer's integers
+ * and keys, as printf and the key grammar have them. */
+static void test_index_and_writer(void)
+{
+    /* 64 keys in 128 slots: some share a slot, and keys that are
+     * prefixes of others ("k1", "k10") must stay apart */
+    char line[1200], key[16];
+    size_t m = 0;
+    for (int k = 0; k < MT_LL_MAX_PAIRS; k++)
+        m += (size_t)snprintf(line + m, sizeof line - m, "%sk%d=%d", k ? " " : "", k, 1000 + k);
+    is_int(parse(line, 20), 0, "64 keys k0..k63 parse");
+    int found = 0;
+    for (int k = 0; k < MT_LL_MAX_PAIRS; k++) {
+        char want[16];
+        snprintf(key, sizeof key, "k%d", k);
+        snprintf(want, sizeof want, "%d", 1000 + k);
+        const char *v = mt_latline_get(&ll, key);
+        found += v && !strcmp(v, want);
+    }
+    is_int(found, MT_LL_MAX_PAIRS, "each of the 64 keys gives its own value");
+    int invented = 0;
+    for (int k = MT_LL_MAX_PAIRS; k < 1000; k++) {
+        snprintf(key, sizeof key, "k%d", k);
+        invented += mt_latline_get(&ll, key) != NULL;
+    }
+    invented += mt_latline_get(&ll, "k") != NULL;
+    invented += mt_latline_get(&ll, "") != NULL;
+    invented += mt_latline_get(&ll, "k1=1001") != NULL;
+    is_int(invented, 0, "no value for a key the line does not have");
+    /* the 64th key repeating the first: found wherever the index put it */
+    snprintf(line + m - strlen(" k63=1063"), sizeof line, " k0=9");
+    is_int(parse(line, 21), -1, "a repeat among 64 keys refused");
+    like(err, "line 21: key 'k0': duplicate key", "and named");
+
+    is_int(parse("x=1 y=2", 22), 0, "x and y");
+    is_int(parse("z=3 y=\"open", 23), -1, "a line failing after z");
+    ok(mt_latline_get(&ll, "x") == NULL && mt_latline_get(&ll, "y") == NULL,
+       "nothing of the line before shows through a failed one");
+    is_str(mt_latline_get(&ll, "z"), "3", "the pair read before the error is kept");
+
+    char buf[512], want[512];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    static const int64_t iv[] = { 0, -1, 1, 9, 10, -10, INT64_MAX, INT64_MIN, INT64_MIN + 1 };
+    size_t o = 0;
+    for (size_t k = 0; k < sizeof iv / sizeof *iv; k++) {
+        mt_ll_int(&w, "i", iv[k]);
+        o += (size_t)snprintf(want + o, sizeof want - o, "%si=%lld", k ? " " : "", (long long)iv[k]);
+    }
+    mt_ll_u64(&w, "u", UINT64_MAX);
+    mt_ll_u64(&w, "u", 0);
+    snprintf(want + o, sizeof want - o, " u=%llu u=0", (unsigned long long)UINT64_MAX);
+    ok(mt_ll_end(&w) > 0, "integers written");
+    is_str(buf, want, "integers as printf writes them");
+
+    static const char *const badk[] = { "", "a-b", "A", "ab ", "abcdefghijklmnopqrstuvwxyz0123456" };
+    int refused = 0;
+    for (size_t k = 0; k < sizeof badk / sizeof *badk; k++) {
+        mt_ll_begin(&w, buf, sizeof buf);
+        mt_ll_int(&w, badk[k], 1);
+        refused += mt_ll_end(&w) == -1;
+    }
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, NULL, 1);
+    refused += mt_ll_end(&w) == -1;
+    is_int(refused, 6, "keys outside [a-z0-9_]{1,32} (and NULL) poison the writer");
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_int(&w, "abcdefghijklmnopqrstuvwxyz012345", 1);
+    ok(mt_ll_end(&w) > 0, "a key of exactly %d bytes is written", MT_LL_KEY_MAX);
+}
+
 int main(void)
 {
     test_json();
@@ -514,5 +586,6 @@ int main(void)
     test_malformed();
     test_tick_device();
     test_tick_limit();
+    test_index_and_writer();
     return tap_done();
 }

@@ -6,7 +6,9 @@
  * path frame by frame: tests/fixtures/mimi (16 frames, rings of 6 steps,
  * 4 codebooks, plus a BF16 copy of the weights) and tests/fixtures/mimi-b
  * (12 frames, two residual layers per stage, the second dilated, rings of
- * 5, 3 of 5 codebooks used). Both rings wrap several times.
+ * 5, 3 of 5 codebooks used). Both rings wrap several times. A third,
+ * tests/fixtures/mimi-own, is our own numpy reference
+ * (tests/fixtures/gen/mimi_ref.py) for what those do not cover (test_own).
  *
  * Tolerance for the decoded PCM. Each fixture holds Kyutai's streaming
  * output computed in float64, and info.json the largest difference of
@@ -240,6 +242,164 @@ done:
     free(st); free(pcm); free(ref); free(dec64); free(info);
 }
 
+/* One staggered run over the own fixture's sessions (test_own): session s
+ * encodes its frame f at tick starts[s] + f and decodes it (from the
+ * reference codes) one tick later, so every call's batch mixes sessions at
+ * different positions, and its rows are in a different order every tick.
+ * codes [S][NF][nq] and out [S][NF][fs] receive the results; dec_codes
+ * [S][NF][nq] are the codes decoded. */
+static int run_staggered(const mimi_model *m, int S, const int *starts, const int16_t *pcm16,
+                         const int32_t *dec_codes, int32_t *codes, float *out, int *mixed)
+{
+    enum { MAXS = 8 };
+    char err[256];
+    const mimi_config *c = mimi_model_config(m);
+    const int fs = mimi_frame_size(c), nq = c->n_q_used;
+    mimi_state *es[MAXS], *ds[MAXS], *be[MAXS], *bd[MAXS];
+    int re[MAXS], rd[MAXS];
+    mimi_batch *w = mimi_batch_new(m, S, err, sizeof err);
+    float *in = malloc((size_t)S * fs * 4), *o = malloc((size_t)S * fs * 4);
+    int32_t *bc = malloc((size_t)S * nq * 4), *dc = malloc((size_t)S * nq * 4);
+    int rc = S <= MAXS && w && in && o && bc && dc ? 0 : -1, last = 0;
+    for (int s = 0; s < S && s < MAXS; s++) {
+        es[s] = mimi_state_new(m, err, sizeof err);
+        ds[s] = mimi_state_new(m, err, sizeof err);
+        if (!es[s] || !ds[s])
+            rc = -1;
+        if (starts[s] + NF + 1 > last)
+            last = starts[s] + NF + 1;
+    }
+    *mixed = 0;
+    for (int k = 0; rc == 0 && k < last; k++) {
+        int ne = 0, nd = 0;
+        for (int i = 0; i < S; i++) {
+            int s = k % 2 ? (i + k) % S : S - 1 - (i + k) % S;   /* a new row order each tick */
+            int fe = k - starts[s], fd = fe - 1;
+            if (fe >= 0 && fe < NF) {
+                re[ne] = s;
+                be[ne] = es[s];
+                for (int j = 0; j < fs; j++)
+                    in[(size_t)ne * fs + j] = pcm16[((size_t)s * NF + fe) * fs + j] / 32768.0f;
+                ne++;
+            }
+            if (fd >= 0 && fd < NF) {
+                rd[nd] = s;
+                bd[nd] = ds[s];
+                memcpy(dc + (size_t)nd * nq, dec_codes + ((size_t)s * NF + fd) * nq, (size_t)nq * 4);
+                nd++;
+            }
+        }
+        if (ne > 1 && starts[re[0]] != starts[re[1]])
+            *mixed = 1;
+        if (ne && mimi_encode(m, w, be, ne, in, bc, err, sizeof err))
+            rc = -1;
+        for (int r = 0; rc == 0 && r < ne; r++)
+            memcpy(codes + ((size_t)re[r] * NF + (k - starts[re[r]])) * nq, bc + (size_t)r * nq,
+                   (size_t)nq * 4);
+        if (rc == 0 && nd && mimi_decode(m, w, bd, nd, dc, o, err, sizeof err))
+            rc = -1;
+        for (int r = 0; rc == 0 && r < nd; r++)
+            memcpy(out + ((size_t)rd[r] * NF + (k - starts[rd[r]] - 1)) * fs, o + (size_t)r * fs,
+                   (size_t)fs * 4);
+    }
+    for (int s = 0; s < S && s < MAXS; s++) {
+        if (rc == 0 && (mimi_state_frames_encoded(es[s]) != NF || mimi_state_frames_decoded(ds[s]) != NF))
+            rc = -2;
+        mimi_state_free(es[s]);
+        mimi_state_free(ds[s]);
+    }
+    if (rc == -1)
+        tap_diag("staggered run: %s", err);
+    mimi_batch_free(w);
+    free(in); free(o); free(bc); free(dc);
+    return rc;
+}
+
+/* Our own numpy reference (tests/fixtures/gen/mimi_ref.py, written from
+ * the architecture, BF16 weights) for what Kyutai's fixtures do not cover: 6 of 8
+ * codebooks and the semantic one alone, 3 heads of 6, no layer scale, a
+ * ring of 3 steps, three residual layers a stage dilated 1, 3, 9 (left
+ * contexts longer than the frame at the coarse stages), and the sessions
+ * staggered in one batch. Tolerance as for Kyutai's fixtures: 8x the
+ * distance of the reference's own float32 run from its float64 one (the
+ * scale of float32 rounding through this network); codes identical (the
+ * nearest centroid wins by info.json's min_code_margin of its distance). */
+static void test_own(void)
+{
+    char err[512];
+    size_t ln, li, lc, l64, linfo, lq, lq64;
+    fixture = "mimi-own";
+    void *st = slurp("model.safetensors", &ln);
+    int16_t *pcm16 = slurp("input.s16", &li);
+    int32_t *ref = slurp("codes.i32", &lc), *ref1 = slurp("codes-q1.i32", &lq);
+    float *dec64 = slurp("decoded-ref.f32", &l64), *dec1 = slurp("decoded-q1-s0.f32", &lq64);
+    char *info = slurp("info.json", &linfo);
+    mimi_model *m = NULL;
+    int32_t *codes = NULL;
+    float *out = NULL;
+    if (!tap_ok(st && pcm16 && ref && ref1 && dec64 && dec1 && info, "mimi-own: fixtures read"))
+        goto done;
+    info[linfo - 1] = 0;
+    NF = (int)test_json_num(info, "\"frames\"");
+    const int S = (int)test_json_num(info, "\"sessions\"");
+    int starts[3] = { 0, 2, 3 };
+    int rc = mimi_load_mem(st, ln, "mimi-own/model.safetensors", NULL, &m, err, sizeof err);
+    if (rc == 0)
+        rc = mimi_set_codebooks(m, (int)test_json_num(info, "\"n_q_used\""), err, sizeof err);
+    if (!tap_ok(rc == 0, "mimi-own: loads with its metadata config%s%s", rc ? ": " : "", rc ? err : ""))
+        goto done;
+    const mimi_config *c = mimi_model_config(m);
+    const int fs = mimi_frame_size(c), nq = c->n_q_used;
+    tap_ok(S == 3 && NF == 6 && nq == 6 && c->n_q == 8 && c->context == 3 && c->num_heads == 3 &&
+           c->num_layers == 2 && !c->layer_scale && c->n_residual_layers == 3 && c->dilation_base == 3,
+           "mimi-own: %d sessions of %d frames; %d of %d codebooks, ring %d, %d heads, layer scale %d, "
+           "%d residual layers", S, NF, nq, c->n_q, c->context, c->num_heads, c->layer_scale,
+           c->n_residual_layers);
+    tap_ok(li == (size_t)S * NF * fs * 2 && lc == (size_t)S * NF * nq * 4 && l64 == (size_t)S * NF * fs * 4 &&
+           lq == (size_t)S * NF * 4 && lq64 == (size_t)NF * fs * 4, "mimi-own: fixture sizes");
+    if (S != 3 || li != (size_t)S * NF * fs * 2 || lc != (size_t)S * NF * nq * 4 ||
+        l64 != (size_t)S * NF * fs * 4 || lq != (size_t)S * NF * 4 || lq64 != (size_t)NF * fs * 4)
+        goto done;
+    codes = calloc((size_t)S * NF * 8, 4);
+    out = calloc((size_t)S * NF * fs, 4);
+    int mixed = 0;
+    rc = codes && out ? run_staggered(m, S, starts, pcm16, ref, codes, out, &mixed) : -1;
+    tap_ok(rc == 0 && mixed, "mimi-own: staggered batches ran (sessions at different frames in one "
+           "call, decode a frame behind encode), every frame counted");
+    int same = 0;
+    for (int i = 0; i < S * NF * nq; i++)
+        same += codes[i] == ref[i];
+    tap_ok(same == S * NF * nq, "mimi-own: 6 codebooks: codes identical to the numpy reference (%d/%d)",
+           same, S * NF * nq);
+    double tol = 8 * test_json_num(info, "\"f32_vs_f64_max_abs\""), e = 0;
+    for (size_t i = 0; i < (size_t)S * NF * fs; i++)
+        if (fabs(out[i] - dec64[i]) > e)
+            e = fabs(out[i] - dec64[i]);
+    tap_ok(isfinite(tol) && tol > 0 && e <= tol,
+           "mimi-own: 6 codebooks: PCM within 8x the reference's float32 error (%.3g <= %.3g, peak %.3g)",
+           e, tol, test_json_num(info, "\"decoded_f64_max_abs\""));
+
+    /* the semantic codebook alone: no acoustic quantizer in either direction */
+    rc = mimi_set_codebooks(m, 1, err, sizeof err);
+    if (rc == 0)
+        rc = run_staggered(m, S, starts, pcm16, ref1, codes, out, &mixed);
+    same = 0;
+    for (int i = 0; i < S * NF; i++)
+        same += codes[i] == ref1[i];
+    tap_ok(rc == 0 && same == S * NF, "mimi-own: 1 codebook: codes identical (%d/%d)", same, S * NF);
+    tol = 8 * test_json_num(info, "\"q1_f32_vs_f64_max_abs\"");
+    e = 0;
+    for (size_t i = 0; i < (size_t)NF * fs; i++)   /* session 0's frames */
+        if (fabs(out[i] - dec1[i]) > e)
+            e = fabs(out[i] - dec1[i]);
+    tap_ok(rc == 0 && isfinite(tol) && tol > 0 && e <= tol,
+           "mimi-own: 1 codebook: PCM within 8x the reference's float32 error (%.3g <= %.3g)", e, tol);
+done:
+    mimi_free(m);
+    free(codes); free(out);
+    free(st); free(pcm16); free(ref); free(ref1); free(dec64); free(dec1); free(info);
+}
+
 /* rewrites the fixture with one tensor renamed/reshaped/dropped/added */
 static void test_refusals(void)
 {
@@ -405,6 +565,7 @@ int main(void)
     snprintf(root, sizeof root, "%s", r && *r ? r : ".");
     test_fixture("mimi", 1);
     test_fixture("mimi-b", 0);
+    test_own();
     fixture = "mimi";
     test_refusals();
     test_synthetic();

@@ -427,6 +427,131 @@ static void test_decoder(const mt_model *m)
     unlink(path);
 }
 
+/* A served codec (Mimi) adds exactly the modelled amount: B x F /
+ * codec_rate + codec_overhead_us to a step, W + sessions x S to what the
+ * device books; a prefill carries none. Round figures: F = 1 GFLOP a
+ * session-frame, S = 2 MB, W = 400 MB, 64 sessions. */
+static void test_codec(const mt_model *m)
+{
+    const mt_config *c = &m->cfg;
+    const char *extra = "codec_rate = 2e13\ncodec_overhead_us = 250\n";
+    fake_clock fc0 = { .now = 1000000000ull }, fc1 = fc0;
+    mt_sim *s0 = sim_for("no codec", extra, &fc0, c);
+    mt_sim *s1 = sim_for("a codec", extra, &fc1, c);
+    if (!s0 || !s1) {
+        mt_sim_free(s0);
+        mt_sim_free(s1);
+        return;
+    }
+    const mt_codec_cost cc = { .flops = 1e9, .state_bytes = 2e6, .weight_bytes = 4e8 };
+    ok(mt_sim_profile_of(s1)->codec_rate == 2e13 &&
+       mt_sim_profile_of(s1)->codec_overhead_us == 250, "codec_rate and codec_overhead_us read");
+    ok(mt_sim_set_codec(s1, &cc, 64, err, sizeof err) == 0, "codec booked: %s", err);
+    is_int((long long)(mt_sim_kv_budget(s0) - mt_sim_kv_budget(s1)), 528000000ll,
+           "K/V budget less 4e8 of weights + 64 x 2e6 of state");
+    ok(mt_sim_codec_booked(&cc, 64) == 528e6, "mt_sim_codec_booked: the same 528,000,000");
+    int n = 0;
+    ok(mt_sim_codec(s1, &n)->flops == 1e9 && n == 64, "the codec and its sessions kept");
+
+    int64_t vis[8] = { 1, 10, 100, 1000, 260, 260, 260, 260 };
+    mt_sim_cost a, b;
+    mt_sim_step_cost(s0, 8, vis, 0, &a);
+    mt_sim_step_cost(s1, 8, vis, 0, &b);
+    ok(a.t_codec == 0, "no codec: no codec time");
+    /* 8 x 1e9 / 2e13 = 0.4 ms, + 0.25 ms */
+    is_near((b.total - a.total) * 1e3, 0.65, 1e-12, "B=8: the step takes 0.65 ms more");
+    is_near(b.t_codec * 1e3, 0.65, 1e-12, "t_codec 0.65 ms");
+    is_near(mt_sim_codec_seconds(mt_sim_profile_of(s1), &cc, 8) * 1e3, 0.65, 1e-12,
+            "mt_sim_codec_seconds says the same");
+    ok(a.bytes == b.bytes && a.flops == b.flops, "the LM's bytes and flops unchanged");
+    mt_sim_prefill_cost(s0, 100, 100, 5050, 0, &a);
+    mt_sim_prefill_cost(s1, 100, 100, 5050, 0, &b);
+    ok(a.total == b.total, "a prefill carries no codec");
+
+    /* the waits: one step of 1 on each, the difference 1e9/2e13 + 250 us */
+    mt_kv_params kp = { .policy = MT_KV_FULL, .budget_bytes = (size_t)64 << 20 };
+    mt_backend *be[2] = { NULL, NULL };
+    mt_kv_pool *pool[2] = { NULL, NULL };
+    mt_kv_seq *q[2] = { NULL, NULL };
+    uint64_t waited[2] = { 0, 0 };
+    fake_clock *fc[2] = { &fc0, &fc1 };
+    mt_sim *ss[2] = { s0, s1 };
+    int fsz = c->frame_samples;
+    int16_t *pcm = calloc((size_t)fsz, 2);
+    for (int k = 0; k < 2; k++) {
+        if (mt_sim_backend_wrap(ss[k], m, 4, &be[k], err, sizeof err) ||
+            mt_backend_pool_create(be[k], c, &kp, &pool[k], err, sizeof err) ||
+            mt_kv_seq_open(pool[k], &q[k]) || mt_kv_reserve(pool[k], q[k], 1)) {
+            ok(0, "backend %d: %s", k, err);
+            continue;
+        }
+        mt_step_io io = { .pcm_in = pcm, .pcm_out = pcm };
+        uint64_t st = fc[k]->now;
+        if (be[k]->step(be[k], 1, &q[k], &io, err, sizeof err) == 0)
+            waited[k] = fc[k]->last_target - st;
+    }
+    is_int((long long)(waited[1] - waited[0]), 300000,
+           "a step of 1 waits 0.3 ms longer (0.05 ms + 0.25 ms)");
+    like(be[1] ? be[1]->note : "", "codec 528000000 B booked (400000000 B of weights + 64 sessions x 2000000 B of state)",
+         "the startup note says the booking");
+    for (int k = 0; k < 2; k++) {
+        if (q[k])
+            mt_kv_seq_close(pool[k], q[k]);
+        if (be[k])
+            be[k]->destroy(be[k]);
+        mt_kv_pool_free(pool[k]);
+    }
+    free(pcm);
+
+    /* a booking that leaves no K/V block is refused */
+    const mt_codec_cost big = { .flops = 1e9, .state_bytes = 2e9, .weight_bytes = 0 };
+    ok(mt_sim_set_codec(s0, &big, 64, err, sizeof err) == -1 &&
+       strstr(err, "leave no room for a K/V block"), "a codec that does not fit: %s", err);
+    mt_sim_free(s0);
+    mt_sim_free(s1);
+
+    /* no codec_rate: the codec runs at matrix_rate (8e14): 1e9 / 8e14 */
+    mt_sim_profile p;
+    parse(base_text, &p);
+    ok(mt_sim_codec_rate(&p) == 8e14 && p.codec_overhead_us == 0,
+       "codec_rate defaults to matrix_rate, codec_overhead_us to 0");
+    is_near(mt_sim_codec_seconds(&p, &cc, 1) * 1e3, 0.00125, 1e-15, "1 GFLOP at 8e14: 1.25 us");
+    char text[1024];
+    snprintf(text, sizeof text, "%scodec_rate = 0\n", base_text);
+    ok(parse(text, &p) == -1 && strstr(err, "key 'codec_rate': want a number in 1..1e+21"),
+       "codec_rate 0 refused: %s", err);
+    snprintf(text, sizeof text, "%scodec_overhead_us = -5\n", base_text);
+    ok(parse(text, &p) == -1 && strstr(err, "key 'codec_overhead_us'"),
+       "a negative codec_overhead_us refused: %s", err);
+
+    /* through the decoder: opts.codec books it, the pool is that much smaller */
+    char path[] = "/tmp/mt-test-simc-XXXXXX";
+    int fd = mkstemp(path);
+    ok(fd >= 0 && write(fd, base_text, strlen(base_text)) == (ssize_t)strlen(base_text),
+       "profile file written");
+    if (fd >= 0)
+        close(fd);
+    mt_decoder_opts o;
+    memset(&o, 0, sizeof o);
+    o.device = MT_DEV_SIM;
+    o.sim_profile = path;
+    o.max_batch = 64;
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.sink = 4;
+    o.kv.window = 256;
+    o.codec = cc;
+    mt_decoder *d = NULL;
+    int rc = mt_decoder_create(m, &o, &d, err, sizeof err);
+    ok(rc == 0, "decoder on the sim with a codec: %s", rc ? err : "ok");
+    if (rc == 0) {
+        is_int(mt_kv_pool_blocks(mt_decoder_pool(d)), (122015999488ll - 528000000ll) / (524288 * 16),
+               "pool blocks: the budget less the codec's 528 MB");
+        like(mt_decoder_note(d), "codec 528000000 B booked", "its note says so");
+        mt_decoder_free(d);
+    }
+    unlink(path);
+}
+
 /* mt-probe calibrate's fit recovers the figures that made its points,
  * memory-bound and compute-bound points mixed */
 static void test_calib_fit(void)
@@ -501,6 +626,7 @@ int main(void)
     test_noise(&m->cfg);
     test_backend(m);
     test_decoder(m);
+    test_codec(m);
     mt_model_free(m);
     return tap_done();
 }
