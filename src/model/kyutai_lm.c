@@ -4,6 +4,7 @@
  * backends run (q|k|v split, interleaved rotary made rotate-half by a row
  * permutation, gate|up split), and the random presets. */
 #include "util/errmsg.h"
+#include "util/io.h"
 #include "util/rng.h"
 #include "model/json_obj.h"
 #include "model/kyutai_lm.h"
@@ -588,40 +589,6 @@ out:
 
 /* ---- sources ----------------------------------------------------------------- */
 
-static char *read_file(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    if (!S_ISREG(sb.st_mode) || (size_t)sb.st_size > limit) {
-        mt_set_err(err, errlen, "%s: %s", path,
-                 S_ISREG(sb.st_mode) ? "too large" : "not a regular file");
-        close(fd);
-        return NULL;
-    }
-    char *buf = malloc((size_t)sb.st_size + 1);
-    size_t got = 0;
-    while (buf && got < (size_t)sb.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (!buf || got != (size_t)sb.st_size) {
-        mt_set_err(err, errlen, "%s: read error", path);
-        free(buf);
-        return NULL;
-    }
-    *len = got;
-    return buf;
-}
-
 static int load_dir(const char *dir, int flags, mt_kyutai_lm **out, char *err, size_t errlen)
 {
     char cpath[4096], wpath[4096];
@@ -631,7 +598,7 @@ static int load_dir(const char *dir, int flags, mt_kyutai_lm **out, char *err, s
         return -1;
     }
     size_t clen;
-    char *text = read_file(cpath, 1u << 20, &clen, err, errlen);
+    char *text = mt_read_regular(cpath, 1u << 20, &clen, err, errlen);
     if (!text)
         return -1;
     mt_kyutai_config kc;
@@ -855,7 +822,7 @@ int mt_kyutai_is_kyutai(const char *spec)
         return 0;
     char e[8];
     size_t len;
-    char *text = read_file(path, 1u << 20, &len, e, sizeof e);
+    char *text = mt_read_regular(path, 1u << 20, &len, e, sizeof e);
     if (!text)
         return 0;
     json_t *root = json_loadb(text, len, 0, NULL);

@@ -11,6 +11,8 @@
  * file gets a message, never a crash, a hang or a huge allocation. */
 #include "model/tokenizer.h"
 #include "util/errmsg.h"
+#include "util/io.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,38 +126,6 @@ static int pb_skip(pb *b, int wt, char *err, size_t errlen)
 
 /* ---- the pieces ----------------------------------------------------------------- */
 
-/* Whether s[0..n) is well-formed UTF-8 (no overlongs, no surrogates, at
- * most U+10FFFF) without a NUL. */
-static int utf8_ok(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c == 0)
-            return 0;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 :
-                  (c & 0xf8) == 0xf0 ? 4 : 0;
-        if (len == 0 || n - i < (size_t)len)
-            return 0;
-        uint32_t cp = c & (len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07);
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-            (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
-
 /* One SentencePiece message: its piece and type. */
 static int read_piece(pb *m, const uint8_t **piece, size_t *plen, int *type,
                       char *err, size_t errlen)
@@ -200,7 +170,7 @@ static int read_piece(pb *m, const uint8_t **piece, size_t *plen, int *type,
         mt_set_err(err, errlen, "a piece of %zu bytes (1 to %d)", *plen, MT_TOKENIZER_MAX_PIECE);
         return -1;
     }
-    if (!utf8_ok(*piece, *plen)) {
+    if (!mt_utf8_valid(*piece, *plen)) {
         mt_set_err(err, errlen, "a piece that is not UTF-8 (or holds a NUL)");
         return -1;
     }
@@ -305,51 +275,10 @@ mt_tokenizer *mt_tokenizer_parse(const uint8_t *buf, size_t len, char *err, size
 
 mt_tokenizer *mt_tokenizer_load_err(const char *path, char *err, size_t errlen)
 {
-    /* Opened without blocking: a FIFO in place of the file would hold the
-     * caller (a server at start) for ever. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+    size_t size;
+    uint8_t *buf = (uint8_t *)mt_read_regular(path, MT_TOKENIZER_MAX_BYTES, &size, err, errlen);
+    if (!buf)
         return NULL;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        mt_set_err(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return NULL;
-    }
-    if ((uint64_t)sb.st_size > MT_TOKENIZER_MAX_BYTES) {
-        mt_set_err(err, errlen, "%s: %lld bytes, more than a tokenizer's %u", path,
-                   (long long)sb.st_size, MT_TOKENIZER_MAX_BYTES);
-        close(fd);
-        return NULL;
-    }
-    size_t size = (size_t)sb.st_size;
-    uint8_t *buf = malloc(size ? size : 1);
-    size_t got = 0;
-    int rerr = 0;
-    while (buf && got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rerr = r < 0 ? errno : 0;
-            break;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    if (!buf) {
-        mt_set_err(err, errlen, "%s: out of memory", path);
-        return NULL;
-    }
-    if (got != size) {
-        mt_set_err(err, errlen, "%s: %s", path, rerr ? strerror(rerr) : "shorter than its size");
-        free(buf);
-        return NULL;
-    }
     char why[256];
     mt_tokenizer *t = mt_tokenizer_parse(buf, size, why, sizeof why);
     free(buf);

@@ -1,8 +1,13 @@
 /* io.c: see io.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/errmsg.h"
 #include "util/io.h"
 
 int mt_write_all(int fd, const void *p, size_t n)
@@ -19,4 +24,55 @@ int mt_write_all(int fd, const void *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+char *mt_read_regular(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        mt_set_err(err, errlen, "%s: not a regular file (%s)", path,
+                   S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" :
+                   S_ISSOCK(sb.st_mode) ? "a socket" : "a device");
+        close(fd);
+        return NULL;
+    }
+    if ((uint64_t)sb.st_size > (uint64_t)limit) {
+        mt_set_err(err, errlen, "%s: %lld bytes, more than the %zu allowed", path,
+                   (long long)sb.st_size, limit);
+        close(fd);
+        return NULL;
+    }
+    size_t size = (size_t)sb.st_size, got = 0;
+    char *buf = malloc(size + 1);
+    int rerr = 0;
+    while (buf && got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rerr = r < 0 ? errno : 0;
+            break;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!buf) {
+        mt_set_err(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    if (got != size) {
+        mt_set_err(err, errlen, "%s: %s", path, rerr ? strerror(rerr) : "shorter than its size");
+        free(buf);
+        return NULL;
+    }
+    buf[size] = '\0';
+    *len = size;
+    return buf;
 }

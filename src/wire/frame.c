@@ -9,6 +9,7 @@
  * once framing is lost nothing after it can be trusted. Nothing here
  * allocates: the decoder owns one frame-sized buffer.
  */
+#include "util/utf8.h"
 #include "wire/frame.h"
 
 #include <stdint.h>
@@ -69,45 +70,6 @@ static int is_data(unsigned type)
     return type == MT_FRAME_AUDIO || type == MT_FRAME_TOKENS;
 }
 
-/* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF). NUL is refused
- * too: reasons and model names end up as C strings in logs. */
-static int utf8_valid(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c == 0)
-            return 0;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need;
-        uint32_t cp, min;
-        if (c >= 0xC2 && c <= 0xDF) {
-            need = 1; cp = c & 0x1F; min = 0x80;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2; cp = c & 0x0F; min = 0x800;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3; cp = c & 0x07; min = 0x10000;
-        } else {
-            return 0;
-        }
-        if (n - i - 1 < need)
-            return 0;
-        for (size_t k = 1; k <= need; k++) {
-            uint8_t cc = s[i + k];
-            if ((cc & 0xC0) != 0x80)
-                return 0;
-            cp = cp << 6 | (cc & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += need + 1;
-    }
-    return 1;
-}
-
 size_t mt_utf8_sanitize(char *s)
 {
     size_t replaced = 0;
@@ -117,7 +79,7 @@ size_t mt_utf8_sanitize(char *s)
         uint8_t c = p[i];
         size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2
                    : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (len && len <= n - i && utf8_valid(p + i, len)) {
+        if (len && len <= n - i && mt_utf8_valid(p + i, len)) {
             i += len;
             continue;
         }
@@ -162,7 +124,7 @@ static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
     case MT_FRAME_WORDS:
-        return utf8_valid(p, len);
+        return mt_utf8_valid(p, len);
     case MT_FRAME_TEXT:
         /* token ids are int32 values on the wire: none negative */
         for (uint32_t i = 0; i < len; i += 4)
@@ -377,7 +339,7 @@ long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap)
         return MT_FERR_ARG;
     size_t name = strnlen(h->model, sizeof h->model);
     if (name > MT_MODEL_NAME_MAX ||
-        !utf8_valid((const uint8_t *)h->model, name))
+        !mt_utf8_valid((const uint8_t *)h->model, name))
         return MT_FERR_ARG;
     size_t tok = h->token_len;
     if (tok > MT_TOKEN_MAX || !token_ok((const uint8_t *)h->token, tok))
@@ -411,7 +373,7 @@ int mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h)
         if (tok < 1 || tok > MT_TOKEN_MAX || !token_ok(nul + 1, tok))
             return MT_FERR_PAYLOAD;
     }
-    if (name > MT_MODEL_NAME_MAX || !utf8_valid(p + HELLO_FIXED, name))
+    if (name > MT_MODEL_NAME_MAX || !mt_utf8_valid(p + HELLO_FIXED, name))
         return MT_FERR_PAYLOAD;
     h->sample_rate = get_u32(p);
     h->frame_samples = get_u32(p + 4);
