@@ -914,10 +914,13 @@ static int decide(mt_admit *a, char *reason, size_t cap)
             snprintf(reason, cap, "warming up: admitting one at a time, %d "
                      "session%s measured so far; retry later", a->limit, s);
         else if (a->why == WHY_MODEL)
+            /* rounded apart (the prediction up, the target down), so that a
+             * prediction just past the target never reads as equal to it */
             snprintf(reason, cap, "server at its admission limit (%d session%s; "
                      "the model puts %d at %.1f ms, past the %.1f ms target); "
-                     "retry later", a->limit, s, a->limit + 1, a->why_ms,
-                     a->o.margin * a->o.budget_ms);
+                     "retry later", a->limit, s, a->limit + 1,
+                     ceil(a->why_ms * 10.0 - 1e-6) / 10.0,
+                     floor(a->o.margin * a->o.budget_ms * 10.0 + 1e-6) / 10.0);
         else if (a->why == WHY_MAX)
             snprintf(reason, cap, "server at its admission limit (%d session%s, "
                      "the configured maximum); retry later", a->limit, s);
