@@ -8,7 +8,6 @@
 # out, and a message on stderr), and after SIGCONT the stream goes on.
 # Then the consumer is stopped again and the server is told to exit: it
 # exits within a bounded time, saying how many lines it could not write.
-# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_serve_test
 # A 10 ms tick makes ~33 KB/s of tick lines (about 330 bytes each), so the
