@@ -67,6 +67,19 @@ static int put_text(FILE *f, const mt_tokenizer *tok, const int32_t *ids, int n,
     return 0;
 }
 
+/* The end of one line: counted, or the transcript marked failed (a later
+ * line is refused rather than written after a gap). */
+static int line_done(mt_transcript *t, int bad, char *err, size_t errlen)
+{
+    if (bad) {
+        t->failed = 1;
+        mt_set_err(err, errlen, "%s: %s", t->path, strerror(errno));
+        return -1;
+    }
+    t->lines++;
+    return 0;
+}
+
 int mt_transcript_add(mt_transcript *t, int session, uint32_t seq, const int32_t *tok,
                       int n, char *err, size_t errlen)
 {
@@ -94,13 +107,7 @@ int mt_transcript_add(mt_transcript *t, int session, uint32_t seq, const int32_t
             bad = fprintf(t->f, " %d", (int)tok[i]) < 0;
         bad = bad || fputc('\n', t->f) == EOF || fflush(t->f) != 0;
     }
-    if (bad) {
-        t->failed = 1;
-        mt_set_err(err, errlen, "%s: %s", t->path, strerror(errno));
-        return -1;
-    }
-    t->lines++;
-    return 0;
+    return line_done(t, bad, err, errlen);
 }
 
 int mt_transcript_add_words(mt_transcript *t, int session, uint32_t seq, const char *utf8,
@@ -114,13 +121,7 @@ int mt_transcript_add_words(mt_transcript *t, int session, uint32_t seq, const c
         return 0;   /* as a frame without text: no line */
     int bad = fprintf(t->f, "%d %u ", session, seq) < 0 || put_escaped(t->f, utf8, n) != 0;
     bad = bad || fputc('\n', t->f) == EOF || fflush(t->f) != 0;
-    if (bad) {
-        t->failed = 1;
-        mt_set_err(err, errlen, "%s: %s", t->path, strerror(errno));
-        return -1;
-    }
-    t->lines++;
-    return 0;
+    return line_done(t, bad, err, errlen);
 }
 
 int mt_transcript_close(mt_transcript *t, char *err, size_t errlen)
