@@ -368,28 +368,41 @@ static int retry_session(app *a, int si, const char *why, uint64_t delay)
     return 0;
 }
 
+/* One replay_text record: the frame's text as KEY (tokens or words). */
+static void put_text_record(app *a, uint32_t seq, int si, const char *key, const char *value)
+{
+    char buf[1024];
+    mt_ll_writer w;
+    mt_ll_begin(&w, buf, sizeof buf);
+    mt_ll_u64(&w, "replay_text", seq);
+    mt_ll_int(&w, "session", si);
+    mt_ll_str(&w, key, value);
+    put_line(a, mt_ll_end(&w), buf);
+}
+
+/* A transcript write failed: said once per failure, and the run's exit
+ * status says an output was not written. */
+static void transcript_failed(app *a, const char *err)
+{
+    say(a, "-t: %s", err);
+    a->write_failed = 1;
+}
+
 /* A TEXT frame: a replay_text record (live; tokens empty for a text-only
  * answer before the model has text), and the transcript line. */
 static void cb_text(void *user, int idx, uint32_t seq, const int32_t *tok, int n)
 {
     app *a = user;
     int si = a->sess_of[idx];
-    char buf[1024], ids[800];
+    char ids[800];
     size_t k = 0;
     for (int i = 0; i < n && k + 12 < sizeof ids; i++)
         k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "", (int)tok[i]);
     ids[k] = 0;
-    mt_ll_writer w;
-    mt_ll_begin(&w, buf, sizeof buf);
-    mt_ll_u64(&w, "replay_text", seq);
-    mt_ll_int(&w, "session", si);
-    mt_ll_str(&w, "tokens", ids);
-    put_line(a, mt_ll_end(&w), buf);
+    put_text_record(a, seq, si, "tokens", ids);
     char err[512];
-    if (a->tr && n > 0 && mt_transcript_add(a->tr, si, seq, tok, n, err, sizeof err)) {
-        say(a, "-t: %s", err);
-        a->write_failed = 1;
-    }
+    if (a->tr && n > 0 && mt_transcript_add(a->tr, si, seq, tok, n, err, sizeof err))
+        transcript_failed(a, err);
 }
 
 /* A WORDS frame (a ws:// server's Text message): a replay_text record
@@ -398,21 +411,14 @@ static void cb_words(void *user, int idx, uint32_t seq, const char *utf8, size_t
 {
     app *a = user;
     int si = a->sess_of[idx];
-    char buf[1024], words[MT_REASON_MAX + 1];
+    char words[MT_REASON_MAX + 1];
     size_t k = n < MT_REASON_MAX ? n : MT_REASON_MAX;
     memcpy(words, utf8, k);
     words[k] = 0;
-    mt_ll_writer w;
-    mt_ll_begin(&w, buf, sizeof buf);
-    mt_ll_u64(&w, "replay_text", seq);
-    mt_ll_int(&w, "session", si);
-    mt_ll_str(&w, "words", words);
-    put_line(a, mt_ll_end(&w), buf);
+    put_text_record(a, seq, si, "words", words);
     char err[512];
-    if (a->tr && mt_transcript_add_words(a->tr, si, seq, utf8, n, err, sizeof err)) {
-        say(a, "-t: %s", err);
-        a->write_failed = 1;
-    }
+    if (a->tr && mt_transcript_add_words(a->tr, si, seq, utf8, n, err, sizeof err))
+        transcript_failed(a, err);
 }
 
 static void cb_end(void *user, int idx, const mt_client_stats *st)
