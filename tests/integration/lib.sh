@@ -75,8 +75,7 @@ while True:
         m = d
         save()
 ' "$T_TMP/hiccup" &
-    T_HICCUP_PID=$!
-    t_track $T_HICCUP_PID
+    t_track $!
 }
 t_hiccup_ms() { cat "$T_TMP/hiccup" 2>/dev/null || echo 0; }
 # t_limit LIMIT [BASE]: the larger of LIMIT and 3 x BASE (the same figure
