@@ -398,6 +398,7 @@ static void on_frame(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
              (const char *)f->payload);
         mt_engine_close(p->eng, c->id);
         c->id = 0;
+        c->pending = 0;     /* no session is left to admit or refuse */
         c->reading = 0;
         c->closing = 1;
         c->close_deadline = now;

@@ -62,6 +62,9 @@ SEEDS = {
     "client_error": (0x00, 17, hello() + audio(1) + audio(2) +
                      frame(ERROR, b"client gave up")),
     "audio_before_accept": (0x01, 18, session(4)),
+    # the client gives up while the controller has not answered (the
+    # connection was left pending with no session: found by the fuzzer)
+    "client_error_while_pending": (0x01, 34, hello() + frame(ERROR, b"gave up")),
     "seq_backwards": (0x00, 19, hello() + audio(5) + audio(3) + frame(END)),
     "tokens_frame": (0x00, 20, hello() + frame(TOKENS, b"\x01\x00\x00\x00", seq=1)),
     "short_audio": (0x00, 21, hello() + frame(AUDIO, b"\x00" * 10, seq=1) + frame(END)),
