@@ -8,7 +8,8 @@ byte's top bit is clear, synthetic:tiny's own 1920 when it is set (a few
 seeds, kept small: an 88-byte AUDIO frame instead of 3,896 lets the fuzzer
 run a whole session a hundred times as often). Run it from the repository
 root when the format changes; the files are committed. The corpus also
-holds inputs the fuzzer found (named by their SHA-1, kept by -merge=1)."""
+holds inputs the fuzzer found that once failed (NAME_found), which this
+script leaves alone."""
 import os
 import struct
 
