@@ -144,6 +144,9 @@ void mt_srv_conn_free(mt_server *s, conn *c, const char *why)
         slog(s, "connection (uid %d): closed: %s", (int)c->p.uid, why);
     }
     mt_proto_conn_release(&s->pr, &c->p);
+    free(c->out.p);
+    c->out.p = NULL;
+    c->out.cap = c->out.off = c->out.len = 0;
     mt_timeheap_disarm(&s->timers, &c->tm);
     if (c->r_epoll)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
@@ -288,28 +291,40 @@ int mt_srv_conn_discard(mt_server *s, conn *c)
 }
 
 /* Moves output from the engine to the client; closes what is finished or
- * stuck. One locked engine call takes the output and the session's status
- * at once; a second only when the buffer could not hold all of it, or
- * when nothing could be taken (the client not reading). Returns -1 when c
- * was freed. */
+ * stuck. The direct frames go first (c->p.wbuf: a connection without a
+ * session), then the engine's output, which one locked engine call hands
+ * over with the session's status by trading buffers (no copy: a tick's
+ * frame is sent from where the tick encoded it); a second call only when
+ * more than MT_PROTO_WBUF_CAP bytes were queued, or when nothing could be
+ * taken (the client not reading). Returns -1 when c was freed. */
 static int conn_write(mt_server *s, conn *c, uint64_t now)
 {
     mt_sess_status st = {0};
     int have_st = 0;
     for (;;) {
-        if (c->p.wlen == 0) {
+        uint8_t *p;
+        size_t *off, *len;
+        if (c->p.wlen > 0) {
+            p = c->p.wbuf;
+            off = &c->p.woff;
+            len = &c->p.wlen;
+        } else {
             c->p.woff = 0;
-            if (!c->p.id || (have_st && st.out_bytes == 0))
-                break;
-            c->p.wlen = mt_engine_take_status(s->eng, c->p.id, c->p.wbuf,
-                                              MT_PROTO_WBUF_CAP, &st);
-            have_st = 1;
-            if (c->p.wlen == 0)
-                break;
+            if (c->out.len == 0) {
+                if (!c->p.id || (have_st && st.out_bytes == 0))
+                    break;
+                mt_engine_take_swap(s->eng, c->p.id, &c->out, MT_PROTO_WBUF_CAP, &st);
+                have_st = 1;
+                if (c->out.len == 0)
+                    break;
+            }
+            p = c->out.p;
+            off = &c->out.off;
+            len = &c->out.len;
         }
         ssize_t n = c->is_socket
-            ? send(c->wfd, c->p.wbuf + c->p.woff, c->p.wlen, MSG_NOSIGNAL | MSG_DONTWAIT)
-            : write(c->wfd, c->p.wbuf + c->p.woff, c->p.wlen);
+            ? send(c->wfd, p + *off, *len, MSG_NOSIGNAL | MSG_DONTWAIT)
+            : write(c->wfd, p + *off, *len);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 break;
@@ -318,8 +333,8 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
             mt_srv_conn_free(s, c, why);
             return -1;
         }
-        c->p.woff += (size_t)n;
-        c->p.wlen -= (size_t)n;
+        *off += (size_t)n;
+        *len -= (size_t)n;
         c->stuck_since = 0;
     }
     mt_proto_auth_due(&s->pr, &c->p, now);
@@ -335,7 +350,7 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
     }
     if (c->p.id && !have_st)
         mt_engine_status(s->eng, c->p.id, &st);
-    int waiting = c->p.wlen > 0 || st.out_bytes > 0;
+    int waiting = conn_unsent(c) > 0 || st.out_bytes > 0;
     if (st.overflow) {
         mt_srv_conn_free(s, c, "output queue overflowed: the client does not read");
         return -1;
@@ -371,7 +386,7 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
     if (want_r && s->o.stdio && c->p.id &&
         (c->p.pending || mt_engine_in_space(s->eng, c->p.id) <= 0))
         want_r = 0;
-    conn_update_events(s, c, want_r, c->p.wlen > 0);
+    conn_update_events(s, c, want_r, conn_unsent(c) > 0);
     return 0;
 }
 
@@ -433,7 +448,7 @@ static int pending_of_host(const mt_server *s, const char *host)
  * anyone (any). */
 static int idle_of(const conn *c, int any, int is_tcp, uid_t uid, const char *host)
 {
-    if (!c->is_socket || c->p.id || c->p.closing || c->p.wlen != 0)
+    if (!c->is_socket || c->p.id || c->p.closing || conn_unsent(c) != 0)
         return 0;
     if (any)
         return 1;

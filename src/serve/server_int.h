@@ -65,11 +65,22 @@ typedef struct conn {
                                     batch is over, so a later event of the
                                     batch that names it reads this flag,
                                     never freed memory */
+    mt_outbuf out;               /* the session's output, taken from the
+                                    engine by trading buffers
+                                    (mt_engine_take_swap): sent from
+                                    there, never copied; after p.wbuf's
+                                    direct frames. Ours: freed with c */
     mt_proto_conn p;             /* the protocol's side (proto.h) */
     struct conn *next, *prev;    /* s->conns, doubly linked: O(1) unlink */
 } conn;
 
 typedef struct tagged { int tag; } tagged;
+
+/* Bytes c still has to send: direct frames and the engine's output. */
+static inline size_t conn_unsent(const conn *c)
+{
+    return c->p.wlen + c->out.len;
+}
 
 struct mt_server {
     mt_server_opts o;
