@@ -66,6 +66,13 @@ run() {
     wait "${pids[@]}"
     t1=$(date +%s.%N); c1=$(cpu_of "$SP")
     kill "$SP"; wait "$SP" 2>/dev/null; SP=
+    # a client process that failed: why, in a few of its lines (stderr)
+    for i in $(seq "$CLIENTS"); do
+        grep -q '^total .* ok=1' "$T/fc.$i" ||
+            { echo "bench_hostpath: $label n=$n client $i:"; grep ' ok=0 ' "$T/fc.$i" |
+              sed 's/.* state=\([a-z]*\) .* reason=/state=\1 reason=/' | sort | uniq -c |
+              sort -rn | head -3; } >&2
+    done
     cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" \
         -v t0="$t0" -v t1="$t1" -v lat="$log" -v ld="$ld" '
     /^session=/ { for (k = 1; k <= NF; k++) { split($k, kv, "=")

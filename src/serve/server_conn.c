@@ -28,6 +28,29 @@
 #include "serve/ticker.h"
 #include "wire/endpoint.h"
 
+/* A socket is watched edge-triggered: epoll reports it when bytes come,
+ * not again at every wait while some are left, which spares a poll of
+ * the socket per frame; so a read takes everything there (a short read,
+ * or EAGAIN), or, cut short on purpose, re-arms (conn_rearm). Pipes and
+ * files (--stdio) stay level-triggered: their reads are paced by the
+ * input queue's room. */
+static uint32_t conn_et(const conn *c)
+{
+    return c->is_socket && c->rfd == c->wfd ? EPOLLET : 0;
+}
+
+/* Input left in c's socket after a read that stopped early: registered
+ * again, which reports it again at once (edge-triggered, a registration
+ * reports what is already there). */
+static void conn_rearm(mt_server *s, conn *c)
+{
+    if (!c->r_epoll)
+        return;
+    struct epoll_event e = {.events = c->ev_r | c->ev_w | conn_et(c), .data.ptr = c};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->rfd, &e) != 0)
+        slog(s, "epoll_ctl: %s", strerror(errno));
+}
+
 conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
 {
     /* not calloc: the protocol state's buffers stay untouched
@@ -51,7 +74,7 @@ conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
     s->nconns++;
     if (rfd == wfd) {
         c->ev_r = EPOLLIN;
-        if (ep_add(s, rfd, EPOLLIN, c) == 0)
+        if (ep_add(s, rfd, EPOLLIN | conn_et(c), c) == 0)
             c->r_epoll = c->w_epoll = 1;
     } else {
         c->ev_r = EPOLLIN;
@@ -110,7 +133,7 @@ static void conn_update_events(mt_server *s, conn *c, int want_r, int want_w)
     uint32_t r = want_r ? EPOLLIN : 0, w = want_w ? EPOLLOUT : 0;
     if (c->rfd == c->wfd) {
         if (c->r_epoll && (c->ev_r | c->ev_w) != (r | w)) {
-            struct epoll_event e = {.events = r | w, .data.ptr = c};
+            struct epoll_event e = {.events = r | w | conn_et(c), .data.ptr = c};
             epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->rfd, &e);
         }
         c->ev_r = r;
@@ -242,7 +265,10 @@ int mt_srv_conn_read(mt_server *s, conn *c)
             if (want < cap)
                 cap = want;
         }
-        ssize_t n = read(c->rfd, s->rbuf, cap);
+        /* recv on a socket: read() would go through the file layer
+         * (vfs_read, its position lock) for every frame */
+        ssize_t n = c->is_socket ? recv(c->rfd, s->rbuf, cap, MSG_DONTWAIT)
+                                 : read(c->rfd, s->rbuf, cap);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return 0;
@@ -269,6 +295,8 @@ int mt_srv_conn_read(mt_server *s, conn *c)
         if ((size_t)n < cap)
             return 0;
     }
+    if (c->p.reading && c->is_socket)
+        conn_rearm(s, c);      /* a flood: the rest at the next wake */
     return 0;
 }
 
@@ -278,8 +306,8 @@ int mt_srv_conn_read(mt_server *s, conn *c)
  * freed. */
 int mt_srv_conn_discard(mt_server *s, conn *c)
 {
-    for (int rounds = 0; rounds < 4; rounds++) {
-        ssize_t n = read(c->rfd, s->rbuf, RBUF_CAP);
+    for (int rounds = 0; rounds < 16; rounds++) {
+        ssize_t n = recv(c->rfd, s->rbuf, RBUF_CAP, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return 0;
         if (n <= 0) {
@@ -287,6 +315,7 @@ int mt_srv_conn_discard(mt_server *s, conn *c)
             return -1;
         }
     }
+    conn_rearm(s, c);
     return 0;
 }
 
