@@ -187,7 +187,7 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
             continue;
         int r = 0;
         if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
-            r = mt_srv_conn_read(s, c);
+            r = mt_srv_conn_read(s, c, evs[i].events);
         else if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
                  c->p.auth_reject_at && c->is_socket)
             r = mt_srv_conn_discard(s, c);
@@ -212,7 +212,7 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
     for (conn *c = s->conns, *nx; c; c = nx) {
         nx = c->next;
         if (c->p.reading && !c->r_epoll)
-            if (mt_srv_conn_read(s, c) < 0)
+            if (mt_srv_conn_read(s, c, 0) < 0)
                 continue;
     }
 }

@@ -31,12 +31,13 @@
 /* A socket is watched edge-triggered: epoll reports it when bytes come,
  * not again at every wait while some are left, which spares a poll of
  * the socket per frame; so a read takes everything there (a short read,
- * or EAGAIN), or, cut short on purpose, re-arms (conn_rearm). Pipes and
+ * or EAGAIN; to the end of stream once the peer shut its side, which
+ * EPOLLRDHUP says), or, cut short on purpose, re-arms (conn_rearm). Pipes and
  * files (--stdio) stay level-triggered: their reads are paced by the
  * input queue's room. */
 static uint32_t conn_et(const conn *c)
 {
-    return c->is_socket && c->rfd == c->wfd ? EPOLLET : 0;
+    return c->is_socket && c->rfd == c->wfd ? EPOLLET | EPOLLRDHUP : 0;
 }
 
 /* Input left in c's socket after a read that stopped early: registered
@@ -242,9 +243,13 @@ static int stdio_eof(mt_server *s, conn *c, int truncated)
     return 0;
 }
 
-/* Reads what is there; returns -1 when c was freed. */
-int mt_srv_conn_read(mt_server *s, conn *c)
+/* Reads what is there; returns -1 when c was freed. A short read took
+ * all there was, but for a peer that has shut its side (events has
+ * EPOLLRDHUP or EPOLLHUP): edge-triggered, its end of stream would not be
+ * reported again, so it is read to the end now. */
+int mt_srv_conn_read(mt_server *s, conn *c, uint32_t events)
 {
+    int to_end = (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
     for (int rounds = 0; rounds < 16 && c->p.reading; rounds++) {
         size_t cap = RBUF_CAP;
         if (s->o.stdio) {
@@ -292,7 +297,7 @@ int mt_srv_conn_read(mt_server *s, conn *c)
             epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
             c->r_epoll = 0;
         }
-        if ((size_t)n < cap)
+        if ((size_t)n < cap && !to_end)
             return 0;
     }
     if (c->p.reading && c->is_socket)
@@ -525,7 +530,7 @@ static conn *oldest_idle(mt_server *s, int any, int young, int is_tcp,
         char b;
         if (!best->p.reading || recv(best->rfd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
             return best;
-        if (mt_srv_conn_read(s, best) == 0)   /* its HELLO came: no longer idle */
+        if (mt_srv_conn_read(s, best, 0) == 0)   /* its HELLO came: no longer idle */
             mt_srv_conn_arm(s, best);         /* an admission deadline, maybe */
     }
     return NULL;
