@@ -75,6 +75,9 @@ run() {
         grep -q '^total .* ok=1' "$T/fc.$i" ||
             { echo "bench_hostpath: $label n=$n client $i:"; grep ' ok=0 ' "$T/fc.$i" |
               sed 's/.* state=\([a-z]*\) .* reason=/state=\1 reason=/' | sort | uniq -c |
+              sort -rn | head -3
+              echo "  the server's reasons:"
+              grep 'closed:' "$T/serve.err" | sed 's/^.*closed: //' | sort | uniq -c |
               sort -rn | head -3; } >&2
     done
     cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v u0="$u0" -v u1="$u1" \
