@@ -435,7 +435,7 @@ void mt_proto_input(mt_proto *p, mt_proto_conn *c, const uint8_t *buf, size_t n,
     while (off < n && c->reading) {
         size_t used = 0;
         mt_frame f;
-        int r = mt_frame_decode(&c->dec, buf + off, n - off, &used, &f);
+        int r = mt_frame_decode_ref(&c->dec, buf + off, n - off, &used, &f);
         off += used;
         if (r == MT_FRAME_OK) {
             on_frame(p, c, &f, now);
