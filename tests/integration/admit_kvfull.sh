@@ -18,11 +18,11 @@ FC=$MT_TESTBIN/mt-fakeclient
 t_need mt-serve mt-admit mt-fakeclient
 BUDGET=80
 MODEL=${MT_ADMIT_MODEL:-synthetic:small}
-KVMEM=32M
+KVMEM=16M
 # Under the sanitizers one synthetic:small step alone is over the budget,
 # so no signal is ever healthy: the tiny model with a pool cut to the same
 # number of positions (32 KiB vs 1 KiB per position) keeps the experiment.
-if [ -n "$MT_ASAN" ] && [ -z "$MT_ADMIT_MODEL" ]; then MODEL=synthetic:tiny KVMEM=1M; fi
+if [ -n "$MT_ASAN" ] && [ -z "$MT_ADMIT_MODEL" ]; then MODEL=synthetic:tiny KVMEM=512K; fi
 t_fast_blas
 SOCK=$T_TMP/s.sock
 . "$(dirname "$0")/admit_lib.sh"
