@@ -26,7 +26,8 @@ struct mimi_batch {
     float *col;        /* [col_floats]: im2col / transposed-GEMM chunk */
     size_t col_floats;
     float *part;       /* [max_batch][cout][ctx]: a transposed conv's new overlap */
-    float *h, *qkv, *att, *ff;   /* transformer: [d|3d|d|ff][max_batch * steps] */
+    float *h, *qkv, *att, *ff, *xt;   /* transformer: [max_batch * steps][d|3d|d|ff|d] */
+    float *rcos, *rsin;  /* [max_batch * steps][head_dim / 2]: rotary angles */
     float *score;      /* [context] */
     float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
     double stage_s[MIMI_NSTAGES];
@@ -91,6 +92,9 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     w->qkv = alloc_f((size_t)3 * c->d_model * N, &w->bytes, &bad);
     w->att = alloc_f((size_t)c->d_model * N, &w->bytes, &bad);
     w->ff = alloc_f((size_t)c->dim_feedforward * N, &w->bytes, &bad);
+    w->xt = alloc_f((size_t)c->d_model * N, &w->bytes, &bad);
+    w->rcos = alloc_f((size_t)(c->d_model / c->num_heads / 2) * N, &w->bytes, &bad);
+    w->rsin = alloc_f((size_t)(c->d_model / c->num_heads / 2) * N, &w->bytes, &bad);
     w->score = alloc_f((size_t)c->context, &w->bytes, &bad);
     w->r = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
     w->sc = alloc_f((size_t)c->bins * B, &w->bytes, &bad);
@@ -110,6 +114,7 @@ void mimi_batch_free(mimi_batch *w)
     for (int i = 0; i < 4; i++)
         free(w->act[i]);
     free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
+    free(w->xt); free(w->rcos); free(w->rsin);
     free(w->score); free(w->r); free(w->sc); free(w->sum2);
     free(w);
 }
@@ -336,132 +341,218 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
 
 /* ---- transformer ---------------------------------------------------------- */
 
+/* Inside the transformer the activations are token-major ([B*T][d], one
+ * row a session's step): LayerNorm, rotary, the ring writes and attention
+ * then read contiguous rows, and the projections are sgemm(NoTrans, Trans)
+ * against the [out][in] weights, the layout OpenBLAS packs cheapest at 16
+ * to 64 rows. */
+
+/* Attention's loops use GCC vector types: 8 floats, one AVX register in the
+ * x86-64-v3 clone (chosen at load time by the CPU), two SSE registers in
+ * the default one. Helpers are always inlined so the clone's copy is the
+ * one that runs. */
+typedef float v8f __attribute__((vector_size(32)));
+#define VINLINE static inline __attribute__((always_inline))
+
+VINLINE v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
+VINLINE void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+
+VINLINE float dot8(const float *a, const float *b, int n)
+{
+    v8f s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 += load8(a + i) * load8(b + i);
+        s1 += load8(a + i + 8) * load8(b + i + 8);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 += load8(a + i) * load8(b + i);
+    s0 += s1;
+    float s = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+VINLINE void axpy8(float *y, float a, const float *x, int n)
+{
+    v8f av = { a, a, a, a, a, a, a, a };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(y + i, load8(y + i) + av * load8(x + i));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. */
 static void layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
 {
     for (size_t n = 0; n < N; n++) {
+        const float *xr = x + n * d;
+        float *hr = h + n * d;
         double mean = 0, var = 0;
         for (int i = 0; i < d; i++)
-            mean += x[(size_t)i * N + n];
+            mean += xr[i];
         mean /= d;
         for (int i = 0; i < d; i++) {
-            double v = x[(size_t)i * N + n] - mean;
+            double v = xr[i] - mean;
             var += v * v;
         }
         var /= d;
         float inv = (float)(1.0 / sqrt(var + 1e-5));
         for (int i = 0; i < d; i++)
-            h[(size_t)i * N + n] = ((float)(x[(size_t)i * N + n] - mean) * inv) * g[i] + bias[i];
+            hr[i] = ((float)(xr[i] - mean) * inv) * g[i] + bias[i];
     }
 }
 
-static void rope(float *q, int d, int hd, size_t N, size_t n, int64_t pos, double max_period)
+/* The rotary angles of one position: cs, sn [hd/2], frequency i being
+ * max_period^(-2i/hd). */
+static void rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period)
 {
     float scale = (float)(-log(max_period) * 2 / hd);
     for (int i = 0; i < hd / 2; i++) {
-        float freq = expf((float)i * scale);
-        float a = freq * (float)pos;
-        float cr = cosf(a), si = sinf(a);
-        for (int h = 0; h < d / hd; h++) {
-            float *re = q + ((size_t)h * hd + 2 * i) * N + n, *im = re + N;
+        float a = expf((float)i * scale) * (float)pos;
+        cs[i] = cosf(a);
+        sn[i] = sinf(a);
+    }
+}
+
+/* Rotates the (2i, 2i+1) pairs of every head of one row of d. */
+static void rope_row(float *q, const float *cs, const float *sn, int d, int hd)
+{
+    for (int h = 0; h < d / hd; h++)
+        for (int i = 0; i < hd / 2; i++) {
+            float *re = q + (size_t)h * hd + 2 * i, *im = re + 1;
             float r = *re, m = *im;
-            *re = r * cr - m * si;
-            *im = r * si + m * cr;
+            *re = r * cs[i] - m * sn[i];
+            *im = r * sn[i] + m * cs[i];
+        }
+}
+
+/* One session's attention, its T rows: out [T][d] (ld_out apart) from its
+ * queries q [T] (ld_q apart) over its ring rk, rv [cap][d] just written
+ * with positions pos0..pos0+T-1. Slot j holds the newest position
+ * congruent to j; query position p sees positions max(0, p-cap+1,
+ * last-cap+1) .. p (the older ones overwritten), taken in slot order. */
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+static void attend(const float *q, size_t ld_q, const float *rk, const float *rv, float *out,
+                   size_t ld_out, float *score, int T, int d, int H, int cap, int64_t pos0)
+{
+    const int hd = d / H;
+    const float isq = 1.0f / sqrtf((float)hd);
+    const int64_t last = pos0 + T - 1;
+    for (int t = 0; t < T; t++) {
+        int64_t p = pos0 + t, lo = p - cap + 1;
+        if (lo < last - cap + 1)
+            lo = last - cap + 1;
+        if (lo < 0)
+            lo = 0;
+        /* valid slots: [a0, a1) and [b0, b1), ascending */
+        int a0, a1, b0 = 0, b1 = 0;
+        if (p - lo + 1 >= cap) {
+            a0 = 0;
+            a1 = cap;
+        } else {
+            int slo = (int)(lo % cap), shi = (int)(p % cap);
+            if (slo <= shi) {
+                a0 = slo;
+                a1 = shi + 1;
+            } else {
+                a0 = 0;
+                a1 = shi + 1;
+                b0 = slo;
+                b1 = cap;
+            }
+        }
+        const float *qr = q + (size_t)t * ld_q;
+        float *orow = out + (size_t)t * ld_out;
+        for (int h = 0; h < H; h++) {
+            const float *qh = qr + (size_t)h * hd;
+            float mx = -INFINITY;
+            for (int s = 0; s < 2; s++)
+                for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++) {
+                    float sc = dot8(qh, rk + (size_t)j * d + (size_t)h * hd, hd) * isq;
+                    score[j] = sc;
+                    if (sc > mx)
+                        mx = sc;
+                }
+            float den = 0;
+            for (int s = 0; s < 2; s++)
+                for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++) {
+                    float e = expf(score[j] - mx);
+                    score[j] = e;
+                    den += e;
+                }
+            float *oh = orow + (size_t)h * hd;
+            memset(oh, 0, (size_t)hd * sizeof *oh);
+            for (int s = 0; s < 2; s++)
+                for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++)
+                    axpy8(oh, score[j] / den, rv + (size_t)j * d + (size_t)h * hd, hd);
         }
     }
 }
 
-/* x [d][B*T] through the layers; pos[b] is session b's first position. */
+/* x [d][B*T] through the layers; session b's rows start at its position. */
 static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batch *w,
                             mimi_state *const *S, int B, int T, int dec, float *x)
 {
     const mimi_config *c = &m->c;
     const int d = c->d_model, ff = c->dim_feedforward, H = c->num_heads, hd = d / H, cap = c->context;
     const size_t N = (size_t)B * T;
-    const float isq = 1.0f / sqrtf((float)hd);
+    float *xt = w->xt;   /* [N][d] */
+    for (int i = 0; i < d; i++)
+        for (size_t n = 0; n < N; n++)
+            xt[n * d + i] = x[(size_t)i * N + n];
+    for (int b = 0; b < B; b++) {
+        int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
+        for (int t = 0; t < T; t++) {
+            size_t n = (size_t)b * T + t;
+            rope_table(w->rcos + n * (hd / 2), w->rsin + n * (hd / 2), hd, pos0 + t, c->max_period);
+        }
+    }
     for (int li = 0; li < c->num_layers; li++) {
         const mimi_tlayer *l = &L[li];
-        layer_norm(w->h, x, l->n1w, l->n1b, d, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 3 * d, (int)N, d, 1.0f, l->in_proj, d,
-                    w->h, (int)N, 0.0f, w->qkv, (int)N);
-        float *q = w->qkv, *k = w->qkv + (size_t)d * N, *v = w->qkv + (size_t)2 * d * N;
+        layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
+        /* qkv [N][3d]: row n = q, k, v of step n */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, 3 * d, d, 1.0f, w->h, d,
+                    l->in_proj, d, 0.0f, w->qkv, 3 * d);
         for (int b = 0; b < B; b++) {
             int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
             float *rk = S[b]->x + l->st_k, *rv = S[b]->x + l->st_v;
             for (int t = 0; t < T; t++) {
                 size_t n = (size_t)b * T + t;
-                rope(q, d, hd, N, n, pos0 + t, c->max_period);
-                rope(k, d, hd, N, n, pos0 + t, c->max_period);
+                float *qr = w->qkv + n * 3 * d;
+                const float *cs = w->rcos + n * (hd / 2), *sn = w->rsin + n * (hd / 2);
+                rope_row(qr, cs, sn, d, hd);
+                rope_row(qr + d, cs, sn, d, hd);
                 size_t slot = (size_t)((pos0 + t) % cap);
-                for (int i = 0; i < d; i++) {
-                    rk[slot * d + i] = k[(size_t)i * N + n];
-                    rv[slot * d + i] = v[(size_t)i * N + n];
-                }
+                memcpy(rk + slot * d, qr + d, (size_t)d * sizeof *rk);
+                memcpy(rv + slot * d, qr + 2 * d, (size_t)d * sizeof *rv);
             }
-            /* ring slot j holds the newest position congruent to j, if written */
-            int64_t last = pos0 + T - 1, end = pos0 + T;
-            int64_t end_idx = last % cap;
-            for (int t = 0; t < T; t++) {
-                int64_t p = pos0 + t;
-                size_t n = (size_t)b * T + t;
-                for (int h = 0; h < H; h++) {
-                    float mx = -INFINITY;
-                    for (int j = 0; j < cap; j++) {
-                        int64_t dl = j - end_idx;
-                        int64_t pj = dl <= 0 ? last + dl : last + dl - cap;
-                        int ok = j < end && pj >= 0 && p - pj >= 0 && p - pj < cap;
-                        float s = -INFINITY;
-                        if (ok) {
-                            const float *kr = rk + (size_t)j * d + (size_t)h * hd;
-                            float acc = 0;
-                            for (int e = 0; e < hd; e++)
-                                acc += q[((size_t)h * hd + e) * N + n] * kr[e];
-                            s = acc * isq;
-                            if (s > mx)
-                                mx = s;
-                        }
-                        w->score[j] = s;
-                    }
-                    float den = 0;
-                    for (int j = 0; j < cap; j++) {
-                        float e = w->score[j] == -INFINITY ? 0.0f : expf(w->score[j] - mx);
-                        w->score[j] = e;
-                        den += e;
-                    }
-                    for (int e = 0; e < hd; e++)
-                        w->att[((size_t)h * hd + e) * N + n] = 0;
-                    for (int j = 0; j < cap; j++) {
-                        if (w->score[j] == 0)
-                            continue;
-                        float p_ = w->score[j] / den;
-                        const float *vr = rv + (size_t)j * d + (size_t)h * hd;
-                        for (int e = 0; e < hd; e++)
-                            w->att[((size_t)h * hd + e) * N + n] += p_ * vr[e];
-                    }
-                }
-            }
+            attend(w->qkv + (size_t)b * T * 3 * d, (size_t)3 * d, rk, rv, w->att + (size_t)b * T * d,
+                   (size_t)d, w->score, T, d, H, cap, pos0);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, (int)N, d, 1.0f, l->out_proj, d,
-                    w->att, (int)N, 0.0f, w->h, (int)N);
-        for (int i = 0; i < d; i++) {
-            float s = l->ls1 ? l->ls1[i] : 1.0f;
-            for (size_t n = 0; n < N; n++)
-                x[(size_t)i * N + n] += s * w->h[(size_t)i * N + n];
-        }
-        layer_norm(w->h, x, l->n2w, l->n2b, d, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ff, (int)N, d, 1.0f, l->l1, d,
-                    w->h, (int)N, 0.0f, w->ff, (int)N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, d, d, 1.0f, w->att, d,
+                    l->out_proj, d, 0.0f, w->h, d);
+        for (size_t n = 0; n < N; n++)
+            for (int i = 0; i < d; i++)
+                xt[n * d + i] += (l->ls1 ? l->ls1[i] : 1.0f) * w->h[n * d + i];
+        layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, ff, d, 1.0f, w->h, d,
+                    l->l1, d, 0.0f, w->ff, ff);
         for (size_t i = 0; i < (size_t)ff * N; i++) {
             float z = w->ff[i];
             w->ff[i] = 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, (int)N, ff, 1.0f, l->l2, ff,
-                    w->ff, (int)N, 0.0f, w->h, (int)N);
-        for (int i = 0; i < d; i++) {
-            float s = l->ls2 ? l->ls2[i] : 1.0f;
-            for (size_t n = 0; n < N; n++)
-                x[(size_t)i * N + n] += s * w->h[(size_t)i * N + n];
-        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, d, ff, 1.0f, w->ff, ff,
+                    l->l2, ff, 0.0f, w->h, d);
+        for (size_t n = 0; n < N; n++)
+            for (int i = 0; i < d; i++)
+                xt[n * d + i] += (l->ls2 ? l->ls2[i] : 1.0f) * w->h[n * d + i];
     }
+    for (int i = 0; i < d; i++)
+        for (size_t n = 0; n < N; n++)
+            x[(size_t)i * N + n] = xt[n * d + i];
     for (int b = 0; b < B; b++) {
         if (dec)
             S[b]->dec_pos += T;
