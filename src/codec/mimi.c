@@ -127,40 +127,50 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
         out[i] = w->stage_s[i];
 }
 
+/* The elementwise and attention loops use GCC vector types: 8 floats, one AVX register in the
+ * x86-64-v3 clone (chosen at load time by the CPU), two SSE registers in
+ * the default one. Helpers are always inlined so the clone's copy is the
+ * one that runs. */
+typedef float v8f __attribute__((vector_size(32)));
+#define VINLINE static inline __attribute__((always_inline))
+
+VINLINE v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
+VINLINE void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+
 /* ---- elementwise --------------------------------------------------------- */
 
-/* ELU (alpha 1): x > 0 ? x : expm1(x), 4 lanes at a time with GCC's vector
- * extension (libm's expm1f was a fifth of the codec's time): x = n ln2 + r
- * with |r| <= ln2/2 (Cody-Waite, ln2 in two parts), expm1(r) by its Taylor
- * polynomial to r^7 (truncation 2e-9 relative), then expm1(x) =
- * 2^n expm1(r) + (2^n - 1); within 2 ulp of expm1f over [-87, 0] (below,
- * -1 to the float), checked by test_mimi. dst may be src. */
-typedef float   v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
+/* ELU (alpha 1): x > 0 ? x : expm1(x), 8 lanes at a time with GCC's vector
+ * extension (one AVX register in the x86-64-v3 clone chosen at load time,
+ * two SSE ones in the default clone; libm's expm1f was a fifth of the
+ * codec's time): x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 in two
+ * parts), expm1(r) by its Taylor polynomial to r^7 (truncation 2e-9
+ * relative), then expm1(x) = 2^n expm1(r) + (2^n - 1); within 2 ulp of
+ * expm1f over [-87, 0] (below, -1 to the float), checked by test_mimi.
+ * dst may be src. */
+typedef int32_t v8i __attribute__((vector_size(32)));
 
-static inline v4f v4_sel(v4i m, v4f a, v4f b)   /* m ? a : b, m all-ones or 0 */
+VINLINE v8f v8_sel(v8i m, v8f a, v8f b)   /* m ? a : b, m all-ones or 0 */
 {
-    return (v4f)(((v4i)a & m) | ((v4i)b & ~m));
+    return (v8f)(((v8i)a & m) | ((v8i)b & ~m));
 }
 
+__attribute__((target_clones("arch=x86-64-v3", "default")))
 void mimi_elu(float *dst, const float *src, size_t n)
 {
-    const v4f lo = { -87, -87, -87, -87 }, zero = { 0, 0, 0, 0 };
+    const v8f lo = { -87, -87, -87, -87, -87, -87, -87, -87 }, zero = { 0 };
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        v4f x;
-        memcpy(&x, src + i, sizeof x);
-        v4f xn = v4_sel(x < lo, lo, x);
-        xn = v4_sel(xn > zero, zero, xn);
-        v4f t = xn * 1.44269504088896341f;
-        v4f fn = (t + 12582912.0f) - 12582912.0f;   /* round to nearest */
-        v4f r = (xn - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
-        v4f p = r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+    for (; i + 8 <= n; i += 8) {
+        v8f x = load8(src + i);
+        v8f xn = v8_sel(x < lo, lo, x);
+        xn = v8_sel(xn > zero, zero, xn);
+        v8f t = xn * 1.44269504088896341f;
+        v8f fn = (t + 12582912.0f) - 12582912.0f;   /* round to nearest */
+        v8f r = (xn - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
+        v8f p = r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
                 r * (1.0f / 720 + r * (1.0f / 5040)))))));
-        v4i e = (__builtin_convertvector(fn, v4i) + 127) << 23;
-        v4f sc = (v4f)e;
-        v4f y = v4_sel(x > zero, x, sc * p + (sc - 1.0f));
-        memcpy(dst + i, &y, sizeof y);
+        v8i e = (__builtin_convertvector(fn, v8i) + 127) << 23;
+        v8f sc = (v8f)e;
+        store8(dst + i, v8_sel(x > zero, x, sc * p + (sc - 1.0f)));
     }
     for (; i < n; i++)
         dst[i] = src[i] > 0 ? src[i] : expm1f(src[i]);
@@ -346,16 +356,6 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
  * then read contiguous rows, and the projections are sgemm(NoTrans, Trans)
  * against the [out][in] weights, the layout OpenBLAS packs cheapest at 16
  * to 64 rows. */
-
-/* Attention's loops use GCC vector types: 8 floats, one AVX register in the
- * x86-64-v3 clone (chosen at load time by the CPU), two SSE registers in
- * the default one. Helpers are always inlined so the clone's copy is the
- * one that runs. */
-typedef float v8f __attribute__((vector_size(32)));
-#define VINLINE static inline __attribute__((always_inline))
-
-VINLINE v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
-VINLINE void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 
 VINLINE float dot8(const float *a, const float *b, int n)
 {
