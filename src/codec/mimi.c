@@ -208,7 +208,22 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
         for (size_t n = 0; n < N; n++)
             y[n] = bv;
     }
-    if (k == 1 && st == 1) {
+    if (cout == 1 && st == 1 && (size_t)(ctx + tin) <= w->col_floats) {
+        /* one output channel (the decoder's last layer): a GEMM of one
+         * row would read an im2col matrix cin*k times the input's size
+         * for k flops an element, so each input row, its context before
+         * it, is added in at its k shifts */
+        float *xp = w->col;   /* [ctx + tin]: one session's padded input row */
+        for (int b = 0; b < B; b++)
+            for (int ci = 0; ci < cin; ci++) {
+                if (ctx > 0)
+                    memcpy(xp, S[b]->x + cv->st + (size_t)ci * ctx, (size_t)ctx * sizeof *xp);
+                memcpy(xp + ctx, X + (size_t)ci * Nin + (size_t)b * tin, (size_t)tin * sizeof *xp);
+                for (int kk = 0; kk < k; kk++)
+                    cblas_saxpy(tout, cv->w[(size_t)ci * k + kk], xp + (size_t)kk * dil, 1,
+                                Y + (size_t)b * tout, 1);
+            }
+    } else if (k == 1 && st == 1) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)N, cin, 1.0f, cv->w, cin,
                     X, (int)Nin, 1.0f, Y, (int)N);
     } else {
