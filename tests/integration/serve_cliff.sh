@@ -4,10 +4,15 @@
 # then on the engine preempts and recomputes, frames fall behind and FILL
 # (silence) goes out on time. Asserted from the latency lines: after the
 # pool fills, naive_met stays at 100% on every tick while late_ms and the
-# FILL count climb, and met (real outputs on time) falls. The same load in
-# window mode stays healthy (no FILL, late_ms under a frame period).
+# FILL count climb, and met (real outputs on time) falls. (Window mode under
+# the same kind of load stays healthy: serve_window.sh.)
+# Before the pool fills, FILL means the host itself stalled the server past
+# a deadline: "none before" is asserted only when the hiccup sampler saw no
+# stall as long as a frame period; on any host, FILL before the pool filled
+# must come at under a quarter of the rate after it (the cliff starts there).
 . "$(dirname "$0")/lib.sh"
 t_serve_test
+t_hiccup_start
 N=${MT_CLIFF_N:-4}
 FRAMES=${MT_CLIFF_FRAMES:-250}       # 20 s
 KVMEM=${MT_CLIFF_KVMEM:-8M}
@@ -25,23 +30,28 @@ t_ok $? "drained, exit 0"
 awk '/^tick=/{
   for(i=1;i<=NF;i++){n=index($i,"=");v[substr($i,1,n-1)]=substr($i,n+1)}
   if(!full && v["preempted"]>0){full=1; late0=v["late_ms"]}
-  if(!full){f1+=v["fill"]; next}
+  if(!full){f1+=v["fill"]; k1++; next}
   k++; f2+=v["fill"]; if(v["naive_met"]+0<100) naive_bad++; if(v["met"]+0<100) met_low++
   if(v["late_ms"]+0>maxlate) maxlate=v["late_ms"]+0; late[k]=v["late_ms"]+0; fl[k]=f2
 }
 END{
   n3=int(k/3); lastlate=0; for(j=k-n3+1;j<=k;j++) if(late[j]>lastlate) lastlate=late[j]
-  printf "full=%d ticks_after=%d fill_before=%d fill_after=%d fill_first_third=%d naive_bad=%d met_low=%d late_at_full=%.1f late_max=%.1f late_last_third=%.1f\n",
-    full, k, f1, f2, fl[n3], naive_bad, met_low, late0, maxlate, lastlate
+  printf "full=%d ticks_before=%d ticks_after=%d fill_before=%d fill_after=%d fill_first_third=%d naive_bad=%d met_low=%d late_at_full=%.1f late_max=%.1f late_last_third=%.1f\n",
+    full, k1, k, f1, f2, fl[n3], naive_bad, met_low, late0, maxlate, lastlate
 }' "$T_TMP/lat" >"$T_TMP/sum"
 t_diag "$(cat "$T_TMP/sum")"
 val() { tr ' ' '\n' <"$T_TMP/sum" | awk -F= -v k="$1" '$1==k{print $2}'; }
 t_check "the pool filled and sessions were preempted" [ "$(val full)" = 1 ]
 if [ -n "$MT_ASAN" ]; then   # a timing outcome: ASan may be too slow before
     t_skip "no FILL before the pool filled (timing; not under ASan)"
-else
+elif [ "$(t_limit 0)" -lt 80 ]; then
     t_check "no FILL before the pool filled" [ "$(val fill_before)" = 0 ]
+else
+    t_skip "no FILL before the pool filled: this host stalled a process $(t_hiccup_ms) ms, a frame period"
 fi
+t_check "FILL before the pool filled at under a quarter of the rate after ($(val fill_before) in $(val ticks_before) ticks, $(val fill_after) in $(val ticks_after))" \
+    awk -v a="$(val fill_before)" -v ta="$(val ticks_before)" -v b="$(val fill_after)" -v tb="$(val ticks_after)" \
+    'BEGIN{exit !(tb > 0 && 4 * a * tb < b * (ta > 0 ? ta : 1))}'
 t_check "naive_met stayed at 100% on every tick after" [ "$(val naive_bad)" = 0 ]
 t_check "FILL frames after the pool filled" [ "$(val fill_after)" -gt 0 ]
 t_check "FILL kept climbing (more in the last two thirds than in the first)" \

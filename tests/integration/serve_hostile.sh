@@ -90,9 +90,11 @@ b=$(now)
 el=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", b - a}')
 t_check "2: mt-replay admitted and served past 30 idle connections (rc $rc; $(head -c 160 "$T_TMP/rep2.err"))" \
     grep -q '^replay_summary=1 done=1 ' "$T_TMP/rep2"
-# 0.4 s of audio: the answer itself must have come within 1 s
-t_check "2: the whole run took $el s (< 0.4 s of audio + 1 s + 1 s slack)" \
-    awk -v e="$el" 'BEGIN{exit !(e < 2.4)}'
+# 0.4 s of audio: the answer itself must have come within 1 s (plus what
+# this host's scheduler took from any process meanwhile)
+h=$(t_hiccup_ms)
+t_check "2: the whole run took $el s (< 0.4 s of audio + 1 s + 1 s slack + the host's $h ms)" \
+    awk -v e="$el" -v h="$h" 'BEGIN{exit !(e < 2.4 + h / 1000)}'
 wait $H
 t_diag "holder: $(tail -1 "$T_TMP/hold2")"
 t_check "2: idle connections were closed with a REJECT frame" \
@@ -132,14 +134,20 @@ el=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.1f", b - a}')
 t_check "3: the second server exits 1 (rc $rc) after $el s, not hung" [ "$rc" = 1 ]
 t_check "3: with a clear message ($(tail -1 "$T_TMP/e3"))" grep -q 'does not accept connections' "$T_TMP/e3"
 # SIGTERM while it starts: honoured (the handler is installed late, and no
-# step before it may block)
+# step before it may block). The signal goes as soon as the process exists;
+# a server that was already done (rc 1, socket taken) tested nothing, and
+# says so.
 "$S" -s "$SOCK" -m synthetic:tiny --device cpu >/dev/null 2>"$T_TMP/e3b" &
 S2=$!
-sleep 0.5; kill -TERM $S2
+kill -TERM $S2 2>/dev/null; sent=$?
 ( sleep 15; kill -KILL $S2 2>/dev/null ) >/dev/null 2>&1 & KW=$!
 wait $S2; rc=$?
 kill $KW 2>/dev/null; wait $KW 2>/dev/null
-t_check "3: SIGTERM during start is honoured (rc $rc: 1 or 143, not 137)" [ "$rc" = 1 -o "$rc" = 143 ]
+if [ "$sent" = 0 ] && [ "$rc" != 1 ]; then
+    t_check "3: SIGTERM during start is honoured (rc $rc: 0 or 143, not 137)" [ "$rc" = 0 -o "$rc" = 143 ]
+else
+    t_skip "3: SIGTERM during start: the server was done before the signal (rc $rc)"
+fi
 t_check "3: the first server's socket is left in place" test -S "$SOCK"
 kill -CONT $SRV
 kill $H 2>/dev/null; wait $H 2>/dev/null
