@@ -7,7 +7,9 @@
  *
  * Activations are [channels][session][steps] (column n = b * T + t), so a
  * batch is one matrix and one frame of B sessions costs one GEMM per
- * layer, not B. */
+ * layer, not B; the transformers work token-major inside ([session][steps]
+ * [channels], see transformer_fwd). Large buffers (weights, session
+ * states) are on 2 MiB pages (mimi_model.c). */
 #include "codec/mimi_impl.h"
 
 #include <cblas.h>
