@@ -138,6 +138,7 @@ typedef float v8f __attribute__((vector_size(32)));
 
 VINLINE v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
 VINLINE void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+VINLINE v8f splat8(float a) { return (v8f){ a, a, a, a, a, a, a, a }; }
 
 /* ---- elementwise --------------------------------------------------------- */
 
@@ -185,8 +186,6 @@ void mimi_elu(float *dst, const float *src, size_t n)
  * (3.8e-8 in the log), and 1 from 4 on, where erff is 1 too; both fitted
  * by least squares in float64. Within 4e-7 of the erf form times
  * max(1, |x|) over [-20, 20], checked by test_mimi. */
-VINLINE v8f splat8(float a) { return (v8f){ a, a, a, a, a, a, a, a }; }
-
 /* e^x for x <= 0, 8 at a time: Cephes' expf (x = n ln2 + r with |r| <=
  * ln2/2, a degree-6 polynomial for e^r, 2^n put in the exponent bits),
  * relative error about 2e-7; x clamped below at -87 (2^n stays normal). */
@@ -252,8 +251,25 @@ static void elu(float *dst, const float *src, size_t n)
 
 static void add_into(float *dst, const float *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(dst + i, load8(dst + i) + load8(src + i));
+    for (; i < n; i++)
         dst[i] += src[i];
+}
+
+/* Y [rows][n] = bias[row] (0 without a bias): the sgemm then adds into it */
+static void fill_bias(float *Y, const float *bias, int rows, size_t n)
+{
+    for (int r = 0; r < rows; r++) {
+        float *y = Y + (size_t)r * n;
+        v8f v = splat8(bias ? bias[r] : 0.0f);
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            store8(y + i, v);
+        for (; i < n; i++)
+            y[i] = v[0];
+    }
 }
 
 /* ---- convolutions ----------------------------------------------------------- */
@@ -271,12 +287,7 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
                 for (int ci = 0; ci < cin; ci++)
                     for (int j = 0; j < ctx; j++)
                         S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
-    for (int co = 0; co < cout; co++) {
-        float bv = cv->b ? cv->b[co] : 0.0f;
-        float *y = Y + (size_t)co * N;
-        for (size_t n = 0; n < N; n++)
-            y[n] = bv;
-    }
+    fill_bias(Y, cv->b, cout, N);
     if (cout == 1 && st == 1 && (size_t)(ctx + tin) <= w->col_floats) {
         /* one output channel (the decoder's last layer): a GEMM of one
          * row would read an im2col matrix cin*k times the input's size
@@ -366,12 +377,7 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
     const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
     const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
     const size_t N = (size_t)B * tin, Nout = (size_t)B * tout;
-    for (int co = 0; co < cout; co++) {
-        float bv = cv->b ? cv->b[co] : 0.0f;
-        float *y = Y + (size_t)co * Nout;
-        for (size_t n = 0; n < Nout; n++)
-            y[n] = bv;
-    }
+    fill_bias(Y, cv->b, cout, Nout);
     float *part = w->part;   /* [B][cout][ctx] */
     memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
     if (cv->grouped) {
