@@ -207,6 +207,11 @@ static void on_frame(fsess *s, const mt_frame *f, uint64_t now)
                 s->lat_max_ms = l;
         }
         return;
+    case MT_FRAME_TEXT:
+    case MT_FRAME_WORDS:
+        /* the text beside an output (a Kyutai model's server): not an
+         * answer of its own, counted with the AUDIO it goes with */
+        return;
     default:
         finish(s, ST_FAILED, "unexpected frame type");
     }
