@@ -136,9 +136,12 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
 typedef float v8f __attribute__((vector_size(32)));
 #define VINLINE static inline __attribute__((always_inline))
 
-VINLINE v8f load8(const float *p) { v8f v; memcpy(&v, p, sizeof v); return v; }
-VINLINE void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
-VINLINE v8f splat8(float a) { return (v8f){ a, a, a, a, a, a, a, a }; }
+/* Macros, not functions, for what takes or returns a vector: clang checks
+ * a function's vector ABI in the default clone before inlining it, and
+ * refuses a 32-byte vector there. */
+#define load8(p) ({ v8f l8_; memcpy(&l8_, (p), sizeof l8_); l8_; })
+#define store8(p, v) do { v8f s8_ = (v); memcpy((p), &s8_, sizeof s8_); } while (0)
+#define splat8(a) ((v8f){ (a), (a), (a), (a), (a), (a), (a), (a) })
 
 /* ---- elementwise --------------------------------------------------------- */
 
@@ -152,10 +155,8 @@ VINLINE v8f splat8(float a) { return (v8f){ a, a, a, a, a, a, a, a }; }
  * dst may be src. */
 typedef int32_t v8i __attribute__((vector_size(32)));
 
-VINLINE v8f v8_sel(v8i m, v8f a, v8f b)   /* m ? a : b, m all-ones or 0 */
-{
-    return (v8f)(((v8i)a & m) | ((v8i)b & ~m));
-}
+/* m ? a : b, lane by lane, m all-ones or 0 */
+#define v8_sel(m, a, b) ((v8f)(((v8i)(a) & (m)) | ((v8i)(b) & ~(m))))
 
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 void mimi_elu(float *dst, const float *src, size_t n)
@@ -179,6 +180,27 @@ void mimi_elu(float *dst, const float *src, size_t n)
         dst[i] = src[i] > 0 ? src[i] : expm1f(src[i]);
 }
 
+/* e^x for x <= 0, 8 at a time: Cephes' expf (x = n ln2 + r with |r| <=
+ * ln2/2, a degree-6 polynomial for e^r, 2^n put in the exponent bits),
+ * relative error about 2e-7; x clamped below at -87 (2^n stays normal). */
+#define exp8(x_) ({                                                          \
+    v8f x8_ = (x_);                                                         \
+    x8_ = v8_sel(x8_ < splat8(-87.0f), splat8(-87.0f), x8_);                \
+    v8f t8_ = x8_ * splat8(1.44269504088896341f) + splat8(12582912.0f);    \
+    v8f n8_ = t8_ - splat8(12582912.0f);   /* round(x / ln2); 1.5 * 2^23 */ \
+    v8f r8_ = x8_ - n8_ * splat8(0.693359375f);                             \
+    r8_ = r8_ - n8_ * splat8(-2.12194440e-4f);                              \
+    v8f p8_ = splat8(1.9875691500e-4f);                                     \
+    p8_ = p8_ * r8_ + splat8(1.3981999507e-3f);                             \
+    p8_ = p8_ * r8_ + splat8(8.3334519073e-3f);                             \
+    p8_ = p8_ * r8_ + splat8(4.1665795894e-2f);                             \
+    p8_ = p8_ * r8_ + splat8(1.6666665459e-1f);                             \
+    p8_ = p8_ * r8_ + splat8(5.0000001201e-1f);                             \
+    p8_ = p8_ * (r8_ * r8_) + r8_ + splat8(1.0f);                           \
+    v8i e8_ = (v8i)t8_ - (v8i)splat8(12582912.0f);   /* n in the low bits */\
+    p8_ * (v8f)((e8_ + 127) << 23);                                         \
+})
+
 /* GELU (exact form): x * (1 + erf(x / sqrt 2)) / 2 in place, 8 lanes at a
  * time (libm's erff was a fortieth of the codec's time). erf(a) for
  * |a| < 0.875 is a * P(a^2), P of degree 6 (relative error 7e-10); above,
@@ -186,28 +208,6 @@ void mimi_elu(float *dst, const float *src, size_t n)
  * (3.8e-8 in the log), and 1 from 4 on, where erff is 1 too; both fitted
  * by least squares in float64. Within 4e-7 of the erf form times
  * max(1, |x|) over [-20, 20], checked by test_mimi. */
-/* e^x for x <= 0, 8 at a time: Cephes' expf (x = n ln2 + r with |r| <=
- * ln2/2, a degree-6 polynomial for e^r, 2^n put in the exponent bits),
- * relative error about 2e-7; x clamped below at -87 (2^n stays normal). */
-VINLINE v8f exp8(v8f x)
-{
-    const v8f lo = splat8(-87.0f), magic = splat8(12582912.0f);   /* 1.5 * 2^23 */
-    x = v8_sel(x < lo, lo, x);
-    v8f t = x * splat8(1.44269504088896341f) + magic;   /* round(x / ln2) + magic */
-    v8f nf = t - magic;
-    v8f r = x - nf * splat8(0.693359375f);
-    r = r - nf * splat8(-2.12194440e-4f);
-    v8f p = splat8(1.9875691500e-4f);
-    p = p * r + splat8(1.3981999507e-3f);
-    p = p * r + splat8(8.3334519073e-3f);
-    p = p * r + splat8(4.1665795894e-2f);
-    p = p * r + splat8(1.6666665459e-1f);
-    p = p * r + splat8(5.0000001201e-1f);
-    p = p * (r * r) + r + splat8(1.0f);
-    v8i n = (v8i)t - (v8i)magic;   /* n in the low bits */
-    return p * (v8f)((n + 127) << 23);
-}
-
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 void mimi_gelu(float *x, size_t n)
 {
