@@ -537,6 +537,10 @@ static void attend(const float *q, size_t ld_q, const float *rk, const float *rv
             lo = last - cap + 1;
         if (lo < 0)
             lo = 0;
+        if (lo > p) {   /* more steps than the ring: this one's were overwritten */
+            memset(out + (size_t)t * ld_out, 0, (size_t)d * sizeof *out);
+            continue;
+        }
         /* valid slots: [a0, a1) and [b0, b1), ascending */
         int a0, a1, b0 = 0, b1 = 0;
         if (p - lo + 1 >= cap) {
