@@ -226,15 +226,20 @@ TEST_BINS := $(UNIT_BINS) $(HELP_BINS) $(FUZZ_REPLAY)
 # time; the light ones (INTEG_LIGHT) PROVE_JOBS at a time. Several tests
 # measure real-time behaviour against the host's own hiccups measured in
 # the same run, so a busy machine slows them without failing them.
-PROVE_FLAGS ?= --timer
+# Each test's whole output is kept in $(B)/test-logs (tests/run-one), and
+# prove names the failed checks (--failures).
+PROVE_FLAGS ?= --timer --failures
 PROVE_JOBS ?= 4
-TEST_ENV = MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN)
+TEST_LOGS = $(abspath $(B))/test-logs
+TEST_ENV = MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) MT_TEST_LOGS=$(TEST_LOGS)
 test: all $(TEST_BINS)
+	@rm -rf $(TEST_LOGS)
+	@echo "# each test's output: $(TEST_LOGS)"
 	@$(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY) $(INTEG_SERIAL)
 	@echo "# the light integration tests, $(PROVE_JOBS) at a time"
 	@$(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) -j $(PROVE_JOBS) $(INTEG_LIGHT)
 	@echo "# the serve/replay tests again, over TCP (MT_TRANSPORT=tcp)"
-	@MT_TRANSPORT=tcp $(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(TCP_INTEG)
+	@MT_TRANSPORT=tcp $(TEST_ENV) MT_TEST_LOGS=$(TEST_LOGS)/tcp prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(TCP_INTEG)
 
 unit: all $(TEST_BINS)
 	@$(TEST_ENV) prove --exec $(CURDIR)/tests/run-one $(PROVE_FLAGS) $(UNIT_BINS) $(FUZZ_REPLAY)

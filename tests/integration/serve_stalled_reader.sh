@@ -10,18 +10,34 @@
 # exits within a bounded time, saying how many lines it could not write.
 . "$(dirname "$0")/lib.sh"
 t_serve_test
-# A 10 ms tick makes ~33 KB/s of tick lines (about 330 bytes each), so the
-# pipe (64 KiB) and the server's queue (128 KiB) are full about 6 s into the
-# stall. (A 5 ms tick overran on a loaded machine: skipped ticks, not drops.)
+# A 10 ms tick makes ~33 KB/s of tick lines (about 330 bytes each); the
+# reader shrinks the pipe to one page, so the server's queue (128 KiB) is
+# full about 4 s into the stall. A busy host overruns ticks (skipped tick
+# numbers, not drops) and makes fewer lines, so the stall lasts until the
+# server says it dropped lines (STALL_MAX_S at most), plus a second.
+# (A 5 ms tick overran on a loaded machine: skipped ticks, not drops.)
 PERIOD_MS=10
-STALL_S=10
+STALL_MAX_S=40
 GAPMAX=$(t_timing 200 800)    # ms between consecutive tick lines with no drop between
 LATMAX=$(t_timing 1500 3000)  # ms: a frame's round trip; a stalled tick makes it ~STALL_S s
 # both plus the host's hiccups over the run (t_limit)
 t_hiccup_start
 
 mkfifo "$T_TMP/fifo"
-cat "$T_TMP/fifo" >"$T_TMP/lat" &
+/usr/bin/python3 -c '
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+try:
+    fcntl.fcntl(fd, 1031, 4096)   # F_SETPIPE_SZ: one page
+except OSError:
+    pass
+out = open(sys.argv[2], "wb", buffering=0)
+while True:
+    b = os.read(fd, 65536)
+    if not b:
+        break
+    out.write(b)
+' "$T_TMP/fifo" "$T_TMP/lat" &
 CAT=$!; t_track $CAT
 t_serve "$T_TMP/fifo" "$T_TMP/log" -s "$SOCK" -m synthetic:tiny --frame-ms $PERIOD_MS
 t_check "server listens" wait_for_socket "$SOCK" 300
@@ -31,8 +47,12 @@ timeout 90 "$FC" -s "$SOCK" -n 2 -f 175 >"$T_TMP/cli" &
 FCP=$!
 sleep 3
 kill -STOP $CAT
-t_diag "consumer of stdout stopped for $STALL_S s"
-sleep $STALL_S
+i=0
+while ! grep -q 'lines dropped' "$T_TMP/log" && [ $i -lt $((STALL_MAX_S * 10)) ]; do
+    sleep 0.1; i=$((i + 1))
+done
+sleep 1
+t_diag "consumer of stdout stopped for $((i / 10 + 1)) s"
 kill -CONT $CAT
 wait $FCP
 t_ok $? "every frame of both sessions answered, in order, during the stall"
@@ -42,9 +62,10 @@ t_check "no frame waited for the stalled reader: max round trip $lat ms < $lim m
     awk -v l="$lat" -v m="$lim" 'BEGIN{exit !(l > 0 && l < m)}'
 sleep 1     # let the consumer catch up with what was queued
 
-# ticks seen, tick numbers missing, lines_dropped summed, and the largest
-# time step between consecutive tick lines with no drop between them
-read -r nt miss drops gap < <(awk '
+# ticks seen, tick numbers missing, lines_dropped summed, the largest time
+# step between consecutive tick lines with no drop between them, and the
+# tick numbers missing there (overruns: the host, not the reader)
+read -r nt miss drops gap over < <(awk '
     { d = 0; tk = ""; tt = ""
       for (i = 1; i <= NF; i++) {
           n = index($i, "="); k = substr($i, 1, n - 1); v = substr($i, n + 1)
@@ -56,15 +77,26 @@ read -r nt miss drops gap < <(awk '
       if (tk != "") {
           # the first tick after the model loads jumps to the current slot:
           # that start-up gap is no drop
-          if (prev != "" && prev != 0) { miss += tk - prev - 1; if (pend == 0 && tt - pt > gap) gap = tt - pt }
+          if (prev != "" && prev != 0) {
+              miss += tk - prev - 1
+              if (pend == 0) { over += tk - prev - 1; if (tt - pt > gap) gap = tt - pt }
+          }
           prev = tk; pt = tt; pend = 0; nt++
       }
     }
-    END { printf "%d %d %d %d\n", nt, miss, drops, gap * 1000 }' "$T_TMP/lat")
-t_diag "tick lines $nt, tick numbers missing $miss, lines_dropped summed $drops, max gap $gap ms"
+    END { printf "%d %d %d %d %d\n", nt, miss, drops, gap * 1000, over }' "$T_TMP/lat")
+t_diag "tick lines $nt, tick numbers missing $miss, lines_dropped summed $drops, max gap $gap ms, overruns where nothing was dropped $over"
 t_check "lines were dropped and counted (lines_dropped=$drops)" [ "${drops:-0}" -gt 0 ]
-t_check "the ticks went on: missing tick numbers ($miss) are counted drops ($drops), give or take a few overruns" \
-    awk -v m="$miss" -v d="$drops" -v n="$nt" -v f="${MT_ASAN:+5}" 'BEGIN{exit !(m - d < n / (f ? f : 10))}'
+t_check "no more drops counted ($drops) than tick numbers missing ($miss)" [ "${drops:-0}" -le "${miss:-0}" ]
+# Where lines were dropped, the missing numbers are the drops plus the
+# host's overruns meanwhile: asserted close when the same run shows few
+# overruns where nothing was dropped (the host's share measured apart).
+if [ "${over:-0}" -lt $((nt / 20)) ]; then
+    t_check "the ticks went on: missing tick numbers ($miss) are counted drops ($drops), give or take a few overruns" \
+        awk -v m="$miss" -v d="$drops" -v n="$nt" -v f="${MT_ASAN:+5}" 'BEGIN{exit !(m - d < n / (f ? f : 10))}'
+else
+    t_skip "missing tick numbers against counted drops: this host overran $over ticks where nothing was dropped"
+fi
 lim=$(t_limit "$GAPMAX")
 t_check "consecutive tick lines a few periods apart: max gap $gap ms < $lim ms ($GAPMAX + the host's $(t_hiccup_ms) ms)" \
     awk -v g="$gap" -v l="$lim" 'BEGIN{exit !(g < l)}'
