@@ -129,10 +129,10 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
         out[i] = w->stage_s[i];
 }
 
-/* The elementwise and attention loops use GCC vector types: 8 floats, one AVX register in the
- * x86-64-v3 clone (chosen at load time by the CPU), two SSE registers in
- * the default one. Helpers are always inlined so the clone's copy is the
- * one that runs. */
+/* The elementwise and attention loops use GCC vector types: 8 floats, one
+ * AVX register in the x86-64-v3 clone (chosen at load time by the CPU),
+ * two SSE registers in the default one. Helpers are always inlined so the
+ * clone's copy is the one that runs. */
 typedef float v8f __attribute__((vector_size(32)));
 #define VINLINE static inline __attribute__((always_inline))
 
@@ -444,8 +444,8 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
 /* Inside the transformer the activations are token-major ([B*T][d], one
  * row a session's step): LayerNorm, rotary, the ring writes and attention
  * then read contiguous rows, and the projections are sgemm(NoTrans, Trans)
- * against the [out][in] weights, the layout OpenBLAS packs cheapest at 16
- * to 64 rows. */
+ * against the [out][in] weights (a few percent faster than the
+ * channel-major product at 16 rows, in a test of the 8 layers' shapes). */
 
 VINLINE float dot8(const float *a, const float *b, int n)
 {
