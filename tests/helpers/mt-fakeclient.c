@@ -4,7 +4,9 @@
  * one epoll loop. Each session sends HELLO, waits for ACCEPT, then sends
  * one AUDIO frame per period on an absolute clock (frame k at base + k*P,
  * base staggered by session), reads every output without blocking, checks
- * that each input gets exactly one output (real or FILL) in order, ends
+ * that each input gets exactly one output (real or FILL) in order (the
+ * TEXT or WORDS frame a Kyutai model's server sends beside it is passed
+ * by), ends
  * with END and waits for the server's END. On request the first K sessions
  * misbehave (--bad MODE): garbage, truncated, oversized, wrong-format,
  * wrong-length, mid-frame, stop-reading. Results are logfmt lines on
