@@ -7,8 +7,7 @@
  * that each input gets exactly one output (real or FILL) in order (the
  * TEXT or WORDS frame a Kyutai model's server sends beside it is passed
  * by), ends with END and waits for the server's END. On request the first
- * K sessions
- * misbehave (--bad MODE): garbage, truncated, oversized, wrong-format,
+ * K sessions misbehave (--bad MODE): garbage, truncated, oversized, wrong-format,
  * wrong-length, mid-frame, stop-reading. Results are logfmt lines on
  * stdout: one per session and a `total` line; exit 0 when every well
  * behaved session was served completely and in order and every bad one
