@@ -111,7 +111,8 @@ typedef struct sess {
     int64_t    hist_n, hist_cap;
     /* encoded output bytes: ob[ob_head .. ob_head+ob_len) of ob_cap
      * allocated; ob_cap grows on demand up to ob_max (push_frame), past
-     * which the client counts as not reading */
+     * which the client counts as not reading. ob may be NULL (ob_cap 0)
+     * after mt_engine_take_swap gave it away for an empty one */
     uint8_t   *ob;
     size_t     ob_head, ob_len, ob_cap, ob_max;
     int        overflow;
@@ -388,7 +389,7 @@ static int push_frame(mt_engine *e, sess *s, const mt_frame *f)
         return 0;
     }
     if (s->ob_len + n > s->ob_cap) {
-        size_t nc = s->ob_cap * 2;
+        size_t nc = s->ob_cap ? s->ob_cap * 2 : 4 * frame_bytes(e);
         while (nc < s->ob_len + n)
             nc *= 2;
         if (nc > s->ob_max)
@@ -396,7 +397,8 @@ static int push_frame(mt_engine *e, sess *s, const mt_frame *f)
         uint8_t *ob = malloc(nc);
         if (!ob)
             return 0;          /* out of memory: a counted miss */
-        memcpy(ob, s->ob + s->ob_head, s->ob_len);
+        if (s->ob_len)
+            memcpy(ob, s->ob + s->ob_head, s->ob_len);
         free(s->ob);
         s->ob = ob;
         s->ob_head = 0;
@@ -718,7 +720,8 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
             snprintf(why, whylen, "KV sequence open failed");
         goto out;
     }
-    memcpy(ob, s->ob + s->ob_head, s->ob_len);
+    if (s->ob_len)
+        memcpy(ob, s->ob + s->ob_head, s->ob_len);
     free(s->ob);
     s->ob = ob;
     s->ob_head = 0;
@@ -976,7 +979,8 @@ int mt_engine_status(mt_engine *e, uint32_t id, mt_sess_status *st)
 static size_t take_locked(sess *s, uint8_t *buf, size_t cap)
 {
     size_t n = s->ob_len < cap ? s->ob_len : cap;
-    memcpy(buf, s->ob + s->ob_head, n);
+    if (n)
+        memcpy(buf, s->ob + s->ob_head, n);
     s->ob_head += n;
     s->ob_len -= n;
     if (s->ob_len == 0)
@@ -1006,6 +1010,45 @@ size_t mt_engine_take_status(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap
         n = take_locked(s, buf, cap);
         status_locked(s, st);
     }
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+size_t mt_engine_take_swap(mt_engine *e, uint32_t id, mt_outbuf *b, size_t limit,
+                           mt_sess_status *st)
+{
+    size_t n = 0;
+    memset(st, 0, sizeof *st);
+    b->off = b->len = 0;
+    pthread_mutex_lock(&e->mu);
+    sess *s = find(e, id);
+    if (s && s->ob_len > 0 && s->ob_len <= limit) {
+        /* the usual case, a tick's frame or two: the session's buffer
+         * changes hands, the caller's empty one takes its place */
+        uint8_t *p = s->ob;
+        size_t cap = s->ob_cap;
+        b->off = s->ob_head;
+        n = b->len = s->ob_len;
+        s->ob = b->p;
+        s->ob_cap = b->cap;
+        s->ob_head = s->ob_len = 0;
+        b->p = p;
+        b->cap = cap;
+    } else if (s && s->ob_len > 0) {
+        /* a backlog (a slow reader): limit bytes of it copied, so that
+         * what waits outside the engine stays as bounded as before */
+        if (b->cap < limit) {
+            uint8_t *p = malloc(limit);
+            if (p) {
+                free(b->p);
+                b->p = p;
+                b->cap = limit;
+            }
+        }
+        n = b->len = take_locked(s, b->p, b->cap < limit ? b->cap : limit);
+    }
+    if (s)
+        status_locked(s, st);
     pthread_mutex_unlock(&e->mu);
     return n;
 }
@@ -1485,8 +1528,8 @@ static void tick_figures(mt_engine *e, mt_tick *t, uint64_t t_end)
     }
     t->late_ms = oldest && t_end > oldest ? (double)(t_end - oldest) / 1e6 : 0;
     size_t n = (size_t)e->nlat;
-    t->p50_ms = n ? mt_stats_percentile(e->lat, n, 0.50) : 0;
-    t->p99_ms = n ? mt_stats_percentile(e->lat, n, 0.99) : 0;
+    t->p50_ms = n ? mt_stats_percentile(e->lat, n, 0.50) : 0;   /* sorts */
+    t->p99_ms = n ? e->lat[mt_stats_rank(n, 0.99)] : 0;
     t->in = e->c.in;
     t->out = e->c.out;
     t->fill = e->c.fill;

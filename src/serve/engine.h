@@ -144,6 +144,23 @@ size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap);
 size_t mt_engine_take_status(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap,
                              mt_sess_status *st);
 
+/* A caller's output buffer that mt_engine_take_swap may trade for the
+ * session's own: p[off .. off+len) of cap bytes (p may be NULL, cap 0).
+ * The caller owns whatever p holds and frees it. */
+typedef struct mt_outbuf {
+    uint8_t *p;
+    size_t   cap, off, len;
+} mt_outbuf;
+
+/* mt_engine_take_status without the copy, for a caller whose buffer *b is
+ * empty (its len is set to 0 first): when at most limit bytes are queued,
+ * the session's buffer becomes *b and *b's old one the session's (empty);
+ * when more are, limit bytes are copied into *b (grown to limit when it
+ * is smaller; out of memory: as many as it holds). Returns the bytes now
+ * in *b (b->p + b->off), st as mt_engine_take_status's. */
+size_t mt_engine_take_swap(mt_engine *e, uint32_t id, mt_outbuf *b, size_t limit,
+                           mt_sess_status *st);
+
 /* Sends FILL for every input past its deadline (if fill is on). Returns
  * the next deadline in ns (0: none). The inputs wait in one FIFO in
  * arrival order, which is their deadline order: a call costs the inputs

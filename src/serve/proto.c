@@ -398,6 +398,7 @@ static void on_frame(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
              (const char *)f->payload);
         mt_engine_close(p->eng, c->id);
         c->id = 0;
+        c->pending = 0;     /* no session is left to admit or refuse */
         c->reading = 0;
         c->closing = 1;
         c->close_deadline = now;
@@ -434,7 +435,7 @@ void mt_proto_input(mt_proto *p, mt_proto_conn *c, const uint8_t *buf, size_t n,
     while (off < n && c->reading) {
         size_t used = 0;
         mt_frame f;
-        int r = mt_frame_decode(&c->dec, buf + off, n - off, &used, &f);
+        int r = mt_frame_decode_ref(&c->dec, buf + off, n - off, &used, &f);
         off += used;
         if (r == MT_FRAME_OK) {
             on_frame(p, c, &f, now);

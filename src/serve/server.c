@@ -171,7 +171,7 @@ static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
 static int streaming(const conn *c)
 {
     return c->is_socket && c->p.id && !c->p.pending && c->p.reading &&
-           !c->p.closing && !c->p.auth_reject_at && c->p.wlen == 0 &&
+           !c->p.closing && !c->p.auth_reject_at && conn_unsent(c) == 0 &&
            c->ev_w == 0 && !c->stuck_since;
 }
 
@@ -187,7 +187,7 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
             continue;
         int r = 0;
         if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->p.reading)
-            r = mt_srv_conn_read(s, c);
+            r = mt_srv_conn_read(s, c, evs[i].events);
         else if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
                  c->p.auth_reject_at && c->is_socket)
             r = mt_srv_conn_discard(s, c);
@@ -212,7 +212,7 @@ static void dispatch_conn_events(mt_server *s, const struct epoll_event *evs,
     for (conn *c = s->conns, *nx; c; c = nx) {
         nx = c->next;
         if (c->p.reading && !c->r_epoll)
-            if (mt_srv_conn_read(s, c) < 0)
+            if (mt_srv_conn_read(s, c, 0) < 0)
                 continue;
     }
 }
@@ -298,7 +298,7 @@ static void housekeeping(mt_server *s, uint64_t now)
 static int drain_busy(const mt_server *s)
 {
     for (const conn *c = s->conns; c; c = c->next)
-        if (c->p.id || (c->p.closing && c->p.wlen > 0))
+        if (c->p.id || (c->p.closing && conn_unsent(c) > 0))
             return 1;
     return 0;
 }

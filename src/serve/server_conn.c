@@ -28,6 +28,30 @@
 #include "serve/ticker.h"
 #include "wire/endpoint.h"
 
+/* A socket is watched edge-triggered: epoll reports it when bytes come,
+ * not again at every wait while some are left, which spares a poll of
+ * the socket per frame; so a read takes everything there (a short read,
+ * or EAGAIN; to the end of stream once the peer shut its side, which
+ * EPOLLRDHUP says), or, cut short on purpose, re-arms (conn_rearm). Pipes and
+ * files (--stdio) stay level-triggered: their reads are paced by the
+ * input queue's room. */
+static uint32_t conn_et(const conn *c)
+{
+    return c->is_socket && c->rfd == c->wfd ? EPOLLET | EPOLLRDHUP : 0;
+}
+
+/* Input left in c's socket after a read that stopped early: registered
+ * again, which reports it again at once (edge-triggered, a registration
+ * reports what is already there). */
+static void conn_rearm(mt_server *s, conn *c)
+{
+    if (!c->r_epoll)
+        return;
+    struct epoll_event e = {.events = c->ev_r | c->ev_w | conn_et(c), .data.ptr = c};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->rfd, &e) != 0)
+        slog(s, "epoll_ctl: %s", strerror(errno));
+}
+
 conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
 {
     /* not calloc: the protocol state's buffers stay untouched
@@ -51,7 +75,7 @@ conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket)
     s->nconns++;
     if (rfd == wfd) {
         c->ev_r = EPOLLIN;
-        if (ep_add(s, rfd, EPOLLIN, c) == 0)
+        if (ep_add(s, rfd, EPOLLIN | conn_et(c), c) == 0)
             c->r_epoll = c->w_epoll = 1;
     } else {
         c->ev_r = EPOLLIN;
@@ -110,7 +134,7 @@ static void conn_update_events(mt_server *s, conn *c, int want_r, int want_w)
     uint32_t r = want_r ? EPOLLIN : 0, w = want_w ? EPOLLOUT : 0;
     if (c->rfd == c->wfd) {
         if (c->r_epoll && (c->ev_r | c->ev_w) != (r | w)) {
-            struct epoll_event e = {.events = r | w, .data.ptr = c};
+            struct epoll_event e = {.events = r | w | conn_et(c), .data.ptr = c};
             epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->rfd, &e);
         }
         c->ev_r = r;
@@ -144,6 +168,9 @@ void mt_srv_conn_free(mt_server *s, conn *c, const char *why)
         slog(s, "connection (uid %d): closed: %s", (int)c->p.uid, why);
     }
     mt_proto_conn_release(&s->pr, &c->p);
+    free(c->out.p);
+    c->out.p = NULL;
+    c->out.cap = c->out.off = c->out.len = 0;
     mt_timeheap_disarm(&s->timers, &c->tm);
     if (c->r_epoll)
         epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
@@ -216,9 +243,13 @@ static int stdio_eof(mt_server *s, conn *c, int truncated)
     return 0;
 }
 
-/* Reads what is there; returns -1 when c was freed. */
-int mt_srv_conn_read(mt_server *s, conn *c)
+/* Reads what is there; returns -1 when c was freed. A short read took
+ * all there was, but for a peer that has shut its side (events has
+ * EPOLLRDHUP or EPOLLHUP): edge-triggered, its end of stream would not be
+ * reported again, so it is read to the end now. */
+int mt_srv_conn_read(mt_server *s, conn *c, uint32_t events)
 {
+    int to_end = (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
     for (int rounds = 0; rounds < 16 && c->p.reading; rounds++) {
         size_t cap = RBUF_CAP;
         if (s->o.stdio) {
@@ -239,7 +270,10 @@ int mt_srv_conn_read(mt_server *s, conn *c)
             if (want < cap)
                 cap = want;
         }
-        ssize_t n = read(c->rfd, s->rbuf, cap);
+        /* recv on a socket: read() would go through the file layer
+         * (vfs_read, its position lock) for every frame */
+        ssize_t n = c->is_socket ? recv(c->rfd, s->rbuf, cap, MSG_DONTWAIT)
+                                 : read(c->rfd, s->rbuf, cap);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return 0;
@@ -263,9 +297,11 @@ int mt_srv_conn_read(mt_server *s, conn *c)
             epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->rfd, NULL);
             c->r_epoll = 0;
         }
-        if ((size_t)n < cap)
+        if ((size_t)n < cap && !to_end)
             return 0;
     }
+    if (c->p.reading && c->is_socket)
+        conn_rearm(s, c);      /* a flood: the rest at the next wake */
     return 0;
 }
 
@@ -275,8 +311,8 @@ int mt_srv_conn_read(mt_server *s, conn *c)
  * freed. */
 int mt_srv_conn_discard(mt_server *s, conn *c)
 {
-    for (int rounds = 0; rounds < 4; rounds++) {
-        ssize_t n = read(c->rfd, s->rbuf, RBUF_CAP);
+    for (int rounds = 0; rounds < 16; rounds++) {
+        ssize_t n = recv(c->rfd, s->rbuf, RBUF_CAP, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return 0;
         if (n <= 0) {
@@ -284,32 +320,45 @@ int mt_srv_conn_discard(mt_server *s, conn *c)
             return -1;
         }
     }
+    conn_rearm(s, c);
     return 0;
 }
 
 /* Moves output from the engine to the client; closes what is finished or
- * stuck. One locked engine call takes the output and the session's status
- * at once; a second only when the buffer could not hold all of it, or
- * when nothing could be taken (the client not reading). Returns -1 when c
- * was freed. */
+ * stuck. The direct frames go first (c->p.wbuf: a connection without a
+ * session), then the engine's output, which one locked engine call hands
+ * over with the session's status by trading buffers (no copy: a tick's
+ * frame is sent from where the tick encoded it); a second call only when
+ * more than MT_PROTO_WBUF_CAP bytes were queued, or when nothing could be
+ * taken (the client not reading). Returns -1 when c was freed. */
 static int conn_write(mt_server *s, conn *c, uint64_t now)
 {
     mt_sess_status st = {0};
     int have_st = 0;
     for (;;) {
-        if (c->p.wlen == 0) {
+        uint8_t *p;
+        size_t *off, *len;
+        if (c->p.wlen > 0) {
+            p = c->p.wbuf;
+            off = &c->p.woff;
+            len = &c->p.wlen;
+        } else {
             c->p.woff = 0;
-            if (!c->p.id || (have_st && st.out_bytes == 0))
-                break;
-            c->p.wlen = mt_engine_take_status(s->eng, c->p.id, c->p.wbuf,
-                                              MT_PROTO_WBUF_CAP, &st);
-            have_st = 1;
-            if (c->p.wlen == 0)
-                break;
+            if (c->out.len == 0) {
+                if (!c->p.id || (have_st && st.out_bytes == 0))
+                    break;
+                mt_engine_take_swap(s->eng, c->p.id, &c->out, MT_PROTO_WBUF_CAP, &st);
+                have_st = 1;
+                if (c->out.len == 0)
+                    break;
+            }
+            p = c->out.p;
+            off = &c->out.off;
+            len = &c->out.len;
         }
         ssize_t n = c->is_socket
-            ? send(c->wfd, c->p.wbuf + c->p.woff, c->p.wlen, MSG_NOSIGNAL | MSG_DONTWAIT)
-            : write(c->wfd, c->p.wbuf + c->p.woff, c->p.wlen);
+            ? send(c->wfd, p + *off, *len, MSG_NOSIGNAL | MSG_DONTWAIT)
+            : write(c->wfd, p + *off, *len);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 break;
@@ -318,8 +367,8 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
             mt_srv_conn_free(s, c, why);
             return -1;
         }
-        c->p.woff += (size_t)n;
-        c->p.wlen -= (size_t)n;
+        *off += (size_t)n;
+        *len -= (size_t)n;
         c->stuck_since = 0;
     }
     mt_proto_auth_due(&s->pr, &c->p, now);
@@ -335,7 +384,7 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
     }
     if (c->p.id && !have_st)
         mt_engine_status(s->eng, c->p.id, &st);
-    int waiting = c->p.wlen > 0 || st.out_bytes > 0;
+    int waiting = conn_unsent(c) > 0 || st.out_bytes > 0;
     if (st.overflow) {
         mt_srv_conn_free(s, c, "output queue overflowed: the client does not read");
         return -1;
@@ -371,7 +420,7 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
     if (want_r && s->o.stdio && c->p.id &&
         (c->p.pending || mt_engine_in_space(s->eng, c->p.id) <= 0))
         want_r = 0;
-    conn_update_events(s, c, want_r, c->p.wlen > 0);
+    conn_update_events(s, c, want_r, conn_unsent(c) > 0);
     return 0;
 }
 
@@ -433,7 +482,7 @@ static int pending_of_host(const mt_server *s, const char *host)
  * anyone (any). */
 static int idle_of(const conn *c, int any, int is_tcp, uid_t uid, const char *host)
 {
-    if (!c->is_socket || c->p.id || c->p.closing || c->p.wlen != 0)
+    if (!c->is_socket || c->p.id || c->p.closing || conn_unsent(c) != 0)
         return 0;
     if (any)
         return 1;
@@ -481,7 +530,7 @@ static conn *oldest_idle(mt_server *s, int any, int young, int is_tcp,
         char b;
         if (!best->p.reading || recv(best->rfd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
             return best;
-        if (mt_srv_conn_read(s, best) == 0)   /* its HELLO came: no longer idle */
+        if (mt_srv_conn_read(s, best, 0) == 0)   /* its HELLO came: no longer idle */
             mt_srv_conn_arm(s, best);         /* an admission deadline, maybe */
     }
     return NULL;

@@ -222,7 +222,7 @@ static void mt_srv_begin_drain(mt_server *s, const char *why)
      * reason, rather than a refused connection. */
     for (conn *c = s->conns, *nx; c; c = nx) {
         nx = c->next;
-        if (!c->p.id && !c->p.closing && c->is_socket && c->p.wlen == 0) {
+        if (!c->p.id && !c->p.closing && c->is_socket && conn_unsent(c) == 0) {
             /* no session: nothing to finish, and waiting for its HELLO
              * (or its delayed REJECT) would hold the exit */
             mt_proto_direct(&c->p, MT_FRAME_REJECT, 0, "server shutting down; "

@@ -65,11 +65,22 @@ typedef struct conn {
                                     batch is over, so a later event of the
                                     batch that names it reads this flag,
                                     never freed memory */
+    mt_outbuf out;               /* the session's output, taken from the
+                                    engine by trading buffers
+                                    (mt_engine_take_swap): sent from
+                                    there, never copied; after p.wbuf's
+                                    direct frames. Ours: freed with c */
     mt_proto_conn p;             /* the protocol's side (proto.h) */
     struct conn *next, *prev;    /* s->conns, doubly linked: O(1) unlink */
 } conn;
 
 typedef struct tagged { int tag; } tagged;
+
+/* Bytes c still has to send: direct frames and the engine's output. */
+static inline size_t conn_unsent(const conn *c)
+{
+    return c->p.wlen + c->out.len;
+}
 
 struct mt_server {
     mt_server_opts o;
@@ -129,14 +140,15 @@ void mt_srv_reopen_latency(mt_server *s);
 void mt_srv_report_dropped_lines(mt_server *s, uint64_t now, uint64_t every);
 
 /* server_conn.c: a connection made (registered with epoll), freed (why:
- * the log line, NULL for none), read (-1: it was freed), written and
+ * the log line, NULL for none), read (events: the epoll event that
+ * called for it, 0 for none; -1: it was freed), written and
  * checked for timeouts (-1: freed; else its timer armed for its next
  * deadline), its timer armed (after a change that no write follows);
  * refusals reported; a listener's backlog accepted */
 conn *mt_srv_conn_new(mt_server *s, int rfd, int wfd, int is_socket);
 void mt_srv_conn_free(mt_server *s, conn *c, const char *why);
 void mt_srv_conn_reap(mt_server *s);
-int mt_srv_conn_read(mt_server *s, conn *c);
+int mt_srv_conn_read(mt_server *s, conn *c, uint32_t events);
 int mt_srv_conn_discard(mt_server *s, conn *c);
 int mt_srv_conn_write(mt_server *s, conn *c, uint64_t now);
 void mt_srv_conn_arm(mt_server *s, conn *c);

@@ -164,6 +164,14 @@ static inline void mt_frame_set_hello_seed(mt_frame *f, uint64_t seed)
 int mt_frame_decode(mt_frame_decoder *d, const uint8_t *buf, size_t len,
                     size_t *consumed, mt_frame *out);
 
+/* The same, but a frame that lies whole in buf while nothing is buffered
+ * is decoded where it lies: out->payload then points into buf (valid while
+ * buf is), and its bytes are never copied. Partial frames go through the
+ * decoder's buffer as above. For a reader whose buffer holds still until
+ * the frame has been used. */
+int mt_frame_decode_ref(mt_frame_decoder *d, const uint8_t *buf, size_t len,
+                        size_t *consumed, mt_frame *out);
+
 /* Bytes that complete the frame being decoded (the rest of its header
  * first, then of its payload): a reader that must not read past one frame
  * asks for this many. At least 1; 1 after an error (the next call reports

@@ -315,35 +315,74 @@ const char *mt_latline_get(const mt_latline *ll, const char *key)
     return k && k <= ll->n ? ll->pair[k - 1].val : NULL;
 }
 
-int mt_latline_i64(const mt_latline *ll, const char *key, int64_t *v)
+/* A value as an integer: [-+]?[0-9]+ within int64_t, nothing else (no
+ * leading space, no "0x" as strtoll would take). 0, or -1. Read digit by
+ * digit: mt-serve writes a tick line's twenty-odd fields every tick and
+ * mt-admit reads each of them back. */
+static int value_i64(const char *s, int64_t *v)
 {
-    const char *s = mt_latline_get(ll, key);
-    if (!s)
-        return 1;
-    /* strtoll would skip leading space and accept "0x..": be stricter. */
     const char *p = s;
+    int neg = *p == '-';
     if (*p == '-' || *p == '+')
         p++;
     if (*p < '0' || *p > '9')
         return -1;
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (errno == ERANGE || *end != '\0')
+    uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    uint64_t m = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (m > (limit - d) / 10)
+            return -1;          /* out of range, as strtoll's ERANGE */
+        m = m * 10 + d;
+    }
+    if (*p != '\0')
         return -1;
-    *v = (int64_t)x;
+    *v = neg ? (m == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)m) : (int64_t)m;
     return 0;
 }
 
-int mt_latline_f64(const mt_latline *ll, const char *key, double *v)
+/* A value as a finite double: plain decimal only (no hex floats, no
+ * nan/inf spellings, no spaces). 0, or -1. The fixed-decimal values the
+ * writer makes ("12.345": at most 15 digits) are read exactly without
+ * strtod: the digits are an integer below 2^53 and 10^k (k <= 15) is
+ * exact, so their quotient is the correctly rounded value strtod gives
+ * (Clinger's fast path). Anything else goes to strtod. */
+static int value_f64(const char *s, double *v)
 {
-    const char *s = mt_latline_get(ll, key);
-    if (!s)
-        return 1;
-    /* Plain decimal only: no hex floats, no nan/inf spellings, no spaces. */
+    static const double pow10[16] = {
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12,
+        1e13, 1e14, 1e15,
+    };
     if (*s == '\0')
         return -1;
-    for (const char *p = s; *p; p++)
+    const char *p = s;
+    int neg = *p == '-';
+    if (*p == '-' || *p == '+')
+        p++;
+    uint64_t m = 0;
+    int digits = 0, frac = -1;      /* frac: digits after the point */
+    for (;; p++) {
+        if (*p >= '0' && *p <= '9') {
+            m = m * 10 + (unsigned)(*p - '0');
+            digits++;
+            if (frac >= 0)
+                frac++;
+            if (digits > 15)
+                break;
+        } else if (*p == '.' && frac < 0 && digits > 0) {
+            frac = 0;
+        } else {
+            break;
+        }
+    }
+    if (*p == '\0' && digits > 0 && digits <= 15 && frac != 0) {
+        double x = (double)m;
+        if (frac > 0)
+            x /= pow10[frac];
+        *v = neg ? -x : x;
+        return 0;
+    }
+    for (p = s; *p; p++)
         if (!(byte_class[(unsigned char)*p] & C_NUM))
             return -1;
     char *end;
@@ -353,6 +392,22 @@ int mt_latline_f64(const mt_latline *ll, const char *key, double *v)
         return -1;
     *v = x;
     return 0;
+}
+
+int mt_latline_i64(const mt_latline *ll, const char *key, int64_t *v)
+{
+    const char *s = mt_latline_get(ll, key);
+    if (!s)
+        return 1;
+    return value_i64(s, v);
+}
+
+int mt_latline_f64(const mt_latline *ll, const char *key, double *v)
+{
+    const char *s = mt_latline_get(ll, key);
+    if (!s)
+        return 1;
+    return value_f64(s, v);
 }
 
 /* ---- writer -------------------------------------------------------------- */
@@ -672,29 +727,45 @@ long mt_tick_format(const mt_tick *t, char *buf, size_t cap)
     return mt_ll_end(&w);
 }
 
-/* Reads one typed key into *dst (int64_t or double). 0 read, 1 absent (err
- * says "missing"), -1 malformed (err says what it holds). */
-static int read_field(const mt_latline *ll, long lineno, const char *key,
-                      enum field_kind kind, void *dst, char *err,
-                      size_t errlen)
+/* The value of key, looked for first at pair `at`, where the writer puts
+ * it (the table's order), then through the index: a key is in a parsed
+ * line at most once, so either finds the same pair. NULL when absent. */
+static const char *field_value(const mt_latline *ll, size_t at, const char *key)
+{
+    if (at < (size_t)ll->n) {
+        const mt_ll_pair *p = &ll->pair[at];
+        if (strcmp(p->key, key) == 0)
+            return p->val;
+    }
+    return mt_latline_get(ll, key);
+}
+
+/* Reads one typed key into *dst (int64_t or double), looking first at
+ * pair `at` (field_value). 0 read, 1 absent (err says "missing"), -1
+ * malformed (err says what it holds). */
+static int read_field(const mt_latline *ll, long lineno, size_t at,
+                      const char *key, enum field_kind kind, void *dst,
+                      char *err, size_t errlen)
 {
     char shown[40];
     int rc;
-    if (kind == F_INT) {
+    const char *s = field_value(ll, at, key);
+    if (!s) {
+        rc = 1;
+    } else if (kind == F_INT) {
         int64_t v = 0;
-        rc = mt_latline_i64(ll, key, &v);
+        rc = value_i64(s, &v);
         if (rc == 0)
             *(int64_t *)dst = v;
     } else {
         double v = 0;
-        rc = mt_latline_f64(ll, key, &v);
+        rc = value_f64(s, &v);
         if (rc == 0)
             *(double *)dst = v;
     }
     if (rc == 1) {
         mt_set_err(err, errlen, "line %ld: key '%s': missing", lineno, key);
     } else if (rc < 0) {
-        const char *s = mt_latline_get(ll, key);
         sanitize(shown, sizeof shown, s, strlen(s), 32);
         mt_set_err(err, errlen, "line %ld: key '%s': not %s: '%s'", lineno, key,
                 kind == F_INT ? "an integer" : "a finite number", shown);
@@ -729,12 +800,12 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
     memset(&tmp, 0, sizeof tmp);
     for (size_t k = 0; k < N_TICK_FIELDS; k++) {
         const struct tick_field *f = &tick_fields[k];
-        if (read_field(ll, lineno, f->key, f->kind, (char *)&tmp + f->off,
+        if (read_field(ll, lineno, k, f->key, f->kind, (char *)&tmp + f->off,
                        err, errlen) != 0)
             return -1;
     }
     /* miss came later than the other keys: absent is "not recorded" */
-    int rc = read_field(ll, lineno, "miss", F_INT, &tmp.miss, err, errlen);
+    int rc = read_field(ll, lineno, N_TICK_FIELDS, "miss", F_INT, &tmp.miss, err, errlen);
     if (rc == 1)
         tmp.miss = -1;
     else if (rc < 0)
@@ -775,7 +846,7 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
         }
     }
     /* shed came with issue 24: absent is "not recorded" */
-    rc = read_field(ll, lineno, "shed", F_INT, &tmp.shed, err, errlen);
+    rc = read_field(ll, lineno, SIZE_MAX, "shed", F_INT, &tmp.shed, err, errlen);
     if (rc == 1)
         tmp.shed = -1;
     else if (rc < 0)
@@ -784,7 +855,7 @@ int mt_tick_from_line(const mt_latline *ll, long lineno, mt_tick *t,
         mt_set_err(err, errlen, "line %ld: key 'shed': negative", lineno);
         return -1;
     }
-    rc = read_field(ll, lineno, "limit", F_INT, &tmp.limit, err, errlen);
+    rc = read_field(ll, lineno, SIZE_MAX, "limit", F_INT, &tmp.limit, err, errlen);
     if (rc < 0)
         return -1;
     if (rc == 0 && tmp.limit < 0) {
@@ -822,7 +893,7 @@ static int read_range(const mt_latline *ll, long lineno, const char *key,
                       int64_t lo, int64_t hi, int64_t *v, char *err,
                       size_t errlen)
 {
-    if (read_field(ll, lineno, key, F_INT, v, err, errlen) != 0)
+    if (read_field(ll, lineno, SIZE_MAX, key, F_INT, v, err, errlen) != 0)
         return -1;
     if (*v < lo || *v > hi) {
         mt_set_err(err, errlen, "line %ld: key '%s': %lld outside %lld..%lld",
@@ -842,13 +913,13 @@ int mt_frame_rec_from_line(const mt_latline *ll, long lineno, mt_frame_rec *r,
     int64_t frame, session;
     if (read_range(ll, lineno, "frame", 0, INT64_MAX, &frame, err, errlen) ||
         read_range(ll, lineno, "session", 0, INT64_MAX, &session, err, errlen) ||
-        read_field(ll, lineno, "t", F_DBL, &tmp.t, err, errlen) ||
+        read_field(ll, lineno, SIZE_MAX, "t", F_DBL, &tmp.t, err, errlen) ||
         read_range(ll, lineno, "fill", 0, 1, &tmp.fill, err, errlen) ||
-        read_field(ll, lineno, "latency_ms", F_DBL, &tmp.latency_ms, err, errlen))
+        read_field(ll, lineno, SIZE_MAX, "latency_ms", F_DBL, &tmp.latency_ms, err, errlen))
         return -1;
     if (!tmp.fill &&
-        (read_field(ll, lineno, "wait_ms", F_DBL, &tmp.wait_ms, err, errlen) ||
-         read_field(ll, lineno, "compute_ms", F_DBL, &tmp.compute_ms, err, errlen)))
+        (read_field(ll, lineno, SIZE_MAX, "wait_ms", F_DBL, &tmp.wait_ms, err, errlen) ||
+         read_field(ll, lineno, SIZE_MAX, "compute_ms", F_DBL, &tmp.compute_ms, err, errlen)))
         return -1;
     if (read_range(ll, lineno, "met", 0, 1, &tmp.met, err, errlen))
         return -1;

@@ -8,10 +8,20 @@
  * draining, a full server, FILL, a short input queue, a slow step, a TCP
  * connection to a server with a token), byte 1
  * seeds the schedule (chunk sizes, clock steps at about a client's pace
- * with a few pauses, the controller's answers),
- * the rest is the client's byte stream, fed in chunks while ticks run as
- * the server would run them. Its end is the end of the connection, taken
- * as --stdio takes EOF (an implicit END; a cut frame a counted miss).
+ * with a few pauses, the controller's answers) and with its top bit picks
+ * the frame size the server serves (below), the rest is the client's byte
+ * stream, fed in chunks while ticks run as the server would run them. Its
+ * end is the end of the connection, taken as --stdio takes EOF (an
+ * implicit END; a cut frame a counted miss).
+ *
+ * Frame size: with byte 1's top bit clear the server's model has 16-sample
+ * frames (an AUDIO frame is 88 bytes), set it has synthetic:tiny's own
+ * 1920 (3,896 bytes). The parser and the engine do the same for either
+ * (only the payload length differs), but a session of a dozen frames is
+ * 1 kB instead of 47 kB: the fuzzer reaches queue overflow, FILL and a
+ * slow step in inputs a hundredth the size, and runs them that much more
+ * often. The fake backend never reads the model's weights, so the smaller
+ * frame is only the configuration's number.
  *
  * Invariants (abort on violation): the client's output stream decodes
  * frame by frame with nothing left over; it starts with ACCEPT, REJECT or
@@ -41,8 +51,11 @@
 #define PERIOD (80 * MS)
 #define TOKEN  "fuzz-token-0123456789"   /* the server's, with cfg 0x40 */
 
-static mt_model *model;
+#define FS_SMALL 16
+static mt_model *models[2];     /* [0]: FS_SMALL-sample frames, [1]: 1920 */
+static mt_model *model;         /* this run's, one of models[] */
 static int fs;                  /* samples per frame */
+static uint64_t frame_bytes;    /* one AUDIO frame on the wire */
 static uint64_t now_ns;         /* the one clock: engine and protocol */
 static uint64_t step_ns;        /* cost of one batch step */
 
@@ -76,12 +89,15 @@ static int fake_create(const mt_model *m, const mt_decoder_opts *o,
 
 static struct totals { int64_t in, out, fill, miss; long ticks; } tot;
 static mt_latline ll;
+static int opened;              /* a session was admitted this run */
 
 static void on_line(void *ctx, const char *line)
 {
     (void)ctx;
     char err[256];
     mt_tick t;
+    if (strncmp(line, "admit ", 6) == 0 && strstr(line, " verdict=accept"))
+        opened = 1;    /* its inputs are counted: the records must catch up */
     if (strncmp(line, "tick=", 5) != 0)
         return;
     if (mt_latline_parse(line, strlen(line), 1, &ll, err, sizeof err) != 0 ||
@@ -152,10 +168,18 @@ static int auth_refused;        /* the token was refused (cfg 0x40) */
 static int64_t next_tick;
 static uint32_t rng;
 
-static uint32_t rnd(void)
+static uint32_t rnd(void)        /* 24 bits */
 {
     rng = rng * 1664525u + 1013904223u;
     return rng >> 8;
+}
+
+/* A draw in [0, n): 48 bits, so spans of the clock in ns (a period is
+ * 80e6, past rnd's 2^24) are reached whole. */
+static uint64_t rnd_below(uint64_t n)
+{
+    uint64_t r = (uint64_t)rnd() << 24 | rnd();
+    return r % n;
 }
 
 static void check_conn(void)
@@ -184,8 +208,17 @@ static void take_output(void)
 }
 
 /* Time moves on: ticks due run, FILL deadlines pass, the controller may
- * answer, an unanswered request times out. */
-static void advance(uint64_t dt)
+ * answer, an unanswered request times out.
+ *
+ * Ticks run while the connection has a session in the engine, and when
+ * `idle` asks for them (the records' catch-up after a close). Without a
+ * session (a HELLO still arriving, a token refusal's wait, a connection
+ * the server has refused) a tick would step nothing and only write a line
+ * of zeros, yet it cost as much as the rest of a short run: those slots
+ * pass as an overrun's do (the engine takes any later tick number), and
+ * the catch-up ticks keep the idle tick's line in every run that had a
+ * session. */
+static void advance(uint64_t dt, int idle)
 {
     char err[256];
     uint64_t until = now_ns + dt;
@@ -193,6 +226,10 @@ static void advance(uint64_t dt)
         auth_refused = 1;
     while (T0 + (uint64_t)next_tick * PERIOD <= until) {
         uint64_t at = T0 + (uint64_t)next_tick * PERIOD;
+        if (!conn.id && !idle) {
+            next_tick = (int64_t)((until - T0) / PERIOD) + 1;
+            break;
+        }
         if (now_ns < at)
             now_ns = at;
         if (mt_engine_tick(eng, next_tick, at, err, sizeof err) != 0)
@@ -220,19 +257,22 @@ static void advance(uint64_t dt)
 }
 
 /* The clock's step after a chunk of n bytes: about a real client's pace
- * (an 80 ms frame is 3.9 kB), sometimes a pause of up to two ticks, at
+ * (a frame per 80 ms period), sometimes a pause of up to two ticks, at
  * most MAX_PAUSES of them in a run. A step per chunk regardless of its
  * size would make a long input cut into bytes a run of thousands of
- * ticks, each one a tick line formatted and parsed. */
-#define MAX_PAUSES 32
+ * ticks, each one a tick line formatted and parsed; a tick costs as much
+ * as a few hundred bytes of input, so the pauses are few: enough for a
+ * late client's FILL, an admission or token wait passing, not one per
+ * dozen chunks of a long stream. */
+#define MAX_PAUSES 4
 static uint64_t chunk_time(size_t n, int *pauses)
 {
     uint32_t r = rnd();
     if (r % 16 == 0 && *pauses < MAX_PAUSES) {
         ++*pauses;
-        return rnd() % (2 * PERIOD);
+        return rnd_below(2 * PERIOD);
     }
-    return rnd() % (2 * (uint64_t)n * (PERIOD / 3900) + 1);
+    return rnd_below(2 * (uint64_t)n * PERIOD / frame_bytes + 1);
 }
 
 /* The session has nothing more to send: the server would close it. */
@@ -319,11 +359,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc; (void)argv;
     char err[256];
-    if (mt_model_load("synthetic:tiny", 0, &model, err, sizeof err) != 0) {
-        fprintf(stderr, "fuzz_conn: %s\n", err);
-        abort();
-    }
-    fs = model->cfg.frame_samples;
+    for (int i = 0; i < 2; i++)
+        if (mt_model_load("synthetic:tiny", 0, &models[i], err, sizeof err) != 0) {
+            fprintf(stderr, "fuzz_conn: %s\n", err);
+            abort();
+        }
+    models[0]->cfg.frame_samples = FS_SMALL;
     return 0;
 }
 
@@ -333,7 +374,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     uint8_t cfg = data[0];
+    int big = data[1] >> 7;
     rng = data[1] * 2654435761u + 1;
+    model = models[big];
+    fs = model->cfg.frame_samples;
+    frame_bytes = MT_FRAME_HEADER_SIZE + 2 * (uint64_t)fs;
     data += 2;
     size -= 2;
 
@@ -350,11 +395,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     d.kv.window = 28;
     d.kv.budget_bytes = 64 * MT_KV_BLOCK *
                         mt_decoder_position_bytes(&model->cfg, sizeof(float));
-    /* one decoder for every run (its options never change): the engine
-     * of each run frees its sessions' cache back to the pool */
-    static mt_decoder *dec;
-    if (!dec && mt_decoder_create_with(model, &d, fake_create, &dec, err, sizeof err) != 0)
+    /* one decoder per frame size for every run (its options never change):
+     * the engine of each run frees its sessions' cache back to the pool */
+    static mt_decoder *decs[2];
+    if (!decs[big] &&
+        mt_decoder_create_with(model, &d, fake_create, &decs[big], err, sizeof err) != 0)
         abort();
+    mt_decoder *dec = decs[big];
     mt_engine_opts o;
     mt_engine_opts_default(&o);
     /* one connection here: an engine sized for the default thousand
@@ -386,6 +433,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     conn.uid = 1000;
     conn.pid = 42;
     auth_refused = 0;
+    opened = 0;
     if (cfg & 0x40) {
         pr.token = TOKEN;
         pr.token_len = strlen(TOKEN);
@@ -405,7 +453,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (conn.auth_reject_at)
             auth_refused = 1;
         check_conn();
-        advance(chunk_time(n, &pauses));
+        advance(chunk_time(n, &pauses), 0);
         if (finished()) {
             gone = 1;
             break;
@@ -427,14 +475,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* a refused token: its REJECT comes after the wait (at most 8 s) */
     for (int i = 0; i < 200 && conn.auth_reject_at; i++)
-        advance(PERIOD);
+        advance(PERIOD, 0);
     if (conn.auth_reject_at)
         abort();       /* the REJECT never came */
     /* the session runs out: every queued input answered, then END */
     for (int i = 0; i < 2000 && !finished() && conn.id; i++) {
         if (conn.pending)
             mt_proto_reject(&pr, &conn, "server draining", 0, now_ns);
-        advance(PERIOD);
+        advance(PERIOD, 0);
     }
     take_output();
     int ended_by_server = conn.id && finished();
@@ -442,7 +490,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();       /* a session that never ends: the server would hold it */
     if (conn.id)
         mt_engine_close(eng, conn.id);
-    advance(2 * PERIOD);     /* the tick records catch up with the close */
+    advance(2 * PERIOD, opened);  /* the tick records catch up with the close */
 
     if (tot.in != tot.out + tot.fill + tot.miss)
         abort();       /* an input neither answered nor counted */

@@ -95,9 +95,10 @@ t_max_gap() {
     awk '/^tick=/ { for (i = 1; i <= NF; i++) if ($i ~ /^t=/) { t = substr($i, 3) + 0
              if (n++ && t - p > g) g = t - p; p = t } } END { printf "%.0f\n", g * 1000 }' "$1"
 }
-# wait_for_socket PATH [tenths]: until a Unix socket exists
+# wait_for_socket PATH [tenths]: until a Unix socket exists (30 s unless
+# told: a server loading its model on a busy host starts slowly)
 wait_for_socket() {
-    local i=0 n=${2:-100}
+    local i=0 n=${2:-300}
     while [ ! -S "$1" ] && [ $i -lt "$n" ]; do sleep 0.1; i=$((i + 1)); done
     [ -S "$1" ]
 }

@@ -48,7 +48,7 @@ t_check "--device that matches nothing: exit 1, lists the devices" \
 [ -x "$S" ] || { t_skip "mt-serve not built: live stream tests"; t_done; }
 
 t_serve serve.log serve.err -s "$T_TMP/mt.sock" -m synthetic:echo
-wait_for_socket "$T_TMP/mt.sock" 100
+wait_for_socket "$T_TMP/mt.sock"
 t0=$(date +%s%N)
 ALSA_CONFIG_PATH=$T_TMP/asound.conf timeout 20 "$R" -s "$T_TMP/mt.sock" --mic \
     --device null --duration 2 --latency none > mic.txt 2> mic.err

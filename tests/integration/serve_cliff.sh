@@ -6,10 +6,13 @@
 # pool fills, naive_met stays at 100% on every tick while late_ms and the
 # FILL count climb, and met (real outputs on time) falls. (Window mode under
 # the same kind of load stays healthy: serve_window.sh.)
-# Before the pool fills, FILL means the host itself stalled the server past
-# a deadline: "none before" is asserted only when the hiccup sampler saw no
-# stall as long as a frame period; on any host, FILL before the pool filled
-# must come at under a quarter of the rate after it (the cliff starts there).
+# Before the pool fills, FILL means the host itself held the server past a
+# deadline. The contrast (FILL before the pool filled at under a quarter of
+# the rate after: the cliff starts there) is asserted when the same run
+# shows the host kept up before the pool filled (late_ms under a frame
+# period when it filled); "none before" only when the hiccup sampler also
+# saw no stall as long as a frame period. A host too busy for N sessions
+# of synthetic:small in real time gets a skip that gives its lateness.
 . "$(dirname "$0")/lib.sh"
 t_serve_test
 t_hiccup_start
@@ -42,16 +45,21 @@ END{
 t_diag "$(cat "$T_TMP/sum")"
 val() { tr ' ' '\n' <"$T_TMP/sum" | awk -F= -v k="$1" '$1==k{print $2}'; }
 t_check "the pool filled and sessions were preempted" [ "$(val full)" = 1 ]
+kept_up=$(awk -v l="$(val late_at_full)" 'BEGIN{print (l < 80) ? 1 : 0}')
 if [ -n "$MT_ASAN" ]; then   # a timing outcome: ASan may be too slow before
     t_skip "no FILL before the pool filled (timing; not under ASan)"
-elif [ "$(t_limit 0)" -lt 80 ]; then
+elif [ "$kept_up" = 1 ] && [ "$(t_limit 0)" -lt 80 ]; then
     t_check "no FILL before the pool filled" [ "$(val fill_before)" = 0 ]
 else
-    t_skip "no FILL before the pool filled: this host stalled a process $(t_hiccup_ms) ms, a frame period"
+    t_skip "no FILL before the pool filled: this host ran $(val late_at_full) ms late when the pool filled, or stalled a process $(t_hiccup_ms) ms"
 fi
-t_check "FILL before the pool filled at under a quarter of the rate after ($(val fill_before) in $(val ticks_before) ticks, $(val fill_after) in $(val ticks_after))" \
-    awk -v a="$(val fill_before)" -v ta="$(val ticks_before)" -v b="$(val fill_after)" -v tb="$(val ticks_after)" \
-    'BEGIN{exit !(tb > 0 && 4 * a * tb < b * (ta > 0 ? ta : 1))}'
+if [ "$kept_up" = 1 ]; then
+    t_check "FILL before the pool filled at under a quarter of the rate after ($(val fill_before) in $(val ticks_before) ticks, $(val fill_after) in $(val ticks_after))" \
+        awk -v a="$(val fill_before)" -v ta="$(val ticks_before)" -v b="$(val fill_after)" -v tb="$(val ticks_after)" \
+        'BEGIN{exit !(tb > 0 && 4 * a * tb < b * (ta > 0 ? ta : 1))}'
+else
+    t_skip "FILL before and after the pool filled: this host ran $(val late_at_full) ms late before the model's cliff"
+fi
 t_check "naive_met stayed at 100% on every tick after" [ "$(val naive_bad)" = 0 ]
 t_check "FILL frames after the pool filled" [ "$(val fill_after)" -gt 0 ]
 t_check "FILL kept climbing (more in the last two thirds than in the first)" \

@@ -25,7 +25,7 @@ run() {
         > "ticks.$2" 2> "serve.$2" &
     local pid=$!
     t_track $pid
-    wait_for_socket "$T_TMP/mt.sock" 100
+    wait_for_socket "$T_TMP/mt.sock"
     timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav speech.wav -o "out.$2.%d.wav" \
         -t "transcript.$2" > "lines.$2" 2> "err.$2"
     echo $? > "rc.$2"
@@ -84,7 +84,7 @@ nice -n 10 "$S" -s "$T_TMP/mt.sock" -m synthetic:kyutai-tiny-mimi --threads 1 \
     > /dev/null 2> serve.seed &
 spid=$!
 t_track $spid
-wait_for_socket "$T_TMP/mt.sock" 100
+wait_for_socket "$T_TMP/mt.sock"
 for sd in 5 5 6; do
     timeout 60 "$R" -s "$T_TMP/mt.sock" speech.wav --seed $sd -t "tr.$sd.$((n = n + 1))" \
         > /dev/null 2>> err.seed
@@ -176,7 +176,7 @@ nice -n 10 "$S" -s "$T_TMP/mt.sock" -m synthetic:kyutai-tiny-stt --threads 1 --t
     > /dev/null 2> serve.tok &
 spid=$!
 t_track $spid
-wait_for_socket "$T_TMP/mt.sock" 100
+wait_for_socket "$T_TMP/mt.sock"
 kill -TERM $spid 2>/dev/null
 wait $spid 2>/dev/null
 t_check "the right tokenizer: loaded, said at start" grep -q "tokenizer: 40 pieces" serve.tok

@@ -28,7 +28,7 @@ nice -n 10 "$S" -s "$T_TMP/mt.sock" -m synthetic:kyutai-tiny-mimi --device "sim:
     --max-sessions 4 > ticks 2> serve.err &
 pid=$!
 t_track $pid
-wait_for_socket "$T_TMP/mt.sock" 100
+wait_for_socket "$T_TMP/mt.sock"
 kill -TERM $pid 2>/dev/null
 wait $pid 2>/dev/null
 note=$(grep 'SIMULATED device sim:codec-test' serve.err)

@@ -166,10 +166,10 @@ typedef struct stream {
 
 static stream S[8];
 
-static void drain_output(int k, uint32_t id)
+/* Output bytes of session k, decoded and counted into S[k]. */
+static void feed_stream(int k, const uint8_t *buf, size_t n)
 {
-    static uint8_t buf[1 << 20];
-    size_t n = mt_engine_take(eng, id, buf, sizeof buf), off = 0;
+    size_t off = 0;
     while (off < n) {
         size_t used = 0;
         mt_frame f;
@@ -202,6 +202,13 @@ static void drain_output(int k, uint32_t id)
             S[k].last_latency = f.t_ready - f.t_arrive;
         }
     }
+}
+
+static void drain_output(int k, uint32_t id)
+{
+    static uint8_t buf[1 << 20];
+    size_t n = mt_engine_take(eng, id, buf, sizeof buf);
+    feed_stream(k, buf, n);
 }
 
 static uint32_t open_session(int k)
@@ -914,6 +921,58 @@ static void test_fill_fifo(void)
        next == 0, "one FILL each for a and c, after their real first answers; none left");
 }
 
+/* Output taken by trading buffers (issue 40): a tick's frame comes out
+ * in the session's own buffer, which the caller then owns, and the
+ * caller's empty one goes back, so two buffers take turns and no byte is
+ * copied; past the limit the backlog comes out copied, limit bytes at a
+ * time, in order. */
+static void test_take_swap(void)
+{
+    rig_opts ro = { .catch_up = 0, .out_queue = 12 };
+    ok(rig_open(ro, MS) == 0, "engine: %s", err);
+    uint32_t a = open_session(0);
+    mt_outbuf b = {0};
+    mt_sess_status st;
+    uint8_t *seen[3] = {0};
+    size_t got[3] = {0};
+    for (uint32_t f = 1; f <= 3; f++) {
+        send_frame(a, f);
+        tick((int64_t)f);
+        got[f - 1] = mt_engine_take_swap(eng, a, &b, 16384, &st);
+        seen[f - 1] = b.p;
+        feed_stream(0, b.p + b.off, b.len);
+    }
+    ok(got[0] > 0 && got[0] == got[1] && got[1] == got[2] && st.known && st.out_bytes == 0,
+       "each tick's frame taken whole (%zu, %zu, %zu bytes), nothing left", got[0],
+       got[1], got[2]);
+    ok(seen[0] && seen[1] && seen[0] != seen[1] && seen[2] == seen[0],
+       "the session's buffer and ours take turns (no copy)");
+    ok(S[0].real == 3 && S[0].wrong == 0 && S[0].last_seq == 3,
+       "three frames, each its own echo (%d real, %d wrong)", S[0].real, S[0].wrong);
+    for (uint32_t f = 4; f <= 9; f++) {
+        send_frame(a, f);
+        tick((int64_t)f);
+    }
+    size_t limit = got[0] * 2 + 100, n, total = 0, takes = 0, max = 0;
+    while ((n = mt_engine_take_swap(eng, a, &b, limit, &st)) > 0) {
+        feed_stream(0, b.p + b.off, n);
+        total += n;
+        takes++;
+        if (n > max)
+            max = n;
+    }
+    ok(total == 6 * got[0] && max == limit && takes == 3,
+       "a backlog of six frames comes out %zu bytes at most a take (%zu bytes "
+       "in %zu takes)", limit, total, takes);
+    ok(S[0].real == 9 && S[0].wrong == 0 && S[0].last_seq == 9,
+       "all nine in order (%d real, last %u)", S[0].real, S[0].last_seq);
+    mt_engine_close(eng, a);
+    is_int((long long)mt_engine_take_swap(eng, a, &b, limit, &st), 0,
+           "a closed session: nothing taken");
+    ok(!st.known, "and the status says unknown");
+    free(b.p);
+}
+
 int main(void)
 {
     if (mt_model_load("synthetic:tiny", 0, &model, err, sizeof err)) {
@@ -933,6 +992,7 @@ int main(void)
     test_close_in_flight();
     test_published_limit();
     test_shed();
+    test_take_swap();
     test_lookup();
     test_ready();
     test_out_queue();

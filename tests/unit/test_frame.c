@@ -130,6 +130,13 @@ static void build_stream(void)
     }
 }
 
+/* The decoder under test: the copying one, or the one that decodes a
+ * whole frame where it lies (mt_frame_decode_ref); in_place counts the
+ * frames decode_split got whose payload pointed into the stream. */
+static int (*decode_fn)(mt_frame_decoder *, const uint8_t *, size_t, size_t *,
+                        mt_frame *) = mt_frame_decode;
+static int in_place;
+
 /* Feeds chunks [0,k) then [k,len) (k = 0 means one chunk), or 1 byte at a
  * time when k < 0; returns the number of frames matching `want` in order,
  * or -1 on any mismatch or error. */
@@ -138,6 +145,7 @@ static int decode_split(long k)
     mt_frame_decoder_init(&dec);
     int got = 0;
     size_t pos = 0;
+    in_place = 0;
     while (pos < stream_len) {
         size_t chunk;
         if (k < 0)
@@ -151,9 +159,11 @@ static int decode_split(long k)
         while (left > 0) {
             size_t used = 0;
             mt_frame f;
-            int rc = mt_frame_decode(&dec, p, left, &used, &f);
+            int rc = decode_fn(&dec, p, left, &used, &f);
             if (rc < 0 || used > left)
                 return -1;
+            if (rc == MT_FRAME_OK && f.payload >= stream && f.payload < stream + stream_len)
+                in_place++;
             p += used;
             left -= used;
             if (rc == MT_FRAME_OK) {
@@ -184,6 +194,21 @@ static void test_splits(void)
             stream_len - 1))
         tap_diag("%zu splits failed, first at %zu", bad, first_bad);
     is_int(decode_split(-1), NFRAMES, "one byte at a time decodes identically");
+    is_int(decode_split(0), NFRAMES, "copying decoder: whole stream");
+    is_int(in_place, 0, "copying decoder: every payload in the decoder's buffer");
+
+    decode_fn = mt_frame_decode_ref;
+    is_int(decode_split(0), NFRAMES, "in place: whole stream in one read");
+    is_int(in_place, NFRAMES, "in place: every payload where the read left it");
+    bad = 0;
+    for (size_t k = 1; k < stream_len; k++)
+        if (decode_split((long)k) != NFRAMES && bad++ == 0)
+            first_bad = k;
+    if (!ok(bad == 0, "in place: every split point decodes identically"))
+        tap_diag("%zu splits failed, first at %zu", bad, first_bad);
+    is_int(decode_split(-1), NFRAMES, "in place: one byte at a time");
+    is_int(in_place, 0, "in place: byte by byte, every payload through the buffer");
+    decode_fn = mt_frame_decode;
 }
 
 /* ---- malformed ----------------------------------------------------------- */
@@ -198,7 +223,7 @@ static int decode_bytes(const uint8_t *b, size_t n, int bytewise)
     size_t pos = 0;
     while (pos < n) {
         size_t used = 0, chunk = bytewise ? 1 : n - pos;
-        rc = mt_frame_decode(&dec, b + pos, chunk, &used, &f);
+        rc = decode_fn(&dec, b + pos, chunk, &used, &f);
         pos += used;
         if (rc < 0) {
             size_t u2;
@@ -226,8 +251,13 @@ static void put32(uint8_t *p, uint32_t v)
 static void check_bad(const char *name, const uint8_t *b, size_t n, int want_rc)
 {
     int a = decode_bytes(b, n, 0), c = decode_bytes(b, n, 1);
-    if (!ok(a == want_rc && c == want_rc, "%s -> %s", name, mt_frame_strerror(want_rc)))
-        tap_diag("  got %d (whole) / %d (bytewise), want %d", a, c, want_rc);
+    decode_fn = mt_frame_decode_ref;
+    int ar = decode_bytes(b, n, 0), cr = decode_bytes(b, n, 1);
+    decode_fn = mt_frame_decode;
+    if (!ok(a == want_rc && c == want_rc && ar == want_rc && cr == want_rc, "%s -> %s",
+            name, mt_frame_strerror(want_rc)))
+        tap_diag("  got %d (whole) / %d (bytewise), in place %d / %d, want %d", a, c,
+                 ar, cr, want_rc);
 }
 
 /* A valid encoding with a byte or two changed (at < 0 counts from the end):

@@ -7,6 +7,8 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static mt_latline ll; /* ~5 KiB: keep off the stack */
@@ -576,6 +578,80 @@ static void test_index_and_writer(void)
     ok(mt_ll_end(&w) > 0, "a key of exactly %d bytes is written", MT_LL_KEY_MAX);
 }
 
+/* The typed readers against the C library: every value the reader takes is
+ * strtoll's or strtod's own (bit for bit: the fixed-decimal values skip
+ * strtod), and what they refuse stays refused. */
+static void test_number_readers(void)
+{
+    char line[128];
+    static const char *const ints[] = {
+        "0", "-0", "+7", "9223372036854775807", "-9223372036854775808",
+        "0009", "123456789012", "-42",
+    };
+    int same = 0;
+    for (size_t k = 0; k < sizeof ints / sizeof *ints; k++) {
+        int64_t v = 1;
+        snprintf(line, sizeof line, "x=%s", ints[k]);
+        same += parse(line, 1) == 0 && mt_latline_i64(&ll, "x", &v) == 0 &&
+                v == strtoll(ints[k], NULL, 10);
+    }
+    is_int(same, (int)(sizeof ints / sizeof *ints), "integers read as strtoll reads them");
+    static const char *const bad_ints[] = {
+        "9223372036854775808", "-9223372036854775809", "99999999999999999999",
+        "1.0", "0x10", "-", "+", "1-", "--1", "1e3",
+    };
+    int refused = 0;
+    for (size_t k = 0; k < sizeof bad_ints / sizeof *bad_ints; k++) {
+        int64_t v = 0;
+        snprintf(line, sizeof line, "x=%s", bad_ints[k]);
+        refused += parse(line, 2) == 0 && mt_latline_i64(&ll, "x", &v) == -1;
+    }
+    is_int(refused, (int)(sizeof bad_ints / sizeof *bad_ints),
+           "out of range or not an integer: refused");
+
+    /* doubles: the shapes the writer makes (fixed decimals), the ones
+     * strtod alone reads (exponents, 16 digits and more, "5.", ".5"), and
+     * a deterministic sweep of fixed-decimal values */
+    static const char *const dbls[] = {
+        "0", "-0.000", "0.001", "1.5", "+2.25", "12.345", "-7.000",
+        "999999999999.999", "123456789012345", "1234567890123456",
+        "0.1000000000000001", "5.", "-.5", "1e3", "2.5E-3", "00000000000000000001.5",
+    };
+    same = 0;
+    for (size_t k = 0; k < sizeof dbls / sizeof *dbls; k++) {
+        double v = 1, want = strtod(dbls[k], NULL);
+        snprintf(line, sizeof line, "x=%s", dbls[k]);
+        same += parse(line, 3) == 0 && mt_latline_f64(&ll, "x", &v) == 0 &&
+                memcmp(&v, &want, sizeof v) == 0;
+    }
+    is_int(same, (int)(sizeof dbls / sizeof *dbls), "doubles read as strtod reads them, bit for bit");
+    uint64_t r = 88172645463325252ull;
+    int sweep = 0, n = 0;
+    for (int i = 0; i < 20000; i++, n++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        int dec = (int)(r % 6);
+        double x = (double)(int64_t)(r >> 20) / 1e6 * ((r & 1) ? -1 : 1);
+        char num[64];
+        snprintf(num, sizeof num, "%.*f", dec, x);
+        double v = 1, want = strtod(num, NULL);
+        snprintf(line, sizeof line, "x=%s", num);
+        sweep += parse(line, 4) == 0 && mt_latline_f64(&ll, "x", &v) == 0 &&
+                 memcmp(&v, &want, sizeof v) == 0;
+    }
+    ok(sweep == n, "%d of %d fixed-decimal values (0 to 6 decimals) read as strtod reads them", sweep, n);
+    static const char *const bad_dbls[] = {
+        "nan", "inf", "-inf", "1e999", "0x1p3", "1..2", "1.2.3", "", "1 ",
+    };
+    refused = 0;
+    for (size_t k = 0; k < sizeof bad_dbls / sizeof *bad_dbls; k++) {
+        double v = 0;
+        snprintf(line, sizeof line, "x=\"%s\"", bad_dbls[k]);
+        refused += parse(line, 5) == 0 && mt_latline_f64(&ll, "x", &v) == -1;
+    }
+    is_int(refused, (int)(sizeof bad_dbls / sizeof *bad_dbls),
+           "not a finite plain decimal: refused");
+}
+
 int main(void)
 {
     test_json();
@@ -587,5 +663,6 @@ int main(void)
     test_tick_device();
     test_tick_limit();
     test_index_and_writer();
+    test_number_readers();
     return tap_done();
 }
