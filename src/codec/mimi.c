@@ -7,7 +7,9 @@
  *
  * Activations are [channels][session][steps] (column n = b * T + t), so a
  * batch is one matrix and one frame of B sessions costs one GEMM per
- * layer, not B. */
+ * layer, not B; the transformers work token-major inside ([session][steps]
+ * [channels], see transformer_fwd). Large buffers (weights, session
+ * states) are on 2 MiB pages (mimi_model.c). */
 #include "codec/mimi_impl.h"
 
 #include <cblas.h>
@@ -26,7 +28,8 @@ struct mimi_batch {
     float *col;        /* [col_floats]: im2col / transposed-GEMM chunk */
     size_t col_floats;
     float *part;       /* [max_batch][cout][ctx]: a transposed conv's new overlap */
-    float *h, *qkv, *att, *ff;   /* transformer: [d|3d|d|ff][max_batch * steps] */
+    float *h, *qkv, *att, *ff, *xt;   /* transformer: [max_batch * steps][d|3d|d|ff|d] */
+    float *rcos, *rsin;  /* [max_batch * steps][head_dim / 2]: rotary angles */
     float *score;      /* [context] */
     float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
     double stage_s[MIMI_NSTAGES];
@@ -91,6 +94,9 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     w->qkv = alloc_f((size_t)3 * c->d_model * N, &w->bytes, &bad);
     w->att = alloc_f((size_t)c->d_model * N, &w->bytes, &bad);
     w->ff = alloc_f((size_t)c->dim_feedforward * N, &w->bytes, &bad);
+    w->xt = alloc_f((size_t)c->d_model * N, &w->bytes, &bad);
+    w->rcos = alloc_f((size_t)(c->d_model / c->num_heads / 2) * N, &w->bytes, &bad);
+    w->rsin = alloc_f((size_t)(c->d_model / c->num_heads / 2) * N, &w->bytes, &bad);
     w->score = alloc_f((size_t)c->context, &w->bytes, &bad);
     w->r = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
     w->sc = alloc_f((size_t)c->bins * B, &w->bytes, &bad);
@@ -110,6 +116,7 @@ void mimi_batch_free(mimi_batch *w)
     for (int i = 0; i < 4; i++)
         free(w->act[i]);
     free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
+    free(w->xt); free(w->rcos); free(w->rsin);
     free(w->score); free(w->r); free(w->sc); free(w->sum2);
     free(w);
 }
@@ -122,43 +129,119 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
         out[i] = w->stage_s[i];
 }
 
+/* The elementwise and attention loops use GCC vector types: 8 floats, one
+ * AVX register in the x86-64-v3 clone (chosen at load time by the CPU),
+ * two SSE registers in the default one. Helpers are always inlined so the
+ * clone's copy is the one that runs. */
+typedef float v8f __attribute__((vector_size(32)));
+#define VINLINE static inline __attribute__((always_inline))
+
+/* Macros, not functions, for what takes or returns a vector: clang checks
+ * a function's vector ABI in the default clone before inlining it, and
+ * refuses a 32-byte vector there. */
+#define load8(p) ({ v8f l8_; memcpy(&l8_, (p), sizeof l8_); l8_; })
+#define store8(p, v) do { v8f s8_ = (v); memcpy((p), &s8_, sizeof s8_); } while (0)
+#define splat8(a) ((v8f){ (a), (a), (a), (a), (a), (a), (a), (a) })
+
 /* ---- elementwise --------------------------------------------------------- */
 
-/* ELU (alpha 1): x > 0 ? x : expm1(x), 4 lanes at a time with GCC's vector
- * extension (libm's expm1f was a fifth of the codec's time): x = n ln2 + r
- * with |r| <= ln2/2 (Cody-Waite, ln2 in two parts), expm1(r) by its Taylor
- * polynomial to r^7 (truncation 2e-9 relative), then expm1(x) =
- * 2^n expm1(r) + (2^n - 1); within 2 ulp of expm1f over [-87, 0] (below,
- * -1 to the float), checked by test_mimi. dst may be src. */
-typedef float   v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
+/* ELU (alpha 1): x > 0 ? x : expm1(x), 8 lanes at a time with GCC's vector
+ * extension (one AVX register in the x86-64-v3 clone chosen at load time,
+ * two SSE ones in the default clone; libm's expm1f was a fifth of the
+ * codec's time): x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 in two
+ * parts), expm1(r) by its Taylor polynomial to r^7 (truncation 2e-9
+ * relative), then expm1(x) = 2^n expm1(r) + (2^n - 1); within 2 ulp of
+ * expm1f over [-87, 0] (below, -1 to the float), checked by test_mimi.
+ * dst may be src. */
+typedef int32_t v8i __attribute__((vector_size(32)));
 
-static inline v4f v4_sel(v4i m, v4f a, v4f b)   /* m ? a : b, m all-ones or 0 */
-{
-    return (v4f)(((v4i)a & m) | ((v4i)b & ~m));
-}
+/* m ? a : b, lane by lane, m all-ones or 0 */
+#define v8_sel(m, a, b) ((v8f)(((v8i)(a) & (m)) | ((v8i)(b) & ~(m))))
 
+__attribute__((target_clones("arch=x86-64-v3", "default")))
 void mimi_elu(float *dst, const float *src, size_t n)
 {
-    const v4f lo = { -87, -87, -87, -87 }, zero = { 0, 0, 0, 0 };
+    const v8f lo = { -87, -87, -87, -87, -87, -87, -87, -87 }, zero = { 0 };
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        v4f x;
-        memcpy(&x, src + i, sizeof x);
-        v4f xn = v4_sel(x < lo, lo, x);
-        xn = v4_sel(xn > zero, zero, xn);
-        v4f t = xn * 1.44269504088896341f;
-        v4f fn = (t + 12582912.0f) - 12582912.0f;   /* round to nearest */
-        v4f r = (xn - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
-        v4f p = r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+    for (; i + 8 <= n; i += 8) {
+        v8f x = load8(src + i);
+        v8f xn = v8_sel(x < lo, lo, x);
+        xn = v8_sel(xn > zero, zero, xn);
+        v8f t = xn * 1.44269504088896341f;
+        v8f fn = (t + 12582912.0f) - 12582912.0f;   /* round to nearest */
+        v8f r = (xn - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
+        v8f p = r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
                 r * (1.0f / 720 + r * (1.0f / 5040)))))));
-        v4i e = (__builtin_convertvector(fn, v4i) + 127) << 23;
-        v4f sc = (v4f)e;
-        v4f y = v4_sel(x > zero, x, sc * p + (sc - 1.0f));
-        memcpy(dst + i, &y, sizeof y);
+        v8i e = (__builtin_convertvector(fn, v8i) + 127) << 23;
+        v8f sc = (v8f)e;
+        store8(dst + i, v8_sel(x > zero, x, sc * p + (sc - 1.0f)));
     }
     for (; i < n; i++)
         dst[i] = src[i] > 0 ? src[i] : expm1f(src[i]);
+}
+
+/* e^x for x <= 0, 8 at a time: Cephes' expf (x = n ln2 + r with |r| <=
+ * ln2/2, a degree-6 polynomial for e^r, 2^n put in the exponent bits),
+ * relative error about 2e-7; x clamped below at -87 (2^n stays normal). */
+#define exp8(x_) ({                                                          \
+    v8f x8_ = (x_);                                                         \
+    x8_ = v8_sel(x8_ < splat8(-87.0f), splat8(-87.0f), x8_);                \
+    v8f t8_ = x8_ * splat8(1.44269504088896341f) + splat8(12582912.0f);    \
+    v8f n8_ = t8_ - splat8(12582912.0f);   /* round(x / ln2); 1.5 * 2^23 */ \
+    v8f r8_ = x8_ - n8_ * splat8(0.693359375f);                             \
+    r8_ = r8_ - n8_ * splat8(-2.12194440e-4f);                              \
+    v8f p8_ = splat8(1.9875691500e-4f);                                     \
+    p8_ = p8_ * r8_ + splat8(1.3981999507e-3f);                             \
+    p8_ = p8_ * r8_ + splat8(8.3334519073e-3f);                             \
+    p8_ = p8_ * r8_ + splat8(4.1665795894e-2f);                             \
+    p8_ = p8_ * r8_ + splat8(1.6666665459e-1f);                             \
+    p8_ = p8_ * r8_ + splat8(5.0000001201e-1f);                             \
+    p8_ = p8_ * (r8_ * r8_) + r8_ + splat8(1.0f);                           \
+    v8i e8_ = (v8i)t8_ - (v8i)splat8(12582912.0f);   /* n in the low bits */\
+    p8_ * (v8f)((e8_ + 127) << 23);                                         \
+})
+
+/* GELU (exact form): x * (1 + erf(x / sqrt 2)) / 2 in place, 8 lanes at a
+ * time (libm's erff was a fortieth of the codec's time). erf(a) for
+ * |a| < 0.875 is a * P(a^2), P of degree 6 (relative error 7e-10); above,
+ * 1 - e^Q(|a| - 2.5) with Q of degree 9 fitting log erfc over [0.875, 4]
+ * (3.8e-8 in the log), and 1 from 4 on, where erff is 1 too; both fitted
+ * by least squares in float64. Within 4e-7 of the erf form times
+ * max(1, |x|) over [-20, 20], checked by test_mimi. */
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+void mimi_gelu(float *x, size_t n)
+{
+    static const float P[7] = { 1.128379167e+00f, -3.761263689e-01f, 1.128374661e-01f,
+                                -2.686239949e-02f, 5.208938301e-03f, -8.238105625e-04f,
+                                8.799593722e-05f };
+    static const float Q[10] = { -7.806815278e+00f, -5.352680721e+00f, -9.438936294e-01f,
+                                 -1.085830318e-02f, 2.165130732e-03f, -4.204519530e-04f,
+                                 7.741855308e-05f, -1.314621355e-05f, 1.608188980e-06f,
+                                 -2.880277838e-08f };
+    const v8i sign = { INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN,
+                       INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f z = load8(x + i);
+        v8f a = z * splat8(0.70710678118654752f);
+        v8f t = (v8f)((v8i)a & ~sign);
+        v8f s = a * a;
+        v8f ps = splat8(P[6]);
+        for (int j = 5; j >= 0; j--)
+            ps = ps * s + splat8(P[j]);
+        ps = ps * a;
+        v8f u = v8_sel(t > splat8(4.0f), splat8(4.0f), t) - splat8(2.5f);
+        v8f q = splat8(Q[9]);
+        for (int j = 8; j >= 0; j--)
+            q = q * u + splat8(Q[j]);
+        v8f pl = splat8(1.0f) - exp8(q);
+        pl = v8_sel(t >= splat8(4.0f), splat8(1.0f), pl);
+        pl = (v8f)((v8i)pl | ((v8i)a & sign));
+        v8f e = v8_sel(t < splat8(0.875f), ps, pl);
+        store8(x + i, splat8(0.5f) * z * (splat8(1.0f) + e));
+    }
+    for (; i < n; i++)
+        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
 static void elu(float *dst, const float *src, size_t n)
@@ -168,8 +251,25 @@ static void elu(float *dst, const float *src, size_t n)
 
 static void add_into(float *dst, const float *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(dst + i, load8(dst + i) + load8(src + i));
+    for (; i < n; i++)
         dst[i] += src[i];
+}
+
+/* Y [rows][n] = bias[row] (0 without a bias): the sgemm then adds into it */
+static void fill_bias(float *Y, const float *bias, int rows, size_t n)
+{
+    for (int r = 0; r < rows; r++) {
+        float *y = Y + (size_t)r * n;
+        v8f v = splat8(bias ? bias[r] : 0.0f);
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            store8(y + i, v);
+        for (; i < n; i++)
+            y[i] = v[0];
+    }
 }
 
 /* ---- convolutions ----------------------------------------------------------- */
@@ -187,13 +287,23 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
                 for (int ci = 0; ci < cin; ci++)
                     for (int j = 0; j < ctx; j++)
                         S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
-    for (int co = 0; co < cout; co++) {
-        float bv = cv->b ? cv->b[co] : 0.0f;
-        float *y = Y + (size_t)co * N;
-        for (size_t n = 0; n < N; n++)
-            y[n] = bv;
-    }
-    if (k == 1 && st == 1) {
+    fill_bias(Y, cv->b, cout, N);
+    if (cout == 1 && st == 1 && (size_t)(ctx + tin) <= w->col_floats) {
+        /* one output channel (the decoder's last layer): a GEMM of one
+         * row would read an im2col matrix cin*k times the input's size
+         * for k flops an element, so each input row, its context before
+         * it, is added in at its k shifts */
+        float *xp = w->col;   /* [ctx + tin]: one session's padded input row */
+        for (int b = 0; b < B; b++)
+            for (int ci = 0; ci < cin; ci++) {
+                if (ctx > 0)
+                    memcpy(xp, S[b]->x + cv->st + (size_t)ci * ctx, (size_t)ctx * sizeof *xp);
+                memcpy(xp + ctx, X + (size_t)ci * Nin + (size_t)b * tin, (size_t)tin * sizeof *xp);
+                for (int kk = 0; kk < k; kk++)
+                    cblas_saxpy(tout, cv->w[(size_t)ci * k + kk], xp + (size_t)kk * dil, 1,
+                                Y + (size_t)b * tout, 1);
+            }
+    } else if (k == 1 && st == 1) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)N, cin, 1.0f, cv->w, cin,
                     X, (int)Nin, 1.0f, Y, (int)N);
     } else {
@@ -267,12 +377,7 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
     const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
     const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
     const size_t N = (size_t)B * tin, Nout = (size_t)B * tout;
-    for (int co = 0; co < cout; co++) {
-        float bv = cv->b ? cv->b[co] : 0.0f;
-        float *y = Y + (size_t)co * Nout;
-        for (size_t n = 0; n < Nout; n++)
-            y[n] = bv;
-    }
+    fill_bias(Y, cv->b, cout, Nout);
     float *part = w->part;   /* [B][cout][ctx] */
     memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
     if (cv->grouped) {
@@ -336,132 +441,209 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
 
 /* ---- transformer ---------------------------------------------------------- */
 
+/* Inside the transformer the activations are token-major ([B*T][d], one
+ * row a session's step): LayerNorm, rotary, the ring writes and attention
+ * then read contiguous rows, and the projections are sgemm(NoTrans, Trans)
+ * against the [out][in] weights (a few percent faster than the
+ * channel-major product at 16 rows, in a test of the 8 layers' shapes). */
+
+VINLINE float dot8(const float *a, const float *b, int n)
+{
+    v8f s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 += load8(a + i) * load8(b + i);
+        s1 += load8(a + i + 8) * load8(b + i + 8);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 += load8(a + i) * load8(b + i);
+    s0 += s1;
+    float s = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+VINLINE void axpy8(float *y, float a, const float *x, int n)
+{
+    v8f av = { a, a, a, a, a, a, a, a };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(y + i, load8(y + i) + av * load8(x + i));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. */
 static void layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
 {
     for (size_t n = 0; n < N; n++) {
+        const float *xr = x + n * d;
+        float *hr = h + n * d;
         double mean = 0, var = 0;
         for (int i = 0; i < d; i++)
-            mean += x[(size_t)i * N + n];
+            mean += xr[i];
         mean /= d;
         for (int i = 0; i < d; i++) {
-            double v = x[(size_t)i * N + n] - mean;
+            double v = xr[i] - mean;
             var += v * v;
         }
         var /= d;
         float inv = (float)(1.0 / sqrt(var + 1e-5));
         for (int i = 0; i < d; i++)
-            h[(size_t)i * N + n] = ((float)(x[(size_t)i * N + n] - mean) * inv) * g[i] + bias[i];
+            hr[i] = ((float)(xr[i] - mean) * inv) * g[i] + bias[i];
     }
 }
 
-static void rope(float *q, int d, int hd, size_t N, size_t n, int64_t pos, double max_period)
+/* The rotary angles of one position: cs, sn [hd/2], frequency i being
+ * max_period^(-2i/hd). */
+static void rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period)
 {
     float scale = (float)(-log(max_period) * 2 / hd);
     for (int i = 0; i < hd / 2; i++) {
-        float freq = expf((float)i * scale);
-        float a = freq * (float)pos;
-        float cr = cosf(a), si = sinf(a);
-        for (int h = 0; h < d / hd; h++) {
-            float *re = q + ((size_t)h * hd + 2 * i) * N + n, *im = re + N;
+        float a = expf((float)i * scale) * (float)pos;
+        cs[i] = cosf(a);
+        sn[i] = sinf(a);
+    }
+}
+
+/* Rotates the (2i, 2i+1) pairs of every head of one row of d. */
+static void rope_row(float *q, const float *cs, const float *sn, int d, int hd)
+{
+    for (int h = 0; h < d / hd; h++)
+        for (int i = 0; i < hd / 2; i++) {
+            float *re = q + (size_t)h * hd + 2 * i, *im = re + 1;
             float r = *re, m = *im;
-            *re = r * cr - m * si;
-            *im = r * si + m * cr;
+            *re = r * cs[i] - m * sn[i];
+            *im = r * sn[i] + m * cs[i];
+        }
+}
+
+/* One session's attention, its T rows: out [T][d] (ld_out apart) from its
+ * queries q [T] (ld_q apart) over its ring rk, rv [cap][d] just written
+ * with positions pos0..pos0+T-1. Slot j holds the newest position
+ * congruent to j; query position p sees positions max(0, p-cap+1,
+ * last-cap+1) .. p (the older ones overwritten), taken in slot order. */
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+static void attend(const float *q, size_t ld_q, const float *rk, const float *rv, float *out,
+                   size_t ld_out, float *score, int T, int d, int H, int cap, int64_t pos0)
+{
+    const int hd = d / H;
+    const float isq = 1.0f / sqrtf((float)hd);
+    const int64_t last = pos0 + T - 1;
+    for (int t = 0; t < T; t++) {
+        int64_t p = pos0 + t, lo = p - cap + 1;
+        if (lo < last - cap + 1)
+            lo = last - cap + 1;
+        if (lo < 0)
+            lo = 0;
+        if (lo > p) {   /* more steps than the ring: this one's were overwritten */
+            memset(out + (size_t)t * ld_out, 0, (size_t)d * sizeof *out);
+            continue;
+        }
+        /* valid slots: [a0, a1) and [b0, b1), ascending */
+        int a0, a1, b0 = 0, b1 = 0;
+        if (p - lo + 1 >= cap) {
+            a0 = 0;
+            a1 = cap;
+        } else {
+            int slo = (int)(lo % cap), shi = (int)(p % cap);
+            if (slo <= shi) {
+                a0 = slo;
+                a1 = shi + 1;
+            } else {
+                a0 = 0;
+                a1 = shi + 1;
+                b0 = slo;
+                b1 = cap;
+            }
+        }
+        const float *qr = q + (size_t)t * ld_q;
+        float *orow = out + (size_t)t * ld_out;
+        for (int h = 0; h < H; h++) {
+            const float *qh = qr + (size_t)h * hd;
+            float mx = -INFINITY;
+            for (int s = 0; s < 2; s++)
+                for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++) {
+                    float sc = dot8(qh, rk + (size_t)j * d + (size_t)h * hd, hd) * isq;
+                    score[j] = sc;
+                    if (sc > mx)
+                        mx = sc;
+                }
+            float den = 0;
+            for (int s = 0; s < 2; s++)
+                for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++) {
+                    float e = expf(score[j] - mx);
+                    score[j] = e;
+                    den += e;
+                }
+            float *oh = orow + (size_t)h * hd;
+            memset(oh, 0, (size_t)hd * sizeof *oh);
+            for (int s = 0; s < 2; s++)
+                for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++)
+                    axpy8(oh, score[j] / den, rv + (size_t)j * d + (size_t)h * hd, hd);
         }
     }
 }
 
-/* x [d][B*T] through the layers; pos[b] is session b's first position. */
+/* x [d][B*T] through the layers; session b's rows start at its position. */
 static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batch *w,
                             mimi_state *const *S, int B, int T, int dec, float *x)
 {
     const mimi_config *c = &m->c;
     const int d = c->d_model, ff = c->dim_feedforward, H = c->num_heads, hd = d / H, cap = c->context;
     const size_t N = (size_t)B * T;
-    const float isq = 1.0f / sqrtf((float)hd);
+    float *xt = w->xt;   /* [N][d] */
+    for (int i = 0; i < d; i++)
+        for (size_t n = 0; n < N; n++)
+            xt[n * d + i] = x[(size_t)i * N + n];
+    for (int b = 0; b < B; b++) {
+        int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
+        for (int t = 0; t < T; t++) {
+            size_t n = (size_t)b * T + t;
+            rope_table(w->rcos + n * (hd / 2), w->rsin + n * (hd / 2), hd, pos0 + t, c->max_period);
+        }
+    }
     for (int li = 0; li < c->num_layers; li++) {
         const mimi_tlayer *l = &L[li];
-        layer_norm(w->h, x, l->n1w, l->n1b, d, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 3 * d, (int)N, d, 1.0f, l->in_proj, d,
-                    w->h, (int)N, 0.0f, w->qkv, (int)N);
-        float *q = w->qkv, *k = w->qkv + (size_t)d * N, *v = w->qkv + (size_t)2 * d * N;
+        layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
+        /* qkv [N][3d]: row n = q, k, v of step n */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, 3 * d, d, 1.0f, w->h, d,
+                    l->in_proj, d, 0.0f, w->qkv, 3 * d);
         for (int b = 0; b < B; b++) {
             int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
             float *rk = S[b]->x + l->st_k, *rv = S[b]->x + l->st_v;
             for (int t = 0; t < T; t++) {
                 size_t n = (size_t)b * T + t;
-                rope(q, d, hd, N, n, pos0 + t, c->max_period);
-                rope(k, d, hd, N, n, pos0 + t, c->max_period);
+                float *qr = w->qkv + n * 3 * d;
+                const float *cs = w->rcos + n * (hd / 2), *sn = w->rsin + n * (hd / 2);
+                rope_row(qr, cs, sn, d, hd);
+                rope_row(qr + d, cs, sn, d, hd);
                 size_t slot = (size_t)((pos0 + t) % cap);
-                for (int i = 0; i < d; i++) {
-                    rk[slot * d + i] = k[(size_t)i * N + n];
-                    rv[slot * d + i] = v[(size_t)i * N + n];
-                }
+                memcpy(rk + slot * d, qr + d, (size_t)d * sizeof *rk);
+                memcpy(rv + slot * d, qr + 2 * d, (size_t)d * sizeof *rv);
             }
-            /* ring slot j holds the newest position congruent to j, if written */
-            int64_t last = pos0 + T - 1, end = pos0 + T;
-            int64_t end_idx = last % cap;
-            for (int t = 0; t < T; t++) {
-                int64_t p = pos0 + t;
-                size_t n = (size_t)b * T + t;
-                for (int h = 0; h < H; h++) {
-                    float mx = -INFINITY;
-                    for (int j = 0; j < cap; j++) {
-                        int64_t dl = j - end_idx;
-                        int64_t pj = dl <= 0 ? last + dl : last + dl - cap;
-                        int ok = j < end && pj >= 0 && p - pj >= 0 && p - pj < cap;
-                        float s = -INFINITY;
-                        if (ok) {
-                            const float *kr = rk + (size_t)j * d + (size_t)h * hd;
-                            float acc = 0;
-                            for (int e = 0; e < hd; e++)
-                                acc += q[((size_t)h * hd + e) * N + n] * kr[e];
-                            s = acc * isq;
-                            if (s > mx)
-                                mx = s;
-                        }
-                        w->score[j] = s;
-                    }
-                    float den = 0;
-                    for (int j = 0; j < cap; j++) {
-                        float e = w->score[j] == -INFINITY ? 0.0f : expf(w->score[j] - mx);
-                        w->score[j] = e;
-                        den += e;
-                    }
-                    for (int e = 0; e < hd; e++)
-                        w->att[((size_t)h * hd + e) * N + n] = 0;
-                    for (int j = 0; j < cap; j++) {
-                        if (w->score[j] == 0)
-                            continue;
-                        float p_ = w->score[j] / den;
-                        const float *vr = rv + (size_t)j * d + (size_t)h * hd;
-                        for (int e = 0; e < hd; e++)
-                            w->att[((size_t)h * hd + e) * N + n] += p_ * vr[e];
-                    }
-                }
-            }
+            attend(w->qkv + (size_t)b * T * 3 * d, (size_t)3 * d, rk, rv, w->att + (size_t)b * T * d,
+                   (size_t)d, w->score, T, d, H, cap, pos0);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, (int)N, d, 1.0f, l->out_proj, d,
-                    w->att, (int)N, 0.0f, w->h, (int)N);
-        for (int i = 0; i < d; i++) {
-            float s = l->ls1 ? l->ls1[i] : 1.0f;
-            for (size_t n = 0; n < N; n++)
-                x[(size_t)i * N + n] += s * w->h[(size_t)i * N + n];
-        }
-        layer_norm(w->h, x, l->n2w, l->n2b, d, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ff, (int)N, d, 1.0f, l->l1, d,
-                    w->h, (int)N, 0.0f, w->ff, (int)N);
-        for (size_t i = 0; i < (size_t)ff * N; i++) {
-            float z = w->ff[i];
-            w->ff[i] = 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, (int)N, ff, 1.0f, l->l2, ff,
-                    w->ff, (int)N, 0.0f, w->h, (int)N);
-        for (int i = 0; i < d; i++) {
-            float s = l->ls2 ? l->ls2[i] : 1.0f;
-            for (size_t n = 0; n < N; n++)
-                x[(size_t)i * N + n] += s * w->h[(size_t)i * N + n];
-        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, d, d, 1.0f, w->att, d,
+                    l->out_proj, d, 0.0f, w->h, d);
+        for (size_t n = 0; n < N; n++)
+            for (int i = 0; i < d; i++)
+                xt[n * d + i] += (l->ls1 ? l->ls1[i] : 1.0f) * w->h[n * d + i];
+        layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, ff, d, 1.0f, w->h, d,
+                    l->l1, d, 0.0f, w->ff, ff);
+        mimi_gelu(w->ff, (size_t)ff * N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, d, ff, 1.0f, w->ff, ff,
+                    l->l2, ff, 0.0f, w->h, d);
+        for (size_t n = 0; n < N; n++)
+            for (int i = 0; i < d; i++)
+                xt[n * d + i] += (l->ls2 ? l->ls2[i] : 1.0f) * w->h[n * d + i];
     }
+    for (int i = 0; i < d; i++)
+        for (size_t n = 0; n < N; n++)
+            x[(size_t)i * N + n] = xt[n * d + i];
     for (int b = 0; b < B; b++) {
         if (dec)
             S[b]->dec_pos += T;

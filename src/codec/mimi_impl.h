@@ -94,5 +94,7 @@ void mimi_model_finish(mimi_model *m);
 
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
+/* GELU (the erf form) in place (mimi.c). */
+void mimi_gelu(float *x, size_t n);
 
 #endif

@@ -4,9 +4,10 @@
  * one epoll loop. Each session sends HELLO, waits for ACCEPT, then sends
  * one AUDIO frame per period on an absolute clock (frame k at base + k*P,
  * base staggered by session), reads every output without blocking, checks
- * that each input gets exactly one output (real or FILL) in order, ends
- * with END and waits for the server's END. On request the first K sessions
- * misbehave (--bad MODE): garbage, truncated, oversized, wrong-format,
+ * that each input gets exactly one output (real or FILL) in order (the
+ * TEXT or WORDS frame a Kyutai model's server sends beside it is passed
+ * by), ends with END and waits for the server's END. On request the first
+ * K sessions misbehave (--bad MODE): garbage, truncated, oversized, wrong-format,
  * wrong-length, mid-frame, stop-reading. Results are logfmt lines on
  * stdout: one per session and a `total` line; exit 0 when every well
  * behaved session was served completely and in order and every bad one
@@ -206,6 +207,11 @@ static void on_frame(fsess *s, const mt_frame *f, uint64_t now)
             if (l > s->lat_max_ms)
                 s->lat_max_ms = l;
         }
+        return;
+    case MT_FRAME_TEXT:
+    case MT_FRAME_WORDS:
+        /* the text beside an output (a Kyutai model's server): not an
+         * answer of its own, counted with the AUDIO it goes with */
         return;
     default:
         finish(s, ST_FAILED, "unexpected frame type");

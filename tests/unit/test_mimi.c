@@ -533,6 +533,36 @@ static void test_synthetic(void)
     mimi_free(m);
 }
 
+/* the vectorized GELU against the libm form x (1 + erff(x / sqrt 2)) / 2 */
+static void test_gelu(void)
+{
+    enum { N = 400001 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    if (!x || !y) {
+        tap_ok(0, "gelu: memory");
+        free(x);
+        free(y);
+        return;
+    }
+    for (int i = 0; i < N; i++)
+        x[i] = y[i] = -20.0f + 40.0f * (float)i / (N - 1);
+    mimi_gelu(y, N);
+    double worst = 0;
+    float at = 0;
+    for (int i = 0; i < N; i++) {
+        double ref = 0.5 * x[i] * (1.0 + erf((double)x[i] * 0.70710678118654752));
+        double e = fabs((double)y[i] - ref) / fmax(1.0, fabs(x[i]));
+        if (e > worst) {
+            worst = e;
+            at = x[i];
+        }
+    }
+    tap_ok(worst <= 4e-7, "GELU within 4e-7 x max(1, |x|) of the erf form over [-20, 20] (worst %.2g at %g)",
+           worst, at);
+    free(x);
+    free(y);
+}
+
 /* the vectorizable ELU against libm's expm1f */
 static void test_elu(void)
 {
@@ -561,6 +591,7 @@ static void test_elu(void)
 int main(void)
 {
     test_elu();
+    test_gelu();
     const char *r = getenv("MT_ROOT");
     snprintf(root, sizeof root, "%s", r && *r ? r : ".");
     test_fixture("mimi", 1);
