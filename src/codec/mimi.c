@@ -20,6 +20,7 @@
 
 #include "util/clock.h"
 #include "util/errmsg.h"
+#include "util/vec8.h"
 
 struct mimi_batch {
     int    max_batch;
@@ -129,19 +130,8 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
         out[i] = w->stage_s[i];
 }
 
-/* The elementwise and attention loops use GCC vector types: 8 floats, one
- * AVX register in the x86-64-v3 clone (chosen at load time by the CPU),
- * two SSE registers in the default one. Helpers are always inlined so the
- * clone's copy is the one that runs. */
-typedef float v8f __attribute__((vector_size(32)));
-#define VINLINE static inline __attribute__((always_inline))
-
-/* Macros, not functions, for what takes or returns a vector: clang checks
- * a function's vector ABI in the default clone before inlining it, and
- * refuses a 32-byte vector there. */
-#define load8(p) ({ v8f l8_; memcpy(&l8_, (p), sizeof l8_); l8_; })
-#define store8(p, v) do { v8f s8_ = (v); memcpy((p), &s8_, sizeof s8_); } while (0)
-#define splat8(a) ((v8f){ (a), (a), (a), (a), (a), (a), (a), (a) })
+/* The elementwise and attention loops use util/vec8.h's eight-float
+ * vectors. */
 
 /* ---- elementwise --------------------------------------------------------- */
 
@@ -153,8 +143,6 @@ typedef float v8f __attribute__((vector_size(32)));
  * relative), then expm1(x) = 2^n expm1(r) + (2^n - 1); within 2 ulp of
  * expm1f over [-87, 0] (below, -1 to the float), checked by test_mimi.
  * dst may be src. */
-typedef int32_t v8i __attribute__((vector_size(32)));
-
 /* m ? a : b, lane by lane, m all-ones or 0 */
 #define v8_sel(m, a, b) ((v8f)(((v8i)(a) & (m)) | ((v8i)(b) & ~(m))))
 
@@ -446,33 +434,6 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
  * then read contiguous rows, and the projections are sgemm(NoTrans, Trans)
  * against the [out][in] weights (a few percent faster than the
  * channel-major product at 16 rows, in a test of the 8 layers' shapes). */
-
-VINLINE float dot8(const float *a, const float *b, int n)
-{
-    v8f s0 = { 0 }, s1 = { 0 };
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 += load8(a + i) * load8(b + i);
-        s1 += load8(a + i + 8) * load8(b + i + 8);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 += load8(a + i) * load8(b + i);
-    s0 += s1;
-    float s = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-VINLINE void axpy8(float *y, float a, const float *x, int n)
-{
-    v8f av = { a, a, a, a, a, a, a, a };
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        store8(y + i, load8(y + i) + av * load8(x + i));
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
 
 /* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. */
 static void layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)

@@ -82,6 +82,7 @@
 #include "decode/cpu_f16.h"
 #include "decode/cpu_pool.h"
 #include "util/clock.h"
+#include "util/vec8.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -241,35 +242,10 @@ static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv, i
 
 /* ---- small kernels ------------------------------------------------------ */
 
-/* Attention's inner loops use GCC vector types: 8 floats, one AVX register
- * in the x86-64-v3 clone of attend() (chosen at load time by the CPU), two
- * SSE registers in the default clone. */
-typedef float v8 __attribute__((vector_size(32)));
-
-/* Inlined even where GCC would not: a helper left out of line is compiled
- * for the default target only, and attend()'s AVX2 clone would call the
- * SSE version (seen in a profile: wsum and softmax ran out of line). */
-#define VINLINE static inline __attribute__((always_inline))
-
-VINLINE v8 load8(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
-VINLINE void store8(float *p, v8 v) { memcpy(p, &v, sizeof v); }
-
-VINLINE float dot(const float *a, const float *b, int n)
-{
-    v8 s0 = { 0 }, s1 = { 0 };
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 += load8(a + i) * load8(b + i);
-        s1 += load8(a + i + 8) * load8(b + i + 8);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 += load8(a + i) * load8(b + i);
-    s0 += s1;
-    float s = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
+/* Attention's inner loops use util/vec8.h's eight-float vectors (one AVX
+ * register in the x86-64-v3 clone of attend(), chosen at load time by the
+ * CPU; a helper left out of line would run the SSE version: seen in a
+ * profile, wsum and softmax ran out of line, hence always inlined). */
 
 /* out = x * rsqrt(mean(x^2) + eps) * w, one row of n. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
@@ -287,7 +263,7 @@ VINLINE void rope_apply(float *v, const float *cs, const float *sn, int half)
 {
     int i = 0;
     for (; i + 8 <= half; i += 8) {
-        v8 a = load8(v + i), b = load8(v + i + half), c = load8(cs + i), s = load8(sn + i);
+        v8f a = load8(v + i), b = load8(v + i + half), c = load8(cs + i), s = load8(sn + i);
         store8(v + i, a * c - b * s);
         store8(v + i + half, b * c + a * s);
     }
@@ -428,26 +404,21 @@ VINLINE void run_prefetch(const cpu_backend *be, const kv_run *u, int kv, int g)
     __builtin_prefetch(p + bytes - 1);
 }
 
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
-
-VINLINE v8 splat8(float a) { return (v8){ a, a, a, a, a, a, a, a }; }
-
 /* e^x for x <= 0 (softmax's shifted scores), 8 at a time: Cephes' expf
  * (x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r, 2^n
  * put in the exponent bits), relative error about 2e-7, a few fp32 ulps.
  * x is clamped below at -87 (2^n stays normal): a weight under e^-87 =
  * 1.6e-38 comes out as 1.6e-38, nothing beside the maximum's 1. */
-VINLINE v8 exp8(v8 x)
+VINLINE v8f exp8(v8f x)
 {
-    const v8 lo = splat8(-87.0f), magic = splat8(12582912.0f);   /* 1.5 * 2^23 */
+    const v8f lo = splat8(-87.0f), magic = splat8(12582912.0f);   /* 1.5 * 2^23 */
     v8i under = x < lo;
-    x = (v8)(((v8i)x & ~under) | ((v8i)lo & under));
-    v8 t = x * splat8(1.44269504088896341f) + magic;   /* round(x / ln2) + magic */
-    v8 nf = t - magic;
-    v8 r = x - nf * splat8(0.693359375f);
+    x = (v8f)(((v8i)x & ~under) | ((v8i)lo & under));
+    v8f t = x * splat8(1.44269504088896341f) + magic;   /* round(x / ln2) + magic */
+    v8f nf = t - magic;
+    v8f r = x - nf * splat8(0.693359375f);
     r = r - nf * splat8(-2.12194440e-4f);
-    v8 p = splat8(1.9875691500e-4f);
+    v8f p = splat8(1.9875691500e-4f);
     p = p * r + splat8(1.3981999507e-3f);
     p = p * r + splat8(8.3334519073e-3f);
     p = p * r + splat8(4.1665795894e-2f);
@@ -456,7 +427,7 @@ VINLINE v8 exp8(v8 x)
     p = p * (r * r) + r + splat8(1.0f);
     v8u n = (v8u)t - (v8u)magic;          /* n in the low bits, mod 2^32 */
     v8u two_n = (n + 127u) << 23;
-    return p * (v8)two_n;
+    return p * (v8f)two_n;
 }
 
 /* fp32 rows (fp32 cache or this call's qkv buffer), one kv head's group
@@ -466,7 +437,7 @@ VINLINE void scores_f32(int group, int hd, const float *q, const float *k, int r
 {
     for (int t = 0; t < rows; t++) {
         for (int i = 0; i < group; i++)
-            score[(size_t)i * lds + t] = dot(q + (size_t)i * hd, k + (size_t)t * hd, hd) * scale;
+            score[(size_t)i * lds + t] = dot8(q + (size_t)i * hd, k + (size_t)t * hd, hd) * scale;
     }
 }
 
@@ -481,11 +452,11 @@ VINLINE void wsum_f32(int group, int hd, const float *p, int ldp, const float *v
         float *oi = out + (size_t)i * hd;
         int c = 0;
         for (; c + 32 <= hd; c += 32) {
-            v8 a0 = load8(oi + c), a1 = load8(oi + c + 8);
-            v8 a2 = load8(oi + c + 16), a3 = load8(oi + c + 24);
+            v8f a0 = load8(oi + c), a1 = load8(oi + c + 8);
+            v8f a2 = load8(oi + c + 16), a3 = load8(oi + c + 24);
             for (int t = 0; t < rows; t++) {
                 const float *vr = v + (size_t)t * hd + c;
-                v8 b = splat8(pi[t]);
+                v8f b = splat8(pi[t]);
                 a0 += b * load8(vr);
                 a1 += b * load8(vr + 8);
                 a2 += b * load8(vr + 16);
@@ -497,7 +468,7 @@ VINLINE void wsum_f32(int group, int hd, const float *p, int ldp, const float *v
             store8(oi + c + 24, a3);
         }
         for (; c + 8 <= hd; c += 8) {
-            v8 a0 = load8(oi + c);
+            v8f a0 = load8(oi + c);
             for (int t = 0; t < rows; t++)
                 a0 += splat8(pi[t]) * load8(v + (size_t)t * hd + c);
             store8(oi + c, a0);
@@ -523,11 +494,11 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
     float mnew = -INFINITY;
     int t = 0;
     if (len >= 8) {
-        v8 m8 = load8(s);
+        v8f m8 = load8(s);
         for (t = 8; t + 8 <= len; t += 8) {
-            v8 x = load8(s + t);
+            v8f x = load8(s + t);
             v8i gt = x > m8;
-            m8 = (v8)(((v8i)x & gt) | ((v8i)m8 & ~gt));
+            m8 = (v8f)(((v8i)x & gt) | ((v8i)m8 & ~gt));
         }
         for (int i = 0; i < 8; i++)
             mnew = m8[i] > mnew ? m8[i] : mnew;
@@ -537,7 +508,7 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
     if (mnew > *m + MT_SOFTMAX_SLACK) {
         float f = expf(*m - mnew);          /* 0 on the first run (m = -inf) */
         *l *= f;
-        v8 fv = splat8(f);
+        v8f fv = splat8(f);
         int c = 0;
         for (; c + 8 <= hd; c += 8)
             store8(o + c, load8(o + c) * fv);
@@ -546,9 +517,9 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
         *m = mnew;
     }
     mnew = *m;
-    v8 mv = splat8(mnew), sum8 = { 0 };
+    v8f mv = splat8(mnew), sum8 = { 0 };
     for (t = 0; t + 8 <= len; t += 8) {
-        v8 e = exp8(load8(s + t) - mv);
+        v8f e = exp8(load8(s + t) - mv);
         store8(s + t, e);
         sum8 += e;
     }
@@ -557,7 +528,7 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
     if (t < len) {
         float tail[8] = { 0 };
         memcpy(tail, s + t, (size_t)(len - t) * sizeof *tail);
-        v8 e = exp8(load8(tail) - mv);
+        v8f e = exp8(load8(tail) - mv);
         for (int i = 0; i < len - t; i++) {
             s[t + i] = e[i];
             sum += e[i];
@@ -667,7 +638,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next
         }
     }
     for (int h = 0; h < nq; h++) {
-        v8 inv = splat8(1.0f / sum[h]);
+        v8f inv = splat8(1.0f / sum[h]);
         float *o = out + (size_t)h * hd;
         int c = 0;
         for (; c + 8 <= hd; c += 8)

@@ -1,0 +1,56 @@
+/* vec8.h: eight-float GCC vector helpers shared by the CPU kernels (the
+ * decoder's attention in decode/backend_cpu.c, the codec in codec/mimi.c).
+ *
+ * A v8f is one AVX register in a function's x86-64-v3 clone (chosen at
+ * load time by the CPU), two SSE registers in its default clone. Helpers
+ * are always inlined, so the clone's copy is the one that runs: one left
+ * out of line is compiled for the default target only. What takes or
+ * returns a vector is a macro, not a function: clang checks a function's
+ * vector ABI in the default clone before inlining it, and refuses a
+ * 32-byte vector argument there. */
+#ifndef MT_VEC8_H
+#define MT_VEC8_H
+
+#include <stdint.h>
+#include <string.h>
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+#define VINLINE static inline __attribute__((always_inline))
+
+#define load8(p) ({ v8f l8_; memcpy(&l8_, (p), sizeof l8_); l8_; })
+#define store8(p, v) do { v8f s8_ = (v); memcpy((p), &s8_, sizeof s8_); } while (0)
+#define splat8(a) ((v8f){ (a), (a), (a), (a), (a), (a), (a), (a) })
+
+/* a . b over n floats: two accumulators, summed pairwise at the end */
+VINLINE float dot8(const float *a, const float *b, int n)
+{
+    v8f s0 = { 0 }, s1 = { 0 };
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 += load8(a + i) * load8(b + i);
+        s1 += load8(a + i + 8) * load8(b + i + 8);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 += load8(a + i) * load8(b + i);
+    s0 += s1;
+    float s = ((s0[0] + s0[4]) + (s0[1] + s0[5])) + ((s0[2] + s0[6]) + (s0[3] + s0[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* y += a x over n floats */
+VINLINE void axpy8(float *y, float a, const float *x, int n)
+{
+    v8f av = splat8(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(y + i, load8(y + i) + av * load8(x + i));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+#endif
