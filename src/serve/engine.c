@@ -999,21 +999,6 @@ size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap)
     return n;
 }
 
-size_t mt_engine_take_status(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap,
-                             mt_sess_status *st)
-{
-    size_t n = 0;
-    memset(st, 0, sizeof *st);
-    pthread_mutex_lock(&e->mu);
-    sess *s = find(e, id);
-    if (s) {
-        n = take_locked(s, buf, cap);
-        status_locked(s, st);
-    }
-    pthread_mutex_unlock(&e->mu);
-    return n;
-}
-
 size_t mt_engine_take_swap(mt_engine *e, uint32_t id, mt_outbuf *b, size_t limit,
                            mt_sess_status *st)
 {

@@ -139,11 +139,6 @@ typedef struct mt_sess_status {
 int    mt_engine_status(mt_engine *e, uint32_t id, mt_sess_status *st);
 /* Copies up to cap queued output bytes and removes them from the queue. */
 size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap);
-/* Both at once, under one lock: up to cap bytes taken (cap 0: none), then
- * the status after the take (st zeroed for unknown ids). */
-size_t mt_engine_take_status(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap,
-                             mt_sess_status *st);
-
 /* A caller's output buffer that mt_engine_take_swap may trade for the
  * session's own: p[off .. off+len) of cap bytes (p may be NULL, cap 0).
  * The caller owns whatever p holds and frees it. */
@@ -152,12 +147,13 @@ typedef struct mt_outbuf {
     size_t   cap, off, len;
 } mt_outbuf;
 
-/* mt_engine_take_status without the copy, for a caller whose buffer *b is
- * empty (its len is set to 0 first): when at most limit bytes are queued,
+/* The output and the session's status under one lock, without a copy,
+ * for a caller whose buffer *b is empty (its len is set to 0 first): when at most limit bytes are queued,
  * the session's buffer becomes *b and *b's old one the session's (empty);
  * when more are, limit bytes are copied into *b (grown to limit when it
  * is smaller; out of memory: as many as it holds). Returns the bytes now
- * in *b (b->p + b->off), st as mt_engine_take_status's. */
+ * in *b (b->p + b->off); st is the status after the take (zeroed for
+ * unknown ids). */
 size_t mt_engine_take_swap(mt_engine *e, uint32_t id, mt_outbuf *b, size_t limit,
                            mt_sess_status *st);
 
