@@ -6,7 +6,8 @@
 # level: the server's own CPU time (utime+stime of its process, from
 # /proc/PID/stat, over the whole run: the clients' share does not count)
 # per frame answered (one frame in and its answer out; usr_us: its
-# user-space share alone), the frames a
+# user-space share alone; cli_us: the client processes' CPU a frame, for
+# where clients on the same cores saturate), the frames a
 # second carried each way, the server's p99 (the worst p99_ms of its tick
 # lines) and the clients' round trip (p99 over sessions of each session's
 # worst round trip: an upper bound on the round-trip p99). OLD=PATH runs
@@ -50,6 +51,15 @@ cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
 # its user-space share alone (utime): what the server's own code costs,
 # less moved by other processes than the kernel's share (wake-ups, locks)
 usr_of() { awk '{ print $14 }' "/proc/$1/stat" 2>/dev/null; }
+# kids_cpu VAR: the CPU seconds of this shell's children reaped so far
+# (bash's `times`, run in this shell: a subshell would count its own), in
+# VAR. Read before and after a level's clients are waited for (the server
+# is reaped after), its difference is what those clients cost.
+kids_cpu() {
+    times >"$T/times"
+    printf -v "$1" '%s' "$(tail -1 "$T/times" | awk '{ t = 0
+        for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } print t }')"
+}
 
 # run LABEL SERVER N: one level against one server; prints one row
 run() {
@@ -61,14 +71,14 @@ run() {
     SP=$!
     for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
     [ -S "$sock" ] || { echo "bench_hostpath: $label: mt-serve did not start:" >&2; cat "$T/serve.err" >&2; exit 1; }
-    c0=$(cpu_of "$SP"); u0=$(usr_of "$SP"); t0=$(date +%s.%N); ld=$(cut -d' ' -f1 /proc/loadavg)
+    c0=$(cpu_of "$SP"); u0=$(usr_of "$SP"); kids_cpu k0; t0=$(date +%s.%N); ld=$(cut -d' ' -f1 /proc/loadavg)
     per=$(( (n + CLIENTS - 1) / CLIENTS ))
     for i in $(seq "$CLIENTS"); do
         "$FC" -s "$sock" -n "$per" -f "$FRAMES" --arrive-ms 0.5 --end-timeout 30 >"$T/fc.$i" 2>&1 &
         pids+=($!)
     done
     wait "${pids[@]}"
-    t1=$(date +%s.%N); c1=$(cpu_of "$SP"); u1=$(usr_of "$SP")
+    t1=$(date +%s.%N); c1=$(cpu_of "$SP"); u1=$(usr_of "$SP"); kids_cpu k1
     kill "$SP"; wait "$SP" 2>/dev/null; SP=
     # a client process that failed: why, in a few of its lines (stderr)
     for i in $(seq "$CLIENTS"); do
@@ -80,7 +90,7 @@ run() {
               grep 'closed:' "$T/serve.err" | sed 's/^.*closed: //' | sort | uniq -c |
               sort -rn | head -3; } >&2
     done
-    cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v u0="$u0" -v u1="$u1" \
+    cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v u0="$u0" -v u1="$u1" -v k0="$k0" -v k1="$k1" \
         -v t0="$t0" -v t1="$t1" -v lat="$log" -v ld="$ld" '
     /^session=/ { for (k = 1; k <= NF; k++) { split($k, kv, "=")
                     if (kv[1] == "lat_max_ms") m[++ns] = kv[2] + 0 } }
@@ -95,15 +105,16 @@ run() {
         for (a = 2; a <= ns; a++) for (b = a; b > 1 && m[b - 1] > m[b]; b--) { x = m[b]; m[b] = m[b - 1]; m[b - 1] = x }
         rt = ns ? m[int(0.99 * (ns - 1)) + 1] : 0
         ans = real + fill; cpu = (c1 - c0) / hz; usr = (u1 - u0) / hz; wall = t1 - t0
-        printf "%-8s %5d %8d %9d %9d %8.2f %9.1f %8.1f %9.0f %8.2f %8.2f %6s\n", l, n, ok, sent, ans,
-               cpu, (ans ? 1e6 * cpu / ans : 0), (ans ? 1e6 * usr / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt, ld
+        printf "%-8s %5d %8d %9d %9d %8.2f %9.1f %8.1f %8.1f %9.0f %8.2f %8.2f %6s\n", l, n, ok, sent, ans,
+               cpu, (ans ? 1e6 * cpu / ans : 0), (ans ? 1e6 * usr / ans : 0),
+               (ans ? 1e6 * (k1 - k0) / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt, ld
     }'
 }
 
 echo "# mt-serve host path, simulated device (tests/profiles/hostpath.profile), $(date -u +%F)"
 echo "# $CLIENTS client processes, ${SECONDS_RUN} s of frames at 80 ms a session; $(nproc) cores${FILLOPT:+; --fill}; load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-8s %5s %8s %9s %9s %8s %9s %8s %9s %8s %8s %6s\n" which n ok_procs sent answered cpu_s \
-    us_frame usr_us fps_each p99_ms rt_p99_ms load1
+printf "%-8s %5s %8s %9s %9s %8s %9s %8s %8s %9s %8s %8s %6s\n" which n ok_procs sent answered cpu_s \
+    us_frame usr_us cli_us fps_each p99_ms rt_p99_ms load1
 for rep in $(seq "${REPEAT:-1}"); do
     for n in $LEVELS; do
         [ -n "$OLD" ] && run old "$OLD" "$n"

@@ -110,6 +110,8 @@ static void usage(FILE *f)
 "                           for MS (10000; 0: never)\n"
 "      --max-pending-per-uid N  connections of one uid not yet admitted\n"
 "                           (default: half of --max-conns)\n"
+"      --io-batch-us N      a busy server reads client input at most every\n"
+"                           N us (default 1000; 0: at every arrival)\n"
 "      --no-catch-up        never run a second round in one tick\n"
 "  -h, --help               this help\n"
 "      --version            print the version\n"
@@ -128,7 +130,7 @@ enum {
     O_MAXSESS, O_CONTROL, O_ADMITTO, O_LATLOG, O_LATENCY, O_INQ, O_OUTQ,
     O_WRITETO, O_NOCATCH, O_MAXCONNS, O_HELLOTO, O_MAXPENDUID,
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
-    O_TIMESCALE, O_RTPRIO, O_INPUTTO,
+    O_TIMESCALE, O_RTPRIO, O_INPUTTO, O_IOBATCH,
     O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
 };
 
@@ -201,6 +203,7 @@ static const struct option longopts[] = {
     {"hello-timeout", required_argument, 0, O_HELLOTO},
     {"input-timeout", required_argument, 0, O_INPUTTO},
     {"max-pending-per-uid", required_argument, 0, O_MAXPENDUID},
+    {"io-batch-us", required_argument, 0, O_IOBATCH},
     MT_OPT_COMMON,
     {0, 0, 0, 0},
 };
@@ -331,6 +334,12 @@ static int number_option(serve_args *a, int c, const char *arg)
         a->so.input_timeout_ns = (uint64_t)(ms * 1e6);
         return 0;
     case O_MAXPENDUID: return mt_opt_int(arg, 1, 1 << 20, &a->so.max_pending_per_uid);
+    case O_IOBATCH: {
+        int us;
+        if (mt_opt_int(arg, 0, 20000, &us)) return -1;
+        a->so.io_batch_ns = (uint64_t)us * 1000u;
+        return 0;
+    }
     case O_SOCKMODE: {
         char *end;
         long m = strtol(arg, &end, 8);

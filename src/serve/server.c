@@ -36,6 +36,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -86,17 +87,18 @@ static int server_setup(mt_server *s, mt_engine *e, char *err, size_t errlen)
     return 0;
 }
 
+#define MAX_EVENTS  256           /* one epoll_wait's batch */
 #define RECHECK_NS  100000000ull   /* a due deadline that was not acted on */
 #define MAX_SLEEP_NS 1000000000ull  /* the reports' lines go out at least
                                        this often */
 
-/* The epoll timeout in ms: the loop wakes for the earliest of a FILL
- * deadline, a connection's next deadline (s->timers: admission, HELLO,
- * delayed REJECT, input, stuck output, closing), the listener's pause,
- * or, draining, 100 ms (the drain walks every connection), else at most
- * a second (the reports); 0 when a regular file on stdin has input to
- * take. */
-static int wait_timeout_ms(mt_server *s, uint64_t now, uint64_t next_fill)
+/* When the loop must wake next, CLOCK_MONOTONIC ns: the earliest of a
+ * FILL deadline, a connection's next deadline (s->timers: admission,
+ * HELLO, delayed REJECT, input, stuck output, closing), the listener's
+ * pause, or, draining, 100 ms (the drain walks every connection), else at
+ * most a second (the reports); `now` when a regular file on stdin has
+ * input to take. */
+static uint64_t wake_at(mt_server *s, uint64_t now, uint64_t next_fill)
 {
     uint64_t wake = now + (s->pr.draining || s->o.stdio ? RECHECK_NS : MAX_SLEEP_NS);
 #define EARLIEST(t) do { uint64_t t_ = (t); if (t_ && (!wake || t_ < wake)) wake = t_; } while (0)
@@ -105,15 +107,53 @@ static int wait_timeout_ms(mt_server *s, uint64_t now, uint64_t next_fill)
     EARLIEST(s->accept_paused_until);
     EARLIEST(s->agent_paused_until);
 #undef EARLIEST
-    int poll_now = 0;
     if (s->o.stdio)     /* the one connection: a regular file on stdin */
         for (conn *c = s->conns; c; c = c->next)
             if (c->p.reading && !c->r_epoll &&
                 (!c->p.id || (!c->p.pending && mt_engine_in_space(s->eng, c->p.id) > 0)))
-                poll_now = 1;   /* with room */
-    if (poll_now)
-        return 0;
+                return now;   /* with room */
+    return wake;
+}
+
+/* epoll_wait's timeout for a wake at `wake`: whole ms, rounded up */
+static int timeout_ms(uint64_t now, uint64_t wake)
+{
     return wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+}
+
+/* Client input in batches (--io-batch-us, issue 40). On a busy server
+ * nearly every frame's arrival wakes the loop on its own: a context
+ * switch and an epoll_wait for an event or two, the largest share of the
+ * server's CPU a frame after the sockets' own (bench/RESULTS.md). So when
+ * the loop's last two wakes came less than two batch periods apart, it
+ * waits out the rest of the period from its last wake for the ticker, a
+ * signal or the control input alone (ppoll on those three), and only then
+ * takes, in one epoll_wait, every client event that came meanwhile. A
+ * tick's output still goes out at once (the ticker's eventfd ends the
+ * wait), and so do FILL answers and timeouts (the wait ends at `wake`); a
+ * client's bytes are read at most one period later, and the latency lines
+ * count a frame's wait from its read. A quieter server (wakes further
+ * apart), a full last batch (more is waiting) and --stdio wait as before. */
+static void wait_for_batch(mt_server *s, uint64_t now, uint64_t woke,
+                           uint64_t woke_before, int full, uint64_t wake)
+{
+    uint64_t q = s->o.io_batch_ns;
+    if (!q || s->o.stdio || full || woke - woke_before >= 2 * q)
+        return;
+    uint64_t until = woke + q < wake ? woke + q : wake;
+    if (until <= now)
+        return;
+    struct pollfd pf[3];
+    nfds_t k = 0;
+    pf[k++] = (struct pollfd){.fd = s->evfd, .events = POLLIN};
+    pf[k++] = (struct pollfd){.fd = s->sigfd, .events = POLLIN};
+    if (s->ctl.fd >= 0)
+        pf[k++] = (struct pollfd){.fd = s->ctl.fd, .events = POLLIN};
+    struct timespec ts = {.tv_sec = (time_t)((until - now) / 1000000000ull),
+                          .tv_nsec = (long)((until - now) % 1000000000ull)};
+    /* an error (EINTR: a signal, whose pipe epoll_wait reads next) only
+     * ends the wait early */
+    (void)ppoll(pf, k, &ts, NULL);
 }
 
 /* Events on the server's own fds (listeners, agent, signals, the ticker's
@@ -362,17 +402,20 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     if (mt_ticker_start(&to, &ticker, err, errlen) != 0)
         return -1;
     int rc = 0;
-    struct epoll_event evs[64];
-    uint64_t next_fill = 0;
-    int final_ticks = 0, stdio_done = 0;
+    struct epoll_event evs[MAX_EVENTS];
+    uint64_t next_fill = 0, woke = 0, woke_before = 0;
+    int final_ticks = 0, stdio_done = 0, n = 0;
     for (;;) {
-        int timeout = wait_timeout_ms(s, mt_clock_ns(), next_fill);
-        int n = epoll_wait(s->epfd, evs, 64, timeout);
+        uint64_t t = mt_clock_ns(), wake = wake_at(s, t, next_fill);
+        wait_for_batch(s, t, woke, woke_before, n == MAX_EVENTS, wake);
+        n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout_ms(mt_clock_ns(), wake));
         if (n < 0 && errno != EINTR) {
             mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
             rc = -1;
             break;
         }
+        woke_before = woke;
+        woke = mt_clock_ns();
         dispatch_server_events(s, evs, n, &final_ticks, &stdio_done);
         dispatch_conn_events(s, evs, n);
         uint64_t now = mt_clock_ns();

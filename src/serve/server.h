@@ -47,6 +47,9 @@ typedef struct mt_server_opts {
                                     long ends with END (0: never) */
     int         max_pending_per_uid; /* connections of one uid not yet
                                     admitted (0: half of max_conns) */
+    uint64_t    io_batch_ns;     /* --io-batch-us: on a busy server, client
+                                    input is taken at most this often
+                                    (server.c, wait_for_batch; 0: at once) */
     /* TCP (issue 23) */
     const char *listen_addr;     /* --listen HOST:PORT, or NULL */
     const char *agent_addr;      /* --agent HOST:PORT (HAProxy agent-check) */

@@ -49,6 +49,7 @@ void mt_server_opts_default(mt_server_opts *o)
     o->drain_timeout_ns = 10000000000ull;
     o->hello_timeout_ns = 10000000000ull;
     o->input_timeout_ns = 10000000000ull;
+    o->io_batch_ns = 1000000ull;
 }
 
 /* Never waits for the reader: a line that finds the queue full is dropped
