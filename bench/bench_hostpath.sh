@@ -10,7 +10,11 @@
 # where clients on the same cores saturate), the frames a
 # second carried each way, the server's p99 (the worst p99_ms of its tick
 # lines) and the clients' round trip (p99 over sessions of each session's
-# worst round trip: an upper bound on the round-trip p99). OLD=PATH runs
+# worst round trip: an upper bound on the round-trip p99); and in steady
+# state, all sessions admitted and streaming (ss_fps: the frames a second
+# the ticks answered there; ss_p99_ms: the worst tick p99 there), without
+# the storm of N connections arriving within a quarter of a second and
+# the clients' ending, which the whole-run columns include. OLD=PATH runs
 # another mt-serve (the one before a change) beside this tree's at every
 # level, in the same run, one after the other; BINS="LABEL=PATH ..." runs
 # more (each step of a series of changes), in that order, between OLD and
@@ -29,7 +33,7 @@ S=$B/mt-serve
 FC=$TB/mt-fakeclient
 . "$ROOT/bench/lib.sh"
 bench_need bench_hostpath "$S" "$FC"
-LEVELS=${LEVELS:-64 500 1000 2000}
+LEVELS=${LEVELS:-64 500 1000 2000 2400}
 CLIENTS=${CLIENTS:-4}
 SECONDS_RUN=${HOLD:-8}
 OLD=${OLD:-}
@@ -92,29 +96,45 @@ run() {
     done
     cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v u0="$u0" -v u1="$u1" -v k0="$k0" -v k1="$k1" \
         -v t0="$t0" -v t1="$t1" -v lat="$log" -v ld="$ld" '
+    function fld(line, key,   m) { return match(line, " " key "=[0-9.]+") ? substr(line, RSTART + length(key) + 2, RLENGTH - length(key) - 2) + 0 : 0 }
     /^session=/ { for (k = 1; k <= NF; k++) { split($k, kv, "=")
                     if (kv[1] == "lat_max_ms") m[++ns] = kv[2] + 0 } }
     /^total / { for (k = 1; k <= NF; k++) { split($k, kv, "=")
                   if (kv[1] == "sent") sent += kv[2]; if (kv[1] == "real") real += kv[2]
                   if (kv[1] == "fill") fill += kv[2]; if (kv[1] == "ok") ok += kv[2] } }
     END {
+        # steady state: from 1 s (12 ticks) after the tick that admitted
+        # the last session to the last tick whose input was 90% of a full
+        # tick (the clients ending); its worst tick p99 and its frames a
+        # second (the connection storm and the end are left out there, not
+        # in the whole-run columns)
+        nt = 0
         while ((getline line < lat) > 0)
-            if (line ~ /^tick / || line ~ / p99_ms=/) {
-                if (match(line, /p99_ms=[0-9.]+/)) { v = substr(line, RSTART + 7, RLENGTH - 7) + 0
-                    if (v > p99) p99 = v } }
+            if (line ~ /^tick=/) {
+                nt++; tp[nt] = fld(line, "p99_ms"); tt[nt] = fld(line, "t")
+                ti[nt] = fld(line, "in"); to[nt] = fld(line, "out")
+                if (tp[nt] > p99) p99 = tp[nt]
+                if (fld(line, "admitted") >= n && !full) full = nt
+                if (ti[nt] >= 0.9 * n) last = nt }
+        ss_p99 = 0; ss_out = 0; ss_fps = 0
+        if (full && last > full + 12 + 12) {
+            for (k = full + 12; k <= last; k++) { if (tp[k] > ss_p99) ss_p99 = tp[k]
+                if (k > full + 12) ss_out += to[k] }
+            ss_fps = ss_out / (tt[last] - tt[full + 12]) }
         for (a = 2; a <= ns; a++) for (b = a; b > 1 && m[b - 1] > m[b]; b--) { x = m[b]; m[b] = m[b - 1]; m[b - 1] = x }
         rt = ns ? m[int(0.99 * (ns - 1)) + 1] : 0
         ans = real + fill; cpu = (c1 - c0) / hz; usr = (u1 - u0) / hz; wall = t1 - t0
-        printf "%-8s %5d %8d %9d %9d %8.2f %9.1f %8.1f %8.1f %9.0f %8.2f %8.2f %6s\n", l, n, ok, sent, ans,
+        printf "%-8s %5d %8d %9d %9d %8.2f %9.1f %8.1f %8.1f %9.0f %8.2f %8.2f %9.0f %8.2f %6s\n", l, n, ok, sent, ans,
                cpu, (ans ? 1e6 * cpu / ans : 0), (ans ? 1e6 * usr / ans : 0),
-               (ans ? 1e6 * (k1 - k0) / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt, ld
+               (ans ? 1e6 * (k1 - k0) / ans : 0), (wall > 0 ? ans / wall : 0), p99, rt,
+               ss_fps, ss_p99, ld
     }'
 }
 
 echo "# mt-serve host path, simulated device (tests/profiles/hostpath.profile), $(date -u +%F)"
 echo "# $CLIENTS client processes, ${SECONDS_RUN} s of frames at 80 ms a session; $(nproc) cores${FILLOPT:+; --fill}; load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-8s %5s %8s %9s %9s %8s %9s %8s %8s %9s %8s %8s %6s\n" which n ok_procs sent answered cpu_s \
-    us_frame usr_us cli_us fps_each p99_ms rt_p99_ms load1
+printf "%-8s %5s %8s %9s %9s %8s %9s %8s %8s %9s %8s %8s %9s %8s %6s\n" which n ok_procs sent answered cpu_s \
+    us_frame usr_us cli_us fps_each p99_ms rt_p99_ms ss_fps ss_p99_ms load1
 for rep in $(seq "${REPEAT:-1}"); do
     for n in $LEVELS; do
         [ -n "$OLD" ] && run old "$OLD" "$n"
