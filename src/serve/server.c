@@ -125,20 +125,22 @@ static int timeout_ms(uint64_t now, uint64_t wake)
  * nearly every frame's arrival wakes the loop on its own: a context
  * switch and an epoll_wait for an event or two, the largest share of the
  * server's CPU a frame after the sockets' own (bench/RESULTS.md). So when
- * the loop's last two wakes came less than two batch periods apart, it
- * waits out the rest of the period from its last wake for the ticker, a
- * signal or the control input alone (ppoll on those three), and only then
- * takes, in one epoll_wait, every client event that came meanwhile. A
- * tick's output still goes out at once (the ticker's eventfd ends the
- * wait), and so do FILL answers and timeouts (the wait ends at `wake`); a
- * client's bytes are read at most one period later, and the latency lines
- * count a frame's wait from its read. A quieter server (wakes further
- * apart), a full last batch (more is waiting) and --stdio wait as before. */
+ * events come faster than one a period (the last wake took two or more,
+ * or came within half a period of the one before), the loop waits out the
+ * rest of the period from its last wake for the ticker, a signal or the
+ * control input alone (ppoll on those three), and only then takes, in one
+ * epoll_wait, every client event that came meanwhile. A tick's output
+ * still goes out at once (the ticker's eventfd ends the wait), and so do
+ * FILL answers and timeouts (the wait ends at `wake`); a client's bytes
+ * are read at most one period later, and the latency lines count a
+ * frame's wait from its read. Slower events wait as before: there a batch
+ * wait would be a second sleep for the same one event. So do a full last
+ * batch (more is waiting) and --stdio. */
 static void wait_for_batch(mt_server *s, uint64_t now, uint64_t woke,
-                           uint64_t woke_before, int full, uint64_t wake)
+                           uint64_t woke_before, int nlast, int full, uint64_t wake)
 {
     uint64_t q = s->o.io_batch_ns;
-    if (!q || s->o.stdio || full || woke - woke_before >= 2 * q)
+    if (!q || s->o.stdio || full || (nlast < 2 && woke - woke_before >= q / 2))
         return;
     uint64_t until = woke + q < wake ? woke + q : wake;
     if (until <= now)
@@ -407,7 +409,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     int final_ticks = 0, stdio_done = 0, n = 0;
     for (;;) {
         uint64_t t = mt_clock_ns(), wake = wake_at(s, t, next_fill);
-        wait_for_batch(s, t, woke, woke_before, n == MAX_EVENTS, wake);
+        wait_for_batch(s, t, woke, woke_before, n, n == MAX_EVENTS, wake);
         n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout_ms(mt_clock_ns(), wake));
         if (n < 0 && errno != EINTR) {
             mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
