@@ -96,7 +96,7 @@ run() {
     done
     cat "$T"/fc.* | awk -v l="$label" -v n="$n" -v c0="$c0" -v c1="$c1" -v hz="$HZ" -v u0="$u0" -v u1="$u1" -v k0="$k0" -v k1="$k1" \
         -v t0="$t0" -v t1="$t1" -v lat="$log" -v ld="$ld" '
-    function fld(line, key,   m) { return match(line, " " key "=[0-9.]+") ? substr(line, RSTART + length(key) + 2, RLENGTH - length(key) - 2) + 0 : 0 }
+    function fld(line, key) { return match(line, " " key "=[0-9.]+") ? substr(line, RSTART + length(key) + 2, RLENGTH - length(key) - 2) + 0 : 0 }
     /^session=/ { for (k = 1; k <= NF; k++) { split($k, kv, "=")
                     if (kv[1] == "lat_max_ms") m[++ns] = kv[2] + 0 } }
     /^total / { for (k = 1; k <= NF; k++) { split($k, kv, "=")

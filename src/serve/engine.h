@@ -148,12 +148,12 @@ typedef struct mt_outbuf {
 } mt_outbuf;
 
 /* The output and the session's status under one lock, without a copy,
- * for a caller whose buffer *b is empty (its len is set to 0 first): when at most limit bytes are queued,
- * the session's buffer becomes *b and *b's old one the session's (empty);
- * when more are, limit bytes are copied into *b (grown to limit when it
- * is smaller; out of memory: as many as it holds). Returns the bytes now
- * in *b (b->p + b->off); st is the status after the take (zeroed for
- * unknown ids). */
+ * for a caller whose buffer *b is empty (its len is set to 0 first).
+ * When at most limit bytes are queued, the session's buffer becomes *b
+ * and *b's old one the session's (empty); when more are, limit bytes are
+ * copied into *b (grown to limit when it is smaller; out of memory: as
+ * many as it holds). Returns the bytes now in *b (b->p + b->off); st is
+ * the status after the take (zeroed for unknown ids). */
 size_t mt_engine_take_swap(mt_engine *e, uint32_t id, mt_outbuf *b, size_t limit,
                            mt_sess_status *st);
 

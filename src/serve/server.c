@@ -137,10 +137,11 @@ static int timeout_ms(uint64_t now, uint64_t wake)
  * wait would be a second sleep for the same one event. So do a full last
  * batch (more is waiting) and --stdio. */
 static void wait_for_batch(mt_server *s, uint64_t now, uint64_t woke,
-                           uint64_t woke_before, int nlast, int full, uint64_t wake)
+                           uint64_t woke_before, int nlast, uint64_t wake)
 {
     uint64_t q = s->o.io_batch_ns;
-    if (!q || s->o.stdio || full || (nlast < 2 && woke - woke_before >= q / 2))
+    if (!q || s->o.stdio || nlast == MAX_EVENTS ||
+        (nlast < 2 && woke - woke_before >= q / 2))
         return;
     uint64_t until = woke + q < wake ? woke + q : wake;
     if (until <= now)
@@ -409,7 +410,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
     int final_ticks = 0, stdio_done = 0, n = 0;
     for (;;) {
         uint64_t t = mt_clock_ns(), wake = wake_at(s, t, next_fill);
-        wait_for_batch(s, t, woke, woke_before, n, n == MAX_EVENTS, wake);
+        wait_for_batch(s, t, woke, woke_before, n, wake);
         n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout_ms(mt_clock_ns(), wake));
         if (n < 0 && errno != EINTR) {
             mt_set_err(err, errlen, "epoll_wait: %s", strerror(errno));
