@@ -10,8 +10,9 @@
 #
 # Conventions (so a new module needs no Makefile edit):
 #   src/cmd/mt-*.c           one program each, into $(BIN)/
-#   src/STAGE/*.c            the library libmetronome.a (wire, model, decode,
-#                            serve, client, admit, probe, util)
+#   src/STAGE/*.c            the library libmetronome.a (util, model, wire,
+#                            gpu, decode, codec, speech, serve, client,
+#                            admit, probe; tools/layering.sh has the stages)
 #   src/decode/backend_cuda*.c, src/*/*_cuda.c, kernels/*.cu
 #                            only when nvcc is found (MT_HAVE_CUDA),
 #                            into $(B)/libmetronome_cuda.so, loaded with
@@ -86,7 +87,7 @@ CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=
 NVCCFLAGS  ?= -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings
 # The CUDA backend (host side and kernels) is a shared object of its own,
 # loaded with dlopen only when CUDA is asked for or probed
-# (src/decode/cuda_loader.c): linked into the programs, cuBLAS and the
+# (src/gpu/cuda_loader.c): linked into the programs, cuBLAS and the
 # runtime cost ~150 MB of RSS at start on every device, sim and cpu too.
 # The object calls back into the program's library, hence -rdynamic.
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
@@ -155,16 +156,16 @@ $(B)/cuda/src/%.o: src/%.c
 	$(CC) $(CFLAGS) -fPIC -c $< -o $@
 
 # The object's undefined mt_* symbols come from the program: each must be
-# on cuda_loader.c's list, which keeps them in a static link.
-$(CUDA_SO): $(CUDA_OBJS) src/decode/cuda_loader.c
+# on cuda_entry.c's list, which keeps them in a static link.
+$(CUDA_SO): $(CUDA_OBJS) src/decode/cuda_entry.c
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(notdir $@) $(CUDA_OBJS) $(CUDA_LDLIBS) -o $@.tmp
 	@missing=$$(nm -D --undefined-only $@.tmp | awk '$$2 ~ /^mt_/ { print $$2 }' | \
-	  while read -r s; do grep -q "(void \*)$$s,\$$" src/decode/cuda_loader.c || echo "$$s"; done); \
+	  while read -r s; do grep -q "(void \*)$$s,\$$" src/decode/cuda_entry.c || echo "$$s"; done); \
 	if [ -n "$$missing" ]; then \
-	  echo "$@: calls" $$missing "from the program: add to mt_cuda_module_imports (src/decode/cuda_loader.c)" >&2; \
+	  echo "$@: calls" $$missing "from the program: add to mt_cuda_module_imports (src/decode/cuda_entry.c)" >&2; \
 	  rm -f $@.tmp; exit 1; fi
 	@mv $@.tmp $@
-$(B)/src/decode/cuda_loader.o: CFLAGS += -DMT_CUDA_MODULE_BUILD='"$(abspath $(CUDA_SO))"'
+$(B)/src/gpu/cuda_loader.o: CFLAGS += -DMT_CUDA_MODULE_BUILD='"$(abspath $(CUDA_SO))"'
 
 # model.o has DATADIR compiled in: rebuild it when DATADIR changes.
 DATADIR_STAMP := $(B)/.datadir

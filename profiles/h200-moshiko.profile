@@ -7,7 +7,7 @@
 # this profile is a simulation and every line says so. What it times is
 # the temporal step and the Mimi codec (codec_rate, codec_overhead_us
 # below: ESTIMATES); the depformer, the embeddings and the sampling run on
-# the host (decode/kyutai.c). Their weights are in the reserve, as they
+# the host (speech/kyutai.c). Their weights are in the reserve, as they
 # would be on the device. The codec's fp32 weights (96.2 M parameters,
 # 384,605,444 bytes) and every session's state (16,480,832 bytes for
 # synthetic:mimi at 8 codebooks) are booked by the simulator itself from

@@ -6,6 +6,7 @@
 #define MT_TEST_UTIL_H
 
 #include "decode/decoder.h"
+#include "gpu/cuda_module.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,17 +3,22 @@
 #
 #   tools/layering.sh [SRC_DIR [OBJ_DIR]]     (defaults: src, build/src)
 #
-# Two rules, each line of output one breach, exit 1 if there is any:
+# Three rules, each line of output one breach, exit 1 if there is any:
 #
 #   include   A file of src/F/ (.c or .h) includes "G/..." of a folder G at
 #             a higher stage than F. Stages, lowest first:
 #               0 util
-#               1 model, wire
+#               1 model, wire, gpu (what every CUDA user shares)
 #               2 decode, codec
-#               3 serve, client, probe, admit
-#               4 cmd
+#               3 speech (the speech frame: codec + LM + depformer + sampling)
+#               4 serve, client, probe, admit
+#               5 cmd
 #             A folder may include its own stage and any below; a folder
 #             this table does not know is a breach too (give it a stage).
+#   cycle     Folders of one stage that include each other, directly or
+#             round a longer cycle (decode -> codec -> decode): a stage's
+#             folders are siblings, and siblings that need each other are
+#             one folder or two stages.
 #   calls     Two object files of one folder that call each other, directly
 #             or round a longer cycle (a -> b -> c -> a): read from the
 #             objects' symbol tables (nm: the globals each defines and the
@@ -26,10 +31,11 @@ SRC=${1:-src}
 OBJ=${2:-build/src}
 bad=0
 
-declare -A STAGE=([util]=0 [model]=1 [wire]=1 [decode]=2 [codec]=2
-                  [serve]=3 [client]=3 [probe]=3 [admit]=3 [cmd]=4)
+declare -A STAGE=([util]=0 [model]=1 [wire]=1 [gpu]=1 [decode]=2 [codec]=2
+                  [speech]=3 [serve]=4 [client]=4 [probe]=4 [admit]=4 [cmd]=5)
 
 # ---- includes ----------------------------------------------------------
+same=$(mktemp) || exit 2
 for dir in "$SRC"/*/; do
     f=$(basename "$dir")
     sf=${STAGE[$f]:-}
@@ -47,11 +53,33 @@ for dir in "$SRC"/*/; do
             if [ -z "$sg" ] || [ "$sg" -gt "$sf" ]; then
                 echo "include: $file:$line includes $g/ (stage ${sg:-?}) from $f/ (stage $sf)"
                 bad=1
+            elif [ "$sg" = "$sf" ] && [ "$g" != "$f" ]; then
+                echo "$f $g $file:$line" >> "$same"
             fi
         done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_]*/' "$file" |
                  sed 's/^\([0-9]*\):[^"]*"\([a-z_]*\)\/.*/\1:\2/')
     done
 done
+
+# ---- cycles between folders of one stage ---------------------------------
+# "F G where" lines: F includes G, both of one stage; a cycle is a pair
+# that reach each other.
+cyc=$(awk '
+    !(($1, $2) in e) { e[$1, $2] = $3; node[$1] = 1; node[$2] = 1 }
+    END {
+        for (a in node) for (b in node) if ((a, b) in e) r[a, b] = 1
+        for (k in node) for (a in node) if ((a, k) in r)
+            for (b in node) if ((k, b) in r) r[a, b] = 1
+        for (a in node) for (b in node)
+            if (a < b && (a, b) in r && (b, a) in r)
+                printf "cycle: %s/ and %s/ (one stage) include each other%s\n", a, b,
+                       ((a, b) in e && (b, a) in e) ? " (" e[a, b] ", " e[b, a] ")" : " (round a cycle)"
+    }' "$same")
+rm -f "$same"
+if [ -n "$cyc" ]; then
+    echo "$cyc"
+    bad=1
+fi
 
 # ---- mutual calls inside a folder ---------------------------------------
 if [ ! -d "$OBJ" ]; then

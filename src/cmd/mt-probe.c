@@ -17,7 +17,7 @@
 #include "cmd/codec_cmd.h"
 #include "codec/mimi.h"
 #include "cmd/quality_cmd.h"
-#include "cmd/serve_kyutai.h"
+#include "speech/serve_kyutai.h"
 #include "probe/probe.h"
 #include "decode/kv.h"
 #include "decode/backend_sim.h"

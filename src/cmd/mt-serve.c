@@ -25,7 +25,7 @@
 #include "serve/net.h"
 #include "serve/metrics_http.h"
 #include "model/model.h"
-#include "cmd/serve_kyutai.h"
+#include "speech/serve_kyutai.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
 #include "util/realtime.h"

@@ -13,7 +13,7 @@
  * parity test holds them to the CPU's float32 tolerance. */
 #include "codec/mimi_cuda.h"
 #include "codec/mimi_impl.h"
-#include "decode/fp32_cuda.h"
+#include "gpu/fp32_cuda.h"
 #include "util/errmsg.h"
 #include "../../kernels/mimi_kernels.h"
 

@@ -1,6 +1,6 @@
 /* mimi_cuda.h: the boundary between the codec (mimi_engine.c) and Mimi's
  * CUDA implementation (mimi_cuda.c + kernels/mimi.cu), which lives in the
- * dlopen'd CUDA module (libmetronome_cuda.so, decode/cuda_module.h) so
+ * dlopen'd CUDA module (libmetronome_cuda.so, gpu/cuda_module.h) so
  * that a process on the CPU maps no CUDA library. The module exports
  * MIMI_CUDA_OPS_SYM, found with mt_cuda_module_sym (cuda_loader.c).
  *

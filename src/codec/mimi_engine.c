@@ -5,7 +5,7 @@
 #include "codec/mimi_engine.h"
 #include "codec/mimi_cuda.h"
 #include "codec/mimi_impl.h"
-#include "decode/cuda_module.h"
+#include "gpu/cuda_module.h"
 #include "util/errmsg.h"
 
 #include <stdlib.h>

@@ -56,7 +56,7 @@
  */
 #include "util/errmsg.h"
 #include "decode/backend.h"
-#include "decode/cuda_module.h"
+#include "decode/cuda_entry.h"
 #include "../../kernels/mt_kernels.h"
 #include "util/clock.h"
 

@@ -18,7 +18,7 @@
  * bandwidth, matrix_rate and overhead are the profile's, times the factor
  * of the schedule entry in force at the step's start.
  *
- * A model served with a codec (Kyutai's Mimi: decode/speech.c encodes and
+ * A model served with a codec (Kyutai's Mimi: speech/speech.c encodes and
  * decodes every session's frame on the device around the LM step) adds,
  * from the codec's figures (step.h's mt_codec_cost: F flops per session-
  * frame, encode + decode; S state bytes a session; W weight bytes):

@@ -7,6 +7,7 @@
 #include "util/errmsg.h"
 #include "decode/decoder.h"
 #include "decode/backend.h"
+#include "gpu/cuda_module.h"
 
 #include <stdarg.h>
 #include <stdint.h>

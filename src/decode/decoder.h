@@ -85,14 +85,11 @@ int  mt_decoder_prefill(mt_decoder *d, mt_kv_seq *seq, int n,
 
 #ifdef MT_HAVE_CUDA
 /* 1 if a usable GPU is present; else 0 with the reason. Loads the CUDA
- * backend's shared object (cuda_module.h) and with it the CUDA runtime and
+ * backend's shared object (gpu/cuda_module.h) and with it the CUDA runtime and
  * cuBLAS, about 150 MB of RSS. */
 int  mt_cuda_available(char *why, size_t whylen);
-/* 1 if the kernel exposes a GPU device node (/dev/nvidia0..., nvidiactl,
- * or WSL's /dev/dxg), with its name in why; else 0 with the reason. Loads
- * nothing: --device auto asks this first, so a machine without a GPU never
- * maps the CUDA libraries. */
-int  mt_cuda_device_present(char *why, size_t whylen);
+/* mt_cuda_device_present (gpu/cuda_module.h): --device auto asks it
+ * first, so a machine without a GPU never maps the CUDA libraries. */
 #endif
 
 #endif

@@ -3,7 +3,7 @@
  * weight read once per step); or, made by mt_depformer_create_cuda, the
  * same steps forwarded to the CUDA module (depformer_cuda.h). */
 #include "util/errmsg.h"
-#include "decode/cuda_module.h"
+#include "gpu/cuda_module.h"
 #include "decode/depformer.h"
 #include "decode/depformer_cuda.h"
 

@@ -3,7 +3,7 @@
  * over the batch's rows with that step's weights, the rest the kernels of
  * kernels/depformer.cu. Built into the CUDA module. */
 #include "decode/depformer_cuda.h"
-#include "decode/fp32_cuda.h"
+#include "gpu/fp32_cuda.h"
 #include "util/errmsg.h"
 #include "../../kernels/depformer_kernels.h"
 

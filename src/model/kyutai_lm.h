@@ -27,7 +27,7 @@
  * only ever dotted with permuted queries; V and the output are untouched).
  *
  * The rest stays here, fp32, for the streams and the depformer
- * (decode/kyutai.h): text_emb, emb[k], depformer_in[k],
+ * (speech/kyutai.h): text_emb, emb[k], depformer_in[k],
  * depformer_text_emb, depformer_emb[k], linears[k], and the depformer's
  * layers with one set of projections per step (weights_per_step).
  *
@@ -137,7 +137,7 @@ void mt_kyutai_rope_perm(int hd, int *perm);
  * per-frame K/V of dep_q positions, every layer), for the memory report. */
 size_t mt_kyutai_dep_state_bytes(const mt_kyutai_config *kc);
 /* A session's bytes besides the temporal K/V (which the KV pool counts):
- * the depformer's per-frame K/V and the token rings (decode/kyutai.h). */
+ * the depformer's per-frame K/V and the token rings (speech/kyutai.h). */
 size_t mt_kyutai_session_bytes(const mt_kyutai_config *kc);
 
 #endif

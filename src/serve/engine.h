@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "decode/decoder.h"
-#include "decode/speech.h"
+#include "speech/speech.h"
 #include "wire/frame.h"
 #include "wire/latline.h"
 
@@ -59,7 +59,7 @@ typedef struct mt_engine_opts {
      * engine lock held or not. */
     uint64_t (*clock)(void *ctx);
     void      *clock_ctx;
-    /* Kyutai's models (decode/speech.h): when set, every batch goes
+    /* Kyutai's models (speech/speech.h): when set, every batch goes
      * through this stage (Mimi encode, the LM frame on the decoder, Mimi
      * decode) instead of the model's own audio adapter, the format is the
      * codec's, each output AUDIO frame has a TEXT frame beside it once the

@@ -17,7 +17,7 @@ make -j2 B=build-cuda BIN=build-cuda/bin build-cuda/tests/test_cuda build-cuda/t
 out=build-cuda/gpu
 rm -rf "$out"
 mkdir -p "$out/lib"
-# The CUDA backend is loaded with dlopen (src/decode/cuda_loader.c): on the
+# The CUDA backend is loaded with dlopen (src/gpu/cuda_loader.c): on the
 # GPU machine it is found through LD_LIBRARY_PATH, which run-device.sh
 # points at $out/lib.
 cp build-cuda/libmetronome_cuda.so "$out/lib/"

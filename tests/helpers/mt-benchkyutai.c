@@ -20,7 +20,7 @@
  *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
  * Prints one logfmt line per B; asserts nothing. */
 #include "decode/decoder.h"
-#include "decode/kyutai.h"
+#include "speech/kyutai.h"
 #include "model/kyutai_lm.h"
 #include "util/rng.h"
 

@@ -45,7 +45,7 @@ t_diag "listening $((t1 - t0)) ms after it was started"
 cu_maps=$(grep -c -E '/libcu(blas|blasLt|dart)[.]so' /proc/$SRV/maps 2>/dev/null)
 t_check "RSS at start under 100 MB (${rss_kb:-?} kB)" [ "${rss_kb:-999999}" -lt 102400 ]
 # A CUDA build loads its backend (and cuBLAS, ~150 MB) only when CUDA is
-# asked for or probed (src/decode/cuda_loader.c): never for the sim.
+# asked for or probed (src/gpu/cuda_loader.c): never for the sim.
 t_check "no CUDA library mapped (${cu_maps:-?} mappings)" [ "${cu_maps:-1}" = 0 ]
 t_check "stderr says the device is simulated and names the profile" \
     grep -q "SIMULATED device sim:h200-moshi7b (profile .*h200-moshi7b.profile.*no figure from this server is a measurement" "$T_TMP/log"

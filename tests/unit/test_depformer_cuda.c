@@ -23,7 +23,7 @@
  * the same bound.
  *
  * The served path (with a GPU): mt_kyutai_gen_create on a CUDA decoder
- * (what decode/speech.c and so mt-serve --device cuda run) puts the
+ * (what speech/speech.c and so mt-serve --device cuda run) puts the
  * depformer on the GPU, on a CPU decoder on the host; the fixture's model
  * stepped greedily for SERVED_FRAMES frames (past its context) on both,
  * every step succeeding, the depformer logits compared while the tokens
@@ -38,7 +38,7 @@
 
 #include "decode/decoder.h"
 #include "decode/depformer.h"
-#include "decode/kyutai.h"
+#include "speech/kyutai.h"
 #include "model/kyutai_lm.h"
 #include "tap.h"
 #include "test_util.h"

@@ -19,7 +19,7 @@
 #include "tap.h"
 #include "test_util.h"
 #include "decode/decoder.h"
-#include "decode/kyutai.h"
+#include "speech/kyutai.h"
 #include "model/kyutai_lm.h"
 #include "model/safetensors.h"
 

@@ -1,5 +1,5 @@
 /* test_speech.c: the speech stage mt-serve runs for Kyutai's models
- * (decode/speech.h) against the same model run by hand, one session at a
+ * (speech/speech.h) against the same model run by hand, one session at a
  * time: Mimi encode of that session alone, mt_kyutai_step at batch 1,
  * Mimi decode of the undelayed frame. Three sessions (other seeds, other
  * audio) share the served batch; session 1's text tokens must equal the
@@ -10,8 +10,8 @@
 #include "tap.h"
 #include "codec/mimi.h"
 #include "decode/decoder.h"
-#include "decode/kyutai.h"
-#include "decode/speech.h"
+#include "speech/kyutai.h"
+#include "speech/speech.h"
 #include "model/kyutai_lm.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* test_speech_cuda.c: the served speech stage (decode/speech.c) takes its
+/* test_speech_cuda.c: the served speech stage (speech/speech.c) takes its
  * codec to the GPU when the decoder is CUDA's, and keeps it on the CPU
  * otherwise.
  *
@@ -20,8 +20,8 @@
 #include "test_util.h"
 #include "codec/mimi.h"
 #include "decode/decoder.h"
-#include "decode/kyutai.h"
-#include "decode/speech.h"
+#include "speech/kyutai.h"
+#include "speech/speech.h"
 #include "model/kyutai_lm.h"
 
 #include <math.h>

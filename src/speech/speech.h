@@ -1,6 +1,6 @@
 /* speech.h: the speech stage around the decoder step for Kyutai's models:
  * per session per 80 ms frame, PCM in -> Mimi encode (the user's
- * codebooks) -> one LM frame (decode/kyutai.h: the temporal transformer
+ * codebooks) -> one LM frame (speech/kyutai.h: the temporal transformer
  * through the decoder and its bounded cache, the depformer, sampling with
  * the session's own generator) -> Mimi decode -> PCM out, with the text
  * token beside it. Every stage runs once per call for all the rows, as one
@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "codec/mimi.h"
-#include "decode/kyutai.h"
+#include "speech/kyutai.h"
 
 typedef struct mt_speech mt_speech;
 typedef struct mt_speech_sess mt_speech_sess;

@@ -5,7 +5,7 @@
  * device). */
 #include "util/errmsg.h"
 #include "util/clock.h"
-#include "decode/speech.h"
+#include "speech/speech.h"
 #include "codec/mimi_engine.h"
 
 #include <math.h>

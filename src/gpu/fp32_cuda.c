@@ -1,6 +1,6 @@
 /* fp32_cuda.c: the stream and fp32 cuBLAS handle shared by the Mimi and
  * depformer CUDA paths (fp32_cuda.h). Built into the CUDA module. */
-#include "decode/fp32_cuda.h"
+#include "gpu/fp32_cuda.h"
 #include "util/errmsg.h"
 
 int mt_cu_fp32_open(cudaStream_t *stream, cublasHandle_t *blas, const char *who, char *err,

@@ -1,5 +1,5 @@
 /* serve_kyutai.c: mt-serve's Kyutai models (serve_kyutai.h). */
-#include "cmd/serve_kyutai.h"
+#include "speech/serve_kyutai.h"
 #include "util/errmsg.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* serve_kyutai.h: mt-serve's Kyutai models: the LM and its Mimi codec
- * loaded, checked against each other, the speech stage (decode/speech.h)
+ * loaded, checked against each other, the speech stage (speech/speech.h)
  * made on the decoder, and the per-session memory said at start. */
 #ifndef MT_SERVE_KYUTAI_H
 #define MT_SERVE_KYUTAI_H
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include "codec/mimi.h"
 #include "decode/decoder.h"
-#include "decode/speech.h"
+#include "speech/speech.h"
 #include "model/kyutai_lm.h"
 #include "model/tokenizer.h"
 

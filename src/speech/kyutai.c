@@ -4,7 +4,7 @@
 #include "util/errmsg.h"
 #include "util/clock.h"
 #include "util/rng.h"
-#include "decode/kyutai.h"
+#include "speech/kyutai.h"
 #include "decode/depformer.h"
 
 #include <math.h>

@@ -1,9 +1,9 @@
-/* cuda_loader.c: loads the CUDA backend (libmetronome_cuda.so, see
- * cuda_module.h) on first use and forwards mt_cuda_available,
- * mt_cuda_backend_create and mt_cuda_backend_fill_kv_random to it, so that
- * the CUDA runtime and cuBLAS are mapped only in a process that asks for
- * CUDA (--device cuda) or probes for it (--device auto on a machine with a
- * GPU device node), never in one serving the CPU or the simulated device.
+/* cuda_loader.c: finds and loads the CUDA shared object
+ * (libmetronome_cuda.so, see cuda_module.h) on first use, and hands out
+ * its symbols, so that the CUDA runtime and cuBLAS are mapped only in a
+ * process that asks for CUDA (--device cuda) or probes for it (--device
+ * auto on a machine with a GPU device node), never in one serving the CPU
+ * or the simulated device.
  *
  * Where the object is looked for, first found wins:
  *   $MT_CUDA_LIB                                  (a path; nothing else tried)
@@ -15,11 +15,7 @@
 #ifdef MT_HAVE_CUDA
 
 #include "util/errmsg.h"
-#include "decode/cuda_module.h"
-#include "decode/decoder.h"
-#include "decode/kv.h"
-#include "model/model.h"
-#include "util/clock.h"
+#include "gpu/cuda_module.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -34,32 +30,11 @@
 #define MT_CUDA_MODULE_BUILD ""
 #endif
 
-/* The library functions the shared object calls, resolved from this
- * program (-rdynamic): referenced here so a static link keeps their
- * objects whatever else the program uses. The Makefile checks this list
- * against the object's undefined mt_* symbols. */
-void *const mt_cuda_module_imports[] = {
-    (void *)mt_backend_alloc,
-    (void *)mt_backend_check_model,
-    (void *)mt_backend_prefill_chunks,
-    (void *)mt_backend_rows,
-    (void *)mt_clock_ns,
-    (void *)mt_decoder_position_bytes,
-    (void *)mt_kv_pool_blocks,
-    (void *)mt_kv_pool_params,
-    (void *)mt_kv_slot,
-    (void *)mt_kv_visible_count,
-    (void *)mt_model_tensor,
-    (void *)mt_model_tensor_count,
-    (void *)mt_set_err,
-};
-
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static const mt_cuda_module *module;
-static void *module_handle;   /* for mt_cuda_module_sym */
+static void *module_handle;
 static char load_err[512];
 
-/* dlopen path; on success sets module, else appends why to load_err. */
+/* dlopen path; on success sets module_handle, else appends why to load_err. */
 static int try_open(const char *path)
 {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -70,19 +45,7 @@ static int try_open(const char *path)
                  e ? e : path);
         return -1;
     }
-    mt_cuda_module_get_fn get = (mt_cuda_module_get_fn)dlsym(h, "mt_cuda_module_get");
-    const mt_cuda_module *m = get ? get() : NULL;
-    if (!m || m->abi != MT_CUDA_MODULE_ABI || m->backend_size != sizeof(mt_backend) ||
-        m->opts_size != sizeof(mt_decoder_opts)) {
-        size_t n = strlen(load_err);
-        snprintf(load_err + n, sizeof load_err - n,
-                 "%s%s: not a CUDA backend of this build (abi %d, want %d)", n ? "; " : "",
-                 path, m ? m->abi : -1, MT_CUDA_MODULE_ABI);
-        dlclose(h);
-        return -1;
-    }
     /* never closed: cuBLAS and the runtime do not unload cleanly */
-    module = m;
     module_handle = h;
     return 0;
 }
@@ -113,22 +76,22 @@ static void load(void)
     (void)try_open(MT_CUDA_MODULE_FILE);
 }
 
-static const mt_cuda_module *get_module(char *err, size_t errlen)
+static void *loaded(char *err, size_t errlen)
 {
     if (pthread_once(&load_once, load) != 0) {
         mt_set_err(err, errlen, "cannot load the CUDA backend: pthread_once failed");
         return NULL;
     }
-    if (!module)
+    if (!module_handle)
         mt_set_err(err, errlen, "cannot load the CUDA backend (%s): %s", MT_CUDA_MODULE_FILE,
                  load_err[0] ? load_err : "not found");
-    return module;
+    return module_handle;
 }
 
 void *mt_cuda_module_sym(const char *name, char *err, size_t errlen)
 {
     char why[512];
-    if (!get_module(why, sizeof why)) {
+    if (!loaded(why, sizeof why)) {
         mt_set_err(err, errlen, "cuda: %s", why);
         return NULL;
     }
@@ -162,36 +125,6 @@ int mt_cuda_device_present(char *why, size_t whylen)
     }
     snprintf(why, whylen, "no GPU device node (/dev/nvidia[0-9]*, /dev/nvidiactl, /dev/dxg)");
     return 0;
-}
-
-int mt_cuda_available(char *why, size_t whylen)
-{
-    const mt_cuda_module *m = get_module(why, whylen);
-    return m ? m->available(why, whylen) : 0;
-}
-
-int mt_cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
-                           char *err, size_t errlen)
-{
-    *out = NULL;
-    char why[512];
-    const mt_cuda_module *mod = get_module(why, sizeof why);
-    if (!mod) {
-        mt_set_err(err, errlen, "cuda: %s", why);
-        return -1;
-    }
-    return mod->backend_create(m, o, out, err, errlen);
-}
-
-int mt_cuda_backend_fill_kv_random(mt_backend *be, uint64_t seed, char *err, size_t errlen)
-{
-    char why[512];
-    const mt_cuda_module *mod = get_module(why, sizeof why);
-    if (!mod) {
-        mt_set_err(err, errlen, "cuda: %s", why);
-        return -1;
-    }
-    return mod->fill_kv_random(be, seed, err, errlen);
 }
 
 #else
