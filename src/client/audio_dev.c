@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "client/audio_dev.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -30,29 +31,43 @@ static int pa_refs;
 
 /* PortAudio's ALSA and JACK back ends print pages of probing errors on a
  * machine without a sound card; they say nothing the user can act on, and
- * our own message lists what was found. */
+ * our own message lists what was found. They are silenced through those
+ * libraries' own error hooks (looked up by name: both are PortAudio's
+ * dependencies, present whenever it is), never by redirecting the
+ * process's fd 2, which other threads may be writing to. MT_PA_VERBOSE=1
+ * leaves them as they are. */
+static void alsa_quiet(const char *file, int line, const char *fn, int err, const char *fmt, ...)
+{
+    (void)file, (void)line, (void)fn, (void)err, (void)fmt;
+}
+
+static void jack_quiet(const char *msg) { (void)msg; }
+
+static void audio_libs_quiet(void)
+{
+    typedef void (*alsa_handler)(const char *, int, const char *, int, const char *, ...);
+    typedef int (*alsa_set_fn)(alsa_handler);
+    typedef void (*jack_set_fn)(void (*)(const char *));
+    alsa_set_fn alsa_set = (alsa_set_fn)dlsym(RTLD_DEFAULT, "snd_lib_error_set_handler");
+    jack_set_fn jack_err = (jack_set_fn)dlsym(RTLD_DEFAULT, "jack_set_error_function");
+    jack_set_fn jack_info = (jack_set_fn)dlsym(RTLD_DEFAULT, "jack_set_info_function");
+    if (alsa_set)
+        (void)alsa_set(alsa_quiet);
+    if (jack_err)
+        jack_err(jack_quiet);
+    if (jack_info)
+        jack_info(jack_quiet);
+}
+
 static PaError pa_init_quiet(void)
 {
     if (pa_refs > 0) {
         pa_refs++;
         return paNoError;
     }
-    int saved = -1;
-    if (!getenv("MT_PA_VERBOSE")) {
-        fflush(stderr);
-        saved = dup(2);
-        int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-        if (saved >= 0 && devnull >= 0)
-            dup2(devnull, 2);
-        if (devnull >= 0)
-            close(devnull);
-    }
+    if (!getenv("MT_PA_VERBOSE"))
+        audio_libs_quiet();
     PaError e = Pa_Initialize();
-    if (saved >= 0) {
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
-    }
     if (e == paNoError)
         pa_refs = 1;
     return e;

@@ -643,9 +643,9 @@ static void closing_lines(app *a)
     }
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
-            if (!a->c->live || a->lines == stdout)
+            if (!a->c->summary_copy || a->lines == a->c->summary_copy)
                 break;
-            a->lines = stdout;
+            a->lines = a->c->summary_copy;
         }
         summary_lines(a);
         if (dx) {

@@ -54,8 +54,9 @@ typedef struct mt_replay_cfg {
     int         no_pace;      /* --emit: as fast as possible */
     FILE       *lines;        /* the records; NULL: none */
     FILE       *status;       /* --mic's one-line live status; NULL: none */
-    int         live;         /* the status has the terminal: the closing
-                                 records also go to stdout */
+    FILE       *summary_copy; /* the closing records also go here (the
+                                 terminal that had the live status); NULL:
+                                 only to lines */
     void      (*say)(void *ctx, const char *msg);   /* a message to the user */
     void       *ctx;
     volatile sig_atomic_t *stop;   /* set by a signal: finish now */

@@ -559,14 +559,8 @@ static void *up(void *arg)
     b->up_done = 1;
     uint64_t until = mt_clock_ns() + 10000000000ull;
     while (!b->down_done && b->answered < b->sent && mt_clock_ns() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+        uint64_t at = mt_clock_ns() + 100000000ull;
+        (void)mt_cond_wait_until_ns(&b->cv, &b->mu, at < until ? at : until);
     }
     pthread_mutex_unlock(&b->mu);
     static const uint8_t bye[2] = { 0x03, 0xe8 };   /* 1000 */
@@ -624,7 +618,15 @@ int mt_ws_client_connect(const char *url, int timeout_ms, char *err, size_t errl
     b->tfd = -1;
     b->msg = msg;
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    if (mt_cond_init(&b->cv) != 0) {
+        snprintf(err, errlen, "pthread_cond_init failed");
+        close(sv[0]);
+        close(sv[1]);
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+        free(msg);
+        return -1;
+    }
     pthread_t t;
     pthread_attr_t at;
     if (pthread_attr_init(&at) != 0 ||

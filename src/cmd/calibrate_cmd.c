@@ -125,8 +125,8 @@ static int one_option(void *ctx, int c, const char *arg)
         cc->given_reps = 1;
         return mt_opt_int(arg, 1, 10000, &o->reps);
     case O_SERVED: o->served = 1; return 0;
-    case O_WINDOW: cc->given_served_only = 1; return mt_opt_int(arg, 1, 1 << 20, &o->window);
-    case O_SINK: cc->given_served_only = 1; return mt_opt_int(arg, 0, 1 << 20, &o->sink);
+    case O_WINDOW: cc->given_served_only = 1; return mt_opt_int(arg, 1, MT_KV_WINDOW_MAX, &o->window);
+    case O_SINK: cc->given_served_only = 1; return mt_opt_int(arg, 0, MT_KV_SINK_MAX, &o->sink);
     case O_HOLD: cc->given_served_only = 1; return mt_opt_seconds(arg, 0.1, 3600, &o->hold_s);
     case O_WARMUP: cc->given_served_only = 1; return mt_opt_seconds(arg, 0, 3600, &o->warmup_s);
     case O_SERVE: cc->given_served_only = 1; o->serve_bin = arg; return 0;

@@ -536,7 +536,7 @@ static void make_cfg(app *a, mt_replay_cfg *c)
     c->no_pace = a->no_pace;
     c->lines = a->lines;
     c->status = a->live ? stdout : isatty(2) ? stderr : NULL;
-    c->live = a->live;
+    c->summary_copy = a->live ? stdout : NULL;
     c->say = say;
     c->stop = &g_stop;
 }

@@ -293,8 +293,8 @@ static int number_option(serve_args *a, int c, const char *arg)
     double ms;
     switch (c) {
     case O_THREADS: return mt_opt_int(arg, 0, 1024, &a->dopt.threads);
-    case O_SINK: return mt_opt_int(arg, 0, 1 << 20, &a->dopt.kv.sink);
-    case O_WINDOW: return mt_opt_int(arg, 1, 1 << 24, &a->dopt.kv.window);
+    case O_SINK: return mt_opt_int(arg, 0, MT_KV_SINK_MAX, &a->dopt.kv.sink);
+    case O_WINDOW: return mt_opt_int(arg, 1, MT_KV_WINDOW_MAX, &a->dopt.kv.window);
     case O_KVMEM:
         if (mt_opt_bytes(arg, 1, (uint64_t)1e15, &b)) return -1;
         a->dopt.kv.budget_bytes = (size_t)b;
@@ -520,7 +520,16 @@ static int preflight(const serve_args *a)
             return 1;
         }
     }
-    if (a->so.latency_log) {
+    struct stat lst;
+    if (a->so.latency_log && stat(a->so.latency_log, &lst) == 0 && S_ISFIFO(lst.st_mode)) {
+        /* opening a FIFO would wait here for its reader, deaf to SIGTERM:
+         * the server waits for it later, where a signal ends the wait */
+        if (access(a->so.latency_log, W_OK) != 0) {
+            fprintf(stderr, "%s: --latency-log %s: %s\n", prog, a->so.latency_log,
+                    strerror(errno));
+            return 1;
+        }
+    } else if (a->so.latency_log) {
         int fd = open(a->so.latency_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0) {
             fprintf(stderr, "%s: --latency-log %s: %s\n", prog, a->so.latency_log,
@@ -776,7 +785,13 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
      * the server and its threads, which inherit SCHED_FIFO (realtime.h) */
     if (a->rt_priority && mt_realtime_enter(a->rt_priority, err, sizeof err) != 0)
         goto out;
-    if (mt_server_create(&a->so, &srv, err, sizeof err) != 0)
+    int src = mt_server_create(&a->so, &srv, err, sizeof err);
+    if (src == MT_SERVER_STOPPED) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        rc = 0;
+        goto out;
+    }
+    if (src != 0)
         goto out;
     a->eo.line = mt_server_line;
     a->eo.line_ctx = srv;

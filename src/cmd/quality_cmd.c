@@ -113,8 +113,8 @@ static int one_option(void *ctx, int c, const char *arg)
             return -1;
         o->pol = (mt_quality_policy)i;
         return 0;
-    case O_SINK: return mt_opt_int(arg, 0, 1 << 20, &o->sink);
-    case O_WINDOW: return mt_opt_int(arg, 1, 1 << 20, &o->window);
+    case O_SINK: return mt_opt_int(arg, 0, MT_KV_SINK_MAX, &o->sink);
+    case O_WINDOW: return mt_opt_int(arg, 1, MT_KV_WINDOW_MAX, &o->window);
     case O_ROPE:
         if (mt_opt_choice(arg, ropes, &i))
             return -1;

@@ -39,12 +39,7 @@ struct mimi_batch {
 
 static double now_s(const mimi_batch *w)
 {
-    if (w->cpu_clock) {
-        struct timespec ts;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-        return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    }
-    return (double)mt_clock_ns() * 1e-9;
+    return (double)(w->cpu_clock ? mt_thread_cpu_ns() : mt_clock_ns()) * 1e-9;
 }
 
 void mimi_batch_time_cpu(mimi_batch *w, int on) { w->cpu_clock = on; }

@@ -51,8 +51,8 @@ int mt_kv_pool_create(const mt_kv_params *p, mt_kv_pool **out, char *err,
         return -1;
     }
     if (p->policy == MT_KV_WINDOW &&
-        (p->sink < 0 || p->window < 1 || p->sink > (1 << 20) ||
-         p->window > (1 << 24))) {
+        (p->sink < 0 || p->window < 1 || p->sink > MT_KV_SINK_MAX ||
+         p->window > MT_KV_WINDOW_MAX)) {
         mt_set_err(err, errlen,
                  "kv: window policy needs sink >= 0 and window >= 1 (got S=%d W=%d)",
                  p->sink, p->window);

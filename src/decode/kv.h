@@ -35,6 +35,10 @@
 #define MT_KV_DEFAULT_MIB 512
 #define MT_KV_DEFAULT_BUDGET ((size_t)MT_KV_DEFAULT_MIB << 20)
 #define MT_KV_EXHAUSTED (-2)
+/* The largest sink count and window a window policy takes: every program's
+ * --sink and --window are checked against these, and mt_kv_pool_* too. */
+#define MT_KV_SINK_MAX   (1 << 20)
+#define MT_KV_WINDOW_MAX (1 << 24)
 
 typedef enum mt_kv_policy { MT_KV_WINDOW = 0, MT_KV_FULL = 1 } mt_kv_policy;
 typedef enum mt_rope_mode { MT_ROPE_CACHE = 0, MT_ROPE_ABSOLUTE = 1 } mt_rope_mode;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "util/errmsg.h"
+#include "util/clock.h"
 #include "wire/endpoint.h"
 #include "wire/http.h"
 
@@ -59,13 +60,6 @@ struct mt_metrics_http {
 };
 
 #define hlog(h, ...) mt_logf((h)->o.log, (h)->o.log_ctx, __VA_ARGS__)
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void conn_close(mt_metrics_http *h, int i)
 {
@@ -295,7 +289,7 @@ static void *http_main(void *arg)
         return NULL;
     }
     for (;;) {
-        uint64_t now = now_ns(), wake = 0;
+        uint64_t now = mt_clock_ns(), wake = 0;
         int n = 0;
         pf[n++] = (struct pollfd){.fd = h->stop_r, .events = POLLIN};
         pf[n++] = (struct pollfd){.fd = h->lfd, .events = POLLIN};
@@ -316,7 +310,7 @@ static void *http_main(void *arg)
             hlog(h, "metrics: poll: %s: the endpoint is stopped", strerror(errno));
             break;
         }
-        now = now_ns();
+        now = mt_clock_ns();
         if (r > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)))
             break;
         for (int k = 2; r > 0 && k < n; k++) {
@@ -340,7 +334,7 @@ static void *http_main(void *arg)
             on_accept(h, now);
         report(h, now, 0);
     }
-    report(h, now_ns(), 1);
+    report(h, mt_clock_ns(), 1);
     free(pf);
     free(slot);
     return NULL;

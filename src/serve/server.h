@@ -69,7 +69,10 @@ void mt_server_opts_default(mt_server_opts *o);
 typedef struct mt_server mt_server;
 
 /* Opens the machine stream (latency lines), the socket and the control
- * input. 0, or -1 with err. */
+ * input. 0, or -1 with err, or MT_SERVER_STOPPED with err when a signal
+ * (SIGTERM, SIGINT, SIGHUP) came while it waited for the reader of a
+ * --latency-log FIFO: nothing was served, and nothing is left to drain. */
+#define MT_SERVER_STOPPED (-2)
 int  mt_server_create(const mt_server_opts *o, mt_server **out,
                       char *err, size_t errlen);
 /* The engine's line callback: ctx is the mt_server. Thread-safe; never

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,11 +68,53 @@ static int open_log_fd(const char *path)
     return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
 }
 
+/* The --latency-log at start. A FIFO waits for its reader (a controller
+ * started after the server), but not past a signal: a plain open() would
+ * block there, restarted after each signal (SA_RESTART), and the server
+ * would ignore SIGTERM until someone read. So a FIFO is opened without
+ * blocking, tried again every 100 ms while the signal pipe stays empty.
+ * -1 with errno; *signo the signal that stopped the wait, 0 if none. */
+static int open_latency_fd(mt_server *s, const char *path, int *signo)
+{
+    struct stat st;
+    *signo = 0;
+    if (stat(path, &st) != 0 || !S_ISFIFO(st.st_mode))
+        return open_log_fd(path);
+    for (;;) {
+        int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) {
+            int fl = fcntl(fd, F_GETFL);
+            if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+                int e = errno;
+                close(fd);
+                errno = e;
+                return -1;
+            }
+            return fd;
+        }
+        if (errno != ENXIO)   /* ENXIO: no reader yet */
+            return -1;
+        struct pollfd p = {.fd = s->sigfd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            unsigned char b = 0;
+            *signo = read(s->sigfd, &b, 1) == 1 ? b : SIGTERM;
+            errno = EINTR;
+            return -1;
+        }
+    }
+}
+
 static int open_latency(mt_server *s, char *err, size_t errlen)
 {
     int fd = s->o.stdio ? 2 : 1, owned = 0;
     if (s->o.latency_log) {
-        fd = open_log_fd(s->o.latency_log);
+        int signo;
+        fd = open_latency_fd(s, s->o.latency_log, &signo);
+        if (fd < 0 && signo) {
+            mt_set_err(err, errlen, "%s while waiting for a reader of --latency-log %s: "
+                       "stopped before serving", strsignal(signo), s->o.latency_log);
+            return MT_SERVER_STOPPED;
+        }
         if (fd < 0) {
             mt_set_err(err, errlen, "--latency-log %s: %s", s->o.latency_log, strerror(errno));
             return -1;
@@ -231,8 +275,11 @@ int mt_server_create(const mt_server_opts *o, mt_server **out, char *err, size_t
         mt_set_err(err, errlen, "eventfd/epoll: %s", strerror(errno));
         goto fail;
     }
-    if (open_latency(s, err, errlen) != 0)
-        goto fail;
+    int lrc = open_latency(s, err, errlen);
+    if (lrc != 0) {
+        mt_server_free(s);
+        return lrc;
+    }
     if (!o->stdio) {
         if (!o->socket_path && !o->listen_addr) {
             mt_set_err(err, errlen, "no socket path (-s PATH), no --listen and not --stdio");

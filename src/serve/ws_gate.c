@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "util/errmsg.h"
+#include "util/clock.h"
 #include "wire/endpoint.h"
 #include "wire/frame.h"
 #include "wire/http.h"
@@ -92,13 +93,6 @@ struct mt_ws_gate {
 };
 
 #define glog(g, ...) mt_logf((g)->o.log, (g)->o.log_ctx, __VA_ARGS__)
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- byte queues ------------------------------------------------------------ */
 
@@ -174,7 +168,7 @@ static void ws_close(wsc *c, int code, const char *reason)
     memcpy(b + 2, reason, rl);
     ws_send(c, MT_WS_CLOSE, b, 2 + rl, NULL, 0);
     c->state = W_CLOSING;
-    c->deadline = now_ns() + CLOSING_NS;
+    c->deadline = mt_clock_ns() + CLOSING_NS;
     if (c->ifd >= 0) {
         close(c->ifd);   /* the server counts what was unanswered */
         c->ifd = -1;
@@ -196,7 +190,7 @@ static void http_answer(wsc *c, int status, const char *extra, const char *text)
                      status, mt_http_reason(status), strlen(text), extra ? extra : "", text);
     if (n > 0 && (size_t)n < sizeof buf && bb_put(&c->out, buf, (size_t)n, c->g->o.out_max) == 0) {
         c->state = W_CLOSING;
-        c->deadline = now_ns() + CLOSING_NS;
+        c->deadline = mt_clock_ns() + CLOSING_NS;
         return;
     }
     c->failed = 1;
@@ -212,7 +206,7 @@ static void send_frame(wsc *c, int type, const void *payload, uint32_t len)
     f.type = (uint8_t)type;
     f.session = c->session;
     f.seq = type == MT_FRAME_AUDIO ? c->seq++ : 0;
-    f.t_send = now_ns();
+    f.t_send = mt_clock_ns();
     f.length = len;
     f.payload = payload;
     long n = mt_frame_encode(&f, buf, sizeof buf);
@@ -749,7 +743,7 @@ static void *gate_main(void *arg)
         return NULL;
     }
     for (;;) {
-        uint64_t now = now_ns(), wake = 0;
+        uint64_t now = mt_clock_ns(), wake = 0;
         int n = 0;
         pf[n++] = (struct pollfd){.fd = g->stop_r, .events = POLLIN};
         pf[n++] = (struct pollfd){.fd = g->lfd, .events = POLLIN};
@@ -796,7 +790,7 @@ static void *gate_main(void *arg)
                 server_read(g, c);
             }
         }
-        now = now_ns();
+        now = mt_clock_ns();
         for (int i = 0; i < max; i++)
             if (g->c[i] && settle(g, g->c[i], now) != 0)
                 conn_free(g, i);
@@ -804,7 +798,7 @@ static void *gate_main(void *arg)
             on_accept(g, now);
         report(g, now, 0);
     }
-    report(g, now_ns(), 1);
+    report(g, mt_clock_ns(), 1);
     free(pf);
     free(who);
     return NULL;

@@ -102,6 +102,15 @@ wait_for_socket() {
     while [ ! -S "$1" ] && [ $i -lt "$n" ]; do sleep 0.1; i=$((i + 1)); done
     [ -S "$1" ]
 }
+# wait_for_line FILE REGEX [tenths]: until a line of FILE matches (30 s
+# unless told). mt-serve's first tick line on stdout is written by its log
+# thread after its tick thread ran: the server's threads all exist then,
+# which its socket (made before them) does not tell.
+wait_for_line() {
+    local i=0 n=${3:-300}
+    while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt "$n" ]; do sleep 0.1; i=$((i + 1)); done
+    grep -q -- "$2" "$1" 2>/dev/null
+}
 # The transport the serve/replay tests use: MT_TRANSPORT=unix (default) or
 # tcp. With tcp the server listens on its Unix socket and on a loopback TCP
 # port (so wait_for_socket still tells when it is up), and the clients

@@ -92,6 +92,7 @@ def fifo_permitted():
 
 EXAMPLES = [
     ("mt-frame.5", "00000000:", dict(skip="a hex dump shown, not a command")),
+    ("mt-replay.1", "mt-replay --list-devices", dict(expect=r"PortAudio .*: [0-9]+ devices?")),
     ("mt-replay.1", "--mic", dict(skip="needs a live microphone")),
     ("mt-replay.1", "-n 16 --stagger 5", dict(
         fixture="server", subs=[("-n 16", "-n 2")], files=["out/0.wav", "out/1.wav"])),

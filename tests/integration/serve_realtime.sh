@@ -28,6 +28,9 @@ else
         -m synthetic:moshi-7b --sink 4 --window 28 --rt-priority 10
     wait_for_socket "$SOCK"
     t_check "server listens" [ -S "$SOCK" ]
+    # the threads counted below exist once the first tick line is out
+    t_check "the first tick line is out" wait_for_line "$T_TMP/lat" '^tick='
+
     t_check "the start line says SCHED_FIFO priority 10" \
         grep -q "I/O, tick and log threads under SCHED_FIFO priority 10" "$T_TMP/log"
     t_check "the I/O (main) thread runs SCHED_FIFO ($(policy $SRV)) at 10 ($(prio $SRV))" \
@@ -46,6 +49,7 @@ else
     OPENBLAS_NUM_THREADS=1 t_serve "$T_TMP/lat.c" "$T_TMP/log.c" -s "$SOCK.c" \
         --device cpu --threads 2 -m synthetic:small --rt-priority 10
     wait_for_socket "$SOCK.c"
+    t_check "cpu: the first tick line is out" wait_for_line "$T_TMP/lat.c" '^tick='
     other=0 fifo=0
     for t in /proc/$SRV/task/*; do
         case $(policy "${t##*/}") in
