@@ -63,6 +63,10 @@ typedef struct mt_ws_gate_opts {
      * the ids). Called on the gate's thread. */
     const char *(*text_piece)(void *ctx, int id);
     void       *text_ctx;
+    /* Kyutai's streaming speech-to-text on /api/asr-streaming
+     * (serve/asr_session.h), for a text-only model: asr 1, and its
+     * asr_delay_in_tokens. 0: that path answers 404. */
+    int         asr, asr_delay;
     void      (*log)(void *ctx, const char *msg);
     void       *log_ctx;
 } mt_ws_gate_opts;
