@@ -77,6 +77,7 @@ typedef struct wsc {
     int              failed;           /* a queue overflowed: drop it */
     uint64_t         stuck_since;      /* output queued, none taken since */
     mt_asr_sess     *asr;              /* /api/asr-streaming's client */
+    int              shut;             /* closing: our side is shut */
     struct mt_ws_gate *g;
 } wsc;
 
@@ -791,8 +792,15 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
         g->n_dropped++;
         return -1;
     }
-    if (c->state == W_CLOSING && !bb_size(&c->out))
-        return -1;
+    /* all written: our side shut, then what the client still sends is read
+     * and dropped until it closes (or the closing deadline): closing with
+     * its bytes unread would send a reset, and a reset can destroy the
+     * Error and the close frame before the client reads them */
+    if (c->state == W_CLOSING && !bb_size(&c->out) && !c->shut) {
+        c->shut = 1;
+        if (shutdown(c->fd, SHUT_WR) != 0)
+            return -1;
+    }
     if (c->deadline && now >= c->deadline) {
         g->n_dropped += c->state != W_CLOSING;
         return -1;

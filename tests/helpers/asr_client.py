@@ -85,6 +85,12 @@ async def run(a):
             done = asyncio.Event()
 
             async def reader():
+                try:
+                    await read_all()
+                finally:
+                    done.set()     # closed: nothing more will come
+
+            async def read_all():
                 async for m in ws:
                     if isinstance(m, str):
                         continue
