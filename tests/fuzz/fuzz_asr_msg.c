@@ -74,7 +74,7 @@ static void one_message(const uint8_t *data, size_t size)
 static void session(const uint8_t *data, size_t size)
 {
     mt_asr_sess_opts o = {
-        .rate = 24000, .frame_samples = 16, .delay = 2, .piece = piece,
+        .rate = 200, .frame_samples = 16, .delay = 2, .piece = piece,
         .send = on_send, .frame = on_frame,
     };
     mt_asr_sess *s = mt_asr_sess_new(&o);
