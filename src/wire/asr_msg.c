@@ -179,10 +179,11 @@ static int decode_fields(const msgpack_object *m, mt_asr_in *in, float *pcm, siz
     return 0;
 }
 
-int mt_asr_in_decode(const uint8_t *p, size_t n, mt_asr_in *m, float *pcm, size_t pcm_cap,
-                     char *why, size_t whylen)
+/* The bounds scan, then libmsgpack-c's reading of p[0..n) into *u: 0, or
+ * -1 with why (u is then destroyed). */
+static int checked_unpack(const uint8_t *p, size_t n, msgpack_unpacked *u, char *why,
+                          size_t whylen)
 {
-    memset(m, 0, sizeof *m);
     size_t at = 0;
     if (n == 0 || scan(p, n, &at, 0) != 0) {
         mt_set_err(why, whylen, "not one well-formed MessagePack object (truncated, "
@@ -197,16 +198,101 @@ int mt_asr_in_decode(const uint8_t *p, size_t n, mt_asr_in *m, float *pcm, size_
         mt_set_err(why, whylen, "a message is a MessagePack map");
         return -1;
     }
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
+    msgpack_unpacked_init(u);
     size_t off = 0;
-    int rc = -1;
-    msgpack_unpack_return r = msgpack_unpack_next(&u, (const char *)p, n, &off);
-    if (r != MSGPACK_UNPACK_SUCCESS || off != n || u.data.type != MSGPACK_OBJECT_MAP)
+    msgpack_unpack_return r = msgpack_unpack_next(u, (const char *)p, n, &off);
+    if (r != MSGPACK_UNPACK_SUCCESS || off != n || u->data.type != MSGPACK_OBJECT_MAP) {
         mt_set_err(why, whylen, "MessagePack: %s", r == MSGPACK_UNPACK_NOMEM_ERROR
                    ? "out of memory" : "malformed");
-    else
-        rc = decode_fields(&u.data, m, pcm, pcm_cap, why, whylen);
+        msgpack_unpacked_destroy(u);
+        return -1;
+    }
+    return 0;
+}
+
+int mt_asr_in_decode(const uint8_t *p, size_t n, mt_asr_in *m, float *pcm, size_t pcm_cap,
+                     char *why, size_t whylen)
+{
+    memset(m, 0, sizeof *m);
+    msgpack_unpacked u;
+    if (checked_unpack(p, n, &u, why, whylen) != 0)
+        return -1;
+    int rc = decode_fields(&u.data, m, pcm, pcm_cap, why, whylen);
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+/* A number field (a float or an integer) into *v: 0, or -1. */
+static int num_field(const msgpack_object *m, const char *key, double *v)
+{
+    int dup = 0;
+    const msgpack_object *o = field(m, key, &dup);
+    float f;
+    if (dup || !o)
+        return -1;
+    if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) {
+        if (!isfinite(o->via.f64))
+            return -1;
+        *v = o->via.f64;
+        return 0;
+    }
+    if (sample(o, &f) != 0)
+        return -1;
+    *v = f;
+    return 0;
+}
+
+/* A string field into out (cut to cap - 1 bytes, NUL-ended): 0, or -1. */
+static int str_field(const msgpack_object *m, const char *key, char *out, size_t cap)
+{
+    int dup = 0;
+    const msgpack_object *o = field(m, key, &dup);
+    if (dup || !o || o->type != MSGPACK_OBJECT_STR)
+        return -1;
+    size_t l = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
+    memcpy(out, o->via.str.ptr, l);
+    out[l] = '\0';
+    return 0;
+}
+
+static int srv_fields(const msgpack_object *m, mt_asr_srv *s, char *why, size_t whylen)
+{
+    int dup = 0;
+    const msgpack_object *type = field(m, "type", &dup);
+    if (dup || !type || type->type != MSGPACK_OBJECT_STR) {
+        mt_set_err(why, whylen, "no \"type\" string");
+        return -1;
+    }
+    double id = 0;
+    if (str_is(type, "Ready"))
+        s->type = MT_ASR_SRV_READY;
+    else if (str_is(type, "Step"))
+        s->type = MT_ASR_SRV_STEP;
+    else if (str_is(type, "Word") && str_field(m, "text", s->text, sizeof s->text) == 0 &&
+             num_field(m, "start_time", &s->time) == 0)
+        s->type = MT_ASR_SRV_WORD;
+    else if (str_is(type, "EndWord") && num_field(m, "stop_time", &s->time) == 0)
+        s->type = MT_ASR_SRV_END_WORD;
+    else if (str_is(type, "Error") && str_field(m, "message", s->text, sizeof s->text) == 0)
+        s->type = MT_ASR_SRV_ERROR;
+    else if (str_is(type, "Marker") && num_field(m, "id", &id) == 0 && id == floor(id) &&
+             fabs(id) < 9e15) {
+        s->type = MT_ASR_SRV_MARKER;
+        s->id = (int64_t)id;
+    } else {
+        mt_set_err(why, whylen, "an unknown or malformed server message");
+        return -1;
+    }
+    return 0;
+}
+
+int mt_asr_srv_decode(const uint8_t *p, size_t n, mt_asr_srv *m, char *why, size_t whylen)
+{
+    memset(m, 0, sizeof *m);
+    msgpack_unpacked u;
+    if (checked_unpack(p, n, &u, why, whylen) != 0)
+        return -1;
+    int rc = srv_fields(&u.data, m, why, whylen);
     msgpack_unpacked_destroy(&u);
     return rc;
 }
@@ -293,4 +379,14 @@ void mt_asr_out_error(mt_asr_out *o, const char *message)
     begin(o, &pk, "Error", 1);
     key(&pk, "message");
     msgpack_pack_str_with_body(&pk, message, strlen(message));
+}
+
+void mt_asr_out_audio(mt_asr_out *o, const float *pcm, size_t n)
+{
+    msgpack_packer pk;
+    begin(o, &pk, "Audio", 1);
+    key(&pk, "pcm");
+    msgpack_pack_array(&pk, n);
+    for (size_t i = 0; i < n; i++)
+        msgpack_pack_float(&pk, pcm[i]);
 }

@@ -67,4 +67,21 @@ void mt_asr_out_step(mt_asr_out *o, uint64_t step_idx, const float *prs, size_t 
 void mt_asr_out_marker(mt_asr_out *o, int64_t id);
 void mt_asr_out_error(mt_asr_out *o, const char *message);
 
+/* The client's side (mt-replay): an Audio message of n samples (written
+ * as f32, as serde writes Vec<f32>); a Marker is mt_asr_out_marker. */
+void mt_asr_out_audio(mt_asr_out *o, const float *pcm, size_t n);
+
+/* A server message, read strictly as above (unknown types refused). */
+enum mt_asr_srv_type {
+    MT_ASR_SRV_READY = 1, MT_ASR_SRV_WORD, MT_ASR_SRV_END_WORD, MT_ASR_SRV_STEP,
+    MT_ASR_SRV_MARKER, MT_ASR_SRV_ERROR,
+};
+typedef struct mt_asr_srv {
+    int     type;          /* mt_asr_srv_type */
+    char    text[256];     /* Word's text, Error's message (cut, NUL-ended) */
+    double  time;          /* Word's start_time, EndWord's stop_time */
+    int64_t id;            /* Marker's id */
+} mt_asr_srv;
+int mt_asr_srv_decode(const uint8_t *p, size_t n, mt_asr_srv *m, char *why, size_t whylen);
+
 #endif
