@@ -101,7 +101,7 @@ async def run(a):
                         f["ready_first"] = int(t == "Ready")
                     if log:
                         log.write("%.3f %s %s\n" % (time.monotonic() - t0, t,
-                                  " ".join("%s=%r" % kv for kv in d.items() if kv[0] != "type")))
+                                  " ".join("%s=%s" % kv for kv in d.items() if kv[0] != "type")))
                     if t == "Word":
                         f["words"] += 1
                         if d["start_time"] < last_ts[0] - 1e-9:

@@ -108,6 +108,18 @@ t_check "... no Error, a clean close" test "$(fact good.txt errors)/$(fact good.
 t_check "the server logged each session's word latency" grep -q "asr: .* word latency p50" log
 t_check "... with nothing dropped or FILLed in the good sessions" \
     test "$(grep -c "asr: .* 0 FILL, 0 not answered" log)" -ge 2
+
+# mt-replay as the client: the file at real time, words with times in the
+# transcript, every frame answered (by its marker's echo)
+timeout 120 "$MT_BIN/mt-replay" -s "$URL" long.wav -t words.txt \
+    --token-file tok > rep.txt 2> rep.err
+t_check "mt-replay over the protocol: exit 0 ($(tail -1 rep.err))" test $? = 0
+t_check "... every frame answered" grep -q "replay_summary=1 done=1 .* missing=0" rep.txt
+sed -n "s/^[0-9.]* Word text=\\(.*\\) start_time=\\(.*\\)$/[\\2] \\1/p" good.log |
+    awk '{ $1 = sprintf("[%.2f]", substr($1, 2, length($1) - 2)); print }' > want.txt
+cut -d' ' -f3- words.txt > got.txt
+t_check "... its transcript: the words and start times the Python client got ($(wc -l < got.txt) words)" \
+    cmp -s want.txt got.txt
 kill $SRV; wait $SRV 2>/dev/null
 
 # a model that speaks: no speech-to-text path
