@@ -4,7 +4,7 @@
  *
  * The whole input is read as one message: a message read is sane (its
  * samples finite, no more than the room given), and a Marker written back
- * reads as the same id. Then the input is cut into messages (a length
+ * reads as the same id; and as a server message (mt-replay's reader). Then the input is cut into messages (a length
  * byte, then that many bytes; a length byte of 0 is an answer from the
  * model: the next byte its token) and played into a session: whatever it
  * is sent, what it writes is one well-formed out message each time and it
@@ -108,9 +108,25 @@ static void session(const uint8_t *data, size_t size)
     mt_asr_sess_free(s);
 }
 
+/* The same bytes as a server message (mt-replay's side): a message read
+ * has a NUL-ended text and a finite time. */
+static void server_message(const uint8_t *data, size_t size)
+{
+    mt_asr_srv m;
+    char why[MT_ASR_WHY_MAX];
+    if (mt_asr_srv_decode(data, size, &m, why, sizeof why) != 0) {
+        if (!why[0])
+            abort();
+        return;
+    }
+    if (!memchr(m.text, '\0', sizeof m.text) || !isfinite(m.time))
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     one_message(data, size);
+    server_message(data, size);
     session(data, size);
     return 0;
 }
