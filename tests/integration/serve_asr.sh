@@ -15,7 +15,9 @@
 # MessagePack, wrong types, a NaN, an array header claiming 2^32-1
 # samples, a message over 256 KiB, a flood of markers: an Error with the
 # reason and a close with it (1008; 1009 for the oversize message), while a
-# session at real time beside them keeps every marker and word. The token
+# session at real time beside them keeps every marker and word. mt-replay
+# as the client writes the same words and times the Python client got. A
+# full server refuses with an Error and no Ready. The token
 # is taken as the kyutai-api-key header or the auth_id query parameter;
 # a model that is not speech-to-text answers the path with 404.
 . "$(dirname "$0")/lib.sh"
@@ -121,6 +123,24 @@ cut -d' ' -f3- words.txt > got.txt
 t_check "... its transcript: the words and start times the Python client got ($(wc -l < got.txt) words)" \
     cmp -s want.txt got.txt
 kill $SRV; wait $SRV 2>/dev/null
+
+# admission as for any session: a full server refuses with the reason
+"$S" -s "$T_TMP/f.sock" --ws 127.0.0.1:0 -m synthetic:kyutai-tiny-stt --threads 1 \
+    --max-sessions 1 > lat3 2> log3 &
+SRV3=$!; t_track $SRV3
+P3=$(port_of log3)
+URL3=ws://127.0.0.1:$P3/api/asr-streaming
+timeout 60 "$PY" "$AC" "$URL3" long.wav --pace 1 --timeout 40 > hold.txt 2>&1 &
+HOLD=$!
+i=0   # until it is admitted
+while ! grep -q "verdict=accept" lat3 && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+timeout 30 "$PY" "$AC" "$URL3" sp24.wav --timeout 20 > full.txt 2>&1
+t_check "a full server: an Error with the reason ($(fact full.txt errors))" \
+    grep -q 'errors="[^"]*[a-z]' full.txt
+t_check "... no Ready, and a clean close" \
+    test "$(fact full.txt ready_first)/$(fact full.txt close)" = 0/1000
+kill $HOLD; wait $HOLD 2>/dev/null
+kill $SRV3; wait $SRV3 2>/dev/null
 
 # a model that speaks: no speech-to-text path
 "$S" -s "$T_TMP/m.sock" --ws 127.0.0.1:0 -m synthetic:kyutai-tiny-mimi --threads 1 \
