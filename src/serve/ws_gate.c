@@ -187,12 +187,10 @@ static void ws_close(wsc *c, int code, const char *reason)
 /* An Error message with the reason, then a clean close. */
 static void refuse(wsc *c, const char *why)
 {
-    if (c->asr) {
-        mt_asr_sess_error(c->asr, why);
-        ws_close(c, 1000, "");
-        return;
-    }
-    kmsg(c, MSG_ERROR, why, strlen(why));
+    if (c->asr)
+        mt_asr_sess_error(c->asr, why);   /* the ASR protocol's Error */
+    else
+        kmsg(c, MSG_ERROR, why, strlen(why));
     ws_close(c, 1000, "");
 }
 

@@ -28,6 +28,10 @@
  * Auth follows --listen: with a token, the upgrade must carry it (the
  * kyutai-api-key header or the auth_id query parameter, as Kyutai's
  * clients send it); off loopback a token (or insecure) is required.
+ *
+ * With a speech-to-text model (opts.asr), /api/asr-streaming speaks Kyutai's
+ * streaming speech-to-text protocol instead (serve/asr_session.h): the same
+ * upgrade, authentication and server session, MessagePack messages.
  */
 #ifndef MT_WS_GATE_H
 #define MT_WS_GATE_H
