@@ -25,6 +25,7 @@
 #include "serve/net.h"
 #include "serve/metrics_http.h"
 #include "model/model.h"
+#include "model/stt_config.h"
 #include "cmd/serve_kyutai.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
@@ -156,6 +157,7 @@ typedef struct serve_args {
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
     const char     *tokenizer;      /* Kyutai models: --tokenizer, or NULL */
     double          asr_delay_s;    /* --asr-delay: audio_delay_seconds */
+    int             asr_delay_given;
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
 } serve_args;
 
@@ -369,7 +371,9 @@ static int one_option(void *ctx, int c, const char *arg)
     case O_AGENT: a->so.agent_addr = arg; return 0;
     case O_METRICS: a->metrics_addr = arg; return 0;
     case O_WS: a->ws_addr = arg; return 0;
-    case O_ASRDELAY: return mt_opt_seconds(arg, 0, 60, &a->asr_delay_s);
+    case O_ASRDELAY:
+        a->asr_delay_given = 1;
+        return mt_opt_seconds(arg, 0, 60, &a->asr_delay_s);
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -720,10 +724,33 @@ static const char *ws_piece(void *ctx, int id)
     return mt_tokenizer_kyutai_silent(id) ? NULL : mt_tokenizer_piece(ctx, id);
 }
 
+/* A speech-to-text model directory's stt_config.audio_delay_seconds, unless
+ * --asr-delay gave one. 0, or -1 with a message. */
+static int asr_delay_from_config(serve_args *a, char *err, size_t errlen)
+{
+    struct stat st;
+    mt_stt_config sc;
+    if (a->asr_delay_given || !a->ky.lm || a->ky.lm->kc.dep_q != 0 ||
+        stat(a->model, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    if (mt_stt_config_load(a->model, &sc, err, errlen) != 0)
+        return -1;
+    if (!sc.present)
+        return 0;
+    a->asr_delay_s = sc.audio_delay_s;
+    fprintf(stderr, "%s: %s: stt_config: the text %.2f s behind the audio%s\n", prog,
+            a->model, sc.audio_delay_s, sc.silence_prefix_s > 0
+            ? " (its audio_silence_prefix_seconds is for Kyutai's offline scripts: "
+              "not applied, as their streaming server does not)" : "");
+    return 0;
+}
+
 /* --ws: Kyutai's protocol, in front of our own socket. */
-static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
+static int ws_start(serve_args *a, mt_engine *eng, mt_ws_gate **gate,
                     char *err, size_t errlen)
 {
+    if (asr_delay_from_config(a, err, errlen) != 0)
+        return -1;
     mt_hello fmt;
     mt_engine_format(eng, &fmt);
     mt_ws_gate_opts wo = {

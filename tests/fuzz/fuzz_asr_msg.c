@@ -4,11 +4,13 @@
  *
  * The whole input is read as one message: a message read is sane (its
  * samples finite, no more than the room given), and a Marker written back
- * reads as the same id; and as a server message (mt-replay's reader). Then the input is cut into messages (a length
+ * reads as the same id; and as a server message (mt-replay's reader), and
+ * as a model's config.json (its stt_config). Then the input is cut into messages (a length
  * byte, then that many bytes; a length byte of 0 is an answer from the
  * model: the next byte its token) and played into a session: whatever it
  * is sent, what it writes is one well-formed out message each time and it
  * never hands the model more frames than the client sent. */
+#include "model/stt_config.h"
 #include "serve/asr_session.h"
 #include "wire/asr_msg.h"
 
@@ -123,8 +125,26 @@ static void server_message(const uint8_t *data, size_t size)
         abort();
 }
 
+/* The same bytes as a model's config.json (its stt_config, read by
+ * mt-serve): 0 with delays in 0..60 s, or -1 naming the file. */
+static void stt_config(const uint8_t *data, size_t size)
+{
+    mt_stt_config c;
+    char err[300];
+    err[0] = '\0';
+    if (mt_stt_config_parse((const char *)data, size, "config.json", &c, err, sizeof err) != 0) {
+        if (strncmp(err, "config.json", 11) != 0)
+            abort();
+        return;
+    }
+    if (!(c.audio_delay_s >= 0 && c.audio_delay_s <= 60 && c.silence_prefix_s >= 0 &&
+          c.silence_prefix_s <= 60))
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    stt_config(data, size);
     one_message(data, size);
     server_message(data, size);
     session(data, size);

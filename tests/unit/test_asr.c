@@ -5,6 +5,7 @@
  * word assembly on a token sequence worked out by hand from moshi-core's
  * asr.rs, the audio delay, markers after the delay, the pacing of frames
  * to the model, and the backlog bound. */
+#include "model/stt_config.h"
 #include "serve/asr_session.h"
 #include "wire/asr_msg.h"
 #include "tap.h"
@@ -206,8 +207,34 @@ static void test_session(void)
     mt_asr_sess_free(s);
 }
 
+/* Kyutai's published configs (configs/stt_1b_enfr.json, stt_2.6b_en.json,
+ * their stt_config) and the refusals. */
+static void test_stt_config(void)
+{
+    mt_stt_config c;
+    char err[300];
+    static const char one_b[] = "{\"model_type\": \"stt\", \"stt_config\": "
+        "{\"audio_delay_seconds\": 0.5, \"audio_silence_prefix_seconds\": 0.0}, \"dim\": 2048}";
+    static const char two_b[] = "{\"stt_config\": {\"audio_delay_seconds\": 2.5, "
+        "\"audio_silence_prefix_seconds\": 1.0}}";
+    tap_ok(mt_stt_config_parse(B(one_b), "1b", &c, err, sizeof err) == 0 && c.present &&
+           c.audio_delay_s == 0.5 && c.silence_prefix_s == 0, "stt-1b: 0.5 s");
+    tap_ok(mt_stt_config_parse(B(two_b), "2b", &c, err, sizeof err) == 0 && c.present &&
+           c.audio_delay_s == 2.5 && c.silence_prefix_s == 1.0, "stt-2.6b: 2.5 s, prefix 1 s");
+    tap_ok(mt_stt_config_parse(B("{\"dim\": 4}"), "lm", &c, err, sizeof err) == 0 &&
+           !c.present, "no stt_config: not speech-to-text");
+    tap_ok(mt_stt_config_parse(B("{\"stt_config\": {\"audio_delay_seconds\": \"x\"}}"),
+                               "bad", &c, err, sizeof err) == -1 &&
+           strstr(err, "bad: stt_config.audio_delay_seconds"), "a string delay: refused (%s)", err);
+    tap_ok(mt_stt_config_parse(B("{\"stt_config\": {\"audio_delay_seconds\": -1}}"),
+                               "neg", &c, err, sizeof err) == -1, "a negative delay: refused");
+    tap_ok(mt_stt_config_parse(B("{\"stt_config\": 3}"), "num", &c, err, sizeof err) == -1 &&
+           strstr(err, "not an object"), "stt_config not an object: refused (%s)", err);
+}
+
 int main(void)
 {
+    test_stt_config();
     test_read();
     test_write();
     test_session();
