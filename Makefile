@@ -44,7 +44,7 @@ CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 LDFLAGS += -fsanitize=address,undefined
 endif
 
-PKGS    := sndfile samplerate portaudio-2.0 jansson openblas opus ogg nettle
+PKGS    := sndfile samplerate portaudio-2.0 jansson openblas opus ogg nettle msgpack
 # On a fresh machine the libraries are not there yet when this file is read,
 # and the flags below are computed now: install them before any rule runs
 # (the `deps` target alone would come too late, or race the compiles under -j).

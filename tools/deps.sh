@@ -7,7 +7,8 @@ set -u
 PKGS="pkg-config gcc make libsndfile1-dev libsamplerate0-dev portaudio19-dev
 libopenblas-dev libjansson-dev gnuplot-nox sox libsox-fmt-all espeak-ng
 python3 python3-numpy groff-base man-db clang libclang-rt-14-dev perl
-haproxy prometheus libopus-dev libogg-dev nettle-dev opus-tools python3-websockets"
+haproxy prometheus libopus-dev libogg-dev nettle-dev opus-tools python3-websockets
+libmsgpack-dev python3-msgpack"
 
 missing=""
 for p in $PKGS; do

@@ -21,6 +21,7 @@
 #include <nettle/base64.h>
 
 #include "util/clock.h"
+#include "wire/asr_msg.h"
 #include "wire/endpoint.h"
 #include "wire/frame.h"
 #include "wire/oggopus.h"
@@ -30,6 +31,11 @@
 #define K_FRAME    1920
 #define MSG_MAX    (1 << 20)        /* the largest server message taken */
 #define PCM_RING   64               /* decoded frames waiting for a page */
+#define ASR_PATH   "/api/asr-streaming"
+#define ASR_FLUSH  32               /* frames of silence after the END: 2.56 s,
+                                       more than the text's delay of Kyutai's
+                                       models (0.5 and 2.5 s) */
+#define ASR_MSG    (32 + 5 * K_FRAME) /* bytes of one Audio message */
 enum { K_HANDSHAKE = 0, K_AUDIO = 1, K_TEXT = 2, K_ERROR = 5 };
 
 int mt_ws_client_is_url(const char *spec)
@@ -83,6 +89,7 @@ typedef struct bridge {
     int16_t  ring[PCM_RING][K_FRAME]; /* decoded frames not yet handed out */
     unsigned rhead, rcount;
     uint32_t session;
+    int      asr;              /* the speech-to-text protocol (ASR_PATH) */
 } bridge;
 
 static int write_all(int fd, const void *p, size_t n)
@@ -264,6 +271,35 @@ static void on_pcm(void *ctx, const int16_t *pcm)
     b->rcount++;
 }
 
+/* The server's side is over: END when every frame was answered after the
+ * client's END, else ERROR with why. */
+static void down_end(bridge *b, const char *why)
+{
+    pthread_mutex_lock(&b->mu);
+    b->down_done = 1;
+    int clean = b->up_done && b->answered >= b->sent;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    if (clean)
+        (void)to_client(b, MT_FRAME_END, 0, 0, NULL, 0);
+    else
+        reason(b, MT_FRAME_ERROR, "%s", why[0] ? why : "the server ended the session");
+    shutdown(b->lfd, SHUT_RDWR);
+}
+
+/* A close frame from the server: why is left empty when it came where a
+ * close belongs (after the END, everything answered). */
+static void closed_why(bridge *b, size_t len, char *why, size_t whylen)
+{
+    why[0] = '\0';
+    pthread_mutex_lock(&b->mu);
+    if (!b->up_done || b->answered < b->sent)
+        snprintf(why, whylen, "the server closed the WebSocket (%u)%s%.*s",
+                 len >= 2 ? (unsigned)(b->msg[0] << 8 | b->msg[1]) : 1005,
+                 len > 2 ? ": " : "", len > 2 ? (int)len - 2 : 0, (const char *)b->msg + 2);
+    pthread_mutex_unlock(&b->mu);
+}
+
 /* Server -> client: every audio page after the headers answers the next
  * input frame, in order. */
 static void *down(void *arg)
@@ -283,14 +319,7 @@ static void *down(void *arg)
         if (op < 0)
             break;
         if (op == MT_WS_CLOSE) {
-            why[0] = '\0';
-            pthread_mutex_lock(&b->mu);
-            if (!b->up_done || b->answered < b->sent)
-                snprintf(why, sizeof why, "the server closed the WebSocket (%u)%s%.*s",
-                         len >= 2 ? (unsigned)(b->msg[0] << 8 | b->msg[1]) : 1005,
-                         len > 2 ? ": " : "", len > 2 ? (int)len - 2 : 0,
-                         (const char *)b->msg + 2);
-            pthread_mutex_unlock(&b->mu);
+            closed_why(b, len, why, sizeof why);
             break;
         }
         if (op != MT_WS_BINARY || len < 1)
@@ -353,17 +382,155 @@ static void *down(void *arg)
     }
 out:
     mt_oggopus_dec_free(dec);
-    pthread_mutex_lock(&b->mu);
-    b->down_done = 1;
-    int clean = b->up_done && b->answered >= b->sent;
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-    if (clean)
-        (void)to_client(b, MT_FRAME_END, 0, 0, NULL, 0);
-    else
-        reason(b, MT_FRAME_ERROR, "%s", why[0] ? why : "the server ended the session");
-    shutdown(b->lfd, SHUT_RDWR);
+    down_end(b, why);
     return NULL;
+}
+
+/* ---- Kyutai's speech-to-text protocol (ASR_PATH, wire/asr_msg.h) --------
+ * Each input frame goes up as an Audio message then a Marker with its seq;
+ * the server echoes the Marker once the frame and the text's delay are
+ * stepped, and that echo is the frame's answer (a TEXT frame without ids:
+ * the session is ACCEPTed text-only). A Word is a WORDS frame "[START]
+ * TEXT" beside the last answer. After the END, ASR_FLUSH frames of
+ * silence (not counted) bring the last markers back. */
+
+static int read_frame(bridge *b, mt_frame_decoder *d, mt_frame *f);
+
+static int asr_send(bridge *b, const mt_asr_out *o)
+{
+    static __thread uint8_t out[ASR_MSG + 16];
+    uint8_t mask[4];
+    if (o->over || getrandom(mask, 4, 0) != 4)
+        return -1;
+    long len = mt_ws_client_frame(MT_WS_BINARY, o->p, o->len, mask, out, sizeof out);
+    return len < 0 ? -1 : write_all(b->tfd, out, (size_t)len);
+}
+
+/* One frame of s16 samples (NULL: silence) up, and its marker (id < 0:
+ * none). */
+static int asr_frame(bridge *b, const int16_t *pcm, int64_t id)
+{
+    static __thread uint8_t buf[ASR_MSG];
+    float x[K_FRAME];
+    for (int i = 0; i < K_FRAME; i++)
+        x[i] = pcm ? (float)pcm[i] / 32768.0f : 0.0f;
+    mt_asr_out o = { .p = buf, .cap = sizeof buf };
+    mt_asr_out_audio(&o, x, K_FRAME);
+    if (asr_send(b, &o) < 0)
+        return -1;
+    if (id < 0)
+        return 0;
+    mt_asr_out_marker(&o, id);
+    return asr_send(b, &o);
+}
+
+static void *asr_down(void *arg)
+{
+    bridge *b = arg;
+    char why[300] = "", err[200];
+    for (;;) {
+        size_t len;
+        mt_asr_srv m;
+        int op = srv_message(b, &len, why, sizeof why);
+        if (op < 0)
+            break;
+        if (op == MT_WS_CLOSE) {
+            closed_why(b, len, why, sizeof why);
+            break;
+        }
+        if (op != MT_WS_BINARY)
+            continue;
+        if (mt_asr_srv_decode(b->msg, len, &m, err, sizeof err) != 0) {
+            snprintf(why, sizeof why, "a bad message from the server: %s", err);
+            break;
+        }
+        if (m.type == MT_ASR_SRV_ERROR) {
+            snprintf(why, sizeof why, "%s", m.text);
+            break;
+        }
+        pthread_mutex_lock(&b->mu);
+        uint64_t seq = b->answered;
+        int in_order = m.type != MT_ASR_SRV_MARKER ||
+                       ((uint64_t)m.id == seq && seq < b->sent);
+        if (m.type == MT_ASR_SRV_MARKER && in_order)
+            b->answered++;
+        pthread_mutex_unlock(&b->mu);
+        if (!in_order) {
+            snprintf(why, sizeof why, "Marker %lld back where %llu was due", (long long)m.id,
+                     (unsigned long long)seq);
+            break;
+        }
+        if (m.type == MT_ASR_SRV_MARKER) {
+            if (to_client(b, MT_FRAME_TEXT, 0, (uint32_t)seq, NULL, 0) < 0)
+                break;
+            pthread_cond_broadcast(&b->cv);
+        } else if (m.type == MT_ASR_SRV_WORD) {
+            char words[MT_REASON_MAX + 1];
+            snprintf(words, sizeof words, "[%.2f] %.240s", m.time, m.text);
+            mt_utf8_sanitize(words);
+            if (to_client(b, MT_FRAME_WORDS, 0, seq ? (uint32_t)seq - 1 : 0, words,
+                          strlen(words)) < 0)
+                break;
+        }
+    }
+    down_end(b, why);
+    return NULL;
+}
+
+/* After the upgrade: Ready (or the Error refusing it), the ACCEPT, then
+ * every frame up until the END and the flush. 0 once the reader runs
+ * (*dt), -1 when it never started. */
+static int asr_stream(bridge *b, mt_frame_decoder *dec, const mt_hello *h, pthread_t *dt)
+{
+    char why[300], err[200];
+    size_t len;
+    mt_asr_srv m;
+    int op = srv_message(b, &len, why, sizeof why);
+    if (op != MT_WS_BINARY || mt_asr_srv_decode(b->msg, len, &m, err, sizeof err) != 0) {
+        reason(b, MT_FRAME_REJECT, "no Ready from the server%s%s", op < 0 ? ": " : "",
+               op < 0 ? why : "");
+        return -1;
+    }
+    if (m.type != MT_ASR_SRV_READY) {
+        reason(b, MT_FRAME_REJECT, "%s", m.type == MT_ASR_SRV_ERROR ? m.text
+                                                                   : "no Ready from the server");
+        return -1;
+    }
+    mt_hello acc = { .sample_rate = K_RATE, .frame_samples = K_FRAME, .channels = 1,
+                     .encoding = MT_ENC_PCM_S16LE };
+    snprintf(acc.model, sizeof acc.model, "%s", h->model);
+    uint8_t ap[MT_HELLO_MAX];
+    long al = mt_hello_encode(&acc, ap, sizeof ap);
+    b->session = 1;
+    if (al < 0 || to_client(b, MT_FRAME_ACCEPT, MT_FLAG_TEXT_ONLY, 0, ap, (size_t)al) < 0)
+        return -1;
+    if (pthread_create(dt, NULL, asr_down, b) != 0) {
+        reason(b, MT_FRAME_ERROR, "pthread_create failed");
+        return -1;
+    }
+    mt_frame f;
+    while (read_frame(b, dec, &f) == 0) {
+        if (f.type == MT_FRAME_END) {
+            pthread_mutex_lock(&b->mu);
+            b->up_done = 1;
+            pthread_mutex_unlock(&b->mu);
+            for (int k = 0; k < ASR_FLUSH; k++)
+                if (asr_frame(b, NULL, -1) < 0)
+                    break;
+            break;
+        }
+        if (f.type != MT_FRAME_AUDIO || f.length != 2 * K_FRAME)
+            break;
+        int16_t pcm[K_FRAME];
+        for (int i = 0; i < K_FRAME; i++)
+            pcm[i] = (int16_t)(uint16_t)(f.payload[2 * i] | f.payload[2 * i + 1] << 8);
+        pthread_mutex_lock(&b->mu);
+        int64_t seq = (int64_t)b->sent++;
+        pthread_mutex_unlock(&b->mu);
+        if (asr_frame(b, pcm, seq) < 0)
+            break;
+    }
+    return 0;
 }
 
 /* ws://HOST:PORT/PATH into "tcp:HOST:PORT", host header, and the path. */
@@ -488,6 +655,12 @@ static void *up(void *arg)
         reason(b, MT_FRAME_REJECT, "%s", why);
         goto out;
     }
+    if (b->asr) {
+        if (asr_stream(b, &dec, &h, &dt) < 0)
+            goto out;
+        down_started = 1;
+        goto answers;
+    }
     size_t len;
     int op = srv_message(b, &len, why, sizeof why);
     if (op == MT_WS_BINARY && len >= 1 && b->msg[0] == K_ERROR) {
@@ -554,6 +727,7 @@ static void *up(void *arg)
         if (n < 0 || to_server(b, MT_WS_BINARY, &ta, page, (size_t)n) < 0)
             break;
     }
+answers:
     /* the END (or the client gone): wait for the answers, bounded */
     pthread_mutex_lock(&b->mu);
     b->up_done = 1;
@@ -614,6 +788,9 @@ int mt_ws_client_connect(const char *url, int timeout_ms, char *err, size_t errl
         return -1;
     }
     snprintf(b->url, sizeof b->url, "%s", url);
+    const char *path = strchr(url + strlen(MT_WS_URL_PREFIX), '/');
+    b->asr = path && strncmp(path, ASR_PATH, strlen(ASR_PATH)) == 0 &&
+             (path[strlen(ASR_PATH)] == '\0' || path[strlen(ASR_PATH)] == '?');
     b->lfd = sv[1];
     b->tfd = -1;
     b->msg = msg;

@@ -25,6 +25,7 @@
 #include "serve/net.h"
 #include "serve/metrics_http.h"
 #include "model/model.h"
+#include "model/stt_config.h"
 #include "speech/serve_kyutai.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
@@ -67,6 +68,8 @@ static void usage(FILE *f)
 "                           DIR/mimi/, DIR/mimi.safetensors, or the preset's)\n"
 "      --tokenizer FILE     Kyutai models: the text tokenizer (SentencePiece\n"
 "                           .model), checked against the LM's text card\n"
+"      --asr-delay S        speech-to-text models: the text's delay behind the\n"
+"                           audio for --ws /api/asr-streaming (default 0.5)\n"
 "      --seed N             Kyutai models: every session's sampling seed (1)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
@@ -132,6 +135,7 @@ enum {
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO, O_INPUTTO, O_IOBATCH,
     O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
+    O_ASRDELAY,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -152,6 +156,8 @@ typedef struct serve_args {
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
     const char     *tokenizer;      /* Kyutai models: --tokenizer, or NULL */
+    double          asr_delay_s;    /* --asr-delay: audio_delay_seconds */
+    int             asr_delay_given;
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
 } serve_args;
 
@@ -164,6 +170,7 @@ static const struct option longopts[] = {
     {"agent", required_argument, 0, O_AGENT},
     {"metrics", required_argument, 0, O_METRICS},
     {"ws", required_argument, 0, O_WS},
+    {"asr-delay", required_argument, 0, O_ASRDELAY},
     {"token-file", required_argument, 0, O_TOKEN},
     {"insecure", no_argument, 0, O_INSECURE},
     {"drain", required_argument, 0, O_DRAIN},
@@ -228,6 +235,7 @@ static void args_default(serve_args *a)
     a->dopt.kv_budget_auto = 1; /* on CUDA: most of free device memory (decoder.h) */
     a->model = "synthetic:small";
     a->fill = -1;
+    a->asr_delay_s = 0.5;
     a->time_scale = 1;
     a->eo.speech_seed = 1;
 }
@@ -363,6 +371,9 @@ static int one_option(void *ctx, int c, const char *arg)
     case O_AGENT: a->so.agent_addr = arg; return 0;
     case O_METRICS: a->metrics_addr = arg; return 0;
     case O_WS: a->ws_addr = arg; return 0;
+    case O_ASRDELAY:
+        a->asr_delay_given = 1;
+        return mt_opt_seconds(arg, 0, 60, &a->asr_delay_s);
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -722,10 +733,33 @@ static const char *ws_piece(void *ctx, int id)
     return mt_tokenizer_kyutai_silent(id) ? NULL : mt_tokenizer_piece(ctx, id);
 }
 
+/* A speech-to-text model directory's stt_config.audio_delay_seconds, unless
+ * --asr-delay gave one. 0, or -1 with a message. */
+static int asr_delay_from_config(serve_args *a, char *err, size_t errlen)
+{
+    struct stat st;
+    mt_stt_config sc;
+    if (a->asr_delay_given || !a->ky.lm || a->ky.lm->kc.dep_q != 0 ||
+        stat(a->model, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    if (mt_stt_config_load(a->model, &sc, err, errlen) != 0)
+        return -1;
+    if (!sc.present)
+        return 0;
+    a->asr_delay_s = sc.audio_delay_s;
+    fprintf(stderr, "%s: %s: stt_config: the text %.2f s behind the audio%s\n", prog,
+            a->model, sc.audio_delay_s, sc.silence_prefix_s > 0
+            ? " (its audio_silence_prefix_seconds is for Kyutai's offline scripts: "
+              "not applied, as their streaming server does not)" : "");
+    return 0;
+}
+
 /* --ws: Kyutai's protocol, in front of our own socket. */
-static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
+static int ws_start(serve_args *a, mt_engine *eng, mt_ws_gate **gate,
                     char *err, size_t errlen)
 {
+    if (asr_delay_from_config(a, err, errlen) != 0)
+        return -1;
     mt_hello fmt;
     mt_engine_format(eng, &fmt);
     mt_ws_gate_opts wo = {
@@ -735,12 +769,19 @@ static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
         .model = fmt.model, .log = log_stderr,
         .text_piece = a->ky.tok ? ws_piece : NULL, .text_ctx = a->ky.tok,
         .write_timeout_ns = a->so.write_timeout_ns,
+        /* a speech-to-text model: Kyutai's asr_delay_in_tokens, as their
+         * server computes it from audio_delay_seconds (truncated) */
+        .asr = a->ky.lm && a->ky.lm->kc.dep_q == 0,
+        .asr_delay = (int)(a->asr_delay_s * fmt.sample_rate / fmt.frame_samples + 1e-9),
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
         return -1;
     fprintf(stderr, "%s: websocket on ws://%s/api/chat%s\n", prog, bound,
             a->so.token ? " (token required)" : "");
+    if (wo.asr)
+        fprintf(stderr, "%s: speech-to-text on ws://%s/api/asr-streaming (text %d "
+                "frames behind the audio)\n", prog, bound, wo.asr_delay);
     if (a->ky.lm && !a->ky.tok)
         fprintf(stderr, "%s: websocket: no --tokenizer: the model's text is not sent "
                 "(Kyutai's clients show Text messages as words)\n", prog);

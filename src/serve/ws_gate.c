@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/asr_session.h"
 #include "util/errmsg.h"
 #include "util/clock.h"
 #include "wire/endpoint.h"
@@ -76,6 +77,8 @@ typedef struct wsc {
     int              admitted;
     int              failed;           /* a queue overflowed: drop it */
     uint64_t         stuck_since;      /* output queued, none taken since */
+    mt_asr_sess     *asr;              /* /api/asr-streaming's client */
+    int              shut;             /* closing: our side is shut */
     struct mt_ws_gate *g;
 } wsc;
 
@@ -178,7 +181,10 @@ static void ws_close(wsc *c, int code, const char *reason)
 /* An Error message with the reason, then a clean close. */
 static void refuse(wsc *c, const char *why)
 {
-    kmsg(c, MSG_ERROR, why, strlen(why));
+    if (c->asr)
+        mt_asr_sess_error(c->asr, why);   /* the ASR protocol's Error */
+    else
+        kmsg(c, MSG_ERROR, why, strlen(why));
     ws_close(c, 1000, "");
 }
 
@@ -235,6 +241,42 @@ static void on_pcm(void *ctx, const int16_t *pcm)
         return;
     }
     send_frame(c, MT_FRAME_AUDIO, le, (uint32_t)(2 * n));
+}
+
+/* ---- /api/asr-streaming (serve/asr_session.h does the protocol) ------------ */
+
+static void asr_send(void *ctx, const uint8_t *msg, size_t n)
+{
+    ws_send(ctx, MT_WS_BINARY, msg, n, NULL, 0);
+}
+
+/* A client message refused: the Error, then a close with the reason. */
+static void asr_refuse(wsc *c, const char *why)
+{
+    mt_asr_sess_error(c->asr, why);
+    ws_close(c, 1008, why);
+}
+
+static int asr_open(mt_ws_gate *g, wsc *c)
+{
+    mt_asr_sess_opts ao = {
+        .rate = g->o.rate, .frame_samples = g->o.frame_samples, .delay = g->o.asr_delay,
+        .piece = g->o.text_piece, .piece_ctx = g->o.text_ctx, .send = asr_send,
+        .frame = on_pcm, .ctx = c, .log = g->o.log, .log_ctx = g->o.log_ctx, .who = c->peer,
+    };
+    c->asr = mt_asr_sess_new(&ao);
+    return c->asr ? 0 : -1;
+}
+
+/* A TEXT frame: the answer to one frame of the client's audio. */
+static void asr_answer(wsc *c, const mt_frame *f)
+{
+    int32_t id = 0;
+    int n = f->length >= 4 && !(f->flags & MT_FLAG_FILL);
+    if (n)
+        id = (int32_t)((uint32_t)f->payload[0] | (uint32_t)f->payload[1] << 8 |
+                       (uint32_t)f->payload[2] << 16 | (uint32_t)f->payload[3] << 24);
+    mt_asr_sess_answer(c->asr, f->seq, (f->flags & MT_FLAG_FILL) != 0, &id, n, mt_clock_ns());
 }
 
 /* ---- the upgrade ---------------------------------------------------------------- */
@@ -311,7 +353,13 @@ static int authorized(const mt_ws_gate *g, const mt_http_req *r)
  * refusal. */
 static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
 {
-    if (strcmp(r->path, "/api/chat") != 0) {
+    int asr = strcmp(r->path, "/api/asr-streaming") == 0;
+    if (asr && !g->o.asr) {
+        http_answer(c, 404, NULL, "not found: this model is not speech-to-text; the chat "
+                    "is at /api/chat\n");
+        return;
+    }
+    if (strcmp(r->path, "/api/chat") != 0 && !asr) {
         http_answer(c, 404, NULL, "not found: the chat is at /api/chat\n");
         return;
     }
@@ -351,6 +399,10 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
     }
     c->state = W_WAIT;
     c->deadline = 0;
+    if (asr && asr_open(g, c) != 0) {
+        c->failed = 1;
+        return;
+    }
     char err[256];
     int fd = mt_endpoint_connect(g->server, 1000, err, sizeof err);
     if (fd < 0) {
@@ -394,6 +446,11 @@ static void client_message(wsc *c, const mt_ws_msg *m)
         ws_send(c, MT_WS_PONG, m->data, m->len, NULL, 0);
         return;
     case MT_WS_BINARY:
+        if (c->asr) {
+            if (mt_asr_sess_client(c->asr, m->data, m->len, mt_clock_ns(), err, sizeof err) != 0)
+                asr_refuse(c, err);
+            return;
+        }
         if (m->len == 0 || m->data[0] != MSG_AUDIO)
             return;   /* unknown types discarded; no use for the others here */
         if (mt_oggopus_dec_feed(c->dec, m->data + 1, m->len - 1, err, sizeof err) != 0) {
@@ -494,6 +551,13 @@ static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
         c->admitted = 1;
         c->session = f->session;
         c->state = W_OPEN;
+        if (c->asr) {
+            if (!(f->flags & MT_FLAG_TEXT_ONLY))
+                refuse(c, "this server's model is not speech-to-text");
+            else
+                mt_asr_sess_ready(c->asr);
+            return;
+        }
         uint8_t hs[8] = {0};
         uint32_t pv = MT_WS_PROTOCOL_VERSION, mv = MT_WS_MODEL_VERSION;
         for (int i = 0; i < 4; i++) {
@@ -540,7 +604,9 @@ static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
         return;
     }
     case MT_FRAME_TEXT:
-        if (c->admitted)
+        if (c->admitted && c->asr)
+            asr_answer(c, f);
+        else if (c->admitted)
             text_frame(g, c, f);
         return;
     case MT_FRAME_END:
@@ -592,6 +658,7 @@ static void conn_free(mt_ws_gate *g, int i)
         close(c->ifd);
     mt_oggopus_dec_free(c->dec);
     mt_oggopus_enc_free(c->enc);
+    mt_asr_sess_free(c->asr);
     free(c->msg);
     free(c->fdec);
     free(c->out.p);
@@ -717,8 +784,15 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
         g->n_dropped++;
         return -1;
     }
-    if (c->state == W_CLOSING && !bb_size(&c->out))
-        return -1;
+    /* all written: our side shut, then what the client still sends is read
+     * and dropped until it closes (or the closing deadline): closing with
+     * its bytes unread would send a reset, and a reset can destroy the
+     * Error and the close frame before the client reads them */
+    if (c->state == W_CLOSING && !bb_size(&c->out) && !c->shut) {
+        c->shut = 1;
+        if (shutdown(c->fd, SHUT_WR) != 0)
+            return -1;
+    }
     if (c->deadline && now >= c->deadline) {
         g->n_dropped += c->state != W_CLOSING;
         return -1;

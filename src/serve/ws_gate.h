@@ -28,6 +28,10 @@
  * Auth follows --listen: with a token, the upgrade must carry it (the
  * kyutai-api-key header or the auth_id query parameter, as Kyutai's
  * clients send it); off loopback a token (or insecure) is required.
+ *
+ * With a speech-to-text model (opts.asr), /api/asr-streaming speaks Kyutai's
+ * streaming speech-to-text protocol instead (serve/asr_session.h): the same
+ * upgrade, authentication and server session, MessagePack messages.
  */
 #ifndef MT_WS_GATE_H
 #define MT_WS_GATE_H
@@ -63,6 +67,10 @@ typedef struct mt_ws_gate_opts {
      * the ids). Called on the gate's thread. */
     const char *(*text_piece)(void *ctx, int id);
     void       *text_ctx;
+    /* Kyutai's streaming speech-to-text on /api/asr-streaming
+     * (serve/asr_session.h), for a text-only model: asr 1, and its
+     * asr_delay_in_tokens. 0: that path answers 404. */
+    int         asr, asr_delay;
     void      (*log)(void *ctx, const char *msg);
     void       *log_ctx;
 } mt_ws_gate_opts;
