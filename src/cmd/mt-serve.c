@@ -68,10 +68,18 @@ static void usage(FILE *f)
 "      --tokenizer FILE     Kyutai models: the text tokenizer (SentencePiece\n"
 "                           .model), checked against the LM's text card\n"
 "      --seed N             Kyutai models: every session's sampling seed (1)\n"
+"      --temperature T      Kyutai models: audio sampling temperature, 0..10\n"
+"                           (0.8; 0: greedy, the argmax, lowest index on ties)\n"
+"      --top-k K            Kyutai models: audio top-k, 0..65536 (250; 0: all)\n"
+"      --text-temperature T Kyutai models: text temperature (0.7; 0: greedy)\n"
+"      --text-top-k K       Kyutai models: text top-k (25; 0: all)\n"
+"      --static DIR         with --ws: serve DIR's files at GET / (Kyutai's\n"
+"                           built web client; read-only, no listing)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
 "      --threads N          CPU threads (default: all cores)\n"
-"      --kv POLICY          window (default) or full\n"
+"      --kv POLICY          window (default), full, or ring (Kyutai's own:\n"
+"                           no sinks, the checkpoint's context, absolute)\n"
 "      --sink S             sink positions, window policy (default 4)\n"
 "      --window W           ring positions, window policy (default 256)\n"
 "      --rope MODE          cache (default) or absolute\n"
@@ -132,6 +140,7 @@ enum {
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO, O_INPUTTO, O_IOBATCH,
     O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
+    O_TEMP, O_TOPK, O_TTEMP, O_TTOPK, O_STATIC,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -153,6 +162,11 @@ typedef struct serve_args {
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
     const char     *tokenizer;      /* Kyutai models: --tokenizer, or NULL */
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
+    mt_kyutai_sampling smp;         /* Kyutai models: the sessions' default sampling */
+    int             ring;           /* --kv ring: Kyutai's ring, sized at load */
+    int             kv_shape_set;   /* --sink, --window or --rope given */
+    int             smp_set;        /* a sampling option given */
+    const char     *static_dir;     /* --static DIR, or NULL */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]", usage };
@@ -193,6 +207,11 @@ static const struct option longopts[] = {
     {"codec", required_argument, 0, O_CODEC},
     {"tokenizer", required_argument, 0, O_TOKENIZER},
     {"seed", required_argument, 0, O_SEED},
+    {"temperature", required_argument, 0, O_TEMP},
+    {"top-k", required_argument, 0, O_TOPK},
+    {"text-temperature", required_argument, 0, O_TTEMP},
+    {"text-top-k", required_argument, 0, O_TTOPK},
+    {"static", required_argument, 0, O_STATIC},
     {"in-queue", required_argument, 0, O_INQ},
     {"out-queue", required_argument, 0, O_OUTQ},
     {"write-timeout", required_argument, 0, O_WRITETO},
@@ -230,6 +249,7 @@ static void args_default(serve_args *a)
     a->fill = -1;
     a->time_scale = 1;
     a->eo.speech_seed = 1;
+    mt_kyutai_sampling_default(&a->smp);
 }
 
 /* The options whose value is one of a few words. 0, or -1 (said). */
@@ -237,7 +257,7 @@ static int word_option(serve_args *a, int c, const char *arg)
 {
     static const char *const devices[] = { "cpu", "cuda", "auto", NULL };
     static const mt_device device_of[] = { MT_DEV_CPU, MT_DEV_CUDA, MT_DEV_AUTO };
-    static const char *const kvs[] = { "window", "full", NULL };
+    static const char *const kvs[] = { "window", "full", "ring", NULL };
     static const char *const ropes[] = { "cache", "absolute", NULL };
     static const char *const onfull[] = { "preempt", "stall", NULL };
     static const char *const latency[] = { "ticks", "frames", NULL };
@@ -256,11 +276,13 @@ static int word_option(serve_args *a, int c, const char *arg)
         return 0;
     case O_KV:
         if (mt_opt_choice(arg, kvs, &i)) return -1;
-        a->dopt.kv.policy = i ? MT_KV_FULL : MT_KV_WINDOW;
+        a->dopt.kv.policy = i == 1 ? MT_KV_FULL : MT_KV_WINDOW;
+        a->ring = i == 2;
         return 0;
     case O_ROPE:
         if (mt_opt_choice(arg, ropes, &i)) return -1;
         a->dopt.kv.rope = i ? MT_ROPE_ABSOLUTE : MT_ROPE_CACHE;
+        a->kv_shape_set = 1;
         return 0;
     case O_ONFULL:
         if (mt_opt_choice(arg, onfull, &i)) return -1;
@@ -293,8 +315,8 @@ static int number_option(serve_args *a, int c, const char *arg)
     double ms;
     switch (c) {
     case O_THREADS: return mt_opt_int(arg, 0, 1024, &a->dopt.threads);
-    case O_SINK: return mt_opt_int(arg, 0, 1 << 20, &a->dopt.kv.sink);
-    case O_WINDOW: return mt_opt_int(arg, 1, 1 << 24, &a->dopt.kv.window);
+    case O_SINK: a->kv_shape_set = 1; return mt_opt_int(arg, 0, 1 << 20, &a->dopt.kv.sink);
+    case O_WINDOW: a->kv_shape_set = 1; return mt_opt_int(arg, 1, 1 << 24, &a->dopt.kv.window);
     case O_KVMEM:
         if (mt_opt_bytes(arg, 1, (uint64_t)1e15, &b)) return -1;
         a->dopt.kv.budget_bytes = (size_t)b;
@@ -315,6 +337,15 @@ static int number_option(serve_args *a, int c, const char *arg)
         return 0;
     case O_INQ: return mt_opt_int(arg, 1, 65536, &a->eo.in_queue);
     case O_SEED: return mt_opt_u64(arg, &a->eo.speech_seed);
+    case O_TEMP: case O_TTEMP: {
+        double t;
+        a->smp_set = 1;
+        if (mt_opt_double(arg, 0, MT_SMP_TEMP_MAX, &t)) return -1;
+        *(c == O_TEMP ? &a->smp.temp : &a->smp.temp_text) = (float)t;
+        return 0;
+    }
+    case O_TOPK: a->smp_set = 1; return mt_opt_int(arg, 0, MT_SMP_TOPK_MAX, &a->smp.top_k);
+    case O_TTOPK: a->smp_set = 1; return mt_opt_int(arg, 0, MT_SMP_TOPK_MAX, &a->smp.top_k_text);
     case O_OUTQ: return mt_opt_int(arg, 1, 65536, &a->eo.out_queue);
     case O_WRITETO:
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
@@ -363,6 +394,7 @@ static int one_option(void *ctx, int c, const char *arg)
     case O_AGENT: a->so.agent_addr = arg; return 0;
     case O_METRICS: a->metrics_addr = arg; return 0;
     case O_WS: a->ws_addr = arg; return 0;
+    case O_STATIC: a->static_dir = arg; return 0;
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -397,6 +429,13 @@ static int parse_args(int argc, char **argv, serve_args *a)
     if (a->ws_addr && !a->so.socket_path)
         return mt_opt_usage_error("--ws needs -s PATH: its sessions enter the server "
                                   "through that socket");
+    if (a->static_dir && !a->ws_addr)
+        return mt_opt_usage_error("--static serves its files on the --ws port: give --ws "
+                                  "HOST:PORT too");
+    if (a->ring && a->kv_shape_set)
+        return mt_opt_usage_error("--kv ring sets the cache itself (no sinks, the "
+                                  "checkpoint's context, absolute positions): no --sink, "
+                                  "--window or --rope with it");
     if (a->so.stdio && a->so.agent_addr)
         return mt_opt_usage_error("--agent needs a listening server, not --stdio");
     /* On a real device the compute cannot be made K times faster, so a
@@ -550,11 +589,18 @@ static int load_model(serve_args *a, mt_model **m)
             return -1;
         }
         *m = a->ky.lm->temporal;
+        if (a->ring) {   /* Kyutai's own ring: the checkpoint's context */
+            a->dopt.kv.sink = 0;
+            a->dopt.kv.window = a->ky.lm->kc.context;
+            a->dopt.kv.rope = MT_ROPE_ABSOLUTE;
+        }
         return 0;
     }
-    if (a->codec || a->tokenizer) {
-        fprintf(stderr, "%s: --%s is for Kyutai models; %s is not one\n", prog,
-                a->codec ? "codec" : "tokenizer", a->model);
+    if (a->codec || a->tokenizer || a->smp_set || a->ring) {
+        fprintf(stderr, "%s: %s is for Kyutai models; %s is not one\n", prog,
+                a->codec ? "--codec" : a->tokenizer ? "--tokenizer"
+                : a->ring ? "--kv ring (the checkpoint's context)" : "sampling (--temperature, "
+                "--top-k, --text-temperature, --text-top-k)", a->model);
         return -1;
     }
     if (mt_model_load(a->model, mflags, m, err, sizeof err) != 0) {
@@ -765,7 +811,8 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     pool_capacity(dec);
     if (a->ky.lm) {
         char line[2048];
-        if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, err, sizeof err) != 0)
+        if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, &a->smp, err,
+                                  sizeof err) != 0)
             goto out;
         mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,
                                sizeof line);

@@ -36,6 +36,7 @@
 #include "wire/http.h"
 #include "wire/oggopus.h"
 #include "wire/ws.h"
+#include "serve/ws_params.h"
 
 #define DEFAULT_MAX_CONNS   64
 #define DEFAULT_UPGRADE_NS  10000000000ull
@@ -72,6 +73,7 @@ typedef struct wsc {
     mt_oggopus_dec  *dec;
     mt_oggopus_enc  *enc;
     uint32_t         session, seq;
+    uint64_t         hello_seed;       /* from the URL's seeds; 0: the server's */
     int              admitted;
     int              failed;           /* a queue overflowed: drop it */
     uint64_t         stuck_since;      /* output queued, none taken since */
@@ -212,6 +214,8 @@ static void send_frame(wsc *c, int type, const void *payload, uint32_t len)
     f.type = (uint8_t)type;
     f.session = c->session;
     f.seq = type == MT_FRAME_AUDIO ? c->seq++ : 0;
+    if (type == MT_FRAME_HELLO)
+        mt_frame_set_hello_seed(&f, c->hello_seed);
     f.t_send = now_ns();
     f.length = len;
     f.payload = payload;
@@ -357,6 +361,20 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
     }
     c->state = W_WAIT;
     c->deadline = 0;
+    /* Kyutai's sampling parameters (ws_params.h): refused by name when out
+     * of range, the ones not implemented named in the log */
+    mt_hello h;
+    memset(&h, 0, sizeof h);
+    char said[256], ign[256], why[160];
+    if (mt_ws_chat_params(r->query, &h, &c->hello_seed, said, sizeof said, ign, sizeof ign,
+                          why, sizeof why) != 0) {
+        glog(g, "websocket %s: refused: %s", c->peer, why);
+        refuse(c, why);
+        return;
+    }
+    if (said[0] || ign[0])
+        glog(g, "websocket %s: chat parameters: %s%s%s%s", c->peer, said[0] ? said : "none",
+             ign[0] ? "; ignored (not implemented): " : "", ign, "");
     char err[256];
     int fd = mt_endpoint_connect(g->server, 1000, err, sizeof err);
     if (fd < 0) {
@@ -364,8 +382,6 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
         return;
     }
     c->ifd = fd;
-    mt_hello h;
-    memset(&h, 0, sizeof h);
     h.sample_rate = (uint32_t)g->o.rate;
     h.frame_samples = (uint32_t)g->o.frame_samples;
     h.channels = 1;
