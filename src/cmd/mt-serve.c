@@ -28,6 +28,7 @@
 #include "cmd/serve_kyutai.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
+#include "serve/static_http.h"
 #include "util/realtime.h"
 #include "util/version.h"
 #include "wire/endpoint.h"
@@ -167,6 +168,7 @@ typedef struct serve_args {
     int             kv_shape_set;   /* --sink, --window or --rope given */
     int             smp_set;        /* a sampling option given */
     const char     *static_dir;     /* --static DIR, or NULL */
+    mt_static      *static_files;   /* DIR opened, for the --ws gate */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]", usage };
@@ -547,6 +549,14 @@ static int preflight(const serve_args *a)
         return rc;
     if (a->so.socket_path && check_socket_path(a->so.socket_path) != 0)
         return 1;
+    if (a->static_dir) {
+        int bad = stat(a->static_dir, &st) != 0;
+        if (bad || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "%s: --static %s: %s\n", prog, a->static_dir,
+                    bad ? strerror(errno) : "not a directory");
+            return 1;
+        }
+    }
     if (a->so.control_path) {
         if (stat(a->so.control_path, &st) != 0) {
             fprintf(stderr, "%s: --control %s: %s%s\n", prog, a->so.control_path,
@@ -760,9 +770,11 @@ static const char *ws_piece(void *ctx, int id)
 }
 
 /* --ws: Kyutai's protocol, in front of our own socket. */
-static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
+static int ws_start(serve_args *a, mt_engine *eng, mt_ws_gate **gate,
                     char *err, size_t errlen)
 {
+    if (a->static_dir && mt_static_open(a->static_dir, &a->static_files, err, errlen) != 0)
+        return -1;
     mt_hello fmt;
     mt_engine_format(eng, &fmt);
     mt_ws_gate_opts wo = {
@@ -772,12 +784,16 @@ static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
         .model = fmt.model, .log = log_stderr,
         .text_piece = a->ky.tok ? ws_piece : NULL, .text_ctx = a->ky.tok,
         .write_timeout_ns = a->so.write_timeout_ns,
+        .static_files = a->static_files,
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
         return -1;
     fprintf(stderr, "%s: websocket on ws://%s/api/chat%s\n", prog, bound,
             a->so.token ? " (token required)" : "");
+    if (a->static_files)
+        fprintf(stderr, "%s: static files of %s at http://%s/ (GET, HEAD; Kyutai's client: "
+                "http://%s/?worker_addr=%s)\n", prog, a->static_dir, bound, bound, bound);
     if (a->ky.lm && !a->ky.tok)
         fprintf(stderr, "%s: websocket: no --tokenizer: the model's text is not sent "
                 "(Kyutai's clients show Text messages as words)\n", prog);
@@ -844,6 +860,8 @@ out:
     if (rc)
         fprintf(stderr, "%s: %s\n", prog, err);
     mt_ws_gate_stop(gate);       /* before the server it connects to */
+    mt_static_free(a->static_files);   /* after the gate that reads it */
+    a->static_files = NULL;
     mt_metrics_http_stop(web);   /* before the engine its /health asks */
     mt_engine_free(eng);
     mt_metrics_free(reg);

@@ -37,6 +37,7 @@
 #include "wire/oggopus.h"
 #include "wire/ws.h"
 #include "serve/ws_params.h"
+#include "serve/static_http.h"
 
 #define DEFAULT_MAX_CONNS   64
 #define DEFAULT_UPGRADE_NS  10000000000ull
@@ -317,10 +318,36 @@ static int authorized(const mt_ws_gate *g, const mt_http_req *r)
            mt_token_equal(q, strlen(q), g->o.token, g->o.token_len);
 }
 
+/* --static: the file's answer (static_http.h), then the connection
+ * closes; a large file gets the time it needs while the client reads. */
+static void static_answer(mt_ws_gate *g, wsc *c, const mt_http_req *r)
+{
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    int status = 0;
+    char why[120];
+    if (mt_static_answer(g->o.static_files, r->method, r->path, &resp, &len, &status, why,
+                         sizeof why) != 0 ||
+        bb_put(&c->out, resp, len, len > g->o.out_max ? len : g->o.out_max) != 0) {
+        free(resp);
+        c->failed = 1;
+        return;
+    }
+    free(resp);
+    if (status != 200)
+        glog(g, "static %s: %.8s %.200s: %d (%s)", c->peer, r->method, r->path, status, why);
+    c->state = W_CLOSING;
+    c->deadline = now_ns() + CLOSING_NS + (uint64_t)(len >> 10) * 1000000ull;  /* +1 ms a KiB */
+}
+
 /* A whole upgrade request: 101 and HELLO to the server, or an HTTP
  * refusal. */
 static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
 {
+    if (strcmp(r->path, "/api/chat") != 0 && g->o.static_files) {
+        static_answer(g, c, r);
+        return;
+    }
     if (strcmp(r->path, "/api/chat") != 0) {
         http_answer(c, 404, NULL, "not found: the chat is at /api/chat\n");
         return;
