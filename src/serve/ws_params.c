@@ -11,7 +11,7 @@
 #define VAL_MAX 64   /* bytes of one decoded value */
 
 /* Percent-decodes s[0..n) into out (cap bytes with the NUL): 0, or -1
- * (too long, a bad escape, a NUL). */
+ * (too long, a bad escape, a control byte). */
 static int pct_decode(const char *s, size_t n, char *out, size_t cap)
 {
     size_t o = 0;
@@ -32,8 +32,8 @@ static int pct_decode(const char *s, size_t n, char *out, size_t cap)
         } else if (ch == '+') {
             ch = ' ';
         }
-        if (ch == 0 || o + 1 >= cap)
-            return -1;
+        if (ch < 0x20 || ch == 0x7f || o + 1 >= cap)
+            return -1;   /* a control byte would reach the log as it is */
         out[o++] = (char)ch;
     }
     out[o] = '\0';
