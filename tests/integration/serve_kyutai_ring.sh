@@ -11,7 +11,7 @@
 # checkpoint's context, and the default cache (sinks, a longer window)
 # differs from Kyutai's once the ring has wrapped.
 # fp32 weights and K/V (--weights f32 --kv-dtype f32) as Kyutai's fixture was
-# made in fp32.
+# made in fp32. And the options' refusals.
 # lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
@@ -64,4 +64,19 @@ t_check "... the same tokens while the ring has not wrapped (the first 6 frames)
 t_check "... and other tokens after it (Kyutai's ring forgets, the window does not)" \
     sh -c '! cmp -s win.tr "$1"' _ "$FIX/expected.tr"
 kill $SRV; wait $SRV 2>/dev/null
+
+# the options' refusals
+"$S" -s "$T_TMP/x.sock" -m "$FIX" --codec synthetic:mimi-tiny --kv ring --window 6 2> e1
+t_check "--kv ring with --window: usage error (exit 2)" [ $? = 2 ]
+"$S" -s "$T_TMP/x.sock" -m synthetic:tiny --kv ring 2> e2
+rc=$?
+t_check "--kv ring for a model without a context: exit 1 ($(cat e2))" [ $rc = 1 ]
+"$S" -s "$T_TMP/x.sock" -m synthetic:tiny --temperature 0.5 2> e3
+rc=$?
+t_check "sampling for a model that does not sample: exit 1 ($(cat e3))" [ $rc = 1 ]
+for bad in "--temperature 10.5" "--text-temperature -1" "--top-k 65537" "--text-top-k x"; do
+    "$S" -s "$T_TMP/x.sock" -m "$FIX" $bad 2> e4
+    rc=$?
+    t_check "$bad: usage error (exit 2: $(head -1 e4))" [ $rc = 2 ]
+done
 t_done
