@@ -344,7 +344,7 @@ static void static_answer(mt_ws_gate *g, wsc *c, const mt_http_req *r)
  * refusal. */
 static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
 {
-    if (strcmp(r->path, "/api/chat") != 0 && g->o.static_files) {
+    if (strncmp(r->path, "/api/", 5) != 0 && g->o.static_files) {   /* /api/: never files */
         static_answer(g, c, r);
         return;
     }
@@ -400,8 +400,8 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
         return;
     }
     if (said[0] || ign[0])
-        glog(g, "websocket %s: chat parameters: %s%s%s%s", c->peer, said[0] ? said : "none",
-             ign[0] ? "; ignored (not implemented): " : "", ign, "");
+        glog(g, "websocket %s: chat parameters: %s%s%s", c->peer, said[0] ? said : "none",
+             ign[0] ? "; ignored (not implemented): " : "", ign);
     char err[256];
     int fd = mt_endpoint_connect(g->server, 1000, err, sizeof err);
     if (fd < 0) {
