@@ -133,6 +133,9 @@ int mt_ws_chat_params(const char *query, mt_hello *h, uint64_t *seed, char *said
         size_t nl = (size_t)((eq ? eq : e) - p);
         if (nl == 0 || pct_decode(p, nl, name, sizeof name)) {
             snprintf(name, sizeof name, "%.*s", (int)(nl < 40 ? nl : 40), p);
+            for (char *q = name; *q; q++)   /* as it came: shown printable */
+                if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                    *q = '?';
             if (nl)
                 append(ignored, igncap, ", ", name);   /* a name we cannot read */
         } else if (eq && pct_decode(eq + 1, (size_t)(e - eq - 1), v, sizeof v) == 0) {
