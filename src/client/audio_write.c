@@ -36,6 +36,8 @@ static const struct { const char *ext; int fmt; } exts[] = {
     { "caf",  SF_FORMAT_CAF | SF_FORMAT_PCM_16 },
     { "w64",  SF_FORMAT_W64 | SF_FORMAT_PCM_16 },
     { "raw",  SF_FORMAT_RAW | SF_FORMAT_PCM_16 },
+    { "f32",  SF_FORMAT_RAW | SF_FORMAT_FLOAT },    /* sox's raw float types */
+    { "f64",  SF_FORMAT_RAW | SF_FORMAT_DOUBLE },
 };
 
 int mt_audio_type_parse(const char *name, int *sf_format)
@@ -150,11 +152,26 @@ static int mono_info(SF_INFO *info, int format, int rate, const char *name,
 int mt_audio_writer_open(const char *path, int rate, mt_audio_writer **wp,
                          char *err, size_t errlen)
 {
+    return mt_audio_writer_open_sub(path, rate, 0, wp, err, errlen);
+}
+
+int mt_audio_writer_open_sub(const char *path, int rate, int subformat, mt_audio_writer **wp,
+                             char *err, size_t errlen)
+{
     static unsigned counter;
     *wp = NULL;
     int fmt;
     if (mt_audio_format_for_path(path, &fmt, err, errlen) != 0)
         return -1;
+    if (subformat) {
+        fmt = (fmt & ~SF_FORMAT_SUBMASK) | (subformat & SF_FORMAT_SUBMASK);
+        SF_INFO probe = { .samplerate = rate, .channels = 1, .format = fmt };
+        if (!sf_format_check(&probe)) {
+            mt_set_err(err, errlen, "%s: this file type cannot hold that encoding (floating "
+                       "point: .wav .w64 .caf .aiff .au .raw .f32 .f64)", path);
+            return -1;
+        }
+    }
     mt_audio_writer *w = mt_calloc_or_err(1, sizeof *w, err, errlen, NULL);
     if (!w)
         return -1;
@@ -266,6 +283,22 @@ int mt_audio_writer_open_fd(int fd, const char *name, int sf_format, int rate,
         return -1;
     }
     *wp = w;
+    return 0;
+}
+
+int mt_audio_writer_write_float(mt_audio_writer *w, const float *pcm, size_t n,
+                                char *err, size_t errlen)
+{
+    if (!w->sf) {
+        mt_set_err(err, errlen, "%s: float samples go to files only", w->path);
+        return -1;
+    }
+    sf_count_t put = sf_write_float(w->sf, pcm, (sf_count_t)n);
+    if (put != (sf_count_t)n) {
+        mt_set_err(err, errlen, "%s: write failed: %s", w->path, sf_strerror(w->sf));
+        return -1;
+    }
+    w->frames += n;
     return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "util/clock.h"
 
 #include <errno.h>
+#include <sndfile.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,11 +50,17 @@ static void usage(FILE *f)
 "                        best, medium, fastest (default medium)\n"
 "      --backend B       cpu (default) or cuda (a GPU, through the CUDA\n"
 "                        module)\n"
+"  -e, --encoding ENC    OUT's samples, as sox names them: signed-integer\n"
+"                        (default) or floating-point (the codec's output\n"
+"                        unrounded, to compare below 16 bits' 3e-5)\n"
+"  -b, --bits N          16 (default), 24 or 32 for signed-integer; 32\n"
+"                        (default) or 64 for floating-point\n"
 "  -h, --help            this help\n"
 "      --version         print the version\n"
 "\n"
 "Audio is read by libsndfile (any rate, down-mixed to mono, resampled to\n"
-"24 kHz) and written as 16-bit mono by the extension of OUT. One line on\n"
+"24 kHz) and written mono by the extension of OUT (16-bit unless -e/-b say\n"
+"otherwise; .f32 and .f64 are sox's raw floating-point types). One line on\n"
 "stdout says what was done: 'codec mode= frames_in= frames_out=\n"
 "samples_in= samples_out= padded= codebooks= state_bytes= seconds= rtf=\n"
 "backend=' (rtf: codec time over audio time). Exit status: 0 ok, 1 runtime\n"
@@ -65,10 +72,12 @@ static const mt_cli cli = {
 };
 
 enum { OPT_ENCODE = 0x100, OPT_DECODE, OPT_CONFIG, OPT_RESAMPLE, OPT_BACKEND };
+enum { ENC_DEFAULT = 0, ENC_SIGNED, ENC_FLOAT };
 
 typedef struct opts {
     const char *codec, *config;
     int codebooks, mode, quality;   /* mode 0 round trip, 1 encode, 2 decode */
+    int enc, bits;                  /* -e, -b: OUT's samples (0: the defaults) */
     mimi_backend backend;
 } opts;
 
@@ -83,6 +92,12 @@ static int one_option(void *ctx, int c, const char *arg)
     case OPT_DECODE: o->mode = o->mode == 1 ? -1 : 2; return 0;
     case OPT_BACKEND:
         return mimi_backend_parse(arg, &o->backend, NULL, 0) ? mt_opt_bad(arg, "is not cpu or cuda") : 0;
+    case 'e':
+        if (!strcmp(arg, "signed-integer")) o->enc = ENC_SIGNED;
+        else if (!strcmp(arg, "floating-point")) o->enc = ENC_FLOAT;
+        else return mt_opt_bad(arg, "is not signed-integer or floating-point");
+        return 0;
+    case 'b': return mt_opt_int(arg, 16, 64, &o->bits);
     case OPT_RESAMPLE: {
         int q = mt_audio_quality_parse(arg);
         if (q < 0)
@@ -211,6 +226,23 @@ done:
     return rc;
 }
 
+/* -e and -b into a libsndfile subformat (sox's pairs): 0, or -1 (said). */
+static int out_encoding(const opts *o, int *sub)
+{
+    if (o->enc == ENC_FLOAT) {
+        if (o->bits && o->bits != 32 && o->bits != 64)
+            return mt_opt_usage_error("-e floating-point: -b 32 or 64, not %d", o->bits);
+        *sub = o->bits == 64 ? SF_FORMAT_DOUBLE : SF_FORMAT_FLOAT;
+        return 0;
+    }
+    if (o->bits && o->bits != 16 && o->bits != 24 && o->bits != 32)
+        return mt_opt_usage_error("-e signed-integer: -b 16, 24 or 32, not %d", o->bits);
+    if (o->enc == ENC_SIGNED || o->bits)
+        *sub = o->bits == 24 ? SF_FORMAT_PCM_24 : o->bits == 32 ? SF_FORMAT_PCM_32
+                                                                : SF_FORMAT_PCM_16;
+    return 0;
+}
+
 int mt_probe_codec_main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -221,13 +253,15 @@ int mt_probe_codec_main(int argc, char **argv)
         {"decode", no_argument, 0, OPT_DECODE},
         {"resample", required_argument, 0, OPT_RESAMPLE},
         {"backend", required_argument, 0, OPT_BACKEND},
+        {"encoding", required_argument, 0, 'e'},
+        {"bits", required_argument, 0, 'b'},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
     opts o = { .quality = mt_audio_quality_parse("medium") };
     int c;
     optind = 1;
-    while ((c = mt_opt_next(&cli, argc, argv, "c:n:h", longopts)) >= 0)
+    while ((c = mt_opt_next(&cli, argc, argv, "c:n:e:b:h", longopts)) >= 0)
         if (one_option(&o, c, optarg) != 0)
             return 2;
     if (c != MT_OPT_END)
@@ -239,6 +273,9 @@ int mt_probe_codec_main(int argc, char **argv)
     if (argc - optind != 2)
         return mt_opt_usage_error("need IN and OUT");
     const char *in = argv[optind], *outp = argv[optind + 1];
+    int sub = 0;   /* OUT's libsndfile subformat; 0: its extension's */
+    if (out_encoding(&o, &sub) != 0)
+        return 2;
     const char *prog = "mt-probe codec";
     char err[1024];
 
@@ -329,7 +366,12 @@ int mt_probe_codec_main(int argc, char **argv)
             snprintf(err, sizeof err, "out of memory");
             goto fail;
         }
-        if (mt_audio_writer_open(outp, mc->sample_rate, &aw, err, sizeof err) != 0) {
+        /* float samples unless plain 16-bit: the codec's output itself */
+        int fmt = 0, as_float = sub && sub != SF_FORMAT_PCM_16;
+        if (!sub && mt_audio_format_for_path(outp, &fmt, err, sizeof err) == 0)
+            as_float = (fmt & SF_FORMAT_SUBMASK) == SF_FORMAT_FLOAT ||
+                       (fmt & SF_FORMAT_SUBMASK) == SF_FORMAT_DOUBLE;
+        if (mt_audio_writer_open_sub(outp, mc->sample_rate, sub, &aw, err, sizeof err) != 0) {
             free(s16);
             goto fail;
         }
@@ -342,7 +384,8 @@ int mt_probe_codec_main(int argc, char **argv)
             if (keep > fs)
                 keep = fs;
             mt_audio_to_s16(outpcm, s16, (size_t)keep);
-            if (mt_audio_writer_write(aw, s16, (size_t)keep, err, sizeof err) != 0) {
+            if (as_float ? mt_audio_writer_write_float(aw, outpcm, (size_t)keep, err, sizeof err)
+                         : mt_audio_writer_write(aw, s16, (size_t)keep, err, sizeof err)) {
                 free(s16);
                 goto fail;
             }

@@ -29,6 +29,7 @@
 #include "speech/serve_kyutai.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
+#include "serve/static_http.h"
 #include "util/realtime.h"
 #include "util/version.h"
 #include "wire/endpoint.h"
@@ -71,10 +72,18 @@ static void usage(FILE *f)
 "      --asr-delay S        speech-to-text models: the text's delay behind the\n"
 "                           audio for --ws /api/asr-streaming (default 0.5)\n"
 "      --seed N             Kyutai models: every session's sampling seed (1)\n"
+"      --temperature T      Kyutai models: audio sampling temperature, 0..10\n"
+"                           (0.8; 0: greedy, the argmax, lowest index on ties)\n"
+"      --top-k K            Kyutai models: audio top-k, 0..65536 (250; 0: all)\n"
+"      --text-temperature T Kyutai models: text temperature (0.7; 0: greedy)\n"
+"      --text-top-k K       Kyutai models: text top-k (25; 0: all)\n"
+"      --static DIR         with --ws: serve DIR's files at GET / (Kyutai's\n"
+"                           built web client; read-only, no listing)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
 "      --threads N          CPU threads (default: all cores)\n"
-"      --kv POLICY          window (default) or full\n"
+"      --kv POLICY          window (default), full, or ring (Kyutai's own:\n"
+"                           no sinks, the checkpoint's context, absolute)\n"
 "      --sink S             sink positions, window policy (default 4)\n"
 "      --window W           ring positions, window policy (default 256)\n"
 "      --rope MODE          cache (default) or absolute\n"
@@ -136,6 +145,7 @@ enum {
     O_TIMESCALE, O_RTPRIO, O_INPUTTO, O_IOBATCH,
     O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
     O_ASRDELAY,
+    O_TEMP, O_TOPK, O_TTEMP, O_TTOPK, O_STATIC,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -159,6 +169,12 @@ typedef struct serve_args {
     double          asr_delay_s;    /* --asr-delay: audio_delay_seconds */
     int             asr_delay_given;
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
+    mt_kyutai_sampling smp;         /* Kyutai models: the sessions' default sampling */
+    int             ring;           /* --kv ring: Kyutai's ring, sized at load */
+    int             kv_shape_set;   /* --sink, --window or --rope given */
+    int             smp_set;        /* a sampling option given */
+    const char     *static_dir;     /* --static DIR, or NULL */
+    mt_static      *static_files;   /* DIR opened, for the --ws gate */
 } serve_args;
 
 static const mt_cli cli = { "mt-serve", "mt-serve (-s PATH | --listen HOST:PORT | --stdio) [options]", usage };
@@ -200,6 +216,11 @@ static const struct option longopts[] = {
     {"codec", required_argument, 0, O_CODEC},
     {"tokenizer", required_argument, 0, O_TOKENIZER},
     {"seed", required_argument, 0, O_SEED},
+    {"temperature", required_argument, 0, O_TEMP},
+    {"top-k", required_argument, 0, O_TOPK},
+    {"text-temperature", required_argument, 0, O_TTEMP},
+    {"text-top-k", required_argument, 0, O_TTOPK},
+    {"static", required_argument, 0, O_STATIC},
     {"in-queue", required_argument, 0, O_INQ},
     {"out-queue", required_argument, 0, O_OUTQ},
     {"write-timeout", required_argument, 0, O_WRITETO},
@@ -238,6 +259,7 @@ static void args_default(serve_args *a)
     a->asr_delay_s = 0.5;
     a->time_scale = 1;
     a->eo.speech_seed = 1;
+    mt_kyutai_sampling_default(&a->smp);
 }
 
 /* The options whose value is one of a few words. 0, or -1 (said). */
@@ -245,7 +267,7 @@ static int word_option(serve_args *a, int c, const char *arg)
 {
     static const char *const devices[] = { "cpu", "cuda", "auto", NULL };
     static const mt_device device_of[] = { MT_DEV_CPU, MT_DEV_CUDA, MT_DEV_AUTO };
-    static const char *const kvs[] = { "window", "full", NULL };
+    static const char *const kvs[] = { "window", "full", "ring", NULL };
     static const char *const ropes[] = { "cache", "absolute", NULL };
     static const char *const onfull[] = { "preempt", "stall", NULL };
     static const char *const latency[] = { "ticks", "frames", NULL };
@@ -264,11 +286,13 @@ static int word_option(serve_args *a, int c, const char *arg)
         return 0;
     case O_KV:
         if (mt_opt_choice(arg, kvs, &i)) return -1;
-        a->dopt.kv.policy = i ? MT_KV_FULL : MT_KV_WINDOW;
+        a->dopt.kv.policy = i == 1 ? MT_KV_FULL : MT_KV_WINDOW;
+        a->ring = i == 2;
         return 0;
     case O_ROPE:
         if (mt_opt_choice(arg, ropes, &i)) return -1;
         a->dopt.kv.rope = i ? MT_ROPE_ABSOLUTE : MT_ROPE_CACHE;
+        a->kv_shape_set = 1;
         return 0;
     case O_ONFULL:
         if (mt_opt_choice(arg, onfull, &i)) return -1;
@@ -301,8 +325,8 @@ static int number_option(serve_args *a, int c, const char *arg)
     double ms;
     switch (c) {
     case O_THREADS: return mt_opt_int(arg, 0, 1024, &a->dopt.threads);
-    case O_SINK: return mt_opt_int(arg, 0, MT_KV_SINK_MAX, &a->dopt.kv.sink);
-    case O_WINDOW: return mt_opt_int(arg, 1, MT_KV_WINDOW_MAX, &a->dopt.kv.window);
+    case O_SINK: a->kv_shape_set = 1; return mt_opt_int(arg, 0, MT_KV_SINK_MAX, &a->dopt.kv.sink);
+    case O_WINDOW: a->kv_shape_set = 1; return mt_opt_int(arg, 1, MT_KV_WINDOW_MAX, &a->dopt.kv.window);
     case O_KVMEM:
         if (mt_opt_bytes(arg, 1, (uint64_t)1e15, &b)) return -1;
         a->dopt.kv.budget_bytes = (size_t)b;
@@ -323,6 +347,15 @@ static int number_option(serve_args *a, int c, const char *arg)
         return 0;
     case O_INQ: return mt_opt_int(arg, 1, 65536, &a->eo.in_queue);
     case O_SEED: return mt_opt_u64(arg, &a->eo.speech_seed);
+    case O_TEMP: case O_TTEMP: {
+        double t;
+        a->smp_set = 1;
+        if (mt_opt_double(arg, 0, MT_SMP_TEMP_MAX, &t)) return -1;
+        *(c == O_TEMP ? &a->smp.temp : &a->smp.temp_text) = (float)t;
+        return 0;
+    }
+    case O_TOPK: a->smp_set = 1; return mt_opt_int(arg, 0, MT_SMP_TOPK_MAX, &a->smp.top_k);
+    case O_TTOPK: a->smp_set = 1; return mt_opt_int(arg, 0, MT_SMP_TOPK_MAX, &a->smp.top_k_text);
     case O_OUTQ: return mt_opt_int(arg, 1, 65536, &a->eo.out_queue);
     case O_WRITETO:
         if (mt_opt_ms(arg, 1, 3600000, &ms)) return -1;
@@ -374,6 +407,7 @@ static int one_option(void *ctx, int c, const char *arg)
     case O_ASRDELAY:
         a->asr_delay_given = 1;
         return mt_opt_seconds(arg, 0, 60, &a->asr_delay_s);
+    case O_STATIC: a->static_dir = arg; return 0;
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -408,6 +442,13 @@ static int parse_args(int argc, char **argv, serve_args *a)
     if (a->ws_addr && !a->so.socket_path)
         return mt_opt_usage_error("--ws needs -s PATH: its sessions enter the server "
                                   "through that socket");
+    if (a->static_dir && !a->ws_addr)
+        return mt_opt_usage_error("--static serves its files on the --ws port: give --ws "
+                                  "HOST:PORT too");
+    if (a->ring && a->kv_shape_set)
+        return mt_opt_usage_error("--kv ring sets the cache itself (no sinks, the "
+                                  "checkpoint's context, absolute positions): no --sink, "
+                                  "--window or --rope with it");
     if (a->so.stdio && a->so.agent_addr)
         return mt_opt_usage_error("--agent needs a listening server, not --stdio");
     /* On a real device the compute cannot be made K times faster, so a
@@ -519,6 +560,14 @@ static int preflight(const serve_args *a)
         return rc;
     if (a->so.socket_path && check_socket_path(a->so.socket_path) != 0)
         return 1;
+    if (a->static_dir) {
+        int bad = stat(a->static_dir, &st) != 0;
+        if (bad || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "%s: --static %s: %s\n", prog, a->static_dir,
+                    bad ? strerror(errno) : "not a directory");
+            return 1;
+        }
+    }
     if (a->so.control_path) {
         if (stat(a->so.control_path, &st) != 0) {
             fprintf(stderr, "%s: --control %s: %s%s\n", prog, a->so.control_path,
@@ -570,11 +619,18 @@ static int load_model(serve_args *a, mt_model **m)
             return -1;
         }
         *m = a->ky.lm->temporal;
+        if (a->ring) {   /* Kyutai's own ring: the checkpoint's context */
+            a->dopt.kv.sink = 0;
+            a->dopt.kv.window = a->ky.lm->kc.context;
+            a->dopt.kv.rope = MT_ROPE_ABSOLUTE;
+        }
         return 0;
     }
-    if (a->codec || a->tokenizer) {
-        fprintf(stderr, "%s: --%s is for Kyutai models; %s is not one\n", prog,
-                a->codec ? "codec" : "tokenizer", a->model);
+    if (a->codec || a->tokenizer || a->smp_set || a->ring) {
+        fprintf(stderr, "%s: %s is for Kyutai models; %s is not one\n", prog,
+                a->codec ? "--codec" : a->tokenizer ? "--tokenizer"
+                : a->ring ? "--kv ring (the checkpoint's context)" : "sampling (--temperature, "
+                "--top-k, --text-temperature, --text-top-k)", a->model);
         return -1;
     }
     if (mt_model_load(a->model, mflags, m, err, sizeof err) != 0) {
@@ -760,6 +816,8 @@ static int ws_start(serve_args *a, mt_engine *eng, mt_ws_gate **gate,
 {
     if (asr_delay_from_config(a, err, errlen) != 0)
         return -1;
+    if (a->static_dir && mt_static_open(a->static_dir, &a->static_files, err, errlen) != 0)
+        return -1;
     mt_hello fmt;
     mt_engine_format(eng, &fmt);
     mt_ws_gate_opts wo = {
@@ -773,6 +831,7 @@ static int ws_start(serve_args *a, mt_engine *eng, mt_ws_gate **gate,
          * server computes it from audio_delay_seconds (truncated) */
         .asr = a->ky.lm && a->ky.lm->kc.dep_q == 0,
         .asr_delay = (int)(a->asr_delay_s * fmt.sample_rate / fmt.frame_samples + 1e-9),
+        .static_files = a->static_files,
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)
@@ -782,6 +841,9 @@ static int ws_start(serve_args *a, mt_engine *eng, mt_ws_gate **gate,
     if (wo.asr)
         fprintf(stderr, "%s: speech-to-text on ws://%s/api/asr-streaming (text %d "
                 "frames behind the audio)\n", prog, bound, wo.asr_delay);
+    if (a->static_files)
+        fprintf(stderr, "%s: static files of %s at http://%s/ (GET, HEAD; Kyutai's client: "
+                "http://%s/?worker_addr=%s)\n", prog, a->static_dir, bound, bound, bound);
     if (a->ky.lm && !a->ky.tok)
         fprintf(stderr, "%s: websocket: no --tokenizer: the model's text is not sent "
                 "(Kyutai's clients show Text messages as words)\n", prog);
@@ -815,7 +877,8 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     pool_capacity(dec);
     if (a->ky.lm) {
         char line[2048];
-        if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, err, sizeof err) != 0)
+        if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, &a->smp, err,
+                                  sizeof err) != 0)
             goto out;
         mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,
                                sizeof line);
@@ -853,6 +916,8 @@ out:
     if (rc)
         fprintf(stderr, "%s: %s\n", prog, err);
     mt_ws_gate_stop(gate);       /* before the server it connects to */
+    mt_static_free(a->static_files);   /* after the gate that reads it */
+    a->static_files = NULL;
     mt_metrics_http_stop(web);   /* before the engine its /health asks */
     mt_engine_free(eng);
     mt_metrics_free(reg);

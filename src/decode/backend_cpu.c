@@ -219,7 +219,8 @@ typedef struct cpu_backend {
 
     mt_tpool tp;         /* tp.n threads, the caller's included */
     scratch *scr;        /* [threads] */
-    char    note[200];   /* the backend's note: what OpenBLAS chose, when it matters */
+    char    note[400];   /* the backend's note: what OpenBLAS chose, when it matters;
+                            weights kept in fp32 (beyond f16's range) */
 } cpu_backend;
 
 /* Elements (fp32 or f16) of (layer l, k or v, kv head g) of block b,
@@ -1080,30 +1081,51 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
         return -1;
     }
     uint16_t *p = be->w16_store;
-#define TAKE(dst, src, count)                            \
-    do {                                                 \
-        (dst) = p;                                       \
-        mt_half_pack(p, (src), (count));              \
-        p += (count);                                    \
+    /* a matrix with a finite value beyond f16's range stays fp32 (its
+     * half pointer NULL: gemm_cols reads the fp32 one), never infinite */
+    int kept = 0;
+    char first[64] = "";
+    float first_big = 0;
+#define TAKE(dst, src, count, ...)                                        \
+    do {                                                                  \
+        float big_ = mt_half_overflow((src), (count));                    \
+        if (big_ > 0) {                                                   \
+            (dst) = NULL;                                                 \
+            if (!kept++) {                                                \
+                snprintf(first, sizeof first, __VA_ARGS__);               \
+                first_big = big_;                                         \
+            }                                                             \
+        } else {                                                          \
+            (dst) = p;                                                    \
+            mt_half_pack(p, (src), (count));                              \
+        }                                                                 \
+        p += (count);                                                     \
     } while (0)
     for (int l = 0; l < c->layers; l++) {
         const mt_layer_weights *w = &m->layer[l];
         layer16 *d = &be->w16[l];
-        TAKE(d->wq, w->wq, (size_t)be->q_dim * H);
-        TAKE(d->wk, w->wk, (size_t)be->kv_dim * H);
-        TAKE(d->wv, w->wv, (size_t)be->kv_dim * H);
-        TAKE(d->wo, w->wo, H * be->q_dim);
-        TAKE(d->w_gate, w->w_gate, (size_t)c->ffn * H);
-        TAKE(d->w_up, w->w_up, (size_t)c->ffn * H);
-        TAKE(d->w_down, w->w_down, H * c->ffn);
+        TAKE(d->wq, w->wq, (size_t)be->q_dim * H, "layers.%d.wq", l);
+        TAKE(d->wk, w->wk, (size_t)be->kv_dim * H, "layers.%d.wk", l);
+        TAKE(d->wv, w->wv, (size_t)be->kv_dim * H, "layers.%d.wv", l);
+        TAKE(d->wo, w->wo, H * be->q_dim, "layers.%d.wo", l);
+        TAKE(d->w_gate, w->w_gate, (size_t)c->ffn * H, "layers.%d.w_gate", l);
+        TAKE(d->w_up, w->w_up, (size_t)c->ffn * H, "layers.%d.w_up", l);
+        TAKE(d->w_down, w->w_down, H * c->ffn, "layers.%d.w_down", l);
     }
     if (n_lm)
-        TAKE(be->lm_head16, m->lm_head, n_lm);
+        TAKE(be->lm_head16, m->lm_head, n_lm, "lm_head");
     if (n_ai)
-        TAKE(be->audio_in16, m->audio_in, n_ai);
+        TAKE(be->audio_in16, m->audio_in, n_ai, "audio_in");
     if (n_ao)
-        TAKE(be->audio_out16, m->audio_out, n_ao);
+        TAKE(be->audio_out16, m->audio_out, n_ao, "audio_out");
 #undef TAKE
+    if (kept) {
+        size_t n = strlen(be->note);
+        snprintf(be->note + n, sizeof be->note - n, "%sf16 weights: %d matri%s with values "
+                 "beyond f16's range (%g) kept in fp32, first %s (largest |value| %g)",
+                 n ? "; " : "", kept, kept == 1 ? "x" : "ces", (double)MT_HALF_MAX, first,
+                 (double)first_big);
+    }
     be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows : F16_ROWS_DEFAULT;
     return 0;
 }
@@ -1223,9 +1245,10 @@ static void blas_note(mt_backend *b)
                        : __builtin_cpu_supports("avx2")  ? "Haswell" : NULL;
     if (!want)
         return;
-    snprintf(be->note, sizeof be->note,
-             "OpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
-             core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
+    size_t n = strlen(be->note);   /* after the f16 weights' note, if any */
+    snprintf(be->note + n, sizeof be->note - n,
+             "%sOpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
+             n ? "; " : "", core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
     b->note = be->note;
 #else
     (void)b;
@@ -1264,6 +1287,8 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
         cpu_destroy(b);
         return -1;
     }
+    if (be->note[0])
+        b->note = be->note;   /* matrices kept in fp32 */
     int fail = cpu_alloc_activations(be, o) != 0;
     int T = cpu_thread_count(o);
     be->tp.n = T;

@@ -7,6 +7,9 @@
  */
 #include "decode/cpu_f16.h"
 
+#include <float.h>
+#include <math.h>
+
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -631,6 +634,17 @@ void mt_half_pack(uint16_t *dst, const float *src, size_t n)
 {
     mt_half_init();
     kern.from_f32(dst, src, n);
+}
+
+float mt_half_overflow(const float *src, size_t n)
+{
+    float big = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(src[i]);
+        if (a > big && a <= FLT_MAX)       /* finite only: nan compares false */
+            big = a;
+    }
+    return big > MT_HALF_MAX ? big : 0.0f;
 }
 
 void mt_half_unpack(float *dst, const uint16_t *src, size_t n)

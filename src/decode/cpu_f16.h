@@ -29,6 +29,14 @@ uint16_t mt_half_from_float(float f);  /* round to nearest even */
 float    mt_half_to_float(uint16_t h);
 
 void mt_half_pack(uint16_t *dst, const float *src, size_t n);
+
+#define MT_HALF_MAX 65504.0f   /* the largest finite half */
+/* The largest |value| of src[0..n) when a finite one lies beyond
+ * MT_HALF_MAX (packed, it would turn into infinity or saturate): a weight
+ * matrix for which this is not 0 is kept in fp32 (backend_cpu.c), never
+ * packed. 0 when every value fits (inf and nan are not counted: they
+ * stay what they are in either precision). */
+float mt_half_overflow(const float *src, size_t n);
 void mt_half_unpack(float *dst, const uint16_t *src, size_t n);
 
 /* Y[m, 0:N] = beta * Y[m, 0:N] + X[m, 0:K] . W[0:N, 0:K]^T for m < M;

@@ -118,6 +118,8 @@ typedef struct sess {
     int        overflow;
     mt_speech_sess *sp;       /* codec state and LM streams (opts.speech) */
     uint64_t   seed;          /* its sampling seed; 0: opts.speech_seed */
+    int        has_smp;       /* smp set by HELLO (mt_engine_set_sampling) */
+    mt_kyutai_sampling smp;   /* its sampling; else the speech stage's */
     void      *user;          /* the caller's (mt_engine_session_new_for) */
     int        ready;         /* on e->ready: output came since the caller
                                  last took the list */
@@ -661,6 +663,43 @@ void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed)
     pthread_mutex_unlock(&e->mu);
 }
 
+void mt_engine_set_sampling(mt_engine *e, uint32_t id, const mt_hello *h)
+{
+    if (!e->o.speech || !h->smp_mask)
+        return;
+    pthread_mutex_lock(&e->mu);
+    sess *s = find(e, id);
+    if (s && s->state == S_PENDING) {
+        s->smp = *mt_speech_sampling(e->o.speech);
+        if (h->smp_mask & MT_SMP_TEMP) s->smp.temp = h->temp;
+        if (h->smp_mask & MT_SMP_TOPK) s->smp.top_k = (int)h->top_k;
+        if (h->smp_mask & MT_SMP_TEMP_TEXT) s->smp.temp_text = h->temp_text;
+        if (h->smp_mask & MT_SMP_TOPK_TEXT) s->smp.top_k_text = (int)h->top_k_text;
+        s->has_smp = 1;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+int mt_engine_sampling_desc(mt_engine *e, uint32_t id, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!e->o.speech)
+        return -1;
+    pthread_mutex_lock(&e->mu);
+    sess *s = find(e, id);
+    int rc = -1;
+    if (s) {
+        const mt_kyutai_sampling *m = s->has_smp ? &s->smp : mt_speech_sampling(e->o.speech);
+        snprintf(out, cap, "sampling text temperature %g top-k %d, audio temperature %g "
+                 "top-k %d%s, seed %llu", (double)m->temp_text, m->top_k_text,
+                 (double)m->temp, m->top_k, s->has_smp ? " (HELLO)" : "",
+                 (unsigned long long)(s->seed ? s->seed : e->o.speech_seed));
+        rc = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
 int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
 {
     pthread_mutex_lock(&e->mu);
@@ -693,8 +732,9 @@ int mt_engine_admit(mt_engine *e, uint32_t id, char *why, size_t whylen)
     }
     mt_speech_sess *sp = NULL;
     char sperr[160];
-    if (e->o.speech && mt_speech_sess_open(e->o.speech, s->seed ? s->seed : e->o.speech_seed,
-                                           &sp, sperr, sizeof sperr) != 0) {
+    if (e->o.speech && mt_speech_sess_open_smp(e->o.speech, s->seed ? s->seed : e->o.speech_seed,
+                                               s->has_smp ? &s->smp : NULL, &sp, sperr,
+                                               sizeof sperr) != 0) {
         free(ob); free(q); free(qpcm);
         snprintf(why, whylen, "server: %s", sperr);
         goto out;

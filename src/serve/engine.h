@@ -93,6 +93,14 @@ uint32_t mt_engine_session_new_for(mt_engine *e, void *user);
 /* The session's sampling seed (HELLO's 64-bit seed, when not 0), in place of
  * opts.speech_seed; before mt_engine_admit. Unknown ids: nothing. */
 void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed);
+/* The session's sampling from HELLO's sampling block (h->smp_mask's
+ * fields over the speech stage's defaults; nothing without opts.speech
+ * or a block); before mt_engine_admit. Unknown ids: nothing. */
+void mt_engine_set_sampling(mt_engine *e, uint32_t id, const mt_hello *h);
+/* "sampling text temperature T top-k K, audio temperature T top-k K,
+ * seed N" of the session, for its start line: 0, or -1 (no speech stage,
+ * no such session; out then empty). */
+int  mt_engine_sampling_desc(mt_engine *e, uint32_t id, char *out, size_t cap);
 /* Admits: opens the KV sequence (window: the whole bound, or refused) and
  * queues ACCEPT. 0; or, with why (the caller then rejects), -1 where a
  * later try may pass (the server full now) and MT_ENGINE_REFUSED_FINAL

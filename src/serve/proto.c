@@ -189,10 +189,13 @@ void mt_proto_admit(mt_proto *p, mt_proto_conn *c, uint64_t now)
         mt_proto_reject(p, c, why, rc == MT_ENGINE_REFUSED_FINAL, now);
         return;
     }
+    char smp[200], sep[3] = "";
+    if (mt_engine_sampling_desc(p->eng, c->id, smp, sizeof smp) == 0)
+        snprintf(sep, sizeof sep, ", ");
     if (c->is_tcp)
-        plog(p, "session %u: admitted (tcp %s)", c->id, c->peer);
+        plog(p, "session %u: admitted (tcp %s)%s%s", c->id, c->peer, sep, smp);
     else
-        plog(p, "session %u: admitted (uid %d)", c->id, (int)c->uid);
+        plog(p, "session %u: admitted (uid %d)%s%s", c->id, (int)c->uid, sep, smp);
     c->last_input = now;
     verdict_line(p, c->id, 1, NULL, now);
 }
@@ -327,6 +330,7 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
         fail_session(p, c, "malformed HELLO payload", now);
         return;
     }
+    mt_engine_set_sampling(p->eng, c->id, &h);   /* its sampling block, if any */
     if (h.sample_rate != want.sample_rate || h.frame_samples != want.frame_samples ||
         h.channels != 1 || h.encoding != MT_ENC_PCM_S16LE) {
         snprintf(reason, sizeof reason,

@@ -38,6 +38,8 @@
 #include "wire/http.h"
 #include "wire/oggopus.h"
 #include "wire/ws.h"
+#include "serve/ws_params.h"
+#include "serve/static_http.h"
 
 #define DEFAULT_MAX_CONNS   64
 #define DEFAULT_UPGRADE_NS  10000000000ull
@@ -74,6 +76,7 @@ typedef struct wsc {
     mt_oggopus_dec  *dec;
     mt_oggopus_enc  *enc;
     uint32_t         session, seq;
+    uint64_t         hello_seed;       /* from the URL's seeds; 0: the server's */
     int              admitted;
     int              failed;           /* a queue overflowed: drop it */
     uint64_t         stuck_since;      /* output queued, none taken since */
@@ -212,6 +215,8 @@ static void send_frame(wsc *c, int type, const void *payload, uint32_t len)
     f.type = (uint8_t)type;
     f.session = c->session;
     f.seq = type == MT_FRAME_AUDIO ? c->seq++ : 0;
+    if (type == MT_FRAME_HELLO)
+        mt_frame_set_hello_seed(&f, c->hello_seed);
     f.t_send = mt_clock_ns();
     f.length = len;
     f.payload = payload;
@@ -349,10 +354,36 @@ static int authorized(const mt_ws_gate *g, const mt_http_req *r)
            mt_token_equal(q, strlen(q), g->o.token, g->o.token_len);
 }
 
+/* --static: the file's answer (static_http.h), then the connection
+ * closes; a large file gets the time it needs while the client reads. */
+static void static_answer(mt_ws_gate *g, wsc *c, const mt_http_req *r)
+{
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    int status = 0;
+    char why[120];
+    if (mt_static_answer(g->o.static_files, r->method, r->path, &resp, &len, &status, why,
+                         sizeof why) != 0 ||
+        bb_put(&c->out, resp, len, len > g->o.out_max ? len : g->o.out_max) != 0) {
+        free(resp);
+        c->failed = 1;
+        return;
+    }
+    free(resp);
+    if (status != 200)
+        glog(g, "static %s: %.8s %.200s: %d (%s)", c->peer, r->method, r->path, status, why);
+    c->state = W_CLOSING;
+    c->deadline = mt_clock_ns() + CLOSING_NS + (uint64_t)(len >> 10) * 1000000ull;  /* +1 ms a KiB */
+}
+
 /* A whole upgrade request: 101 and HELLO to the server, or an HTTP
  * refusal. */
 static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
 {
+    if (strncmp(r->path, "/api/", 5) != 0 && g->o.static_files) {   /* /api/: never files */
+        static_answer(g, c, r);
+        return;
+    }
     int asr = strcmp(r->path, "/api/asr-streaming") == 0;
     if (asr && !g->o.asr) {
         http_answer(c, 404, NULL, "not found: this model is not speech-to-text; the chat "
@@ -403,6 +434,20 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
         c->failed = 1;
         return;
     }
+    /* Kyutai's sampling parameters (ws_params.h): refused by name when out
+     * of range, the ones not implemented named in the log */
+    mt_hello h;
+    memset(&h, 0, sizeof h);
+    char said[256], ign[256], why[160];
+    if (mt_ws_chat_params(r->query, &h, &c->hello_seed, said, sizeof said, ign, sizeof ign,
+                          why, sizeof why) != 0) {
+        glog(g, "websocket %s: refused: %s", c->peer, why);
+        refuse(c, why);
+        return;
+    }
+    if (said[0] || ign[0])
+        glog(g, "websocket %s: chat parameters: %s%s%s", c->peer, said[0] ? said : "none",
+             ign[0] ? "; ignored (not implemented): " : "", ign);
     char err[256];
     int fd = mt_endpoint_connect(g->server, 1000, err, sizeof err);
     if (fd < 0) {
@@ -410,8 +455,6 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
         return;
     }
     c->ifd = fd;
-    mt_hello h;
-    memset(&h, 0, sizeof h);
     h.sample_rate = (uint32_t)g->o.rate;
     h.frame_samples = (uint32_t)g->o.frame_samples;
     h.channels = 1;

@@ -73,6 +73,10 @@ typedef struct mt_ws_gate_opts {
     int         asr, asr_delay;
     void      (*log)(void *ctx, const char *msg);
     void       *log_ctx;
+    /* --static DIR (serve/static_http.h): other paths than the chat's
+     * answered from these files, GET/HEAD, without the token (they are
+     * the client, not the conversation); NULL: 404. Not owned. */
+    struct mt_static *static_files;
 } mt_ws_gate_opts;
 
 typedef struct mt_ws_gate mt_ws_gate;

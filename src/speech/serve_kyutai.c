@@ -84,11 +84,11 @@ int mt_serve_kyutai_prepare(mt_serve_kyutai *k, mt_device dev, int max_batch, ch
 }
 
 int mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
-                          char *err, size_t errlen)
+                          const mt_kyutai_sampling *smp, char *err, size_t errlen)
 {
     mt_depformer *df = k->df;
     k->df = NULL;                /* the speech stage's from here on */
-    return mt_speech_create_with(k->lm, k->codec, dec, max_batch, NULL, df, &k->sp, err,
+    return mt_speech_create_with(k->lm, k->codec, dec, max_batch, smp, df, &k->sp, err,
                                  errlen);
 }
 
@@ -129,6 +129,25 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
         snprintf(out + n, cap - n, "; codec compute %.4g GFLOP a session-frame (encode %.4g "
                  "+ decode %.4g)", (mimi_encode_flops(k->codec) + mimi_decode_flops(k->codec)) / 1e9,
                  mimi_encode_flops(k->codec) / 1e9, mimi_decode_flops(k->codec) / 1e9);
+    }
+    {
+        /* the window in use beside the checkpoint's context: a window
+         * shorter than it is a bounded cache, not Kyutai's ring */
+        size_t n = strlen(out);
+        if (kv->policy == MT_KV_WINDOW)
+            snprintf(out + n, cap - n, "; cache window %d + %d sinks (%s positions) beside "
+                     "the checkpoint's context %d%s", kv->window, kv->sink,
+                     kv->rope == MT_ROPE_ABSOLUTE ? "absolute" : "cache",
+                     kc->context, kv->sink == 0 && kv->window == kc->context &&
+                     kv->rope == MT_ROPE_ABSOLUTE ? " (Kyutai's ring, --kv ring)" : "");
+        else
+            snprintf(out + n, cap - n, "; cache full (unbounded) beside the checkpoint's "
+                     "context %d", kc->context);
+        const mt_kyutai_sampling *m = mt_speech_sampling(k->sp);
+        n = strlen(out);
+        snprintf(out + n, cap - n, "; sampling text temperature %g top-k %d, audio "
+                 "temperature %g top-k %d", (double)m->temp_text, m->top_k_text,
+                 (double)m->temp, m->top_k);
     }
     if (!mt_speech_audio_out(k->sp)) {
         size_t n = strlen(out);

@@ -44,11 +44,13 @@ int  mt_serve_kyutai_load(const char *model, const char *codec_spec, const char 
 int  mt_serve_kyutai_prepare(mt_serve_kyutai *k, mt_device dev, int max_batch, char *err,
                              size_t errlen);
 /* The speech stage on dec, for max_batch sessions; its depformer the one
- * prepared, else where dec runs (mt_kyutai_gen_create_with). */
+ * prepared, else where dec runs (mt_kyutai_gen_create_with); smp the
+ * sessions' default sampling (NULL: LMGen's). */
 int  mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,
-                           char *err, size_t errlen);
+                           const mt_kyutai_sampling *smp, char *err, size_t errlen);
 /* The startup line: per-session bytes = temporal K/V under the bound +
- * depformer scratch and token rings + codec state. */
+ * depformer scratch and token rings + codec state; the cache's window in
+ * use beside the checkpoint's context; the default sampling. */
 void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
                             char *out, size_t cap);
 void mt_serve_kyutai_free(mt_serve_kyutai *k);

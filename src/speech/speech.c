@@ -233,10 +233,20 @@ int64_t mt_speech_sess_codec_frames(const mt_speech_sess *s, int decoded)
     return decoded ? mimi_state_frames_decoded(s->codec) : mimi_state_frames_encoded(s->codec);
 }
 
+const mt_kyutai_sampling *mt_speech_sampling(const mt_speech *sp) { return &sp->smp; }
+
 int mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
                         char *err, size_t errlen)
 {
+    return mt_speech_sess_open_smp(sp, seed, NULL, out, err, errlen);
+}
+
+int mt_speech_sess_open_smp(mt_speech *sp, uint64_t seed, const mt_kyutai_sampling *smp,
+                            mt_speech_sess **out, char *err, size_t errlen)
+{
     *out = NULL;
+    if (!smp)
+        smp = &sp->smp;
     mt_speech_sess *s = mt_calloc_or_err(1, sizeof *s, err, errlen, "speech session");
     if (!s)
         return -1;
@@ -253,7 +263,7 @@ int mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
             return -1;
         }
         if (mimi_engine_reset(sp->ce, s->slot, err, errlen) ||
-            mt_kyutai_sess_open(sp->gen, seed, &sp->smp, &s->lm, err, errlen)) {
+            mt_kyutai_sess_open(sp->gen, seed, smp, &s->lm, err, errlen)) {
             mt_speech_sess_close(s);
             return -1;
         }
@@ -261,7 +271,7 @@ int mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
         return 0;
     }
     s->codec = mimi_state_new(sp->codec, err, errlen);
-    if (!s->codec || mt_kyutai_sess_open(sp->gen, seed, &sp->smp, &s->lm, err, errlen)) {
+    if (!s->codec || mt_kyutai_sess_open(sp->gen, seed, smp, &s->lm, err, errlen)) {
         mt_speech_sess_close(s);
         return -1;
     }

@@ -77,6 +77,11 @@ void mt_speech_last_codes(const mt_speech *sp, const int32_t **user, const int32
  * the GPU codec at most max_batch sessions are open at once. */
 int  mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,
                          char *err, size_t errlen);
+/* The same with the session's own sampling (NULL: the stage's). */
+int  mt_speech_sess_open_smp(mt_speech *sp, uint64_t seed, const mt_kyutai_sampling *smp,
+                             mt_speech_sess **out, char *err, size_t errlen);
+/* The stage's sampling: every session's unless it brings its own. */
+const mt_kyutai_sampling *mt_speech_sampling(const mt_speech *sp);
 void mt_speech_sess_close(mt_speech_sess *s);
 /* Frames the session's codec has encoded (decoded 0) or decoded (1). */
 int64_t mt_speech_sess_codec_frames(const mt_speech_sess *s, int decoded);

@@ -13,6 +13,7 @@
 #include "wire/frame.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- little-endian helpers ----------------------------------------------- */
@@ -363,6 +364,54 @@ static int token_ok(const uint8_t *t, size_t len)
     return 1;
 }
 
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+int mt_hello_smp_check(const mt_hello *h, char *why, size_t whylen)
+{
+    const char *bad = NULL;
+    double v = 0;
+    if (h->smp_mask & ~MT_SMP_KNOWN) {
+        bad = "mask";
+        v = h->smp_mask;
+    } else if (!(h->temp >= 0.0f && h->temp <= MT_SMP_TEMP_MAX)) {  /* NaN too */
+        bad = "temperature";
+        v = h->temp;
+    } else if (!(h->temp_text >= 0.0f && h->temp_text <= MT_SMP_TEMP_MAX)) {
+        bad = "text temperature";
+        v = h->temp_text;
+    } else if (h->top_k > MT_SMP_TOPK_MAX) {
+        bad = "top-k";
+        v = h->top_k;
+    } else if (h->top_k_text > MT_SMP_TOPK_MAX) {
+        bad = "text top-k";
+        v = h->top_k_text;
+    } else if ((!(h->smp_mask & MT_SMP_TEMP) && h->temp != 0.0f) ||
+               (!(h->smp_mask & MT_SMP_TOPK) && h->top_k) ||
+               (!(h->smp_mask & MT_SMP_TEMP_TEXT) && h->temp_text != 0.0f) ||
+               (!(h->smp_mask & MT_SMP_TOPK_TEXT) && h->top_k_text)) {
+        bad = "a field outside the mask";
+        v = 1;
+    }
+    if (!bad)
+        return 0;
+    if (why)
+        snprintf(why, whylen, "sampling %s %g outside its range (temperatures 0..%g, "
+                 "top-k 0..%d)", bad, v, (double)MT_SMP_TEMP_MAX, MT_SMP_TOPK_MAX);
+    return -1;
+}
+
 long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap)
 {
     if (!h || !out)
@@ -374,7 +423,10 @@ long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap)
     size_t tok = h->token_len;
     if (tok > MT_TOKEN_MAX || !token_ok((const uint8_t *)h->token, tok))
         return MT_FERR_ARG;
-    size_t total = HELLO_FIXED + name + (tok ? 1 + tok : 0);
+    if (h->smp_mask && mt_hello_smp_check(h, NULL, 0))
+        return MT_FERR_ARG;
+    size_t smp = h->smp_mask ? 1 + MT_HELLO_SMP_SIZE : 0;
+    size_t total = HELLO_FIXED + name + (tok || smp ? 1 + tok : 0) + smp;
     if (cap < total)
         return MT_FERR_ARG;
     put_u32(out, h->sample_rate);
@@ -382,11 +434,34 @@ long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap)
     put_u16(out + 8, h->channels);
     put_u16(out + 10, h->encoding);
     memcpy(out + HELLO_FIXED, h->model, name);
-    if (tok) {
+    if (tok || smp) {
         out[HELLO_FIXED + name] = 0;
         memcpy(out + HELLO_FIXED + name + 1, h->token, tok);
     }
+    if (smp) {
+        uint8_t *b = out + HELLO_FIXED + name + 1 + tok;
+        b[0] = 0;
+        b[1] = MT_HELLO_SMP_VERSION;
+        b[2] = h->smp_mask;
+        put_u32(b + 3, f32_bits(h->temp));
+        put_u32(b + 7, h->top_k);
+        put_u32(b + 11, f32_bits(h->temp_text));
+        put_u32(b + 15, h->top_k_text);
+    }
     return (long)total;
+}
+
+/* The sampling block b[0..n) (after its NUL) into h: 0, or -1. */
+static int smp_decode(const uint8_t *b, size_t n, mt_hello *h)
+{
+    if (n != MT_HELLO_SMP_SIZE || b[0] != MT_HELLO_SMP_VERSION || b[1] == 0)
+        return -1;
+    h->smp_mask = b[1];
+    h->temp = bits_f32(get_u32(b + 2));
+    h->top_k = get_u32(b + 6);
+    h->temp_text = bits_f32(get_u32(b + 10));
+    h->top_k_text = get_u32(b + 14);
+    return mt_hello_smp_check(h, NULL, 0);
 }
 
 /* Structure only: whether the server can serve this format is its own
@@ -395,12 +470,17 @@ int mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h)
 {
     if (!p || !h || len < HELLO_FIXED || len > MT_HELLO_MAX)
         return MT_FERR_PAYLOAD;
+    memset(h, 0, sizeof *h);
     size_t name = len - HELLO_FIXED, tok = 0;
     const uint8_t *nul = memchr(p + HELLO_FIXED, 0, name);
     if (nul) {
-        tok = name - (size_t)(nul - (p + HELLO_FIXED)) - 1;
+        const uint8_t *end = p + len;
+        const uint8_t *nul2 = memchr(nul + 1, 0, (size_t)(end - (nul + 1)));
+        tok = (size_t)((nul2 ? nul2 : end) - (nul + 1));
         name = (size_t)(nul - (p + HELLO_FIXED));
-        if (tok < 1 || tok > MT_TOKEN_MAX || !token_ok(nul + 1, tok))
+        if ((tok < 1 && !nul2) || tok > MT_TOKEN_MAX || !token_ok(nul + 1, tok))
+            return MT_FERR_PAYLOAD;
+        if (nul2 && smp_decode(nul2 + 1, (size_t)(end - (nul2 + 1)), h))
             return MT_FERR_PAYLOAD;
     }
     if (name > MT_MODEL_NAME_MAX || !mt_utf8_valid(p + HELLO_FIXED, name))

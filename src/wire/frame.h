@@ -39,7 +39,11 @@
 #define MT_REASON_MAX         255   /* REJECT/ERROR reason bytes */
 #define MT_MODEL_NAME_MAX     63
 #define MT_TOKEN_MAX          128   /* HELLO's optional access token */
-#define MT_HELLO_MAX          (12 + MT_MODEL_NAME_MAX + 1 + MT_TOKEN_MAX)
+#define MT_HELLO_SMP_VERSION  1     /* HELLO's sampling block, its version */
+#define MT_HELLO_SMP_SIZE     18    /* version 1: version, mask, 4 x 4 bytes */
+#define MT_HELLO_MAX          (12 + MT_MODEL_NAME_MAX + 1 + MT_TOKEN_MAX + 1 + MT_HELLO_SMP_SIZE)
+#define MT_SMP_TEMP_MAX       10.0f /* sampling temperatures: 0 (greedy)..10 */
+#define MT_SMP_TOPK_MAX       65536 /* top-k: 0 (every token)..65536 */
 
 enum mt_frame_type {
     MT_FRAME_HELLO  = 1, /* client -> server: wanted format (mt_hello) */
@@ -122,7 +126,23 @@ typedef struct mt_frame {
  * then, optionally (HELLO over TCP to a server with --token-file), one NUL
  * byte and the access token (1..MT_TOKEN_MAX printable ASCII bytes). The
  * name can hold no NUL, so the NUL marks where it ends; a payload without
- * one is exactly the version-1 payload of before. */
+ * one is exactly the version-1 payload of before.
+ *
+ * HELLO only, optionally: the session's sampling (Kyutai's models), after
+ * the token (which may then be empty) and a second NUL, a block of its
+ * own version (mt-frame(5)): version 1 is MT_HELLO_SMP_SIZE bytes:
+ *   0 u8 block version (1)       1 u8 mask of the fields set (MT_SMP_*)
+ *   2 f32 audio temperature      6 u32 audio top-k
+ *  10 f32 text temperature      14 u32 text top-k
+ * A field outside the mask must be 0 and leaves the server's default; a
+ * temperature is 0 (greedy: the argmax, the lowest index on ties) to
+ * MT_SMP_TEMP_MAX, a top-k 0 (every token) to MT_SMP_TOPK_MAX. Another
+ * block version, unknown mask bits, a value out of range: refused. */
+enum mt_smp_field {
+    MT_SMP_TEMP = 1u << 0, MT_SMP_TOPK = 1u << 1,
+    MT_SMP_TEMP_TEXT = 1u << 2, MT_SMP_TOPK_TEXT = 1u << 3,
+};
+#define MT_SMP_KNOWN 0x0fu
 typedef struct mt_hello {
     uint32_t sample_rate;
     uint32_t frame_samples;
@@ -131,6 +151,9 @@ typedef struct mt_hello {
     char     model[MT_MODEL_NAME_MAX + 1];
     uint8_t  token_len;                 /* 0: no token */
     char     token[MT_TOKEN_MAX + 1];
+    uint8_t  smp_mask;                  /* 0: no sampling block (MT_SMP_*) */
+    float    temp, temp_text;           /* the block's values (mask) */
+    uint32_t top_k, top_k_text;
 } mt_hello;
 
 typedef struct mt_frame_decoder {
@@ -191,11 +214,15 @@ long mt_frame_encode(const mt_frame *f, uint8_t *out, size_t cap);
 
 /* HELLO/ACCEPT payload <-> struct. encode returns bytes or MT_FERR_ARG;
  * decode returns 0 or MT_FERR_PAYLOAD (length outside 12..MT_HELLO_MAX, a
- * name over 63 bytes or not UTF-8, a token after the NUL that is empty,
- * too long or not printable ASCII). Values (rate, channels, encoding) are
+ * name over 63 bytes or not UTF-8, a token after the NUL that is empty
+ * (without a sampling block), too long or not printable ASCII, a sampling
+ * block that is not version 1's, or out of range: mt_hello_smp_check). Values (rate, channels, encoding) are
  * not judged here: the server answers what it cannot serve with REJECT. */
 long mt_hello_encode(const mt_hello *h, uint8_t *out, size_t cap);
 int  mt_hello_decode(const uint8_t *p, size_t len, mt_hello *h);
+/* The sampling fields of h against their ranges: 0, or -1 with the
+ * field's name and value in why. */
+int  mt_hello_smp_check(const mt_hello *h, char *why, size_t whylen);
 
 /* Replaces, in place, every byte of the C string s that does not belong
  * to a valid UTF-8 sequence (strict, as REJECT and ERROR reasons must be)

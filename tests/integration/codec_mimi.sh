@@ -101,4 +101,57 @@ else
     [ $? = 1 ] && [ "$(wc -l <"$T_TMP/err")" = 1 ] && grep -qi "cuda" "$T_TMP/err" && [ ! -e "$T_TMP/x.raw" ]
     t_ok $? "--backend cuda without a GPU: exit 1, one message, nothing written ($(cat "$T_TMP/err"))"
 fi
+# 7. float output (sox's habits): -e floating-point writes a WAV of IEEE
+# floats, .f32 raw floats by its extension; the same samples as the 16-bit
+# output to within its rounding, and finer than it
+"$P" codec -c $C -e floating-point "$T_TMP/in.wav" "$T_TMP/rtf.wav" >/dev/null 2>"$T_TMP/err"
+t_check "-e floating-point: exit 0 $(cat "$T_TMP/err")" [ $? = 0 ]
+"$P" codec -c $C "$T_TMP/in.wav" "$T_TMP/rtf.f32" >/dev/null 2>"$T_TMP/err"
+t_check ".f32 by its extension: exit 0 $(cat "$T_TMP/err")" [ $? = 0 ]
+"$P" codec -c $C -e floating-point -b 64 "$T_TMP/in.wav" "$T_TMP/rtd.wav" >/dev/null
+t_check "-e floating-point -b 64: exit 0" [ $? = 0 ]
+cmp=$(python3 - "$T_TMP/rtf.wav" "$T_TMP/rtf.f32" "$T_TMP/rt.raw" "$T_TMP/rtd.wav" <<'PY'
+import struct, sys
+def wav(path):
+    d = open(path, "rb").read()
+    i, fmt, data = 12, None, None
+    while i + 8 <= len(d):
+        cid, n = d[i:i + 4], struct.unpack_from("<I", d, i + 4)[0]
+        if cid == b"fmt ":
+            fmt = struct.unpack_from("<HHIIHH", d, i + 8)
+        elif cid == b"data":
+            data = d[i + 8:i + 8 + n]
+        i += 8 + n + (n & 1)
+    return fmt, data
+(tag, ch, rate, _, _, bits), data = wav(sys.argv[1])
+f = struct.unpack("<%df" % (len(data) // 4), data)
+raw = open(sys.argv[2], "rb").read()
+g = struct.unpack("<%df" % (len(raw) // 4), raw)
+s16 = open(sys.argv[3], "rb").read()
+s = struct.unpack("<%dh" % (len(s16) // 2), s16)
+(tag64, _, _, _, _, bits64), d64 = wav(sys.argv[4])
+h = struct.unpack("<%dd" % (len(d64) // 8), d64)
+off = max(abs(x * 32768 - y) for x, y in zip(f, s) if abs(x) < 0.99)
+frac = sum(1 for x in f if abs(x * 32768 - round(x * 32768)) > 1e-3)
+print("tag=%d bits=%d rate=%d n=%d nraw=%d n16=%d same_raw=%d max_off=%.3f fractional=%d "
+      "tag64=%d bits64=%d same64=%d" % (tag, bits, rate, len(f), len(g), len(s), f == g, off, frac,
+      tag64, bits64, max(abs(a - b) for a, b in zip(f, h)) < 1e-6))
+PY
+)
+t_diag "$cmp"
+t_check "the WAV is IEEE float (format 3), 32 bits, 24 kHz" grep -q "tag=3 bits=32 rate=24000" <<<"$cmp"
+t_check "... as many samples as the 16-bit output, the .f32 the same floats" \
+    grep -q "n=5860 nraw=5860 n16=5860 same_raw=1" <<<"$cmp"
+t_check "... each within the 16-bit rounding of the 16-bit one" \
+    awk -v x="$(sed 's/.*max_off=\([0-9.]*\).*/\1/' <<<"$cmp")" 'BEGIN { exit !(x <= 0.5001) }'
+t_check "... and finer than 16 bits (most samples between two 16-bit steps)" \
+    awk -v x="$(sed 's/.*fractional=\([0-9]*\).*/\1/' <<<"$cmp")" 'BEGIN { exit !(x > 2930) }'
+t_check "-b 64: doubles (format 3, 64 bits), the same values" grep -q "tag64=3 bits64=64 same64=1" <<<"$cmp"
+"$P" codec -c $C -e floating-point "$T_TMP/in.wav" "$T_TMP/x.flac" >/dev/null 2>"$T_TMP/err"
+[ $? = 1 ] && grep -q "cannot hold that encoding" "$T_TMP/err" && [ ! -e "$T_TMP/x.flac" ]
+t_ok $? "-e floating-point to .flac: refused, nothing written ($(cat "$T_TMP/err"))"
+"$P" codec -c $C -e floating-point -b 16 "$T_TMP/in.wav" "$T_TMP/x.wav" >/dev/null 2>&1
+t_check "-e floating-point -b 16: usage error (exit 2)" [ $? = 2 ]
+"$P" codec -c $C -e float "$T_TMP/in.wav" "$T_TMP/x.wav" >/dev/null 2>&1
+t_check "-e float (not sox's name): usage error (exit 2)" [ $? = 2 ]
 t_done

@@ -24,7 +24,7 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
     f.t_ready = UINT64_MAX - (uint64_t)i;
     size_t n = 0;
     if (type == MT_FRAME_HELLO || type == MT_FRAME_ACCEPT) {
-        mt_hello h = { 24000, 1920, 1, MT_ENC_PCM_S16LE, "", 0, "" };
+        mt_hello h = { .sample_rate = 24000, .frame_samples = 1920, .channels = 1, .encoding = MT_ENC_PCM_S16LE };
         snprintf(h.model, sizeof h.model, "synthetic:tiny-%d", i);
         long r = mt_hello_encode(&h, pl, MT_FRAME_MAX_PAYLOAD);
         n = r > 0 ? (size_t)r : 0;
@@ -436,7 +436,7 @@ static void test_encoder(void)
     f.version = 0;
     f.payload = NULL;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_ARG, "NULL payload refused");
-    mt_hello h = { 24000, 1920, 1, 1, "", 0, "" };
+    mt_hello h = { .sample_rate = 24000, .frame_samples = 1920, .channels = 1, .encoding = 1 };
     memset(h.model, 'm', sizeof h.model); /* no NUL: name too long */
     is_int(mt_hello_encode(&h, w, sizeof w), MT_FERR_ARG, "hello name too long refused");
     h.model[5] = '\0';
@@ -482,6 +482,57 @@ static void test_hello_seed(void)
     check_bad("non-zero reserved on ACCEPT", w, n, MT_FERR_FLAGS);
 }
 
+/* HELLO's sampling block (version 1): it survives with and without a
+ * token; a payload without one is the HELLO of before byte for byte; a
+ * value out of range, an unknown block version, unknown mask bits and a
+ * block of another size are refused. */
+static void test_hello_sampling(void)
+{
+    uint8_t w[MT_HELLO_MAX];
+    mt_hello h = { .sample_rate = 24000, .frame_samples = 1920, .channels = 1,
+                   .encoding = 1, .model = "kyutai", .smp_mask = MT_SMP_TEMP | MT_SMP_TOPK_TEXT,
+                   .temp = 0.25f, .top_k_text = 7 }, g;
+    long n = mt_hello_encode(&h, w, sizeof w);
+    ok(n == 12 + 6 + 2 + MT_HELLO_SMP_SIZE, "sampling block without a token: %ld bytes", n);
+    is_int(mt_hello_decode(w, (size_t)n, &g), 0, "it decodes");
+    ok(g.smp_mask == (MT_SMP_TEMP | MT_SMP_TOPK_TEXT) && g.temp == 0.25f && g.top_k_text == 7 &&
+       g.top_k == 0 && g.temp_text == 0.0f && g.token_len == 0 && !strcmp(g.model, "kyutai"),
+       "its fields survive, the token stays empty");
+    h.token_len = 3;
+    memcpy(h.token, "abc", 4);
+    n = mt_hello_encode(&h, w, sizeof w);
+    ok(n > 0 && mt_hello_decode(w, (size_t)n, &g) == 0 && g.token_len == 3 &&
+       !strcmp(g.token, "abc") && g.temp == 0.25f, "with a token: both survive");
+    h.smp_mask = 0;
+    h.temp = 0.0f;
+    h.top_k_text = 0;
+    n = mt_hello_encode(&h, w, sizeof w);
+    ok(n == 12 + 6 + 1 + 3, "no block: the HELLO of before (%ld bytes)", n);
+    h.smp_mask = MT_SMP_TEMP;
+    h.temp = 10.5f;
+    is_int(mt_hello_encode(&h, w, sizeof w), MT_FERR_ARG, "encoder refuses temperature 10.5");
+    char why[200] = "";
+    ok(mt_hello_smp_check(&h, why, sizeof why) == -1 && strstr(why, "temperature 10.5"),
+       "check names the field and value: %s", why);
+    h.temp = 1.0f;
+    n = mt_hello_encode(&h, w, sizeof w);
+    uint8_t bad[MT_HELLO_MAX];
+    memcpy(bad, w, (size_t)n);
+    size_t blk = (size_t)n - MT_HELLO_SMP_SIZE;
+    bad[blk] = 2;
+    is_int(mt_hello_decode(bad, (size_t)n, &g), MT_FERR_PAYLOAD, "block version 2 refused");
+    memcpy(bad, w, (size_t)n);
+    bad[blk + 1] = 0x10;
+    is_int(mt_hello_decode(bad, (size_t)n, &g), MT_FERR_PAYLOAD, "unknown mask bit refused");
+    memcpy(bad, w, (size_t)n);
+    bad[blk + 2] = 0; bad[blk + 3] = 0; bad[blk + 4] = 0xc0; bad[blk + 5] = 0x7f;  /* NaN */
+    is_int(mt_hello_decode(bad, (size_t)n, &g), MT_FERR_PAYLOAD, "NaN temperature refused");
+    memcpy(bad, w, (size_t)n);
+    bad[blk + 6] = 1;   /* top-k set outside the mask */
+    is_int(mt_hello_decode(bad, (size_t)n, &g), MT_FERR_PAYLOAD, "a field outside the mask refused");
+    is_int(mt_hello_decode(w, (size_t)n - 1, &g), MT_FERR_PAYLOAD, "a short block refused");
+}
+
 int main(void)
 {
     test_round_trip();
@@ -489,5 +540,6 @@ int main(void)
     test_malformed();
     test_encoder();
     test_hello_seed();
+    test_hello_sampling();
     return tap_done();
 }

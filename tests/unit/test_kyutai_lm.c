@@ -13,7 +13,8 @@
  * interleaved rotary against rotate-half on one head, and the model with
  * the permutation undone no longer matching; the windowed-sink cache and
  * the full cache agree with Kyutai's ring before it fills and differ
- * after; sampling deterministic per seed whatever the batch; refusals of
+ * after; sampling deterministic per seed whatever the batch; temperature
+ * 0 greedy by itself, the lowest id on ties; refusals of
  * a missing tensor, a wrong shape and a bad config, with names and shapes. */
 #define _GNU_SOURCE /* memmem */
 #include "tap.h"
@@ -373,6 +374,32 @@ static void test_bounded_vs_ring(void)
     mt_kyutai_free(lm);
 }
 
+/* Greedy on ties: every text logit equal (text_linear's rows made one),
+ * temperature 0 takes the lowest id, as torch.argmax does. */
+static void test_greedy_ties(void)
+{
+    mt_kyutai_lm *lm = load("split");
+    if (!lm)
+        return;
+    mt_model *m = lm->temporal;
+    const int V = lm->kc.text_card_out, D = lm->kc.dim;
+    for (int v = 1; v < V; v++)
+        memcpy(m->lm_head + (size_t)v * D, m->lm_head, (size_t)D * sizeof(float));
+    mt_kyutai_sampling smp;
+    mt_kyutai_sampling_default(&smp);
+    smp.temp = smp.temp_text = 0.0f;
+    mt_decoder *d = make_dec(lm, MT_KV_WINDOW, 0, lm->kc.context, MT_ROPE_ABSOLUTE);
+    run_out *o = new_out(&lm->kc);
+    int all0 = d && run(lm, d, &smp, seeds, B, in_order, o) == 0;
+    for (int b = 0; b < B && all0; b++)
+        for (int t = 0; t < T; t++)
+            all0 &= o->text[b][t] == 0;
+    ok(all0, "temperature 0 on equal logits: the lowest id (0) every frame");
+    free_out(o);
+    mt_decoder_free(d);
+    mt_kyutai_free(lm);
+}
+
 static void test_sampling(void)
 {
     mt_kyutai_lm *lm = load("split");
@@ -413,6 +440,26 @@ static void test_sampling(void)
             for (int t = 0; t < T; t++)
                 same &= other->text[b][t] == gt[b * T + t];
         ok(same, "sampling with top_k 1 gives Kyutai's greedy text tokens");
+    }
+    /* temperature 0 is greedy decoding by itself (mt-serve --temperature
+     * 0, a HELLO's or a URL's): the argmax, whatever the top-k and seed */
+    smp.top_k = 250;
+    smp.top_k_text = 25;
+    smp.temp = smp.temp_text = 0.0f;
+    smp.greedy = 0;
+    if (rc == 0 && run(lm, d, &smp, seeds2, B, in_order, other) == 0) {
+        const int32_t *gt = ex_data("text_tokens", (uint64_t)B * T);
+        const int32_t *ga = ex_data("audio_tokens", (uint64_t)B * T * lm->kc.dep_q);
+        int same = 1;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                same &= other->text[b][t] == gt[b * T + t];
+                for (int k = 0; k < lm->kc.dep_q; k++)
+                    same &= other->audio[b][t][k] == ga[(b * T + t) * lm->kc.dep_q + k];
+            }
+        ok(same, "temperature 0 (text and audio) gives Kyutai's greedy tokens, any seed");
+    } else {
+        ok(0, "temperature 0 run");
     }
     free_out(both);
     free_out(alone);
@@ -779,6 +826,7 @@ int main(void)
     test_bounded_vs_ring();
     test_forced_and_cuda();
     test_sampling();
+    test_greedy_ties();
     test_bf16();
     test_refusals();
     if (ex_buf) {
