@@ -8,7 +8,7 @@
 #   include   A file of src/F/ (.c or .h) includes "G/..." of a folder G at
 #             a higher stage than F. Stages, lowest first:
 #               0 util
-#               1 model, wire
+#               1 model, wire, gpu
 #               2 decode, codec
 #               3 serve, client, probe, admit
 #               4 cmd
@@ -26,7 +26,7 @@ SRC=${1:-src}
 OBJ=${2:-build/src}
 bad=0
 
-declare -A STAGE=([util]=0 [model]=1 [wire]=1 [decode]=2 [codec]=2
+declare -A STAGE=([util]=0 [model]=1 [wire]=1 [gpu]=1 [decode]=2 [codec]=2
                   [serve]=3 [client]=3 [probe]=3 [admit]=3 [cmd]=4)
 
 # ---- includes ----------------------------------------------------------

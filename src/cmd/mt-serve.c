@@ -70,6 +70,8 @@ static void usage(FILE *f)
 "      --seed N             Kyutai models: every session's sampling seed (1)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
+"      --gpu N              with --device cuda: the Nth visible GPU (0;\n"
+"                           counted after CUDA_VISIBLE_DEVICES)\n"
 "      --threads N          CPU threads (default: all cores)\n"
 "      --kv POLICY          window (default) or full\n"
 "      --sink S             sink positions, window policy (default 4)\n"
@@ -132,6 +134,7 @@ enum {
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO, O_INPUTTO, O_IOBATCH,
     O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
+    O_GPU,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -148,6 +151,7 @@ typedef struct serve_args {
     double          time_scale;     /* 1, or K in 0.1..1000 (sim only): model time
                                        runs K times faster than real time */
     int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
+    int             gpu;            /* --gpu N: the CUDA device; -1: default (0) */
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
@@ -171,6 +175,7 @@ static const struct option longopts[] = {
     {"stdio", no_argument, 0, O_STDIO},
     {"model", required_argument, 0, 'm'},
     {"device", required_argument, 0, O_DEVICE},
+    {"gpu", required_argument, 0, O_GPU},
     {"threads", required_argument, 0, O_THREADS},
     {"kv", required_argument, 0, O_KV},
     {"sink", required_argument, 0, O_SINK},
@@ -229,6 +234,7 @@ static void args_default(serve_args *a)
     a->model = "synthetic:small";
     a->fill = -1;
     a->time_scale = 1;
+    a->gpu = -1;
     a->eo.speech_seed = 1;
 }
 
@@ -303,6 +309,7 @@ static int number_option(serve_args *a, int c, const char *arg)
     case O_FRAMEMS: return mt_opt_ms(arg, 1, 10000, &a->frame_ms);
     case O_DEADLINE: return mt_opt_ms(arg, 1, 600000, &a->deadline_ms);
     case O_TIMESCALE: return mt_opt_double(arg, 0.1, 1000, &a->time_scale);
+    case O_GPU: return mt_opt_int(arg, 0, 1023, &a->gpu);
     case O_RTPRIO:
         return mt_opt_int(arg, MT_RT_PRIORITY_MIN, MT_RT_PRIORITY_MAX, &a->rt_priority);
     case O_MAXSESS:
@@ -403,6 +410,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
      * scaled clock there would be a different experiment, not a faster one. */
     if (a->time_scale != 1 && a->dopt.device != MT_DEV_SIM)
         return mt_opt_usage_error("--time-scale needs --device sim:PROFILE");
+    if (a->gpu >= 0 && a->dopt.device != MT_DEV_CUDA)
+        return mt_opt_usage_error("--gpu needs --device cuda");
     if (a->token_file) {
         char err[512];
         size_t len = 0;
@@ -543,6 +552,18 @@ static int load_model(serve_args *a, mt_model **m)
     /* the simulated device holds no weights */
     if (a->dopt.device == MT_DEV_SIM)
         mflags = MT_MODEL_SHAPE_ONLY;
+    /* --gpu: before the codec (loaded with a Kyutai model) opens the device */
+    if (a->gpu >= 0) {
+#ifdef MT_HAVE_CUDA
+        if (mt_cuda_select_gpu(a->gpu, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --gpu %d: %s\n", prog, a->gpu, err);
+            return -1;
+        }
+#else
+        fprintf(stderr, "%s: --gpu: built without CUDA (no nvcc at build time)\n", prog);
+        return -1;
+#endif
+    }
     if (mt_kyutai_is_kyutai(a->model)) {
         if (mt_serve_kyutai_load(a->model, a->codec, a->tokenizer, a->dopt.device, &a->ky,
                                  err, sizeof err) != 0) {

@@ -57,6 +57,9 @@
 #include "util/errmsg.h"
 #include "decode/backend.h"
 #include "decode/cuda_module.h"
+#include "gpu/device_cuda.h"
+#define MT_CU_WHO "cuda"
+#include "gpu/cuda_check.h"
 #include "../../kernels/mt_kernels.h"
 #include "util/clock.h"
 
@@ -95,9 +98,9 @@ typedef struct cuda_backend {
     int R, hd, q_dim, kv_dim, qkv_dim, fs, nsm;
     int has_audio, has_tokens;
 
-    cudaStream_t   st;
+    const mt_cu_ctx *ctx;    /* the shared device context (NULL until open) */
+    cudaStream_t   st;       /* ctx's stream and handle */
     cublasHandle_t blas;
-    int            st_ok, blas_ok;
 
     void      *wslab;
     dev_layer *layer;       /* [layers], host array of device pointers */
@@ -144,44 +147,10 @@ typedef struct cuda_backend {
     int32_t   *h_tab, *d_tab;       /* [tab_cap] */
     size_t     tab_cap;
 
-    /* io->h_out: the normed final hidden state back (bf16, as xn), host
-     * [R, hidden], made on the first call that asks */
+    /* io->h_out: the normed final hidden state back (bf16, as xn), pinned
+     * host [R, hidden], made on the first call that asks */
     uint16_t  *h_hid;
 } cuda_backend;
-
-#define CU(call)                                                                    \
-    do {                                                                            \
-        cudaError_t e_ = (call);                                                    \
-        if (e_ != cudaSuccess) {                                                    \
-            mt_set_err(err, errlen, "cuda: %s: %s", #call, cudaGetErrorString(e_));   \
-            return -1;                                                              \
-        }                                                                           \
-    } while (0)
-#define KE(call)                                                                    \
-    do {                                                                            \
-        int e_ = (call);                                                            \
-        if (e_ != 0) {                                                              \
-            mt_set_err(err, errlen, "cuda: kernel %s: %s", #call,                     \
-                     cudaGetErrorString((cudaError_t)e_));                          \
-            return -1;                                                              \
-        }                                                                           \
-    } while (0)
-
-static const char *blas_str(cublasStatus_t s)
-{
-    switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "mapping error";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
-    default: return "unknown status";
-    }
-}
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
@@ -198,9 +167,16 @@ static int cuda_available(char *why, size_t whylen)
         snprintf(why, whylen, "no CUDA device present");
         return 0;
     }
+    const int dev = mt_cu_ctx_selected();
+    if (dev >= n) {
+        snprintf(why, whylen, "no CUDA device %d (%d visible%s%s)", dev, n,
+                 getenv("CUDA_VISIBLE_DEVICES") ? ", CUDA_VISIBLE_DEVICES=" : "",
+                 getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+        return 0;
+    }
     struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 8) {
-        snprintf(why, whylen, "CUDA device 0 is older than sm_80 (the kernels need bf16)");
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess || p.major < 8) {
+        snprintf(why, whylen, "CUDA device %d is older than sm_80 (the kernels need bf16)", dev);
         return 0;
     }
     snprintf(why, whylen, "%s", p.name);
@@ -216,7 +192,7 @@ static int gemm(cuda_backend *be, const uint16_t *W, int out, int in, const uint
                                     W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
                                     CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "cuda: cublasGemmEx %dx%dx%d: %s", out, rows, in, blas_str(s));
+        mt_set_err(err, errlen, "cuda: cublasGemmEx %dx%dx%d: %s", out, rows, in, mt_cu_blas_str(s));
         return -1;
     }
     return 0;
@@ -472,62 +448,64 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
     /* metadata and inputs in (the pinned buffers are free again: the last
      * call ended with a sync) */
     CU(cudaMemcpyAsync(be->d_rows, be->h_rows, (size_t)n * sizeof(mt_cu_row),
-                       cudaMemcpyHostToDevice, st));
+                       cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
     CU(cudaMemcpyAsync(be->d_tab, be->h_tab, ntab * sizeof(int32_t), cudaMemcpyHostToDevice,
-                       st));
+                       st), "cudaMemcpyAsync");
     if (io->x_in) {
         CU(cudaMemcpyAsync(be->x, io->x_in, (size_t)n * H * sizeof(float),
-                           cudaMemcpyHostToDevice, st));
+                           cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
     } else if (io->tokens_in) {
         memcpy(be->h_tok, io->tokens_in, (size_t)n * sizeof(int32_t));
         CU(cudaMemcpyAsync(be->d_tok, be->h_tok, (size_t)n * sizeof(int32_t),
-                           cudaMemcpyHostToDevice, st));
-        KE(mt_cu_embed(be->embed, be->d_tok, be->x, n, H, st));
+                           cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+        CU(mt_cu_embed(be->embed, be->d_tok, be->x, n, H, st), "kernel mt_cu_embed");
     } else {
         size_t np = (size_t)n * be->fs;
         memcpy(be->h_pcm, io->pcm_in, np * sizeof(int16_t));
         CU(cudaMemcpyAsync(be->d_pcm, be->h_pcm, np * sizeof(int16_t), cudaMemcpyHostToDevice,
-                           st));
-        KE(mt_cu_pcm_to_bf16(be->d_pcm, be->pcm_bf, np, st));
+                           st), "cudaMemcpyAsync");
+        CU(mt_cu_pcm_to_bf16(be->d_pcm, be->pcm_bf, np, st), "kernel mt_cu_pcm_to_bf16");
         if (gemm(be, be->audio_in, H, be->fs, be->pcm_bf, n, be->x, 0.0f, err, errlen))
             return -1;
     }
 
     /* the rotary angles are the same in every layer: once per call */
-    KE(mt_cu_rope_table(be->d_rows, be->inv_freq, be->rope_cs, n, be->hd, st));
+    CU(mt_cu_rope_table(be->d_rows, be->inv_freq, be->rope_cs, n, be->hd, st), "kernel mt_cu_rope_table");
     for (int l = 0; l < c->layers; l++) {
         const dev_layer *L = &be->layer[l];
-        KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
+        CU(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st), "kernel mt_cu_rmsnorm");
         if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
             return -1;
         if (L->bqkv || L->qk_norm) /* Qwen2 biases, Qwen3 q/k norms */
-            KE(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
-                              c->eps, st));
-        KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
-                             l, be->dims, st));
-        KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
-                           nsplit, chunk, be->dims, st));
+            CU(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
+                              c->eps, st), "kernel mt_cu_qwen_qkv");
+        CU(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
+                             l, be->dims, st), "kernel mt_cu_rope_append");
+        CU(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
+                           nsplit, chunk, be->dims, st), "kernel mt_cu_attention");
         if (gemm(be, L->wo, H, be->q_dim, be->att, n, be->x, 1.0f, err, errlen))
             return -1;
-        KE(mt_cu_rmsnorm(be->x, L->mlp_norm, be->xn, n, H, c->eps, st));
+        CU(mt_cu_rmsnorm(be->x, L->mlp_norm, be->xn, n, H, c->eps, st), "kernel mt_cu_rmsnorm");
         if (gemm(be, L->wgu, 2 * c->ffn, H, be->xn, n, be->gu, 0.0f, err, errlen))
             return -1;
-        KE(mt_cu_swiglu(be->gu, be->act, n, c->ffn, st));
+        CU(mt_cu_swiglu(be->gu, be->act, n, c->ffn, st), "kernel mt_cu_swiglu");
         if (gemm(be, L->wdown, H, c->ffn, be->act, n, be->x, 1.0f, err, errlen))
             return -1;
     }
 
     int want_logits = (io->logits || warm) && be->lm_head;
     int want_pcm = (io->pcm_out || warm) && be->audio_out && !c->audio_passthrough;
-    if (io->h_out && !be->h_hid && !(be->h_hid = malloc((size_t)be->R * H * sizeof(uint16_t)))) {
-        mt_set_err(err, errlen, "cuda: out of memory");
+    if (io->h_out && !be->h_hid &&
+        cudaMallocHost((void **)&be->h_hid, (size_t)be->R * H * sizeof(uint16_t)) != cudaSuccess) {
+        be->h_hid = NULL;
+        mt_set_err(err, errlen, "cuda: cannot pin the hidden states' host buffer");
         return -1;
     }
     if (want_logits || want_pcm || io->h_out)
-        KE(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st));
+        CU(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st), "kernel mt_cu_rmsnorm");
     if (io->h_out)
         CU(cudaMemcpyAsync(be->h_hid, be->xn, (size_t)n * H * sizeof(uint16_t),
-                           cudaMemcpyDeviceToHost, st));
+                           cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
     float *y = be->outf + (size_t)be->R * c->vocab;
     if (want_logits &&
         gemm(be, be->lm_head, c->vocab, H, be->xn, n, be->outf, 0.0f, err, errlen))
@@ -535,24 +513,24 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
     if (want_pcm) {
         if (gemm(be, be->audio_out, be->fs, H, be->xn, n, y, 0.0f, err, errlen))
             return -1;
-        KE(mt_cu_f32_to_pcm(y, be->pcm16, (size_t)n * be->fs, st));
+        CU(mt_cu_f32_to_pcm(y, be->pcm16, (size_t)n * be->fs, st), "kernel mt_cu_f32_to_pcm");
     }
     /* outputs back through the pinned buffer, the copy timed by events */
     if (be->ev_ok)
-        CU(cudaEventRecord(be->ev0, st));
+        CU(cudaEventRecord(be->ev0, st), "cudaEventRecord");
     if (want_logits)
         CU(cudaMemcpyAsync(be->h_logits, be->outf, (size_t)n * c->vocab * sizeof(float),
-                           cudaMemcpyDeviceToHost, st));
+                           cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
     if (want_pcm)
         CU(cudaMemcpyAsync(be->h_pcm_out, be->pcm16, (size_t)n * be->fs * sizeof(int16_t),
-                           cudaMemcpyDeviceToHost, st));
+                           cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
     if (be->ev_ok)
-        CU(cudaEventRecord(be->ev1, st));
+        CU(cudaEventRecord(be->ev1, st), "cudaEventRecord");
     /* the one host sync of a step: outputs are back, buffers free again */
-    CU(cudaStreamSynchronize(st));
+    CU(cudaStreamSynchronize(st), "cudaStreamSynchronize");
     float dev_ms = 0;
     if (be->ev_ok)
-        CU(cudaEventElapsedTime(&dev_ms, be->ev0, be->ev1));
+        CU(cudaEventElapsedTime(&dev_ms, be->ev0, be->ev1), "cudaEventElapsedTime");
     double t0 = (double)mt_clock_ns() / 1e6;
     if (want_logits && io->logits)
         memcpy(io->logits, be->h_logits, (size_t)n * c->vocab * sizeof(float));
@@ -616,6 +594,8 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
                      char *err, size_t errlen)
 {
     cuda_backend *be = b->impl;
+    if (mt_cu_ctx_enter(be->ctx, err, errlen))
+        return -1;
     if (B < 1 || B > be->R) {
         mt_set_err(err, errlen, "cuda: batch of %d outside 1..%d", B, be->R);
         return -1;
@@ -667,7 +647,7 @@ static int cuda_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *
                         size_t errlen)
 {
     cuda_backend *be = b->impl;
-    if (check_adapters(be, io, err, errlen))
+    if (check_adapters(be, io, err, errlen) || mt_cu_ctx_enter(be->ctx, err, errlen))
         return -1;
     if ((size_t)seq->nblocks > be->tab_cap) {
         mt_set_err(err, errlen, "cuda: block table longer than the pool");
@@ -696,12 +676,10 @@ static void cuda_destroy(mt_backend *b)
         return;
     cuda_backend *be = b->impl;
     if (be) {
-        if (be->st_ok)
-            cudaStreamSynchronize(be->st);
-        if (be->blas_ok)
-            cublasDestroy(be->blas);
-        if (be->st_ok)
-            cudaStreamDestroy(be->st);
+        if (be->ctx) {
+            (void)cudaSetDevice(be->ctx->device);
+            (void)cudaStreamSynchronize(be->st);
+        }
         void *const dev[] = {be->wslab, be->kv, be->aslab};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             if (dev[i])
@@ -713,8 +691,10 @@ static void cuda_destroy(mt_backend *b)
             cudaEventDestroy(be->ev0);
             cudaEventDestroy(be->ev1);
         }
+        if (be->h_hid)
+            cudaFreeHost(be->h_hid);
+        mt_cu_ctx_close(be->ctx);
         free(be->layer);
-        free(be->h_hid);
         free(be);
     }
     free(b);
@@ -806,7 +786,9 @@ out:
     return rc;
 }
 
-/* Device 0, a non-blocking stream and a cuBLAS handle on it. */
+/* The process's shared device context (gpu/device_cuda.h): the selected
+ * device, its one stream and cuBLAS handle, which the depformer and the
+ * codec share. */
 static int open_device(cuda_backend *be, char *err, size_t errlen)
 {
     char why[200];
@@ -814,21 +796,12 @@ static int open_device(cuda_backend *be, char *err, size_t errlen)
         mt_set_err(err, errlen, "cuda: %s", why);
         return -1;
     }
-    CU(cudaSetDevice(0));
-    CU(cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, 0));
-    CU(cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking));
-    be->st_ok = 1;
-    cublasStatus_t bs = cublasCreate(&be->blas);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "cuda: cublasCreate: %s", blas_str(bs));
+    if (mt_cu_ctx_open("cuda", &be->ctx, err, errlen))
         return -1;
-    }
-    be->blas_ok = 1;
-    bs = cublasSetStream(be->blas, be->st);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "cuda: cublasSetStream: %s", blas_str(bs));
-        return -1;
-    }
+    be->st = be->ctx->stream;
+    be->blas = be->ctx->blas;
+    CU(cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, be->ctx->device),
+       "cudaDeviceGetAttribute");
     return 0;
 }
 
@@ -843,7 +816,7 @@ static int upload_weights(cuda_backend *be, char *err, size_t errlen)
     }
     be->weight_bytes = layout_weights(be, NULL);
     size_t freeb = 0, total = 0;
-    CU(cudaMemGetInfo(&freeb, &total));
+    CU(cudaMemGetInfo(&freeb, &total), "cudaMemGetInfo");
     if (be->weight_bytes > freeb) {
         mt_set_err(err, errlen, "cuda: model %s needs %.2f GiB of device memory for its bf16 weights, %.2f GiB free of %.2f",
                  c->name, gib(be->weight_bytes), gib(freeb), gib(total));
@@ -917,7 +890,7 @@ static int alloc_activations(cuda_backend *be, char *err, size_t errlen)
         invf[i] = pow((double)c->rope_theta, -(2.0 * (double)i) / (double)D);
     e = cudaMemcpy(be->inv_freq, invf, D / 2 * sizeof(double), cudaMemcpyHostToDevice);
     free(invf);
-    CU(e);
+    CU(e, "rotary frequencies upload");
     return 0;
 }
 
@@ -935,7 +908,7 @@ static int alloc_outputs(cuda_backend *be, char *err, size_t errlen)
     }
     be->h_logits = be->h_out;
     be->h_pcm_out = (int16_t *)((float *)be->h_out + R * (size_t)(be->c->vocab > 0 ? be->c->vocab : 0));
-    CU(cudaEventCreate(&be->ev0));
+    CU(cudaEventCreate(&be->ev0), "cudaEventCreate");
     if (cudaEventCreate(&be->ev1) != cudaSuccess) {
         cudaEventDestroy(be->ev0);
         mt_set_err(err, errlen, "cuda: cudaEventCreate failed");
@@ -953,7 +926,7 @@ static int create(cuda_backend *be, char *err, size_t errlen)
         return -1;
     /* what is free after all that is the pool's, less a reserve */
     size_t freeb = 0, total = 0;
-    CU(cudaMemGetInfo(&freeb, &total));
+    CU(cudaMemGetInfo(&freeb, &total), "cudaMemGetInfo");
     be->pub->kv_reserve_bytes = MT_CUDA_RESERVE;
     be->pub->kv_room_bytes = freeb > MT_CUDA_RESERVE ? freeb - MT_CUDA_RESERVE : 0;
     return 0;
@@ -963,6 +936,8 @@ static int create(cuda_backend *be, char *err, size_t errlen)
 static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t errlen)
 {
     cuda_backend *be = b->impl;
+    if (mt_cu_ctx_enter(be->ctx, err, errlen))
+        return -1;
     be->pool = pool;
     be->kvp = mt_kv_pool_params(pool);
     int blocks = mt_kv_pool_blocks(pool);
@@ -985,8 +960,8 @@ static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t e
     }
     /* zeroed once, so a slot read before it is written (never, by the
      * bookkeeping) is finite */
-    CU(cudaMemsetAsync(be->kv, 0, be->kv_bytes, be->st));
-    CU(cudaStreamSynchronize(be->st));
+    CU(cudaMemsetAsync(be->kv, 0, be->kv_bytes, be->st), "cudaMemsetAsync");
+    CU(cudaStreamSynchronize(be->st), "cudaStreamSynchronize");
     be->ready = 1;
     return 0;
 }
@@ -998,9 +973,11 @@ static int cuda_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t e
         mt_set_err(err, errlen, "cuda: no pool attached");
         return -1;
     }
+    if (mt_cu_ctx_enter(be->ctx, err, errlen))
+        return -1;
     /* unit-scale values, as rotated keys and values of a real model */
-    KE(mt_cu_fill_uniform_bf16(be->kv, be->kv_bytes / 2, seed, 1.0f, be->st));
-    CU(cudaStreamSynchronize(be->st));
+    CU(mt_cu_fill_uniform_bf16(be->kv, be->kv_bytes / 2, seed, 1.0f, be->st), "kernel mt_cu_fill_uniform_bf16");
+    CU(cudaStreamSynchronize(be->st), "cudaStreamSynchronize");
     return 0;
 }
 

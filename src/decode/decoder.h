@@ -93,6 +93,10 @@ int  mt_cuda_available(char *why, size_t whylen);
  * nothing: --device auto asks this first, so a machine without a GPU never
  * maps the CUDA libraries. */
 int  mt_cuda_device_present(char *why, size_t whylen);
+/* The device every CUDA user of this process (backbone, depformer, codec)
+ * opens: ordinal gpu among the visible ones (CUDA_VISIBLE_DEVICES), 0
+ * unless called. Before the first of them is created; loads the module. */
+int  mt_cuda_select_gpu(int gpu, char *err, size_t errlen);
 #endif
 
 #endif

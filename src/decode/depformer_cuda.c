@@ -4,6 +4,9 @@
  * kernels/depformer.cu. Built into the CUDA module. */
 #include "decode/depformer_cuda.h"
 #include "decode/fp32_cuda.h"
+#include "gpu/device_cuda.h"
+#define MT_CU_WHO "depformer cuda"
+#include "gpu/cuda_check.h"
 #include "util/errmsg.h"
 #include "../../kernels/depformer_kernels.h"
 
@@ -20,7 +23,8 @@ typedef struct dep_w {
 struct mt_dep_cuda {
     const mt_kyutai_lm *lm;
     int maxb, B;
-    cudaStream_t   stream;
+    const mt_cu_ctx *ctx;         /* the process's device, stream, cuBLAS handle */
+    cudaStream_t   stream;        /* ctx's */
     cublasHandle_t blas;
     size_t bytes;
     float *wbuf;                  /* every weight below, one allocation */
@@ -39,28 +43,17 @@ struct mt_dep_cuda {
     int32_t *tok;                 /* [maxb] */
 };
 
-#define CU(call, what)                                                                   \
-    do {                                                                                 \
-        int e_ = (int)(call);                                                            \
-        if (e_ != 0) {                                                                   \
-            mt_set_err(err, errlen, "depformer cuda: %s: %s", what,                      \
-                       cudaGetErrorString((cudaError_t)e_));                             \
-            return -1;                                                                   \
-        }                                                                                \
-    } while (0)
-
 /* Y [B, N] (+)= X [B, K] (rows ldx apart) . W [N, K]^T: column-major,
- * Y^T = W^T' X^T with W read transposed. */
+ * Y^T = W^T' X^T with W read transposed. Plain fp32 (no TF32), asked per
+ * call: the handle is the process's shared one. */
 static int gemm(mt_dep_cuda *g, int B, int N, int K, const float *X, int ldx, const float *W,
                 float beta, float *Y, char *err, size_t errlen)
 {
     const float one = 1.0f;
-    cublasStatus_t s = cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, B, K, &one, W, K, X, ldx,
-                                   &beta, Y, N);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "depformer cuda: sgemm: cuBLAS status %d", (int)s);
-        return -1;
-    }
+    BL(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, B, K, &one, W, CUDA_R_32F, K, X,
+                    CUDA_R_32F, ldx, &beta, Y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F_PEDANTIC,
+                    CUBLAS_GEMM_DEFAULT),
+       "sgemm");
     return 0;
 }
 
@@ -69,7 +62,12 @@ static void g_destroy(mt_dep_cuda *g)
     if (!g)
         return;
     void *dev[] = { g->wbuf, g->h, g->x, g->xn, g->att, g->qkv, g->gu, g->kv, g->logits, g->tok };
-    mt_cu_fp32_close(g->stream, g->blas, dev, sizeof dev / sizeof dev[0]);
+    if (g->ctx) {
+        (void)cudaSetDevice(g->ctx->device);
+        (void)cudaStreamSynchronize(g->stream);
+    }
+    mt_cu_fp32_close(NULL, NULL, dev, sizeof dev / sizeof dev[0]);
+    mt_cu_ctx_close(g->ctx);
     free(g->dep);
     free(g->norm1);
     free(g->norm2);
@@ -89,7 +87,7 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
     const mt_kyutai_config *kc = &lm->kc;
     *out = NULL;
     if (kc->dep_q < 1 || kc->dep_q > MT_KY_MAX_Q || lm->shape_only || max_batch < 1 ||
-        max_batch > 65535) {
+        max_batch > 65536) {
         mt_set_err(err, errlen, "depformer cuda: no depformer, no host weights or batch %d", max_batch);
         return -1;
     }
@@ -135,8 +133,14 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
     for (int i = 0; i < nw; i++)
         total += wc[i].n;
     cudaError_t ce = cudaSuccess;
-    if (rc == 0 && mt_cu_fp32_open(&g->stream, &g->blas, "depformer cuda", err, errlen) != 0)
+    if (rc == 0 && mt_cu_ctx_open("depformer cuda", &g->ctx, err, errlen) != 0)
         rc = -2;
+    if (rc == 0) {
+        g->stream = g->ctx->stream;
+        g->blas = g->ctx->blas;
+        if (mt_cu_ctx_enter(g->ctx, err, errlen) != 0)
+            rc = -2;
+    }
     struct { void **p; size_t bytes; } al[] = {
         { (void **)&g->wbuf, total * sizeof(float) },
         { (void **)&g->h, R * kc->dim * sizeof(float) },
@@ -178,6 +182,8 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
 
 static int g_begin(mt_dep_cuda *g, int B, const float *h, char *err, size_t errlen)
 {
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
     if (B < 1 || B > g->maxb) {
         mt_set_err(err, errlen, "depformer cuda: batch of %d (1..%d)", B, g->maxb);
         return -1;
@@ -188,8 +194,10 @@ static int g_begin(mt_dep_cuda *g, int B, const float *h, char *err, size_t errl
     return 0;
 }
 
-static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
-                  size_t errlen)
+/* One codebook step, enqueued; returns with work queued on error
+ * (g_next waits for it). */
+static int next_enqueue(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
+                        size_t errlen)
 {
     const mt_kyutai_config *kc = &g->lm->kc;
     const int B = g->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
@@ -226,6 +234,19 @@ static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, cha
                        cudaMemcpyDeviceToHost, g->stream), "logits download");
     CU(cudaStreamSynchronize(g->stream), "step");
     return 0;
+}
+
+/* next_enqueue, and on an error a wait for what it queued (the logits'
+ * copy into the caller's buffer may be pending), as the backbone does. */
+static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
+                  size_t errlen)
+{
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
+    if (next_enqueue(g, k, prev, logits, err, errlen) == 0)
+        return 0;
+    (void)cudaStreamSynchronize(g->stream);
+    return -1;
 }
 
 static size_t g_device_bytes(const mt_dep_cuda *g) { return g->bytes; }
