@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "model/kyutai_lm.h"
 #include "probe/calibrate.h"
+#include "probe/calibrate_frame.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -648,6 +649,34 @@ static void test_moshiko_profiles(void)
     }
 }
 
+/* calibrate_frame.c: the line fit recovers a + b B exactly from exact
+ * points, and moshiko's depformer reads 666,894,336 parameters a frame */
+static void test_calib_frame(void)
+{
+    const double x[4] = { 1, 8, 32, 64 };
+    double t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = 2e-3 + 5e-5 * x[i];
+    mt_calib_line l;
+    mt_calib_line_fit(x, t, 4, &l);
+    is_near(l.a_s, 2e-3, 1e-12, "intercept 2 ms");
+    is_near(l.b_s, 5e-5, 1e-12, "slope 0.05 ms a session");
+    ok(l.rms >= 0 && l.rms < 1e-9, "RMS residual 0 on exact points (%g)", l.rms);
+    mt_calib_line_fit(x, t, 1, &l);
+    ok(l.rms < 0, "one point: no fit");
+    const double same[2] = { 8, 8 };
+    mt_calib_line_fit(same, t, 2, &l);
+    ok(l.rms < 0, "one distinct batch: no fit");
+    mt_kyutai_lm *lm = NULL;
+    int rc = mt_kyutai_load("synthetic:moshiko", MT_MODEL_SHAPE_ONLY, &lm, err, sizeof err);
+    ok(rc == 0, "moshiko's shape: %s", rc ? err : "ok");
+    if (rc == 0)
+        ok(mt_calib_dep_params(&lm->kc) == 666894336.0,
+           "moshiko's depformer: %.0f parameters a frame (the profiles' figure)",
+           mt_calib_dep_params(&lm->kc));
+    mt_kyutai_free(lm);
+}
+
 /* mt-probe calibrate's fit recovers the figures that made its points,
  * memory-bound and compute-bound points mixed */
 static void test_calib_fit(void)
@@ -708,6 +737,7 @@ static void test_time_scale(const mt_config *c)
 int main(void)
 {
     test_calib_fit();
+    test_calib_frame();
     test_parse();
     test_shipped();
     mt_model *m = NULL;
