@@ -55,6 +55,9 @@ static void ctx_teardown(void)
         (void)cudaStreamSynchronize(ctx.stream);
     if (ctx.blas)
         (void)cublasDestroy(ctx.blas);
+    if (ctx.workspace)
+        (void)cudaFree(ctx.workspace);
+    ctx.workspace = NULL;
     if (ctx.stream)
         (void)cudaStreamDestroy(ctx.stream);
     ctx.blas = NULL;
@@ -77,6 +80,8 @@ static int ctx_create(char *err, size_t errlen)
     CU(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking), "stream");
     BL(cublasCreate(&ctx.blas), "cublasCreate");
     BL(cublasSetStream(ctx.blas, ctx.stream), "cublasSetStream");
+    CU(cudaMalloc(&ctx.workspace, MT_CU_WORKSPACE), "cuBLAS workspace");
+    BL(cublasSetWorkspace(ctx.blas, ctx.workspace, MT_CU_WORKSPACE), "cublasSetWorkspace");
     return 0;
 }
 

@@ -28,7 +28,11 @@ typedef struct mt_cu_ctx {
     int            device;   /* runtime ordinal (among the visible devices) */
     cudaStream_t   stream;
     cublasHandle_t blas;
+    void          *workspace;  /* cuBLAS's, fixed: a GEMM captured into a graph
+                                  allocates nothing (MT_CU_WORKSPACE bytes) */
 } mt_cu_ctx;
+
+#define MT_CU_WORKSPACE ((size_t)32 << 20)
 
 /* The device the next context opens on (gpu >= 0). -1 with err set when
  * a context is open on another device, or gpu is out of range. */
