@@ -775,6 +775,10 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     if (a->ky.lm && mt_speech_codec_cost(a->ky.lm, a->ky.codec, &a->dopt.codec, err,
                                          sizeof err) != 0)
         goto out;
+    if (a->ky.lm && a->dopt.device == MT_DEV_SIM &&
+        mt_serve_kyutai_prepare_sim(&a->ky, a->dopt.sim_profile, a->dopt.max_batch, err,
+                                    sizeof err) != 0)
+        goto out;
     if (a->ky.lm && mt_serve_kyutai_prepare(&a->ky, a->dopt.device, a->dopt.max_batch, err,
                                             sizeof err) != 0)
         goto out;

@@ -29,6 +29,13 @@ int  mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **o
 int  mt_depformer_create_cuda(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
                               char *err, size_t errlen);
 int  mt_depformer_is_cuda(const mt_depformer *df);
+/* One that does no work (every step's logits zero, so the sampler draws
+ * among its top k), for a simulated device whose profile times the
+ * depformer (mt-profile(5)'s depformer_params): the host computing it
+ * too would count it twice. No host weights needed. */
+int  mt_depformer_create_sim(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
+                             char *err, size_t errlen);
+int  mt_depformer_is_sim(const mt_depformer *df);
 void mt_depformer_free(mt_depformer *df);
 /* Starts a frame for B rows: h [B, dim] is the temporal output after
  * out_norm (read until the frame's last step). 0, or -1 (CUDA only) with

@@ -72,7 +72,8 @@ int mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
 
 const char *mt_kyutai_gen_dep_where(const mt_kyutai_gen *g)
 {
-    return !g->df ? "none" : mt_depformer_is_cuda(g->df) ? "cuda" : "host";
+    return !g->df ? "none" : mt_depformer_is_cuda(g->df) ? "cuda"
+                          : mt_depformer_is_sim(g->df) ? "sim" : "host";
 }
 
 int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
