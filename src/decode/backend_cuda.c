@@ -433,7 +433,12 @@ out:
 /* Splits of the ring for this call: enough blocks for a few waves of the
  * GPU, chunks of at least 64 slots; or chunks of MT_CUDA_SPLIT_CHUNK slots
  * (at most MT_CU_MAX_SPLITS of them), so that tests reach the combine with
- * short windows. */
+ * short windows. A small batch (rows x kv heads under the SM count: B = 1
+ * to 4 of a 32-head model on an H100) would leave most SMs idle with
+ * 64-slot chunks (W = 252: 4 splits, 128 blocks for 132 SMs), so there
+ * the window is cut finer, down to 16 slots a chunk (16 splits), and the
+ * K/V is read by every SM at once; the combine merges the partials as for
+ * any split. */
 static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *nsplit, int *chunk)
 {
     if (max_ring < 1) {
@@ -452,7 +457,8 @@ static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *ns
     int want_blocks = be->nsm * 8;
     int per = nrows * be->c->kv_heads;
     int ns = (want_blocks + per - 1) / per;
-    int by_len = (max_ring + 63) / 64;
+    const int min_chunk = per < be->nsm ? 16 : 64;
+    int by_len = (max_ring + min_chunk - 1) / min_chunk;
     if (ns > by_len)
         ns = by_len;
     if (ns > MT_CU_MAX_SPLITS)
