@@ -137,6 +137,18 @@ int mt_depformer_create_sim(const mt_kyutai_lm *lm, int max_batch, mt_depformer 
 
 int mt_depformer_is_cuda(const mt_depformer *df) { return df->g != NULL; }
 int mt_depformer_is_sim(const mt_depformer *df) { return df->sim; }
+int mt_depformer_can_frame(const mt_depformer *df) { return df->g && df->ops->frame; }
+
+int mt_depformer_frame(mt_depformer *df, const int32_t *text, const float *temp,
+                       const int *top_k, const int *greedy, uint64_t *rng, int32_t *audio)
+{
+    if (!mt_depformer_can_frame(df)) {
+        mt_set_err(df->err, sizeof df->err, "depformer: no device sampling here (CUDA only)");
+        return -1;
+    }
+    return df->ops->frame(df->g, text, temp, top_k, greedy, rng, audio, df->err,
+                          sizeof df->err);
+}
 const char *mt_depformer_error(const mt_depformer *df) { return df->err; }
 
 int mt_depformer_begin(mt_depformer *df, int B, const float *h)

@@ -9,6 +9,7 @@
 #include "gpu/cuda_check.h"
 #include "util/errmsg.h"
 #include "../../kernels/depformer_kernels.h"
+#include "../../kernels/sample_kernels.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -41,6 +42,13 @@ struct mt_dep_cuda {
     float *kv;                    /* [layers][maxb][2][dep_q][dd] */
     float *logits;                /* [maxb, card] */
     int32_t *tok;                 /* [maxb] */
+    /* the device-sampled frame (frame): one pinned host block and its
+     * device mirror, laid out alike */
+    void    *h_fr, *d_fr;
+    mt_cu_samp *h_samp, *d_samp;  /* [maxb] */
+    uint64_t   *h_rng, *d_rng;    /* [maxb][4] */
+    int32_t    *h_audio, *d_audio; /* [maxb][dep_q] */
+    size_t      fr_bytes;
 };
 
 /* Y [B, N] (+)= X [B, K] (rows ldx apart) . W [N, K]^T: column-major,
@@ -67,6 +75,10 @@ static void g_destroy(mt_dep_cuda *g)
         (void)cudaStreamSynchronize(g->stream);
     }
     mt_cu_fp32_close(NULL, NULL, dev, sizeof dev / sizeof dev[0]);
+    if (g->h_fr)
+        (void)cudaFreeHost(g->h_fr);
+    if (g->d_fr)
+        (void)cudaFree(g->d_fr);
     mt_cu_ctx_close(g->ctx);
     free(g->dep);
     free(g->norm1);
@@ -80,6 +92,23 @@ typedef struct wcopy {
     size_t n;
     float **dst;
 } wcopy;
+
+/* The device-sampled frame's buffers (frame): pinned host and device,
+ * one layout: [maxb] sampling, [maxb][4] RNG states, [maxb][dep_q] tokens. */
+static int alloc_frame(mt_dep_cuda *g, char *err, size_t errlen)
+{
+    const size_t R = (size_t)g->maxb, Q = (size_t)g->lm->kc.dep_q, A = 256;
+    const size_t o_samp = 0, o_rng = (R * sizeof(mt_cu_samp) + A - 1) / A * A,
+                 o_audio = o_rng + (R * 4 * sizeof(uint64_t) + A - 1) / A * A;
+    g->fr_bytes = o_audio + R * Q * sizeof(int32_t);
+    CU(cudaMallocHost(&g->h_fr, g->fr_bytes), "pinned frame buffer");
+    CU(cudaMalloc(&g->d_fr, g->fr_bytes), "frame buffer");
+    char *h = g->h_fr, *d = g->d_fr;
+    g->h_samp = (mt_cu_samp *)(h + o_samp);  g->d_samp = (mt_cu_samp *)(d + o_samp);
+    g->h_rng = (uint64_t *)(h + o_rng);      g->d_rng = (uint64_t *)(d + o_rng);
+    g->h_audio = (int32_t *)(h + o_audio);   g->d_audio = (int32_t *)(d + o_audio);
+    return 0;
+}
 
 static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, char *err,
                     size_t errlen)
@@ -169,6 +198,8 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
     }
     if (rc == -1)
         mt_set_err(err, errlen, "depformer cuda: %s", cudaGetErrorString(ce));
+    if (rc == 0 && alloc_frame(g, err, errlen) != 0)
+        rc = -2;
     g->norm1 = n1;   /* g_destroy frees them from here */
     g->norm2 = n2;
     free(wc);
@@ -194,19 +225,12 @@ static int g_begin(mt_dep_cuda *g, int B, const float *h, char *err, size_t errl
     return 0;
 }
 
-/* One codebook step, enqueued; returns with work queued on error
- * (g_next waits for it). */
-static int next_enqueue(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
-                        size_t errlen)
+/* Codebook step k of the frame on the device: its previous tokens in
+ * g->tok, its logits into g->logits [B, card]. */
+static int step_compute(mt_dep_cuda *g, int k, char *err, size_t errlen)
 {
     const mt_kyutai_config *kc = &g->lm->kc;
     const int B = g->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
-    if (k < 0 || k >= Q || B < 1) {
-        mt_set_err(err, errlen, "depformer cuda: step %d of %d (batch %d)", k, Q, B);
-        return -1;
-    }
-    CU(cudaMemcpyAsync(g->tok, prev, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
-                       g->stream), "tokens upload");
     if (gemm(g, B, dd, kc->dim, g->h, kc->dim, g->dep_in[k], 0.0f, g->x, err, errlen))
         return -1;
     CU(mt_cu_dep_add_emb(g->x, k == 0 ? g->dep_text_emb : g->dep_emb[k - 1], g->tok, B, dd,
@@ -230,6 +254,24 @@ static int next_enqueue(mt_dep_cuda *g, int k, const int32_t *prev, float *logit
     }
     if (gemm(g, B, kc->card, dd, g->x, dd, g->linears[k], 0.0f, g->logits, err, errlen))
         return -1;
+    return 0;
+}
+
+/* One codebook step, enqueued; returns with work queued on error
+ * (g_next waits for it). */
+static int next_enqueue(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
+                        size_t errlen)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int B = g->B, Q = kc->dep_q;
+    if (k < 0 || k >= Q || B < 1) {
+        mt_set_err(err, errlen, "depformer cuda: step %d of %d (batch %d)", k, Q, B);
+        return -1;
+    }
+    CU(cudaMemcpyAsync(g->tok, prev, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       g->stream), "tokens upload");
+    if (step_compute(g, k, err, errlen))
+        return -1;
     CU(cudaMemcpyAsync(logits, g->logits, (size_t)B * kc->card * sizeof(float),
                        cudaMemcpyDeviceToHost, g->stream), "logits download");
     CU(cudaStreamSynchronize(g->stream), "step");
@@ -249,6 +291,54 @@ static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, cha
     return -1;
 }
 
+/* The frame's dep_q steps, each sampled on the device into the next's
+ * previous tokens; returns with work queued on error (g_frame waits). */
+static int frame_enqueue(mt_dep_cuda *g, const int32_t *text, int32_t *audio, char *err,
+                         size_t errlen)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int B = g->B, Q = kc->dep_q;
+    CU(cudaMemcpyAsync(g->d_fr, g->h_fr, g->fr_bytes, cudaMemcpyHostToDevice, g->stream),
+       "sampling upload");
+    CU(cudaMemcpyAsync(g->tok, text, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       g->stream), "text tokens upload");
+    for (int k = 0; k < Q; k++) {
+        if (step_compute(g, k, err, errlen))
+            return -1;
+        CU(mt_cu_sample(g->logits, B, kc->card, g->d_samp, (unsigned long long *)g->d_rng,
+                        g->tok, g->d_audio + k, Q, g->stream), "sampling");
+    }
+    CU(cudaMemcpyAsync(g->h_rng, g->d_rng, (size_t)B * 4 * sizeof(uint64_t),
+                       cudaMemcpyDeviceToHost, g->stream), "RNG states download");
+    CU(cudaMemcpyAsync(g->h_audio, g->d_audio, (size_t)B * Q * sizeof(int32_t),
+                       cudaMemcpyDeviceToHost, g->stream), "tokens download");
+    CU(cudaStreamSynchronize(g->stream), "frame");   /* the frame's one sync */
+    memcpy(audio, g->h_audio, (size_t)B * Q * sizeof(int32_t));
+    return 0;
+}
+
+static int g_frame(mt_dep_cuda *g, const int32_t *text, const float *temp, const int *top_k,
+                   const int *greedy, uint64_t *rng, int32_t *audio, char *err, size_t errlen)
+{
+    const int B = g->B;
+    if (B < 1 || g->lm->kc.card > mt_cu_sample_max_n()) {
+        mt_set_err(err, errlen, "depformer cuda: no device sampling for batch %d, card %d (at most %d)",
+                   B, g->lm->kc.card, mt_cu_sample_max_n());
+        return -1;
+    }
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
+    for (int r = 0; r < B; r++)
+        g->h_samp[r] = (mt_cu_samp){ .temp = temp[r], .top_k = top_k[r], .greedy = greedy[r] };
+    memcpy(g->h_rng, rng, (size_t)B * 4 * sizeof(uint64_t));
+    if (frame_enqueue(g, text, audio, err, errlen) != 0) {
+        (void)cudaStreamSynchronize(g->stream);
+        return -1;
+    }
+    memcpy(rng, g->h_rng, (size_t)B * 4 * sizeof(uint64_t));
+    return 0;
+}
+
 static size_t g_device_bytes(const mt_dep_cuda *g) { return g->bytes; }
 
 const mt_dep_cuda_ops *mt_depformer_cuda_ops_get(void)
@@ -261,6 +351,7 @@ const mt_dep_cuda_ops *mt_depformer_cuda_ops_get(void)
         .begin = g_begin,
         .next = g_next,
         .device_bytes = g_device_bytes,
+        .frame = g_frame,
     };
     return &ops;
 }

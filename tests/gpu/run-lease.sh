@@ -17,7 +17,10 @@
 #                    tokens identical over a wrapping run, sampled >= 90%),
 #                    the backbone with and without CUDA Graphs (test_cuda,
 #                    MT_CUDA_GRAPHS=0/1), the depformer, the codec, the
-#                    speech stage, Kyutai's LM (MT_REQUIRE_GPU=1 each)
+#                    speech stage, Kyutai's LM (MT_REQUIRE_GPU=1 each), and
+#                    the whole frame again with the depformer's sampling on
+#                    the device (MT_CUDA_DEVICE_SAMPLING=1: one sync a
+#                    frame instead of one a codebook step)
 #   bounds       60  mt-benchgpu on moshiko's temporal shape (moshi-7b:
 #                    same layers, heads, K/V) at S=4 W=252, B = 1..64
 #                    doubling: the copy bandwidth and the bf16 GEMM peak
@@ -27,7 +30,8 @@
 #   stages      150  mt-benchkyutai moshiko by stage (embed, temporal,
 #                    depformer, sampling, total) at B = 1, 8, 32, 64,
 #                    W = 252 + 4 sinks, depformer on the GPU
-#   stages_graphs 60 the same at B = 1, 64 with MT_CUDA_GRAPHS=1
+#   stages_graphs 60 the same at B = 1, 64 with MT_CUDA_GRAPHS=1 and
+#                    MT_CUDA_DEVICE_SAMPLING=1
 #   (summary)        moshiko's whole-frame byte bound at B=1: temporal bf16
 #                    13.416 GB + depformer fp32 2.668 GB + codec fp32
 #                    0.385 GB = 16.469 GB at the bandwidth `bounds`
@@ -134,13 +138,15 @@ for t in test_frame_cuda test_cuda test_depformer_cuda test_mimi_cuda test_speec
     [ "$dry" = 1 ] || record "parity_$t not_ok=$(grep -c '^not ok' "$out/parity_$t.log")"
 done
 step parity_test_cuda_graphs 40 env MT_REQUIRE_GPU=1 MT_CUDA_GRAPHS=1 "$g/test_cuda" || parity_ok=0
+step parity_frame_devsample 45 env MT_REQUIRE_GPU=1 MT_CUDA_DEVICE_SAMPLING=1 \
+    "$g/test_frame_cuda" || parity_ok=0
 
 # ---- the backbone against its bounds, then moshiko by stage -------------------
 step bounds 60 "$g/mt-benchgpu" -m synthetic:moshi-7b -s 4 -w 252 -n 64
 step bounds_graphs 60 env MT_CUDA_GRAPHS=1 "$g/mt-benchgpu" -m synthetic:moshi-7b -s 4 -w 252 -n 64
 step stages 150 "$g/mt-benchkyutai" -m synthetic:moshiko -d cuda -b 1,8,32,64 -f 8 -S 4 -W 252 -t 16
-step stages_graphs 60 env MT_CUDA_GRAPHS=1 "$g/mt-benchkyutai" -m synthetic:moshiko -d cuda \
-    -b 1,64 -f 8 -S 4 -W 252 -t 16
+step stages_graphs 60 env MT_CUDA_GRAPHS=1 MT_CUDA_DEVICE_SAMPLING=1 "$g/mt-benchkyutai" \
+    -m synthetic:moshiko -d cuda -b 1,64 -f 8 -S 4 -W 252 -t 16
 if [ "$dry" = 0 ]; then
     for f in bounds bounds_graphs; do
         grep -h '^step \|^result ' "$out/$f.log" 2>/dev/null | sed "s/^/$f /" >>"$summary"
