@@ -17,10 +17,10 @@
 #                    tokens identical over a wrapping run, sampled >= 90%),
 #                    the backbone with and without CUDA Graphs (test_cuda,
 #                    MT_CUDA_GRAPHS=0/1), the depformer, the codec, the
-#                    speech stage, Kyutai's LM (MT_REQUIRE_GPU=1 each), and
-#                    the whole frame again with the depformer's sampling on
-#                    the device (MT_CUDA_DEVICE_SAMPLING=1: one sync a
-#                    frame instead of one a codebook step)
+#                    speech stage, Kyutai's LM (MT_REQUIRE_GPU=1 each);
+#                    test_frame_cuda also runs the frame with the
+#                    depformer's sampling on the device
+#                    (MT_CUDA_DEVICE_SAMPLING=1) against the host sampler
 #   bounds       60  mt-benchgpu on moshiko's temporal shape (moshi-7b:
 #                    same layers, heads, K/V) at S=4 W=252, B = 1..64
 #                    doubling: the copy bandwidth and the bf16 GEMM peak
@@ -138,8 +138,6 @@ for t in test_frame_cuda test_cuda test_depformer_cuda test_mimi_cuda test_speec
     [ "$dry" = 1 ] || record "parity_$t not_ok=$(grep -c '^not ok' "$out/parity_$t.log")"
 done
 step parity_test_cuda_graphs 40 env MT_REQUIRE_GPU=1 MT_CUDA_GRAPHS=1 "$g/test_cuda" || parity_ok=0
-step parity_frame_devsample 45 env MT_REQUIRE_GPU=1 MT_CUDA_DEVICE_SAMPLING=1 \
-    "$g/test_frame_cuda" || parity_ok=0
 
 # ---- the backbone against its bounds, then moshiko by stage -------------------
 step bounds 60 "$g/mt-benchgpu" -m synthetic:moshi-7b -s 4 -w 252 -n 64

@@ -11,6 +11,10 @@
  * 0.8/0.7, top-k, per-session seeded RNG): at least 90% of the tokens
  * identical (a bf16 logit that moves a cumulative probability across the
  * drawn uniform changes one draw and every later one of its session).
+ * Then the depformer's sampling on the device (MT_CUDA_DEVICE_SAMPLING=1,
+ * kernels/sample.cu) against the host's on the same device (the same
+ * logits, the same generator states): greedy identical, sampled at least
+ * 99% (exp and log in the last bit may move a draw at a near tie).
  * Without a GPU the CUDA half skips (MT_REQUIRE_GPU=1 fails instead); the
  * CPU run against itself is the control: identical by construction. */
 #include "tap.h"
@@ -118,7 +122,8 @@ static void one_mode(mt_kyutai_lm *lm, mimi_model *codec, int greedy, int gpu)
 {
     const char *mode = greedy ? "greedy" : "sampled";
     char err[512] = "";
-    tokens *cpu = calloc(2, sizeof *cpu), *other = cpu ? cpu + 1 : NULL;
+    tokens *cpu = calloc(3, sizeof *cpu), *other = cpu ? cpu + 1 : NULL;
+    tokens *dev = cpu ? cpu + 2 : NULL;
     if (!ok(cpu && run(lm, codec, MT_DEV_CPU, greedy, cpu, err, sizeof err) == 0,
             "%s: %d frames of %d sessions on the CPU: %s", mode, FRAMES, B, err[0] ? err : "ok")) {
         free(cpu);
@@ -141,6 +146,19 @@ static void one_mode(mt_kyutai_lm *lm, mimi_model *codec, int greedy, int gpu)
             else
                 ok(diff * 10 <= total, "sampled: at least 90%% of CUDA's tokens are the CPU's "
                    "(%d of %d differ, first at frame %d)", diff, total, first);
+        }
+        /* the same frames with the depformer's sampling on the device */
+        if (rc == 0 && setenv("MT_CUDA_DEVICE_SAMPLING", "1", 1) == 0) {
+            rc = run(lm, codec, MT_DEV_CUDA, greedy, dev, err, sizeof err);
+            unsetenv("MT_CUDA_DEVICE_SAMPLING");
+            ok(rc == 0, "%s: CUDA with the depformer's sampling on the device: %s", mode,
+               rc ? err : "ok");
+            if (rc == 0) {
+                compare(other, dev, lm->kc.dep_q, &diff, &total, &first);
+                ok(greedy ? diff == 0 : diff * 100 <= total,
+                   "%s: device sampling draws the host sampler's tokens (%d of %d differ, "
+                   "first at frame %d)", mode, diff, total, first);
+            }
         }
     }
     free(cpu);
