@@ -8,6 +8,10 @@
 #
 # Every step runs under timeout(1) with its own cap; a step that would
 # start past BUDGET_S (540 s: under 9 minutes) is skipped and says so.
+# The moshiko steps (stages, calibrate, sweep_cuda) each make the LM's
+# host-side weights first (the depformer's and the embeddings' fp32, 45 s
+# of one core on the build machine; less on the device's), inside their
+# caps.
 # In order of what is owed most:
 #
 #   step        cap  what it measures
@@ -26,11 +30,11 @@
 #                    doubling: the copy bandwidth and the bf16 GEMM peak
 #                    measured in the same run, each B's fraction of its
 #                    byte bound (the backbone's target: >= 0.80 at B=1)
-#   bounds_graphs 60 the same with MT_CUDA_GRAPHS=1
+#   bounds_graphs 45 the same with MT_CUDA_GRAPHS=1
 #   stages      150  mt-benchkyutai moshiko by stage (embed, temporal,
 #                    depformer, sampling, total) at B = 1, 8, 32, 64,
 #                    W = 252 + 4 sinks, depformer on the GPU
-#   stages_graphs 60 the same at B = 1, 64 with MT_CUDA_GRAPHS=1 and
+#   stages_graphs 90 the same at B = 1, 64 with MT_CUDA_GRAPHS=1 and
 #                    MT_CUDA_DEVICE_SAMPLING=1
 #   (summary)        moshiko's whole-frame byte bound at B=1: temporal bf16
 #                    13.416 GB + depformer fp32 2.668 GB + codec fp32
@@ -42,7 +46,7 @@
 #                    profile it writes (moshiko-cal.profile)
 #   sweep_cuda  130  mt-probe sweep of a real mt-serve --device cuda -m
 #                    synthetic:moshiko --window 252 --sink 4, 8..96
-#                    sessions step 8, 4 s a level, judged by the tick
+#                    sessions step 8, 3 s a level, judged by the tick
 #                    signal's p99 under 80 ms: the wall = how many moshiko
 #                    sessions hold p99 < 80 ms on this GPU
 #   predict      20  mt-probe predict on moshiko-cal.profile: the
@@ -141,9 +145,9 @@ step parity_test_cuda_graphs 40 env MT_REQUIRE_GPU=1 MT_CUDA_GRAPHS=1 "$g/test_c
 
 # ---- the backbone against its bounds, then moshiko by stage -------------------
 step bounds 60 "$g/mt-benchgpu" -m synthetic:moshi-7b -s 4 -w 252 -n 64
-step bounds_graphs 60 env MT_CUDA_GRAPHS=1 "$g/mt-benchgpu" -m synthetic:moshi-7b -s 4 -w 252 -n 64
+step bounds_graphs 45 env MT_CUDA_GRAPHS=1 "$g/mt-benchgpu" -m synthetic:moshi-7b -s 4 -w 252 -n 64
 step stages 150 "$g/mt-benchkyutai" -m synthetic:moshiko -d cuda -b 1,8,32,64 -f 8 -S 4 -W 252 -t 16
-step stages_graphs 60 env MT_CUDA_GRAPHS=1 MT_CUDA_DEVICE_SAMPLING=1 "$g/mt-benchkyutai" \
+step stages_graphs 90 env MT_CUDA_GRAPHS=1 MT_CUDA_DEVICE_SAMPLING=1 "$g/mt-benchkyutai" \
     -m synthetic:moshiko -d cuda -b 1,64 -f 8 -S 4 -W 252 -t 16
 if [ "$dry" = 0 ]; then
     for f in bounds bounds_graphs; do
@@ -173,7 +177,7 @@ LEVELS=${LEVELS:---from 8 --to 96 --step 8}
 sweep() { # NAME CAP DEVICE [mt-probe's extra options]
     local name=$1 cap=$2 dev=$3
     shift 3
-    step "$name" "$cap" "$g/mt-probe" sweep $LEVELS --hold 4s --warmup 1s --signal tick \
+    step "$name" "$cap" "$g/mt-probe" sweep $LEVELS --hold 3s --warmup 1s --signal tick \
         --budget 80 --tsv "$out/$name.tsv" "$@" -- -m synthetic:moshiko --device "$dev" \
         --window 252 --sink 4 --max-sessions 128
 }
