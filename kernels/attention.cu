@@ -150,9 +150,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
 attn_split_kernel(const float *__restrict__ qrot, const mt_cu_row *__restrict__ rows,
                   const int32_t *__restrict__ tables, const __nv_bfloat16 *__restrict__ pool,
                   float *__restrict__ part, int layer, int nsplit, int chunk, int L, int H,
-                  int Hkv, int D, int T)
+                  int Hkv, int D, int T, int row0)
 {
-    const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+    const int split = blockIdx.x, kvh = blockIdx.y, r = row0 + (int)blockIdx.z;
     const int G = H / Hkv;
     const mt_cu_row row = rows[r];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -273,9 +273,9 @@ attn_split_kernel(const float *__restrict__ qrot, const mt_cu_row *__restrict__ 
 }
 
 __global__ void attn_combine_kernel(const float *__restrict__ part, __nv_bfloat16 *__restrict__ out,
-                                    int H, int D, int nsplit)
+                                    int H, int D, int nsplit, int row0)
 {
-    const int h = blockIdx.x, r = blockIdx.y;
+    const int h = blockIdx.x, r = row0 + (int)blockIdx.y;
     const float *pp = part + ((size_t)r * H + h) * nsplit * (D + 2);
     float M = -CUDART_INF_F;
     for (int s = 0; s < nsplit; s++)
@@ -315,31 +315,42 @@ extern "C" int mt_cu_attention_supported(mt_cu_dims d, char *why, size_t whylen)
     return 0;
 }
 
+// Rows run in tiles of at most GRID_YZ_MAX: the row is the grid's z (split)
+// or y (combine) dimension, which CUDA caps at 65,535, and max_batch may
+// be 65,536 (the decoder's limit).
+#define GRID_YZ_MAX 65535
+
 extern "C" int mt_cu_attention(const float *qrot, const mt_cu_row *rows, const int32_t *tables,
                                const uint16_t *pool, float *part, uint16_t *out, int nrows,
                                int layer, int nsplit, int chunk, mt_cu_dims d, void *stream)
 {
     cudaStream_t st = (cudaStream_t)stream;
     const int G = d.heads / d.kv_heads, T = lanes_per_key(d.head_dim);
-    dim3 grid((unsigned)nsplit, (unsigned)d.kv_heads, (unsigned)nrows);
     const __nv_bfloat16 *pl = (const __nv_bfloat16 *)pool;
+    for (int row0 = 0; row0 < nrows; row0 += GRID_YZ_MAX) {
+        const int n = nrows - row0 < GRID_YZ_MAX ? nrows - row0 : GRID_YZ_MAX;
+        dim3 grid((unsigned)nsplit, (unsigned)d.kv_heads, (unsigned)n);
 #define MT_ATT_LAUNCH(MG)                                                                  \
     attn_split_kernel<MG><<<grid, ATT_THREADS, 0, st>>>(qrot, rows, tables, pl, part, layer, \
                                                         nsplit, chunk, d.layers, d.heads,  \
-                                                        d.kv_heads, d.head_dim, T)
-    if (G <= 1)
-        MT_ATT_LAUNCH(1);
-    else if (G <= 2)
-        MT_ATT_LAUNCH(2);
-    else if (G <= 4)
-        MT_ATT_LAUNCH(4);
-    else
-        MT_ATT_LAUNCH(8);
+                                                        d.kv_heads, d.head_dim, T, row0)
+        if (G <= 1)
+            MT_ATT_LAUNCH(1);
+        else if (G <= 2)
+            MT_ATT_LAUNCH(2);
+        else if (G <= 4)
+            MT_ATT_LAUNCH(4);
+        else
+            MT_ATT_LAUNCH(8);
 #undef MT_ATT_LAUNCH
-    int rc = (int)cudaGetLastError();
-    if (rc)
-        return rc;
-    attn_combine_kernel<<<dim3((unsigned)d.heads, (unsigned)nrows), 128, 0, st>>>(
-        part, (__nv_bfloat16 *)out, d.heads, d.head_dim, nsplit);
-    return (int)cudaGetLastError();
+        int rc = (int)cudaGetLastError();
+        if (rc)
+            return rc;
+        attn_combine_kernel<<<dim3((unsigned)d.heads, (unsigned)n), 128, 0, st>>>(
+            part, (__nv_bfloat16 *)out, d.heads, d.head_dim, nsplit, row0);
+        rc = (int)cudaGetLastError();
+        if (rc)
+            return rc;
+    }
+    return 0;
 }

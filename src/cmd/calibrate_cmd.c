@@ -4,6 +4,9 @@
 #include "cmd/calibrate_cmd.h"
 #include "cmd/opt.h"
 #include "probe/calibrate.h"
+#include "speech/serve_kyutai.h"
+#include "decode/decoder.h"
+#include "model/kyutai_lm.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -37,6 +40,10 @@ static void usage(FILE *f)
 "      --warmup DUR     with --served: unmeasured time first (default 1s)\n"
 "      --serve BIN      with --served: the mt-serve to run (default: beside\n"
 "                       mt-probe, then PATH)\n"
+"      --codec SPEC     a Kyutai model (bare): its Mimi codec, timed with the\n"
+"                       depformer beside the temporal step (default: the\n"
+"                       model's, as mt-serve takes it)\n"
+"      --gpu N          with --device cuda: the Nth visible GPU (default 0)\n"
 "The fit and every point's residual go to standard error.\n");
 }
 
@@ -46,7 +53,7 @@ static const mt_cli cli = {
 };
 
 enum { O_DEVICE = 256, O_THREADS, O_BATCHES, O_LENGTHS, O_REPS, O_MEMORY, O_RESERVE,
-       O_NAME, O_SERVED, O_WINDOW, O_SINK, O_HOLD, O_WARMUP, O_SERVE };
+       O_NAME, O_SERVED, O_WINDOW, O_SINK, O_HOLD, O_WARMUP, O_SERVE, O_CODEC, O_GPU };
 
 static const struct option longopts[] = {
     {"model", required_argument, 0, 'm'},
@@ -65,6 +72,8 @@ static const struct option longopts[] = {
     {"hold", required_argument, 0, O_HOLD},
     {"warmup", required_argument, 0, O_WARMUP},
     {"serve", required_argument, 0, O_SERVE},
+    {"codec", required_argument, 0, O_CODEC},
+    {"gpu", required_argument, 0, O_GPU},
     MT_OPT_COMMON,
     {0, 0, 0, 0},
 };
@@ -98,6 +107,7 @@ static int list_option(const char *arg, long lo, long hi, long *out, int *n)
 typedef struct calib_cli {
     mt_calibrate_opts o;
     int given_batches, given_lengths, given_reps, given_served_only;
+    int gpu;   /* --gpu N; -1: not given */
 } calib_cli;
 
 /* One option into o: 0, or -1 after the message. */
@@ -141,6 +151,8 @@ static int one_option(void *ctx, int c, const char *arg)
         o->name = arg;
         return 0;
     case 'o': o->output = arg; return 0;
+    case O_CODEC: o->codec = arg; return 0;
+    case O_GPU: return mt_opt_int(arg, 0, 1023, &cc->gpu);
     }
     return -1;
 }
@@ -149,6 +161,7 @@ int mt_probe_calibrate_main(int argc, char **argv, const char *serve_bin)
 {
     calib_cli cc;
     memset(&cc, 0, sizeof cc);
+    cc.gpu = -1;
     mt_calibrate_opts_default(&cc.o);
     mt_calibrate_opts o;
     int st = mt_opt_read_all(&cli, argc, argv, "m:o:h", longopts, one_option, &cc);
@@ -173,6 +186,29 @@ int mt_probe_calibrate_main(int argc, char **argv, const char *serve_bin)
         o.serve_bin = serve_bin;
     }
     char err[512] = "";
+    if (cc.gpu >= 0 && o.device != MT_DEV_CUDA)
+        return mt_opt_usage_error("--gpu needs --device cuda");
+    if (o.codec && (o.served || !mt_kyutai_is_kyutai(o.model)))
+        return mt_opt_usage_error("--codec goes with a Kyutai model, not with --served");
+    char defcodec[4200];
+    if (!o.codec && !o.served && mt_kyutai_is_kyutai(o.model)) {
+        if (mt_serve_kyutai_default_codec(o.model, defcodec, sizeof defcodec, err, sizeof err)) {
+            fprintf(stderr, "%s: %s\n", cli.prog, err);
+            return 1;
+        }
+        o.codec = defcodec;
+    }
+    if (cc.gpu >= 0) {
+#ifdef MT_HAVE_CUDA
+        if (mt_cuda_select_gpu(cc.gpu, err, sizeof err)) {
+            fprintf(stderr, "%s: --gpu %d: %s\n", cli.prog, cc.gpu, err);
+            return 1;
+        }
+#else
+        fprintf(stderr, "%s: --gpu: built without CUDA (no nvcc at build time)\n", cli.prog);
+        return 1;
+#endif
+    }
     if (mt_calibrate_run(&o, stderr, stdout, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cli.prog, err);
         return 1;

@@ -22,6 +22,7 @@
 #include "decode/kv.h"
 #include "decode/backend_sim.h"
 #include "decode/sim_profile.h"
+#include "probe/predict_frame.h"
 
 #include <errno.h>
 #include <math.h>
@@ -338,6 +339,38 @@ static void print_codec_sim(const mimi_model *m, const mt_sim_profile *pr, int s
            pr->codec_overhead_us * 1e-3, mt_sim_codec_seconds(pr, &c, sessions) * 1e3, sessions);
 }
 
+/* A speech model's whole frame on the simulated device: the sessions
+ * whose frame holds p99 under the period (predict_frame.c). */
+static void print_frame_sim(const mimi_model *m, const mt_sim_profile *pr, const char *model,
+                            const mt_predict_params *p)
+{
+    mt_codec_cost c = {
+        .flops = mimi_encode_flops(m) + mimi_decode_flops(m),
+        .state_bytes = (double)mimi_state_bytes(m),
+        .weight_bytes = (double)mimi_param_count(m) * sizeof(float),
+    };
+    mt_predict_frame_out f;
+    char err[512];
+    if (mt_predict_frame(pr, model, &c, p->sink, p->window, p->period_s, 4096, &f, err,
+                         sizeof err)) {
+        printf("frame on sim:%s\tnot predicted: %s\n", pr->name, err);
+        return;
+    }
+    const mt_sim_cost *a = &f.at1, *b = &f.atmax;
+    printf("frame on sim:%s B=1\t%.3f ms = temporal %.3f + depformer %.3f + codec %.3f "
+           "(SIMULATED, profile %s)\n", pr->name, a->total * 1e3,
+           (a->total - a->t_depformer - a->t_codec) * 1e3, a->t_depformer * 1e3,
+           a->t_codec * 1e3, pr->path[0] ? pr->path : pr->name);
+    if (f.compute_sessions > 0)
+        printf("frame on sim:%s B=%d\t%.3f ms = temporal %.3f + depformer %.3f + codec %.3f; "
+               "p99 x%.3f (SIMULATED)\n", pr->name, f.compute_sessions, b->total * 1e3,
+               (b->total - b->t_depformer - b->t_codec) * 1e3, b->t_depformer * 1e3,
+               b->t_codec * 1e3, f.p99_factor);
+    printf("sessions per device on sim:%s\t%d (compute: %d hold p99 under %.0f ms; memory: %ld "
+           "at S=%d W=%d) (SIMULATED)\n", pr->name, f.sessions, f.compute_sessions,
+           p->period_s * 1e3, f.memory_sessions, p->sink, p->window);
+}
+
 /* The codec's share of a session: host state (not in the KV pool) and
  * compute per frame, alone and at the bounded capacity. */
 static void print_codec(const mimi_model *m, const char *spec, int capacity, double period_s)
@@ -436,6 +469,8 @@ static int cmd_predict(int argc, char **argv)
         print_codec(cm, codec, r.capacity, p.period_s);
         if (profile)
             print_codec_sim(cm, &prof, p.max_sessions);
+        if (profile && kyutai)
+            print_frame_sim(cm, &prof, so.model, &p);
     }
     if (kyutai && r.bound_bytes) {
         /* what a session holds, as mt-serve's startup report adds it up */

@@ -81,6 +81,8 @@ static void usage(FILE *f)
 "                           built web client; read-only, no listing)\n"
 "      --device DEV         cpu, cuda, auto (default) or sim:PROFILE (a\n"
 "                           simulated device: mt-profile(5))\n"
+"      --gpu N              with --device cuda: the Nth visible GPU (0;\n"
+"                           counted after CUDA_VISIBLE_DEVICES)\n"
 "      --threads N          CPU threads (default: all cores)\n"
 "      --kv POLICY          window (default), full, or ring (Kyutai's own:\n"
 "                           no sinks, the checkpoint's context, absolute)\n"
@@ -146,6 +148,7 @@ enum {
     O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
     O_ASRDELAY,
     O_TEMP, O_TOPK, O_TTEMP, O_TTOPK, O_STATIC,
+    O_GPU,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -162,6 +165,7 @@ typedef struct serve_args {
     double          time_scale;     /* 1, or K in 0.1..1000 (sim only): model time
                                        runs K times faster than real time */
     int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
+    int             gpu;            /* --gpu N: the CUDA device; -1: default (0) */
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
@@ -194,6 +198,7 @@ static const struct option longopts[] = {
     {"stdio", no_argument, 0, O_STDIO},
     {"model", required_argument, 0, 'm'},
     {"device", required_argument, 0, O_DEVICE},
+    {"gpu", required_argument, 0, O_GPU},
     {"threads", required_argument, 0, O_THREADS},
     {"kv", required_argument, 0, O_KV},
     {"sink", required_argument, 0, O_SINK},
@@ -258,6 +263,7 @@ static void args_default(serve_args *a)
     a->fill = -1;
     a->asr_delay_s = 0.5;
     a->time_scale = 1;
+    a->gpu = -1;
     a->eo.speech_seed = 1;
     mt_kyutai_sampling_default(&a->smp);
 }
@@ -335,6 +341,7 @@ static int number_option(serve_args *a, int c, const char *arg)
     case O_FRAMEMS: return mt_opt_ms(arg, 1, 10000, &a->frame_ms);
     case O_DEADLINE: return mt_opt_ms(arg, 1, 600000, &a->deadline_ms);
     case O_TIMESCALE: return mt_opt_double(arg, 0.1, 1000, &a->time_scale);
+    case O_GPU: return mt_opt_int(arg, 0, 1023, &a->gpu);
     case O_RTPRIO:
         return mt_opt_int(arg, MT_RT_PRIORITY_MIN, MT_RT_PRIORITY_MAX, &a->rt_priority);
     case O_MAXSESS:
@@ -455,6 +462,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
      * scaled clock there would be a different experiment, not a faster one. */
     if (a->time_scale != 1 && a->dopt.device != MT_DEV_SIM)
         return mt_opt_usage_error("--time-scale needs --device sim:PROFILE");
+    if (a->gpu >= 0 && a->dopt.device != MT_DEV_CUDA)
+        return mt_opt_usage_error("--gpu needs --device cuda");
     if (a->token_file) {
         char err[512];
         size_t len = 0;
@@ -612,6 +621,18 @@ static int load_model(serve_args *a, mt_model **m)
     /* the simulated device holds no weights */
     if (a->dopt.device == MT_DEV_SIM)
         mflags = MT_MODEL_SHAPE_ONLY;
+    /* --gpu: before the codec (loaded with a Kyutai model) opens the device */
+    if (a->gpu >= 0) {
+#ifdef MT_HAVE_CUDA
+        if (mt_cuda_select_gpu(a->gpu, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: --gpu %d: %s\n", prog, a->gpu, err);
+            return -1;
+        }
+#else
+        fprintf(stderr, "%s: --gpu: built without CUDA (no nvcc at build time)\n", prog);
+        return -1;
+#endif
+    }
     if (mt_kyutai_is_kyutai(a->model)) {
         if (mt_serve_kyutai_load(a->model, a->codec, a->tokenizer, a->dopt.device, &a->ky,
                                  err, sizeof err) != 0) {
@@ -865,6 +886,10 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     /* the simulated device books the codec's time and memory */
     if (a->ky.lm && mt_speech_codec_cost(a->ky.lm, a->ky.codec, &a->dopt.codec, err,
                                          sizeof err) != 0)
+        goto out;
+    if (a->ky.lm && a->dopt.device == MT_DEV_SIM &&
+        mt_serve_kyutai_prepare_sim(&a->ky, a->dopt.sim_profile, a->dopt.max_batch, err,
+                                    sizeof err) != 0)
         goto out;
     if (a->ky.lm && mt_serve_kyutai_prepare(&a->ky, a->dopt.device, a->dopt.max_batch, err,
                                             sizeof err) != 0)

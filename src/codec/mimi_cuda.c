@@ -14,6 +14,9 @@
 #include "codec/mimi_cuda.h"
 #include "codec/mimi_impl.h"
 #include "gpu/fp32_cuda.h"
+#include "gpu/device_cuda.h"
+#define MT_CU_WHO "mimi cuda"
+#include "gpu/cuda_check.h"
 #include "util/errmsg.h"
 #include "../../kernels/mimi_kernels.h"
 
@@ -25,7 +28,8 @@
 struct mimi_cuda {
     const mimi_model *m;
     int    max_batch, max_sessions;
-    cudaStream_t   stream;
+    const mt_cu_ctx *ctx;   /* the process's device, stream, cuBLAS handle */
+    cudaStream_t   stream;  /* ctx's */
     cublasHandle_t blas;
     size_t bytes;         /* device bytes held */
     float *w;             /* [arena_floats]: the weights */
@@ -50,25 +54,6 @@ struct mimi_cuda {
     int64_t *h_pos;
 };
 
-#define CU(call, what)                                                                   \
-    do {                                                                                 \
-        int e_ = (int)(call);                                                            \
-        if (e_ != 0) {                                                                   \
-            mt_set_err(err, errlen, "mimi cuda: %s: %s", what,                           \
-                       cudaGetErrorString((cudaError_t)e_));                             \
-            return -1;                                                                   \
-        }                                                                                \
-    } while (0)
-
-#define BL(call, what)                                                                   \
-    do {                                                                                 \
-        cublasStatus_t s_ = (call);                                                      \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
-            mt_set_err(err, errlen, "mimi cuda: %s: cuBLAS status %d", what, (int)s_);   \
-            return -1;                                                                   \
-        }                                                                                \
-    } while (0)
-
 /* A weight's device copy (NULL stays NULL). */
 static const float *D(const mimi_cuda *g, const float *p)
 {
@@ -88,8 +73,9 @@ static int sgemm(mimi_cuda *g, int ta, int M, int N, int K, const float *A, int 
                  const float *B, int ldb, float beta, float *C, int ldc, char *err, size_t errlen)
 {
     const float one = 1.0f;
-    BL(cublasSgemm(g->blas, CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B, ldb,
-                   A, lda, &beta, C, ldc),
+    BL(cublasGemmEx(g->blas, CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B,
+                    CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
+                    CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
        "sgemm");
     return 0;
 }
@@ -226,8 +212,10 @@ static int g_check(const mimi_cuda *g, const int *slot, int B, char *err, size_t
     return 0;
 }
 
-static int g_encode(mimi_cuda *g, const int *slot, int B, const float *pcm, int32_t *codes,
-                    char *err, size_t errlen)
+/* One encode, enqueued; returns with work queued on error (g_encode
+ * waits for it). */
+static int encode_enqueue(mimi_cuda *g, const int *slot, int B, const float *pcm,
+                          int32_t *codes, char *err, size_t errlen)
 {
     if (g_check(g, slot, B, err, errlen))
         return -1;
@@ -292,8 +280,10 @@ static int g_encode(mimi_cuda *g, const int *slot, int B, const float *pcm, int3
     return 0;
 }
 
-static int g_decode(mimi_cuda *g, const int *slot, int B, const int32_t *codes, float *pcm,
-                    char *err, size_t errlen)
+/* One decode, enqueued; returns with work queued on error (g_decode
+ * waits for it). */
+static int decode_enqueue(mimi_cuda *g, const int *slot, int B, const int32_t *codes,
+                          float *pcm, char *err, size_t errlen)
 {
     if (g_check(g, slot, B, err, errlen))
         return -1;
@@ -351,8 +341,35 @@ static int g_decode(mimi_cuda *g, const int *slot, int B, const int32_t *codes, 
     return 0;
 }
 
+/* encode_enqueue / decode_enqueue, and on an error a wait for what was
+ * queued (copies into the caller's buffers may be pending), as the
+ * backbone does. */
+static int g_encode(mimi_cuda *g, const int *slot, int B, const float *pcm, int32_t *codes,
+                    char *err, size_t errlen)
+{
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
+    if (encode_enqueue(g, slot, B, pcm, codes, err, errlen) == 0)
+        return 0;
+    (void)cudaStreamSynchronize(g->stream);
+    return -1;
+}
+
+static int g_decode(mimi_cuda *g, const int *slot, int B, const int32_t *codes, float *pcm,
+                    char *err, size_t errlen)
+{
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
+    if (decode_enqueue(g, slot, B, codes, pcm, err, errlen) == 0)
+        return 0;
+    (void)cudaStreamSynchronize(g->stream);
+    return -1;
+}
+
 static int g_reset(mimi_cuda *g, int slot, char *err, size_t errlen)
 {
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
     if (slot < 0 || slot >= g->max_sessions) {
         mt_set_err(err, errlen, "mimi cuda: slot %d outside 0..%d", slot, g->max_sessions - 1);
         return -1;
@@ -372,7 +389,12 @@ static void g_destroy(mimi_cuda *g)
     void *dev[] = { g->w, g->st, g->act[0], g->act[1], g->act[2], g->act[3], g->col, g->h,
                     g->att, g->qkv, g->ff, g->r, g->sum2, g->sc, g->io, g->codes, g->slot,
                     g->first, g->pos };
-    mt_cu_fp32_close(g->stream, g->blas, dev, sizeof dev / sizeof dev[0]);
+    if (g->ctx) {
+        (void)cudaSetDevice(g->ctx->device);
+        (void)cudaStreamSynchronize(g->stream);
+    }
+    mt_cu_fp32_close(NULL, NULL, dev, sizeof dev / sizeof dev[0]);
+    mt_cu_ctx_close(g->ctx);
     free(g->enc_pos); free(g->dec_pos); free(g->down_first);
     free(g->h_slot); free(g->h_first); free(g->h_pos);
     free(g);
@@ -461,7 +483,12 @@ static int g_create(const mimi_model *m, int max_batch, int max_sessions, mimi_c
     for (size_t i = 0; i < S; i++)
         g->down_first[i] = 1;
     cudaError_t ce;
-    int rc = mt_cu_fp32_open(&g->stream, &g->blas, "mimi cuda", err, errlen);
+    int rc = mt_cu_ctx_open("mimi cuda", &g->ctx, err, errlen);
+    if (rc == 0) {
+        g->stream = g->ctx->stream;
+        g->blas = g->ctx->blas;
+        rc = mt_cu_ctx_enter(g->ctx, err, errlen);
+    }
     const size_t F = sizeof(float);
     if (rc == 0)
         rc = dev_alloc(g, &g->w, m->arena_floats * F, err, errlen) ||

@@ -18,8 +18,9 @@ int mt_backend_check_model(const mt_model *m, const mt_decoder_opts *o, const ch
                  who, c->name, c->heads, c->kv_heads, c->head_dim);
         return -1;
     }
-    if (o->max_batch < 1 || o->max_batch > 65535) { /* a grid dimension on CUDA */
-        mt_set_err(err, errlen, "%s: max_batch %d outside 1..65535", who, o->max_batch);
+    /* the decoder's limit; CUDA grids tile their rows past 65,535 (attention.cu) */
+    if (o->max_batch < 1 || o->max_batch > 65536) {
+        mt_set_err(err, errlen, "%s: max_batch %d outside 1..65536", who, o->max_batch);
         return -1;
     }
     return 0;

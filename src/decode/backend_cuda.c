@@ -32,7 +32,7 @@
  * cudaMalloc of mt_kv_pool_blocks * 16 * position_bytes in attach_pool.
  * Never managed memory; a step allocates nothing.
  *
- * Host side of a step: metadata goes in through one pinned buffer, outputs
+ * Host side of a step: metadata and inputs go in through one pinned buffer, outputs
  * (logits, pcm) come back through another (a copy to pageable memory is
  * staged by the driver, at a fraction of the link's speed: 263 MB of
  * logits per step for llama-3.2-1b at B = 512), then one memcpy to the
@@ -48,15 +48,28 @@
  * index). Same shapes and scales as the CPU generator, not the same values
  * (parity tests use host weights).
  *
- * CUDA Graphs: not used. A step's launches depend on B and on the rows'
- * lengths (split count), so a graph would need re-instantiation or
- * parameter updates per tick; launches are asynchronous and the host runs
- * ahead of the GPU, so launch cost only shows at tiny steps. To measure on
- * the H200 before adding it (bench-gpu prints the step time at B = 1).
+ * CUDA Graphs (MT_CUDA_GRAPHS=1; off by default until a lease has timed
+ * them, tests/gpu/run-lease.sh): a step's rows are padded to the next
+ * power of two (at most R; padding rows attend to one slot of a scratch
+ * block past the pool's and their outputs are dropped), and the device
+ * work of each (bucket, split plan, input kind, outputs wanted) is
+ * captured once, on its first step, then replayed with one launch:
+ * sessions joining or leaving change the bucket, not the graph. The
+ * inputs are staged into pinned buffers first (a graph copies from fixed
+ * addresses); the outputs' copies, the timing events and the one sync
+ * stay outside the graph. In the window policy a bucket has one split
+ * plan once its sessions' rings are full; at most MT_CUDA_MAX_GRAPHS are
+ * kept, the least recently replayed goes. The stream and the cuBLAS
+ * handle are the process's shared ones (gpu/device_cuda.h), with a fixed
+ * cuBLAS workspace so that a captured GEMM allocates nothing. Prefill
+ * chunks and the warm-up step run without graphs.
  */
 #include "util/errmsg.h"
 #include "decode/backend.h"
 #include "decode/cuda_entry.h"
+#include "gpu/device_cuda.h"
+#define MT_CU_WHO "cuda"
+#include "gpu/cuda_check.h"
 #include "../../kernels/mt_kernels.h"
 #include "util/clock.h"
 
@@ -85,6 +98,27 @@ typedef struct dev_layer {
     float    *qk_norm;                /* [2 head_dim] q_norm | k_norm, or NULL */
 } dev_layer;
 
+/* What one call computes, and with the rows' metadata already in the
+ * pinned buffers, everything its device work depends on: the key of a
+ * captured graph (step_graph). */
+enum { IN_X = 0, IN_TOK = 1, IN_PCM = 2 };
+typedef struct fwd_plan {
+    int    n;             /* rows computed: the real ones, then padding */
+    int    ntab;          /* block-table entries copied in */
+    int    nsplit, chunk; /* the attention's splits (plan_splits) */
+    int    in;            /* IN_X, IN_TOK or IN_PCM */
+    int    want_logits, want_pcm, want_hid;
+} fwd_plan;
+
+/* A captured step (CUDA Graphs): its plan, the executable graph, when it
+ * was last replayed (the least recent goes when the table is full). */
+#define MT_CUDA_MAX_GRAPHS 32
+typedef struct step_graph {
+    fwd_plan        key;
+    cudaGraphExec_t exec;
+    uint64_t        used;
+} step_graph;
+
 typedef struct cuda_backend {
     mt_backend         *pub;     /* the interface this implements */
     const mt_model     *m;
@@ -95,9 +129,9 @@ typedef struct cuda_backend {
     int R, hd, q_dim, kv_dim, qkv_dim, fs, nsm;
     int has_audio, has_tokens;
 
-    cudaStream_t   st;
+    const mt_cu_ctx *ctx;    /* the shared device context (NULL until open) */
+    cudaStream_t   st;       /* ctx's stream and handle */
     cublasHandle_t blas;
-    int            st_ok, blas_ok;
 
     void      *wslab;
     dev_layer *layer;       /* [layers], host array of device pointers */
@@ -141,47 +175,22 @@ typedef struct cuda_backend {
     mt_cu_row *h_rows, *d_rows;     /* [R] */
     int32_t   *h_tok, *d_tok;       /* [R] */
     int16_t   *h_pcm, *d_pcm;       /* [R, fs] */
+    float     *h_x;                 /* [R, hidden] io->x_in staged (pinned) */
     int32_t   *h_tab, *d_tab;       /* [tab_cap] */
     size_t     tab_cap;
 
-    /* io->h_out: the normed final hidden state back (bf16, as xn), host
-     * [R, hidden], made on the first call that asks */
+    /* io->h_out: the normed final hidden state back (bf16, as xn), pinned
+     * host [R, hidden], made on the first call that asks */
     uint16_t  *h_hid;
+
+    /* CUDA Graphs (MT_CUDA_GRAPHS=1): a step's rows padded to a power of
+     * two, each (bucket, split plan, inputs, outputs) captured once */
+    int        use_graphs;
+    int32_t    scratch_block;       /* the block past the pool's: padding rows' */
+    step_graph graphs[MT_CUDA_MAX_GRAPHS];
+    int        ngraphs;
+    uint64_t   graph_clock;
 } cuda_backend;
-
-#define CU(call)                                                                    \
-    do {                                                                            \
-        cudaError_t e_ = (call);                                                    \
-        if (e_ != cudaSuccess) {                                                    \
-            mt_set_err(err, errlen, "cuda: %s: %s", #call, cudaGetErrorString(e_));   \
-            return -1;                                                              \
-        }                                                                           \
-    } while (0)
-#define KE(call)                                                                    \
-    do {                                                                            \
-        int e_ = (call);                                                            \
-        if (e_ != 0) {                                                              \
-            mt_set_err(err, errlen, "cuda: kernel %s: %s", #call,                     \
-                     cudaGetErrorString((cudaError_t)e_));                          \
-            return -1;                                                              \
-        }                                                                           \
-    } while (0)
-
-static const char *blas_str(cublasStatus_t s)
-{
-    switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "mapping error";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
-    default: return "unknown status";
-    }
-}
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
@@ -198,9 +207,16 @@ static int cuda_available(char *why, size_t whylen)
         snprintf(why, whylen, "no CUDA device present");
         return 0;
     }
+    const int dev = mt_cu_ctx_selected();
+    if (dev >= n) {
+        snprintf(why, whylen, "no CUDA device %d (%d visible%s%s)", dev, n,
+                 getenv("CUDA_VISIBLE_DEVICES") ? ", CUDA_VISIBLE_DEVICES=" : "",
+                 getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "");
+        return 0;
+    }
     struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 8) {
-        snprintf(why, whylen, "CUDA device 0 is older than sm_80 (the kernels need bf16)");
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess || p.major < 8) {
+        snprintf(why, whylen, "CUDA device %d is older than sm_80 (the kernels need bf16)", dev);
         return 0;
     }
     snprintf(why, whylen, "%s", p.name);
@@ -216,7 +232,7 @@ static int gemm(cuda_backend *be, const uint16_t *W, int out, int in, const uint
                                     W, CUDA_R_16BF, in, X, CUDA_R_16BF, in, &beta, Y,
                                     CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "cuda: cublasGemmEx %dx%dx%d: %s", out, rows, in, blas_str(s));
+        mt_set_err(err, errlen, "cuda: cublasGemmEx %dx%dx%d: %s", out, rows, in, mt_cu_blas_str(s));
         return -1;
     }
     return 0;
@@ -417,7 +433,12 @@ out:
 /* Splits of the ring for this call: enough blocks for a few waves of the
  * GPU, chunks of at least 64 slots; or chunks of MT_CUDA_SPLIT_CHUNK slots
  * (at most MT_CU_MAX_SPLITS of them), so that tests reach the combine with
- * short windows. */
+ * short windows. A small batch (rows x kv heads under the SM count: B = 1
+ * to 4 of a 32-head model on an H100) would leave most SMs idle with
+ * 64-slot chunks (W = 252: 4 splits, 128 blocks for 132 SMs), so there
+ * the window is cut finer, down to 16 slots a chunk (16 splits), and the
+ * K/V is read by every SM at once; the combine merges the partials as for
+ * any split. */
 static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *nsplit, int *chunk)
 {
     if (max_ring < 1) {
@@ -436,7 +457,8 @@ static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *ns
     int want_blocks = be->nsm * 8;
     int per = nrows * be->c->kv_heads;
     int ns = (want_blocks + per - 1) / per;
-    int by_len = (max_ring + 63) / 64;
+    const int min_chunk = per < be->nsm ? 16 : 64;
+    int by_len = (max_ring + min_chunk - 1) / min_chunk;
     if (ns > by_len)
         ns = by_len;
     if (ns > MT_CU_MAX_SPLITS)
@@ -447,18 +469,14 @@ static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *ns
     *nsplit = (max_ring + *chunk - 1) / *chunk;
 }
 
-/* Runs rows h_rows[0..n) (filled by the caller, with ntab table entries in
- * h_tab) through the model; io's arrays hold n rows. warm: compute every
- * output the model has and copy it to the pinned buffer, none to the
- * caller (the warm-up step). Returns with work still queued on error:
- * forward() waits for it. */
-static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, int warm,
-                           char *err, size_t errlen)
+
+/* The plan of a call over rows h_rows[0..n) with ntab table entries;
+ * warm: every output the model has (the warm-up step). */
+static fwd_plan make_plan(const cuda_backend *be, int n, size_t ntab, const mt_step_io *io,
+                          int warm)
 {
     const mt_config *c = be->c;
-    cudaStream_t st = be->st;
-    const int H = c->hidden;
-
+    fwd_plan pl = { .n = n, .ntab = (int)ntab };
     int max_ring = 0;
     for (int r = 0; r < n; r++) {
         const mt_cu_row *w = &be->h_rows[r];
@@ -466,97 +484,133 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
         if (w->nslots - s > max_ring)
             max_ring = w->nslots - s;
     }
-    int nsplit, chunk;
-    plan_splits(be, n, max_ring, &nsplit, &chunk);
+    plan_splits(be, n, max_ring, &pl.nsplit, &pl.chunk);
+    pl.in = io->x_in ? IN_X : io->tokens_in ? IN_TOK : IN_PCM;
+    pl.want_logits = (io->logits || warm) && be->lm_head;
+    pl.want_pcm = (io->pcm_out || warm) && be->audio_out && !c->audio_passthrough;
+    pl.want_hid = io->h_out != NULL;
+    return pl;
+}
 
-    /* metadata and inputs in (the pinned buffers are free again: the last
-     * call ended with a sync) */
+/* The inputs of the real rows 0..nreal into the pinned buffers, zeros for
+ * the padding rows up to pl->n (their outputs are never read). */
+static void stage_inputs(cuda_backend *be, int nreal, const fwd_plan *pl, const mt_step_io *io)
+{
+    const size_t H = (size_t)be->c->hidden, fs = (size_t)be->fs;
+    const size_t pad = (size_t)(pl->n - nreal);
+    if (pl->in == IN_X) {
+        memcpy(be->h_x, io->x_in, (size_t)nreal * H * sizeof(float));
+        memset(be->h_x + (size_t)nreal * H, 0, pad * H * sizeof(float));
+    } else if (pl->in == IN_TOK) {
+        memcpy(be->h_tok, io->tokens_in, (size_t)nreal * sizeof(int32_t));
+        memset(be->h_tok + nreal, 0, pad * sizeof(int32_t));
+    } else {
+        memcpy(be->h_pcm, io->pcm_in, (size_t)nreal * fs * sizeof(int16_t));
+        memset(be->h_pcm + (size_t)nreal * fs, 0, pad * fs * sizeof(int16_t));
+    }
+}
+
+/* The device work of a call: metadata and inputs in from the pinned
+ * buffers, the layers, the final norm and the heads. Only stream work on
+ * fixed buffers, so it can be captured into a graph (step_graph). */
+static int enqueue_compute(cuda_backend *be, const fwd_plan *pl, char *err, size_t errlen)
+{
+    const mt_config *c = be->c;
+    cudaStream_t st = be->st;
+    const int H = c->hidden, n = pl->n;
     CU(cudaMemcpyAsync(be->d_rows, be->h_rows, (size_t)n * sizeof(mt_cu_row),
-                       cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(be->d_tab, be->h_tab, ntab * sizeof(int32_t), cudaMemcpyHostToDevice,
-                       st));
-    if (io->x_in) {
-        CU(cudaMemcpyAsync(be->x, io->x_in, (size_t)n * H * sizeof(float),
-                           cudaMemcpyHostToDevice, st));
-    } else if (io->tokens_in) {
-        memcpy(be->h_tok, io->tokens_in, (size_t)n * sizeof(int32_t));
+                       cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+    CU(cudaMemcpyAsync(be->d_tab, be->h_tab, (size_t)pl->ntab * sizeof(int32_t),
+                       cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+    if (pl->in == IN_X) {
+        CU(cudaMemcpyAsync(be->x, be->h_x, (size_t)n * H * sizeof(float),
+                           cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+    } else if (pl->in == IN_TOK) {
         CU(cudaMemcpyAsync(be->d_tok, be->h_tok, (size_t)n * sizeof(int32_t),
-                           cudaMemcpyHostToDevice, st));
-        KE(mt_cu_embed(be->embed, be->d_tok, be->x, n, H, st));
+                           cudaMemcpyHostToDevice, st), "cudaMemcpyAsync");
+        CU(mt_cu_embed(be->embed, be->d_tok, be->x, n, H, st), "kernel mt_cu_embed");
     } else {
         size_t np = (size_t)n * be->fs;
-        memcpy(be->h_pcm, io->pcm_in, np * sizeof(int16_t));
         CU(cudaMemcpyAsync(be->d_pcm, be->h_pcm, np * sizeof(int16_t), cudaMemcpyHostToDevice,
-                           st));
-        KE(mt_cu_pcm_to_bf16(be->d_pcm, be->pcm_bf, np, st));
+                           st), "cudaMemcpyAsync");
+        CU(mt_cu_pcm_to_bf16(be->d_pcm, be->pcm_bf, np, st), "kernel mt_cu_pcm_to_bf16");
         if (gemm(be, be->audio_in, H, be->fs, be->pcm_bf, n, be->x, 0.0f, err, errlen))
             return -1;
     }
-
     /* the rotary angles are the same in every layer: once per call */
-    KE(mt_cu_rope_table(be->d_rows, be->inv_freq, be->rope_cs, n, be->hd, st));
+    CU(mt_cu_rope_table(be->d_rows, be->inv_freq, be->rope_cs, n, be->hd, st),
+       "kernel mt_cu_rope_table");
     for (int l = 0; l < c->layers; l++) {
         const dev_layer *L = &be->layer[l];
-        KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
+        CU(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st), "kernel mt_cu_rmsnorm");
         if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
             return -1;
         if (L->bqkv || L->qk_norm) /* Qwen2 biases, Qwen3 q/k norms */
-            KE(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
-                              c->eps, st));
-        KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
-                             l, be->dims, st));
-        KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
-                           nsplit, chunk, be->dims, st));
+            CU(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
+                              c->eps, st), "kernel mt_cu_qwen_qkv");
+        CU(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
+                             l, be->dims, st), "kernel mt_cu_rope_append");
+        CU(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
+                           pl->nsplit, pl->chunk, be->dims, st), "kernel mt_cu_attention");
         if (gemm(be, L->wo, H, be->q_dim, be->att, n, be->x, 1.0f, err, errlen))
             return -1;
-        KE(mt_cu_rmsnorm(be->x, L->mlp_norm, be->xn, n, H, c->eps, st));
+        CU(mt_cu_rmsnorm(be->x, L->mlp_norm, be->xn, n, H, c->eps, st), "kernel mt_cu_rmsnorm");
         if (gemm(be, L->wgu, 2 * c->ffn, H, be->xn, n, be->gu, 0.0f, err, errlen))
             return -1;
-        KE(mt_cu_swiglu(be->gu, be->act, n, c->ffn, st));
+        CU(mt_cu_swiglu(be->gu, be->act, n, c->ffn, st), "kernel mt_cu_swiglu");
         if (gemm(be, L->wdown, H, c->ffn, be->act, n, be->x, 1.0f, err, errlen))
             return -1;
     }
-
-    int want_logits = (io->logits || warm) && be->lm_head;
-    int want_pcm = (io->pcm_out || warm) && be->audio_out && !c->audio_passthrough;
-    if (io->h_out && !be->h_hid && !(be->h_hid = malloc((size_t)be->R * H * sizeof(uint16_t)))) {
-        mt_set_err(err, errlen, "cuda: out of memory");
-        return -1;
-    }
-    if (want_logits || want_pcm || io->h_out)
-        KE(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st));
-    if (io->h_out)
-        CU(cudaMemcpyAsync(be->h_hid, be->xn, (size_t)n * H * sizeof(uint16_t),
-                           cudaMemcpyDeviceToHost, st));
+    if (pl->want_logits || pl->want_pcm || pl->want_hid)
+        CU(mt_cu_rmsnorm(be->x, be->norm, be->xn, n, H, c->eps, st), "kernel mt_cu_rmsnorm");
     float *y = be->outf + (size_t)be->R * c->vocab;
-    if (want_logits &&
+    if (pl->want_logits &&
         gemm(be, be->lm_head, c->vocab, H, be->xn, n, be->outf, 0.0f, err, errlen))
         return -1;
-    if (want_pcm) {
+    if (pl->want_pcm) {
         if (gemm(be, be->audio_out, be->fs, H, be->xn, n, y, 0.0f, err, errlen))
             return -1;
-        KE(mt_cu_f32_to_pcm(y, be->pcm16, (size_t)n * be->fs, st));
+        CU(mt_cu_f32_to_pcm(y, be->pcm16, (size_t)n * be->fs, st), "kernel mt_cu_f32_to_pcm");
     }
-    /* outputs back through the pinned buffer, the copy timed by events */
+    return 0;
+}
+
+/* The real rows' outputs back through the pinned buffers (the copy timed
+ * by events), the one host sync of a call, then into io. */
+static int finish_outputs(cuda_backend *be, int nreal, const fwd_plan *pl, const mt_step_io *io,
+                          char *err, size_t errlen)
+{
+    const mt_config *c = be->c;
+    cudaStream_t st = be->st;
+    const int H = c->hidden, n = nreal;
+    if (pl->want_hid && !be->h_hid &&
+        cudaMallocHost((void **)&be->h_hid, (size_t)be->R * H * sizeof(uint16_t)) != cudaSuccess) {
+        be->h_hid = NULL;
+        mt_set_err(err, errlen, "cuda: cannot pin the hidden states' host buffer");
+        return -1;
+    }
+    if (pl->want_hid)
+        CU(cudaMemcpyAsync(be->h_hid, be->xn, (size_t)n * H * sizeof(uint16_t),
+                           cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
     if (be->ev_ok)
-        CU(cudaEventRecord(be->ev0, st));
-    if (want_logits)
+        CU(cudaEventRecord(be->ev0, st), "cudaEventRecord");
+    if (pl->want_logits)
         CU(cudaMemcpyAsync(be->h_logits, be->outf, (size_t)n * c->vocab * sizeof(float),
-                           cudaMemcpyDeviceToHost, st));
-    if (want_pcm)
+                           cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
+    if (pl->want_pcm)
         CU(cudaMemcpyAsync(be->h_pcm_out, be->pcm16, (size_t)n * be->fs * sizeof(int16_t),
-                           cudaMemcpyDeviceToHost, st));
+                           cudaMemcpyDeviceToHost, st), "cudaMemcpyAsync");
     if (be->ev_ok)
-        CU(cudaEventRecord(be->ev1, st));
+        CU(cudaEventRecord(be->ev1, st), "cudaEventRecord");
     /* the one host sync of a step: outputs are back, buffers free again */
-    CU(cudaStreamSynchronize(st));
+    CU(cudaStreamSynchronize(st), "cudaStreamSynchronize");
     float dev_ms = 0;
     if (be->ev_ok)
-        CU(cudaEventElapsedTime(&dev_ms, be->ev0, be->ev1));
+        CU(cudaEventElapsedTime(&dev_ms, be->ev0, be->ev1), "cudaEventElapsedTime");
     double t0 = (double)mt_clock_ns() / 1e6;
-    if (want_logits && io->logits)
+    if (pl->want_logits && io->logits)
         memcpy(io->logits, be->h_logits, (size_t)n * c->vocab * sizeof(float));
-    if (want_pcm && io->pcm_out)
+    if (pl->want_pcm && io->pcm_out)
         memcpy(io->pcm_out, be->h_pcm_out, (size_t)n * be->fs * sizeof(int16_t));
     for (size_t i = 0; io->h_out && i < (size_t)n * H; i++) {
         uint32_t u = (uint32_t)be->h_hid[i] << 16;      /* bf16 -> fp32 */
@@ -568,13 +622,103 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
     return 0;
 }
 
-/* forward_enqueue, and on any error a wait for what it queued: copies from
- * the pinned buffers may still be pending, and the caller may refill them
- * at once. */
-static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, int warm,
-                   char *err, size_t errlen)
+/* ---- CUDA Graphs: one per plan, captured on first use, replayed --------- */
+
+/* The captured graph of plan key (CUDA_GRAPHS below). */
+static int graph_for(cuda_backend *be, const fwd_plan *key, cudaGraphExec_t *out, char *err,
+                     size_t errlen)
 {
-    if (forward_enqueue(be, n, ntab, io, warm, err, errlen) == 0)
+    for (int i = 0; i < be->ngraphs; i++)
+        if (!memcmp(&be->graphs[i].key, key, sizeof *key)) {
+            be->graphs[i].used = ++be->graph_clock;
+            *out = be->graphs[i].exec;
+            return 0;
+        }
+    int slot = be->ngraphs < MT_CUDA_MAX_GRAPHS ? be->ngraphs : 0;
+    for (int i = 0; be->ngraphs == MT_CUDA_MAX_GRAPHS && i < be->ngraphs; i++)
+        if (be->graphs[i].used < be->graphs[slot].used)
+            slot = i;                                   /* the least recently used */
+    cudaGraph_t g = NULL;
+    /* thread-local: another thread's work on the shared stream (the codec,
+     * the depformer) is not captured, and does not break the capture */
+    CU(cudaStreamBeginCapture(be->st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    int rc = enqueue_compute(be, key, err, errlen);
+    cudaError_t e = cudaStreamEndCapture(be->st, &g);
+    if (rc)
+        goto out;
+    rc = -1;
+    if (e != cudaSuccess) {
+        mt_set_err(err, errlen, "cuda: capturing a step of %d rows: %s", key->n,
+                   cudaGetErrorString(e));
+        goto out;
+    }
+    cudaGraphExec_t exec;
+    e = cudaGraphInstantiate(&exec, g, 0);
+    if (e != cudaSuccess) {
+        mt_set_err(err, errlen, "cuda: instantiating a step of %d rows: %s", key->n,
+                   cudaGetErrorString(e));
+        goto out;
+    }
+    if (slot < be->ngraphs)
+        (void)cudaGraphExecDestroy(be->graphs[slot].exec);
+    else
+        be->ngraphs++;
+    be->graphs[slot] = (step_graph){ .key = *key, .exec = exec, .used = ++be->graph_clock };
+    *out = exec;
+    rc = 0;
+out:
+    if (g)
+        (void)cudaGraphDestroy(g);
+    return rc;
+}
+
+/* A step's rows padded to the graph's bucket, the next power of two (at
+ * most R): padding row r reads and writes slot 0 of the scratch block
+ * past the pool's (attach_pool), through table entry ntab. */
+static int pad_rows(cuda_backend *be, int B, size_t ntab)
+{
+    int bucket = 1;
+    while (bucket < B)
+        bucket *= 2;
+    if (bucket > be->R)
+        bucket = B;
+    be->h_tab[ntab] = be->scratch_block;
+    for (int r = B; r < bucket; r++)
+        be->h_rows[r] = (mt_cu_row){ .table_off = (int32_t)ntab, .nslots = 1 };
+    return bucket;
+}
+
+/* Runs rows h_rows[0..n) (filled by the caller, with ntab table entries in
+ * h_tab) through the model; io's arrays hold n rows. warm: compute every
+ * output the model has and copy it to the pinned buffer, none to the
+ * caller (the warm-up step). graph: as one replayed graph of the rows
+ * padded to their bucket (a step, once the pool is attached). On an error,
+ * waits for what was queued: copies from the pinned buffers may still be
+ * pending, and the caller may refill them at once. */
+static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, int warm,
+                   int graph, char *err, size_t errlen)
+{
+    int rows = n;
+    if (graph) {
+        rows = pad_rows(be, n, ntab);
+        ntab = be->tab_cap;   /* the copy's size is part of the graph */
+    }
+    fwd_plan pl = make_plan(be, rows, ntab, io, warm);
+    stage_inputs(be, n, &pl, io);
+    int rc;
+    if (graph) {
+        cudaGraphExec_t exec;
+        rc = graph_for(be, &pl, &exec, err, errlen);
+        if (rc == 0) {
+            cudaError_t e = cudaGraphLaunch(exec, be->st);
+            if (e != cudaSuccess) {
+                mt_set_err(err, errlen, "cuda: cudaGraphLaunch: %s", cudaGetErrorString(e));
+                rc = -1;
+            }
+        }
+    } else
+        rc = enqueue_compute(be, &pl, err, errlen);
+    if (rc == 0 && finish_outputs(be, n, &pl, io, err, errlen) == 0)
         return 0;
     (void)cudaStreamSynchronize(be->st); /* its own error is the same one, or none */
     return -1;
@@ -616,6 +760,8 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
                      char *err, size_t errlen)
 {
     cuda_backend *be = b->impl;
+    if (mt_cu_ctx_enter(be->ctx, err, errlen))
+        return -1;
     if (B < 1 || B > be->R) {
         mt_set_err(err, errlen, "cuda: batch of %d outside 1..%d", B, be->R);
         return -1;
@@ -641,7 +787,7 @@ static int cuda_step(mt_backend *b, int B, mt_kv_seq *const *seqs, const mt_step
             be->h_rows[r].pos_abs = be->h_rows[r].pos_sink = (int32_t)io->positions[r];
         ntab += (size_t)s->nblocks;
     }
-    return forward(be, B, ntab, io, 0, err, errlen);
+    return forward(be, B, ntab, io, 0, be->use_graphs, err, errlen);
 }
 
 static int cuda_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R,
@@ -656,7 +802,7 @@ static int cuda_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R
         be->h_rows[r] = make_row(be, seq, base + r, 0);
     /* h_tab is filled once by cuda_prefill: the previous chunk ended with
      * a sync, so the pinned table is not being read */
-    return forward(be, R, (size_t)seq->nblocks, io, 0, err, errlen);
+    return forward(be, R, (size_t)seq->nblocks, io, 0, 0, err, errlen);
 }
 
 /* Rows of one session at consecutive positions. All of a chunk's keys are
@@ -667,7 +813,7 @@ static int cuda_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *
                         size_t errlen)
 {
     cuda_backend *be = b->impl;
-    if (check_adapters(be, io, err, errlen))
+    if (check_adapters(be, io, err, errlen) || mt_cu_ctx_enter(be->ctx, err, errlen))
         return -1;
     if ((size_t)seq->nblocks > be->tab_cap) {
         mt_set_err(err, errlen, "cuda: block table longer than the pool");
@@ -696,12 +842,10 @@ static void cuda_destroy(mt_backend *b)
         return;
     cuda_backend *be = b->impl;
     if (be) {
-        if (be->st_ok)
-            cudaStreamSynchronize(be->st);
-        if (be->blas_ok)
-            cublasDestroy(be->blas);
-        if (be->st_ok)
-            cudaStreamDestroy(be->st);
+        if (be->ctx) {
+            (void)cudaSetDevice(be->ctx->device);
+            (void)cudaStreamSynchronize(be->st);
+        }
         void *const dev[] = {be->wslab, be->kv, be->aslab};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             if (dev[i])
@@ -713,8 +857,12 @@ static void cuda_destroy(mt_backend *b)
             cudaEventDestroy(be->ev0);
             cudaEventDestroy(be->ev1);
         }
+        for (int i = 0; i < be->ngraphs; i++)
+            (void)cudaGraphExecDestroy(be->graphs[i].exec);
+        if (be->h_hid)
+            cudaFreeHost(be->h_hid);
+        mt_cu_ctx_close(be->ctx);
         free(be->layer);
-        free(be->h_hid);
         free(be);
     }
     free(b);
@@ -728,8 +876,8 @@ static int alloc_meta(cuda_backend *be, size_t tab_cap, char *err, size_t errlen
     free_meta(be);
     be->tab_cap = tab_cap;
     size_t o_rows = 0, o_tok = up(R * sizeof(mt_cu_row)), o_pcm = o_tok + up(R * 4),
-           o_tab = o_pcm + up(R * be->fs * 2);
-    be->meta_bytes = o_tab + up(be->tab_cap * 4);
+           o_tab = o_pcm + up(R * be->fs * 2), o_x = o_tab + up(be->tab_cap * 4);
+    be->meta_bytes = o_x + up(R * (size_t)be->c->hidden * sizeof(float));
     cudaError_t e = cudaMallocHost(&be->h_meta, be->meta_bytes);
     if (e != cudaSuccess) {
         be->h_meta = NULL;
@@ -749,6 +897,7 @@ static int alloc_meta(cuda_backend *be, size_t tab_cap, char *err, size_t errlen
     be->h_tok = (int32_t *)(hm + o_tok);     be->d_tok = (int32_t *)(dm + o_tok);
     be->h_pcm = (int16_t *)(hm + o_pcm);     be->d_pcm = (int16_t *)(dm + o_pcm);
     be->h_tab = (int32_t *)(hm + o_tab);     be->d_tab = (int32_t *)(dm + o_tab);
+    be->h_x = (float *)(hm + o_x);           /* host only: x goes straight to be->x */
     return 0;
 }
 
@@ -790,7 +939,7 @@ static int warm_up(cuda_backend *be, char *err, size_t errlen)
         io.tokens_in = tok;
     else
         io.pcm_in = pcm;
-    if (forward(be, be->R, 1, &io, 1, err, errlen)) {
+    if (forward(be, be->R, 1, &io, 1, 0, err, errlen)) {
         char why[300];
         snprintf(why, sizeof why, "%s", err);
         mt_set_err(err, errlen, "cuda: warm-up step: %s", why);
@@ -806,7 +955,9 @@ out:
     return rc;
 }
 
-/* Device 0, a non-blocking stream and a cuBLAS handle on it. */
+/* The process's shared device context (gpu/device_cuda.h): the selected
+ * device, its one stream and cuBLAS handle, which the depformer and the
+ * codec share. */
 static int open_device(cuda_backend *be, char *err, size_t errlen)
 {
     char why[200];
@@ -814,21 +965,12 @@ static int open_device(cuda_backend *be, char *err, size_t errlen)
         mt_set_err(err, errlen, "cuda: %s", why);
         return -1;
     }
-    CU(cudaSetDevice(0));
-    CU(cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, 0));
-    CU(cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking));
-    be->st_ok = 1;
-    cublasStatus_t bs = cublasCreate(&be->blas);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "cuda: cublasCreate: %s", blas_str(bs));
+    if (mt_cu_ctx_open("cuda", &be->ctx, err, errlen))
         return -1;
-    }
-    be->blas_ok = 1;
-    bs = cublasSetStream(be->blas, be->st);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "cuda: cublasSetStream: %s", blas_str(bs));
-        return -1;
-    }
+    be->st = be->ctx->stream;
+    be->blas = be->ctx->blas;
+    CU(cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, be->ctx->device),
+       "cudaDeviceGetAttribute");
     return 0;
 }
 
@@ -843,7 +985,7 @@ static int upload_weights(cuda_backend *be, char *err, size_t errlen)
     }
     be->weight_bytes = layout_weights(be, NULL);
     size_t freeb = 0, total = 0;
-    CU(cudaMemGetInfo(&freeb, &total));
+    CU(cudaMemGetInfo(&freeb, &total), "cudaMemGetInfo");
     if (be->weight_bytes > freeb) {
         mt_set_err(err, errlen, "cuda: model %s needs %.2f GiB of device memory for its bf16 weights, %.2f GiB free of %.2f",
                  c->name, gib(be->weight_bytes), gib(freeb), gib(total));
@@ -917,7 +1059,7 @@ static int alloc_activations(cuda_backend *be, char *err, size_t errlen)
         invf[i] = pow((double)c->rope_theta, -(2.0 * (double)i) / (double)D);
     e = cudaMemcpy(be->inv_freq, invf, D / 2 * sizeof(double), cudaMemcpyHostToDevice);
     free(invf);
-    CU(e);
+    CU(e, "rotary frequencies upload");
     return 0;
 }
 
@@ -935,7 +1077,7 @@ static int alloc_outputs(cuda_backend *be, char *err, size_t errlen)
     }
     be->h_logits = be->h_out;
     be->h_pcm_out = (int16_t *)((float *)be->h_out + R * (size_t)(be->c->vocab > 0 ? be->c->vocab : 0));
-    CU(cudaEventCreate(&be->ev0));
+    CU(cudaEventCreate(&be->ev0), "cudaEventCreate");
     if (cudaEventCreate(&be->ev1) != cudaSuccess) {
         cudaEventDestroy(be->ev0);
         mt_set_err(err, errlen, "cuda: cudaEventCreate failed");
@@ -953,7 +1095,7 @@ static int create(cuda_backend *be, char *err, size_t errlen)
         return -1;
     /* what is free after all that is the pool's, less a reserve */
     size_t freeb = 0, total = 0;
-    CU(cudaMemGetInfo(&freeb, &total));
+    CU(cudaMemGetInfo(&freeb, &total), "cudaMemGetInfo");
     be->pub->kv_reserve_bytes = MT_CUDA_RESERVE;
     be->pub->kv_room_bytes = freeb > MT_CUDA_RESERVE ? freeb - MT_CUDA_RESERVE : 0;
     return 0;
@@ -963,13 +1105,17 @@ static int create(cuda_backend *be, char *err, size_t errlen)
 static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t errlen)
 {
     cuda_backend *be = b->impl;
+    if (mt_cu_ctx_enter(be->ctx, err, errlen))
+        return -1;
     be->pool = pool;
     be->kvp = mt_kv_pool_params(pool);
     int blocks = mt_kv_pool_blocks(pool);
     /* at most every block of the pool: a batch's sessions hold distinct blocks */
     if (alloc_meta(be, (size_t)blocks + 1, err, errlen))
         return -1;
-    be->kv_bytes = (size_t)blocks * MT_KV_BLOCK * b->position_bytes;
+    /* one block more than the pool's: the graphs' padding rows write there */
+    be->scratch_block = blocks;
+    be->kv_bytes = (size_t)(blocks + 1) * MT_KV_BLOCK * b->position_bytes;
     if (be->kv_bytes > b->kv_room_bytes) {
         mt_set_err(err, errlen, "cuda: the KV pool of %.2f GiB (%d blocks) does not fit: %.2f GiB free after %.2f GiB of weights, the activations, a warm-up step and a reserve of %.2f GiB; lower the kv budget (--kv-mem)",
                  gib(be->kv_bytes), blocks, gib(b->kv_room_bytes), gib(be->weight_bytes),
@@ -985,8 +1131,8 @@ static int cuda_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t e
     }
     /* zeroed once, so a slot read before it is written (never, by the
      * bookkeeping) is finite */
-    CU(cudaMemsetAsync(be->kv, 0, be->kv_bytes, be->st));
-    CU(cudaStreamSynchronize(be->st));
+    CU(cudaMemsetAsync(be->kv, 0, be->kv_bytes, be->st), "cudaMemsetAsync");
+    CU(cudaStreamSynchronize(be->st), "cudaStreamSynchronize");
     be->ready = 1;
     return 0;
 }
@@ -998,9 +1144,11 @@ static int cuda_fill_kv_random(mt_backend *b, uint64_t seed, char *err, size_t e
         mt_set_err(err, errlen, "cuda: no pool attached");
         return -1;
     }
+    if (mt_cu_ctx_enter(be->ctx, err, errlen))
+        return -1;
     /* unit-scale values, as rotated keys and values of a real model */
-    KE(mt_cu_fill_uniform_bf16(be->kv, be->kv_bytes / 2, seed, 1.0f, be->st));
-    CU(cudaStreamSynchronize(be->st));
+    CU(mt_cu_fill_uniform_bf16(be->kv, be->kv_bytes / 2, seed, 1.0f, be->st), "kernel mt_cu_fill_uniform_bf16");
+    CU(cudaStreamSynchronize(be->st), "cudaStreamSynchronize");
     return 0;
 }
 
@@ -1040,6 +1188,8 @@ static int cuda_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_b
     be->fs = c->frame_samples > 0 ? c->frame_samples : 1;
     be->has_audio = c->has_audio;
     be->has_tokens = c->has_tokens && c->vocab > 0;
+    const char *gr = getenv("MT_CUDA_GRAPHS");
+    be->use_graphs = gr && !strcmp(gr, "1");
     const char *fc = getenv("MT_CUDA_SPLIT_CHUNK");
     if (fc && *fc) {
         char *end;

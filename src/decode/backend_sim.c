@@ -155,6 +155,29 @@ double mt_sim_codec_seconds(const mt_sim_profile *p, const mt_codec_cost *c, int
     return codec_seconds(p, c, B, 1, 1);
 }
 
+int mt_sim_depformer_weight_bytes(const mt_sim_profile *p)
+{
+    return p->depformer_weight_bytes > 0 ? p->depformer_weight_bytes : p->weight_bytes;
+}
+
+/* backend_sim.h's t_depformer, with the schedule's factors f_bw, f_rate,
+ * f_over. */
+static double depformer_seconds(const mt_sim_profile *p, int B, double f_bw, double f_rate,
+                                double f_over)
+{
+    if (!(p->depformer_params > 0))
+        return 0;
+    double rate = (p->depformer_rate > 0 ? p->depformer_rate : p->matrix_rate) * f_rate;
+    double t_mem = p->depformer_params * mt_sim_depformer_weight_bytes(p) / (p->bandwidth * f_bw);
+    double t_flop = 2.0 * p->depformer_params * (double)B / rate;
+    return (t_mem > t_flop ? t_mem : t_flop) + p->depformer_overhead_us * 1e-6 * f_over;
+}
+
+double mt_sim_depformer_seconds(const mt_sim_profile *p, int B)
+{
+    return depformer_seconds(p, B, 1, 1, 1);
+}
+
 int mt_sim_set_codec(mt_sim *s, const mt_codec_cost *c, int sessions, char *err,
                      size_t errlen)
 {
@@ -199,7 +222,8 @@ static void finish_cost(const mt_sim *s, double t_s, mt_sim_cost *c)
     c->t_mem = c->bytes / bw;
     c->t_flop = c->flops / rate;
     c->t_overhead = s->p.overhead_us * 1e-6 * mt_sim_factor(s, MT_SIM_OVERHEAD, t_s);
-    c->total = (c->t_mem > c->t_flop ? c->t_mem : c->t_flop) + c->t_overhead + c->t_codec;
+    c->total = (c->t_mem > c->t_flop ? c->t_mem : c->t_flop) + c->t_overhead + c->t_codec +
+               c->t_depformer;
 }
 
 /* flops of attention per visible position: QK^T and PV, 2 flops a MAC */
@@ -220,6 +244,9 @@ void mt_sim_step_cost(const mt_sim *s, int B, const int64_t *visible,
     c->t_codec = codec_seconds(&s->p, &s->codec, B,
                                mt_sim_factor(s, MT_SIM_MATRIX_RATE, t_s),
                                mt_sim_factor(s, MT_SIM_OVERHEAD, t_s));
+    c->t_depformer = depformer_seconds(&s->p, B, mt_sim_factor(s, MT_SIM_BANDWIDTH, t_s),
+                                       mt_sim_factor(s, MT_SIM_MATRIX_RATE, t_s),
+                                       mt_sim_factor(s, MT_SIM_OVERHEAD, t_s));
     finish_cost(s, t_s, c);
 }
 
@@ -370,12 +397,16 @@ static int sim_attach_pool(mt_backend *be, mt_kv_pool *pool, char *err, size_t e
                  s->codec_sessions, s->codec.state_bytes,
                  s->codec.flops / mt_sim_codec_rate(&s->p) * 1e3,
                  s->p.codec_overhead_us * 1e-3);
+    char dep[160] = "";
+    if (s->p.depformer_params > 0)
+        snprintf(dep, sizeof dep, ", depformer %.4g parameters, %.4g ms a step of one session",
+                 s->p.depformer_params, mt_sim_depformer_seconds(&s->p, 1) * 1e3);
     snprintf(im->note, sizeof im->note,
              "SIMULATED device %s (profile %s: %.4g B memory, %.4g B/s, %.4g flop/s, "
-             "%.0f B of weights, K/V pool %zu B%s%s%s): no figure from this server is a measurement",
+             "%.0f B of weights, K/V pool %zu B%s%s%s%s): no figure from this server is a measurement",
              s->label, s->p.path, s->p.memory_bytes, s->p.bandwidth, s->p.matrix_rate,
              s->weight_bytes, kp->budget_bytes,
-             kp->budget_bytes == s->kv_budget ? "" : ", set by the caller", codec,
+             kp->budget_bytes == s->kv_budget ? "" : ", set by the caller", codec, dep,
              s->time_scale != 1 ? ", time-scaled: steps wait 1/K of the model's time" : "");
     be->note = im->note;
     return 0;

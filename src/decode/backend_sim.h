@@ -30,6 +30,15 @@
  * codec. sessions is the most sessions served at once (every one's state
  * is held from its admission to its end).
  *
+ * A profile with depformer_params D (a speech model's depformer: every
+ * codebook step reads its own weights, all batched sessions at once) adds
+ * to every step, after the temporal step and before the codec's decode:
+ *   t_depformer = max(D * db / bandwidth, 2 * D * B / depformer_rate)
+ *                 + depformer_overhead_us
+ * db = depformer_weight_bytes (default weight_bytes), depformer_rate
+ * (default matrix_rate); the schedule's factors apply as above. Its
+ * weights are in the profile's reserve (the simulator cannot see them).
+ *
  * Noise, seeded by the profile's seed, drawn once per step or prefill in
  * call order: the time is multiplied by exp(jitter_sigma * Z), Z ~ N(0,1)
  * (median = the prediction), and with probability stall_prob stall_ms is
@@ -61,7 +70,9 @@ typedef struct mt_sim_cost {
     double bytes, flops;
     double t_mem, t_flop, t_overhead;
     double t_codec;           /* the sessions' codec (0: none) */
-    double total;             /* max(t_mem, t_flop) + t_overhead + t_codec */
+    double t_depformer;       /* the depformer (0: none in the profile) */
+    double total;             /* max(t_mem, t_flop) + t_overhead + t_codec
+                                 + t_depformer */
 } mt_sim_cost;
 
 /* Checks the profile against the model (profile.model, if given, must be
@@ -98,6 +109,10 @@ const mt_codec_cost *mt_sim_codec(const mt_sim *s, int *sessions);
 double mt_sim_codec_booked(const mt_codec_cost *c, int sessions);
 double mt_sim_codec_rate(const mt_sim_profile *p);   /* codec_rate or matrix_rate */
 double mt_sim_codec_seconds(const mt_sim_profile *p, const mt_codec_cost *c, int B);
+/* Seconds the depformer takes for B sessions on p (0 without one; no
+ * schedule factor), and its weight bytes per parameter. */
+double mt_sim_depformer_seconds(const mt_sim_profile *p, int B);
+int    mt_sim_depformer_weight_bytes(const mt_sim_profile *p);
 
 /* Noiseless predictions at t_s seconds after the start (schedule). */
 void mt_sim_step_cost(const mt_sim *s, int B, const int64_t *visible,

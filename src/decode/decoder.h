@@ -38,6 +38,7 @@
 #include "model/model.h"
 #include "decode/kv.h"
 #include "decode/step.h"
+#include "gpu/cuda_module.h"
 
 typedef struct mt_decoder mt_decoder;
 int  mt_decoder_create(const mt_model *m, const mt_decoder_opts *o,
@@ -88,8 +89,9 @@ int  mt_decoder_prefill(mt_decoder *d, mt_kv_seq *seq, int n,
  * backend's shared object (gpu/cuda_module.h) and with it the CUDA runtime and
  * cuBLAS, about 150 MB of RSS. */
 int  mt_cuda_available(char *why, size_t whylen);
-/* mt_cuda_device_present (gpu/cuda_module.h): --device auto asks it
- * first, so a machine without a GPU never maps the CUDA libraries. */
+/* mt_cuda_device_present and mt_cuda_select_gpu: gpu/cuda_module.h.
+ * --device auto asks the first before anything is loaded, so a machine
+ * without a GPU never maps the CUDA libraries. */
 #endif
 
 #endif

@@ -1,7 +1,9 @@
 /* depformer.c: Kyutai's depformer step by step over a batch of rows
  * (depformer.h), products through OpenBLAS (sgemm over the rows, the
  * weight read once per step); or, made by mt_depformer_create_cuda, the
- * same steps forwarded to the CUDA module (depformer_cuda.h). */
+ * same steps forwarded to the CUDA module (depformer_cuda.h); or, made by
+ * mt_depformer_create_sim, no work at all (a simulated device's profile
+ * times it). */
 #include "util/errmsg.h"
 #include "gpu/cuda_module.h"
 #include "decode/depformer.h"
@@ -25,6 +27,7 @@ struct mt_depformer {
     float *score;     /* [dep_q] */
     const mt_dep_cuda_ops *ops;   /* CUDA: every step is the module's */
     mt_dep_cuda *g;
+    int   sim;        /* mt_depformer_create_sim: logits all zero, no work */
     char  err[256];   /* the last failed step's message */
 };
 
@@ -113,7 +116,39 @@ int mt_depformer_create_cuda(const mt_kyutai_lm *lm, int max_batch, mt_depformer
 #endif
 }
 
+int mt_depformer_create_sim(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
+                            char *err, size_t errlen)
+{
+    *out = NULL;
+    if (lm->kc.dep_q < 1 || max_batch < 1) {
+        mt_set_err(err, errlen, "depformer: %s", lm->kc.dep_q < 1 ? "the model has none (dep_q 0)"
+                                                                   : "batch under 1");
+        return -1;
+    }
+    mt_depformer *df = mt_calloc_or_err(1, sizeof *df, err, errlen, "depformer");
+    if (!df)
+        return -1;
+    df->lm = lm;
+    df->maxb = max_batch;
+    df->sim = 1;
+    *out = df;
+    return 0;
+}
+
 int mt_depformer_is_cuda(const mt_depformer *df) { return df->g != NULL; }
+int mt_depformer_is_sim(const mt_depformer *df) { return df->sim; }
+int mt_depformer_can_frame(const mt_depformer *df) { return df->g && df->ops->frame; }
+
+int mt_depformer_frame(mt_depformer *df, const int32_t *text, const float *temp,
+                       const int *top_k, const int *greedy, uint64_t *rng, int32_t *audio)
+{
+    if (!mt_depformer_can_frame(df)) {
+        mt_set_err(df->err, sizeof df->err, "depformer: no device sampling here (CUDA only)");
+        return -1;
+    }
+    return df->ops->frame(df->g, text, temp, top_k, greedy, rng, audio, df->err,
+                          sizeof df->err);
+}
 const char *mt_depformer_error(const mt_depformer *df) { return df->err; }
 
 int mt_depformer_begin(mt_depformer *df, int B, const float *h)
@@ -170,6 +205,10 @@ int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logit
 {
     if (df->g)
         return df->ops->next(df->g, k, prev, logits, df->err, sizeof df->err);
+    if (df->sim) {   /* equal logits: the sampler draws among its top k */
+        memset(logits, 0, (size_t)df->B * df->lm->kc.card * sizeof(float));
+        return 0;
+    }
     const mt_kyutai_lm *lm = df->lm;
     const mt_kyutai_config *kc = &lm->kc;
     const int B = df->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;

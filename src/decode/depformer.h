@@ -29,6 +29,13 @@ int  mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **o
 int  mt_depformer_create_cuda(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
                               char *err, size_t errlen);
 int  mt_depformer_is_cuda(const mt_depformer *df);
+/* One that does no work (every step's logits zero, so the sampler draws
+ * among its top k), for a simulated device whose profile times the
+ * depformer (mt-profile(5)'s depformer_params): the host computing it
+ * too would count it twice. No host weights needed. */
+int  mt_depformer_create_sim(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
+                             char *err, size_t errlen);
+int  mt_depformer_is_sim(const mt_depformer *df);
 void mt_depformer_free(mt_depformer *df);
 /* Starts a frame for B rows: h [B, dim] is the temporal output after
  * out_norm (read until the frame's last step). 0, or -1 (CUDA only) with
@@ -39,5 +46,14 @@ int  mt_depformer_begin(mt_depformer *df, int B, const float *h);
  * (CUDA only) with mt_depformer_error's message. */
 int  mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits);
 const char *mt_depformer_error(const mt_depformer *df);
+/* CUDA only (1 when df can): the whole frame after mt_depformer_begin,
+ * each step sampled on the device by the host sampler's rules (kyutai.c)
+ * from each row's temp, top_k, greedy [B] and xoshiro256** state rng
+ * [B][4] (advanced as the host's would be); text [B] is step 0's previous
+ * token; audio [B][dep_q] the tokens. One host synchronisation. 0, or -1
+ * with mt_depformer_error's message. */
+int  mt_depformer_can_frame(const mt_depformer *df);
+int  mt_depformer_frame(mt_depformer *df, const int32_t *text, const float *temp,
+                        const int *top_k, const int *greedy, uint64_t *rng, int32_t *audio);
 
 #endif

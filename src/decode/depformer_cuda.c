@@ -4,8 +4,12 @@
  * kernels/depformer.cu. Built into the CUDA module. */
 #include "decode/depformer_cuda.h"
 #include "gpu/fp32_cuda.h"
+#include "gpu/device_cuda.h"
+#define MT_CU_WHO "depformer cuda"
+#include "gpu/cuda_check.h"
 #include "util/errmsg.h"
 #include "../../kernels/depformer_kernels.h"
+#include "../../kernels/sample_kernels.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -20,7 +24,8 @@ typedef struct dep_w {
 struct mt_dep_cuda {
     const mt_kyutai_lm *lm;
     int maxb, B;
-    cudaStream_t   stream;
+    const mt_cu_ctx *ctx;         /* the process's device, stream, cuBLAS handle */
+    cudaStream_t   stream;        /* ctx's */
     cublasHandle_t blas;
     size_t bytes;
     float *wbuf;                  /* every weight below, one allocation */
@@ -37,30 +42,26 @@ struct mt_dep_cuda {
     float *kv;                    /* [layers][maxb][2][dep_q][dd] */
     float *logits;                /* [maxb, card] */
     int32_t *tok;                 /* [maxb] */
+    /* the device-sampled frame (frame): one pinned host block and its
+     * device mirror, laid out alike */
+    void    *h_fr, *d_fr;
+    mt_cu_samp *h_samp, *d_samp;  /* [maxb] */
+    uint64_t   *h_rng, *d_rng;    /* [maxb][4] */
+    int32_t    *h_audio, *d_audio; /* [maxb][dep_q] */
+    size_t      fr_bytes;
 };
 
-#define CU(call, what)                                                                   \
-    do {                                                                                 \
-        int e_ = (int)(call);                                                            \
-        if (e_ != 0) {                                                                   \
-            mt_set_err(err, errlen, "depformer cuda: %s: %s", what,                      \
-                       cudaGetErrorString((cudaError_t)e_));                             \
-            return -1;                                                                   \
-        }                                                                                \
-    } while (0)
-
 /* Y [B, N] (+)= X [B, K] (rows ldx apart) . W [N, K]^T: column-major,
- * Y^T = W^T' X^T with W read transposed. */
+ * Y^T = W^T' X^T with W read transposed. Plain fp32 (no TF32), asked per
+ * call: the handle is the process's shared one. */
 static int gemm(mt_dep_cuda *g, int B, int N, int K, const float *X, int ldx, const float *W,
                 float beta, float *Y, char *err, size_t errlen)
 {
     const float one = 1.0f;
-    cublasStatus_t s = cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, B, K, &one, W, K, X, ldx,
-                                   &beta, Y, N);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        mt_set_err(err, errlen, "depformer cuda: sgemm: cuBLAS status %d", (int)s);
-        return -1;
-    }
+    BL(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, B, K, &one, W, CUDA_R_32F, K, X,
+                    CUDA_R_32F, ldx, &beta, Y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F_PEDANTIC,
+                    CUBLAS_GEMM_DEFAULT),
+       "sgemm");
     return 0;
 }
 
@@ -69,7 +70,16 @@ static void g_destroy(mt_dep_cuda *g)
     if (!g)
         return;
     void *dev[] = { g->wbuf, g->h, g->x, g->xn, g->att, g->qkv, g->gu, g->kv, g->logits, g->tok };
-    mt_cu_fp32_close(g->stream, g->blas, dev, sizeof dev / sizeof dev[0]);
+    if (g->ctx) {
+        (void)cudaSetDevice(g->ctx->device);
+        (void)cudaStreamSynchronize(g->stream);
+    }
+    mt_cu_fp32_close(NULL, NULL, dev, sizeof dev / sizeof dev[0]);
+    if (g->h_fr)
+        (void)cudaFreeHost(g->h_fr);
+    if (g->d_fr)
+        (void)cudaFree(g->d_fr);
+    mt_cu_ctx_close(g->ctx);
     free(g->dep);
     free(g->norm1);
     free(g->norm2);
@@ -83,13 +93,30 @@ typedef struct wcopy {
     float **dst;
 } wcopy;
 
+/* The device-sampled frame's buffers (frame): pinned host and device,
+ * one layout: [maxb] sampling, [maxb][4] RNG states, [maxb][dep_q] tokens. */
+static int alloc_frame(mt_dep_cuda *g, char *err, size_t errlen)
+{
+    const size_t R = (size_t)g->maxb, Q = (size_t)g->lm->kc.dep_q, A = 256;
+    const size_t o_samp = 0, o_rng = (R * sizeof(mt_cu_samp) + A - 1) / A * A,
+                 o_audio = o_rng + (R * 4 * sizeof(uint64_t) + A - 1) / A * A;
+    g->fr_bytes = o_audio + R * Q * sizeof(int32_t);
+    CU(cudaMallocHost(&g->h_fr, g->fr_bytes), "pinned frame buffer");
+    CU(cudaMalloc(&g->d_fr, g->fr_bytes), "frame buffer");
+    char *h = g->h_fr, *d = g->d_fr;
+    g->h_samp = (mt_cu_samp *)(h + o_samp);  g->d_samp = (mt_cu_samp *)(d + o_samp);
+    g->h_rng = (uint64_t *)(h + o_rng);      g->d_rng = (uint64_t *)(d + o_rng);
+    g->h_audio = (int32_t *)(h + o_audio);   g->d_audio = (int32_t *)(d + o_audio);
+    return 0;
+}
+
 static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, char *err,
                     size_t errlen)
 {
     const mt_kyutai_config *kc = &lm->kc;
     *out = NULL;
     if (kc->dep_q < 1 || kc->dep_q > MT_KY_MAX_Q || lm->shape_only || max_batch < 1 ||
-        max_batch > 65535) {
+        max_batch > 65536) {
         mt_set_err(err, errlen, "depformer cuda: no depformer, no host weights or batch %d", max_batch);
         return -1;
     }
@@ -135,8 +162,14 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
     for (int i = 0; i < nw; i++)
         total += wc[i].n;
     cudaError_t ce = cudaSuccess;
-    if (rc == 0 && mt_cu_fp32_open(&g->stream, &g->blas, "depformer cuda", err, errlen) != 0)
+    if (rc == 0 && mt_cu_ctx_open("depformer cuda", &g->ctx, err, errlen) != 0)
         rc = -2;
+    if (rc == 0) {
+        g->stream = g->ctx->stream;
+        g->blas = g->ctx->blas;
+        if (mt_cu_ctx_enter(g->ctx, err, errlen) != 0)
+            rc = -2;
+    }
     struct { void **p; size_t bytes; } al[] = {
         { (void **)&g->wbuf, total * sizeof(float) },
         { (void **)&g->h, R * kc->dim * sizeof(float) },
@@ -165,6 +198,8 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
     }
     if (rc == -1)
         mt_set_err(err, errlen, "depformer cuda: %s", cudaGetErrorString(ce));
+    if (rc == 0 && alloc_frame(g, err, errlen) != 0)
+        rc = -2;
     g->norm1 = n1;   /* g_destroy frees them from here */
     g->norm2 = n2;
     free(wc);
@@ -178,6 +213,8 @@ static int g_create(const mt_kyutai_lm *lm, int max_batch, mt_dep_cuda **out, ch
 
 static int g_begin(mt_dep_cuda *g, int B, const float *h, char *err, size_t errlen)
 {
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
     if (B < 1 || B > g->maxb) {
         mt_set_err(err, errlen, "depformer cuda: batch of %d (1..%d)", B, g->maxb);
         return -1;
@@ -188,17 +225,12 @@ static int g_begin(mt_dep_cuda *g, int B, const float *h, char *err, size_t errl
     return 0;
 }
 
-static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
-                  size_t errlen)
+/* Codebook step k of the frame on the device: its previous tokens in
+ * g->tok, its logits into g->logits [B, card]. */
+static int step_compute(mt_dep_cuda *g, int k, char *err, size_t errlen)
 {
     const mt_kyutai_config *kc = &g->lm->kc;
     const int B = g->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
-    if (k < 0 || k >= Q || B < 1) {
-        mt_set_err(err, errlen, "depformer cuda: step %d of %d (batch %d)", k, Q, B);
-        return -1;
-    }
-    CU(cudaMemcpyAsync(g->tok, prev, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
-                       g->stream), "tokens upload");
     if (gemm(g, B, dd, kc->dim, g->h, kc->dim, g->dep_in[k], 0.0f, g->x, err, errlen))
         return -1;
     CU(mt_cu_dep_add_emb(g->x, k == 0 ? g->dep_text_emb : g->dep_emb[k - 1], g->tok, B, dd,
@@ -222,9 +254,88 @@ static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, cha
     }
     if (gemm(g, B, kc->card, dd, g->x, dd, g->linears[k], 0.0f, g->logits, err, errlen))
         return -1;
+    return 0;
+}
+
+/* One codebook step, enqueued; returns with work queued on error
+ * (g_next waits for it). */
+static int next_enqueue(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
+                        size_t errlen)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int B = g->B, Q = kc->dep_q;
+    if (k < 0 || k >= Q || B < 1) {
+        mt_set_err(err, errlen, "depformer cuda: step %d of %d (batch %d)", k, Q, B);
+        return -1;
+    }
+    CU(cudaMemcpyAsync(g->tok, prev, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       g->stream), "tokens upload");
+    if (step_compute(g, k, err, errlen))
+        return -1;
     CU(cudaMemcpyAsync(logits, g->logits, (size_t)B * kc->card * sizeof(float),
                        cudaMemcpyDeviceToHost, g->stream), "logits download");
     CU(cudaStreamSynchronize(g->stream), "step");
+    return 0;
+}
+
+/* next_enqueue, and on an error a wait for what it queued (the logits'
+ * copy into the caller's buffer may be pending), as the backbone does. */
+static int g_next(mt_dep_cuda *g, int k, const int32_t *prev, float *logits, char *err,
+                  size_t errlen)
+{
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
+    if (next_enqueue(g, k, prev, logits, err, errlen) == 0)
+        return 0;
+    (void)cudaStreamSynchronize(g->stream);
+    return -1;
+}
+
+/* The frame's dep_q steps, each sampled on the device into the next's
+ * previous tokens; returns with work queued on error (g_frame waits). */
+static int frame_enqueue(mt_dep_cuda *g, const int32_t *text, int32_t *audio, char *err,
+                         size_t errlen)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int B = g->B, Q = kc->dep_q;
+    CU(cudaMemcpyAsync(g->d_fr, g->h_fr, g->fr_bytes, cudaMemcpyHostToDevice, g->stream),
+       "sampling upload");
+    CU(cudaMemcpyAsync(g->tok, text, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       g->stream), "text tokens upload");
+    for (int k = 0; k < Q; k++) {
+        if (step_compute(g, k, err, errlen))
+            return -1;
+        CU(mt_cu_sample(g->logits, B, kc->card, g->d_samp, (unsigned long long *)g->d_rng,
+                        g->tok, g->d_audio + k, Q, g->stream), "sampling");
+    }
+    CU(cudaMemcpyAsync(g->h_rng, g->d_rng, (size_t)B * 4 * sizeof(uint64_t),
+                       cudaMemcpyDeviceToHost, g->stream), "RNG states download");
+    CU(cudaMemcpyAsync(g->h_audio, g->d_audio, (size_t)B * Q * sizeof(int32_t),
+                       cudaMemcpyDeviceToHost, g->stream), "tokens download");
+    CU(cudaStreamSynchronize(g->stream), "frame");   /* the frame's one sync */
+    memcpy(audio, g->h_audio, (size_t)B * Q * sizeof(int32_t));
+    return 0;
+}
+
+static int g_frame(mt_dep_cuda *g, const int32_t *text, const float *temp, const int *top_k,
+                   const int *greedy, uint64_t *rng, int32_t *audio, char *err, size_t errlen)
+{
+    const int B = g->B;
+    if (B < 1 || g->lm->kc.card > mt_cu_sample_max_n()) {
+        mt_set_err(err, errlen, "depformer cuda: no device sampling for batch %d, card %d (at most %d)",
+                   B, g->lm->kc.card, mt_cu_sample_max_n());
+        return -1;
+    }
+    if (mt_cu_ctx_enter(g->ctx, err, errlen))
+        return -1;
+    for (int r = 0; r < B; r++)
+        g->h_samp[r] = (mt_cu_samp){ .temp = temp[r], .top_k = top_k[r], .greedy = greedy[r] };
+    memcpy(g->h_rng, rng, (size_t)B * 4 * sizeof(uint64_t));
+    if (frame_enqueue(g, text, audio, err, errlen) != 0) {
+        (void)cudaStreamSynchronize(g->stream);
+        return -1;
+    }
+    memcpy(rng, g->h_rng, (size_t)B * 4 * sizeof(uint64_t));
     return 0;
 }
 
@@ -240,6 +351,7 @@ const mt_dep_cuda_ops *mt_depformer_cuda_ops_get(void)
         .begin = g_begin,
         .next = g_next,
         .device_bytes = g_device_bytes,
+        .frame = g_frame,
     };
     return &ops;
 }

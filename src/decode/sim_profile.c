@@ -65,7 +65,8 @@ static int parse_num(const char *s, size_t n, double *v)
 }
 
 enum { K_NAME, K_MODEL, K_MEM, K_RESERVE, K_BW, K_RATE, K_OVER, K_WB, K_KVB,
-       K_SIGMA, K_SPROB, K_SMS, K_SEED, K_SCHED, K_CRATE, K_COVER, K_COUNT };
+       K_SIGMA, K_SPROB, K_SMS, K_SEED, K_SCHED, K_CRATE, K_COVER,
+       K_DPARAMS, K_DWB, K_DRATE, K_DOVER, K_COUNT };
 
 static const struct key {
     const char *name;
@@ -88,6 +89,10 @@ static const struct key {
     [K_SCHED]   = { "schedule", 0, 0, 0 },
     [K_CRATE]   = { "codec_rate", 0, 1, 1e21 },
     [K_COVER]   = { "codec_overhead_us", 0, 0, 1e7 },
+    [K_DPARAMS] = { "depformer_params", 0, 0, 1e13 },
+    [K_DWB]     = { "depformer_weight_bytes", 0, 1, 8 },
+    [K_DRATE]   = { "depformer_rate", 0, 1, 1e21 },
+    [K_DOVER]   = { "depformer_overhead_us", 0, 0, 1e7 },
 };
 
 /* "120s bandwidth*0.8" (spaces around '*' allowed) */
@@ -260,11 +265,15 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
         case K_OVER: p.overhead_us = x; break;
         case K_CRATE: p.codec_rate = x; break;
         case K_COVER: p.codec_overhead_us = x; break;
+        case K_DPARAMS: p.depformer_params = x; break;
+        case K_DRATE: p.depformer_rate = x; break;
+        case K_DOVER: p.depformer_overhead_us = x; break;
         case K_SIGMA: p.jitter_sigma = x; break;
         case K_SPROB: p.stall_prob = x; break;
         case K_SMS: p.stall_ms = x; break;
         case K_WB:
         case K_KVB:
+        case K_DWB:
         case K_SEED:
             if (x != floor(x)) {
                 mt_set_err(err, errlen, "%s:%ld: key '%s': want an integer, got '%s'",
@@ -275,6 +284,8 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
                 p.weight_bytes = (int)x;
             else if (k == K_KVB)
                 p.kv_bytes = (int)x;
+            else if (k == K_DWB)
+                p.depformer_weight_bytes = (int)x;
             else
                 p.seed = (uint64_t)x;
             break;

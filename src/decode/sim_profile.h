@@ -28,6 +28,15 @@
  *                          a model served with one; default matrix_rate
  *   codec_overhead_us = N  fixed time per step that carries the codec
  *                          (its launches); default 0
+ *   depformer_params = N   parameters a speech model's depformer reads a
+ *                          frame (all its codebook steps' weights,
+ *                          embedding tables excluded); default 0: none
+ *   depformer_weight_bytes = N  bytes per depformer parameter; default
+ *                          weight_bytes
+ *   depformer_rate = N     flop/s of the depformer's matrix work; default
+ *                          matrix_rate
+ *   depformer_overhead_us = N  fixed time per step that carries the
+ *                          depformer (its launches and syncs); default 0
  *   schedule      = Ts FIELD*F
  *                          from T seconds after the device starts, FIELD
  *                          (bandwidth, matrix_rate or overhead) is its
@@ -66,6 +75,10 @@ typedef struct mt_sim_profile {
     double   overhead_us;
     double   codec_rate;        /* flop/s; 0: not given (matrix_rate) */
     double   codec_overhead_us;
+    double   depformer_params;       /* 0: no depformer */
+    int      depformer_weight_bytes; /* 0: not given (weight_bytes) */
+    double   depformer_rate;         /* flop/s; 0: not given (matrix_rate) */
+    double   depformer_overhead_us;
     int      weight_bytes;   /* per parameter */
     int      kv_bytes;       /* per K/V element */
     double   jitter_sigma;

@@ -101,6 +101,13 @@ void *mt_cuda_module_sym(const char *name, char *err, size_t errlen)
     return p;
 }
 
+int mt_cuda_select_gpu(int gpu, char *err, size_t errlen)
+{
+    typedef int (*select_fn)(int gpu, char *err, size_t errlen);
+    select_fn f = (select_fn)mt_cuda_module_sym("mt_cu_ctx_select", err, errlen);
+    return f ? f(gpu, err, errlen) : -1;
+}
+
 int mt_cuda_device_present(char *why, size_t whylen)
 {
     static const char *const fixed[] = { "/dev/nvidiactl", "/dev/dxg", NULL };

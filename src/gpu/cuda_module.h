@@ -25,6 +25,12 @@ void *mt_cuda_module_sym(const char *name, char *err, size_t errlen);
  * nothing. */
 int mt_cuda_device_present(char *why, size_t whylen);
 
+/* The device every CUDA user of this process (backbone, depformer, codec)
+ * opens: ordinal gpu among the visible ones (CUDA_VISIBLE_DEVICES), 0
+ * unless called. Before the first of them is created; loads the module.
+ * With MT_HAVE_CUDA only. */
+int  mt_cuda_select_gpu(int gpu, char *err, size_t errlen);
+
 /* The shared object's file name (what the loader looks for). */
 #define MT_CUDA_MODULE_FILE "libmetronome_cuda.so"
 

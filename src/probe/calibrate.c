@@ -19,6 +19,8 @@
  * read in src/cmd/calibrate_cmd.c. */
 #define _GNU_SOURCE
 #include "probe/calibrate.h"
+#include "probe/calibrate_frame.h"
+#include "model/kyutai_lm.h"
 #include "probe/probe.h"
 #include "decode/backend_sim.h"
 #include "decode/decoder.h"
@@ -187,7 +189,10 @@ typedef struct calib_run {
     char        name[64];
     double      memory, reserve;  /* the options', defaults filled in */
     long        bmax, lmax;       /* the grid's largest batch and length */
-    mt_model   *m;
+    mt_model   *m;                /* the model, or lm's temporal transformer */
+    mt_kyutai_lm *lm;             /* a Kyutai model: the whole LM (owns m) */
+    float      *x_in, *h_out, *tlog; /* Kyutai: [bmax, hidden] in and out, [bmax, vocab] */
+    mt_calib_frame frame;         /* Kyutai: the depformer's and codec's fits */
     mt_decoder *d;
     mt_kv_pool *pool;
     size_t      elem, pb;         /* bytes per weight/K/V element, per cached position */
@@ -255,9 +260,16 @@ static int load_backend(calib_run *r, char *err, size_t errlen)
     /* served: mt-serve loads the weights; only the shape is wanted here */
     int mflags = o->served || (o->device == MT_DEV_CUDA && strncmp(o->model, "synthetic:", 10) == 0)
                  ? MT_MODEL_SHAPE_ONLY : 0;
-    if (mt_model_load(o->model, mflags, &r->m, err, errlen) != 0)
+    if (mt_kyutai_is_kyutai(o->model)) {
+        /* the temporal step takes embeddings; the depformer needs host weights */
+        int kflags = o->served ? MT_MODEL_SHAPE_ONLY
+                     : o->device == MT_DEV_CUDA ? MT_KYUTAI_HOST_SIDE : 0;
+        if (mt_kyutai_load(o->model, kflags, &r->lm, err, errlen) != 0)
+            return -1;
+        r->m = r->lm->temporal;
+    } else if (mt_model_load(o->model, mflags, &r->m, err, errlen) != 0)
         return -1;
-    if (!r->m->cfg.has_audio) {
+    if (!r->m->cfg.has_audio && !r->lm) {
         mt_set_err(err, errlen, "%s has no audio adapter", o->model);
         return -1;
     }
@@ -298,6 +310,16 @@ static int prepare_grid(calib_run *r, char *err, size_t errlen)
         mt_set_err(err, errlen, "out of memory");
         return -1;
     }
+    if (r->lm) {
+        size_t H = (size_t)r->m->cfg.hidden, V = (size_t)(r->m->cfg.vocab > 0 ? r->m->cfg.vocab : 1);
+        r->x_in = calloc((size_t)r->bmax * H, sizeof *r->x_in);
+        r->h_out = calloc((size_t)r->bmax * H, sizeof *r->h_out);
+        r->tlog = calloc((size_t)r->bmax * V, sizeof *r->tlog);
+        if (!r->x_in || !r->h_out || !r->tlog) {
+            mt_set_err(err, errlen, "out of memory");
+            return -1;
+        }
+    }
     if (mt_calib_unit_terms(&r->m->cfg, r->elem, &r->terms, err, errlen) != 0)
         return -1;
     for (long i = 0; i < r->bmax; i++)
@@ -326,6 +348,8 @@ static int time_point(calib_run *r, int B, long L, char *err, size_t errlen)
         return -1;
     }
     mt_step_io io = { .pcm_in = r->pcm_in, .pcm_out = r->pcm_out };
+    if (r->lm)   /* as decode/kyutai.c steps it: embeddings in, h and text logits out */
+        io = (mt_step_io){ .x_in = r->x_in, .h_out = r->h_out, .logits = r->tlog };
     for (int k = 0; k < reps + 2; k++) {
         double t0 = now_s();
         if (mt_decoder_step(r->d, B, r->seqs, &io, err, errlen) != 0)
@@ -523,6 +547,8 @@ static void print_profile(const calib_run *r, const calib_fit *fit, FILE *f)
     fprintf(f, "stall_prob    = 0   # not measured\n");
     fprintf(f, "stall_ms      = 0\n");
     fprintf(f, "seed          = 1\n");
+    if (r->lm)
+        mt_calib_frame_print(&r->frame, f);
     fprintf(f, "# points: batch len measured_ms fitted_ms\n");
     for (int i = 0; i < r->npts; i++)
         fprintf(f, "#   %d %ld %.4f %.4f\n", r->pts[i].batch, r->pts[i].len, r->pts[i].t_s * 1e3,
@@ -559,8 +585,14 @@ static void free_run(calib_run *r)
     free(r->pcm_out);
     free(r->ts);
     free(r->lres);
+    free(r->x_in);
+    free(r->h_out);
+    free(r->tlog);
     mt_decoder_free(r->d);
-    mt_model_free(r->m);
+    if (r->lm)
+        mt_kyutai_free(r->lm);
+    else
+        mt_model_free(r->m);
 }
 
 int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, FILE *profile, char *err,
@@ -576,7 +608,10 @@ int mt_calibrate_run(const mt_calibrate_opts *o, FILE *report, FILE *profile, ch
     if (resolve_opts(&r, err, errlen) == 0 && load_backend(&r, err, errlen) == 0 &&
         (o->served ? time_served(&r, err, errlen)
                    : prepare_grid(&r, err, errlen) || time_grid(&r, err, errlen)) == 0 &&
-        fit_points(&r, &fit, err, errlen) == 0 && write_profile(&r, &fit, err, errlen) == 0)
+        fit_points(&r, &fit, err, errlen) == 0 &&
+        (!r.lm || o->served ||
+         mt_calib_frame_run(o, r.lm, fit.bw, report, &r.frame, err, errlen) == 0) &&
+        write_profile(&r, &fit, err, errlen) == 0)
         rc = 0;
     free_run(&r);
     return rc;

@@ -51,6 +51,10 @@ typedef struct mt_calibrate_opts {
      * batches[] (each held hold_s after warmup_s), serving the window
      * policy sink + window; lengths[] and reps are not used. */
     int         served;
+    /* a Kyutai model (bare only): its codec (a Mimi spec), timed with the
+     * depformer beside the temporal step (calibrate_frame.h); NULL: the
+     * depformer alone */
+    const char *codec;
     const char *serve_bin;
     int         sink, window;
     double      hold_s, warmup_s;

@@ -35,6 +35,12 @@ struct mt_kyutai_gen {
     int32_t *text;         /* [maxb] the frame's text tokens */
     int32_t *audio;        /* [maxb, dep_q] */
     int     *idx;          /* [max(text_card_out, card)] top-k candidates */
+    /* MT_CUDA_DEVICE_SAMPLING=1 with a CUDA depformer: the frame's codebook
+     * steps sampled on the device (mt_depformer_frame), one sync a frame */
+    int      dev_sample;
+    float   *s_temp;       /* [maxb] */
+    int     *s_topk, *s_greedy; /* [maxb] */
+    uint64_t *s_rng;       /* [maxb, 4] the sessions' generator states */
     mt_kyutai_times times;
 };
 
@@ -61,6 +67,10 @@ void mt_kyutai_gen_free(mt_kyutai_gen *g)
     free(g->text);
     free(g->audio);
     free(g->idx);
+    free(g->s_temp);
+    free(g->s_topk);
+    free(g->s_greedy);
+    free(g->s_rng);
     free(g);
 }
 
@@ -72,7 +82,8 @@ int mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
 
 const char *mt_kyutai_gen_dep_where(const mt_kyutai_gen *g)
 {
-    return !g->df ? "none" : mt_depformer_is_cuda(g->df) ? "cuda" : "host";
+    return !g->df ? "none" : mt_depformer_is_cuda(g->df) ? "cuda"
+                          : mt_depformer_is_sim(g->df) ? "sim" : "host";
 }
 
 int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
@@ -123,6 +134,18 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
     g->text = malloc(R * sizeof(int32_t));
     g->audio = malloc(R * (size_t)(kc->dep_q + 1) * sizeof(int32_t));
     g->idx = malloc(V * sizeof(int));
+    const char *ds = getenv("MT_CUDA_DEVICE_SAMPLING");
+    if (df && mt_depformer_can_frame(df) && ds && !strcmp(ds, "1")) {
+        g->dev_sample = 1;
+        g->s_temp = malloc(R * sizeof(float));
+        g->s_topk = malloc(R * sizeof(int));
+        g->s_greedy = malloc(R * sizeof(int));
+        g->s_rng = malloc(R * 4 * sizeof(uint64_t));
+        if (!g->s_temp || !g->s_topk || !g->s_greedy || !g->s_rng) {
+            free(g->idx);   /* so the check below says out of memory */
+            g->idx = NULL;
+        }
+    }
     if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio || !g->idx) {
         mt_kyutai_gen_free(g);
         mt_set_err(err, errlen, "kyutai: out of memory");
@@ -263,6 +286,31 @@ static int32_t sample(mt_kyutai_gen *g, mt_kyutai_sess *s, const float *logits, 
 
 /* ---- the frame --------------------------------------------------------------- */
 
+/* The depformer's dep_q steps with their sampling on the device: the same
+ * draws as sample() from the same generator states, which come back
+ * advanced; on a failure no session's state changes. */
+static int dep_frame_device(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, char *err,
+                            size_t errlen)
+{
+    const int Q = g->lm->kc.dep_q;
+    for (int r = 0; r < B; r++) {
+        g->s_temp[r] = sess[r]->smp.temp;
+        g->s_topk[r] = sess[r]->smp.top_k;
+        g->s_greedy[r] = sess[r]->smp.greedy;
+        memcpy(g->s_rng + (size_t)r * 4, sess[r]->rng.s, sizeof sess[r]->rng.s);
+    }
+    if (mt_depformer_frame(g->df, g->tok, g->s_temp, g->s_topk, g->s_greedy, g->s_rng,
+                           g->audio)) {
+        mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
+        return -1;
+    }
+    for (int r = 0; r < B; r++) {
+        memcpy(sess[r]->rng.s, g->s_rng + (size_t)r * 4, sizeof sess[r]->rng.s);
+        g->tok[r] = g->audio[(size_t)r * Q + Q - 1];
+    }
+    return 0;
+}
+
 static double ms_since(uint64_t t0) { return (double)(mt_clock_ns() - t0) / 1e6; }
 
 int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
@@ -344,7 +392,9 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
             mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
             return -1;
         }
-        for (int k = 0; k < Q; k++) {
+        if (g->dev_sample && !out->dep_logits && dep_frame_device(g, sess, B, err, errlen))
+            return -1;
+        for (int k = 0; k < Q && !(g->dev_sample && !out->dep_logits); k++) {
             if (mt_depformer_next(g->df, k, g->tok, g->dlog)) {
                 mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
                 return -1;

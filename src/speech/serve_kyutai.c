@@ -1,5 +1,6 @@
 /* serve_kyutai.c: mt-serve's Kyutai models (serve_kyutai.h). */
 #include "speech/serve_kyutai.h"
+#include "decode/sim_profile.h"
 #include "util/errmsg.h"
 
 #include <stdio.h>
@@ -81,6 +82,19 @@ int mt_serve_kyutai_prepare(mt_serve_kyutai *k, mt_device dev, int max_batch, ch
         return -1;
     }
     return 0;
+}
+
+int mt_serve_kyutai_prepare_sim(mt_serve_kyutai *k, const char *profile, int max_batch,
+                                char *err, size_t errlen)
+{
+    if (k->lm->kc.dep_q == 0 || k->df)
+        return 0;
+    mt_sim_profile p;
+    if (mt_sim_profile_load(profile, &p, err, errlen))
+        return -1;
+    if (!(p.depformer_params > 0))
+        return 0;   /* the profile does not time it: the host computes it */
+    return mt_depformer_create_sim(k->lm, max_batch, &k->df, err, errlen);
 }
 
 int mt_serve_kyutai_start(mt_serve_kyutai *k, mt_decoder *dec, int max_batch,

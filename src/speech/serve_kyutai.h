@@ -43,6 +43,11 @@ int  mt_serve_kyutai_load(const char *model, const char *codec_spec, const char 
  * -1 with a message. */
 int  mt_serve_kyutai_prepare(mt_serve_kyutai *k, mt_device dev, int max_batch, char *err,
                              size_t errlen);
+/* On a simulated device whose profile times the depformer
+ * (depformer_params), a depformer that does no work on the host
+ * (mt_depformer_create_sim), so it is not counted twice. */
+int  mt_serve_kyutai_prepare_sim(mt_serve_kyutai *k, const char *profile, int max_batch,
+                                 char *err, size_t errlen);
 /* The speech stage on dec, for max_batch sessions; its depformer the one
  * prepared, else where dec runs (mt_kyutai_gen_create_with); smp the
  * sessions' default sampling (NULL: LMGen's). */

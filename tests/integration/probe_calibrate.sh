@@ -51,4 +51,31 @@ t_ok $? "mt-serve runs a session on the served profile"
 t_check "--served with --lengths: usage error, exit 2" [ $? = 2 ]
 "$MT_BIN/mt-probe" calibrate --window 16 -o /dev/null 2>"$T_TMP/err4"
 t_check "--window without --served: usage error, exit 2" [ $? = 2 ]
+# a Kyutai model: the depformer and the codec timed beside the temporal
+# step, their fitted figures in the profile, which the simulator reads
+K="$T_TMP/kyutai.profile"
+"$MT_BIN/mt-probe" calibrate -m synthetic:kyutai-tiny --batches 1,2,4 --lengths 16,64 \
+    --reps 3 --threads 1 -o "$K" 2>"$T_TMP/kerr"
+t_ok $? "calibrate a Kyutai model exits 0"
+t_check "the depformer is timed at each batch (3)" \
+    [ "$(grep -c '^mt-probe calibrate: depformer  *[0-9]' "$T_TMP/kerr")" = 3 ]
+t_check "the codec is timed at each batch (3)" \
+    [ "$(grep -c '^mt-probe calibrate: codec (cpu' "$T_TMP/kerr")" = 3 ]
+t_check "the depformer's figures are in the profile" grep -q "^depformer_rate .*# fitted" "$K"
+t_check "the codec's figures are in the profile" grep -q "^codec_rate .*# fitted" "$K"
+"$MT_BIN/mt-probe" predict -m synthetic:kyutai-tiny --kv-mem 1G --profile "$K" >"$T_TMP/kpred" 2>&1
+t_ok $? "mt-probe predict reads the calibrated profile"
+t_check "and gives the whole frame's sessions per device, SIMULATED" \
+    grep -qE "^sessions per device on sim:calibrated-cpu	[0-9]+ .*\(SIMULATED\)" "$T_TMP/kpred"
+"$MT_BIN/mt-probe" predict -m synthetic:moshiko --kv-mem 50G --window 252 --sink 4 \
+    --profile h100-moshiko >"$T_TMP/mpred" 2>&1
+t_ok $? "predict moshiko on the shipped h100-moshiko profile"
+t_check "its frame has a depformer share at B=1" \
+    grep -qE "^frame on sim:h100-moshiko B=1	.* depformer [1-9][0-9.]* .*SIMULATED" "$T_TMP/mpred"
+t_check "and sessions per H100 (SIMULATED)" \
+    grep -qE "^sessions per device on sim:h100-moshiko	[1-9][0-9]* .*\(SIMULATED\)" "$T_TMP/mpred"
+"$MT_BIN/mt-probe" calibrate -m synthetic:small --codec synthetic:mimi -o /dev/null 2>"$T_TMP/err5"
+t_check "--codec with a model that is not Kyutai's: usage error, exit 2" [ $? = 2 ]
+"$MT_BIN/mt-probe" calibrate --gpu 1 -o /dev/null 2>"$T_TMP/err6"
+t_check "--gpu without --device cuda: usage error, exit 2" [ $? = 2 ]
 t_done

@@ -55,4 +55,21 @@ pool=$(sed -n 's/.*K\/V pool \([0-9]*\) B.*/\1/p' serve.err)
 wts=$(sed -n 's/.*B\/s, [0-9.e+]* flop\/s, \([0-9]*\) B of weights.*/\1/p' serve.err)
 t_check "K/V pool ($pool) = 2e9 - 1e9 - LM weights ($wts) - codec booking ($b_all), to the byte" \
     /usr/bin/python3 -c "import sys; sys.exit(0 if 2000000000 - 1000000000 - $wts - $b_all == $pool else 1)"
+# the depformer: without depformer_params the host computes it; with them
+# the profile times it and the host does no depformer work (not counted
+# twice), and the note says so
+t_check "no depformer_params: the depformer on the host" grep -q "depformer on host" serve.err
+{ cat dev.profile; echo "depformer_params = 4e6"; echo "depformer_overhead_us = 300"; } > dep.profile
+sed -i 's/^name = codec-test/name = dep-test/' dep.profile
+nice -n 10 "$S" -s "$T_TMP/mt2.sock" -m synthetic:kyutai-tiny-mimi --device "sim:$T_TMP/dep.profile" \
+    --max-sessions 4 > ticks2 2> serve2.err &
+pid=$!
+t_track $pid
+wait_for_socket "$T_TMP/mt2.sock"
+kill -TERM $pid 2>/dev/null
+wait $pid 2>/dev/null
+t_check "depformer_params: the depformer is the simulated one $(grep -o 'depformer on [a-z]*' serve2.err)" \
+    grep -q "depformer on sim" serve2.err
+t_check "the note states the depformer's parameters and its time at B=1" \
+    grep -q "depformer 4e+06 parameters, [0-9.e+-]* ms a step of one session" serve2.err
 t_done

@@ -11,6 +11,7 @@
 #include "decode/decoder.h"
 
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #define STEPS 40
@@ -371,6 +372,26 @@ static void test_half(void)
     ok(mt_num_format_parse("bf16", &f) != 0, "parse bf16 refused");
 }
 
+/* max_batch: the decoder's limit, 65,536, is every backend's (the CUDA
+ * attention tiles rows past a grid dimension's 65,535); 65,537 refused. */
+static void test_max_batch(void)
+{
+    char err[512] = "";
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = 65536, .threads = 1 };
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.sink = 0;
+    o.kv.window = 16;
+    o.kv.budget_bytes = (size_t)1 << 20;
+    mt_decoder *d = NULL;
+    int rc = mt_decoder_create(model, &o, &d, err, sizeof err);
+    ok(rc == 0, "max_batch 65536 accepted on the CPU: %s", rc ? err : "ok");
+    mt_decoder_free(d);
+    d = NULL;
+    o.max_batch = 65537;
+    ok(mt_decoder_create(model, &o, &d, err, sizeof err) == -1 && !d && strstr(err, "65536"),
+       "max_batch 65537 refused: %s", err);
+}
+
 int main(void)
 {
     char err[512] = "";
@@ -387,6 +408,7 @@ int main(void)
     test_policy(MT_KV_WINDOW, 4, 16, MT_ROPE_ABSOLUTE, "window S=4 absolute");
     test_errors();
     test_half();
+    test_max_batch();
     mt_model_free(model);
     return tap_done();
 }

@@ -10,7 +10,9 @@
 #include "decode/decoder.h"
 #include "decode/sim_profile.h"
 #include "model/model.h"
+#include "model/kyutai_lm.h"
 #include "probe/calibrate.h"
+#include "probe/calibrate_frame.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -552,6 +554,129 @@ static void test_codec(const mt_model *m)
     unlink(path);
 }
 
+/* A profile with a depformer (depformer_params D) adds exactly
+ * max(D x db / bandwidth, 2 D B / depformer_rate) + depformer_overhead_us
+ * to a step and nothing to a prefill; the keys are strict. Round figures:
+ * D = 6e8 in fp32 (2.4 GB a frame: 0.6 ms at 4e12 B/s), 2e13 flop/s
+ * (B = 8: 9.6e9 flops, 0.48 ms: the bytes win; B = 64: 3.84 ms), 1 ms of
+ * launches. */
+static void test_depformer(const mt_model *m)
+{
+    const mt_config *c = &m->cfg;
+    const char *extra = "depformer_params = 6e8\ndepformer_weight_bytes = 4\n"
+                        "depformer_rate = 2e13\ndepformer_overhead_us = 1000\n";
+    fake_clock fc0 = { .now = 1000000000ull }, fc1 = fc0;
+    mt_sim *s0 = sim_for("no depformer", "", &fc0, c);
+    mt_sim *s1 = sim_for("a depformer", extra, &fc1, c);
+    if (!s0 || !s1) {
+        mt_sim_free(s0);
+        mt_sim_free(s1);
+        return;
+    }
+    const mt_sim_profile *p1 = mt_sim_profile_of(s1);
+    ok(p1->depformer_params == 6e8 && p1->depformer_weight_bytes == 4 &&
+       p1->depformer_rate == 2e13 && p1->depformer_overhead_us == 1000,
+       "the four depformer keys read");
+    int64_t vis[64];
+    for (int i = 0; i < 64; i++)
+        vis[i] = 256;
+    mt_sim_cost a, b;
+    mt_sim_step_cost(s0, 8, vis, 0, &a);
+    mt_sim_step_cost(s1, 8, vis, 0, &b);
+    ok(a.t_depformer == 0, "no depformer keys: no depformer time");
+    is_near(b.t_depformer * 1e3, 1.6, 1e-9, "B=8: 0.6 ms of weights (bytes bound) + 1 ms");
+    is_near((b.total - a.total) * 1e3, 1.6, 1e-9, "the step takes 1.6 ms more");
+    ok(a.bytes == b.bytes && a.flops == b.flops, "the temporal step's bytes and flops unchanged");
+    mt_sim_step_cost(s1, 64, vis, 0, &b);
+    is_near(b.t_depformer * 1e3, 4.84, 1e-9, "B=64: 3.84 ms of flops (compute bound) + 1 ms");
+    is_near(mt_sim_depformer_seconds(p1, 64) * 1e3, 4.84, 1e-9,
+            "mt_sim_depformer_seconds says the same");
+    mt_sim_prefill_cost(s0, 100, 100, 5050, 0, &a);
+    mt_sim_prefill_cost(s1, 100, 100, 5050, 0, &b);
+    ok(a.total == b.total, "a prefill carries no depformer");
+    mt_sim_free(s0);
+    mt_sim_free(s1);
+
+    /* defaults: weight_bytes (2) and matrix_rate (8e14); 6e8 x 2 / 4e12 = 0.3 ms */
+    mt_sim_profile p;
+    char text[1024];
+    snprintf(text, sizeof text, "%sdepformer_params = 6e8\n", base_text);
+    ok(parse(text, &p) == 0 && mt_sim_depformer_weight_bytes(&p) == 2,
+       "depformer_weight_bytes defaults to weight_bytes: %s", err);
+    is_near(mt_sim_depformer_seconds(&p, 1) * 1e3, 0.3, 1e-9, "and its rate to matrix_rate");
+    static const char *const bad[] = {
+        "depformer_params = -1\n", "depformer_weight_bytes = 2.5\n",
+        "depformer_weight_bytes = 9\n", "depformer_rate = 0\n",
+        "depformer_overhead_us = 1e8\n", "depformer_params = 1\ndepformer_params = 2\n",
+        "depformer_param = 1\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", base_text, bad[i]);
+        ok(parse(text, &p) == -1, "refused (%s)", err);
+    }
+}
+
+/* The moshiko profiles (SIMULATED, from published figures): they load,
+ * fit synthetic:moshiko, carry the codec's and the depformer's costs. */
+static void test_moshiko_profiles(void)
+{
+    static const char *const names[] = { "h100-moshiko", "h200-moshiko" };
+    for (int k = 0; k < 2; k++) {
+        mt_sim_profile p;
+        int rc = mt_sim_profile_load(names[k], &p, err, sizeof err);
+        ok(rc == 0, "built-in %s loads (%s)", names[k], rc ? err : p.path);
+        if (rc)
+            continue;
+        is_str(p.model, "synthetic:moshiko", "its model");
+        ok(p.codec_rate > 0 && p.codec_overhead_us > 0, "%s: the codec's rate and launches",
+           names[k]);
+        /* 8 steps x (dep_in 1024x4096 + 6 layers x 12,845,056 + a 2048x1024 head) */
+        ok(p.depformer_params == 666894336.0 && mt_sim_depformer_weight_bytes(&p) == 4,
+           "%s: the depformer's 666,894,336 fp32 parameters", names[k]);
+        mt_kyutai_lm *lm = NULL;
+        mt_sim *s = NULL;
+        rc = mt_kyutai_load(p.model, MT_MODEL_SHAPE_ONLY, &lm, err, sizeof err) ||
+             mt_sim_create(&p, &lm->temporal->cfg, NULL, &s, err, sizeof err);
+        ok(rc == 0, "%s fits its model: %s", names[k], rc ? err : mt_sim_label(s));
+        if (s) {
+            /* the depformer's share of a frame at B = 1 and 64 (SIMULATED) */
+            double d1 = mt_sim_depformer_seconds(&p, 1), d64 = mt_sim_depformer_seconds(&p, 64);
+            ok(d1 > 0 && d64 > d1 && d64 < 0.080, "%s: depformer %.3f ms at B=1, %.3f at B=64",
+               names[k], d1 * 1e3, d64 * 1e3);
+        }
+        mt_sim_free(s);
+        mt_kyutai_free(lm);
+    }
+}
+
+/* calibrate_frame.c: the line fit recovers a + b B exactly from exact
+ * points, and moshiko's depformer reads 666,894,336 parameters a frame */
+static void test_calib_frame(void)
+{
+    const double x[4] = { 1, 8, 32, 64 };
+    double t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = 2e-3 + 5e-5 * x[i];
+    mt_calib_line l;
+    mt_calib_line_fit(x, t, 4, &l);
+    is_near(l.a_s, 2e-3, 1e-12, "intercept 2 ms");
+    is_near(l.b_s, 5e-5, 1e-12, "slope 0.05 ms a session");
+    ok(l.rms >= 0 && l.rms < 1e-9, "RMS residual 0 on exact points (%g)", l.rms);
+    mt_calib_line_fit(x, t, 1, &l);
+    ok(l.rms < 0, "one point: no fit");
+    const double same[2] = { 8, 8 };
+    mt_calib_line_fit(same, t, 2, &l);
+    ok(l.rms < 0, "one distinct batch: no fit");
+    mt_kyutai_lm *lm = NULL;
+    int rc = mt_kyutai_load("synthetic:moshiko", MT_MODEL_SHAPE_ONLY, &lm, err, sizeof err);
+    ok(rc == 0, "moshiko's shape: %s", rc ? err : "ok");
+    if (rc == 0)
+        ok(mt_calib_dep_params(&lm->kc) == 666894336.0,
+           "moshiko's depformer: %.0f parameters a frame (the profiles' figure)",
+           mt_calib_dep_params(&lm->kc));
+    mt_kyutai_free(lm);
+}
+
 /* mt-probe calibrate's fit recovers the figures that made its points,
  * memory-bound and compute-bound points mixed */
 static void test_calib_fit(void)
@@ -612,6 +737,7 @@ static void test_time_scale(const mt_config *c)
 int main(void)
 {
     test_calib_fit();
+    test_calib_frame();
     test_parse();
     test_shipped();
     mt_model *m = NULL;
@@ -627,6 +753,8 @@ int main(void)
     test_backend(m);
     test_decoder(m);
     test_codec(m);
+    test_depformer(m);
+    test_moshiko_profiles();
     mt_model_free(m);
     return tap_done();
 }
