@@ -6,6 +6,7 @@
 #include "util/rng.h"
 #include "decode/kyutai.h"
 #include "decode/depformer.h"
+#include "util/vec8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,7 +35,9 @@ struct mt_kyutai_gen {
     int32_t *tok;          /* [maxb] the step's sampled tokens */
     int32_t *text;         /* [maxb] the frame's text tokens */
     int32_t *audio;        /* [maxb, dep_q] */
-    int     *idx;          /* [max(text_card_out, card)] top-k candidates */
+    int     nthreads;      /* the decoder's (mt_decoder_threads) */
+    float   *sv;           /* [nthreads, V] each thread's copy of a row's logits */
+    int     *si;           /* [nthreads, V] its top-k candidates; V = max(text_card_out, card) */
     mt_kyutai_times times;
 };
 
@@ -60,7 +63,8 @@ void mt_kyutai_gen_free(mt_kyutai_gen *g)
     free(g->tok);
     free(g->text);
     free(g->audio);
-    free(g->idx);
+    free(g->sv);
+    free(g->si);
     free(g);
 }
 
@@ -73,6 +77,11 @@ int mt_kyutai_gen_create(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
 const char *mt_kyutai_gen_dep_where(const mt_kyutai_gen *g)
 {
     return !g->df ? "none" : mt_depformer_is_cuda(g->df) ? "cuda" : "host";
+}
+
+const char *mt_kyutai_gen_dep_mode(const mt_kyutai_gen *g)
+{
+    return g->df ? mt_depformer_mode(g->df) : "none";
 }
 
 int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
@@ -122,8 +131,11 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
     g->tok = malloc(R * sizeof(int32_t));
     g->text = malloc(R * sizeof(int32_t));
     g->audio = malloc(R * (size_t)(kc->dep_q + 1) * sizeof(int32_t));
-    g->idx = malloc(V * sizeof(int));
-    if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio || !g->idx) {
+    g->nthreads = mt_decoder_threads(dec);
+    g->sv = malloc((size_t)g->nthreads * V * sizeof(float));
+    g->si = malloc((size_t)g->nthreads * V * sizeof(int));
+    if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio ||
+        !g->sv || !g->si) {
         mt_kyutai_gen_free(g);
         mt_set_err(err, errlen, "kyutai: out of memory");
         return -1;
@@ -135,6 +147,9 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
         rc = !strcmp(mt_decoder_backend_name(dec), "cuda")
                  ? mt_depformer_create_cuda(lm, max_batch, &g->df, err, errlen)
                  : mt_depformer_create(lm, max_batch, &g->df, err, errlen);
+    /* a host depformer on the decoder's threads (and its f16 copies) */
+    if (!rc && g->df)
+        rc = mt_depformer_attach(g->df, dec, err, errlen);
     if (rc) {
         mt_kyutai_gen_free(g);
         return -1;
@@ -183,82 +198,194 @@ void mt_kyutai_last_times(const mt_kyutai_gen *g, mt_kyutai_times *t) { *t = g->
 
 /* ---- sampling ---------------------------------------------------------------- */
 
-static int cmp_int(const void *a, const void *b)
-{
-    return *(const int *)a - *(const int *)b;
-}
+/* Kyutai's sample_token on one row, at memory speed: one 8-lane pass over
+ * the n logits for the maximum (greedy) or, with a top k under n, a
+ * partial selection (quickselect of the k-th largest value on a copy, no
+ * sort) and one 8-lane pass collecting the candidates in index order.
+ * The candidates are the top k of the order (logit descending, index
+ * ascending), what torch.topk's stable order keeps; their draw is in
+ * index order, one uniform each from the session's generator, so the
+ * stream does not depend on the batch, the thread or the selection. */
 
-/* The top k of n logits by a min-heap of their indices (smallest logit at
- * the root; ties: the larger index counts as smaller, so the lower index
- * is kept, as torch.topk's stable order would): idx [k]. */
-static int worse(const float *l, int a, int b)
+/* The index of the largest of n logits, the lowest on ties. */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static int argmax_row(const float *l, int n)
 {
-    return l[a] < l[b] || (l[a] == l[b] && a > b);
-}
-
-static void sift_down(const float *l, int *h, int k, int i)
-{
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= k)
-            return;
-        if (c + 1 < k && worse(l, h[c + 1], h[c]))
-            c++;
-        if (!worse(l, h[c], h[i]))
-            return;
-        int t = h[c];
-        h[c] = h[i];
-        h[i] = t;
-        i = c;
+    v8f m8 = splat8(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f x = load8(l + i);
+        v8i gt = x > m8;
+        m8 = (v8f)(((v8i)x & gt) | ((v8i)m8 & ~gt));
     }
-}
-
-static void top_k(const float *l, int n, int k, int *h)
-{
-    for (int i = 0; i < k; i++)
-        h[i] = i;
-    for (int i = k / 2 - 1; i >= 0; i--)
-        sift_down(l, h, k, i);
-    for (int i = k; i < n; i++)
-        if (worse(l, h[0], i)) {
-            h[0] = i;
-            sift_down(l, h, k, 0);
-        }
-}
-
-/* Kyutai's sample_token on one row of n logits: softmax(l / temp), its top
- * k, one draw. The softmax is taken over the top k only: the draw
- * (argmax p_i / E_i) does not change when every p_i is scaled by one
- * factor, and the order of p is the order of the logits. */
-static int32_t sample(mt_kyutai_gen *g, mt_kyutai_sess *s, const float *logits, int n,
-                      float temp, int top_k_n)
-{
-    int best = 0;
-    if (s->smp.greedy || !(temp > 0.0f)) {
-        for (int i = 1; i < n; i++)
-            if (logits[i] > logits[best])
-                best = i;
-        return best;
-    }
-    int k = top_k_n > 0 && top_k_n < n ? top_k_n : n;
-    top_k(logits, n, k, g->idx);
     float m = -INFINITY;
-    for (int j = 0; j < k; j++)
-        m = logits[g->idx[j]] > m ? logits[g->idx[j]] : m;
-    /* the draws in the order of the candidates' indices, so that the
-     * generator's stream does not depend on the heap's order */
-    qsort(g->idx, (size_t)k, sizeof *g->idx, cmp_int);
-    double bestv = -1;
+    for (int j = 0; j < 8; j++)
+        m = m8[j] > m ? m8[j] : m;
+    for (int j = i; j < n; j++)
+        m = l[j] > m ? l[j] : m;
+    for (int j = 0; j < n; j++)
+        if (l[j] == m)
+            return j;
+    return 0;   /* every logit nan */
+}
+
+/* The k-th largest (k >= 1) of v [n], which it reorders: quickselect with
+ * a three-way partition (runs of equal logits cost nothing extra). */
+static float kth_largest(float *v, int n, int k)
+{
+    int lo = 0, hi = n - 1, want = k - 1;    /* index in descending order */
+    while (lo < hi) {
+        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+        float piv = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        /* [lo, gt) > piv, [gt, i) == piv, (lt, hi] < piv */
+        int gt = lo, i = lo, lt = hi;
+        while (i <= lt) {
+            float x = v[i];
+            if (x > piv) {
+                v[i++] = v[gt];
+                v[gt++] = x;
+            } else if (x < piv) {
+                v[i] = v[lt];
+                v[lt--] = x;
+            } else {
+                i++;
+            }
+        }
+        if (want < gt)
+            hi = gt - 1;
+        else if (want > lt)
+            lo = lt + 1;
+        else
+            return piv;
+    }
+    return v[lo];
+}
+
+/* The top k (1 <= k < n) of l [n] under (logit descending, index
+ * ascending), in index order, into idx [k]; v [n] is scratch. */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static void top_k_ordered(const float *l, int n, int k, float *v, int *idx)
+{
+    memcpy(v, l, (size_t)n * sizeof *v);
+    const float t = kth_largest(v, n, k);
+    int above = 0, i = 0;
+    const v8f t8 = splat8(t);
+    for (; i + 8 <= n; i += 8) {
+        v8i gt = load8(l + i) > t8;
+        for (int j = 0; j < 8; j++)
+            above -= gt[j];
+    }
+    for (; i < n; i++)
+        above += l[i] > t;
+    int ties = k - above, c = 0;     /* the first `ties` logits equal to t */
+    for (i = 0; i + 8 <= n && c < k; i += 8) {
+        v8i ge = load8(l + i) >= t8;
+        int any = 0;
+        for (int j = 0; j < 8; j++)
+            any |= ge[j];
+        if (!any)
+            continue;
+        for (int j = i; j < i + 8; j++)
+            if (l[j] > t || (l[j] == t && ties-- > 0))
+                idx[c++] = j;
+    }
+    for (; i < n && c < k; i++)
+        if (l[i] > t || (l[i] == t && ties-- > 0))
+            idx[c++] = i;
+}
+
+/* One draw among the candidates cand [k] (index order; NULL: all of
+ * 0..k-1): argmax p_j / E_j, p_j = exp((l_j - m) / temp), E_j = -log(1 -
+ * u_j), one u_j per candidate in order. Since p_j <= 1, a candidate whose
+ * E_j is at least 1 / best cannot win: its u_j is drawn (the stream stays
+ * the same) but its exp and log are skipped, by a test on u_j with a
+ * margin far above the rounding of exp and log; the arithmetic of those
+ * evaluated is unchanged, so is the winner. */
+static int32_t race(const float *l, const int *cand, int k, float temp, mt_rng *rng)
+{
+    float m = -INFINITY;
     for (int j = 0; j < k; j++) {
-        double p = exp(((double)logits[g->idx[j]] - m) / temp);
-        double e = -log(1.0 - mt_rng_uniform(&s->rng));
+        float x = l[cand ? cand[j] : j];
+        m = x > m ? x : m;
+    }
+    double bestv = -1, u_skip = 2;
+    int best = cand ? cand[0] : 0;
+    for (int j = 0; j < k; j++) {
+        double u = mt_rng_uniform(rng);
+        if (u >= u_skip)
+            continue;
+        int i = cand ? cand[j] : j;
+        double p = exp(((double)l[i] - m) / temp);
+        double e = -log(1.0 - u);
         double v = p / (e > 0 ? e : 1e-300);
         if (v > bestv) {
             bestv = v;
-            best = g->idx[j];
+            best = i;
+            /* E >= x(1 - 1e-9) >= 1 / bestv for every u >= u_skip */
+            u_skip = bestv > 0 ? -expm1(-(1.0 / bestv) * (1.0 + 1e-9)) : 2;
         }
     }
     return best;
+}
+
+/* One row: greedy (or temperature 0) the argmax, lowest index on ties;
+ * else Kyutai's softmax(l / temp), top k, one draw. */
+static int32_t sample_row(mt_rng *rng, int greedy, const float *l, int n, float temp,
+                          int top_k_n, float *v, int *idx)
+{
+    if (greedy || !(temp > 0.0f))
+        return argmax_row(l, n);
+    if (top_k_n > 0 && top_k_n < n) {
+        top_k_ordered(l, n, top_k_n, v, idx);
+        return race(l, idx, top_k_n, temp, rng);
+    }
+    return race(l, NULL, n, temp, rng);
+}
+
+/* The rows of a sampling phase: the text (audio < 0) or the depformer's
+ * step k, each row with its session's settings and generator. */
+struct smp_job {
+    mt_kyutai_gen *g;
+    mt_kyutai_sess *const *sess;
+    int B, step;               /* step -1: text */
+};
+
+static void sample_phase(void *ctx, int tid, int nt)
+{
+    const struct smp_job *j = ctx;
+    mt_kyutai_gen *g = j->g;
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int text = j->step < 0, n = text ? kc->text_card_out : kc->card;
+    const float *logits = text ? g->tlog : g->dlog;
+    const size_t V = (size_t)(kc->text_card_out > kc->card ? kc->text_card_out : kc->card);
+    float *v = g->sv + (size_t)tid * V;
+    int *idx = g->si + (size_t)tid * V;
+    int per = (j->B + nt - 1) / nt, r0 = tid * per < j->B ? tid * per : j->B;
+    int r1 = r0 + per < j->B ? r0 + per : j->B;
+    for (int r = r0; r < r1; r++) {
+        mt_kyutai_sess *s = j->sess[r];
+        g->tok[r] = sample_row(&s->rng, s->smp.greedy, logits + (size_t)r * n, n,
+                               text ? s->smp.temp_text : s->smp.temp,
+                               text ? s->smp.top_k_text : s->smp.top_k, v, idx);
+    }
+}
+
+/* Samples g->tok [B] from the text logits (step -1) or the depformer's of
+ * step k, the rows split over the decoder's threads from SAMPLE_POOL_ROWS
+ * rows on (below, posting the phase costs more than it saves). */
+enum { SAMPLE_POOL_ROWS = 4 };
+
+static void sample_rows(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, int step)
+{
+    struct smp_job j = { g, sess, B, step };
+    if (B >= SAMPLE_POOL_ROWS && g->nthreads > 1)
+        mt_decoder_parallel(g->dec, sample_phase, &j);
+    else
+        sample_phase(&j, 0, 1);
 }
 
 /* ---- the frame --------------------------------------------------------------- */
@@ -325,9 +452,7 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
     g->times.temporal_ms = ms_since(t0);
 
     uint64_t ts = mt_clock_ns();
-    for (int r = 0; r < B; r++)
-        g->tok[r] = sample(g, sess[r], g->tlog + (size_t)r * kc->text_card_out,
-                           kc->text_card_out, sess[r]->smp.temp_text, sess[r]->smp.top_k_text);
+    sample_rows(g, sess, B, -1);
     double text_sample_ns = (double)(mt_clock_ns() - ts), dep_sample_ns = 0;
     memcpy(g->text, g->tok, (size_t)B * sizeof(int32_t));
     if (out->text)
@@ -354,11 +479,9 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
                     memcpy(out->dep_logits + ((size_t)r * Q + k) * kc->card,
                            g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
             ts = mt_clock_ns();
-            for (int r = 0; r < B; r++) {
-                g->tok[r] = sample(g, sess[r], g->dlog + (size_t)r * kc->card, kc->card,
-                                   sess[r]->smp.temp, sess[r]->smp.top_k);
+            sample_rows(g, sess, B, k);
+            for (int r = 0; r < B; r++)
                 g->audio[(size_t)r * Q + k] = g->tok[r];
-            }
             dep_sample_ns += (double)(mt_clock_ns() - ts);
         }
     }

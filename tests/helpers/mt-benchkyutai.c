@@ -43,7 +43,9 @@ static double median(double *v, int n)
 
 static mt_device dev = MT_DEV_CPU;
 static const char *dev_name = "cpu", *sim_profile;
-static const char *dep_on;      /* -D host | cuda; NULL: where the decoder runs */
+static const char *dep_on;      /* -D host | cuda | serial; NULL: where the decoder runs */
+static mt_num_format weights;   /* -w f16: the backbone's and the depformer's f16 copies */
+static int f16_rows;            /* -r ROWS: the f16 product up to ROWS rows (0: default) */
 
 static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads)
 {
@@ -51,7 +53,8 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
     const int nu = kc->n_q - kc->dep_q;
     char err[512] = "";
     mt_decoder_opts o = { .device = dev, .max_batch = B, .threads = threads,
-                          .sim_profile = sim_profile };
+                          .sim_profile = sim_profile, .weights = weights,
+                          .weights_f16_rows = f16_rows };
     o.kv.policy = MT_KV_WINDOW;
     o.kv.sink = S;
     o.kv.window = W;
@@ -75,6 +78,8 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
         (!strcmp(dep_on, "cuda") ? mt_depformer_create_cuda(lm, B, &df, err, sizeof err)
                                  : mt_depformer_create(lm, B, &df, err, sizeof err)))
         goto out;
+    if (df && !strcmp(dep_on, "serial"))
+        mt_depformer_set_serial(df);    /* the depformer before issue 49 */
     if (mt_decoder_create(lm->temporal, &o, &d, err, sizeof err)) {
         mt_depformer_free(df);
         goto out;
@@ -114,10 +119,10 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
         }
     }
     size_t kvb = (size_t)(S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
-    printf("kyutai device=%s depformer=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f "
+    printf("kyutai device=%s depformer=%s dep_mode=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f "
            "temporal_ms=%.3f depformer_ms=%.3f sample_ms=%.3f total_ms=%.3f "
            "per_frame_session_ms=%.3f session_kv_bytes=%zu session_other_bytes=%zu\n",
-           dev_name, mt_kyutai_gen_dep_where(g), lm->temporal->cfg.name, B, S, W, F, median(st[0], F), median(st[1], F),
+           dev_name, mt_kyutai_gen_dep_where(g), mt_kyutai_gen_dep_mode(g), lm->temporal->cfg.name, B, S, W, F, median(st[0], F), median(st[1], F),
            median(st[2], F), median(st[3], F), median(st[4], F), median(st[4], F) / B, kvb,
            mt_kyutai_session_bytes(kc));
     fflush(stdout);
@@ -144,7 +149,7 @@ int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
     int F = 40, S = 4, W = 252, threads = 0, c;
-    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:")) != -1) {
+    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'd':
@@ -162,13 +167,20 @@ int main(int argc, char **argv)
             }
             break;
         case 'D':
-            if (strcmp(optarg, "host") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "mt-benchkyutai: -D host or cuda\n");
+            if (strcmp(optarg, "host") && strcmp(optarg, "cuda") && strcmp(optarg, "serial")) {
+                fprintf(stderr, "mt-benchkyutai: -D host, serial or cuda\n");
                 return 2;
             }
             dep_on = optarg;
             break;
         case 'b': bs = optarg; break;
+        case 'r': f16_rows = atoi(optarg); break;
+        case 'w':
+            if (mt_num_format_parse(optarg, &weights)) {
+                fprintf(stderr, "mt-benchkyutai: -w f32 or f16\n");
+                return 2;
+            }
+            break;
         case 'f': F = atoi(optarg); break;
         case 'S': S = atoi(optarg); break;
         case 'W': W = atoi(optarg); break;

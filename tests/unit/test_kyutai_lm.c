@@ -46,10 +46,15 @@ static const void *ex_data(const char *name, uint64_t numel)
     return t->data;
 }
 
+/* make_dec's threads and weight format (test_threads_f16 changes them) */
+static int dec_threads = 1;
+static mt_num_format dec_weights = MT_FMT_DEFAULT;
+
 static mt_decoder *make_dec(const mt_kyutai_lm *lm, mt_kv_policy pol, int S, int W,
                             mt_rope_mode rope)
 {
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = 1 };
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = dec_threads,
+                          .weights = dec_weights };
     o.kv.policy = pol;
     o.kv.sink = S;
     o.kv.window = W;
@@ -213,6 +218,45 @@ static void test_against_kyutai(const char *sub)
         check_against_kyutai(lm, o, sub);
     free_out(o);
     mt_decoder_free(d);
+    mt_kyutai_free(lm);
+}
+
+/* The frame on 2 threads (the depformer split over the decoder's pool):
+ * the same tokens as Kyutai's, logits within LOGIT_TOL; with f16 weights
+ * (the temporal's and the depformer's half copies) the logits within the
+ * backbone's stated 4u of the scale (u = 2^-11) and rounded. */
+static void test_threads_f16(void)
+{
+    mt_kyutai_lm *lm = load("split");
+    if (!ok(lm != NULL, "split: Kyutai checkpoint loads"))
+        return;
+    mt_kyutai_sampling greedy;
+    mt_kyutai_sampling_default(&greedy);
+    greedy.greedy = 1;
+    const mt_kyutai_config *kc = &lm->kc;
+    run_out *o = new_out(kc);
+    dec_threads = 2;
+    mt_decoder *d = make_dec(lm, MT_KV_WINDOW, 0, kc->context, MT_ROPE_ABSOLUTE);
+    if (ok(d && run(lm, d, &greedy, seeds, B, in_order, o) == 0, "split on 2 threads"))
+        check_against_kyutai(lm, o, "split, 2 threads");
+    mt_decoder_free(d);
+    dec_weights = MT_FMT_F16;
+    d = make_dec(lm, MT_KV_WINDOW, 0, kc->context, MT_ROPE_ABSOLUTE);
+    if (ok(d && run(lm, d, &greedy, seeds, B, in_order, o) == 0,
+           "split on 2 threads, f16 weights")) {
+        const float *tlog = ex_data("text_logits", (uint64_t)B * T * kc->text_card_out);
+        const float *dlog = ex_data("dep_logits", (uint64_t)B * T * kc->dep_q * kc->card);
+        const double u = 1.0 / 2048;
+        double st, et = maxdiff(o->tlog, tlog, (size_t)B * T * kc->text_card_out, &st);
+        double sd, ed = maxdiff(o->dlog, dlog, (size_t)B * T * kc->dep_q * kc->card, &sd);
+        ok(et <= 4 * u * st && ed <= 4 * u * sd && ed > 1e-6 * sd,
+           "f16: text and depformer logits within 4u of the scale, rounded (%.2e of %.2f, "
+           "%.2e of %.2f)", et, st, ed, sd);
+    }
+    dec_threads = 1;
+    dec_weights = MT_FMT_DEFAULT;
+    mt_decoder_free(d);
+    free_out(o);
     mt_kyutai_free(lm);
 }
 
@@ -775,6 +819,7 @@ int main(void)
     }
     test_against_kyutai("split");
     test_against_kyutai("fused");
+    test_threads_f16();
     test_rope_layouts();
     test_bounded_vs_ring();
     test_forced_and_cuda();
