@@ -260,6 +260,41 @@ static void test_threads_f16(void)
     mt_kyutai_free(lm);
 }
 
+/* Kyutai's smaller published shapes (moshi's configs/ and the models'
+ * config.json), shape-only: the numbers of the published configurations,
+ * what is left out said, and known as Kyutai's. */
+static void test_published_presets(void)
+{
+    static const struct {
+        const char *spec;
+        int dim, heads, layers, ffn, text, n_q, dep_q, context, dep_dim, dep_ffn, delay2;
+    } p[] = {
+        { "synthetic:stt-1b", 2048, 16, 16, 5632, 8000, 32, 0, 750, 0, 0, 0 },
+        { "synthetic:stt-2.6b", 2048, 32, 48, 5632, 4000, 32, 0, 375, 0, 0, 0 },
+        { "synthetic:moshi-2b", 2560, 20, 24, 7040, 48000, 32, 16, 3000, 1024, 2816, 2 },
+    };
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        char err[512] = "";
+        mt_kyutai_lm *lm = NULL;
+        if (!ok(mt_kyutai_load(p[i].spec, MT_MODEL_SHAPE_ONLY, &lm, err, sizeof err) == 0,
+                "%s loads shape-only (%s)", p[i].spec, err))
+            continue;
+        const mt_kyutai_config *kc = &lm->kc;
+        ok(kc->dim == p[i].dim && kc->num_heads == p[i].heads && kc->num_layers == p[i].layers &&
+           kc->ffn == p[i].ffn && kc->text_card == p[i].text && kc->n_q == p[i].n_q &&
+           kc->dep_q == p[i].dep_q && kc->context == p[i].context && kc->card == 2048 &&
+           kc->max_period == 100000 && kc->delays[2] == p[i].delay2 &&
+           (!kc->dep_q || (kc->dep_dim == p[i].dep_dim && kc->dep_ffn == p[i].dep_ffn &&
+                           kc->dep_layers == 6 && kc->dep_heads == 16)),
+           "  with the published shape (dim %d, %d layers, ffn %d, text %d, %d + %d codebooks, "
+           "context %d)", kc->dim, kc->num_layers, kc->ffn, kc->text_card, kc->dep_q,
+           kc->n_q - kc->dep_q, kc->context);
+        ok(mt_kyutai_preset_note(p[i].spec) && mt_kyutai_is_kyutai(p[i].spec),
+           "  a Kyutai model, what is not modelled said: %s", mt_kyutai_preset_note(p[i].spec));
+        mt_kyutai_free(lm);
+    }
+}
+
 /* Kyutai's interleaved rotary of one head vector v [hd] at position p. */
 static void rope_interleaved(float *v, int hd, double p)
 {
@@ -777,6 +812,7 @@ static void test_refusals(void)
            lm->temporal->cfg.vocab == 32000, "  with Moshi's temporal shape");
         mt_kyutai_free(lm);
     }
+    test_published_presets();
 }
 
 /* The expected outputs of fixture directory sub ("" for the main one)
