@@ -38,7 +38,7 @@ struct mt_depformer {
     uint16_t *w16;    /* every half copy below, one allocation */
     uint16_t **in16, **lin16;  /* [dep_q] depformer_in[k], linears[k] */
     struct dep16 { uint16_t *wqkv, *wo, *w_in, *w_out; } *dep16; /* [layers * dep_q] */
-    /* the running phase (run_phase) */
+    /* the job posted to the threads (column mode) */
     struct dep_job {
         int op;                   /* JOB_GEMM, JOB_GATE_UP, JOB_ATTEND */
         const float *X;           /* [B, K] rows ldx apart */
@@ -312,12 +312,12 @@ static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *s
     }
 }
 
-/* The running job on thread tid of nt. */
-static void phase(void *ctx, int tid, int nt)
+/* Job j over rows [r0, r0 + B) (its X, Y and prev already offset to
+ * r0), as thread tid of nt: its slice of the columns, or of the rows for
+ * the attention; score: this thread's [dep_q]. */
+static void do_job(mt_depformer *df, const struct dep_job *j, int r0, int B, int tid, int nt,
+                   float *score)
 {
-    mt_depformer *df = ctx;
-    const struct dep_job *j = &df->job;
-    const int B = df->B;
     int lo, hi;
     switch (j->op) {
     case JOB_GEMM:
@@ -344,66 +344,98 @@ static void phase(void *ctx, int tid, int nt)
         break;
     }
     case JOB_ATTEND: {
-        int per = (B + nt - 1) / nt, r0 = tid * per < B ? tid * per : B;
-        int r1 = r0 + per < B ? r0 + per : B;
-        attend_rows(df, j->l, j->k, r0, r1, df->score + (size_t)tid * df->lm->kc.dep_q);
+        int per = (B + nt - 1) / nt, a = tid * per < B ? tid * per : B;
+        int b = a + per < B ? a + per : B;
+        attend_rows(df, j->l, j->k, r0 + a, r0 + b, score);
         break;
     }
     }
 }
 
-/* Runs df->job on the attached decoder's threads, or inline. */
-static void run_phase(mt_depformer *df)
+/* The job posted to the decoder's threads (column mode). */
+static void phase(void *ctx, int tid, int nt)
 {
-    if (df->dec)
-        mt_decoder_parallel(df->dec, phase, df);
-    else
-        phase(df, 0, 1);
+    mt_depformer *df = ctx;
+    do_job(df, &df->job, 0, df->B, tid, nt, df->score + (size_t)tid * df->lm->kc.dep_q);
 }
 
-static void set_gemm(mt_depformer *df, const float *X, int ldx, int K, const float *W,
-                     const uint16_t *W16, int N, float beta, float *Y, int ldy)
+/* Runs job j over rows [r0, r0 + B): split over the decoder's threads
+ * (pool: column mode, all rows), else on this thread alone as thread tid
+ * (its score slot; row mode, or not attached). */
+static void run_job(mt_depformer *df, struct dep_job *j, int r0, int B, int pool, int tid)
 {
-    df->job = (struct dep_job){ .op = JOB_GEMM, .X = X, .ldx = ldx, .K = K, .N = N, .W = W,
-                                .W16 = W16, .beta = beta, .Y = Y, .ldy = ldy };
+    if (pool) {
+        df->job = *j;
+        mt_decoder_parallel(df->dec, phase, df);
+    } else {
+        do_job(df, j, r0, B, 0, 1, df->score + (size_t)tid * df->lm->kc.dep_q);
+    }
+}
+
+static struct dep_job gemm_job(const float *X, int ldx, int K, const float *W,
+                               const uint16_t *W16, int N, float beta, float *Y, int ldy)
+{
+    return (struct dep_job){ .op = JOB_GEMM, .X = X, .ldx = ldx, .K = K, .N = N, .W = W,
+                             .W16 = W16, .beta = beta, .Y = Y, .ldy = ldy };
+}
+
+/* Step k for rows [r0, r1): every product over those rows at once. */
+static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
+                      float *logits, int pool, int tid)
+{
+    const mt_kyutai_lm *lm = df->lm;
+    const mt_kyutai_config *kc = &lm->kc;
+    const int B = r1 - r0, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
+    const size_t R = (size_t)r0;
+    float *x = df->x + R * dd, *xn = df->xn + R * dd, *qkv = df->qkv + R * 3 * dd;
+    float *att = df->att + R * dd, *gu = df->gu + R * 2 * F;
+
+    /* x [B, dd] = depformer_in[k] . h + the previous token's embedding */
+    struct dep_job j = gemm_job(df->h + R * kc->dim, kc->dim, kc->dim, lm->dep_in[k],
+                                df->w16 ? df->in16[k] : NULL, dd, 0.0f, x, dd);
+    j.emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
+    j.prev = prev + r0;
+    run_job(df, &j, r0, B, pool, tid);
+
+    for (int l = 0; l < kc->dep_layers; l++) {
+        const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
+        const struct dep16 *w16 = df->w16 ? &df->dep16[(size_t)l * Q + k] : NULL;
+        rmsnorm_rows(xn, x, lm->dep_norm1[l], B, dd, kc->eps);
+        j = gemm_job(xn, dd, dd, w->wqkv, w16 ? w16->wqkv : NULL, 3 * dd, 0.0f, qkv, 3 * dd);
+        run_job(df, &j, r0, B, pool, tid);
+        j = (struct dep_job){ .op = JOB_ATTEND, .l = l, .k = k };
+        run_job(df, &j, r0, B, pool, tid);
+        j = gemm_job(att, dd, dd, w->wo, w16 ? w16->wo : NULL, dd, 1.0f, x, dd);
+        run_job(df, &j, r0, B, pool, tid);
+        rmsnorm_rows(xn, x, lm->dep_norm2[l], B, dd, kc->eps);
+        j = gemm_job(xn, dd, dd, w->w_in, w16 ? w16->w_in : NULL, F, 0.0f, gu, 2 * F);
+        j.op = JOB_GATE_UP;
+        run_job(df, &j, r0, B, pool, tid);
+        /* x += silu(gate) * up . linear_out^T, reading the gate halves */
+        j = gemm_job(gu, 2 * F, F, w->w_out, w16 ? w16->w_out : NULL, dd, 1.0f, x, dd);
+        run_job(df, &j, r0, B, pool, tid);
+    }
+    j = gemm_job(x, dd, dd, lm->linears[k], df->w16 ? df->lin16[k] : NULL, kc->card, 0.0f,
+                 logits + R * kc->card, kc->card);
+    run_job(df, &j, r0, B, pool, tid);
+}
+
+int mt_depformer_rows_split(const mt_depformer *df)
+{
+    return !df->g && df->dec && df->nthreads > 1 && df->B >= MT_DEPFORMER_ROWS_MIN;
 }
 
 int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits)
 {
     if (df->g)
         return df->ops->next(df->g, k, prev, logits, df->err, sizeof df->err);
-    const mt_kyutai_lm *lm = df->lm;
-    const mt_kyutai_config *kc = &lm->kc;
-    const int B = df->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
-
-    /* x [B, dd] = depformer_in[k] . h + the previous token's embedding */
-    set_gemm(df, df->h, kc->dim, kc->dim, lm->dep_in[k], df->w16 ? df->in16[k] : NULL, dd, 0.0f,
-             df->x, dd);
-    df->job.emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
-    df->job.prev = prev;
-    run_phase(df);
-
-    for (int l = 0; l < kc->dep_layers; l++) {
-        const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
-        const struct dep16 *w16 = df->w16 ? &df->dep16[(size_t)l * Q + k] : NULL;
-        rmsnorm_rows(df->xn, df->x, lm->dep_norm1[l], B, dd, kc->eps);
-        set_gemm(df, df->xn, dd, dd, w->wqkv, w16 ? w16->wqkv : NULL, 3 * dd, 0.0f, df->qkv,
-                 3 * dd);
-        run_phase(df);
-        df->job = (struct dep_job){ .op = JOB_ATTEND, .l = l, .k = k };
-        run_phase(df);
-        set_gemm(df, df->att, dd, dd, w->wo, w16 ? w16->wo : NULL, dd, 1.0f, df->x, dd);
-        run_phase(df);
-        rmsnorm_rows(df->xn, df->x, lm->dep_norm2[l], B, dd, kc->eps);
-        set_gemm(df, df->xn, dd, dd, w->w_in, w16 ? w16->w_in : NULL, F, 0.0f, df->gu, 2 * F);
-        df->job.op = JOB_GATE_UP;
-        run_phase(df);
-        /* x += silu(gate) * up . linear_out^T, reading the gate halves */
-        set_gemm(df, df->gu, 2 * F, F, w->w_out, w16 ? w16->w_out : NULL, dd, 1.0f, df->x, dd);
-        run_phase(df);
-    }
-    set_gemm(df, df->x, dd, dd, lm->linears[k], df->w16 ? df->lin16[k] : NULL, kc->card, 0.0f,
-             logits, kc->card);
-    run_phase(df);
+    step_rows(df, k, 0, df->B, prev, logits, df->dec != NULL && df->nthreads > 1, 0);
     return 0;
+}
+
+void mt_depformer_next_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
+                            float *logits, int tid)
+{
+    if (r1 > r0)
+        step_rows(df, k, r0, r1, prev, logits, 0, tid);
 }

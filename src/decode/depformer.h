@@ -58,4 +58,21 @@ int  mt_depformer_begin(mt_depformer *df, int B, const float *h);
 int  mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits);
 const char *mt_depformer_error(const mt_depformer *df);
 
+/* Row mode. From MT_DEPFORMER_ROWS_MIN rows on, an attached host depformer
+ * on 2 or more threads is run best by rows: each thread takes its share of
+ * the rows through every step (its products over its rows, the weights
+ * read once per thread and step), with no barrier inside the frame, so the
+ * caller (kyutai.c) runs the frame's steps and samples as one parallel
+ * phase; below, each product is split by columns over the threads (the
+ * weights read once per step; a barrier per product), which is what
+ * mt_depformer_next does. 1 when the frame begun is for row mode. */
+enum { MT_DEPFORMER_ROWS_MIN = 8 };
+int  mt_depformer_rows_split(const mt_depformer *df);
+/* Step k for rows [r0, r1) only, on the calling thread, which is thread
+ * tid of the decoder's (its scratch); prev [B] and logits [B, card] are
+ * the frame's whole arrays (rows r0..r1-1 read and written). Inside an
+ * mt_decoder_parallel phase, threads on disjoint rows. */
+void mt_depformer_next_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
+                            float *logits, int tid);
+
 #endif

@@ -354,24 +354,38 @@ struct smp_job {
     int B, step;               /* step -1: text */
 };
 
-static void sample_phase(void *ctx, int tid, int nt)
+/* Rows [r0, r1) of a sampling step into g->tok, with thread tid's scratch. */
+static void sample_range(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int step, int r0,
+                         int r1, int tid)
 {
-    const struct smp_job *j = ctx;
-    mt_kyutai_gen *g = j->g;
     const mt_kyutai_config *kc = &g->lm->kc;
-    const int text = j->step < 0, n = text ? kc->text_card_out : kc->card;
+    const int text = step < 0, n = text ? kc->text_card_out : kc->card;
     const float *logits = text ? g->tlog : g->dlog;
     const size_t V = (size_t)(kc->text_card_out > kc->card ? kc->text_card_out : kc->card);
     float *v = g->sv + (size_t)tid * V;
     int *idx = g->si + (size_t)tid * V;
-    int per = (j->B + nt - 1) / nt, r0 = tid * per < j->B ? tid * per : j->B;
-    int r1 = r0 + per < j->B ? r0 + per : j->B;
     for (int r = r0; r < r1; r++) {
-        mt_kyutai_sess *s = j->sess[r];
+        mt_kyutai_sess *s = sess[r];
         g->tok[r] = sample_row(&s->rng, s->smp.greedy, logits + (size_t)r * n, n,
                                text ? s->smp.temp_text : s->smp.temp,
                                text ? s->smp.top_k_text : s->smp.top_k, v, idx);
     }
+}
+
+/* Thread tid's share [r0, r1) of B rows. */
+static void share(int B, int tid, int nt, int *r0, int *r1)
+{
+    int per = (B + nt - 1) / nt;
+    *r0 = tid * per < B ? tid * per : B;
+    *r1 = *r0 + per < B ? *r0 + per : B;
+}
+
+static void sample_phase(void *ctx, int tid, int nt)
+{
+    const struct smp_job *j = ctx;
+    int r0, r1;
+    share(j->B, tid, nt, &r0, &r1);
+    sample_range(j->g, j->sess, j->step, r0, r1, tid);
 }
 
 /* Samples g->tok [B] from the text logits (step -1) or the depformer's of
@@ -386,6 +400,40 @@ static void sample_rows(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, in
         mt_decoder_parallel(g->dec, sample_phase, &j);
     else
         sample_phase(&j, 0, 1);
+}
+
+/* The depformer's frame in row mode (mt_depformer_rows_split): each
+ * thread its rows through every step, each step's tokens sampled at once,
+ * no barrier until the frame's end. */
+struct dep_frame {
+    mt_kyutai_gen *g;
+    mt_kyutai_sess *const *sess;
+    const mt_kyutai_out *out;
+    int B;
+    double sample_ns;          /* thread 0's sampling */
+};
+
+static void dep_frame_phase(void *ctx, int tid, int nt)
+{
+    struct dep_frame *j = ctx;
+    mt_kyutai_gen *g = j->g;
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int Q = kc->dep_q;
+    int r0, r1;
+    share(j->B, tid, nt, &r0, &r1);
+    for (int k = 0; k < Q; k++) {
+        mt_depformer_next_rows(g->df, k, r0, r1, g->tok, g->dlog, tid);
+        if (j->out->dep_logits)
+            for (int r = r0; r < r1; r++)
+                memcpy(j->out->dep_logits + ((size_t)r * Q + k) * kc->card,
+                       g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
+        uint64_t ts = mt_clock_ns();
+        sample_range(g, j->sess, k, r0, r1, tid);
+        for (int r = r0; r < r1; r++)
+            g->audio[(size_t)r * Q + k] = g->tok[r];
+        if (tid == 0)
+            j->sample_ns += (double)(mt_clock_ns() - ts);
+    }
 }
 
 /* ---- the frame --------------------------------------------------------------- */
@@ -469,7 +517,12 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
             mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
             return -1;
         }
-        for (int k = 0; k < Q; k++) {
+        if (mt_depformer_rows_split(g->df)) {
+            struct dep_frame j = { g, sess, out, B, 0 };
+            mt_decoder_parallel(g->dec, dep_frame_phase, &j);
+            dep_sample_ns = j.sample_ns;
+        }
+        for (int k = 0; k < Q && !mt_depformer_rows_split(g->df); k++) {
             if (mt_depformer_next(g->df, k, g->tok, g->dlog)) {
                 mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
                 return -1;
