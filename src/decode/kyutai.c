@@ -231,36 +231,86 @@ static int argmax_row(const float *l, int n)
     return 0;   /* every logit nan */
 }
 
-/* The k-th largest (k >= 1) of v [n], which it reorders: quickselect with
- * a three-way partition (runs of equal logits cost nothing extra). */
-static float kth_largest(float *v, int n, int k)
+/* Floats as unsigned keys in the same order (finite ones; -0 below +0). */
+static inline uint32_t fkey(float f)
 {
-    int lo = 0, hi = n - 1, want = k - 1;    /* index in descending order */
-    while (lo < hi) {
-        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
-        float piv = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
-        /* [lo, gt) > piv, [gt, i) == piv, (lt, hi] < piv */
-        int gt = lo, i = lo, lt = hi;
-        while (i <= lt) {
-            float x = v[i];
-            if (x > piv) {
-                v[i++] = v[gt];
-                v[gt++] = x;
-            } else if (x < piv) {
-                v[i] = v[lt];
-                v[lt--] = x;
-            } else {
-                i++;
-            }
-        }
-        if (want < gt)
-            hi = gt - 1;
-        else if (want > lt)
-            lo = lt + 1;
-        else
-            return piv;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+static inline float funkey(uint32_t k)
+{
+    uint32_t u = k & 0x80000000u ? k & 0x7fffffffu : ~k;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The k-th largest (1 <= k <= n) of v [n]: a bisection over the keys
+ * between v's smallest and largest, each probe one branch-free 8-lane
+ * count of v >= the probe (at most 32 probes; a quickselect's partitions
+ * mispredict half their branches on logits). The largest key with at
+ * least k logits at or above it is the k-th largest's. */
+VINLINE float kth_largest(const float *v, int n, int k)
+{
+    float mn = v[0], mx = v[0];
+    for (int i = 1; i < n; i++) {
+        mn = v[i] < mn ? v[i] : mn;
+        mx = v[i] > mx ? v[i] : mx;
     }
-    return v[lo];
+    uint32_t lo = fkey(mn), hi = fkey(mx);
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        const v8f m8 = splat8(funkey(mid));
+        v8i acc = { 0 };
+        int i = 0, c = 0;
+        for (; i + 8 <= n; i += 8)
+            acc += load8(v + i) >= m8;
+        for (int j = 0; j < 8; j++)
+            c -= acc[j];
+        for (; i < n; i++)
+            c += v[i] >= funkey(mid);
+        if (c >= k)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return funkey(lo);
+}
+
+/* 1 when any lane of a compare's mask is set: its four quadwords ORed (a
+ * lane by lane extraction costs eight moves) */
+VINLINE int any8(v8i m)
+{
+    uint64_t w[4];
+    memcpy(w, &m, sizeof w);
+    return (w[0] | w[1] | w[2] | w[3]) != 0;
+}
+
+VINLINE float kth_of_row(const float *l, int n, int k, float *v)
+{
+    enum { SAMPLES = 256 };
+    if (n >= 2 * k && n >= 2 * SAMPLES) {
+        int r = (int)((5LL * k * SAMPLES) / (4LL * n)) + 4;
+        r = r > SAMPLES ? SAMPLES : r;
+        for (int i = 0; i < SAMPLES; i++)
+            v[i] = l[(size_t)i * n / SAMPLES];
+        const float t0 = kth_largest(v, SAMPLES, r);
+        const v8f t8 = splat8(t0);
+        int c = 0, i = 0;
+        for (; i + 8 <= n; i += 8)
+            if (any8(load8(l + i) >= t8))
+                for (int j = i; j < i + 8; j++)
+                    if (l[j] >= t0)
+                        v[c++] = l[j];
+        for (; i < n; i++)
+            if (l[i] >= t0)
+                v[c++] = l[i];
+        if (c >= k)
+            return kth_largest(v, c, k);
+    }
+    return kth_largest(l, n, k);
 }
 
 /* The top k (1 <= k < n) of l [n] under (logit descending, index
@@ -270,24 +320,19 @@ __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 static void top_k_ordered(const float *l, int n, int k, float *v, int *idx)
 {
-    memcpy(v, l, (size_t)n * sizeof *v);
-    const float t = kth_largest(v, n, k);
+    const float t = kth_of_row(l, n, k, v);
     int above = 0, i = 0;
     const v8f t8 = splat8(t);
-    for (; i + 8 <= n; i += 8) {
-        v8i gt = load8(l + i) > t8;
-        for (int j = 0; j < 8; j++)
-            above -= gt[j];
-    }
+    v8i acc = { 0 };         /* minus the count of logits above t, by lane */
+    for (; i + 8 <= n; i += 8)
+        acc += load8(l + i) > t8;
+    for (int j = 0; j < 8; j++)
+        above -= acc[j];
     for (; i < n; i++)
         above += l[i] > t;
     int ties = k - above, c = 0;     /* the first `ties` logits equal to t */
     for (i = 0; i + 8 <= n && c < k; i += 8) {
-        v8i ge = load8(l + i) >= t8;
-        int any = 0;
-        for (int j = 0; j < 8; j++)
-            any |= ge[j];
-        if (!any)
+        if (!any8(load8(l + i) >= t8))
             continue;
         for (int j = i; j < i + 8; j++)
             if (l[j] > t || (l[j] == t && ties-- > 0))

@@ -29,11 +29,15 @@
  * own, the median of -F frames; its bytes are its weights, its FLOPs
  * mimi_encode_flops / mimi_decode_flops. -O also runs the depformer as it
  * was before issue 49 (one thread, fp32: -D serial) on the same B, after
- * the new, and prints `depformer_old_vs_new B= old_ms= new_ms= speedup=`.
+ * the new, and prints `depformer_old_vs_new B= old_ms= new_ms= speedup=`
+ * with both frames' CPU time (frame_cpu_ms: every thread's, getrusage; on
+ * a shared machine the work, whatever share of the cores it got). -P
+ * loads the model shape-only and prints the frame line's bounds alone
+ * (its _ms 0): for shapes over the host's memory limit (moshi-2b).
  *
  * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|serial|cuda]
  *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
- *                       [-w f32|f16] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O]
+ *                       [-w f32|f16] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
  * Prints logfmt lines; asserts nothing. */
 #include "codec/mimi.h"
 #include "decode/decoder.h"
@@ -43,6 +47,7 @@
 #include "util/rng.h"
 
 #include <cblas.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <getopt.h>
@@ -73,6 +78,19 @@ extern void openblas_set_num_threads(int);
 static const char *codec_spec;  /* -c: the codec timed beside the LM */
 static int codec_frames = 5;    /* -F */
 static double last_dep_ms;      /* bench's depformer median, for -O */
+static double last_cpu_ms;      /* and its frame's CPU time (every thread's) */
+static int predict_only;        /* -P: shape-only, the bounds alone */
+
+/* The process's CPU time (ms), every thread's: on a shared machine the
+ * work a frame took, whatever share of the cores it was given. */
+static double cpu_ms(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru))
+        return 0;
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
 
 /* ---- this machine's figures, measured in the run ------------------------- */
 
@@ -139,6 +157,8 @@ static double bound_ms(double bytes, double flops, double gbs, double gflops)
 static int time_mimi(int B, int F, int n_dec, double *enc_ms, double *dec_ms, double *bytes,
                      double *enc_flops, double *dec_flops)
 {
+    if (predict_only)
+        F = 0;              /* no frame timed: the costs alone */
     char err[512] = "";
     mimi_model *m = NULL;
     int n_q = n_dec > 8 ? n_dec : 8;
@@ -152,14 +172,14 @@ static int time_mimi(int B, int F, int n_dec, double *enc_ms, double *dec_ms, do
     mimi_batch *w = mimi_batch_new(m, B, err, sizeof err);
     float *pcm = malloc((size_t)B * fs * 4), *out = malloc((size_t)B * fs * 4);
     int32_t *codes = malloc((size_t)B * n_q * 4);
-    double *te = malloc((size_t)F * sizeof *te), *td = malloc((size_t)F * sizeof *td);
+    double *te = malloc((size_t)(F + 1) * sizeof *te), *td = malloc((size_t)(F + 1) * sizeof *td);
     int rc = -1;
     for (int b = 0; s && b < B; b++)
         if (!(s[b] = mimi_state_new(m, err, sizeof err)))
             goto out;
     if (!s || !w || !pcm || !out || !codes || !te || !td)
         goto out;
-    for (int f = 0; f <= F; f++) {
+    for (int f = 0; f <= F && F > 0; f++) {
         for (size_t i = 0; i < (size_t)B * fs; i++)
             pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
         double t0 = secs();
@@ -174,8 +194,8 @@ static int time_mimi(int B, int F, int n_dec, double *enc_ms, double *dec_ms, do
             td[f - 1] = (t2 - t1) * 1e3;
         }
     }
-    *enc_ms = median(te, F);
-    *dec_ms = n_dec > 0 ? median(td, F) : 0;
+    *enc_ms = F ? median(te, F) : 0;
+    *dec_ms = n_dec > 0 && F ? median(td, F) : 0;
     *bytes = (double)mimi_param_count(m) * 4;
     *enc_flops = mimi_encode_flops(m) * B;
     *dec_flops = n_dec > 0 ? mimi_decode_flops(m) * B : 0;
@@ -271,11 +291,11 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
     mt_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
     int32_t *user = malloc((size_t)B * (nu > 0 ? nu : 1) * sizeof *user);
     int32_t *text = malloc((size_t)B * sizeof *text);
-    double *st[5];
-    for (int i = 0; i < 5; i++)
+    double *st[6];
+    for (int i = 0; i < 6; i++)
         st[i] = malloc((size_t)F * sizeof(double));
     int rc = -1;
-    if (!ss || !seqs || !user || !text || !st[0] || !st[1] || !st[2] || !st[3] || !st[4])
+    if (!ss || !seqs || !user || !text || !st[0] || !st[1] || !st[2] || !st[3] || !st[4] || !st[5])
         goto out;
     mt_depformer *df = NULL;
     if (dep_on && kc->dep_q > 0 &&
@@ -310,8 +330,10 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
                 goto out;
             }
         mt_kyutai_out io = { .text = text };
+        double c0 = cpu_ms();
         if (mt_kyutai_step(g, B, seqs, ss, user, &io, err, sizeof err))
             goto out;
+        double c1 = cpu_ms();
         if (f >= warm) {
             mt_kyutai_times t;
             mt_kyutai_last_times(g, &t);
@@ -320,16 +342,20 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
             st[2][f - warm] = t.depformer_ms;
             st[3][f - warm] = t.sample_ms;
             st[4][f - warm] = t.embed_ms + t.temporal_ms + t.depformer_ms + t.sample_ms;
+            st[5][f - warm] = c1 - c0;
         }
     }
     size_t kvb = (size_t)(S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
     printf("kyutai device=%s depformer=%s dep_mode=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f "
            "temporal_ms=%.3f depformer_ms=%.3f sample_ms=%.3f total_ms=%.3f "
-           "per_frame_session_ms=%.3f session_kv_bytes=%zu session_other_bytes=%zu\n",
+           "per_frame_session_ms=%.3f frame_cpu_ms=%.3f session_kv_bytes=%zu "
+           "session_other_bytes=%zu\n",
            dev_name, mt_kyutai_gen_dep_where(g), mt_kyutai_gen_dep_mode(g), lm->temporal->cfg.name,
            B, S, W, F, median(st[0], F), median(st[1], F), median(st[2], F), median(st[3], F),
-           median(st[4], F), median(st[4], F) / B, kvb, mt_kyutai_session_bytes(kc));
+           median(st[4], F), median(st[4], F) / B, median(st[5], F), kvb,
+           mt_kyutai_session_bytes(kc));
     last_dep_ms = median(st[2], F);
+    last_cpu_ms = median(st[5], F);
     if (dev == MT_DEV_CPU && !(dep_on && !strcmp(dep_on, "serial")))
         print_frame(lm, B, S, W, mt_decoder_threads(d), mt_decoder_weights_f16_rows(d),
                     (double[4]){ median(st[0], F), median(st[1], F), median(st[2], F),
@@ -349,7 +375,7 @@ out:
     free(seqs);
     free(user);
     free(text);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         free(st[i]);
     return rc;
 }
@@ -358,7 +384,7 @@ int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
     int F = 40, S = 4, W = 252, threads = 0, c, old_too = 0;
-    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:O")) != -1) {
+    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:OP")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'd':
@@ -387,6 +413,7 @@ int main(int argc, char **argv)
         case 'c': codec_spec = optarg; break;
         case 'F': codec_frames = atoi(optarg); break;
         case 'O': old_too = 1; break;
+        case 'P': predict_only = 1; break;
         case 'w':
             if (mt_num_format_parse(optarg, &weights)) {
                 fprintf(stderr, "mt-benchkyutai: -w f32 or f16\n");
@@ -410,8 +437,8 @@ int main(int argc, char **argv)
     }
     char err[512];
     mt_kyutai_lm *lm = NULL;
-    if (mt_kyutai_load(model, dev == MT_DEV_CPU ? 0 : MT_KYUTAI_HOST_SIDE, &lm, err,
-                       sizeof err)) {
+    int lflags = predict_only ? MT_MODEL_SHAPE_ONLY : dev == MT_DEV_CPU ? 0 : MT_KYUTAI_HOST_SIDE;
+    if (mt_kyutai_load(model, lflags, &lm, err, sizeof err)) {
         fprintf(stderr, "mt-benchkyutai: %s\n", err);
         return 1;
     }
@@ -419,18 +446,28 @@ int main(int argc, char **argv)
     char *list = strdup(bs);
     for (char *tok = list ? strtok(list, ",") : NULL; tok; tok = strtok(NULL, ",")) {
         int B = atoi(tok);
+        if (predict_only) {
+            /* the bounds alone: the shape's bytes and FLOPs over this
+             * machine's figures (the f16 rows as the CPU backend's
+             * default, 8, with -w f16) */
+            int T = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+            print_frame(lm, B, S, W, T, weights == MT_FMT_F16 ? (f16_rows ? f16_rows : 8) : 0,
+                        (double[4]){ 0, 0, 0, 0 });
+            continue;
+        }
         if (B < 1 || bench(lm, B, F, S, W, threads))
             rc = 1;
         if (old_too && B >= 1 && lm->kc.dep_q > 0 && dev == MT_DEV_CPU) {
             /* the depformer before issue 49, beside the new one */
-            double new_ms = last_dep_ms;
+            double new_ms = last_dep_ms, new_cpu = last_cpu_ms;
             const char *keep = dep_on, *keep_codec = codec_spec;
             dep_on = "serial";
             codec_spec = NULL;
             if (bench(lm, B, F, S, W, threads))
                 rc = 1;
-            printf("depformer_old_vs_new B=%d old_ms=%.3f new_ms=%.3f speedup=%.2f\n", B,
-                   last_dep_ms, new_ms, new_ms > 0 ? last_dep_ms / new_ms : 0.0);
+            printf("depformer_old_vs_new B=%d old_ms=%.3f new_ms=%.3f speedup=%.2f "
+                   "old_frame_cpu_ms=%.3f new_frame_cpu_ms=%.3f\n", B, last_dep_ms, new_ms,
+                   new_ms > 0 ? last_dep_ms / new_ms : 0.0, last_cpu_ms, new_cpu);
             dep_on = keep;
             codec_spec = keep_codec;
         }
