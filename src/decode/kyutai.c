@@ -435,8 +435,11 @@ static void sample_phase(void *ctx, int tid, int nt)
 
 /* Samples g->tok [B] from the text logits (step -1) or the depformer's of
  * step k, the rows split over the decoder's threads from SAMPLE_POOL_ROWS
- * rows on (below, posting the phase costs more than it saves). */
-enum { SAMPLE_POOL_ROWS = 4 };
+ * rows on: below, a row's few microseconds are less than a phase's
+ * barrier, which on a loaded machine waits for a descheduled thread
+ * (bench/RESULTS.md, issue 49). From there on the depformer's steps
+ * sample inside its own phase (row mode), so only the text is posted. */
+enum { SAMPLE_POOL_ROWS = MT_DEPFORMER_ROWS_MIN };
 
 static void sample_rows(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, int step)
 {
