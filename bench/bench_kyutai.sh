@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# bench_kyutai.sh: Kyutai's LM frame on the CPU by stage (issue 36). One run
-# of mt-benchkyutai: synthetic:kyutai-small (Moshi's 16 codebooks, 8 made by
-# the depformer, Moshi's delays, on a 256-wide 6-layer temporal transformer
-# and a 4-layer depformer) at B = 1, 8, 32, window S=4 + W=60 full, sampling
-# with LMGen's defaults; per stage the median of 20 frames: input
-# embeddings, temporal transformer (the decoder's step), depformer,
-# sampling; the per-session bytes (temporal K/V under the bound, depformer
-# K/V and token rings). The codec (Mimi) is not in this figure yet.
+# bench_kyutai.sh: Kyutai's speech frame on the CPU by stage, each stage
+# against its bound (issues 36, 49). mt-benchkyutai on
+# synthetic:kyutai-small (Moshi's 16 codebooks, 8 made by the depformer,
+# Moshi's delays, on a 256-wide 6-layer temporal transformer and a 4-layer
+# depformer) with the Mimi codec (synthetic:mimi, the published shape) at
+# B = 1, 8, 32, 64, window S=4 + W=60 full, sampling with LMGen's defaults:
+#   kyutai lines: per stage the median of 20 frames (embeddings, temporal,
+#     depformer, sampling) and the frame's CPU time (every thread's);
+#   frame lines: mimi_enc, embed, temporal, dep, sample, mimi_dec and the
+#     whole frame: STAGE_ms, STAGE_bound_ms (the larger of bytes over the
+#     copy bandwidth and FLOPs over the sgemm rate, both measured in this
+#     run before each B), STAGE_ratio; frame_bound_ms is the stages' sum;
+#   depformer_old_vs_new lines: the depformer as it was before issue 49
+#     (one thread, fp32) run after the new one on the same B.
+# Then f16 weights at B = 1, 8; then the bounds alone (-P, shape-only) of
+# Kyutai's published stt-1b (Kyutai's ring of 750 frames, f16 weights) and
+# 2B Moshi (S=4 + W=252, f16 weights) on this machine's figures.
 # Asserts nothing.
 set -u
 cd "$(dirname "$0")/.."
@@ -15,4 +24,9 @@ if [ ! -x "$TB/mt-benchkyutai" ]; then
     echo "bench_kyutai: $TB/mt-benchkyutai not built (make bench builds it)" >&2
     exit 1
 fi
-exec "$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8,32 -f 20 -S 4 -W 60
+echo "load $(cut -d' ' -f1-3 /proc/loadavg) at $(date -u +%FT%TZ)"
+"$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8,32,64 -f 20 -S 4 -W 60 \
+    -c synthetic:mimi -F 3 -O || exit 1
+"$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8 -f 20 -S 4 -W 60 -w f16 || exit 1
+"$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,4,8 -S 0 -W 750 -w f16 -c synthetic:mimi -P || exit 1
+"$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1,2 -S 4 -W 252 -w f16 -c synthetic:mimi -P

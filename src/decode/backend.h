@@ -77,6 +77,15 @@ typedef struct mt_backend {
     /* Optional (NULL: nothing to do): a step is due shortly (about
      * MT_DECODER_WAKE_NS from now); wake what sleeps between steps. */
     void (*wake)(struct mt_backend *be);
+    /* Optional (NULL: run fn inline as thread 0 of 1): runs fn(ctx, tid,
+     * nt) on each of the backend's nt host threads and returns when all
+     * are done (the CPU backend's pool; the Kyutai frame's depformer and
+     * sampling, decode/kyutai.c). Not during a step. */
+    void (*parallel)(struct mt_backend *be, mt_par_fn fn, void *ctx);
+    int  par_threads;         /* the threads parallel runs on */
+    /* Rows up to which the backend multiplies by its f16 weight copies
+     * (--weights f16), 0 when it has none: the depformer follows it. */
+    int  weights_f16_rows;
     /* Optional (NULL: a real device): the modeled (noiseless) and noise
      * milliseconds of the calls since the last one, then reset. */
     void (*take_modeled)(struct mt_backend *be, double *pred_ms, double *noise_ms);

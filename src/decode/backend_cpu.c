@@ -217,6 +217,10 @@ typedef struct cpu_backend {
         struct { const float *W; const uint16_t *W16; int N; float *Y; int ldy; } seg[3];
     } job;
 
+    /* mt_decoder_parallel's work while its phase runs (phase_par) */
+    mt_par_fn par_fn;
+    void    *par_ctx;
+
     mt_tpool tp;         /* tp.n threads, the caller's included */
     scratch *scr;        /* [threads] */
     char    note[400];   /* the backend's note: what OpenBLAS chose, when it matters;
@@ -995,6 +999,19 @@ static void cpu_wake(mt_backend *b)
     mt_tpool_wake(&be->tp, be);
 }
 
+/* mt_decoder_parallel: the caller's work as one phase of the pool (the
+ * workers woken first when they sleep: they spin from then until the
+ * phase is posted). */
+static void phase_par(cpu_backend *be, int tid, int nt) { be->par_fn(be->par_ctx, tid, nt); }
+
+static void cpu_parallel(mt_backend *b, mt_par_fn fn, void *ctx)
+{
+    cpu_backend *be = b->impl;
+    be->par_fn = fn;
+    be->par_ctx = ctx;
+    mt_tpool_run(&be->tp, be, phase_par);
+}
+
 static void cpu_destroy(mt_backend *b)
 {
     if (!b)
@@ -1278,6 +1295,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     b->step = cpu_step;
     b->prefill = cpu_prefill;
     b->wake = cpu_wake;
+    b->parallel = cpu_parallel;
     b->destroy = cpu_destroy;
     cpu_geometry(be, m, o);
     if (kv_f16 || o->weights == MT_FMT_F16)
@@ -1307,6 +1325,8 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
         return -1;
     }
     blas_note(b);
+    b->par_threads = T;
+    b->weights_f16_rows = be->w16 ? be->f16_rows : 0;
     *out = b;
     return 0;
 }

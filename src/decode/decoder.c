@@ -218,6 +218,21 @@ void mt_decoder_wake(mt_decoder *d)
 }
 const char *mt_decoder_note(const mt_decoder *d) { return d->note; }
 
+void mt_decoder_parallel(mt_decoder *d, mt_par_fn fn, void *ctx)
+{
+    if (d->be->parallel)
+        d->be->parallel(d->be, fn, ctx);
+    else
+        fn(ctx, 0, 1);
+}
+
+int mt_decoder_threads(const mt_decoder *d)
+{
+    return d->be->parallel ? d->be->par_threads : 1;
+}
+
+int mt_decoder_weights_f16_rows(const mt_decoder *d) { return d->be->weights_f16_rows; }
+
 const char *mt_decoder_sim_label(const mt_decoder *d)
 {
     return d ? d->be->sim_label : NULL;

@@ -63,6 +63,15 @@ double mt_decoder_attention_ms(const mt_decoder *d);
  * step otherwise). Cheap, never blocks for long, and optional: a step
  * without it is the same step. */
 void mt_decoder_wake(mt_decoder *d);
+/* Runs fn(ctx, tid, nt) on the backend's host threads (the CPU backend's
+ * pool, nt its threads) and returns when every one is done; elsewhere
+ * fn(ctx, 0, 1) on the caller's thread. Not while a step runs. */
+void mt_decoder_parallel(mt_decoder *d, mt_par_fn fn, void *ctx);
+/* The host threads mt_decoder_parallel runs on (1 without a pool). */
+int  mt_decoder_threads(const mt_decoder *d);
+/* Rows up to which the backend uses f16 weight copies (--weights f16 on
+ * the CPU), 0 without them. */
+int  mt_decoder_weights_f16_rows(const mt_decoder *d);
 /* Why the backend is what it is, for the caller to print: "" normally; with
  * MT_DEV_AUTO, e.g. "CUDA unavailable (no device): using CPU". */
 const char *mt_decoder_note(const mt_decoder *d);

@@ -1,11 +1,17 @@
 /* depformer.c: Kyutai's depformer step by step over a batch of rows
- * (depformer.h), products through OpenBLAS (sgemm over the rows, the
- * weight read once per step); or, made by mt_depformer_create_cuda, the
+ * (depformer.h), one product per weight matrix and step for all rows (the
+ * weight read once per step, not once per row), each split by output
+ * columns over the decoder's threads (mt_decoder_parallel) once attached
+ * (mt_depformer_attach): OpenBLAS on each thread's slice of the fp32
+ * weights, or the f16 product (cpu_f16.c) on a half copy for calls of up
+ * to the backbone's f16 rows; or, made by mt_depformer_create_cuda, the
  * same steps forwarded to the CUDA module (depformer_cuda.h); or, made by
  * mt_depformer_create_sim, no work at all (a simulated device's profile
  * times it). */
 #include "util/errmsg.h"
+#include "decode/cpu_f16.h"
 #include "gpu/cuda_module.h"
+#include "decode/decoder.h"
 #include "decode/depformer.h"
 #include "decode/depformer_cuda.h"
 
@@ -24,10 +30,32 @@ struct mt_depformer {
     float *att;       /* [maxb, dd]       attention output, heads concatenated */
     float *gu;        /* [maxb, 2 ffn]    gate | up, then silu(gate) * up in gate */
     float *kv;        /* [layers][maxb][2][dep_q][dd]  the frame's K,V */
-    float *score;     /* [dep_q] */
+    float *score;     /* [threads][dep_q] each thread's attention weights */
+    /* attached to a decoder (mt_depformer_attach): its threads, and f16
+     * copies when it has them; NULL: every phase inline on one thread */
+    mt_decoder *dec;
+    int   nthreads;   /* threads score was sized for */
+    int   serial;     /* mt_depformer_set_serial: attach does nothing */
+    int   sim;        /* mt_depformer_create_sim: logits all zero, no work */
+    int   f16_rows;   /* the f16 copies serve calls of up to this many rows */
+    uint16_t *w16;    /* every half copy below, one allocation */
+    uint16_t **in16, **lin16;  /* [dep_q] depformer_in[k], linears[k] */
+    struct dep16 { uint16_t *wqkv, *wo, *w_in, *w_out; } *dep16; /* [layers * dep_q] */
+    /* the job posted to the threads (column mode) */
+    struct dep_job {
+        int op;                   /* JOB_GEMM, JOB_GATE_UP, JOB_ATTEND */
+        const float *X;           /* [B, K] rows ldx apart */
+        int ldx, K, N;
+        const float *W;           /* [N, K] */
+        const uint16_t *W16;      /* the same in f16, or NULL */
+        float beta, *Y;           /* [B, N] rows ldy apart */
+        int ldy;
+        const float *emb;         /* JOB_GEMM: + this table's row prev[r] */
+        const int32_t *prev;
+        int l, k;                 /* JOB_ATTEND: layer, step */
+    } job;
     const mt_dep_cuda_ops *ops;   /* CUDA: every step is the module's */
     mt_dep_cuda *g;
-    int   sim;        /* mt_depformer_create_sim: logits all zero, no work */
     char  err[256];   /* the last failed step's message */
 };
 
@@ -44,6 +72,10 @@ void mt_depformer_free(mt_depformer *df)
     free(df->gu);
     free(df->kv);
     free(df->score);
+    free(df->w16);
+    free(df->in16);
+    free(df->lin16);
+    free(df->dep16);
     free(df);
 }
 
@@ -175,30 +207,268 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int B, int 
     }
 }
 
-/* Y [B, N] (+)= X [B, K] . W [N, K]^T, X rows ldx apart (sgemv for one
- * row: OpenBLAS's sgemm takes longer over a single row) */
-static void gemm_ld(int B, int N, int K, const float *X, int ldx, const float *W, float beta,
-                    float *Y)
+/* ---- f16 copies ------------------------------------------------------------ */
+
+void mt_depformer_set_serial(mt_depformer *df) { df->serial = 1; }
+
+int mt_depformer_attach(mt_depformer *df, mt_decoder *dec, char *err, size_t errlen)
 {
-    if (B == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W, K, X, 1, beta, Y, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1.0f, X, ldx, W, K, beta,
-                    Y, N);
+    if (df->g || df->serial || df->sim)
+        return 0;               /* CUDA: the module's own; sim: no work */
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int Q = kc->dep_q, L = kc->dep_layers;
+    const size_t dd = (size_t)kc->dep_dim, F = (size_t)kc->dep_ffn;
+    int T = mt_decoder_threads(dec);
+    float *score = malloc((size_t)T * Q * sizeof(float));
+    if (!score) {
+        mt_set_err(err, errlen, "depformer: out of memory");
+        return -1;
+    }
+    free(df->score);
+    df->score = score;
+    df->nthreads = T;
+    df->dec = dec;
+    int rows = mt_decoder_weights_f16_rows(dec);
+    if (rows <= 0 || df->w16)
+        return 0;
+    size_t per_step = dd * kc->dim + (size_t)L * (4 * dd * dd + 3 * dd * F) + (size_t)kc->card * dd;
+    df->w16 = malloc(per_step * Q * sizeof(uint16_t));
+    df->in16 = calloc((size_t)Q, sizeof *df->in16);
+    df->lin16 = calloc((size_t)Q, sizeof *df->lin16);
+    df->dep16 = calloc((size_t)L * Q, sizeof *df->dep16);
+    if (!df->w16 || !df->in16 || !df->lin16 || !df->dep16) {
+        mt_set_err(err, errlen, "depformer: cannot allocate the f16 weights (%zu bytes)",
+                   per_step * Q * sizeof(uint16_t));
+        return -1;
+    }
+    mt_half_init();
+    uint16_t *p = df->w16;
+#define TAKE(dst, src, count)          \
+    do {                               \
+        (dst) = p;                     \
+        mt_half_pack(p, (src), (count)); \
+        p += (count);                  \
+    } while (0)
+    for (int k = 0; k < Q; k++) {
+        TAKE(df->in16[k], df->lm->dep_in[k], dd * kc->dim);
+        TAKE(df->lin16[k], df->lm->linears[k], (size_t)kc->card * dd);
+        for (int l = 0; l < L; l++) {
+            const mt_ky_dep_w *w = &df->lm->dep[(size_t)l * Q + k];
+            struct dep16 *h = &df->dep16[(size_t)l * Q + k];
+            TAKE(h->wqkv, w->wqkv, 3 * dd * dd);
+            TAKE(h->wo, w->wo, dd * dd);
+            TAKE(h->w_in, w->w_in, 2 * F * dd);
+            TAKE(h->w_out, w->w_out, dd * F);
+        }
+    }
+#undef TAKE
+    df->f16_rows = rows;
+    return 0;
 }
 
-static void gemm(int B, int N, int K, const float *X, const float *W, float beta, float *Y)
+int mt_depformer_f16(const mt_depformer *df) { return df->w16 != NULL; }
+
+const char *mt_depformer_mode(const mt_depformer *df)
 {
-    gemm_ld(B, N, K, X, K, W, beta, Y);
+    return df->g ? "cuda" : !df->dec ? "serial" : df->w16 ? "pool-f16" : "pool";
 }
 
-static void add_emb(float *x, const float *table, int32_t tok, int n)
+/* ---- the phases ------------------------------------------------------------ */
+
+enum { JOB_GEMM, JOB_GATE_UP, JOB_ATTEND };
+enum { SLICE_ALIGN = 16 };   /* columns a thread's slice starts on */
+
+/* [lo, hi) of n split in nt slices aligned to SLICE_ALIGN. */
+static void slice(int n, int tid, int nt, int *lo, int *hi)
 {
-    if (tok < 0)        /* -1: the zero embedding */
+    int per = (n + nt - 1) / nt;
+    per = (per + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+    *lo = tid * per < n ? tid * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+/* Y[:, lo:hi] (+)= X . W[lo:hi, :]^T over B rows: the f16 product on
+ * the half copy up to f16_rows rows, else OpenBLAS (sgemv for one row:
+ * its sgemm takes longer over a single row). */
+static void gemm_cols(const mt_depformer *df, const struct dep_job *j, int B, int lo, int hi,
+                      int w_off, int y_off)
+{
+    int N = hi - lo;
+    if (N <= 0)
         return;
-    const float *e = table + (size_t)tok * n;
-    for (int i = 0; i < n; i++)
-        x[i] += e[i];
+    const size_t K = (size_t)j->K;
+    float *Y = j->Y + y_off + lo;
+    if (j->W16 && B <= df->f16_rows)
+        mt_half_gemm(B, N, j->K, j->X, j->ldx, j->W16 + (size_t)(w_off + lo) * K, j->beta, Y,
+                     j->ldy);
+    else if (B == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, j->K, 1.0f, j->W + (size_t)(w_off + lo) * K,
+                    j->K, j->X, 1, j->beta, Y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, j->K, 1.0f, j->X, j->ldx,
+                    j->W + (size_t)(w_off + lo) * K, j->K, j->beta, Y, j->ldy);
+}
+
+/* Attention of rows [r0, r1) at step k of layer l over the frame's
+ * positions 0..k, the new K,V written to each row's frame cache first. */
+static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *score)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int dd = kc->dep_dim, Q = kc->dep_q, nh = kc->dep_heads, hd = dd / nh;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int r = r0; r < r1; r++) {
+        /* this row's frame cache: K [Q, dd] then V [Q, dd] */
+        float *kr = df->kv + (((size_t)l * df->maxb + r) * 2) * Q * dd;
+        float *vr = kr + (size_t)Q * dd;
+        const float *q = df->qkv + (size_t)r * 3 * dd;
+        memcpy(kr + (size_t)k * dd, q + dd, (size_t)dd * sizeof(float));
+        memcpy(vr + (size_t)k * dd, q + 2 * dd, (size_t)dd * sizeof(float));
+        float *o = df->att + (size_t)r * dd;
+        for (int h = 0; h < nh; h++) {
+            float m = -INFINITY, sum = 0;
+            for (int t = 0; t <= k; t++) {
+                float sc = 0;
+                for (int i = 0; i < hd; i++)
+                    sc += q[h * hd + i] * kr[(size_t)t * dd + h * hd + i];
+                score[t] = sc * scale;
+                m = score[t] > m ? score[t] : m;
+            }
+            for (int t = 0; t <= k; t++) {
+                score[t] = expf(score[t] - m);
+                sum += score[t];
+            }
+            for (int i = 0; i < hd; i++) {
+                float a = 0;
+                for (int t = 0; t <= k; t++)
+                    a += score[t] * vr[(size_t)t * dd + h * hd + i];
+                o[h * hd + i] = a / sum;
+            }
+        }
+    }
+}
+
+/* Job j over rows [r0, r0 + B) (its X, Y and prev already offset to
+ * r0), as thread tid of nt: its slice of the columns, or of the rows for
+ * the attention; score: this thread's [dep_q]. */
+static void do_job(mt_depformer *df, const struct dep_job *j, int r0, int B, int tid, int nt,
+                   float *score)
+{
+    int lo, hi;
+    switch (j->op) {
+    case JOB_GEMM:
+        slice(j->N, tid, nt, &lo, &hi);
+        gemm_cols(df, j, B, lo, hi, 0, 0);
+        if (j->emb)             /* + the previous token's embedding (-1: zero) */
+            for (int r = 0; r < B; r++)
+                if (j->prev[r] >= 0)
+                    for (int i = lo; i < hi; i++)
+                        j->Y[(size_t)r * j->ldy + i] += j->emb[(size_t)j->prev[r] * j->N + i];
+        break;
+    case JOB_GATE_UP: {
+        /* gate | up of this thread's slice of the ffn width, then
+         * silu(gate) * up into the gate half */
+        const int F = j->N;
+        slice(F, tid, nt, &lo, &hi);
+        gemm_cols(df, j, B, lo, hi, 0, 0);
+        gemm_cols(df, j, B, lo, hi, F, F);
+        for (int r = 0; r < B; r++) {
+            float *g = j->Y + (size_t)r * 2 * F;
+            for (int i = lo; i < hi; i++)
+                g[i] = g[i] / (1.0f + expf(-g[i])) * g[F + i];
+        }
+        break;
+    }
+    case JOB_ATTEND: {
+        int per = (B + nt - 1) / nt, a = tid * per < B ? tid * per : B;
+        int b = a + per < B ? a + per : B;
+        attend_rows(df, j->l, j->k, r0 + a, r0 + b, score);
+        break;
+    }
+    }
+}
+
+/* The job posted to the decoder's threads (column mode). */
+static void phase(void *ctx, int tid, int nt)
+{
+    mt_depformer *df = ctx;
+    do_job(df, &df->job, 0, df->B, tid, nt, df->score + (size_t)tid * df->lm->kc.dep_q);
+}
+
+/* Runs job j over rows [r0, r0 + B): split over the decoder's threads
+ * (pool: column mode, all rows), else on this thread alone as thread tid
+ * (its score slot; row mode, or not attached). */
+static void run_job(mt_depformer *df, struct dep_job *j, int r0, int B, int pool, int tid)
+{
+    if (pool) {
+        df->job = *j;
+        mt_decoder_parallel(df->dec, phase, df);
+    } else {
+        do_job(df, j, r0, B, 0, 1, df->score + (size_t)tid * df->lm->kc.dep_q);
+    }
+}
+
+static struct dep_job gemm_job(const float *X, int ldx, int K, const float *W,
+                               const uint16_t *W16, int N, float beta, float *Y, int ldy)
+{
+    return (struct dep_job){ .op = JOB_GEMM, .X = X, .ldx = ldx, .K = K, .N = N, .W = W,
+                             .W16 = W16, .beta = beta, .Y = Y, .ldy = ldy };
+}
+
+/* Step k for rows [r0, r1): every product over those rows at once. */
+static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
+                      float *logits, int pool, int tid)
+{
+    const mt_kyutai_lm *lm = df->lm;
+    const mt_kyutai_config *kc = &lm->kc;
+    const int B = r1 - r0, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
+    const size_t R = (size_t)r0;
+    float *x = df->x + R * dd, *xn = df->xn + R * dd, *qkv = df->qkv + R * 3 * dd;
+    float *att = df->att + R * dd, *gu = df->gu + R * 2 * F;
+
+    /* x [B, dd] = depformer_in[k] . h + the previous token's embedding */
+    struct dep_job j = gemm_job(df->h + R * kc->dim, kc->dim, kc->dim, lm->dep_in[k],
+                                df->w16 ? df->in16[k] : NULL, dd, 0.0f, x, dd);
+    j.emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
+    j.prev = prev + r0;
+    run_job(df, &j, r0, B, pool, tid);
+
+    for (int l = 0; l < kc->dep_layers; l++) {
+        const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
+        const struct dep16 *w16 = df->w16 ? &df->dep16[(size_t)l * Q + k] : NULL;
+        rmsnorm_rows(xn, x, lm->dep_norm1[l], B, dd, kc->eps);
+        j = gemm_job(xn, dd, dd, w->wqkv, w16 ? w16->wqkv : NULL, 3 * dd, 0.0f, qkv, 3 * dd);
+        run_job(df, &j, r0, B, pool, tid);
+        j = (struct dep_job){ .op = JOB_ATTEND, .l = l, .k = k };
+        run_job(df, &j, r0, B, pool, tid);
+        j = gemm_job(att, dd, dd, w->wo, w16 ? w16->wo : NULL, dd, 1.0f, x, dd);
+        run_job(df, &j, r0, B, pool, tid);
+        rmsnorm_rows(xn, x, lm->dep_norm2[l], B, dd, kc->eps);
+        j = gemm_job(xn, dd, dd, w->w_in, w16 ? w16->w_in : NULL, F, 0.0f, gu, 2 * F);
+        j.op = JOB_GATE_UP;
+        run_job(df, &j, r0, B, pool, tid);
+        /* x += silu(gate) * up . linear_out^T, reading the gate halves */
+        j = gemm_job(gu, 2 * F, F, w->w_out, w16 ? w16->w_out : NULL, dd, 1.0f, x, dd);
+        run_job(df, &j, r0, B, pool, tid);
+    }
+    j = gemm_job(x, dd, dd, lm->linears[k], df->w16 ? df->lin16[k] : NULL, kc->card, 0.0f,
+                 logits + R * kc->card, kc->card);
+    run_job(df, &j, r0, B, pool, tid);
+}
+
+/* Column mode pays a barrier per product: worth it only where a product
+ * is large (a real depformer's depformer_in, 1024 x 4096 for Moshi); the
+ * tiny test presets' products are done before the threads would wake. */
+enum { COLUMNS_MIN_WEIGHTS = 1 << 20 };
+static int columns_split(const mt_depformer *df)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    return df->dec != NULL && df->nthreads > 1 &&
+           (size_t)kc->dep_dim * (size_t)kc->dim >= COLUMNS_MIN_WEIGHTS;
+}
+
+int mt_depformer_rows_split(const mt_depformer *df)
+{
+    return !df->g && df->dec && df->nthreads > 1 && df->B >= MT_DEPFORMER_ROWS_MIN;
 }
 
 int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits)
@@ -209,62 +479,13 @@ int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logit
         memset(logits, 0, (size_t)df->B * df->lm->kc.card * sizeof(float));
         return 0;
     }
-    const mt_kyutai_lm *lm = df->lm;
-    const mt_kyutai_config *kc = &lm->kc;
-    const int B = df->B, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
-    const int nh = kc->dep_heads, hd = dd / nh;
-    const float scale = 1.0f / sqrtf((float)hd);
-
-    /* x [B, dd] = depformer_in[k] . h + the previous token's embedding */
-    gemm(B, dd, kc->dim, df->h, lm->dep_in[k], 0.0f, df->x);
-    for (int r = 0; r < B; r++)
-        add_emb(df->x + (size_t)r * dd, k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1],
-                prev[r], dd);
-
-    for (int l = 0; l < kc->dep_layers; l++) {
-        const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
-        rmsnorm_rows(df->xn, df->x, lm->dep_norm1[l], B, dd, kc->eps);
-        gemm(B, 3 * dd, dd, df->xn, w->wqkv, 0.0f, df->qkv);
-        for (int r = 0; r < B; r++) {
-            /* this row's frame cache: K [Q, dd] then V [Q, dd] */
-            float *kr = df->kv + (((size_t)l * df->maxb + r) * 2) * Q * dd;
-            float *vr = kr + (size_t)Q * dd;
-            const float *q = df->qkv + (size_t)r * 3 * dd;
-            memcpy(kr + (size_t)k * dd, q + dd, (size_t)dd * sizeof(float));
-            memcpy(vr + (size_t)k * dd, q + 2 * dd, (size_t)dd * sizeof(float));
-            float *o = df->att + (size_t)r * dd;
-            for (int h = 0; h < nh; h++) {
-                float m = -INFINITY, sum = 0;
-                for (int t = 0; t <= k; t++) {
-                    float s = 0;
-                    for (int i = 0; i < hd; i++)
-                        s += q[h * hd + i] * kr[(size_t)t * dd + h * hd + i];
-                    df->score[t] = s * scale;
-                    m = df->score[t] > m ? df->score[t] : m;
-                }
-                for (int t = 0; t <= k; t++) {
-                    df->score[t] = expf(df->score[t] - m);
-                    sum += df->score[t];
-                }
-                for (int i = 0; i < hd; i++) {
-                    float a = 0;
-                    for (int t = 0; t <= k; t++)
-                        a += df->score[t] * vr[(size_t)t * dd + h * hd + i];
-                    o[h * hd + i] = a / sum;
-                }
-            }
-        }
-        gemm(B, dd, dd, df->att, w->wo, 1.0f, df->x);
-        rmsnorm_rows(df->xn, df->x, lm->dep_norm2[l], B, dd, kc->eps);
-        gemm(B, 2 * F, dd, df->xn, w->w_in, 0.0f, df->gu);
-        for (int r = 0; r < B; r++) {
-            float *g = df->gu + (size_t)r * 2 * F;
-            for (int i = 0; i < F; i++)
-                g[i] = g[i] / (1.0f + expf(-g[i])) * g[F + i];
-        }
-        /* x += silu(gate) * up . linear_out^T, reading the gate halves */
-        gemm_ld(B, dd, F, df->gu, 2 * F, w->w_out, 1.0f, df->x);
-    }
-    gemm(B, kc->card, dd, df->x, lm->linears[k], 0.0f, logits);
+    step_rows(df, k, 0, df->B, prev, logits, columns_split(df), 0);
     return 0;
+}
+
+void mt_depformer_next_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
+                            float *logits, int tid)
+{
+    if (r1 > r0)
+        step_rows(df, k, r0, r1, prev, logits, 0, tid);
 }

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include "model/kyutai_lm.h"
 
+struct mt_decoder;
+
 typedef struct mt_depformer mt_depformer;
 
 int  mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
@@ -36,6 +38,22 @@ int  mt_depformer_is_cuda(const mt_depformer *df);
 int  mt_depformer_create_sim(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
                              char *err, size_t errlen);
 int  mt_depformer_is_sim(const mt_depformer *df);
+/* A host depformer on dec's threads (mt_decoder_parallel: each product
+ * split by output columns, the attention by rows) and, when dec's backend
+ * has f16 weight copies (--weights f16), on f16 copies of its own for
+ * calls of up to the same number of rows (each weight matrix, read once
+ * per step for all rows, half the bytes). dec must outlive df. Without it
+ * every step runs on the caller's thread alone, fp32 (what the depformer
+ * did before it was attached). Nothing on CUDA. 0, or -1 with err (out of
+ * memory). */
+int  mt_depformer_attach(mt_depformer *df, struct mt_decoder *dec, char *err, size_t errlen);
+/* Makes mt_depformer_attach do nothing: the depformer stays on the
+ * caller's thread, fp32 (the benchmark's "before" figure). */
+void mt_depformer_set_serial(mt_depformer *df);
+/* 1 when attached with f16 copies. */
+int  mt_depformer_f16(const mt_depformer *df);
+/* How it runs: "cuda", "serial" (not attached), "pool" or "pool-f16". */
+const char *mt_depformer_mode(const mt_depformer *df);
 void mt_depformer_free(mt_depformer *df);
 /* Starts a frame for B rows: h [B, dim] is the temporal output after
  * out_norm (read until the frame's last step). 0, or -1 (CUDA only) with
@@ -55,5 +73,22 @@ const char *mt_depformer_error(const mt_depformer *df);
 int  mt_depformer_can_frame(const mt_depformer *df);
 int  mt_depformer_frame(mt_depformer *df, const int32_t *text, const float *temp,
                         const int *top_k, const int *greedy, uint64_t *rng, int32_t *audio);
+
+/* Row mode. From MT_DEPFORMER_ROWS_MIN rows on, an attached host depformer
+ * on 2 or more threads is run best by rows: each thread takes its share of
+ * the rows through every step (its products over its rows, the weights
+ * read once per thread and step), with no barrier inside the frame, so the
+ * caller (kyutai.c) runs the frame's steps and samples as one parallel
+ * phase; below, each product is split by columns over the threads (the
+ * weights read once per step; a barrier per product), which is what
+ * mt_depformer_next does. 1 when the frame begun is for row mode. */
+enum { MT_DEPFORMER_ROWS_MIN = 8 };
+int  mt_depformer_rows_split(const mt_depformer *df);
+/* Step k for rows [r0, r1) only, on the calling thread, which is thread
+ * tid of the decoder's (its scratch); prev [B] and logits [B, card] are
+ * the frame's whole arrays (rows r0..r1-1 read and written). Inside an
+ * mt_decoder_parallel phase, threads on disjoint rows. */
+void mt_depformer_next_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
+                            float *logits, int tid);
 
 #endif

@@ -91,6 +91,9 @@ enum { MT_DECODER_WAKE_NS = 1500000 };
 /* A backend constructor (backend.h): builds the backend without a pool;
  * the pool is then sized from the backend's kv_elem_bytes. */
 struct mt_backend;
+/* Work for thread tid of nt (mt_decoder_parallel). */
+typedef void (*mt_par_fn)(void *ctx, int tid, int nt);
+
 typedef int (*mt_backend_create_fn)(const mt_model *m, const mt_decoder_opts *o,
                                     struct mt_backend **out, char *err, size_t errlen);
 

@@ -720,6 +720,69 @@ static void small_config(mt_kyutai_config *kc)
     kc->dep_ffn = 2 * (int)(4.125 * 256) / 3;
 }
 
+/* Kyutai's speech-to-text models (moshi's configs/stt_1b_enfr.json and
+ * stt_2.6b_en.json with the model sizes of their config.json on the hub):
+ * 32 Mimi codebooks in, all the user's (dep_q 0: no depformer, text
+ * only), every delay 0 (the text comes later by the audio's shift,
+ * stt_config.audio_delay_seconds, 0.5 s and 2.5 s: the stream protocol's
+ * business), text padding 3, rope max_period 100000, silu gating at
+ * hidden_scale 4.125 (ffn 5632). stt-1b-en_fr: 16 layers of 2048 (16
+ * heads), 8000 text tokens, context 750; stt-2.6b-en: 48 layers of 2048
+ * (32 heads), 4000 text tokens, context 375. Not modelled (see
+ * KYUTAI_PRESET_NOTES): stt-1b's extra heads (its semantic VAD: 4 linear
+ * heads of 6 outputs on the last hidden state, 49k weights, nothing
+ * beside a frame's 1G multiply-adds), the lm_gen_config's sampling (temp
+ * 0: greedy, which a session asks for), the tokenizer and Mimi's name. */
+static void stt_config(mt_kyutai_config *kc, int big)
+{
+    memset(kc, 0, sizeof *kc);
+    kc->dim = 2048;
+    kc->num_heads = big ? 32 : 16;
+    kc->num_layers = big ? 48 : 16;
+    kc->ffn = 2 * (int)(4.125 * 2048) / 3;          /* 5632 */
+    kc->text_card = big ? 4000 : 8000;
+    kc->text_card_out = kc->text_card;
+    kc->card = 2048;
+    kc->n_q = 32;
+    kc->dep_q = 0;                                  /* delays all 0 (memset) */
+    kc->context = big ? 375 : 750;
+    kc->max_period = 100000;
+    kc->text_pad = 3;
+    kc->eps = 1e-8f;
+}
+
+/* Kyutai's 2B Moshi (moshi's configs/moshi_dev_2b.json): 24 layers of
+ * 2560 (20 heads), 48000 text tokens, 32 codebooks of 2048 of which the
+ * depformer makes 16 (1024 wide, 16 heads, 6 layers, feed-forward 4224:
+ * gating 2816, weights per step), delays 0 2 ... (text 0, semantic 0,
+ * the acoustic ones 2, for the model's and the user's 16), context 3000,
+ * max_period 100000. Not modelled: its conditioner (a lookup table of 31
+ * description bins, dim 16, summed into the input by the fuser: one
+ * constant vector per session, nothing a frame's cost sees). */
+static void moshi_2b_config(mt_kyutai_config *kc)
+{
+    static const int delays[33] = { 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+                                    0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2 };
+    moshiko_defaults(kc);
+    kc->dim = 2560;
+    kc->num_heads = 20;
+    kc->num_layers = 24;
+    kc->ffn = 2 * (int)(4.125 * 2560) / 3;          /* 7040 */
+    kc->text_card = 48000;
+    kc->text_card_out = 48000;
+    kc->card = 2048;
+    kc->n_q = 32;
+    kc->dep_q = 16;
+    memcpy(kc->delays, delays, sizeof delays);
+    kc->context = 3000;
+    kc->max_period = 100000;
+    kc->text_pad = 3;
+    kc->dep_dim = 1024;
+    kc->dep_heads = 16;
+    kc->dep_layers = 6;
+    kc->dep_ffn = 2 * 4224 / 3;                     /* 2816 */
+}
+
 /* Random side tensors: N(0, 1/in) for matrices and tables (Kyutai's init
  * scale), norms 1. */
 static void fill_random(mt_kyutai_lm *lm, uint64_t seed)
@@ -765,8 +828,15 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
         tiny_mimi_config(&kc, 0);
     else if (nl == 12 && !strncmp(name, "kyutai-small", 12))
         small_config(&kc);
+    else if (nl == 6 && !strncmp(name, "stt-1b", 6))
+        stt_config(&kc, 0);
+    else if (nl == 8 && !strncmp(name, "stt-2.6b", 8))
+        stt_config(&kc, 1);
+    else if (nl == 8 && !strncmp(name, "moshi-2b", 8))
+        moshi_2b_config(&kc);
     else {
         mt_set_err(err, errlen, "%s: unknown Kyutai preset (synthetic:moshiko, "
+                 "synthetic:moshi-2b, synthetic:stt-1b, synthetic:stt-2.6b, "
                  "synthetic:kyutai-small, synthetic:kyutai-tiny, synthetic:kyutai-tiny-mimi, "
                  "synthetic:kyutai-tiny-stt)", spec);
         return -1;
@@ -811,11 +881,27 @@ int mt_kyutai_load(const char *spec, int flags, mt_kyutai_lm **out, char *err, s
     return load_dir(spec, flags, out, err, errlen);
 }
 
+const char *mt_kyutai_preset_note(const char *spec)
+{
+    if (!strncmp(spec, "synthetic:stt-1b", 16))
+        return "stt-1b-en_fr's shape without its extra heads (the semantic VAD: 4 heads of 6 "
+               "outputs), its 0.5 s audio delay left to the stream; Kyutai samples it greedily "
+               "(temp 0)";
+    if (!strncmp(spec, "synthetic:stt-2.6b", 18))
+        return "stt-2.6b-en's shape, its 2.5 s audio delay and 1 s silence prefix left to the "
+               "stream; Kyutai samples it greedily (temp 0)";
+    if (!strncmp(spec, "synthetic:moshi-2b", 18))
+        return "moshi_dev_2b's shape without its description conditioner (a 31-bin lookup "
+               "table summed into the input: one constant vector per session)";
+    return NULL;
+}
+
 int mt_kyutai_is_kyutai(const char *spec)
 {
     if (!strncmp(spec, "synthetic:", 10)) {
         const char *n = spec + 10;
-        return !strncmp(n, "moshiko", 7) || !strncmp(n, "kyutai-", 7);
+        return !strncmp(n, "moshiko", 7) || !strncmp(n, "kyutai-", 7) ||
+               !strncmp(n, "moshi-2b", 8) || !strncmp(n, "stt-", 4);
     }
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", spec) >= sizeof path)

@@ -36,6 +36,10 @@
  * Moshi configuration) and model.safetensors (F32, F16 or BF16, split
  * in_projs.N / out_projs.N or fused in_proj_weight / out_proj.weight
  * names); or "synthetic:moshiko" (the published shape),
+ * "synthetic:moshi-2b", "synthetic:stt-1b" and "synthetic:stt-2.6b"
+ * (Kyutai's 2B Moshi and speech-to-text models, their published shapes;
+ * what of their configurations is not modelled is said in
+ * kyutai_lm.c),
  * "synthetic:kyutai-small" (Moshi's streams on a 256-wide, 6-layer
  * transformer, for the CPU benchmark), "synthetic:kyutai-tiny" (the
  * fixture's shape), "synthetic:kyutai-tiny-mimi" and
@@ -124,6 +128,9 @@ enum { MT_KYUTAI_HOST_SIDE = 1 << 8 };
 int  mt_kyutai_load(const char *spec, int flags, mt_kyutai_lm **out, char *err,
                     size_t errlen);
 void mt_kyutai_free(mt_kyutai_lm *lm);
+/* What a preset of Kyutai's published shapes leaves out of its
+ * configuration, for the caller to print; NULL for the others. */
+const char *mt_kyutai_preset_note(const char *spec);
 /* 1 when spec names a Kyutai model: a Kyutai preset, or a directory whose
  * config.json has Kyutai's keys ("n_q" and "dep_q"). */
 int  mt_kyutai_is_kyutai(const char *spec);

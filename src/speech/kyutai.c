@@ -6,6 +6,7 @@
 #include "util/rng.h"
 #include "speech/kyutai.h"
 #include "decode/depformer.h"
+#include "util/vec8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,7 +35,9 @@ struct mt_kyutai_gen {
     int32_t *tok;          /* [maxb] the step's sampled tokens */
     int32_t *text;         /* [maxb] the frame's text tokens */
     int32_t *audio;        /* [maxb, dep_q] */
-    int     *idx;          /* [max(text_card_out, card)] top-k candidates */
+    int     nthreads;      /* the decoder's (mt_decoder_threads) */
+    float   *sv;           /* [nthreads, V] each thread's copy of a row's logits */
+    int     *si;           /* [nthreads, V] its top-k candidates; V = max(text_card_out, card) */
     /* MT_CUDA_DEVICE_SAMPLING=1 with a CUDA depformer: the frame's codebook
      * steps sampled on the device (mt_depformer_frame), one sync a frame */
     int      dev_sample;
@@ -66,7 +69,8 @@ void mt_kyutai_gen_free(mt_kyutai_gen *g)
     free(g->tok);
     free(g->text);
     free(g->audio);
-    free(g->idx);
+    free(g->sv);
+    free(g->si);
     free(g->s_temp);
     free(g->s_topk);
     free(g->s_greedy);
@@ -84,6 +88,11 @@ const char *mt_kyutai_gen_dep_where(const mt_kyutai_gen *g)
 {
     return !g->df ? "none" : mt_depformer_is_cuda(g->df) ? "cuda"
                           : mt_depformer_is_sim(g->df) ? "sim" : "host";
+}
+
+const char *mt_kyutai_gen_dep_mode(const mt_kyutai_gen *g)
+{
+    return g->df ? mt_depformer_mode(g->df) : "none";
 }
 
 int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_batch,
@@ -133,7 +142,10 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
     g->tok = malloc(R * sizeof(int32_t));
     g->text = malloc(R * sizeof(int32_t));
     g->audio = malloc(R * (size_t)(kc->dep_q + 1) * sizeof(int32_t));
-    g->idx = malloc(V * sizeof(int));
+    g->nthreads = mt_decoder_threads(dec);
+    g->sv = malloc((size_t)g->nthreads * V * sizeof(float));
+    g->si = malloc((size_t)g->nthreads * V * sizeof(int));
+    int dev_ok = 1;
     const char *ds = getenv("MT_CUDA_DEVICE_SAMPLING");
     if (df && mt_depformer_can_frame(df) && ds && !strcmp(ds, "1")) {
         g->dev_sample = 1;
@@ -141,12 +153,10 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
         g->s_topk = malloc(R * sizeof(int));
         g->s_greedy = malloc(R * sizeof(int));
         g->s_rng = malloc(R * 4 * sizeof(uint64_t));
-        if (!g->s_temp || !g->s_topk || !g->s_greedy || !g->s_rng) {
-            free(g->idx);   /* so the check below says out of memory */
-            g->idx = NULL;
-        }
+        dev_ok = g->s_temp && g->s_topk && g->s_greedy && g->s_rng;
     }
-    if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio || !g->idx) {
+    if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio ||
+        !g->sv || !g->si || !dev_ok) {
         mt_kyutai_gen_free(g);
         mt_set_err(err, errlen, "kyutai: out of memory");
         return -1;
@@ -158,6 +168,9 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
         rc = !strcmp(mt_decoder_backend_name(dec), "cuda")
                  ? mt_depformer_create_cuda(lm, max_batch, &g->df, err, errlen)
                  : mt_depformer_create(lm, max_batch, &g->df, err, errlen);
+    /* a host depformer on the decoder's threads (and its f16 copies) */
+    if (!rc && g->df)
+        rc = mt_depformer_attach(g->df, dec, err, errlen);
     if (rc) {
         mt_kyutai_gen_free(g);
         return -1;
@@ -206,89 +219,297 @@ void mt_kyutai_last_times(const mt_kyutai_gen *g, mt_kyutai_times *t) { *t = g->
 
 /* ---- sampling ---------------------------------------------------------------- */
 
-static int cmp_int(const void *a, const void *b)
-{
-    return *(const int *)a - *(const int *)b;
-}
+/* Kyutai's sample_token on one row, at memory speed: one 8-lane pass over
+ * the n logits for the maximum (greedy) or, with a top k under n, a
+ * partial selection (quickselect of the k-th largest value on a copy, no
+ * sort) and one 8-lane pass collecting the candidates in index order.
+ * The candidates are the top k of the order (logit descending, index
+ * ascending), what torch.topk's stable order keeps; their draw is in
+ * index order, one uniform each from the session's generator, so the
+ * stream does not depend on the batch, the thread or the selection. */
 
-/* The top k of n logits by a min-heap of their indices (smallest logit at
- * the root; ties: the larger index counts as smaller, so the lower index
- * is kept, as torch.topk's stable order would): idx [k]. */
-static int worse(const float *l, int a, int b)
+/* The index of the largest of n logits, the lowest on ties. */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static int argmax_row(const float *l, int n)
 {
-    return l[a] < l[b] || (l[a] == l[b] && a > b);
-}
-
-static void sift_down(const float *l, int *h, int k, int i)
-{
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= k)
-            return;
-        if (c + 1 < k && worse(l, h[c + 1], h[c]))
-            c++;
-        if (!worse(l, h[c], h[i]))
-            return;
-        int t = h[c];
-        h[c] = h[i];
-        h[i] = t;
-        i = c;
+    v8f m8 = splat8(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f x = load8(l + i);
+        v8i gt = x > m8;
+        m8 = (v8f)(((v8i)x & gt) | ((v8i)m8 & ~gt));
     }
-}
-
-static void top_k(const float *l, int n, int k, int *h)
-{
-    for (int i = 0; i < k; i++)
-        h[i] = i;
-    for (int i = k / 2 - 1; i >= 0; i--)
-        sift_down(l, h, k, i);
-    for (int i = k; i < n; i++)
-        if (worse(l, h[0], i)) {
-            h[0] = i;
-            sift_down(l, h, k, 0);
-        }
-}
-
-/* Kyutai's sample_token on one row of n logits: softmax(l / temp), its top
- * k, one draw. The softmax is taken over the top k only: the draw
- * (argmax p_i / E_i) does not change when every p_i is scaled by one
- * factor, and the order of p is the order of the logits. */
-static int32_t sample(mt_kyutai_gen *g, mt_kyutai_sess *s, const float *logits, int n,
-                      float temp, int top_k_n)
-{
-    int best = 0;
-    if (s->smp.greedy || !(temp > 0.0f)) {
-        for (int i = 1; i < n; i++)
-            if (logits[i] > logits[best])
-                best = i;
-        return best;
-    }
-    int k = top_k_n > 0 && top_k_n < n ? top_k_n : n;
-    top_k(logits, n, k, g->idx);
     float m = -INFINITY;
-    for (int j = 0; j < k; j++)
-        m = logits[g->idx[j]] > m ? logits[g->idx[j]] : m;
-    /* the draws in the order of the candidates' indices, so that the
-     * generator's stream does not depend on the heap's order */
-    qsort(g->idx, (size_t)k, sizeof *g->idx, cmp_int);
-    double bestv = -1;
+    for (int j = 0; j < 8; j++)
+        m = m8[j] > m ? m8[j] : m;
+    for (int j = i; j < n; j++)
+        m = l[j] > m ? l[j] : m;
+    for (int j = 0; j < n; j++)
+        if (l[j] == m)
+            return j;
+    return 0;   /* every logit nan */
+}
+
+/* Floats as unsigned keys in the same order (finite ones; -0 below +0). */
+static inline uint32_t fkey(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+static inline float funkey(uint32_t k)
+{
+    uint32_t u = k & 0x80000000u ? k & 0x7fffffffu : ~k;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The k-th largest (1 <= k <= n) of v [n]: a bisection over the keys
+ * between v's smallest and largest, each probe one branch-free 8-lane
+ * count of v >= the probe (at most 32 probes; a quickselect's partitions
+ * mispredict half their branches on logits). The largest key with at
+ * least k logits at or above it is the k-th largest's. */
+VINLINE float kth_largest(const float *v, int n, int k)
+{
+    float mn = v[0], mx = v[0];
+    for (int i = 1; i < n; i++) {
+        mn = v[i] < mn ? v[i] : mn;
+        mx = v[i] > mx ? v[i] : mx;
+    }
+    uint32_t lo = fkey(mn), hi = fkey(mx);
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        const v8f m8 = splat8(funkey(mid));
+        v8i acc = { 0 };
+        int i = 0, c = 0;
+        for (; i + 8 <= n; i += 8)
+            acc += load8(v + i) >= m8;
+        for (int j = 0; j < 8; j++)
+            c -= acc[j];
+        for (; i < n; i++)
+            c += v[i] >= funkey(mid);
+        if (c >= k)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return funkey(lo);
+}
+
+/* 1 when any lane of a compare's mask is set: its four quadwords ORed (a
+ * lane by lane extraction costs eight moves) */
+VINLINE int any8(v8i m)
+{
+    uint64_t w[4];
+    memcpy(w, &m, sizeof w);
+    return (w[0] | w[1] | w[2] | w[3]) != 0;
+}
+
+VINLINE float kth_of_row(const float *l, int n, int k, float *v)
+{
+    enum { SAMPLES = 256 };
+    if (n >= 2 * k && n >= 2 * SAMPLES) {
+        int r = (int)((5LL * k * SAMPLES) / (4LL * n)) + 4;
+        r = r > SAMPLES ? SAMPLES : r;
+        for (int i = 0; i < SAMPLES; i++)
+            v[i] = l[(size_t)i * n / SAMPLES];
+        const float t0 = kth_largest(v, SAMPLES, r);
+        const v8f t8 = splat8(t0);
+        int c = 0, i = 0;
+        for (; i + 8 <= n; i += 8)
+            if (any8(load8(l + i) >= t8))
+                for (int j = i; j < i + 8; j++)
+                    if (l[j] >= t0)
+                        v[c++] = l[j];
+        for (; i < n; i++)
+            if (l[i] >= t0)
+                v[c++] = l[i];
+        if (c >= k)
+            return kth_largest(v, c, k);
+    }
+    return kth_largest(l, n, k);
+}
+
+/* The top k (1 <= k < n) of l [n] under (logit descending, index
+ * ascending), in index order, into idx [k]; v [n] is scratch. */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static void top_k_ordered(const float *l, int n, int k, float *v, int *idx)
+{
+    const float t = kth_of_row(l, n, k, v);
+    int above = 0, i = 0;
+    const v8f t8 = splat8(t);
+    v8i acc = { 0 };         /* minus the count of logits above t, by lane */
+    for (; i + 8 <= n; i += 8)
+        acc += load8(l + i) > t8;
+    for (int j = 0; j < 8; j++)
+        above -= acc[j];
+    for (; i < n; i++)
+        above += l[i] > t;
+    int ties = k - above, c = 0;     /* the first `ties` logits equal to t */
+    for (i = 0; i + 8 <= n && c < k; i += 8) {
+        if (!any8(load8(l + i) >= t8))
+            continue;
+        for (int j = i; j < i + 8; j++)
+            if (l[j] > t || (l[j] == t && ties-- > 0))
+                idx[c++] = j;
+    }
+    for (; i < n && c < k; i++)
+        if (l[i] > t || (l[i] == t && ties-- > 0))
+            idx[c++] = i;
+}
+
+/* One draw among the candidates cand [k] (index order; NULL: all of
+ * 0..k-1): argmax p_j / E_j, p_j = exp((l_j - m) / temp), E_j = -log(1 -
+ * u_j), one u_j per candidate in order. Since p_j <= 1, a candidate whose
+ * E_j is at least 1 / best cannot win: its u_j is drawn (the stream stays
+ * the same) but its exp and log are skipped, by a test on u_j with a
+ * margin far above the rounding of exp and log; the arithmetic of those
+ * evaluated is unchanged, so is the winner. */
+static int32_t race(const float *l, const int *cand, int k, float temp, mt_rng *rng)
+{
+    float m = -INFINITY;
     for (int j = 0; j < k; j++) {
-        double p = exp(((double)logits[g->idx[j]] - m) / temp);
-        double e = -log(1.0 - mt_rng_uniform(&s->rng));
+        float x = l[cand ? cand[j] : j];
+        m = x > m ? x : m;
+    }
+    double bestv = -1, u_skip = 2;
+    int best = cand ? cand[0] : 0;
+    for (int j = 0; j < k; j++) {
+        double u = mt_rng_uniform(rng);
+        if (u >= u_skip)
+            continue;
+        int i = cand ? cand[j] : j;
+        double p = exp(((double)l[i] - m) / temp);
+        double e = -log(1.0 - u);
         double v = p / (e > 0 ? e : 1e-300);
         if (v > bestv) {
             bestv = v;
-            best = g->idx[j];
+            best = i;
+            /* E >= x(1 - 1e-9) >= 1 / bestv for every u >= u_skip */
+            u_skip = bestv > 0 ? -expm1(-(1.0 / bestv) * (1.0 + 1e-9)) : 2;
         }
     }
     return best;
 }
 
+/* One row: greedy (or temperature 0) the argmax, lowest index on ties;
+ * else Kyutai's softmax(l / temp), top k, one draw. */
+static int32_t sample_row(mt_rng *rng, int greedy, const float *l, int n, float temp,
+                          int top_k_n, float *v, int *idx)
+{
+    if (greedy || !(temp > 0.0f))
+        return argmax_row(l, n);
+    if (top_k_n > 0 && top_k_n < n) {
+        top_k_ordered(l, n, top_k_n, v, idx);
+        return race(l, idx, top_k_n, temp, rng);
+    }
+    return race(l, NULL, n, temp, rng);
+}
+
+/* The rows of a sampling phase: the text (audio < 0) or the depformer's
+ * step k, each row with its session's settings and generator. */
+struct smp_job {
+    mt_kyutai_gen *g;
+    mt_kyutai_sess *const *sess;
+    int B, step;               /* step -1: text */
+};
+
+/* Rows [r0, r1) of a sampling step into g->tok, with thread tid's scratch. */
+static void sample_range(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int step, int r0,
+                         int r1, int tid)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int text = step < 0, n = text ? kc->text_card_out : kc->card;
+    const float *logits = text ? g->tlog : g->dlog;
+    const size_t V = (size_t)(kc->text_card_out > kc->card ? kc->text_card_out : kc->card);
+    float *v = g->sv + (size_t)tid * V;
+    int *idx = g->si + (size_t)tid * V;
+    for (int r = r0; r < r1; r++) {
+        mt_kyutai_sess *s = sess[r];
+        g->tok[r] = sample_row(&s->rng, s->smp.greedy, logits + (size_t)r * n, n,
+                               text ? s->smp.temp_text : s->smp.temp,
+                               text ? s->smp.top_k_text : s->smp.top_k, v, idx);
+    }
+}
+
+/* Thread tid's share [r0, r1) of B rows. */
+static void share(int B, int tid, int nt, int *r0, int *r1)
+{
+    int per = (B + nt - 1) / nt;
+    *r0 = tid * per < B ? tid * per : B;
+    *r1 = *r0 + per < B ? *r0 + per : B;
+}
+
+static void sample_phase(void *ctx, int tid, int nt)
+{
+    const struct smp_job *j = ctx;
+    int r0, r1;
+    share(j->B, tid, nt, &r0, &r1);
+    sample_range(j->g, j->sess, j->step, r0, r1, tid);
+}
+
+/* Samples g->tok [B] from the text logits (step -1) or the depformer's of
+ * step k, the rows split over the decoder's threads from SAMPLE_POOL_ROWS
+ * rows on: below, a row's few microseconds are less than a phase's
+ * barrier, which on a loaded machine waits for a descheduled thread
+ * (bench/RESULTS.md, issue 49). From there on the depformer's steps
+ * sample inside its own phase (row mode), so only the text is posted. */
+enum { SAMPLE_POOL_ROWS = MT_DEPFORMER_ROWS_MIN };
+
+static void sample_rows(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, int step)
+{
+    struct smp_job j = { g, sess, B, step };
+    if (B >= SAMPLE_POOL_ROWS && g->nthreads > 1)
+        mt_decoder_parallel(g->dec, sample_phase, &j);
+    else
+        sample_phase(&j, 0, 1);
+}
+
+/* The depformer's frame in row mode (mt_depformer_rows_split): each
+ * thread its rows through every step, each step's tokens sampled at once,
+ * no barrier until the frame's end. */
+struct dep_frame {
+    mt_kyutai_gen *g;
+    mt_kyutai_sess *const *sess;
+    const mt_kyutai_out *out;
+    int B;
+    double sample_ns;          /* thread 0's sampling */
+};
+
+static void dep_frame_phase(void *ctx, int tid, int nt)
+{
+    struct dep_frame *j = ctx;
+    mt_kyutai_gen *g = j->g;
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int Q = kc->dep_q;
+    int r0, r1;
+    share(j->B, tid, nt, &r0, &r1);
+    for (int k = 0; k < Q; k++) {
+        mt_depformer_next_rows(g->df, k, r0, r1, g->tok, g->dlog, tid);
+        if (j->out->dep_logits)
+            for (int r = r0; r < r1; r++)
+                memcpy(j->out->dep_logits + ((size_t)r * Q + k) * kc->card,
+                       g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
+        uint64_t ts = mt_clock_ns();
+        sample_range(g, j->sess, k, r0, r1, tid);
+        for (int r = r0; r < r1; r++)
+            g->audio[(size_t)r * Q + k] = g->tok[r];
+        if (tid == 0)
+            j->sample_ns += (double)(mt_clock_ns() - ts);
+    }
+}
+
 /* ---- the frame --------------------------------------------------------------- */
 
 /* The depformer's dep_q steps with their sampling on the device: the same
- * draws as sample() from the same generator states, which come back
- * advanced; on a failure no session's state changes. */
+ * draws as the host's sampler from the same generator states, which come
+ * back advanced; on a failure no session's state changes. */
 static int dep_frame_device(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, char *err,
                             size_t errlen)
 {
@@ -373,9 +594,7 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
     g->times.temporal_ms = ms_since(t0);
 
     uint64_t ts = mt_clock_ns();
-    for (int r = 0; r < B; r++)
-        g->tok[r] = sample(g, sess[r], g->tlog + (size_t)r * kc->text_card_out,
-                           kc->text_card_out, sess[r]->smp.temp_text, sess[r]->smp.top_k_text);
+    sample_rows(g, sess, B, -1);
     double text_sample_ns = (double)(mt_clock_ns() - ts), dep_sample_ns = 0;
     memcpy(g->text, g->tok, (size_t)B * sizeof(int32_t));
     if (out->text)
@@ -392,9 +611,17 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
             mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
             return -1;
         }
-        if (g->dev_sample && !out->dep_logits && dep_frame_device(g, sess, B, err, errlen))
+        /* the frame's steps: on the device with their sampling (one sync),
+         * by rows on the decoder's threads, or step by step below */
+        int on_device = g->dev_sample && !out->dep_logits;
+        if (on_device && dep_frame_device(g, sess, B, err, errlen))
             return -1;
-        for (int k = 0; k < Q && !(g->dev_sample && !out->dep_logits); k++) {
+        if (!on_device && mt_depformer_rows_split(g->df)) {
+            struct dep_frame j = { g, sess, out, B, 0 };
+            mt_decoder_parallel(g->dec, dep_frame_phase, &j);
+            dep_sample_ns = j.sample_ns;
+        }
+        for (int k = 0; k < Q && !on_device && !mt_depformer_rows_split(g->df); k++) {
             if (mt_depformer_next(g->df, k, g->tok, g->dlog)) {
                 mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
                 return -1;
@@ -404,11 +631,9 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
                     memcpy(out->dep_logits + ((size_t)r * Q + k) * kc->card,
                            g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
             ts = mt_clock_ns();
-            for (int r = 0; r < B; r++) {
-                g->tok[r] = sample(g, sess[r], g->dlog + (size_t)r * kc->card, kc->card,
-                                   sess[r]->smp.temp, sess[r]->smp.top_k);
+            sample_rows(g, sess, B, k);
+            for (int r = 0; r < B; r++)
                 g->audio[(size_t)r * Q + k] = g->tok[r];
-            }
             dep_sample_ns += (double)(mt_clock_ns() - ts);
         }
     }

@@ -67,6 +67,8 @@ int  mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_
                                size_t errlen);
 /* Where the depformer runs: "cuda", "host", or "none" (dep_q 0). */
 const char *mt_kyutai_gen_dep_where(const mt_kyutai_gen *g);
+/* How it runs (mt_depformer_mode), or "none". */
+const char *mt_kyutai_gen_dep_mode(const mt_kyutai_gen *g);
 void mt_kyutai_gen_free(mt_kyutai_gen *g);
 
 int  mt_kyutai_sess_open(const mt_kyutai_gen *g, uint64_t seed, const mt_kyutai_sampling *s,

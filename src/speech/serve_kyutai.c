@@ -43,6 +43,9 @@ int mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *
         mt_set_err(err, errlen, "%s", e);
         return -1;
     }
+    const char *left_out = mt_kyutai_preset_note(model);  /* issue 49: said, not silent */
+    if (left_out)
+        fprintf(stderr, "mt-serve: %s: %s\n", model, left_out);
     if (mimi_load(k->codec_spec, NULL, 0, &k->codec, e, sizeof e)) {
         mt_set_err(err, errlen, "codec %s: %s", k->codec_spec, e);
         mt_serve_kyutai_free(k);

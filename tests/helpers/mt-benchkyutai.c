@@ -16,13 +16,39 @@
  * GPU with -d cuda, as mt-serve runs it), or where -D says: host or cuda;
  * the line says which (depformer=).
  *
- * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|cuda]
+ * The frame at its bound (issue 49; -c CODEC adds the codec): per B, a
+ * `frame` line with, for each stage (mimi_enc, embed, temporal, dep,
+ * sample, mimi_dec) and the whole frame, STAGE_ms (median), STAGE_bound_ms
+ * and STAGE_ratio (ms / bound); the bound is the larger of the bytes the
+ * stage must read over this run's copy bandwidth (copy_gbs: one thread's
+ * memcpy of 256 MiB, best of 3) and its FLOPs over this run's sgemm
+ * (sgemm_gflops: 1024^3 on the decoder's threads, best of 3), both
+ * measured again before each B; the frame's bound is the stages' sum.
+ * Mimi (-c SPEC: B sessions encoding B frames of PCM, decoding the
+ * model's codebooks; stt shapes, dep_q 0, decode nothing) is timed on its
+ * own, the median of -F frames; its bound is its FLOPs alone
+ * (mimi_encode_flops / mimi_decode_flops over the sgemm rate). -O also runs the depformer as it
+ * was before issue 49 (one thread, fp32: -D serial) on the same B, after
+ * the new, and prints `depformer_old_vs_new B= old_ms= new_ms= speedup=`
+ * with both frames' CPU time (frame_cpu_ms: every thread's, getrusage; on
+ * a shared machine the work, whatever share of the cores it got). -P
+ * loads the model shape-only and prints the frame line's bounds alone
+ * (its _ms 0): for shapes over the host's memory limit (moshi-2b).
+ *
+ * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|serial|cuda]
  *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
- * Prints one logfmt line per B; asserts nothing. */
+ *                       [-w f32|f16] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
+ * Prints logfmt lines; asserts nothing. */
+#include "codec/mimi.h"
 #include "decode/decoder.h"
 #include "speech/kyutai.h"
 #include "model/kyutai_lm.h"
+#include "util/clock.h"
 #include "util/rng.h"
+
+#include <cblas.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <getopt.h>
 #include <stdio.h>
@@ -43,7 +69,211 @@ static double median(double *v, int n)
 
 static mt_device dev = MT_DEV_CPU;
 static const char *dev_name = "cpu", *sim_profile;
-static const char *dep_on;      /* -D host | cuda; NULL: where the decoder runs */
+static const char *dep_on;      /* -D host | cuda | serial; NULL: where the decoder runs */
+static mt_num_format weights;   /* -w f16: the backbone's and the depformer's f16 copies */
+static int f16_rows;            /* -r ROWS: the f16 product up to ROWS rows (0: default) */
+
+extern void openblas_set_num_threads(int);
+
+static const char *codec_spec;  /* -c: the codec timed beside the LM */
+static int codec_frames = 5;    /* -F */
+static double last_dep_ms;      /* bench's depformer median, for -O */
+static double last_cpu_ms;      /* and its frame's CPU time (every thread's) */
+static int predict_only;        /* -P: shape-only, the bounds alone */
+
+/* The process's CPU time (ms), every thread's: on a shared machine the
+ * work a frame took, whatever share of the cores it was given. */
+static double cpu_ms(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru))
+        return 0;
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/* ---- this machine's figures, measured in the run ------------------------- */
+
+static double secs(void) { return (double)mt_clock_ns() / 1e9; }
+
+/* 1024^3 sgemm on T BLAS threads, best of 3 (GFLOP/s); BLAS back to one
+ * thread after (the CPU backend's setting: its own threads run it). */
+static double sgemm_gflops(int T)
+{
+    const int n = 1024;
+    float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
+    double best = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < (size_t)n * n; i++) {
+            a[i] = (float)(i % 7) * 0.1f;
+            b[i] = (float)(i % 5) * 0.1f;
+        }
+        openblas_set_num_threads(T);
+        for (int r = 0; r < 3; r++) {
+            double t0 = secs();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n,
+                        0.0f, c, n);
+            double g = 2.0 * n * n * n / (secs() - t0) / 1e9;
+            best = g > best ? g : best;
+        }
+        openblas_set_num_threads(1);
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+/* One thread's memcpy of 256 MiB, best of 3 (GB/s of bytes copied). */
+static double copy_gbs(void)
+{
+    const size_t n = (size_t)256 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, n);
+        memset(b, 2, n);
+        for (int r = 0; r < 3; r++) {
+            double t0 = secs();
+            memcpy(b, a, n);
+            double g = (double)n / (secs() - t0) / 1e9;
+            best = g > best ? g : best;
+        }
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+/* A stage's bound (ms): the larger of bytes / copy and flops / sgemm. */
+static double bound_ms(double bytes, double flops, double gbs, double gflops)
+{
+    double a = bytes / (gbs * 1e9), b = flops / (gflops * 1e9);
+    return (a > b ? a : b) * 1e3;
+}
+
+/* Mimi on B sessions: the median encode and decode (ms) over F frames
+ * after one of warm-up; decode of n_dec codebooks (0: none). */
+static int time_mimi(int B, int F, int n_dec, double *enc_ms, double *dec_ms, double *bytes,
+                     double *enc_flops, double *dec_flops)
+{
+    if (predict_only)
+        F = 0;              /* no frame timed: the costs alone */
+    char err[512] = "";
+    mimi_model *m = NULL;
+    int n_q = n_dec > 8 ? n_dec : 8;
+    *enc_ms = *dec_ms = 0;
+    if (mimi_load(codec_spec, NULL, n_q, &m, err, sizeof err)) {
+        fprintf(stderr, "mt-benchkyutai: codec %s: %s\n", codec_spec, err);
+        return -1;
+    }
+    const int fs = mimi_frame_size(mimi_model_config(m));
+    mimi_state **s = calloc((size_t)B, sizeof *s);
+    mimi_batch *w = mimi_batch_new(m, B, err, sizeof err);
+    float *pcm = malloc((size_t)B * fs * 4), *out = malloc((size_t)B * fs * 4);
+    int32_t *codes = malloc((size_t)B * n_q * 4);
+    double *te = malloc((size_t)(F + 1) * sizeof *te), *td = malloc((size_t)(F + 1) * sizeof *td);
+    int rc = -1;
+    for (int b = 0; s && b < B; b++)
+        if (!(s[b] = mimi_state_new(m, err, sizeof err)))
+            goto out;
+    if (!s || !w || !pcm || !out || !codes || !te || !td)
+        goto out;
+    for (int f = 0; f <= F && F > 0; f++) {
+        for (size_t i = 0; i < (size_t)B * fs; i++)
+            pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
+        double t0 = secs();
+        if (mimi_encode(m, w, s, B, pcm, codes, err, sizeof err))
+            goto out;
+        double t1 = secs();
+        if (n_dec > 0 && mimi_decode(m, w, s, B, codes, out, err, sizeof err))
+            goto out;
+        double t2 = secs();
+        if (f > 0) {
+            te[f - 1] = (t1 - t0) * 1e3;
+            td[f - 1] = (t2 - t1) * 1e3;
+        }
+    }
+    *enc_ms = F ? median(te, F) : 0;
+    *dec_ms = n_dec > 0 && F ? median(td, F) : 0;
+    *bytes = (double)mimi_param_count(m) * 4;
+    *enc_flops = mimi_encode_flops(m) * B;
+    *dec_flops = n_dec > 0 ? mimi_decode_flops(m) * B : 0;
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "mt-benchkyutai: codec B=%d: %s\n", B, err[0] ? err : "out of memory");
+    for (int b = 0; s && b < B; b++)
+        mimi_state_free(s[b]);
+    free(s);
+    mimi_batch_free(w);
+    mimi_free(m);
+    free(pcm);
+    free(out);
+    free(codes);
+    free(te);
+    free(td);
+    return rc;
+}
+
+/* Per-frame bytes and FLOPs of the LM's stages at B rows (fp32 weights but
+ * where the f16 copies serve: -w f16 and B <= the f16 rows). */
+typedef struct lm_cost {
+    double embed_b, temporal_b, temporal_f, dep_b, dep_f, sample_b;
+} lm_cost;
+
+static lm_cost lm_costs(const mt_kyutai_lm *lm, int B, int S, int W, int f16_at_b)
+{
+    const mt_kyutai_config *kc = &lm->kc;
+    const double wb = f16_at_b ? 2 : 4, D = kc->dim, dd = kc->dep_dim, Q = kc->dep_q;
+    const double F = kc->dep_ffn, L = kc->dep_layers;
+    lm_cost c;
+    double tp = (double)mt_model_params(&lm->temporal->cfg) -
+                (double)(kc->text_card + 1) * D;   /* the token table is never read */
+    double kv = (double)B * (S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
+    c.embed_b = (double)B * (1 + kc->n_q) * D * 4;
+    c.temporal_b = tp * wb + kv;
+    c.temporal_f = 2.0 * tp * B + 4.0 * B * (S + W) * D * kc->num_layers;
+    double dep_w = Q * (dd * D + L * (4 * dd * dd + 3 * dd * F) + (double)kc->card * dd);
+    c.dep_b = dep_w * wb;
+    c.dep_f = 2.0 * dep_w * B;
+    c.sample_b = (double)B * (kc->text_card_out + Q * kc->card) * 4;
+    return c;
+}
+
+/* The `frame` line: each stage's median against its bound, measured now. */
+static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int f16_rows_at,
+                        const double lm_ms[4])
+{
+    const mt_kyutai_config *kc = &lm->kc;
+    double gf = sgemm_gflops(T), bw = copy_gbs();
+    double enc = 0, dec = 0, mb = 0, ef = 0, df = 0;
+    if (codec_spec && time_mimi(B, codec_frames, kc->dep_q, &enc, &dec, &mb, &ef, &df))
+        codec_spec = NULL;      /* said on stderr; the LM's figures still stand */
+    lm_cost c = lm_costs(lm, B, S, W, B <= f16_rows_at);
+    const char *name[6] = { "mimi_enc", "embed", "temporal", "dep", "sample", "mimi_dec" };
+    double ms[6] = { enc, lm_ms[0], lm_ms[1], lm_ms[2], lm_ms[3], dec };
+    /* the codec's bound from its FLOPs alone: its weights are both
+     * directions' (mimi_param_count), so their bytes would overstate
+     * either one's reads */
+    (void)mb;
+    double bd[6] = { codec_spec ? bound_ms(0, ef, bw, gf) : 0, bound_ms(c.embed_b, 0, bw, gf),
+                     bound_ms(c.temporal_b, c.temporal_f, bw, gf), bound_ms(c.dep_b, c.dep_f, bw, gf),
+                     bound_ms(c.sample_b, 0, bw, gf),
+                     codec_spec && kc->dep_q ? bound_ms(0, df, bw, gf) : 0 };
+    double tot = 0, tot_b = 0;
+    printf("frame model=%s codec=%s B=%d threads=%d sgemm_gflops=%.1f copy_gbs=%.2f",
+           lm->temporal->cfg.name, codec_spec ? codec_spec : "none", B, T, gf, bw);
+    for (int i = 0; i < 6; i++) {
+        tot += ms[i];
+        tot_b += bd[i];
+        printf(" %s_ms=%.3f %s_bound_ms=%.3f %s_ratio=%.2f", name[i], ms[i], name[i], bd[i],
+               name[i], bd[i] > 0 ? ms[i] / bd[i] : 0.0);
+    }
+    printf(" frame_ms=%.3f frame_session_ms=%.3f frame_bound_ms=%.3f frame_ratio=%.2f "
+           "sample_share=%.3f\n", tot, tot / B, tot_b, tot_b > 0 ? tot / tot_b : 0.0,
+           tot > 0 ? lm_ms[3] / tot : 0.0);
+}
 
 static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads)
 {
@@ -51,7 +281,8 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
     const int nu = kc->n_q - kc->dep_q;
     char err[512] = "";
     mt_decoder_opts o = { .device = dev, .max_batch = B, .threads = threads,
-                          .sim_profile = sim_profile };
+                          .sim_profile = sim_profile, .weights = weights,
+                          .weights_f16_rows = f16_rows };
     o.kv.policy = MT_KV_WINDOW;
     o.kv.sink = S;
     o.kv.window = W;
@@ -64,17 +295,19 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
     mt_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
     int32_t *user = malloc((size_t)B * (nu > 0 ? nu : 1) * sizeof *user);
     int32_t *text = malloc((size_t)B * sizeof *text);
-    double *st[5];
-    for (int i = 0; i < 5; i++)
+    double *st[6];
+    for (int i = 0; i < 6; i++)
         st[i] = malloc((size_t)F * sizeof(double));
     int rc = -1;
-    if (!ss || !seqs || !user || !text || !st[0] || !st[1] || !st[2] || !st[3] || !st[4])
+    if (!ss || !seqs || !user || !text || !st[0] || !st[1] || !st[2] || !st[3] || !st[4] || !st[5])
         goto out;
     mt_depformer *df = NULL;
     if (dep_on && kc->dep_q > 0 &&
         (!strcmp(dep_on, "cuda") ? mt_depformer_create_cuda(lm, B, &df, err, sizeof err)
                                  : mt_depformer_create(lm, B, &df, err, sizeof err)))
         goto out;
+    if (df && !strcmp(dep_on, "serial"))
+        mt_depformer_set_serial(df);    /* the depformer before issue 49 */
     if (mt_decoder_create(lm->temporal, &o, &d, err, sizeof err)) {
         mt_depformer_free(df);
         goto out;
@@ -101,8 +334,10 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
                 goto out;
             }
         mt_kyutai_out io = { .text = text };
+        double c0 = cpu_ms();
         if (mt_kyutai_step(g, B, seqs, ss, user, &io, err, sizeof err))
             goto out;
+        double c1 = cpu_ms();
         if (f >= warm) {
             mt_kyutai_times t;
             mt_kyutai_last_times(g, &t);
@@ -111,15 +346,24 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
             st[2][f - warm] = t.depformer_ms;
             st[3][f - warm] = t.sample_ms;
             st[4][f - warm] = t.embed_ms + t.temporal_ms + t.depformer_ms + t.sample_ms;
+            st[5][f - warm] = c1 - c0;
         }
     }
     size_t kvb = (size_t)(S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
-    printf("kyutai device=%s depformer=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f "
+    printf("kyutai device=%s depformer=%s dep_mode=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f "
            "temporal_ms=%.3f depformer_ms=%.3f sample_ms=%.3f total_ms=%.3f "
-           "per_frame_session_ms=%.3f session_kv_bytes=%zu session_other_bytes=%zu\n",
-           dev_name, mt_kyutai_gen_dep_where(g), lm->temporal->cfg.name, B, S, W, F, median(st[0], F), median(st[1], F),
-           median(st[2], F), median(st[3], F), median(st[4], F), median(st[4], F) / B, kvb,
+           "per_frame_session_ms=%.3f frame_cpu_ms=%.3f session_kv_bytes=%zu "
+           "session_other_bytes=%zu\n",
+           dev_name, mt_kyutai_gen_dep_where(g), mt_kyutai_gen_dep_mode(g), lm->temporal->cfg.name,
+           B, S, W, F, median(st[0], F), median(st[1], F), median(st[2], F), median(st[3], F),
+           median(st[4], F), median(st[4], F) / B, median(st[5], F), kvb,
            mt_kyutai_session_bytes(kc));
+    last_dep_ms = median(st[2], F);
+    last_cpu_ms = median(st[5], F);
+    if (dev == MT_DEV_CPU && !(dep_on && !strcmp(dep_on, "serial")))
+        print_frame(lm, B, S, W, mt_decoder_threads(d), mt_decoder_weights_f16_rows(d),
+                    (double[4]){ median(st[0], F), median(st[1], F), median(st[2], F),
+                                 median(st[3], F) });
     fflush(stdout);
     rc = 0;
 out:
@@ -135,7 +379,7 @@ out:
     free(seqs);
     free(user);
     free(text);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         free(st[i]);
     return rc;
 }
@@ -143,8 +387,8 @@ out:
 int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
-    int F = 40, S = 4, W = 252, threads = 0, c;
-    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:")) != -1) {
+    int F = 40, S = 4, W = 252, threads = 0, c, old_too = 0;
+    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:OP")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'd':
@@ -162,13 +406,24 @@ int main(int argc, char **argv)
             }
             break;
         case 'D':
-            if (strcmp(optarg, "host") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "mt-benchkyutai: -D host or cuda\n");
+            if (strcmp(optarg, "host") && strcmp(optarg, "cuda") && strcmp(optarg, "serial")) {
+                fprintf(stderr, "mt-benchkyutai: -D host, serial or cuda\n");
                 return 2;
             }
             dep_on = optarg;
             break;
         case 'b': bs = optarg; break;
+        case 'r': f16_rows = atoi(optarg); break;
+        case 'c': codec_spec = optarg; break;
+        case 'F': codec_frames = atoi(optarg); break;
+        case 'O': old_too = 1; break;
+        case 'P': predict_only = 1; break;
+        case 'w':
+            if (mt_num_format_parse(optarg, &weights)) {
+                fprintf(stderr, "mt-benchkyutai: -w f32 or f16\n");
+                return 2;
+            }
+            break;
         case 'f': F = atoi(optarg); break;
         case 'S': S = atoi(optarg); break;
         case 'W': W = atoi(optarg); break;
@@ -180,14 +435,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (F < 1 || S < 0 || W < 1 || threads < 0) {
+    if (F < 1 || S < 0 || W < 1 || threads < 0 || codec_frames < 1) {
         fprintf(stderr, "mt-benchkyutai: bad -f, -S, -W or -t\n");
         return 2;
     }
     char err[512];
     mt_kyutai_lm *lm = NULL;
-    if (mt_kyutai_load(model, dev == MT_DEV_CPU ? 0 : MT_KYUTAI_HOST_SIDE, &lm, err,
-                       sizeof err)) {
+    int lflags = predict_only ? MT_MODEL_SHAPE_ONLY : dev == MT_DEV_CPU ? 0 : MT_KYUTAI_HOST_SIDE;
+    if (mt_kyutai_load(model, lflags, &lm, err, sizeof err)) {
         fprintf(stderr, "mt-benchkyutai: %s\n", err);
         return 1;
     }
@@ -195,8 +450,31 @@ int main(int argc, char **argv)
     char *list = strdup(bs);
     for (char *tok = list ? strtok(list, ",") : NULL; tok; tok = strtok(NULL, ",")) {
         int B = atoi(tok);
+        if (predict_only) {
+            /* the bounds alone: the shape's bytes and FLOPs over this
+             * machine's figures (the f16 rows as the CPU backend's
+             * default, 8, with -w f16) */
+            int T = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+            print_frame(lm, B, S, W, T, weights == MT_FMT_F16 ? (f16_rows ? f16_rows : 8) : 0,
+                        (double[4]){ 0, 0, 0, 0 });
+            continue;
+        }
         if (B < 1 || bench(lm, B, F, S, W, threads))
             rc = 1;
+        if (old_too && B >= 1 && lm->kc.dep_q > 0 && dev == MT_DEV_CPU) {
+            /* the depformer before issue 49, beside the new one */
+            double new_ms = last_dep_ms, new_cpu = last_cpu_ms;
+            const char *keep = dep_on, *keep_codec = codec_spec;
+            dep_on = "serial";
+            codec_spec = NULL;
+            if (bench(lm, B, F, S, W, threads))
+                rc = 1;
+            printf("depformer_old_vs_new B=%d old_ms=%.3f new_ms=%.3f speedup=%.2f "
+                   "old_frame_cpu_ms=%.3f new_frame_cpu_ms=%.3f\n", B, last_dep_ms, new_ms,
+                   new_ms > 0 ? last_dep_ms / new_ms : 0.0, last_cpu_ms, new_cpu);
+            dep_on = keep;
+            codec_spec = keep_codec;
+        }
     }
     free(list);
     mt_kyutai_free(lm);

@@ -47,10 +47,15 @@ static const void *ex_data(const char *name, uint64_t numel)
     return t->data;
 }
 
+/* make_dec's threads and weight format (test_threads_f16 changes them) */
+static int dec_threads = 1;
+static mt_num_format dec_weights = MT_FMT_DEFAULT;
+
 static mt_decoder *make_dec(const mt_kyutai_lm *lm, mt_kv_policy pol, int S, int W,
                             mt_rope_mode rope)
 {
-    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = 1 };
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = dec_threads,
+                          .weights = dec_weights };
     o.kv.policy = pol;
     o.kv.sink = S;
     o.kv.window = W;
@@ -215,6 +220,80 @@ static void test_against_kyutai(const char *sub)
     free_out(o);
     mt_decoder_free(d);
     mt_kyutai_free(lm);
+}
+
+/* The frame on 2 threads (the depformer split over the decoder's pool):
+ * the same tokens as Kyutai's, logits within LOGIT_TOL; with f16 weights
+ * (the temporal's and the depformer's half copies) the logits within the
+ * backbone's stated 4u of the scale (u = 2^-11) and rounded. */
+static void test_threads_f16(void)
+{
+    mt_kyutai_lm *lm = load("split");
+    if (!ok(lm != NULL, "split: Kyutai checkpoint loads"))
+        return;
+    mt_kyutai_sampling greedy;
+    mt_kyutai_sampling_default(&greedy);
+    greedy.greedy = 1;
+    const mt_kyutai_config *kc = &lm->kc;
+    run_out *o = new_out(kc);
+    dec_threads = 2;
+    mt_decoder *d = make_dec(lm, MT_KV_WINDOW, 0, kc->context, MT_ROPE_ABSOLUTE);
+    if (ok(d && run(lm, d, &greedy, seeds, B, in_order, o) == 0, "split on 2 threads"))
+        check_against_kyutai(lm, o, "split, 2 threads");
+    mt_decoder_free(d);
+    dec_weights = MT_FMT_F16;
+    d = make_dec(lm, MT_KV_WINDOW, 0, kc->context, MT_ROPE_ABSOLUTE);
+    if (ok(d && run(lm, d, &greedy, seeds, B, in_order, o) == 0,
+           "split on 2 threads, f16 weights")) {
+        const float *tlog = ex_data("text_logits", (uint64_t)B * T * kc->text_card_out);
+        const float *dlog = ex_data("dep_logits", (uint64_t)B * T * kc->dep_q * kc->card);
+        const double u = 1.0 / 2048;
+        double st, et = maxdiff(o->tlog, tlog, (size_t)B * T * kc->text_card_out, &st);
+        double sd, ed = maxdiff(o->dlog, dlog, (size_t)B * T * kc->dep_q * kc->card, &sd);
+        ok(et <= 4 * u * st && ed <= 4 * u * sd && ed > 1e-6 * sd,
+           "f16: text and depformer logits within 4u of the scale, rounded (%.2e of %.2f, "
+           "%.2e of %.2f)", et, st, ed, sd);
+    }
+    dec_threads = 1;
+    dec_weights = MT_FMT_DEFAULT;
+    mt_decoder_free(d);
+    free_out(o);
+    mt_kyutai_free(lm);
+}
+
+/* Kyutai's smaller published shapes (moshi's configs/ and the models'
+ * config.json), shape-only: the numbers of the published configurations,
+ * what is left out said, and known as Kyutai's. */
+static void test_published_presets(void)
+{
+    static const struct {
+        const char *spec;
+        int dim, heads, layers, ffn, text, n_q, dep_q, context, dep_dim, dep_ffn, delay2;
+    } p[] = {
+        { "synthetic:stt-1b", 2048, 16, 16, 5632, 8000, 32, 0, 750, 0, 0, 0 },
+        { "synthetic:stt-2.6b", 2048, 32, 48, 5632, 4000, 32, 0, 375, 0, 0, 0 },
+        { "synthetic:moshi-2b", 2560, 20, 24, 7040, 48000, 32, 16, 3000, 1024, 2816, 2 },
+    };
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        char err[512] = "";
+        mt_kyutai_lm *lm = NULL;
+        if (!ok(mt_kyutai_load(p[i].spec, MT_MODEL_SHAPE_ONLY, &lm, err, sizeof err) == 0,
+                "%s loads shape-only (%s)", p[i].spec, err))
+            continue;
+        const mt_kyutai_config *kc = &lm->kc;
+        ok(kc->dim == p[i].dim && kc->num_heads == p[i].heads && kc->num_layers == p[i].layers &&
+           kc->ffn == p[i].ffn && kc->text_card == p[i].text && kc->n_q == p[i].n_q &&
+           kc->dep_q == p[i].dep_q && kc->context == p[i].context && kc->card == 2048 &&
+           kc->max_period == 100000 && kc->delays[2] == p[i].delay2 &&
+           (!kc->dep_q || (kc->dep_dim == p[i].dep_dim && kc->dep_ffn == p[i].dep_ffn &&
+                           kc->dep_layers == 6 && kc->dep_heads == 16)),
+           "  with the published shape (dim %d, %d layers, ffn %d, text %d, %d + %d codebooks, "
+           "context %d)", kc->dim, kc->num_layers, kc->ffn, kc->text_card, kc->dep_q,
+           kc->n_q - kc->dep_q, kc->context);
+        ok(mt_kyutai_preset_note(p[i].spec) && mt_kyutai_is_kyutai(p[i].spec),
+           "  a Kyutai model, what is not modelled said: %s", mt_kyutai_preset_note(p[i].spec));
+        mt_kyutai_free(lm);
+    }
 }
 
 /* Kyutai's interleaved rotary of one head vector v [hd] at position p. */
@@ -780,6 +859,7 @@ static void test_refusals(void)
            lm->temporal->cfg.vocab == 32000, "  with Moshi's temporal shape");
         mt_kyutai_free(lm);
     }
+    test_published_presets();
 }
 
 /* The expected outputs of fixture directory sub ("" for the main one)
@@ -822,6 +902,7 @@ int main(void)
     }
     test_against_kyutai("split");
     test_against_kyutai("fused");
+    test_threads_f16();
     test_rope_layouts();
     test_bounded_vs_ring();
     test_forced_and_cuda();
