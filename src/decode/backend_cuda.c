@@ -447,6 +447,37 @@ static void plan_splits(const cuda_backend *be, int nrows, int max_ring, int *ns
     *nsplit = (max_ring + *chunk - 1) / *chunk;
 }
 
+/* Queues layer l on x [n, hidden]: attention (the new K, V appended to the
+ * cache, the ring attended in nsplit chunks) and MLP, each added to x.
+ * 0, or -1 with err (work may still be queued). */
+static int layer_enqueue(cuda_backend *be, int l, int n, int nsplit, int chunk, char *err,
+                         size_t errlen)
+{
+    const mt_config *c = be->c;
+    cudaStream_t st = be->st;
+    const int H = c->hidden;
+    const dev_layer *L = &be->layer[l];
+    KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
+    if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
+        return -1;
+    if (L->bqkv || L->qk_norm) /* Qwen2 biases, Qwen3 q/k norms */
+        KE(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
+                          c->eps, st));
+    KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
+                         l, be->dims, st));
+    KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
+                       nsplit, chunk, be->dims, st));
+    if (gemm(be, L->wo, H, be->q_dim, be->att, n, be->x, 1.0f, err, errlen))
+        return -1;
+    KE(mt_cu_rmsnorm(be->x, L->mlp_norm, be->xn, n, H, c->eps, st));
+    if (gemm(be, L->wgu, 2 * c->ffn, H, be->xn, n, be->gu, 0.0f, err, errlen))
+        return -1;
+    KE(mt_cu_swiglu(be->gu, be->act, n, c->ffn, st));
+    if (gemm(be, L->wdown, H, c->ffn, be->act, n, be->x, 1.0f, err, errlen))
+        return -1;
+    return 0;
+}
+
 /* Runs rows h_rows[0..n) (filled by the caller, with ntab table entries in
  * h_tab) through the model; io's arrays hold n rows. warm: compute every
  * output the model has and copy it to the pinned buffer, none to the
@@ -495,27 +526,9 @@ static int forward_enqueue(cuda_backend *be, int n, size_t ntab, const mt_step_i
 
     /* the rotary angles are the same in every layer: once per call */
     KE(mt_cu_rope_table(be->d_rows, be->inv_freq, be->rope_cs, n, be->hd, st));
-    for (int l = 0; l < c->layers; l++) {
-        const dev_layer *L = &be->layer[l];
-        KE(mt_cu_rmsnorm(be->x, L->attn_norm, be->xn, n, H, c->eps, st));
-        if (gemm(be, L->wqkv, be->qkv_dim, H, be->xn, n, be->qkv, 0.0f, err, errlen))
+    for (int l = 0; l < c->layers; l++)
+        if (layer_enqueue(be, l, n, nsplit, chunk, err, errlen) != 0)
             return -1;
-        if (L->bqkv || L->qk_norm) /* Qwen2 biases, Qwen3 q/k norms */
-            KE(mt_cu_qwen_qkv(be->qkv, L->bqkv, L->qk_norm, n, c->heads, c->kv_heads, be->hd,
-                              c->eps, st));
-        KE(mt_cu_rope_append(be->qkv, be->d_rows, be->d_tab, be->kv, be->qrot, be->rope_cs, n,
-                             l, be->dims, st));
-        KE(mt_cu_attention(be->qrot, be->d_rows, be->d_tab, be->kv, be->part, be->att, n, l,
-                           nsplit, chunk, be->dims, st));
-        if (gemm(be, L->wo, H, be->q_dim, be->att, n, be->x, 1.0f, err, errlen))
-            return -1;
-        KE(mt_cu_rmsnorm(be->x, L->mlp_norm, be->xn, n, H, c->eps, st));
-        if (gemm(be, L->wgu, 2 * c->ffn, H, be->xn, n, be->gu, 0.0f, err, errlen))
-            return -1;
-        KE(mt_cu_swiglu(be->gu, be->act, n, c->ffn, st));
-        if (gemm(be, L->wdown, H, c->ffn, be->act, n, be->x, 1.0f, err, errlen))
-            return -1;
-    }
 
     int want_logits = (io->logits || warm) && be->lm_head;
     int want_pcm = (io->pcm_out || warm) && be->audio_out && !c->audio_passthrough;
