@@ -17,7 +17,7 @@
  * is recomputed with one mt_decoder_prefill of its whole history before it
  * steps. `stall` leaves the session waiting for a later tick.
  *
- * The clock: every time this file uses comes from e->now() (the options'
+ * The clock: every time the engine uses comes from eng_now(e) (the options'
  * clock, CLOCK_MONOTONIC by default), so a test drives deadlines, FILL and
  * catch-up with a clock of its own (tests/unit/test_engine.c).
  *
@@ -99,7 +99,8 @@
  *                     session bound) and the published capacity
  *   engine_outq.c     output frames, the ready list, mt_engine_take*
  *   engine_table.c    sessions by id, their states, removal
- * engine_int.h declares what they share.
+ * engine_int.h declares what they share, with an eng_ prefix (the drawing
+ * above names them without it: maybe_end is eng_maybe_end).
  */
 #define _GNU_SOURCE
 #include "util/errmsg.h"
