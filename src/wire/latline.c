@@ -114,7 +114,9 @@ size_t mt_line_chomp(const char *line, size_t len)
 
 /* Where mt_latline_parse stands in its line, and what its error messages
  * need: the line, the next byte i, the bytes o of ll->buf used, and the key
- * being read (line[ks .. ks+klen)). */
+ * being read (line[ks .. ks+klen)). The message buffers are each
+ * function's own (key, tmp): a cursor whose address never escapes stays
+ * in registers. */
 typedef struct ll_cursor {
     const char *line;
     size_t      len, i, o;
@@ -122,17 +124,17 @@ typedef struct ll_cursor {
     char       *err;
     size_t      errlen;
     size_t      ks, klen;
-    char        key[MT_LL_KEY_MAX + 8], tmp[16];
 } ll_cursor;
 
 /* the current key for an error message, made only when there is one */
-#define KEY key_name(c->key, sizeof c->key, c->line + c->ks, c->klen)
+#define KEY key_name(key, sizeof key, c->line + c->ks, c->klen)
 
 /* Reads the key at c->i into ll->buf (NUL-ended) and checks it: key bytes,
  * length, pair count, duplicates, room. *slot: its slot in ll->slot. 0, or
  * -1 with the message. */
 static int read_key(mt_latline *ll, ll_cursor *c, int *slot)
 {
+    char key[MT_LL_KEY_MAX + 8], tmp[16];   /* for a message */
     const char *line = c->line;
     size_t len = c->len, i = c->i, ks = i;
     uint32_t h = KEY_HASH0;
@@ -145,14 +147,14 @@ static int read_key(mt_latline *ll, ll_cursor *c, int *slot)
     if (klen == 0) {
         mt_set_err(c->err, c->errlen, "line %ld: column %zu: expected a key, found %s",
                 c->lineno, ks + 1,
-                describe_byte((unsigned char)line[ks], c->tmp, sizeof c->tmp));
+                describe_byte((unsigned char)line[ks], tmp, sizeof tmp));
         return -1;
     }
     if (i < len && line[i] != '=' && line[i] != ' ') {
-        sanitize(c->key, sizeof c->key, line + ks, klen + 1, MT_LL_KEY_MAX);
+        sanitize(key, sizeof key, line + ks, klen + 1, MT_LL_KEY_MAX);
         mt_set_err(c->err, c->errlen, "line %ld: key '%s': bad character %s in key "
-                "(keys are [a-z0-9_])", c->lineno, c->key,
-                describe_byte((unsigned char)line[i], c->tmp, sizeof c->tmp));
+                "(keys are [a-z0-9_])", c->lineno, key,
+                describe_byte((unsigned char)line[i], tmp, sizeof tmp));
         return -1;
     }
     if (klen > MT_LL_KEY_MAX) {
@@ -189,8 +191,10 @@ static int read_key(mt_latline *ll, ll_cursor *c, int *slot)
  * ll->buf (not yet NUL-ended). 0, or -1 with the message. */
 static int read_quoted(mt_latline *ll, ll_cursor *c)
 {
+    char key[MT_LL_KEY_MAX + 8], tmp[16];   /* for a message */
     const char *line = c->line;
-    size_t len = c->len, i = c->i;
+    char *buf = ll->buf;          /* a char store may alias *c: i, o local */
+    size_t len = c->len, i = c->i, o = c->o;
     for (;;) {
         if (i >= len) {
             mt_set_err(c->err, c->errlen, "line %ld: key '%s': unterminated "
@@ -211,34 +215,35 @@ static int read_quoted(mt_latline *ll, ll_cursor *c)
             ch = (unsigned char)line[i + 1];
             if (ch != '"' && ch != '\\') {
                 if (ch >= 0x21 && ch < 0x7f)
-                    snprintf(c->tmp, sizeof c->tmp, "\\%c", ch);
+                    snprintf(tmp, sizeof tmp, "\\%c", ch);
                 else
-                    snprintf(c->tmp, sizeof c->tmp, "\\ + byte 0x%02x", ch);
+                    snprintf(tmp, sizeof tmp, "\\ + byte 0x%02x", ch);
                 mt_set_err(c->err, c->errlen, "line %ld: key '%s': bad escape "
-                        "'%s' (only \\\" and \\\\)", c->lineno, KEY, c->tmp);
+                        "'%s' (only \\\" and \\\\)", c->lineno, KEY, tmp);
                 return -1;
             }
             i += 2;
         } else if (byte_class[ch] & C_QUOTED_BAD) {
             mt_set_err(c->err, c->errlen, "line %ld: key '%s': control %s in "
                     "value", c->lineno, KEY,
-                    describe_byte(ch, c->tmp, sizeof c->tmp));
+                    describe_byte(ch, tmp, sizeof tmp));
             return -1;
         } else {
             i++;
         }
-        if (c->o + 1 >= sizeof ll->buf) {
+        if (o + 1 >= sizeof ll->buf) {
             mt_set_err(c->err, c->errlen, "line %ld: key '%s': record full",
                     c->lineno, KEY);
             return -1;
         }
-        ll->buf[c->o++] = (char)ch;
+        buf[o++] = (char)ch;
     }
     c->i = i;
+    c->o = o;
     if (i < len && line[i] != ' ') {
         mt_set_err(c->err, c->errlen, "line %ld: key '%s': %s after closing "
                 "quote", c->lineno, KEY,
-                describe_byte((unsigned char)line[i], c->tmp, sizeof c->tmp));
+                describe_byte((unsigned char)line[i], tmp, sizeof tmp));
         return -1;
     }
     return 0;
@@ -249,6 +254,7 @@ static int read_quoted(mt_latline *ll, ll_cursor *c)
  * first bad one found again only for the message. 0, or -1. */
 static int read_bare(mt_latline *ll, ll_cursor *c)
 {
+    char key[MT_LL_KEY_MAX + 8], tmp[16];   /* for a message */
     const char *line = c->line;
     size_t len = c->len, i = c->i, vs = i;
     const char *sp = memchr(line + i, ' ', len - i);
@@ -262,7 +268,7 @@ static int read_bare(mt_latline *ll, ll_cursor *c)
             ;
         mt_set_err(c->err, c->errlen, "line %ld: key '%s': %s in unquoted "
                 "value", c->lineno, KEY,
-                describe_byte((unsigned char)line[i], c->tmp, sizeof c->tmp));
+                describe_byte((unsigned char)line[i], tmp, sizeof tmp));
         return -1;
     }
     if (i == vs) {
@@ -284,6 +290,7 @@ static int read_bare(mt_latline *ll, ll_cursor *c)
  * next of ll->pair. 0, or -1 with the message. */
 static int read_pair(mt_latline *ll, ll_cursor *c)
 {
+    char key[MT_LL_KEY_MAX + 8];   /* for a message */
     int slot;
     if (read_key(ll, c, &slot) != 0)
         return -1;
