@@ -29,6 +29,16 @@ int eng_fill_room(mt_engine *e)
     return 0;
 }
 
+/* Appends input n of session id with its deadline (room made by
+ * eng_fill_room). Under the lock. */
+void eng_fill_push(mt_engine *e, uint32_t id, uint64_t n, uint64_t deadline)
+{
+    fill_ent *fe = &e->fq[(e->fhead + e->flen) % e->fcap];
+    fe->id = id;
+    fe->n = n;
+    fe->deadline = deadline;
+    e->flen++;
+}
 
 /* ---- FILL deadlines (I/O thread) ------------------------------------------ */
 

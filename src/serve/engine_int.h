@@ -190,7 +190,8 @@ void eng_send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
 void eng_send_text(mt_engine *e, sess *s, const in_entry *q, int32_t tok);
 
 /* engine_fill.c: the FILL FIFO */
-int eng_fill_room(mt_engine *e);
+int  eng_fill_room(mt_engine *e);
+void eng_fill_push(mt_engine *e, uint32_t id, uint64_t n, uint64_t deadline);
 
 /* engine_preempt.c: room in the KV pool */
 int eng_make_room(mt_engine *e, sess *s, int *recompute);

@@ -46,13 +46,8 @@ int mt_engine_input(mt_engine *e, uint32_t id, const mt_frame *f,
         rc = 1;
         goto out;
     }
-    if (e->o.fill) {
-        fill_ent *fe = &e->fq[(e->fhead + e->flen) % e->fcap];
-        fe->id = s->id;
-        fe->n = s->n_in;
-        fe->deadline = t_arrive + e->o.deadline_ns;
-        e->flen++;
-    }
+    if (e->o.fill)
+        eng_fill_push(e, s->id, s->n_in, t_arrive + e->o.deadline_ns);
     s->n_in++;
     int idx = (s->qhead + s->qlen) % s->qcap;
     in_entry *q = &s->q[idx];
