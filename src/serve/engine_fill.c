@@ -9,7 +9,6 @@
 
 #include <stdlib.h>
 
-
 /* Room for one more entry in the FILL FIFO (doubling its ring). 0, or -1
  * out of memory. Under the lock. */
 int eng_fill_room(mt_engine *e)

@@ -198,7 +198,6 @@ size_t mt_engine_take_swap(mt_engine *e, uint32_t id, mt_outbuf *b, size_t limit
     return n;
 }
 
-
 int mt_engine_take_ready(mt_engine *e, void **users, int cap)
 {
     int n = 0;

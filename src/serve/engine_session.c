@@ -187,7 +187,6 @@ void mt_engine_count_lost_input(mt_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-
 void mt_engine_input_end(mt_engine *e, uint32_t id)
 {
     pthread_mutex_lock(&e->mu);
@@ -282,7 +281,6 @@ void mt_engine_counts(mt_engine *e, int *active, int *pending)
     if (pending)
         *pending = p;
 }
-
 
 /* Throws the input queue away: unanswered frames become misses. */
 void eng_drop_queue(mt_engine *e, sess *s)

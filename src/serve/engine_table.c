@@ -98,7 +98,6 @@ void eng_set_state(mt_engine *e, sess *s, int st)
     s->state = st;
 }
 
-
 void eng_free_sess(mt_engine *e, sess *s)
 {
     if (s->kv)
