@@ -18,11 +18,19 @@ static int read_header(const char *line, const char *name, long lineno, mt_codes
 {
     const char *p = strstr(line, "codebooks=");
     if (p) {
-        c->n = atoi(p + 10);
-        if (c->n < 1 || c->n > MT_CODES_MAX_BOOKS) {
+        int n = atoi(p + 10);
+        if (n < 1 || n > MT_CODES_MAX_BOOKS) {
             snprintf(err, errlen, "%s:%ld: codebooks= out of range", name, lineno);
             return -1;
         }
+        /* the rows read so far were stored n codes a frame: a header that
+         * changes n after them would have the next rows overrun them */
+        if (c->frames > 0 && n != c->n) {
+            snprintf(err, errlen, "%s:%ld: codebooks=%d after frames of %d codes", name,
+                     lineno, n, c->n);
+            return -1;
+        }
+        c->n = n;
     }
     p = strstr(line, "samples=");
     if (p) {
