@@ -160,7 +160,6 @@ static inline uint64_t eng_now(mt_engine *e)
 /* engine_table.c: sessions by id */
 sess *eng_ht_get(const mt_engine *e, uint32_t id);   /* S_GONE ones too */
 int   eng_ht_put(mt_engine *e, sess *s);
-void  eng_ht_del(mt_engine *e, uint32_t id);
 sess *eng_find(mt_engine *e, uint32_t id);           /* never S_GONE */
 void  eng_set_state(mt_engine *e, sess *s, int st);
 void  eng_free_sess(mt_engine *e, sess *s);
@@ -175,11 +174,8 @@ void   eng_push_ctl(mt_engine *e, sess *s, int type, uint16_t flags,
                     const void *payload, size_t len);
 void   eng_push_reason(mt_engine *e, sess *s, int type, uint16_t flags,
                        const char *reason);
-void   eng_status_locked(const sess *s, mt_sess_status *st);
-size_t eng_take_locked(sess *s, uint8_t *buf, size_t cap);
 
 /* engine_session.c: ending a session */
-void eng_drop_queue(mt_engine *e, sess *s);
 void eng_maybe_end(mt_engine *e, sess *s);
 void eng_end_with_error(mt_engine *e, sess *s, const char *reason);
 

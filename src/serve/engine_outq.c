@@ -115,7 +115,7 @@ void eng_push_reason(mt_engine *e, sess *s, int type, uint16_t flags, const char
     eng_push_ctl(e, s, type, flags, reason, n);
 }
 
-void eng_status_locked(const sess *s, mt_sess_status *st)
+static void status_locked(const sess *s, mt_sess_status *st)
 {
     st->known = 1;
     st->out_bytes = s->ob_len;
@@ -130,13 +130,13 @@ int mt_engine_status(mt_engine *e, uint32_t id, mt_sess_status *st)
     pthread_mutex_lock(&e->mu);
     sess *s = eng_find(e, id);
     if (s)
-        eng_status_locked(s, st);
+        status_locked(s, st);
     pthread_mutex_unlock(&e->mu);
     return s ? 0 : -1;
 }
 
 /* Under the lock: up to cap of s's queued bytes into buf. */
-size_t eng_take_locked(sess *s, uint8_t *buf, size_t cap)
+static size_t take_locked(sess *s, uint8_t *buf, size_t cap)
 {
     size_t n = s->ob_len < cap ? s->ob_len : cap;
     if (n)
@@ -154,7 +154,7 @@ size_t mt_engine_take(mt_engine *e, uint32_t id, uint8_t *buf, size_t cap)
     pthread_mutex_lock(&e->mu);
     sess *s = eng_find(e, id);
     if (s)
-        n = eng_take_locked(s, buf, cap);
+        n = take_locked(s, buf, cap);
     pthread_mutex_unlock(&e->mu);
     return n;
 }
@@ -190,10 +190,10 @@ size_t mt_engine_take_swap(mt_engine *e, uint32_t id, mt_outbuf *b, size_t limit
                 b->cap = limit;
             }
         }
-        n = b->len = eng_take_locked(s, b->p, b->cap < limit ? b->cap : limit);
+        n = b->len = take_locked(s, b->p, b->cap < limit ? b->cap : limit);
     }
     if (s)
-        eng_status_locked(s, st);
+        status_locked(s, st);
     pthread_mutex_unlock(&e->mu);
     return n;
 }

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void drop_queue(mt_engine *e, sess *s);
+
 /* ---- sessions (I/O thread) ------------------------------------------------ */
 
 uint32_t mt_engine_session_new(mt_engine *e)
@@ -204,7 +206,7 @@ void mt_engine_fail(mt_engine *e, uint32_t id, const char *reason)
     sess *s = eng_find(e, id);
     if (s && s->state != S_ENDED) {
         if (s->q)
-            eng_drop_queue(e, s);
+            drop_queue(e, s);
         if (s->state == S_PENDING)
             e->rejected++;
         eng_push_reason(e, s, MT_FRAME_ERROR, 0, reason);
@@ -222,7 +224,7 @@ int mt_engine_shed(mt_engine *e, uint32_t id, const char *reason)
         /* a row in the batch being stepped: deliver_row sees the state is
          * no longer S_ACTIVE and delivers nothing (its input is one of the
          * misses counted here) */
-        eng_drop_queue(e, s);
+        drop_queue(e, s);
         eng_push_reason(e, s, MT_FRAME_END, 0, reason);
         eng_set_state(e, s, S_ENDED);
         e->shed++;
@@ -238,7 +240,7 @@ void mt_engine_close(mt_engine *e, uint32_t id)
     sess *s = eng_find(e, id);
     if (s) {
         if (s->q)
-            eng_drop_queue(e, s);
+            drop_queue(e, s);
         if (s->state == S_PENDING)
             e->rejected++;    /* left before a decision: not admitted */
         eng_set_state(e, s, S_ENDED);
@@ -283,7 +285,7 @@ void mt_engine_counts(mt_engine *e, int *active, int *pending)
 }
 
 /* Throws the input queue away: unanswered frames become misses. */
-void eng_drop_queue(mt_engine *e, sess *s)
+static void drop_queue(mt_engine *e, sess *s)
 {
     for (int i = 0; i < s->qlen; i++)
         if (!s->q[(s->qhead + i) % s->qcap].answered)
@@ -309,7 +311,7 @@ void eng_maybe_end(mt_engine *e, sess *s)
 /* Ends s with ERROR (reason): its unanswered inputs become misses. */
 void eng_end_with_error(mt_engine *e, sess *s, const char *reason)
 {
-    eng_drop_queue(e, s);
+    drop_queue(e, s);
     eng_push_reason(e, s, MT_FRAME_ERROR, 0, reason);
     eng_set_state(e, s, S_ENDED);
 }

@@ -60,7 +60,7 @@ int eng_ht_put(mt_engine *e, sess *s)
 }
 
 /* Removes id; the slots after it in its run move back (no tombstones). */
-void eng_ht_del(mt_engine *e, uint32_t id)
+static void ht_del(mt_engine *e, uint32_t id)
 {
     if (!e->htcap)
         return;
@@ -113,7 +113,7 @@ void eng_free_sess(mt_engine *e, sess *s)
 void eng_remove_sess(mt_engine *e, sess *s)
 {
     e->nstate[s->state]--;
-    eng_ht_del(e, s->id);
+    ht_del(e, s->id);
     if (s->ready)
         for (int i = 0; i < e->nready; i++)
             if (e->ready[i] == s->id) {
