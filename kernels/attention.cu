@@ -145,6 +145,13 @@ __device__ __forceinline__ void online_update(const float (&q)[MAXG][8], uint4 k
     }
 }
 
+/* One (split, kv head, row) block of the split attention. It stays one
+ * function over 100 lines on purpose (tools/longfuncs.sh allows it): its
+ * phases (the query into registers, the walk over the sinks and the ring's
+ * chunk, the key groups' merge by shuffles, the warps' merge in shared
+ * memory around the barrier, the partial out) all work on the same
+ * registers (acc, m, l); device functions would take them all by
+ * reference and hide which phase the barrier separates. */
 template <int MAXG>
 __global__ void __launch_bounds__(ATT_THREADS)
 attn_split_kernel(const float *__restrict__ qrot, const mt_cu_row *__restrict__ rows,

@@ -565,17 +565,19 @@ static double metronome_ceiling(const mt_admit *a)
     return p * a->o.budget_ms;
 }
 
-/* Fits the median m(x) and the spread s(x) of the signal over the levels,
- * then returns the largest x whose m + qz s, plus z standard errors of
- * that estimate, stays under margin x budget; never at or above a level
- * already seen over the ceiling (probe x budget). From there, the probe
- * (metronome_probe) goes on one level at a time. */
-static int metronome_predict(mt_admit *a)
-{
-    double target = a->o.margin * a->o.budget_ms;
-    double ceiling = metronome_ceiling(a);
+/* The levels seen with enough samples, as points for the fits: level x,
+ * its sample count, median m and spread s (MAD sigma), with their
+ * variances. */
+typedef struct level_pts {
     double xs[FIT_MAX], ms[FIT_MAX], mv[FIT_MAX], ss[FIT_MAX], sv[FIT_MAX];
-    int ns[FIT_MAX];
+    int    ns[FIT_MAX];
+    int    k;
+} level_pts;
+
+/* Gathers the levels into pt and returns the lowest level seen over the
+ * ceiling, directly (its m + qz s) or by lateness born there; 0: none. */
+static int gather_levels(mt_admit *a, double ceiling, level_pts *pt)
+{
     int k = 0, cap = 0;
     for (int x = 1; x <= a->lv_top && k < FIT_MAX; x++) {
         if (!a->lv[x].n)
@@ -586,14 +588,15 @@ static int metronome_predict(mt_admit *a)
             continue;
         if (m + a->o.quantile_z * s > ceiling && (!cap || x < cap))
             cap = x;     /* direct evidence beats any extrapolation */
-        xs[k] = x;
-        ns[k] = n;
-        ms[k] = m;
-        mv[k] = VAR_MEDIAN * s * s / n;
-        ss[k] = s;
-        sv[k] = VAR_MAD_SIGMA * s * s / n;
+        pt->xs[k] = x;
+        pt->ns[k] = n;
+        pt->ms[k] = m;
+        pt->mv[k] = VAR_MEDIAN * s * s / n;
+        pt->ss[k] = s;
+        pt->sv[k] = VAR_MAD_SIGMA * s * s / n;
         k++;
     }
+    pt->k = k;
     /* lateness born at a level (not inherited from a higher one) is
      * direct evidence too: that level cannot keep up, whatever its mean
      * compute says (e.g. a server that cannot catch up after a hiccup) */
@@ -605,45 +608,48 @@ static int metronome_predict(mt_admit *a)
             break;
         }
     }
-    a->st.levels = k;
-    a->hard_cap = cap;
-    a->why = WHY_LEARNING;
-    if (k == 0)
-        return 1;                /* nothing learnt: one session to learn from */
-    /* Weights from each level's own noisy sigma would favour the levels
-     * that happened to look quiet (biasing both lines low): fit the
-     * spread with count weights first, then weight both fits by the
-     * spread that line gives. */
-    line_fit fm, fs;
+    return cap;
+}
+
+/* Fits the median line fm and the spread line fs over pt (k >= 1).
+ * Weights from each level's own noisy sigma would favour the levels
+ * that happened to look quiet (biasing both lines low): fit the
+ * spread with count weights first, then weight both fits by the
+ * spread that line gives. */
+static void fit_levels(level_pts *pt, line_fit *fm, line_fit *fs)
+{
+    int k = pt->k;
     for (int i = 0; i < k; i++)
-        sv[i] = 1.0 / (double)ns[i];
-    fit_line(xs, ss, sv, k, &fs);
+        pt->sv[i] = 1.0 / (double)pt->ns[i];
+    fit_line(pt->xs, pt->ss, pt->sv, k, fs);
     for (int i = 0; i < k; i++) {
-        double sf = fit_at(&fs, xs[i]);
-        double fl = sigma_floor(ms[i]);
+        double sf = fit_at(fs, pt->xs[i]);
+        double fl = sigma_floor(pt->ms[i]);
         if (sf < fl)
             sf = fl;
-        sv[i] = VAR_MAD_SIGMA * sf * sf / ns[i];
-        mv[i] = VAR_MEDIAN * sf * sf / ns[i];
+        pt->sv[i] = VAR_MAD_SIGMA * sf * sf / pt->ns[i];
+        pt->mv[i] = VAR_MEDIAN * sf * sf / pt->ns[i];
     }
-    fit_line(xs, ss, sv, k, &fs);
-    fit_line(xs, ms, mv, k, &fm);
-    a->fit_m = fm;
-    a->st.fit_a = fm.A;
-    a->st.fit_b = fm.B;
-    a->st.fit_sa = fs.A;
-    a->st.fit_sb = fs.B;
+    fit_line(pt->xs, pt->ss, pt->sv, k, fs);
+    fit_line(pt->xs, pt->ms, pt->mv, k, fm);
+}
+
+/* The largest level whose predicted p99, with z standard errors of the
+ * fits and the model's own error, stays under target (a->why says what
+ * stopped it). */
+static int largest_under(mt_admit *a, const line_fit *fm, const line_fit *fs, double target)
+{
     double qz = a->o.quantile_z;
     int best = 0;
     a->why = WHY_MAX;
     for (int x = 1; x <= a->o.max_limit; x++) {
-        double s = fit_at(&fs, x);
-        double floor_s = sigma_floor(fit_at(&fm, x));
+        double s = fit_at(fs, x);
+        double floor_s = sigma_floor(fit_at(fm, x));
         if (s < floor_s)
             s = floor_s;
-        double me = MODEL_ERR_REL * fit_at(&fm, x);
-        double pred = fit_at(&fm, x) + qz * s +
-                      a->o.z * sqrt(fit_var(&fm, x) + qz * qz * fit_var(&fs, x) + me * me);
+        double me = MODEL_ERR_REL * fit_at(fm, x);
+        double pred = fit_at(fm, x) + qz * s +
+                      a->o.z * sqrt(fit_var(fm, x) + qz * qz * fit_var(fs, x) + me * me);
         if (pred > target) {
             a->why = WHY_MODEL;
             a->why_ms = pred;
@@ -651,47 +657,81 @@ static int metronome_predict(mt_admit *a)
         }
         best = x;
     }
+    return best;
+}
+
+/* The level now running (xa) is direct evidence too, and the line's
+ * extrapolation one step up is only as good as it: go above it only
+ * once its own p99 estimate, with that estimate's standard error
+ * (median and MAD sigma of its n samples), is under the target. Far
+ * below the target a few ticks show that; near it the level is held
+ * until it has enough ticks to tell. A test repeated at every tick
+ * would pass by chance sooner or later (the estimate wanders, and one
+ * lucky stretch is enough), so the verdict is taken again only when
+ * the level's sample count has doubled since the last one, or a whole
+ * ring of new samples has come: a handful of looks per level. Returns
+ * best, or xa where the level is held. */
+static int hold_at_running(mt_admit *a, int best, int xa, const line_fit *fs, double target)
+{
+    double qz = a->o.quantile_z;
+    level *l = &a->lv[xa];
+    double m, s;
+    int n = level_est(a, l, 0, &m, &s);
+    if (n < l->above_n)          /* forgotten, or a change point */
+        l->above_n = 0;
+    if (n >= MIN_LEVEL_N &&
+        (l->above_n == 0 || n >= 2 * l->above_n || a->st.ticks - l->above_tick >= RING)) {
+        /* a few ticks can look tight by chance: the spread is never
+         * taken under what the line fitted over all levels says */
+        double sf = fit_at(fs, xa);
+        if (s < sf)
+            s = sf;
+        double se = s * sqrt((VAR_MEDIAN + qz * qz * VAR_MAD_SIGMA) / n);
+        l->above_ms = m + qz * s + a->o.z * se;
+        l->above_ok = l->above_ms <= target;
+        l->above_n = n;
+        l->above_tick = a->st.ticks;
+    }
+    if (l->above_n == 0 || !l->above_ok) {
+        best = xa;
+        a->why = l->above_n == 0 ? WHY_LEARNING : WHY_NEAR;
+        a->why_ms = l->above_ms;
+    }
+    return best;
+}
+
+/* Fits the median m(x) and the spread s(x) of the signal over the levels,
+ * then returns the largest x whose m + qz s, plus z standard errors of
+ * that estimate, stays under margin x budget; never at or above a level
+ * already seen over the ceiling (probe x budget). From there, the probe
+ * (metronome_probe) goes on one level at a time. */
+static int metronome_predict(mt_admit *a)
+{
+    double target = a->o.margin * a->o.budget_ms;
+    double ceiling = metronome_ceiling(a);
+    level_pts pt;
+    int cap = gather_levels(a, ceiling, &pt);
+    a->st.levels = pt.k;
+    a->hard_cap = cap;
+    a->why = WHY_LEARNING;
+    if (pt.k == 0)
+        return 1;                /* nothing learnt: one session to learn from */
+    line_fit fm, fs;
+    fit_levels(&pt, &fm, &fs);
+    a->fit_m = fm;
+    a->st.fit_a = fm.A;
+    a->st.fit_b = fm.B;
+    a->st.fit_sa = fs.A;
+    a->st.fit_sb = fs.B;
+    int best = largest_under(a, &fm, &fs, target);
     if (cap && best >= cap) {
         best = cap - 1;
         a->why = WHY_SEEN;
         a->why_ms = ceiling;
     }
-    /* The level now running is direct evidence too, and the line's
-     * extrapolation one step up is only as good as it: go above it only
-     * once its own p99 estimate, with that estimate's standard error
-     * (median and MAD sigma of its n samples), is under the target. Far
-     * below the target a few ticks show that; near it the level is held
-     * until it has enough ticks to tell. A test repeated at every tick
-     * would pass by chance sooner or later (the estimate wanders, and one
-     * lucky stretch is enough), so the verdict is taken again only when
-     * the level's sample count has doubled since the last one, or a whole
-     * ring of new samples has come: a handful of looks per level. */
     int xa = a->have_tick ? (int)a->last.active : 0;
-    if (best > xa && xa >= 1 && xa <= MT_ADMIT_MAX_LEVEL) {
-        level *l = &a->lv[xa];
-        double m, s;
-        int n = level_est(a, l, 0, &m, &s);
-        if (n < l->above_n)          /* forgotten, or a change point */
-            l->above_n = 0;
-        if (n >= MIN_LEVEL_N &&
-            (l->above_n == 0 || n >= 2 * l->above_n || a->st.ticks - l->above_tick >= RING)) {
-            /* a few ticks can look tight by chance: the spread is never
-             * taken under what the line fitted over all levels says */
-            double sf = fit_at(&fs, xa);
-            if (s < sf)
-                s = sf;
-            double se = s * sqrt((VAR_MEDIAN + qz * qz * VAR_MAD_SIGMA) / n);
-            l->above_ms = m + qz * s + a->o.z * se;
-            l->above_ok = l->above_ms <= target;
-            l->above_n = n;
-            l->above_tick = a->st.ticks;
-        }
-        if (l->above_n == 0 || !l->above_ok) {
-            best = xa;
-            a->why = l->above_n == 0 ? WHY_LEARNING : WHY_NEAR;
-            a->why_ms = l->above_ms;
-        }
-    }
+    if (best > xa && xa >= 1 && xa <= MT_ADMIT_MAX_LEVEL)
+        best = hold_at_running(a, best, xa, &fs, target);
     if (ceiling > target && best <= xa && xa >= 1 && xa < MT_ADMIT_MAX_LEVEL &&
         xa + 1 <= a->o.max_limit && (!cap || xa + 1 < cap) &&
         metronome_probe(a, xa, &fm, &fs, ceiling))

@@ -13,6 +13,22 @@
  * the frame (t_arrive/t_start/t_ready) and from the client's own clock.
  *
  * Library code: nothing printed, no exit(); errors come back as messages.
+ *
+ * src/client/ holds two things, told apart by their names:
+ *   the client engine, used by mt-replay and mt-probe alike:
+ *     client.c          the paced multi-session client (this header)
+ *     ws_client.c       the same sessions to a Kyutai WebSocket server
+ *     audio_read.c      audio files in (libsndfile)
+ *     audio_write.c     audio files and streams out
+ *     resample.c        rate conversion (libsamplerate), float <-> s16
+ *     audio_dev.c       sound devices (PortAudio)
+ *   the mt-replay application, replay*.c (cmd/mt-replay.c is its main):
+ *     replay.c          inputs or a microphone as sessions, their records
+ *     replay_input.c    its inputs at the session rate
+ *     replay_emit.c     --emit: a frame stream with no server
+ *     replay_play.c     --play: a frame stream to a file or a device
+ *     replay_transcript.c  -t: the TEXT frames' transcript
+ * Calls go from the application to the engine, never back.
  */
 #ifndef MT_CLIENT_H
 #define MT_CLIENT_H

@@ -1,6 +1,6 @@
 /* replay.c: audio inputs (or a microphone) as real-time sessions of
  * mt-serve, with their records: the paced client of client.c, fed from
- * input.c, its returned audio written by audio_write.c. See replay.h.
+ * replay_input.c, its returned audio written by audio_write.c. See replay.h.
  */
 #define _GNU_SOURCE
 #include "client/replay.h"
@@ -14,7 +14,7 @@
 
 #include "client/audio_write.h"
 #include "client/client.h"
-#include "client/transcript.h"
+#include "client/replay_transcript.h"
 #include "wire/latline.h"
 #include "util/clock.h"
 #include "util/errmsg.h"
@@ -201,7 +201,7 @@ static int source_restart(app *a, sess *s)
     return rc;
 }
 
-/* The next frame of a session's input (input.c's frame order, padding
+/* The next frame of a session's input (replay_input.c's frame order, padding
  * and --loop), bounded by --duration. 1 = frame, 0 = end, -1 = a read
  * error (said). */
 static int source_next(app *a, sess *s, int16_t *pcm, size_t n)

@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "client/audio_dev.h"
-#include "client/input.h"
+#include "client/replay_input.h"
 #include "model/tokenizer.h"
 #include "wire/frame.h"
 #include "wire/replay_rec.h"

@@ -2,19 +2,19 @@
  * operator can hear what it does to speech: audio -> codes (--encode),
  * codes -> audio (--decode), or audio -> codes -> audio (the default).
  *
- * The codes file is text: a header comment, then one line per 80 ms frame
- * with one integer per codebook:
- *     # mimi codes codebooks=8 frames=N samples=M sample_rate=24000
- *     1213 77 1904 ...
- * A last partial frame of audio is padded with silence to a whole frame
- * (and the padding said); decoded audio is cut back to the input's length
- * when the header says it ("samples="). */
+ * The codes file is text (codec/codes_file.c reads and writes it). A last
+ * partial frame of audio is padded with silence to a whole frame (and the
+ * padding said); decoded audio is cut back to the input's length when the
+ * codes file's header says it ("samples="). The steps: parse_args, run
+ * (load_codes or load_audio, encode_all, then mt_codes_write_path or
+ * decode_all), print_summary. */
 #define _GNU_SOURCE
 #include "cmd/codec_cmd.h"
 #include "cmd/opt.h"
 #include "client/audio_read.h"
 #include "client/audio_write.h"
 #include "client/resample.h"
+#include "codec/codes_file.h"
 #include "codec/mimi.h"
 #include "codec/mimi_engine.h"
 #include "util/clock.h"
@@ -90,14 +90,14 @@ static int one_option(void *ctx, int c, const char *arg)
     case 'n': return mt_opt_int(arg, 1, 64, &o->codebooks);
     case OPT_ENCODE: o->mode = o->mode == 2 ? -1 : 1; return 0;
     case OPT_DECODE: o->mode = o->mode == 1 ? -1 : 2; return 0;
-    case OPT_BACKEND:
-        return mimi_backend_parse(arg, &o->backend, NULL, 0) ? mt_opt_bad(arg, "is not cpu or cuda") : 0;
     case 'e':
         if (!strcmp(arg, "signed-integer")) o->enc = ENC_SIGNED;
         else if (!strcmp(arg, "floating-point")) o->enc = ENC_FLOAT;
         else return mt_opt_bad(arg, "is not signed-integer or floating-point");
         return 0;
     case 'b': return mt_opt_int(arg, 16, 64, &o->bits);
+    case OPT_BACKEND:
+        return mimi_backend_parse(arg, &o->backend, NULL, 0) ? mt_opt_bad(arg, "is not cpu or cuda") : 0;
     case OPT_RESAMPLE: {
         int q = mt_audio_quality_parse(arg);
         if (q < 0)
@@ -109,122 +109,23 @@ static int one_option(void *ctx, int c, const char *arg)
     return -1;
 }
 
-/* Reads a codes file: frames x n codes, n from the first line (or the
- * header's codebooks=). samples: the header's samples=, else -1. */
-static int read_codes(const char *path, int bins, int32_t **out, int *n_out, long *frames_out,
-                      long *samples, char *err, size_t errlen)
-{
-    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0, frames = 0, room = 0;
-    int n = 0, rc = -1;
-    int32_t *codes = NULL;
-    *samples = -1;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if ((size_t)len != strlen(line)) {
-            snprintf(err, errlen, "%s:%ld: a NUL byte", path, lineno);
-            goto done;
-        }
-        if (line[0] == '#') {
-            const char *p = strstr(line, "codebooks=");
-            if (p) {
-                n = atoi(p + 10);
-                if (n < 1 || n > 64) {
-                    snprintf(err, errlen, "%s:%ld: codebooks= out of range", path, lineno);
-                    goto done;
-                }
-            }
-            p = strstr(line, "samples=");
-            if (p) {
-                char *end;
-                errno = 0;
-                long s = strtol(p + 8, &end, 10);
-                if (errno || s < 0 || end == p + 8) {
-                    snprintf(err, errlen, "%s:%ld: samples= is not a count", path, lineno);
-                    goto done;
-                }
-                *samples = s;
-            }
-            continue;
-        }
-        int32_t row[65];
-        int k = 0;
-        char *p = line, *end;
-        for (;;) {
-            while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-                p++;
-            if (!*p)
-                break;
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || (*end && *end != ' ' && *end != '\t' && *end != '\r' && *end != '\n')) {
-                snprintf(err, errlen, "%s:%ld: not an integer code", path, lineno);
-                goto done;
-            }
-            if (v < 0 || v >= bins) {
-                snprintf(err, errlen, "%s:%ld: code %ld outside 0..%d", path, lineno, v, bins - 1);
-                goto done;
-            }
-            if (k == 64) {
-                snprintf(err, errlen, "%s:%ld: more than 64 codes", path, lineno);
-                goto done;
-            }
-            row[k++] = (int32_t)v;
-            p = end;
-        }
-        if (k == 0)
-            continue;
-        if (n == 0)
-            n = k;
-        if (k != n) {
-            snprintf(err, errlen, "%s:%ld: %d codes, expected %d", path, lineno, k, n);
-            goto done;
-        }
-        if (frames == room) {
-            room = room ? 2 * room : 256;
-            if (room > (1L << 26)) {
-                snprintf(err, errlen, "%s: too many frames", path);
-                goto done;
-            }
-            int32_t *nc = realloc(codes, (size_t)room * (size_t)n * sizeof *codes);
-            if (!nc) {
-                snprintf(err, errlen, "%s: out of memory", path);
-                goto done;
-            }
-            codes = nc;
-        }
-        memcpy(codes + (size_t)frames * n, row, (size_t)n * sizeof *row);
-        frames++;
-    }
-    if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error", path);
-        goto done;
-    }
-    if (frames == 0) {
-        snprintf(err, errlen, "%s: no frames of codes", path);
-        goto done;
-    }
-    rc = 0;
-done:
-    free(line);
-    if (f != stdin)
-        fclose(f);
-    if (rc == 0) {
-        *out = codes;
-        *n_out = n;
-        *frames_out = frames;
-    } else {
-        free(codes);
-    }
-    return rc;
-}
+/* One run of the subcommand: what it read, made and measured. */
+typedef struct codec_job {
+    opts               o;
+    const char        *in, *out;
+    int                sub;       /* OUT's libsndfile subformat; 0: its extension's */
+    mimi_model        *m;
+    const mimi_config *mc;
+    int                fs;        /* samples per frame */
+    mimi_engine       *eng;       /* one session, slot 0 */
+    float             *pcm;       /* [frames, fs] the input audio, padded */
+    int32_t           *codes;     /* [frames, n_q_used] */
+    long               frames, samples_in, samples_out, padded;
+    double             busy;      /* codec seconds */
+    char               err[1024];
+} codec_job;
+
+static const int slot0 = 0;
 
 /* -e and -b into a libsndfile subformat (sox's pairs): 0, or -1 (said). */
 static int out_encoding(const opts *o, int *sub)
@@ -243,7 +144,8 @@ static int out_encoding(const opts *o, int *sub)
     return 0;
 }
 
-int mt_probe_codec_main(int argc, char **argv)
+/* Options and operands into j. -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, codec_job *j)
 {
     static const struct option longopts[] = {
         {"codec", required_argument, 0, 'c'},
@@ -258,168 +160,188 @@ int mt_probe_codec_main(int argc, char **argv)
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
-    opts o = { .quality = mt_audio_quality_parse("medium") };
+    opts *o = &j->o;
+    o->quality = mt_audio_quality_parse("medium");
     int c;
     optind = 1;
     while ((c = mt_opt_next(&cli, argc, argv, "c:n:e:b:h", longopts)) >= 0)
-        if (one_option(&o, c, optarg) != 0)
+        if (one_option(o, c, optarg) != 0)
             return 2;
     if (c != MT_OPT_END)
         return mt_opt_status(c);
-    if (o.mode < 0)
+    if (o->mode < 0)
         return mt_opt_usage_error("--encode and --decode exclude each other");
-    if (!o.codec)
+    if (!o->codec)
         return mt_opt_usage_error("need -c CODEC");
     if (argc - optind != 2)
         return mt_opt_usage_error("need IN and OUT");
-    const char *in = argv[optind], *outp = argv[optind + 1];
-    int sub = 0;   /* OUT's libsndfile subformat; 0: its extension's */
-    if (out_encoding(&o, &sub) != 0)
+    j->in = argv[optind];
+    j->out = argv[optind + 1];
+    if (out_encoding(o, &j->sub) != 0)
         return 2;
-    const char *prog = "mt-probe codec";
-    char err[1024];
+    return -1;
+}
 
-    mimi_model *m = NULL;
-    if (mimi_load(o.codec, o.config, o.codebooks, &m, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", prog, err);
-        return 1;
-    }
-    const mimi_config *mc = mimi_model_config(m);
-    const int fs = mimi_frame_size(mc);
-    int rc = 1;
-    float *pcm = NULL, *outpcm = NULL;
-    int32_t *codes = NULL;
-    long frames = 0, samples_in = 0, samples_out = 0, padded = 0;
+/* --decode: the codes file IN; its codebooks decide the model's. */
+static int load_codes(codec_job *j)
+{
+    mt_codes c;
+    if (mt_codes_read_path(j->in, j->mc->bins, &c, j->err, sizeof j->err) != 0)
+        return -1;
+    j->codes = c.codes;
+    j->frames = c.frames;
+    j->samples_in = c.samples;
+    if (mimi_set_codebooks(j->m, c.n, j->err, sizeof j->err) != 0)
+        return -1;
+    long fs = j->fs;
+    if (j->samples_in > j->frames * fs || j->samples_in <= (j->frames - 1) * fs)
+        j->samples_in = j->frames * fs;   /* the header disagrees: keep every frame */
+    return 0;
+}
+
+/* Encode and round trip: the audio IN at the codec's rate, padded with
+ * silence to whole frames. */
+static int load_audio(codec_job *j)
+{
     mt_audio a = {0}, r = {0};
-    mimi_engine *eng = NULL;   /* one session, slot 0 */
-    const int slot0 = 0;
-    FILE *cf = NULL;
-    mt_audio_writer *aw = NULL;
-    double t0 = 0, busy = 0;
-
-    if (o.mode == 2) {
-        int n;
-        if (read_codes(in, mc->bins, &codes, &n, &frames, &samples_in, err, sizeof err) != 0)
-            goto fail;
-        if (mimi_set_codebooks(m, n, err, sizeof err) != 0)
-            goto fail;
-        if (samples_in > frames * (long)fs || samples_in <= (frames - 1) * (long)fs)
-            samples_in = frames * (long)fs;   /* the header disagrees: keep every frame */
-    } else {
-        if (mt_audio_read(in, &a, err, sizeof err) != 0)
-            goto fail;
-        if (a.rate != mc->sample_rate) {
-            if (mt_audio_resample(&a, mc->sample_rate, o.quality, &r, err, sizeof err) != 0)
-                goto fail;
-            mt_audio_free(&a);
-            a = r;
-            memset(&r, 0, sizeof r);
-        }
-        samples_in = (long)a.frames;
-        frames = (samples_in + fs - 1) / fs;
-        padded = frames * (long)fs - samples_in;
-        pcm = calloc((size_t)frames * fs, sizeof *pcm);
-        codes = calloc((size_t)frames * mc->n_q_used, sizeof *codes);
-        if (!pcm || !codes) {
-            snprintf(err, sizeof err, "out of memory");
-            goto fail;
-        }
-        memcpy(pcm, a.samples, (size_t)samples_in * sizeof *pcm);
+    int rc = -1;
+    if (mt_audio_read(j->in, &a, j->err, sizeof j->err) != 0)
+        goto out;
+    if (a.rate != j->mc->sample_rate) {
+        if (mt_audio_resample(&a, j->mc->sample_rate, j->o.quality, &r, j->err, sizeof j->err) != 0)
+            goto out;
+        mt_audio_free(&a);
+        a = r;
+        memset(&r, 0, sizeof r);
     }
-    const int nq = mc->n_q_used;
-    if (mimi_engine_new(m, o.backend, 1, 1, &eng, err, sizeof err) != 0)
-        goto fail;
-    t0 = (double)mt_clock_ns() * 1e-9;
-    if (o.mode != 2)
-        for (long f = 0; f < frames; f++)
-            if (mimi_engine_encode(eng, &slot0, 1, pcm + (size_t)f * fs, codes + (size_t)f * nq, err,
-                                   sizeof err) != 0)
-                goto fail;
-    if (o.mode == 1) {
-        busy = (double)mt_clock_ns() * 1e-9 - t0;
-        cf = strcmp(outp, "-") ? fopen(outp, "w") : stdout;
-        if (!cf) {
-            snprintf(err, sizeof err, "%s: %s", outp, strerror(errno));
-            goto fail;
-        }
-        fprintf(cf, "# mimi codes codebooks=%d frames=%ld samples=%ld sample_rate=%d\n", nq, frames,
-                samples_in, mc->sample_rate);
-        for (long f = 0; f < frames; f++)
-            for (int i = 0; i < nq; i++)
-                fprintf(cf, "%d%c", codes[(size_t)f * nq + i], i + 1 < nq ? ' ' : '\n');
-        int bad = ferror(cf);
-        if (cf != stdout)
-            bad |= fclose(cf) != 0;
-        else
-            bad |= fflush(cf) != 0;
-        cf = NULL;
-        if (bad) {
-            snprintf(err, sizeof err, "%s: write error", outp);
-            goto fail;
-        }
-        samples_out = 0;
-    } else {
-        outpcm = malloc((size_t)fs * sizeof *outpcm);
-        int16_t *s16 = malloc((size_t)fs * sizeof *s16);
-        if (!outpcm || !s16) {
-            free(s16);
-            snprintf(err, sizeof err, "out of memory");
-            goto fail;
-        }
-        /* float samples unless plain 16-bit: the codec's output itself */
-        int fmt = 0, as_float = sub && sub != SF_FORMAT_PCM_16;
-        if (!sub && mt_audio_format_for_path(outp, &fmt, err, sizeof err) == 0)
-            as_float = (fmt & SF_FORMAT_SUBMASK) == SF_FORMAT_FLOAT ||
-                       (fmt & SF_FORMAT_SUBMASK) == SF_FORMAT_DOUBLE;
-        if (mt_audio_writer_open_sub(outp, mc->sample_rate, sub, &aw, err, sizeof err) != 0) {
-            free(s16);
-            goto fail;
-        }
-        for (long f = 0; f < frames; f++) {
-            if (mimi_engine_decode(eng, &slot0, 1, codes + (size_t)f * nq, outpcm, err, sizeof err) != 0) {
-                free(s16);
-                goto fail;
-            }
-            long keep = samples_in - f * (long)fs;
-            if (keep > fs)
-                keep = fs;
-            mt_audio_to_s16(outpcm, s16, (size_t)keep);
-            if (as_float ? mt_audio_writer_write_float(aw, outpcm, (size_t)keep, err, sizeof err)
-                         : mt_audio_writer_write(aw, s16, (size_t)keep, err, sizeof err)) {
-                free(s16);
-                goto fail;
-            }
-            samples_out += keep;
-        }
-        free(s16);
-        busy = (double)mt_clock_ns() * 1e-9 - t0;
-        if (mt_audio_writer_commit(aw, err, sizeof err) != 0) {
-            aw = NULL;
-            goto fail;
-        }
-        aw = NULL;
+    j->samples_in = (long)a.frames;
+    j->frames = (j->samples_in + j->fs - 1) / j->fs;
+    j->padded = j->frames * (long)j->fs - j->samples_in;
+    j->pcm = calloc((size_t)j->frames * j->fs, sizeof *j->pcm);
+    j->codes = calloc((size_t)j->frames * j->mc->n_q_used, sizeof *j->codes);
+    if (!j->pcm || !j->codes) {
+        snprintf(j->err, sizeof j->err, "out of memory");
+        goto out;
     }
-    {
-        static const char *const modes[] = { "roundtrip", "encode", "decode" };
-        long fin = o.mode == 2 ? 0 : (long)mimi_engine_frames_encoded(eng, slot0);
-        long fout = o.mode == 1 ? frames : (long)mimi_engine_frames_decoded(eng, slot0);
-        printf("codec mode=%s frames_in=%ld frames_out=%ld samples_in=%ld samples_out=%ld padded=%ld "
-               "codebooks=%d state_bytes=%zu seconds=%.3f rtf=%.3f backend=%s\n",
-               modes[o.mode], o.mode == 2 ? frames : fin, fout, samples_in, samples_out, padded, nq,
-               mimi_state_bytes(m), busy, busy / (frames * (double)fs / mc->sample_rate),
-               mimi_backend_name(o.backend));
-    }
+    memcpy(j->pcm, a.samples, (size_t)j->samples_in * sizeof *j->pcm);
     rc = 0;
-fail:
-    if (rc != 0)
-        fprintf(stderr, "%s: %s\n", prog, err);
-    mt_audio_writer_abort(aw);
+out:
     mt_audio_free(&a);
     mt_audio_free(&r);
-    free(pcm);
+    return rc;
+}
+
+/* Every frame of j->pcm into j->codes, one at a time as a session does. */
+static int encode_all(codec_job *j)
+{
+    const int nq = j->mc->n_q_used;
+    for (long f = 0; f < j->frames; f++)
+        if (mimi_engine_encode(j->eng, &slot0, 1, j->pcm + (size_t)f * j->fs,
+                               j->codes + (size_t)f * nq, j->err, sizeof j->err) != 0)
+            return -1;
+    return 0;
+}
+
+/* Every frame of j->codes decoded into the audio file OUT, cut back to
+ * samples_in. busy: the codec's time, from t0, before the file's commit. */
+static int decode_all(codec_job *j, double t0)
+{
+    const int nq = j->mc->n_q_used, fs = j->fs;
+    float *outpcm = malloc((size_t)fs * sizeof *outpcm);      /* [fs] */
+    int16_t *s16 = malloc((size_t)fs * sizeof *s16);          /* [fs] */
+    mt_audio_writer *aw = NULL;
+    int rc = -1;
+    if (!outpcm || !s16) {
+        snprintf(j->err, sizeof j->err, "out of memory");
+        goto out;
+    }
+    /* float samples unless plain 16-bit: the codec's output itself */
+    int fmt = 0, as_float = j->sub && j->sub != SF_FORMAT_PCM_16;
+    if (!j->sub && mt_audio_format_for_path(j->out, &fmt, j->err, sizeof j->err) == 0)
+        as_float = (fmt & SF_FORMAT_SUBMASK) == SF_FORMAT_FLOAT ||
+                   (fmt & SF_FORMAT_SUBMASK) == SF_FORMAT_DOUBLE;
+    if (mt_audio_writer_open_sub(j->out, j->mc->sample_rate, j->sub, &aw, j->err,
+                                 sizeof j->err) != 0)
+        goto out;
+    for (long f = 0; f < j->frames; f++) {
+        if (mimi_engine_decode(j->eng, &slot0, 1, j->codes + (size_t)f * nq, outpcm, j->err,
+                               sizeof j->err) != 0)
+            goto out;
+        long keep = j->samples_in - f * (long)fs;
+        if (keep > fs)
+            keep = fs;
+        mt_audio_to_s16(outpcm, s16, (size_t)keep);
+        if (as_float ? mt_audio_writer_write_float(aw, outpcm, (size_t)keep, j->err, sizeof j->err)
+                     : mt_audio_writer_write(aw, s16, (size_t)keep, j->err, sizeof j->err))
+            goto out;
+        j->samples_out += keep;
+    }
+    j->busy = (double)mt_clock_ns() * 1e-9 - t0;
+    mt_audio_writer *w = aw;
+    aw = NULL;
+    if (mt_audio_writer_commit(w, j->err, sizeof j->err) != 0)
+        goto out;
+    rc = 0;
+out:
+    mt_audio_writer_abort(aw);
     free(outpcm);
-    free(codes);
-    mimi_engine_free(eng);
-    mimi_free(m);
+    free(s16);
+    return rc;
+}
+
+/* The one line on stdout that says what was done. */
+static void print_summary(const codec_job *j)
+{
+    static const char *const modes[] = { "roundtrip", "encode", "decode" };
+    const int mode = j->o.mode, nq = j->mc->n_q_used;
+    long fin = mode == 2 ? 0 : (long)mimi_engine_frames_encoded(j->eng, slot0);
+    long fout = mode == 1 ? j->frames : (long)mimi_engine_frames_decoded(j->eng, slot0);
+    printf("codec mode=%s frames_in=%ld frames_out=%ld samples_in=%ld samples_out=%ld padded=%ld "
+           "codebooks=%d state_bytes=%zu seconds=%.3f rtf=%.3f backend=%s\n",
+           modes[mode], mode == 2 ? j->frames : fin, fout, j->samples_in, j->samples_out,
+           j->padded, nq, mimi_state_bytes(j->m), j->busy,
+           j->busy / (j->frames * (double)j->fs / j->mc->sample_rate),
+           mimi_backend_name(j->o.backend));
+}
+
+/* Loads the codec and the input, runs the mode, writes OUT. 0, or -1. */
+static int run(codec_job *j)
+{
+    if (mimi_load(j->o.codec, j->o.config, j->o.codebooks, &j->m, j->err, sizeof j->err) != 0)
+        return -1;
+    j->mc = mimi_model_config(j->m);
+    j->fs = mimi_frame_size(j->mc);
+    if ((j->o.mode == 2 ? load_codes(j) : load_audio(j)) != 0)
+        return -1;
+    if (mimi_engine_new(j->m, j->o.backend, 1, 1, &j->eng, j->err, sizeof j->err) != 0)
+        return -1;
+    double t0 = (double)mt_clock_ns() * 1e-9;
+    if (j->o.mode != 2 && encode_all(j) != 0)
+        return -1;
+    if (j->o.mode == 1) {
+        j->busy = (double)mt_clock_ns() * 1e-9 - t0;
+        if (mt_codes_write_path(j->out, j->codes, j->mc->n_q_used, j->frames, j->samples_in,
+                                j->mc->sample_rate, j->err, sizeof j->err) != 0)
+            return -1;
+    } else if (decode_all(j, t0) != 0) {
+        return -1;
+    }
+    print_summary(j);
+    return 0;
+}
+
+int mt_probe_codec_main(int argc, char **argv)
+{
+    codec_job j = {0};
+    int st = parse_args(argc, argv, &j);
+    if (st >= 0)
+        return st;
+    int rc = run(&j) == 0 ? 0 : 1;
+    if (rc != 0)
+        fprintf(stderr, "mt-probe codec: %s\n", j.err);
+    free(j.pcm);
+    free(j.codes);
+    mimi_engine_free(j.eng);
+    mimi_free(j.m);
     return rc;
 }

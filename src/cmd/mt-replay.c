@@ -23,7 +23,7 @@
 #include "cmd/opt.h"
 #include "client/audio_dev.h"
 #include "client/audio_write.h"
-#include "client/input.h"
+#include "client/replay_input.h"
 #include "client/replay.h"
 #include "client/resample.h"
 #include "client/ws_client.h"

@@ -805,15 +805,12 @@ static void qwen_bias_norm(const cpu_backend *be, const mt_layer_weights *w, flo
     }
 }
 
-/* Runs be->rows[0..nrows) through the model; inputs and outputs are row
- * arrays of nrows (outputs may be NULL). */
-static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t errlen)
+/* The attention scratch for the longest visible list of this call, and
+ * how the attention is cut into items for the threads. 0, or -1 with err. */
+static int prepare_call(cpu_backend *be, char *err, size_t errlen)
 {
-    const mt_model *m = be->m;
     const mt_config *c = be->c;
-    const int R = be->nrows, H = c->hidden, hd = be->hd, half = be->half;
-
-    /* attention scratch for the longest visible list of this call */
+    const int R = be->nrows;
     int64_t need = 1;
     for (int r = 0; r < R; r++) {
         int64_t v = mt_kv_visible_count(be->pool, be->rows[r].pos);
@@ -834,12 +831,15 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         do
             be->att_chunks++;
         while (c->kv_heads % be->att_chunks);
+    return 0;
+}
 
-    const int want_logits = io->logits && m->lm_head;
-    const int want_pcm = io->pcm_out && m->audio_out && !c->audio_passthrough;
-    const int fs = c->frame_samples;
-
-    /* x [R, hidden]: the input adapter (or the caller's vectors) */
+/* x [R, hidden]: the input adapter on the PCM, the token embeddings, or
+ * the caller's vectors. */
+static void embed_rows(cpu_backend *be, const mt_step_io *io)
+{
+    const mt_model *m = be->m;
+    const int R = be->nrows, H = be->c->hidden, fs = be->c->frame_samples;
     if (io->x_in) {
         memcpy(be->x, io->x_in, (size_t)R * H * sizeof(float));
     } else if (io->tokens_in) {
@@ -853,11 +853,15 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         add_seg(be, m->audio_in, be->audio_in16, H, be->x, H);
         run_gemm(be, phase_gemm, NULL);
     }
+}
 
-    /* rotary tables of each row: keys at the absolute position (the
-     * input's when it gives one), and the query at its rotary position
-     * (cache index in cache mode) */
-    for (int r = 0; r < R; r++) {
+/* The rotary tables of each row: keys at the absolute position (the
+ * input's when it gives one), and the query at its rotary position
+ * (cache index in cache mode). */
+static void rope_rows(cpu_backend *be)
+{
+    const int half = be->half;
+    for (int r = 0; r < be->nrows; r++) {
         rope_table(be, be->rows[r].rpos, be->rcos + (size_t)r * half,
                    be->rsin + (size_t)r * half);
         if (be->cache_rope) {
@@ -875,60 +879,74 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
                    (size_t)half * sizeof(float));
         }
     }
+}
 
-    for (int l = 0; l < c->layers; l++) {
-        const mt_layer_weights *w = &m->layer[l];
-        const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
-        be->layer = l;
+/* Layer l on x [R, hidden]: attention (its K, V into the cache) and MLP,
+ * each added to x. */
+static void run_layer(cpu_backend *be, int l)
+{
+    const mt_config *c = be->c;
+    const int R = be->nrows, H = c->hidden, hd = be->hd, half = be->half;
+    const mt_layer_weights *w = &be->m->layer[l];
+    const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
+    be->layer = l;
 
-        /* xn = rmsnorm(x) * attn_norm;
-         * qkv [R, q_dim + 2 kv_dim] = xn . [wq|wk|wv]^T */
-        set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, w->wq, w16 ? w16->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
-        add_seg(be, w->wk, w16 ? w16->wk : NULL, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
-        add_seg(be, w->wv, w16 ? w16->wv : NULL, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
-        run_gemm(be, phase_gemm, w->attn_norm);
+    /* xn = rmsnorm(x) * attn_norm;
+     * qkv [R, q_dim + 2 kv_dim] = xn . [wq|wk|wv]^T */
+    set_job(be, be->xn, H, 0.0f, 0);
+    add_seg(be, w->wq, w16 ? w16->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
+    add_seg(be, w->wk, w16 ? w16->wk : NULL, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
+    add_seg(be, w->wv, w16 ? w16->wv : NULL, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
+    run_gemm(be, phase_gemm, w->attn_norm);
 
-        /* rotary: every q head by the query's position (its cache index
-         * in cache mode), k heads by the absolute position; before it, the
-         * q/k/v biases (Qwen2) and each q and k head's RMSNorm (Qwen3) */
-        for (int r = 0; r < R; r++) {
-            float *q = be->qkv + (size_t)r * be->qkv_dim;
-            if (w->bq || w->q_norm)
-                qwen_bias_norm(be, w, q);
-            for (int h = 0; h < c->heads; h++)
-                rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
-                           be->qsin + (size_t)r * half, half);
-            for (int g = 0; g < c->kv_heads; g++)
-                rope_apply(q + be->q_dim + (size_t)g * hd, be->rcos + (size_t)r * half,
-                           be->rsin + (size_t)r * half, half);
-        }
-
-        /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv heads) */
-        for (int t = 0; t < be->tp.n; t++)
-            atomic_store(&be->att_next[t].n, 0);
-        uint64_t t_att = mt_clock_ns();
-        mt_tpool_run(&be->tp, be, phase_attention);
-        be->att_ns += mt_clock_ns() - t_att;
-
-        /* cache <- new K,V; x += att . wo^T */
-        set_job(be, be->att, be->q_dim, 1.0f, 0);
-        add_seg(be, w->wo, w16 ? w16->wo : NULL, H, be->x, H);
-        run_gemm(be, phase_store_and_oproj, NULL);
-
-        /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
-        set_job(be, be->xn, H, 0.0f, 1);
-        add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, c->ffn, be->gate, c->ffn);
-        add_seg(be, w->w_up, w16 ? w16->w_up : NULL, c->ffn, be->up, c->ffn);
-        run_gemm(be, phase_gemm, w->mlp_norm);
-
-        /* x += gate . w_down^T */
-        set_job(be, be->gate, c->ffn, 1.0f, 0);
-        add_seg(be, w->w_down, w16 ? w16->w_down : NULL, H, be->x, H);
-        run_gemm(be, phase_gemm, NULL);
+    /* rotary: every q head by the query's position (its cache index
+     * in cache mode), k heads by the absolute position; before it, the
+     * q/k/v biases (Qwen2) and each q and k head's RMSNorm (Qwen3) */
+    for (int r = 0; r < R; r++) {
+        float *q = be->qkv + (size_t)r * be->qkv_dim;
+        if (w->bq || w->q_norm)
+            qwen_bias_norm(be, w, q);
+        for (int h = 0; h < c->heads; h++)
+            rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
+                       be->qsin + (size_t)r * half, half);
+        for (int g = 0; g < c->kv_heads; g++)
+            rope_apply(q + be->q_dim + (size_t)g * hd, be->rcos + (size_t)r * half,
+                       be->rsin + (size_t)r * half, half);
     }
 
-    /* out = rmsnorm(x) * norm, then the output head(s) on it */
+    /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv heads) */
+    for (int t = 0; t < be->tp.n; t++)
+        atomic_store(&be->att_next[t].n, 0);
+    uint64_t t_att = mt_clock_ns();
+    mt_tpool_run(&be->tp, be, phase_attention);
+    be->att_ns += mt_clock_ns() - t_att;
+
+    /* cache <- new K,V; x += att . wo^T */
+    set_job(be, be->att, be->q_dim, 1.0f, 0);
+    add_seg(be, w->wo, w16 ? w16->wo : NULL, H, be->x, H);
+    run_gemm(be, phase_store_and_oproj, NULL);
+
+    /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
+    set_job(be, be->xn, H, 0.0f, 1);
+    add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, c->ffn, be->gate, c->ffn);
+    add_seg(be, w->w_up, w16 ? w16->w_up : NULL, c->ffn, be->up, c->ffn);
+    run_gemm(be, phase_gemm, w->mlp_norm);
+
+    /* x += gate . w_down^T */
+    set_job(be, be->gate, c->ffn, 1.0f, 0);
+    add_seg(be, w->w_down, w16 ? w16->w_down : NULL, H, be->x, H);
+    run_gemm(be, phase_gemm, NULL);
+}
+
+/* out = rmsnorm(x) * norm, then the output head(s) on it: the hidden
+ * states, the logits, the PCM (or the input passed through). */
+static void run_heads(cpu_backend *be, const mt_step_io *io)
+{
+    const mt_model *m = be->m;
+    const mt_config *c = be->c;
+    const int R = be->nrows, H = c->hidden, fs = c->frame_samples;
+    const int want_logits = io->logits && m->lm_head;
+    const int want_pcm = io->pcm_out && m->audio_out && !c->audio_passthrough;
     if (io->h_out)
         for (int r = 0; r < R; r++)
             rmsnorm(io->h_out + (size_t)r * H, be->x + (size_t)r * H, m->norm, H, c->eps);
@@ -951,6 +969,19 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
             io->pcm_out[i] = (int16_t)lrintf(y * 32767.0f);
         }
     }
+}
+
+/* Runs be->rows[0..nrows) through the model; inputs and outputs are row
+ * arrays of nrows (outputs may be NULL). */
+static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t errlen)
+{
+    if (prepare_call(be, err, errlen) != 0)
+        return -1;
+    embed_rows(be, io);
+    rope_rows(be);
+    for (int l = 0; l < be->c->layers; l++)
+        run_layer(be, l);
+    run_heads(be, io);
     return 0;
 }
 

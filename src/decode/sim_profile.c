@@ -143,6 +143,146 @@ static int text_value(char *dst, size_t cap, const char *v, size_t n)
     return 0;
 }
 
+/* The line of text [len] at pos, its comment cut and its ends trimmed
+ * (tabs count as spaces, other control bytes are errors later): *l, *n
+ * (n 0: nothing on it). Returns where the next line starts. */
+static size_t next_line(const char *text, size_t len, size_t pos, const char **l, size_t *n)
+{
+    size_t end = pos;
+    while (end < len && text[end] != '\n')
+        end++;
+    const char *s = text + pos;
+    size_t k = end - pos;
+    for (size_t i = 0; i < k; i++)
+        if (s[i] == '#') {
+            k = i;
+            break;
+        }
+    while (k && (s[k - 1] == ' ' || s[k - 1] == '\t' || s[k - 1] == '\r'))
+        k--;
+    while (k && (*s == ' ' || *s == '\t')) {
+        s++;
+        k--;
+    }
+    *l = s;
+    *n = k;
+    return end + 1;
+}
+
+/* "key = value" in l [n]: the key is l [*kn], the value *v [*vn], both
+ * trimmed. 0, or -1 when there is no '='. */
+static int split_pair(const char *l, size_t n, size_t *kn, const char **v, size_t *vn)
+{
+    size_t eq = 0;
+    while (eq < n && l[eq] != '=')
+        eq++;
+    if (eq == n)
+        return -1;
+    *kn = eq;
+    while (*kn && (l[*kn - 1] == ' ' || l[*kn - 1] == '\t'))
+        (*kn)--;
+    *v = l + eq + 1;
+    *vn = n - eq - 1;
+    while (*vn && (**v == ' ' || **v == '\t')) {
+        (*v)++;
+        (*vn)--;
+    }
+    return 0;
+}
+
+/* One `schedule` entry, v [vn] (vshow: as the message shows it), added to
+ * p after the earlier ones. 0, or -1 with err. */
+static int add_schedule(mt_sim_profile *p, const char *v, size_t vn, const char *vshow,
+                        const char *file, long lineno, char *err, size_t errlen)
+{
+    if (p->nschedule == MT_SIM_MAX_SCHEDULE) {
+        mt_set_err(err, errlen, "%s:%ld: key 'schedule': more than %d entries",
+                   file, lineno, MT_SIM_MAX_SCHEDULE);
+        return -1;
+    }
+    mt_sim_change c;
+    if (parse_schedule(v, vn, &c)) {
+        mt_set_err(err, errlen, "%s:%ld: key 'schedule': want 'Ts FIELD*F' (FIELD bandwidth, matrix_rate or overhead; F > 0), got '%s'",
+                   file, lineno, vshow);
+        return -1;
+    }
+    if (p->nschedule && c.t_s < p->schedule[p->nschedule - 1].t_s) {
+        mt_set_err(err, errlen, "%s:%ld: key 'schedule': %gs is before the previous entry's %gs",
+                   file, lineno, c.t_s, p->schedule[p->nschedule - 1].t_s);
+        return -1;
+    }
+    p->schedule[p->nschedule++] = c;
+    return 0;
+}
+
+/* A control byte (a tab is a space) in v [vn]. */
+static int has_control(const char *v, size_t vn)
+{
+    for (size_t i = 0; i < vn; i++)
+        if ((unsigned char)v[i] < 0x20 && v[i] != '\t')
+            return 1;
+    return 0;
+}
+
+/* Once every line is read: the required keys given, the reserve below the
+ * memory, the name defaulted. 0, or -1 with err. */
+static int check_whole(mt_sim_profile *p, const int *seen, const char *file,
+                       const char *default_name, char *err, size_t errlen)
+{
+    for (int k = 0; k < K_COUNT; k++)
+        if (keys[k].required && !seen[k]) {
+            mt_set_err(err, errlen, "%s: key '%s': missing", file, keys[k].name);
+            return -1;
+        }
+    if (p->reserve_bytes >= p->memory_bytes) {
+        mt_set_err(err, errlen, "%s: key 'reserve_bytes': %g is not below memory_bytes %g",
+                   file, p->reserve_bytes, p->memory_bytes);
+        return -1;
+    }
+    if (!seen[K_NAME])
+        snprintf(p->name, sizeof p->name, "%s",
+                 default_name && *default_name ? default_name : "unnamed");
+    return 0;
+}
+
+/* A numeric key's value x (in its range already) into p: 0, or -1 when
+ * the key wants an integer and x is not one. */
+static int store_number(mt_sim_profile *p, int k, double x)
+{
+    switch (k) {
+    case K_MEM: p->memory_bytes = x; break;
+    case K_RESERVE: p->reserve_bytes = x; break;
+    case K_BW: p->bandwidth = x; break;
+    case K_RATE: p->matrix_rate = x; break;
+    case K_OVER: p->overhead_us = x; break;
+    case K_CRATE: p->codec_rate = x; break;
+    case K_COVER: p->codec_overhead_us = x; break;
+    case K_DPARAMS: p->depformer_params = x; break;
+    case K_DRATE: p->depformer_rate = x; break;
+    case K_DOVER: p->depformer_overhead_us = x; break;
+    case K_SIGMA: p->jitter_sigma = x; break;
+    case K_SPROB: p->stall_prob = x; break;
+    case K_SMS: p->stall_ms = x; break;
+    case K_WB:
+    case K_KVB:
+    case K_DWB:
+    case K_SEED:
+        if (x != floor(x))
+            return -1;
+        if (k == K_WB)
+            p->weight_bytes = (int)x;
+        else if (k == K_KVB)
+            p->kv_bytes = (int)x;
+        else if (k == K_DWB)
+            p->depformer_weight_bytes = (int)x;
+        else
+            p->seed = (uint64_t)x;
+        break;
+    default: break;
+    }
+    return 0;
+}
+
 int mt_sim_profile_parse(const char *text, size_t len, const char *file,
                          const char *default_name, mt_sim_profile *out,
                          char *err, size_t errlen)
@@ -162,43 +302,16 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
     long lineno = 0;
     while (pos < len) {
         lineno++;
-        size_t end = pos;
-        while (end < len && text[end] != '\n')
-            end++;
-        const char *l = text + pos;
-        size_t n = end - pos;
-        pos = end + 1;
-        for (size_t i = 0; i < n; i++)
-            if (l[i] == '#') {
-                n = i;
-                break;
-            }
-        /* trim; tabs count as spaces, other control bytes are errors */
-        while (n && (l[n - 1] == ' ' || l[n - 1] == '\t' || l[n - 1] == '\r'))
-            n--;
-        while (n && (*l == ' ' || *l == '\t')) {
-            l++;
-            n--;
-        }
+        const char *l, *v;
+        size_t n, kn, vn;
+        pos = next_line(text, len, pos, &l, &n);
         if (n == 0)
             continue;
-        size_t eq = 0;
-        while (eq < n && l[eq] != '=')
-            eq++;
         char kshow[40];
-        if (eq == n) {
+        if (split_pair(l, n, &kn, &v, &vn) != 0) {
             shown(kshow, sizeof kshow, l, n < 32 ? n : 32);
             mt_set_err(err, errlen, "%s:%ld: '%s': not key = value", file, lineno, kshow);
             return -1;
-        }
-        size_t kn = eq;
-        while (kn && (l[kn - 1] == ' ' || l[kn - 1] == '\t'))
-            kn--;
-        const char *v = l + eq + 1;
-        size_t vn = n - eq - 1;
-        while (vn && (*v == ' ' || *v == '\t')) {
-            v++;
-            vn--;
         }
         shown(kshow, sizeof kshow, l, kn < 32 ? kn : 32);
         int k = -1;
@@ -214,12 +327,11 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
             return -1;
         }
         seen[k] = 1;
-        for (size_t i = 0; i < vn; i++)
-            if ((unsigned char)v[i] < 0x20 && v[i] != '\t') {
-                mt_set_err(err, errlen, "%s:%ld: key '%s': control byte in value",
-                           file, lineno, kshow);
-                return -1;
-            }
+        if (has_control(v, vn)) {
+            mt_set_err(err, errlen, "%s:%ld: key '%s': control byte in value",
+                       file, lineno, kshow);
+            return -1;
+        }
         char vshow[48];
         shown(vshow, sizeof vshow, v, vn < 40 ? vn : 40);
         if (k == K_NAME || k == K_MODEL) {
@@ -232,23 +344,8 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
             continue;
         }
         if (k == K_SCHED) {
-            if (p.nschedule == MT_SIM_MAX_SCHEDULE) {
-                mt_set_err(err, errlen, "%s:%ld: key 'schedule': more than %d entries",
-                           file, lineno, MT_SIM_MAX_SCHEDULE);
+            if (add_schedule(&p, v, vn, vshow, file, lineno, err, errlen) != 0)
                 return -1;
-            }
-            mt_sim_change c;
-            if (parse_schedule(v, vn, &c)) {
-                mt_set_err(err, errlen, "%s:%ld: key 'schedule': want 'Ts FIELD*F' (FIELD bandwidth, matrix_rate or overhead; F > 0), got '%s'",
-                           file, lineno, vshow);
-                return -1;
-            }
-            if (p.nschedule && c.t_s < p.schedule[p.nschedule - 1].t_s) {
-                mt_set_err(err, errlen, "%s:%ld: key 'schedule': %gs is before the previous entry's %gs",
-                           file, lineno, c.t_s, p.schedule[p.nschedule - 1].t_s);
-                return -1;
-            }
-            p.schedule[p.nschedule++] = c;
             continue;
         }
         double x;
@@ -257,54 +354,14 @@ int mt_sim_profile_parse(const char *text, size_t len, const char *file,
                        file, lineno, kshow, keys[k].lo, keys[k].hi, vshow);
             return -1;
         }
-        switch (k) {
-        case K_MEM: p.memory_bytes = x; break;
-        case K_RESERVE: p.reserve_bytes = x; break;
-        case K_BW: p.bandwidth = x; break;
-        case K_RATE: p.matrix_rate = x; break;
-        case K_OVER: p.overhead_us = x; break;
-        case K_CRATE: p.codec_rate = x; break;
-        case K_COVER: p.codec_overhead_us = x; break;
-        case K_DPARAMS: p.depformer_params = x; break;
-        case K_DRATE: p.depformer_rate = x; break;
-        case K_DOVER: p.depformer_overhead_us = x; break;
-        case K_SIGMA: p.jitter_sigma = x; break;
-        case K_SPROB: p.stall_prob = x; break;
-        case K_SMS: p.stall_ms = x; break;
-        case K_WB:
-        case K_KVB:
-        case K_DWB:
-        case K_SEED:
-            if (x != floor(x)) {
-                mt_set_err(err, errlen, "%s:%ld: key '%s': want an integer, got '%s'",
-                           file, lineno, kshow, vshow);
-                return -1;
-            }
-            if (k == K_WB)
-                p.weight_bytes = (int)x;
-            else if (k == K_KVB)
-                p.kv_bytes = (int)x;
-            else if (k == K_DWB)
-                p.depformer_weight_bytes = (int)x;
-            else
-                p.seed = (uint64_t)x;
-            break;
-        default: break;
-        }
-    }
-    for (int k = 0; k < K_COUNT; k++)
-        if (keys[k].required && !seen[k]) {
-            mt_set_err(err, errlen, "%s: key '%s': missing", file, keys[k].name);
+        if (store_number(&p, k, x) != 0) {
+            mt_set_err(err, errlen, "%s:%ld: key '%s': want an integer, got '%s'",
+                       file, lineno, kshow, vshow);
             return -1;
         }
-    if (p.reserve_bytes >= p.memory_bytes) {
-        mt_set_err(err, errlen, "%s: key 'reserve_bytes': %g is not below memory_bytes %g",
-                   file, p.reserve_bytes, p.memory_bytes);
-        return -1;
     }
-    if (!seen[K_NAME])
-        snprintf(p.name, sizeof p.name, "%s",
-                 default_name && *default_name ? default_name : "unnamed");
+    if (check_whole(&p, seen, file, default_name, err, errlen) != 0)
+        return -1;
     *out = p;
     return 0;
 }

@@ -681,6 +681,33 @@ static int plot_runs(const mt_soak_opts *o, const mt_plot_series *ser, int nr,
     return prc;
 }
 
+/* After the runs (nr of them, fewer when interrupted): the summary per
+ * configuration, prediction beside measurement, and the host's
+ * disturbances. *pred_med_all: the prediction the plot draws. 0, or -1. */
+static int print_summary(FILE *out, const mt_soak_opts *o, const mt_soak_run *runs, int nr,
+                         mt_predict_params *pp, const int *pok, double *pred_med_all,
+                         char *err, size_t errlen)
+{
+    if (o->stop && *o->stop)
+        fprintf(out, "#\n# interrupted after %d of %d runs: the summary and "
+                "the plot are of those\n", nr, o->runs * o->ncfg);
+    fprintf(out, "#\n# summary\n");
+    for (int c = 0; c < o->ncfg; c++)
+        if (print_config_summary(out, o, c, runs, nr, &pp[c], pok[c],
+                                 pred_med_all, err, errlen))
+            return -1;
+    int disturbed = 0;
+    for (int k = 0; k < nr; k++)
+        disturbed += runs[k].host_disturbed;
+    if (disturbed)
+        fprintf(out, "%d of %d runs disturbed by the host: rerun on a "
+                "quieter machine\n", disturbed, nr);
+    else
+        fprintf(out, "0 of %d runs disturbed by the host\n", nr);
+    fflush(out);
+    return 0;
+}
+
 int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             int *nruns_out, char *err, size_t errlen)
 {
@@ -738,26 +765,10 @@ int mt_soak(const mt_soak_opts *o, FILE *out, mt_soak_run **runs_out,
             ser[k].collapsed = runs[k].collapsed;
             nr++;
         }
-interrupted:
-    if (o->stop && *o->stop)
-        fprintf(out, "#\n# interrupted after %d of %d runs: the summary and "
-                "the plot are of those\n", nr, total);
-    /* Summary per configuration, prediction beside measurement. */
-    fprintf(out, "#\n# summary\n");
+interrupted:;
     double pred_med_all = -1;
-    for (int c = 0; c < o->ncfg; c++)
-        if (print_config_summary(out, o, c, runs, nr, &pp[c], pok[c],
-                                 &pred_med_all, err, errlen))
-            goto done2;
-    int disturbed = 0;
-    for (int k = 0; k < nr; k++)
-        disturbed += runs[k].host_disturbed;
-    if (disturbed)
-        fprintf(out, "%d of %d runs disturbed by the host: rerun on a "
-                "quieter machine\n", disturbed, nr);
-    else
-        fprintf(out, "0 of %d runs disturbed by the host\n", nr);
-    fflush(out);
+    if (print_summary(out, o, runs, nr, pp, pok, &pred_med_all, err, errlen))
+        goto done2;
     if (o->plot && plot_runs(o, ser, nr, pred_med_all, a, l, err, errlen))
         goto done2;
     rc = 0;

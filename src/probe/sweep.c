@@ -545,6 +545,37 @@ static int run_levels(const mt_sweep_opts *o, FILE *out, const char *sock,
     return 0;
 }
 
+/* The levels asked for make sense. 0, or -1 with err. */
+static int check_levels(const mt_sweep_opts *o, char *err, size_t errlen)
+{
+    if (o->nlevels > 0) {
+        for (int i = 0; i < o->nlevels; i++)
+            if (o->levels[i] < 1) {
+                mt_set_err(err, errlen, "sweep: a level below 1 session");
+                return -1;
+            }
+    } else if (o->from < 1 || o->to < o->from || o->step < 1) {
+        mt_set_err(err, errlen, "sweep: need 1 <= --from <= --to, --step >= 1");
+        return -1;
+    }
+    return 0;
+}
+
+/* After the levels: the wall line, --tsv and --plot. 0, or -1 with err. */
+static int report(FILE *out, const mt_sweep_opts *o, const mt_sweep_row *rows, int n,
+                  int wall, double period_ms, char *err, size_t errlen)
+{
+    double budget = print_wall(out, o, wall, period_ms);
+    if (o->tsv_out)
+        write_tsv(o->tsv_out, rows, n);
+    /* no wall in the range: none drawn */
+    int last = n > 0 ? rows[n - 1].concurrency : 0;
+    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall == last ? 0 : wall,
+                                 budget, err, errlen))
+        return -1;
+    return 0;
+}
+
 int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
                  int *nrows, int *wall_out, char *err, size_t errlen)
 {
@@ -563,16 +594,8 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     *rows_out = NULL;
     *nrows = 0;
     *wall_out = 0;
-    if (o->nlevels > 0) {
-        for (int i = 0; i < o->nlevels; i++)
-            if (o->levels[i] < 1) {
-                mt_set_err(err, errlen, "sweep: a level below 1 session");
-                return -1;
-            }
-    } else if (o->from < 1 || o->to < o->from || o->step < 1) {
-        mt_set_err(err, errlen, "sweep: need 1 <= --from <= --to, --step >= 1");
+    if (check_levels(o, err, errlen) != 0)
         return -1;
-    }
     int levels = o->nlevels > 0 ? o->nlevels : (o->to - o->from) / o->step + 1;
     mt_sweep_row *rows = calloc((size_t)levels, sizeof *rows);
     sweep_ctx *x = calloc(1, sizeof *x);
@@ -616,13 +639,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
                    tl.fd >= 0 ? &tl : NULL, rows, &n, &wall, &period_ms,
                    err, errlen))
         goto out2;
-    double budget = print_wall(out, o, wall, period_ms);
-    if (o->tsv_out)
-        write_tsv(o->tsv_out, rows, n);
-    /* no wall in the range: none drawn */
-    int last = n > 0 ? rows[n - 1].concurrency : 0;
-    if (o->plot && mt_plot_sweep(o->plot, rows, n, wall == last ? 0 : wall,
-                                 budget, err, errlen))
+    if (report(out, o, rows, n, wall, period_ms, err, errlen) != 0)
         goto out2;
     rc = 0;
 out2:

@@ -112,11 +112,222 @@ size_t mt_line_chomp(const char *line, size_t len)
     return len;
 }
 
+/* Where mt_latline_parse stands in its line, and what its error messages
+ * need: the line, the next byte i, the bytes o of ll->buf used, and the key
+ * being read (line[ks .. ks+klen)). The message buffers are each
+ * function's own (key, tmp): a cursor whose address never escapes stays
+ * in registers. */
+typedef struct ll_cursor {
+    const char *line;
+    size_t      len, i, o;
+    long        lineno;
+    char       *err;
+    size_t      errlen;
+    size_t      ks, klen;
+} ll_cursor;
+
+/* the current key for an error message, made only when there is one */
+#define KEY key_name(key, sizeof key, c->line + c->ks, c->klen)
+
+/* Reads the key at c->i into ll->buf (NUL-ended) and checks it: key bytes,
+ * length, pair count, duplicates, room. *slot: its slot in ll->slot. 0, or
+ * -1 with the message. */
+static int read_key(mt_latline *ll, ll_cursor *c, int *slot)
+{
+    char key[MT_LL_KEY_MAX + 8], tmp[16];   /* for a message */
+    const char *line = c->line;
+    size_t len = c->len, i = c->i, ks = i;
+    uint32_t h = KEY_HASH0;
+    while (i < len && key_char((unsigned char)line[i]))
+        h = key_hash_step(h, (unsigned char)line[i++]);
+    size_t klen = i - ks;
+    c->i = i;
+    c->ks = ks;
+    c->klen = klen;
+    if (klen == 0) {
+        mt_set_err(c->err, c->errlen, "line %ld: column %zu: expected a key, found %s",
+                c->lineno, ks + 1,
+                describe_byte((unsigned char)line[ks], tmp, sizeof tmp));
+        return -1;
+    }
+    if (i < len && line[i] != '=' && line[i] != ' ') {
+        sanitize(key, sizeof key, line + ks, klen + 1, MT_LL_KEY_MAX);
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': bad character %s in key "
+                "(keys are [a-z0-9_])", c->lineno, key,
+                describe_byte((unsigned char)line[i], tmp, sizeof tmp));
+        return -1;
+    }
+    if (klen > MT_LL_KEY_MAX) {
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s...': longer than %d bytes",
+                c->lineno, KEY, MT_LL_KEY_MAX);
+        return -1;
+    }
+    if (ll->n >= MT_LL_MAX_PAIRS) {
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': more than %d pairs",
+                c->lineno, KEY, MT_LL_MAX_PAIRS);
+        return -1;
+    }
+    *slot = key_slot(ll, line + ks, klen, h);
+    if (ll->slot[*slot]) {
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': duplicate key",
+                c->lineno, KEY);
+        return -1;
+    }
+    /* Room check: each pair's output (key NUL value NUL) is at most one
+     * byte longer than its input plus separator, so this never fires
+     * for lines within MT_LL_MAX_LINE; it is here so that no future
+     * change to the grammar can overrun buf. */
+    if (c->o + klen + 1 > sizeof ll->buf) {
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': record full", c->lineno, KEY);
+        return -1;
+    }
+    memcpy(ll->buf + c->o, line + ks, klen);
+    c->o += klen;
+    ll->buf[c->o++] = '\0';
+    return 0;
+}
+
+/* Reads a quoted value, c->i just past its opening quote, unescaped into
+ * ll->buf (not yet NUL-ended). 0, or -1 with the message. */
+static int read_quoted(mt_latline *ll, ll_cursor *c)
+{
+    char key[MT_LL_KEY_MAX + 8], tmp[16];   /* for a message */
+    const char *line = c->line;
+    char *buf = ll->buf;          /* a char store may alias *c: i, o local */
+    size_t len = c->len, i = c->i, o = c->o;
+    for (;;) {
+        if (i >= len) {
+            mt_set_err(c->err, c->errlen, "line %ld: key '%s': unterminated "
+                    "quote", c->lineno, KEY);
+            return -1;
+        }
+        unsigned char ch = (unsigned char)line[i];
+        if (ch == '"') {
+            i++;
+            break;
+        }
+        if (ch == '\\') {
+            if (i + 1 >= len) {
+                mt_set_err(c->err, c->errlen, "line %ld: key '%s': "
+                        "unterminated quote", c->lineno, KEY);
+                return -1;
+            }
+            ch = (unsigned char)line[i + 1];
+            if (ch != '"' && ch != '\\') {
+                if (ch >= 0x21 && ch < 0x7f)
+                    snprintf(tmp, sizeof tmp, "\\%c", ch);
+                else
+                    snprintf(tmp, sizeof tmp, "\\ + byte 0x%02x", ch);
+                mt_set_err(c->err, c->errlen, "line %ld: key '%s': bad escape "
+                        "'%s' (only \\\" and \\\\)", c->lineno, KEY, tmp);
+                return -1;
+            }
+            i += 2;
+        } else if (byte_class[ch] & C_QUOTED_BAD) {
+            mt_set_err(c->err, c->errlen, "line %ld: key '%s': control %s in "
+                    "value", c->lineno, KEY,
+                    describe_byte(ch, tmp, sizeof tmp));
+            return -1;
+        } else {
+            i++;
+        }
+        if (o + 1 >= sizeof ll->buf) {
+            mt_set_err(c->err, c->errlen, "line %ld: key '%s': record full",
+                    c->lineno, KEY);
+            return -1;
+        }
+        buf[o++] = (char)ch;
+    }
+    c->i = i;
+    c->o = o;
+    if (i < len && line[i] != ' ') {
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': %s after closing "
+                "quote", c->lineno, KEY,
+                describe_byte((unsigned char)line[i], tmp, sizeof tmp));
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads a bare value at c->i, up to the next space, into ll->buf (not yet
+ * NUL-ended). Its bytes' classes are gathered and looked at once, the
+ * first bad one found again only for the message. 0, or -1. */
+static int read_bare(mt_latline *ll, ll_cursor *c)
+{
+    char key[MT_LL_KEY_MAX + 8], tmp[16];   /* for a message */
+    const char *line = c->line;
+    size_t len = c->len, i = c->i, vs = i;
+    const char *sp = memchr(line + i, ' ', len - i);
+    size_t ve = sp ? (size_t)(sp - line) : len;
+    unsigned cls = 0;
+    for (; i < ve; i++)
+        cls |= byte_class[(unsigned char)line[i]];
+    c->i = i;
+    if (cls & C_BARE_BAD) {
+        for (i = vs; !(byte_class[(unsigned char)line[i]] & C_BARE_BAD); i++)
+            ;
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': %s in unquoted "
+                "value", c->lineno, KEY,
+                describe_byte((unsigned char)line[i], tmp, sizeof tmp));
+        return -1;
+    }
+    if (i == vs) {
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': missing value "
+                "after '=' (write \"\" for an empty one)", c->lineno, KEY);
+        return -1;
+    }
+    if (c->o + (i - vs) + 1 > sizeof ll->buf) {
+        mt_set_err(c->err, c->errlen, "line %ld: key '%s': record full",
+                c->lineno, KEY);
+        return -1;
+    }
+    memcpy(ll->buf + c->o, line + vs, i - vs);
+    c->o += i - vs;
+    return 0;
+}
+
+/* Reads one pair at c->i (a key, and "=value" if there is one) into the
+ * next of ll->pair. 0, or -1 with the message. */
+static int read_pair(mt_latline *ll, ll_cursor *c)
+{
+    char key[MT_LL_KEY_MAX + 8];   /* for a message */
+    int slot;
+    if (read_key(ll, c, &slot) != 0)
+        return -1;
+    const char *kout = ll->buf + c->o - c->klen - 1;
+    const char *vout = "";
+    int quoted = 0;
+    if (c->i < c->len && c->line[c->i] == '=') {
+        c->i++;
+        if (c->o >= sizeof ll->buf) {
+            mt_set_err(c->err, c->errlen, "line %ld: key '%s': record full",
+                       c->lineno, KEY);
+            return -1;
+        }
+        vout = ll->buf + c->o;
+        if (c->i < c->len && c->line[c->i] == '"') {
+            c->i++;
+            quoted = 1;
+            if (read_quoted(ll, c) != 0)
+                return -1;
+        } else if (read_bare(ll, c) != 0) {
+            return -1;
+        }
+        ll->buf[c->o++] = '\0';
+    }
+    ll->pair[ll->n].key = kout;
+    ll->pair[ll->n].val = vout;
+    ll->pair[ll->n].quoted = quoted;
+    ll->pair[ll->n].klen = (int)c->klen;
+    ll->n++;
+    ll->slot[slot] = (uint8_t)ll->n;
+    return 0;
+}
+#undef KEY
+
 int mt_latline_parse(const char *line, size_t len, long lineno,
                      mt_latline *ll, char *err, size_t errlen)
 {
-    char key[MT_LL_KEY_MAX + 8], tmp[16];
-
     if (!ll) {
         mt_set_err(err, errlen, "line %ld: no record to parse into", lineno);
         return -1;
@@ -134,167 +345,17 @@ int mt_latline_parse(const char *line, size_t len, long lineno,
                 MT_LL_MAX_LINE);
         return -1;
     }
-
-    size_t i = 0, o = 0;
-    char *buf = ll->buf;
-    while (i < len) {
-        if (line[i] == ' ') {
-            i++;
+    ll_cursor c = { .line = line, .len = len, .lineno = lineno, .err = err,
+                    .errlen = errlen };
+    while (c.i < len) {
+        if (line[c.i] == ' ') {
+            c.i++;
             continue;
         }
-        /* key */
-        size_t ks = i;
-        uint32_t h = KEY_HASH0;
-        while (i < len && key_char((unsigned char)line[i]))
-            h = key_hash_step(h, (unsigned char)line[i++]);
-        size_t klen = i - ks;
-/* the key for an error message, made only when there is one */
-#define KEY key_name(key, sizeof key, line + ks, klen)
-        if (klen == 0) {
-            mt_set_err(err, errlen, "line %ld: column %zu: expected a key, found %s",
-                    lineno, ks + 1,
-                    describe_byte((unsigned char)line[ks], tmp, sizeof tmp));
+        if (read_pair(ll, &c) != 0)
             return -1;
-        }
-        if (i < len && line[i] != '=' && line[i] != ' ') {
-            sanitize(key, sizeof key, line + ks, klen + 1, MT_LL_KEY_MAX);
-            mt_set_err(err, errlen, "line %ld: key '%s': bad character %s in key "
-                    "(keys are [a-z0-9_])", lineno, key,
-                    describe_byte((unsigned char)line[i], tmp, sizeof tmp));
-            return -1;
-        }
-        if (klen > MT_LL_KEY_MAX) {
-            mt_set_err(err, errlen, "line %ld: key '%s...': longer than %d bytes",
-                    lineno, KEY, MT_LL_KEY_MAX);
-            return -1;
-        }
-        if (ll->n >= MT_LL_MAX_PAIRS) {
-            mt_set_err(err, errlen, "line %ld: key '%s': more than %d pairs",
-                    lineno, KEY, MT_LL_MAX_PAIRS);
-            return -1;
-        }
-        int ks_slot = key_slot(ll, line + ks, klen, h);
-        if (ll->slot[ks_slot]) {
-            mt_set_err(err, errlen, "line %ld: key '%s': duplicate key",
-                    lineno, KEY);
-            return -1;
-        }
-        /* Room check: each pair's output (key NUL value NUL) is at most one
-         * byte longer than its input plus separator, so this never fires
-         * for lines within MT_LL_MAX_LINE; it is here so that no future
-         * change to the grammar can overrun buf. */
-        if (o + klen + 1 > sizeof ll->buf) {
-            mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, KEY);
-            return -1;
-        }
-        char *kout = buf + o;
-        memcpy(kout, line + ks, klen);
-        o += klen;
-        buf[o++] = '\0';
-
-        const char *vout = "";
-        int quoted = 0;
-        if (i < len && line[i] == '=') {
-            i++;
-            if (o >= sizeof ll->buf) {
-                mt_set_err(err, errlen, "line %ld: key '%s': record full", lineno, KEY);
-                return -1;
-            }
-            vout = buf + o;
-            if (i < len && line[i] == '"') {
-                i++;
-                quoted = 1;
-                for (;;) {
-                    if (i >= len) {
-                        mt_set_err(err, errlen, "line %ld: key '%s': unterminated "
-                                "quote", lineno, KEY);
-                        return -1;
-                    }
-                    unsigned char c = (unsigned char)line[i];
-                    if (c == '"') {
-                        i++;
-                        break;
-                    }
-                    if (c == '\\') {
-                        if (i + 1 >= len) {
-                            mt_set_err(err, errlen, "line %ld: key '%s': "
-                                    "unterminated quote", lineno, KEY);
-                            return -1;
-                        }
-                        c = (unsigned char)line[i + 1];
-                        if (c != '"' && c != '\\') {
-                            if (c >= 0x21 && c < 0x7f)
-                                snprintf(tmp, sizeof tmp, "\\%c", c);
-                            else
-                                snprintf(tmp, sizeof tmp, "\\ + byte 0x%02x", c);
-                            mt_set_err(err, errlen, "line %ld: key '%s': bad escape "
-                                    "'%s' (only \\\" and \\\\)", lineno, KEY, tmp);
-                            return -1;
-                        }
-                        i += 2;
-                    } else if (byte_class[c] & C_QUOTED_BAD) {
-                        mt_set_err(err, errlen, "line %ld: key '%s': control %s in "
-                                "value", lineno, KEY,
-                                describe_byte(c, tmp, sizeof tmp));
-                        return -1;
-                    } else {
-                        i++;
-                    }
-                    if (o + 1 >= sizeof ll->buf) {
-                        mt_set_err(err, errlen, "line %ld: key '%s': record full",
-                                lineno, KEY);
-                        return -1;
-                    }
-                    buf[o++] = (char)c;
-                }
-                if (i < len && line[i] != ' ') {
-                    mt_set_err(err, errlen, "line %ld: key '%s': %s after closing "
-                            "quote", lineno, KEY,
-                            describe_byte((unsigned char)line[i], tmp, sizeof tmp));
-                    return -1;
-                }
-            } else {
-                /* the value runs to the next space; its bytes' classes
-                 * are gathered and looked at once, the first bad one
-                 * found again only for the message */
-                size_t vs = i;
-                const char *sp = memchr(line + i, ' ', len - i);
-                size_t ve = sp ? (size_t)(sp - line) : len;
-                unsigned cls = 0;
-                for (; i < ve; i++)
-                    cls |= byte_class[(unsigned char)line[i]];
-                if (cls & C_BARE_BAD) {
-                    for (i = vs; !(byte_class[(unsigned char)line[i]] & C_BARE_BAD); i++)
-                        ;
-                    mt_set_err(err, errlen, "line %ld: key '%s': %s in unquoted "
-                            "value", lineno, KEY,
-                            describe_byte((unsigned char)line[i], tmp, sizeof tmp));
-                    return -1;
-                }
-                if (i == vs) {
-                    mt_set_err(err, errlen, "line %ld: key '%s': missing value "
-                            "after '=' (write \"\" for an empty one)", lineno, KEY);
-                    return -1;
-                }
-                if (o + (i - vs) + 1 > sizeof ll->buf) {
-                    mt_set_err(err, errlen, "line %ld: key '%s': record full",
-                            lineno, KEY);
-                    return -1;
-                }
-                memcpy(buf + o, line + vs, i - vs);
-                o += i - vs;
-            }
-            buf[o++] = '\0';
-        }
-        ll->pair[ll->n].key = kout;
-        ll->pair[ll->n].val = vout;
-        ll->pair[ll->n].quoted = quoted;
-        ll->pair[ll->n].klen = (int)klen;
-        ll->n++;
-        ll->slot[ks_slot] = (uint8_t)ll->n;
     }
     return 0;
-#undef KEY
 }
 
 const char *mt_latline_kind(const mt_latline *ll)

@@ -63,6 +63,10 @@ bad "a short line" '1 2 3 4\n1 2 3\n' 'bad.txt:2: 3 codes, expected 4'
 bad "not a number" '1 2 x 4\n' 'not an integer code'
 bad "no frames" '# mimi codes codebooks=4\n' 'no frames of codes'
 bad "too many codebooks for the codec" '1 2 3 4 5\n' 'codebooks: 5 is outside 1..4'
+# a header after the first frames must not change their width (it made
+# the rows after it overrun the buffer; found by fuzz_codes)
+bad "codebooks= after frames of another width" "1\\n# codebooks=4\\n$(printf '1 2 3 4\\n%.0s' $(seq 100))" \
+    'bad.txt:2: codebooks=4 after frames of 1 codes'
 head -c 3000 /dev/urandom >"$T_TMP/bad.txt"
 "$P" codec -c $C --decode "$T_TMP/bad.txt" "$T_TMP/bad.raw" >/dev/null 2>"$T_TMP/err"
 [ $? = 1 ] && [ "$(wc -l <"$T_TMP/err")" = 1 ]

@@ -1,4 +1,4 @@
-/* test_engine.c: the tick engine (src/serve/engine.c) on a fake backend and
+/* test_engine.c: the tick engine (src/serve/engine*.c) on a fake backend and
  * a clock of the test's own, so every case is deterministic: no sleeps, no
  * wall clock. The fake backend echoes each row's input PCM and advances the
  * clock by a known cost per step (and per recomputed position), so a

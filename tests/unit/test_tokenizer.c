@@ -6,7 +6,7 @@
  * a message. */
 #include "tap.h"
 #include "model/tokenizer.h"
-#include "client/transcript.h"
+#include "client/replay_transcript.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -202,7 +202,7 @@ static void test_files(void)
     rmdir(dir);
 }
 
-/* mt-replay's transcript with a tokenizer (client/transcript.c): pieces
+/* mt-replay's transcript with a tokenizer (client/replay_transcript.c): pieces
  * joined, ids 0 and 3, control and out-of-range ids skipped, a frame with
  * no text no line, backslash and control bytes escaped. */
 static void test_transcript(void)

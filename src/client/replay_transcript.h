@@ -1,4 +1,4 @@
-/* transcript.h: mt-replay's -t FILE: the text tokens a Kyutai model sent
+/* replay_transcript.h: mt-replay's -t FILE: the text tokens a Kyutai model sent
  * (TEXT frames, mt-frame(5)), one line per frame as it arrives:
  *     SESSION SEQ ID[ ID...]
  * (SESSION: the replay's session index; SEQ: the input frame the text goes

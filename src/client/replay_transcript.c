@@ -1,5 +1,5 @@
-/* transcript.c: mt-replay's transcript file (transcript.h). */
-#include "client/transcript.h"
+/* replay_transcript.c: mt-replay's transcript file (replay_transcript.h). */
+#include "client/replay_transcript.h"
 #include "util/errmsg.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* input.c: mt-replay's inputs at the session rate (see input.h).
+/* replay_input.c: mt-replay's inputs at the session rate (see replay_input.h).
  *
  * A short input (a minute or less by its header, and standard input) is
  * read whole, resampled and held as s16: its sessions share it, and every
@@ -8,7 +8,7 @@
  * one-hour file replayed for five seconds costs five seconds of work and a
  * few blocks of memory.
  */
-#include "client/input.h"
+#include "client/replay_input.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* play.c: mt-replay --play: the frame stream on standard input (what
+/* replay_play.c: mt-replay --play: the frame stream on standard input (what
  * mt-serve --stdio or --emit writes) to a file, standard output or the
  * sound device. See replay.h.
  */

@@ -1,4 +1,4 @@
-/* input.h: mt-replay's inputs, at the session's rate, as s16 frames.
+/* replay_input.h: mt-replay's inputs, at the session's rate, as s16 frames.
  *
  * An mt_input is one input named on the command line, checked when it is
  * opened (exists, is audio, is not truncated where that can be told), so

@@ -1,4 +1,4 @@
-/* emit.c: mt-replay --emit: an input's frame stream (mt-frame(5)) on
+/* replay_emit.c: mt-replay --emit: an input's frame stream (mt-frame(5)) on
  * standard output, paced in real time, with no server. See replay.h.
  */
 #define _GNU_SOURCE
