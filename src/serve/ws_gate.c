@@ -424,7 +424,8 @@ static void client_bytes(wsc *c, const uint8_t *p, size_t n)
         if (rc == MT_WS_MESSAGE) {
             client_message(c, &m);
         } else if (rc < 0) {
-            ws_close(c, rc == MT_WS_ETOOBIG ? 1009 : 1002, c->rd.why);
+            ws_close(c, rc == MT_WS_ETOOBIG ? 1009 : rc == MT_WS_EDATA ? 1007 : 1002,
+                     c->rd.why);
             return;
         }
     }
