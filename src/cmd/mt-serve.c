@@ -50,6 +50,9 @@ static void usage(FILE *f)
 "      --ws HOST:PORT       Kyutai's WebSocket chat protocol at /api/chat\n"
 "                           (Ogg Opus both ways; needs -s PATH, which its\n"
 "                           sessions enter through)\n"
+"      --ws-max-conns N     WebSocket connections at once (default 64)\n"
+"      --ws-max-per-addr N  idle WebSocket connections of one address\n"
+"                           (default half of --ws-max-conns)\n"
 "      --metrics HOST:PORT  Prometheus metrics: GET /metrics, /health (with\n"
 "                           --token-file, /metrics wants it as a bearer token;\n"
 "                           off loopback one is required, or --insecure)\n"
@@ -132,6 +135,7 @@ enum {
     O_KVDTYPE, O_WEIGHTS, O_LISTEN, O_AGENT, O_TOKEN, O_INSECURE, O_DRAIN, O_DRAINTO,
     O_TIMESCALE, O_RTPRIO, O_INPUTTO, O_IOBATCH,
     O_LATFMT, O_METRICS, O_WS, O_CODEC, O_SEED, O_TOKENIZER,
+    O_WSMAXCONNS, O_WSMAXADDR,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -150,6 +154,8 @@ typedef struct serve_args {
     int             rt_priority;    /* 0: the normal policy; else SCHED_FIFO's */
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
+    int             ws_max_conns;   /* --ws-max-conns (0: the gate's 64) */
+    int             ws_max_per_addr;/* --ws-max-per-addr (0: half of it) */
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
     const char     *tokenizer;      /* Kyutai models: --tokenizer, or NULL */
     mt_serve_kyutai ky;             /* Kyutai models: LM, codec, speech stage */
@@ -164,6 +170,8 @@ static const struct option longopts[] = {
     {"agent", required_argument, 0, O_AGENT},
     {"metrics", required_argument, 0, O_METRICS},
     {"ws", required_argument, 0, O_WS},
+    {"ws-max-conns", required_argument, 0, O_WSMAXCONNS},
+    {"ws-max-per-addr", required_argument, 0, O_WSMAXADDR},
     {"token-file", required_argument, 0, O_TOKEN},
     {"insecure", no_argument, 0, O_INSECURE},
     {"drain", required_argument, 0, O_DRAIN},
@@ -363,6 +371,8 @@ static int one_option(void *ctx, int c, const char *arg)
     case O_AGENT: a->so.agent_addr = arg; return 0;
     case O_METRICS: a->metrics_addr = arg; return 0;
     case O_WS: a->ws_addr = arg; return 0;
+    case O_WSMAXCONNS: return mt_opt_int(arg, 1, 4096, &a->ws_max_conns);
+    case O_WSMAXADDR: return mt_opt_int(arg, 1, 4096, &a->ws_max_per_addr);
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -481,11 +491,13 @@ static int check_tcp(const serve_args *a, const char *opt, const char *addr)
         return 1;
     }
     close(fd);
-    if (!strcmp(opt, "--listen") && !loop && !a->so.token && !a->so.insecure) {
-        fprintf(stderr, "%s: --listen %s is not a loopback address: anyone who "
-                "can reach it could send audio; give --token-file FILE (clients "
+    if (strcmp(opt, "--agent") && !loop && !a->so.token && !a->so.insecure) {
+        /* --listen, --ws, --metrics: refused before any work (issue 51) */
+        fprintf(stderr, "%s: %s %s is not a loopback address: anyone who "
+                "can reach it could %s; give --token-file FILE (clients "
                 "then need the same token), or --insecure to allow it "
-                "unauthenticated\n", prog, addr);
+                "unauthenticated\n", prog, opt, addr,
+                strcmp(opt, "--metrics") ? "send audio" : "read the metrics");
         return 2;
     }
     return -1;
@@ -726,6 +738,7 @@ static int ws_start(const serve_args *a, mt_engine *eng, mt_ws_gate **gate,
         .model = fmt.model, .log = log_stderr,
         .text_piece = a->ky.tok ? ws_piece : NULL, .text_ctx = a->ky.tok,
         .write_timeout_ns = a->so.write_timeout_ns,
+        .max_conns = a->ws_max_conns, .max_per_addr = a->ws_max_per_addr,
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)

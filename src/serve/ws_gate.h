@@ -48,7 +48,11 @@ typedef struct mt_ws_gate_opts {
     int         rate;          /* the engine's format: sample rate, */
     int         frame_samples; /* samples per frame (mono), */
     const char *model;         /* model name for HELLO */
-    int         max_conns;     /* 0: 64 */
+    int         max_conns;     /* 0: 64 (--ws-max-conns) */
+    int         max_per_addr;  /* idle connections of one peer address
+                                  (upgrading, held, waiting for the
+                                  verdict, or silent): past it, its own
+                                  oldest makes room; 0: max_conns / 2 */
     uint64_t    upgrade_timeout_ns; /* 0: 10 s */
     size_t      out_max;       /* bytes queued to one client; 0: 1 MiB */
     uint64_t    write_timeout_ns; /* output queued with no progress this
