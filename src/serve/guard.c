@@ -64,6 +64,25 @@ void mt_guard_host(const char *peer, char *buf, size_t cap)
         *colon = '\0';
 }
 
+int mt_guard_rate_take(mt_guard_rate *r, uint64_t now)
+{
+    const uint64_t per = 1000000000ull / MT_GUARD_LINES_PER_S;
+    const uint64_t full = per * MT_GUARD_LINES_BURST;
+    if (!r->last) {
+        r->tokens_ns = full;
+    } else if (now > r->last) {
+        uint64_t add = now - r->last;
+        r->tokens_ns = add >= full - r->tokens_ns ? full : r->tokens_ns + add;
+    }
+    r->last = now;
+    if (r->tokens_ns >= per) {
+        r->tokens_ns -= per;
+        return 1;
+    }
+    r->n_quiet++;
+    return 0;
+}
+
 int mt_guard_agg_note(mt_guard_agg *g, const char *reason, uint64_t now)
 {
     if (!g->since)

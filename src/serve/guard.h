@@ -53,6 +53,21 @@ void mt_guard_fail_unhold(mt_guard_fails *f, const char *addr);
 /* "ADDR:PORT" (or "[V6]:PORT") without the port. */
 void mt_guard_host(const char *peer, char *buf, size_t cap);
 
+/* Lines one per event that anyone can cause in numbers (a session's
+ * "admitted" and "closed"): a bucket of MT_GUARD_LINES_BURST lines,
+ * refilled at MT_GUARD_LINES_PER_S; past it the events are counted for the
+ * summary. */
+#define MT_GUARD_LINES_BURST 64
+#define MT_GUARD_LINES_PER_S 10
+typedef struct mt_guard_rate {
+    uint64_t last;               /* when the bucket was last refilled */
+    uint64_t tokens_ns;          /* the bucket, in ns of refill */
+    uint64_t n_quiet;            /* events not logged this interval */
+} mt_guard_rate;
+
+/* 1: log this event's lines; 0: it is counted in n_quiet. */
+int mt_guard_rate_take(mt_guard_rate *r, uint64_t now);
+
 typedef struct mt_guard_agg_reason {
     char     reason[96];
     uint64_t n;                  /* this interval, the logged one included */

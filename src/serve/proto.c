@@ -62,6 +62,16 @@ void mt_proto_report(mt_proto *p, uint64_t now, int force)
     if (mt_guard_agg_summary(&p->agg, now, force, msg, sizeof msg, &secs))
         plog(p, "connections refused before a session, besides the ones logged, "
              "in the last %.1f s: %s", secs, msg);
+    uint64_t q = p->session_lines.n_quiet;
+    if (q && (force || now - p->quiet_since >= MT_GUARD_REPORT_NS)) {
+        plog(p, "%llu session(s) admitted and closed without their own lines in the "
+             "last %.1f s (more than %d a second: the log's rate limit)",
+             (unsigned long long)q, (double)(now - p->quiet_since) / 1e9,
+             MT_GUARD_LINES_PER_S);
+        p->session_lines.n_quiet = 0;
+    }
+    if (!p->session_lines.n_quiet)
+        p->quiet_since = now;
 }
 
 static double tsec(const mt_proto *p, uint64_t now)
@@ -156,9 +166,12 @@ void mt_proto_admit(mt_proto *p, mt_proto_conn *c, uint64_t now)
         mt_proto_reject(p, c, why, rc == MT_ENGINE_REFUSED_FINAL, now);
         return;
     }
-    if (c->is_tcp)
+    /* anyone may open sessions by the thousand (a loopback --ws without a
+     * token): their two lines each are rate-limited, the rest counted */
+    c->quiet = !mt_guard_rate_take(&p->session_lines, now);
+    if (!c->quiet && c->is_tcp)
         plog(p, "session %u: admitted (tcp %s)", c->id, c->peer);
-    else
+    else if (!c->quiet)
         plog(p, "session %u: admitted (uid %d)", c->id, (int)c->uid);
     c->last_input = now;
     verdict_line(p, c->id, 1, NULL, now);

@@ -48,6 +48,8 @@ typedef struct mt_proto {
     size_t     token_len;
     mt_guard_fails auth;         /* failures per address, held REJECTs */
     mt_guard_agg agg;            /* crowd-prone log lines */
+    mt_guard_rate session_lines; /* a session's admitted/closed lines */
+    uint64_t   quiet_since;      /* start of session_lines' interval */
 } mt_proto;
 
 /* One connection's protocol state. */
@@ -69,6 +71,7 @@ typedef struct mt_proto_conn {
     uint64_t last_input;         /* admitted: when input last came (or the
                                     admission), for --input-timeout */
     uint64_t bytes_in;           /* a health check sends nothing */
+    int      quiet;              /* its lines past the log's rate: counted */
     mt_frame_decoder dec;
     uint8_t  wbuf[MT_PROTO_WBUF_CAP]; /* direct frames; then engine output */
     size_t   woff, wlen;
