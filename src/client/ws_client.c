@@ -79,8 +79,8 @@ typedef struct bridge {
     uint64_t sent, answered;   /* AUDIO frames sent up, pages back */
     int      up_done;          /* the client's END came */
     int      down_done;        /* the server's side ended */
-    int      going_away;       /* close 1001 with every frame sent answered:
-                                  the server drained the session, done */
+    int      going_away;       /* close 1001: the server drained the
+                                  session: done (END), as over mt-frame */
     pthread_cond_t cv;
     int16_t  ring[PCM_RING][K_FRAME]; /* decoded frames not yet handed out */
     unsigned rhead, rcount;
@@ -288,9 +288,11 @@ static void *down(void *arg)
             why[0] = '\0';
             unsigned code = len >= 2 ? (unsigned)(b->msg[0] << 8 | b->msg[1]) : 1005;
             pthread_mutex_lock(&b->mu);
-            /* 1001, going away: a drain; the session is done when every
-             * frame it sent came back, as over mt-frame (END) */
-            b->going_away = code == 1001 && b->answered >= b->sent;
+            /* 1001, going away: the server ended the session (a drain):
+             * done, as an END without a reason over mt-frame; frames sent
+             * after the server stopped reading are the client's missing
+             * ones, counted as over mt-frame */
+            b->going_away = code == 1001;
             if (!b->going_away && (!b->up_done || b->answered < b->sent))
                 snprintf(why, sizeof why, "the server closed the WebSocket (%u)%s%.*s",
                          code,
@@ -361,7 +363,7 @@ out:
     mt_oggopus_dec_free(dec);
     pthread_mutex_lock(&b->mu);
     b->down_done = 1;
-    int clean = (b->up_done || b->going_away) && b->answered >= b->sent;
+    int clean = b->going_away || (b->up_done && b->answered >= b->sent);
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
     if (clean)

@@ -54,6 +54,11 @@
 #define SILENT_NS           2000000000ull      /* an upgraded client without
                                                   audio this long is silent: it
                                                   makes room when one is needed */
+#define YOUNG_NS            1000000000ull      /* a connection this young is
+                                                  spared by its own address's
+                                                  cap (a burst of clients
+                                                  behind one address would
+                                                  evict each other) */
 #define REPORT_NS           10000000000ull     /* counts: one line per 10 s */
 #define TEXT_MAX      255                /* bytes of one Text message */
 /* A packet (MT_OGGOPUS_PACKET_MAX), a page (Ogg's 65,307 bytes), a message
@@ -737,14 +742,15 @@ static int idle(const wsc *c, uint64_t now)
     return now - last >= SILENT_NS;
 }
 
-/* The oldest idle connection (of host, or of anyone: NULL), those still
- * upgrading first: -1 when none. */
+/* The oldest idle connection (of host, none younger than YOUNG_NS; or
+ * of anyone: NULL), those still upgrading first: -1 when none. */
 static int oldest_idle(const mt_ws_gate *g, const char *host, uint64_t now, int *count)
 {
     int best = -1, n = 0;
     for (int i = 0; i < g->o.max_conns; i++) {
         const wsc *c = g->c[i];
-        if (!c || !idle(c, now) || (host && strcmp(c->host, host) != 0))
+        if (!c || !idle(c, now) ||
+            (host && (strcmp(c->host, host) != 0 || now - c->t_created < YOUNG_NS)))
             continue;
         n++;
         if (best < 0) {
