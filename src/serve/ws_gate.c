@@ -906,6 +906,23 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
     return 0;
 }
 
+/* The endpoint stops (the server has drained, or failed): what the
+ * server still sent goes out, then a close 1001 with the reason, each as
+ * far as the client's socket takes it now. */
+static void stopping(mt_ws_gate *g)
+{
+    for (int i = 0; i < g->o.max_conns; i++) {
+        wsc *c = g->c[i];
+        if (!c)
+            continue;
+        if (c->ifd >= 0)
+            server_read(g, c);
+        if (c->state == W_OPEN || c->state == W_WAIT)
+            ws_close(c, 1001, "server going away: it is stopping");
+        (void)bb_flush(&c->out, c->fd);
+    }
+}
+
 static void *gate_main(void *arg)
 {
     mt_ws_gate *g = arg;
@@ -981,6 +998,7 @@ static void *gate_main(void *arg)
             on_accept(g, now);
         report(g, now, 0);
     }
+    stopping(g);
     report(g, now_ns(), 1);
     free(pf);
     free(who);

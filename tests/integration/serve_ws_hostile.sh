@@ -197,11 +197,12 @@ wait $DR; rc=$?
 wait $SRV3
 t_check "a drained WebSocket session: close 1001 $(cat drain.txt)" test "$(fact drain.txt close)" = 1001
 t_ok $rc "mt-replay ws:// through a drain: exit 0 $(grep summary dr.out) $(head -c 300 dr.err)"
-t_check "... both sessions done" test "$(sed -n 's/.* done=\([0-9]*\).*/\1/p' dr.out | head -1)" = 2
+t_check "... both sessions done" test "$(grep '^replay_summary' dr.out | sed -n 's/.* done=\([0-9]*\).*/\1/p')" = 2
 # frames sent after the server stopped reading are missing, as over mt-frame
-snt=$(sed -n 's/.* sent=\([0-9]*\).*/\1/p' dr.out | head -1)
-rcv=$(sed -n 's/.* received=\([0-9]*\).*/\1/p' dr.out | head -1)
-mis=$(sed -n 's/.* missing=\([0-9]*\).*/\1/p' dr.out | head -1)
+grep '^replay_summary' dr.out > dr.sum
+snt=$(sed -n 's/.* sent=\([0-9]*\).*/\1/p' dr.sum)
+rcv=$(sed -n 's/.* received=\([0-9]*\).*/\1/p' dr.sum)
+mis=$(sed -n 's/.* missing=\([0-9]*\).*/\1/p' dr.sum)
 t_check "... every frame sent answered or counted missing ($snt = $rcv + $mis)" test "$snt" = $(( rcv + mis ))
 
 t_done
