@@ -82,7 +82,7 @@ t_check "a valid close: answered 1000" test "$(fact c4.txt close)" = 1000
 
 # 1: the endless packet, with --input-timeout 0
 rss0=$(kib $SRV VmRSS)
-timeout 40 "$PY" "$H" endless "$URL" 10 > endless.txt 2>&1
+timeout 40 "$PY" "$H" endless "$URL" "${MT_WS_ENDLESS_S:-10}" > endless.txt 2>&1
 hwm=$(kib $SRV VmHWM)
 t_check "an endless Ogg packet: the session ends with the reason $(cat endless.txt)" \
     grep -q 'errors="bad audio: an Ogg packet over 65536 bytes' endless.txt
