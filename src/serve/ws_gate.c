@@ -194,6 +194,8 @@ static void ws_close(wsc *c, int code, const char *reason)
     size_t rl = strlen(reason);
     if (rl > 123)
         rl = 123;
+    while (rl > 0 && rl < strlen(reason) && ((uint8_t)reason[rl] & 0xc0) == 0x80)
+        rl--;   /* not inside a character: the client checks it is UTF-8 */
     b[0] = (uint8_t)(code >> 8);
     b[1] = (uint8_t)code;
     memcpy(b + 2, reason, rl);
