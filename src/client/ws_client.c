@@ -85,6 +85,8 @@ typedef struct bridge {
     uint64_t sent, answered;   /* AUDIO frames sent up, pages back */
     int      up_done;          /* the client's END came */
     int      down_done;        /* the server's side ended */
+    int      going_away;       /* close 1001: the server drained the
+                                  session: done (END), as over mt-frame */
     pthread_cond_t cv;
     int16_t  ring[PCM_RING][K_FRAME]; /* decoded frames not yet handed out */
     unsigned rhead, rcount;
@@ -277,7 +279,7 @@ static void down_end(bridge *b, const char *why)
 {
     pthread_mutex_lock(&b->mu);
     b->down_done = 1;
-    int clean = b->up_done && b->answered >= b->sent;
+    int clean = b->going_away || (b->up_done && b->answered >= b->sent);
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
     if (clean)
@@ -288,14 +290,18 @@ static void down_end(bridge *b, const char *why)
 }
 
 /* A close frame from the server: why is left empty when it came where a
- * close belongs (after the END, everything answered). */
+ * close belongs (after the END, everything answered), or with 1001, going
+ * away: the server ended the session (a drain): done, as an END without a
+ * reason over mt-frame; frames sent after the server stopped reading are
+ * the client's missing ones, counted as over mt-frame. */
 static void closed_why(bridge *b, size_t len, char *why, size_t whylen)
 {
     why[0] = '\0';
+    unsigned code = len >= 2 ? (unsigned)(b->msg[0] << 8 | b->msg[1]) : 1005;
     pthread_mutex_lock(&b->mu);
-    if (!b->up_done || b->answered < b->sent)
-        snprintf(why, whylen, "the server closed the WebSocket (%u)%s%.*s",
-                 len >= 2 ? (unsigned)(b->msg[0] << 8 | b->msg[1]) : 1005,
+    b->going_away = code == 1001;
+    if (!b->going_away && (!b->up_done || b->answered < b->sent))
+        snprintf(why, whylen, "the server closed the WebSocket (%u)%s%.*s", code,
                  len > 2 ? ": " : "", len > 2 ? (int)len - 2 : 0, (const char *)b->msg + 2);
     pthread_mutex_unlock(&b->mu);
 }

@@ -52,6 +52,9 @@ static void usage(FILE *f)
 "      --ws HOST:PORT       Kyutai's WebSocket chat protocol at /api/chat\n"
 "                           (Ogg Opus both ways; needs -s PATH, which its\n"
 "                           sessions enter through)\n"
+"      --ws-max-conns N     WebSocket connections at once (default 64)\n"
+"      --ws-max-per-addr N  idle WebSocket connections of one address\n"
+"                           (default half of --ws-max-conns)\n"
 "      --metrics HOST:PORT  Prometheus metrics: GET /metrics, /health (with\n"
 "                           --token-file, /metrics wants it as a bearer token;\n"
 "                           off loopback one is required, or --insecure)\n"
@@ -149,6 +152,7 @@ enum {
     O_ASRDELAY,
     O_TEMP, O_TOPK, O_TTEMP, O_TTOPK, O_STATIC,
     O_GPU,
+    O_WSMAXCONNS, O_WSMAXADDR,
 };
 
 /* Everything the command line sets, before the model is known. */
@@ -168,6 +172,8 @@ typedef struct serve_args {
     int             gpu;            /* --gpu N: the CUDA device; -1: default (0) */
     const char     *metrics_addr;   /* --metrics HOST:PORT, or NULL */
     const char     *ws_addr;        /* --ws HOST:PORT, or NULL */
+    int             ws_max_conns;   /* --ws-max-conns (0: the gate's 64) */
+    int             ws_max_per_addr;/* --ws-max-per-addr (0: half of it) */
     const char     *codec;          /* Kyutai models: --codec; NULL: the default */
     const char     *tokenizer;      /* Kyutai models: --tokenizer, or NULL */
     double          asr_delay_s;    /* --asr-delay: audio_delay_seconds */
@@ -191,6 +197,8 @@ static const struct option longopts[] = {
     {"metrics", required_argument, 0, O_METRICS},
     {"ws", required_argument, 0, O_WS},
     {"asr-delay", required_argument, 0, O_ASRDELAY},
+    {"ws-max-conns", required_argument, 0, O_WSMAXCONNS},
+    {"ws-max-per-addr", required_argument, 0, O_WSMAXADDR},
     {"token-file", required_argument, 0, O_TOKEN},
     {"insecure", no_argument, 0, O_INSECURE},
     {"drain", required_argument, 0, O_DRAIN},
@@ -415,6 +423,8 @@ static int one_option(void *ctx, int c, const char *arg)
         a->asr_delay_given = 1;
         return mt_opt_seconds(arg, 0, 60, &a->asr_delay_s);
     case O_STATIC: a->static_dir = arg; return 0;
+    case O_WSMAXCONNS: return mt_opt_int(arg, 1, 4096, &a->ws_max_conns);
+    case O_WSMAXADDR: return mt_opt_int(arg, 1, 4096, &a->ws_max_per_addr);
     case O_TOKEN: a->token_file = arg; return 0;
     case O_INSECURE: a->so.insecure = 1; return 0;
     case O_DRAIN:
@@ -542,11 +552,13 @@ static int check_tcp(const serve_args *a, const char *opt, const char *addr)
         return 1;
     }
     close(fd);
-    if (!strcmp(opt, "--listen") && !loop && !a->so.token && !a->so.insecure) {
-        fprintf(stderr, "%s: --listen %s is not a loopback address: anyone who "
-                "can reach it could send audio; give --token-file FILE (clients "
+    if (strcmp(opt, "--agent") && !loop && !a->so.token && !a->so.insecure) {
+        /* --listen, --ws, --metrics: refused before any work (issue 51) */
+        fprintf(stderr, "%s: %s %s is not a loopback address: anyone who "
+                "can reach it could %s; give --token-file FILE (clients "
                 "then need the same token), or --insecure to allow it "
-                "unauthenticated\n", prog, addr);
+                "unauthenticated\n", prog, opt, addr,
+                strcmp(opt, "--metrics") ? "send audio" : "read the metrics");
         return 2;
     }
     return -1;
@@ -853,6 +865,7 @@ static int ws_start(serve_args *a, mt_engine *eng, mt_ws_gate **gate,
         .asr = a->ky.lm && a->ky.lm->kc.dep_q == 0,
         .asr_delay = (int)(a->asr_delay_s * fmt.sample_rate / fmt.frame_samples + 1e-9),
         .static_files = a->static_files,
+        .max_conns = a->ws_max_conns, .max_per_addr = a->ws_max_per_addr,
     };
     char bound[80];
     if (mt_ws_gate_start(&wo, gate, bound, sizeof bound, err, errlen) != 0)

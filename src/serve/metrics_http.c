@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/guard.h"
 #include "util/errmsg.h"
 #include "util/clock.h"
 #include "wire/endpoint.h"
@@ -33,7 +34,8 @@
 #define LINGER_NS          1000000000ull  /* after the answer, at most */
 #define BAD_REPORT_NS      10000000000ull /* one log line per 10 s at most */
 
-enum { C_READ = 0, C_WRITE, C_LINGER };
+enum { C_READ = 0, C_WRITE, C_LINGER, C_HELD };   /* C_HELD: a wrong
+    token's 401, written at send_at (the doubling wait of guard.h) */
 
 typedef struct hconn {
     int      fd;
@@ -44,6 +46,8 @@ typedef struct hconn {
     size_t   rlen;
     char    *wbuf;                   /* the answer: head + body */
     size_t   wlen, woff;
+    char     host[64];               /* the peer address, without its port */
+    uint64_t send_at;                /* C_HELD: when its 401 goes */
 } hconn;
 
 struct mt_metrics_http {
@@ -57,6 +61,7 @@ struct mt_metrics_http {
     char        body[MT_METRICS_TEXT_MAX]; /* the exposition being rendered */
     uint64_t    n_bad, n_evicted, n_timeout, last_report;
     char        last_bad[160];
+    mt_guard_fails auth;             /* wrong tokens per address */
 };
 
 #define hlog(h, ...) mt_logf((h)->o.log, (h)->o.log_ctx, __VA_ARGS__)
@@ -64,6 +69,8 @@ struct mt_metrics_http {
 static void conn_close(mt_metrics_http *h, int i)
 {
     hconn *c = h->c[i];
+    if (c->state == C_HELD)
+        mt_guard_fail_unhold(&h->auth, c->host);
     close(c->fd);
     free(c->wbuf);
     free(c);
@@ -143,9 +150,30 @@ static int respond(mt_metrics_http *h, hconn *c, const mt_http_req *r)
         return answer_text(c, 200, NULL, "ok\n", head);
     }
     if (!authorized(h, r)) {
+        /* as the TCP listener: a wait that doubles with each failure of
+         * the address before the 401 (a guesser's rate falls), or at once
+         * past the held budgets */
+        uint64_t now = mt_clock_ns();
+        mt_guard_fail *a = mt_guard_fail_entry(&h->auth, c->host, now);
+        uint64_t delay = mt_guard_fail_note(&h->auth, a, now);
         note_bad(h, "metrics request without the right bearer token");
-        return answer_text(c, 401, "WWW-Authenticate: Bearer realm=\"metronome\"\r\n",
-                           "unauthorized: send Authorization: Bearer TOKEN\n", head);
+        if (answer_text(c, 401, "WWW-Authenticate: Bearer realm=\"metronome\"\r\n",
+                        "unauthorized: send Authorization: Bearer TOKEN\n", head) != 0) {
+            if (delay)
+                mt_guard_fail_unhold(&h->auth, c->host);
+            return -1;
+        }
+        if (delay) {
+            c->state = C_HELD;
+            c->send_at = now + delay;
+            c->deadline = c->send_at + h->o.timeout_ns;
+        }
+        return 0;
+    }
+    if (h->o.token) {   /* the right token clears its address's count */
+        mt_guard_fail *a = mt_guard_fail_find(&h->auth, c->host);
+        if (a && !a->held)
+            a->count = 0;
     }
     char err[160];
     long n = mt_metrics_render(h->o.metrics, h->body, sizeof h->body, err, sizeof err);
@@ -236,7 +264,9 @@ static int free_slot(mt_metrics_http *h)
 static void on_accept(mt_metrics_http *h, uint64_t now)
 {
     for (int rounds = 0; rounds < 64; rounds++) {
-        int fd = accept4(h->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        int fd = accept4(h->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 note_bad(h, strerror(errno));
@@ -249,6 +279,9 @@ static void on_accept(mt_metrics_http *h, uint64_t now)
             continue;
         }
         c->fd = fd;
+        char peer[80];
+        mt_sockaddr_str((struct sockaddr *)&sa, sl, peer, sizeof peer);
+        mt_guard_host(peer, c->host, sizeof c->host);
         c->t_accept = now;
         c->deadline = now + h->o.timeout_ns;
         h->c[i] = c;
@@ -298,10 +331,14 @@ static void *http_main(void *arg)
             if (!c)
                 continue;
             slot[n] = i;
+            /* a held one is not read: only its hang-up is watched */
             pf[n++] = (struct pollfd){.fd = c->fd,
-                                      .events = c->state == C_WRITE ? POLLOUT : POLLIN};
+                                      .events = c->state == C_WRITE ? POLLOUT
+                                              : c->state == C_HELD ? POLLRDHUP : POLLIN};
             if (!wake || c->deadline < wake)
                 wake = c->deadline;
+            if (c->state == C_HELD && c->send_at < wake)
+                wake = c->send_at;
         }
         int timeout = wake ? (wake > now ? (int)((wake - now + 999999) / 1000000) : 0)
                            : (int)(BAD_REPORT_NS / 1000000);
@@ -318,12 +355,23 @@ static void *http_main(void *arg)
             if (!c || !pf[k].revents)
                 continue;
             int rc = 0;
-            if (c->state != C_WRITE)
+            if (c->state == C_HELD)
+                rc = -1;   /* it hung up before its 401 */
+            else if (c->state != C_WRITE)
                 rc = conn_read(h, c);
             if (rc == 0 && c->state == C_WRITE)
                 rc = conn_write(c, now);
             if (rc != 0)
                 conn_close(h, slot[k]);
+        }
+        for (int i = 0; i < max; i++) {
+            hconn *c = h->c[i];
+            if (c && c->state == C_HELD && now >= c->send_at) {   /* its 401, now */
+                mt_guard_fail_unhold(&h->auth, c->host);
+                c->state = C_WRITE;
+                if (conn_write(c, now) != 0)
+                    conn_close(h, i);
+            }
         }
         for (int i = 0; i < max; i++)
             if (h->c[i] && now >= h->c[i]->deadline) {

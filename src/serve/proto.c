@@ -14,7 +14,7 @@
  * mt_proto); mt_proto_auth_due sends it when due. A connection held for
  * that REJECT is no longer waiting for admission (it holds no pending
  * place), and the held ones are bounded: one per address and
- * MT_PROTO_AUTH_HELD_MAX in all (the global budget); past either, REJECT
+ * MT_GUARD_HELD_MAX in all (the global budget); past either, REJECT
  * goes at once. Behind a proxy every client shares the proxy's address,
  * so the wait never applies to a right token: the token's length (16
  * bytes at least, mt_token_read) is what makes guessing hopeless, the
@@ -52,49 +52,26 @@ static void pline(mt_proto *p, const char *line)
  * reason in the interval is; the others are counted for the summary. */
 static int agg_note(mt_proto *p, const char *reason, uint64_t now)
 {
-    if (!p->agg_since)
-        p->agg_since = now;
-    mt_proto_agg *free_slot = NULL;
-    for (int i = 0; i < MT_PROTO_AGG_REASONS; i++) {
-        mt_proto_agg *a = &p->agg[i];
-        if (a->n && !strncmp(a->reason, reason, sizeof a->reason - 1))
-            return a->n++ == 0;
-        if (!a->n && !free_slot)
-            free_slot = a;
-    }
-    if (!free_slot) {
-        p->agg_other++;
-        return 0;
-    }
-    snprintf(free_slot->reason, sizeof free_slot->reason, "%s", reason);
-    free_slot->n = 1;
-    return 1;
+    return mt_guard_agg_note(&p->agg, reason, now);
 }
 
 void mt_proto_report(mt_proto *p, uint64_t now, int force)
 {
-    if (!p->agg_since || (!force && now - p->agg_since < MT_PROTO_REPORT_NS))
-        return;
     char msg[1024];
-    size_t len = 0;
-    uint64_t more = p->agg_other;
-    for (int i = 0; i < MT_PROTO_AGG_REASONS; i++) {
-        mt_proto_agg *a = &p->agg[i];
-        if (a->n > 1 && len < sizeof msg) {
-            int k = snprintf(msg + len, sizeof msg - len, "%s%llu x %s",
-                             len ? ", " : "", (unsigned long long)(a->n - 1), a->reason);
-            len += k > 0 ? (size_t)k : 0;
-        }
-        a->n = 0;
-    }
-    if (more && len < sizeof msg)
-        snprintf(msg + len, sizeof msg - len, "%s%llu of other reasons",
-                 len ? ", " : "", (unsigned long long)more);
-    if (len || more)
+    double secs;
+    if (mt_guard_agg_summary(&p->agg, now, force, msg, sizeof msg, &secs))
         plog(p, "connections refused before a session, besides the ones logged, "
-             "in the last %.1f s: %s", (double)(now - p->agg_since) / 1e9, msg);
-    p->agg_other = 0;
-    p->agg_since = 0;
+             "in the last %.1f s: %s", secs, msg);
+    uint64_t q = p->session_lines.n_quiet;
+    if (q && (force || now - p->quiet_since >= MT_GUARD_REPORT_NS)) {
+        plog(p, "%llu session(s) admitted and closed without their own lines in the "
+             "last %.1f s (more than %d a second: the log's rate limit)",
+             (unsigned long long)q, (double)(now - p->quiet_since) / 1e9,
+             MT_GUARD_LINES_PER_S);
+        p->session_lines.n_quiet = 0;
+    }
+    if (!p->session_lines.n_quiet)
+        p->quiet_since = now;
 }
 
 static double tsec(const mt_proto *p, uint64_t now)
@@ -189,50 +166,25 @@ void mt_proto_admit(mt_proto *p, mt_proto_conn *c, uint64_t now)
         mt_proto_reject(p, c, why, rc == MT_ENGINE_REFUSED_FINAL, now);
         return;
     }
+    /* anyone may open sessions by the thousand (a loopback --ws without a
+     * token): their two lines each are rate-limited, the rest counted */
+    c->quiet = !mt_guard_rate_take(&p->session_lines, now);
     char smp[200], sep[3] = "";
-    if (mt_engine_sampling_desc(p->eng, c->id, smp, sizeof smp) == 0)
+    if (!c->quiet && mt_engine_sampling_desc(p->eng, c->id, smp, sizeof smp) == 0)
         snprintf(sep, sizeof sep, ", ");
-    if (c->is_tcp)
-        plog(p, "session %u: admitted (tcp %s)%s%s", c->id, c->peer, sep, smp);
     else
+        smp[0] = '\0';
+    if (!c->quiet && c->is_tcp)
+        plog(p, "session %u: admitted (tcp %s)%s%s", c->id, c->peer, sep, smp);
+    else if (!c->quiet)
         plog(p, "session %u: admitted (uid %d)%s%s", c->id, (int)c->uid, sep, smp);
     c->last_input = now;
     verdict_line(p, c->id, 1, NULL, now);
 }
 
-/* The failure record of addr (the peer without its port), made when
- * missing: the oldest entry gives way. */
-static mt_proto_auth_fail *auth_entry(mt_proto *p, const char *addr, uint64_t now)
-{
-    mt_proto_auth_fail *old = &p->auth[0];
-    for (int i = 0; i < MT_PROTO_AUTH_TABLE; i++) {
-        mt_proto_auth_fail *a = &p->auth[i];
-        if (a->count && now - a->last > MT_PROTO_AUTH_FORGET_NS)
-            a->count = 0;
-        if (a->count && !strcmp(a->addr, addr))
-            return a;
-        if (!a->count || (old->count && a->last < old->last))
-            old = a;
-    }
-    memset(old, 0, sizeof *old);
-    snprintf(old->addr, sizeof old->addr, "%s", addr);
-    return old;
-}
-
 void mt_proto_peer_host(const mt_proto_conn *c, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s", c->peer);
-    char *colon = strrchr(buf, ':');
-    if (colon)
-        *colon = '\0';
-}
-
-static mt_proto_auth_fail *auth_find(mt_proto *p, const char *addr)
-{
-    for (int i = 0; i < MT_PROTO_AUTH_TABLE; i++)
-        if (p->auth[i].count && !strcmp(p->auth[i].addr, addr))
-            return &p->auth[i];
-    return NULL;
+    mt_guard_host(c->peer, buf, cap);
 }
 
 /* A TCP HELLO without the right token: REJECT, after a wait that doubles
@@ -249,20 +201,13 @@ static int auth_check(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t
     memset(h.token, 0, sizeof h.token);
     char host[64];
     mt_proto_peer_host(c, host, sizeof host);
-    mt_proto_auth_fail *a = auth_entry(p, host, now);
+    mt_guard_fail *a = mt_guard_fail_entry(&p->auth, host, now);
     if (ok) {
         a->count = 0;
         return 0;
     }
-    a->count++;
-    a->last = now;
-    uint64_t delay = MT_PROTO_AUTH_DELAY_NS;
-    for (unsigned i = 1; i < a->count && delay < MT_PROTO_AUTH_DELAY_MAX_NS; i++)
-        delay *= 2;
-    if (delay > MT_PROTO_AUTH_DELAY_MAX_NS)
-        delay = MT_PROTO_AUTH_DELAY_MAX_NS;
-    int at_once = a->held >= MT_PROTO_AUTH_HELD_PER_ADDR ||
-                  p->auth_held >= MT_PROTO_AUTH_HELD_MAX;
+    uint64_t delay = mt_guard_fail_note(&p->auth, a, now);
+    int at_once = delay == 0;
     const char *what = h.token_len ? "wrong token" : "no token";
     if (agg_note(p, what, now)) {
         if (at_once)
@@ -278,8 +223,6 @@ static int auth_check(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t
         mt_proto_direct(c, MT_FRAME_REJECT, MT_FLAG_FINAL, AUTH_REASON, now);
         return 1;
     }
-    a->held++;
-    p->auth_held++;
     c->auth_reject_at = now + delay;
     return 1;
 }
@@ -289,13 +232,9 @@ static void auth_unhold(mt_proto *p, mt_proto_conn *c)
     if (!c->auth_reject_at)
         return;
     c->auth_reject_at = 0;
-    if (p->auth_held)
-        p->auth_held--;
     char host[64];
     mt_proto_peer_host(c, host, sizeof host);
-    mt_proto_auth_fail *a = auth_find(p, host);
-    if (a && a->held)
-        a->held--;
+    mt_guard_fail_unhold(&p->auth, host);
 }
 
 void mt_proto_conn_release(mt_proto *p, mt_proto_conn *c)

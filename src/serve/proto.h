@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "serve/engine.h"
+#include "serve/guard.h"
 #include "wire/frame.h"
 
 #define MT_PROTO_WBUF_CAP (16 * 1024) /* a connection's output buffer: four
@@ -24,32 +25,11 @@
                                          engine's queue is a byte stream, so
                                          any size works); a connection is
                                          about 49 KB with its decoder */
-#define MT_PROTO_AUTH_TABLE 64   /* peer addresses whose failures count */
-#define MT_PROTO_AUTH_DELAY_NS    250000000ull    /* first failure's delay; doubles */
-#define MT_PROTO_AUTH_DELAY_MAX_NS 8000000000ull
-#define MT_PROTO_AUTH_FORGET_NS   600000000000ull /* ten quiet minutes clear a count */
-#define MT_PROTO_AUTH_HELD_PER_ADDR 1 /* connections of one address held for a
-                                        delayed REJECT; past it, REJECT at once */
-#define MT_PROTO_AUTH_HELD_MAX    16  /* the global budget of held ones */
-#define MT_PROTO_AGG_REASONS      8   /* distinct reasons counted per interval */
-#define MT_PROTO_REPORT_NS        10000000000ull  /* one summary line per 10 s */
-
-/* Authentication failures of one peer address: each one doubles the wait
- * before its REJECT; the table is bounded (the oldest entry makes room). */
-typedef struct mt_proto_auth_fail {
-    char     addr[64];           /* without the port */
-    unsigned count;
-    unsigned held;               /* its connections waiting for REJECT */
-    uint64_t last;
-} mt_proto_auth_fail;
-
-/* Log lines that come in crowds (bad frames before HELLO, failed
- * authentication): the first of each reason in an interval is logged in
- * full, the others counted and summed up in one line at its end. */
-typedef struct mt_proto_agg {
-    char     reason[96];
-    uint64_t n;                  /* this interval, the logged one included */
-} mt_proto_agg;
+/* the authentication waits and the crowd summaries are guard.h's, shared
+ * with --ws and --metrics */
+#define MT_PROTO_AUTH_DELAY_NS     MT_GUARD_DELAY_NS
+#define MT_PROTO_AUTH_DELAY_MAX_NS MT_GUARD_DELAY_MAX_NS
+#define MT_PROTO_REPORT_NS         MT_GUARD_REPORT_NS
 
 /* What the protocol needs from the server: its engine, its admission
  * rule, where its log and machine-stream lines go. */
@@ -66,11 +46,10 @@ typedef struct mt_proto {
     void      *line_ctx;
     const char *token;           /* --token-file: a TCP HELLO must carry it */
     size_t     token_len;
-    mt_proto_auth_fail auth[MT_PROTO_AUTH_TABLE];
-    unsigned   auth_held;        /* connections held for a delayed REJECT */
-    mt_proto_agg agg[MT_PROTO_AGG_REASONS];
-    uint64_t   agg_other;        /* reasons past the table's size */
-    uint64_t   agg_since;        /* start of the interval (0: none yet) */
+    mt_guard_fails auth;         /* failures per address, held REJECTs */
+    mt_guard_agg agg;            /* crowd-prone log lines */
+    mt_guard_rate session_lines; /* a session's admitted/closed lines */
+    uint64_t   quiet_since;      /* start of session_lines' interval */
 } mt_proto;
 
 /* One connection's protocol state. */
@@ -92,6 +71,7 @@ typedef struct mt_proto_conn {
     uint64_t last_input;         /* admitted: when input last came (or the
                                     admission), for --input-timeout */
     uint64_t bytes_in;           /* a health check sends nothing */
+    int      quiet;              /* its lines past the log's rate: counted */
     mt_frame_decoder dec;
     uint8_t  wbuf[MT_PROTO_WBUF_CAP]; /* direct frames; then engine output */
     size_t   woff, wlen;

@@ -157,7 +157,7 @@ void mt_srv_conn_free(mt_server *s, conn *c, const char *why)
 {
     if (c->p.id) {
         mt_engine_close(s->eng, c->p.id);
-        if (why)
+        if (why && !c->p.quiet)
             slog(s, "session %u: closed: %s", c->p.id, why);
     } else if (why && c->p.is_tcp && c->p.bytes_in == 0 &&
                !strcmp(why, "disconnected")) {

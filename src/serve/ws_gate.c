@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "serve/asr_session.h"
+#include "serve/guard.h"
 #include "util/errmsg.h"
 #include "util/clock.h"
 #include "wire/endpoint.h"
@@ -41,18 +42,37 @@
 #include "serve/ws_params.h"
 #include "serve/static_http.h"
 
-#define DEFAULT_MAX_CONNS   64
-#define DEFAULT_UPGRADE_NS  10000000000ull
-#define DEFAULT_OUT_MAX     (1024 * 1024)
-#define DEFAULT_WRITE_NS    2000000000ull
+/* ---- the listener's limits (mt-serve(1), --ws, states each one) ---------- */
+#define DEFAULT_MAX_CONNS   64                 /* --ws-max-conns */
+#define DEFAULT_UPGRADE_NS  10000000000ull     /* the upgrade request, at most */
+#define DEFAULT_OUT_MAX     (1024 * 1024)      /* bytes queued to one client */
+#define DEFAULT_WRITE_NS    2000000000ull      /* a client taking none of them */
 #define DEFAULT_SNDBUF      (16 * 1024)
 #define IOUT_MAX            (4 * 1024 * 1024)  /* frames queued to the server */
 #define CLOSING_NS          2000000000ull      /* a closing client, at most */
 #define PRE_ADMIT_FRAMES    64                 /* audio held until the verdict */
-#define REPORT_NS           10000000000ull
+#define AHEAD_NS            10000000000ull     /* audio a session may send ahead
+                                                  of real time (from its first
+                                                  Audio message): past it, it
+                                                  is refused undecoded */
+#define SILENT_NS           2000000000ull      /* an upgraded client without
+                                                  audio this long is silent: it
+                                                  makes room when one is needed */
+#define YOUNG_NS            1000000000ull      /* a connection this young is
+                                                  spared by its own address's
+                                                  cap (a burst of clients
+                                                  behind one address would
+                                                  evict each other) */
+#define REPORT_NS           10000000000ull     /* counts: one line per 10 s */
 #define TEXT_MAX      255                /* bytes of one Text message */
+/* A packet (MT_OGGOPUS_PACKET_MAX), a page (Ogg's 65,307 bytes), a message
+ * (MT_WS_GATE_MSG_MAX) and what a decoder holds (256 KiB without a page)
+ * are bounded in wire/; a session's buffered input is its message, its
+ * decoder, PRE_ADMIT_FRAMES and IOUT_MAX. */
 
-enum { W_UPGRADE = 0, W_WAIT, W_OPEN, W_CLOSING };
+enum { W_UPGRADE = 0, W_WAIT, W_OPEN, W_CLOSING, W_HELD };   /* W_HELD: a
+    wrong token, its 401 held back (the doubling wait, guard.h) */
+enum { FAIL_NONE = 0, FAIL_OUT, FAIL_IOUT };   /* which queue overflowed */
 enum { MSG_HANDSHAKE = 0, MSG_AUDIO = 1, MSG_TEXT = 2, MSG_ERROR = 5 };
 
 typedef struct bbuf {
@@ -65,6 +85,9 @@ typedef struct wsc {
     int              state;
     uint64_t         deadline;         /* upgrade, or closing */
     char             peer[80];
+    char             host[64];         /* peer without its port */
+    uint64_t         t_created, t_audio0, t_audio; /* accept; first and
+                                          last Audio message (0: none) */
     uint8_t          hbuf[MT_HTTP_MAX_HEAD]; /* the upgrade request so far */
     size_t           hlen;
     mt_ws_reader     rd;
@@ -78,7 +101,7 @@ typedef struct wsc {
     uint32_t         session, seq;
     uint64_t         hello_seed;       /* from the URL's seeds; 0: the server's */
     int              admitted;
-    int              failed;           /* a queue overflowed: drop it */
+    int              failed;           /* FAIL_*: a queue overflowed: drop it */
     uint64_t         stuck_since;      /* output queued, none taken since */
     mt_asr_sess     *asr;              /* /api/asr-streaming's client */
     int              shut;             /* closing: our side is shut */
@@ -95,7 +118,9 @@ struct mt_ws_gate {
     wsc       **c;                     /* [max_conns] */
     mt_http_req req;
     uint8_t     page[MT_OGGOPUS_PAGE_MAX + 16];
-    uint64_t    n_refused, n_dropped, last_report;
+    uint64_t    n_refused, n_dropped, n_evicted, last_report;
+    mt_guard_fails auth;               /* wrong tokens per address */
+    mt_guard_agg   agg;                /* crowd-prone log lines */
 };
 
 #define glog(g, ...) mt_logf((g)->o.log, (g)->o.log_ctx, __VA_ARGS__)
@@ -153,7 +178,7 @@ static void ws_send(wsc *c, int op, const void *a, size_t alen, const void *b, s
     if (bb_put(&c->out, h, hl, c->g->o.out_max) != 0 ||
         (alen && bb_put(&c->out, a, alen, c->g->o.out_max) != 0) ||
         (blen && bb_put(&c->out, b, blen, c->g->o.out_max) != 0))
-        c->failed = 1;   /* the client does not read */
+        c->failed = FAIL_OUT;   /* the client does not read */
 }
 
 /* A Kyutai message: the type byte, then the payload. */
@@ -169,6 +194,8 @@ static void ws_close(wsc *c, int code, const char *reason)
     size_t rl = strlen(reason);
     if (rl > 123)
         rl = 123;
+    while (rl > 0 && rl < strlen(reason) && ((uint8_t)reason[rl] & 0xc0) == 0x80)
+        rl--;   /* not inside a character: the client checks it is UTF-8 */
     b[0] = (uint8_t)(code >> 8);
     b[1] = (uint8_t)code;
     memcpy(b + 2, reason, rl);
@@ -202,7 +229,7 @@ static void http_answer(wsc *c, int status, const char *extra, const char *text)
         c->deadline = mt_clock_ns() + CLOSING_NS;
         return;
     }
-    c->failed = 1;
+    c->failed = FAIL_OUT;
 }
 
 /* ---- to the server ----------------------------------------------------------- */
@@ -222,7 +249,7 @@ static void send_frame(wsc *c, int type, const void *payload, uint32_t len)
     f.payload = payload;
     long n = mt_frame_encode(&f, buf, sizeof buf);
     if (n < 0 || bb_put(&c->iout, buf, (size_t)n, IOUT_MAX) != 0)
-        c->failed = 1;
+        c->failed = FAIL_IOUT;   /* the server does not take it */
 }
 
 /* A whole decoded frame of the client's audio: an AUDIO frame once
@@ -376,6 +403,38 @@ static void static_answer(mt_ws_gate *g, wsc *c, const mt_http_req *r)
     c->deadline = mt_clock_ns() + CLOSING_NS + (uint64_t)(len >> 10) * 1000000ull;  /* +1 ms a KiB */
 }
 
+#define UNAUTHORIZED "unauthorized: send the token as kyutai-api-key or auth_id\n"
+
+/* A wrong or missing token: 401 after the wait that doubles with each
+ * failure of the address (the TCP listener's, guard.h), or at once past
+ * the held budgets; the first of an interval logged, the rest counted. */
+static void unauthorized(mt_ws_gate *g, wsc *c)
+{
+    uint64_t now = mt_clock_ns();
+    g->n_refused++;
+    mt_guard_fail *a = mt_guard_fail_entry(&g->auth, c->host, now);
+    uint64_t delay = mt_guard_fail_note(&g->auth, a, now);
+    if (mt_guard_agg_note(&g->agg, "ws: wrong or missing token", now))
+        glog(g, "ws: %s: wrong or missing token: 401 %s%.2f s (failure %u from this "
+             "address)", c->peer, delay ? "in " : "now, not held: the held ones at "
+             "their budget; ", (double)delay / 1e9, a->count);
+    if (!delay) {
+        http_answer(c, 401, NULL, UNAUTHORIZED);
+        return;
+    }
+    c->state = W_HELD;
+    c->deadline = now + delay;
+}
+
+/* A held connection's wait is over (answered) or it is gone. */
+static void unhold(mt_ws_gate *g, wsc *c)
+{
+    if (c->state != W_HELD)
+        return;
+    mt_guard_fail_unhold(&g->auth, c->host);
+    c->state = W_UPGRADE;
+}
+
 /* A whole upgrade request: 101 and HELLO to the server, or an HTTP
  * refusal. */
 static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
@@ -416,16 +475,20 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
         return;
     }
     if (!authorized(g, r)) {
-        g->n_refused++;
-        http_answer(c, 401, NULL, "unauthorized: send the token as kyutai-api-key or auth_id\n");
+        unauthorized(g, c);
         return;
+    }
+    if (g->o.token) {   /* a right token clears its address's count */
+        mt_guard_fail *a = mt_guard_fail_find(&g->auth, c->host);
+        if (a && !a->held)
+            a->count = 0;
     }
     char resp[256];
     int n = snprintf(resp, sizeof resp, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: "
                      "websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
                      accept);
     if (bb_put(&c->out, resp, (size_t)n, g->o.out_max) != 0) {
-        c->failed = 1;
+        c->failed = FAIL_OUT;
         return;
     }
     c->state = W_WAIT;
@@ -471,6 +534,20 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
 
 /* ---- reading ------------------------------------------------------------------ */
 
+/* The audio this message may bring: real time since the first Audio
+ * message and AHEAD_NS more, in samples; what passes it is refused
+ * undecoded (an Ogg bomb costs no more than that, however small its
+ * packets). */
+static void allow_audio(wsc *c)
+{
+    uint64_t now = mt_clock_ns();
+    if (!c->t_audio0)
+        c->t_audio0 = now;
+    c->t_audio = now;
+    uint64_t ns = now - c->t_audio0 + AHEAD_NS;
+    mt_oggopus_dec_limit(c->dec, (int64_t)(ns / 1000000) * c->g->o.rate / 1000);
+}
+
 /* One whole client message. */
 static void client_message(wsc *c, const mt_ws_msg *m)
 {
@@ -482,7 +559,7 @@ static void client_message(wsc *c, const mt_ws_msg *m)
         if (c->admitted && c->ifd >= 0)
             send_frame(c, MT_FRAME_END, NULL, 0);
         if (c->ifd >= 0 && bb_size(&c->iout) && bb_flush(&c->iout, c->ifd) != 0)
-            c->failed = 1;
+            c->failed = FAIL_IOUT;
         ws_close(c, 1000, "");
         return;
     case MT_WS_PING:
@@ -496,6 +573,7 @@ static void client_message(wsc *c, const mt_ws_msg *m)
         }
         if (m->len == 0 || m->data[0] != MSG_AUDIO)
             return;   /* unknown types discarded; no use for the others here */
+        allow_audio(c);
         if (mt_oggopus_dec_feed(c->dec, m->data + 1, m->len - 1, err, sizeof err) != 0) {
             char why[256];
             snprintf(why, sizeof why, "bad audio: %s", err);
@@ -518,7 +596,8 @@ static void client_bytes(wsc *c, const uint8_t *p, size_t n)
         if (rc == MT_WS_MESSAGE) {
             client_message(c, &m);
         } else if (rc < 0) {
-            ws_close(c, rc == MT_WS_ETOOBIG ? 1009 : 1002, c->rd.why);
+            ws_close(c, rc == MT_WS_ETOOBIG ? 1009 : rc == MT_WS_EDATA ? 1007 : 1002,
+                     c->rd.why);
             return;
         }
     }
@@ -529,6 +608,8 @@ static int client_read(mt_ws_gate *g, wsc *c)
 {
     uint8_t buf[16384];
     for (int rounds = 0; rounds < 16; rounds++) {
+        if (c->state == W_HELD)   /* its 401 is due later: it hung up */
+            return -1;
         if (c->state == W_UPGRADE) {
             size_t room = sizeof c->hbuf - c->hlen;
             ssize_t n = room ? recv(c->fd, c->hbuf + c->hlen, room, 0) : 0;
@@ -547,6 +628,8 @@ static int client_read(mt_ws_gate *g, wsc *c)
                 return 0;
             }
             upgrade(g, c, &g->req);
+            if (c->state == W_HELD)
+                return 0;   /* read no more: its 401 comes after the wait */
             if (c->state != W_UPGRADE && c->state != W_CLOSING && (size_t)hl < c->hlen)
                 client_bytes(c, c->hbuf + hl, c->hlen - (size_t)hl);
             continue;
@@ -652,9 +735,18 @@ static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
         else if (c->admitted)
             text_frame(g, c, f);
         return;
-    case MT_FRAME_END:
-        ws_close(c, 1000, "session ended");
+    case MT_FRAME_END: {
+        /* the client's own end closes this side first (client_message):
+         * an END that comes is the server's (a drain, its timeout, the
+         * controller): going away, with the reason */
+        size_t n = f->length < MT_REASON_MAX ? f->length : MT_REASON_MAX;
+        memcpy(why, f->payload, n);
+        why[n] = '\0';
+        mt_utf8_sanitize(why);
+        ws_close(c, 1001, why[0] ? why : "server going away: the session was ended "
+                 "by the server (draining)");
         return;
+    }
     default:
         return;
     }
@@ -696,6 +788,7 @@ static int server_read(mt_ws_gate *g, wsc *c)
 static void conn_free(mt_ws_gate *g, int i)
 {
     wsc *c = g->c[i];
+    unhold(g, c);
     close(c->fd);
     if (c->ifd >= 0)
         close(c->ifd);
@@ -720,6 +813,7 @@ static wsc *conn_new(mt_ws_gate *g, int fd, uint64_t now)
     c->ifd = -1;
     c->g = g;
     c->deadline = now + g->o.upgrade_timeout_ns;
+    c->t_created = now;
     c->msg = malloc(MT_WS_GATE_MSG_MAX);
     c->fdec = malloc(sizeof *c->fdec);
     char err[160];
@@ -741,6 +835,82 @@ static wsc *conn_new(mt_ws_gate *g, int fd, uint64_t now)
     return c;
 }
 
+/* Whether c holds a place without using it: still upgrading, held for
+ * its 401, waiting for the verdict, or upgraded and silent (no audio for
+ * SILENT_NS). Such a connection makes room when one is needed. */
+static int idle(const wsc *c, uint64_t now)
+{
+    if (c->state == W_CLOSING)
+        return 0;
+    if (c->state == W_UPGRADE || c->state == W_HELD || c->state == W_WAIT)
+        return 1;
+    uint64_t last = c->t_audio ? c->t_audio : c->t_created;
+    return now - last >= SILENT_NS;
+}
+
+/* The oldest idle connection (of host, none younger than YOUNG_NS; or
+ * of anyone: NULL), those still upgrading first: -1 when none. */
+static int oldest_idle(const mt_ws_gate *g, const char *host, uint64_t now, int *count)
+{
+    int best = -1, n = 0;
+    for (int i = 0; i < g->o.max_conns; i++) {
+        const wsc *c = g->c[i];
+        if (!c || !idle(c, now) ||
+            (host && (strcmp(c->host, host) != 0 || now - c->t_created < YOUNG_NS)))
+            continue;
+        n++;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const wsc *b = g->c[best];
+        int cu = c->state == W_UPGRADE, bu = b->state == W_UPGRADE;
+        if (cu > bu || (cu == bu && c->t_created < b->t_created))
+            best = i;
+    }
+    if (count)
+        *count = n;
+    return best;
+}
+
+/* An idle connection makes room: told why (an upgraded one gets close
+ * 1008 with the reason), then freed at once. */
+static void evict(mt_ws_gate *g, int i, const char *why)
+{
+    wsc *c = g->c[i];
+    if (c->state == W_OPEN || c->state == W_WAIT) {
+        if (c->admitted && c->ifd >= 0)
+            send_frame(c, MT_FRAME_END, NULL, 0);   /* the server counts the rest */
+        if (c->ifd >= 0 && bb_size(&c->iout))
+            (void)bb_flush(&c->iout, c->ifd);
+        ws_close(c, 1008, why);
+        (void)bb_flush(&c->out, c->fd);
+    }
+    g->n_evicted++;
+    conn_free(g, i);
+}
+
+/* The place for a new connection of host: a free slot, or one an idle
+ * connection makes (of host when host is at its cap, else anyone's):
+ * -1 when none (the endpoint is full of connections in use). */
+static int make_room(mt_ws_gate *g, const char *host, uint64_t now)
+{
+    int mine = 0, v = oldest_idle(g, host, now, &mine);
+    if (v >= 0 && mine >= g->o.max_per_addr) {
+        evict(g, v, "evicted: a newer connection from the same address needed the "
+              "place (--ws-max-per-addr)");
+        return v;
+    }
+    for (int i = 0; i < g->o.max_conns; i++)
+        if (!g->c[i])
+            return i;
+    v = oldest_idle(g, NULL, now, NULL);
+    if (v < 0)
+        return -1;
+    evict(g, v, "evicted: idle (no audio) while the endpoint was full (--ws-max-conns)");
+    return v;
+}
+
 static void on_accept(mt_ws_gate *g, uint64_t now)
 {
     for (int rounds = 0; rounds < 64; rounds++) {
@@ -749,22 +919,10 @@ static void on_accept(mt_ws_gate *g, uint64_t now)
         int fd = accept4(g->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        /* a free slot; when none, the oldest connection still sending its
-         * upgrade request makes room (idle connections cannot keep a
-         * client out) */
-        int slot = -1, oldest = -1;
-        for (int i = 0; i < g->o.max_conns && slot < 0; i++) {
-            if (!g->c[i])
-                slot = i;
-            else if (g->c[i]->state == W_UPGRADE &&
-                     (oldest < 0 || g->c[i]->deadline < g->c[oldest]->deadline))
-                oldest = i;
-        }
-        if (slot < 0 && oldest >= 0) {
-            conn_free(g, oldest);
-            g->n_dropped++;
-            slot = oldest;
-        }
+        char peer[80], host[64];
+        mt_sockaddr_str((struct sockaddr *)&sa, sl, peer, sizeof peer);
+        mt_guard_host(peer, host, sizeof host);
+        int slot = make_room(g, host, now);
         /* one small page every frame period: Nagle would hold each one for
          * the client's delayed ACK */
         int one = 1;
@@ -782,21 +940,27 @@ static void on_accept(mt_ws_gate *g, uint64_t now)
             g->n_refused++;
             continue;
         }
-        mt_sockaddr_str((struct sockaddr *)&sa, sl, c->peer, sizeof c->peer);
+        snprintf(c->peer, sizeof c->peer, "%s", peer);
+        snprintf(c->host, sizeof c->host, "%s", host);
         g->c[slot] = c;
     }
 }
 
 static void report(mt_ws_gate *g, uint64_t now, int final)
 {
-    if (!g->n_refused && !g->n_dropped)
+    char msg[1024];
+    double secs;
+    if (mt_guard_agg_summary(&g->agg, now, final, msg, sizeof msg, &secs))
+        glog(g, "ws: besides the lines logged, in the last %.1f s: %s", secs, msg);
+    if (!g->n_refused && !g->n_dropped && !g->n_evicted)
         return;
     if (!final && now - g->last_report < REPORT_NS)
         return;
-    glog(g, "ws: %llu connection(s) refused (full, or unauthorized), %llu dropped "
-         "(not reading, or out of time)", (unsigned long long)g->n_refused,
-         (unsigned long long)g->n_dropped);
-    g->n_refused = g->n_dropped = 0;
+    glog(g, "ws: %llu connection(s) refused (full: --ws-max-conns %d, or unauthorized), "
+         "%llu idle ones evicted for newer ones, %llu dropped (not reading, or out "
+         "of time)", (unsigned long long)g->n_refused, g->o.max_conns,
+         (unsigned long long)g->n_evicted, (unsigned long long)g->n_dropped);
+    g->n_refused = g->n_dropped = g->n_evicted = 0;
     g->last_report = now;
 }
 
@@ -808,8 +972,13 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
     if (bb_size(&c->out) && bb_flush(&c->out, c->fd) != 0)
         return -1;
     if (c->failed) {
-        glog(g, "ws: %s dropped: its output queue passed %zu bytes: the client does "
-             "not read", c->peer, g->o.out_max);
+        const char *why = c->failed == FAIL_IOUT ? "its queue to the server passed "
+                          "the bound (4 MiB): the server does not take its audio"
+                          : "its output queue passed the bound (--ws out_max): the "
+                          "client does not read";
+        if (mt_guard_agg_note(&g->agg, why, now))
+            glog(g, "ws: %s dropped: %s (%zu bytes)", c->peer, why,
+                 c->failed == FAIL_IOUT ? (size_t)IOUT_MAX : g->o.out_max);
         g->n_dropped++;
         return -1;
     }
@@ -821,11 +990,18 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
     } else if (!c->stuck_since) {
         c->stuck_since = now;
     } else if (now - c->stuck_since > g->o.write_timeout_ns) {
-        glog(g, "ws: %s dropped: no output accepted for %.1f s (%zu bytes waiting): "
-             "the client does not read", c->peer, (double)(now - c->stuck_since) / 1e9,
-             bb_size(&c->out));
+        if (mt_guard_agg_note(&g->agg, "ws: dropped: no output accepted (the client "
+                              "does not read)", now))
+            glog(g, "ws: %s dropped: no output accepted for %.1f s (%zu bytes waiting): "
+                 "the client does not read", c->peer,
+                 (double)(now - c->stuck_since) / 1e9, bb_size(&c->out));
         g->n_dropped++;
         return -1;
+    }
+    if (c->state == W_HELD && now >= c->deadline) {   /* its wait is over */
+        unhold(g, c);
+        http_answer(c, 401, NULL, UNAUTHORIZED);
+        return 0;
     }
     /* all written: our side shut, then what the client still sends is read
      * and dropped until it closes (or the closing deadline): closing with
@@ -841,6 +1017,23 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
         return -1;
     }
     return 0;
+}
+
+/* The endpoint stops (the server has drained, or failed): what the
+ * server still sent goes out, then a close 1001 with the reason, each as
+ * far as the client's socket takes it now. */
+static void stopping(mt_ws_gate *g)
+{
+    for (int i = 0; i < g->o.max_conns; i++) {
+        wsc *c = g->c[i];
+        if (!c)
+            continue;
+        if (c->ifd >= 0)
+            server_read(g, c);
+        if (c->state == W_OPEN || c->state == W_WAIT)
+            ws_close(c, 1001, "server going away: it is stopping");
+        (void)bb_flush(&c->out, c->fd);
+    }
 }
 
 static void *gate_main(void *arg)
@@ -869,8 +1062,10 @@ static void *gate_main(void *arg)
             if (!c)
                 continue;
             who[n] = i;
+            /* a held one is not read (its 401 comes later): only its hang-up */
+            short in = c->state == W_HELD ? POLLRDHUP : POLLIN;
             pf[n++] = (struct pollfd){.fd = c->fd,
-                                      .events = (short)(POLLIN | (bb_size(&c->out) ? POLLOUT : 0))};
+                                      .events = (short)(in | (bb_size(&c->out) ? POLLOUT : 0))};
             if (c->ifd >= 0) {
                 who[n] = -1 - i;
                 pf[n++] = (struct pollfd){.fd = c->ifd,
@@ -899,7 +1094,8 @@ static void *gate_main(void *arg)
             if (!c)
                 continue;
             if (who[k] >= 0) {
-                if ((pf[k].revents & (POLLIN | POLLHUP | POLLERR)) && client_read(g, c) != 0) {
+                if ((pf[k].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) &&
+                    client_read(g, c) != 0) {
                     conn_free(g, i);
                     continue;
                 }
@@ -915,6 +1111,7 @@ static void *gate_main(void *arg)
             on_accept(g, now);
         report(g, now, 0);
     }
+    stopping(g);
     report(g, mt_clock_ns(), 1);
     free(pf);
     free(who);
@@ -941,6 +1138,8 @@ int mt_ws_gate_start(const mt_ws_gate_opts *o, mt_ws_gate **out, char *bound,
     g->o.server = g->server;
     if (g->o.max_conns <= 0)
         g->o.max_conns = DEFAULT_MAX_CONNS;
+    if (g->o.max_per_addr <= 0)
+        g->o.max_per_addr = g->o.max_conns / 2 > 0 ? g->o.max_conns / 2 : 1;
     if (!g->o.upgrade_timeout_ns)
         g->o.upgrade_timeout_ns = DEFAULT_UPGRADE_NS;
     if (!g->o.out_max)
@@ -984,6 +1183,10 @@ int mt_ws_gate_start(const mt_ws_gate_opts *o, mt_ws_gate **out, char *bound,
     if (!loop && !o->token)
         glog(g, "WARNING: --insecure: WebSocket on %s without a token: anyone who "
              "can reach it may connect", bound);
+    else if (!o->token)
+        glog(g, "WARNING: WebSocket on %s without a token: every user of this "
+             "machine may connect (a TCP port has no file mode, unlike the Unix "
+             "socket); give --token-file FILE to require one", bound);
     *out = g;
     return 0;
 fail:

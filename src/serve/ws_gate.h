@@ -22,8 +22,15 @@
  * (MT_WS_GATE_MSG_MAX), the Ogg/Opus input is checked (wire/oggopus.h), a
  * client that does not read is dropped (logged, with the reason) when its
  * queue makes no progress for write_timeout_ns or passes out_max, and
- * the upgrade has a deadline; when every slot is taken, the oldest
- * connection still sending its upgrade makes room for a new one.
+ * the upgrade has a deadline; when every slot is taken, the oldest idle
+ * connection (still upgrading, held for its 401, waiting for the verdict,
+ * or upgraded without audio for 2 s) makes room for a new one, and one
+ * address's idle connections past max_per_addr make room for its newer
+ * ones. A session's audio may run 10 s ahead of real time at most (past
+ * it, refused undecoded: an Ogg bomb costs no more); a wrong token is
+ * answered after the doubling wait of guard.h; an END from the server (a
+ * drain) is close 1001 with the reason. Every limit is in one block at
+ * the top of ws_gate.c and in mt-serve(1).
  *
  * Auth follows --listen: with a token, the upgrade must carry it (the
  * kyutai-api-key header or the auth_id query parameter, as Kyutai's
@@ -52,7 +59,11 @@ typedef struct mt_ws_gate_opts {
     int         rate;          /* the engine's format: sample rate, */
     int         frame_samples; /* samples per frame (mono), */
     const char *model;         /* model name for HELLO */
-    int         max_conns;     /* 0: 64 */
+    int         max_conns;     /* 0: 64 (--ws-max-conns) */
+    int         max_per_addr;  /* idle connections of one peer address
+                                  (upgrading, held, waiting for the
+                                  verdict, or silent): past it, its own
+                                  oldest makes room; 0: max_conns / 2 */
     uint64_t    upgrade_timeout_ns; /* 0: 10 s */
     size_t      out_max;       /* bytes queued to one client; 0: 1 MiB */
     uint64_t    write_timeout_ns; /* output queued with no progress this

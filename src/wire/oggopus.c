@@ -12,6 +12,7 @@
 
 #define MAX_PACKET_MS   120                /* the longest Opus packet */
 #define SYNC_LIMIT      (256 * 1024)       /* bytes without a page: not Ogg */
+#define PACKET_MAX_TEXT "65536 bytes"      /* MT_OGGOPUS_PACKET_MAX, said */
 
 struct mt_oggopus_dec {
     int              rate, frame;
@@ -31,6 +32,8 @@ struct mt_oggopus_dec {
     int16_t         *pcm;             /* [frame + rate * 120 / 1000]: what
                                          is decoded, not yet a whole frame */
     int              npcm;
+    int64_t          decoded;         /* samples decoded, all told */
+    int64_t          limit;           /* mt_oggopus_dec_limit; 0: none */
 };
 
 static int valid_rate(int r)
@@ -115,14 +118,31 @@ void mt_oggopus_dec_keep_preskip(mt_oggopus_dec *d)
     d->keep_preskip = 1;
 }
 
-/* One audio packet, decoded; whole frames handed on. */
+void mt_oggopus_dec_limit(mt_oggopus_dec *d, int64_t samples)
+{
+    d->limit = samples;
+}
+
+/* One audio packet, decoded; whole frames handed on. Its length is known
+ * before the work (the TOC byte says it): past the caller's limit it is
+ * refused undecoded, so that a message of tiny packets (each up to 120 ms
+ * of audio) costs no more than the audio it is allowed. */
 static int audio_packet(mt_oggopus_dec *d, const ogg_packet *op)
 {
     int room = d->rate * MAX_PACKET_MS / 1000;
+    if (op->bytes <= 0)
+        return die(d, "an empty Opus packet (RFC 6716 3.4: at least one byte)");
+    int len = opus_packet_get_nb_samples(op->packet, (opus_int32)op->bytes, d->rate);
+    if (len < 0)
+        return die(d, "corrupt Opus packet");
+    if (d->limit && d->decoded + len > d->limit)
+        return die(d, "audio faster than real time (more than the session's "
+                   "allowance ahead)");
     int n = opus_decode(d->opus, op->packet, (opus_int32)op->bytes, d->pcm + d->npcm,
                         room, 0);
     if (n < 0)
         return die(d, "corrupt Opus packet");
+    d->decoded += n;
     int drop = n < d->skip ? n : d->skip;
     if (drop > 0) {
         memmove(d->pcm + d->npcm, d->pcm + d->npcm + drop, sizeof *d->pcm * (size_t)(n - drop));
@@ -162,6 +182,8 @@ static int page(mt_oggopus_dec *d, ogg_page *pg)
     while ((rc = ogg_stream_packetout(&d->st, &op)) != 0) {
         if (rc < 0)
             return die(d, "Ogg: pages missing in the stream");
+        if (op.bytes > MT_OGGOPUS_PACKET_MAX)
+            return die(d, "an Ogg packet over " PACKET_MAX_TEXT);
         if (d->packets == 0 && id_header(d, &op) != 0)
             return -1;
         if (d->packets == 1 && (op.bytes < 8 || memcmp(op.packet, "OpusTags", 8) != 0))
@@ -171,6 +193,11 @@ static int page(mt_oggopus_dec *d, ogg_page *pg)
         if (d->packets < 2)
             d->packets++;
     }
+    /* a packet continued page after page (lacing 255) waits whole in the
+     * stream state: bounded here, not by the memory of the machine */
+    if (d->st.body_fill - d->st.body_returned > MT_OGGOPUS_PACKET_MAX)
+        return die(d, "an Ogg packet over " PACKET_MAX_TEXT " (continued page "
+                   "after page)");
     return 0;
 }
 

@@ -10,7 +10,8 @@
  * decoded to mono at the decoder's rate whatever the stream's input rate
  * (a stereo stream is downmixed by libopus); the pre-skip dropped unless
  * told (mt_oggopus_dec_keep_preskip). A
- * stream that is not Ogg, not Opus, a second stream, a corrupt packet:
+ * stream that is not Ogg, not Opus, a second stream, a corrupt or empty
+ * packet, a packet over MT_OGGOPUS_PACKET_MAX, audio past the limit:
  * -1 with a message, and the decoder is dead.
  */
 #ifndef MT_OGGOPUS_H
@@ -33,6 +34,17 @@ void mt_oggopus_dec_free(mt_oggopus_dec *d);
  * frame a page gives each frame as its page arrives; dropping them, each
  * frame would wait for the next page, one frame period late. */
 void mt_oggopus_dec_keep_preskip(mt_oggopus_dec *d);
+/* The most samples (at the decoder's rate) the stream may have decoded,
+ * all told; a packet that would pass it is refused undecoded (-1, dead).
+ * 0: no limit. The caller moves it with the clock (real time plus an
+ * allowance). */
+void mt_oggopus_dec_limit(mt_oggopus_dec *d, int64_t samples);
+/* The largest Ogg packet taken (RFC 6716's largest Opus packet is 48
+ * frames of 1275 bytes, 61,200 and a few): one continued past it, page
+ * after page, is refused as soon as its pages pass it. A page is at most
+ * 65,307 bytes (Ogg's own format), and 256 KiB without a page is refused
+ * as not Ogg: what one decoder holds is bounded by these. */
+#define MT_OGGOPUS_PACKET_MAX 65536
 /* Feeds n bytes of the stream (any cut); calls on_frame for every whole
  * frame decoded. 0, or -1 with err (sticky). */
 int  mt_oggopus_dec_feed(mt_oggopus_dec *d, const uint8_t *p, size_t n,

@@ -7,6 +7,8 @@
 #include <nettle/base64.h>
 #include <nettle/sha1.h>
 
+#include "util/utf8.h"
+
 void mt_ws_reader_init(mt_ws_reader *r, uint8_t *msg, size_t cap)
 {
     memset(r, 0, sizeof *r);
@@ -82,12 +84,53 @@ static int begin_frame(mt_ws_reader *r)
     return 0;
 }
 
+/* RFC 6455 text: UTF-8, where NUL is a character (mt_utf8_valid refuses
+ * it, so the runs between NULs are checked). */
+static int text_valid(const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        const uint8_t *z = memchr(p, 0, n);
+        size_t k = z ? (size_t)(z - p) : n;
+        if (k && !mt_utf8_valid(p, k))
+            return 0;
+        if (!z)
+            return 1;
+        p += k + 1;
+        n -= k + 1;
+    }
+    return 1;
+}
+
+/* RFC 6455 7.4: the codes a peer may send in a close frame (1000-1003,
+ * 1007-1014, 3000-4999); 1004-1006, 1015 and the rest are not. */
+static int close_code_valid(unsigned code)
+{
+    return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) ||
+           (code >= 3000 && code <= 4999);
+}
+
+/* A close frame's payload: none, or a valid code with a UTF-8 reason. */
+static int check_close(mt_ws_reader *r)
+{
+    if (r->ctl_len == 0)
+        return 0;
+    if (r->ctl_len == 1)
+        return fail(r, MT_WS_EPROTO, "close frame with a one-byte payload");
+    if (!close_code_valid((unsigned)(r->ctl[0] << 8 | r->ctl[1])))
+        return fail(r, MT_WS_EPROTO, "invalid close code");
+    if (!text_valid(r->ctl + 2, r->ctl_len - 2))
+        return fail(r, MT_WS_EDATA, "close reason not UTF-8");
+    return 0;
+}
+
 /* The frame's payload is whole: a message to hand out, or not yet. */
 static int end_frame(mt_ws_reader *r, mt_ws_msg *out)
 {
     r->in_payload = 0;
     r->hlen = 0;
     if (r->op >= 0x8) {
+        if (r->op == MT_WS_CLOSE && check_close(r) != 0)
+            return r->error;
         out->op = r->op;
         out->data = r->ctl;
         out->len = r->ctl_len;
@@ -95,6 +138,8 @@ static int end_frame(mt_ws_reader *r, mt_ws_msg *out)
     }
     if (!r->fin)
         return MT_WS_NEED_MORE;
+    if (r->msg_op == MT_WS_TEXT && !text_valid(r->msg, r->len))
+        return fail(r, MT_WS_EDATA, "text message not UTF-8");
     out->op = r->msg_op;
     out->data = r->msg;
     out->len = r->len;
@@ -146,7 +191,7 @@ int mt_ws_read(mt_ws_reader *r, const uint8_t *buf, size_t len,
         i += n;
         if (r->left == 0) {
             int rc = end_frame(r, out);
-            if (rc == MT_WS_MESSAGE) {
+            if (rc != MT_WS_NEED_MORE) {
                 *consumed = i;
                 return rc;
             }

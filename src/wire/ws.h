@@ -5,7 +5,9 @@
  * Client frames must be masked; RSV bits must be 0; control frames are
  * FIN with at most 125 bytes; continuation only inside a fragmented
  * message; a message over the reader's capacity is an error (close 1009),
- * any other violation too (close 1002). Every byte is hostile: the reader
+ * a text message or close reason that is not UTF-8 too (close 1007), a
+ * close frame with an invalid code (RFC 6455 7.4) or any other
+ * violation too (close 1002). Every byte is hostile: the reader
  * never allocates and never reads past what it was given.
  */
 #ifndef MT_WS_H
@@ -24,6 +26,8 @@ enum mt_ws_status {
     MT_WS_NEED_MORE = 0,  /* everything consumed, nothing whole yet */
     MT_WS_EPROTO    = -1, /* a protocol violation (close 1002) */
     MT_WS_ETOOBIG   = -2, /* a message over the capacity (close 1009) */
+    MT_WS_EDATA     = -3, /* a text message or close reason that is not
+                             UTF-8 (close 1007) */
 };
 
 typedef struct mt_ws_msg {

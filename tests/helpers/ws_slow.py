@@ -30,7 +30,9 @@ async def run(a):
             while time.monotonic() - t0 < a.timeout:
                 for i in range(0, len(data), 997):
                     await ws.send(b"\x01" + data[i:i + 997])
-                    await asyncio.sleep(0.002)
+                    # about real time (a chunk holds 100 to 200 ms): the
+                    # server refuses audio more than 10 s ahead of it
+                    await asyncio.sleep(0.15)
                 # then small pings, to see the drop (a send fails): their
                 # pongs wait unread with the audio
                 while time.monotonic() - t0 < a.timeout:

@@ -7,6 +7,7 @@
 #include "tap.h"
 
 #include <math.h>
+#include <ogg/ogg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,53 @@ static int decode(const uint8_t *s, size_t len, size_t step, char *err, size_t e
     int rc = 0;
     for (size_t at = 0; at < len && rc == 0; at += step)
         rc = mt_oggopus_dec_feed(d, s + at, len - at < step ? len - at : step, err, errlen);
+    mt_oggopus_dec_free(d);
+    return rc;
+}
+
+/* the header pages (hlen bytes of stream, serial 7) then the packets
+ * given (sizes[i] bytes each, all zero bytes), paged by libogg: into out,
+ * its length; the last page is left out when cut_last (a packet that never
+ * ends) */
+static size_t with_packets(uint8_t *out, size_t cap, size_t hlen, const long *sizes,
+                           int n, int cut_last)
+{
+    static uint8_t body[1 << 20];
+    ogg_stream_state os;
+    ogg_stream_init(&os, 7);
+    os.pageno = 2;   /* after the two header pages, */
+    os.b_o_s = 1;    /* which began the stream */
+    memcpy(out, stream, hlen);
+    size_t at = hlen;
+    for (int i = 0; i < n; i++) {
+        ogg_packet op = {.packet = body, .bytes = sizes[i], .granulepos = 960 * (i + 1),
+                         .packetno = 2 + i};
+        ogg_stream_packetin(&os, &op);
+    }
+    ogg_page pg;
+    size_t last = at;
+    while (ogg_stream_flush(&os, &pg) != 0) {
+        size_t k = (size_t)(pg.header_len + pg.body_len);
+        if (at + k > cap)
+            break;
+        last = at;
+        memcpy(out + at, pg.header, (size_t)pg.header_len);
+        memcpy(out + at + pg.header_len, pg.body, (size_t)pg.body_len);
+        at += k;
+    }
+    ogg_stream_clear(&os);
+    return cut_last ? last : at;
+}
+
+/* like decode, with a limit of `limit` samples */
+static int decode_limited(const uint8_t *s, size_t len, int64_t limit, char *err, size_t errlen)
+{
+    mt_oggopus_dec *d = NULL;
+    ngot = 0;
+    if (mt_oggopus_dec_create(RATE, FRAME, on_frame, NULL, &d, err, errlen) != 0)
+        return -1;
+    mt_oggopus_dec_limit(d, limit);
+    int rc = mt_oggopus_dec_feed(d, s, len, err, errlen);
     mt_oggopus_dec_free(d);
     return rc;
 }
@@ -116,5 +164,25 @@ int main(void)
     /* truncated mid-stream: fine so far, what came is decoded */
     ok(decode(stream, slen / 2, 100, err, sizeof err) == 0 && ngot > 0 && ngot < NF - 1,
        "half a stream: the frames it holds");
+
+    /* issue 51: what one decoder holds and decodes is bounded */
+    static uint8_t big[2 << 20];
+    long one_mb[] = {1 << 20};
+    size_t bl = with_packets(big, sizeof big, (size_t)hn, one_mb, 1, 1);
+    ok(bl > 1000000 && decode(big, bl, 65536, err, sizeof err) == -1,
+       "a packet continued page after page refused: %s", err);
+    like(err, "packet over 65536", "... saying it passed the packet bound");
+    long empties[4096];
+    for (int i = 0; i < 4096; i++)
+        empties[i] = 0;
+    bl = with_packets(big, sizeof big, (size_t)hn, empties, 4096, 0);
+    ok(decode(big, bl, bl, err, sizeof err) == -1 && ngot == 0,
+       "a bomb of empty packets refused before any audio: %s", err);
+    like(err, "empty Opus packet", "... saying so");
+    ok(decode_limited(stream, slen, 5 * FRAME, err, sizeof err) == -1 && ngot <= 5,
+       "past the limit the stream is refused, undecoded (%d frames): %s", ngot, err);
+    like(err, "faster than real time", "... saying so");
+    ok(decode_limited(stream, slen, NF * FRAME + FRAME, err, sizeof err) == 0 && ngot == NF - 1,
+       "within the limit every frame");
     return tap_done();
 }

@@ -109,6 +109,37 @@ int main(void)
     size_t used;
     ok(mt_ws_read(&rd, f, 1, &used, &m) == MT_WS_ETOOBIG, "errors are sticky");
 
+    /* RFC 6455 7.4 and 8.1 (issue 51): close codes and UTF-8 */
+    n = frame(f, 1, MT_WS_CLOSE, "\x03\xe8" "bye", 5);
+    is_int(feed(f, n, 3, log, sizeof log), MT_WS_MESSAGE, "close 1000 with a reason taken");
+    n = frame(f, 1, MT_WS_CLOSE, "", 0);
+    is_int(feed(f, n, 3, log, sizeof log), MT_WS_MESSAGE, "close without a code taken");
+    n = frame(f, 1, MT_WS_CLOSE, "\x0f\xa0", 2);
+    is_int(feed(f, n, 64, log, sizeof log), MT_WS_MESSAGE, "close 4000 (private use) taken");
+    static const char *const bad_codes[] = {"\x00\x00", "\x03\xe7", "\x03\xec", "\x03\xed",
+                                            "\x03\xee", "\x03\xf7", "\x0b\xb7", "\x13\x88"};
+    int refused = 0;
+    for (size_t i = 0; i < sizeof bad_codes / sizeof *bad_codes; i++) {
+        n = frame(f, 1, MT_WS_CLOSE, bad_codes[i], 2);
+        refused += feed(f, n, 64, log, sizeof log) == MT_WS_EPROTO;
+    }
+    is_int(refused, 8, "close codes 0, 999, 1004-1006, 1015, 2999, 5000 refused (1002)");
+    n = frame(f, 1, MT_WS_CLOSE, "\x03", 1);
+    is_int(feed(f, n, 64, log, sizeof log), MT_WS_EPROTO, "a one-byte close payload refused");
+    n = frame(f, 1, MT_WS_CLOSE, "\x03\xe8\xc3\x28", 4);
+    is_int(feed(f, n, 64, log, sizeof log), MT_WS_EDATA, "a close reason not UTF-8: 1007");
+    n = frame(f, 1, MT_WS_TEXT, "caf\xc3\xa9 \x00 ok", 10);
+    is_int(feed(f, n, 4, log, sizeof log), MT_WS_MESSAGE, "UTF-8 text (a NUL included) taken");
+    n = frame(f, 1, MT_WS_TEXT, "ab\xff", 3);
+    is_int(feed(f, n, 64, log, sizeof log), MT_WS_EDATA, "a text message not UTF-8: 1007");
+    n = frame(f, 0, MT_WS_TEXT, "a\xe2\x82", 3);
+    n += frame(f + n, 1, MT_WS_CONT, "\xac", 1);
+    is_int(feed(f, n, 2, log, sizeof log), MT_WS_MESSAGE, "a character split between fragments taken");
+    n = frame(f, 1, MT_WS_TEXT, "\xed\xa0\x80", 3);
+    is_int(feed(f, n, 64, log, sizeof log), MT_WS_EDATA, "a surrogate in text: 1007");
+    n = frame(f, 1, MT_WS_BINARY, "\xff\xfe", 2);
+    is_int(feed(f, n, 64, log, sizeof log), MT_WS_MESSAGE, "binary is not checked for UTF-8");
+
     uint8_t hd[10];
     is_int((int)mt_ws_header(MT_WS_BINARY, 5, hd), 2, "a short server header: 2 bytes");
     ok(hd[0] == 0x82 && hd[1] == 5, "FIN, binary, unmasked");
