@@ -344,19 +344,6 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
             }
 }
 
-/* SEANet's residual unit, in place on A[cur] ([cin][B*t]):
- * A[cur] += c2(elu(c1(elu(A[cur])))), the next three of the four
- * ping-pong buffers (mod 4) as scratch. */
-static void res_unit(const mimi_conv *c1, const mimi_conv *c2, mimi_batch *w,
-                     mimi_state *const *S, int B, float **A, int cur)
-{
-    elu(A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin);
-    conv_fwd(c1, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-    elu(A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout);
-    conv_fwd(c2, w, S, B, A[(cur + 2) % 4], A[(cur + 3) % 4]);
-    add_into(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout);
-}
-
 /* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
  * overlap pending from the last frame; the new overlap (without bias) kept. */
 static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
@@ -634,75 +621,96 @@ static int check_call(const mimi_model *m, const mimi_batch *w, mimi_state *cons
     return 0;
 }
 
+/* Codebook group g of every session: lat [dim][B] -> codes, the
+ * distances to the centroids as one sgemm per codebook. */
+static void quantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int B, const float *lat,
+                     int32_t *codes)
+{
+    const mimi_config *c = &m->c;
+    const mimi_rvq *q = g.q;
+    const int qd = c->q_dimension, nq = c->n_q_used, code0 = g.code0, n = g.n;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qd, B, c->dimension, 1.0f,
+                q->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
+    for (int i = 0; i < n; i++) {
+        const float *cb = q->cb[i], *n2 = q->norm2[i];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->bins, B, qd, 1.0f, cb, qd,
+                    w->r, B, 0.0f, w->sc, B);
+        for (int b = 0; b < B; b++) {
+            int best = 0;
+            float bd = INFINITY;
+            for (int e = 0; e < c->bins; e++) {
+                float dist = n2[e] - 2.0f * w->sc[(size_t)e * B + b];
+                if (dist < bd) {
+                    bd = dist;
+                    best = e;
+                }
+            }
+            codes[(size_t)b * nq + code0 + i] = best;
+            for (int e = 0; e < qd; e++)
+                w->r[(size_t)e * B + b] -= cb[(size_t)best * qd + e];
+        }
+    }
+}
+
+/* Codebook group g: lat [dim][B] = (or with add, +=) the projection of the sum of every session's centroids. */
+static void dequantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int add, int B,
+                       const int32_t *codes, float *lat)
+{
+    const int qd = m->c.q_dimension, nq = m->c.n_q_used;
+    memset(w->sum2, 0, (size_t)qd * B * sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < g.n; i++) {
+            const float *cv = g.q->cb[i] + (size_t)codes[(size_t)b * nq + g.code0 + i] * qd;
+            for (int e = 0; e < qd; e++)
+                w->sum2[(size_t)e * B + b] += cv[e];
+        }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m->c.dimension, B, qd, 1.0f,
+                g.q->out_proj, qd, w->sum2, B, add ? 1.0f : 0.0f, lat, B);
+}
+
+/* One frame of B sessions through graph g (encode or decode): pcm_in or
+ * codes_in in, pcm_out or codes_out out; each op's time filed under its
+ * stage. */
+static void run_graph(const mimi_model *m, const mimi_graph *g, mimi_batch *w,
+                      mimi_state *const *S, int B, const float *pcm_in, float *pcm_out,
+                      const int32_t *codes_in, int32_t *codes_out)
+{
+    float **A = w->act;
+    for (int i = 0; i < MIMI_NSTAGES; i++)
+        w->stage_s[i] = 0;
+    for (int i = 0; i < g->n; i++) {
+        const mimi_op *o = &g->op[i];
+        const float *src = o->src == MIMI_BUF_IO ? pcm_in : A[o->src];
+        float *dst = o->dst == MIMI_BUF_IO ? pcm_out : A[o->dst];
+        double t0 = now_s(w);
+        mimi_rvq_span rg = mimi_rvq_group(m, o->which);
+        if ((o->kind == MIMI_OP_QUANTIZE || o->kind == MIMI_OP_DEQUANTIZE) && rg.n == 0)
+            continue;   /* a group without codebooks */
+        switch (o->kind) {
+        case MIMI_OP_CONV:        conv_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_CONVTR:      convtr_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_ELU:         elu(dst, src, o->n * B); break;
+        case MIMI_OP_ADD:         add_into(dst, src, o->n * B); break;
+        case MIMI_OP_TRANSFORMER:
+            transformer_fwd(m, o->which ? m->dtr : m->etr, w, S, B, m->enc_steps, o->which, dst);
+            break;
+        case MIMI_OP_QUANTIZE:    quantize(m, w, rg, B, src, codes_out); break;
+        case MIMI_OP_DEQUANTIZE:  dequantize(m, w, rg, o->which, B, codes_in, dst); break;
+        }
+        w->stage_s[o->stage] += now_s(w) - t0;
+    }
+}
+
 int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
                 const float *pcm, int32_t *codes, char *err, size_t errlen)
 {
     if (check_call(m, w, S, B, pcm, codes, err, errlen) != 0)
         return -1;
-    const mimi_config *c = &m->c;
-    double t0 = now_s(w);
-    float **A = w->act;
-    int cur = 0;
-    int ci = 0;
-    conv_fwd(&m->enc[ci++], w, S, B, pcm, A[0]);
-    for (int r = c->n_ratios - 1; r >= 0; r--) {
-        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
-            res_unit(&m->enc[ci], &m->enc[ci + 1], w, S, B, A, cur);
-        const mimi_conv *dn = &m->enc[ci++];
-        elu(A[(cur + 1) % 4], A[cur], (size_t)dn->cin * B * dn->tin);
-        conv_fwd(dn, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-        cur = (cur + 2) % 4;
-    }
-    const mimi_conv *last = &m->enc[ci++];
-    elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
-    conv_fwd(last, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-    cur = (cur + 2) % 4;
-    double t1 = now_s(w);
-    transformer_fwd(m, m->etr, w, S, B, m->enc_steps, 0, A[cur]);
-    double t2 = now_s(w);
-    float *lat = A[(cur + 1) % 4];   /* [dim][B] */
-    conv_fwd(&m->down, w, S, B, A[cur], lat);
-    for (int b = 0; b < B; b++)
+    run_graph(m, &m->genc, w, S, B, pcm, NULL, NULL, codes);
+    for (int b = 0; b < B; b++) {
         S[b]->down_first = 0;
-    double t3 = now_s(w);
-
-    const int qd = c->q_dimension, nq = c->n_q_used;
-    const mimi_rvq *qs[2] = { &m->first, &m->rest };
-    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
-    int code0 = 0;
-    for (int r = 0; r < 2; r++) {
-        if (nqs[r] == 0)
-            continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qd, B, c->dimension, 1.0f,
-                    qs[r]->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
-        for (int i = 0; i < nqs[r]; i++) {
-            const float *cb = qs[r]->cb[i], *n2 = qs[r]->norm2[i];
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->bins, B, qd, 1.0f, cb, qd,
-                        w->r, B, 0.0f, w->sc, B);
-            for (int b = 0; b < B; b++) {
-                int best = 0;
-                float bd = INFINITY;
-                for (int e = 0; e < c->bins; e++) {
-                    float dist = n2[e] - 2.0f * w->sc[(size_t)e * B + b];
-                    if (dist < bd) {
-                        bd = dist;
-                        best = e;
-                    }
-                }
-                codes[(size_t)b * nq + code0 + i] = best;
-                for (int e = 0; e < qd; e++)
-                    w->r[(size_t)e * B + b] -= cb[(size_t)best * qd + e];
-            }
-        }
-        code0 += nqs[r];
-    }
-    double t4 = now_s(w);
-    for (int b = 0; b < B; b++)
         S[b]->enc_frames++;
-    w->stage_s[MIMI_ST_SEANET] = t1 - t0;
-    w->stage_s[MIMI_ST_TRANSFORMER] = t2 - t1;
-    w->stage_s[MIMI_ST_RESAMPLE] = t3 - t2;
-    w->stage_s[MIMI_ST_RVQ] = t4 - t3;
+    }
     return 0;
 }
 
@@ -712,7 +720,7 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
     if (check_call(m, w, S, B, codes, pcm, err, errlen) != 0)
         return -1;
     const mimi_config *c = &m->c;
-    const int qd = c->q_dimension, nq = c->n_q_used;
+    const int nq = c->n_q_used;
     for (int b = 0; b < B; b++)
         for (int i = 0; i < nq; i++) {
             int32_t v = codes[(size_t)b * nq + i];
@@ -722,99 +730,8 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
                 return -1;
             }
         }
-    double t0 = now_s(w);
-    float **A = w->act;
-    float *lat = A[0];   /* [dim][B] */
-    const mimi_rvq *qs[2] = { &m->first, &m->rest };
-    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
-    int code0 = 0;
-    for (int r = 0; r < 2; r++) {
-        if (nqs[r] == 0)
-            continue;
-        memset(w->sum2, 0, (size_t)qd * B * sizeof(float));
-        for (int b = 0; b < B; b++)
-            for (int i = 0; i < nqs[r]; i++) {
-                const float *cv = qs[r]->cb[i] + (size_t)codes[(size_t)b * nq + code0 + i] * qd;
-                for (int e = 0; e < qd; e++)
-                    w->sum2[(size_t)e * B + b] += cv[e];
-            }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->dimension, B, qd, 1.0f,
-                    qs[r]->out_proj, qd, w->sum2, B, r ? 1.0f : 0.0f, lat, B);
-        code0 += nqs[r];
-    }
-    double t1 = now_s(w);
-    convtr_fwd(&m->up, w, S, B, lat, A[1]);
-    double t2 = now_s(w);
-    transformer_fwd(m, m->dtr, w, S, B, m->enc_steps, 1, A[1]);
-    double t3 = now_s(w);
-    int cur = 1, ci = 0;
-    conv_fwd(&m->dec[ci++], w, S, B, A[cur], A[(cur + 1) % 4]);
-    cur = (cur + 1) % 4;
-    for (int r = 0; r < c->n_ratios; r++) {
-        const mimi_conv *up = &m->dec[ci++];
-        elu(A[(cur + 1) % 4], A[cur], (size_t)up->cin * B * up->tin);
-        convtr_fwd(up, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-        cur = (cur + 2) % 4;
-        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
-            res_unit(&m->dec[ci], &m->dec[ci + 1], w, S, B, A, cur);
-    }
-    const mimi_conv *last = &m->dec[ci++];
-    elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
-    conv_fwd(last, w, S, B, A[(cur + 1) % 4], pcm);   /* [1][B*frame] = [B][frame] */
-    double t4 = now_s(w);
+    run_graph(m, &m->gdec, w, S, B, NULL, pcm, codes, NULL);
     for (int b = 0; b < B; b++)
         S[b]->dec_frames++;
-    w->stage_s[MIMI_ST_RVQ] = t1 - t0;
-    w->stage_s[MIMI_ST_RESAMPLE] = t2 - t1;
-    w->stage_s[MIMI_ST_TRANSFORMER] = t3 - t2;
-    w->stage_s[MIMI_ST_SEANET] = t4 - t3;
     return 0;
-}
-
-/* ---- cost -------------------------------------------------------------------- */
-
-static double conv_flops(const mimi_conv *cv)
-{
-    if (cv->grouped)
-        return 2.0 * cv->cin * cv->k * cv->tin;
-    if (cv->tr)
-        return 2.0 * cv->cin * cv->cout * cv->k * cv->tin;
-    return 2.0 * cv->cout * cv->cin * cv->k * cv->tout;
-}
-
-void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES])
-{
-    const mimi_config *c = &m->c;
-    for (int i = 0; i < MIMI_NSTAGES; i++)
-        out[i] = 0;
-    const mimi_conv *cv = dir ? m->dec : m->enc;
-    int n = dir ? m->n_dec : m->n_enc;
-    for (int i = 0; i < n; i++)
-        out[MIMI_ST_SEANET] += conv_flops(&cv[i]);
-    double d = c->d_model, T = m->enc_steps;
-    /* projections and MLP, then attention over a full ring */
-    out[MIMI_ST_TRANSFORMER] = c->num_layers * T *
-        (2.0 * (4 * d * d + 2 * d * c->dim_feedforward) + 4.0 * c->context * d);
-    out[MIMI_ST_RESAMPLE] = conv_flops(dir ? &m->up : &m->down);
-    double qd = c->q_dimension;
-    out[MIMI_ST_RVQ] = dir ? 2.0 * 2 * qd * c->dimension
-                           : 2.0 * 2 * qd * c->dimension + 2.0 * c->n_q_used * c->bins * qd;
-}
-
-double mimi_encode_flops(const mimi_model *m)
-{
-    double s[MIMI_NSTAGES], t = 0;
-    mimi_stage_flops(m, 0, s);
-    for (int i = 0; i < MIMI_NSTAGES; i++)
-        t += s[i];
-    return t;
-}
-
-double mimi_decode_flops(const mimi_model *m)
-{
-    double s[MIMI_NSTAGES], t = 0;
-    mimi_stage_flops(m, 1, s);
-    for (int i = 0; i < MIMI_NSTAGES; i++)
-        t += s[i];
-    return t;
 }
