@@ -40,6 +40,7 @@
 #include "util/tpool.h"
 #include "util/vec8.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 
 enum {
@@ -60,8 +61,15 @@ typedef struct gemm_job {
     int split_m, tile, ntiles;
 } gemm_job;
 
-/* What a parallel phase works on (one at a time per batch). */
+struct mimi_batch;
+struct par_job;
+/* Work item i of a phase, run by thread tid. */
+typedef void (*par_item_fn)(struct mimi_batch *w, const struct par_job *j, int i, int tid);
+
+/* What a parallel phase works on: nitems items of fn. */
 typedef struct par_job {
+    par_item_fn fn;
+    int nitems;
     gemm_job g;
     const mimi_conv *cv;
     mimi_state *const *S;
@@ -92,8 +100,13 @@ struct mimi_batch {
     /* threads */
     const mimi_model *m;
     mt_pool pool;      /* pool.n threads, the caller's included; none started at 1 */
-    par_job job;       /* the phase being run */
-    atomic_int next;   /* its next work item */
+    par_job job;       /* the phase being prepared (thread 0's) */
+    par_job jobs[2];   /* phase k's, published, in jobs[k % 2] */
+    uint32_t seq;      /* thread 0's count of phases posted */
+    _Atomic uint64_t claim;   /* phase seq (24 bits) | items (20) | next item (20) */
+    atomic_int done;   /* items of the current phase finished */
+    atomic_int over;   /* the frame's graph is done: workers return */
+    int in_frame;      /* thread 0 is inside par_frame */
 };
 
 static double now_s(const mimi_batch *w)
@@ -223,16 +236,117 @@ int mimi_batch_thread_count(const mimi_batch *w) { return w->pool.n; }
 
 /* ---- parallel phases (see the top of the file) ---------------------------- */
 
-/* Runs fn on every thread with w->job set; the work items from w->next. */
-static void par_run(mimi_batch *w, mt_pool_fn fn)
+/* A frame (one encode or decode) is one phase of the pool: thread 0 walks
+ * the graph and posts each parallel piece of work as a sub-phase of
+ * numbered items; the other threads take items as they come. A sub-phase
+ * ends when its items are done, not when every thread has looked in, so
+ * a thread the scheduler left out (a loaded machine) delays nothing but
+ * the frame's end. Items are claimed by compare-and-swap on `claim`,
+ * which names the sub-phase, so a late thread cannot take an item of a
+ * sub-phase already over; it reads the sub-phase's parameters only once
+ * it holds an item (they stay put until every item is done). */
+enum { ITEM_BITS = 20, MAX_ITEMS = (1 << ITEM_BITS) - 1, SEQ_MASK = (1 << 24) - 1 };
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define relax() _mm_pause()
+#else
+#define relax() ((void)0)
+#endif
+
+/* One turn of a wait: pause, and every 64 turns give the CPU away (on a
+ * loaded machine the thread waited for may need this core). */
+static void wait_turn(unsigned i)
 {
-    atomic_store_explicit(&w->next, 0, memory_order_relaxed);
-    mt_pool_run(&w->pool, fn, w);
+    relax();
+    if ((i & 63) == 63)
+        sched_yield();
+}
+
+/* Claims an item of the current sub-phase and runs it; 0 when there was
+ * none to claim. */
+static int run_one(mimi_batch *w, int tid)
+{
+    uint64_t c = atomic_load_explicit(&w->claim, memory_order_acquire);
+    for (;;) {
+        uint32_t next = (uint32_t)(c & MAX_ITEMS), n = (uint32_t)((c >> ITEM_BITS) & MAX_ITEMS);
+        if (next >= n)
+            return 0;
+        if (atomic_compare_exchange_weak_explicit(&w->claim, &c, c + 1, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            const par_job *j = &w->jobs[(c >> (2 * ITEM_BITS)) & 1];
+            j->fn(w, j, (int)next, tid);
+            atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
+            return 1;
+        }
+    }
 }
 
 static void add_into(float *dst, const float *src, size_t n);
 
-static int take(mimi_batch *w) { return atomic_fetch_add_explicit(&w->next, 1, memory_order_relaxed); }
+/* Runs w->job's items fn(w, job, i, tid), i < nitems, on the frame's
+ * threads (all on this one outside a frame, or for fewer than 2 items);
+ * returns when all are done. */
+static void par_run(mimi_batch *w, par_item_fn fn, int nitems)
+{
+    w->job.fn = fn;
+    w->job.nitems = nitems;
+    if (w->pool.n <= 1 || !w->in_frame || nitems > MAX_ITEMS || nitems < 2) {
+        for (int i = 0; i < nitems; i++)
+            fn(w, &w->job, i, 0);
+        return;
+    }
+    w->seq = (w->seq + 1) & SEQ_MASK;
+    w->jobs[w->seq & 1] = w->job;
+    atomic_store_explicit(&w->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&w->claim,
+                          ((uint64_t)w->seq << (2 * ITEM_BITS)) | ((uint64_t)nitems << ITEM_BITS),
+                          memory_order_release);
+    while (run_one(w, 0))
+        ;
+    for (unsigned i = 0; atomic_load_explicit(&w->done, memory_order_acquire) < nitems; i++)
+        wait_turn(i);
+}
+
+/* The pool's phase, a whole frame: thread 0 walks the graph (f->run),
+ * the others take items until it is over. */
+typedef struct frame_run {
+    mimi_batch *w;
+    void (*run)(void *arg);
+    void *arg;
+} frame_run;
+
+static void frame_phase(void *ctx, int tid, int nt)
+{
+    frame_run *f = ctx;
+    mimi_batch *w = f->w;
+    (void)nt;
+    if (tid == 0) {
+        f->run(f->arg);
+        atomic_store_explicit(&w->over, 1, memory_order_release);
+        return;
+    }
+    for (unsigned i = 0; !atomic_load_explicit(&w->over, memory_order_acquire); i++)
+        if (run_one(w, tid))
+            i = 0;
+        else
+            wait_turn(i);
+}
+
+/* run(arg) on this thread, the batch's other threads taking its items. */
+static void par_frame(mimi_batch *w, void (*run)(void *arg), void *arg)
+{
+    if (w->pool.n <= 1) {
+        run(arg);
+        return;
+    }
+    frame_run f = { w, run, arg };
+    atomic_store(&w->over, 0);
+    atomic_store(&w->claim, 0);   /* no items until the first sub-phase */
+    w->in_frame = 1;
+    mt_pool_run(&w->pool, frame_phase, &f);
+    w->in_frame = 0;
+}
 
 static void gemm_tile(const gemm_job *j, int t)
 {
@@ -248,12 +362,10 @@ static void gemm_tile(const gemm_job *j, int t)
                     j->tb ? j->B + (size_t)o * j->ldb : j->B + o, j->ldb, j->beta, j->C + o, j->ldc);
 }
 
-static void ph_gemm(void *ctx, int tid, int nt)
+static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
 {
-    mimi_batch *w = ctx;
-    (void)tid, (void)nt;
-    for (int t = take(w); t < w->job.g.ntiles; t = take(w))
-        gemm_tile(&w->job.g, t);
+    (void)w, (void)tid;
+    gemm_tile(&j->g, i);
 }
 
 /* C [M][N] = op(A) [M][K] op(B) [K][N] + beta C, as cblas_sgemm
@@ -279,28 +391,23 @@ static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const f
     if (j->ntiles == 1)
         gemm_tile(j, 0);   /* no phase for one tile */
     else
-        par_run(w, ph_gemm);
+        par_run(w, it_gemm, j->ntiles);
 }
 
 /* The elementwise ops, in ranges of ELT_CHUNK floats: dst = elu(src),
  * dst += src, or gelu(dst) in place. Each range is a multiple of 8 floats
  * but the last, so every element takes the same (vector or tail) path as
  * in one call over the whole. */
-static void ph_elt(void *ctx, int tid, int nt)
+static void it_elt(mimi_batch *w, const par_job *j, int t, int tid)
 {
-    mimi_batch *w = ctx;
-    const par_job *j = &w->job;
-    (void)tid, (void)nt;
-    size_t items = (j->n + ELT_CHUNK - 1) / ELT_CHUNK;
-    for (int t = take(w); (size_t)t < items; t = take(w)) {
-        size_t i0 = (size_t)t * ELT_CHUNK, len = j->n - i0 < ELT_CHUNK ? j->n - i0 : ELT_CHUNK;
-        if (j->kind == 0)
-            mimi_elu(j->Y + i0, j->X + i0, len);
-        else if (j->kind == 1)
-            add_into(j->Y + i0, j->X + i0, len);
-        else
-            mimi_gelu(j->Y + i0, len);
-    }
+    (void)w, (void)tid;
+    size_t i0 = (size_t)t * ELT_CHUNK, len = j->n - i0 < ELT_CHUNK ? j->n - i0 : ELT_CHUNK;
+    if (j->kind == 0)
+        mimi_elu(j->Y + i0, j->X + i0, len);
+    else if (j->kind == 1)
+        add_into(j->Y + i0, j->X + i0, len);
+    else
+        mimi_gelu(j->Y + i0, len);
 }
 
 static void par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_t n)
@@ -309,12 +416,7 @@ static void par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_
     w->job.Y = dst;
     w->job.X = src;
     w->job.n = n;
-    if (n <= ELT_CHUNK) {
-        atomic_store(&w->next, 0);
-        ph_elt(w, 0, 1);
-    } else {
-        par_run(w, ph_elt);
-    }
+    par_run(w, it_elt, (int)((n + ELT_CHUNK - 1) / ELT_CHUNK));
 }
 
 /* The elementwise and attention loops use util/vec8.h's eight-float
@@ -448,17 +550,14 @@ static void fill_bias(float *Y, const float *bias, int rows, size_t n)
  * ROW_TILE steps): a GEMM of one row would read an im2col matrix cin*k
  * times the input's size for k flops an element, so each input row, its
  * context before it, is added in at its k shifts. */
-static void ph_conv_row(void *ctx, int tid, int nt)
+static void it_conv_row(mimi_batch *w, const par_job *j, int it, int tid)
 {
-    mimi_batch *w = ctx;
-    const par_job *j = &w->job;
     const mimi_conv *cv = j->cv;
     const int cin = cv->cin, k = cv->k, dil = cv->dil, tin = cv->tin, tout = cv->tout, ctx_ = cv->ctx;
     const size_t Nin = (size_t)j->B * tin;
     const int per = (tout + ROW_TILE - 1) / ROW_TILE;
     float *xp = w->xrow + (size_t)tid * w->xrow_floats;   /* [len + ctx]: padded input steps t0.. */
-    (void)nt;
-    for (int it = take(w); it < j->B * per; it = take(w)) {
+    {
         int b = it / per, t0 = it % per * ROW_TILE;
         int len = tout - t0 < ROW_TILE ? tout - t0 : ROW_TILE;
         const float *sb0 = j->S[b]->x + cv->st;
@@ -479,15 +578,14 @@ static void ph_conv_row(void *ctx, int tid, int nt)
 /* im2col of columns n0..n0+nc into w->col, input channels split across
  * the threads: Col [cin*k][nc], row (ci, kk), column (b, t) = padded input
  * at t*stride + kk*dil, the padding being the session's context. */
-static void ph_im2col(void *ctx, int tid, int nt)
+static void it_im2col(mimi_batch *w, const par_job *j, int ci, int tid)
 {
-    mimi_batch *w = ctx;
-    const par_job *j = &w->job;
     const mimi_conv *cv = j->cv;
     const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil;
     const int tin = cv->tin, tout = cv->tout, ctx_ = cv->ctx;
     const size_t Nin = (size_t)j->B * tin, n0 = j->n0, nc = j->nc;
-    for (int ci = cin * tid / nt; ci < cin * (tid + 1) / nt; ci++) {
+    (void)tid, (void)cin;
+    {
         const float *xs = j->X + (size_t)ci * Nin;
         for (int kk = 0; kk < k; kk++) {
             float *crow = w->col + ((size_t)ci * k + kk) * nc;
@@ -537,7 +635,7 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
     job->X = X;
     job->Y = Y;
     if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
-        par_run(w, ph_conv_row);
+        par_run(w, it_conv_row, B * ((tout + ROW_TILE - 1) / ROW_TILE));
     } else if (k == 1 && st == 1) {
         par_gemm(w, 0, 0, cout, (int)N, cin, cv->w, cin, X, (int)Nin, 1.0f, Y, (int)N);
     } else {
@@ -549,7 +647,7 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
             size_t nc = N - n0 < chunk ? N - n0 : chunk;
             job->n0 = n0;
             job->nc = nc;
-            par_run(w, ph_im2col);
+            par_run(w, it_im2col, cin);
             par_gemm(w, 0, 0, cout, (int)nc, (int)rows, cv->w, (int)rows, w->col, (int)nc, 1.0f,
                      Y + n0, (int)N);
         }
@@ -568,15 +666,13 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
  * w->col [cout*k][nc] into Y and w->part, output channels split across
  * the threads: column (b, t), row (co, kk) lands at output step t*stride +
  * kk of session b, or past the frame in its overlap. */
-static void ph_overlap_add(void *ctx, int tid, int nt)
+static void it_overlap_add(mimi_batch *w, const par_job *jb, int co, int tid)
 {
-    mimi_batch *w = ctx;
-    const par_job *jb = &w->job;
     const mimi_conv *cv = jb->cv;
     const int cout = cv->cout, k = cv->k, st = cv->stride, tin = cv->tin, tout = cv->tout;
     const size_t Nout = (size_t)jb->B * tout, n0 = jb->n0, nc = jb->nc, pctx = (size_t)cv->ctx;
-    for (int co = cout * tid / nt; co < cout * (tid + 1) / nt; co++)
-        for (int kk = 0; kk < k; kk++) {
+    (void)tid;
+    for (int kk = 0; kk < k; kk++) {
             const float *z = w->col + ((size_t)co * k + kk) * nc;
             float *ybase = jb->Y + (size_t)co * Nout;
             /* steps t < tlast land inside the frame */
@@ -632,7 +728,7 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
             par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
                      w->col, (int)nc);
             w->job = (par_job){ .cv = cv, .B = B, .Y = Y, .n0 = n0, .nc = nc };
-            par_run(w, ph_overlap_add);
+            par_run(w, it_overlap_add, cout);
         }
     }
     for (int b = 0; b < B; b++)
@@ -770,15 +866,12 @@ static void attend(const float *q, size_t ld_q, const float *rk, const float *rv
 }
 
 /* Attention, work item (session, head), after the rings are written. */
-static void ph_attend(void *ctx, int tid, int nt)
+static void it_attend(mimi_batch *w, const par_job *j, int it, int tid)
 {
-    mimi_batch *w = ctx;
-    const par_job *j = &w->job;
     const mimi_config *c = &w->m->c;
     const int d = c->d_model, H = c->num_heads, T = j->T;
     float *score = w->score + (size_t)tid * c->context;
-    (void)nt;
-    for (int it = take(w); it < j->B * H; it = take(w)) {
+    {
         int b = it / H, h = it % H;
         int64_t pos0 = j->dec ? j->S[b]->dec_pos : j->S[b]->enc_pos;
         attend(w->qkv + (size_t)b * T * 3 * d, (size_t)3 * d, j->S[b]->x + j->l->st_k,
@@ -825,7 +918,7 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
             }
         }
         w->job = (par_job){ .S = S, .B = B, .l = l, .T = T, .dec = dec };
-        par_run(w, ph_attend);
+        par_run(w, it_attend, B * H);
         par_gemm(w, 0, 1, (int)N, d, d, w->att, d, l->out_proj, d, 0.0f, w->h, d);
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
@@ -915,13 +1008,44 @@ static void dequantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int 
              lat, B);
 }
 
+/* One call's graph and its arguments (run_graph's). */
+typedef struct graph_call {
+    const mimi_model *m;
+    const mimi_graph *g;
+    mimi_batch *w;
+    mimi_state *const *S;
+    int B;
+    const float *pcm_in;
+    float *pcm_out;
+    const int32_t *codes_in;
+    int32_t *codes_out;
+} graph_call;
+
+static void run_graph_call(void *arg);
+
 /* One frame of B sessions through graph g (encode or decode): pcm_in or
  * codes_in in, pcm_out or codes_out out; each op's time filed under its
- * stage. */
+ * stage. On the batch's threads (par_frame). */
 static void run_graph(const mimi_model *m, const mimi_graph *g, mimi_batch *w,
                       mimi_state *const *S, int B, const float *pcm_in, float *pcm_out,
                       const int32_t *codes_in, int32_t *codes_out)
 {
+    graph_call gc = { m, g, w, S, B, pcm_in, pcm_out, codes_in, codes_out };
+    par_frame(w, run_graph_call, &gc);
+}
+
+static void run_graph_call(void *arg)
+{
+    const graph_call *gc = arg;
+    const mimi_model *m = gc->m;
+    const mimi_graph *g = gc->g;
+    mimi_batch *w = gc->w;
+    mimi_state *const *S = gc->S;
+    const int B = gc->B;
+    const float *pcm_in = gc->pcm_in;
+    float *pcm_out = gc->pcm_out;
+    const int32_t *codes_in = gc->codes_in;
+    int32_t *codes_out = gc->codes_out;
     float **A = w->act;
     for (int i = 0; i < MIMI_NSTAGES; i++)
         w->stage_s[i] = 0;
