@@ -24,9 +24,12 @@
  * ELU, GELU and residual adds by ranges of 4096 floats; the last
  * one-channel layer by (session, 256 steps). The tiles are a function of
  * the shape alone, never of the thread count, and each tile's arithmetic
- * is the same whichever thread takes it (they are handed out through an
- * atomic counter), so the results are the same bits for any number of
- * threads (test_mimi checks 1, 2 and 3). */
+ * is the same whichever thread takes it (items are claimed one at a
+ * time, see par_run), so the results are the same bits for any number of
+ * threads (test_mimi checks 1, 2 and 3). A frame is one phase of the
+ * pool and its parallel pieces sub-phases that end when their items are
+ * done (par_frame), so a thread the scheduler leaves out costs the frame
+ * once, not every piece. */
 #include "codec/mimi_impl.h"
 
 #include <cblas.h>
