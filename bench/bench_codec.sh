@@ -9,7 +9,10 @@
 # sessions' codec one thread runs in real time (80 ms per frame).
 # Target (reported, never asserted): the codec at >= 50% of the sgemm
 # figure at B >= 8. BENCH_CODEC_ARGS adds mt-benchcodec options
-# (--threads N, --frames F, --batches LIST).
+# (--threads N, --frames F, --batches LIST). --threads N runs the codec
+# on N threads of its own (mimi_batch_threads, OpenBLAS on one inside
+# it, as in mt-serve) beside OpenBLAS's sgemm on N threads; issue 49's
+# small-batch comparison: BENCH_CODEC_ARGS="--batches 1,2,8 --threads 2".
 set -u
 cd "$(dirname "$0")/.."
 H=${MT_TESTBIN:-build/tests}/mt-benchcodec

@@ -918,6 +918,9 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
         if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, &a->smp, err,
                                   sizeof err) != 0)
             goto out;
+        /* the CPU codec on the backend's thread count (--threads) */
+        if (mt_speech_codec_threads(a->ky.sp, a->dopt.threads, err, sizeof err) != 0)
+            goto out;
         mt_serve_kyutai_report(&a->ky, mt_kv_pool_params(mt_decoder_pool(dec)), line,
                                sizeof line);
         fprintf(stderr, "%s: %s\n", prog, line);

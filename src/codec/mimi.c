@@ -9,7 +9,27 @@
  * batch is one matrix and one frame of B sessions costs one GEMM per
  * layer, not B; the transformers work token-major inside ([session][steps]
  * [channels], see transformer_fwd). Large buffers (weights, session
- * states) are on 2 MiB pages (mimi_model.c). */
+ * states) are on 2 MiB pages (mimi_model.c).
+ *
+ * Threads (mimi_batch_threads; util/tpool.h, the caller's thread being
+ * thread 0). A single live conversation is B = 1, where each layer is too
+ * small for OpenBLAS's own threads to pay (and mt-serve holds OpenBLAS to
+ * one thread anyway, backend_cpu.c), so the codec splits its own work:
+ * every product into tiles, by output rows where the weights are the
+ * larger operand (the deep layers, the transformers' projections, the
+ * codebooks) and by output columns, i.e. steps of the batch, where the
+ * activations are (the first SEANet layers), each tile one sgemm; the
+ * im2col copy by input channels; a transposed convolution's overlap-add
+ * by output channels; the attention by (session, head); the elementwise
+ * ELU, GELU and residual adds by ranges of 4096 floats; the last
+ * one-channel layer by (session, 256 steps). The tiles are a function of
+ * the shape alone, never of the thread count, and each tile's arithmetic
+ * is the same whichever thread takes it (items are claimed one at a
+ * time, see par_run), so the results are the same bits for any number of
+ * threads (test_mimi checks 1, 2 and 3). A frame is one phase of the
+ * pool and its parallel pieces sub-phases that end when their items are
+ * done (par_frame), so a thread the scheduler leaves out costs the frame
+ * once, not every piece. */
 #include "codec/mimi_impl.h"
 
 #include <cblas.h>
@@ -20,8 +40,51 @@
 
 #include "util/clock.h"
 #include "util/errmsg.h"
+#include "util/tpool.h"
 #include "util/vec8.h"
 
+#include <sched.h>
+#include <stdatomic.h>
+
+enum {
+    MAX_TILES = 8,      /* a product in at most this many tiles */
+    ELT_CHUNK = 4096,   /* elementwise work item, floats (a multiple of 8) */
+    ROW_TILE = 256,     /* the one-channel layer's work item, steps (a multiple of 32) */
+    MAX_THREADS = 64,
+};
+
+/* A product C [M][N] = op(A) op(B) + beta C (row-major, as cblas_sgemm)
+ * and its tiles: `split_m` rows or else columns, `tile` of them each. */
+typedef struct gemm_job {
+    int ta, tb, M, N, K;
+    const float *A, *B;
+    int lda, ldb, ldc;
+    float beta;
+    float *C;
+    int split_m, tile, ntiles;
+} gemm_job;
+
+struct mimi_batch;
+struct par_job;
+/* Work item i of a phase, run by thread tid. */
+typedef void (*par_item_fn)(struct mimi_batch *w, const struct par_job *j, int i, int tid);
+
+/* What a parallel phase works on: nitems items of fn. */
+typedef struct par_job {
+    par_item_fn fn;
+    int nitems;
+    gemm_job g;
+    const mimi_conv *cv;
+    mimi_state *const *S;
+    int B;
+    const float *X;     /* conv input; elementwise source */
+    float *Y;           /* conv output; elementwise destination */
+    size_t n0, nc, n;   /* im2col: the chunk's columns; elementwise: floats */
+    int kind;           /* elementwise: 0 ELU, 1 add, 2 GELU */
+    /* attention */
+    const mimi_tlayer *l;
+    int T, dec;
+} par_job;
 struct mimi_batch {
     int    max_batch;
     size_t bytes;
@@ -31,10 +94,22 @@ struct mimi_batch {
     float *part;       /* [max_batch][cout][ctx]: a transposed conv's new overlap */
     float *h, *qkv, *att, *ff, *xt;   /* transformer: [max_batch * steps][d|3d|d|ff|d] */
     float *rcos, *rsin;  /* [max_batch * steps][head_dim / 2]: rotary angles */
-    float *score;      /* [context] */
+    float *score;      /* [MAX_THREADS][context]: each thread's attention scores */
+    float *xrow;       /* [MAX_THREADS][xrow_floats]: the one-channel layer's padded input */
+    size_t xrow_floats;
     float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
     double stage_s[MIMI_NSTAGES];
     int    cpu_clock;  /* stages timed in this thread's CPU time */
+    /* threads */
+    const mimi_model *m;
+    mt_pool pool;      /* pool.n threads, the caller's included; none started at 1 */
+    par_job job;       /* the phase being prepared (thread 0's) */
+    par_job jobs[2];   /* phase k's, published, in jobs[k % 2] */
+    uint32_t seq;      /* thread 0's count of phases posted */
+    _Atomic uint64_t claim;   /* phase seq (24 bits) | items (20) | next item (20) */
+    atomic_int done;   /* items of the current phase finished */
+    atomic_int over;   /* the frame's graph is done: workers return */
+    int in_frame;      /* thread 0 is inside par_frame */
 };
 
 static double now_s(const mimi_batch *w)
@@ -93,7 +168,15 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     w->xt = alloc_f((size_t)c->d_model * N, &w->bytes, &bad);
     w->rcos = alloc_f((size_t)(c->d_model / c->num_heads / 2) * N, &w->bytes, &bad);
     w->rsin = alloc_f((size_t)(c->d_model / c->num_heads / 2) * N, &w->bytes, &bad);
-    w->score = alloc_f((size_t)c->context, &w->bytes, &bad);
+    w->score = alloc_f((size_t)c->context * MAX_THREADS, &w->bytes, &bad);
+    int maxctx = 0;
+    for (int i = 0; i < m->n_dec; i++)
+        if (!m->dec[i].tr && m->dec[i].ctx > maxctx)
+            maxctx = m->dec[i].ctx;
+    w->xrow_floats = (size_t)ROW_TILE + (size_t)maxctx + 16;
+    w->xrow = alloc_f(w->xrow_floats * MAX_THREADS, &w->bytes, &bad);
+    w->m = m;
+    w->pool.n = 1;
     w->r = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
     w->sc = alloc_f((size_t)c->bins * B, &w->bytes, &bad);
     w->sum2 = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
@@ -109,8 +192,10 @@ void mimi_batch_free(mimi_batch *w)
 {
     if (!w)
         return;
+    mt_pool_stop(&w->pool);
     for (int i = 0; i < 4; i++)
         free(w->act[i]);
+    free(w->xrow);
     free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
     free(w->xt); free(w->rcos); free(w->rsin);
     free(w->score); free(w->r); free(w->sc); free(w->sum2);
@@ -123,6 +208,213 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
 {
     for (int i = 0; i < MIMI_NSTAGES; i++)
         out[i] = w->stage_s[i];
+}
+
+int mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen)
+{
+    if (threads < 1 || threads > MAX_THREADS) {
+        mt_set_err(err, errlen, "mimi batch: %d threads is out of range (1..%d)", threads, MAX_THREADS);
+        return -1;
+    }
+    mt_pool_stop(&w->pool);
+    memset(&w->pool, 0, sizeof w->pool);
+    w->pool.n = 1;
+    /* Workers spin 2 ms for the next phase (phases follow each other
+     * within microseconds inside a frame), then sleep until the next
+     * frame. */
+    if (threads > 1 && mt_pool_start(&w->pool, threads, 2000000, err, errlen) != 0) {
+        memset(&w->pool, 0, sizeof w->pool);
+        w->pool.n = 1;
+        return -1;
+    }
+    return 0;
+}
+
+int mimi_batch_thread_count(const mimi_batch *w) { return w->pool.n; }
+
+/* ---- parallel phases (see the top of the file) ---------------------------- */
+
+/* A frame (one encode or decode) is one phase of the pool: thread 0 walks
+ * the graph and posts each parallel piece of work as a sub-phase of
+ * numbered items; the other threads take items as they come. A sub-phase
+ * ends when its items are done, not when every thread has looked in, so
+ * a thread the scheduler left out (a loaded machine) delays nothing but
+ * the frame's end. Items are claimed by compare-and-swap on `claim`,
+ * which names the sub-phase, so a late thread cannot take an item of a
+ * sub-phase already over; it reads the sub-phase's parameters only once
+ * it holds an item (they stay put until every item is done). */
+enum { ITEM_BITS = 20, MAX_ITEMS = (1 << ITEM_BITS) - 1, SEQ_MASK = (1 << 24) - 1 };
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define relax() _mm_pause()
+#else
+#define relax() ((void)0)
+#endif
+
+/* One turn of a wait: pause, and every 64 turns give the CPU away (on a
+ * loaded machine the thread waited for may need this core). */
+static void wait_turn(unsigned i)
+{
+    relax();
+    if ((i & 63) == 63)
+        sched_yield();
+}
+
+/* Claims an item of the current sub-phase and runs it; 0 when there was
+ * none to claim. */
+static int run_one(mimi_batch *w, int tid)
+{
+    uint64_t c = atomic_load_explicit(&w->claim, memory_order_acquire);
+    for (;;) {
+        uint32_t next = (uint32_t)(c & MAX_ITEMS), n = (uint32_t)((c >> ITEM_BITS) & MAX_ITEMS);
+        if (next >= n)
+            return 0;
+        if (atomic_compare_exchange_weak_explicit(&w->claim, &c, c + 1, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            const par_job *j = &w->jobs[(c >> (2 * ITEM_BITS)) & 1];
+            j->fn(w, j, (int)next, tid);
+            atomic_fetch_add_explicit(&w->done, 1, memory_order_release);
+            return 1;
+        }
+    }
+}
+
+static void add_into(float *dst, const float *src, size_t n);
+
+/* Runs w->job's items fn(w, job, i, tid), i < nitems, on the frame's
+ * threads (all on this one outside a frame, or for fewer than 2 items);
+ * returns when all are done. */
+static void par_run(mimi_batch *w, par_item_fn fn, int nitems)
+{
+    w->job.fn = fn;
+    w->job.nitems = nitems;
+    if (w->pool.n <= 1 || !w->in_frame || nitems > MAX_ITEMS || nitems < 2) {
+        for (int i = 0; i < nitems; i++)
+            fn(w, &w->job, i, 0);
+        return;
+    }
+    w->seq = (w->seq + 1) & SEQ_MASK;
+    w->jobs[w->seq & 1] = w->job;
+    atomic_store_explicit(&w->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&w->claim,
+                          ((uint64_t)w->seq << (2 * ITEM_BITS)) | ((uint64_t)nitems << ITEM_BITS),
+                          memory_order_release);
+    while (run_one(w, 0))
+        ;
+    for (unsigned i = 0; atomic_load_explicit(&w->done, memory_order_acquire) < nitems; i++)
+        wait_turn(i);
+}
+
+/* The pool's phase, a whole frame: thread 0 walks the graph (f->run),
+ * the others take items until it is over. */
+typedef struct frame_run {
+    mimi_batch *w;
+    void (*run)(void *arg);
+    void *arg;
+} frame_run;
+
+static void frame_phase(void *ctx, int tid, int nt)
+{
+    frame_run *f = ctx;
+    mimi_batch *w = f->w;
+    (void)nt;
+    if (tid == 0) {
+        f->run(f->arg);
+        atomic_store_explicit(&w->over, 1, memory_order_release);
+        return;
+    }
+    for (unsigned i = 0; !atomic_load_explicit(&w->over, memory_order_acquire); i++)
+        if (run_one(w, tid))
+            i = 0;
+        else
+            wait_turn(i);
+}
+
+/* run(arg) on this thread, the batch's other threads taking its items. */
+static void par_frame(mimi_batch *w, void (*run)(void *arg), void *arg)
+{
+    if (w->pool.n <= 1) {
+        run(arg);
+        return;
+    }
+    frame_run f = { w, run, arg };
+    atomic_store(&w->over, 0);
+    atomic_store(&w->claim, 0);   /* no items until the first sub-phase */
+    w->in_frame = 1;
+    mt_pool_run(&w->pool, frame_phase, &f);
+    w->in_frame = 0;
+}
+
+static void gemm_tile(const gemm_job *j, int t)
+{
+    int o = t * j->tile, dim = j->split_m ? j->M : j->N;
+    int len = dim - o < j->tile ? dim - o : j->tile;
+    const CBLAS_TRANSPOSE ta = j->ta ? CblasTrans : CblasNoTrans, tb = j->tb ? CblasTrans : CblasNoTrans;
+    if (j->split_m)
+        cblas_sgemm(CblasRowMajor, ta, tb, len, j->N, j->K, 1.0f,
+                    j->ta ? j->A + o : j->A + (size_t)o * j->lda, j->lda, j->B, j->ldb, j->beta,
+                    j->C + (size_t)o * j->ldc, j->ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, j->M, len, j->K, 1.0f, j->A, j->lda,
+                    j->tb ? j->B + (size_t)o * j->ldb : j->B + o, j->ldb, j->beta, j->C + o, j->ldc);
+}
+
+static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
+{
+    (void)w, (void)tid;
+    gemm_tile(&j->g, i);
+}
+
+/* C [M][N] = op(A) [M][K] op(B) [K][N] + beta C, as cblas_sgemm
+ * (alpha 1), in tiles across the threads. The tiles split the larger
+ * operand's dimension (rows of A, or columns of B) into at most MAX_TILES,
+ * rows in multiples of 16 and columns of 64; a product under 1e5
+ * multiply-adds is one tile. */
+static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc)
+{
+    gemm_job *j = &w->job.g;
+    *j = (gemm_job){ ta, tb, M, N, K, A, B, lda, ldb, ldc, beta, C, M >= N, 0, 1 };
+    int dim = j->split_m ? M : N, unit = j->split_m ? 16 : 64;
+    int tile = (dim + MAX_TILES - 1) / MAX_TILES;
+    tile = (tile + unit - 1) / unit * unit;
+    if ((double)M * N * K < 1e5 || tile >= dim) {
+        j->split_m = 1;
+        j->tile = M;
+    } else {
+        j->tile = tile;
+        j->ntiles = (dim + tile - 1) / tile;
+    }
+    if (j->ntiles == 1)
+        gemm_tile(j, 0);   /* no phase for one tile */
+    else
+        par_run(w, it_gemm, j->ntiles);
+}
+
+/* The elementwise ops, in ranges of ELT_CHUNK floats: dst = elu(src),
+ * dst += src, or gelu(dst) in place. Each range is a multiple of 8 floats
+ * but the last, so every element takes the same (vector or tail) path as
+ * in one call over the whole. */
+static void it_elt(mimi_batch *w, const par_job *j, int t, int tid)
+{
+    (void)w, (void)tid;
+    size_t i0 = (size_t)t * ELT_CHUNK, len = j->n - i0 < ELT_CHUNK ? j->n - i0 : ELT_CHUNK;
+    if (j->kind == 0)
+        mimi_elu(j->Y + i0, j->X + i0, len);
+    else if (j->kind == 1)
+        add_into(j->Y + i0, j->X + i0, len);
+    else
+        mimi_gelu(j->Y + i0, len);
+}
+
+static void par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_t n)
+{
+    w->job.kind = kind;
+    w->job.Y = dst;
+    w->job.X = src;
+    w->job.n = n;
+    par_run(w, it_elt, (int)((n + ELT_CHUNK - 1) / ELT_CHUNK));
 }
 
 /* The elementwise and attention loops use util/vec8.h's eight-float
@@ -227,11 +519,6 @@ void mimi_gelu(float *x, size_t n)
         x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
-static void elu(float *dst, const float *src, size_t n)
-{
-    mimi_elu(dst, src, n);
-}
-
 static void add_into(float *dst, const float *src, size_t n)
 {
     size_t i = 0;
@@ -257,11 +544,79 @@ static void fill_bias(float *Y, const float *bias, int rows, size_t n)
 
 /* ---- convolutions ----------------------------------------------------------- */
 
+/* The one-channel layer (the decoder's last), work item t = (session,
+ * ROW_TILE steps): a GEMM of one row would read an im2col matrix cin*k
+ * times the input's size for k flops an element, so each input row, its
+ * context before it, is added in at its k shifts. */
+static void it_conv_row(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int cin = cv->cin, k = cv->k, dil = cv->dil, tin = cv->tin, tout = cv->tout, ctx_ = cv->ctx;
+    const size_t Nin = (size_t)j->B * tin;
+    const int per = (tout + ROW_TILE - 1) / ROW_TILE;
+    float *xp = w->xrow + (size_t)tid * w->xrow_floats;   /* [len + ctx]: padded input steps t0.. */
+    {
+        int b = it / per, t0 = it % per * ROW_TILE;
+        int len = tout - t0 < ROW_TILE ? tout - t0 : ROW_TILE;
+        const float *sb0 = j->S[b]->x + cv->st;
+        for (int ci = 0; ci < cin; ci++) {
+            /* xp[p] = padded input at step t0 + p: the context below ctx, X above */
+            const float *xs = j->X + (size_t)ci * Nin + (size_t)b * tin;
+            for (int p = 0; p < len + ctx_; p++) {
+                int q = t0 + p;
+                xp[p] = q < ctx_ ? sb0[(size_t)ci * ctx_ + q] : xs[q - ctx_];
+            }
+            for (int kk = 0; kk < k; kk++)
+                cblas_saxpy(len, cv->w[(size_t)ci * k + kk], xp + (size_t)kk * dil, 1,
+                            j->Y + (size_t)b * tout + t0, 1);
+        }
+    }
+}
+
+/* im2col of columns n0..n0+nc into w->col, input channels split across
+ * the threads: Col [cin*k][nc], row (ci, kk), column (b, t) = padded input
+ * at t*stride + kk*dil, the padding being the session's context. */
+static void it_im2col(mimi_batch *w, const par_job *j, int ci, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil;
+    const int tin = cv->tin, tout = cv->tout, ctx_ = cv->ctx;
+    const size_t Nin = (size_t)j->B * tin, n0 = j->n0, nc = j->nc;
+    (void)tid, (void)cin;
+    {
+        const float *xs = j->X + (size_t)ci * Nin;
+        for (int kk = 0; kk < k; kk++) {
+            float *crow = w->col + ((size_t)ci * k + kk) * nc;
+            int off = kk * dil;
+            /* steps t < tsplit read the context */
+            int tsplit = off >= ctx_ ? 0 : (ctx_ - off + st - 1) / st;
+            size_t jj = 0;
+            for (size_t b = n0 / tout; jj < nc; b++) {
+                int t0 = (int)((n0 + jj) - b * tout);
+                int t1 = (int)(n0 + nc - b * tout < (size_t)tout ? n0 + nc - b * tout : (size_t)tout);
+                int ts = tsplit < t0 ? t0 : tsplit > t1 ? t1 : tsplit;
+                const float *sb = j->S[b]->x + cv->st + (size_t)ci * ctx_;
+                for (int t = t0; t < ts; t++)
+                    crow[jj++] = sb[t * st + off];
+                const float *xb = xs + b * tin;   /* step p of the padded input: xb[p - ctx] */
+                if (st == 1) {
+                    if (t1 > ts)
+                        memcpy(crow + jj, xb + (ts + off - ctx_), (size_t)(t1 - ts) * sizeof *crow);
+                    jj += (size_t)(t1 - ts);
+                } else {
+                    for (int t = ts; t < t1; t++)
+                        crow[jj++] = xb[t * st + off - ctx_];
+                }
+            }
+        }
+    }
+}
+
 /* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
 static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
                      const float *X, float *Y)
 {
-    const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride, dil = cv->dil;
+    const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
     const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
     const size_t Nin = (size_t)B * tin, N = (size_t)B * tout;
     if (cv->replicate && ctx > 0)
@@ -271,24 +626,16 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
                     for (int j = 0; j < ctx; j++)
                         S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
     fill_bias(Y, cv->b, cout, N);
-    if (cout == 1 && st == 1 && (size_t)(ctx + tin) <= w->col_floats) {
-        /* one output channel (the decoder's last layer): a GEMM of one
-         * row would read an im2col matrix cin*k times the input's size
-         * for k flops an element, so each input row, its context before
-         * it, is added in at its k shifts */
-        float *xp = w->col;   /* [ctx + tin]: one session's padded input row */
-        for (int b = 0; b < B; b++)
-            for (int ci = 0; ci < cin; ci++) {
-                if (ctx > 0)
-                    memcpy(xp, S[b]->x + cv->st + (size_t)ci * ctx, (size_t)ctx * sizeof *xp);
-                memcpy(xp + ctx, X + (size_t)ci * Nin + (size_t)b * tin, (size_t)tin * sizeof *xp);
-                for (int kk = 0; kk < k; kk++)
-                    cblas_saxpy(tout, cv->w[(size_t)ci * k + kk], xp + (size_t)kk * dil, 1,
-                                Y + (size_t)b * tout, 1);
-            }
+    par_job *job = &w->job;
+    job->cv = cv;
+    job->S = S;
+    job->B = B;
+    job->X = X;
+    job->Y = Y;
+    if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
+        par_run(w, it_conv_row, B * ((tout + ROW_TILE - 1) / ROW_TILE));
     } else if (k == 1 && st == 1) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)N, cin, 1.0f, cv->w, cin,
-                    X, (int)Nin, 1.0f, Y, (int)N);
+        par_gemm(w, 0, 0, cout, (int)N, cin, cv->w, cin, X, (int)Nin, 1.0f, Y, (int)N);
     } else {
         const size_t rows = (size_t)cin * k;
         size_t chunk = w->col_floats / rows;
@@ -296,37 +643,11 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
             chunk = 1;
         for (size_t n0 = 0; n0 < N; n0 += chunk) {
             size_t nc = N - n0 < chunk ? N - n0 : chunk;
-            /* Col [cin*k][nc]: row (ci, kk), column (b, t) = padded input at
-             * t*stride + kk*dil, the padding being the session's context */
-            for (int ci = 0; ci < cin; ci++) {
-                const float *xs = X + (size_t)ci * Nin;
-                for (int kk = 0; kk < k; kk++) {
-                    float *crow = w->col + ((size_t)ci * k + kk) * nc;
-                    int off = kk * dil;
-                    /* steps t < tsplit read the context */
-                    int tsplit = off >= ctx ? 0 : (ctx - off + st - 1) / st;
-                    size_t j = 0;
-                    for (size_t b = n0 / tout; j < nc; b++) {
-                        int t0 = (int)((n0 + j) - b * tout);
-                        int t1 = (int)(n0 + nc - b * tout < (size_t)tout ? n0 + nc - b * tout : (size_t)tout);
-                        int ts = tsplit < t0 ? t0 : tsplit > t1 ? t1 : tsplit;
-                        const float *sb = S[b]->x + cv->st + (size_t)ci * ctx;
-                        for (int t = t0; t < ts; t++)
-                            crow[j++] = sb[t * st + off];
-                        const float *xb = xs + b * tin;   /* step p of the padded input: xb[p - ctx] */
-                        if (st == 1) {
-                            if (t1 > ts)
-                                memcpy(crow + j, xb + (ts + off - ctx), (size_t)(t1 - ts) * sizeof *crow);
-                            j += (size_t)(t1 - ts);
-                        } else {
-                            for (int t = ts; t < t1; t++)
-                                crow[j++] = xb[t * st + off - ctx];
-                        }
-                    }
-                }
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cout, (int)nc, (int)rows, 1.0f,
-                        cv->w, (int)rows, w->col, (int)nc, 1.0f, Y + n0, (int)N);
+            job->n0 = n0;
+            job->nc = nc;
+            par_run(w, it_im2col, cin);
+            par_gemm(w, 0, 0, cout, (int)nc, (int)rows, cv->w, (int)rows, w->col, (int)nc, 1.0f,
+                     Y + n0, (int)N);
         }
     }
     if (ctx > 0)   /* the new left context: the last ctx steps of state ++ X */
@@ -339,17 +660,34 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
             }
 }
 
-/* SEANet's residual unit, in place on A[cur] ([cin][B*t]):
- * A[cur] += c2(elu(c1(elu(A[cur])))), the next three of the four
- * ping-pong buffers (mod 4) as scratch. */
-static void res_unit(const mimi_conv *c1, const mimi_conv *c2, mimi_batch *w,
-                     mimi_state *const *S, int B, float **A, int cur)
+/* A transposed convolution's overlap-add of columns n0..n0+nc of Z =
+ * w->col [cout*k][nc] into Y and w->part, output channels split across
+ * the threads: column (b, t), row (co, kk) lands at output step t*stride +
+ * kk of session b, or past the frame in its overlap. */
+static void it_overlap_add(mimi_batch *w, const par_job *jb, int co, int tid)
 {
-    elu(A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin);
-    conv_fwd(c1, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-    elu(A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout);
-    conv_fwd(c2, w, S, B, A[(cur + 2) % 4], A[(cur + 3) % 4]);
-    add_into(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout);
+    const mimi_conv *cv = jb->cv;
+    const int cout = cv->cout, k = cv->k, st = cv->stride, tin = cv->tin, tout = cv->tout;
+    const size_t Nout = (size_t)jb->B * tout, n0 = jb->n0, nc = jb->nc, pctx = (size_t)cv->ctx;
+    (void)tid;
+    for (int kk = 0; kk < k; kk++) {
+            const float *z = w->col + ((size_t)co * k + kk) * nc;
+            float *ybase = jb->Y + (size_t)co * Nout;
+            /* steps t < tlast land inside the frame */
+            int tlast = kk >= tout ? 0 : (tout - kk + st - 1) / st;
+            size_t j = 0;
+            for (size_t b = n0 / tin; j < nc; b++) {
+                int t0 = (int)((n0 + j) - b * tin);
+                int t1 = (int)(n0 + nc - b * tin < (size_t)tin ? n0 + nc - b * tin : (size_t)tin);
+                int ts = tlast < t0 ? t0 : tlast > t1 ? t1 : tlast;
+                float *yb = ybase + b * tout + kk;
+                for (int t = t0; t < ts; t++)
+                    yb[t * st] += z[j++];
+                float *pb = w->part + (b * cout + co) * pctx;
+                for (int t = ts; t < t1; t++)
+                    pb[t * st + kk - tout] += z[j++];
+            }
+        }
 }
 
 /* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
@@ -385,29 +723,10 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
         for (size_t n0 = 0; n0 < N; n0 += chunk) {
             size_t nc = N - n0 < chunk ? N - n0 : chunk;
             /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)nc, cin, 1.0f,
-                        cv->w, (int)rows, X + n0, (int)N, 0.0f, w->col, (int)nc);
-            /* overlap-add: column (b, t), row (co, kk) lands at output step
-             * t*stride + kk of session b, or past the frame in its overlap */
-            for (int co = 0; co < cout; co++)
-                for (int kk = 0; kk < k; kk++) {
-                    const float *z = w->col + ((size_t)co * k + kk) * nc;
-                    float *ybase = Y + (size_t)co * Nout;
-                    /* steps t < tlast land inside the frame */
-                    int tlast = kk >= tout ? 0 : (tout - kk + st - 1) / st;
-                    size_t j = 0;
-                    for (size_t b = n0 / tin; j < nc; b++) {
-                        int t0 = (int)((n0 + j) - b * tin);
-                        int t1 = (int)(n0 + nc - b * tin < (size_t)tin ? n0 + nc - b * tin : (size_t)tin);
-                        int ts = tlast < t0 ? t0 : tlast > t1 ? t1 : tlast;
-                        float *yb = ybase + b * tout + kk;
-                        for (int t = t0; t < ts; t++)
-                            yb[t * st] += z[j++];
-                        float *pb = part + (b * cout + co) * ctx;
-                        for (int t = ts; t < t1; t++)
-                            pb[t * st + kk - tout] += z[j++];
-                    }
-                }
+            par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
+                     w->col, (int)nc);
+            w->job = (par_job){ .cv = cv, .B = B, .Y = Y, .n0 = n0, .nc = nc };
+            par_run(w, it_overlap_add, cout);
         }
     }
     for (int b = 0; b < B; b++)
@@ -475,14 +794,15 @@ static void rope_row(float *q, const float *cs, const float *sn, int d, int hd)
         }
 }
 
-/* One session's attention, its T rows: out [T][d] (ld_out apart) from its
- * queries q [T] (ld_q apart) over its ring rk, rv [cap][d] just written
- * with positions pos0..pos0+T-1. Slot j holds the newest position
+/* One session's attention, its T rows, heads h0..h1-1: out [T][d] (ld_out
+ * apart) from its queries q [T] (ld_q apart) over its ring rk, rv [cap][d]
+ * just written with positions pos0..pos0+T-1. Slot j holds the newest position
  * congruent to j; query position p sees positions max(0, p-cap+1,
  * last-cap+1) .. p (the older ones overwritten), taken in slot order. */
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 static void attend(const float *q, size_t ld_q, const float *rk, const float *rv, float *out,
-                   size_t ld_out, float *score, int T, int d, int H, int cap, int64_t pos0)
+                   size_t ld_out, float *score, int T, int d, int H, int h0, int h1, int cap,
+                   int64_t pos0)
 {
     const int hd = d / H;
     const float isq = 1.0f / sqrtf((float)hd);
@@ -494,7 +814,8 @@ static void attend(const float *q, size_t ld_q, const float *rk, const float *rv
         if (lo < 0)
             lo = 0;
         if (lo > p) {   /* more steps than the ring: this one's were overwritten */
-            memset(out + (size_t)t * ld_out, 0, (size_t)d * sizeof *out);
+            memset(out + (size_t)t * ld_out + (size_t)h0 * (d / H), 0,
+                   (size_t)(h1 - h0) * (d / H) * sizeof *out);
             continue;
         }
         /* valid slots: [a0, a1) and [b0, b1), ascending */
@@ -516,7 +837,7 @@ static void attend(const float *q, size_t ld_q, const float *rk, const float *rv
         }
         const float *qr = q + (size_t)t * ld_q;
         float *orow = out + (size_t)t * ld_out;
-        for (int h = 0; h < H; h++) {
+        for (int h = h0; h < h1; h++) {
             const float *qh = qr + (size_t)h * hd;
             float mx = -INFINITY;
             for (int s = 0; s < 2; s++)
@@ -542,6 +863,21 @@ static void attend(const float *q, size_t ld_q, const float *rk, const float *rv
     }
 }
 
+/* Attention, work item (session, head), after the rings are written. */
+static void it_attend(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_config *c = &w->m->c;
+    const int d = c->d_model, H = c->num_heads, T = j->T;
+    float *score = w->score + (size_t)tid * c->context;
+    {
+        int b = it / H, h = it % H;
+        int64_t pos0 = j->dec ? j->S[b]->dec_pos : j->S[b]->enc_pos;
+        attend(w->qkv + (size_t)b * T * 3 * d, (size_t)3 * d, j->S[b]->x + j->l->st_k,
+               j->S[b]->x + j->l->st_v, w->att + (size_t)b * T * d, (size_t)d, score, T, d, H, h,
+               h + 1, c->context, pos0);
+    }
+}
+
 /* x [d][B*T] through the layers; session b's rows start at its position. */
 static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batch *w,
                             mimi_state *const *S, int B, int T, int dec, float *x)
@@ -564,8 +900,7 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         const mimi_tlayer *l = &L[li];
         layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
         /* qkv [N][3d]: row n = q, k, v of step n */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, 3 * d, d, 1.0f, w->h, d,
-                    l->in_proj, d, 0.0f, w->qkv, 3 * d);
+        par_gemm(w, 0, 1, (int)N, 3 * d, d, w->h, d, l->in_proj, d, 0.0f, w->qkv, 3 * d);
         for (int b = 0; b < B; b++) {
             int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
             float *rk = S[b]->x + l->st_k, *rv = S[b]->x + l->st_v;
@@ -579,20 +914,17 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
                 memcpy(rk + slot * d, qr + d, (size_t)d * sizeof *rk);
                 memcpy(rv + slot * d, qr + 2 * d, (size_t)d * sizeof *rv);
             }
-            attend(w->qkv + (size_t)b * T * 3 * d, (size_t)3 * d, rk, rv, w->att + (size_t)b * T * d,
-                   (size_t)d, w->score, T, d, H, cap, pos0);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, d, d, 1.0f, w->att, d,
-                    l->out_proj, d, 0.0f, w->h, d);
+        w->job = (par_job){ .S = S, .B = B, .l = l, .T = T, .dec = dec };
+        par_run(w, it_attend, B * H);
+        par_gemm(w, 0, 1, (int)N, d, d, w->att, d, l->out_proj, d, 0.0f, w->h, d);
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
                 xt[n * d + i] += (l->ls1 ? l->ls1[i] : 1.0f) * w->h[n * d + i];
         layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, ff, d, 1.0f, w->h, d,
-                    l->l1, d, 0.0f, w->ff, ff);
-        mimi_gelu(w->ff, (size_t)ff * N);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, d, ff, 1.0f, w->ff, ff,
-                    l->l2, ff, 0.0f, w->h, d);
+        par_gemm(w, 0, 1, (int)N, ff, d, w->h, d, l->l1, d, 0.0f, w->ff, ff);
+        par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
+        par_gemm(w, 0, 1, (int)N, d, ff, w->ff, ff, l->l2, ff, 0.0f, w->h, d);
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
                 xt[n * d + i] += (l->ls2 ? l->ls2[i] : 1.0f) * w->h[n * d + i];
@@ -629,75 +961,125 @@ static int check_call(const mimi_model *m, const mimi_batch *w, mimi_state *cons
     return 0;
 }
 
+/* Codebook group g of every session: lat [dim][B] -> codes, the
+ * distances to the centroids as one sgemm per codebook. */
+static void quantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int B, const float *lat,
+                     int32_t *codes)
+{
+    const mimi_config *c = &m->c;
+    const mimi_rvq *q = g.q;
+    const int qd = c->q_dimension, nq = c->n_q_used, code0 = g.code0, n = g.n;
+    par_gemm(w, 0, 0, qd, B, c->dimension, q->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
+    for (int i = 0; i < n; i++) {
+        const float *cb = q->cb[i], *n2 = q->norm2[i];
+        par_gemm(w, 0, 0, c->bins, B, qd, cb, qd, w->r, B, 0.0f, w->sc, B);
+        for (int b = 0; b < B; b++) {
+            int best = 0;
+            float bd = INFINITY;
+            for (int e = 0; e < c->bins; e++) {
+                float dist = n2[e] - 2.0f * w->sc[(size_t)e * B + b];
+                if (dist < bd) {
+                    bd = dist;
+                    best = e;
+                }
+            }
+            codes[(size_t)b * nq + code0 + i] = best;
+            for (int e = 0; e < qd; e++)
+                w->r[(size_t)e * B + b] -= cb[(size_t)best * qd + e];
+        }
+    }
+}
+
+/* Codebook group g: lat [dim][B] = (or with add, +=) the projection of the sum of every session's centroids. */
+static void dequantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int add, int B,
+                       const int32_t *codes, float *lat)
+{
+    const int qd = m->c.q_dimension, nq = m->c.n_q_used;
+    memset(w->sum2, 0, (size_t)qd * B * sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < g.n; i++) {
+            const float *cv = g.q->cb[i] + (size_t)codes[(size_t)b * nq + g.code0 + i] * qd;
+            for (int e = 0; e < qd; e++)
+                w->sum2[(size_t)e * B + b] += cv[e];
+        }
+    par_gemm(w, 0, 0, m->c.dimension, B, qd, g.q->out_proj, qd, w->sum2, B, add ? 1.0f : 0.0f,
+             lat, B);
+}
+
+/* One call's graph and its arguments (run_graph's). */
+typedef struct graph_call {
+    const mimi_model *m;
+    const mimi_graph *g;
+    mimi_batch *w;
+    mimi_state *const *S;
+    int B;
+    const float *pcm_in;
+    float *pcm_out;
+    const int32_t *codes_in;
+    int32_t *codes_out;
+} graph_call;
+
+static void run_graph_call(void *arg);
+
+/* One frame of B sessions through graph g (encode or decode): pcm_in or
+ * codes_in in, pcm_out or codes_out out; each op's time filed under its
+ * stage. On the batch's threads (par_frame). */
+static void run_graph(const mimi_model *m, const mimi_graph *g, mimi_batch *w,
+                      mimi_state *const *S, int B, const float *pcm_in, float *pcm_out,
+                      const int32_t *codes_in, int32_t *codes_out)
+{
+    graph_call gc = { m, g, w, S, B, pcm_in, pcm_out, codes_in, codes_out };
+    par_frame(w, run_graph_call, &gc);
+}
+
+static void run_graph_call(void *arg)
+{
+    const graph_call *gc = arg;
+    const mimi_model *m = gc->m;
+    const mimi_graph *g = gc->g;
+    mimi_batch *w = gc->w;
+    mimi_state *const *S = gc->S;
+    const int B = gc->B;
+    const float *pcm_in = gc->pcm_in;
+    float *pcm_out = gc->pcm_out;
+    const int32_t *codes_in = gc->codes_in;
+    int32_t *codes_out = gc->codes_out;
+    float **A = w->act;
+    for (int i = 0; i < MIMI_NSTAGES; i++)
+        w->stage_s[i] = 0;
+    for (int i = 0; i < g->n; i++) {
+        const mimi_op *o = &g->op[i];
+        const float *src = o->src == MIMI_BUF_IO ? pcm_in : A[o->src];
+        float *dst = o->dst == MIMI_BUF_IO ? pcm_out : A[o->dst];
+        double t0 = now_s(w);
+        mimi_rvq_span rg = mimi_rvq_group(m, o->which);
+        if ((o->kind == MIMI_OP_QUANTIZE || o->kind == MIMI_OP_DEQUANTIZE) && rg.n == 0)
+            continue;   /* a group without codebooks */
+        switch (o->kind) {
+        case MIMI_OP_CONV:        conv_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_CONVTR:      convtr_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_ELU:         par_elt(w, 0, dst, src, o->n * B); break;
+        case MIMI_OP_ADD:         par_elt(w, 1, dst, src, o->n * B); break;
+        case MIMI_OP_TRANSFORMER:
+            transformer_fwd(m, o->which ? m->dtr : m->etr, w, S, B, m->enc_steps, o->which, dst);
+            break;
+        case MIMI_OP_QUANTIZE:    quantize(m, w, rg, B, src, codes_out); break;
+        case MIMI_OP_DEQUANTIZE:  dequantize(m, w, rg, o->which, B, codes_in, dst); break;
+        }
+        w->stage_s[o->stage] += now_s(w) - t0;
+    }
+}
+
 int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
                 const float *pcm, int32_t *codes, char *err, size_t errlen)
 {
     if (check_call(m, w, S, B, pcm, codes, err, errlen) != 0)
         return -1;
-    const mimi_config *c = &m->c;
-    double t0 = now_s(w);
-    float **A = w->act;
-    int cur = 0;
-    int ci = 0;
-    conv_fwd(&m->enc[ci++], w, S, B, pcm, A[0]);
-    for (int r = c->n_ratios - 1; r >= 0; r--) {
-        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
-            res_unit(&m->enc[ci], &m->enc[ci + 1], w, S, B, A, cur);
-        const mimi_conv *dn = &m->enc[ci++];
-        elu(A[(cur + 1) % 4], A[cur], (size_t)dn->cin * B * dn->tin);
-        conv_fwd(dn, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-        cur = (cur + 2) % 4;
-    }
-    const mimi_conv *last = &m->enc[ci++];
-    elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
-    conv_fwd(last, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-    cur = (cur + 2) % 4;
-    double t1 = now_s(w);
-    transformer_fwd(m, m->etr, w, S, B, m->enc_steps, 0, A[cur]);
-    double t2 = now_s(w);
-    float *lat = A[(cur + 1) % 4];   /* [dim][B] */
-    conv_fwd(&m->down, w, S, B, A[cur], lat);
-    for (int b = 0; b < B; b++)
+    run_graph(m, &m->genc, w, S, B, pcm, NULL, NULL, codes);
+    for (int b = 0; b < B; b++) {
         S[b]->down_first = 0;
-    double t3 = now_s(w);
-
-    const int qd = c->q_dimension, nq = c->n_q_used;
-    const mimi_rvq *qs[2] = { &m->first, &m->rest };
-    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
-    int code0 = 0;
-    for (int r = 0; r < 2; r++) {
-        if (nqs[r] == 0)
-            continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qd, B, c->dimension, 1.0f,
-                    qs[r]->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
-        for (int i = 0; i < nqs[r]; i++) {
-            const float *cb = qs[r]->cb[i], *n2 = qs[r]->norm2[i];
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->bins, B, qd, 1.0f, cb, qd,
-                        w->r, B, 0.0f, w->sc, B);
-            for (int b = 0; b < B; b++) {
-                int best = 0;
-                float bd = INFINITY;
-                for (int e = 0; e < c->bins; e++) {
-                    float dist = n2[e] - 2.0f * w->sc[(size_t)e * B + b];
-                    if (dist < bd) {
-                        bd = dist;
-                        best = e;
-                    }
-                }
-                codes[(size_t)b * nq + code0 + i] = best;
-                for (int e = 0; e < qd; e++)
-                    w->r[(size_t)e * B + b] -= cb[(size_t)best * qd + e];
-            }
-        }
-        code0 += nqs[r];
-    }
-    double t4 = now_s(w);
-    for (int b = 0; b < B; b++)
         S[b]->enc_frames++;
-    w->stage_s[MIMI_ST_SEANET] = t1 - t0;
-    w->stage_s[MIMI_ST_TRANSFORMER] = t2 - t1;
-    w->stage_s[MIMI_ST_RESAMPLE] = t3 - t2;
-    w->stage_s[MIMI_ST_RVQ] = t4 - t3;
+    }
     return 0;
 }
 
@@ -707,7 +1089,7 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
     if (check_call(m, w, S, B, codes, pcm, err, errlen) != 0)
         return -1;
     const mimi_config *c = &m->c;
-    const int qd = c->q_dimension, nq = c->n_q_used;
+    const int nq = c->n_q_used;
     for (int b = 0; b < B; b++)
         for (int i = 0; i < nq; i++) {
             int32_t v = codes[(size_t)b * nq + i];
@@ -717,99 +1099,8 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
                 return -1;
             }
         }
-    double t0 = now_s(w);
-    float **A = w->act;
-    float *lat = A[0];   /* [dim][B] */
-    const mimi_rvq *qs[2] = { &m->first, &m->rest };
-    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
-    int code0 = 0;
-    for (int r = 0; r < 2; r++) {
-        if (nqs[r] == 0)
-            continue;
-        memset(w->sum2, 0, (size_t)qd * B * sizeof(float));
-        for (int b = 0; b < B; b++)
-            for (int i = 0; i < nqs[r]; i++) {
-                const float *cv = qs[r]->cb[i] + (size_t)codes[(size_t)b * nq + code0 + i] * qd;
-                for (int e = 0; e < qd; e++)
-                    w->sum2[(size_t)e * B + b] += cv[e];
-            }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->dimension, B, qd, 1.0f,
-                    qs[r]->out_proj, qd, w->sum2, B, r ? 1.0f : 0.0f, lat, B);
-        code0 += nqs[r];
-    }
-    double t1 = now_s(w);
-    convtr_fwd(&m->up, w, S, B, lat, A[1]);
-    double t2 = now_s(w);
-    transformer_fwd(m, m->dtr, w, S, B, m->enc_steps, 1, A[1]);
-    double t3 = now_s(w);
-    int cur = 1, ci = 0;
-    conv_fwd(&m->dec[ci++], w, S, B, A[cur], A[(cur + 1) % 4]);
-    cur = (cur + 1) % 4;
-    for (int r = 0; r < c->n_ratios; r++) {
-        const mimi_conv *up = &m->dec[ci++];
-        elu(A[(cur + 1) % 4], A[cur], (size_t)up->cin * B * up->tin);
-        convtr_fwd(up, w, S, B, A[(cur + 1) % 4], A[(cur + 2) % 4]);
-        cur = (cur + 2) % 4;
-        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
-            res_unit(&m->dec[ci], &m->dec[ci + 1], w, S, B, A, cur);
-    }
-    const mimi_conv *last = &m->dec[ci++];
-    elu(A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin);
-    conv_fwd(last, w, S, B, A[(cur + 1) % 4], pcm);   /* [1][B*frame] = [B][frame] */
-    double t4 = now_s(w);
+    run_graph(m, &m->gdec, w, S, B, NULL, pcm, codes, NULL);
     for (int b = 0; b < B; b++)
         S[b]->dec_frames++;
-    w->stage_s[MIMI_ST_RVQ] = t1 - t0;
-    w->stage_s[MIMI_ST_RESAMPLE] = t2 - t1;
-    w->stage_s[MIMI_ST_TRANSFORMER] = t3 - t2;
-    w->stage_s[MIMI_ST_SEANET] = t4 - t3;
     return 0;
-}
-
-/* ---- cost -------------------------------------------------------------------- */
-
-static double conv_flops(const mimi_conv *cv)
-{
-    if (cv->grouped)
-        return 2.0 * cv->cin * cv->k * cv->tin;
-    if (cv->tr)
-        return 2.0 * cv->cin * cv->cout * cv->k * cv->tin;
-    return 2.0 * cv->cout * cv->cin * cv->k * cv->tout;
-}
-
-void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES])
-{
-    const mimi_config *c = &m->c;
-    for (int i = 0; i < MIMI_NSTAGES; i++)
-        out[i] = 0;
-    const mimi_conv *cv = dir ? m->dec : m->enc;
-    int n = dir ? m->n_dec : m->n_enc;
-    for (int i = 0; i < n; i++)
-        out[MIMI_ST_SEANET] += conv_flops(&cv[i]);
-    double d = c->d_model, T = m->enc_steps;
-    /* projections and MLP, then attention over a full ring */
-    out[MIMI_ST_TRANSFORMER] = c->num_layers * T *
-        (2.0 * (4 * d * d + 2 * d * c->dim_feedforward) + 4.0 * c->context * d);
-    out[MIMI_ST_RESAMPLE] = conv_flops(dir ? &m->up : &m->down);
-    double qd = c->q_dimension;
-    out[MIMI_ST_RVQ] = dir ? 2.0 * 2 * qd * c->dimension
-                           : 2.0 * 2 * qd * c->dimension + 2.0 * c->n_q_used * c->bins * qd;
-}
-
-double mimi_encode_flops(const mimi_model *m)
-{
-    double s[MIMI_NSTAGES], t = 0;
-    mimi_stage_flops(m, 0, s);
-    for (int i = 0; i < MIMI_NSTAGES; i++)
-        t += s[i];
-    return t;
-}
-
-double mimi_decode_flops(const mimi_model *m)
-{
-    double s[MIMI_NSTAGES], t = 0;
-    mimi_stage_flops(m, 1, s);
-    for (int i = 0; i < MIMI_NSTAGES; i++)
-        t += s[i];
-    return t;
 }

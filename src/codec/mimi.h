@@ -130,6 +130,15 @@ int64_t     mimi_state_frames_decoded(const mimi_state *s);
 /* Workspace for batches of up to max_batch sessions. */
 mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t errlen);
 void        mimi_batch_free(mimi_batch *w);
+/* Runs the batch's encode and decode on `threads` threads (1..64; the
+ * caller's is one of them, the others a pool the batch owns; 1 at
+ * creation). The results are the same bits for any thread count: the
+ * work is split by the shape alone (mimi.c). OpenBLAS inside the codec
+ * should run on one thread (openblas_set_num_threads(1)), as mt-serve's
+ * CPU backend sets it. -1 with err if the threads cannot start (the
+ * batch then runs on one). */
+int         mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen);
+int         mimi_batch_thread_count(const mimi_batch *w);
 size_t      mimi_batch_bytes(const mimi_batch *w);
 
 /* Encodes one frame for each of B sessions: pcm [B][frame_size] ->

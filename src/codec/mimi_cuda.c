@@ -1,5 +1,5 @@
 /* mimi_cuda.c: Mimi's batched streaming encode and decode on CUDA, the
- * host side: the same sequence of layers as mimi.c, each convolution as
+ * host side: the graph of mimi_impl.h (mimi.c walks the same), each convolution as
  * im2col + one cuBLAS SGEMM across the batch (a transposed one as one
  * SGEMM + overlap-add), the transformers' projections as SGEMMs and the
  * rest as the kernels of kernels/mimi.cu. Built into the CUDA module
@@ -127,20 +127,6 @@ static int elu(mimi_cuda *g, float *dst, const float *src, size_t n, char *err, 
     return 0;
 }
 
-/* The residual block pair of the SEANet at A[cur] (mimi.c's order). */
-static int residual(mimi_cuda *g, const mimi_conv *c1, const mimi_conv *c2, int B, int cur,
-                    char *err, size_t errlen)
-{
-    float **A = g->act;
-    if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)c1->cin * B * c1->tin, err, errlen) ||
-        conv_fwd(g, c1, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen) ||
-        elu(g, A[(cur + 2) % 4], A[(cur + 2) % 4], (size_t)c1->cout * B * c1->tout, err, errlen) ||
-        conv_fwd(g, c2, B, A[(cur + 2) % 4], A[(cur + 3) % 4], err, errlen))
-        return -1;
-    CU(mt_cu_mimi_add(A[cur], A[(cur + 3) % 4], (size_t)c2->cout * B * c2->tout, g->stream), "add");
-    return 0;
-}
-
 /* ---- transformer ------------------------------------------------------------------ */
 
 /* x [d][B*T] through the layers, at the positions in g->pos. */
@@ -212,72 +198,101 @@ static int g_check(const mimi_cuda *g, const int *slot, int B, char *err, size_t
     return 0;
 }
 
+/* Codebook group rg of every session: lat [dim][B] -> g->codes. */
+static int quantize(mimi_cuda *g, mimi_rvq_span rg, int B, const float *lat, char *err, size_t errlen)
+{
+    const mimi_config *c = &g->m->c;
+    const mimi_rvq *q = rg.q;
+    const int qd = c->q_dimension, code0 = rg.code0, n = rg.n;
+    if (sgemm(g, 0, qd, B, c->dimension, D(g, q->in_proj), c->dimension, lat, B, 0.0f, g->r, B,
+              err, errlen))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (sgemm(g, 0, c->bins, B, qd, D(g, q->cb[i]), qd, g->r, B, 0.0f, g->sc, B, err, errlen))
+            return -1;
+        CU(mt_cu_mimi_rvq_pick(g->sc, D(g, q->norm2[i]), D(g, q->cb[i]), g->r, g->codes,
+                               c->n_q_used, code0 + i, c->bins, qd, B, g->stream),
+           "nearest centroid");
+    }
+    return 0;
+}
+
+/* Codebook group rg of g->codes: lat [dim][B] = (or with add, +=) the
+ * projection of the centroids' sum. */
+static int dequantize(mimi_cuda *g, mimi_rvq_span rg, int add, int B, float *lat, char *err,
+                      size_t errlen)
+{
+    const int qd = g->m->c.q_dimension;
+    CU(cudaMemsetAsync(g->sum2, 0, (size_t)qd * B * sizeof(float), g->stream), "memset");
+    for (int i = 0; i < rg.n; i++)
+        CU(mt_cu_mimi_dequant(D(g, rg.q->cb[i]), g->codes, g->m->c.n_q_used, rg.code0 + i, qd, B,
+                              g->sum2, g->stream),
+           "dequantize");
+    return sgemm(g, 0, g->m->c.dimension, B, qd, D(g, rg.q->out_proj), qd, g->sum2, B,
+                 add ? 1.0f : 0.0f, lat, B, err, errlen);
+}
+
+/* One op of the graph (mimi_impl.h) on the device, g->io being the
+ * call's PCM. */
+static int run_op(mimi_cuda *g, const mimi_op *o, int B, char *err, size_t errlen)
+{
+    float *src = o->src == MIMI_BUF_IO ? g->io : g->act[o->src];
+    float *dst = o->dst == MIMI_BUF_IO ? g->io : g->act[o->dst];
+    mimi_rvq_span rg = mimi_rvq_group(g->m, o->which);
+    if ((o->kind == MIMI_OP_QUANTIZE || o->kind == MIMI_OP_DEQUANTIZE) && rg.n == 0)
+        return 0;   /* a group without codebooks */
+    switch (o->kind) {
+    case MIMI_OP_CONV:        return conv_fwd(g, o->cv, B, src, dst, err, errlen);
+    case MIMI_OP_CONVTR:      return convtr_fwd(g, o->cv, B, src, dst, err, errlen);
+    case MIMI_OP_ELU:         return elu(g, dst, src, o->n * B, err, errlen);
+    case MIMI_OP_ADD:
+        CU(mt_cu_mimi_add(dst, src, o->n * B, g->stream), "add");
+        return 0;
+    case MIMI_OP_TRANSFORMER:
+        return transformer_fwd(g, o->which ? g->m->dtr : g->m->etr, B, dst, err, errlen);
+    case MIMI_OP_QUANTIZE:    return quantize(g, rg, B, src, err, errlen);
+    case MIMI_OP_DEQUANTIZE:  return dequantize(g, rg, o->which, B, dst, err, errlen);
+    }
+    mt_set_err(err, errlen, "mimi cuda: op kind %d", (int)o->kind);
+    return -1;
+}
+
+/* One frame of B sessions (distinct slots) through the encode (dec 0:
+ * pcm in, codes out) or decode graph (dec 1: codes in, pcm out). */
+static int g_run(mimi_cuda *g, int dec, const int *slot, int B, const void *in, void *out,
+                 char *err, size_t errlen)
+{
+    if (g_check(g, slot, B, err, errlen) || upload_call(g, slot, B, dec, err, errlen))
+        return -1;
+    const mimi_model *m = g->m;
+    const size_t pcm_bytes = (size_t)B * m->frame * sizeof(float);
+    const size_t code_bytes = (size_t)B * m->c.n_q_used * sizeof(int32_t);
+    CU(cudaMemcpyAsync(dec ? (void *)g->codes : (void *)g->io, in, dec ? code_bytes : pcm_bytes,
+                       cudaMemcpyHostToDevice, g->stream), "upload");
+    const mimi_graph *gr = dec ? &m->gdec : &m->genc;
+    for (int i = 0; i < gr->n; i++)
+        if (run_op(g, &gr->op[i], B, err, errlen))
+            return -1;
+    CU(cudaMemcpyAsync(out, dec ? (void *)g->io : (void *)g->codes, dec ? pcm_bytes : code_bytes,
+                       cudaMemcpyDeviceToHost, g->stream), "download");
+    CU(cudaStreamSynchronize(g->stream), dec ? "decode" : "encode");
+    for (int b = 0; b < B; b++) {
+        if (dec) {
+            g->dec_pos[slot[b]] += m->enc_steps;
+        } else {
+            g->enc_pos[slot[b]] += m->enc_steps;
+            g->down_first[slot[b]] = 0;
+        }
+    }
+    return 0;
+}
+
 /* One encode, enqueued; returns with work queued on error (g_encode
  * waits for it). */
 static int encode_enqueue(mimi_cuda *g, const int *slot, int B, const float *pcm,
                           int32_t *codes, char *err, size_t errlen)
 {
-    if (g_check(g, slot, B, err, errlen))
-        return -1;
-    const mimi_model *m = g->m;
-    const mimi_config *c = &m->c;
-    float **A = g->act;
-    if (upload_call(g, slot, B, 0, err, errlen))
-        return -1;
-    CU(cudaMemcpyAsync(g->io, pcm, (size_t)B * m->frame * sizeof(float), cudaMemcpyHostToDevice,
-                       g->stream), "pcm upload");
-    int cur = 0, ci = 0;
-    if (conv_fwd(g, &m->enc[ci++], B, g->io, A[0], err, errlen))
-        return -1;
-    for (int r = c->n_ratios - 1; r >= 0; r--) {
-        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
-            if (residual(g, &m->enc[ci], &m->enc[ci + 1], B, cur, err, errlen))
-                return -1;
-        const mimi_conv *dn = &m->enc[ci++];
-        if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)dn->cin * B * dn->tin, err, errlen) ||
-            conv_fwd(g, dn, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen))
-            return -1;
-        cur = (cur + 2) % 4;
-    }
-    const mimi_conv *last = &m->enc[ci++];
-    if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin, err, errlen) ||
-        conv_fwd(g, last, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen))
-        return -1;
-    cur = (cur + 2) % 4;
-    if (transformer_fwd(g, m->etr, B, A[cur], err, errlen))
-        return -1;
-    float *lat = A[(cur + 1) % 4];   /* [dim][B] */
-    if (conv_fwd(g, &m->down, B, A[cur], lat, err, errlen))
-        return -1;
-
-    const int qd = c->q_dimension, nq = c->n_q_used;
-    const mimi_rvq *qs[2] = { &m->first, &m->rest };
-    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
-    int code0 = 0;
-    for (int r = 0; r < 2; r++) {
-        if (nqs[r] == 0)
-            continue;
-        if (sgemm(g, 0, qd, B, c->dimension, D(g, qs[r]->in_proj), c->dimension, lat, B, 0.0f,
-                  g->r, B, err, errlen))
-            return -1;
-        for (int i = 0; i < nqs[r]; i++) {
-            if (sgemm(g, 0, c->bins, B, qd, D(g, qs[r]->cb[i]), qd, g->r, B, 0.0f, g->sc, B, err,
-                      errlen))
-                return -1;
-            CU(mt_cu_mimi_rvq_pick(g->sc, D(g, qs[r]->norm2[i]), D(g, qs[r]->cb[i]), g->r, g->codes,
-                                   nq, code0 + i, c->bins, qd, B, g->stream),
-               "nearest centroid");
-        }
-        code0 += nqs[r];
-    }
-    CU(cudaMemcpyAsync(codes, g->codes, (size_t)B * nq * sizeof *codes, cudaMemcpyDeviceToHost,
-                       g->stream), "codes download");
-    CU(cudaStreamSynchronize(g->stream), "encode");
-    for (int b = 0; b < B; b++) {
-        g->enc_pos[slot[b]] += m->enc_steps;
-        g->down_first[slot[b]] = 0;
-    }
-    return 0;
+    return g_run(g, 0, slot, B, pcm, codes, err, errlen);
 }
 
 /* One decode, enqueued; returns with work queued on error (g_decode
@@ -285,60 +300,7 @@ static int encode_enqueue(mimi_cuda *g, const int *slot, int B, const float *pcm
 static int decode_enqueue(mimi_cuda *g, const int *slot, int B, const int32_t *codes,
                           float *pcm, char *err, size_t errlen)
 {
-    if (g_check(g, slot, B, err, errlen))
-        return -1;
-    const mimi_model *m = g->m;
-    const mimi_config *c = &m->c;
-    const int qd = c->q_dimension, nq = c->n_q_used;
-    float **A = g->act;
-    if (upload_call(g, slot, B, 1, err, errlen))
-        return -1;
-    CU(cudaMemcpyAsync(g->codes, codes, (size_t)B * nq * sizeof *codes, cudaMemcpyHostToDevice,
-                       g->stream), "codes upload");
-    float *lat = A[0];   /* [dim][B] */
-    const mimi_rvq *qs[2] = { &m->first, &m->rest };
-    int nqs[2] = { c->n_q_semantic, c->n_q_used - c->n_q_semantic };
-    int code0 = 0;
-    for (int r = 0; r < 2; r++) {
-        if (nqs[r] == 0)
-            continue;
-        CU(cudaMemsetAsync(g->sum2, 0, (size_t)qd * B * sizeof(float), g->stream), "memset");
-        for (int i = 0; i < nqs[r]; i++)
-            CU(mt_cu_mimi_dequant(D(g, qs[r]->cb[i]), g->codes, nq, code0 + i, qd, B, g->sum2,
-                                  g->stream),
-               "dequantize");
-        if (sgemm(g, 0, c->dimension, B, qd, D(g, qs[r]->out_proj), qd, g->sum2, B,
-                  r ? 1.0f : 0.0f, lat, B, err, errlen))
-            return -1;
-        code0 += nqs[r];
-    }
-    if (convtr_fwd(g, &m->up, B, lat, A[1], err, errlen) ||
-        transformer_fwd(g, m->dtr, B, A[1], err, errlen))
-        return -1;
-    int cur = 1, ci = 0;
-    if (conv_fwd(g, &m->dec[ci++], B, A[cur], A[(cur + 1) % 4], err, errlen))
-        return -1;
-    cur = (cur + 1) % 4;
-    for (int r = 0; r < c->n_ratios; r++) {
-        const mimi_conv *up = &m->dec[ci++];
-        if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)up->cin * B * up->tin, err, errlen) ||
-            convtr_fwd(g, up, B, A[(cur + 1) % 4], A[(cur + 2) % 4], err, errlen))
-            return -1;
-        cur = (cur + 2) % 4;
-        for (int j = 0; j < c->n_residual_layers; j++, ci += 2)
-            if (residual(g, &m->dec[ci], &m->dec[ci + 1], B, cur, err, errlen))
-                return -1;
-    }
-    const mimi_conv *last = &m->dec[ci++];
-    if (elu(g, A[(cur + 1) % 4], A[cur], (size_t)last->cin * B * last->tin, err, errlen) ||
-        conv_fwd(g, last, B, A[(cur + 1) % 4], g->io, err, errlen))
-        return -1;
-    CU(cudaMemcpyAsync(pcm, g->io, (size_t)B * m->frame * sizeof(float), cudaMemcpyDeviceToHost,
-                       g->stream), "pcm download");
-    CU(cudaStreamSynchronize(g->stream), "decode");
-    for (int b = 0; b < B; b++)
-        g->dec_pos[slot[b]] += m->enc_steps;
-    return 0;
+    return g_run(g, 1, slot, B, codes, pcm, err, errlen);
 }
 
 /* encode_enqueue / decode_enqueue, and on an error a wait for what was

@@ -1,6 +1,7 @@
-/* mimi_impl.h: Mimi's layers, weights and session-state layout, shared by
- * the model builder/loader (mimi_model.c) and the compute (mimi.c).
- * Internal to src/codec/. */
+/* mimi_impl.h: Mimi's layers, weights and session-state layout, and the
+ * layer sequence (the graph) both backends walk, shared by the model
+ * builder/loader (mimi_model.c, mimi_graph.c) and the compute (mimi.c on
+ * the CPU, mimi_cuda.c on CUDA). Internal to src/codec/. */
 #ifndef MT_MIMI_IMPL_H
 #define MT_MIMI_IMPL_H
 
@@ -55,6 +56,40 @@ typedef struct mimi_tensor {
 
 #define MIMI_MAX_CONVS 96
 
+/* The graph: encode and decode each as one sequence of ops, written once
+ * (mimi_model.c's walk emits it beside the layers' geometry, through
+ * mimi_graph.c) and walked by both backends, each with its own kernels
+ * (the way ggml describes a model once for many backends). An op reads
+ * one of four ping-pong activation buffers ([channels][session][steps],
+ * max_act floats a session each) or the call's PCM, and writes another. */
+typedef enum mimi_op_kind {
+    MIMI_OP_CONV,         /* dst = conv(src), the layer's context kept */
+    MIMI_OP_CONVTR,       /* dst = transposed conv(src), its overlap kept */
+    MIMI_OP_ELU,          /* dst = elu(src), n floats a session; dst may be src */
+    MIMI_OP_ADD,          /* dst += src, n floats a session (the residual) */
+    MIMI_OP_TRANSFORMER,  /* dst (= src) through the encoder's (which 0) or decoder's layers */
+    MIMI_OP_QUANTIZE,     /* codebook group `which` of src [dim][B] -> the call's codes */
+    MIMI_OP_DEQUANTIZE,   /* the call's codes of group `which` -> dst [dim][B] (added from group 1 on) */
+} mimi_op_kind;
+
+enum { MIMI_BUF_IO = 4 };   /* the call's PCM: encode's input, decode's output */
+#define MIMI_MAX_OPS (3 * MIMI_MAX_CONVS + 8)
+
+typedef struct mimi_op {
+    mimi_op_kind kind;
+    int stage;              /* MIMI_ST_*: what the benchmark's timings file it under */
+    int src, dst;           /* 0..3: activation buffer; MIMI_BUF_IO */
+    int which;              /* transformer: 0 encoder, 1 decoder; (de)quantize: group 0 or 1 */
+    size_t n;               /* ELU, ADD: floats a session */
+    const mimi_conv *cv;    /* CONV, CONVTR: the layer (inside the model) */
+} mimi_op;
+
+typedef struct mimi_graph {
+    int     n;
+    int     cur;            /* while building: the buffer holding the running activation */
+    mimi_op op[MIMI_MAX_OPS];
+} mimi_graph;
+
 struct mimi_model {
     mimi_config c;
     int frame;            /* samples per frame */
@@ -65,6 +100,7 @@ struct mimi_model {
     mimi_conv down, up;
     mimi_tlayer *etr, *dtr;          /* [num_layers] each */
     mimi_rvq first, rest;
+    mimi_graph genc, gdec;           /* the op sequences (mimi_graph.c) */
     mimi_tensor *tab;
     int ntab;
     float *arena;         /* every weight, fp32 */
@@ -91,6 +127,35 @@ int  mimi_model_alloc(mimi_model *m, char *err, size_t errlen);
 /* Centroids from embedding_sum / max(cluster_usage, 1e-5) and their norms;
  * called once after the weights are in. */
 void mimi_model_finish(mimi_model *m);
+
+/* Building a graph (mimi_graph.c), called by mimi_model.c's walk in
+ * the order of application. begin: the running activation is `cur` (the
+ * call's PCM for encode). conv: cv from the running activation into the
+ * next buffer, or with elu_first through an ELU first, or with to_io
+ * into the call's PCM (a transposed cv is a CONVTR). residual: SEANet's
+ * unit x += c2(elu(c1(elu(x)))) in place. */
+void mimi_graph_begin(mimi_graph *g, int cur);
+void mimi_graph_conv(mimi_graph *g, const mimi_conv *cv, int stage, int elu_first, int to_io);
+void mimi_graph_residual(mimi_graph *g, const mimi_conv *c1, const mimi_conv *c2);
+void mimi_graph_transformer(mimi_graph *g, int which);
+/* the split RVQ: group 0 (semantic) and 1 (acoustic); quantize reads the
+ * running activation, dequantize writes buffer 0 */
+void mimi_graph_quantize(mimi_graph *g);
+void mimi_graph_dequantize(mimi_graph *g);
+
+/* Codebook group `which` of the split RVQ: its quantizer, its first code
+ * in a session's row of n_q_used codes, and how many it has (0: none). */
+typedef struct mimi_rvq_span {
+    const mimi_rvq *q;
+    int code0, n;
+} mimi_rvq_span;
+
+static inline mimi_rvq_span mimi_rvq_group(const mimi_model *m, int which)
+{
+    mimi_rvq_span s = { which ? &m->rest : &m->first, which ? m->c.n_q_semantic : 0,
+                        which ? m->c.n_q_used - m->c.n_q_semantic : m->c.n_q_semantic };
+    return s;
+}
 
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);

@@ -173,8 +173,13 @@ static void walk(builder *bd)
     /* encoder: ratios reversed */
     int idx = 0, nc = 0, mult = 1, t = m->frame, nf = c->n_filters;
 #define GEOM(cv, ...) do { if (!bd->place) conv_geom(m, cv, __VA_ARGS__); } while (0)
+    /* the graph (mimi_graph.c): emitted once, beside the geometry */
+#define OP(call) do { if (!bd->place) call; } while (0)
+    mimi_graph *ge = &m->genc, *gd = &m->gdec;
+    OP(mimi_graph_begin(ge, MIMI_BUF_IO));
     GEOM(&m->enc[nc], 1, nf, c->kernel_size, 1, 1, 0, t);
     snprintf(p, sizeof p, "encoder.model.%d", idx++);
+    OP(mimi_graph_conv(ge, &m->enc[nc], MIMI_ST_SEANET, 0, 0));
     conv_tensors(bd, &m->enc[nc++], p, 1);
     for (int r = c->n_ratios - 1; r >= 0; r--) {
         int ratio = c->ratios[r], ch = mult * nf, hid = ch / c->compress;
@@ -184,11 +189,13 @@ static void walk(builder *bd)
             conv_tensors(bd, &m->enc[nc++], p, 1);
             GEOM(&m->enc[nc], hid, ch, 1, 1, 1, 0, t);
             snprintf(p, sizeof p, "encoder.model.%d.block.3", idx++);
+            OP(mimi_graph_residual(ge, &m->enc[nc - 1], &m->enc[nc]));
             conv_tensors(bd, &m->enc[nc++], p, 1);
         }
         idx++;   /* ELU */
         GEOM(&m->enc[nc], ch, 2 * ch, 2 * ratio, ratio, 1, 0, t);
         snprintf(p, sizeof p, "encoder.model.%d", idx++);
+        OP(mimi_graph_conv(ge, &m->enc[nc], MIMI_ST_SEANET, 1, 0));
         conv_tensors(bd, &m->enc[nc++], p, 1);
         t /= ratio;
         mult *= 2;
@@ -196,35 +203,45 @@ static void walk(builder *bd)
     idx++;   /* ELU */
     GEOM(&m->enc[nc], mult * nf, c->dimension, c->last_kernel_size, 1, 1, 0, t);
     snprintf(p, sizeof p, "encoder.model.%d", idx++);
+    OP(mimi_graph_conv(ge, &m->enc[nc], MIMI_ST_SEANET, 1, 0));
     conv_tensors(bd, &m->enc[nc++], p, 1);
     m->n_enc = nc;
 
     int ds = m->enc_steps;
     tlayers(bd, m->etr, "encoder_transformer");
+    OP(mimi_graph_transformer(ge, 0));
     GEOM(&m->down, c->dimension, c->dimension, 2 * ds, ds, 1, 0, ds);
     if (!bd->place)
         m->down.replicate = 1;
     conv_tensors(bd, &m->down, "downsample.conv", 0);
+    OP(mimi_graph_conv(ge, &m->down, MIMI_ST_RESAMPLE, 0, 0));
 
     rvq_tensors(bd, &m->first, "rvq_first", c->n_q_semantic);
     rvq_tensors(bd, &m->rest, "rvq_rest", c->n_q - c->n_q_semantic);
+    OP(mimi_graph_quantize(ge));
+    OP(mimi_graph_begin(gd, 0));
+    OP(mimi_graph_dequantize(gd));
 
     GEOM(&m->up, c->dimension, c->dimension, 2 * ds, ds, 1, 1, 1);
     if (!bd->place)
         m->up.grouped = 1;
     conv_tensors(bd, &m->up, "upsample.convtr", 0);
+    OP(mimi_graph_conv(gd, &m->up, MIMI_ST_RESAMPLE, 0, 0));
     tlayers(bd, m->dtr, "decoder_transformer");
+    OP(mimi_graph_transformer(gd, 1));
 
     /* decoder: ratios in order */
     idx = 0; nc = 0; t = ds; mult = 1 << c->n_ratios;
     GEOM(&m->dec[nc], c->dimension, mult * nf, c->kernel_size, 1, 1, 0, t);
     snprintf(p, sizeof p, "decoder.model.%d", idx++);
+    OP(mimi_graph_conv(gd, &m->dec[nc], MIMI_ST_SEANET, 0, 0));
     conv_tensors(bd, &m->dec[nc++], p, 1);
     for (int r = 0; r < c->n_ratios; r++) {
         int ratio = c->ratios[r], ch = mult * nf / 2, hid = ch / c->compress;
         idx++;   /* ELU */
         GEOM(&m->dec[nc], mult * nf, ch, 2 * ratio, ratio, 1, 1, t);
         snprintf(p, sizeof p, "decoder.model.%d", idx++);
+        OP(mimi_graph_conv(gd, &m->dec[nc], MIMI_ST_SEANET, 1, 0));
         conv_tensors(bd, &m->dec[nc++], p, 1);
         t *= ratio;
         for (int j = 0, dil = 1; j < c->n_residual_layers; j++, dil *= c->dilation_base) {
@@ -233,6 +250,7 @@ static void walk(builder *bd)
             conv_tensors(bd, &m->dec[nc++], p, 1);
             GEOM(&m->dec[nc], hid, ch, 1, 1, 1, 0, t);
             snprintf(p, sizeof p, "decoder.model.%d.block.3", idx++);
+            OP(mimi_graph_residual(gd, &m->dec[nc - 1], &m->dec[nc]));
             conv_tensors(bd, &m->dec[nc++], p, 1);
         }
         mult /= 2;
@@ -240,8 +258,10 @@ static void walk(builder *bd)
     idx++;   /* ELU */
     GEOM(&m->dec[nc], nf, 1, c->last_kernel_size, 1, 1, 0, t);
     snprintf(p, sizeof p, "decoder.model.%d", idx++);
+    OP(mimi_graph_conv(gd, &m->dec[nc], MIMI_ST_SEANET, 1, 1));
     conv_tensors(bd, &m->dec[nc++], p, 1);
     m->n_dec = nc;
+#undef OP
 #undef GEOM
 }
 

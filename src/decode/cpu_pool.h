@@ -1,4 +1,5 @@
-/* cpu_pool.h: the CPU backend's thread pool (cpu_pool.c). T threads, the
+/* cpu_pool.h: the CPU backend's thread pool (cpu_pool.c, over
+ * util/tpool.h, whose tpool.c says why it spins). T threads, the
  * caller's thread being thread 0, run each parallel phase of a step
  * together: mt_tpool_run posts the phase, runs its share on the caller's
  * thread and returns when every thread is done. Workers spin between the
@@ -10,27 +11,19 @@
 #ifndef MT_CPU_POOL_H
 #define MT_CPU_POOL_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
+
+#include "util/tpool.h"
 
 /* A phase: the work of thread tid of nt on the backend be. */
 struct cpu_backend;
 typedef void (*mt_tpool_fn)(struct cpu_backend *be, int tid, int nt);
 
-struct mt_tpool_arg;
-
 typedef struct mt_tpool {
     int             n;        /* threads including the caller */
-    pthread_t      *th;       /* [n-1]; NULL until started */
-    struct mt_tpool_arg *args;/* [n] what each worker is given */
-    pthread_mutex_t mu;
-    pthread_cond_t  start, done;
-    atomic_uint     gen;      /* bumped once per phase */
-    atomic_int      pending;  /* workers still running the phase */
-    mt_tpool_fn     fn;
+    mt_pool         pool;
+    mt_tpool_fn     fn;       /* the phase being run */
     struct cpu_backend *be;
-    int             stop;
 } mt_tpool;
 
 /* Starts n - 1 workers (n >= 2; tp zeroed before). 0, or -1 with err and

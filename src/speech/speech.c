@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct mt_speech_sess {
     mimi_state     *codec;     /* the CPU codec's state; NULL on the GPU's */
@@ -85,6 +86,17 @@ int mt_speech_codec_cost(const mt_kyutai_lm *lm, mimi_model *codec, mt_codec_cos
     out->state_bytes = (double)mimi_state_bytes(codec);
     out->weight_bytes = (double)mimi_param_count(codec) * sizeof(float);
     return 0;
+}
+
+int mt_speech_codec_threads(mt_speech *sp, int threads, char *err, size_t errlen)
+{
+    if (!sp->cw)
+        return 0;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n < 1 ? 1 : n > 64 ? 64 : (int)n;
+    }
+    return mimi_batch_threads(sp->cw, threads > 64 ? 64 : threads, err, errlen);
 }
 
 void mt_speech_free(mt_speech *sp)

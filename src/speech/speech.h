@@ -42,6 +42,10 @@ int  mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder
                            int max_batch, const mt_kyutai_sampling *smp, mt_depformer *df,
                            mt_speech **out, char *err, size_t errlen);
 void mt_speech_free(mt_speech *sp);
+/* The CPU codec on `threads` threads (0: every online core, at most 64;
+ * codec/mimi.h's mimi_batch_threads); nothing when the codec is on the
+ * GPU. The codec's results do not depend on it. */
+int  mt_speech_codec_threads(mt_speech *sp, int threads, char *err, size_t errlen);
 /* Where the depformer runs: "cuda", "host", or "none" (dep_q 0). */
 const char *mt_speech_dep_where(const mt_speech *sp);
 

@@ -22,6 +22,9 @@
  * With one thread, codec_cpu and realtime_cpu lines give the same from
  * this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), codec and sgemm
  * alike: the work itself, whatever else the shared machine runs.
+ * Threads: the codec runs on T threads of its own (mimi_batch_threads,
+ * OpenBLAS held to one thread inside it, as mt-serve does); the sgemm
+ * beside it is OpenBLAS's own on T threads.
  * Exit status 0, 1 on error, 2 on usage. */
 #include <cblas.h>
 #include <stdio.h>
@@ -51,9 +54,13 @@ static double cpu(void)
 
 static double sgemm_cpu_best;
 
-/* the best of a few 1024^3 sgemms: the machine's figure on T threads */
+static int threads = 1;
+
+/* the best of a few 1024^3 sgemms: the machine's figure on T threads
+ * (OpenBLAS's; back to one thread for the codec after) */
 static double sgemm_gflops(void)
 {
+    openblas_set_num_threads(threads);
     const int n = 1024;
     float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
     if (!a || !b || !c)
@@ -75,13 +82,14 @@ static double sgemm_gflops(void)
     free(a);
     free(b);
     free(c);
+    openblas_set_num_threads(1);
     return best;
 }
 
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:mimi", *batches = "1,8,32,64";
-    int frames = 3, threads = 1;
+    int frames = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-c") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = argv[++i];
@@ -96,7 +104,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "mt-benchcodec: --frames and --threads must be positive\n");
         return 2;
     }
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(1);
     char err[512];
     mimi_model *m;
     if (mimi_load(spec, NULL, 0, &m, err, sizeof err) != 0) {
@@ -128,6 +136,10 @@ int main(int argc, char **argv)
         int32_t *codes = malloc((size_t)B * nq * 4);
         if (!s || !w || !pcm || !out || !codes) {
             fprintf(stderr, "mt-benchcodec: B=%d: %s\n", B, w ? "out of memory" : err);
+            return 1;
+        }
+        if (mimi_batch_threads(w, threads, err, sizeof err) != 0) {
+            fprintf(stderr, "mt-benchcodec: %s\n", err);
             return 1;
         }
         for (int b = 0; b < B; b++)

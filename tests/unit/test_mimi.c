@@ -502,6 +502,58 @@ static void test_refusals(void)
     tap_ok(rc == -1, "frame rate not dividing the rate refused: %s", err);
 }
 
+/* Two frames of two sessions through a batch on `threads` threads:
+ * codes [2][2][n_q_used] and pcm [2][2][1920]. 0, or -1 with err. */
+static int run_threads(const mimi_model *m, int threads, int32_t *codes, float *pcm, char *err,
+                       size_t errlen)
+{
+    const int nq = mimi_model_config(m)->n_q_used;
+    mimi_state *s[2] = { mimi_state_new(m, err, errlen), mimi_state_new(m, err, errlen) };
+    mimi_batch *w = mimi_batch_new(m, 2, err, errlen);
+    int rc = s[0] && s[1] && w ? mimi_batch_threads(w, threads, err, errlen) : -1;
+    if (rc == 0 && mimi_batch_thread_count(w) != threads) {
+        snprintf(err, errlen, "the batch runs %d threads, not %d", mimi_batch_thread_count(w), threads);
+        rc = -1;
+    }
+    float in[2 * 1920];
+    for (int f = 0; f < 2 && rc == 0; f++) {
+        for (int i = 0; i < 2 * 1920; i++)
+            in[i] = 0.3f * sinf(i * 0.05f + (float)f) * (i < 1920 ? 1.0f : 0.5f);
+        rc = mimi_encode(m, w, s, 2, in, codes + (size_t)f * 2 * nq, err, errlen);
+        if (rc == 0)
+            rc = mimi_decode(m, w, s, 2, codes + (size_t)f * 2 * nq, pcm + (size_t)f * 2 * 1920, err,
+                             errlen);
+    }
+    mimi_state_free(s[0]);
+    mimi_state_free(s[1]);
+    mimi_batch_free(w);
+    return rc;
+}
+
+/* The CPU codec splits its work by the shape alone: the same bits from
+ * 1, 2 and 3 threads (published shape, where the products are tiled). */
+static void test_threads(const mimi_model *m)
+{
+    char err[512] = "";
+    static int32_t codes[3][2 * 2 * 32];
+    static float pcm[3][2 * 2 * 1920];
+    int rc = 0;
+    for (int t = 0; t < 3 && rc == 0; t++)
+        rc = run_threads(m, t + 1, codes[t], pcm[t], err, sizeof err);
+    tap_ok(rc == 0, "synthetic:mimi on 1, 2 and 3 threads%s%s", rc ? ": " : "", rc ? err : "");
+    tap_ok(rc == 0 && !memcmp(codes[0], codes[1], sizeof codes[0]) &&
+               !memcmp(codes[0], codes[2], sizeof codes[0]),
+           "codes identical on 1, 2 and 3 threads");
+    tap_ok(rc == 0 && !memcmp(pcm[0], pcm[1], sizeof pcm[0]) && !memcmp(pcm[0], pcm[2], sizeof pcm[0]),
+           "decoded PCM bit-identical on 1, 2 and 3 threads");
+    mimi_batch *w = mimi_batch_new(m, 1, err, sizeof err);
+    tap_ok(w && mimi_batch_threads(w, 0, err, sizeof err) == -1 &&
+               mimi_batch_threads(w, 65, err, sizeof err) == -1 &&
+               mimi_batch_thread_count(w) == 1,
+           "0 or 65 threads refused, the batch stays on one: %s", err);
+    mimi_batch_free(w);
+}
+
 static void test_synthetic(void)
 {
     char err[512];
@@ -530,6 +582,7 @@ static void test_synthetic(void)
     tap_ok(rc == 0 && fin, "synthetic:mimi encodes and decodes a frame");
     mimi_state_free(s);
     mimi_batch_free(w);
+    test_threads(m);
     mimi_free(m);
 }
 
