@@ -368,8 +368,10 @@ static int retry_session(app *a, int si, const char *why, uint64_t delay)
     return 0;
 }
 
-/* One replay_text record: the frame's text as KEY (tokens or words). */
-static void put_text_record(app *a, uint32_t seq, int si, const char *key, const char *value)
+/* One replay_text record: the frame's text as KEY (tokens or words), and
+ * with a tokenizer the ids' text as text= too (text NULL: none). */
+static void put_text_record(app *a, uint32_t seq, int si, const char *key, const char *value,
+                            const char *text)
 {
     char buf[1024];
     mt_ll_writer w;
@@ -377,7 +379,28 @@ static void put_text_record(app *a, uint32_t seq, int si, const char *key, const
     mt_ll_u64(&w, "replay_text", seq);
     mt_ll_int(&w, "session", si);
     mt_ll_str(&w, key, value);
+    if (text)
+        mt_ll_str(&w, "text", text);
     put_line(a, mt_ll_end(&w), buf);
+}
+
+/* The ids' pieces joined (as the transcript joins them) into out. */
+static const char *ids_text(const mt_tokenizer *tok, const int32_t *ids, int n, char *out,
+                            size_t cap)
+{
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const char *p = mt_tokenizer_kyutai_silent(ids[i]) ? NULL
+                        : mt_tokenizer_piece(tok, (int)ids[i]);
+        size_t len = p ? strlen(p) : 0;
+        if (k + len >= cap)
+            break;
+        memcpy(out + k, p ? p : "", len);
+        k += len;
+        out[k] = 0;
+    }
+    return out;
 }
 
 /* A transcript write failed: said once per failure, and the run's exit
@@ -399,7 +422,9 @@ static void cb_text(void *user, int idx, uint32_t seq, const int32_t *tok, int n
     for (int i = 0; i < n && k + 12 < sizeof ids; i++)
         k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "", (int)tok[i]);
     ids[k] = 0;
-    put_text_record(a, seq, si, "tokens", ids);
+    char text[400];
+    put_text_record(a, seq, si, "tokens", ids,
+                    a->c->tokenizer ? ids_text(a->c->tokenizer, tok, n, text, sizeof text) : NULL);
     char err[512];
     if (a->tr && n > 0 && mt_transcript_add(a->tr, si, seq, tok, n, err, sizeof err))
         transcript_failed(a, err);
@@ -415,7 +440,7 @@ static void cb_words(void *user, int idx, uint32_t seq, const char *utf8, size_t
     size_t k = n < MT_REASON_MAX ? n : MT_REASON_MAX;
     memcpy(words, utf8, k);
     words[k] = 0;
-    put_text_record(a, seq, si, "words", words);
+    put_text_record(a, seq, si, "words", words, NULL);
     char err[512];
     if (a->tr && mt_transcript_add_words(a->tr, si, seq, utf8, n, err, sizeof err))
         transcript_failed(a, err);
@@ -570,7 +595,10 @@ static int client_start(app *a, char *err, size_t errlen)
     cc.cb = &cb;
     cc.user = a;
     cc.seed = c->seed;
-    if (c->transcript && mt_transcript_open(c->transcript, c->tokenizer, &a->tr, err, errlen) != 0)
+    if ((c->transcript || c->text) &&
+        mt_transcript_open(c->transcript, c->tokenizer, &a->tr, err, errlen) != 0)
+        return -1;
+    if (c->text && mt_transcript_text(a->tr, c->text, err, errlen) != 0)
         return -1;
     /* every session, and a fresh connection for each retry */
     long cap = (long)a->ns * (c->retry + c->retry_warming + 1) + 1;
