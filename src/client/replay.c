@@ -42,6 +42,7 @@ typedef struct app {
     mt_client   *cl;
     int          write_failed;
     int          failures_said;   /* sessions whose failure went to say() */
+    long         pid_said;        /* the server pid last said (0: none) */
     FILE        *lines;       /* where records go now (c->lines, or stdout) */
     /* interval records */
     uint64_t     t_begin, t_next_line;
@@ -241,6 +242,13 @@ static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
             a->write_failed = 1;
             return -1;
         }
+    }
+    /* which server answered: said with the first ACCEPT, and again if a
+     * later one comes from another (a restarted server) */
+    const mt_client_stats *st = mt_client_session_stats(a->cl, idx);
+    if (st && st->server_pid > 0 && st->server_pid != a->pid_said) {
+        say(a, "%s: mt-serve pid %ld answered", a->c->sock, st->server_pid);
+        a->pid_said = st->server_pid;
     }
     if (a->c->dx)
         say(a, "live on \"%s\"; Ctrl-C ends the session",

@@ -766,9 +766,9 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
     else if (nl == 12 && !strncmp(name, "kyutai-small", 12))
         small_config(&kc);
     else {
-        mt_set_err(err, errlen, "%s: unknown Kyutai preset (synthetic:moshiko, "
-                 "synthetic:kyutai-small, synthetic:kyutai-tiny, synthetic:kyutai-tiny-mimi, "
-                 "synthetic:kyutai-tiny-stt)", spec);
+        char names[1024];
+        mt_synthetic_list(names, sizeof names);
+        mt_set_err(err, errlen, "%s: unknown Kyutai preset (presets: %s)", spec, names);
         return -1;
     }
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
