@@ -690,6 +690,8 @@ static void closing_lines(app *a)
             mt_replay_mic m = {
                 .device_rate = st.device_rate, .mic_frames = st.mic_frames,
                 .mic_short = st.mic_short, .mic_dropped = st.mic_dropped,
+                .mic_dropped_s = st.device_rate > 0
+                                 ? (double)st.mic_dropped / st.device_rate : 0,
                 .spk_underruns = st.spk_under, .spk_dropped = st.spk_dropped,
                 .real_time = !a->not_realtime,
             };
@@ -707,11 +709,16 @@ static void closing_lines(app *a)
     if (failed > 1 || (failed == 1 && a->failures_said == 0))
         say(a, "%d session%s failed in all (the reasons: the replay_rejected "
             "records)", failed, failed == 1 ? "" : "s");
-    if (dx && a->not_realtime)
+    if (dx && a->not_realtime) {
+        mt_duplex_status st;
+        mt_duplex_get_status(dx, &st);
         say(a, "the capture device \"%s\" is not real-time: it delivers "
-            "samples faster than its rate (the excess was dropped), so what "
-            "was sent is not live audio; pick a microphone with --device "
-            "(see --list-devices)", mt_duplex_device_name(dx));
+            "samples faster than its rate (the excess, %.0f s of its audio, "
+            "was dropped), so what was sent is not live audio; pick a "
+            "microphone with --device (see --list-devices)",
+            mt_duplex_device_name(dx),
+            st.device_rate > 0 ? (double)st.mic_dropped / st.device_rate : 0.0);
+    }
 }
 
 /* The exit status of the run (EXIT STATUS in mt-replay(1)): a failure
