@@ -346,6 +346,25 @@ static int check_output_file(const char *path)
     return 0;
 }
 
+/* A text output's (-t, --text) directory, checked as -o's is, before any
+ * input is read or connection made. 0, or -1 (said). */
+static int check_text_file(const char *opt, const char *path)
+{
+    if (!path)
+        return 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *d = dirname(dir);
+    struct stat st;
+    errno = 0;
+    if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode) || access(d, W_OK | X_OK) != 0) {
+        fprintf(stderr, "mt-replay: %s %s: directory %s: %s\n", opt, path, d,
+                errno ? strerror(errno) : "not a directory");
+        return -1;
+    }
+    return 0;
+}
+
 /* Where the records go: stdout, stderr when stdout carries audio (-o -),
  * the --latency-log file, or nowhere (NULL: a live --mic status has the
  * terminal). 0, or -1 (said). */
@@ -466,6 +485,8 @@ static int load_inputs(app *a, char **files, int nargs)
     int rc = check_outputs(a);
     if (rc >= 0)
         return rc;
+    if (check_text_file("-t", a->transcript) || check_text_file("--text", a->text))
+        return 1;
     if (!a->emit && check_server(a) != 0)
         return 1;
     a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
