@@ -191,7 +191,7 @@ EXAMPLES = [
     ("metronome.7", "--emit a.wav", dict(files=["b.wav"])),
     ("mt-serve.1", "--emit a.wav", dict(files=["b.wav"])),
     ("metronome.7", "mkfifo ctl", dict(subs=[("-n 16", "-n 2")], timeout=120)),
-    ("mt-serve.1", "mt-serve -s /tmp/mt.sock | mt-probe summarize", dict(
+    ("mt-serve.1", "mt-serve -s mt.sock | mt-probe summarize", dict(
         interrupt=3, expect=r"p99")),
     ("mt-serve.1", "--kv-mem 16M", dict(
         subs=[("--duration 60", "--duration 4")], timeout=120, files=["cliff.png"])),
