@@ -73,7 +73,7 @@ t_check "a full server: an Error message with the reason $(cat full.txt)" \
     grep -q 'errors="[^"]*[a-z]' full.txt
 # Kyutai's clients show Text messages, not Error ones: the same reason,
 # as text, comes first
-why=$(sed -n 's/.* errors="\([^;"]*\);.*/\1/p' full.txt)
+why=$(sed -n 's/.* errors="\([^"]*\);" .*/\1/p' full.txt)
 t_check "... and before it the same reason as a Text message: $(cat fulltext.txt)" \
     grep -qF "[mt-serve: $why]" fulltext.txt
 t_check "... then a clean close (1000)" test "$(fact full.txt close)" = 1000
