@@ -10,6 +10,8 @@
 #    pid of the server on that socket, not of another one.
 #  - A FIFO given as an input file is read as a stream (its writer is
 #    not left blocked), and the session answers all of it.
+#  - A client that leaves is logged "closed: disconnected", one wording
+#    whether its socket was closed or reset under the server's writes.
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-replay sox
 t_fast_blas
@@ -71,4 +73,20 @@ t_check "a FIFO input: mt-replay exits 0 ($rc) $(head -c 200 r3.err)" test $rc =
 t_check "... its writer was not blocked (sox exit $(cat writer.rc))" test "$(cat writer.rc)" = 0
 t_check "... and every frame of it was answered" \
     grep -q '^replay_summary=1 done=1 .* sent=13 received=13 ' r3.out
+# a client that leaves mid-session (killed: its socket closed or reset
+# under the server's writes) is logged in the one wording of a client that
+# left, "closed: disconnected", never as a write or read error
+sox -n -r 24000 -c 1 -b 16 long.wav synth 20 sine 300 vol 0.2
+for i in 1 2 3; do
+    "$MT_BIN/mt-replay" -s "$T_TMP/echo.sock" long.wav > gone$i.out 2>&1 &
+    GONE=$!
+    for _ in $(seq 100); do grep -q '^replay_tick=' gone$i.out && break; sleep 0.1; done
+    kill -9 $GONE; wait $GONE 2>/dev/null
+done
+for _ in $(seq 50); do [ "$(grep -c 'closed: ' echo.err)" -ge 3 ] && break; sleep 0.1; done
+grep 'closed: ' echo.err | sed 's/^/#   /'
+t_check "three clients that left: three 'closed: disconnected'" \
+    test "$(grep -c 'session [0-9]*: closed: disconnected$' echo.err)" = 3
+t_check "... and no write or read error logged for them" \
+    sh -c '! grep -q "closed: \(write\|read\): " "$0"' echo.err
 t_done
