@@ -133,7 +133,11 @@ char *mt_pa_describe(const mt_pa_device *list, int n, char *buf, size_t cap)
     if (cap)
         buf[0] = 0;
     if (n == 0) {
-        snprintf(buf, cap, "PortAudio found no audio devices");
+        /* one line still: what helps on a machine without a sound card */
+        snprintf(buf, cap, "PortAudio found no audio devices (no sound card? to "
+                 "try without one, give ALSA a null device: a file with "
+                 "'pcm.mtnull { type null }' as ALSA_CONFIG_PATH, then --device "
+                 "mtnull; mt-replay(1), ENVIRONMENT)");
         return buf;
     }
     for (int i = 0; i < n && len < cap; i++) {

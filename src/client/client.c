@@ -413,6 +413,13 @@ static void start_session(mt_client *c, session *s, uint64_t now)
         return;
     }
     s->rfd = s->wfd = fd;
+    /* which server this is (a stale socket's old server is not the one
+     * just started): its pid, said by mt-replay with the first ACCEPT */
+    struct ucred cr;
+    socklen_t crl = sizeof cr;
+    if (!mt_ws_client_is_url(s->path) && !mt_endpoint_is_tcp(s->path) &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0)
+        s->st.server_pid = (long)cr.pid;
     if (setup_io(c, s) == 0)
         send_hello(c, s);
 }

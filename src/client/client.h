@@ -57,6 +57,9 @@ enum mt_client_state {
 typedef struct mt_client_stats {
     int      state;            /* enum mt_client_state */
     uint32_t server_session;   /* id from ACCEPT (0 before) */
+    long     server_pid;       /* the server's pid, from the Unix socket's
+                                  peer credentials (0: not known: TCP,
+                                  ws://, given fds) */
     mt_hello fmt;              /* format from ACCEPT */
     uint64_t sent;             /* AUDIO frames sent */
     uint64_t received;         /* AUDIO frames received (real + FILL) */

@@ -42,6 +42,7 @@ typedef struct app {
     mt_client   *cl;
     int          write_failed;
     int          failures_said;   /* sessions whose failure went to say() */
+    long         pid_said;        /* the server pid last said (0: none) */
     FILE        *lines;       /* where records go now (c->lines, or stdout) */
     /* interval records */
     uint64_t     t_begin, t_next_line;
@@ -242,6 +243,13 @@ static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
             return -1;
         }
     }
+    /* which server answered: said with the first ACCEPT, and again if a
+     * later one comes from another (a restarted server) */
+    const mt_client_stats *st = mt_client_session_stats(a->cl, idx);
+    if (st && st->server_pid > 0 && st->server_pid != a->pid_said) {
+        say(a, "%s: mt-serve pid %ld answered", a->c->sock, st->server_pid);
+        a->pid_said = st->server_pid;
+    }
     if (a->c->dx)
         say(a, "live on \"%s\"; Ctrl-C ends the session",
             mt_duplex_device_name(a->c->dx));
@@ -368,8 +376,10 @@ static int retry_session(app *a, int si, const char *why, uint64_t delay)
     return 0;
 }
 
-/* One replay_text record: the frame's text as KEY (tokens or words). */
-static void put_text_record(app *a, uint32_t seq, int si, const char *key, const char *value)
+/* One replay_text record: the frame's text as KEY (tokens or words), and
+ * with a tokenizer the ids' text as text= too (text NULL: none). */
+static void put_text_record(app *a, uint32_t seq, int si, const char *key, const char *value,
+                            const char *text)
 {
     char buf[1024];
     mt_ll_writer w;
@@ -377,7 +387,28 @@ static void put_text_record(app *a, uint32_t seq, int si, const char *key, const
     mt_ll_u64(&w, "replay_text", seq);
     mt_ll_int(&w, "session", si);
     mt_ll_str(&w, key, value);
+    if (text)
+        mt_ll_str(&w, "text", text);
     put_line(a, mt_ll_end(&w), buf);
+}
+
+/* The ids' pieces joined (as the transcript joins them) into out. */
+static const char *ids_text(const mt_tokenizer *tok, const int32_t *ids, int n, char *out,
+                            size_t cap)
+{
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const char *p = mt_tokenizer_kyutai_silent(ids[i]) ? NULL
+                        : mt_tokenizer_piece(tok, (int)ids[i]);
+        size_t len = p ? strlen(p) : 0;
+        if (k + len >= cap)
+            break;
+        memcpy(out + k, p ? p : "", len);
+        k += len;
+        out[k] = 0;
+    }
+    return out;
 }
 
 /* A transcript write failed: said once per failure, and the run's exit
@@ -399,7 +430,9 @@ static void cb_text(void *user, int idx, uint32_t seq, const int32_t *tok, int n
     for (int i = 0; i < n && k + 12 < sizeof ids; i++)
         k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "", (int)tok[i]);
     ids[k] = 0;
-    put_text_record(a, seq, si, "tokens", ids);
+    char text[400];
+    put_text_record(a, seq, si, "tokens", ids,
+                    a->c->tokenizer ? ids_text(a->c->tokenizer, tok, n, text, sizeof text) : NULL);
     char err[512];
     if (a->tr && n > 0 && mt_transcript_add(a->tr, si, seq, tok, n, err, sizeof err))
         transcript_failed(a, err);
@@ -415,7 +448,7 @@ static void cb_words(void *user, int idx, uint32_t seq, const char *utf8, size_t
     size_t k = n < MT_REASON_MAX ? n : MT_REASON_MAX;
     memcpy(words, utf8, k);
     words[k] = 0;
-    put_text_record(a, seq, si, "words", words);
+    put_text_record(a, seq, si, "words", words, NULL);
     char err[512];
     if (a->tr && mt_transcript_add_words(a->tr, si, seq, utf8, n, err, sizeof err))
         transcript_failed(a, err);
@@ -570,7 +603,10 @@ static int client_start(app *a, char *err, size_t errlen)
     cc.cb = &cb;
     cc.user = a;
     cc.seed = c->seed;
-    if (c->transcript && mt_transcript_open(c->transcript, c->tokenizer, &a->tr, err, errlen) != 0)
+    if ((c->transcript || c->text) &&
+        mt_transcript_open(c->transcript, c->tokenizer, &a->tr, err, errlen) != 0)
+        return -1;
+    if (c->text && mt_transcript_text(a->tr, c->text, err, errlen) != 0)
         return -1;
     /* every session, and a fresh connection for each retry */
     long cap = (long)a->ns * (c->retry + c->retry_warming + 1) + 1;
@@ -654,6 +690,8 @@ static void closing_lines(app *a)
             mt_replay_mic m = {
                 .device_rate = st.device_rate, .mic_frames = st.mic_frames,
                 .mic_short = st.mic_short, .mic_dropped = st.mic_dropped,
+                .mic_dropped_s = st.device_rate > 0
+                                 ? (double)st.mic_dropped / st.device_rate : 0,
                 .spk_underruns = st.spk_under, .spk_dropped = st.spk_dropped,
                 .real_time = !a->not_realtime,
             };
@@ -671,11 +709,16 @@ static void closing_lines(app *a)
     if (failed > 1 || (failed == 1 && a->failures_said == 0))
         say(a, "%d session%s failed in all (the reasons: the replay_rejected "
             "records)", failed, failed == 1 ? "" : "s");
-    if (dx && a->not_realtime)
+    if (dx && a->not_realtime) {
+        mt_duplex_status st;
+        mt_duplex_get_status(dx, &st);
         say(a, "the capture device \"%s\" is not real-time: it delivers "
-            "samples faster than its rate (the excess was dropped), so what "
-            "was sent is not live audio; pick a microphone with --device "
-            "(see --list-devices)", mt_duplex_device_name(dx));
+            "samples faster than its rate (the excess, %.0f s of its audio, "
+            "was dropped), so what was sent is not live audio; pick a "
+            "microphone with --device (see --list-devices)",
+            mt_duplex_device_name(dx),
+            st.device_rate > 0 ? (double)st.mic_dropped / st.device_rate : 0.0);
+    }
 }
 
 /* The exit status of the run (EXIT STATUS in mt-replay(1)): a failure

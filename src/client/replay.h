@@ -62,6 +62,7 @@ typedef struct mt_replay_cfg {
     volatile sig_atomic_t *stop;   /* set by a signal: finish now */
     const char *transcript;   /* -t FILE: the TEXT frames' tokens; NULL: none */
     const mt_tokenizer *tokenizer;  /* --tokenizer: -t writes text; NULL: ids */
+    const char *text;         /* --text FILE: the text view; NULL: none */
     uint64_t    seed;         /* --seed: HELLO's seed; 0: the server's */
 } mt_replay_cfg;
 

@@ -7,11 +7,18 @@
  * resamples its own copy a block at a time, as far as it plays, so that a
  * one-hour file replayed for five seconds costs five seconds of work and a
  * few blocks of memory.
+ *
+ * A FIFO (a named pipe, a process substitution's /dev/fd/N) is read as
+ * standard input is, whole, through its descriptor: a file check (stat's
+ * "not a regular file") would leave its writer blocked in open().
  */
 #include "client/replay_input.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/audio_read.h"
@@ -44,12 +51,34 @@ struct mt_source {
     int              flushed;      /* the converter has given all it has */
 };
 
+/* 1 when path names a FIFO (read as a stream, like "-"). */
+static int is_fifo(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+/* A FIFO read to its end: as mt_audio_read_fd. */
+static int read_fifo(const char *path, int raw_rate, mt_audio *raw, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = mt_audio_read_fd(fd, path, raw_rate, raw, err, errlen);
+    close(fd);
+    return rc;
+}
+
 /* The whole input, read, resampled and turned into s16. 0, or -1. */
 static int read_whole(mt_input *in, int raw_rate, char *err, size_t errlen)
 {
     mt_audio raw, at;
     int rc;
-    if (!strcmp(in->path, "-")) {
+    if (is_fifo(in->path)) {
+        rc = read_fifo(in->path, raw_rate, &raw, err, errlen);
+    } else if (!strcmp(in->path, "-")) {
         if (isatty(0)) {
             mt_set_err(err, errlen, "-: standard input is a terminal; pipe "
                        "audio into it");
@@ -92,7 +121,7 @@ int mt_input_open(const char *path, int rate, int quality, int raw_rate,
         free(in);
         return -1;
     }
-    if (strcmp(path, "-") != 0) {
+    if (strcmp(path, "-") != 0 && !is_fifo(path)) {
         /* the header decides; its checks are made either way */
         mt_audio_stream *as;
         if (mt_audio_stream_open(path, &as, err, errlen) != 0) {

@@ -668,7 +668,12 @@ static void *up(void *arg)
         goto answers;
     }
     size_t len;
-    int op = srv_message(b, &len, why, sizeof why);
+    /* a refusal is a Text message (for Kyutai's clients, which show only
+     * text) and then the Error with the same reason: the Error is read */
+    int op, texts = 0;
+    do
+        op = srv_message(b, &len, why, sizeof why);
+    while (op == MT_WS_BINARY && len >= 1 && b->msg[0] == K_TEXT && ++texts <= 4);
     if (op == MT_WS_BINARY && len >= 1 && b->msg[0] == K_ERROR) {
         reason(b, MT_FRAME_REJECT, "%.*s", (int)len - 1, (const char *)b->msg + 1);
         goto out;

@@ -45,6 +45,7 @@ typedef struct app {
     const char *latency_log;    /* --latency-log FILE */
     const char *transcript;     /* -t FILE */
     const char *tokenizer_path; /* --tokenizer FILE */
+    const char *text;           /* --text FILE: the text view */
     mt_tokenizer *tokenizer;    /* its pieces, loaded before any session */
     uint64_t    seed;           /* --seed; 0: the server's */
     int         retry;          /* --retry N */
@@ -108,6 +109,9 @@ static void usage(FILE *f)
 "                         SESSION SEQ TEXT); each is a replay_text line too\n"
 "      --tokenizer FILE   with -t: the model's SentencePiece .model; the\n"
 "                         transcript holds the text (SESSION SEQ TEXT)\n"
+"      --text FILE        the text to read: one line a session, SESSION TEXT,\n"
+"                         its pieces joined into words (needs --tokenizer,\n"
+"                         or a ws:// server, which sends words)\n"
 "      --seed N           models that sample: the sessions' seed (64 bits in\n"
 "                         HELLO, 1..18446744073709551615; default: the\n"
 "                         server's)\n"
@@ -160,7 +164,7 @@ static const mt_cli cli = {
 enum { O_STAGGER = 256, O_LOOP, O_DURATION, O_RATECHECK, O_LATENCY,
        O_INTERVAL, O_EMIT, O_NOPACE, O_PLAY, O_MIC, O_DEVICE, O_JITTER,
        O_LIST, O_TOKEN, O_TYPE, O_RETRY, O_LATLOG, O_NOWAIT, O_SEED,
-       O_TOKENIZER };
+       O_TOKENIZER, O_TEXT };
 
 static const struct option longopts[] = {
     { "socket", required_argument, 0, 's' },
@@ -189,6 +193,7 @@ static const struct option longopts[] = {
     { "latency-log", required_argument, 0, O_LATLOG },
     { "transcript", required_argument, 0, 't' },
     { "tokenizer", required_argument, 0, O_TOKENIZER },
+    { "text", required_argument, 0, O_TEXT },
     { "seed", required_argument, 0, O_SEED },
     { "no-wait", no_argument, 0, O_NOWAIT },
     MT_OPT_COMMON,
@@ -261,6 +266,7 @@ static int parse_args(int argc, char **argv, app *a)
         case O_LATLOG: a->latency_log = optarg; break;
         case 't': a->transcript = optarg; break;
         case O_TOKENIZER: a->tokenizer_path = optarg; break;
+        case O_TEXT: a->text = optarg; break;
         case O_NOWAIT: a->no_wait = 1; break;
         default:
             if (value_option(a, c, optarg))
@@ -274,8 +280,11 @@ static int parse_args(int argc, char **argv, app *a)
                                   "exclude each other");
     if (a->retry > 0 && (a->emit || a->play || a->list))
         return mt_opt_usage_error("--retry is for sessions with a server (-s)");
-    if (a->tokenizer_path && !a->transcript)
-        return mt_opt_usage_error("--tokenizer is for the transcript (-t FILE)");
+    if (a->tokenizer_path && !a->transcript && !a->text)
+        return mt_opt_usage_error("--tokenizer is for the transcript (-t FILE or --text FILE)");
+    if (a->text && !a->tokenizer_path && !(a->sock && strncmp(a->sock, "ws://", 5) == 0))
+        return mt_opt_usage_error("--text needs --tokenizer MODEL (the words of the "
+                                  "token ids), unless the server is ws:// (it sends words)");
     return -1;
 }
 
@@ -332,6 +341,25 @@ static int check_output_file(const char *path)
     }
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         fprintf(stderr, "mt-replay: -o %s: is a directory\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* A text output's (-t, --text) directory, checked as -o's is, before any
+ * input is read or connection made. 0, or -1 (said). */
+static int check_text_file(const char *opt, const char *path)
+{
+    if (!path)
+        return 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *d = dirname(dir);
+    struct stat st;
+    errno = 0;
+    if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode) || access(d, W_OK | X_OK) != 0) {
+        fprintf(stderr, "mt-replay: %s %s: directory %s: %s\n", opt, path, d,
+                errno ? strerror(errno) : "not a directory");
         return -1;
     }
     return 0;
@@ -457,6 +485,8 @@ static int load_inputs(app *a, char **files, int nargs)
     int rc = check_outputs(a);
     if (rc >= 0)
         return rc;
+    if (check_text_file("-t", a->transcript) || check_text_file("--text", a->text))
+        return 1;
     if (!a->emit && check_server(a) != 0)
         return 1;
     a->inputs = calloc((size_t)nfiles, sizeof *a->inputs);
@@ -526,6 +556,7 @@ static void make_cfg(app *a, mt_replay_cfg *c)
     c->retry = a->retry;
     c->transcript = a->transcript;
     c->tokenizer = a->tokenizer;
+    c->text = a->text;
     c->seed = a->seed;
     c->retry_warming = a->no_wait ? 0 : WARM_RETRIES;
     c->out_pattern = a->emit ? NULL : a->out_pattern;

@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "model/stt_config.h"
 #include "speech/serve_kyutai.h"
+#include "cmd/startup.h"
 #include "serve/server.h"
 #include "serve/ws_gate.h"
 #include "serve/static_http.h"
@@ -625,7 +626,7 @@ static int preflight(const serve_args *a)
 /* The model, refused unless it serves PCM frames. 0, or -1 (said). */
 static int load_model(serve_args *a, mt_model **m)
 {
-    char err[512];
+    char err[1024];     /* an unknown preset lists them all */
     /* --device cuda with a synthetic preset: the device backend makes the
      * weights itself, so no host copy (moshi-7b in fp32 would not fit) */
     int mflags = a->dopt.device == MT_DEV_CUDA && strncmp(a->model, "synthetic:", 10) == 0
@@ -715,7 +716,7 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
 {
     const mt_kv_params *kv = &a->dopt.kv;
     fprintf(stderr, "%s: %s on %s, kv %s (%s), pool %zu bytes, tick %.3f ms, "
-            "fill %s, %s%s\n", prog, m->cfg.name, mt_decoder_backend_name(dec),
+            "fill %s, %s%s, pid %ld\n", prog, m->cfg.name, mt_decoder_backend_name(dec),
             kv->policy == MT_KV_FULL ? "full" : "window",
             kv->policy == MT_KV_FULL
                 ? (a->eo.on_full == MT_ONFULL_PREEMPT ? "on-full preempt" : "on-full stall")
@@ -723,7 +724,8 @@ static void banner(const serve_args *a, const mt_model *m, mt_decoder *dec)
             mt_kv_used_bytes(mt_decoder_pool(dec)) + mt_kv_free_bytes(mt_decoder_pool(dec)),
             a->frame_ms, a->eo.fill ? "on" : "off",
             a->so.stdio ? "stdio" : a->so.socket_path ? "socket " : "tcp ",
-            a->so.stdio ? "" : a->so.socket_path ? a->so.socket_path : a->so.listen_addr);
+            a->so.stdio ? "" : a->so.socket_path ? a->so.socket_path : a->so.listen_addr,
+            (long)getpid());   /* mt-replay names the pid it reached */
     if (a->time_scale != 1)
         fprintf(stderr, "%s: TIME-SCALED x%g: model time runs %g times %s "
                 "than real time; tick lines (t, ms figures) are in real time\n",
@@ -948,12 +950,14 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
         goto out;
     if (a->ws_addr && ws_start(a, eng, &gate, err, sizeof err) != 0)
         goto out;
+    mt_startup_end();
     banner(a, m, dec);
     if (mt_server_run(srv, eng, err, sizeof err) != 0)
         goto out;
     fprintf(stderr, "%s: done\n", prog);
     rc = 0;
 out:
+    mt_startup_end();            /* a failed start: its watcher first */
     if (rc)
         fprintf(stderr, "%s: %s\n", prog, err);
     mt_ws_gate_stop(gate);       /* before the server it connects to */
@@ -997,8 +1001,15 @@ int main(int argc, char **argv)
         return rc;
     uint64_t t0 = mt_clock_ns();
     mt_model *m = NULL;
-    if (load_model(&a, &m) != 0)
+    mt_startup_begin(prog);     /* a slow start says what it does (startup.h) */
+    static char loading[300];
+    snprintf(loading, sizeof loading, "loading %s", a.model);
+    mt_startup_stage(loading);
+    if (load_model(&a, &m) != 0) {
+        mt_startup_end();
         return 1;
+    }
+    mt_startup_stage("setting up the decoder, its K/V pool and the server");
     settle(&a, m, t0);
     rc = serve(&a, m, t0);
     if (a.ky.lm)

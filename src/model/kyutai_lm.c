@@ -835,10 +835,9 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
     else if (nl == 8 && !strncmp(name, "moshi-2b", 8))
         moshi_2b_config(&kc);
     else {
-        mt_set_err(err, errlen, "%s: unknown Kyutai preset (synthetic:moshiko, "
-                 "synthetic:moshi-2b, synthetic:stt-1b, synthetic:stt-2.6b, "
-                 "synthetic:kyutai-small, synthetic:kyutai-tiny, synthetic:kyutai-tiny-mimi, "
-                 "synthetic:kyutai-tiny-stt)", spec);
+        char names[1024];
+        mt_synthetic_list(names, sizeof names);
+        mt_set_err(err, errlen, "%s: unknown Kyutai preset (presets: %s)", spec, names);
         return -1;
     }
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;

@@ -217,7 +217,7 @@ static int parse_seed(const char *s, uint64_t *seed)
     return 0;
 }
 
-static void list_presets(char *buf, size_t len)
+void mt_synthetic_list(char *buf, size_t len)
 {
     size_t o = 0;
     buf[0] = '\0';
@@ -227,6 +227,9 @@ static void list_presets(char *buf, size_t len)
             break;
         o += (size_t)n;
     }
+    if (o < len)
+        snprintf(buf + o, len - o, "; Kyutai's: %s; codecs, for --codec: %s",
+                 MT_KYUTAI_PRESET_NAMES, MT_CODEC_PRESET_NAMES);
 }
 
 int mt_synthetic_load(const char *spec, int flags, mt_model **out,
@@ -237,8 +240,8 @@ int mt_synthetic_load(const char *spec, int flags, mt_model **out,
     const char *colon = strchr(name, ':');
     size_t nlen = colon ? (size_t)(colon - name) : strlen(name);
     uint64_t seed = 1;
-    char names[512];
-    list_presets(names, sizeof names);
+    char names[1024];
+    mt_synthetic_list(names, sizeof names);
     if (colon && parse_seed(colon + 1, &seed) != 0) {
         mt_set_err(err, errlen, "%s: bad option '%s' (want seed=N, N a decimal "
                  "integer)", spec, colon + 1);

@@ -153,6 +153,14 @@ static void conn_update_events(mt_server *s, conn *c, int want_r, int want_w)
     c->ev_w = w;
 }
 
+/* A socket error that means the client hung up (a closed socket, a reset):
+ * logged in the one wording of a client that left, "disconnected", as
+ * its end of input is, not as a fault. */
+static int client_left(int e)
+{
+    return e == EPIPE || e == ECONNRESET;
+}
+
 void mt_srv_conn_free(mt_server *s, conn *c, const char *why)
 {
     if (c->p.id) {
@@ -279,7 +287,7 @@ int mt_srv_conn_read(mt_server *s, conn *c, uint32_t events)
                 return 0;
             char why[128];
             snprintf(why, sizeof why, "read: %s", strerror(errno));
-            mt_srv_conn_free(s, c, why);
+            mt_srv_conn_free(s, c, client_left(errno) ? "disconnected" : why);
             return -1;
         }
         if (n == 0) {
@@ -364,7 +372,7 @@ static int conn_write(mt_server *s, conn *c, uint64_t now)
                 break;
             char why[128];
             snprintf(why, sizeof why, "write: %s", strerror(errno));
-            mt_srv_conn_free(s, c, why);
+            mt_srv_conn_free(s, c, client_left(errno) ? "disconnected" : why);
             return -1;
         }
         *off += (size_t)n;

@@ -208,13 +208,19 @@ static void ws_close(wsc *c, int code, const char *reason)
     }
 }
 
-/* An Error message with the reason, then a clean close. */
+/* The reason as a Text message (Kyutai's clients show text, not Error
+ * messages), as an Error message, then a clean close. */
 static void refuse(wsc *c, const char *why)
 {
-    if (c->asr)
+    if (c->asr) {
         mt_asr_sess_error(c->asr, why);   /* the ASR protocol's Error */
-    else
+    } else {
+        char text[TEXT_MAX + 1];
+        snprintf(text, sizeof text, " [mt-serve: %s] ", why);
+        mt_utf8_sanitize(text);   /* a cut in a character: a '?' */
+        kmsg(c, MSG_TEXT, text, strlen(text));
         kmsg(c, MSG_ERROR, why, strlen(why));
+    }
     ws_close(c, 1000, "");
 }
 

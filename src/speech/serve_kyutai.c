@@ -38,7 +38,7 @@ int mt_serve_kyutai_load(const char *model, const char *codec_spec, const char *
         return -1;
     int flags = dev != MT_DEV_CPU && !strncmp(model, "synthetic:", 10) &&
                 dev != MT_DEV_AUTO ? MT_KYUTAI_HOST_SIDE : 0;
-    char e[400];
+    char e[1024];   /* an unknown preset lists them all */
     if (mt_kyutai_load(model, flags, &k->lm, e, sizeof e)) {
         mt_set_err(err, errlen, "%s", e);
         return -1;

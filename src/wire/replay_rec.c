@@ -81,7 +81,8 @@ static const key rate_keys[] = {
 static const key mic_keys[] = {
     S(mt_replay_mic, device), I(mt_replay_mic, device_rate),
     U(mt_replay_mic, mic_frames), U(mt_replay_mic, mic_short),
-    U(mt_replay_mic, mic_dropped), U(mt_replay_mic, spk_underruns),
+    U(mt_replay_mic, mic_dropped), FO(mt_replay_mic, mic_dropped_s),
+    U(mt_replay_mic, spk_underruns),
     U(mt_replay_mic, spk_dropped), I(mt_replay_mic, real_time),
 };
 static const key play_keys[] = {

@@ -92,6 +92,8 @@ typedef struct mt_replay_mic {
     char     device[MT_RR_STR];
     int64_t  device_rate;
     uint64_t mic_frames, mic_short, mic_dropped, spk_underruns, spk_dropped;
+    double   mic_dropped_s;       /* mic_dropped in seconds of device audio
+                                     (optional: records before it lack it) */
     int64_t  real_time;           /* 0 or 1 */
 } mt_replay_mic;
 

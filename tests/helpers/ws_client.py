@@ -19,7 +19,13 @@ usage: ws_client.py URL IN.opus OUT.opus [--frames N] [--chunk BYTES]
 (then --drain: read Text messages S seconds more).
 """
 import asyncio, struct, sys, argparse
-import websockets
+try:
+    import websockets
+except ImportError:
+    # a python3 that is not Debian's (pyenv, a venv) lacks Debian's module
+    sys.exit("ws_client.py: this python3 (%s) has no 'websockets' module: run it "
+             "with Debian's /usr/bin/python3 (package python3-websockets, "
+             "installed by make deps), or pip install websockets" % sys.executable)
 
 
 def pages(data):

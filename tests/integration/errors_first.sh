@@ -78,4 +78,40 @@ one "mt-replay -s a file that is not a socket" 1 '^mt-replay: -s talk.wav: not a
     "$R" -s talk.wav talk.wav
 one "mt-replay --mic -s a missing socket (nothing said live first)" 1 '^mt-replay: -s /no/such.sock: ' \
     "$R" -s /no/such.sock --mic
+# the options of issue 52: --text, and FIFO inputs
+# usage NAME PATTERN CMD...: a usage error: exit 2, the first stderr line
+# matching PATTERN (then the usage line), nothing on stdout
+usage() {
+    local name=$1 pat=$2; shift 2
+    timeout 30 "$@" >one.out 2>one.err </dev/null
+    local rc=$?
+    t_check "$name: status 2 (got $rc)" test $rc = 2
+    t_check "$name: says it first: $(head -1 one.err | head -c 160)" \
+        sh -c 'head -1 one.err | grep -Eq -- "$0"' "$pat"
+    t_check "$name: nothing on stdout" test ! -s one.out
+}
+usage "mt-replay --text without --tokenizer" '^mt-replay: --text needs --tokenizer' \
+    "$R" -s /no/such.sock --text t.txt ctl
+one "mt-replay --text in a missing directory (no input read)" 1 '^mt-replay: --text /nonexistent/t.txt: directory /nonexistent: ' \
+    "$R" -s /no/such.sock --tokenizer "$MT_ROOT/tests/fixtures/kyutai_lm/tokenizer-tiny.model" \
+    --text /nonexistent/t.txt ctl
+one "mt-replay -t in a missing directory (no input read)" 1 '^mt-replay: -t /nonexistent/t.txt: directory /nonexistent: ' \
+    "$R" -s /no/such.sock -t /nonexistent/t.txt ctl
+usage "mt-replay --tokenizer alone" '^mt-replay: --tokenizer is for the transcript \(-t FILE or --text FILE\)' \
+    "$R" -s /no/such.sock --tokenizer x.model ctl
+# an unknown preset names every preset there is (models, Kyutai's, codecs)
+one "mt-serve -m synthetic:nope" 1 '^mt-serve: synthetic:nope: unknown synthetic preset' \
+    "$S" -s "$T_TMP/c.sock" -m synthetic:nope
+for p in synthetic:tiny synthetic:moshi-7b synthetic:moshiko synthetic:kyutai-small \
+         synthetic:kyutai-tiny-mimi synthetic:kyutai-tiny-stt synthetic:mimi synthetic:mimi-tiny; do
+    t_check "... it lists $p" grep -q "[ (]$p[,;)]" one.err
+done
+one "mt-serve -m synthetic:kyutai-nope" 1 '^mt-serve: synthetic:kyutai-nope: unknown Kyutai preset.*synthetic:tiny.*synthetic:kyutai-tiny-stt.*synthetic:mimi-tiny\)$' \
+    "$S" -s "$T_TMP/c.sock" -m synthetic:kyutai-nope
+# each codec named is one: mt-probe codec takes it
+sox -n -r 24000 short.wav synth 0.2 sine 300 vol 0.2
+for c in synthetic:mimi-tiny; do
+    timeout 60 "$P" codec -c "$c" short.wav back.wav >/dev/null 2>codec.err
+    t_check "the listed codec $c works (mt-probe codec -c $c) $(head -c 200 codec.err)" test $? = 0
+done
 t_done

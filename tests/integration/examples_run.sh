@@ -29,6 +29,12 @@ for f in "$EX"/*.sh; do
     untested="$untested $b"
 done
 t_check "every example is run by a test (not:$untested)" test -z "$untested"
+# each script that is run (not lib.sh, which is sourced) has its run bit
+noexec=""
+for f in "$EX"/*.sh; do
+    [ "$(basename "$f")" = lib.sh ] || [ -x "$f" ] || noexec="$noexec $(basename "$f")"
+done
+t_check "every example script is executable (not:$noexec)" test -z "$noexec"
 command -v haproxy >/dev/null || t_diag "haproxy not installed: fleet.sh skipped"
 while IFS='|' read -r name secs settings; do
     if [ "$name" = fleet.sh ] && ! command -v haproxy >/dev/null; then
@@ -50,4 +56,14 @@ while IFS='|' read -r name secs settings; do
     t_check "$name leaves no process behind ($left)" test -z "$left"
     [ -z "$left" ] || kill -9 $left 2>/dev/null
 done <<<"$RUNS"
+# make demo's output as a user reads it (issue 52): the server's start
+# messages one a line, and the Kyutai model's text as words (the tiny
+# tokenizer of tests/fixtures), not token ids
+d=$T_TMP/demo.sh.out
+t_check "demo: no line holds two of mt-serve's messages" \
+    sh -c '! grep -q "mt-serve:.*mt-serve:" "$0"' "$d"
+t_check "demo: mt-serve's start messages each on its own line" \
+    grep -q '^  mt-serve: ' "$d"
+t_check "demo: step 7 prints what each session said, as text" \
+    grep -Eq '^  session 0: [^0-9 ]' "$d"
 t_done

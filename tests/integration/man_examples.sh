@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # man_examples.sh: every example of every man page (the .Dl lines and the
-# .Bd -literal blocks under .Sh EXAMPLES of man/*.1, *.5, *.7) is run as
-# typed, in a temporary directory per page with bin/ first on PATH, so
-# that the examples cannot rot.
+# .Bd -literal blocks under .Sh EXAMPLES of man/*.1, *.5, *.7), every
+# literal block of metronome(7) and of mt-serve(1)'s WEBSOCKET and METRICS
+# sections, and every indented block of README.md is run as typed, in a
+# temporary directory per page with bin/ first on PATH (and bin, tests and
+# examples linked there, for the examples that name them from the top of
+# the source tree), so that the examples cannot rot. A block written as a
+# terminal session ("$ " before each command) runs its commands; the
+# lines it shows as their output are not run.
 #
 # What the runner may change, per example (the table EXAMPLES below, keyed
 # by page and a piece of the example's text), and nothing else:
-#   - the socket paths /tmp/mt.sock and /run/mt.sock become DIR/mt.sock;
+#   - nothing about the socket: the examples use mt.sock in the current
+#     directory (a fixed /tmp/mt.sock, /run/mt.sock, or the fixed ports
+#     8998 and 9464, which collide on a shared host, fail a check);
 #   - durations, counts and levels are shortened (listed as subs);
 #   - input files (talk.wav, hello.flac, a.wav) are made with sox;
 #   - a server the example expects to be running is started first
@@ -50,19 +57,58 @@ def unescape(s):
     s = s.replace("\\(dq", '"').replace("\\&", "").replace("\\-", "-")
     return s.replace("\\e", "\\")
 
+# Sections beyond EXAMPLES whose literal blocks are examples too: all of
+# metronome(7), the worked examples of mt-serve(1).
+MORE = {"metronome.7": None, "mt-serve.1": ("WEBSOCKET", "METRICS")}
+
+def commands(block):
+    """A block shown as a terminal session ("$ " before each command):
+    its commands, a command's continuation lines (after a backslash or a
+    pipe) with it; the output lines shown between them left out."""
+    if not block or not block[0].startswith("$ "):
+        return "\n".join(block)
+    out, cont = [], False
+    for l in block:
+        if l.startswith("$ ") or cont:
+            out.append(l[2:] if l.startswith("$ ") and not cont else l)
+            cont = l.rstrip().endswith("\\") or l.rstrip().endswith("|")
+    return "\n".join(out)
+
+def readme_examples(path):
+    """README.md's examples: each block of lines indented by four spaces."""
+    out, block, prev = [], None, ""
+    for line in open(path, encoding="utf-8"):
+        line = line.rstrip("\n")
+        if block is not None:
+            if line.startswith("    "):
+                block.append(line[4:])
+                continue
+            out.append("\n".join(block))
+            block = None
+        if line.startswith("    ") and prev.strip() == "":
+            block = [line[4:]]
+        prev = line
+    if block is not None:
+        out.append("\n".join(block))
+    return out
+
 def examples(page):
     """The examples of one page: each .Dl line, each .Bd -literal block."""
+    if page.endswith(".md"):
+        return readme_examples(page)
+    more = MORE.get(os.path.basename(page), ())
     out, on, block = [], False, None
     for line in open(page, encoding="utf-8"):
         line = line.rstrip("\n")
         if line.startswith(".Sh "):
-            on = line.strip() == ".Sh EXAMPLES"
+            name = line[4:].strip()
+            on = name == "EXAMPLES" or more is None or name in more
             continue
         if not on:
             continue
         if block is not None:
             if line.startswith(".Ed"):
-                out.append("\n".join(block))
+                out.append(commands(block))
                 block = None
             else:
                 block.append(unescape(line))
@@ -90,7 +136,48 @@ def fifo_permitted():
     except OSError:
         return False
 
+def have(*progs):
+    import shutil
+    return all(shutil.which(p) for p in progs)
+
+def debian_websockets():
+    return subprocess.run(["/usr/bin/python3", "-c", "import websockets"],
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+WS_OK = have("opusenc", "opusdec") and debian_websockets()
 EXAMPLES = [
+    ("README.md", "make demo", dict(skip="make demo is run by examples_run.sh (demo.sh)")),
+    ("README.md", "--control ctl", dict(skip="run as printed by readme_pipeline.sh")),
+    ("README.md", "kyutai-tiny-mimi", dict(
+        timeout=120, files=["out.wav", "said.txt", "transcript.txt", "ticks.log"],
+        expect=r"(?m)^0 \S")),
+    ("metronome.7", "stats socket", dict(skip="a HAProxy configuration shown; "
+                                            "examples/fleet.sh runs one")),
+    ("metronome.7", "--listen 10.0.0.1:7001", dict(skip="needs the hosts 10.0.0.1-3")),
+    ("metronome.7", "npm run build", dict(skip="needs Node and Kyutai's client "
+                                          "source (kyutai-labs/moshi), not here")),
+    ("metronome.7", "http.server", dict(skip="needs Kyutai's web client built")),
+    ("metronome.7", "--ws 127.0.0.1:0", dict(
+        timeout=120, subs=[("--frames 50", "--frames 20")], files=["back.wav"])
+        if WS_OK else dict(skip="needs opus-tools and Debian's python3-websockets")),
+    ("metronome.7", "--storage.tsdb.path", dict(
+        interrupt=12, timeout=120, files=["prometheus.yml", "prometheus-data"],
+        expect=r"(?m)^metronome_frames_in_total [0-9]",
+        subs=[("127.0.0.1:9090", "127.0.0.1:%d" % free_port())])
+        if have("prometheus", "curl") else dict(skip="needs prometheus and curl")),
+    ("mt-serve.1", "--ws 127.0.0.1:0", dict(
+        timeout=120, subs=[("--frames 50", "--frames 20")], files=["back.wav"],
+        expect=r"handshake_first=1")
+        if WS_OK else dict(skip="needs opus-tools and Debian's python3-websockets")),
+    ("mt-serve.1", "--metrics 127.0.0.1:0", dict(
+        timeout=120, expect=r"(?m)^metronome_ticks_total [0-9]")
+        if have("curl") else dict(skip="needs curl")),
     ("mt-frame.5", "00000000:", dict(skip="a hex dump shown, not a command")),
     ("mt-replay.1", "mt-replay --list-devices", dict(expect=r"PortAudio .*: [0-9]+ devices?")),
     ("mt-replay.1", "--mic", dict(skip="needs a live microphone")),
@@ -105,7 +192,7 @@ EXAMPLES = [
     ("metronome.7", "--emit a.wav", dict(files=["b.wav"])),
     ("mt-serve.1", "--emit a.wav", dict(files=["b.wav"])),
     ("metronome.7", "mkfifo ctl", dict(subs=[("-n 16", "-n 2")], timeout=120)),
-    ("mt-serve.1", "mt-serve -s /tmp/mt.sock | mt-probe summarize", dict(
+    ("mt-serve.1", "mt-serve -s mt.sock | mt-probe summarize", dict(
         interrupt=3, expect=r"p99")),
     ("mt-serve.1", "--kv-mem 16M", dict(
         subs=[("--duration 60", "--duration 4")], timeout=120, files=["cliff.png"])),
@@ -201,12 +288,25 @@ ROT = re.compile(r"unknown option|usage:|is not (a|an|one of)|No such file|"
 
 env = dict(os.environ)
 env["PATH"] = BIN + ":" + env["PATH"]
-for page in sorted(glob.glob(os.path.join(MAN, "*.[157]"))):
+ROOT = os.path.dirname(MAN)
+FIXED = re.compile(r"/tmp/mt\.sock|/run/mt\.sock|:8998\b|:9464\b")
+pages = sorted(glob.glob(os.path.join(MAN, "*.[157]"))) + [os.path.join(ROOT, "README.md")]
+# MT_EXAMPLES_PAGES=README.md,metronome.7: those pages only (while writing them)
+if os.environ.get("MT_EXAMPLES_PAGES"):
+    pages = [p for p in pages
+             if os.path.basename(p) in os.environ["MT_EXAMPLES_PAGES"].split(",")]
+for page in pages:
     base = os.path.basename(page)
     d = os.path.join(TMP, base)
     os.makedirs(d)
     make_inputs(d)
+    for link, to in (("bin", BIN), ("tests", os.path.join(ROOT, "tests")),
+                     ("examples", os.path.join(ROOT, "examples"))):
+        os.symlink(to, os.path.join(d, link))
     exs = examples(page)
+    fixed = [t.splitlines()[0] for t in exs if FIXED.search(t)]
+    tap(not fixed, "%s: no example on a fixed socket path or port (%d examples)"
+        % (base, len(exs)), "\n".join(fixed))
     for i, text in enumerate(exs, 1):
         first = text.splitlines()[0]
         name = "%s example %d: %s" % (base, i, first[:60])

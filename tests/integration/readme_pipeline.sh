@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # readme_pipeline.sh: README.md's operator pipeline, run as printed: the
 # block under "A typical operator pipeline" with only its socket path
-# moved into the test's directory and bin/ pointed at the built programs.
+# (mt.sock, in the current directory) spelt out in full and bin/ pointed
+# at the built programs.
 # All 16 sessions end done, mt-replay exits 0, the pipeline's own
 # `kill %1` ends the server and the controller, and every refusal on the
 # way says what the controller was doing in words that agree with it.
@@ -35,7 +36,12 @@ make=$(grep -o 'sox -n -r 24000 talk.wav synth 5$' "$README")
 t_check "the README says how to make talk.wav" test -n "$make"
 cd "$T_TMP" || exit 1
 sox -n -r 24000 talk.wav synth 5 pinknoise
-script=$(printf '%s\n' "$block" | sed -e "s|/tmp/mt.sock|$T_TMP/mt.sock|g" \
+# the README's socket is mt.sock in the current directory (T_TMP here): it
+# is spelt out in full so that the processes left behind are found below
+# by the test's directory in their command lines
+t_check "the pipeline's socket is in the current directory, not a fixed path" \
+    sh -c '! printf "%s\n" "$0" | grep -q "/tmp/mt.sock\|/run/mt.sock"' "$block"
+script=$(printf '%s\n' "$block" | sed -e "s| mt\.sock| $T_TMP/mt.sock|g" \
     -e "s|bin/mt-|$MT_BIN/mt-|g")
 printf '%s\n' "$script" > pipeline.sh
 # mt-replay's status is the script's, checked after it: the README's last

@@ -30,7 +30,10 @@ if grep -q '^# PortAudio .*: 0 devices' list.txt; then
     t_check "--mic with no device: exit 1" test $rc = 1
     t_check "--mic with no device: one message saying what PortAudio found" \
         sh -c 'grep -q "PortAudio found" nodev.err && test "$(wc -l < nodev.err)" = 1'
+    t_check "--mic with no device: it points to ALSA_CONFIG_PATH and a null device" \
+        sh -c 'grep -q "ALSA_CONFIG_PATH" nodev.err && grep -q "type null.*--device mtnull" nodev.err'
 else
+    t_skip "this machine has audio devices: no-device case not testable"
     t_skip "this machine has audio devices: no-device case not testable"
     t_skip "this machine has audio devices: no-device case not testable"
 fi
@@ -60,6 +63,12 @@ t_check "--mic took about 2 s ($ms ms)" test $ms -ge 1900 -a $ms -lt 8000
 t_check "--mic: 25 frames sent, all answered" \
     grep -q '^replay_summary=1 done=1 rejected=0 failed=0 sent=25 received=25 ' mic.txt
 t_check "--mic reports its device" grep -Eq '^replay_mic device="?mtnull' mic.txt
+# what the null device dropped, in seconds of its audio (a count of
+# samples, hundreds of millions, read as a fault)
+t_check "--mic: the samples dropped also in seconds (mic_dropped_s)" \
+    awk '/^replay_mic / { for (i = 1; i <= NF; i++) { split($i, kv, "=")
+            if (kv[1] == "mic_dropped") n = kv[2]; if (kv[1] == "mic_dropped_s") s = kv[2]
+            if (kv[1] == "device_rate") r = kv[2] } } END { exit !(s != "" && (n == 0 || (s > 0.999 * n / r && s < 1.001 * n / r + 0.001))) }' mic.txt
 t_check "--mic: the null device (no clock of its own) is said not real-time" \
     sh -c 'grep -q "^replay_mic .* real_time=0" mic.txt &&
         grep -q "capture device \"mtnull\" is not real-time" mic.err'

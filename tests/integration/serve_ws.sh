@@ -68,9 +68,14 @@ timeout 60 "$PY" "$WC" "$URL" in.opus hold.opus --no-send --timeout 30 > hold.tx
 HOLD=$!
 i=0   # until it is admitted
 while ! grep -q "verdict=accept" lat && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-timeout 30 "$PY" "$WC" "$URL" in.opus full.opus --frames 1 > full.txt 2>&1
+timeout 30 "$PY" "$WC" "$URL" in.opus full.opus --frames 1 --text fulltext.txt > full.txt 2>&1
 t_check "a full server: an Error message with the reason $(cat full.txt)" \
     grep -q 'errors="[^"]*[a-z]' full.txt
+# Kyutai's clients show Text messages, not Error ones: the same reason,
+# as text, comes first
+why=$(sed -n 's/.* errors="\([^"]*\);" .*/\1/p' full.txt)
+t_check "... and before it the same reason as a Text message: $(cat fulltext.txt)" \
+    grep -qF "[mt-serve: $why]" fulltext.txt
 t_check "... then a clean close (1000)" test "$(fact full.txt close)" = 1000
 t_check "... and no handshake" test "$(fact full.txt handshake_first)" = 0
 kill $HOLD; wait $HOLD 2>/dev/null

@@ -350,6 +350,7 @@ static void test_replay_round_trip(void)
     strcpy(c.device, "HDA Intel PCH: ALC892 Analog (hw:0,0)");
     c.device_rate = 48000; c.mic_frames = 25; c.mic_short = 1;
     c.mic_dropped = 2; c.spk_underruns = 3; c.spk_dropped = 4; c.real_time = 1;
+    c.mic_dropped_s = 1.5;
     ROUND_TRIP(replay_mic, c);
 
     mt_replay_play p;

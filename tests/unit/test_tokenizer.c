@@ -247,6 +247,61 @@ static void test_transcript(void)
     mt_tokenizer_free(t);
 }
 
+/* The text view (--text, mt_transcript_text): each session's pieces
+ * joined across frames as SentencePiece joins them, the first word mark
+ * dropped, one line a session, sessions in order, one without text none;
+ * words (a ws:// server's) joined alike; no line file (path NULL). */
+static void test_text_view(void)
+{
+    /* ids 0 "z", 1 "<U+2581>hel", 2 "lo", 3 "pad", 4 "<U+2581>you" (0 and 3:
+     * Kyutai's padding, no text) */
+    static const uint8_t model[] = {
+        0x0a, 0x03, 0x0a, 0x01, 'z',
+        0x0a, 0x08, 0x0a, 0x06, 0xe2, 0x96, 0x81, 'h', 'e', 'l',
+        0x0a, 0x04, 0x0a, 0x02, 'l', 'o',
+        0x0a, 0x05, 0x0a, 0x03, 'p', 'a', 'd',
+        0x0a, 0x08, 0x0a, 0x06, 0xe2, 0x96, 0x81, 'y', 'o', 'u',
+    };
+    char err[512] = "", path[] = "/tmp/mt_tok_tv_XXXXXX";
+    mt_tokenizer *t = mt_tokenizer_parse(model, sizeof model, err, sizeof err);
+    int fd = mkstemp(path);
+    if (!ok(t && fd >= 0, "a five-piece model (%s)", err)) {
+        mt_tokenizer_free(t);
+        return;
+    }
+    close(fd);
+    mt_transcript *tr = NULL;
+    static const int32_t a[] = { 1 }, b[] = { 2, 3 }, c[] = { 4 }, pad[] = { 3, 0 };
+    int rc = mt_transcript_open(NULL, t, &tr, err, sizeof err);
+    rc = rc || mt_transcript_text(tr, path, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 2, 1, a, 1, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 0, 1, c, 1, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 2, 2, b, 2, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 1, 1, pad, 2, err, sizeof err);
+    rc = rc || mt_transcript_add(tr, 2, 3, c, 1, err, sizeof err);
+    rc = rc || mt_transcript_add_words(tr, 3, 1, " ok", 3, err, sizeof err);
+    rc = rc || mt_transcript_add_words(tr, 3, 2, " then", 5, err, sizeof err);
+    long lines = tr ? mt_transcript_lines(tr) : -1;
+    rc = mt_transcript_close(tr, err, sizeof err) || rc;
+    char got[256] = "";
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    got[n] = '\0';
+    if (f)
+        fclose(f);
+    static const char want[] = "0 you\n2 hello you\n3 ok then\n";
+    if (!ok(rc == 0 && lines == 0 && !strcmp(got, want),
+            "text view: words joined across frames, one line a session (%s)", err))
+        tap_diag("got: %s", got);
+    unlink(path);
+    tr = NULL;
+    ok(mt_transcript_open(NULL, t, &tr, err, sizeof err) == 0 &&
+       mt_transcript_text(tr, "/nonexistent/dir/t.txt", err, sizeof err) != 0 &&
+       strstr(err, "/nonexistent/dir/t.txt"), "text view: a bad path said at once (%s)", err);
+    mt_transcript_close(tr, err, sizeof err);
+    mt_tokenizer_free(t);
+}
+
 int main(void)
 {
     const char *r = getenv("MT_ROOT");
@@ -256,5 +311,6 @@ int main(void)
     test_hostile();
     test_files();
     test_transcript();
+    test_text_view();
     return tap_done();
 }
