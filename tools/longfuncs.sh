@@ -27,10 +27,6 @@ shift $((OPTIND - 1))
 # folder, so an entry survives a move between stages (decode/ -> speech/).
 ALLOW='
 attention.cu:attn_split_kernel   a kernel: its phases share registers and barriers (its comment)
-kyutai.c:mt_kyutai_step          owned by another change now (issue 48: the speech frame)
-ws_client.c:up                   owned by another change now (issue 48: ws)
-mimi_model.c:load_any            owned by another change now (issue 48 item 4: Mimi once)
-mimi_config.c:parse_root         owned by another change now (issue 48 item 4: Mimi once)
 '
 
 command -v python3 >/dev/null || { echo "longfuncs: needs python3" >&2; exit 2; }

@@ -639,6 +639,113 @@ static int read_frame(bridge *b, mt_frame_decoder *d, mt_frame *f)
     }
 }
 
+/* /api/chat after the upgrade: the server's handshake (a refusal is a
+ * Text message, for Kyutai's clients, which show only text, and then the
+ * Error with the same reason: the Error is read), the Opus encoder and
+ * its Ogg headers, our ACCEPT to the client. 0, or -1 (the client told). */
+static int chat_start(bridge *b, const mt_hello *h, mt_oggopus_enc **enc, uint8_t *page,
+                      size_t page_cap)
+{
+    const uint8_t ta = K_AUDIO;
+    char why[300], err[256];
+    size_t len;
+    int op, texts = 0;
+    do
+        op = srv_message(b, &len, why, sizeof why);
+    while (op == MT_WS_BINARY && len >= 1 && b->msg[0] == K_TEXT && ++texts <= 4);
+    if (op == MT_WS_BINARY && len >= 1 && b->msg[0] == K_ERROR) {
+        reason(b, MT_FRAME_REJECT, "%.*s", (int)len - 1, (const char *)b->msg + 1);
+        return -1;
+    }
+    if (op != MT_WS_BINARY || len < 1 || b->msg[0] != K_HANDSHAKE) {
+        reason(b, MT_FRAME_REJECT, "no handshake from the server%s%s",
+               op < 0 ? ": " : "", op < 0 ? why : "");
+        return -1;
+    }
+    uint32_t serial;
+    if (getrandom(&serial, sizeof serial, 0) != (ssize_t)sizeof serial ||
+        mt_oggopus_enc_create(K_RATE, K_FRAME, serial, enc, err, sizeof err) < 0) {
+        reason(b, MT_FRAME_REJECT, "Opus encoder: %s", err);
+        return -1;
+    }
+    long n = mt_oggopus_enc_headers(*enc, page, page_cap, err, sizeof err);
+    if (n < 0 || to_server(b, MT_WS_BINARY, &ta, page, (size_t)n) < 0) {
+        reason(b, MT_FRAME_REJECT, "the Ogg headers could not be sent");
+        return -1;
+    }
+    mt_hello acc = {0};
+    acc.sample_rate = K_RATE;
+    acc.frame_samples = K_FRAME;
+    acc.channels = 1;
+    acc.encoding = MT_ENC_PCM_S16LE;
+    snprintf(acc.model, sizeof acc.model, "%s", h->model);
+    uint8_t ap[MT_HELLO_MAX];
+    long al = mt_hello_encode(&acc, ap, sizeof ap);
+    b->session = 1;
+    if (al < 0 || to_client(b, MT_FRAME_ACCEPT, 0, 0, ap, (size_t)al) < 0)
+        return -1;
+    return 0;
+}
+
+/* The client's AUDIO frames, each an Ogg Opus page to the server, until
+ * its END (or it is gone). */
+static void chat_stream(bridge *b, mt_frame_decoder *dec, mt_oggopus_enc *enc, uint8_t *page,
+                        size_t page_cap)
+{
+    const uint8_t ta = K_AUDIO;
+    char err[256];
+    mt_frame f;
+    for (;;) {
+        if (read_frame(b, dec, &f) < 0)
+            break;
+        long n;
+        if (f.type == MT_FRAME_END) {
+            /* one frame of silence, not counted: the server's decoder
+             * holds back the codec's pre-skip, so the last real frame
+             * comes out of it only when more audio follows */
+            static const int16_t hush[K_FRAME];
+            pthread_mutex_lock(&b->mu);
+            b->up_done = 1;   /* before its answer can come */
+            pthread_mutex_unlock(&b->mu);
+            n = mt_oggopus_enc_frame(enc, hush, page, page_cap, err, sizeof err);
+            if (n > 0)
+                (void)to_server(b, MT_WS_BINARY, &ta, page, (size_t)n);
+            break;
+        }
+        if (f.type != MT_FRAME_AUDIO || f.length != 2 * K_FRAME)
+            break;
+        int16_t pcm[K_FRAME];
+        for (int i = 0; i < K_FRAME; i++)
+            pcm[i] = (int16_t)(uint16_t)(f.payload[2 * i] | f.payload[2 * i + 1] << 8);
+        n = mt_oggopus_enc_frame(enc, pcm, page, page_cap, err, sizeof err);
+        pthread_mutex_lock(&b->mu);
+        b->sent++;
+        pthread_mutex_unlock(&b->mu);
+        if (n < 0 || to_server(b, MT_WS_BINARY, &ta, page, (size_t)n) < 0)
+            break;
+    }
+}
+
+/* The END (or the client gone): wait for the answers, bounded, then
+ * close our side toward the server. */
+static void await_answers(bridge *b)
+{
+    pthread_mutex_lock(&b->mu);
+    b->up_done = 1;
+    uint64_t until = mt_clock_ns() + 10000000000ull;
+    while (!b->down_done && b->answered < b->sent && mt_clock_ns() < until) {
+        uint64_t at = mt_clock_ns() + 100000000ull;
+        (void)mt_cond_wait_until_ns(&b->cv, &b->mu, at < until ? at : until);
+    }
+    pthread_mutex_unlock(&b->mu);
+    static const uint8_t bye[2] = { 0x03, 0xe8 };   /* 1000 */
+    (void)to_server(b, MT_WS_CLOSE, NULL, bye, sizeof bye);
+    shutdown(b->tfd, SHUT_WR);
+}
+
+/* Client -> server, the bridge's first thread: HELLO, the upgrade, then
+ * the chat's or the speech-to-text protocol's stream, and the bridge's
+ * end. */
 static void *up(void *arg)
 {
     bridge *b = arg;
@@ -646,11 +753,10 @@ static void *up(void *arg)
     static __thread uint8_t page[MT_OGGOPUS_PAGE_MAX];
     mt_frame f;
     mt_hello h;
-    char why[300], err[256];
+    char why[300];
     mt_oggopus_enc *enc = NULL;
     pthread_t dt;
     int down_started = 0;
-    const uint8_t ta = K_AUDIO;
     mt_frame_decoder_init(&dec);
     if (read_frame(b, &dec, &f) < 0 || f.type != MT_FRAME_HELLO ||
         mt_hello_decode(f.payload, f.length, &h) != 0) {
@@ -665,92 +771,17 @@ static void *up(void *arg)
         if (asr_stream(b, &dec, &h, &dt) < 0)
             goto out;
         down_started = 1;
-        goto answers;
-    }
-    size_t len;
-    /* a refusal is a Text message (for Kyutai's clients, which show only
-     * text) and then the Error with the same reason: the Error is read */
-    int op, texts = 0;
-    do
-        op = srv_message(b, &len, why, sizeof why);
-    while (op == MT_WS_BINARY && len >= 1 && b->msg[0] == K_TEXT && ++texts <= 4);
-    if (op == MT_WS_BINARY && len >= 1 && b->msg[0] == K_ERROR) {
-        reason(b, MT_FRAME_REJECT, "%.*s", (int)len - 1, (const char *)b->msg + 1);
-        goto out;
-    }
-    if (op != MT_WS_BINARY || len < 1 || b->msg[0] != K_HANDSHAKE) {
-        reason(b, MT_FRAME_REJECT, "no handshake from the server%s%s",
-               op < 0 ? ": " : "", op < 0 ? why : "");
-        goto out;
-    }
-    uint32_t serial;
-    if (getrandom(&serial, sizeof serial, 0) != (ssize_t)sizeof serial ||
-        mt_oggopus_enc_create(K_RATE, K_FRAME, serial, &enc, err, sizeof err) < 0) {
-        reason(b, MT_FRAME_REJECT, "Opus encoder: %s", err);
-        goto out;
-    }
-    long n = mt_oggopus_enc_headers(enc, page, sizeof page, err, sizeof err);
-    if (n < 0 || to_server(b, MT_WS_BINARY, &ta, page, (size_t)n) < 0) {
-        reason(b, MT_FRAME_REJECT, "the Ogg headers could not be sent");
-        goto out;
-    }
-    mt_hello acc = {0};
-    acc.sample_rate = K_RATE;
-    acc.frame_samples = K_FRAME;
-    acc.channels = 1;
-    acc.encoding = MT_ENC_PCM_S16LE;
-    snprintf(acc.model, sizeof acc.model, "%s", h.model);
-    uint8_t ap[MT_HELLO_MAX];
-    long al = mt_hello_encode(&acc, ap, sizeof ap);
-    b->session = 1;
-    if (al < 0 || to_client(b, MT_FRAME_ACCEPT, 0, 0, ap, (size_t)al) < 0)
-        goto out;
-    if (pthread_create(&dt, NULL, down, b) != 0) {
-        reason(b, MT_FRAME_ERROR, "pthread_create failed");
-        goto out;
-    }
-    down_started = 1;
-    for (;;) {
-        if (read_frame(b, &dec, &f) < 0)
-            break;
-        if (f.type == MT_FRAME_END) {
-            /* one frame of silence, not counted: the server's decoder
-             * holds back the codec's pre-skip, so the last real frame
-             * comes out of it only when more audio follows */
-            static const int16_t hush[K_FRAME];
-            pthread_mutex_lock(&b->mu);
-            b->up_done = 1;   /* before its answer can come */
-            pthread_mutex_unlock(&b->mu);
-            n = mt_oggopus_enc_frame(enc, hush, page, sizeof page, err, sizeof err);
-            if (n > 0)
-                (void)to_server(b, MT_WS_BINARY, &ta, page, (size_t)n);
-            break;
+    } else {
+        if (chat_start(b, &h, &enc, page, sizeof page) < 0)
+            goto out;
+        if (pthread_create(&dt, NULL, down, b) != 0) {
+            reason(b, MT_FRAME_ERROR, "pthread_create failed");
+            goto out;
         }
-        if (f.type != MT_FRAME_AUDIO || f.length != 2 * K_FRAME)
-            break;
-        int16_t pcm[K_FRAME];
-        for (int i = 0; i < K_FRAME; i++)
-            pcm[i] = (int16_t)(uint16_t)(f.payload[2 * i] | f.payload[2 * i + 1] << 8);
-        n = mt_oggopus_enc_frame(enc, pcm, page, sizeof page, err, sizeof err);
-        pthread_mutex_lock(&b->mu);
-        b->sent++;
-        pthread_mutex_unlock(&b->mu);
-        if (n < 0 || to_server(b, MT_WS_BINARY, &ta, page, (size_t)n) < 0)
-            break;
+        down_started = 1;
+        chat_stream(b, &dec, enc, page, sizeof page);
     }
-answers:
-    /* the END (or the client gone): wait for the answers, bounded */
-    pthread_mutex_lock(&b->mu);
-    b->up_done = 1;
-    uint64_t until = mt_clock_ns() + 10000000000ull;
-    while (!b->down_done && b->answered < b->sent && mt_clock_ns() < until) {
-        uint64_t at = mt_clock_ns() + 100000000ull;
-        (void)mt_cond_wait_until_ns(&b->cv, &b->mu, at < until ? at : until);
-    }
-    pthread_mutex_unlock(&b->mu);
-    static const uint8_t bye[2] = { 0x03, 0xe8 };   /* 1000 */
-    (void)to_server(b, MT_WS_CLOSE, NULL, bye, sizeof bye);
-    shutdown(b->tfd, SHUT_WR);
+    await_answers(b);
 out:
     if (down_started)
         pthread_join(dt, NULL);

@@ -168,6 +168,121 @@ static int want_bool(json_t *o, const char *sect, const char *key, int want, cha
     return 0;
 }
 
+/* config.seanet, the encoder's and decoder's shape: into c. 0, or -1. */
+static int parse_seanet(json_t *s, mimi_config *c, char *err, size_t errlen)
+{
+    const char *S = "seanet";
+    if (!json_is_object(s)) {
+        mt_set_err(err, errlen, "seanet: not an object");
+        return -1;
+    }
+    json_t *sc = json_object_get(s, "channels");
+    if (sc && !(json_is_integer(sc) && json_integer_value(sc) == 1)) {
+        mt_set_err(err, errlen, "seanet.channels: only 1 is implemented");
+        return -1;
+    }
+    if (get_int(s, S, "dimension", &c->dimension, err, errlen) ||
+        get_int(s, S, "n_filters", &c->n_filters, err, errlen) ||
+        get_int(s, S, "n_residual_layers", &c->n_residual_layers, err, errlen) ||
+        get_int(s, S, "kernel_size", &c->kernel_size, err, errlen) ||
+        get_int(s, S, "residual_kernel_size", &c->residual_kernel_size, err, errlen) ||
+        get_int(s, S, "last_kernel_size", &c->last_kernel_size, err, errlen) ||
+        get_int(s, S, "dilation_base", &c->dilation_base, err, errlen) ||
+        get_int(s, S, "compress", &c->compress, err, errlen) ||
+        want_bool(s, S, "causal", 1, err, errlen) ||
+        want_bool(s, S, "true_skip", 1, err, errlen) ||
+        want_str(s, S, "activation", "ELU", err, errlen) ||
+        want_str(s, S, "norm", "none", err, errlen) ||
+        want_str(s, S, "pad_mode", "constant", err, errlen))
+        return -1;
+    json_t *r = json_object_get(s, "ratios");
+    if (r) {
+        if (!json_is_array(r) || json_array_size(r) < 1 || json_array_size(r) > MIMI_MAX_RATIOS) {
+            mt_set_err(err, errlen, "seanet.ratios: a list of 1 to %d integers", MIMI_MAX_RATIOS);
+            return -1;
+        }
+        c->n_ratios = (int)json_array_size(r);
+        for (int i = 0; i < c->n_ratios; i++) {
+            json_t *e = json_array_get(r, (size_t)i);
+            if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 64) {
+                mt_set_err(err, errlen, "seanet.ratios[%d]: an integer 1..64", i);
+                return -1;
+            }
+            c->ratios[i] = (int)json_integer_value(e);
+        }
+    }
+    json_t *d = json_object_get(s, "disable_norm_outer_blocks");
+    (void)d;   /* irrelevant with norm "none" */
+    return 0;
+}
+
+/* config.quantizer: the split residual VQ. 0, or -1. */
+static int parse_quantizer(json_t *q, mimi_config *c, char *err, size_t errlen)
+{
+    const char *S = "quantizer";
+    if (!json_is_object(q)) {
+        mt_set_err(err, errlen, "quantizer: not an object");
+        return -1;
+    }
+    int in_dim = c->dimension, out_dim = c->dimension;
+    if (get_int(q, S, "dimension", &c->q_dimension, err, errlen) ||
+        get_int(q, S, "n_q", &c->n_q, err, errlen) ||
+        get_int(q, S, "n_q_semantic", &c->n_q_semantic, err, errlen) ||
+        get_int(q, S, "bins", &c->bins, err, errlen) ||
+        get_int(q, S, "input_dimension", &in_dim, err, errlen) ||
+        get_int(q, S, "output_dimension", &out_dim, err, errlen))
+        return -1;
+    if (in_dim != c->dimension || out_dim != c->dimension) {
+        mt_set_err(err, errlen, "quantizer.input_dimension/output_dimension must equal seanet.dimension %d",
+                   c->dimension);
+        return -1;
+    }
+    return 0;
+}
+
+/* config.transformer: the transformers each side of the VQ. 0, or -1. */
+static int parse_transformer(json_t *t, mimi_config *c, char *err, size_t errlen)
+{
+    const char *S = "transformer";
+    if (!json_is_object(t)) {
+        mt_set_err(err, errlen, "transformer: not an object");
+        return -1;
+    }
+    if (get_int(t, S, "d_model", &c->d_model, err, errlen) ||
+        get_int(t, S, "num_heads", &c->num_heads, err, errlen) ||
+        get_int(t, S, "num_layers", &c->num_layers, err, errlen) ||
+        get_int(t, S, "context", &c->context, err, errlen) ||
+        get_int(t, S, "dim_feedforward", &c->dim_feedforward, err, errlen) ||
+        get_num(t, S, "max_period", &c->max_period, err, errlen) ||
+        want_bool(t, S, "causal", 1, err, errlen) ||
+        want_bool(t, S, "conv_layout", 1, err, errlen) ||
+        want_str(t, S, "gating", "none", err, errlen) ||
+        want_str(t, S, "norm", "layer_norm", err, errlen) ||
+        want_str(t, S, "positional_embedding", "rope", err, errlen))
+        return -1;
+    json_t *ls = json_object_get(t, "layer_scale");
+    if (ls)
+        c->layer_scale = !json_is_null(ls);
+    int in_dim = c->d_model;
+    if (get_int(t, S, "input_dimension", &in_dim, err, errlen))
+        return -1;
+    json_t *od = json_object_get(t, "output_dimensions");
+    int od_ok = !od || (json_is_array(od) && json_array_size(od) == 1 &&
+                        json_is_integer(json_array_get(od, 0)) &&
+                        json_integer_value(json_array_get(od, 0)) == c->d_model);
+    if (in_dim != c->d_model || !od_ok) {
+        mt_set_err(err, errlen, "transformer: input_dimension and output_dimensions must be [d_model] "
+                   "(projections are not implemented)");
+        return -1;
+    }
+    json_t *kv = json_object_get(t, "kv_repeat");
+    if (kv && !(json_is_integer(kv) && json_integer_value(kv) == 1)) {
+        mt_set_err(err, errlen, "transformer.kv_repeat: only 1 is implemented");
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_root(json_t *root, mimi_config *c, char *err, size_t errlen)
 {
     if (!json_is_object(root)) {
@@ -189,111 +304,11 @@ static int parse_root(json_t *root, mimi_config *c, char *err, size_t errlen)
         return -1;
     }
     json_t *s = json_object_get(root, "seanet");
-    if (s) {
-        const char *S = "seanet";
-        if (!json_is_object(s)) {
-            mt_set_err(err, errlen, "seanet: not an object");
-            return -1;
-        }
-        json_t *sc = json_object_get(s, "channels");
-        if (sc && !(json_is_integer(sc) && json_integer_value(sc) == 1)) {
-            mt_set_err(err, errlen, "seanet.channels: only 1 is implemented");
-            return -1;
-        }
-        if (get_int(s, S, "dimension", &c->dimension, err, errlen) ||
-            get_int(s, S, "n_filters", &c->n_filters, err, errlen) ||
-            get_int(s, S, "n_residual_layers", &c->n_residual_layers, err, errlen) ||
-            get_int(s, S, "kernel_size", &c->kernel_size, err, errlen) ||
-            get_int(s, S, "residual_kernel_size", &c->residual_kernel_size, err, errlen) ||
-            get_int(s, S, "last_kernel_size", &c->last_kernel_size, err, errlen) ||
-            get_int(s, S, "dilation_base", &c->dilation_base, err, errlen) ||
-            get_int(s, S, "compress", &c->compress, err, errlen) ||
-            want_bool(s, S, "causal", 1, err, errlen) ||
-            want_bool(s, S, "true_skip", 1, err, errlen) ||
-            want_str(s, S, "activation", "ELU", err, errlen) ||
-            want_str(s, S, "norm", "none", err, errlen) ||
-            want_str(s, S, "pad_mode", "constant", err, errlen))
-            return -1;
-        json_t *r = json_object_get(s, "ratios");
-        if (r) {
-            if (!json_is_array(r) || json_array_size(r) < 1 || json_array_size(r) > MIMI_MAX_RATIOS) {
-                mt_set_err(err, errlen, "seanet.ratios: a list of 1 to %d integers", MIMI_MAX_RATIOS);
-                return -1;
-            }
-            c->n_ratios = (int)json_array_size(r);
-            for (int i = 0; i < c->n_ratios; i++) {
-                json_t *e = json_array_get(r, (size_t)i);
-                if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 64) {
-                    mt_set_err(err, errlen, "seanet.ratios[%d]: an integer 1..64", i);
-                    return -1;
-                }
-                c->ratios[i] = (int)json_integer_value(e);
-            }
-        }
-        json_t *d = json_object_get(s, "disable_norm_outer_blocks");
-        (void)d;   /* irrelevant with norm "none" */
-    }
     json_t *q = json_object_get(root, "quantizer");
-    if (q) {
-        const char *S = "quantizer";
-        if (!json_is_object(q)) {
-            mt_set_err(err, errlen, "quantizer: not an object");
-            return -1;
-        }
-        int in_dim = c->dimension, out_dim = c->dimension;
-        if (get_int(q, S, "dimension", &c->q_dimension, err, errlen) ||
-            get_int(q, S, "n_q", &c->n_q, err, errlen) ||
-            get_int(q, S, "n_q_semantic", &c->n_q_semantic, err, errlen) ||
-            get_int(q, S, "bins", &c->bins, err, errlen) ||
-            get_int(q, S, "input_dimension", &in_dim, err, errlen) ||
-            get_int(q, S, "output_dimension", &out_dim, err, errlen))
-            return -1;
-        if (in_dim != c->dimension || out_dim != c->dimension) {
-            mt_set_err(err, errlen, "quantizer.input_dimension/output_dimension must equal seanet.dimension %d",
-                       c->dimension);
-            return -1;
-        }
-    }
     json_t *t = json_object_get(root, "transformer");
-    if (t) {
-        const char *S = "transformer";
-        if (!json_is_object(t)) {
-            mt_set_err(err, errlen, "transformer: not an object");
-            return -1;
-        }
-        if (get_int(t, S, "d_model", &c->d_model, err, errlen) ||
-            get_int(t, S, "num_heads", &c->num_heads, err, errlen) ||
-            get_int(t, S, "num_layers", &c->num_layers, err, errlen) ||
-            get_int(t, S, "context", &c->context, err, errlen) ||
-            get_int(t, S, "dim_feedforward", &c->dim_feedforward, err, errlen) ||
-            get_num(t, S, "max_period", &c->max_period, err, errlen) ||
-            want_bool(t, S, "causal", 1, err, errlen) ||
-            want_bool(t, S, "conv_layout", 1, err, errlen) ||
-            want_str(t, S, "gating", "none", err, errlen) ||
-            want_str(t, S, "norm", "layer_norm", err, errlen) ||
-            want_str(t, S, "positional_embedding", "rope", err, errlen))
-            return -1;
-        json_t *ls = json_object_get(t, "layer_scale");
-        if (ls)
-            c->layer_scale = !json_is_null(ls);
-        int in_dim = c->d_model;
-        if (get_int(t, S, "input_dimension", &in_dim, err, errlen))
-            return -1;
-        json_t *od = json_object_get(t, "output_dimensions");
-        int od_ok = !od || (json_is_array(od) && json_array_size(od) == 1 &&
-                            json_is_integer(json_array_get(od, 0)) &&
-                            json_integer_value(json_array_get(od, 0)) == c->d_model);
-        if (in_dim != c->d_model || !od_ok) {
-            mt_set_err(err, errlen, "transformer: input_dimension and output_dimensions must be [d_model] "
-                       "(projections are not implemented)");
-            return -1;
-        }
-        json_t *kv = json_object_get(t, "kv_repeat");
-        if (kv && !(json_is_integer(kv) && json_integer_value(kv) == 1)) {
-            mt_set_err(err, errlen, "transformer.kv_repeat: only 1 is implemented");
-            return -1;
-        }
-    }
+    if ((s && parse_seanet(s, c, err, errlen)) || (q && parse_quantizer(q, c, err, errlen)) ||
+        (t && parse_transformer(t, c, err, errlen)))
+        return -1;
     return 0;
 }
 

@@ -645,6 +645,98 @@ static int find_weights(const char *dir, char *out, size_t outlen, char *err, si
     return 0;
 }
 
+/* A config.json at path into *c (over the published defaults). 0, or -1. */
+static int config_file(const char *path, mimi_config *c, char *err, size_t errlen)
+{
+    mimi_config_default(c);
+    size_t len;
+    char *txt = read_text(path, 1 << 20, &len, err, errlen);
+    if (!txt)
+        return -1;
+    int rc = mimi_config_parse(txt, len, path, c, err, errlen);
+    free(txt);
+    return rc != 0 ? -1 : 0;
+}
+
+/* synthetic:NAME[:seed=N]: the preset's config (unless have_c) with
+ * random weights, or its shape alone. 0, or -1. */
+static int load_synthetic(const char *spec, mimi_config *c, int have_c, int shape_only,
+                          mimi_model **m, char *err, size_t errlen)
+{
+    const char *name = spec + 10;
+    uint64_t seed = 1;
+    const char *colon = strchr(name, ':');
+    size_t nl = colon ? (size_t)(colon - name) : strlen(name);
+    if (colon) {
+        char *end;
+        if (strncmp(colon, ":seed=", 6) != 0 || !colon[6]) {
+            mt_set_err(err, errlen, "%s: expected synthetic:NAME[:seed=N]", spec);
+            return -1;
+        }
+        errno = 0;
+        seed = strtoull(colon + 6, &end, 10);
+        if (*end || errno) {
+            mt_set_err(err, errlen, "%s: bad seed", spec);
+            return -1;
+        }
+    }
+    if (!have_c) {
+        if (nl == 4 && strncmp(name, "mimi", 4) == 0)
+            mimi_config_default(c);
+        else if (nl == 9 && strncmp(name, "mimi-tiny", 9) == 0)
+            mimi_config_tiny(c);
+        else {
+            mt_set_err(err, errlen, "%s: unknown synthetic codec (synthetic:mimi, synthetic:mimi-tiny)",
+                       spec);
+            return -1;
+        }
+    }
+    return shape_only ? mimi_model_build(c, 0, m, err, errlen)
+                      : mimi_synthetic(c, seed, m, err, errlen);
+}
+
+/* The checkpoint file wpath, mapped: its weights (with *c when have_c,
+ * else its own config), or with shape_only the config alone (have_c's, the
+ * file's metadata, or the published one). 0, or -1. */
+static int load_checkpoint(const char *wpath, mimi_config *c, int have_c, int shape_only,
+                           mimi_model **m, char *err, size_t errlen)
+{
+    struct stat sb;
+    int fd = open(wpath, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        mt_set_err(err, errlen, "%s: %s", wpath, fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    size_t flen = (size_t)sb.st_size;
+    void *map = flen ? mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (map == MAP_FAILED) {
+        mt_set_err(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
+        return -1;
+    }
+    static const uint8_t empty[1];
+    int rc;
+    if (shape_only) {
+        if (!have_c) {
+            mimi_config_default(c);
+            char *js = map ? metadata_config(map, flen) : NULL;
+            rc = js ? mimi_config_parse(js, strlen(js), wpath, c, err, errlen) : 0;
+            free(js);
+        } else {
+            rc = 0;
+        }
+        if (rc == 0)
+            rc = mimi_model_build(c, 0, m, err, errlen);
+    } else {
+        rc = mimi_load_mem(map ? map : empty, flen, wpath, have_c ? c : NULL, m, err, errlen);
+    }
+    if (map)
+        munmap(map, flen);
+    return rc != 0 ? -1 : 0;
+}
+
 static int load_any(const char *spec, const char *config_path, int n_q_used, int shape_only,
                     mimi_model **out, char *err, size_t errlen)
 {
@@ -656,48 +748,13 @@ static int load_any(const char *spec, const char *config_path, int n_q_used, int
         return -1;
     }
     if (config_path) {
-        mimi_config_default(&c);
-        size_t len;
-        char *txt = read_text(config_path, 1 << 20, &len, err, errlen);
-        if (!txt)
-            return -1;
-        int rc = mimi_config_parse(txt, len, config_path, &c, err, errlen);
-        free(txt);
-        if (rc != 0)
+        if (config_file(config_path, &c, err, errlen) != 0)
             return -1;
         have_c = 1;
     }
     mimi_model *m = NULL;
     if (strncmp(spec, "synthetic:", 10) == 0) {
-        const char *name = spec + 10;
-        uint64_t seed = 1;
-        const char *colon = strchr(name, ':');
-        size_t nl = colon ? (size_t)(colon - name) : strlen(name);
-        if (colon) {
-            char *end;
-            if (strncmp(colon, ":seed=", 6) != 0 || !colon[6]) {
-                mt_set_err(err, errlen, "%s: expected synthetic:NAME[:seed=N]", spec);
-                return -1;
-            }
-            errno = 0;
-            seed = strtoull(colon + 6, &end, 10);
-            if (*end || errno) {
-                mt_set_err(err, errlen, "%s: bad seed", spec);
-                return -1;
-            }
-        }
-        if (!have_c) {
-            if (nl == 4 && strncmp(name, "mimi", 4) == 0)
-                mimi_config_default(&c);
-            else if (nl == 9 && strncmp(name, "mimi-tiny", 9) == 0)
-                mimi_config_tiny(&c);
-            else {
-                mt_set_err(err, errlen, "%s: unknown synthetic codec (synthetic:mimi, synthetic:mimi-tiny)",
-                           spec);
-                return -1;
-            }
-        }
-        if (shape_only ? mimi_model_build(&c, 0, &m, err, errlen) : mimi_synthetic(&c, seed, &m, err, errlen))
+        if (load_synthetic(spec, &c, have_c, shape_only, &m, err, errlen) != 0)
             return -1;
     } else {
         char wpath[4096];
@@ -709,58 +766,17 @@ static int load_any(const char *spec, const char *config_path, int n_q_used, int
         if (S_ISDIR(sb.st_mode)) {
             if (find_weights(spec, wpath, sizeof wpath, err, errlen) != 0)
                 return -1;
-            if (!have_c) {
-                char cpath[4096];
-                snprintf(cpath, sizeof cpath, "%s/config.json", spec);
-                if (stat(cpath, &sb) == 0) {
-                    mimi_config_default(&c);
-                    size_t len;
-                    char *txt = read_text(cpath, 1 << 20, &len, err, errlen);
-                    if (!txt)
-                        return -1;
-                    int rc = mimi_config_parse(txt, len, cpath, &c, err, errlen);
-                    free(txt);
-                    if (rc != 0)
-                        return -1;
-                    have_c = 1;
-                }
+            char cpath[4096];
+            snprintf(cpath, sizeof cpath, "%s/config.json", spec);
+            if (!have_c && stat(cpath, &sb) == 0) {
+                if (config_file(cpath, &c, err, errlen) != 0)
+                    return -1;
+                have_c = 1;
             }
         } else {
             snprintf(wpath, sizeof wpath, "%s", spec);
         }
-        int fd = open(wpath, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            mt_set_err(err, errlen, "%s: %s", wpath, fd < 0 ? strerror(errno) : "not a regular file");
-            if (fd >= 0)
-                close(fd);
-            return -1;
-        }
-        size_t flen = (size_t)sb.st_size;
-        void *map = flen ? mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-        close(fd);
-        if (map == MAP_FAILED) {
-            mt_set_err(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
-            return -1;
-        }
-        static const uint8_t empty[1];
-        int rc;
-        if (shape_only) {
-            if (!have_c) {
-                mimi_config_default(&c);
-                char *js = map ? metadata_config(map, flen) : NULL;
-                rc = js ? mimi_config_parse(js, strlen(js), wpath, &c, err, errlen) : 0;
-                free(js);
-            } else {
-                rc = 0;
-            }
-            if (rc == 0)
-                rc = mimi_model_build(&c, 0, &m, err, errlen);
-        } else {
-            rc = mimi_load_mem(map ? map : empty, flen, wpath, have_c ? &c : NULL, &m, err, errlen);
-        }
-        if (map)
-            munmap(map, flen);
-        if (rc != 0)
+        if (load_checkpoint(wpath, &c, have_c, shape_only, &m, err, errlen) != 0)
             return -1;
     }
     int nq = n_q_used > 0 ? n_q_used : (have_c ? c.n_q_used : m->c.n_q_used);

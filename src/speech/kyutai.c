@@ -534,14 +534,13 @@ static int dep_frame_device(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B
 
 static double ms_since(uint64_t t0) { return (double)(mt_clock_ns() - t0) / 1e6; }
 
-int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
-                   mt_kyutai_sess *const *sess, const int32_t *user,
-                   const mt_kyutai_out *out, char *err, size_t errlen)
+/* The user's tokens of the step [B, n_q - dep_q]: each -1 (none) or a
+ * code of the card. 0, or -1 with err. */
+static int check_user(const mt_kyutai_gen *g, int B, const int32_t *user, char *err,
+                      size_t errlen)
 {
-    const mt_kyutai_lm *lm = g->lm;
-    const mt_kyutai_config *kc = &lm->kc;
-    const int nk = 1 + kc->n_q, nu = kc->n_q - kc->dep_q, Q = kc->dep_q;
-    const size_t D = (size_t)kc->dim;
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int nu = kc->n_q - kc->dep_q;
     if (B < 1 || B > g->maxb) {
         mt_set_err(err, errlen, "kyutai: batch of %d outside 1..%d", B, g->maxb);
         return -1;
@@ -552,10 +551,20 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
                      (int)user[r], r / (nu ? nu : 1), r % (nu ? nu : 1), kc->card - 1);
             return -1;
         }
+    return 0;
+}
 
-    /* input tokens and embeddings; the user's tokens go into the rings
-     * only once the step has succeeded, so a failed step changes nothing */
-    uint64_t t0 = mt_clock_ns();
+/* The step's input tokens g->in [B, 1 + n_q] (each stream's, delayed) and
+ * their embeddings summed into g->x [B, dim]; the user's tokens go into
+ * the rings only once the step has succeeded (write_rings), so a failed
+ * step changes nothing. 0, or -1 with err. */
+static int embed_inputs(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
+                        const int32_t *user, char *err, size_t errlen)
+{
+    const mt_kyutai_lm *lm = g->lm;
+    const mt_kyutai_config *kc = &lm->kc;
+    const int nk = 1 + kc->n_q, nu = kc->n_q - kc->dep_q, Q = kc->dep_q;
+    const size_t D = (size_t)kc->dim;
     for (int r = 0; r < B; r++) {
         const mt_kyutai_sess *s = sess[r];
         int64_t t = s->offset;
@@ -584,66 +593,60 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
                 x[i] += e[i];
         }
     }
-    g->times.embed_ms = ms_since(t0);
+    return 0;
+}
 
-    /* the temporal transformer: text logits and out_norm(h) */
-    t0 = mt_clock_ns();
-    mt_step_io io = { .x_in = g->x, .h_out = g->h, .logits = g->tlog };
-    if (mt_decoder_step(g->dec, B, seqs, &io, err, errlen))
+/* The depformer: dep_q tokens into g->audio [B, dep_q], each from the one
+ * before: on the device with their sampling (one sync), by rows on the
+ * decoder's threads, or step by step. *sample_ns: the time spent sampling.
+ * A failure (CUDA's) returns before any session's token rings are
+ * written. 0, or -1 with err. */
+static int depformer_frame(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
+                           const mt_kyutai_out *out, double *sample_ns, char *err,
+                           size_t errlen)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int Q = kc->dep_q;
+    *sample_ns = 0;
+    if (mt_depformer_begin(g->df, B, g->h)) {
+        mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
         return -1;
-    g->times.temporal_ms = ms_since(t0);
-
-    uint64_t ts = mt_clock_ns();
-    sample_rows(g, sess, B, -1);
-    double text_sample_ns = (double)(mt_clock_ns() - ts), dep_sample_ns = 0;
-    memcpy(g->text, g->tok, (size_t)B * sizeof(int32_t));
-    if (out->text)
-        memcpy(out->text, g->text, (size_t)B * sizeof(int32_t));
-    if (out->text_logits)
-        memcpy(out->text_logits, g->tlog, (size_t)B * kc->text_card_out * sizeof(float));
-
-    /* the depformer: dep_q tokens, each from the one before */
-    t0 = mt_clock_ns();
-    if (Q > 0) {
-        /* a failure (CUDA's) returns before any session's token rings
-         * are written */
-        if (mt_depformer_begin(g->df, B, g->h)) {
+    }
+    int on_device = g->dev_sample && !out->dep_logits;
+    if (on_device)
+        return dep_frame_device(g, sess, B, err, errlen);
+    if (mt_depformer_rows_split(g->df)) {
+        struct dep_frame j = { g, sess, out, B, 0 };
+        mt_decoder_parallel(g->dec, dep_frame_phase, &j);
+        *sample_ns = j.sample_ns;
+        return 0;
+    }
+    for (int k = 0; k < Q; k++) {
+        if (mt_depformer_next(g->df, k, g->tok, g->dlog)) {
             mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
             return -1;
         }
-        /* the frame's steps: on the device with their sampling (one sync),
-         * by rows on the decoder's threads, or step by step below */
-        int on_device = g->dev_sample && !out->dep_logits;
-        if (on_device && dep_frame_device(g, sess, B, err, errlen))
-            return -1;
-        if (!on_device && mt_depformer_rows_split(g->df)) {
-            struct dep_frame j = { g, sess, out, B, 0 };
-            mt_decoder_parallel(g->dec, dep_frame_phase, &j);
-            dep_sample_ns = j.sample_ns;
-        }
-        for (int k = 0; k < Q && !on_device && !mt_depformer_rows_split(g->df); k++) {
-            if (mt_depformer_next(g->df, k, g->tok, g->dlog)) {
-                mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
-                return -1;
-            }
-            if (out->dep_logits)
-                for (int r = 0; r < B; r++)
-                    memcpy(out->dep_logits + ((size_t)r * Q + k) * kc->card,
-                           g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
-            ts = mt_clock_ns();
-            sample_rows(g, sess, B, k);
+        if (out->dep_logits)
             for (int r = 0; r < B; r++)
-                g->audio[(size_t)r * Q + k] = g->tok[r];
-            dep_sample_ns += (double)(mt_clock_ns() - ts);
-        }
+                memcpy(out->dep_logits + ((size_t)r * Q + k) * kc->card,
+                       g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
+        uint64_t ts = mt_clock_ns();
+        sample_rows(g, sess, B, k);
+        for (int r = 0; r < B; r++)
+            g->audio[(size_t)r * Q + k] = g->tok[r];
+        *sample_ns += (double)(mt_clock_ns() - ts);
     }
-    g->times.depformer_ms = ms_since(t0) - dep_sample_ns / 1e6;
-    g->times.sample_ms = (text_sample_ns + dep_sample_ns) / 1e6;
-    if (out->audio)
-        memcpy(out->audio, g->audio, (size_t)B * Q * sizeof(int32_t));
+    return 0;
+}
 
-    /* the rings: user tokens at t + delay, the generated ones at t + 1;
-     * from t + 1 > max_delay on, the undelayed frame t + 1 - max_delay */
+/* The rings, once the step succeeded: user tokens at t + delay, the
+ * generated ones at t + 1; from t + 1 > max_delay on, out->frame gets the
+ * undelayed frame t + 1 - max_delay. */
+static void write_rings(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
+                        const int32_t *user, const mt_kyutai_out *out)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int nu = kc->n_q - kc->dep_q, Q = kc->dep_q;
     for (int r = 0; r < B; r++) {
         mt_kyutai_sess *s = sess[r];
         int64_t t = s->offset;
@@ -663,5 +666,46 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
                            : UNGENERATED;
         }
     }
+}
+
+int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
+                   mt_kyutai_sess *const *sess, const int32_t *user,
+                   const mt_kyutai_out *out, char *err, size_t errlen)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int Q = kc->dep_q;
+    if (check_user(g, B, user, err, errlen))
+        return -1;
+
+    uint64_t t0 = mt_clock_ns();
+    if (embed_inputs(g, B, sess, user, err, errlen))
+        return -1;
+    g->times.embed_ms = ms_since(t0);
+
+    /* the temporal transformer: text logits and out_norm(h) */
+    t0 = mt_clock_ns();
+    mt_step_io io = { .x_in = g->x, .h_out = g->h, .logits = g->tlog };
+    if (mt_decoder_step(g->dec, B, seqs, &io, err, errlen))
+        return -1;
+    g->times.temporal_ms = ms_since(t0);
+
+    uint64_t ts = mt_clock_ns();
+    sample_rows(g, sess, B, -1);
+    double text_sample_ns = (double)(mt_clock_ns() - ts), dep_sample_ns = 0;
+    memcpy(g->text, g->tok, (size_t)B * sizeof(int32_t));
+    if (out->text)
+        memcpy(out->text, g->text, (size_t)B * sizeof(int32_t));
+    if (out->text_logits)
+        memcpy(out->text_logits, g->tlog, (size_t)B * kc->text_card_out * sizeof(float));
+
+    t0 = mt_clock_ns();
+    if (Q > 0 && depformer_frame(g, B, sess, out, &dep_sample_ns, err, errlen))
+        return -1;
+    g->times.depformer_ms = ms_since(t0) - dep_sample_ns / 1e6;
+    g->times.sample_ms = (text_sample_ns + dep_sample_ns) / 1e6;
+    if (out->audio)
+        memcpy(out->audio, g->audio, (size_t)B * Q * sizeof(int32_t));
+
+    write_rings(g, B, sess, user, out);
     return 0;
 }
