@@ -163,6 +163,13 @@ EXAMPLES = [
     ("metronome.7", "npm run build", dict(skip="needs Node and Kyutai's client "
                                           "source (kyutai-labs/moshi), not here")),
     ("metronome.7", "http.server", dict(skip="needs Kyutai's web client built")),
+    # Kyutai's speech-to-text protocol: before the --ws rules, which its
+    # examples would match too
+    ("metronome.7", "api/asr-streaming", dict(timeout=120, files=["words.txt"])),
+    ("mt-serve.1", "api/asr-streaming", dict(timeout=120, files=["words.txt"])),
+    ("mt-replay.1", "api/asr-streaming", dict(timeout=120, files=["words.txt"])),
+    ("mt-serve.1", "npm ci", dict(skip="needs the network (git clone) and Node to build "
+                                   "Kyutai's client; serve_static.sh tests --static")),
     ("metronome.7", "--ws 127.0.0.1:0", dict(
         timeout=120, subs=[("--frames 50", "--frames 20")], files=["back.wav"])
         if WS_OK else dict(skip="needs opus-tools and Debian's python3-websockets")),

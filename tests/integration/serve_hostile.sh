@@ -32,8 +32,9 @@ now() { date +%s.%N; }
     >"$T_TMP/lat1" 2>"$T_TMP/log1" &
 SRV=$!; t_track $SRV
 t_check "1: server listens under ulimit -n 64" wait_for_socket "$SOCK" 300
+# said just after the socket is made: wait for the line, not the socket
 t_check "1: the connection cap is fitted to the descriptor limit" \
-    grep -q 'descriptor limit 64 .*connection cap is' "$T_TMP/log1"
+    wait_for_line "$T_TMP/log1" 'descriptor limit 64 .*connection cap is' 
 timeout 60 "$FC" -s "$SOCK" -n 2 -f 125 >"$T_TMP/good1" &
 G=$!
 sleep 0.5
