@@ -111,6 +111,14 @@ wait_for_line() {
     while ! grep -q -- "$2" "$1" 2>/dev/null && [ $i -lt "$n" ]; do sleep 0.1; i=$((i + 1)); done
     grep -q -- "$2" "$1" 2>/dev/null
 }
+# t_host_busy: 0 (true) when the host is busier than its cores (the
+# 1-minute load average at or over nproc, as beside a build), with the
+# figure in T_LOAD. Real-time checks of a simulated device measure the
+# host too: such a host gets a skip that gives the load, never a pass.
+t_host_busy() {
+    T_LOAD=$(cut -d' ' -f1 /proc/loadavg)
+    awk -v l="$T_LOAD" -v n="$(nproc)" 'BEGIN { exit !(l >= n) }'
+}
 # The transport the serve/replay tests use: MT_TRANSPORT=unix (default) or
 # tcp. With tcp the server listens on its Unix socket and on a loopback TCP
 # port (so wait_for_socket still tells when it is up), and the clients

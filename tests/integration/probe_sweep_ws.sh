@@ -63,8 +63,17 @@ t_check "sweep over mt-frame exits 0" test $rmf -eq 0
 t_check "sweep over ws:// exits 0" test $rws -eq 0
 grep -q "^# sweep: .*latencies in ms from the client's round trip" ws.out
 t_ok $? "over ws:// the latencies are the client's round trip"
-t_check "the mt-frame wall ($a) is inside the range 2..5, so the comparison can tell" \
-    test -n "$a" -a "$a" -ge 2 -a "$a" -lt 5
-t_check "the ws:// wall ($b) is the mt-frame wall ($a) within one level" \
-    test -n "$b" -a "$b" -ge $((a - 1)) -a "$b" -le $((a + 1))
+# The walls are real-time figures of this host: a host busier than its
+# cores (load over nproc, as beside a build) moves them, and the sweep's
+# own lines say when its client fell behind. Then the comparison is
+# skipped with the figures; a host with a core free must pass it.
+if t_host_busy && ! { [ -n "$a" ] && [ "$a" -ge 2 ] && [ "$a" -lt 5 ]; }; then
+    t_skip "the mt-frame wall (${a:-none}) on a host with load $T_LOAD on $(nproc) cores: the host, not the server"
+    t_skip "the ws:// wall (${b:-none}) against it: the same"
+else
+    t_check "the mt-frame wall ($a) is inside the range 2..5, so the comparison can tell" \
+        test -n "$a" -a "$a" -ge 2 -a "$a" -lt 5
+    t_check "the ws:// wall ($b) is the mt-frame wall ($a) within one level" \
+        test -n "$b" -a "$b" -ge $((a - 1)) -a "$b" -le $((a + 1))
+fi
 t_done
