@@ -71,9 +71,18 @@ t_check "--signal tick: exits 0" test $rc -eq 0
 awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ || NF == 0 { next }
     col("concurrency") == 20 { a = col("tick_p99_ms") } col("concurrency") == 40 { b = col("tick_p99_ms") }
     END { if (COLS_BAD) exit 2; exit !(a + 0 > 0 && a + 0 < 80 && b + 0 >= 80) }' "$T_TMP/tick"
-t_ok $? "--signal tick: the tick p99 column is under the period at 20, over it at 40"
+tick_ok=$?
 grep -qE '^# wall: 20 sessions .*max\(step_ms, late_ms\).* 80 ms budget of one frame period' "$T_TMP/tick"
-t_ok $? "--signal tick: the wall is 20, judged by the tick signal against one period"
+wall_ok=$?
+# 20 sessions step in about 43 ms here: a host busier than its cores
+# wakes the tick thread late past the period (the sweep measured it)
+if [ $((tick_ok + wall_ok)) != 0 ] && t_host_busy; then
+    t_skip "--signal tick: the tick p99 at 20 under the period: this host had load $T_LOAD on $(nproc) cores"
+    t_skip "--signal tick: the wall at 20: the same"
+else
+    t_ok $tick_ok "--signal tick: the tick p99 column is under the period at 20, over it at 40"
+    t_ok $wall_ok "--signal tick: the wall is 20, judged by the tick signal against one period"
+fi
 # Every level passing (2 and 4 sessions step in a few ms on this device;
 # a budget of 400 ms so that a busy host's late wake-up does not name a
 # wall): no wall in the range, and the line says to raise --to.
