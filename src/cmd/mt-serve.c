@@ -932,6 +932,14 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
      * the server and its threads, which inherit SCHED_FIFO (realtime.h) */
     if (a->rt_priority && mt_realtime_enter(a->rt_priority, err, sizeof err) != 0)
         goto out;
+    static char opening[300];
+    struct stat lst;
+    if (a->so.latency_log && stat(a->so.latency_log, &lst) == 0 && S_ISFIFO(lst.st_mode))
+        snprintf(opening, sizeof opening, "waiting for a reader of --latency-log %.200s",
+                 a->so.latency_log);
+    else
+        snprintf(opening, sizeof opening, "opening the server's sockets");
+    mt_startup_stage(opening);
     int src = mt_server_create(&a->so, &srv, err, sizeof err);
     if (src == MT_SERVER_STOPPED) {
         fprintf(stderr, "%s: %s\n", prog, err);
