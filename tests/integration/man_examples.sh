@@ -275,6 +275,23 @@ def kill_group(p):
         pass
     p.wait()
 
+def reap_group(pgid, secs):
+    """Waits until no process of the group is left (an example's server,
+    told to stop by its `kill %1`, drains and writes its last log lines
+    after the example's shell ended: into a file the next example may
+    have truncated, leaving a hole of NULs), then SIGKILL for the rest."""
+    end = time.time() + secs
+    while time.time() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
 def wait_for(path, secs):
     end = time.time() + secs
     while time.time() < end:
@@ -378,6 +395,7 @@ for page in pages:
                 else:
                     # what the example left in the background (metronome.7)
                     stop_group(p, signal.SIGINT, 0)
+                reap_group(p.pid, 30)
             if fixture:
                 stop_group(fixture, signal.SIGTERM, 15) or kill_group(fixture)
             flog.close()
