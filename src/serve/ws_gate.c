@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "serve/asr_session.h"
+#include "serve/byteq.h"
 #include "serve/guard.h"
 #include "util/errmsg.h"
 #include "util/clock.h"
@@ -75,10 +76,6 @@ enum { W_UPGRADE = 0, W_WAIT, W_OPEN, W_CLOSING, W_HELD };   /* W_HELD: a
 enum { FAIL_NONE = 0, FAIL_OUT, FAIL_IOUT };   /* which queue overflowed */
 enum { MSG_HANDSHAKE = 0, MSG_AUDIO = 1, MSG_TEXT = 2, MSG_ERROR = 5 };
 
-typedef struct bbuf {
-    uint8_t *p;
-    size_t   off, len, cap;    /* bytes [off, len) waiting */
-} bbuf;
 
 typedef struct wsc {
     int              fd, ifd;          /* the client; the server (-1) */
@@ -93,8 +90,8 @@ typedef struct wsc {
     mt_ws_reader     rd;
     uint8_t         *msg;              /* [MT_WS_GATE_MSG_MAX] */
     mt_frame_decoder *fdec;            /* the server's frames */
-    bbuf             out, iout;        /* to the client; to the server */
-    bbuf             pre;              /* PCM s16le frames decoded before
+    mt_byteq             out, iout;        /* to the client; to the server */
+    mt_byteq             pre;              /* PCM s16le frames decoded before
                                           the verdict, sent once admitted */
     mt_oggopus_dec  *dec;
     mt_oggopus_enc  *enc;
@@ -125,59 +122,15 @@ struct mt_ws_gate {
 
 #define glog(g, ...) mt_logf((g)->o.log, (g)->o.log_ctx, __VA_ARGS__)
 
-/* ---- byte queues ------------------------------------------------------------ */
-
-static int bb_put(bbuf *b, const void *p, size_t n, size_t max)
-{
-    if (b->len - b->off + n > max)
-        return -1;
-    if (b->off > 0 && b->len + n > b->cap) {
-        memmove(b->p, b->p + b->off, b->len - b->off);
-        b->len -= b->off;
-        b->off = 0;
-    }
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *np = realloc(b->p, cap);
-        if (!np)
-            return -1;
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static size_t bb_size(const bbuf *b)
-{
-    return b->len - b->off;
-}
-
-/* Writes what fd takes. 0, or -1 (the peer is gone). */
-static int bb_flush(bbuf *b, int fd)
-{
-    while (b->off < b->len) {
-        ssize_t n = send(fd, b->p + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0)
-            return errno == EAGAIN || errno == EINTR ? 0 : -1;
-        b->off += (size_t)n;
-    }
-    b->off = b->len = 0;
-    return 0;
-}
-
 /* ---- to the client ------------------------------------------------------------ */
 
 static void ws_send(wsc *c, int op, const void *a, size_t alen, const void *b, size_t blen)
 {
     uint8_t h[10];
     size_t hl = mt_ws_header(op, alen + blen, h);
-    if (bb_put(&c->out, h, hl, c->g->o.out_max) != 0 ||
-        (alen && bb_put(&c->out, a, alen, c->g->o.out_max) != 0) ||
-        (blen && bb_put(&c->out, b, blen, c->g->o.out_max) != 0))
+    if (mt_byteq_put(&c->out, h, hl, c->g->o.out_max) != 0 ||
+        (alen && mt_byteq_put(&c->out, a, alen, c->g->o.out_max) != 0) ||
+        (blen && mt_byteq_put(&c->out, b, blen, c->g->o.out_max) != 0))
         c->failed = FAIL_OUT;   /* the client does not read */
 }
 
@@ -230,7 +183,7 @@ static void http_answer(wsc *c, int status, const char *extra, const char *text)
     int n = snprintf(buf, sizeof buf, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; "
                      "charset=utf-8\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
                      status, mt_http_reason(status), strlen(text), extra ? extra : "", text);
-    if (n > 0 && (size_t)n < sizeof buf && bb_put(&c->out, buf, (size_t)n, c->g->o.out_max) == 0) {
+    if (n > 0 && (size_t)n < sizeof buf && mt_byteq_put(&c->out, buf, (size_t)n, c->g->o.out_max) == 0) {
         c->state = W_CLOSING;
         c->deadline = mt_clock_ns() + CLOSING_NS;
         return;
@@ -254,7 +207,7 @@ static void send_frame(wsc *c, int type, const void *payload, uint32_t len)
     f.length = len;
     f.payload = payload;
     long n = mt_frame_encode(&f, buf, sizeof buf);
-    if (n < 0 || bb_put(&c->iout, buf, (size_t)n, IOUT_MAX) != 0)
+    if (n < 0 || mt_byteq_put(&c->iout, buf, (size_t)n, IOUT_MAX) != 0)
         c->failed = FAIL_IOUT;   /* the server does not take it */
 }
 
@@ -274,7 +227,7 @@ static void on_pcm(void *ctx, const int16_t *pcm)
         le[2 * i + 1] = (uint8_t)((uint16_t)pcm[i] >> 8);
     }
     if (!c->admitted) {
-        if (bb_put(&c->pre, le, (size_t)(2 * n), (size_t)(2 * n) * PRE_ADMIT_FRAMES) != 0)
+        if (mt_byteq_put(&c->pre, le, (size_t)(2 * n), (size_t)(2 * n) * PRE_ADMIT_FRAMES) != 0)
             refuse(c, "too much audio before admission");
         return;
     }
@@ -397,7 +350,7 @@ static void static_answer(mt_ws_gate *g, wsc *c, const mt_http_req *r)
     char why[120];
     if (mt_static_answer(g->o.static_files, r->method, r->path, &resp, &len, &status, why,
                          sizeof why) != 0 ||
-        bb_put(&c->out, resp, len, len > g->o.out_max ? len : g->o.out_max) != 0) {
+        mt_byteq_put(&c->out, resp, len, len > g->o.out_max ? len : g->o.out_max) != 0) {
         free(resp);
         c->failed = 1;
         return;
@@ -493,7 +446,7 @@ static void upgrade(mt_ws_gate *g, wsc *c, const mt_http_req *r)
     int n = snprintf(resp, sizeof resp, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: "
                      "websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
                      accept);
-    if (bb_put(&c->out, resp, (size_t)n, g->o.out_max) != 0) {
+    if (mt_byteq_put(&c->out, resp, (size_t)n, g->o.out_max) != 0) {
         c->failed = FAIL_OUT;
         return;
     }
@@ -564,7 +517,7 @@ static void client_message(wsc *c, const mt_ws_msg *m)
          * the server), and the close answered */
         if (c->admitted && c->ifd >= 0)
             send_frame(c, MT_FRAME_END, NULL, 0);
-        if (c->ifd >= 0 && bb_size(&c->iout) && bb_flush(&c->iout, c->ifd) != 0)
+        if (c->ifd >= 0 && mt_byteq_size(&c->iout) && mt_byteq_flush(&c->iout, c->ifd) != 0)
             c->failed = FAIL_IOUT;
         ws_close(c, 1000, "");
         return;
@@ -644,7 +597,7 @@ static int client_read(mt_ws_gate *g, wsc *c)
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : -1;
         if (n == 0) {   /* the client is gone: what can still go, goes */
-            if (bb_size(&c->out) && bb_flush(&c->out, c->fd) != 0)
+            if (mt_byteq_size(&c->out) && mt_byteq_flush(&c->out, c->fd) != 0)
                 return -1;
             return -1;
         }
@@ -887,10 +840,10 @@ static void evict(mt_ws_gate *g, int i, const char *why)
     if (c->state == W_OPEN || c->state == W_WAIT) {
         if (c->admitted && c->ifd >= 0)
             send_frame(c, MT_FRAME_END, NULL, 0);   /* the server counts the rest */
-        if (c->ifd >= 0 && bb_size(&c->iout))
-            (void)bb_flush(&c->iout, c->ifd);
+        if (c->ifd >= 0 && mt_byteq_size(&c->iout))
+            (void)mt_byteq_flush(&c->iout, c->ifd);
         ws_close(c, 1008, why);
-        (void)bb_flush(&c->out, c->fd);
+        (void)mt_byteq_flush(&c->out, c->fd);
     }
     g->n_evicted++;
     conn_free(g, i);
@@ -973,9 +926,9 @@ static void report(mt_ws_gate *g, uint64_t now, int final)
 /* After events: flushes, and the verdict on each connection. 0 keeps it. */
 static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
 {
-    if (c->ifd >= 0 && bb_size(&c->iout) && bb_flush(&c->iout, c->ifd) != 0)
+    if (c->ifd >= 0 && mt_byteq_size(&c->iout) && mt_byteq_flush(&c->iout, c->ifd) != 0)
         refuse(c, "the server closed the session");
-    if (bb_size(&c->out) && bb_flush(&c->out, c->fd) != 0)
+    if (mt_byteq_size(&c->out) && mt_byteq_flush(&c->out, c->fd) != 0)
         return -1;
     if (c->failed) {
         const char *why = c->failed == FAIL_IOUT ? "its queue to the server passed "
@@ -991,7 +944,7 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
     /* as the frame socket's slow reader: output waiting with none taken
      * for write_timeout (its session's frames are counted unanswered by
      * the server when the gate's connection to it closes) */
-    if (!bb_size(&c->out)) {
+    if (!mt_byteq_size(&c->out)) {
         c->stuck_since = 0;
     } else if (!c->stuck_since) {
         c->stuck_since = now;
@@ -1000,7 +953,7 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
                               "does not read)", now))
             glog(g, "ws: %s dropped: no output accepted for %.1f s (%zu bytes waiting): "
                  "the client does not read", c->peer,
-                 (double)(now - c->stuck_since) / 1e9, bb_size(&c->out));
+                 (double)(now - c->stuck_since) / 1e9, mt_byteq_size(&c->out));
         g->n_dropped++;
         return -1;
     }
@@ -1013,7 +966,7 @@ static int settle(mt_ws_gate *g, wsc *c, uint64_t now)
      * and dropped until it closes (or the closing deadline): closing with
      * its bytes unread would send a reset, and a reset can destroy the
      * Error and the close frame before the client reads them */
-    if (c->state == W_CLOSING && !bb_size(&c->out) && !c->shut) {
+    if (c->state == W_CLOSING && !mt_byteq_size(&c->out) && !c->shut) {
         c->shut = 1;
         if (shutdown(c->fd, SHUT_WR) != 0)
             return -1;
@@ -1038,7 +991,7 @@ static void stopping(mt_ws_gate *g)
             server_read(g, c);
         if (c->state == W_OPEN || c->state == W_WAIT)
             ws_close(c, 1001, "server going away: it is stopping");
-        (void)bb_flush(&c->out, c->fd);
+        (void)mt_byteq_flush(&c->out, c->fd);
     }
 }
 
@@ -1071,11 +1024,11 @@ static void *gate_main(void *arg)
             /* a held one is not read (its 401 comes later): only its hang-up */
             short in = c->state == W_HELD ? POLLRDHUP : POLLIN;
             pf[n++] = (struct pollfd){.fd = c->fd,
-                                      .events = (short)(in | (bb_size(&c->out) ? POLLOUT : 0))};
+                                      .events = (short)(in | (mt_byteq_size(&c->out) ? POLLOUT : 0))};
             if (c->ifd >= 0) {
                 who[n] = -1 - i;
                 pf[n++] = (struct pollfd){.fd = c->ifd,
-                                          .events = (short)(POLLIN | (bb_size(&c->iout) ? POLLOUT : 0))};
+                                          .events = (short)(POLLIN | (mt_byteq_size(&c->iout) ? POLLOUT : 0))};
             }
             if (c->deadline && (!wake || c->deadline < wake))
                 wake = c->deadline;
