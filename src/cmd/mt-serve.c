@@ -825,17 +825,22 @@ static const char *ws_piece(void *ctx, int id)
 }
 
 /* A speech-to-text model directory's stt_config.audio_delay_seconds, unless
- * --asr-delay gave one. 0, or -1 with a message. */
+ * --asr-delay gave one; its extra heads named as not computed. 0, or -1
+ * with a message. */
 static int asr_delay_from_config(serve_args *a, char *err, size_t errlen)
 {
     struct stat st;
     mt_stt_config sc;
-    if (a->asr_delay_given || !a->ky.lm || a->ky.lm->kc.dep_q != 0 ||
+    if (!a->ky.lm || a->ky.lm->kc.dep_q != 0 ||
         stat(a->model, &st) != 0 || !S_ISDIR(st.st_mode))
         return 0;
     if (mt_stt_config_load(a->model, &sc, err, errlen) != 0)
         return -1;
-    if (!sc.present)
+    if (sc.extra_heads > 0)
+        fprintf(stderr, "%s: %s: %d extra heads of %d outputs (voice activity) not "
+                "computed: Step messages (prs) are not sent\n", prog, a->model,
+                sc.extra_heads, sc.extra_heads_dim);
+    if (a->asr_delay_given || !sc.present)
         return 0;
     a->asr_delay_s = sc.audio_delay_s;
     fprintf(stderr, "%s: %s: stt_config: the text %.2f s behind the audio%s\n", prog,

@@ -98,4 +98,25 @@ t_check "no Step message (no extra heads: their server sends none either)" \
 transcribe late --asr-delay 0.48
 t_check "control: a delay of 6 frames does not match the fixture" \
     sh -c '! cmp -s late.msgs "$1" && test -s late.msgs' _ "$FIX/expected.msgs"
+
+# a checkpoint with extra heads (stt-1b-en_fr has 4 of 6): their server
+# sends Step with prs; this one does not compute them and says so at start
+mkdir xh bad
+cp "$FIX/model.safetensors" xh/; cp "$FIX/model.safetensors" bad/
+"$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))
+c["extra_heads_num_heads"] = 4; c["extra_heads_dim"] = 6
+json.dump(c, open("xh/config.json", "w"))
+c["extra_heads_num_heads"] = "four"; json.dump(c, open("bad/config.json", "w"))' "$FIX/config.json"
+"$S" -s "$T_TMP/xh.sock" --ws 127.0.0.1:0 -m xh --codec synthetic:mimi-tiny --device cpu \
+    --threads 1 > xh.lat 2> xh.log &
+SRV=$!; t_track $SRV
+port_of xh.log > /dev/null
+t_check "extra heads in the config: named as not computed, no Step ($(grep extra xh.log))" \
+    grep -q "4 extra heads of 6 outputs (voice activity) not computed: Step messages (prs) are not sent" xh.log
+kill $SRV; wait $SRV 2>/dev/null
+timeout 30 "$S" -s "$T_TMP/bad.sock" --ws 127.0.0.1:0 -m bad --codec synthetic:mimi-tiny \
+    --device cpu --threads 1 > bad.lat 2> bad.log
+rc=$?
+t_check "... a malformed extra_heads_num_heads: exit 1 naming it ($(tail -1 bad.log))" \
+    sh -c 'test "$1" = 1 && grep -q "extra_heads_num_heads: want an integer" bad.log' _ $rc
 t_done
