@@ -6,7 +6,8 @@
 # client of tests/helpers/asr_client.py sends this input (a marker after
 # every 10 frames and one after the last, then its flush silence), and the
 # Word / EndWord / Marker messages it gets, texts, start and stop times and
-# order, equal the fixture's up to the last Marker.
+# order, equal the fixture's up to the last Marker; mt-replay as the
+# client writes the same words and start times.
 #
 # What the fixture holds and where it comes from: the text tokens are
 # Kyutai's own LMModel + LMGen (greedy, their stt configs' layout: dep_q 0,
@@ -78,6 +79,8 @@ transcribe() {
     timeout 60 "$PY" "$AC" "ws://127.0.0.1:$port/api/asr-streaming" in.wav --marker-every 10 \
         --pace 0 --timeout 30 --log "$name.all" > "$name.txt" 2>&1
     cut -d' ' -f2- "$name.all" | sed -e '/^Ready *$/d' -e '/^Marker id=4$/q' > "$name.msgs"
+    [ "$name" = ok ] && timeout 60 "$MT_BIN/mt-replay" -s "ws://127.0.0.1:$port/api/asr-streaming" \
+        in.wav -t "$name.words" > "$name.rep" 2> "$name.reperr"
     kill $SRV; wait $SRV 2>/dev/null
 }
 
@@ -94,6 +97,15 @@ cmp -s ok.msgs "$FIX/expected.msgs" || diff ok.msgs "$FIX/expected.msgs" | head 
 t_check "... the fixture is not trivial: words of several pieces, with a space inside" \
     test "$(grep -c '^Word text=[^ ]* [^ ]* start_time' "$FIX/expected.msgs")" -ge 2 -a \
          "$(grep -c '^EndWord' "$FIX/expected.msgs")" -ge 6
+# mt-replay as the client (its own flush, longer): the same words and start
+# times, as far as the fixture goes
+n=$(grep -c '^Word' "$FIX/expected.msgs")
+sed -n 's/^Word text=\(.*\) start_time=\(.*\)$/\2 \1/p' "$FIX/expected.msgs" |
+    awk '{ $1 = sprintf("[%.2f]", $1); print }' > want.words
+head -n "$n" ok.words | cut -d' ' -f3- > got.words
+t_check "mt-replay over the protocol: Kyutai's $n words and start times ($(wc -l < ok.words) words in all)" \
+    cmp -s want.words got.words
+cmp -s want.words got.words || diff want.words got.words | head -6 | sed 's/^/# /'
 t_check "no Step message (no extra heads: their server sends none either)" \
     sh -c '! grep -q " Step " ok.all'
 
