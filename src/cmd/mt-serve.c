@@ -79,7 +79,8 @@ static void usage(FILE *f)
 "      --temperature T      Kyutai models: audio sampling temperature, 0..10\n"
 "                           (0.8; 0: greedy, the argmax, lowest index on ties)\n"
 "      --top-k K            Kyutai models: audio top-k, 0..65536 (250; 0: all)\n"
-"      --text-temperature T Kyutai models: text temperature (0.7; 0: greedy)\n"
+"      --text-temperature T Kyutai models: text temperature (0.7; 0: greedy;\n"
+"                           speech to text: 0)\n"
 "      --text-top-k K       Kyutai models: text top-k (25; 0: all)\n"
 "      --static DIR         with --ws: serve DIR's files at GET / (Kyutai's\n"
 "                           built web client; read-only, no listing)\n"
@@ -184,6 +185,7 @@ typedef struct serve_args {
     int             ring;           /* --kv ring: Kyutai's ring, sized at load */
     int             kv_shape_set;   /* --sink, --window or --rope given */
     int             smp_set;        /* a sampling option given */
+    int             ttemp_set;      /* --text-temperature given */
     const char     *static_dir;     /* --static DIR, or NULL */
     mt_static      *static_files;   /* DIR opened, for the --ws gate */
 } serve_args;
@@ -366,6 +368,7 @@ static int number_option(serve_args *a, int c, const char *arg)
     case O_TEMP: case O_TTEMP: {
         double t;
         a->smp_set = 1;
+        a->ttemp_set |= c == O_TTEMP;
         if (mt_opt_double(arg, 0, MT_SMP_TEMP_MAX, &t)) return -1;
         *(c == O_TEMP ? &a->smp.temp : &a->smp.temp_text) = (float)t;
         return 0;
@@ -825,17 +828,22 @@ static const char *ws_piece(void *ctx, int id)
 }
 
 /* A speech-to-text model directory's stt_config.audio_delay_seconds, unless
- * --asr-delay gave one. 0, or -1 with a message. */
+ * --asr-delay gave one; its extra heads named as not computed. 0, or -1
+ * with a message. */
 static int asr_delay_from_config(serve_args *a, char *err, size_t errlen)
 {
     struct stat st;
     mt_stt_config sc;
-    if (a->asr_delay_given || !a->ky.lm || a->ky.lm->kc.dep_q != 0 ||
+    if (!a->ky.lm || a->ky.lm->kc.dep_q != 0 ||
         stat(a->model, &st) != 0 || !S_ISDIR(st.st_mode))
         return 0;
     if (mt_stt_config_load(a->model, &sc, err, errlen) != 0)
         return -1;
-    if (!sc.present)
+    if (sc.extra_heads > 0)
+        fprintf(stderr, "%s: %s: %d extra heads of %d outputs (voice activity) not "
+                "computed: Step messages (prs) are not sent\n", prog, a->model,
+                sc.extra_heads, sc.extra_heads_dim);
+    if (a->asr_delay_given || !sc.present)
         return 0;
     a->asr_delay_s = sc.audio_delay_s;
     fprintf(stderr, "%s: %s: stt_config: the text %.2f s behind the audio%s\n", prog,
@@ -917,6 +925,10 @@ static int serve(serve_args *a, const mt_model *m, uint64_t t0)
     pool_capacity(dec);
     if (a->ky.lm) {
         char line[2048];
+        /* speech to text: greedy text unless told, as Kyutai's stt configs
+         * (lm_gen_config temp_text 0) and their server (temperature 0) */
+        if (a->ky.lm->kc.dep_q == 0 && !a->ttemp_set)
+            a->smp.temp_text = 0;
         if (mt_serve_kyutai_start(&a->ky, dec, a->dopt.max_batch, &a->smp, err,
                                   sizeof err) != 0)
             goto out;

@@ -29,6 +29,21 @@ static int seconds(json_t *stt, const char *key, const char *file, double *out, 
     return 0;
 }
 
+/* The top-level integer key into *out when there, in lo..hi. 0, or -1. */
+static int integer(json_t *root, const char *key, const char *file, int lo, int hi, int *out,
+                   char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        mt_set_err(err, errlen, "%s: %s: want an integer in %d..%d", file, key, lo, hi);
+        return -1;
+    }
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
 int mt_stt_config_parse(const char *json, size_t len, const char *file, mt_stt_config *c,
                         char *err, size_t errlen)
 {
@@ -36,8 +51,12 @@ int mt_stt_config_parse(const char *json, size_t len, const char *file, mt_stt_c
     json_t *root = mt_json_object(json, len, file, err, errlen);
     if (!root)
         return -1;
-    int rc = 0;
-    json_t *stt = json_object_get(root, "stt_config");
+    c->extra_heads_dim = 6;    /* LMModel's default */
+    int rc = integer(root, "extra_heads_num_heads", file, 0, 1024, &c->extra_heads, err,
+                     errlen) ||
+             integer(root, "extra_heads_dim", file, 1, 65536, &c->extra_heads_dim, err,
+                     errlen) ? -1 : 0;
+    json_t *stt = rc ? NULL : json_object_get(root, "stt_config");
     if (stt && !json_is_object(stt)) {
         mt_set_err(err, errlen, "%s: stt_config: not an object", file);
         rc = -1;

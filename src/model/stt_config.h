@@ -12,6 +12,13 @@
  *                                           streaming server does not, nor
  *                                           does this one (read, reported)
  *
+ *   extra_heads_num_heads, extra_heads_dim  (top level, LMModel's) the
+ *                                           extra heads whose softmax is
+ *                                           their Step message's prs (voice
+ *                                           activity; stt-1b-en_fr: 4 of 6):
+ *                                           read so that mt-serve can say it
+ *                                           does not compute them
+ *
  * Other keys of the file are the LM's (model/kyutai_lm.h) and ignored
  * here. A config without stt_config is not a speech-to-text one.
  */
@@ -24,10 +31,13 @@ typedef struct mt_stt_config {
     int    present;            /* the file has stt_config */
     double audio_delay_s;      /* 0 when absent */
     double silence_prefix_s;   /* 0 when absent */
+    int    extra_heads;        /* extra_heads_num_heads, 0 when absent */
+    int    extra_heads_dim;    /* extra_heads_dim (LMModel's default 6) */
 } mt_stt_config;
 
 /* Reads json[0..len) (named file in messages). 0, or -1 with a message
- * naming the file and key (not an object, not a number, out of 0..60 s). */
+ * naming the file and key (not an object, not a number, out of 0..60 s,
+ * extra heads not an integer in 0..1024, their dim in 1..65536). */
 int mt_stt_config_parse(const char *json, size_t len, const char *file, mt_stt_config *c,
                         char *err, size_t errlen);
 

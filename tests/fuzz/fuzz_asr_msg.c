@@ -126,7 +126,8 @@ static void server_message(const uint8_t *data, size_t size)
 }
 
 /* The same bytes as a model's config.json (its stt_config, read by
- * mt-serve): 0 with delays in 0..60 s, or -1 naming the file. */
+ * mt-serve): 0 with delays in 0..60 s and extra heads in 0..1024 of
+ * 1..65536 outputs, or -1 naming the file. */
 static void stt_config(const uint8_t *data, size_t size)
 {
     mt_stt_config c;
@@ -138,7 +139,8 @@ static void stt_config(const uint8_t *data, size_t size)
         return;
     }
     if (!(c.audio_delay_s >= 0 && c.audio_delay_s <= 60 && c.silence_prefix_s >= 0 &&
-          c.silence_prefix_s <= 60))
+          c.silence_prefix_s <= 60 && c.extra_heads >= 0 && c.extra_heads <= 1024 &&
+          c.extra_heads_dim >= 1 && c.extra_heads_dim <= 65536))
         abort();
 }
 
