@@ -5,7 +5,9 @@
 # model's delay more, so each latency is the step lateness: the Marker's
 # round trip less the delay (--asr-delay, as mt-serve was given it; here
 # 0.32 s, 4 frames, not the default 0.5 s, so a sweep that took the
-# default or none would read its latencies off by 160 or 320 ms).
+# default or none would read its latencies off by 160 or 320 ms). Then a
+# simulated device whose step fits 3 sessions in the frame: the sweep
+# finds its wall through the protocol.
 . "$(dirname "$0")/lib.sh"
 P=$MT_BIN/mt-probe
 S=$MT_BIN/mt-serve
@@ -67,4 +69,50 @@ kill -TERM $SRV 2>/dev/null; wait $SRV 2>/dev/null
 grep "asr: " log | sed 's/^/# /'
 t_check "the server's ASR sessions closed with no FILL answer (lateness hides none)" \
     test "$(grep -c 'asr: .* frames, .* answered, 0 FILL' log)" -ge 4
+# A wall the sweep must find: the same model on a simulated device whose
+# step costs 2 ms + about 20 ms a session with no jitter (3 sessions step
+# in about 62 ms, 4 in about 82, over the 80 ms frame, where each stream's
+# audio piles up and its lateness grows without bound). A level at the
+# wall may lose to the tick's phase (lateness up to a period plus the
+# step): the wall is 2 or 3.
+cat >slow.profile <<'PEOF'
+name          = slow-tiny-stt
+model         = synthetic:kyutai-tiny-stt
+memory_bytes  = 141e9
+reserve_bytes = 6e9
+bandwidth     = 1.0e12
+matrix_rate   = 4.4e7
+overhead_us   = 2000
+weight_bytes  = 2
+kv_bytes      = 2
+jitter_sigma  = 0
+stall_prob    = 0
+stall_ms      = 0
+seed          = 1
+PEOF
+"$S" -s "$T_TMP/sim.sock" --ws 127.0.0.1:0 --device "sim:$T_TMP/slow.profile" \
+    -m synthetic:kyutai-tiny-stt --max-sessions 8 > simlat 2> simlog &
+SIM=$!; t_track $SIM
+i=0; SP=
+while [ -z "$SP" ] && [ $i -lt 300 ]; do
+    SP=$(sed -n 's|.*ws://127\.0\.0\.1:\([0-9]*\)/api/asr-streaming.*|\1|p' simlog)
+    sleep 0.1; i=$((i + 1))
+done
+t_check "mt-serve --ws on the simulated device is up" test -n "$SP"
+timeout 60 "$P" sweep --from 2 --to 5 --hold 2s --warmup 0.5s \
+    -s "ws://127.0.0.1:$SP/api/asr-streaming" > sim.out 2> sim.err
+rc=$?
+sed 's/^/# SIMULATED: /' sim.out sim.err
+t_check "the sweep of the simulated server exits 0" test $rc -eq 0
+w=$(awk '/^# wall: [0-9]+ sessions/ { print $3; exit }
+         /^# wall: below [0-9]+ session/ { print $4 - 1; exit }
+         /^# no wall up to [0-9]+ session/ { print $6; exit }' sim.out)
+t_check "level 5 (5 x 20 ms a step, over the frame) fails: its lateness grows" \
+    test "$(awk -F'\t' '$1 == 5 && $7 > 160' sim.out | wc -l)" -eq 1
+if t_host_busy && ! { [ -n "$w" ] && [ "$w" -ge 2 ] && [ "$w" -le 3 ]; }; then
+    t_skip "the wall (${w:-none}) at 2 or 3 sessions: host load $T_LOAD on $(nproc) cores"
+else
+    t_check "the wall (${w:-none}) is at 2 or 3 sessions, where the simulated step fits the frame" \
+        test -n "$w" -a "${w:-0}" -ge 2 -a "${w:-0}" -le 3
+fi
 t_done
