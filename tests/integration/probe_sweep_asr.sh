@@ -12,6 +12,16 @@
 P=$MT_BIN/mt-probe
 S=$MT_BIN/mt-serve
 t_need mt-probe mt-serve
+. "$MT_ROOT/tools/columns.sh"
+# rows FILE COND: how many rows of a sweep table COND (awk, columns by
+# name: col("p99_ms")) holds for
+rows() {
+    awk -F'\t' "$COLS_AWK"'
+        cols_try("concurrency") { next }
+        /^#/ { next }
+        '"$2"' { n++ }
+        END { if (COLS_BAD) exit 2; print n + 0 }' "$1"
+}
 cd "$T_TMP" || exit 1
 "$S" -s "$T_TMP/s.sock" --ws 127.0.0.1:0 -m synthetic:kyutai-tiny-stt --asr-delay 0.32 \
     --max-sessions 8 > lat 2> log &
@@ -30,18 +40,16 @@ sed 's/^/# /' sw.out sw.err
 t_check "the sweep over /api/asr-streaming exits 0" test $rc -eq 0
 grep -q "^# sweep: .*the step lateness over /api/asr-streaming.*delay of 4 frames" sw.out
 t_ok $? "its latencies are the step lateness, the delay of 4 frames taken off"
-# column: 1 concurrency, 2 accepted, 4 real, 6 p50_ms, 7 p99_ms, 10 rtt_p99_ms
-rows=$(awk -F'\t' '$1 ~ /^[0-9]+$/' sw.out)
 t_check "two levels, every session admitted and answered" \
-    test "$(echo "$rows" | awk -F'\t' '$1 == $2 && $4 > 0' | wc -l)" -eq 2
+    test "$(rows sw.out 'col("concurrency") == col("accepted") && col("real") > 0')" -eq 2
 # The server cannot echo a Marker before the frame `delay` later has even
 # been sent: a lateness under 0 is a delay taken off wrongly (0.5 s: about
 # -120 ms here).
 t_check "no level's step lateness p50 is below 0 (the delay is not over-counted)" \
-    test "$(echo "$rows" | awk -F'\t' '$6 < 0' | wc -l)" -eq 0
+    test "$(rows sw.out 'col("p50_ms") < 0')" -eq 0
 t_check "each level's round trip p99 holds the 320 ms delay and its lateness" \
-    test "$(echo "$rows" | awk -F'\t' '$10 >= 320 && ($10 - $7) > 319 && ($10 - $7) < 321' |
-            wc -l)" -eq 2
+    test "$(rows sw.out 'col("rtt_p99_ms") >= 320 &&
+        col("rtt_p99_ms") - col("p99_ms") > 319 && col("rtt_p99_ms") - col("p99_ms") < 321')" -eq 2
 # Real time on this host: the tiny model steps in well under a ms, so the
 # lateness is the wait for the tick (under one period, at a phase the
 # session draws), the step and the network; a
@@ -51,7 +59,7 @@ if t_host_busy; then
     t_skip "no wall up to 3 sessions: the same"
 else
     t_check "every level's step lateness p50 is under a frame plus 40 ms (the tick's wait, the step, the network)" \
-        test "$(echo "$rows" | awk -F'\t' '$6 < 120' | wc -l)" -eq 2
+        test "$(rows sw.out 'col("p50_ms") < 120')" -eq 2
     grep -q "^# no wall up to 3 sessions" sw.out
     t_ok $? "no wall up to 3 sessions (every level's p99 under the budget)"
 fi
@@ -108,7 +116,7 @@ w=$(awk '/^# wall: [0-9]+ sessions/ { print $3; exit }
          /^# wall: below [0-9]+ session/ { print $4 - 1; exit }
          /^# no wall up to [0-9]+ session/ { print $6; exit }' sim.out)
 t_check "level 5 (5 x 20 ms a step, over the frame) fails: its lateness grows" \
-    test "$(awk -F'\t' '$1 == 5 && $7 > 160' sim.out | wc -l)" -eq 1
+    test "$(rows sim.out 'col("concurrency") == 5 && col("p99_ms") > 160')" -eq 1
 if t_host_busy && ! { [ -n "$w" ] && [ "$w" -ge 2 ] && [ "$w" -le 3 ]; }; then
     t_skip "the wall (${w:-none}) at 2 or 3 sessions: host load $T_LOAD on $(nproc) cores"
 else
