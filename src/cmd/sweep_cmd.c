@@ -56,7 +56,11 @@ static void help_sweep(FILE *f)
 "                      (added to the spawned server's arguments; with -s,\n"
 "                      start it with --time-scale K): clients pace at\n"
 "                      period/K, --hold and --warmup and every figure are\n"
-"                      model time\n");
+"                      model time\n"
+"  --asr-delay S       a ws://HOST:PORT/api/asr-streaming target: the model's\n"
+"                      audio delay as mt-serve was given it (--asr-delay,\n"
+"                      default 0.5 s, stt-1b's): each latency is the step\n"
+"                      lateness, a Marker's round trip less that delay\n");
 }
 
 static const mt_cli cli_sweep = {
@@ -83,6 +87,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
         {"token-file", required_argument, 0, O_TOKEN},
         {"time-scale", required_argument, 0, O_TIMESCALE},
         {"signal", required_argument, 0, O_SIGNAL},
+        {"asr-delay", required_argument, 0, O_ASRDELAY},
         MT_OPT_COMMON,
         {0, 0, 0, 0},
     };
@@ -112,6 +117,7 @@ static int sweep_options(int argc, char **argv, mt_sweep_opts *o, const char **s
             o->token = tok;
             break;
         }
+        case O_ASRDELAY: bad = mt_opt_seconds(optarg, 0, 60, &o->asr_delay_s); break;
         case O_TIMESCALE: bad = mt_opt_double(optarg, 0.1, 1000, &o->time_scale); break;
         case O_SIGNAL:
             if (!strcmp(optarg, "tick"))
@@ -147,6 +153,7 @@ int mt_probe_sweep_main(int argc, char **argv)
     o.step = 1;
     o.hold_s = 20;
     o.warmup_s = 1;
+    o.asr_delay_s = 0.5;     /* mt-serve's --asr-delay default (stt-1b's) */
     o.progress = isatty(2) ? stderr : NULL;
     o.aligned = isatty(1);   /* a pipe or a file gets the TSV */
     const char *serve = NULL;

@@ -206,6 +206,10 @@ typedef struct mt_sweep_opts {
                                    pace at period/K, hold and warm-up are
                                    model time, and every figure is reported
                                    in model time (real x K) */
+    double      asr_delay_s;    /* a ws://.../api/asr-streaming target: the
+                                   model's audio delay (mt-serve --asr-delay,
+                                   Kyutai's audio_delay_seconds), taken off
+                                   each Marker's round trip (--asr-delay) */
     volatile sig_atomic_t *stop;/* set (by a signal handler): end cleanly */
     /* spawn our own server instead of -s: */
     const char *serve_bin;

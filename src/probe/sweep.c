@@ -5,6 +5,17 @@
  * the server's own timing from the returned frames (t_ready - t_arrive);
  * a server without timings on the wire (a ws:// URL: Kyutai's protocol)
  * is measured by the client's round trip instead, send to audio back.
+ * Over Kyutai's speech-to-text protocol (ws://.../api/asr-streaming) the
+ * bridge sends a Marker after each frame and the server echoes it once it
+ * has stepped that frame and `delay` more (the model's audio delay, whole
+ * frames): the echo of frame k's Marker comes when the step that consumed
+ * frame k + delay is done, and frame k + delay was sent delay periods after
+ * frame k. The round trip less delay periods is therefore that step's
+ * lateness on the client's clock: from the frame's audio leaving the
+ * client to the step that consumed it being done, the wait for the tick
+ * and the network included. That is the figure kept and judged (Step
+ * messages carry no time, and a Word's latency also holds the word's own
+ * length and comes only when the model says words).
  * Two p99s are kept: the naive one over real frames only, and the
  * truthful one where a FILL frame (silence in place of a late output)
  * counts as missed, i.e. infinitely late. The wall is the largest level,
@@ -62,6 +73,8 @@ typedef struct sweep_ctx {
     const mt_sweep_opts *o;   /* for on_tick */
     double    period_ms;      /* from ACCEPT */
     double    k;              /* time scale: model s per real s */
+    int       asr;            /* an /api/asr-streaming target */
+    double    asr_delay_ms;   /* its delay in whole frames, as ms */
     mt_latline ll;
 } sweep_ctx;
 
@@ -73,12 +86,34 @@ static int push(double **v, size_t *n, size_t *cap, double x)
     return 0;
 }
 
+/* A ws:// URL whose path is Kyutai's speech-to-text endpoint (the rule
+ * the ws:// bridge applies, client/ws_client.c). */
+static int is_asr_url(const char *spec)
+{
+    static const char path[] = "/api/asr-streaming";
+    if (!spec || !mt_ws_client_is_url(spec))
+        return 0;
+    const char *sl = strchr(spec + strlen(MT_WS_URL_PREFIX), '/');
+    return sl && !strncmp(sl, path, strlen(path)) &&
+           (sl[strlen(path)] == 0 || sl[strlen(path)] == '?');
+}
+
+/* The model's delay in whole frames, as mt-serve computes
+ * asr_delay_in_tokens from --asr-delay (truncated, as Kyutai's server). */
+static int asr_delay_frames(const mt_sweep_opts *o, int rate, int frame_samples)
+{
+    return (int)(o->asr_delay_s * rate / frame_samples + 1e-9);
+}
+
 static int cb_accept(void *user, int idx, const mt_hello *fmt, char *reason,
                      size_t reasonlen)
 {
     sweep_ctx *x = user;
-    if (fmt->sample_rate > 0 && fmt->frame_samples > 0)
+    if (fmt->sample_rate > 0 && fmt->frame_samples > 0) {
         x->period_ms = 1000.0 * fmt->frame_samples / fmt->sample_rate;
+        x->asr_delay_ms = asr_delay_frames(x->o, (int)fmt->sample_rate,
+                                           (int)fmt->frame_samples) * x->period_ms;
+    }
     return mt_probe_source_prepare(x->src, (int)fmt->sample_rate, reason,
                                    reasonlen);
 }
@@ -109,6 +144,8 @@ static void cb_frame(void *user, const mt_client_result *r, const int16_t *pcm,
      * the ws:// bridge): the client's round trip, send to real audio back,
      * is the frame's latency */
     double ms = r->t_arrive && r->t_ready > r->t_arrive ? r->server_ms : r->rtt_ms;
+    if (x->asr)        /* the step lateness (the file's comment) */
+        ms = r->rtt_ms - x->asr_delay_ms / x->k;   /* real ms, as rtt_ms */
     if (push(&x->lat, &x->nlat, &x->caplat, ms * x->k) ||
         push(&x->rtt, &x->nrtt, &x->caprtt, r->rtt_ms * x->k))
         x->oom = 1;
@@ -430,11 +467,20 @@ static int start_server(const mt_sweep_opts *o, double k, const char *sock,
 
 static void print_header(FILE *out, const mt_sweep_opts *o, const char *sock, double k)
 {
-    fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
-            "latencies in ms from %s\n", o->hold_s, o->warmup_s,
-            mt_ws_client_is_url(sock)
-                ? "the client's round trip (a ws:// server sends no timings)"
-                : "the server's timing in returned frames");
+    /* the ws:// bridge's format is Kyutai's: 24 kHz, 1920-sample frames */
+    if (is_asr_url(sock)) {
+        fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
+                "latencies in ms: the step lateness over /api/asr-streaming, each "
+                "Marker's round trip less the model's delay of %d frames "
+                "(--asr-delay %g s); rtt_p99_ms the round trip\n", o->hold_s,
+                o->warmup_s, asr_delay_frames(o, 24000, 1920), o->asr_delay_s);
+    } else {
+        fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
+                "latencies in ms from %s\n", o->hold_s, o->warmup_s,
+                mt_ws_client_is_url(sock)
+                    ? "the client's round trip (a ws:// server sends no timings)"
+                    : "the server's timing in returned frames");
+    }
     if (k != 1)
         fprintf(out, "# time-scaled x%g: the server and the clients ran at %g "
                 "times real time; times and latencies are model time "
@@ -608,6 +654,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     x->src = &src;
     x->o = o;
     x->k = o->time_scale > 0 ? o->time_scale : 1;
+    x->asr = is_asr_url(o->sock);
     if (mt_probe_source_open(&src, o->audio, err, errlen))
         goto out0;
     if (o->serve_bin) {

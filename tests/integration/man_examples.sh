@@ -218,6 +218,7 @@ EXAMPLES = [
     ("mt-admit.1", "tee lat.log", dict(interrupt=2, files=["lat.log"])),
     ("mt-admit.1", "--replay lat.log", dict(expect=r"metronome")),
     ("mt-admit.1", "shed 30 device slower", dict(skip="mt-admit's output shown, not a command")),
+    ("mt-probe.1", "api/asr-streaming", dict(timeout=120, expect=r"# (no )?wall")),
     ("mt-probe.1", "mt-probe sweep", dict(
         fixture="server", timeout=120,
         subs=[("--to 32 --step 2", "--to 3 --step 2"), ("--hold 20s", "--hold 2s")],
