@@ -205,16 +205,17 @@ static void classify_ticks(const soak_ctx *x, mt_soak_run *run)
     run->late_end_ms = c.late_end_ms;
     run->late_slope = c.late_slope;
     run->unbounded_late = c.unbounded_late;
-    run->host_s = c.host_s;
-    run->host_end_s = c.host_end_s;
-    run->host_free = c.host_free;
-    run->host_disturbed = c.host_s >= 0;
-    run->starve_onset_s = x->onset_s;
     double on = x->onset_s;
     /* the host's: the gap began (its last real frame) at most starve_s
-     * before the client's input stopped, and before the stall ended */
-    int host_starved = on >= 0 && c.host_s >= 0 &&
-                       on >= c.host_s - x->o->starve_s && on <= c.host_end_s;
+     * before the client's input stopped in a stall, and before that stall
+     * ended; the row then names that stall, else the first */
+    int hs = mt_soak_host_covering(&c, on, x->o->starve_s);
+    int host_starved = hs >= 0;
+    run->host_s = hs >= 0 ? c.host_at[hs][0] : c.host_s;
+    run->host_end_s = hs >= 0 ? c.host_at[hs][1] : c.host_end_s;
+    run->host_free = hs >= 0 ? (int64_t)c.host_at[hs][2] : c.host_free;
+    run->host_disturbed = c.host_s >= 0;
+    run->starve_onset_s = x->onset_s;
     if (c.model_s >= 0)
         run->collapse_s = c.model_s;
     else if (c.unbounded_late && c.first_late_s >= 0)

@@ -77,10 +77,24 @@ static void find_host(const mt_soak_tick *tk, size_t n, double starve_s,
                 c->host_end_s = tk[b].t;
                 c->host_free = tk[a].kv_free;
             }
+            if (c->host_stretches < MT_SOAK_HOST_KEEP) {
+                c->host_at[c->host_stretches][0] = tk[cause].t;
+                c->host_at[c->host_stretches][1] = tk[b].t;
+                c->host_at[c->host_stretches][2] = (double)tk[a].kv_free;
+            }
             c->host_stretches++;
         }
         i = b + 1;
     }
+}
+
+int mt_soak_host_covering(const mt_soak_class *c, double onset_s, double starve_s)
+{
+    int n = c->host_stretches < MT_SOAK_HOST_KEEP ? c->host_stretches : MT_SOAK_HOST_KEEP;
+    for (int i = 0; onset_s >= 0 && i < n; i++)
+        if (onset_s >= c->host_at[i][0] - starve_s && onset_s <= c->host_at[i][1])
+            return i;
+    return -1;
 }
 
 /* Lateness over the load: its end value, the least-squares slope over

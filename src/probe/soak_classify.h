@@ -31,6 +31,8 @@ typedef struct mt_soak_tick {
     int64_t kv_used, kv_free;  /* K/V pool bytes */
 } mt_soak_tick;
 
+enum { MT_SOAK_HOST_KEEP = 8 };
+
 typedef struct mt_soak_class {
     double  model_s;       /* pool exhaustion (the model's collapse), -1 */
     double  host_s;        /* first host stall before model_s: its first
@@ -38,6 +40,11 @@ typedef struct mt_soak_class {
     double  host_end_s;    /* its last FILL tick, -1 */
     int64_t host_free;     /* K/V bytes free at its first FILL */
     int     host_stretches;/* host stretches before model_s */
+    /* the first MT_SOAK_HOST_KEEP of them, each as host_s, host_end_s
+     * and host_free are for the first: a stall in start-up must not hide
+     * a later one that a session's starvation falls in
+     * (mt_soak_host_covering) */
+    double  host_at[MT_SOAK_HOST_KEEP][3];   /* start, end, K/V bytes free */
     double  late_end_ms;   /* lateness at the last tick within the load */
     double  late_slope;    /* ms of lateness per s over 50%..95% of it */
     int     unbounded_late;/* slope >= 100 ms/s and lateness reached 1 s */
@@ -61,5 +68,10 @@ int mt_soak_tick_parse(mt_latline *ll, const char *line, size_t len,
 /* The classifier's fields of a tick line already read into t (t as is:
  * the server's seconds and ms). */
 void mt_soak_tick_from(const mt_tick *t, mt_soak_tick *tk);
+
+/* The kept host stretch whose stall a starvation that began at onset_s
+ * belongs to (it began at most starve_s before the stall's first starved
+ * tick and before its end), or -1. */
+int mt_soak_host_covering(const mt_soak_class *c, double onset_s, double starve_s);
 
 #endif

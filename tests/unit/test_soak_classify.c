@@ -18,6 +18,7 @@ typedef struct spec {
     double fill_from, fill_to;   /* FILL sent, -1 none */
     double full_at;              /* kv_free under 1% from here, -1 none */
     double preempt_at;           /* first preemption, -1 none */
+    double stall2_from, stall2_to, fill2_from, fill2_to; /* a second stall; 0 none */
 } spec;
 
 static mt_soak_tick ticks[NT];
@@ -34,6 +35,12 @@ static void line_of(const spec *sp, int i, char *buf, size_t n)
     if (sp->stall_to >= 0 && t >= sp->stall_to && t < sp->stall_to + PERIOD)
         in = 300;                    /* the burst */
     if (sp->fill_from >= 0 && t >= sp->fill_from && t <= sp->fill_to)
+        fill = 25;
+    if (sp->stall2_to > 0 && t >= sp->stall2_from && t < sp->stall2_to)
+        in = 0;
+    if (sp->stall2_to > 0 && t >= sp->stall2_to && t < sp->stall2_to + PERIOD)
+        in = 300;
+    if (sp->fill2_to > 0 && t >= sp->fill2_from && t <= sp->fill2_to)
         fill = 25;
     if (sp->full_at >= 0 && t >= sp->full_at)
         used = POOL - POOL / 1000;
@@ -71,7 +78,7 @@ int main(void)
 
     /* the host: input starved 5.0..5.6 s, the burst answered with FILL
      * 5.68..6.4 s, the pool 93% free */
-    spec host = {5.0, 5.6, 5.68, 6.4, -1, -1};
+    spec host = {5.0, 5.6, 5.68, 6.4, -1, -1, 0, 0, 0, 0};
     ok(classify(&host, &c) == 0, "host stall: every line parsed");
     ok(c.host_s >= 0, "host stall: flagged host-disturbed");
     is_near(c.host_s, 5.04, 1e-6, "host stall: its start, 5.04 s, the "
@@ -83,21 +90,21 @@ int main(void)
 
     /* the model: the pool exhausted at 20 s (FILL from then on), the first
      * preemption at 22 s; the client's input on time throughout */
-    spec model = {-1, -1, 20.0, 40.0, 20.0, 22.0};
+    spec model = {-1, -1, 20.0, 40.0, 20.0, 22.0, 0, 0, 0, 0};
     ok(classify(&model, &c) == 0, "exhaustion: every line parsed");
     is_near(c.model_s, 20.0, 1e-6, "exhaustion: collapsed by the model at "
             "its exhaustion time, 20 s");
     is_near(c.host_s, -1, 0, "exhaustion: not host-disturbed");
 
     /* a preemption alone marks the exhaustion */
-    spec pre = {-1, -1, -1, -1, -1, 17.6};
+    spec pre = {-1, -1, -1, -1, -1, 17.6, 0, 0, 0, 0};
     ok(classify(&pre, &c) == 0, "preemption: parsed");
     is_near(c.model_s, 17.6, 1e-6, "a first preemption at 17.6 s is the "
             "model's time");
 
     /* the busy machine: a host stall at 5.0 s, then the pool at 30 s:
      * both times, and the collapse is the model's at 30 s */
-    spec both = {5.0, 5.6, 5.68, 6.4, 30.0, -1};
+    spec both = {5.0, 5.6, 5.68, 6.4, 30.0, -1, 0, 0, 0, 0};
     both.fill_to = 6.4;
     ok(classify(&both, &c) == 0, "both: every line parsed");
     is_near(c.host_s, 5.04, 1e-6, "both: the host stall at 5.04 s");
@@ -111,17 +118,33 @@ int main(void)
 
     /* FILL with room while the input is on time: late steps, not the
      * host's stall and not the pool's exhaustion */
-    spec slow = {-1, -1, 10.0, 12.0, -1, -1};
+    spec slow = {-1, -1, 10.0, 12.0, -1, -1, 0, 0, 0, 0};
     ok(classify(&slow, &c) == 0, "slow steps: parsed");
     ok(c.host_s < 0 && c.model_s < 0,
        "FILL with input on time and room in the pool: neither host nor "
        "pool (host %.2f, model %.2f)", c.host_s, c.model_s);
 
     /* a starved tick long (over starve_s) before the FILL is not its cause */
-    spec far = {5.0, 5.6, 9.0, 9.8, -1, -1};
+    spec far = {5.0, 5.6, 9.0, 9.8, -1, -1, 0, 0, 0, 0};
     ok(classify(&far, &c) == 0, "far: parsed");
     ok(c.host_s < 0, "input starved 3.4 s before the FILL: not the FILL's "
        "cause");
+
+    /* two host stalls, one in start-up (0.2..0.6 s, as a loaded host
+     * starts the clients late) and the one a session starved in (5.0 s):
+     * the second must not be hidden by the first (probe_soak_host once
+     * booked its 2.5 s SIGSTOP as the model's collapse behind a start-up
+     * stall at 0.0-0.5 s) */
+    spec two = {0.2, 0.6, 0.68, 1.0, -1, -1, 5.0, 5.6, 5.68, 6.4};
+    ok(classify(&two, &c) == 0, "two stalls: every line parsed");
+    is_int(c.host_stretches, 2, "two stalls: both found");
+    is_near(c.host_s, 0.24, 1e-6, "two stalls: the first at 0.24 s");
+    int hs = mt_soak_host_covering(&c, 5.0, 2.0);
+    is_int(hs, 1, "a starvation from 5.0 s: the second stall's");
+    is_near(hs >= 0 ? c.host_at[hs][0] : -1, 5.04, 1e-6, "its start, 5.04 s");
+    is_near(hs >= 0 ? c.host_at[hs][1] : -1, 6.4, 0.05, "its end, near 6.4 s");
+    is_int(mt_soak_host_covering(&c, 0.3, 2.0), 0, "a starvation from 0.3 s: the first's");
+    is_int(mt_soak_host_covering(&c, 20.0, 2.0), -1, "a starvation from 20 s: neither");
 
     /* lateness growing without bound over the second half */
     for (int i = 0; i < NT; i++) {
