@@ -4,6 +4,7 @@
  * (config_json.c) and memory-maps model.safetensors (safetensors.c),
  * converting every tensor once to fp32. */
 #include "util/errmsg.h"
+#include "util/mapfile.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -257,26 +257,13 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
         return -1;
     set_name(&c, dir);
 
-    int fd = open_regular(wpath, &sb, err, errlen);
-    if (fd < 0)
+    mt_mapfile f;
+    if (mt_mapfile_open(wpath, &f, err, errlen))
         return -1;
-    size_t flen = (size_t)sb.st_size;
-    const uint8_t *map = NULL;
-    if (flen > 0) {
-        void *p = mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            mt_set_err(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
-            close(fd);
-            return -1;
-        }
-        map = p;
-    }
-    close(fd);
-    static const uint8_t empty[1];
     mt_st_file sf;
     mt_model *m = NULL;
     rc = -1;
-    if (mt_st_parse(map ? map : empty, flen, wpath, &sf, err, errlen) != 0)
+    if (mt_st_parse(f.data, f.len, wpath, &sf, err, errlen) != 0)
         goto unmap;
     c.has_audio = mt_st_find(&sf, "audio_in.weight") || mt_st_find(&sf, "audio_out.weight");
     c.has_tokens = c.vocab > 0;
@@ -311,8 +298,7 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
 done:
     mt_st_free(&sf);
 unmap:
-    if (map)
-        munmap((void *)map, flen);
+    mt_mapfile_close(&f);
     return rc;
 }
 
