@@ -4,6 +4,7 @@
  * (config_json.c) and memory-maps model.safetensors (safetensors.c),
  * converting every tensor once to fp32. */
 #include "util/errmsg.h"
+#include "util/io.h"
 #include "util/mapfile.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -104,65 +105,6 @@ static void set_name(mt_config *c, const char *dir)
     }
 }
 
-/* Opens path for reading only if it is a regular file. A FIFO (or a
- * device) in place of a model file would block open() or read() for ever,
- * holding a server at start: open without blocking, check, then clear
- * O_NONBLOCK for the reads that follow. */
-static int open_regular(const char *path, struct stat *sb, char *err, size_t errlen)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (fstat(fd, sb) != 0) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(sb->st_mode)) {
-        mt_set_err(err, errlen, "%s: not a regular file (%s)", path,
-                 S_ISDIR(sb->st_mode) ? "a directory" :
-                 S_ISFIFO(sb->st_mode) ? "a FIFO" :
-                 S_ISSOCK(sb->st_mode) ? "a socket" : "a device");
-        close(fd);
-        return -1;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        mt_set_err(err, errlen, "%s: fcntl: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Reads a small file whole (config.json). */
-static char *read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
-{
-    struct stat sb;
-    int fd = open_regular(path, &sb, err, errlen);
-    if (fd < 0)
-        return NULL;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        return NULL;
-    }
-    char *buf = malloc(limit + 1);
-    size_t n = buf ? fread(buf, 1, limit + 1, f) : 0;
-    int bad = !buf || ferror(f);
-    fclose(f);
-    if (bad || n > limit) {
-        mt_set_err(err, errlen, "%s: %s", path, bad ? "read error" : "too large (over 1 MiB)");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 static int is_ignored(const char *name)
 {
     /* rotary tables some older checkpoints store; we compute them */
@@ -247,7 +189,7 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
         return -1;
     }
     size_t clen;
-    char *text = read_small(cpath, 1u << 20, &clen, err, errlen);
+    char *text = mt_read_regular(cpath, 1u << 20, &clen, err, errlen);
     if (!text)
         return -1;
     mt_config c;
