@@ -432,6 +432,17 @@ static void *down(void *arg)
 
 static int read_frame(bridge *b, mt_frame_decoder *d, mt_frame *f);
 
+/* An AUDIO frame's payload (one frame of little-endian s16) as samples;
+ * -1 for any other frame, which ends the stream up. */
+static int frame_pcm(const mt_frame *f, int16_t pcm[K_FRAME])
+{
+    if (f->type != MT_FRAME_AUDIO || f->length != 2 * K_FRAME)
+        return -1;
+    for (int i = 0; i < K_FRAME; i++)
+        pcm[i] = (int16_t)(uint16_t)(f->payload[2 * i] | f->payload[2 * i + 1] << 8);
+    return 0;
+}
+
 static int asr_send(bridge *b, const mt_asr_out *o)
 {
     static __thread uint8_t out[ASR_MSG + 16];
@@ -553,11 +564,9 @@ static int asr_stream(bridge *b, mt_frame_decoder *dec, const mt_hello *h, pthre
                     break;
             break;
         }
-        if (f.type != MT_FRAME_AUDIO || f.length != 2 * K_FRAME)
-            break;
         int16_t pcm[K_FRAME];
-        for (int i = 0; i < K_FRAME; i++)
-            pcm[i] = (int16_t)(uint16_t)(f.payload[2 * i] | f.payload[2 * i + 1] << 8);
+        if (frame_pcm(&f, pcm) < 0)
+            break;
         pthread_mutex_lock(&b->mu);
         int64_t seq = (int64_t)b->sent++;
         pthread_mutex_unlock(&b->mu);
@@ -740,11 +749,9 @@ static void chat_stream(bridge *b, mt_frame_decoder *dec, mt_oggopus_enc *enc, u
                 (void)to_server(b, MT_WS_BINARY, &ta, page, (size_t)n);
             break;
         }
-        if (f.type != MT_FRAME_AUDIO || f.length != 2 * K_FRAME)
-            break;
         int16_t pcm[K_FRAME];
-        for (int i = 0; i < K_FRAME; i++)
-            pcm[i] = (int16_t)(uint16_t)(f.payload[2 * i] | f.payload[2 * i + 1] << 8);
+        if (frame_pcm(&f, pcm) < 0)
+            break;
         n = mt_oggopus_enc_frame(enc, pcm, page, page_cap, err, sizeof err);
         pthread_mutex_lock(&b->mu);
         b->sent++;
