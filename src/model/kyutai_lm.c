@@ -668,19 +668,13 @@ out:
 
 static int load_dir(const char *dir, int flags, mt_kyutai_lm **out, char *err, size_t errlen)
 {
-    char cpath[4096], wpath[4096];
-    if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
-        (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
-        mt_set_err(err, errlen, "%s: path too long", dir);
+    mt_ckpt_dir d;
+    if (mt_ckpt_dir_read(dir, &d, err, errlen))
         return -1;
-    }
-    size_t clen;
-    char *text = mt_read_regular(cpath, 1u << 20, &clen, err, errlen);
-    if (!text)
-        return -1;
+    const char *wpath = d.wpath;
     mt_kyutai_config kc;
-    int rc = mt_kyutai_config_parse(text, clen, cpath, &kc, err, errlen);
-    free(text);
+    int rc = mt_kyutai_config_parse(d.config, d.config_len, d.cpath, &kc, err, errlen);
+    free(d.config);
     if (rc)
         return -1;
     const char *base = strrchr(dir, '/');

@@ -173,28 +173,35 @@ static int check_tensors(const mt_config *c, const mt_st_file *sf, const char *p
     return 0;
 }
 
+int mt_ckpt_dir_read(const char *dir, mt_ckpt_dir *d, char *err, size_t errlen)
+{
+    d->config = NULL;
+    if ((size_t)snprintf(d->cpath, sizeof d->cpath, "%s/config.json", dir) >= sizeof d->cpath ||
+        (size_t)snprintf(d->wpath, sizeof d->wpath, "%s/model.safetensors", dir) >=
+            sizeof d->wpath) {
+        mt_set_err(err, errlen, "%s: path too long", dir);
+        return -1;
+    }
+    d->config = mt_read_regular(d->cpath, 1u << 20, &d->config_len, err, errlen);
+    return d->config ? 0 : -1;
+}
+
 static int load_dir(const char *dir, int flags, mt_model **out, char *err,
                     size_t errlen)
 {
-    char cpath[4096], wpath[4096];
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         mt_set_err(err, errlen, "%s: not a model directory (%s) and not synthetic:NAME",
                  dir, stat(dir, &sb) != 0 ? strerror(errno) : "not a directory");
         return -1;
     }
-    if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
-        (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
-        mt_set_err(err, errlen, "%s: path too long", dir);
+    mt_ckpt_dir d;
+    if (mt_ckpt_dir_read(dir, &d, err, errlen))
         return -1;
-    }
-    size_t clen;
-    char *text = mt_read_regular(cpath, 1u << 20, &clen, err, errlen);
-    if (!text)
-        return -1;
+    const char *wpath = d.wpath;
     mt_config c;
-    int rc = mt_config_parse(text, clen, cpath, &c, err, errlen);
-    free(text);
+    int rc = mt_config_parse(d.config, d.config_len, d.cpath, &c, err, errlen);
+    free(d.config);
     if (rc != 0)
         return -1;
     set_name(&c, dir);
