@@ -306,88 +306,118 @@ static void closed_why(bridge *b, size_t len, char *why, size_t whylen)
     pthread_mutex_unlock(&b->mu);
 }
 
-/* Server -> client: every audio page after the headers answers the next
- * input frame, in order. */
+/* One server message's handler, of either protocol: 0 for the next, -1
+ * to end the session (with why, or why left empty where to_client failed
+ * or the end is clean). */
+typedef int (*on_message_fn)(bridge *b, void *st, size_t len, char *why, size_t whylen);
+
+/* The reader of both protocols: every binary message of the server to
+ * on_msg(b, st, ...) until it stops, the server closes (closed_why) or
+ * the socket fails. */
+static void read_messages(bridge *b, on_message_fn on_msg, void *st, char *why, size_t whylen)
+{
+    for (;;) {
+        size_t len;
+        int op = srv_message(b, &len, why, whylen);
+        if (op < 0)
+            break;
+        if (op == MT_WS_CLOSE) {
+            closed_why(b, len, why, whylen);
+            break;
+        }
+        if (op == MT_WS_BINARY && on_msg(b, st, len, why, whylen) < 0)
+            break;
+    }
+}
+
+/* The chat reader's state: the Opus decoder of the server's audio. */
+typedef struct chat_down {
+    mt_oggopus_dec *dec;
+    int             headers;   /* the first audio message (headers) came */
+} chat_down;
+
+/* A WORDS frame beside the last answer (Kyutai's server sends a step's
+ * text after its audio); what mt-frame cannot carry (over 255 bytes, not
+ * UTF-8, a NUL) is cut or marked '?'. */
+static int chat_text(bridge *b, size_t len)
+{
+    char words[MT_REASON_MAX + 1];
+    size_t n = len - 1 < MT_REASON_MAX ? len - 1 : MT_REASON_MAX;
+    memcpy(words, b->msg + 1, n);
+    words[n] = '\0';
+    mt_utf8_sanitize(words);
+    pthread_mutex_lock(&b->mu);
+    uint32_t at = b->answered ? (uint32_t)b->answered - 1 : 0;
+    pthread_mutex_unlock(&b->mu);
+    if (words[0] && to_client(b, MT_FRAME_WORDS, 0, at, words, strlen(words)) < 0)
+        return -1;
+    return 0;
+}
+
+/* One message of the chat protocol: every audio page after the headers
+ * answers the next input frame, in order. */
+static int chat_message(bridge *b, void *st, size_t len, char *why, size_t whylen)
+{
+    chat_down *c = st;
+    char err[256];
+    static const int16_t zero[K_FRAME];
+    if (len < 1)
+        return 0;
+    if (b->msg[0] == K_TEXT)
+        return chat_text(b, len);
+    if (b->msg[0] == K_ERROR) {
+        snprintf(why, whylen, "%.*s", (int)len - 1, (const char *)b->msg + 1);
+        return -1;
+    }
+    if (b->msg[0] != K_AUDIO)
+        return 0;   /* unknown types are discarded, as the protocol says */
+    if (mt_oggopus_dec_feed(c->dec, b->msg + 1, len - 1, err, sizeof err) < 0) {
+        snprintf(why, whylen, "bad audio from the server: %.200s", err);
+        return -1;
+    }
+    if (!c->headers) {   /* the first audio message: OpusHead, OpusTags */
+        c->headers = 1;
+        return 0;
+    }
+    pthread_mutex_lock(&b->mu);
+    uint32_t seq = (uint32_t)b->answered;
+    int extra = b->answered >= b->sent, flush = extra && b->up_done;
+    if (!extra)
+        b->answered++;
+    pthread_mutex_unlock(&b->mu);
+    if (flush)
+        return 0;   /* the answer to the silence after the END */
+    if (extra) {
+        snprintf(why, whylen, "the server sent more audio than it was sent");
+        return -1;
+    }
+    const int16_t *pcm = zero;   /* the codec's lead-in: the first page
+                                    decodes to less than a frame */
+    if (b->rcount) {
+        pcm = b->ring[b->rhead];
+        b->rhead = (b->rhead + 1) % PCM_RING;
+        b->rcount--;
+    }
+    int16_t le[K_FRAME];
+    for (int i = 0; i < K_FRAME; i++)
+        le[i] = (int16_t)htole16((uint16_t)pcm[i]);
+    if (to_client(b, MT_FRAME_AUDIO, 0, seq, le, sizeof le) < 0)
+        return -1;
+    pthread_cond_broadcast(&b->cv);
+    return 0;
+}
+
+/* Server -> client, the chat protocol. */
 static void *down(void *arg)
 {
     bridge *b = arg;
     char err[256], why[256] = "";
-    mt_oggopus_dec *dec = NULL;
-    int headers = 0;
-    static const int16_t zero[K_FRAME];
-    if (mt_oggopus_dec_create(K_RATE, K_FRAME, on_pcm, b, &dec, err, sizeof err) < 0) {
+    chat_down c = { 0 };
+    if (mt_oggopus_dec_create(K_RATE, K_FRAME, on_pcm, b, &c.dec, err, sizeof err) < 0)
         snprintf(why, sizeof why, "%s", err);
-        goto out;
-    }
-    for (;;) {
-        size_t len;
-        int op = srv_message(b, &len, why, sizeof why);
-        if (op < 0)
-            break;
-        if (op == MT_WS_CLOSE) {
-            closed_why(b, len, why, sizeof why);
-            break;
-        }
-        if (op != MT_WS_BINARY || len < 1)
-            continue;
-        if (b->msg[0] == K_TEXT) {
-            /* a WORDS frame beside the last answer (Kyutai's server sends
-             * a step's text after its audio); what mt-frame cannot carry
-             * (over 255 bytes, not UTF-8, a NUL) is cut or marked '?' */
-            char words[MT_REASON_MAX + 1];
-            size_t n = len - 1 < MT_REASON_MAX ? len - 1 : MT_REASON_MAX;
-            memcpy(words, b->msg + 1, n);
-            words[n] = '\0';
-            mt_utf8_sanitize(words);
-            pthread_mutex_lock(&b->mu);
-            uint32_t at = b->answered ? (uint32_t)b->answered - 1 : 0;
-            pthread_mutex_unlock(&b->mu);
-            if (words[0] && to_client(b, MT_FRAME_WORDS, 0, at, words, strlen(words)) < 0)
-                break;
-            continue;
-        }
-        if (b->msg[0] == K_ERROR) {
-            snprintf(why, sizeof why, "%.*s", (int)len - 1, (const char *)b->msg + 1);
-            break;
-        }
-        if (b->msg[0] != K_AUDIO)
-            continue;   /* unknown types are discarded, as the protocol says */
-        if (mt_oggopus_dec_feed(dec, b->msg + 1, len - 1, err, sizeof err) < 0) {
-            snprintf(why, sizeof why, "bad audio from the server: %.200s", err);
-            break;
-        }
-        if (!headers) {   /* the first audio message: OpusHead, OpusTags */
-            headers = 1;
-            continue;
-        }
-        pthread_mutex_lock(&b->mu);
-        uint32_t seq = (uint32_t)b->answered;
-        int extra = b->answered >= b->sent, flush = extra && b->up_done;
-        if (!extra)
-            b->answered++;
-        pthread_mutex_unlock(&b->mu);
-        if (flush)
-            continue;   /* the answer to the silence after the END */
-        if (extra) {
-            snprintf(why, sizeof why, "the server sent more audio than it was sent");
-            break;
-        }
-        const int16_t *pcm = zero;   /* the codec's lead-in: the first page
-                                        decodes to less than a frame */
-        if (b->rcount) {
-            pcm = b->ring[b->rhead];
-            b->rhead = (b->rhead + 1) % PCM_RING;
-            b->rcount--;
-        }
-        int16_t le[K_FRAME];
-        for (int i = 0; i < K_FRAME; i++)
-            le[i] = (int16_t)htole16((uint16_t)pcm[i]);
-        if (to_client(b, MT_FRAME_AUDIO, 0, seq, le, sizeof le) < 0)
-            break;
-        pthread_cond_broadcast(&b->cv);
-    }
-out:
-    mt_oggopus_dec_free(dec);
+    else
+        read_messages(b, chat_message, &c, why, sizeof why);
+    mt_oggopus_dec_free(c.dec);
     down_end(b, why);
     return NULL;
 }
@@ -401,6 +431,17 @@ out:
  * silence (not counted) bring the last markers back. */
 
 static int read_frame(bridge *b, mt_frame_decoder *d, mt_frame *f);
+
+/* An AUDIO frame's payload (one frame of little-endian s16) as samples;
+ * -1 for any other frame, which ends the stream up. */
+static int frame_pcm(const mt_frame *f, int16_t pcm[K_FRAME])
+{
+    if (f->type != MT_FRAME_AUDIO || f->length != 2 * K_FRAME)
+        return -1;
+    for (int i = 0; i < K_FRAME; i++)
+        pcm[i] = (int16_t)(uint16_t)(f->payload[2 * i] | f->payload[2 * i + 1] << 8);
+    return 0;
+}
 
 static int asr_send(bridge *b, const mt_asr_out *o)
 {
@@ -430,55 +471,53 @@ static int asr_frame(bridge *b, const int16_t *pcm, int64_t id)
     return asr_send(b, &o);
 }
 
+/* One message of the speech-to-text protocol: a Marker echoed in order
+ * answers its frame, a Word goes beside the last answer. */
+static int asr_message(bridge *b, void *st, size_t len, char *why, size_t whylen)
+{
+    (void)st;
+    char err[200];
+    mt_asr_srv m;
+    if (mt_asr_srv_decode(b->msg, len, &m, err, sizeof err) != 0) {
+        snprintf(why, whylen, "a bad message from the server: %s", err);
+        return -1;
+    }
+    if (m.type == MT_ASR_SRV_ERROR) {
+        snprintf(why, whylen, "%s", m.text);
+        return -1;
+    }
+    pthread_mutex_lock(&b->mu);
+    uint64_t seq = b->answered;
+    int in_order = m.type != MT_ASR_SRV_MARKER ||
+                   ((uint64_t)m.id == seq && seq < b->sent);
+    if (m.type == MT_ASR_SRV_MARKER && in_order)
+        b->answered++;
+    pthread_mutex_unlock(&b->mu);
+    if (!in_order) {
+        snprintf(why, whylen, "Marker %lld back where %llu was due", (long long)m.id,
+                 (unsigned long long)seq);
+        return -1;
+    }
+    if (m.type == MT_ASR_SRV_MARKER) {
+        if (to_client(b, MT_FRAME_TEXT, 0, (uint32_t)seq, NULL, 0) < 0)
+            return -1;
+        pthread_cond_broadcast(&b->cv);
+    } else if (m.type == MT_ASR_SRV_WORD) {
+        char words[MT_REASON_MAX + 1];
+        snprintf(words, sizeof words, "[%.2f] %.240s", m.time, m.text);
+        mt_utf8_sanitize(words);
+        if (to_client(b, MT_FRAME_WORDS, 0, seq ? (uint32_t)seq - 1 : 0, words,
+                      strlen(words)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static void *asr_down(void *arg)
 {
     bridge *b = arg;
-    char why[300] = "", err[200];
-    for (;;) {
-        size_t len;
-        mt_asr_srv m;
-        int op = srv_message(b, &len, why, sizeof why);
-        if (op < 0)
-            break;
-        if (op == MT_WS_CLOSE) {
-            closed_why(b, len, why, sizeof why);
-            break;
-        }
-        if (op != MT_WS_BINARY)
-            continue;
-        if (mt_asr_srv_decode(b->msg, len, &m, err, sizeof err) != 0) {
-            snprintf(why, sizeof why, "a bad message from the server: %s", err);
-            break;
-        }
-        if (m.type == MT_ASR_SRV_ERROR) {
-            snprintf(why, sizeof why, "%s", m.text);
-            break;
-        }
-        pthread_mutex_lock(&b->mu);
-        uint64_t seq = b->answered;
-        int in_order = m.type != MT_ASR_SRV_MARKER ||
-                       ((uint64_t)m.id == seq && seq < b->sent);
-        if (m.type == MT_ASR_SRV_MARKER && in_order)
-            b->answered++;
-        pthread_mutex_unlock(&b->mu);
-        if (!in_order) {
-            snprintf(why, sizeof why, "Marker %lld back where %llu was due", (long long)m.id,
-                     (unsigned long long)seq);
-            break;
-        }
-        if (m.type == MT_ASR_SRV_MARKER) {
-            if (to_client(b, MT_FRAME_TEXT, 0, (uint32_t)seq, NULL, 0) < 0)
-                break;
-            pthread_cond_broadcast(&b->cv);
-        } else if (m.type == MT_ASR_SRV_WORD) {
-            char words[MT_REASON_MAX + 1];
-            snprintf(words, sizeof words, "[%.2f] %.240s", m.time, m.text);
-            mt_utf8_sanitize(words);
-            if (to_client(b, MT_FRAME_WORDS, 0, seq ? (uint32_t)seq - 1 : 0, words,
-                          strlen(words)) < 0)
-                break;
-        }
-    }
+    char why[300] = "";
+    read_messages(b, asr_message, NULL, why, sizeof why);
     down_end(b, why);
     return NULL;
 }
@@ -525,11 +564,9 @@ static int asr_stream(bridge *b, mt_frame_decoder *dec, const mt_hello *h, pthre
                     break;
             break;
         }
-        if (f.type != MT_FRAME_AUDIO || f.length != 2 * K_FRAME)
-            break;
         int16_t pcm[K_FRAME];
-        for (int i = 0; i < K_FRAME; i++)
-            pcm[i] = (int16_t)(uint16_t)(f.payload[2 * i] | f.payload[2 * i + 1] << 8);
+        if (frame_pcm(&f, pcm) < 0)
+            break;
         pthread_mutex_lock(&b->mu);
         int64_t seq = (int64_t)b->sent++;
         pthread_mutex_unlock(&b->mu);
@@ -712,11 +749,9 @@ static void chat_stream(bridge *b, mt_frame_decoder *dec, mt_oggopus_enc *enc, u
                 (void)to_server(b, MT_WS_BINARY, &ta, page, (size_t)n);
             break;
         }
-        if (f.type != MT_FRAME_AUDIO || f.length != 2 * K_FRAME)
-            break;
         int16_t pcm[K_FRAME];
-        for (int i = 0; i < K_FRAME; i++)
-            pcm[i] = (int16_t)(uint16_t)(f.payload[2 * i] | f.payload[2 * i + 1] << 8);
+        if (frame_pcm(&f, pcm) < 0)
+            break;
         n = mt_oggopus_enc_frame(enc, pcm, page, page_cap, err, sizeof err);
         pthread_mutex_lock(&b->mu);
         b->sent++;

@@ -11,13 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <dirent.h>
 
 #include "model/safetensors.h"
 #include "util/errmsg.h"
+#include "util/mapfile.h"
 #include "util/rng.h"
 
 /* ---- building the table ------------------------------------------------ */
@@ -701,27 +701,14 @@ static int load_synthetic(const char *spec, mimi_config *c, int have_c, int shap
 static int load_checkpoint(const char *wpath, mimi_config *c, int have_c, int shape_only,
                            mimi_model **m, char *err, size_t errlen)
 {
-    struct stat sb;
-    int fd = open(wpath, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        mt_set_err(err, errlen, "%s: %s", wpath, fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0)
-            close(fd);
+    mt_mapfile f;
+    if (mt_mapfile_open(wpath, &f, err, errlen))
         return -1;
-    }
-    size_t flen = (size_t)sb.st_size;
-    void *map = flen ? mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (map == MAP_FAILED) {
-        mt_set_err(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
-        return -1;
-    }
-    static const uint8_t empty[1];
     int rc;
     if (shape_only) {
         if (!have_c) {
             mimi_config_default(c);
-            char *js = map ? metadata_config(map, flen) : NULL;
+            char *js = f.len ? metadata_config(f.data, f.len) : NULL;
             rc = js ? mimi_config_parse(js, strlen(js), wpath, c, err, errlen) : 0;
             free(js);
         } else {
@@ -730,10 +717,9 @@ static int load_checkpoint(const char *wpath, mimi_config *c, int have_c, int sh
         if (rc == 0)
             rc = mimi_model_build(c, 0, m, err, errlen);
     } else {
-        rc = mimi_load_mem(map ? map : empty, flen, wpath, have_c ? c : NULL, m, err, errlen);
+        rc = mimi_load_mem(f.data, f.len, wpath, have_c ? c : NULL, m, err, errlen);
     }
-    if (map)
-        munmap(map, flen);
+    mt_mapfile_close(&f);
     return rc != 0 ? -1 : 0;
 }
 

@@ -48,25 +48,13 @@
  * index). Same shapes and scales as the CPU generator, not the same values
  * (parity tests use host weights).
  *
- * CUDA Graphs (MT_CUDA_GRAPHS=1; off by default until a lease has timed
- * them, tests/gpu/run-lease.sh): a step's rows are padded to the next
- * power of two (at most R; padding rows attend to one slot of a scratch
- * block past the pool's and their outputs are dropped), and the device
- * work of each (bucket, split plan, input kind, outputs wanted) is
- * captured once, on its first step, then replayed with one launch:
- * sessions joining or leaving change the bucket, not the graph. The
- * inputs are staged into pinned buffers first (a graph copies from fixed
- * addresses); the outputs' copies, the timing events and the one sync
- * stay outside the graph. In the window policy a bucket has one split
- * plan once its sessions' rings are full; at most MT_CUDA_MAX_GRAPHS are
- * kept, the least recently replayed goes. The stream and the cuBLAS
- * handle are the process's shared ones (gpu/device_cuda.h), with a fixed
- * cuBLAS workspace so that a captured GEMM allocates nothing. Prefill
- * chunks and the warm-up step run without graphs.
+ * CUDA Graphs (MT_CUDA_GRAPHS=1): a step captured once per power-of-two
+ * bucket of rows and replayed, in backend_cuda_graphs.c.
  */
 #include "util/errmsg.h"
 #include "decode/backend.h"
 #include "decode/cuda_entry.h"
+#include "decode/backend_cuda_graphs.h"
 #include "gpu/device_cuda.h"
 #define MT_CU_WHO "cuda"
 #include "gpu/cuda_check.h"
@@ -97,27 +85,6 @@ typedef struct dev_layer {
     float    *bqkv;                   /* [q_dim + 2 kv_dim] q|k|v biases, or NULL */
     float    *qk_norm;                /* [2 head_dim] q_norm | k_norm, or NULL */
 } dev_layer;
-
-/* What one call computes, and with the rows' metadata already in the
- * pinned buffers, everything its device work depends on: the key of a
- * captured graph (step_graph). */
-enum { IN_X = 0, IN_TOK = 1, IN_PCM = 2 };
-typedef struct fwd_plan {
-    int    n;             /* rows computed: the real ones, then padding */
-    int    ntab;          /* block-table entries copied in */
-    int    nsplit, chunk; /* the attention's splits (plan_splits) */
-    int    in;            /* IN_X, IN_TOK or IN_PCM */
-    int    want_logits, want_pcm, want_hid;
-} fwd_plan;
-
-/* A captured step (CUDA Graphs): its plan, the executable graph, when it
- * was last replayed (the least recent goes when the table is full). */
-#define MT_CUDA_MAX_GRAPHS 32
-typedef struct step_graph {
-    fwd_plan        key;
-    cudaGraphExec_t exec;
-    uint64_t        used;
-} step_graph;
 
 typedef struct cuda_backend {
     mt_backend         *pub;     /* the interface this implements */
@@ -187,9 +154,7 @@ typedef struct cuda_backend {
      * two, each (bucket, split plan, inputs, outputs) captured once */
     int        use_graphs;
     int32_t    scratch_block;       /* the block past the pool's: padding rows' */
-    step_graph graphs[MT_CUDA_MAX_GRAPHS];
-    int        ngraphs;
-    uint64_t   graph_clock;
+    mt_cuda_graphs graphs;
 } cuda_backend;
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
@@ -622,70 +587,10 @@ static int finish_outputs(cuda_backend *be, int nreal, const fwd_plan *pl, const
     return 0;
 }
 
-/* ---- CUDA Graphs: one per plan, captured on first use, replayed --------- */
-
-/* The captured graph of plan key (CUDA_GRAPHS below). */
-static int graph_for(cuda_backend *be, const fwd_plan *key, cudaGraphExec_t *out, char *err,
-                     size_t errlen)
+/* enqueue_compute as the graphs' capture calls it (mt_cuda_enqueue_fn). */
+static int enqueue_captured(void *be, const fwd_plan *pl, char *err, size_t errlen)
 {
-    for (int i = 0; i < be->ngraphs; i++)
-        if (!memcmp(&be->graphs[i].key, key, sizeof *key)) {
-            be->graphs[i].used = ++be->graph_clock;
-            *out = be->graphs[i].exec;
-            return 0;
-        }
-    int slot = be->ngraphs < MT_CUDA_MAX_GRAPHS ? be->ngraphs : 0;
-    for (int i = 0; be->ngraphs == MT_CUDA_MAX_GRAPHS && i < be->ngraphs; i++)
-        if (be->graphs[i].used < be->graphs[slot].used)
-            slot = i;                                   /* the least recently used */
-    cudaGraph_t g = NULL;
-    /* thread-local: another thread's work on the shared stream (the codec,
-     * the depformer) is not captured, and does not break the capture */
-    CU(cudaStreamBeginCapture(be->st, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    int rc = enqueue_compute(be, key, err, errlen);
-    cudaError_t e = cudaStreamEndCapture(be->st, &g);
-    if (rc)
-        goto out;
-    rc = -1;
-    if (e != cudaSuccess) {
-        mt_set_err(err, errlen, "cuda: capturing a step of %d rows: %s", key->n,
-                   cudaGetErrorString(e));
-        goto out;
-    }
-    cudaGraphExec_t exec;
-    e = cudaGraphInstantiate(&exec, g, 0);
-    if (e != cudaSuccess) {
-        mt_set_err(err, errlen, "cuda: instantiating a step of %d rows: %s", key->n,
-                   cudaGetErrorString(e));
-        goto out;
-    }
-    if (slot < be->ngraphs)
-        (void)cudaGraphExecDestroy(be->graphs[slot].exec);
-    else
-        be->ngraphs++;
-    be->graphs[slot] = (step_graph){ .key = *key, .exec = exec, .used = ++be->graph_clock };
-    *out = exec;
-    rc = 0;
-out:
-    if (g)
-        (void)cudaGraphDestroy(g);
-    return rc;
-}
-
-/* A step's rows padded to the graph's bucket, the next power of two (at
- * most R): padding row r reads and writes slot 0 of the scratch block
- * past the pool's (attach_pool), through table entry ntab. */
-static int pad_rows(cuda_backend *be, int B, size_t ntab)
-{
-    int bucket = 1;
-    while (bucket < B)
-        bucket *= 2;
-    if (bucket > be->R)
-        bucket = B;
-    be->h_tab[ntab] = be->scratch_block;
-    for (int r = B; r < bucket; r++)
-        be->h_rows[r] = (mt_cu_row){ .table_off = (int32_t)ntab, .nslots = 1 };
-    return bucket;
+    return enqueue_compute(be, pl, err, errlen);
 }
 
 /* Runs rows h_rows[0..n) (filled by the caller, with ntab table entries in
@@ -700,23 +605,16 @@ static int forward(cuda_backend *be, int n, size_t ntab, const mt_step_io *io, i
 {
     int rows = n;
     if (graph) {
-        rows = pad_rows(be, n, ntab);
+        rows = mt_cuda_graph_pad_rows(be->h_rows, be->h_tab, n, be->R, ntab,
+                                      be->scratch_block);
         ntab = be->tab_cap;   /* the copy's size is part of the graph */
     }
     fwd_plan pl = make_plan(be, rows, ntab, io, warm);
     stage_inputs(be, n, &pl, io);
     int rc;
-    if (graph) {
-        cudaGraphExec_t exec;
-        rc = graph_for(be, &pl, &exec, err, errlen);
-        if (rc == 0) {
-            cudaError_t e = cudaGraphLaunch(exec, be->st);
-            if (e != cudaSuccess) {
-                mt_set_err(err, errlen, "cuda: cudaGraphLaunch: %s", cudaGetErrorString(e));
-                rc = -1;
-            }
-        }
-    } else
+    if (graph)
+        rc = mt_cuda_graph_launch(&be->graphs, &pl, be->st, enqueue_captured, be, err, errlen);
+    else
         rc = enqueue_compute(be, &pl, err, errlen);
     if (rc == 0 && finish_outputs(be, n, &pl, io, err, errlen) == 0)
         return 0;
@@ -857,8 +755,7 @@ static void cuda_destroy(mt_backend *b)
             cudaEventDestroy(be->ev0);
             cudaEventDestroy(be->ev1);
         }
-        for (int i = 0; i < be->ngraphs; i++)
-            (void)cudaGraphExecDestroy(be->graphs[i].exec);
+        mt_cuda_graphs_free(&be->graphs);
         if (be->h_hid)
             cudaFreeHost(be->h_hid);
         mt_cu_ctx_close(be->ctx);

@@ -79,6 +79,18 @@ void mt_depformer_free(mt_depformer *df)
     free(df);
 }
 
+/* A depformer of lm for max_batch rows, zeroed but for those two; NULL
+ * with err when out of memory. */
+static mt_depformer *df_new(const mt_kyutai_lm *lm, int max_batch, char *err, size_t errlen)
+{
+    mt_depformer *df = mt_calloc_or_err(1, sizeof *df, err, errlen, "depformer");
+    if (df) {
+        df->lm = lm;
+        df->maxb = max_batch;
+    }
+    return df;
+}
+
 int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **out,
                         char *err, size_t errlen)
 {
@@ -90,14 +102,10 @@ int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **ou
                                    : "batch under 1");
         return -1;
     }
-    mt_depformer *df = calloc(1, sizeof *df);
-    if (!df) {
-        mt_set_err(err, errlen, "depformer: out of memory");
+    mt_depformer *df = df_new(lm, max_batch, err, errlen);
+    if (!df)
         return -1;
-    }
     size_t R = (size_t)max_batch, dd = (size_t)kc->dep_dim;
-    df->lm = lm;
-    df->maxb = max_batch;
     df->x = malloc(R * dd * sizeof(float));
     df->xn = malloc(R * dd * sizeof(float));
     df->qkv = malloc(R * 3 * dd * sizeof(float));
@@ -128,11 +136,9 @@ int mt_depformer_create_cuda(const mt_kyutai_lm *lm, int max_batch, mt_depformer
                    ops ? ops->abi : -1, DEP_CUDA_ABI);
         return -1;
     }
-    mt_depformer *df = mt_calloc_or_err(1, sizeof *df, err, errlen, "depformer");
+    mt_depformer *df = df_new(lm, max_batch, err, errlen);
     if (!df)
         return -1;
-    df->lm = lm;
-    df->maxb = max_batch;
     df->ops = ops;
     if (ops->create(lm, max_batch, &df->g, err, errlen) != 0) {
         free(df);
@@ -157,11 +163,9 @@ int mt_depformer_create_sim(const mt_kyutai_lm *lm, int max_batch, mt_depformer 
                                                                    : "batch under 1");
         return -1;
     }
-    mt_depformer *df = mt_calloc_or_err(1, sizeof *df, err, errlen, "depformer");
+    mt_depformer *df = df_new(lm, max_batch, err, errlen);
     if (!df)
         return -1;
-    df->lm = lm;
-    df->maxb = max_batch;
     df->sim = 1;
     *out = df;
     return 0;

@@ -4,6 +4,7 @@
  * backends run (q|k|v split, interleaved rotary made rotate-half by a row
  * permutation, gate|up split), and the random presets. */
 #include "util/errmsg.h"
+#include "util/mapfile.h"
 #include "util/io.h"
 #include "util/rng.h"
 #include "model/json_obj.h"
@@ -19,35 +20,111 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- config ------------------------------------------------------------------ */
 
-/* The published Moshi configuration (moshi/models/loaders.py _lm_kwargs). */
+/* The presets (synthetic:NAME), one row each; a feed-forward width
+ * KY_GATED is Kyutai's gating width, 2/3 of int(4.125 dim). */
+#define KY_GATED(dim) (2 * (int)(4.125 * (dim)) / 3)
+#define KY_MOSHIKO_DELAYS { 0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1 }
+typedef struct ky_preset {
+    const char      *name;
+    mt_kyutai_config kc;
+} ky_preset;
+
+static const ky_preset ky_presets[] = {
+    /* The published Moshi configuration (moshi/models/loaders.py
+     * _lm_kwargs); also the defaults under a config.json. */
+    { "moshiko", { .dim = 4096, .num_heads = 32, .num_layers = 32, .ffn = KY_GATED(4096),
+                   .text_card = 32000, .text_card_out = 32000, .card = 2048, .n_q = 16,
+                   .dep_q = 8, .delays = KY_MOSHIKO_DELAYS, .context = 3000,
+                   .max_period = 10000, .text_pad = 3, .dep_dim = 1024, .dep_heads = 16,
+                   .dep_layers = 6, .dep_ffn = KY_GATED(1024), .eps = 1e-8f } },
+    /* The fixture's shape (tests/fixtures/gen/gen_kyutai_lm.py) */
+    { "kyutai-tiny", { .dim = 32, .num_heads = 4, .num_layers = 2, .ffn = 88, .text_card = 40,
+                       .text_card_out = 40, .card = 24, .n_q = 4, .dep_q = 2,
+                       .delays = { 0, 0, 1, 0, 1 }, .context = 6, .max_period = 10000,
+                       .text_pad = 3, .dep_dim = 24, .dep_heads = 2, .dep_layers = 2,
+                       .dep_ffn = 66, .eps = 1e-8f } },
+    /* The tiny shape speaking through synthetic:mimi-tiny (mt-serve's
+     * tests and make demo): the codec's 32 bins as the card, its codebooks
+     * split as 2 of the model's and 2 of the user's (dep_q 2), ... */
+    { "kyutai-tiny-mimi", { .dim = 32, .num_heads = 4, .num_layers = 2, .ffn = 88,
+                            .text_card = 40, .text_card_out = 40, .card = 32, .n_q = 4,
+                            .dep_q = 2, .delays = { 0, 0, 1, 0, 1 }, .context = 6,
+                            .max_period = 10000, .text_pad = 3, .dep_dim = 24,
+                            .dep_heads = 2, .dep_layers = 2, .dep_ffn = 66, .eps = 1e-8f } },
+    /* ... or 2 of the user's alone (dep_q 0: speech to text, text delayed
+     * one frame after the audio); the depformer's shape stays, unused. */
+    { "kyutai-tiny-stt", { .dim = 32, .num_heads = 4, .num_layers = 2, .ffn = 88,
+                           .text_card = 40, .text_card_out = 40, .card = 32, .n_q = 2,
+                           .dep_q = 0, .delays = { 1, 0, 0 }, .context = 6,
+                           .max_period = 10000, .text_pad = 3, .dep_dim = 24,
+                           .dep_heads = 2, .dep_layers = 2, .dep_ffn = 66, .eps = 1e-8f } },
+    /* A mid-size Kyutai shape for the CPU benchmark: Moshi's streams (16
+     * codebooks, 8 of them the depformer's, Moshi's delays) on a small
+     * transformer. */
+    { "kyutai-small", { .dim = 256, .num_heads = 4, .num_layers = 6, .ffn = KY_GATED(256),
+                        .text_card = 4000, .text_card_out = 4000, .card = 1024, .n_q = 16,
+                        .dep_q = 8, .delays = KY_MOSHIKO_DELAYS, .context = 3000,
+                        .max_period = 10000, .text_pad = 3, .dep_dim = 256, .dep_heads = 4,
+                        .dep_layers = 4, .dep_ffn = KY_GATED(256), .eps = 1e-8f } },
+    /* Kyutai's speech-to-text models (moshi's configs/stt_1b_enfr.json and
+     * stt_2.6b_en.json with the model sizes of their config.json on the
+     * hub): 32 Mimi codebooks in, all the user's (dep_q 0: no depformer,
+     * text only), every delay 0 (the text comes later by the audio's
+     * shift, stt_config.audio_delay_seconds, 0.5 s and 2.5 s: the stream
+     * protocol's business), text padding 3, rope max_period 100000, silu
+     * gating at hidden_scale 4.125 (ffn 5632). stt-1b-en_fr: 16 layers of
+     * 2048 (16 heads), 8000 text tokens, context 750; stt-2.6b-en: 48
+     * layers of 2048 (32 heads), 4000 text tokens, context 375. Not
+     * modelled (see KYUTAI_PRESET_NOTES): stt-1b's extra heads (its
+     * semantic VAD: 4 linear heads of 6 outputs on the last hidden state,
+     * 49k weights, nothing beside a frame's 1G multiply-adds), the
+     * lm_gen_config's sampling (temp 0: greedy, which a session asks for),
+     * the tokenizer and Mimi's name. */
+    { "stt-1b", { .dim = 2048, .num_heads = 16, .num_layers = 16, .ffn = KY_GATED(2048),
+                  .text_card = 8000, .text_card_out = 8000, .card = 2048, .n_q = 32,
+                  .dep_q = 0, .context = 750, .max_period = 100000, .text_pad = 3,
+                  .eps = 1e-8f } },
+    { "stt-2.6b", { .dim = 2048, .num_heads = 32, .num_layers = 48, .ffn = KY_GATED(2048),
+                    .text_card = 4000, .text_card_out = 4000, .card = 2048, .n_q = 32,
+                    .dep_q = 0, .context = 375, .max_period = 100000, .text_pad = 3,
+                    .eps = 1e-8f } },
+    /* Kyutai's 2B Moshi (moshi's configs/moshi_dev_2b.json): 24 layers of
+     * 2560 (20 heads), 48000 text tokens, 32 codebooks of 2048 of which the
+     * depformer makes 16 (1024 wide, 16 heads, 6 layers, feed-forward
+     * 4224: gating 2816, weights per step), delays 0 2 ... (text 0,
+     * semantic 0, the acoustic ones 2, for the model's and the user's 16),
+     * context 3000, max_period 100000. Not modelled: its conditioner (a
+     * lookup table of 31 description bins, dim 16, summed into the input
+     * by the fuser: one constant vector per session, nothing a frame's
+     * cost sees). */
+    { "moshi-2b", { .dim = 2560, .num_heads = 20, .num_layers = 24, .ffn = KY_GATED(2560),
+                    .text_card = 48000, .text_card_out = 48000, .card = 2048, .n_q = 32,
+                    .dep_q = 16,
+                    .delays = { 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+                                0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2 },
+                    .context = 3000, .max_period = 100000, .text_pad = 3, .dep_dim = 1024,
+                    .dep_heads = 16, .dep_layers = 6, .dep_ffn = 2 * 4224 / 3,
+                    .eps = 1e-8f } },
+};
+
+/* The preset named name[0..nl), or NULL. */
+static const mt_kyutai_config *ky_preset_find(const char *name, size_t nl)
+{
+    for (size_t i = 0; i < sizeof ky_presets / sizeof ky_presets[0]; i++)
+        if (strlen(ky_presets[i].name) == nl && !strncmp(name, ky_presets[i].name, nl))
+            return &ky_presets[i].kc;
+    return NULL;
+}
+
+/* The published Moshi configuration: the first preset. */
 static void moshiko_defaults(mt_kyutai_config *kc)
 {
-    static const int delays[17] = { 0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1 };
-    memset(kc, 0, sizeof *kc);
-    kc->dim = 4096;
-    kc->num_heads = 32;
-    kc->num_layers = 32;
-    kc->ffn = 2 * (int)(4.125 * 4096) / 3;          /* 11264 */
-    kc->text_card = 32000;
-    kc->text_card_out = 32000;
-    kc->card = 2048;
-    kc->n_q = 16;
-    kc->dep_q = 8;
-    memcpy(kc->delays, delays, sizeof delays);
-    kc->context = 3000;
-    kc->max_period = 10000;
-    kc->text_pad = 3;
-    kc->dep_dim = 1024;
-    kc->dep_heads = 16;
-    kc->dep_layers = 6;
-    kc->dep_ffn = 2 * (int)(4.125 * 1024) / 3;      /* 2816 */
-    kc->eps = 1e-8f;
+    *kc = ky_presets[0].kc;
 }
 
 /* Kyutai's gating width for a feed-forward size of ff at width dim. */
@@ -591,19 +668,13 @@ out:
 
 static int load_dir(const char *dir, int flags, mt_kyutai_lm **out, char *err, size_t errlen)
 {
-    char cpath[4096], wpath[4096];
-    if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
-        (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
-        mt_set_err(err, errlen, "%s: path too long", dir);
+    mt_ckpt_dir d;
+    if (mt_ckpt_dir_read(dir, &d, err, errlen))
         return -1;
-    }
-    size_t clen;
-    char *text = mt_read_regular(cpath, 1u << 20, &clen, err, errlen);
-    if (!text)
-        return -1;
+    const char *wpath = d.wpath;
     mt_kyutai_config kc;
-    int rc = mt_kyutai_config_parse(text, clen, cpath, &kc, err, errlen);
-    free(text);
+    int rc = mt_kyutai_config_parse(d.config, d.config_len, d.cpath, &kc, err, errlen);
+    free(d.config);
     if (rc)
         return -1;
     const char *base = strrchr(dir, '/');
@@ -624,163 +695,25 @@ static int load_dir(const char *dir, int flags, mt_kyutai_lm **out, char *err, s
         *out = lm;
         return 0;
     }
-    int fd = open(wpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        mt_set_err(err, errlen, "%s: %s", wpath, fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0)
-            close(fd);
+    mt_mapfile f;
+    if (mt_mapfile_open(wpath, &f, err, errlen)) {
         mt_kyutai_free(lm);
         return -1;
     }
-    size_t flen = (size_t)sb.st_size;
-    void *map = flen ? mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (map == MAP_FAILED) {
-        mt_set_err(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
-        mt_kyutai_free(lm);
-        return -1;
-    }
-    static const uint8_t empty[1];
     mt_st_file sf;
     rc = -1;
-    if (mt_st_parse(map ? map : empty, flen, wpath, &sf, err, errlen) == 0) {
+    if (mt_st_parse(f.data, f.len, wpath, &sf, err, errlen) == 0) {
         ky_src s = { &sf, wpath, err, errlen };
         rc = load_tensors(&s, lm);
         mt_st_free(&sf);
     }
-    if (map)
-        munmap(map, flen);
+    mt_mapfile_close(&f);
     if (rc) {
         mt_kyutai_free(lm);
         return -1;
     }
     *out = lm;
     return 0;
-}
-
-/* The fixture's shape (tests/fixtures/gen/gen_kyutai_lm.py). */
-static void tiny_config(mt_kyutai_config *kc)
-{
-    static const int delays[5] = { 0, 0, 1, 0, 1 };
-    memset(kc, 0, sizeof *kc);
-    kc->dim = 32;
-    kc->num_heads = 4;
-    kc->num_layers = 2;
-    kc->ffn = 88;
-    kc->text_card = 40;
-    kc->text_card_out = 40;
-    kc->card = 24;
-    kc->n_q = 4;
-    kc->dep_q = 2;
-    memcpy(kc->delays, delays, sizeof delays);
-    kc->context = 6;
-    kc->max_period = 10000;
-    kc->text_pad = 3;
-    kc->dep_dim = 24;
-    kc->dep_heads = 2;
-    kc->dep_layers = 2;
-    kc->dep_ffn = 66;
-    kc->eps = 1e-8f;
-}
-
-/* The tiny shape speaking through synthetic:mimi-tiny (mt-serve's tests
- * and make demo): the codec's 32 bins as the card, its codebooks split as
- * 2 of the model's and 2 of the user's (dep_q 2), or 2 of the user's alone
- * (dep_q 0: speech to text, text delayed one frame after the audio). */
-static void tiny_mimi_config(mt_kyutai_config *kc, int dep_q)
-{
-    tiny_config(kc);
-    kc->card = 32;
-    if (dep_q == 0) {
-        static const int delays[3] = { 1, 0, 0 };
-        kc->dep_q = 0;
-        kc->n_q = 2;
-        memset(kc->delays, 0, sizeof kc->delays);
-        memcpy(kc->delays, delays, sizeof delays);
-    }
-}
-
-/* A mid-size Kyutai shape for the CPU benchmark: Moshi's streams (16
- * codebooks, 8 of them the depformer's, Moshi's delays) on a small
- * transformer. */
-static void small_config(mt_kyutai_config *kc)
-{
-    moshiko_defaults(kc);
-    kc->dim = 256;
-    kc->num_heads = 4;
-    kc->num_layers = 6;
-    kc->ffn = 2 * (int)(4.125 * 256) / 3;           /* 704 */
-    kc->text_card = 4000;
-    kc->text_card_out = 4000;
-    kc->card = 1024;
-    kc->dep_dim = 256;
-    kc->dep_heads = 4;
-    kc->dep_layers = 4;
-    kc->dep_ffn = 2 * (int)(4.125 * 256) / 3;
-}
-
-/* Kyutai's speech-to-text models (moshi's configs/stt_1b_enfr.json and
- * stt_2.6b_en.json with the model sizes of their config.json on the hub):
- * 32 Mimi codebooks in, all the user's (dep_q 0: no depformer, text
- * only), every delay 0 (the text comes later by the audio's shift,
- * stt_config.audio_delay_seconds, 0.5 s and 2.5 s: the stream protocol's
- * business), text padding 3, rope max_period 100000, silu gating at
- * hidden_scale 4.125 (ffn 5632). stt-1b-en_fr: 16 layers of 2048 (16
- * heads), 8000 text tokens, context 750; stt-2.6b-en: 48 layers of 2048
- * (32 heads), 4000 text tokens, context 375. Not modelled (see
- * KYUTAI_PRESET_NOTES): stt-1b's extra heads (its semantic VAD: 4 linear
- * heads of 6 outputs on the last hidden state, 49k weights, nothing
- * beside a frame's 1G multiply-adds), the lm_gen_config's sampling (temp
- * 0: greedy, which a session asks for), the tokenizer and Mimi's name. */
-static void stt_config(mt_kyutai_config *kc, int big)
-{
-    memset(kc, 0, sizeof *kc);
-    kc->dim = 2048;
-    kc->num_heads = big ? 32 : 16;
-    kc->num_layers = big ? 48 : 16;
-    kc->ffn = 2 * (int)(4.125 * 2048) / 3;          /* 5632 */
-    kc->text_card = big ? 4000 : 8000;
-    kc->text_card_out = kc->text_card;
-    kc->card = 2048;
-    kc->n_q = 32;
-    kc->dep_q = 0;                                  /* delays all 0 (memset) */
-    kc->context = big ? 375 : 750;
-    kc->max_period = 100000;
-    kc->text_pad = 3;
-    kc->eps = 1e-8f;
-}
-
-/* Kyutai's 2B Moshi (moshi's configs/moshi_dev_2b.json): 24 layers of
- * 2560 (20 heads), 48000 text tokens, 32 codebooks of 2048 of which the
- * depformer makes 16 (1024 wide, 16 heads, 6 layers, feed-forward 4224:
- * gating 2816, weights per step), delays 0 2 ... (text 0, semantic 0,
- * the acoustic ones 2, for the model's and the user's 16), context 3000,
- * max_period 100000. Not modelled: its conditioner (a lookup table of 31
- * description bins, dim 16, summed into the input by the fuser: one
- * constant vector per session, nothing a frame's cost sees). */
-static void moshi_2b_config(mt_kyutai_config *kc)
-{
-    static const int delays[33] = { 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
-                                    0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2 };
-    moshiko_defaults(kc);
-    kc->dim = 2560;
-    kc->num_heads = 20;
-    kc->num_layers = 24;
-    kc->ffn = 2 * (int)(4.125 * 2560) / 3;          /* 7040 */
-    kc->text_card = 48000;
-    kc->text_card_out = 48000;
-    kc->card = 2048;
-    kc->n_q = 32;
-    kc->dep_q = 16;
-    memcpy(kc->delays, delays, sizeof delays);
-    kc->context = 3000;
-    kc->max_period = 100000;
-    kc->text_pad = 3;
-    kc->dep_dim = 1024;
-    kc->dep_heads = 16;
-    kc->dep_layers = 6;
-    kc->dep_ffn = 2 * 4224 / 3;                     /* 2816 */
 }
 
 /* Random side tensors: N(0, 1/in) for matrices and tables (Kyutai's init
@@ -817,29 +750,14 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
         if (errno || *end)
             goto bad;
     }
-    mt_kyutai_config kc;
-    if (nl == 7 && !strncmp(name, "moshiko", 7))
-        moshiko_defaults(&kc);
-    else if (nl == 11 && !strncmp(name, "kyutai-tiny", 11))
-        tiny_config(&kc);
-    else if (nl == 16 && !strncmp(name, "kyutai-tiny-mimi", 16))
-        tiny_mimi_config(&kc, 2);
-    else if (nl == 15 && !strncmp(name, "kyutai-tiny-stt", 15))
-        tiny_mimi_config(&kc, 0);
-    else if (nl == 12 && !strncmp(name, "kyutai-small", 12))
-        small_config(&kc);
-    else if (nl == 6 && !strncmp(name, "stt-1b", 6))
-        stt_config(&kc, 0);
-    else if (nl == 8 && !strncmp(name, "stt-2.6b", 8))
-        stt_config(&kc, 1);
-    else if (nl == 8 && !strncmp(name, "moshi-2b", 8))
-        moshi_2b_config(&kc);
-    else {
+    const mt_kyutai_config *preset = ky_preset_find(name, nl);
+    if (!preset) {
         char names[1024];
         mt_synthetic_list(names, sizeof names);
         mt_set_err(err, errlen, "%s: unknown Kyutai preset (presets: %s)", spec, names);
         return -1;
     }
+    mt_kyutai_config kc = *preset;
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
     int side_only = !shape_only && (flags & MT_KYUTAI_HOST_SIDE) != 0;
     mt_config c;

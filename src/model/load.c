@@ -4,6 +4,8 @@
  * (config_json.c) and memory-maps model.safetensors (safetensors.c),
  * converting every tensor once to fp32. */
 #include "util/errmsg.h"
+#include "util/io.h"
+#include "util/mapfile.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
@@ -13,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -104,65 +105,6 @@ static void set_name(mt_config *c, const char *dir)
     }
 }
 
-/* Opens path for reading only if it is a regular file. A FIFO (or a
- * device) in place of a model file would block open() or read() for ever,
- * holding a server at start: open without blocking, check, then clear
- * O_NONBLOCK for the reads that follow. */
-static int open_regular(const char *path, struct stat *sb, char *err, size_t errlen)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (fstat(fd, sb) != 0) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(sb->st_mode)) {
-        mt_set_err(err, errlen, "%s: not a regular file (%s)", path,
-                 S_ISDIR(sb->st_mode) ? "a directory" :
-                 S_ISFIFO(sb->st_mode) ? "a FIFO" :
-                 S_ISSOCK(sb->st_mode) ? "a socket" : "a device");
-        close(fd);
-        return -1;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        mt_set_err(err, errlen, "%s: fcntl: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Reads a small file whole (config.json). */
-static char *read_small(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
-{
-    struct stat sb;
-    int fd = open_regular(path, &sb, err, errlen);
-    if (fd < 0)
-        return NULL;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        return NULL;
-    }
-    char *buf = malloc(limit + 1);
-    size_t n = buf ? fread(buf, 1, limit + 1, f) : 0;
-    int bad = !buf || ferror(f);
-    fclose(f);
-    if (bad || n > limit) {
-        mt_set_err(err, errlen, "%s: %s", path, bad ? "read error" : "too large (over 1 MiB)");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 static int is_ignored(const char *name)
 {
     /* rotary tables some older checkpoints store; we compute them */
@@ -231,52 +173,46 @@ static int check_tensors(const mt_config *c, const mt_st_file *sf, const char *p
     return 0;
 }
 
+int mt_ckpt_dir_read(const char *dir, mt_ckpt_dir *d, char *err, size_t errlen)
+{
+    d->config = NULL;
+    if ((size_t)snprintf(d->cpath, sizeof d->cpath, "%s/config.json", dir) >= sizeof d->cpath ||
+        (size_t)snprintf(d->wpath, sizeof d->wpath, "%s/model.safetensors", dir) >=
+            sizeof d->wpath) {
+        mt_set_err(err, errlen, "%s: path too long", dir);
+        return -1;
+    }
+    d->config = mt_read_regular(d->cpath, 1u << 20, &d->config_len, err, errlen);
+    return d->config ? 0 : -1;
+}
+
 static int load_dir(const char *dir, int flags, mt_model **out, char *err,
                     size_t errlen)
 {
-    char cpath[4096], wpath[4096];
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         mt_set_err(err, errlen, "%s: not a model directory (%s) and not synthetic:NAME",
                  dir, stat(dir, &sb) != 0 ? strerror(errno) : "not a directory");
         return -1;
     }
-    if ((size_t)snprintf(cpath, sizeof cpath, "%s/config.json", dir) >= sizeof cpath ||
-        (size_t)snprintf(wpath, sizeof wpath, "%s/model.safetensors", dir) >= sizeof wpath) {
-        mt_set_err(err, errlen, "%s: path too long", dir);
+    mt_ckpt_dir d;
+    if (mt_ckpt_dir_read(dir, &d, err, errlen))
         return -1;
-    }
-    size_t clen;
-    char *text = read_small(cpath, 1u << 20, &clen, err, errlen);
-    if (!text)
-        return -1;
+    const char *wpath = d.wpath;
     mt_config c;
-    int rc = mt_config_parse(text, clen, cpath, &c, err, errlen);
-    free(text);
+    int rc = mt_config_parse(d.config, d.config_len, d.cpath, &c, err, errlen);
+    free(d.config);
     if (rc != 0)
         return -1;
     set_name(&c, dir);
 
-    int fd = open_regular(wpath, &sb, err, errlen);
-    if (fd < 0)
+    mt_mapfile f;
+    if (mt_mapfile_open(wpath, &f, err, errlen))
         return -1;
-    size_t flen = (size_t)sb.st_size;
-    const uint8_t *map = NULL;
-    if (flen > 0) {
-        void *p = mmap(NULL, flen, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            mt_set_err(err, errlen, "%s: mmap: %s", wpath, strerror(errno));
-            close(fd);
-            return -1;
-        }
-        map = p;
-    }
-    close(fd);
-    static const uint8_t empty[1];
     mt_st_file sf;
     mt_model *m = NULL;
     rc = -1;
-    if (mt_st_parse(map ? map : empty, flen, wpath, &sf, err, errlen) != 0)
+    if (mt_st_parse(f.data, f.len, wpath, &sf, err, errlen) != 0)
         goto unmap;
     c.has_audio = mt_st_find(&sf, "audio_in.weight") || mt_st_find(&sf, "audio_out.weight");
     c.has_tokens = c.vocab > 0;
@@ -311,8 +247,7 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
 done:
     mt_st_free(&sf);
 unmap:
-    if (map)
-        munmap((void *)map, flen);
+    mt_mapfile_close(&f);
     return rc;
 }
 

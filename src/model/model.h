@@ -128,6 +128,17 @@ void mt_model_free(mt_model *m);
  * 0 with dir filled, or -1 (dir then holds spec). */
 int  mt_model_resolve(const char *spec, char *dir, size_t cap);
 
+/* A checkpoint folder's two files (this loader's and kyutai_lm.c's):
+ * config.json read whole (at most 1 MiB, NUL-terminated, the caller
+ * frees it) and the path of model.safetensors. */
+typedef struct mt_ckpt_dir {
+    char   cpath[4096];     /* DIR/config.json */
+    char   wpath[4096];     /* DIR/model.safetensors */
+    char  *config;          /* [config_len + 1] */
+    size_t config_len;
+} mt_ckpt_dir;
+int  mt_ckpt_dir_read(const char *dir, mt_ckpt_dir *d, char *err, size_t errlen);
+
 /* Backbone + adapter parameter count and bytes at a given element size. */
 uint64_t mt_model_params(const mt_config *c);
 /* Names of the presets, NULL-terminated, for --help and errors. */

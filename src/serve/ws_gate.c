@@ -336,8 +336,14 @@ static int authorized(const mt_ws_gate *g, const mt_http_req *r)
     if (h && strlen(h) <= MT_TOKEN_MAX &&
         mt_token_equal(h, strlen(h), g->o.token, g->o.token_len))
         return 1;
-    return query_param(r->query, "auth_id", q, sizeof q) == 0 &&
-           mt_token_equal(q, strlen(q), g->o.token, g->o.token_len);
+    /* the query parameter of Kyutai's servers (auth_id) and the one their
+     * web client sends (worker_auth_id, client/'s Conversation.tsx) */
+    static const char *const names[] = { "auth_id", "worker_auth_id" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (query_param(r->query, names[i], q, sizeof q) == 0 &&
+            mt_token_equal(q, strlen(q), g->o.token, g->o.token_len))
+            return 1;
+    return 0;
 }
 
 /* --static: the file's answer (static_http.h), then the connection
@@ -362,7 +368,7 @@ static void static_answer(mt_ws_gate *g, wsc *c, const mt_http_req *r)
     c->deadline = mt_clock_ns() + CLOSING_NS + (uint64_t)(len >> 10) * 1000000ull;  /* +1 ms a KiB */
 }
 
-#define UNAUTHORIZED "unauthorized: send the token as kyutai-api-key or auth_id\n"
+#define UNAUTHORIZED "unauthorized: send the token as kyutai-api-key, auth_id or worker_auth_id\n"
 
 /* A wrong or missing token: 401 after the wait that doubles with each
  * failure of the address (the TCP listener's, guard.h), or at once past
@@ -1122,7 +1128,7 @@ int mt_ws_gate_start(const mt_ws_gate_opts *o, mt_ws_gate **out, char *bound,
     if (!loop && !o->token && !o->insecure) {
         mt_set_err(err, errlen, "--ws %s is not a loopback address: anyone who can "
                    "reach it could send audio; give --token-file FILE (clients then "
-                   "send it as kyutai-api-key or auth_id), or --insecure to allow it "
+                   "send it as kyutai-api-key, auth_id or worker_auth_id), or --insecure to allow it "
                    "unauthenticated", o->addr);
         goto fail;
     }

@@ -34,7 +34,8 @@
  *
  * Auth follows --listen: with a token, the upgrade must carry it (the
  * kyutai-api-key header or the auth_id query parameter, as Kyutai's
- * clients send it); off loopback a token (or insecure) is required.
+ * clients send it, or worker_auth_id, as their web client does); off
+ * loopback a token (or insecure) is required.
  *
  * With a speech-to-text model (opts.asr), /api/asr-streaming speaks Kyutai's
  * streaming speech-to-text protocol instead (serve/asr_session.h): the same

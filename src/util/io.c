@@ -26,7 +26,7 @@ int mt_write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-char *mt_read_regular(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
+int mt_open_regular(const char *path, size_t *size, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     struct stat sb;
@@ -34,22 +34,35 @@ char *mt_read_regular(const char *path, size_t limit, size_t *len, char *err, si
         mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
-        return NULL;
+        return -1;
     }
     if (!S_ISREG(sb.st_mode)) {
         mt_set_err(err, errlen, "%s: not a regular file (%s)", path,
                    S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" :
                    S_ISSOCK(sb.st_mode) ? "a socket" : "a device");
         close(fd);
-        return NULL;
+        return -1;
     }
-    if ((uint64_t)sb.st_size > (uint64_t)limit) {
-        mt_set_err(err, errlen, "%s: %lld bytes, more than the %zu allowed", path,
-                   (long long)sb.st_size, limit);
+    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
+        mt_set_err(err, errlen, "%s: too large to address", path);
+        close(fd);
+        return -1;
+    }
+    *size = (size_t)sb.st_size;
+    return fd;
+}
+
+char *mt_read_regular(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
+{
+    size_t size, got = 0;
+    int fd = mt_open_regular(path, &size, err, errlen);
+    if (fd < 0)
+        return NULL;
+    if (size > limit) {
+        mt_set_err(err, errlen, "%s: %zu bytes, more than the %zu allowed", path, size, limit);
         close(fd);
         return NULL;
     }
-    size_t size = (size_t)sb.st_size, got = 0;
     char *buf = malloc(size + 1);
     int rerr = 0;
     while (buf && got < size) {

@@ -132,6 +132,12 @@ tq=$("$PY" -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], s
 timeout 30 "$PY" "$WC" "$URL2?auth_id=$tq" in.opus x.opus --frames 3 > q.txt 2>&1
 t_check "the token as auth_id: handshake and audio $(cat q.txt)" \
     test "$(fact q.txt handshake_first)" = 1 -a "$(fact q.txt pages)" = 3
+# Kyutai's web client sends its key as worker_auth_id: the same gate
+timeout 30 "$PY" "$WC" "$URL2?worker_auth_id=$tq" in.opus x.opus --frames 3 > wq.txt 2>&1
+t_check "the token as worker_auth_id: handshake and audio $(cat wq.txt)" \
+    test "$(fact wq.txt handshake_first)" = 1 -a "$(fact wq.txt pages)" = 3
+timeout 30 "$PY" "$WC" "$URL2?worker_auth_id=wrong-token-0123456789" in.opus x.opus --frames 1 > wbad.txt 2>&1
+t_check "a wrong worker_auth_id: HTTP 401" test "$(fact wbad.txt close)" = http401
 # hostile clients while a good session runs
 timeout 60 "$PY" "$WC" "$URL2?auth_id=$tq" in.opus out2.opus --frames "$FRAMES" > good2.txt 2>&1 &
 GOOD2=$!
