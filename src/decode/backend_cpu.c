@@ -55,6 +55,13 @@
  * reads half the bytes of sgemv, and larger calls keep OpenBLAS's sgemm on
  * the fp32 matrices.
  *
+ * 8-bit weights (--weights q8, kernels in cpu_q8.c): an 8-bit copy of
+ * every matrix (32 bytes and one fp32 scale a block along K: 1.125 bytes a
+ * weight), used like the f16 copy for calls of up to f16_rows rows; the
+ * product turns the bytes into fp32 weights in registers and multiplies
+ * in fp32, so it reads 0.56 of f16's bytes and its error is the
+ * quantisation's alone (at most scale/2 a weight).
+ *
  * Cache layout: one contiguous allocation, layer-major, addressed by
  * block id within a layer,
  *   kv[layer][block][kv_head][k|v][MT_KV_BLOCK slots][head_dim]   fp32 or f16
@@ -81,6 +88,7 @@
 #include "util/errmsg.h"
 #include "decode/backend_cpu_int.h"
 #include "decode/cpu_f16.h"
+#include "decode/cpu_q8.h"
 #include "decode/cpu_pool.h"
 #include "util/clock.h"
 #include "util/vec8.h"
@@ -166,12 +174,16 @@ static void slice(int n, int tid, int nt, int *lo, int *hi)
 
 /* Y[:, lo:hi] (+)= X . W[lo:hi, :]^T over the call's rows. */
 static void gemm_cols(const cpu_backend *be, const float *X, int K, const float *W,
-                      const uint16_t *W16, int lo, int hi, float *Y, int ldy, float beta)
+                      const uint16_t *W16, const q8mat *W8, int lo, int hi, float *Y, int ldy,
+                      float beta)
 {
     int M = be->nrows, N = hi - lo;
     if (N <= 0)
         return;
-    if (W16 && M <= be->f16_rows)
+    if (W8 && W8->q && M <= be->f16_rows)
+        mt_q8_gemm(M, N, K, X, K, W8->q + (size_t)lo * K, W8->s + (size_t)lo * (K / MT_Q8_BLOCK),
+                   beta, Y + lo, ldy);
+    else if (W16 && M <= be->f16_rows)
         mt_half_gemm(M, N, K, X, K, W16 + (size_t)lo * K, beta, Y + lo, ldy);
     else if (M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W + (size_t)lo * K, K,
@@ -188,7 +200,7 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int lo, hi;
         slice(j->seg[0].N, tid, nt, &lo, &hi);
         for (int s = 0; s < j->nseg; s++)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, lo, hi, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, lo, hi, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         /* SwiGLU on this thread's columns: gate = silu(gate) * up */
         for (int r = 0; r < be->nrows; r++) {
@@ -209,7 +221,7 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int a = lo > start ? lo - start : 0;
         int b = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
         if (a < b)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, a, b, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, a, b, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         start += j->seg[s].N;
     }
@@ -586,12 +598,13 @@ static void set_job(cpu_backend *be, const float *X, int K, float beta, int pair
     be->job.paired = paired;
 }
 
-static void add_seg(cpu_backend *be, const float *W, const uint16_t *W16, int N, float *Y,
-                    int ldy)
+static void add_seg(cpu_backend *be, const float *W, const uint16_t *W16, const q8mat *W8, int N,
+                    float *Y, int ldy)
 {
     int s = be->job.nseg++;
     be->job.seg[s].W = W;
     be->job.seg[s].W16 = W16;
+    be->job.seg[s].W8 = W8;
     be->job.seg[s].N = N;
     be->job.seg[s].Y = Y;
     be->job.seg[s].ldy = ldy;
@@ -715,7 +728,7 @@ static void embed_rows(cpu_backend *be, const mt_step_io *io)
         for (size_t i = 0; i < (size_t)R * fs; i++)
             be->pcmf[i] = io->pcm_in[i] / 32768.0f;
         set_job(be, be->pcmf, fs, 0.0f, 0);
-        add_seg(be, m->audio_in, be->audio_in16, H, be->x, H);
+        add_seg(be, m->audio_in, be->audio_in16, be->w8 ? &be->audio_in8 : NULL, H, be->x, H);
         run_gemm(be, phase_gemm, NULL);
     }
 }
@@ -754,14 +767,17 @@ static void run_layer(cpu_backend *be, int l)
     const int R = be->nrows, H = c->hidden, hd = be->hd, half = be->half;
     const mt_layer_weights *w = &be->m->layer[l];
     const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
+    const layer8 *w8 = be->w8 ? &be->w8[l] : NULL;
     be->layer = l;
 
     /* xn = rmsnorm(x) * attn_norm;
      * qkv [R, q_dim + 2 kv_dim] = xn . [wq|wk|wv]^T */
     set_job(be, be->xn, H, 0.0f, 0);
-    add_seg(be, w->wq, w16 ? w16->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
-    add_seg(be, w->wk, w16 ? w16->wk : NULL, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
-    add_seg(be, w->wv, w16 ? w16->wv : NULL, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
+    add_seg(be, w->wq, w16 ? w16->wq : NULL, w8 ? &w8->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
+    add_seg(be, w->wk, w16 ? w16->wk : NULL, w8 ? &w8->wk : NULL, be->kv_dim, be->qkv + be->q_dim,
+            be->qkv_dim);
+    add_seg(be, w->wv, w16 ? w16->wv : NULL, w8 ? &w8->wv : NULL, be->kv_dim,
+            be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
     run_gemm(be, phase_gemm, w->attn_norm);
 
     /* rotary: every q head by the query's position (its cache index
@@ -788,18 +804,19 @@ static void run_layer(cpu_backend *be, int l)
 
     /* cache <- new K,V; x += att . wo^T */
     set_job(be, be->att, be->q_dim, 1.0f, 0);
-    add_seg(be, w->wo, w16 ? w16->wo : NULL, H, be->x, H);
+    add_seg(be, w->wo, w16 ? w16->wo : NULL, w8 ? &w8->wo : NULL, H, be->x, H);
     run_gemm(be, phase_store_and_oproj, NULL);
 
     /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
     set_job(be, be->xn, H, 0.0f, 1);
-    add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, c->ffn, be->gate, c->ffn);
-    add_seg(be, w->w_up, w16 ? w16->w_up : NULL, c->ffn, be->up, c->ffn);
+    add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, w8 ? &w8->w_gate : NULL, c->ffn, be->gate,
+            c->ffn);
+    add_seg(be, w->w_up, w16 ? w16->w_up : NULL, w8 ? &w8->w_up : NULL, c->ffn, be->up, c->ffn);
     run_gemm(be, phase_gemm, w->mlp_norm);
 
     /* x += gate . w_down^T */
     set_job(be, be->gate, c->ffn, 1.0f, 0);
-    add_seg(be, w->w_down, w16 ? w16->w_down : NULL, H, be->x, H);
+    add_seg(be, w->w_down, w16 ? w16->w_down : NULL, w8 ? &w8->w_down : NULL, H, be->x, H);
     run_gemm(be, phase_gemm, NULL);
 }
 
@@ -818,7 +835,8 @@ static void run_heads(cpu_backend *be, const mt_step_io *io)
     if (want_logits) {
         /* logits [R, vocab] = xn . lm_head^T */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->lm_head, be->lm_head16, c->vocab, io->logits, c->vocab);
+        add_seg(be, m->lm_head, be->lm_head16, be->w8 ? &be->lm_head8 : NULL, c->vocab, io->logits,
+                c->vocab);
         run_gemm(be, phase_gemm, m->norm);
     }
     if (io->pcm_out && c->audio_passthrough && io->pcm_in) {
@@ -826,7 +844,8 @@ static void run_heads(cpu_backend *be, const mt_step_io *io)
     } else if (want_pcm) {
         /* pcm [R, frame_samples] = clamp(xn . audio_out^T) * 32767 */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->audio_out, be->audio_out16, fs, be->pcmf, fs);
+        add_seg(be, m->audio_out, be->audio_out16, be->w8 ? &be->audio_out8 : NULL, fs, be->pcmf,
+                fs);
         run_gemm(be, phase_gemm, m->norm);
         for (size_t i = 0; i < (size_t)R * fs; i++) {
             float y = be->pcmf[i];

@@ -67,6 +67,17 @@ typedef struct layer16 {
     uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
 } layer16;
 
+/* The 8-bit copy of one matrix [N, K] (--weights q8, cpu_q8.h): bytes
+ * q [N, K] and scales s [N, K / MT_Q8_BLOCK]; q NULL where the matrix stays
+ * fp32 (K not a multiple of the block, or a value not finite). */
+typedef struct q8mat {
+    const int8_t *q;
+    const float  *s;
+} q8mat;
+typedef struct layer8 {
+    q8mat wq, wk, wv, wo, w_gate, w_up, w_down;
+} layer8;
+
 typedef struct cpu_backend {
     mt_backend          base;
     const mt_model     *m;
@@ -88,7 +99,13 @@ typedef struct cpu_backend {
     layer16  *w16;       /* [layers] or NULL */
     uint16_t *lm_head16, *audio_in16, *audio_out16;
     uint16_t *w16_store; /* one allocation behind all of them */
-    int       f16_rows;
+    int       f16_rows;  /* rows up to which the f16 or q8 copy serves */
+
+    /* --weights q8: 8-bit copies used for calls of up to f16_rows rows */
+    layer8   *w8;        /* [layers] or NULL */
+    q8mat     lm_head8, audio_in8, audio_out8;
+    int8_t   *w8_store;  /* the bytes of all of them */
+    float    *w8_scales; /* their scales */
 
     /* activations, R rows; row r of a matrix [R, n] starts at r*n */
     float *x;            /* [R, hidden]   residual stream */
@@ -121,7 +138,9 @@ typedef struct cpu_backend {
         const float *X;       /* [rows, K] */
         int          K;
         float        beta;
-        struct { const float *W; const uint16_t *W16; int N; float *Y; int ldy; } seg[3];
+        struct {
+            const float *W; const uint16_t *W16; const q8mat *W8; int N; float *Y; int ldy;
+        } seg[3];
     } job;
 
     /* mt_decoder_parallel's work while its phase runs (phase_par) */

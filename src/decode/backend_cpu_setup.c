@@ -5,6 +5,7 @@
 #include "util/errmsg.h"
 #include "decode/backend_cpu_int.h"
 #include "decode/cpu_f16.h"
+#include "decode/cpu_q8.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -40,6 +41,9 @@ static void cpu_destroy(mt_backend *b)
         free(be->kv);
         free(be->w16);
         free(be->w16_store);
+        free(be->w8);
+        free(be->w8_store);
+        free(be->w8_scales);
         free(be->x); free(be->xn); free(be->qkv); free(be->att);
         free(be->gate); free(be->up); free(be->pcmf);
         free(be->rcos); free(be->rsin); free(be->qcos); free(be->qsin);
@@ -145,6 +149,78 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
                  "beyond f16's range (%g) kept in fp32, first %s (largest |value| %g)",
                  n ? "; " : "", kept, kept == 1 ? "x" : "ces", (double)MT_HALF_MAX, first,
                  (double)first_big);
+    }
+    be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows : F16_ROWS_DEFAULT;
+    return 0;
+}
+
+/* One matrix [N, K] into the q8 copy at *q and *s (moved past it): left
+ * fp32 (d->q NULL) where K is not a multiple of the block or a value is
+ * not finite; returns 1 then, else 0. */
+static int take_q8(q8mat *d, const float *src, size_t N, int K, int8_t **q, float **s)
+{
+    d->q = NULL;
+    d->s = NULL;
+    if (K % MT_Q8_BLOCK != 0 || mt_q8_pack(*q, *s, src, N, K) != 0)
+        return 1;
+    d->q = *q;
+    d->s = *s;
+    *q += N * (size_t)K;
+    *s += N * (size_t)(K / MT_Q8_BLOCK);
+    return 0;
+}
+
+/* --weights q8: 8-bit copies (cpu_q8.h) of every matrix the step
+ * multiplies by, the bytes in one allocation on 2 MiB pages and the
+ * scales in another. The model's fp32 matrices stay, as with f16: calls
+ * above f16_rows rows run sgemm on them, and the model owns them (its
+ * loader, the depformer and the codec's tests read them), so q8 costs
+ * 1.125 bytes a weight more, not 3 less. */
+static int make_weights8(cpu_backend *be, const mt_decoder_opts *o, char *err, size_t errlen)
+{
+    const mt_model *m = be->m;
+    const mt_config *c = be->c;
+    size_t H = (size_t)c->hidden, per_layer = H * be->qkv_dim + (size_t)be->q_dim * H +
+                                              3 * H * c->ffn;
+    size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
+    size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
+    size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
+    size_t total = per_layer * c->layers + n_lm + n_ai + n_ao;
+    be->w8 = calloc((size_t)c->layers, sizeof *be->w8);
+    be->w8_store = alloc_streamed(total);
+    be->w8_scales = malloc((total / MT_Q8_BLOCK + 1) * sizeof(float));
+    if (!be->w8 || !be->w8_store || !be->w8_scales) {
+        mt_set_err(err, errlen, "cpu: cannot allocate the q8 weights (%zu bytes)",
+                   total + total / MT_Q8_BLOCK * sizeof(float));
+        return -1;
+    }
+    mt_q8_init();
+    int8_t *q = be->w8_store;
+    float *s = be->w8_scales;
+    int kept = 0;
+    for (int l = 0; l < c->layers; l++) {
+        const mt_layer_weights *w = &m->layer[l];
+        layer8 *d = &be->w8[l];
+        kept += take_q8(&d->wq, w->wq, (size_t)be->q_dim, c->hidden, &q, &s);
+        kept += take_q8(&d->wk, w->wk, (size_t)be->kv_dim, c->hidden, &q, &s);
+        kept += take_q8(&d->wv, w->wv, (size_t)be->kv_dim, c->hidden, &q, &s);
+        kept += take_q8(&d->wo, w->wo, H, be->q_dim, &q, &s);
+        kept += take_q8(&d->w_gate, w->w_gate, (size_t)c->ffn, c->hidden, &q, &s);
+        kept += take_q8(&d->w_up, w->w_up, (size_t)c->ffn, c->hidden, &q, &s);
+        kept += take_q8(&d->w_down, w->w_down, H, c->ffn, &q, &s);
+    }
+    if (n_lm)
+        kept += take_q8(&be->lm_head8, m->lm_head, (size_t)c->vocab, c->hidden, &q, &s);
+    if (n_ai)
+        kept += take_q8(&be->audio_in8, m->audio_in, H, c->frame_samples, &q, &s);
+    if (n_ao)
+        kept += take_q8(&be->audio_out8, m->audio_out, (size_t)c->frame_samples, c->hidden,
+                        &q, &s);
+    if (kept) {
+        size_t n = strlen(be->note);
+        snprintf(be->note + n, sizeof be->note - n, "%sq8 weights: %d matri%s kept in fp32 "
+                 "(a width not a multiple of %d, or a value not finite)", n ? "; " : "", kept,
+                 kept == 1 ? "x" : "ces", MT_Q8_BLOCK);
     }
     be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows : F16_ROWS_DEFAULT;
     return 0;
@@ -308,6 +384,10 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
         cpu_destroy(b);
         return -1;
     }
+    if (o->weights == MT_FMT_Q8 && make_weights8(be, o, err, errlen)) {
+        cpu_destroy(b);
+        return -1;
+    }
     if (be->note[0])
         b->note = be->note;   /* matrices kept in fp32 */
     int fail = cpu_alloc_activations(be, o) != 0;
@@ -329,7 +409,8 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     }
     blas_note(b);
     b->par_threads = T;
-    b->weights_f16_rows = be->w16 ? be->f16_rows : 0;
+    /* q8 too: the depformer follows with its f16 copies (it has no q8) */
+    b->weights_f16_rows = be->w16 || be->w8 ? be->f16_rows : 0;
     *out = b;
     return 0;
 }

@@ -107,7 +107,7 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
         mt_set_err(err, errlen, "decoder: unknown device %d", (int)o->device);
         return NULL;
     }
-    if ((unsigned)o->kv_dtype > MT_FMT_F16 || (unsigned)o->weights > MT_FMT_F16) {
+    if ((unsigned)o->kv_dtype > MT_FMT_F16 || (unsigned)o->weights > MT_FMT_Q8) {
         mt_set_err(err, errlen, "decoder: unknown number format (kv %d, weights %d)",
                  (int)o->kv_dtype, (int)o->weights);
         return NULL;

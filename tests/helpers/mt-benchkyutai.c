@@ -37,10 +37,11 @@
  *
  * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|serial|cuda]
  *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
- *                       [-w f32|f16] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
+ *                       [-w f32|f16|q8] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
  * Prints logfmt lines; asserts nothing. */
 #include "codec/mimi.h"
 #include "decode/decoder.h"
+#include "decode/cpu_q8.h"
 #include "speech/kyutai.h"
 #include "model/kyutai_lm.h"
 #include "util/clock.h"
@@ -70,7 +71,8 @@ static double median(double *v, int n)
 static mt_device dev = MT_DEV_CPU;
 static const char *dev_name = "cpu", *sim_profile;
 static const char *dep_on;      /* -D host | cuda | serial; NULL: where the decoder runs */
-static mt_num_format weights;   /* -w f16: the backbone's and the depformer's f16 copies */
+static mt_num_format weights;   /* -w f16: the backbone's and the depformer's f16 copies;
+                                   -w q8: the backbone's 8-bit copy, the depformer's f16 */
 static int f16_rows;            /* -r ROWS: the f16 product up to ROWS rows (0: default) */
 
 extern void openblas_set_num_threads(int);
@@ -217,7 +219,9 @@ out:
 }
 
 /* Per-frame bytes and FLOPs of the LM's stages at B rows (fp32 weights but
- * where the f16 copies serve: -w f16 and B <= the f16 rows). */
+ * where the f16 copies serve: -w f16 and B <= the f16 rows; with -w q8 the
+ * temporal's 8-bit copy there, 1 byte and 4/32 of a scale a weight, and
+ * the depformer's f16 copies, which it keeps under q8). */
 typedef struct lm_cost {
     double embed_b, temporal_b, temporal_f, dep_b, dep_f, sample_b;
 } lm_cost;
@@ -225,8 +229,9 @@ typedef struct lm_cost {
 static lm_cost lm_costs(const mt_kyutai_lm *lm, int B, int S, int W, int f16_at_b)
 {
     const mt_kyutai_config *kc = &lm->kc;
-    const double wb = f16_at_b ? 2 : 4, D = kc->dim, dd = kc->dep_dim, Q = kc->dep_q;
+    const double dep_wb = f16_at_b ? 2 : 4, D = kc->dim, dd = kc->dep_dim, Q = kc->dep_q;
     const double F = kc->dep_ffn, L = kc->dep_layers;
+    const double wb = !f16_at_b ? 4 : weights == MT_FMT_Q8 ? 1 + 4.0 / MT_Q8_BLOCK : 2;
     lm_cost c;
     double tp = (double)mt_model_params(&lm->temporal->cfg) -
                 (double)(kc->text_card + 1) * D;   /* the token table is never read */
@@ -235,7 +240,7 @@ static lm_cost lm_costs(const mt_kyutai_lm *lm, int B, int S, int W, int f16_at_
     c.temporal_b = tp * wb + kv;
     c.temporal_f = 2.0 * tp * B + 4.0 * B * (S + W) * D * kc->num_layers;
     double dep_w = Q * (dd * D + L * (4 * dd * dd + 3 * dd * F) + (double)kc->card * dd);
-    c.dep_b = dep_w * wb;
+    c.dep_b = dep_w * dep_wb;
     c.dep_f = 2.0 * dep_w * B;
     c.sample_b = (double)B * (kc->text_card_out + Q * kc->card) * 4;
     return c;
@@ -420,7 +425,7 @@ int main(int argc, char **argv)
         case 'P': predict_only = 1; break;
         case 'w':
             if (mt_num_format_parse(optarg, &weights)) {
-                fprintf(stderr, "mt-benchkyutai: -w f32 or f16\n");
+                fprintf(stderr, "mt-benchkyutai: -w f32, f16 or q8\n");
                 return 2;
             }
             break;
@@ -455,7 +460,8 @@ int main(int argc, char **argv)
              * machine's figures (the f16 rows as the CPU backend's
              * default, 8, with -w f16) */
             int T = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-            print_frame(lm, B, S, W, T, weights == MT_FMT_F16 ? (f16_rows ? f16_rows : 8) : 0,
+            print_frame(lm, B, S, W, T,
+                        weights == MT_FMT_F16 || weights == MT_FMT_Q8 ? (f16_rows ? f16_rows : 8) : 0,
                         (double[4]){ 0, 0, 0, 0 });
             continue;
         }
