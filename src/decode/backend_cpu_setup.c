@@ -409,7 +409,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
     }
     blas_note(b);
     b->par_threads = T;
-    /* q8 too: the depformer follows with its f16 copies (it has no q8) */
+    /* q8 too: the depformer follows with 8-bit copies of its own */
     b->weights_f16_rows = be->w16 || be->w8 ? be->f16_rows : 0;
     *out = b;
     return 0;

@@ -232,6 +232,7 @@ int mt_decoder_threads(const mt_decoder *d)
 }
 
 int mt_decoder_weights_f16_rows(const mt_decoder *d) { return d->be->weights_f16_rows; }
+mt_num_format mt_decoder_weights_format(const mt_decoder *d) { return d->o.weights; }
 
 const char *mt_decoder_sim_label(const mt_decoder *d)
 {
