@@ -16,6 +16,11 @@
 # Then f16 weights at B = 1, 8; then the bounds alone (-P, shape-only) of
 # Kyutai's published stt-1b (Kyutai's ring of 750 frames, f16 weights) and
 # 2B Moshi (S=4 + W=252, f16 weights) on this machine's figures.
+# Then what would make them fit (issue 49): synthetic:stt-1b measured with
+# Kyutai's ring (S=0 + W=750) at B = 1, 2, 4 with f16 and then 8-bit (q8)
+# weights, Mimi's encoder beside it; synthetic:moshi-2b's temporal alone
+# (-T: its whole fp32 copy is over the host limit, its temporal is not)
+# at B = 1 with q8 weights.
 # Asserts nothing.
 set -u
 cd "$(dirname "$0")/.."
@@ -29,4 +34,9 @@ echo "load $(cut -d' ' -f1-3 /proc/loadavg) at $(date -u +%FT%TZ)"
     -c synthetic:mimi -F 3 -O || exit 1
 "$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8 -f 20 -S 4 -W 60 -w f16 || exit 1
 "$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,4,8 -S 0 -W 750 -w f16 -c synthetic:mimi -P || exit 1
-"$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1,2 -S 4 -W 252 -w f16 -c synthetic:mimi -P
+"$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1,2 -S 4 -W 252 -w f16 -c synthetic:mimi -P || exit 1
+for w in f16 q8; do
+    "$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,4 -f 10 -S 0 -W 750 -w $w \
+        -c synthetic:mimi -F 5 || exit 1
+done
+"$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1 -f 10 -S 4 -W 252 -w q8 -T

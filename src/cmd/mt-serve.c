@@ -98,7 +98,8 @@ static void usage(FILE *f)
 "                           CUDA %d%% of free device memory after a reserve)\n"
 "      --kv-dtype T         CPU K/V cache elements: f16 (default) or f32\n"
 "      --weights T          CPU weights: f16 (default: a half copy beside\n"
-"                           the f32 one, for batches of up to 8) or f32\n"
+"                           the f32 one, for batches of up to 8) or f32,\n"
+"                           or q8 (an 8-bit copy instead of the half one)\n"
 "      --on-full ACTION     full policy on exhaustion: preempt (default) or\n"
 "                           stall\n"
 "      --fill, --no-fill    send FILL (silence) for frames past their deadline\n"
@@ -289,6 +290,8 @@ static int word_option(serve_args *a, int c, const char *arg)
     static const char *const onfull[] = { "preempt", "stall", NULL };
     static const char *const latency[] = { "ticks", "frames", NULL };
     static const char *const formats[] = { "f32", "f16", NULL };
+    static const char *const wformats[] = { "f32", "f16", "q8", NULL };
+    static const mt_num_format wformat_of[] = { MT_FMT_F32, MT_FMT_F16, MT_FMT_Q8 };
     static const char *const latfmt[] = { "logfmt", "json", NULL };
     int i;
     switch (c) {
@@ -324,8 +327,8 @@ static int word_option(serve_args *a, int c, const char *arg)
         a->dopt.kv_dtype = i ? MT_FMT_F16 : MT_FMT_F32;
         return 0;
     case O_WEIGHTS:
-        if (mt_opt_choice(arg, formats, &i)) return -1;
-        a->dopt.weights = i ? MT_FMT_F16 : MT_FMT_F32;
+        if (mt_opt_choice(arg, wformats, &i)) return -1;
+        a->dopt.weights = wformat_of[i];
         return 0;
     case O_LATFMT:
         if (mt_opt_choice(arg, latfmt, &i)) return -1;

@@ -41,8 +41,9 @@
  * vector code with an AVX2/FMA clone picked at load time (on an f16 cache
  * and an AVX-512 CPU, one fused kernel a run: mt_half_attend_run). The cache and
  * the f16 weights are on 2 MiB pages where the kernel allows (see
- * alloc_streamed). The rmsnorms and rotary passes
- * are cheap (R x hidden) and run on thread 0 between phases.
+ * alloc_streamed in backend_cpu_setup.c, which creates the backend and its
+ * weight copies; backend_cpu_int.h holds the state both files share).
+ * The rmsnorms and rotary passes are cheap (R x hidden) and run on thread 0 between phases.
  *
  * Half precision (opts kv_dtype / weights, kernels in cpu_f16.c). An f16
  * cache stores each new K,V row rounded to half (round to nearest even)
@@ -53,6 +54,13 @@
  * f16_rows rows (the measured crossover) runs the f16 product on it, which
  * reads half the bytes of sgemv, and larger calls keep OpenBLAS's sgemm on
  * the fp32 matrices.
+ *
+ * 8-bit weights (--weights q8, kernels in cpu_q8.c): an 8-bit copy of
+ * every matrix (32 bytes and one fp32 scale a block along K: 1.125 bytes a
+ * weight), used like the f16 copy for calls of up to f16_rows rows; the
+ * product turns the bytes into fp32 weights in registers and multiplies
+ * in fp32, so it reads 0.56 of f16's bytes and its error is the
+ * quantisation's alone (at most scale/2 a weight).
  *
  * Cache layout: one contiguous allocation, layer-major, addressed by
  * block id within a layer,
@@ -78,8 +86,9 @@
  * may take the ring slot of a position an earlier row still sees.
  */
 #include "util/errmsg.h"
-#include "decode/backend.h"
+#include "decode/backend_cpu_int.h"
 #include "decode/cpu_f16.h"
+#include "decode/cpu_q8.h"
 #include "decode/cpu_pool.h"
 #include "util/clock.h"
 #include "util/vec8.h"
@@ -108,142 +117,6 @@ enum { SLICE_ALIGN = 32 };
 /* A parallel phase of the step (cpu_pool.h). */
 typedef mt_tpool_fn phase_fn;
 
-/* ---- the backend ------------------------------------------------------ */
-
-/* One row of a call: a session at one position. */
-typedef struct row {
-    mt_kv_seq *seq;
-    int64_t    pos;    /* absolute position this row appends */
-    int64_t    base;   /* seq->len when the call began: positions >= base
-                          are read from this call's qkv buffer */
-    int        first;  /* row index holding position base of this seq */
-    int64_t    rpos;   /* rotary position of its key (and, absolute, its query):
-                          pos, or its input's (mt_step_io.positions) */
-} row;
-
-/* A run of visible positions attended together: len consecutive slots of
- * one cache block with one rotary offset (up to MT_KV_BLOCK), or one
- * position written by this call (read from the qkv buffer). */
-typedef struct kv_run {
-    int     j;         /* its first visible entry */
-    int     len;
-    int32_t block;     /* cache block, or -1: qkv row `at` */
-    int     at;        /* first slot within the block, or the qkv row */
-    int64_t d;         /* rotary offset abs - rope of its positions */
-} kv_run;
-
-/* Per-thread attention scratch; cap grows with the longest visible list. */
-typedef struct scratch {
-    int      cap;
-    int64_t *slot;     /* [cap]  cache slot of each visible position */
-    int64_t *rope;     /* [cap]  its rotary position */
-    int64_t *abs;      /* [cap]  its absolute position */
-    kv_run  *run;      /* [cap]  the visible list in runs */
-    float   *score;    /* [heads, cap] attention weights of the item's q heads */
-    float   *qd;       /* [heads, head_dim] the item's queries rotated by a
-                          further d (window/cache mode) */
-    float   *ml;       /* [2, heads] running maximum and sum of each q head */
-    float   *dcs, *dsn;/* [half] rotary of a d that is not the row's own */
-    /* the visible list and runs above are those of row vis_row in call
-     * vis_call: a thread that takes items of the same row again (every
-     * item at B = 1, one per kv head and layer) reuses them; a row's list
-     * is the same in every layer of a call. Making it (a 64-bit division
-     * per position) and its runs took 1.4% of a B = 1 f16 step's samples
-     * in a perf profile, made 64 times a step. */
-    uint64_t vis_call;
-    int      vis_row, vis_n, vis_nr;
-    int64_t  vis_q_rope;
-} scratch;
-
-/* Half copies of the weights (--weights f16), same layouts as the model's. */
-typedef struct layer16 {
-    uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
-} layer16;
-
-typedef struct cpu_backend {
-    mt_backend          base;
-    const mt_model     *m;
-    const mt_config    *c;
-    mt_kv_pool         *pool;
-    const mt_kv_params *kvp;
-    int   cache_rope;    /* window policy with MT_ROPE_CACHE */
-    int   R;             /* rows per call: mt_backend_rows(o) */
-    int   hd, half, q_dim, kv_dim, qkv_dim, group;
-
-    char  *kv;           /* [layers][blocks][kv_heads][2][16][head_dim] */
-    size_t block_elems;  /* one block, every layer: layers * layer_block_elems */
-    size_t layer_block_elems; /* one block, one layer: kv_heads * 2 * 16 * head_dim */
-    size_t layer_elems;  /* one layer of the pool: blocks * layer_block_elems */
-    int    kv_f16;       /* elements are IEEE half (else fp32) */
-    size_t kv_elem;      /* 2 or 4 */
-
-    /* --weights f16: half copies used for calls of up to f16_rows rows */
-    layer16  *w16;       /* [layers] or NULL */
-    uint16_t *lm_head16, *audio_in16, *audio_out16;
-    uint16_t *w16_store; /* one allocation behind all of them */
-    int       f16_rows;
-
-    /* activations, R rows; row r of a matrix [R, n] starts at r*n */
-    float *x;            /* [R, hidden]   residual stream */
-    float *xn;           /* [R, hidden]   normed input of a sublayer */
-    float *qkv;          /* [R, q_dim + 2*kv_dim]  q | k | v per row */
-    float *att;          /* [R, q_dim]    attention output, heads concatenated */
-    float *gate;         /* [R, ffn]      silu(gate) * up after the MLP phase */
-    float *up;           /* [R, ffn] */
-    float *pcmf;         /* [R, frame_samples]  pcm as float, in and out */
-    float *rcos, *rsin;  /* [R, half]     rotary of each row's absolute position */
-    float *qcos, *qsin;  /* [R, half]     rotary of each row's query position */
-    float *dcos, *dsin;  /* [R, half]     rotary of pos - query index (cache mode) */
-    float *ccos, *csin;  /* [S+W, half]   rotary by cache index (cache mode) */
-    double *inv_freq;    /* [half] */
-
-    row    *rows;        /* [R] */
-    int     nrows;
-    uint64_t call;       /* run_rows calls so far (keys the scratch's visible lists) */
-    int     layer;       /* layer the running phase works on */
-    uint64_t att_ns;     /* this call's attention phases, wall time (attention_ms) */
-    /* [threads] each thread's counter into its share of the attention
-     * items (phase_attention), a cache line each */
-    struct att_counter { _Alignas(64) atomic_int n; } *att_next;
-    int     att_chunks;  /* attention items per row (kv heads split in as many) */
-
-    /* the running GEMM phase: up to 3 weight segments */
-    struct gemm_job {
-        int          nseg;
-        int          paired;  /* segments share one column range (gate|up) */
-        const float *X;       /* [rows, K] */
-        int          K;
-        float        beta;
-        struct { const float *W; const uint16_t *W16; int N; float *Y; int ldy; } seg[3];
-    } job;
-
-    /* mt_decoder_parallel's work while its phase runs (phase_par) */
-    mt_par_fn par_fn;
-    void    *par_ctx;
-
-    mt_tpool tp;         /* tp.n threads, the caller's included */
-    scratch *scr;        /* [threads] */
-    char    note[400];   /* the backend's note: what OpenBLAS chose, when it matters;
-                            weights kept in fp32 (beyond f16's range) */
-} cpu_backend;
-
-/* Elements (fp32 or f16) of (layer l, k or v, kv head g) of block b,
- * slot row 0. The pool is layer-major, and within a layer's block each
- * head's K rows are followed by its V rows: a window session's blocks are
- * taken together when it opens (kv.c, ascending ids), so one layer of one
- * session is a single stretch, read in order (K and V of each head in
- * turn) but for a jump at the sinks and one where the ring wraps, as
- * attend() walks it. Block-major order (a block's every layer together,
- * each layer's K of all heads before their V) would cut that read into
- * pieces of 16 KiB of K and 16 KiB of V (f16, synthetic:small), each
- * block's 256 KiB from the next: a slower attention phase, fp32 and f16
- * alike (bench/RESULTS.md). */
-static inline void *kv_at(const cpu_backend *be, int32_t block, int l, int kv, int g)
-{
-    size_t off = (size_t)l * be->layer_elems + (size_t)block * be->layer_block_elems +
-                 ((size_t)g * 2 + kv) * MT_KV_BLOCK * be->hd;
-    return be->kv + off * be->kv_elem;
-}
 
 /* ---- small kernels ------------------------------------------------------ */
 
@@ -279,7 +152,7 @@ VINLINE void rope_apply(float *v, const float *cs, const float *sn, int half)
     }
 }
 
-static void rope_table(const cpu_backend *be, int64_t pos, float *cs, float *sn)
+void cpu_rope_table(const cpu_backend *be, int64_t pos, float *cs, float *sn)
 {
     for (int i = 0; i < be->half; i++) {
         double a = (double)pos * be->inv_freq[i];
@@ -301,12 +174,16 @@ static void slice(int n, int tid, int nt, int *lo, int *hi)
 
 /* Y[:, lo:hi] (+)= X . W[lo:hi, :]^T over the call's rows. */
 static void gemm_cols(const cpu_backend *be, const float *X, int K, const float *W,
-                      const uint16_t *W16, int lo, int hi, float *Y, int ldy, float beta)
+                      const uint16_t *W16, const q8mat *W8, int lo, int hi, float *Y, int ldy,
+                      float beta)
 {
     int M = be->nrows, N = hi - lo;
     if (N <= 0)
         return;
-    if (W16 && M <= be->f16_rows)
+    if (W8 && W8->q && M <= be->f16_rows)
+        mt_q8_gemm(M, N, K, X, K, W8->q + (size_t)lo * K, W8->s + (size_t)lo * (K / MT_Q8_BLOCK),
+                   beta, Y + lo, ldy);
+    else if (W16 && M <= be->f16_rows)
         mt_half_gemm(M, N, K, X, K, W16 + (size_t)lo * K, beta, Y + lo, ldy);
     else if (M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W + (size_t)lo * K, K,
@@ -323,7 +200,7 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int lo, hi;
         slice(j->seg[0].N, tid, nt, &lo, &hi);
         for (int s = 0; s < j->nseg; s++)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, lo, hi, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, lo, hi, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         /* SwiGLU on this thread's columns: gate = silu(gate) * up */
         for (int r = 0; r < be->nrows; r++) {
@@ -344,7 +221,7 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int a = lo > start ? lo - start : 0;
         int b = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
         if (a < b)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, a, b, j->seg[s].Y,
+            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, a, b, j->seg[s].Y,
                       j->seg[s].ldy, j->beta);
         start += j->seg[s].N;
     }
@@ -600,7 +477,7 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next
             const float *cs = be->dcos + (size_t)r * be->half;
             const float *sn = be->dsin + (size_t)r * be->half;
             if (ru->d != rw->pos - q_rope) {
-                rope_table(be, ru->d, sc->dcs, sc->dsn);
+                cpu_rope_table(be, ru->d, sc->dcs, sc->dsn);
                 cs = sc->dcs;
                 sn = sc->dsn;
             }
@@ -721,12 +598,13 @@ static void set_job(cpu_backend *be, const float *X, int K, float beta, int pair
     be->job.paired = paired;
 }
 
-static void add_seg(cpu_backend *be, const float *W, const uint16_t *W16, int N, float *Y,
-                    int ldy)
+static void add_seg(cpu_backend *be, const float *W, const uint16_t *W16, const q8mat *W8, int N,
+                    float *Y, int ldy)
 {
     int s = be->job.nseg++;
     be->job.seg[s].W = W;
     be->job.seg[s].W16 = W16;
+    be->job.seg[s].W8 = W8;
     be->job.seg[s].N = N;
     be->job.seg[s].Y = Y;
     be->job.seg[s].ldy = ldy;
@@ -850,7 +728,7 @@ static void embed_rows(cpu_backend *be, const mt_step_io *io)
         for (size_t i = 0; i < (size_t)R * fs; i++)
             be->pcmf[i] = io->pcm_in[i] / 32768.0f;
         set_job(be, be->pcmf, fs, 0.0f, 0);
-        add_seg(be, m->audio_in, be->audio_in16, H, be->x, H);
+        add_seg(be, m->audio_in, be->audio_in16, be->w8 ? &be->audio_in8 : NULL, H, be->x, H);
         run_gemm(be, phase_gemm, NULL);
     }
 }
@@ -862,7 +740,7 @@ static void rope_rows(cpu_backend *be)
 {
     const int half = be->half;
     for (int r = 0; r < be->nrows; r++) {
-        rope_table(be, be->rows[r].rpos, be->rcos + (size_t)r * half,
+        cpu_rope_table(be, be->rows[r].rpos, be->rcos + (size_t)r * half,
                    be->rsin + (size_t)r * half);
         if (be->cache_rope) {
             int64_t qi = mt_kv_visible_count(be->pool, be->rows[r].pos) - 1;
@@ -870,7 +748,7 @@ static void rope_rows(cpu_backend *be)
                    (size_t)half * sizeof(float));
             memcpy(be->qsin + (size_t)r * half, be->csin + (size_t)qi * half,
                    (size_t)half * sizeof(float));
-            rope_table(be, be->rows[r].pos - qi, be->dcos + (size_t)r * half,
+            cpu_rope_table(be, be->rows[r].pos - qi, be->dcos + (size_t)r * half,
                        be->dsin + (size_t)r * half);
         } else {
             memcpy(be->qcos + (size_t)r * half, be->rcos + (size_t)r * half,
@@ -889,14 +767,17 @@ static void run_layer(cpu_backend *be, int l)
     const int R = be->nrows, H = c->hidden, hd = be->hd, half = be->half;
     const mt_layer_weights *w = &be->m->layer[l];
     const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
+    const layer8 *w8 = be->w8 ? &be->w8[l] : NULL;
     be->layer = l;
 
     /* xn = rmsnorm(x) * attn_norm;
      * qkv [R, q_dim + 2 kv_dim] = xn . [wq|wk|wv]^T */
     set_job(be, be->xn, H, 0.0f, 0);
-    add_seg(be, w->wq, w16 ? w16->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
-    add_seg(be, w->wk, w16 ? w16->wk : NULL, be->kv_dim, be->qkv + be->q_dim, be->qkv_dim);
-    add_seg(be, w->wv, w16 ? w16->wv : NULL, be->kv_dim, be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
+    add_seg(be, w->wq, w16 ? w16->wq : NULL, w8 ? &w8->wq : NULL, be->q_dim, be->qkv, be->qkv_dim);
+    add_seg(be, w->wk, w16 ? w16->wk : NULL, w8 ? &w8->wk : NULL, be->kv_dim, be->qkv + be->q_dim,
+            be->qkv_dim);
+    add_seg(be, w->wv, w16 ? w16->wv : NULL, w8 ? &w8->wv : NULL, be->kv_dim,
+            be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
     run_gemm(be, phase_gemm, w->attn_norm);
 
     /* rotary: every q head by the query's position (its cache index
@@ -923,18 +804,19 @@ static void run_layer(cpu_backend *be, int l)
 
     /* cache <- new K,V; x += att . wo^T */
     set_job(be, be->att, be->q_dim, 1.0f, 0);
-    add_seg(be, w->wo, w16 ? w16->wo : NULL, H, be->x, H);
+    add_seg(be, w->wo, w16 ? w16->wo : NULL, w8 ? &w8->wo : NULL, H, be->x, H);
     run_gemm(be, phase_store_and_oproj, NULL);
 
     /* xn = rmsnorm(x) * mlp_norm; gate = silu(xn wg^T) * (xn wu^T) */
     set_job(be, be->xn, H, 0.0f, 1);
-    add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, c->ffn, be->gate, c->ffn);
-    add_seg(be, w->w_up, w16 ? w16->w_up : NULL, c->ffn, be->up, c->ffn);
+    add_seg(be, w->w_gate, w16 ? w16->w_gate : NULL, w8 ? &w8->w_gate : NULL, c->ffn, be->gate,
+            c->ffn);
+    add_seg(be, w->w_up, w16 ? w16->w_up : NULL, w8 ? &w8->w_up : NULL, c->ffn, be->up, c->ffn);
     run_gemm(be, phase_gemm, w->mlp_norm);
 
     /* x += gate . w_down^T */
     set_job(be, be->gate, c->ffn, 1.0f, 0);
-    add_seg(be, w->w_down, w16 ? w16->w_down : NULL, H, be->x, H);
+    add_seg(be, w->w_down, w16 ? w16->w_down : NULL, w8 ? &w8->w_down : NULL, H, be->x, H);
     run_gemm(be, phase_gemm, NULL);
 }
 
@@ -953,7 +835,8 @@ static void run_heads(cpu_backend *be, const mt_step_io *io)
     if (want_logits) {
         /* logits [R, vocab] = xn . lm_head^T */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->lm_head, be->lm_head16, c->vocab, io->logits, c->vocab);
+        add_seg(be, m->lm_head, be->lm_head16, be->w8 ? &be->lm_head8 : NULL, c->vocab, io->logits,
+                c->vocab);
         run_gemm(be, phase_gemm, m->norm);
     }
     if (io->pcm_out && c->audio_passthrough && io->pcm_in) {
@@ -961,7 +844,8 @@ static void run_heads(cpu_backend *be, const mt_step_io *io)
     } else if (want_pcm) {
         /* pcm [R, frame_samples] = clamp(xn . audio_out^T) * 32767 */
         set_job(be, be->xn, H, 0.0f, 0);
-        add_seg(be, m->audio_out, be->audio_out16, fs, be->pcmf, fs);
+        add_seg(be, m->audio_out, be->audio_out16, be->w8 ? &be->audio_out8 : NULL, fs, be->pcmf,
+                fs);
         run_gemm(be, phase_gemm, m->norm);
         for (size_t i = 0; i < (size_t)R * fs; i++) {
             float y = be->pcmf[i];
@@ -985,8 +869,8 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     return 0;
 }
 
-static int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
-                    const mt_step_io *io, char *err, size_t errlen)
+int cpu_step(mt_backend *b, int B, mt_kv_seq *const *seqs,
+             const mt_step_io *io, char *err, size_t errlen)
 {
     cpu_backend *be = b->impl;
     if (B < 1 || B > be->R) {
@@ -1016,15 +900,15 @@ static int cpu_prefill_chunk(mt_backend *b, mt_kv_seq *seq, int64_t base, int R,
 
 /* No cap on a chunk: run_rows writes a chunk's K,V only after all its rows
  * attended (see the top of the file). */
-static int cpu_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *io,
-                       char *err, size_t errlen)
+int cpu_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *io,
+                char *err, size_t errlen)
 {
     cpu_backend *be = b->impl;
     return mt_backend_prefill_chunks(b, be->c, seq, n, io, be->R, INT64_MAX, cpu_prefill_chunk,
                                      err, errlen);
 }
 
-static void cpu_wake(mt_backend *b)
+void cpu_wake(mt_backend *b)
 {
     cpu_backend *be = b->impl;
     mt_tpool_wake(&be->tp, be);
@@ -1035,329 +919,10 @@ static void cpu_wake(mt_backend *b)
  * phase is posted). */
 static void phase_par(cpu_backend *be, int tid, int nt) { be->par_fn(be->par_ctx, tid, nt); }
 
-static void cpu_parallel(mt_backend *b, mt_par_fn fn, void *ctx)
+void cpu_parallel(mt_backend *b, mt_par_fn fn, void *ctx)
 {
     cpu_backend *be = b->impl;
     be->par_fn = fn;
     be->par_ctx = ctx;
     mt_tpool_run(&be->tp, be, phase_par);
-}
-
-static void cpu_destroy(mt_backend *b)
-{
-    if (!b)
-        return;
-    cpu_backend *be = b->impl;
-    if (be) {
-        mt_tpool *tp = &be->tp;
-        mt_tpool_stop(tp);
-        if (be->scr)
-            for (int t = 0; t < tp->n; t++) {
-                free(be->scr[t].slot);
-                free(be->scr[t].rope);
-                free(be->scr[t].abs);
-                free(be->scr[t].run);
-                free(be->scr[t].score);
-                free(be->scr[t].qd);
-                free(be->scr[t].ml);
-                free(be->scr[t].dcs);
-                free(be->scr[t].dsn);
-            }
-        free(be->scr);
-        free(be->att_next);
-        free(be->kv);
-        free(be->w16);
-        free(be->w16_store);
-        free(be->x); free(be->xn); free(be->qkv); free(be->att);
-        free(be->gate); free(be->up); free(be->pcmf);
-        free(be->rcos); free(be->rsin); free(be->qcos); free(be->qsin);
-        free(be->dcos); free(be->dsin);
-        free(be->ccos); free(be->csin); free(be->inv_freq);
-        free(be->rows);
-        free(be);
-    }
-    free(b);
-}
-
-/* Crossover of the f16-weight product (rows per call; measured with
- * bench/bench_step.sh, see bench/RESULTS.md): up to it the f16 product,
- * which reads half the weight bytes, is faster; above it OpenBLAS's sgemm,
- * compute-bound with much better blocking than a small-M kernel, wins. */
-enum { F16_ROWS_DEFAULT = 8 };
-
-/* A large buffer that steps read in long streams (the kv pool, the f16
- * weights), on 2 MiB pages where the kernel gives them on request
- * (transparent huge pages in "madvise" mode, Debian's default): the
- * attention reads a few KiB in each of thousands of blocks, a new 4 KiB
- * page every few KiB, and that pattern reads faster on 2 MiB pages than on
- * 4 KiB ones (fewer TLB misses). Freed with free(). */
-static void *alloc_streamed(size_t n)
-{
-    const size_t huge = (size_t)2 << 20;
-    if (n < huge)
-        return malloc(n ? n : 1);
-    size_t rounded = (n + huge - 1) / huge * huge;
-    void *p = NULL;
-    if (posix_memalign(&p, huge, rounded) != 0)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    if (madvise(p, rounded, MADV_HUGEPAGE) != 0) {
-        /* advice only: refused (no THP, or "never"), 4 KiB pages work */
-    }
-#endif
-    return p;
-}
-
-/* --weights f16: half copies of every matrix the step multiplies by, in one
- * allocation (the model's fp32 copies stay: the sgemm path above the
- * crossover reads them, so this costs half the matrices' fp32 bytes more). */
-static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, size_t errlen)
-{
-    const mt_model *m = be->m;
-    const mt_config *c = be->c;
-    size_t H = (size_t)c->hidden, per_layer = H * be->qkv_dim + (size_t)be->q_dim * H +
-                                              3 * H * c->ffn;
-    size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
-    size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
-    size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
-    size_t total = per_layer * c->layers + n_lm + n_ai + n_ao;
-    be->w16 = calloc((size_t)c->layers, sizeof *be->w16);
-    be->w16_store = alloc_streamed(total * sizeof(uint16_t));
-    if (!be->w16 || !be->w16_store) {
-        mt_set_err(err, errlen, "cpu: cannot allocate the f16 weights (%zu bytes)",
-                 total * sizeof(uint16_t));
-        return -1;
-    }
-    uint16_t *p = be->w16_store;
-    /* a matrix with a finite value beyond f16's range stays fp32 (its
-     * half pointer NULL: gemm_cols reads the fp32 one), never infinite */
-    int kept = 0;
-    char first[64] = "";
-    float first_big = 0;
-#define TAKE(dst, src, count, ...)                                        \
-    do {                                                                  \
-        float big_ = mt_half_overflow((src), (count));                    \
-        if (big_ > 0) {                                                   \
-            (dst) = NULL;                                                 \
-            if (!kept++) {                                                \
-                snprintf(first, sizeof first, __VA_ARGS__);               \
-                first_big = big_;                                         \
-            }                                                             \
-        } else {                                                          \
-            (dst) = p;                                                    \
-            mt_half_pack(p, (src), (count));                              \
-        }                                                                 \
-        p += (count);                                                     \
-    } while (0)
-    for (int l = 0; l < c->layers; l++) {
-        const mt_layer_weights *w = &m->layer[l];
-        layer16 *d = &be->w16[l];
-        TAKE(d->wq, w->wq, (size_t)be->q_dim * H, "layers.%d.wq", l);
-        TAKE(d->wk, w->wk, (size_t)be->kv_dim * H, "layers.%d.wk", l);
-        TAKE(d->wv, w->wv, (size_t)be->kv_dim * H, "layers.%d.wv", l);
-        TAKE(d->wo, w->wo, H * be->q_dim, "layers.%d.wo", l);
-        TAKE(d->w_gate, w->w_gate, (size_t)c->ffn * H, "layers.%d.w_gate", l);
-        TAKE(d->w_up, w->w_up, (size_t)c->ffn * H, "layers.%d.w_up", l);
-        TAKE(d->w_down, w->w_down, H * c->ffn, "layers.%d.w_down", l);
-    }
-    if (n_lm)
-        TAKE(be->lm_head16, m->lm_head, n_lm, "lm_head");
-    if (n_ai)
-        TAKE(be->audio_in16, m->audio_in, n_ai, "audio_in");
-    if (n_ao)
-        TAKE(be->audio_out16, m->audio_out, n_ao, "audio_out");
-#undef TAKE
-    if (kept) {
-        size_t n = strlen(be->note);
-        snprintf(be->note + n, sizeof be->note - n, "%sf16 weights: %d matri%s with values "
-                 "beyond f16's range (%g) kept in fp32, first %s (largest |value| %g)",
-                 n ? "; " : "", kept, kept == 1 ? "x" : "ces", (double)MT_HALF_MAX, first,
-                 (double)first_big);
-    }
-    be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows : F16_ROWS_DEFAULT;
-    return 0;
-}
-
-static void *alloc_floats(size_t n, int *fail)
-{
-    void *p = calloc(n ? n : 1, sizeof(float));
-    if (!p)
-        *fail = 1;
-    return p;
-}
-
-/* The pool, committed now (the pages touched) so that no step pays
- * page faults for it and a budget the machine cannot hold fails here. */
-static int cpu_attach_pool(mt_backend *b, mt_kv_pool *pool, char *err, size_t errlen)
-{
-    cpu_backend *be = b->impl;
-    be->pool = pool;
-    be->kvp = mt_kv_pool_params(pool);
-    size_t nbytes = (size_t)mt_kv_pool_blocks(pool) * be->block_elems * be->kv_elem;
-    be->layer_elems = (size_t)mt_kv_pool_blocks(pool) * be->layer_block_elems;
-    be->kv = alloc_streamed(nbytes);
-    if (!be->kv) {
-        mt_set_err(err, errlen, "cpu: cannot allocate the kv pool (%zu bytes)", nbytes);
-        return -1;
-    }
-    memset(be->kv, 0, nbytes);
-    return 0;
-}
-
-/* The model's dimensions as the step uses them. */
-static void cpu_geometry(cpu_backend *be, const mt_model *m, const mt_decoder_opts *o)
-{
-    const mt_config *c = &m->cfg;
-    const mt_kv_params *kvp = &o->kv; /* the pool's come with attach_pool */
-    int kv_f16 = o->kv_dtype == MT_FMT_F16;
-    be->m = m;
-    be->c = c;
-    be->cache_rope = kvp->policy == MT_KV_WINDOW && kvp->rope == MT_ROPE_CACHE;
-    be->R = mt_backend_rows(o);
-    be->hd = c->head_dim;
-    be->half = c->head_dim / 2;
-    be->q_dim = c->heads * c->head_dim;
-    be->kv_dim = c->kv_heads * c->head_dim;
-    be->qkv_dim = be->q_dim + 2 * be->kv_dim;
-    be->group = c->heads / c->kv_heads;
-    be->layer_block_elems = (size_t)c->kv_heads * 2 * MT_KV_BLOCK * c->head_dim;
-    be->block_elems = (size_t)c->layers * be->layer_block_elems;
-    be->kv_f16 = kv_f16;
-    be->kv_elem = kv_f16 ? 2 : 4;
-}
-
-/* The activations of R rows, the rotary frequencies and, for a window
- * that keeps cache positions, their rotary table. 0, or -1 when out of
- * memory (what was allocated stays for cpu_destroy). */
-static int cpu_alloc_activations(cpu_backend *be, const mt_decoder_opts *o)
-{
-    const mt_config *c = be->c;
-    int fail = 0;
-    size_t R = (size_t)be->R;
-    int fs = c->frame_samples > 0 ? c->frame_samples : 1;
-    be->x = alloc_floats(R * c->hidden, &fail);
-    be->xn = alloc_floats(R * c->hidden, &fail);
-    be->qkv = alloc_floats(R * be->qkv_dim, &fail);
-    be->att = alloc_floats(R * be->q_dim, &fail);
-    be->gate = alloc_floats(R * c->ffn, &fail);
-    be->up = alloc_floats(R * c->ffn, &fail);
-    be->pcmf = alloc_floats(R * fs, &fail);
-    be->rcos = alloc_floats(R * be->half, &fail);
-    be->rsin = alloc_floats(R * be->half, &fail);
-    be->qcos = alloc_floats(R * be->half, &fail);
-    be->qsin = alloc_floats(R * be->half, &fail);
-    be->dcos = alloc_floats(R * be->half, &fail);
-    be->dsin = alloc_floats(R * be->half, &fail);
-    be->rows = calloc(R, sizeof *be->rows);
-    be->inv_freq = calloc((size_t)be->half, sizeof *be->inv_freq);
-    if (!be->rows || !be->inv_freq)
-        fail = 1;
-    if (!fail)
-        for (int i = 0; i < be->half; i++)
-            be->inv_freq[i] = pow((double)c->rope_theta, -(2.0 * i) / c->head_dim);
-    if (!fail && be->cache_rope) {
-        int n = o->kv.sink + o->kv.window;
-        be->ccos = alloc_floats((size_t)n * be->half, &fail);
-        be->csin = alloc_floats((size_t)n * be->half, &fail);
-        for (int i = 0; !fail && i < n; i++)
-            rope_table(be, i, be->ccos + (size_t)i * be->half,
-                       be->csin + (size_t)i * be->half);
-    }
-    return fail ? -1 : 0;
-}
-
-/* o->threads, or every online core; 1..256. */
-static int cpu_thread_count(const mt_decoder_opts *o)
-{
-    int T = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (T < 1)
-        T = 1;
-    if (T > 256)
-        T = 256;
-    return T;
-}
-
-/* OpenBLAS picks its kernels from cpuid at load time; in some virtual
- * machines it fails to recognise the CPU and falls back to its SSE3
- * (Prescott) kernels, several times slower than the AVX2/AVX-512 ones the
- * CPU has. It can only be told before it loads (OPENBLAS_CORETYPE), so say
- * so in the note, where the caller can print it. */
-static void blas_note(mt_backend *b)
-{
-#if defined(__x86_64__)
-    cpu_backend *be = b->impl;
-    const char *core = openblas_get_corename();
-    if (!core || strcasecmp(core, "prescott") != 0)
-        return;
-    const char *want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2")  ? "Haswell" : NULL;
-    if (!want)
-        return;
-    size_t n = strlen(be->note);   /* after the f16 weights' note, if any */
-    snprintf(be->note + n, sizeof be->note - n,
-             "%sOpenBLAS chose its %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s for the fast ones",
-             n ? "; " : "", core, want[0] == 'S' ? "AVX-512" : "AVX2", want);
-    b->note = be->note;
-#else
-    (void)b;
-#endif
-}
-
-int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backend **out,
-                          char *err, size_t errlen)
-{
-    *out = NULL;
-    const mt_config *c = &m->cfg;
-    if (m->shape_only || !m->layer) {
-        mt_set_err(err, errlen, "cpu: model %s has no weights in memory (shape only)",
-                 c->name);
-        return -1;
-    }
-    if (mt_backend_check_model(m, o, "cpu", err, errlen))
-        return -1;
-    int kv_f16 = o->kv_dtype == MT_FMT_F16;
-    mt_backend *b = mt_backend_alloc(sizeof(cpu_backend), "cpu: out of memory", err, errlen);
-    if (!b)
-        return -1;
-    cpu_backend *be = b->impl;
-    b->name = "cpu";
-    b->kv_elem_bytes = kv_f16 ? 2 : sizeof(float); /* the K/V cache's dtype */
-    b->attach_pool = cpu_attach_pool;
-    b->step = cpu_step;
-    b->prefill = cpu_prefill;
-    b->wake = cpu_wake;
-    b->parallel = cpu_parallel;
-    b->destroy = cpu_destroy;
-    cpu_geometry(be, m, o);
-    if (kv_f16 || o->weights == MT_FMT_F16)
-        mt_half_init();
-
-    if (o->weights == MT_FMT_F16 && make_weights16(be, o, err, errlen)) {
-        cpu_destroy(b);
-        return -1;
-    }
-    if (be->note[0])
-        b->note = be->note;   /* matrices kept in fp32 */
-    int fail = cpu_alloc_activations(be, o) != 0;
-    int T = cpu_thread_count(o);
-    be->tp.n = T;
-    be->scr = calloc((size_t)T, sizeof *be->scr);
-    be->att_next = aligned_alloc(64, (size_t)T * sizeof *be->att_next);
-    if (fail || !be->scr || !be->att_next) {
-        mt_set_err(err, errlen, "cpu: out of memory for activations");
-        be->tp.n = be->scr ? T : 0;
-        cpu_destroy(b);
-        return -1;
-    }
-    /* Our threads do the parallel work; OpenBLAS runs inside them. */
-    openblas_set_num_threads(1);
-    if (T > 1 && mt_tpool_start(&be->tp, T, err, errlen) != 0) {
-        cpu_destroy(b);
-        return -1;
-    }
-    blas_note(b);
-    b->par_threads = T;
-    b->weights_f16_rows = be->w16 ? be->f16_rows : 0;
-    *out = b;
-    return 0;
 }

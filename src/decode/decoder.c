@@ -107,7 +107,7 @@ static mt_decoder *decoder_new(const mt_model *m, const mt_decoder_opts *o,
         mt_set_err(err, errlen, "decoder: unknown device %d", (int)o->device);
         return NULL;
     }
-    if ((unsigned)o->kv_dtype > MT_FMT_F16 || (unsigned)o->weights > MT_FMT_F16) {
+    if ((unsigned)o->kv_dtype > MT_FMT_F16 || (unsigned)o->weights > MT_FMT_Q8) {
         mt_set_err(err, errlen, "decoder: unknown number format (kv %d, weights %d)",
                  (int)o->kv_dtype, (int)o->weights);
         return NULL;
@@ -232,6 +232,7 @@ int mt_decoder_threads(const mt_decoder *d)
 }
 
 int mt_decoder_weights_f16_rows(const mt_decoder *d) { return d->be->weights_f16_rows; }
+mt_num_format mt_decoder_weights_format(const mt_decoder *d) { return d->o.weights; }
 
 const char *mt_decoder_sim_label(const mt_decoder *d)
 {

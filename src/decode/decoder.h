@@ -72,6 +72,9 @@ int  mt_decoder_threads(const mt_decoder *d);
 /* Rows up to which the backend uses f16 weight copies (--weights f16 on
  * the CPU), 0 without them. */
 int  mt_decoder_weights_f16_rows(const mt_decoder *d);
+/* The weights asked for (mt_decoder_opts.weights): q8 makes the depformer
+ * keep 8-bit copies too. */
+mt_num_format mt_decoder_weights_format(const mt_decoder *d);
 /* Why the backend is what it is, for the caller to print: "" normally; with
  * MT_DEV_AUTO, e.g. "CUDA unavailable (no device): using CPU". */
 const char *mt_decoder_note(const mt_decoder *d);

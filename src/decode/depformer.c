@@ -4,12 +4,14 @@
  * columns over the decoder's threads (mt_decoder_parallel) once attached
  * (mt_depformer_attach): OpenBLAS on each thread's slice of the fp32
  * weights, or the f16 product (cpu_f16.c) on a half copy for calls of up
- * to the backbone's f16 rows; or, made by mt_depformer_create_cuda, the
+ * to the backbone's f16 rows (with --weights q8, the 8-bit product,
+ * cpu_q8.c, on an 8-bit copy instead); or, made by mt_depformer_create_cuda, the
  * same steps forwarded to the CUDA module (depformer_cuda.h); or, made by
  * mt_depformer_create_sim, no work at all (a simulated device's profile
  * times it). */
 #include "util/errmsg.h"
 #include "decode/cpu_f16.h"
+#include "decode/cpu_q8.h"
 #include "gpu/cuda_module.h"
 #include "decode/decoder.h"
 #include "decode/depformer.h"
@@ -41,6 +43,12 @@ struct mt_depformer {
     uint16_t *w16;    /* every half copy below, one allocation */
     uint16_t **in16, **lin16;  /* [dep_q] depformer_in[k], linears[k] */
     struct dep16 { uint16_t *wqkv, *wo, *w_in, *w_out; } *dep16; /* [layers * dep_q] */
+    /* --weights q8: 8-bit copies (bytes [N, K], scales [N, K/32]) in place
+     * of the half ones, the same matrices */
+    int8_t *w8;       /* every copy's bytes, one allocation */
+    float  *w8s;      /* and their scales */
+    struct q8w { const int8_t *q; const float *s; } *in8, *lin8; /* [dep_q] */
+    struct dep8 { struct q8w wqkv, wo, w_in, w_out; } *dep8;     /* [layers * dep_q] */
     /* the job posted to the threads (column mode) */
     struct dep_job {
         int op;                   /* JOB_GEMM, JOB_GATE_UP, JOB_ATTEND */
@@ -48,6 +56,7 @@ struct mt_depformer {
         int ldx, K, N;
         const float *W;           /* [N, K] */
         const uint16_t *W16;      /* the same in f16, or NULL */
+        const struct q8w *W8;     /* the same in 8 bits, or NULL */
         float beta, *Y;           /* [B, N] rows ldy apart */
         int ldy;
         const float *emb;         /* JOB_GEMM: + this table's row prev[r] */
@@ -76,6 +85,11 @@ void mt_depformer_free(mt_depformer *df)
     free(df->in16);
     free(df->lin16);
     free(df->dep16);
+    free(df->w8);
+    free(df->w8s);
+    free(df->in8);
+    free(df->lin8);
+    free(df->dep8);
     free(df);
 }
 
@@ -211,7 +225,62 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int B, int 
     }
 }
 
-/* ---- f16 copies ------------------------------------------------------------ */
+/* ---- f16 and q8 copies ------------------------------------------------------ */
+
+/* One matrix [N, K] into the q8 copy at *q, *s (moved past it); -1 where
+ * a value is not finite. */
+static int take_q8(struct q8w *d, const float *src, size_t N, size_t K, int8_t **q, float **s)
+{
+    if (mt_q8_pack(*q, *s, src, N, (int)K))
+        return -1;
+    d->q = *q;
+    d->s = *s;
+    *q += N * K;
+    *s += N * (K / MT_Q8_BLOCK);
+    return 0;
+}
+
+/* --weights q8 (every width a multiple of the block): 8-bit copies of
+ * every per-step matrix, used for calls of up to rows rows. */
+static int make_q8(mt_depformer *df, int rows, char *err, size_t errlen)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int Q = kc->dep_q, L = kc->dep_layers;
+    const size_t dd = (size_t)kc->dep_dim, F = (size_t)kc->dep_ffn;
+    size_t per_step = dd * kc->dim + (size_t)L * (4 * dd * dd + 3 * dd * F) + (size_t)kc->card * dd;
+    df->w8 = malloc(per_step * Q);
+    df->w8s = malloc(per_step * Q / MT_Q8_BLOCK * sizeof(float));
+    df->in8 = calloc((size_t)Q, sizeof *df->in8);
+    df->lin8 = calloc((size_t)Q, sizeof *df->lin8);
+    df->dep8 = calloc((size_t)L * Q, sizeof *df->dep8);
+    if (!df->w8 || !df->w8s || !df->in8 || !df->lin8 || !df->dep8) {
+        mt_set_err(err, errlen, "depformer: cannot allocate the q8 weights (%zu bytes)",
+                   per_step * Q + per_step * Q / MT_Q8_BLOCK * sizeof(float));
+        return -1;
+    }
+    mt_q8_init();
+    int8_t *q = df->w8;
+    float *s = df->w8s;
+    int bad = 0;
+    for (int k = 0; k < Q; k++) {
+        bad |= take_q8(&df->in8[k], df->lm->dep_in[k], dd, (size_t)kc->dim, &q, &s);
+        bad |= take_q8(&df->lin8[k], df->lm->linears[k], (size_t)kc->card, dd, &q, &s);
+        for (int l = 0; l < L; l++) {
+            const mt_ky_dep_w *w = &df->lm->dep[(size_t)l * Q + k];
+            struct dep8 *h = &df->dep8[(size_t)l * Q + k];
+            bad |= take_q8(&h->wqkv, w->wqkv, 3 * dd, dd, &q, &s);
+            bad |= take_q8(&h->wo, w->wo, dd, dd, &q, &s);
+            bad |= take_q8(&h->w_in, w->w_in, 2 * F, dd, &q, &s);
+            bad |= take_q8(&h->w_out, w->w_out, dd, F, &q, &s);
+        }
+    }
+    if (bad) {
+        mt_set_err(err, errlen, "depformer: --weights q8: a weight is not finite");
+        return -1;
+    }
+    df->f16_rows = rows;
+    return 0;
+}
 
 void mt_depformer_set_serial(mt_depformer *df) { df->serial = 1; }
 
@@ -233,8 +302,11 @@ int mt_depformer_attach(mt_depformer *df, mt_decoder *dec, char *err, size_t err
     df->nthreads = T;
     df->dec = dec;
     int rows = mt_decoder_weights_f16_rows(dec);
-    if (rows <= 0 || df->w16)
+    if (rows <= 0 || df->w16 || df->w8)
         return 0;
+    if (mt_decoder_weights_format(dec) == MT_FMT_Q8 && kc->dim % MT_Q8_BLOCK == 0 &&
+        dd % MT_Q8_BLOCK == 0 && F % MT_Q8_BLOCK == 0)
+        return make_q8(df, rows, err, errlen);
     size_t per_step = dd * kc->dim + (size_t)L * (4 * dd * dd + 3 * dd * F) + (size_t)kc->card * dd;
     df->w16 = malloc(per_step * Q * sizeof(uint16_t));
     df->in16 = calloc((size_t)Q, sizeof *df->in16);
@@ -270,11 +342,11 @@ int mt_depformer_attach(mt_depformer *df, mt_decoder *dec, char *err, size_t err
     return 0;
 }
 
-int mt_depformer_f16(const mt_depformer *df) { return df->w16 != NULL; }
+int mt_depformer_f16(const mt_depformer *df) { return df->w16 != NULL || df->w8 != NULL; }
 
 const char *mt_depformer_mode(const mt_depformer *df)
 {
-    return df->g ? "cuda" : !df->dec ? "serial" : df->w16 ? "pool-f16" : "pool";
+    return df->g ? "cuda" : !df->dec ? "serial" : df->w16 ? "pool-f16" : df->w8 ? "pool-q8" : "pool";
 }
 
 /* ---- the phases ------------------------------------------------------------ */
@@ -302,7 +374,10 @@ static void gemm_cols(const mt_depformer *df, const struct dep_job *j, int B, in
         return;
     const size_t K = (size_t)j->K;
     float *Y = j->Y + y_off + lo;
-    if (j->W16 && B <= df->f16_rows)
+    if (j->W8 && B <= df->f16_rows)
+        mt_q8_gemm(B, N, j->K, j->X, j->ldx, j->W8->q + (size_t)(w_off + lo) * K,
+                   j->W8->s + (size_t)(w_off + lo) * (K / MT_Q8_BLOCK), j->beta, Y, j->ldy);
+    else if (j->W16 && B <= df->f16_rows)
         mt_half_gemm(B, N, j->K, j->X, j->ldx, j->W16 + (size_t)(w_off + lo) * K, j->beta, Y,
                      j->ldy);
     else if (B == 1)
@@ -432,6 +507,7 @@ static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *pr
     /* x [B, dd] = depformer_in[k] . h + the previous token's embedding */
     struct dep_job j = gemm_job(df->h + R * kc->dim, kc->dim, kc->dim, lm->dep_in[k],
                                 df->w16 ? df->in16[k] : NULL, dd, 0.0f, x, dd);
+    j.W8 = df->w8 ? &df->in8[k] : NULL;
     j.emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
     j.prev = prev + r0;
     run_job(df, &j, r0, B, pool, tid);
@@ -439,23 +515,29 @@ static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *pr
     for (int l = 0; l < kc->dep_layers; l++) {
         const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
         const struct dep16 *w16 = df->w16 ? &df->dep16[(size_t)l * Q + k] : NULL;
+        const struct dep8 *w8 = df->w8 ? &df->dep8[(size_t)l * Q + k] : NULL;
         rmsnorm_rows(xn, x, lm->dep_norm1[l], B, dd, kc->eps);
         j = gemm_job(xn, dd, dd, w->wqkv, w16 ? w16->wqkv : NULL, 3 * dd, 0.0f, qkv, 3 * dd);
+        j.W8 = w8 ? &w8->wqkv : NULL;
         run_job(df, &j, r0, B, pool, tid);
         j = (struct dep_job){ .op = JOB_ATTEND, .l = l, .k = k };
         run_job(df, &j, r0, B, pool, tid);
         j = gemm_job(att, dd, dd, w->wo, w16 ? w16->wo : NULL, dd, 1.0f, x, dd);
+        j.W8 = w8 ? &w8->wo : NULL;
         run_job(df, &j, r0, B, pool, tid);
         rmsnorm_rows(xn, x, lm->dep_norm2[l], B, dd, kc->eps);
         j = gemm_job(xn, dd, dd, w->w_in, w16 ? w16->w_in : NULL, F, 0.0f, gu, 2 * F);
+        j.W8 = w8 ? &w8->w_in : NULL;
         j.op = JOB_GATE_UP;
         run_job(df, &j, r0, B, pool, tid);
         /* x += silu(gate) * up . linear_out^T, reading the gate halves */
         j = gemm_job(gu, 2 * F, F, w->w_out, w16 ? w16->w_out : NULL, dd, 1.0f, x, dd);
+        j.W8 = w8 ? &w8->w_out : NULL;
         run_job(df, &j, r0, B, pool, tid);
     }
     j = gemm_job(x, dd, dd, lm->linears[k], df->w16 ? df->lin16[k] : NULL, kc->card, 0.0f,
                  logits + R * kc->card, kc->card);
+    j.W8 = df->w8 ? &df->lin8[k] : NULL;
     run_job(df, &j, r0, B, pool, tid);
 }
 

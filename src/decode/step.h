@@ -19,7 +19,8 @@ typedef enum mt_device { MT_DEV_AUTO = 0, MT_DEV_CPU = 1, MT_DEV_CUDA = 2,
  * (--kv-dtype, --weights). DEFAULT: the backend's choice (CPU: f32 K/V, f32
  * weights; CUDA: bf16 K/V whatever is asked). */
 typedef enum mt_num_format {
-    MT_FMT_DEFAULT = 0, MT_FMT_F32 = 1, MT_FMT_F16 = 2
+    MT_FMT_DEFAULT = 0, MT_FMT_F32 = 1, MT_FMT_F16 = 2,
+    MT_FMT_Q8 = 3   /* weights only: 8-bit blocks with a scale (cpu_q8.h) */
 } mt_num_format;
 
 /* The codec a speech model's sessions carry (Kyutai's Mimi, decode/
@@ -45,7 +46,8 @@ typedef struct mt_decoder_opts {
     mt_num_format kv_dtype;   /* CPU K/V elements: f32 or f16 (IEEE half) */
     mt_num_format weights;    /* CPU: f16 adds a half copy of the weights,
                                  used for calls of up to weights_f16_rows
-                                 rows (0: the measured crossover) */
+                                 rows (0: the measured crossover); q8 an
+                                 8-bit copy (cpu_q8.h) used the same way */
     int          weights_f16_rows;
     /* MT_DEV_SIM (backend_sim.h): the profile, a built-in name or a path;
      * kv.budget_bytes 0 takes the profile's budget (memory less weights

@@ -34,14 +34,24 @@
  * with both frames' CPU time (frame_cpu_ms: every thread's, getrusage; on
  * a shared machine the work, whatever share of the cores it got). -P
  * loads the model shape-only and prints the frame line's bounds alone
- * (its _ms 0): for shapes over the host's memory limit (moshi-2b).
+ * (its _ms 0): for shapes over the host's memory limit (moshi-2b). -T
+ * times the temporal transformer alone, its weights made by themselves
+ * (the depformer's and the codebook tables left out), so that a shape whose
+ * whole fp32 copy is over the host limit but whose temporal is not
+ * (moshi-2b: 14.5 GB in all, 7.8 GB temporal) is measured: per B a
+ * `temporal_alone` line, the median step of -f frames once the ring is
+ * full (token inputs: the same weight reads as the frame's temporal, less
+ * the codebook embeddings' sums) against the temporal's bound.
  *
  * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|serial|cuda]
  *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
- *                       [-w f32|f16] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
+ *                       [-w f32|f16|q8] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
+ *                       [-T]
  * Prints logfmt lines; asserts nothing. */
 #include "codec/mimi.h"
 #include "decode/decoder.h"
+#include "decode/cpu_q8.h"
+#include "model/synthetic.h"
 #include "speech/kyutai.h"
 #include "model/kyutai_lm.h"
 #include "util/clock.h"
@@ -72,7 +82,8 @@ static double median(double *v, int n)
 static mt_device dev = MT_DEV_CPU;
 static const char *dev_name = "cpu", *sim_profile;
 static const char *dep_on;      /* -D host | cuda | serial; NULL: where the decoder runs */
-static mt_num_format weights;   /* -w f16: the backbone's and the depformer's f16 copies */
+static mt_num_format weights;   /* -w f16: the backbone's and the depformer's f16 copies;
+                                   -w q8: their 8-bit copies */
 static int f16_rows;            /* -r ROWS: the f16 product up to ROWS rows (0: default) */
 
 extern void openblas_set_num_threads(int);
@@ -217,7 +228,8 @@ out:
 }
 
 /* Per-frame bytes and FLOPs of the LM's stages at B rows (fp32 weights but
- * where the f16 copies serve: -w f16 and B <= the f16 rows). */
+ * where the f16 copies serve: -w f16 and B <= the f16 rows; with -w q8 the
+ * 8-bit copies there, 1 byte and 4/32 of a scale a weight). */
 typedef struct lm_cost {
     double embed_b, temporal_b, temporal_f, dep_b, dep_f, sample_b;
 } lm_cost;
@@ -225,8 +237,9 @@ typedef struct lm_cost {
 static lm_cost lm_costs(const mt_kyutai_lm *lm, int B, int S, int W, int f16_at_b)
 {
     const mt_kyutai_config *kc = &lm->kc;
-    const double wb = f16_at_b ? 2 : 4, D = kc->dim, dd = kc->dep_dim, Q = kc->dep_q;
+    const double D = kc->dim, dd = kc->dep_dim, Q = kc->dep_q;
     const double F = kc->dep_ffn, L = kc->dep_layers;
+    const double wb = !f16_at_b ? 4 : weights == MT_FMT_Q8 ? 1 + 4.0 / MT_Q8_BLOCK : 2;
     lm_cost c;
     double tp = (double)mt_model_params(&lm->temporal->cfg) -
                 (double)(kc->text_card + 1) * D;   /* the token table is never read */
@@ -273,6 +286,81 @@ static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int 
     printf(" frame_ms=%.3f frame_session_ms=%.3f frame_bound_ms=%.3f frame_ratio=%.2f "
            "sample_share=%.3f\n", tot, tot / B, tot_b, tot_b > 0 ? tot / tot_b : 0.0,
            tot > 0 ? lm_ms[3] / tot : 0.0);
+}
+
+/* -T: the temporal alone (see the top), B sessions, F frames timed. */
+static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads)
+{
+    const mt_config *c = &lm->temporal->cfg;
+    char err[512] = "";
+    if (mt_model_params(c) * 4 > MT_MODEL_HOST_LIMIT_BYTES) {
+        fprintf(stderr, "mt-benchkyutai: -T: the temporal alone is over the host limit\n");
+        return -1;
+    }
+    mt_model *m = NULL;
+    if (mt_model_make(c, 0, 0, &m, err, sizeof err)) {
+        fprintf(stderr, "mt-benchkyutai: %s\n", err);
+        return -1;
+    }
+    m->seed = lm->temporal->seed;
+    mt_synthetic_fill(m);
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = threads,
+                          .weights = weights, .weights_f16_rows = f16_rows };
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.sink = S;
+    o.kv.window = W;
+    o.kv.rope = MT_ROPE_CACHE;
+    o.kv.budget_bytes = (size_t)B * ((size_t)(S + W) / 16 + 2) * 16 *
+                        mt_decoder_position_bytes(c, 4);
+    mt_decoder *d = NULL;
+    mt_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
+    int32_t *tok = calloc((size_t)B, sizeof *tok);
+    float *logits = calloc((size_t)B * (c->vocab > 0 ? c->vocab : 1), sizeof *logits);
+    double *st = calloc((size_t)(F > 0 ? F : 1), sizeof *st);
+    int rc = -1, opened = 0;
+    if (!seqs || !tok || !logits || !st || mt_decoder_create(m, &o, &d, err, sizeof err))
+        goto out;
+    mt_kv_pool *pool = mt_decoder_pool(d);
+    for (; opened < B; opened++)
+        if (mt_kv_seq_open(pool, &seqs[opened]))
+            goto out;
+    mt_rng r;
+    mt_rng_seed(&r, 42);
+    for (int f = 0; f < S + W + 2 + F; f++) {
+        for (int b = 0; b < B; b++) {
+            tok[b] = (int32_t)(mt_rng_next(&r) % (uint64_t)c->vocab);
+            if (mt_kv_reserve(pool, seqs[b], 1))
+                goto out;
+        }
+        mt_step_io io = { .tokens_in = tok, .logits = logits };
+        double t0 = secs();
+        if (mt_decoder_step(d, B, seqs, &io, err, sizeof err))
+            goto out;
+        if (f >= S + W + 2)
+            st[f - (S + W + 2)] = (secs() - t0) * 1e3;
+    }
+    int T = mt_decoder_threads(d);
+    lm_cost k = lm_costs(lm, B, S, W, B <= mt_decoder_weights_f16_rows(d));
+    double gf = sgemm_gflops(T), bw = copy_gbs(T), bd = bound_ms(k.temporal_b, k.temporal_f, bw, gf);
+    double ms = median(st, F);
+    printf("temporal_alone model=%s B=%d S=%d W=%d weights=%s threads=%d frames=%d "
+           "copy_gbs=%.2f sgemm_gflops=%.1f temporal_ms=%.3f temporal_bound_ms=%.3f "
+           "temporal_ratio=%.2f temporal_bytes=%.0f\n", c->name, B, S, W,
+           mt_num_format_name(weights), T, F, bw, gf, ms, bd, bd > 0 ? ms / bd : 0.0,
+           k.temporal_b);
+    rc = 0;
+out:
+    if (rc && err[0])
+        fprintf(stderr, "mt-benchkyutai: %s\n", err);
+    for (int b = 0; b < opened; b++)
+        mt_kv_seq_close(mt_decoder_pool(d), seqs[b]);
+    mt_decoder_free(d);
+    mt_model_free(m);
+    free(seqs);
+    free(tok);
+    free(logits);
+    free(st);
+    return rc;
 }
 
 static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads)
@@ -387,8 +475,8 @@ out:
 int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
-    int F = 40, S = 4, W = 252, threads = 0, c, old_too = 0;
-    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:OP")) != -1) {
+    int F = 40, S = 4, W = 252, threads = 0, c, old_too = 0, temporal_alone = 0;
+    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:OPT")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'd':
@@ -418,9 +506,10 @@ int main(int argc, char **argv)
         case 'F': codec_frames = atoi(optarg); break;
         case 'O': old_too = 1; break;
         case 'P': predict_only = 1; break;
+        case 'T': temporal_alone = 1; break;
         case 'w':
             if (mt_num_format_parse(optarg, &weights)) {
-                fprintf(stderr, "mt-benchkyutai: -w f32 or f16\n");
+                fprintf(stderr, "mt-benchkyutai: -w f32, f16 or q8\n");
                 return 2;
             }
             break;
@@ -441,7 +530,7 @@ int main(int argc, char **argv)
     }
     char err[512];
     mt_kyutai_lm *lm = NULL;
-    int lflags = predict_only ? MT_MODEL_SHAPE_ONLY : dev == MT_DEV_CPU ? 0 : MT_KYUTAI_HOST_SIDE;
+    int lflags = predict_only || temporal_alone ? MT_MODEL_SHAPE_ONLY : dev == MT_DEV_CPU ? 0 : MT_KYUTAI_HOST_SIDE;
     if (mt_kyutai_load(model, lflags, &lm, err, sizeof err)) {
         fprintf(stderr, "mt-benchkyutai: %s\n", err);
         return 1;
@@ -455,8 +544,14 @@ int main(int argc, char **argv)
              * machine's figures (the f16 rows as the CPU backend's
              * default, 8, with -w f16) */
             int T = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-            print_frame(lm, B, S, W, T, weights == MT_FMT_F16 ? (f16_rows ? f16_rows : 8) : 0,
+            print_frame(lm, B, S, W, T,
+                        weights == MT_FMT_F16 || weights == MT_FMT_Q8 ? (f16_rows ? f16_rows : 8) : 0,
                         (double[4]){ 0, 0, 0, 0 });
+            continue;
+        }
+        if (temporal_alone) {
+            if (B < 1 || bench_temporal_alone(lm, B, F, S, W, threads))
+                rc = 1;
             continue;
         }
         if (B < 1 || bench(lm, B, F, S, W, threads))

@@ -372,6 +372,42 @@ static void test_half(void)
     ok(mt_num_format_parse("bf16", &f) != 0, "parse bf16 refused");
 }
 
+/* --weights q8: the logits of a q8-weight decoder stay within 4 q of the
+ * fp32 decoder's, q = 1/254: a weight's error is at most its block's
+ * largest |weight| / 254 (cpu_q8.h), as f16's is 2^-11 of its own value;
+ * on 2 threads (the products split by columns). A q8 K/V cache is refused. */
+static void test_q8_weights(void)
+{
+    char err[256] = "";
+    size_t pb32 = mt_decoder_position_bytes(&model->cfg, mt_num_format_bytes(MT_FMT_F32));
+    mt_decoder_opts o = opts_of(MT_DEV_CPU, 2, 2, MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE,
+                                6 * 2 * MT_KV_BLOCK * pb32);
+    o.kv_dtype = MT_FMT_F32;
+    mt_decoder *d32 = NULL, *d8 = NULL;
+    ok(mt_decoder_create(model, &o, &d32, err, sizeof err) == 0, "f32 decoder (%s)", err);
+    o.weights = MT_FMT_Q8;
+    ok(mt_decoder_create(model, &o, &d8, err, sizeof err) == 0, "q8-weight decoder (%s)", err);
+    ok(d8 && mt_decoder_weights_f16_rows(d8) > 0, "q8: small calls use the 8-bit copy");
+    float *a = calloc((size_t)STEPS * 2 * V, sizeof *a);
+    float *c = calloc((size_t)STEPS * 2 * V, sizeof *c);
+    int good = a && c && d32 && d8 && run_pair(d32, a) == 0 && run_pair(d8, c) == 0;
+    double scale = 0, e8 = good ? maxdiff(c, a, (size_t)STEPS * 2 * V, &scale) : 0;
+    const double q = 1.0 / 254;
+    ok(good && e8 <= 4 * q * scale, "q8 weights within 4q of f32 (err %.2e of %.2e)", e8, scale);
+    ok(good && e8 > 1e-6 * scale, "q8 weights are rounded (err %.2e > 0)", e8);
+    free(a);
+    free(c);
+    mt_decoder_free(d8);
+    mt_decoder_free(d32);
+
+    o.weights = MT_FMT_F32;
+    o.kv_dtype = MT_FMT_Q8;
+    mt_decoder *bad = NULL;
+    ok(mt_decoder_create(model, &o, &bad, err, sizeof err) != 0, "a q8 K/V cache is refused");
+    mt_num_format f;
+    ok(mt_num_format_parse("q8", &f) == 0 && f == MT_FMT_Q8, "parse q8");
+}
+
 /* max_batch: the decoder's limit, 65,536, is every backend's (the CUDA
  * attention tiles rows past a grid dimension's 65,535); 65,537 refused. */
 static void test_max_batch(void)
@@ -408,6 +444,7 @@ int main(void)
     test_policy(MT_KV_WINDOW, 4, 16, MT_ROPE_ABSOLUTE, "window S=4 absolute");
     test_errors();
     test_half();
+    test_q8_weights();
     test_max_batch();
     mt_model_free(model);
     return tap_done();

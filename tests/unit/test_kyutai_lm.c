@@ -222,6 +222,80 @@ static void test_against_kyutai(const char *sub)
     mt_kyutai_free(lm);
 }
 
+/* One frame of one session of lm on a 2-thread decoder with weights w
+ * (the depformer on its pool): text logits [text_card_out] and depformer
+ * logits [dep_q, card]; *mode the depformer's mode. 0, or -1. */
+static int one_frame(const mt_kyutai_lm *lm, mt_num_format w, float *tl, float *dl,
+                     char *mode, size_t cap)
+{
+    const mt_kyutai_config *kc = &lm->kc;
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = 1, .threads = 2, .weights = w };
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.window = 16;
+    o.kv.rope = MT_ROPE_CACHE;
+    o.kv.budget_bytes = 4 * 16 * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
+    mt_decoder *d = NULL;
+    mt_kyutai_gen *g = NULL;
+    mt_kyutai_sess *s = NULL;
+    mt_kv_seq *seq = NULL;
+    char err[256] = "";
+    int32_t user[64] = { 0 }, text, audio[64], frame[65];
+    int rc = mt_decoder_create(lm->temporal, &o, &d, err, sizeof err) ||
+             mt_kyutai_gen_create(lm, d, 1, &g, err, sizeof err) ||
+             mt_kyutai_sess_open(g, 5, NULL, &s, err, sizeof err) ||
+             mt_kv_seq_open(mt_decoder_pool(d), &seq) ||
+             mt_kv_reserve(mt_decoder_pool(d), seq, 1);
+    for (int i = 0; i < kc->n_q - kc->dep_q && i < 64; i++)
+        user[i] = (i * 7 + 3) % kc->card;
+    mt_kyutai_out io = { &text, audio, frame, tl, dl };
+    rc = rc || mt_kyutai_step(g, 1, &seq, &s, user, &io, err, sizeof err);
+    if (rc)
+        tap_diag("one frame: %s", err);
+    snprintf(mode, cap, "%s", g ? mt_kyutai_gen_dep_mode(g) : "");
+    mt_kyutai_sess_close(s);
+    if (seq)
+        mt_kv_seq_close(mt_decoder_pool(d), seq);
+    mt_kyutai_gen_free(g);
+    mt_decoder_free(d);
+    return rc ? -1 : 0;
+}
+
+/* --weights q8 with the depformer's 8-bit copies (synthetic:kyutai-small:
+ * every width a multiple of 32): one frame's text logits and the
+ * depformer's first step's within 8q of the fp32 ones' scale (q = 1/254,
+ * cpu_q8.h), and rounded. 8q, not the 4q of one backbone (test_decoder):
+ * here the error passes 6 temporal layers and then 4 depformer layers,
+ * and a q8 weight's error is its block's largest |weight| / 254 where an
+ * f16 weight's is its own value's / 2048 (measured on this preset: f16
+ * 0.6e-3 and 1.2e-3 of the scale, q8 14e-3 and 25e-3, 31e-3 allowed).
+ * The first step only: each step's input is the token sampled at the
+ * step before, which q8's error may change. */
+static void test_q8_depformer(void)
+{
+    mt_kyutai_lm *lm = NULL;
+    char err[256] = "", m32[32], m8[32];
+    if (!ok(mt_kyutai_load("synthetic:kyutai-small", 0, &lm, err, sizeof err) == 0,
+            "synthetic:kyutai-small loads (%s)", err))
+        return;
+    const mt_kyutai_config *kc = &lm->kc;
+    size_t V = (size_t)kc->text_card_out, D = (size_t)kc->dep_q * kc->card, C = (size_t)kc->card;
+    float *t32 = calloc(V, sizeof(float)), *t8 = calloc(V, sizeof(float));
+    float *d32 = calloc(D, sizeof(float)), *d8 = calloc(D, sizeof(float));
+    int good = t32 && t8 && d32 && d8 &&
+               one_frame(lm, MT_FMT_F32, t32, d32, m32, sizeof m32) == 0 &&
+               one_frame(lm, MT_FMT_Q8, t8, d8, m8, sizeof m8) == 0;
+    ok(good && !strcmp(m8, "pool-q8"), "q8: the depformer runs on its 8-bit copies (%s)",
+       good ? m8 : "-");
+    const double q = 1.0 / 254;
+    double st = 0, sd = 0, et = good ? maxdiff(t8, t32, V, &st) : 0,
+           ed = good ? maxdiff(d8, d32, C, &sd) : 0;
+    ok(good && et <= 8 * q * st && ed <= 8 * q * sd && et > 1e-6 * st && ed > 1e-6 * sd,
+       "q8 kyutai-small frame: text and depformer logits within 8q of f32's scale, rounded "
+       "(%.2e of %.2f, %.2e of %.2f)", et, st, ed, sd);
+    free(t32); free(t8); free(d32); free(d8);
+    mt_kyutai_free(lm);
+}
+
 /* The frame on 2 threads (the depformer split over the decoder's pool):
  * the same tokens as Kyutai's, logits within LOGIT_TOL; with f16 weights
  * (the temporal's and the depformer's half copies) the logits within the
@@ -252,6 +326,36 @@ static void test_threads_f16(void)
         double sd, ed = maxdiff(o->dlog, dlog, (size_t)B * T * kc->dep_q * kc->card, &sd);
         ok(et <= 4 * u * st && ed <= 4 * u * sd && ed > 1e-6 * sd,
            "f16: text and depformer logits within 4u of the scale, rounded (%.2e of %.2f, "
+           "%.2e of %.2f)", et, st, ed, sd);
+    }
+    mt_decoder_free(d);
+    /* q8 (the temporal's 8-bit copies; this fixture's depformer, 24 wide,
+     * keeps its f16 ones: q8 blocks are 32): within 4q of the scale,
+     * q = 1/254, a weight's largest error over its block's largest
+     * |weight| (cpu_q8.h). Frame 0 only (the text logits and the
+     * depformer's first step): q8's error flips a greedy token in a later
+     * frame, and from there the two runs' inputs differ. */
+    dec_weights = MT_FMT_Q8;
+    d = make_dec(lm, MT_KV_WINDOW, 0, kc->context, MT_ROPE_ABSOLUTE);
+    if (ok(d && run(lm, d, &greedy, seeds, B, in_order, o) == 0,
+           "split on 2 threads, q8 weights")) {
+        const float *tlog = ex_data("text_logits", (uint64_t)B * T * kc->text_card_out);
+        const float *dlog = ex_data("dep_logits", (uint64_t)B * T * kc->dep_q * kc->card);
+        const double q = 1.0 / 254;
+        const size_t V = (size_t)kc->text_card_out, C = (size_t)kc->card;
+        double et = 0, ed = 0, st = 0, sd = 0;
+        for (int b = 0; b < B; b++) {
+            double s1, s2;
+            double e1 = maxdiff(o->tlog + (size_t)b * T * V, tlog + (size_t)b * T * V, V, &s1);
+            double e2 = maxdiff(o->dlog + (size_t)b * T * kc->dep_q * C,
+                                dlog + (size_t)b * T * kc->dep_q * C, C, &s2);
+            et = e1 > et ? e1 : et;
+            ed = e2 > ed ? e2 : ed;
+            st = s1 > st ? s1 : st;
+            sd = s2 > sd ? s2 : sd;
+        }
+        ok(et <= 4 * q * st && ed <= 4 * q * sd && ed > 1e-6 * sd && et > 1e-6 * st,
+           "q8: text and depformer logits within 4q of the scale, rounded (%.2e of %.2f, "
            "%.2e of %.2f)", et, st, ed, sd);
     }
     dec_threads = 1;
@@ -903,6 +1007,7 @@ int main(void)
     test_against_kyutai("split");
     test_against_kyutai("fused");
     test_threads_f16();
+    test_q8_depformer();
     test_rope_layouts();
     test_bounded_vs_ring();
     test_forced_and_cuda();

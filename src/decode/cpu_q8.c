@@ -1,0 +1,299 @@
+/* cpu_q8.c: the 8-bit weights of --weights q8 (see cpu_q8.h): packing and
+ * the small-batch product. Three kernels: AVX-512 (16 weights a vector),
+ * AVX2/FMA (8 a vector), portable C; mt_q8_init() picks one from the CPU,
+ * as cpu_f16.c does. Each reads a block's 32 bytes and its scale once,
+ * turns them into fp32 weights in registers (sign-extend, convert,
+ * multiply by the scale) and uses each for all the call's rows; the
+ * products accumulate in fp32, so the kernels agree to fp32 summation
+ * order and differ from the fp32 product by the quantisation alone.
+ */
+#include "decode/cpu_q8.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+#define MT_Q8_X86 1
+#include <immintrin.h>
+#endif
+
+int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
+{
+    const int nb = K / MT_Q8_BLOCK;
+    for (size_t i = 0; i < N * (size_t)K; i++)
+        if (!isfinite(src[i]))
+            return -1;
+    for (size_t n = 0; n < N; n++)
+        for (int b = 0; b < nb; b++) {
+            const float *w = src + n * K + (size_t)b * MT_Q8_BLOCK;
+            int8_t *d = q + n * K + (size_t)b * MT_Q8_BLOCK;
+            float big = 0.0f;
+            for (int i = 0; i < MT_Q8_BLOCK; i++)
+                big = fmaxf(big, fabsf(w[i]));
+            float s = big / 127.0f;
+            /* a block of zeros keeps scale 0 and bytes 0; a scale that
+             * underflows to 0 likewise (its weights read back as 0, off by
+             * less than 127 * FLT_TRUE_MIN) */
+            float inv = s > 0.0f ? 1.0f / s : 0.0f;
+            scale[n * nb + b] = s;
+            for (int i = 0; i < MT_Q8_BLOCK; i++) {
+                long v = lrintf(w[i] * inv);   /* nearest, ties to even */
+                d[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+        }
+    return 0;
+}
+
+/* ---- portable ---------------------------------------------------------- */
+
+/* The reference: each weight read back as q * scale, one dot product per
+ * (row, weight row) in fp32. */
+static void gemm_c(int M, int N, int K, const float *X, int ldx, const int8_t *q,
+                   const float *scale, float beta, float *Y, int ldy)
+{
+    const int nb = K / MT_Q8_BLOCK;
+    for (int n = 0; n < N; n++)
+        for (int m = 0; m < M; m++) {
+            const float *x = X + (size_t)m * ldx;
+            const int8_t *w = q + (size_t)n * K;
+            const float *s = scale + (size_t)n * nb;
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++)
+                acc += x[k] * ((float)w[k] * s[k / MT_Q8_BLOCK]);
+            float *y = Y + (size_t)m * ldy + n;
+            *y = beta == 0.0f ? acc : *y + acc;   /* beta 0 drops nan/inf too */
+        }
+}
+
+#ifdef MT_Q8_X86
+
+/* The weights a call reads are one stream (tile after tile); each block
+ * step asks for the bytes PREFETCH_AHEAD further on, as cpu_f16.c does
+ * (the same distance: see its comment). */
+enum { PREFETCH_AHEAD = 8192 };
+
+static inline const char *ahead(const int8_t *w, const int8_t *end)
+{
+    size_t left = (size_t)((const char *)end - (const char *)w);
+    return left > PREFETCH_AHEAD ? (const char *)w + PREFETCH_AHEAD : NULL;
+}
+
+/* ---- AVX-512 ------------------------------------------------------------- */
+
+#define Q8_512 __attribute__((target("avx512f,avx2,fma")))
+
+/* 16 bytes of weights as 16 fp32 weights times s. */
+Q8_512 static inline __attribute__((always_inline)) __m512 w16(const int8_t *p, __m512 s)
+{
+    return _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))), s);
+}
+
+/* One MR x NR tile: rows 0..MR of X against weight rows 0..NR, a block of
+ * 32 at a time (two vectors a weight row, made once, used by all MR rows).
+ * MR, NR constants at each call (always_inline): the accumulators stay in
+ * registers. */
+Q8_512 static inline __attribute__((always_inline)) void
+tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
+        const float *scale, float beta, float *Y, int ldy, const char *pf)
+{
+    const int nb = K / MT_Q8_BLOCK;
+    __m512 acc[4][8];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const int k = b * MT_Q8_BLOCK;
+        if (pf) {
+            for (int o = 0; o < NR * MT_Q8_BLOCK; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T0);
+            pf += NR * MT_Q8_BLOCK;
+        }
+        __m512 w0[8], w1[8];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < NR; j++) {
+            __m512 s = _mm512_set1_ps(scale[(size_t)j * nb + b]);
+            w0[j] = w16(q + (size_t)j * K + k, s);
+            w1[j] = w16(q + (size_t)j * K + k + 16, s);
+        }
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < MR; i++) {
+            __m512 x0 = _mm512_loadu_ps(X + (size_t)i * ldx + k);
+            __m512 x1 = _mm512_loadu_ps(X + (size_t)i * ldx + k + 16);
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < NR; j++)
+                acc[i][j] = _mm512_fmadd_ps(x1, w1[j], _mm512_fmadd_ps(x0, w0[j], acc[i][j]));
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            float s = _mm512_reduce_add_ps(acc[i][j]);
+            float *y = Y + (size_t)i * ldy + j;
+            *y = beta == 0.0f ? s : *y + s;
+        }
+}
+
+/* ---- AVX2 / FMA ---------------------------------------------------------- */
+
+#define Q8_256 __attribute__((target("avx2,fma")))
+
+Q8_256 static inline __attribute__((always_inline)) float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* As tile512, eight weights a vector: a block is four steps of eight,
+ * each weight row's scale broadcast once a block. */
+Q8_256 static inline __attribute__((always_inline)) void
+tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
+        const float *scale, float beta, float *Y, int ldy, const char *pf)
+{
+    const int nb = K / MT_Q8_BLOCK;
+    __m256 acc[4][4];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (pf) {
+            for (int o = 0; o < NR * MT_Q8_BLOCK; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T0);
+            pf += NR * MT_Q8_BLOCK;
+        }
+        __m256 s[4];
+        _Pragma("GCC unroll 4")
+        for (int j = 0; j < NR; j++)
+            s[j] = _mm256_set1_ps(scale[(size_t)j * nb + b]);
+        _Pragma("GCC unroll 4")
+        for (int k = b * MT_Q8_BLOCK; k < (b + 1) * MT_Q8_BLOCK; k += 8) {
+            __m256 w[4];
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < NR; j++)
+                w[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                         _mm_loadl_epi64((const __m128i *)(q + (size_t)j * K + k)))),
+                                     s[j]);
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < MR; i++) {
+                __m256 x = _mm256_loadu_ps(X + (size_t)i * ldx + k);
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < NR; j++)
+                    acc[i][j] = _mm256_fmadd_ps(x, w[j], acc[i][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            float v = hsum8(acc[i][j]);
+            float *y = Y + (size_t)i * ldy + j;
+            *y = beta == 0.0f ? v : *y + v;
+        }
+}
+
+/* The product by tiles: one row takes NR1 weight rows a tile (independent
+ * FMA chains, streams of loads in flight), two or three rows NR2, more
+ * rows blocks of 4 against 2 weight rows; what is left one by one. */
+#define Q8_GEMM(NAME, ATTR, TILE, NR1, NR2)                                                  \
+    ATTR static void NAME(int M, int N, int K, const float *X, int ldx, const int8_t *q,       \
+                          const float *sc, float beta, float *Y, int ldy)                      \
+    {                                                                                          \
+        const int8_t *end = q + (size_t)N * K;                                                 \
+        const size_t nb = (size_t)(K / MT_Q8_BLOCK);                                           \
+        int n = 0;                                                                             \
+        if (M == 1)                                                                            \
+            for (; n + NR1 <= N; n += NR1)                                                     \
+                TILE(1, NR1, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy,      \
+                     ahead(q + (size_t)n * K, end));                                           \
+        if (M == 2 || M == 3)                                                                  \
+            for (; n + NR2 <= N; n += NR2) {                                                   \
+                const char *pf = ahead(q + (size_t)n * K, end);                                \
+                if (M == 2)                                                                    \
+                    TILE(2, NR2, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy, pf); \
+                else                                                                           \
+                    TILE(3, NR2, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy, pf); \
+            }                                                                                  \
+        for (; n + 2 <= N; n += 2) {                                                           \
+            const int8_t *w = q + (size_t)n * K;                                               \
+            const float *s = sc + n * nb;                                                      \
+            const char *pf = ahead(w, end);                                                    \
+            int m = 0;                                                                         \
+            for (; m + 4 <= M; m += 4, pf = NULL)                                              \
+                TILE(4, 2, K, X + (size_t)m * ldx, ldx, w, s, beta, Y + (size_t)m * ldy + n, ldy, pf); \
+            for (; m < M; m++, pf = NULL)                                                      \
+                TILE(1, 2, K, X + (size_t)m * ldx, ldx, w, s, beta, Y + (size_t)m * ldy + n, ldy, pf); \
+        }                                                                                      \
+        for (; n < N; n++)                                                                     \
+            for (int m = 0; m < M; m++)                                                        \
+                TILE(1, 1, K, X + (size_t)m * ldx, ldx, q + (size_t)n * K, sc + n * nb, beta,  \
+                     Y + (size_t)m * ldy + n, ldy, NULL);                                      \
+    }
+
+Q8_GEMM(gemm512, Q8_512, tile512, 8, 4)
+Q8_GEMM(gemm256, Q8_256, tile256, 4, 2)
+
+#endif
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+typedef void (*q8_gemm_fn)(int, int, int, const float *, int, const int8_t *, const float *,
+                           float, float *, int);
+static struct {
+    q8_gemm_fn gemm;
+    int level;
+} kern = { gemm_c, 0 };
+
+static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
+
+static int set_level(int max_level)
+{
+    kern.gemm = gemm_c;
+    kern.level = 0;
+#ifdef MT_Q8_X86
+    __builtin_cpu_init();
+    if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        kern.gemm = gemm256;
+        kern.level = 1;
+        if (max_level >= 2 && __builtin_cpu_supports("avx512f")) {
+            kern.gemm = gemm512;
+            kern.level = 2;
+        }
+    }
+#else
+    (void)max_level;
+#endif
+    return kern.level;
+}
+
+static void pick_kernels(void)
+{
+    const char *force = getenv("MT_Q8_PORTABLE");
+    set_level(force && *force && strcmp(force, "0") != 0 ? 0 : 2);
+}
+
+int mt_q8_init(void)
+{
+    pthread_once(&kern_once, pick_kernels);
+    return kern.level;
+}
+
+int mt_q8_select(int max_level)
+{
+    pthread_once(&kern_once, pick_kernels);
+    return set_level(max_level);
+}
+
+void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
+                const float *scale, float beta, float *Y, int ldy)
+{
+    mt_q8_init();
+    kern.gemm(M, N, K, X, ldx, q, scale, beta, Y, ldy);
+}
