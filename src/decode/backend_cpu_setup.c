@@ -84,6 +84,21 @@ static void *alloc_streamed(size_t n)
     return p;
 }
 
+/* The weights of every matrix the step multiplies by (the layers' q/k/v,
+ * output and feed-forward matrices, the LM head, the audio projections):
+ * what a half or 8-bit copy holds. */
+static size_t multiplied_weights(const cpu_backend *be, size_t *per_layer)
+{
+    const mt_model *m = be->m;
+    const mt_config *c = be->c;
+    size_t H = (size_t)c->hidden;
+    *per_layer = H * be->qkv_dim + (size_t)be->q_dim * H + 3 * H * c->ffn;
+    size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
+    size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
+    size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
+    return *per_layer * c->layers + n_lm + n_ai + n_ao;
+}
+
 /* --weights f16: half copies of every matrix the step multiplies by, in one
  * allocation (the model's fp32 copies stay: the sgemm path above the
  * crossover reads them, so this costs half the matrices' fp32 bytes more). */
@@ -91,12 +106,8 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
 {
     const mt_model *m = be->m;
     const mt_config *c = be->c;
-    size_t H = (size_t)c->hidden, per_layer = H * be->qkv_dim + (size_t)be->q_dim * H +
-                                              3 * H * c->ffn;
-    size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
-    size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
-    size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
-    size_t total = per_layer * c->layers + n_lm + n_ai + n_ao;
+    size_t H = (size_t)c->hidden, per_layer;
+    size_t total = multiplied_weights(be, &per_layer);
     be->w16 = calloc((size_t)c->layers, sizeof *be->w16);
     be->w16_store = alloc_streamed(total * sizeof(uint16_t));
     if (!be->w16 || !be->w16_store) {
@@ -136,12 +147,12 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
         TAKE(d->w_up, w->w_up, (size_t)c->ffn * H, "layers.%d.w_up", l);
         TAKE(d->w_down, w->w_down, H * c->ffn, "layers.%d.w_down", l);
     }
-    if (n_lm)
-        TAKE(be->lm_head16, m->lm_head, n_lm, "lm_head");
-    if (n_ai)
-        TAKE(be->audio_in16, m->audio_in, n_ai, "audio_in");
-    if (n_ao)
-        TAKE(be->audio_out16, m->audio_out, n_ao, "audio_out");
+    if (m->lm_head)
+        TAKE(be->lm_head16, m->lm_head, (size_t)c->vocab * H, "lm_head");
+    if (m->audio_in)
+        TAKE(be->audio_in16, m->audio_in, H * c->frame_samples, "audio_in");
+    if (m->audio_out)
+        TAKE(be->audio_out16, m->audio_out, H * c->frame_samples, "audio_out");
 #undef TAKE
     if (kept) {
         size_t n = strlen(be->note);
@@ -180,12 +191,8 @@ static int make_weights8(cpu_backend *be, const mt_decoder_opts *o, char *err, s
 {
     const mt_model *m = be->m;
     const mt_config *c = be->c;
-    size_t H = (size_t)c->hidden, per_layer = H * be->qkv_dim + (size_t)be->q_dim * H +
-                                              3 * H * c->ffn;
-    size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
-    size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
-    size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
-    size_t total = per_layer * c->layers + n_lm + n_ai + n_ao;
+    size_t H = (size_t)c->hidden, per_layer;
+    size_t total = multiplied_weights(be, &per_layer);
     be->w8 = calloc((size_t)c->layers, sizeof *be->w8);
     be->w8_store = alloc_streamed(total);
     be->w8_scales = malloc((total / MT_Q8_BLOCK + 1) * sizeof(float));
@@ -209,11 +216,11 @@ static int make_weights8(cpu_backend *be, const mt_decoder_opts *o, char *err, s
         kept += take_q8(&d->w_up, w->w_up, (size_t)c->ffn, c->hidden, &q, &s);
         kept += take_q8(&d->w_down, w->w_down, H, c->ffn, &q, &s);
     }
-    if (n_lm)
+    if (m->lm_head)
         kept += take_q8(&be->lm_head8, m->lm_head, (size_t)c->vocab, c->hidden, &q, &s);
-    if (n_ai)
+    if (m->audio_in)
         kept += take_q8(&be->audio_in8, m->audio_in, H, c->frame_samples, &q, &s);
-    if (n_ao)
+    if (m->audio_out)
         kept += take_q8(&be->audio_out8, m->audio_out, (size_t)c->frame_samples, c->hidden,
                         &q, &s);
     if (kept) {
