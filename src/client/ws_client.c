@@ -43,6 +43,15 @@ int mt_ws_client_is_url(const char *spec)
     return spec && strncmp(spec, MT_WS_URL_PREFIX, strlen(MT_WS_URL_PREFIX)) == 0;
 }
 
+int mt_ws_client_is_asr_url(const char *spec)
+{
+    if (!mt_ws_client_is_url(spec))
+        return 0;
+    const char *path = strchr(spec + strlen(MT_WS_URL_PREFIX), '/');
+    return path && strncmp(path, ASR_PATH, strlen(ASR_PATH)) == 0 &&
+           (path[strlen(ASR_PATH)] == '\0' || path[strlen(ASR_PATH)] == '?');
+}
+
 long mt_ws_client_frame(int op, const uint8_t *p, size_t n,
                         const uint8_t mask[4], uint8_t *out, size_t cap)
 {
@@ -865,9 +874,7 @@ int mt_ws_client_connect(const char *url, int timeout_ms, char *err, size_t errl
         return -1;
     }
     snprintf(b->url, sizeof b->url, "%s", url);
-    const char *path = strchr(url + strlen(MT_WS_URL_PREFIX), '/');
-    b->asr = path && strncmp(path, ASR_PATH, strlen(ASR_PATH)) == 0 &&
-             (path[strlen(ASR_PATH)] == '\0' || path[strlen(ASR_PATH)] == '?');
+    b->asr = mt_ws_client_is_asr_url(url);
     b->lfd = sv[1];
     b->tfd = -1;
     b->msg = msg;

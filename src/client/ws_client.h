@@ -28,6 +28,9 @@
 
 /* 1 when spec is a ws:// URL. */
 int mt_ws_client_is_url(const char *spec);
+/* A ws:// URL whose path is Kyutai's speech-to-text endpoint
+ * (/api/asr-streaming, with or without a query): spoken in its protocol. */
+int mt_ws_client_is_asr_url(const char *spec);
 
 /* Starts the bridge for url: returns the caller's end of the pair
  * (non-blocking, close-on-exec), or -1 with err. The upgrade happens when

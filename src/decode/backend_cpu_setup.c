@@ -87,16 +87,16 @@ static void *alloc_streamed(size_t n)
 /* The weights of every matrix the step multiplies by (the layers' q/k/v,
  * output and feed-forward matrices, the LM head, the audio projections):
  * what a half or 8-bit copy holds. */
-static size_t multiplied_weights(const cpu_backend *be, size_t *per_layer)
+static size_t multiplied_weights(const cpu_backend *be)
 {
     const mt_model *m = be->m;
     const mt_config *c = be->c;
     size_t H = (size_t)c->hidden;
-    *per_layer = H * be->qkv_dim + (size_t)be->q_dim * H + 3 * H * c->ffn;
+    size_t per_layer = H * be->qkv_dim + (size_t)be->q_dim * H + 3 * H * c->ffn;
     size_t n_lm = m->lm_head ? (size_t)c->vocab * H : 0;
     size_t n_ai = m->audio_in ? H * c->frame_samples : 0;
     size_t n_ao = m->audio_out ? H * c->frame_samples : 0;
-    return *per_layer * c->layers + n_lm + n_ai + n_ao;
+    return per_layer * c->layers + n_lm + n_ai + n_ao;
 }
 
 /* --weights f16: half copies of every matrix the step multiplies by, in one
@@ -106,8 +106,8 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
 {
     const mt_model *m = be->m;
     const mt_config *c = be->c;
-    size_t H = (size_t)c->hidden, per_layer;
-    size_t total = multiplied_weights(be, &per_layer);
+    size_t H = (size_t)c->hidden;
+    size_t total = multiplied_weights(be);
     be->w16 = calloc((size_t)c->layers, sizeof *be->w16);
     be->w16_store = alloc_streamed(total * sizeof(uint16_t));
     if (!be->w16 || !be->w16_store) {
@@ -191,8 +191,8 @@ static int make_weights8(cpu_backend *be, const mt_decoder_opts *o, char *err, s
 {
     const mt_model *m = be->m;
     const mt_config *c = be->c;
-    size_t H = (size_t)c->hidden, per_layer;
-    size_t total = multiplied_weights(be, &per_layer);
+    size_t H = (size_t)c->hidden;
+    size_t total = multiplied_weights(be);
     be->w8 = calloc((size_t)c->layers, sizeof *be->w8);
     be->w8_store = alloc_streamed(total);
     be->w8_scales = malloc((total / MT_Q8_BLOCK + 1) * sizeof(float));

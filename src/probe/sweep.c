@@ -86,18 +86,6 @@ static int push(double **v, size_t *n, size_t *cap, double x)
     return 0;
 }
 
-/* A ws:// URL whose path is Kyutai's speech-to-text endpoint (the rule
- * the ws:// bridge applies, client/ws_client.c). */
-static int is_asr_url(const char *spec)
-{
-    static const char path[] = "/api/asr-streaming";
-    if (!spec || !mt_ws_client_is_url(spec))
-        return 0;
-    const char *sl = strchr(spec + strlen(MT_WS_URL_PREFIX), '/');
-    return sl && !strncmp(sl, path, strlen(path)) &&
-           (sl[strlen(path)] == 0 || sl[strlen(path)] == '?');
-}
-
 /* The model's delay in whole frames, as mt-serve computes
  * asr_delay_in_tokens from --asr-delay (truncated, as Kyutai's server). */
 static int asr_delay_frames(const mt_sweep_opts *o, int rate, int frame_samples)
@@ -468,7 +456,7 @@ static int start_server(const mt_sweep_opts *o, double k, const char *sock,
 static void print_header(FILE *out, const mt_sweep_opts *o, const char *sock, double k)
 {
     /* the ws:// bridge's format is Kyutai's: 24 kHz, 1920-sample frames */
-    if (is_asr_url(sock)) {
+    if (mt_ws_client_is_asr_url(sock)) {
         fprintf(out, "# sweep: hold %.0f s per level after %.1f s warm-up; "
                 "latencies in ms: the step lateness over /api/asr-streaming, each "
                 "Marker's round trip less the model's delay of %d frames "
@@ -654,7 +642,7 @@ int mt_sweep_run(const mt_sweep_opts *o, FILE *out, mt_sweep_row **rows_out,
     x->src = &src;
     x->o = o;
     x->k = o->time_scale > 0 ? o->time_scale : 1;
-    x->asr = is_asr_url(o->sock);
+    x->asr = mt_ws_client_is_asr_url(o->sock);
     if (mt_probe_source_open(&src, o->audio, err, errlen))
         goto out0;
     if (o->serve_bin) {
