@@ -45,7 +45,10 @@ def tap(ok, name, diag=""):
         failed += 1
     print(("ok" if ok else "not ok"), n, "-", name, flush=True)
     if not ok and diag:
-        for l in diag.rstrip().splitlines()[-25:]:
+        lines = diag.rstrip().splitlines()
+        # the reason first, then the tail (a long stderr pushed the
+        # reason out of the last 25 lines once: a failure without a why)
+        for l in (lines[:1] + lines[1:][-24:] if len(lines) > 25 else lines):
             print("#   " + l, flush=True)
 
 def skip(name, why):
