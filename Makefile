@@ -123,7 +123,10 @@ INTEG     := $(sort $(filter-out %lib.sh,$(wildcard tests/integration/*.sh)))
 # clients at 12.5 frames a second, timeouts) carry a "# lane: light" line;
 # make test runs them PROVE_JOBS at a time after the others, which run one
 # at a time because they load the cores or measure the machine's own speed.
-INTEG_LIGHT := $(sort $(shell grep -l '^\# lane: light' $(INTEG) /dev/null))
+# ("# lane: light, long": minutes long, started first so that the short
+# ones fill the other slots around them rather than trail after them)
+INTEG_LONG  := $(sort $(shell grep -l '^\# lane: light, long' $(INTEG) /dev/null))
+INTEG_LIGHT := $(INTEG_LONG) $(filter-out $(INTEG_LONG),$(sort $(shell grep -l '^\# lane: light' $(INTEG) /dev/null)))
 INTEG_SERIAL := $(filter-out $(INTEG_LIGHT),$(INTEG))
 # run a second time over TCP by `make test` (lib.sh: MT_TRANSPORT)
 TCP_INTEG := tests/integration/serve_concurrent.sh tests/integration/replay_serve.sh
@@ -224,13 +227,15 @@ $(B)/tests/fuzz/replay_main.o: tests/fuzz/replay_main.c
 TEST_BINS := $(UNIT_BINS) $(HELP_BINS) $(FUZZ_REPLAY)
 
 # The unit tests and the integration tests that load the cores run one at a
-# time; the light ones (INTEG_LIGHT) PROVE_JOBS at a time. Several tests
+# time; the light ones (INTEG_LIGHT) PROVE_JOBS at a time: six, so that
+# the three long ones (man_examples, admit_closedloop, examples_run) leave
+# three slots to the thirty short ones. Several tests
 # measure real-time behaviour against the host's own hiccups measured in
 # the same run, so a busy machine slows them without failing them.
 # Each test's whole output is kept in $(B)/test-logs (tests/run-one), and
 # prove names the failed checks (--failures).
 PROVE_FLAGS ?= --timer --failures
-PROVE_JOBS ?= 4
+PROVE_JOBS ?= 6
 TEST_LOGS = $(abspath $(B))/test-logs
 TEST_ENV = MT_BIN=$(abspath $(BIN)) MT_TESTBIN=$(abspath $(B)/tests) MT_ROOT=$(CURDIR) MT_ASAN=$(SAN) MT_TEST_LOGS=$(TEST_LOGS)
 test: all $(TEST_BINS)

@@ -25,7 +25,7 @@
 # margin x N* (c is the fixed part of a step).
 # MT_ADMIT_SERVE_ARGS adds mt-serve options to both servers (for example
 # --threads 1); MT_ADMIT_KEEP=DIR keeps the run's files there.
-# lane: light (it mostly waits: make test runs it beside other light tests)
+# lane: light, long (it mostly waits, for minutes: make test starts it first among the light tests)
 . "$(dirname "$0")/lib.sh"
 A=$MT_BIN/mt-admit
 FC=$MT_TESTBIN/mt-fakeclient

@@ -5,7 +5,7 @@
 # a process group of its own, and after it ends nothing may be left in
 # that group. paper.sh is run by paper_quick.sh (--quick); a new script
 # that neither test runs fails the first check.
-# lane: light (it mostly waits: make test runs it beside other light tests)
+# lane: light, long (it mostly waits, for minutes: make test starts it first among the light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-replay mt-probe mt-admit sox espeak-ng gnuplot
 t_fast_blas

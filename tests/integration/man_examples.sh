@@ -22,7 +22,7 @@
 # An example the table does not know is run as it is, with a timeout: a
 # new example is tested from the day it is written. An example that cannot
 # run here is listed as skipped, with the reason.
-# lane: light (it mostly waits: make test runs it beside other light tests)
+# lane: light, long (it mostly waits, for minutes: make test starts it first among the light tests)
 . "$(dirname "$0")/lib.sh"
 t_need python3
 command -v sox >/dev/null || t_skip_all "sox not installed (it makes the input files)"

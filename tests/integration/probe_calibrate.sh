@@ -5,6 +5,7 @@
 # through it comes back whole, each tick naming the calibrated profile.
 # --served (briefly: two levels of 2 s) sweeps a real mt-serve and fits its
 # tick lines into a profile of the same format.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-probe
 P=$T_TMP/cal.profile

@@ -12,6 +12,7 @@
 # refused (none failed), one output file a
 # session done, mt-replay's exit 0 when all were done and 3 when some were
 # refused, and at least one admitted. All 16 done is shown.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-admit mt-replay sox python3
 t_fast_blas

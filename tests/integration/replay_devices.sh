@@ -5,6 +5,7 @@
 # null plugin configured as a PCM (ALSA_CONFIG_PATH, so no sound card is
 # needed), a real full-duplex stream runs for two seconds through the live
 # --mic code path against mt-serve, and Ctrl-C ends it cleanly with END.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 S=$MT_BIN/mt-serve

@@ -7,6 +7,7 @@
 # the returned audio is the echo of the input (matched against what the
 # mt-frame path returned), and a refusal is reported with the server's own
 # reason (a full server's Error message; a wrong token's HTTP 401).
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 R=$MT_BIN/mt-replay
 S=$MT_BIN/mt-serve

@@ -20,6 +20,7 @@
 # full server refuses with an Error and no Ready. The token
 # is taken as the kyutai-api-key header or the auth_id query parameter;
 # a model that is not speech-to-text answers the path with 404.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 PY=/usr/bin/python3

@@ -12,6 +12,7 @@
 #    not left blocked), and the session answers all of it.
 #  - A client that leaves is logged "closed: disconnected", one wording
 #    whether its socket was closed or reset under the server's writes.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_need mt-serve mt-replay sox
 t_fast_blas

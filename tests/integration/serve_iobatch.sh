@@ -10,6 +10,7 @@
 # load without batching (--io-batch-us 0, run beside it for the figure)
 # exceeds several times over on a host with a core free. Bad values are
 # usage errors (status 2) that name the option.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_serve_test
 PROF=$MT_ROOT/tests/profiles/hostpath.profile

@@ -9,6 +9,7 @@
 # a status or a close and never keeps a scraper out; with --token-file
 # /metrics wants the bearer token; off loopback without a token or
 # --insecure the server refuses to start.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 R=$MT_BIN/mt-replay

@@ -3,6 +3,7 @@
 # frame stream (HELLO, paced AUDIO, END), mt-serve answers on stdout, a
 # second helper checks every frame came back in order; the latency lines go
 # to stderr, or to --latency-log (SIGHUP reopens it).
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 t_fast_blas
 t_need mt-serve

@@ -12,6 +12,7 @@
 # (garbage Ogg, an oversize message, an unmasked frame, a bad upgrade)
 # gets an Error message, a close code or an HTTP status, and a good
 # session keeps going throughout.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 PY=/usr/bin/python3

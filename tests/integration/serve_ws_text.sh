@@ -11,7 +11,6 @@
 # records them (its transcript, without a tokenizer of its own). Without
 # --tokenizer no Text message is sent, and the server says so at start.
 # lane: light (it mostly waits: make test runs it beside other light tests)
-# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 R=$MT_BIN/mt-replay

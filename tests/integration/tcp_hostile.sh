@@ -17,6 +17,7 @@
 #  5. silent admitted sessions end with END after --input-timeout;
 #  3. the agent port at EMFILE answers and does not spin; 7. a session cut
 #     at --drain-timeout gets END, with the reason in the log and stream.
+# lane: light (it mostly waits: make test runs it beside other light tests)
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 R=$MT_BIN/mt-replay
