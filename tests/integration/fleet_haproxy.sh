@@ -17,7 +17,8 @@
 #     open, never keep a client with the token out for more than a second
 #     (the idle ones never reach an instance: the frontend waits for the
 #     client's first bytes, as mt-serve(1) recommends).
-# lane: light (it mostly waits: make test runs it beside other light tests)
+# Serial lane: its second part holds six 4-second sessions and must try a
+# seventh while they last, which a loaded light lane can outwait.
 . "$(dirname "$0")/lib.sh"
 S=$MT_BIN/mt-serve
 R=$MT_BIN/mt-replay
