@@ -18,7 +18,8 @@
  * every product into tiles, by output rows where the weights are the
  * larger operand (the deep layers, the transformers' projections, the
  * codebooks) and by output columns, i.e. steps of the batch, where the
- * activations are (the first SEANet layers), each tile one sgemm; the
+ * activations are (the first SEANet layers), each tile one sgemm (or,
+ * for a product of one or two vectors, skinny_tile's own loop); the
  * im2col copy by input channels; a transposed convolution's overlap-add
  * by output channels; the attention by (session, head); the elementwise
  * ELU, GELU and residual adds by ranges of 4096 floats; the last
@@ -51,6 +52,8 @@ enum {
     ELT_CHUNK = 4096,   /* elementwise work item, floats (a multiple of 8) */
     ROW_TILE = 256,     /* the one-channel layer's work item, steps (a multiple of 32) */
     MAX_THREADS = 64,
+    SKINNY = 2,         /* a product with at most this many vectors is skinny
+                           (at 4, OpenBLAS's sgemm was the faster: issue 49) */
 };
 
 /* A product C [M][N] = op(A) op(B) + beta C (row-major, as cblas_sgemm)
@@ -62,6 +65,7 @@ typedef struct gemm_job {
     float beta;
     float *C;
     int split_m, tile, ntiles;
+    int skinny;          /* the product is skinny_tile's (see there), not sgemm's */
 } gemm_job;
 
 struct mimi_batch;
@@ -98,6 +102,8 @@ struct mimi_batch {
     float *xrow;       /* [MAX_THREADS][xrow_floats]: the one-channel layer's padded input */
     size_t xrow_floats;
     float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
+    float *vt;         /* [SKINNY][vt_k]: a skinny product's columns, made rows */
+    size_t vt_k;
     double stage_s[MIMI_NSTAGES];
     int    cpu_clock;  /* stages timed in this thread's CPU time */
     /* threads */
@@ -180,6 +186,13 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     w->r = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
     w->sc = alloc_f((size_t)c->bins * B, &w->bytes, &bad);
     w->sum2 = alloc_f((size_t)c->q_dimension * B, &w->bytes, &bad);
+    size_t k = (size_t)m->max_rows;
+    size_t ks[4] = { (size_t)c->dimension, (size_t)c->q_dimension, (size_t)c->d_model,
+                     (size_t)c->dim_feedforward };
+    for (int i = 0; i < 4; i++)
+        k = ks[i] > k ? ks[i] : k;
+    w->vt_k = k;
+    w->vt = alloc_f(k * SKINNY, &w->bytes, &bad);
     if (bad) {
         mt_set_err(err, errlen, "mimi batch of %d: out of memory", max_batch);
         mimi_batch_free(w);
@@ -198,7 +211,7 @@ void mimi_batch_free(mimi_batch *w)
     free(w->xrow);
     free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
     free(w->xt); free(w->rcos); free(w->rsin);
-    free(w->score); free(w->r); free(w->sc); free(w->sum2);
+    free(w->score); free(w->r); free(w->sc); free(w->sum2); free(w->vt);
     free(w);
 }
 
@@ -360,10 +373,90 @@ static void gemm_tile(const gemm_job *j, int t)
                     j->tb ? j->B + (size_t)o * j->ldb : j->B + o, j->ldb, j->beta, j->C + o, j->ldc);
 }
 
+/* out[j] = w . v_j, j < nv, over K floats (v_j = v + j ldv): one pass
+ * over the weight row w for all the vectors. */
+VINLINE void dot_rows(const float *w, const float *v, size_t ldv, int nv, int K, float *out)
+{
+    v8f s0[SKINNY] = { { 0 } }, s1[SKINNY] = { { 0 } };
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        v8f w0 = load8(w + k), w1 = load8(w + k + 8);
+        for (int j = 0; j < nv; j++) {
+            s0[j] += w0 * load8(v + j * ldv + k);
+            s1[j] += w1 * load8(v + j * ldv + k + 8);
+        }
+    }
+    for (; k + 8 <= K; k += 8) {
+        v8f w0 = load8(w + k);
+        for (int j = 0; j < nv; j++)
+            s0[j] += w0 * load8(v + j * ldv + k);
+    }
+    for (int j = 0; j < nv; j++) {
+        v8f a = s0[j] + s1[j];
+        float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+        for (int i = k; i < K; i++)
+            s += w[i] * v[j * ldv + i];
+        out[j] = s;
+    }
+}
+
+/* One tile of a skinny product: a few vectors (a session's one or two
+ * steps at B = 1 or 2) against a tile of weight rows. OpenBLAS's sgemm
+ * packs its operands into blocks before it multiplies, which for so few
+ * vectors means reading the weights twice: this loop streams each weight
+ * row once (1.65 x faster on Mimi's transformer shapes at 2 rows, one
+ * thread, issue 49). Two layouts:
+ *   tb  C [nv][N] = V [nv][K] . W [N][K]^T    (V = A, W = B: the projections)
+ *   !tb C [N][nv] = W [N][K] . V^T            (W = A, V = vt: B's columns)
+ * Each output's sum is the same loop whatever the tile, so the bits do not
+ * depend on the threads. */
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+static void skinny_tile(const gemm_job *j, const float *vt, int t)
+{
+    int o = t * j->tile, dim = j->tb ? j->N : j->M;
+    int len = dim - o < j->tile ? dim - o : j->tile, nv = j->tb ? j->M : j->N;
+    const float *W = j->tb ? j->B : j->A, *V = j->tb ? j->A : vt;
+    size_t ldw = (size_t)(j->tb ? j->ldb : j->lda), ldv = j->tb ? (size_t)j->lda : (size_t)j->K;
+    float acc[SKINNY];
+    for (int n = o; n < o + len; n++) {
+        /* a constant count each, so that the sums stay in registers */
+        const float *wr = W + (size_t)n * ldw;
+        if (nv == 1)
+            dot_rows(wr, V, ldv, 1, j->K, acc);
+        else
+            dot_rows(wr, V, ldv, SKINNY, j->K, acc);
+        for (int v = 0; v < nv; v++) {
+            float *c = j->tb ? j->C + (size_t)v * j->ldc + n : j->C + (size_t)n * j->ldc + v;
+            *c = j->beta != 0.0f ? acc[v] + j->beta * *c : acc[v];
+        }
+    }
+}
+
 static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
 {
-    (void)w, (void)tid;
-    gemm_tile(&j->g, i);
+    (void)tid;
+    if (j->g.skinny)
+        skinny_tile(&j->g, w->vt, i);
+    else
+        gemm_tile(&j->g, i);
+}
+
+/* Sets up j as a skinny product when it is one (op(A) plain; at most
+ * SKINNY vectors; B's columns fit vt); copies B's columns into w->vt. */
+static int skinny_setup(mimi_batch *w, gemm_job *j)
+{
+    if (j->ta || (j->tb ? j->M : j->N) > SKINNY || (size_t)j->K > w->vt_k)
+        return 0;
+    if (!j->tb)
+        for (int v = 0; v < j->N; v++)
+            for (int k = 0; k < j->K; k++)
+                w->vt[(size_t)v * j->K + k] = j->B[(size_t)k * j->ldb + v];
+    int dim = j->tb ? j->N : j->M;
+    int tile = ((dim + MAX_TILES - 1) / MAX_TILES + 15) / 16 * 16;
+    j->skinny = 1;
+    j->tile = tile < dim ? tile : dim;
+    j->ntiles = (dim + j->tile - 1) / j->tile;
+    return 1;
 }
 
 /* C [M][N] = op(A) [M][K] op(B) [K][N] + beta C, as cblas_sgemm
@@ -375,7 +468,14 @@ static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const f
                      const float *B, int ldb, float beta, float *C, int ldc)
 {
     gemm_job *j = &w->job.g;
-    *j = (gemm_job){ ta, tb, M, N, K, A, B, lda, ldb, ldc, beta, C, M >= N, 0, 1 };
+    *j = (gemm_job){ ta, tb, M, N, K, A, B, lda, ldb, ldc, beta, C, M >= N, 0, 1, 0 };
+    if (skinny_setup(w, j)) {
+        if (j->ntiles == 1)
+            skinny_tile(j, w->vt, 0);
+        else
+            par_run(w, it_gemm, j->ntiles);
+        return;
+    }
     int dim = j->split_m ? M : N, unit = j->split_m ? 16 : 64;
     int tile = (dim + MAX_TILES - 1) / MAX_TILES;
     tile = (tile + unit - 1) / unit * unit;
