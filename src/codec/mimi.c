@@ -52,8 +52,8 @@ enum {
     ELT_CHUNK = 4096,   /* elementwise work item, floats (a multiple of 8) */
     ROW_TILE = 256,     /* the one-channel layer's work item, steps (a multiple of 32) */
     MAX_THREADS = 64,
-    SKINNY = 2,         /* a product with at most this many vectors is skinny
-                           (at 4, OpenBLAS's sgemm was the faster: issue 49) */
+    SKINNY = DOT8_MULTI_MAX,   /* a product with at most this many vectors is
+                                  skinny (at 4, sgemm was the faster: issue 49) */
 };
 
 /* A product C [M][N] = op(A) op(B) + beta C (row-major, as cblas_sgemm)
@@ -373,33 +373,6 @@ static void gemm_tile(const gemm_job *j, int t)
                     j->tb ? j->B + (size_t)o * j->ldb : j->B + o, j->ldb, j->beta, j->C + o, j->ldc);
 }
 
-/* out[j] = w . v_j, j < nv, over K floats (v_j = v + j ldv): one pass
- * over the weight row w for all the vectors. */
-VINLINE void dot_rows(const float *w, const float *v, size_t ldv, int nv, int K, float *out)
-{
-    v8f s0[SKINNY] = { { 0 } }, s1[SKINNY] = { { 0 } };
-    int k = 0;
-    for (; k + 16 <= K; k += 16) {
-        v8f w0 = load8(w + k), w1 = load8(w + k + 8);
-        for (int j = 0; j < nv; j++) {
-            s0[j] += w0 * load8(v + j * ldv + k);
-            s1[j] += w1 * load8(v + j * ldv + k + 8);
-        }
-    }
-    for (; k + 8 <= K; k += 8) {
-        v8f w0 = load8(w + k);
-        for (int j = 0; j < nv; j++)
-            s0[j] += w0 * load8(v + j * ldv + k);
-    }
-    for (int j = 0; j < nv; j++) {
-        v8f a = s0[j] + s1[j];
-        float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-        for (int i = k; i < K; i++)
-            s += w[i] * v[j * ldv + i];
-        out[j] = s;
-    }
-}
-
 /* One tile of a skinny product: a few vectors (a session's one or two
  * steps at B = 1 or 2) against a tile of weight rows. OpenBLAS's sgemm
  * packs its operands into blocks before it multiplies, which for so few
@@ -422,9 +395,9 @@ static void skinny_tile(const gemm_job *j, const float *vt, int t)
         /* a constant count each, so that the sums stay in registers */
         const float *wr = W + (size_t)n * ldw;
         if (nv == 1)
-            dot_rows(wr, V, ldv, 1, j->K, acc);
+            dot8_multi(wr, V, ldv, 1, j->K, acc);
         else
-            dot_rows(wr, V, ldv, SKINNY, j->K, acc);
+            dot8_multi(wr, V, ldv, 2, j->K, acc);
         for (int v = 0; v < nv; v++) {
             float *c = j->tb ? j->C + (size_t)v * j->ldc + n : j->C + (size_t)n * j->ldc + v;
             *c = j->beta != 0.0f ? acc[v] + j->beta * *c : acc[v];

@@ -42,6 +42,35 @@ VINLINE float dot8(const float *a, const float *b, int n)
     return s;
 }
 
+/* out[j] = w . v_j, j < nv <= DOT8_MULTI_MAX, over K floats (v_j = v +
+ * j ldv): one pass over the row w for all the vectors. Call it with a
+ * constant nv, so that the sums stay in registers. */
+enum { DOT8_MULTI_MAX = 2 };
+VINLINE void dot8_multi(const float *w, const float *v, size_t ldv, int nv, int K, float *out)
+{
+    v8f s0[DOT8_MULTI_MAX] = { { 0 } }, s1[DOT8_MULTI_MAX] = { { 0 } };
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        v8f w0 = load8(w + k), w1 = load8(w + k + 8);
+        for (int j = 0; j < nv; j++) {
+            s0[j] += w0 * load8(v + j * ldv + k);
+            s1[j] += w1 * load8(v + j * ldv + k + 8);
+        }
+    }
+    for (; k + 8 <= K; k += 8) {
+        v8f w0 = load8(w + k);
+        for (int j = 0; j < nv; j++)
+            s0[j] += w0 * load8(v + j * ldv + k);
+    }
+    for (int j = 0; j < nv; j++) {
+        v8f a = s0[j] + s1[j];
+        float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+        for (int i = k; i < K; i++)
+            s += w[i] * v[j * ldv + i];
+        out[j] = s;
+    }
+}
+
 /* y += a x over n floats */
 VINLINE void axpy8(float *y, float a, const float *x, int n)
 {
