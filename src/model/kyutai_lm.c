@@ -207,6 +207,8 @@ int mt_kyutai_config_parse(const char *json, size_t len, const char *file,
     moshiko_defaults(kc);
     double hs = 4.125, dhs = -1, mp = kc->max_period;
     int dff = -1, heads = -1, layers = -1, kvr = 1, tco = -1;
+    kc->extra_heads = 0;
+    kc->extra_dim = 6;
     if (ky_int(root, file, "dim", 1, 65536, &kc->dim, err, errlen) ||
         ky_int(root, file, "num_heads", 1, 1024, &kc->num_heads, err, errlen) ||
         ky_int(root, file, "num_layers", 1, 1024, &kc->num_layers, err, errlen) ||
@@ -225,6 +227,9 @@ int mt_kyutai_config_parse(const char *json, size_t len, const char *file,
         ky_int(root, file, "depformer_num_heads", 1, 1024, &heads, err, errlen) ||
         ky_int(root, file, "depformer_num_layers", 1, 1024, &layers, err, errlen) ||
         ky_int(root, file, "kv_repeat", 1, 1024, &kvr, err, errlen) ||
+        ky_int(root, file, "extra_heads_num_heads", 0, MT_KY_MAX_XH, &kc->extra_heads, err,
+               errlen) ||
+        ky_int(root, file, "extra_heads_dim", 1, MT_KY_MAX_XH_DIM, &kc->extra_dim, err, errlen) ||
         ky_str(root, file, "norm", "rms_norm_f32", err, errlen) ||
         ky_str(root, file, "gating", "silu", err, errlen) ||
         ky_str(root, file, "depformer_gating", "silu", err, errlen) ||
@@ -388,6 +393,7 @@ static size_t side_floats(const mt_kyutai_config *kc)
         n += (size_t)kc->dep_layers * kc->dep_q *
              (4 * dd * dd + 3 * (size_t)kc->dep_ffn * dd);
     }
+    n += (size_t)kc->extra_heads * kc->extra_dim * D;
     return n;
 }
 
@@ -450,6 +456,8 @@ static int ky_alloc(const mt_kyutai_config *kc, const char *name, int shape_only
             }
         }
     }
+    for (int h = 0; h < kc->extra_heads; h++)   /* last: the presets' random fill is kept */
+        TAKE(lm->extra[h], (size_t)kc->extra_dim * D);
 #undef TAKE
     *out = lm;
     return 0;
@@ -658,6 +666,12 @@ static int load_tensors(const ky_src *s, mt_kyutai_lm *lm)
     }
     if (kc->dep_q > 0 && load_depformer(s, lm))
         goto out;
+    for (int h = 0; h < kc->extra_heads; h++) {
+        char n[64];
+        snprintf(n, sizeof n, "extra_heads.%d.weight", h);
+        if (ky_get(s, n, NULL, 0, 1, (uint64_t)kc->extra_dim, D, lm->extra[h]))
+            goto out;
+    }
     rc = 0;
 out:
     free(tmp);
