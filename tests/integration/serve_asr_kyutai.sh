@@ -85,7 +85,7 @@ transcribe() {
     timeout 60 "$PY" "$AC" "ws://127.0.0.1:$port/api/asr-streaming" in.wav --marker-every 10 \
         --pace 0 --timeout 30 --log "$name.all" > "$name.txt" 2>&1
     cut -d' ' -f2- "$name.all" | sed -e '/^Ready *$/d' -e '/^Marker id=4$/q' > "$name.msgs"
-    [ "$name" = ok ] && timeout 60 "$MT_BIN/mt-replay" -s "ws://127.0.0.1:$port/api/asr-streaming" \
+    [ "$name" = ok ] || [ "$name" = vad ] && timeout 60 "$MT_BIN/mt-replay" -s "ws://127.0.0.1:$port/api/asr-streaming" \
         in.wav -t "$name.words" > "$name.rep" 2> "$name.reperr"
     kill $SRV; wait $SRV 2>/dev/null
 }
@@ -185,4 +185,7 @@ t_check "... Kyutai's prs within 1e-5 at every step ($(sed 's/.*\(worst=[^ ]*\).
     awk '{ split($5, a, "="); exit !(a[2] + 0 <= 1e-5) }' vad.cmp
 t_check "... buffered_pcm: the audio received and not yet stepped" \
     grep -q "buffered_inside=1 ahead=1" vad.cmp
+head -n "$n" vad.words | cut -d' ' -f3- > vadgot.words
+t_check "... mt-replay as the client, Steps among the words: the same $n words and start times" \
+    cmp -s want.words vadgot.words
 t_done
