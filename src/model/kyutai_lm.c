@@ -79,16 +79,17 @@ static const ky_preset ky_presets[] = {
      * protocol's business), text padding 3, rope max_period 100000, silu
      * gating at hidden_scale 4.125 (ffn 5632). stt-1b-en_fr: 16 layers of
      * 2048 (16 heads), 8000 text tokens, context 750; stt-2.6b-en: 48
-     * layers of 2048 (32 heads), 4000 text tokens, context 375. Not
-     * modelled (see KYUTAI_PRESET_NOTES): stt-1b's extra heads (its
-     * semantic VAD: 4 linear heads of 6 outputs on the last hidden state,
-     * 49k weights, nothing beside a frame's 1G multiply-adds), the
-     * lm_gen_config's sampling (temp 0: greedy, which a session asks for),
+     * layers of 2048 (32 heads), 4000 text tokens, context 375; stt-1b's
+     * extra heads (its semantic VAD: 4 linear heads of 6 outputs on the
+     * last hidden state, 49k weights, nothing beside a frame's 1G
+     * multiply-adds; random like the rest, after it in the arena, so the
+     * other weights are those of before). Not modelled (see
+     * KYUTAI_PRESET_NOTES): the lm_gen_config's sampling (temp 0: greedy, which a session asks for),
      * the tokenizer and Mimi's name. */
     { "stt-1b", { .dim = 2048, .num_heads = 16, .num_layers = 16, .ffn = KY_GATED(2048),
                   .text_card = 8000, .text_card_out = 8000, .card = 2048, .n_q = 32,
                   .dep_q = 0, .context = 750, .max_period = 100000, .text_pad = 3,
-                  .eps = 1e-8f } },
+                  .eps = 1e-8f, .extra_heads = 4, .extra_dim = 6 } },
     { "stt-2.6b", { .dim = 2048, .num_heads = 32, .num_layers = 48, .ffn = KY_GATED(2048),
                     .text_card = 4000, .text_card_out = 4000, .card = 2048, .n_q = 32,
                     .dep_q = 0, .context = 375, .max_period = 100000, .text_pad = 3,
@@ -815,9 +816,9 @@ int mt_kyutai_load(const char *spec, int flags, mt_kyutai_lm **out, char *err, s
 const char *mt_kyutai_preset_note(const char *spec)
 {
     if (!strncmp(spec, "synthetic:stt-1b", 16))
-        return "stt-1b-en_fr's shape without its extra heads (the semantic VAD: 4 heads of 6 "
-               "outputs), its 0.5 s audio delay left to the stream; Kyutai samples it greedily "
-               "(temp 0)";
+        return "stt-1b-en_fr's shape with its extra heads (the semantic VAD: 4 heads of 6 "
+               "outputs, random: Step prs on the CPU backend), its 0.5 s audio delay left to "
+               "the stream; Kyutai samples it greedily (temp 0)";
     if (!strncmp(spec, "synthetic:stt-2.6b", 18))
         return "stt-2.6b-en's shape, its 2.5 s audio delay and 1 s silence prefix left to the "
                "stream; Kyutai samples it greedily (temp 0)";

@@ -11,7 +11,8 @@
  * one batch are at different steps) give Kyutai's prs at every step within
  * PRS_TOL (fp32 both sides, sums in another order; probabilities, so an
  * absolute bound); a checkpoint without a head's tensor and one whose head
- * is misshaped are refused naming the tensor. */
+ * is misshaped are refused naming the tensor; the stt-1b preset has its
+ * published 4 heads of 6. */
 #include "tap.h"
 #include "test_util.h"
 #include "decode/decoder.h"
@@ -223,6 +224,24 @@ static void test_refusals(void)
     test_tmpdir_remove(dir);
 }
 
+/* The published shapes: stt-1b-en_fr has 4 extra heads of 6, stt-2.6b-en
+ * none (their config.json). */
+static void test_presets(void)
+{
+    static const struct { const char *spec; int heads, dim; } p[] = {
+        { "synthetic:stt-1b", 4, 6 }, { "synthetic:stt-2.6b", 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        char err[300] = "";
+        mt_kyutai_lm *lm = NULL;
+        int rc = mt_kyutai_load(p[i].spec, MT_MODEL_SHAPE_ONLY, &lm, err, sizeof err);
+        ok(rc == 0 && lm->kc.extra_heads == p[i].heads &&
+               (!p[i].heads || lm->kc.extra_dim == p[i].dim),
+           "%s: %d extra heads (%s)", p[i].spec, rc == 0 ? lm->kc.extra_heads : -1, err);
+        mt_kyutai_free(lm);
+    }
+}
+
 int main(void)
 {
     const char *r = getenv("MT_ROOT");
@@ -230,5 +249,6 @@ int main(void)
         snprintf(root, sizeof root, "%s", r);
     test_against_kyutai();
     test_refusals();
+    test_presets();
     return tap_done();
 }
