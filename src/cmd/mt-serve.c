@@ -831,7 +831,7 @@ static const char *ws_piece(void *ctx, int id)
 }
 
 /* A speech-to-text model directory's stt_config.audio_delay_seconds, unless
- * --asr-delay gave one; its extra heads named as not computed. 0, or -1
+ * --asr-delay gave one; its extra heads: sent, or named as not computed. 0, or -1
  * with a message. */
 static int asr_delay_from_config(serve_args *a, char *err, size_t errlen)
 {
@@ -842,10 +842,15 @@ static int asr_delay_from_config(serve_args *a, char *err, size_t errlen)
         return 0;
     if (mt_stt_config_load(a->model, &sc, err, errlen) != 0)
         return -1;
-    if (sc.extra_heads > 0)
+    if (sc.extra_heads > 0 && a->ky.sp && mt_speech_prs(a->ky.sp, NULL) > 0)
+        fprintf(stderr, "%s: %s: %d extra heads of %d outputs (voice activity): Step "
+                "messages (prs) sent with every step\n", prog, a->model, sc.extra_heads,
+                sc.extra_heads_dim);
+    else if (sc.extra_heads > 0)   /* the speech stage computes them on the CPU alone */
         fprintf(stderr, "%s: %s: %d extra heads of %d outputs (voice activity) not "
-                "computed: Step messages (prs) are not sent\n", prog, a->model,
-                sc.extra_heads, sc.extra_heads_dim);
+                "computed on the %s backend (only the CPU backend does): Step messages "
+                "(prs) are not sent\n", prog, a->model, sc.extra_heads, sc.extra_heads_dim,
+                a->dopt.device == MT_DEV_SIM ? "simulated" : "CUDA");
     if (a->asr_delay_given || !sc.present)
         return 0;
     a->asr_delay_s = sc.audio_delay_s;

@@ -79,16 +79,17 @@ static const ky_preset ky_presets[] = {
      * protocol's business), text padding 3, rope max_period 100000, silu
      * gating at hidden_scale 4.125 (ffn 5632). stt-1b-en_fr: 16 layers of
      * 2048 (16 heads), 8000 text tokens, context 750; stt-2.6b-en: 48
-     * layers of 2048 (32 heads), 4000 text tokens, context 375. Not
-     * modelled (see KYUTAI_PRESET_NOTES): stt-1b's extra heads (its
-     * semantic VAD: 4 linear heads of 6 outputs on the last hidden state,
-     * 49k weights, nothing beside a frame's 1G multiply-adds), the
-     * lm_gen_config's sampling (temp 0: greedy, which a session asks for),
+     * layers of 2048 (32 heads), 4000 text tokens, context 375; stt-1b's
+     * extra heads (its semantic VAD: 4 linear heads of 6 outputs on the
+     * last hidden state, 49k weights, nothing beside a frame's 1G
+     * multiply-adds; random like the rest, after it in the arena, so the
+     * other weights are those of before). Not modelled (see
+     * KYUTAI_PRESET_NOTES): the lm_gen_config's sampling (temp 0: greedy, which a session asks for),
      * the tokenizer and Mimi's name. */
     { "stt-1b", { .dim = 2048, .num_heads = 16, .num_layers = 16, .ffn = KY_GATED(2048),
                   .text_card = 8000, .text_card_out = 8000, .card = 2048, .n_q = 32,
                   .dep_q = 0, .context = 750, .max_period = 100000, .text_pad = 3,
-                  .eps = 1e-8f } },
+                  .eps = 1e-8f, .extra_heads = 4, .extra_dim = 6 } },
     { "stt-2.6b", { .dim = 2048, .num_heads = 32, .num_layers = 48, .ffn = KY_GATED(2048),
                     .text_card = 4000, .text_card_out = 4000, .card = 2048, .n_q = 32,
                     .dep_q = 0, .context = 375, .max_period = 100000, .text_pad = 3,
@@ -207,6 +208,8 @@ int mt_kyutai_config_parse(const char *json, size_t len, const char *file,
     moshiko_defaults(kc);
     double hs = 4.125, dhs = -1, mp = kc->max_period;
     int dff = -1, heads = -1, layers = -1, kvr = 1, tco = -1;
+    kc->extra_heads = 0;
+    kc->extra_dim = 6;
     if (ky_int(root, file, "dim", 1, 65536, &kc->dim, err, errlen) ||
         ky_int(root, file, "num_heads", 1, 1024, &kc->num_heads, err, errlen) ||
         ky_int(root, file, "num_layers", 1, 1024, &kc->num_layers, err, errlen) ||
@@ -225,6 +228,9 @@ int mt_kyutai_config_parse(const char *json, size_t len, const char *file,
         ky_int(root, file, "depformer_num_heads", 1, 1024, &heads, err, errlen) ||
         ky_int(root, file, "depformer_num_layers", 1, 1024, &layers, err, errlen) ||
         ky_int(root, file, "kv_repeat", 1, 1024, &kvr, err, errlen) ||
+        ky_int(root, file, "extra_heads_num_heads", 0, MT_KY_MAX_XH, &kc->extra_heads, err,
+               errlen) ||
+        ky_int(root, file, "extra_heads_dim", 1, MT_KY_MAX_XH_DIM, &kc->extra_dim, err, errlen) ||
         ky_str(root, file, "norm", "rms_norm_f32", err, errlen) ||
         ky_str(root, file, "gating", "silu", err, errlen) ||
         ky_str(root, file, "depformer_gating", "silu", err, errlen) ||
@@ -388,6 +394,7 @@ static size_t side_floats(const mt_kyutai_config *kc)
         n += (size_t)kc->dep_layers * kc->dep_q *
              (4 * dd * dd + 3 * (size_t)kc->dep_ffn * dd);
     }
+    n += (size_t)kc->extra_heads * kc->extra_dim * D;
     return n;
 }
 
@@ -450,6 +457,8 @@ static int ky_alloc(const mt_kyutai_config *kc, const char *name, int shape_only
             }
         }
     }
+    for (int h = 0; h < kc->extra_heads; h++)   /* last: the presets' random fill is kept */
+        TAKE(lm->extra[h], (size_t)kc->extra_dim * D);
 #undef TAKE
     *out = lm;
     return 0;
@@ -658,6 +667,12 @@ static int load_tensors(const ky_src *s, mt_kyutai_lm *lm)
     }
     if (kc->dep_q > 0 && load_depformer(s, lm))
         goto out;
+    for (int h = 0; h < kc->extra_heads; h++) {
+        char n[64];
+        snprintf(n, sizeof n, "extra_heads.%d.weight", h);
+        if (ky_get(s, n, NULL, 0, 1, (uint64_t)kc->extra_dim, D, lm->extra[h]))
+            goto out;
+    }
     rc = 0;
 out:
     free(tmp);
@@ -801,9 +816,9 @@ int mt_kyutai_load(const char *spec, int flags, mt_kyutai_lm **out, char *err, s
 const char *mt_kyutai_preset_note(const char *spec)
 {
     if (!strncmp(spec, "synthetic:stt-1b", 16))
-        return "stt-1b-en_fr's shape without its extra heads (the semantic VAD: 4 heads of 6 "
-               "outputs), its 0.5 s audio delay left to the stream; Kyutai samples it greedily "
-               "(temp 0)";
+        return "stt-1b-en_fr's shape with its extra heads (the semantic VAD: 4 heads of 6 "
+               "outputs, random: Step prs on the CPU backend), its 0.5 s audio delay left to "
+               "the stream; Kyutai samples it greedily (temp 0)";
     if (!strncmp(spec, "synthetic:stt-2.6b", 18))
         return "stt-2.6b-en's shape, its 2.5 s audio delay and 1 s silence prefix left to the "
                "stream; Kyutai samples it greedily (temp 0)";

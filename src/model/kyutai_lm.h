@@ -15,6 +15,9 @@
  *       token table, which the Kyutai path never reads: its input is a
  *       vector, mt_step_io.x_in)
  *   RMSNorm eps 1e-8 (Kyutai's rms_norm_f32), rope_theta = max_period.
+ *   extra_heads.N.weight [extra_heads_dim, dim] (only with
+ *       extra_heads_num_heads > 0; the speech-to-text models' voice
+ *       activity, speech/kyutai.h)                  -> extra[N], host fp32
  *
  * Interleaved rotary. Kyutai rotates pairs (2i, 2i+1) of each head; the
  * backends rotate halves (i, i + hd/2), HuggingFace's layout. With P the
@@ -56,6 +59,8 @@
 #include "model/model.h"
 
 #define MT_KY_MAX_Q 64          /* audio codebooks (n_q) */
+#define MT_KY_MAX_XH 16         /* extra heads (extra_heads_num_heads) */
+#define MT_KY_MAX_XH_DIM 4096   /* outputs of one extra head */
 
 typedef struct mt_kyutai_config {
     int   dim, num_heads, num_layers;
@@ -73,6 +78,8 @@ typedef struct mt_kyutai_config {
     int   text_pad;            /* existing_text_padding_id */
     int   dep_dim, dep_heads, dep_layers, dep_ffn;
     float eps;                 /* 1e-8 */
+    int   extra_heads;         /* extra_heads_num_heads (0: none) */
+    int   extra_dim;           /* extra_heads_dim (LMModel's default 6) */
 } mt_kyutai_config;
 
 /* One depformer layer at one step: its own projections. */
@@ -94,6 +101,9 @@ typedef struct mt_kyutai_lm {
     float *linears[MT_KY_MAX_Q];  /* [dep_q] of [card, dep_dim] */
     float **dep_norm1, **dep_norm2; /* [dep_layers] of [dep_dim] */
     mt_ky_dep_w *dep;             /* [dep_layers * dep_q], layer-major */
+    float *extra[MT_KY_MAX_XH];   /* [extra_heads] of [extra_dim, dim]: the
+                                     extra heads (extra_heads.N.weight, no
+                                     bias), on out_norm(h) like text_linear */
     int    shape_only;            /* no side tensors on the host (config only);
                                      temporal->shape_only alone: its
                                      weights are the device's */
@@ -104,7 +114,8 @@ typedef struct mt_kyutai_lm {
  * absent keys; refuses what this implementation does not run (norm other
  * than rms_norm_f32, gating other than silu, rope other than "rope",
  * depformer positions other than "none", layer scale, conditioners,
- * low-rank or demuxed embeddings, a weights schedule, kv_repeat != 1).
+ * low-rank or demuxed embeddings, a weights schedule, kv_repeat != 1);
+ * extra_heads_num_heads 0..MT_KY_MAX_XH, extra_heads_dim 1..MT_KY_MAX_XH_DIM.
  * 0, or -1 with a message naming file and key. */
 int mt_kyutai_config_parse(const char *json, size_t len, const char *file,
                            mt_kyutai_config *kc, char *err, size_t errlen);

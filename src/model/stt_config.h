@@ -16,8 +16,9 @@
  *                                           extra heads whose softmax is
  *                                           their Step message's prs (voice
  *                                           activity; stt-1b-en_fr: 4 of 6):
- *                                           read so that mt-serve can say it
- *                                           does not compute them
+ *                                           read for mt-serve's start line
+ *                                           (the LM's loader, kyutai_lm.h,
+ *                                           reads them for the weights)
  *
  * Other keys of the file are the LM's (model/kyutai_lm.h) and ignored
  * here. A config without stt_config is not a speech-to-text one.

@@ -39,6 +39,10 @@ struct mt_asr_sess {
     double    last_stop;
     marker    mk[MT_ASR_MARKERS];   /* ring, due times non-decreasing */
     int       mhead, mlen;
+    /* the PRS frame waiting for its answer */
+    float     prs[MT_PRS_MAX];
+    int       nprs;
+    uint32_t  prs_seq;
     /* figures */
     uint64_t  n_words, n_fill, n_lost;
     mt_pctl   word_lat, end_lat;
@@ -255,6 +259,26 @@ static void assemble(mt_asr_sess *s, uint64_t step, int32_t tok, uint64_t now)
     }
 }
 
+void mt_asr_sess_prs(mt_asr_sess *s, uint32_t seq, const float *prs, int n)
+{
+    s->nprs = n < 0 ? 0 : n > MT_PRS_MAX ? MT_PRS_MAX : n;
+    memcpy(s->prs, prs, (size_t)s->nprs * sizeof *prs);
+    s->prs_seq = seq;
+}
+
+/* Step {step_idx, prs, buffered_pcm} before the words of the step that
+ * answers frame seq, when its PRS frame came. */
+static void send_step(mt_asr_sess *s, uint32_t seq, uint64_t step)
+{
+    if (s->nprs == 0 || s->prs_seq != seq)
+        return;
+    uint64_t fs = (uint64_t)s->o.frame_samples;
+    uint64_t have = s->formed * fs + (uint64_t)s->npart, done = step * fs;
+    mt_asr_out o = out_buf(s);
+    mt_asr_out_step(&o, step, s->prs, (size_t)s->nprs, have > done ? have - done : 0);
+    emit(s, &o);
+}
+
 void mt_asr_sess_answer(mt_asr_sess *s, uint32_t seq, int fill, const int32_t *ids, int n,
                         uint64_t now)
 {
@@ -263,6 +287,9 @@ void mt_asr_sess_answer(mt_asr_sess *s, uint32_t seq, int fill, const int32_t *i
         return;                       /* not an answer to a frame of ours */
     s->n_lost += step - 1 - s->answered;  /* frames the server dropped */
     s->answered = step;
+    if (!fill)
+        send_step(s, seq, step);
+    s->nprs = 0;
     if (fill)
         s->n_fill++;
     else if (n > 0)

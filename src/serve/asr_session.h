@@ -26,8 +26,15 @@
  * received before it plus `delay` more (their server's rule: the words of
  * the audio before it have then been said); at most MT_ASR_MARKERS wait.
  *
- * Step messages are sent only for a model with extra heads (prs), as their
- * server does; the models served here have none, so none are sent.
+ * Steps: for a model with extra heads (voice activity) whose probabilities
+ * the server gives (a PRS frame before the answer: mt_asr_sess_prs), each
+ * answered frame's words are preceded by Step {step_idx, prs,
+ * buffered_pcm}, as their server sends it (moshi-core's asr.rs: before
+ * the step's words; none without extra heads): step_idx the frame's
+ * index + 1 (their per-connection server's model step count), prs each
+ * head's output 0, buffered_pcm the samples received and not yet stepped
+ * (their batched server's, which counts its channel's buffer; their
+ * per-connection one sends 0). A FILL answer has none.
  *
  * Latency: each Word's latency is the time from the arrival of the frame
  * holding the word's start to the Word's emission; each EndWord's from the
@@ -75,6 +82,9 @@ void mt_asr_sess_ready(mt_asr_sess *s);
  * no token), at time now. */
 void mt_asr_sess_answer(mt_asr_sess *s, uint32_t seq, int fill, const int32_t *ids, int n,
                         uint64_t now);
+/* The extra heads' probabilities prs[0..n) (n 1..MT_PRS_MAX) of the step
+ * that answers frame seq: its Step message goes out with that answer. */
+void mt_asr_sess_prs(mt_asr_sess *s, uint32_t seq, const float *prs, int n);
 /* An Error message. */
 void mt_asr_sess_error(mt_asr_sess *s, const char *why);
 

@@ -93,6 +93,10 @@ uint32_t mt_engine_session_new_for(mt_engine *e, void *user);
 /* The session's sampling seed (HELLO's 64-bit seed, when not 0), in place of
  * opts.speech_seed; before mt_engine_admit. Unknown ids: nothing. */
 void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed);
+/* The session takes PRS frames (HELLO's MT_FLAG_PRS): with each answer a
+ * speech-to-text model's extra heads give (mt_speech_prs), a PRS frame
+ * just before it; before mt_engine_admit. Unknown ids: nothing. */
+void mt_engine_set_prs(mt_engine *e, uint32_t id);
 /* The session's sampling from HELLO's sampling block (h->smp_mask's
  * fields over the speech stage's defaults; nothing without opts.speech
  * or a block); before mt_engine_admit. Unknown ids: nothing. */

@@ -112,3 +112,23 @@ void eng_send_text(mt_engine *e, sess *s, const in_entry *q, int32_t tok)
     eng_push_frame(e, s, &f);
 }
 
+/* The extra heads' probabilities of q's step (Kyutai's Step prs), just
+ * before its answer, to a session that asked (MT_FLAG_PRS): not an
+ * answer, not counted. Under the lock. */
+void eng_send_prs(mt_engine *e, sess *s, const in_entry *q, const float *prs, int n)
+{
+    uint8_t pl[4 * MT_PRS_MAX];   /* [n] f32 LE */
+    if (n < 1 || n > MT_PRS_MAX)
+        return;
+    for (int j = 0; j < n; j++)
+        mt_frame_put_f32(pl + 4 * j, prs[j]);
+    mt_frame f = {0};
+    f.type = MT_FRAME_PRS;
+    f.session = s->id;
+    f.seq = q->seq;
+    f.t_send = eng_now(e);
+    f.t_arrive = q->t_arrive;
+    f.length = 4 * (uint32_t)n;
+    f.payload = pl;
+    eng_push_frame(e, s, &f);
+}

@@ -104,6 +104,11 @@ static void deliver_row(mt_engine *e, mt_batch *b, int r, int step_rc)
     if (!q->answered && e->o.fill && b->t_ready > q->deadline)
         eng_send_fill(e, s, q, eng_now(e), &e->tick_lines);
     int32_t text = e->o.speech ? b->text[r] : -1;
+    const float *prs = NULL;
+    int nprs = s->want_prs && e->o.speech && !q->answered ? mt_speech_prs(e->o.speech, &prs)
+                                                          : 0;
+    if (nprs > 0)             /* Kyutai's Step prs, before the answer */
+        eng_send_prs(e, s, q, prs + (size_t)r * (size_t)nprs, nprs);
     if (!q->answered)
         eng_send_output(e, s, q, b->pcm_out + (size_t)r * (size_t)e->fs, text,
                     b->t_start, b->t_ready, &e->tick_lines);

@@ -50,6 +50,7 @@ typedef struct sess {
     mt_speech_sess *sp;       /* codec state and LM streams (opts.speech) */
     uint64_t   seed;          /* its sampling seed; 0: opts.speech_seed */
     int        has_smp;       /* smp set by HELLO (mt_engine_set_sampling) */
+    int        want_prs;      /* PRS frames wanted (mt_engine_set_prs) */
     mt_kyutai_sampling smp;   /* its sampling; else the speech stage's */
     void      *user;          /* the caller's (mt_engine_session_new_for) */
     int        ready;         /* on e->ready: output came since the caller
@@ -186,6 +187,7 @@ void eng_send_fill(mt_engine *e, sess *s, in_entry *q, uint64_t t, strbuf *lines
 void eng_send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
                      int32_t text, uint64_t t_start, uint64_t t_ready, strbuf *lines);
 void eng_send_text(mt_engine *e, sess *s, const in_entry *q, int32_t tok);
+void eng_send_prs(mt_engine *e, sess *s, const in_entry *q, const float *prs, int n);
 
 /* engine_fill.c: the FILL FIFO */
 int  eng_fill_room(mt_engine *e);

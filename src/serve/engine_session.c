@@ -76,6 +76,15 @@ void mt_engine_set_seed(mt_engine *e, uint32_t id, uint64_t seed)
     pthread_mutex_unlock(&e->mu);
 }
 
+void mt_engine_set_prs(mt_engine *e, uint32_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    sess *s = eng_find(e, id);
+    if (s && s->state == S_PENDING)
+        s->want_prs = 1;
+    pthread_mutex_unlock(&e->mu);
+}
+
 void mt_engine_set_sampling(mt_engine *e, uint32_t id, const mt_hello *h)
 {
     if (!e->o.speech || !h->smp_mask)

@@ -263,6 +263,8 @@ static void on_hello(mt_proto *p, mt_proto_conn *c, const mt_frame *f, uint64_t 
     }
     if (mt_frame_hello_seed(f))   /* HELLO's seq and seed_hi: mt-frame(5) */
         mt_engine_set_seed(p->eng, c->id, mt_frame_hello_seed(f));
+    if (f->flags & MT_FLAG_PRS)   /* the client takes PRS frames */
+        mt_engine_set_prs(p->eng, c->id);
     char reason[256] = "";
     int final = 0;         /* the format: asking again cannot change it */
     if (mt_hello_decode(f->payload, f->length, &h) != 0) {

@@ -203,6 +203,8 @@ static void send_frame(wsc *c, int type, const void *payload, uint32_t len)
     f.seq = type == MT_FRAME_AUDIO ? c->seq++ : 0;
     if (type == MT_FRAME_HELLO)
         mt_frame_set_hello_seed(&f, c->hello_seed);
+    if (type == MT_FRAME_HELLO && c->asr)
+        f.flags = MT_FLAG_PRS;    /* Step messages: the extra heads' PRS frames */
     f.t_send = mt_clock_ns();
     f.length = len;
     f.payload = payload;
@@ -692,6 +694,15 @@ static void server_frame(mt_ws_gate *g, wsc *c, const mt_frame *f)
             return;
         }
         kmsg(c, MSG_AUDIO, g->page, (size_t)n);
+        return;
+    }
+    case MT_FRAME_PRS: {          /* before the TEXT answer it goes with */
+        float prs[MT_PRS_MAX];
+        int n = (int)(f->length / 4);
+        for (int j = 0; j < n && j < MT_PRS_MAX; j++)
+            prs[j] = mt_frame_f32(f->payload + 4 * j);
+        if (c->admitted && c->asr)
+            mt_asr_sess_prs(c->asr, f->seq, prs, n);
         return;
     }
     case MT_FRAME_TEXT:

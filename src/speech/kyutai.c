@@ -639,6 +639,34 @@ static int depformer_frame(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
     return 0;
 }
 
+/* prs[r, j] = softmax(extra[j] . h[r])[0]: Kyutai's Step prs, every row
+ * and head (a few dot products of dim a row: no GEMM needed). The softmax
+ * as theirs: less the row's maximum, exp, divided by the sum. */
+static void extra_heads(const mt_kyutai_gen *g, int B, float *prs)
+{
+    const mt_kyutai_config *kc = &g->lm->kc;
+    const int D = kc->dim, E = kc->extra_dim;
+    float z[MT_KY_MAX_XH_DIM];                 /* [extra_dim] one head's logits */
+    for (int r = 0; r < B; r++) {
+        const float *h = g->h + (size_t)r * D;
+        for (int j = 0; j < kc->extra_heads; j++) {
+            const float *w = g->lm->extra[j];  /* [extra_dim, dim] */
+            float mx = -INFINITY;
+            for (int i = 0; i < E; i++) {
+                float acc = 0.0f;
+                for (int d = 0; d < D; d++)
+                    acc += w[(size_t)i * D + d] * h[d];
+                z[i] = acc;
+                mx = acc > mx ? acc : mx;
+            }
+            double sum = 0.0;
+            for (int i = 0; i < E; i++)
+                sum += exp((double)(z[i] - mx));
+            prs[(size_t)r * kc->extra_heads + j] = (float)(exp((double)(z[0] - mx)) / sum);
+        }
+    }
+}
+
 /* The rings, once the step succeeded: user tokens at t + delay, the
  * generated ones at t + 1; from t + 1 > max_delay on, out->frame gets the
  * undelayed frame t + 1 - max_delay. */
@@ -697,6 +725,8 @@ int mt_kyutai_step(mt_kyutai_gen *g, int B, mt_kv_seq *const *seqs,
         memcpy(out->text, g->text, (size_t)B * sizeof(int32_t));
     if (out->text_logits)
         memcpy(out->text_logits, g->tlog, (size_t)B * kc->text_card_out * sizeof(float));
+    if (out->prs && kc->extra_heads > 0)
+        extra_heads(g, B, out->prs);
 
     t0 = mt_clock_ns();
     if (Q > 0 && depformer_frame(g, B, sess, out, &dep_sample_ns, err, errlen))

@@ -12,6 +12,12 @@
  *   - x = text_emb[in_0] + sum_k emb[k][in_{k+1}]  (a token of -1 adds
  *     nothing), stepped by the decoder (mt_step_io.x_in); its text logits
  *     are text_linear . out_norm(h), and h_out is out_norm(h);
+ *   - with extra heads (extra_heads_num_heads, the speech-to-text models'
+ *     voice activity), head j's output is softmax(extra[j] . out_norm(h))
+ *     over its extra_dim outputs, and prs[j] its output 0: what Kyutai's
+ *     server sends as the Step message's prs (rust/moshi-core/src/asr.rs:
+ *     softmax_last_dim, then index 0 of each head, in head order; their
+ *     LMGen.step_with_extra_heads computes the same softmax);
  *   - the text token is sampled, then the depformer makes the dep_q model
  *     tokens one after the other (depformer.h);
  *   - they are written at t + 1; the frame undelayed (text and the model's
@@ -51,6 +57,8 @@ typedef struct mt_kyutai_out {
     int32_t *frame;        /* [B, 1 + dep_q]  undelayed frame, -2 before max_delay */
     float   *text_logits;  /* [B, text_card_out] */
     float   *dep_logits;   /* [B, dep_q, card] */
+    float   *prs;          /* [B, extra_heads] each extra head's output 0
+                              (nothing without extra heads) */
 } mt_kyutai_out;
 
 /* dec runs lm->temporal (its max_batch at least max_batch); neither is

@@ -31,6 +31,8 @@ struct mt_speech {
     float   *pcm;              /* [maxb, fs]      PCM in, then out, as floats */
     int32_t *codes;            /* [maxb, nu]      the user's codes */
     int32_t *frame;            /* [maxb, 1 + Q]   undelayed text + model codes */
+    float   *prs;              /* [maxb, extra_heads] the extra heads' output 0;
+                                  NULL: none, or a backend without them */
     int32_t *dcodes;           /* [maxb, Q]       codes of the rows decoded */
     mimi_state **st;           /* [maxb]          codec states in row order */
     mimi_state **dst;          /* [maxb]          those of the rows decoded */
@@ -113,6 +115,7 @@ void mt_speech_free(mt_speech *sp)
     free(sp->pcm);
     free(sp->codes);
     free(sp->frame);
+    free(sp->prs);
     free(sp->dcodes);
     free(sp->st);
     free(sp->dst);
@@ -167,8 +170,14 @@ int mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder 
     sp->dst = calloc(R, sizeof *sp->dst);
     sp->drow = calloc(R, sizeof *sp->drow);
     sp->ls = calloc(R, sizeof *sp->ls);
+    /* the extra heads read out_norm(h) on the host: exact on the CPU
+     * backend; the CUDA one's h is bf16 (not checked against Kyutai's), the
+     * simulated device's zero */
+    int want_prs = kc->extra_heads > 0 && strcmp(mt_decoder_backend_name(dec), "cpu") == 0;
+    if (want_prs)
+        sp->prs = malloc(R * (size_t)kc->extra_heads * sizeof(float));
     if (!sp->pcm || !sp->codes || !sp->frame || !sp->dcodes || !sp->st || !sp->dst ||
-        !sp->drow || !sp->ls) {
+        !sp->drow || !sp->ls || (want_prs && !sp->prs)) {
         mt_speech_free(sp);
         mt_depformer_free(df);
         mt_set_err(err, errlen, "speech: out of memory");
@@ -333,7 +342,7 @@ int mt_speech_step(mt_speech *sp, int B, mt_kv_seq *const *seqs,
         return -1;
     sp->times.encode_ms = ms_since(t0);
 
-    mt_kyutai_out o = { .frame = sp->frame };
+    mt_kyutai_out o = { .frame = sp->frame, .prs = sp->prs };
     if (mt_kyutai_step(sp->gen, B, seqs, sp->ls, sp->codes, &o, err, errlen))
         return -1;
     mt_kyutai_last_times(sp->gen, &sp->times.lm);
@@ -368,6 +377,13 @@ int mt_speech_step(mt_speech *sp, int B, mt_kv_seq *const *seqs,
         }
     }
     return 0;
+}
+
+int mt_speech_prs(const mt_speech *sp, const float **prs)
+{
+    if (prs)
+        *prs = sp->prs;
+    return sp->prs ? sp->lm->kc.extra_heads : 0;
 }
 
 void mt_speech_last_times(const mt_speech *sp, mt_speech_times *t)

@@ -77,6 +77,14 @@ const char *mt_speech_codec_backend(const mt_speech *sp);
  * model codes; -1 where the delays are not yet filled). */
 void mt_speech_last_codes(const mt_speech *sp, const int32_t **user, const int32_t **frame);
 
+/* The extra heads (voice activity: Kyutai's Step prs) of the last step,
+ * [B, n] by row, valid until the next step; n (the return) is
+ * extra_heads_num_heads, 0 when the model has none or the decoder's
+ * backend does not give them (only the CPU backend does: the CUDA one's
+ * out_norm(h) is not checked against Kyutai's, the simulated device has
+ * none). prs may be NULL (the count alone). */
+int  mt_speech_prs(const mt_speech *sp, const float **prs);
+
 /* A session: its codec state and LM streams, sampling seeded by seed. On
  * the GPU codec at most max_batch sessions are open at once. */
 int  mt_speech_sess_open(mt_speech *sp, uint64_t seed, mt_speech_sess **out,

@@ -63,7 +63,7 @@ enum {
 
 static int type_known(unsigned type)
 {
-    return type >= MT_FRAME_HELLO && type <= MT_FRAME_WORDS;
+    return type >= MT_FRAME_HELLO && type <= MT_FRAME_PRS;
 }
 
 static int is_data(unsigned type)
@@ -104,6 +104,8 @@ static int length_ok(unsigned type, uint32_t len)
         return len % 4 == 0;
     case MT_FRAME_TEXT:
         return len % 4 == 0 && len <= 4 * MT_TEXT_MAX_TOKENS;
+    case MT_FRAME_PRS:
+        return len % 4 == 0 && len >= 4 && len <= 4 * MT_PRS_MAX;
     case MT_FRAME_END:        /* from the server: why it ended the session */
     case MT_FRAME_REJECT:
     case MT_FRAME_ERROR:
@@ -132,6 +134,13 @@ static int payload_ok(unsigned type, const uint8_t *p, uint32_t len)
             if (get_u32(p + i) > INT32_MAX)
                 return 0;
         return 1;
+    case MT_FRAME_PRS:
+        for (uint32_t i = 0; i < len; i += 4) {   /* probabilities: NaN fails too */
+            float v = mt_frame_f32(p + i);
+            if (!(v >= 0.0f && v <= 1.0f))
+                return 0;
+        }
+        return 1;
     default:
         return 1;
     }
@@ -148,6 +157,8 @@ static int flags_ok(unsigned type, uint16_t flags)
     if ((flags & MT_FLAG_TEXT_ONLY) && type != MT_FRAME_ACCEPT)
         return 0;
     if ((flags & MT_FLAG_FINAL) && type != MT_FRAME_REJECT)
+        return 0;
+    if ((flags & MT_FLAG_PRS) && type != MT_FRAME_HELLO)
         return 0;
     return 1;
 }
@@ -530,6 +541,7 @@ const char *mt_frame_type_name(int type)
     case MT_FRAME_ERROR:  return "ERROR";
     case MT_FRAME_TEXT:   return "TEXT";
     case MT_FRAME_WORDS:  return "WORDS";
+    case MT_FRAME_PRS:    return "PRS";
     default:              return "UNKNOWN";
     }
 }

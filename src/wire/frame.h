@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MT_FRAME_MAGIC        "MTFR"
 #define MT_FRAME_VERSION      1
@@ -67,8 +68,16 @@ enum mt_frame_type {
                             sends text rather than token ids (mt-replay's
                             bridge to Kyutai's WebSocket protocol); beside
                             the output, not an answer, no seq order */
+    MT_FRAME_PRS    = 10, /* server -> client: the voice-activity
+                            probabilities (Kyutai's Step prs: each extra
+                            head's output 0) of the step that answers input
+                            `seq`: 1..MT_PRS_MAX f32 LE, each in [0, 1];
+                            only in a session whose HELLO had MT_FLAG_PRS,
+                            just before that answer (none before a FILL's);
+                            not an answer, no seq order of its own */
 };
 #define MT_TEXT_MAX_TOKENS 64
+#define MT_PRS_MAX 16            /* probabilities in one PRS frame */
 
 enum mt_frame_flags {
     MT_FLAG_FILL = 1u << 0, /* silence sent in place of a late output;
@@ -82,8 +91,11 @@ enum mt_frame_flags {
     MT_FLAG_TEXT_ONLY = 1u << 2, /* ACCEPT only: the session's answers are
                                     TEXT frames, one per input, no AUDIO
                                     (a speech-to-text model) */
+    MT_FLAG_PRS = 1u << 3,       /* HELLO only: the client takes PRS frames
+                                    (a model without extra heads, or a
+                                    backend without them, sends none) */
 };
-#define MT_FLAGS_KNOWN (MT_FLAG_FILL | MT_FLAG_FINAL | MT_FLAG_TEXT_ONLY)
+#define MT_FLAGS_KNOWN (MT_FLAG_FILL | MT_FLAG_FINAL | MT_FLAG_TEXT_ONLY | MT_FLAG_PRS)
 
 enum mt_encoding {
     MT_ENC_PCM_S16LE = 1,
@@ -165,6 +177,23 @@ typedef struct mt_frame_decoder {
 } mt_frame_decoder;
 
 void mt_frame_decoder_init(mt_frame_decoder *d);
+
+/* A little-endian f32 at p (PRS payloads), and one written there. */
+static inline float mt_frame_f32(const uint8_t *p)
+{
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                 (uint32_t)p[3] << 24;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline void mt_frame_put_f32(uint8_t *p, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(u >> (8 * i));
+}
 
 /* A HELLO's 64-bit sampling seed: seed_hi << 32 | seq (0: the server's
  * default). A client whose seed fits 32 bits sends the version-1 HELLO of

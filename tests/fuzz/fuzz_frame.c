@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         pos += used;
         if (rc == MT_FRAME_OK) {
-            if (f.type < MT_FRAME_HELLO || f.type > MT_FRAME_WORDS ||
+            if (f.type < MT_FRAME_HELLO || f.type > MT_FRAME_PRS ||
                 f.length > MT_FRAME_MAX_PAYLOAD)
                 abort();
             reencode(&f);

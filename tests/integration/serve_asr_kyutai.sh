@@ -20,7 +20,13 @@
 # asr.rs handle_socket), which cannot be built offline here, and the
 # texts SentencePiece's decoding of the pieces. The model has no extra
 # heads, so their server sends no Step message: none is expected here
-# either. Controls: the codec still makes the fixture's codes (so a
+# either. The extra heads (voice activity): tests/fixtures/kyutai_stt_vad
+# is the same model with 2 heads of 3 outputs, and Kyutai's own
+# LMGen.step_with_extra_heads gave each step's prs (gen_kyutai_stt_vad.py):
+# a Step {step_idx, prs, buffered_pcm} before each step's words, where
+# their asr.rs puts it, prs within 1e-5, the words unchanged; a config
+# naming heads its checkpoint lacks is refused naming the tensor.
+# Controls: the codec still makes the fixture's codes (so a
 # mismatch is the LM's or the assembly's), and the same run with the delay
 # one frame longer (--asr-delay 0.48) does not match.
 # fp32 weights and K/V (--weights f32 --kv-dtype f32) as the fixture was
@@ -79,7 +85,7 @@ transcribe() {
     timeout 60 "$PY" "$AC" "ws://127.0.0.1:$port/api/asr-streaming" in.wav --marker-every 10 \
         --pace 0 --timeout 30 --log "$name.all" > "$name.txt" 2>&1
     cut -d' ' -f2- "$name.all" | sed -e '/^Ready *$/d' -e '/^Marker id=4$/q' > "$name.msgs"
-    [ "$name" = ok ] && timeout 60 "$MT_BIN/mt-replay" -s "ws://127.0.0.1:$port/api/asr-streaming" \
+    [ "$name" = ok ] || [ "$name" = vad ] && timeout 60 "$MT_BIN/mt-replay" -s "ws://127.0.0.1:$port/api/asr-streaming" \
         in.wav -t "$name.words" > "$name.rep" 2> "$name.reperr"
     kill $SRV; wait $SRV 2>/dev/null
 }
@@ -114,24 +120,72 @@ transcribe late --asr-delay 0.48
 t_check "control: a delay of 6 frames does not match the fixture" \
     sh -c '! cmp -s late.msgs "$1" && test -s late.msgs' _ "$FIX/expected.msgs"
 
-# a checkpoint with extra heads (stt-1b-en_fr has 4 of 6): their server
-# sends Step with prs; this one does not compute them and says so at start
+# a config with extra heads (stt-1b-en_fr has 4 of 6) over a checkpoint
+# without their tensors: refused, naming the first one missing
 mkdir xh bad
 cp "$FIX/model.safetensors" xh/; cp "$FIX/model.safetensors" bad/
 "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))
 c["extra_heads_num_heads"] = 4; c["extra_heads_dim"] = 6
 json.dump(c, open("xh/config.json", "w"))
 c["extra_heads_num_heads"] = "four"; json.dump(c, open("bad/config.json", "w"))' "$FIX/config.json"
-"$S" -s "$T_TMP/xh.sock" --ws 127.0.0.1:0 -m xh --codec synthetic:mimi-tiny --device cpu \
-    --threads 1 > xh.lat 2> xh.log &
-SRV=$!; t_track $SRV
-port_of xh.log > /dev/null
-t_check "extra heads in the config: named as not computed, no Step ($(grep extra xh.log))" \
-    grep -q "4 extra heads of 6 outputs (voice activity) not computed: Step messages (prs) are not sent" xh.log
-kill $SRV; wait $SRV 2>/dev/null
+timeout 30 "$S" -s "$T_TMP/xh.sock" --ws 127.0.0.1:0 -m xh --codec synthetic:mimi-tiny \
+    --device cpu --threads 1 > xh.lat 2> xh.log
+rc=$?
+t_check "extra heads in the config, none in the checkpoint: exit 1 naming the tensor ($(tail -1 xh.log))" \
+    sh -c 'test "$1" = 1 && grep -q "tensor .extra_heads.0.weight.: missing" xh.log' _ $rc
 timeout 30 "$S" -s "$T_TMP/bad.sock" --ws 127.0.0.1:0 -m bad --codec synthetic:mimi-tiny \
     --device cpu --threads 1 > bad.lat 2> bad.log
 rc=$?
 t_check "... a malformed extra_heads_num_heads: exit 1 naming it ($(tail -1 bad.log))" \
-    sh -c 'test "$1" = 1 && grep -q "extra_heads_num_heads: want an integer" bad.log' _ $rc
+    sh -c 'test "$1" = 1 && grep -q "extra_heads_num_heads is not an integer" bad.log' _ $rc
+
+# the extra heads (voice activity): tests/fixtures/kyutai_stt_vad is this
+# model with 2 heads of 3 outputs, run by Kyutai's LMGen.step_with_extra_heads
+# (gen_kyutai_stt_vad.py); their server sends, before each step's words,
+# Step {step_idx, prs: each head's softmax output 0, buffered_pcm}
+FIX=$MT_ROOT/tests/fixtures/kyutai_stt_vad
+transcribe vad
+t_check "extra heads: said at start ($(grep 'extra heads' vad.log))" \
+    grep -q "2 extra heads of 3 outputs (voice activity): Step messages (prs) sent" vad.log
+# words and markers as before; Steps where theirs are, one a step, prs
+# within 1e-5 (fp32 both sides); buffered_pcm + step_idx x 1920 (the audio
+# received when the step's answer came) never falls, never passes what was
+# sent and at least once is ahead of the model (the client sends at once)
+"$PY" - vad.msgs "$FIX/expected.msgs" "$MT_ROOT/tests/fixtures/kyutai_stt/expected.msgs" \
+    "$(( 1920 * 48 + 1920 * 13 ))" > vad.cmp <<'PY'
+import re, sys
+got = [l.rstrip("\n") for l in open(sys.argv[1], encoding="utf-8")]
+want = [l.rstrip("\n") for l in open(sys.argv[2], encoding="utf-8")]
+words = [l.rstrip("\n") for l in open(sys.argv[3], encoding="utf-8")]
+total = int(sys.argv[4])
+kind = lambda l: re.sub(r" prs=.*", "", l)
+gs = [re.match(r"Step step_idx=(\d+) prs=\[(.*)\] buffered_pcm=(\d+)$", l) for l in got if l.startswith("Step ")]
+ws = [re.match(r"Step step_idx=(\d+) prs=(.*)$", l) for l in want if l.startswith("Step ")]
+same_words = [l for l in got if not l.startswith("Step ")] == words
+order = [kind(l) for l in got] == [kind(l) for l in want]
+worst, prev, ahead, inside = 0.0, -1, 0, 1
+for g, w in zip(gs, ws):
+    gp = [float(x) for x in g.group(2).split(",")]
+    wp = [float(x) for x in w.group(2).split(",")]
+    if len(gp) != len(wp):
+        worst = 1.0
+    worst = max([worst] + [abs(a - b) for a, b in zip(gp, wp)])
+    have = int(g.group(3)) + int(g.group(1)) * 1920
+    inside &= prev <= have <= total
+    ahead |= int(g.group(3)) > 0
+    prev = have
+print("words=%d order=%d steps=%d want=%d worst=%.3g buffered_inside=%d ahead=%d" % (
+    same_words, order, len(gs), len(ws), worst, inside, ahead))
+PY
+t_diag "$(cat vad.cmp)"
+t_check "extra heads: Kyutai's words and markers unchanged" grep -q "^words=1 " vad.cmp
+t_check "... a Step before each step's words, where theirs are ($(grep -c '^Step' vad.msgs) of $(grep -c '^Step' "$FIX/expected.msgs"))" \
+    grep -q " order=1 steps=53 want=53 " vad.cmp
+t_check "... Kyutai's prs within 1e-5 at every step ($(sed 's/.*\(worst=[^ ]*\).*/\1/' vad.cmp))" \
+    awk '{ split($5, a, "="); exit !(a[2] + 0 <= 1e-5) }' vad.cmp
+t_check "... buffered_pcm: the audio received and not yet stepped" \
+    grep -q "buffered_inside=1 ahead=1" vad.cmp
+head -n "$n" vad.words | cut -d' ' -f3- > vadgot.words
+t_check "... mt-replay as the client, Steps among the words: the same $n words and start times" \
+    cmp -s want.words vadgot.words
 t_done

@@ -207,6 +207,41 @@ static void test_session(void)
     mt_asr_sess_free(s);
 }
 
+/* Step messages from the extra heads' PRS frames: before the step's
+ * words, step_idx the frame's index + 1, buffered_pcm the samples received
+ * and not yet stepped; none for a FILL, none from a PRS of another frame. */
+static void test_steps(void)
+{
+    mt_asr_sess_opts o = { .rate = 50, .frame_samples = 4, .delay = 0, .piece = piece,
+                           .send = on_send, .frame = on_frame };
+    mt_asr_sess *s = mt_asr_sess_new(&o);
+    char why[MT_ASR_WHY_MAX];
+    uint8_t b[128];
+    n_sent = n_frames = 0;
+    size_t n = audio_msg(b, 14);                 /* 3 frames and 2 samples */
+    mt_asr_sess_client(s, b, n, 1, why, sizeof why);
+    mt_asr_sess_ready(s);
+    static const float p0[2] = { 0.25f, 0.75f }, p1[2] = { 0.5f, 0.125f };
+    static const int32_t tok[3] = { 7, 0, 3 };
+    mt_asr_sess_prs(s, 0, p0, 2);
+    mt_asr_sess_answer(s, 0, 0, &tok[0], 1, 10);   /* "a" starts: no word yet */
+    mt_asr_sess_prs(s, 1, p1, 2);
+    mt_asr_sess_answer(s, 1, 1, &tok[1], 1, 11);   /* FILL: no Step, no token */
+    mt_asr_sess_prs(s, 7, p1, 2);                  /* not frame 2's */
+    mt_asr_sess_answer(s, 2, 0, &tok[2], 1, 12);   /* Word "a" */
+    uint8_t w[128];
+    mt_asr_out want = { .p = w, .cap = sizeof w };
+    int i = 0;
+    mt_asr_out_ready(&want);
+    tap_ok(is_msg(i++, &want), "Ready");
+    mt_asr_out_step(&want, 1, p0, 2, 14 - 4);
+    tap_ok(is_msg(i++, &want), "Step {1, [0.25, 0.75], 10 samples not yet stepped}");
+    mt_asr_out_word(&want, "a", 1, 0.0);
+    tap_ok(is_msg(i++, &want), "then frame 2's Word, with no Step (its PRS was another's)");
+    tap_ok(n_sent == i, "no Step for the FILL (%d messages)", n_sent);
+    mt_asr_sess_free(s);
+}
+
 /* Kyutai's published configs (configs/stt_1b_enfr.json, stt_2.6b_en.json,
  * their stt_config) and the refusals. */
 static void test_stt_config(void)
@@ -238,5 +273,6 @@ int main(void)
     test_read();
     test_write();
     test_session();
+    test_steps();
     return tap_done();
 }

@@ -30,6 +30,8 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
         n = r > 0 ? (size_t)r : 0;
         if (type == MT_FRAME_ACCEPT && i % 2)
             f.flags = MT_FLAG_TEXT_ONLY;
+        if (type == MT_FRAME_HELLO && i % 2)
+            f.flags = MT_FLAG_PRS;      /* the client takes PRS frames */
     } else if (type == MT_FRAME_AUDIO) {
         n = 2 * (size_t)(1 + (i * 37) % 2000);
         for (size_t k = 0; k < n; k++)
@@ -44,6 +46,10 @@ static mt_frame make_frame(int type, uint32_t seq, int i, uint8_t *pl)
         f.flags = (i % 2) ? MT_FLAG_FILL : 0;
         for (size_t k = 0; k < n; k++)
             pl[k] = (uint8_t)(k % 4 == 3 ? 0x7F : k * 5 + (size_t)i);
+    } else if (type == MT_FRAME_PRS) {
+        n = 4 * (size_t)(1 + i % 3);   /* probabilities in [0, 1], both ends too */
+        for (size_t k = 0; k < n / 4; k++)
+            mt_frame_put_f32(pl + 4 * k, (float)k / (float)(n / 4 > 1 ? n / 4 - 1 : 1));
     } else if (type == MT_FRAME_REJECT || type == MT_FRAME_ERROR || type == MT_FRAME_WORDS) {
         n = (size_t)snprintf((char *)pl, 64, "reason %d: caf\xc3\xa9", i);
         /* FINAL, the refusal that retrying cannot change: REJECT only */
@@ -71,7 +77,7 @@ static mt_frame_decoder dec; /* big: keep off the stack */
 static void test_round_trip(void)
 {
     static uint8_t wire[MT_FRAME_MAX_SIZE];
-    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_WORDS; type++) {
+    for (int type = MT_FRAME_HELLO; type <= MT_FRAME_PRS; type++) {
         mt_frame f = make_frame(type, 7, type, payload_buf), g;
         long n = mt_frame_encode(&f, wire, sizeof wire);
         ok(n == (long)(MT_FRAME_HEADER_SIZE + f.length), "%s encodes to %ld bytes",
@@ -275,7 +281,13 @@ static const struct {
     { "bad magic", MT_FRAME_END, 0, 1, MT_FERR_MAGIC, 1, { { 0, 'X' } } },
     { "unknown version", MT_FRAME_END, 0, 1, MT_FERR_VERSION, 1, { { 4, 2 } } },
     { "unknown type 0", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 0 } } },
-    { "unknown type 10", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 10 } } },
+    { "unknown type 11", MT_FRAME_END, 0, 1, MT_FERR_TYPE, 1, { { 5, 11 } } },
+    /* PRS: probabilities (the top byte of the last f32 makes it huge or NaN,
+     * or negative) */
+    { "PRS over 1", MT_FRAME_PRS, 0, 1, MT_FERR_PAYLOAD, 0, { { -1, 0x7F } } },
+    { "PRS negative", MT_FRAME_PRS, 1, 1, MT_FERR_PAYLOAD, 0, { { -1, 0xBF } } },
+    { "PRS flag on AUDIO", MT_FRAME_AUDIO, 1, 1, MT_FERR_FLAGS, 1, { { 6, MT_FLAG_PRS } } },
+    { "PRS flag on ACCEPT", MT_FRAME_ACCEPT, 0, 1, MT_FERR_FLAGS, 0, { { 6, MT_FLAG_PRS } } },
     { "WORDS not UTF-8", MT_FRAME_WORDS, 0, 1, MT_FERR_PAYLOAD, 0, { { -1, 0xED } } },
     { "FILL on WORDS", MT_FRAME_WORDS, 0, 1, MT_FERR_FLAGS, 0, { { 6, MT_FLAG_FILL } } },
     /* TEXT carries int32 ids: a top bit set is no token */
@@ -327,6 +339,10 @@ static const struct {
     { "TEXT length not a multiple of 4", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0, 6, 6 },
     { "TEXT over MT_TEXT_MAX_TOKENS", MT_FRAME_TEXT, 0, MT_FERR_PAYLOAD, 0,
       4 * MT_TEXT_MAX_TOKENS + 4, 4 * MT_TEXT_MAX_TOKENS + 4 },
+    { "PRS empty", MT_FRAME_PRS, 0, MT_FERR_PAYLOAD, 0, 0, 0 },
+    { "PRS length not a multiple of 4", MT_FRAME_PRS, 0, MT_FERR_PAYLOAD, 0, 6, 6 },
+    { "PRS over MT_PRS_MAX", MT_FRAME_PRS, 0, MT_FERR_PAYLOAD, 0, 4 * MT_PRS_MAX + 4,
+      4 * MT_PRS_MAX + 4 },
 };
 
 static void test_malformed(void)
@@ -428,7 +444,7 @@ static void test_encoder(void)
     f.flags = 0x80;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_FLAGS, "unknown flag refused");
     f.flags = 0;
-    f.type = 10;
+    f.type = 11;
     is_int(mt_frame_encode(&f, w, sizeof w), MT_FERR_TYPE, "unknown type refused");
     f.type = MT_FRAME_AUDIO;
     f.version = 3;

@@ -102,7 +102,7 @@ static int run(const mt_kyutai_lm *lm, mt_decoder *d, const mt_kyutai_sampling *
             if (mt_kv_reserve(pool, seqs[i], 1))
                 goto out;
         }
-        mt_kyutai_out io = { text, audio, frame, tl, dl };
+        mt_kyutai_out io = { text, audio, frame, tl, dl, NULL };
         if (mt_kyutai_step(g, nb, seqs, ss, u, &io, err, sizeof err))
             goto out;
         for (int i = 0; i < nb; i++) {
@@ -247,7 +247,7 @@ static int one_frame(const mt_kyutai_lm *lm, mt_num_format w, float *tl, float *
              mt_kv_reserve(mt_decoder_pool(d), seq, 1);
     for (int i = 0; i < kc->n_q - kc->dep_q && i < 64; i++)
         user[i] = (i * 7 + 3) % kc->card;
-    mt_kyutai_out io = { &text, audio, frame, tl, dl };
+    mt_kyutai_out io = { &text, audio, frame, tl, dl, NULL };
     rc = rc || mt_kyutai_step(g, 1, &seq, &s, user, &io, err, sizeof err);
     if (rc)
         tap_diag("one frame: %s", err);
