@@ -667,6 +667,9 @@ int main(int argc, char **argv)
             continue;
         }
         if (served) {
+            if (B < 1 || B > served_max_batch)
+                fprintf(stderr, "mt-benchkyutai: -L: B=%d outside 1..%d (-M)\n", B,
+                        served_max_batch);
             if (B < 1 || B > served_max_batch || bench_served(lm, B, F, threads))
                 rc = 1;
             continue;
