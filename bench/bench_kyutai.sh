@@ -21,6 +21,9 @@
 # weights, Mimi's encoder beside it; synthetic:moshi-2b's temporal alone
 # (-T: its whole fp32 copy is over the host limit, its temporal is not)
 # at B = 1 with q8 weights.
+# Then stt-1b's step as mt-serve's tick takes it (-L: mt_speech_step on
+# mt-serve's K/V and max batch, PCM in, q8 weights) at B = 1 to 4: served
+# lines, the Mimi encode and LM stages, the step's wall and CPU time.
 # Asserts nothing.
 set -u
 cd "$(dirname "$0")/.."
@@ -39,4 +42,5 @@ for w in f16 q8; do
     "$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,4 -f 10 -S 0 -W 750 -w $w \
         -c synthetic:mimi -F 5 || exit 1
 done
-"$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1 -f 10 -S 4 -W 252 -w q8 -T
+"$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1 -f 10 -S 4 -W 252 -w q8 -T || exit 1
+"$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,3,4 -f 20 -w q8 -c synthetic:mimi -L

@@ -200,9 +200,16 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
 }
 
 /* The product by tiles: one row takes NR1 weight rows a tile (independent
- * FMA chains, streams of loads in flight), two or three rows NR2, more
- * rows blocks of 4 against 2 weight rows; what is left one by one. */
-#define Q8_GEMM(NAME, ATTR, TILE, NR1, NR2)                                                  \
+ * FMA chains, streams of loads in flight), two or three rows NR2; four
+ * rows and more NR4 weight rows a tile, the rows in blocks of 4 and the
+ * last 1 to 3 rows as one block, each tile's weights decoded once and
+ * used by the blocks while they are in L1; what is left (N not a multiple
+ * of the tile) by 2 weight rows, then one by one. Every (row, weight row)
+ * sums its blocks in the same order in every tile, so the bits do not
+ * depend on M or on the tiling (test_q8). The AVX-512 kernel's four rows
+ * once took 4 x 2 tiles (and a leftover row 1 x 2 each): a call of 4 rows
+ * cost 2.2 times one of 3 (bench/RESULTS.md, "stt-1b at 4 streams"). */
+#define Q8_GEMM(NAME, ATTR, TILE, NR1, NR2, NR4)                                             \
     ATTR static void NAME(int M, int N, int K, const float *X, int ldx, const int8_t *q,       \
                           const float *sc, float beta, float *Y, int ldy)                      \
     {                                                                                          \
@@ -221,6 +228,24 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
                 else                                                                           \
                     TILE(3, NR2, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy, pf); \
             }                                                                                  \
+        if (M >= 4)                                                                            \
+            for (; n + NR4 <= N; n += NR4) {                                                   \
+                const int8_t *w = q + (size_t)n * K;                                           \
+                const float *s = sc + n * nb;                                                  \
+                const char *pf = ahead(w, end);                                                \
+                int m = 0;                                                                     \
+                for (; m + 4 <= M; m += 4, pf = NULL)                                          \
+                    TILE(4, NR4, K, X + (size_t)m * ldx, ldx, w, s, beta,                      \
+                         Y + (size_t)m * ldy + n, ldy, pf);                                    \
+                const float *xm = X + (size_t)m * ldx;                                         \
+                float *ym = Y + (size_t)m * ldy + n;                                           \
+                if (M - m == 3)                                                                \
+                    TILE(3, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                else if (M - m == 2)                                                           \
+                    TILE(2, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                else if (M - m == 1)                                                           \
+                    TILE(1, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+            }                                                                                  \
         for (; n + 2 <= N; n += 2) {                                                           \
             const int8_t *w = q + (size_t)n * K;                                               \
             const float *s = sc + n * nb;                                                      \
@@ -237,8 +262,8 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
                      Y + (size_t)m * ldy + n, ldy, NULL);                                      \
     }
 
-Q8_GEMM(gemm512, Q8_512, tile512, 8, 4)
-Q8_GEMM(gemm256, Q8_256, tile256, 4, 2)
+Q8_GEMM(gemm512, Q8_512, tile512, 8, 4, 4)
+Q8_GEMM(gemm256, Q8_256, tile256, 4, 2, 2)
 
 #endif
 

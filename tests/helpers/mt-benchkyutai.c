@@ -46,13 +46,14 @@
  * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|serial|cuda]
  *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
  *                       [-w f32|f16|q8] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
- *                       [-T]
+ *                       [-T] [-L [-M MAX_BATCH]]
  * Prints logfmt lines; asserts nothing. */
 #include "codec/mimi.h"
 #include "decode/decoder.h"
 #include "decode/cpu_q8.h"
 #include "model/synthetic.h"
 #include "speech/kyutai.h"
+#include "speech/speech.h"
 #include "model/kyutai_lm.h"
 #include "util/clock.h"
 #include "helpers/stream_bw.h"
@@ -472,11 +473,121 @@ out:
     return rc;
 }
 
+/* ---- -L: the step as mt-serve takes it ------------------------------------ */
+
+/* -L (with -c CODEC): B sessions stepped through mt_speech_step, the call
+ * mt-serve's tick makes, set up as mt-serve sets it up: mt-serve's K/V
+ * (the window policy, 4 sinks + 256, f16, the default pool), a decoder and
+ * a codec workspace for max_batch rows (-M, mt-serve's --max-sessions
+ * default 64), the codec on the decoder's thread count, text sampled
+ * greedily (Kyutai's stt). PCM in, so Mimi's encode is in the step. After
+ * 3 frames of warm-up, -f frames back to back (a server behind: no tick
+ * between them); per frame the stages (mt_speech_last_times), the whole
+ * call's wall time and its CPU time (every thread's). A `served` line of
+ * medians: what mt-serve's tick line's step_ms is made of. */
+static int served_max_batch = 64;   /* -M */
+
+static int bench_served(const mt_kyutai_lm *lm, int B, int F, int threads)
+{
+    char err[512] = "";
+    mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = served_max_batch,
+                          .threads = threads, .weights = weights,
+                          .weights_f16_rows = f16_rows, .kv_dtype = MT_FMT_F16 };
+    o.kv.policy = MT_KV_WINDOW;
+    o.kv.sink = 4;
+    o.kv.window = 256;
+    o.kv.rope = MT_ROPE_CACHE;
+    o.kv.budget_bytes = MT_KV_DEFAULT_BUDGET;
+    mimi_model *m = NULL;
+    mt_decoder *d = NULL;
+    mt_speech *sp = NULL;
+    mt_speech_sess **ss = calloc((size_t)B, sizeof *ss);
+    mt_kv_seq **seqs = calloc((size_t)B, sizeof *seqs);
+    int16_t *pcm = NULL, *out = NULL;
+    int32_t *text = malloc((size_t)B * sizeof *text);
+    double *st[6];
+    for (int i = 0; i < 6; i++)
+        st[i] = malloc((size_t)F * sizeof(double));
+    int rc = -1;
+    mt_kyutai_sampling smp;
+    mt_kyutai_sampling_default(&smp);
+    smp.temp_text = 0;
+    if (!ss || !seqs || !text || !st[0] || !st[1] || !st[2] || !st[3] || !st[4] || !st[5] ||
+        mimi_load(codec_spec, NULL, 0, &m, err, sizeof err) ||
+        mt_decoder_create(lm->temporal, &o, &d, err, sizeof err) ||
+        mt_speech_create(lm, m, d, served_max_batch, &smp, &sp, err, sizeof err) ||
+        mt_speech_codec_threads(sp, threads, err, sizeof err))
+        goto out;
+    const size_t fs = (size_t)mt_speech_frame_samples(sp);
+    pcm = malloc((size_t)B * fs * sizeof *pcm);
+    out = malloc((size_t)B * fs * sizeof *out);
+    if (!pcm || !out)
+        goto out;
+    mt_kv_pool *pool = mt_decoder_pool(d);
+    for (int b = 0; b < B; b++)
+        if (mt_speech_sess_open(sp, 1000 + (uint64_t)b, &ss[b], err, sizeof err) ||
+            mt_kv_seq_open(pool, &seqs[b])) {
+            if (!err[0])
+                snprintf(err, sizeof err, "kv pool full");
+            goto out;
+        }
+    const int warm = 3;
+    for (int f = 0; f < warm + F; f++) {
+        for (size_t i = 0; i < (size_t)B * fs; i++)
+            pcm[i] = (int16_t)((int)((i * 2654435761u + (size_t)f * 977) % 8001) - 4000);
+        for (int b = 0; b < B; b++)
+            if (mt_kv_reserve(pool, seqs[b], 1)) {
+                snprintf(err, sizeof err, "kv reserve");
+                goto out;
+            }
+        double c0 = cpu_ms(), t0 = secs();
+        if (mt_speech_step(sp, B, seqs, ss, pcm, out, text, err, sizeof err))
+            goto out;
+        double t1 = secs(), c1 = cpu_ms();
+        if (f >= warm) {
+            mt_speech_times t;
+            mt_speech_last_times(sp, &t);
+            st[0][f - warm] = t.encode_ms;
+            st[1][f - warm] = t.lm.embed_ms;
+            st[2][f - warm] = t.lm.temporal_ms;
+            st[3][f - warm] = t.lm.sample_ms;
+            st[4][f - warm] = (t1 - t0) * 1e3;
+            st[5][f - warm] = c1 - c0;
+        }
+    }
+    printf("served model=%s codec=%s B=%d max_batch=%d threads=%d weights=%s frames=%d "
+           "enc_ms=%.2f embed_ms=%.2f temporal_ms=%.2f sample_ms=%.2f step_ms=%.2f "
+           "step_cpu_ms=%.2f\n", lm->temporal->cfg.name, codec_spec, B, served_max_batch,
+           mt_decoder_threads(d), mt_num_format_name(weights), F, median(st[0], F),
+           median(st[1], F), median(st[2], F), median(st[3], F), median(st[4], F),
+           median(st[5], F));
+    fflush(stdout);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "mt-benchkyutai: -L B=%d: %s\n", B, err[0] ? err : "out of memory");
+    for (int b = 0; b < B && ss; b++)
+        mt_speech_sess_close(ss[b]);
+    if (d && seqs)
+        mt_kv_seq_close_all(mt_decoder_pool(d), seqs, (size_t)B);
+    mt_speech_free(sp);
+    mt_decoder_free(d);
+    mimi_free(m);
+    free(ss);
+    free(seqs);
+    free(pcm);
+    free(out);
+    free(text);
+    for (int i = 0; i < 6; i++)
+        free(st[i]);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
-    int F = 40, S = 4, W = 252, threads = 0, c, old_too = 0, temporal_alone = 0;
-    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:OPT")) != -1) {
+    int F = 40, S = 4, W = 252, threads = 0, c, old_too = 0, temporal_alone = 0, served = 0;
+    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:OPTLM:")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'd':
@@ -507,6 +618,8 @@ int main(int argc, char **argv)
         case 'O': old_too = 1; break;
         case 'P': predict_only = 1; break;
         case 'T': temporal_alone = 1; break;
+        case 'L': served = 1; break;
+        case 'M': served_max_batch = atoi(optarg); break;
         case 'w':
             if (mt_num_format_parse(optarg, &weights)) {
                 fprintf(stderr, "mt-benchkyutai: -w f32, f16 or q8\n");
@@ -524,8 +637,12 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (F < 1 || S < 0 || W < 1 || threads < 0 || codec_frames < 1) {
-        fprintf(stderr, "mt-benchkyutai: bad -f, -S, -W or -t\n");
+    if (F < 1 || S < 0 || W < 1 || threads < 0 || codec_frames < 1 || served_max_batch < 1) {
+        fprintf(stderr, "mt-benchkyutai: bad -f, -S, -W, -t or -M\n");
+        return 2;
+    }
+    if (served && !codec_spec) {
+        fprintf(stderr, "mt-benchkyutai: -L needs -c CODEC\n");
         return 2;
     }
     char err[512];
@@ -547,6 +664,14 @@ int main(int argc, char **argv)
             print_frame(lm, B, S, W, T,
                         weights == MT_FMT_F16 || weights == MT_FMT_Q8 ? (f16_rows ? f16_rows : 8) : 0,
                         (double[4]){ 0, 0, 0, 0 });
+            continue;
+        }
+        if (served) {
+            if (B < 1 || B > served_max_batch)
+                fprintf(stderr, "mt-benchkyutai: -L: B=%d outside 1..%d (-M)\n", B,
+                        served_max_batch);
+            if (B < 1 || B > served_max_batch || bench_served(lm, B, F, threads))
+                rc = 1;
             continue;
         }
         if (temporal_alone) {

@@ -59,6 +59,31 @@ static int violations(int M, int N, int K, const float *X, const float *W, const
     return bad;
 }
 
+/* Bits of the product of M rows against one row at a time (M = 1, its own
+ * tiles): every tiling sums a (row, weight row)'s blocks in the same order,
+ * so a batch of M rows (rows of 4, 2 or 3 left; weight rows in tiles of 4,
+ * 2 and 1) gives each row what it would alone. The count of rows that
+ * differ. */
+static int rows_unlike_alone(int M, int N, int K)
+{
+    float *X = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
+    int8_t *q = malloc((size_t)N * K);
+    float *s = malloc(sizeof(float) * N * (K / MT_Q8_BLOCK));
+    float *Y = malloc(sizeof(float) * M * N), *y1 = malloc(sizeof(float) * N);
+    int unlike = 0;
+    for (int i = 0; i < M * K; i++)
+        X[i] = frand();
+    fill_weights(W, N, K);
+    mt_q8_pack(q, s, W, (size_t)N, K);
+    mt_q8_gemm(M, N, K, X, K, q, s, 0.0f, Y, N);
+    for (int m = 0; m < M; m++) {
+        mt_q8_gemm(1, N, K, X + (size_t)m * K, K, q, s, 0.0f, y1, N);
+        unlike += memcmp(y1, Y + (size_t)m * N, sizeof(float) * N) != 0;
+    }
+    free(X); free(W); free(q); free(s); free(Y); free(y1);
+    return unlike;
+}
+
 int main(void)
 {
     static const char *const level_name[] = { "portable", "AVX2/FMA", "AVX-512" };
@@ -89,7 +114,7 @@ int main(void)
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == -1, "a matrix with nan is refused");
     free(pw); free(pq); free(ps);
 
-    static const int Ms[] = { 1, 2, 3, 4, 5, 9 }, Ns[] = { 1, 7, 37, 64 }, Ks[] = { 32, 96, 512 };
+    static const int Ms[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 }, Ns[] = { 1, 7, 37, 64 }, Ks[] = { 32, 96, 512 };
     for (int level = 0; level <= top; level++) {
         ok(mt_q8_select(level) == level, "kernels %s selected", level_name[level]);
         int bad = 0, cases = 0, caught = 0;
@@ -128,6 +153,12 @@ int main(void)
                         cases++;
                         free(X); free(W); free(q); free(s); free(Y); free(y0);
                     }
+        int unlike = 0;
+        for (int M = 2; M <= 9; M++)
+            for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+                unlike += rows_unlike_alone(M, Ns[b], 512);
+        ok(unlike == 0, "%s: each row of a batch (M 2..9, N 1..64) has the bits it has alone "
+           "(%d rows differ)", level_name[level], unlike);
         ok(bad == 0, "%s: %d products (M 1..9, N 1..64, K 32..512, beta 0/1) within the "
                "quantisation bound of the fp32 product (%d outside)", level_name[level], cases, bad);
         /* not every case: where x . (that block's weights) is near 0 by
