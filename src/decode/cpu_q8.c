@@ -8,6 +8,7 @@
  * order and differ from the fp32 product by the quantisation alone.
  */
 #include "decode/cpu_q8.h"
+#include "decode/cpu_q8_vnni.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -265,6 +266,12 @@ static int set_level(int max_level)
         if (max_level >= 2 && __builtin_cpu_supports("avx512f")) {
             kern.gemm = gemm512;
             kern.level = 2;
+            /* the integer product (cpu_q8_vnni.c) */
+            if (max_level >= 3 && mt_q8_vnni_built() && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vnni")) {
+                kern.gemm = mt_q8_gemm_vnni;
+                kern.level = 3;
+            }
         }
     }
 #else
@@ -273,10 +280,15 @@ static int set_level(int max_level)
     return kern.level;
 }
 
+static int env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 static void pick_kernels(void)
 {
-    const char *force = getenv("MT_Q8_PORTABLE");
-    set_level(force && *force && strcmp(force, "0") != 0 ? 0 : 2);
+    set_level(env_set("MT_Q8_PORTABLE") ? 0 : env_set("MT_Q8_FLOAT") ? 2 : 3);
 }
 
 int mt_q8_init(void)
