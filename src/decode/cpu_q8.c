@@ -268,6 +268,7 @@ static int set_level(int max_level)
             kern.level = 2;
             /* the integer product (cpu_q8_vnni.c) */
             if (max_level >= 3 && mt_q8_vnni_built() && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") &&
                 __builtin_cpu_supports("avx512vnni")) {
                 kern.gemm = mt_q8_gemm_vnni;
                 kern.level = 3;

@@ -41,7 +41,7 @@
 
 int mt_q8_vnni_built(void) { return 1; }
 
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 /* The quantised activations of a call live on the stack, a chunk of K at a
  * time: ACT_BYTES bytes of u (and as many of scales), rows in groups of at
@@ -166,6 +166,98 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
         }
 }
 
+/* Four weight rows' integer sums for one activation row (d0..d3: 16
+ * lanes each, lanes 0..7 the pair's first block, 8..15 its second) folded
+ * into one vector: in each 128-bit quarter, lane j holds weight row j's
+ * sum over that quarter (quarters 0, 1 the first block; 2, 3 the second).
+ * Six shuffles and adds, off the multiply ports, instead of three fp32
+ * operations a weight row on them. */
+VNNI static inline __attribute__((always_inline)) __m512i
+fold4(__m512i d0, __m512i d1, __m512i d2, __m512i d3)
+{
+    __m512i e01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d0, d1), _mm512_unpackhi_epi32(d0, d1));
+    __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d2, d3), _mm512_unpackhi_epi32(d2, d3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
+}
+
+/* The weight scales in fold4's layout: weight rows j = 0..3 (row j's
+ * scales at sc + j*nbw), blocks b and, where two, b + 1 (0 otherwise). */
+VNNI static inline __attribute__((always_inline)) __m512
+scales4(const float *sc, int nbw, int two)
+{
+    const __mmask8 m = two ? 3 : 1;
+    __m128i t0 = _mm_maskz_loadu_epi32(m, sc), t1 = _mm_maskz_loadu_epi32(m, sc + nbw);
+    __m128i t2 = _mm_maskz_loadu_epi32(m, sc + 2 * (size_t)nbw),
+            t3 = _mm_maskz_loadu_epi32(m, sc + 3 * (size_t)nbw);
+    __m128i u01 = _mm_unpacklo_epi32(t0, t1), u23 = _mm_unpacklo_epi32(t2, t3);
+    __m128i first = _mm_unpacklo_epi64(u01, u23), second = _mm_unpackhi_epi64(u01, u23);
+    return _mm512_castsi512_ps(_mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(first)),
+        _mm256_broadcastsi128_si256(second), 1));
+}
+
+/* As tile, for weight rows in groups of four (NG groups): each activation
+ * row's four integer sums folded (fold4) before the conversion, so a
+ * weight row costs a VPDPBUSD and a quarter of the fp32 work. */
+VNNI static inline __attribute__((always_inline)) void
+tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *pf)
+{
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const int8_t *q = J->q + (size_t)n * J->K;
+    const float *sc = J->sc + (size_t)n * J->nbw;
+    const uint8_t *u = J->u + (size_t)m * J->ldu;
+    const float *sx = J->sx + (size_t)m * (J->ldu / 4);
+    __m512 acc[4][2];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 2")
+        for (int g = 0; g < NG; g++)
+            acc[i][g] = _mm512_setzero_ps();
+    for (int b = 0; b < J->nb; b += 2) {
+        const int two = b + 1 < J->nb;
+        const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
+        if (pf) {
+            for (int o = 0; o < NG * 4 * 2 * MT_Q8_BLOCK; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T0);
+            pf += NG * 4 * 2 * MT_Q8_BLOCK;
+        }
+        __m512i w[8], neg[8];
+        __m512 sw[2];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 4 * NG; j++) {
+            w[j] = _mm512_maskz_loadu_epi8(wmask, q + (size_t)j * J->K + b * MT_Q8_BLOCK);
+            neg[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w[j]));
+        }
+        _Pragma("GCC unroll 2")
+        for (int g = 0; g < NG; g++)
+            sw[g] = scales4(sc + (size_t)4 * g * J->nbw + b, J->nbw, two);
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < MR; i++) {
+            __m512i x = _mm512_loadu_si512(u + (size_t)i * J->ldu + b * MT_Q8_BLOCK);
+            __m512 s = _mm512_loadu_ps(sx + (size_t)i * (J->ldu / 4) + b * 8);
+            _Pragma("GCC unroll 2")
+            for (int g = 0; g < NG; g++) {
+                __m512i f = fold4(_mm512_dpbusd_epi32(neg[4 * g], x, w[4 * g]),
+                                  _mm512_dpbusd_epi32(neg[4 * g + 1], x, w[4 * g + 1]),
+                                  _mm512_dpbusd_epi32(neg[4 * g + 2], x, w[4 * g + 2]),
+                                  _mm512_dpbusd_epi32(neg[4 * g + 3], x, w[4 * g + 3]));
+                acc[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f), _mm512_mul_ps(s, sw[g]),
+                                            acc[i][g]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        for (int g = 0; g < NG; g++) {
+            __m512 v = acc[i][g];   /* lane 4c + j: weight row j, quarter c */
+            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+            __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            float *y = J->Y + (size_t)(m + i) * J->ldy + n + 4 * g;
+            _mm_storeu_ps(y, J->beta == 0.0f ? r : _mm_add_ps(_mm_loadu_ps(y), r));
+        }
+}
+
 /* Where to prefetch for a tile of weight rows from n: PREFETCH_AHEAD bytes
  * on in the weight stream, as cpu_q8.c does, or NULL near its end. */
 static const char *ahead(const chunk_job *J, int n)
@@ -195,21 +287,38 @@ static const char *ahead(const chunk_job *J, int n)
 ROWS_FN(rows_by2, 2)
 ROWS_FN(rows_by1, 1)
 
+/* The same for tile4: all M rows against weight rows n..n+4*NG. */
+#define ROWS4_FN(NAME, NG)                                                    \
+    VNNI static void NAME(int M, const chunk_job *J, int n)                   \
+    {                                                                         \
+        const char *pf = ahead(J, n);                                         \
+        int m = 0;                                                            \
+        for (; m + 4 <= M; m += 4, pf = NULL)                                 \
+            tile4(4, NG, J, m, n, pf);                                        \
+        if (M - m == 3)                                                       \
+            tile4(3, NG, J, m, n, pf);                                        \
+        else if (M - m == 2)                                                  \
+            tile4(2, NG, J, m, n, pf);                                        \
+        else if (M - m == 1)                                                  \
+            tile4(1, NG, J, m, n, pf);                                        \
+    }
+ROWS4_FN(rows_by8, 2)
+ROWS4_FN(rows_by4, 1)
+
 /* One chunk, all N weight rows: one row takes 8 weight rows a tile
- * (independent chains, streams of loads in flight), two or three rows 4,
- * more rows blocks of 4 against 2; what is left one by one. */
+ * (independent chains, streams of loads in flight; at one row the fp32
+ * work is small beside the reads), more rows blocks of up to 4 against 8
+ * or 4 weight rows folded (tile4); what is left 2 and 1 at a time. */
 VNNI static void run_chunk(int M, int N, const chunk_job *J)
 {
     int n = 0;
     if (M == 1)
         for (; n + 8 <= N; n += 8)
             tile(1, 8, J, 0, n, ahead(J, n));
-    else if (M == 2)
-        for (; n + 4 <= N; n += 4)
-            tile(2, 4, J, 0, n, ahead(J, n));
-    else if (M == 3)
-        for (; n + 4 <= N; n += 4)
-            tile(3, 4, J, 0, n, ahead(J, n));
+    for (; n + 8 <= N; n += 8)
+        rows_by8(M, J, n);
+    for (; n + 4 <= N; n += 4)
+        rows_by4(M, J, n);
     for (; n + 2 <= N; n += 2)
         rows_by2(M, J, n);
     for (; n < N; n++)
