@@ -8,12 +8,14 @@
  * threads as the CPU backend splits it. Per kernel and B: the best and the
  * median of R rounds (each round every matrix once, kernels alternating
  * round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
- * over the time). Prints logfmt lines; asserts nothing.
+ * over the time), and the mean CPU time a pass (cpu_ms: every thread's). Prints logfmt lines; asserts nothing.
  *
  * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS]
  */
 #include "decode/cpu_q8.h"
 #include "util/clock.h"
+
+#include <sys/resource.h>
 
 #include <getopt.h>
 #include <pthread.h>
@@ -38,6 +40,17 @@ static void *run_part(void *arg)
                    p->q + ((size_t)m * p->N + p->lo) * p->K,
                    p->s + ((size_t)m * p->N + p->lo) * nb, 0.0f, p->Y + p->lo, p->N);
     return NULL;
+}
+
+/* The process's CPU time (every thread's, user + system), ms: on a shared
+ * machine the work a pass did, whatever share of the cores it got. */
+static double cpu_ms(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
 /* One pass over every matrix on T threads; ms. */
@@ -90,6 +103,7 @@ int main(int argc, char **argv)
     float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
     float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
     double *ms = malloc(sizeof(double) * 2 * R);
+    double cpu[2];
     if (!q || !s || !X || !Y || !ms) {
         fprintf(stderr, "mt-benchq8: out of memory\n");
         return 1;
@@ -115,18 +129,21 @@ int main(int argc, char **argv)
             mt_q8_select(levels[l]);
             pass(parts, T);
         }
+        cpu[0] = cpu[1] = 0;
         for (int r = 0; r < R; r++)
             for (int l = 0; l < 2; l++) {
                 mt_q8_select(levels[l]);
+                double c0 = cpu_ms();
                 ms[l * R + r] = pass(parts, T);
+                cpu[l] += cpu_ms() - c0;
             }
         for (int l = 0; l < 2; l++) {
             qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
             double best = ms[l * R], med = ms[l * R + R / 2];
             printf("q8_gemm kernels=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d best_ms=%.3f "
-                   "median_ms=%.3f best_gbs=%.2f median_gbs=%.2f\n",
+                   "median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
                    name[levels[l]], B, N, K, mats, T, R, best, med,
-                   mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6);
+                   mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
         }
     }
     free(q); free(s); free(X); free(Y); free(ms);
