@@ -47,7 +47,7 @@ int mt_q8_vnni_built(void) { return 1; }
  * time: ACT_BYTES bytes of u (and as many of scales), rows in groups of at
  * most ROW_GROUP (so a chunk spans at least ACT_BYTES / ROW_GROUP = 512
  * columns). At M = 8 a chunk is 4096 columns, a whole hidden width. */
-enum { ACT_BYTES = 32768, ROW_GROUP = 64, PREFETCH_AHEAD = 8192 };
+enum { ACT_BYTES = 32768, ROW_GROUP = 64 };
 
 /* One chunk of a call: what every tile reads. */
 typedef struct {
@@ -131,11 +131,10 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
     for (int b = 0; b < J->nb; b += 2) {
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
-        if (pf) {
-            for (int o = 0; o < NR * 2 * MT_Q8_BLOCK; o += 64)
-                _mm_prefetch(pf + o, _MM_HINT_T0);
-            pf += NR * 2 * MT_Q8_BLOCK;
-        }
+        if (pf)
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < NR; j++)
+                _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
         __m512i w[8], neg[8];
         __m512 sw[8];
         _Pragma("GCC unroll 8")
@@ -216,11 +215,10 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
     for (int b = 0; b < J->nb; b += 2) {
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
-        if (pf) {
-            for (int o = 0; o < NG * 4 * 2 * MT_Q8_BLOCK; o += 64)
-                _mm_prefetch(pf + o, _MM_HINT_T0);
-            pf += NG * 4 * 2 * MT_Q8_BLOCK;
-        }
+        if (pf)
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 4 * NG; j++)
+                _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
         __m512i w[8], neg[8];
         __m512 sw[2];
         _Pragma("GCC unroll 8")
@@ -258,13 +256,16 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         }
 }
 
-/* Where to prefetch for a tile of weight rows from n: PREFETCH_AHEAD bytes
- * on in the weight stream, as cpu_q8.c does, or NULL near its end. */
-static const char *ahead(const chunk_job *J, int n)
+/* Where to prefetch for a tile of NR weight rows from n: the next tile's
+ * rows, the same columns in step (a tile of lead: NR * K bytes), or NULL
+ * for the last tile. Not cpu_q8.c's stream of PREFETCH_AHEAD bytes on:
+ * a tile reads NR rows side by side, and a lead counted along one row
+ * fell inside the tile's own rows (measured: 2-row products out of cache
+ * at 12 GB/s on one core, 20 for the float kernel). */
+static const char *ahead(const chunk_job *J, int n, int NR)
 {
-    const int8_t *w = J->q + (size_t)n * J->K;
-    size_t left = (size_t)(J->end - w);
-    return left > PREFETCH_AHEAD ? (const char *)w + PREFETCH_AHEAD : NULL;
+    const int8_t *next = J->q + (size_t)(n + NR) * J->K;
+    return next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
 }
 
 /* All M rows against weight rows n..n+NR: blocks of 4 rows, then the rest
@@ -273,7 +274,7 @@ static const char *ahead(const chunk_job *J, int n)
 #define ROWS_FN(NAME, NR)                                                     \
     VNNI static void NAME(int M, const chunk_job *J, int n)                   \
     {                                                                         \
-        const char *pf = ahead(J, n);                                         \
+        const char *pf = ahead(J, n, NR);                                     \
         int m = 0;                                                            \
         for (; m + 4 <= M; m += 4, pf = NULL)                                 \
             tile(4, NR, J, m, n, pf);                                         \
@@ -291,7 +292,7 @@ ROWS_FN(rows_by1, 1)
 #define ROWS4_FN(NAME, NG)                                                    \
     VNNI static void NAME(int M, const chunk_job *J, int n)                   \
     {                                                                         \
-        const char *pf = ahead(J, n);                                         \
+        const char *pf = ahead(J, n, 4 * NG);                                 \
         int m = 0;                                                            \
         for (; m + 4 <= M; m += 4, pf = NULL)                                 \
             tile4(4, NG, J, m, n, pf);                                        \
@@ -314,7 +315,7 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
     int n = 0;
     if (M == 1)
         for (; n + 8 <= N; n += 8)
-            tile(1, 8, J, 0, n, ahead(J, n));
+            tile(1, 8, J, 0, n, ahead(J, n, 8));
     for (; n + 8 <= N; n += 8)
         rows_by8(M, J, n);
     for (; n + 4 <= N; n += 4)

@@ -99,7 +99,10 @@ int main(int argc, char **argv)
     const double mat_bytes = (double)N * K + 4.0 * N * nb;
     int mats = (int)((double)mib * 1048576.0 / mat_bytes);
     mats = mats < 1 ? 1 : mats;
-    int8_t *q = malloc((size_t)mats * N * K);
+    /* 64-byte aligned, as the backend's streamed copy is (a row of K a
+     * multiple of 64 then starts a cache line) */
+    size_t qbytes = ((size_t)mats * N * K + 63) / 64 * 64;
+    int8_t *q = aligned_alloc(64, qbytes);
     float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
     float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
     double *ms = malloc(sizeof(double) * 2 * R);
