@@ -8,7 +8,8 @@
  * block's largest weight. 1.125 bytes a weight where f16 takes 2.
  *
  * Two products. On a CPU with AVX-512 VNNI, the integer one
- * (cpu_q8_vnni.c): the activations quantised in blocks of 32 as well
+ * (cpu_q8_vnni.c, for calls of 4 rows or more): the activations
+ * quantised in blocks of 32 as well
  * (scale max|x| / 127), integer dot products a block, one fp32 multiply by
  * both scales a block; it adds the activations' rounding to the error
  * (cpu_q8_vnni.c states the bound). Elsewhere, or with MT_Q8_FLOAT=1, the
@@ -34,6 +35,12 @@ int mt_q8_init(void);
 /* Tests: the best kernels up to max_level that the CPU runs; returns the
  * level set. Not while a kernel may be running. */
 int mt_q8_select(int max_level);
+
+/* The integer product serves calls of at least rows rows (default 4:
+ * below, the float kernels stream faster out of cache here; cpu_q8.c has
+ * the figures). Tests: 1 makes it serve every call. Not while a kernel
+ * may be running. */
+void mt_q8_vnni_rows(int rows);
 
 /* Quantises the matrix src [N, K] (K a multiple of MT_Q8_BLOCK) into
  * q [N, K] and scale [N, K / MT_Q8_BLOCK]. Returns -1, writing nothing

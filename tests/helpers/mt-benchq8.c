@@ -118,6 +118,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 64 * K; i++)
         X[i] = (float)((i * 40503u >> 7) % 2001) / 1000.0f - 1.0f;
     const int top = mt_q8_init();
+    mt_q8_vnni_rows(1);   /* the integer kernel at every B (mt_q8_gemm hands it 4+ rows) */
     const int levels[2] = { top >= 2 ? 2 : top, top };
     static const char *const name[] = { "portable", "avx2", "avx512", "vnni" };
     for (char *tok = strtok(blist, ","); tok; tok = strtok(NULL, ",")) {

@@ -7,6 +7,7 @@
  * Half precision (--kv-dtype f16, --weights f16): a bounded session's pool
  * bytes halve (twice the sessions in one budget), and the logits stay
  * within 4u (u = 2^-11, f16's unit roundoff) of the fp32 decoder's. */
+#include "decode/cpu_q8.h"
 #include "tap.h"
 #include "decode/decoder.h"
 
@@ -433,6 +434,9 @@ static void test_max_batch(void)
 
 int main(void)
 {
+    /* q8 calls of every row count on the integer product where the CPU
+     * has it (its error is the larger: cpu_q8_vnni.c) */
+    mt_q8_vnni_rows(1);
     char err[512] = "";
     if (mt_model_load("synthetic:tiny", 0, &model, err, sizeof err))
         tap_skip_all(err);

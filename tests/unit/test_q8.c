@@ -118,6 +118,7 @@ int main(void)
     static const char *const level_name[] = { "portable", "AVX2/FMA", "AVX-512",
                                               "AVX-512 VNNI (integer)" };
     int top = mt_q8_init();
+    mt_q8_vnni_rows(1);   /* the integer kernel at every row count */
     tap_diag("kernels: %s", level_name[top]);
 
     /* packing: q * scale within scale / 2 of w, |q| <= 127, max reads back */
