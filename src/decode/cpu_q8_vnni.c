@@ -26,6 +26,10 @@
  * gets scale nan (its products nan, as the fp32 product's would be); one
  * whose largest |x| is below 127 / FLT_MAX (1e-36) reads back as zeros.
  *
+ * Used for calls of 4 rows or more (mt_q8_vnni_rows, cpu_q8.c): out of
+ * cache it streams 10-15 GB/s a core, ahead of the float kernel from 4
+ * rows, behind it at 1-2 (bench/RESULTS.md, "The q8 product on integers").
+ *
  * Cost of the quantisation: each calling thread quantises the whole X
  * (M x K floats) once a call, against its share of the N x K weight bytes;
  * at M = 8 and 2 threads, a few percent of the call.
