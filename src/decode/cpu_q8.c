@@ -8,6 +8,7 @@
  * order and differ from the fp32 product by the quantisation alone.
  */
 #include "decode/cpu_q8.h"
+#include "decode/cpu_q8_vnni.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -271,25 +272,44 @@ Q8_GEMM(gemm256, Q8_256, tile256, 4, 2, 2)
 
 typedef void (*q8_gemm_fn)(int, int, int, const float *, int, const int8_t *, const float *,
                            float, float *, int);
+/* Below vnni_rows rows the integer product hands the call to the best
+ * float kernel. Measured out of cache (mt-benchq8, 256 MiB of weights,
+ * 2026-12-06T21:10Z, load 0.3-0.6), once the float AVX-512 kernel took
+ * four rows in 4 x 4 tiles: one core, the float kernel streamed 16.5,
+ * 20.8, 19.1 and 15.8 GB/s at 1-4 rows where the integer one reached
+ * 15.8, 14.7, 13.7 and 13.2; from 5 rows the integer one leads (two
+ * threads: 12.9 against 14.1 ms at 5 rows, 15.0 against 18.6 at 8; the
+ * float kernel 9.8 against 11.3 at 4). The two round the activations
+ * differently, and the integer kernel's chunks along K follow the row
+ * count: a row's bits are the same in any call of 1-4 rows, not across
+ * the threshold (test_q8). */
 static struct {
-    q8_gemm_fn gemm;
-    int level;
-} kern = { gemm_c, 0 };
+    q8_gemm_fn gemm, small;   /* small: calls of under vnni_rows rows */
+    int level, vnni_rows;
+} kern = { gemm_c, gemm_c, 0, 5 };
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
 static int set_level(int max_level)
 {
-    kern.gemm = gemm_c;
+    kern.gemm = kern.small = gemm_c;
     kern.level = 0;
 #ifdef MT_Q8_X86
     __builtin_cpu_init();
     if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        kern.gemm = gemm256;
+        kern.gemm = kern.small = gemm256;
         kern.level = 1;
         if (max_level >= 2 && __builtin_cpu_supports("avx512f")) {
             kern.gemm = gemm512;
             kern.level = 2;
+            /* the integer product (cpu_q8_vnni.c) */
+            kern.small = gemm512;
+            if (max_level >= 3 && mt_q8_vnni_built() && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") &&
+                __builtin_cpu_supports("avx512vnni")) {
+                kern.gemm = mt_q8_gemm_vnni;
+                kern.level = 3;
+            }
         }
     }
 #else
@@ -298,10 +318,15 @@ static int set_level(int max_level)
     return kern.level;
 }
 
+static int env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 static void pick_kernels(void)
 {
-    const char *force = getenv("MT_Q8_PORTABLE");
-    set_level(force && *force && strcmp(force, "0") != 0 ? 0 : 2);
+    set_level(env_set("MT_Q8_PORTABLE") ? 0 : env_set("MT_Q8_FLOAT") ? 2 : 3);
 }
 
 int mt_q8_init(void)
@@ -320,5 +345,11 @@ void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
                 const float *scale, float beta, float *Y, int ldy)
 {
     mt_q8_init();
-    kern.gemm(M, N, K, X, ldx, q, scale, beta, Y, ldy);
+    (kern.level == 3 && M < kern.vnni_rows ? kern.small : kern.gemm)(M, N, K, X, ldx, q, scale,
+                                                                      beta, Y, ldy);
+}
+
+void mt_q8_vnni_rows(int rows)
+{
+    kern.vnni_rows = rows < 1 ? 1 : rows;
 }

@@ -7,9 +7,16 @@
  * its error is at most scale / 2 = max|w| / 254: about 0.4% of the
  * block's largest weight. 1.125 bytes a weight where f16 takes 2.
  *
- * The product converts the bytes to fp32 in registers and accumulates in
- * fp32 (the activations are not quantised): an AVX-512 kernel, an AVX2/FMA
- * one and a portable scalar one, picked once from the CPU like cpu_f16.h's.
+ * Two products. On a CPU with AVX-512 VNNI, the integer one
+ * (cpu_q8_vnni.c, for calls of 4 rows or more): the activations
+ * quantised in blocks of 32 as well
+ * (scale max|x| / 127), integer dot products a block, one fp32 multiply by
+ * both scales a block; it adds the activations' rounding to the error
+ * (cpu_q8_vnni.c states the bound). Elsewhere, or with MT_Q8_FLOAT=1, the
+ * float ones: the bytes converted to fp32 in registers, accumulated in
+ * fp32 on fp32 activations (the weights' rounding alone): an AVX-512
+ * kernel, an AVX2/FMA one and a portable scalar one, picked once from the
+ * CPU like cpu_f16.h's.
  */
 #ifndef MT_CPU_Q8_H
 #define MT_CPU_Q8_H
@@ -19,12 +26,21 @@
 
 enum { MT_Q8_BLOCK = 32 };
 
-/* Picks the kernels (idempotent, thread-safe); returns 2 (AVX-512), 1
- * (AVX2/FMA) or 0 (portable). MT_Q8_PORTABLE=1 forces the portable ones. */
+/* Picks the kernels (idempotent, thread-safe); returns 3 (AVX-512 VNNI,
+ * the integer product), 2 (AVX-512), 1 (AVX2/FMA) or 0 (portable).
+ * MT_Q8_PORTABLE=1 forces the portable ones; MT_Q8_FLOAT=1 the best float
+ * ones (the product before the integer one: benchmarks put them side by
+ * side). */
 int mt_q8_init(void);
 /* Tests: the best kernels up to max_level that the CPU runs; returns the
  * level set. Not while a kernel may be running. */
 int mt_q8_select(int max_level);
+
+/* The integer product serves calls of at least rows rows (default 5:
+ * below, the float kernels stream faster out of cache here; cpu_q8.c has
+ * the figures). Tests: 1 makes it serve every call. Not while a kernel
+ * may be running. */
+void mt_q8_vnni_rows(int rows);
 
 /* Quantises the matrix src [N, K] (K a multiple of MT_Q8_BLOCK) into
  * q [N, K] and scale [N, K / MT_Q8_BLOCK]. Returns -1, writing nothing

@@ -228,6 +228,14 @@ out:
     return rc;
 }
 
+/* The 8-bit product this run uses (cpu_q8.h; MT_Q8_FLOAT=1 forces the
+ * float kernels): printed so old and new read side by side. */
+static const char *q8_kernels(void)
+{
+    static const char *const name[] = { "portable", "avx2", "avx512", "vnni" };
+    return weights == MT_FMT_Q8 ? name[mt_q8_init() & 3] : "-";
+}
+
 /* Per-frame bytes and FLOPs of the LM's stages at B rows (fp32 weights but
  * where the f16 copies serve: -w f16 and B <= the f16 rows; with -w q8 the
  * 8-bit copies there, 1 byte and 4/32 of a scale a weight). */
@@ -276,8 +284,8 @@ static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int 
                      bound_ms(c.sample_b, 0, bw, gf),
                      codec_spec && kc->dep_q ? bound_ms(0, df, bw, gf) : 0 };
     double tot = 0, tot_b = 0;
-    printf("frame model=%s codec=%s B=%d threads=%d sgemm_gflops=%.1f copy_gbs=%.2f",
-           lm->temporal->cfg.name, codec_spec ? codec_spec : "none", B, T, gf, bw);
+    printf("frame model=%s codec=%s B=%d threads=%d q8_kernels=%s sgemm_gflops=%.1f copy_gbs=%.2f",
+           lm->temporal->cfg.name, codec_spec ? codec_spec : "none", B, T, q8_kernels(), gf, bw);
     for (int i = 0; i < 6; i++) {
         tot += ms[i];
         tot_b += bd[i];
@@ -344,10 +352,10 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
     lm_cost k = lm_costs(lm, B, S, W, B <= mt_decoder_weights_f16_rows(d));
     double gf = sgemm_gflops(T), bw = copy_gbs(T), bd = bound_ms(k.temporal_b, k.temporal_f, bw, gf);
     double ms = median(st, F);
-    printf("temporal_alone model=%s B=%d S=%d W=%d weights=%s threads=%d frames=%d "
+    printf("temporal_alone model=%s B=%d S=%d W=%d weights=%s q8_kernels=%s threads=%d frames=%d "
            "copy_gbs=%.2f sgemm_gflops=%.1f temporal_ms=%.3f temporal_bound_ms=%.3f "
            "temporal_ratio=%.2f temporal_bytes=%.0f\n", c->name, B, S, W,
-           mt_num_format_name(weights), T, F, bw, gf, ms, bd, bd > 0 ? ms / bd : 0.0,
+           mt_num_format_name(weights), q8_kernels(), T, F, bw, gf, ms, bd, bd > 0 ? ms / bd : 0.0,
            k.temporal_b);
     rc = 0;
 out:

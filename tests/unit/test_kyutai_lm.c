@@ -17,6 +17,7 @@
  * 0 greedy by itself, the lowest id on ties; refusals of
  * a missing tensor, a wrong shape and a bad config, with names and shapes. */
 #define _GNU_SOURCE /* memmem */
+#include "decode/cpu_q8.h"
 #include "tap.h"
 #include "test_util.h"
 #include "decode/decoder.h"
@@ -262,12 +263,16 @@ static int one_frame(const mt_kyutai_lm *lm, mt_num_format w, float *tl, float *
 
 /* --weights q8 with the depformer's 8-bit copies (synthetic:kyutai-small:
  * every width a multiple of 32): one frame's text logits and the
- * depformer's first step's within 8q of the fp32 ones' scale (q = 1/254,
- * cpu_q8.h), and rounded. 8q, not the 4q of one backbone (test_decoder):
+ * depformer's first step's within 12q of the fp32 ones' scale (q = 1/254,
+ * cpu_q8.h), and rounded. 12q, not the 4q of one backbone (test_decoder):
  * here the error passes 6 temporal layers and then 4 depformer layers,
  * and a q8 weight's error is its block's largest |weight| / 254 where an
  * f16 weight's is its own value's / 2048 (measured on this preset: f16
- * 0.6e-3 and 1.2e-3 of the scale, q8 14e-3 and 25e-3, 31e-3 allowed).
+ * 0.6e-3 and 1.2e-3 of the scale, q8's float product 14e-3 and 25e-3).
+ * It was 8q (31e-3) before the integer product (cpu_q8_vnni.c, on CPUs
+ * with AVX-512 VNNI): that one rounds the activations too, a block's
+ * largest |x| / 254, an error of the same size as the weights' (so about
+ * sqrt 2 more in all): measured 21e-3 and 37e-3, 47e-3 allowed.
  * The first step only: each step's input is the token sampled at the
  * step before, which q8's error may change. */
 static void test_q8_depformer(void)
@@ -289,8 +294,8 @@ static void test_q8_depformer(void)
     const double q = 1.0 / 254;
     double st = 0, sd = 0, et = good ? maxdiff(t8, t32, V, &st) : 0,
            ed = good ? maxdiff(d8, d32, C, &sd) : 0;
-    ok(good && et <= 8 * q * st && ed <= 8 * q * sd && et > 1e-6 * st && ed > 1e-6 * sd,
-       "q8 kyutai-small frame: text and depformer logits within 8q of f32's scale, rounded "
+    ok(good && et <= 12 * q * st && ed <= 12 * q * sd && et > 1e-6 * st && ed > 1e-6 * sd,
+       "q8 kyutai-small frame: text and depformer logits within 12q of f32's scale, rounded "
        "(%.2e of %.2f, %.2e of %.2f)", et, st, ed, sd);
     free(t32); free(t8); free(d32); free(d8);
     mt_kyutai_free(lm);
@@ -332,7 +337,9 @@ static void test_threads_f16(void)
     /* q8 (the temporal's 8-bit copies; this fixture's depformer, 24 wide,
      * keeps its f16 ones: q8 blocks are 32): within 4q of the scale,
      * q = 1/254, a weight's largest error over its block's largest
-     * |weight| (cpu_q8.h). Frame 0 only (the text logits and the
+     * |weight| (cpu_q8.h); the integer product (activations rounded too,
+     * cpu_q8_vnni.c) stays within it here (measured 9.9e-3 and 3.8e-3 of
+     * the scale, the float one 8.6e-3 and 5.7e-3; 15.7e-3 allowed). Frame 0 only (the text logits and the
      * depformer's first step): q8's error flips a greedy token in a later
      * frame, and from there the two runs' inputs differ. */
     dec_weights = MT_FMT_Q8;
@@ -991,6 +998,9 @@ static int load_expected(const char *sub)
 
 int main(void)
 {
+    /* q8 calls of every row count on the integer product where the CPU
+     * has it (its error is the larger: cpu_q8_vnni.c) */
+    mt_q8_vnni_rows(1);
     const char *r = getenv("MT_ROOT");
     if (r)
         snprintf(root, sizeof root, "%s", r);

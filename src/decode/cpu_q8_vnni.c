@@ -1,0 +1,365 @@
+/* cpu_q8_vnni.c: the integer product of --weights q8, on AVX-512 VNNI.
+ *
+ * Why: the float kernels (cpu_q8.c) turn each weight byte into fp32
+ * (sign-extend, convert, scale: three instructions a vector of weights)
+ * before the first FMA, and at small batch that work, not the weight
+ * read, bounds them. Here the activations are quantised as the weights
+ * are, once a call: each row in blocks of MT_Q8_BLOCK along K, a block's
+ * scale sx = max|x| / 127 and its values xq = round(x / sx) in -127..127.
+ * A block's dot product is then an integer one (VPDPBUSD: 64 bytes, two
+ * blocks, an instruction), converted and scaled by sx * sw once per block
+ * pair and row pair.
+ *
+ * VPDPBUSD multiplies unsigned bytes by signed ones: the activations are
+ * stored offset, u = xq + 128 in 1..255, so a 4-byte group sums
+ * u.w = xq.w + 128 * sum(w). The accumulator therefore starts at
+ * -128 * sum(w), made from the weights in registers (a VPDPBUSD of 128s by
+ * the weights, negated): two instructions a weight vector, shared by all
+ * the call's rows, and nothing more stored with the weights.
+ *
+ * Accuracy: the integer sums are exact (|u.w| over 4 bytes < 2^17, over a
+ * block < 2^20: exact in fp32 too); an activation reads back within sx / 2,
+ * so beside the weights' own error (cpu_q8.h) a product gains at most
+ *   sum over blocks b of (sx_b / 2) * sum_{k in b} |q_k| * sw_b
+ * (test_q8 checks every product against it): a block's largest |x| / 254
+ * times its weights' |sum|. An activation block with a value not finite
+ * gets scale nan (its products nan, as the fp32 product's would be); one
+ * whose largest |x| is below 127 / FLT_MAX (1e-36) reads back as zeros.
+ *
+ * Used for calls of 5 rows or more (mt_q8_vnni_rows, cpu_q8.c): out of
+ * cache it streams 10-15 GB/s a core, ahead of the float kernel (in 4 x 4
+ * tiles) from 5 rows, behind it at 1-4 (bench/RESULTS.md, "The q8 product
+ * on integers", and cpu_q8.c).
+ *
+ * Cost of the quantisation: each calling thread quantises the whole X
+ * (M x K floats) once a call, against its share of the N x K weight bytes;
+ * at M = 8 and 2 threads, a few percent of the call.
+ */
+#include "decode/cpu_q8_vnni.h"
+#include "decode/cpu_q8.h"
+
+#include <float.h>
+#include <math.h>
+
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+#include <immintrin.h>
+
+int mt_q8_vnni_built(void) { return 1; }
+
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+/* The quantised activations of a call live on the stack, a chunk of K at a
+ * time: ACT_BYTES bytes of u (and as many of scales), rows in groups of at
+ * most ROW_GROUP (so a chunk spans at least ACT_BYTES / ROW_GROUP = 512
+ * columns). At M = 8 a chunk is 4096 columns, a whole hidden width. */
+enum { ACT_BYTES = 32768, ROW_GROUP = 64 };
+
+/* One chunk of a call: what every tile reads. */
+typedef struct {
+    const uint8_t *u;   /* [rows][ldu]: xq + 128, padded with 128 to ldu */
+    const float   *sx;  /* [rows][ldu / 4]: per 64 columns (a block pair),
+                           16 floats: the first block's scale 8 times, the
+                           second's 8 times (0 past the chunk's end) */
+    int            ldu; /* a multiple of 64 */
+    const int8_t  *q;   /* weight row 0 at the chunk's first column; row j at q + j*K */
+    int            K;
+    const float   *sc;  /* weight row 0's scale at the chunk's first block; row j at sc + j*nbw */
+    int            nbw; /* blocks a weight row (K / MT_Q8_BLOCK) */
+    int            nb;  /* blocks in this chunk */
+    float          beta;
+    float         *Y;   /* row 0 of this row group, column 0 */
+    int            ldy;
+    const int8_t  *end; /* the weights' end (prefetches stop there) */
+} chunk_job;
+
+/* Rows 0..M of X [.., ldx], columns 0..kc, into J's u and sx (row stride
+ * ldu, padded); kc a multiple of MT_Q8_BLOCK. */
+VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, float *sx, int ldu)
+{
+    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127),
+                  off = _mm512_set1_epi32(128);
+    for (int m = 0; m < M; m++) {
+        uint8_t *ur = u + (size_t)m * ldu;
+        float *sr = sx + (size_t)m * (ldu / 4);
+        for (int k = 0; k < kc; k += MT_Q8_BLOCK) {
+            const float *x = X + (size_t)m * ldx + k;
+            __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+            __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+            /* inf, or nan (unordered): no scale holds it */
+            int bad = _mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) |
+                      _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ);
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+            float s = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            if (bad)
+                s = NAN, inv = 0.0f;
+            else if (!(inv <= FLT_MAX))   /* amax so small that 127 / amax overflows */
+                s = 0.0f, inv = 0.0f;
+            __m512 vi = _mm512_set1_ps(inv);
+            /* nearest, ties to even (the default rounding), as mt_q8_pack */
+            __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vi));
+            __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vi));
+            q0 = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q0, lo), hi), off);
+            q1 = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q1, lo), hi), off);
+            _mm_storeu_si128((__m128i *)(ur + k), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(ur + k + 16), _mm512_cvtepi32_epi8(q1));
+            _mm256_storeu_ps(sr + k / 4, _mm256_set1_ps(s));
+        }
+        for (int k = kc; k < ldu; k += MT_Q8_BLOCK) {   /* the odd block's pair */
+            _mm256_storeu_si256((__m256i *)(ur + k), _mm256_set1_epi8((char)0x80));
+            _mm256_storeu_ps(sr + k / 4, _mm256_setzero_ps());
+        }
+    }
+}
+
+/* One MR x NR tile: activation rows m..m+MR of the chunk against weight
+ * rows n..n+NR, a block pair (64 bytes a weight row) at a time; the weight
+ * vectors, their offset sums and scales made once and used by all MR rows.
+ * MR, NR constants at each call (always_inline): accumulators in
+ * registers. pf: where to prefetch the weight stream (or NULL). */
+VNNI static inline __attribute__((always_inline)) void
+tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *pf)
+{
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    /* lanes 0..7 take a pair's first scale, lanes 8..15 its second */
+    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const int8_t *q = J->q + (size_t)n * J->K;
+    const float *sc = J->sc + (size_t)n * J->nbw;
+    const uint8_t *u = J->u + (size_t)m * J->ldu;
+    const float *sx = J->sx + (size_t)m * (J->ldu / 4);
+    __m512 acc[4][8];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    for (int b = 0; b < J->nb; b += 2) {
+        const int two = b + 1 < J->nb;
+        const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
+        if (pf)
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < NR; j++)
+                _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
+        __m512i w[8], neg[8];
+        __m512 sw[8];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < NR; j++) {
+            w[j] = _mm512_maskz_loadu_epi8(wmask, q + (size_t)j * J->K + b * MT_Q8_BLOCK);
+            neg[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w[j]));
+            sw[j] = _mm512_permutexvar_ps(
+                halves, _mm512_maskz_loadu_ps(two ? 3 : 1, sc + (size_t)j * J->nbw + b));
+        }
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < MR; i++) {
+            __m512i x = _mm512_loadu_si512(u + (size_t)i * J->ldu + b * MT_Q8_BLOCK);
+            __m512 s = _mm512_loadu_ps(sx + (size_t)i * (J->ldu / 4) + b * 8);
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < NR; j++) {
+                __m512i d = _mm512_dpbusd_epi32(neg[j], x, w[j]);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s, sw[j]),
+                                            acc[i][j]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            float v = _mm512_reduce_add_ps(acc[i][j]);
+            float *y = J->Y + (size_t)(m + i) * J->ldy + n + j;
+            *y = J->beta == 0.0f ? v : *y + v;   /* beta 0 drops nan/inf too */
+        }
+}
+
+/* Four weight rows' integer sums for one activation row (d0..d3: 16
+ * lanes each, lanes 0..7 the pair's first block, 8..15 its second) folded
+ * into one vector: in each 128-bit quarter, lane j holds weight row j's
+ * sum over that quarter (quarters 0, 1 the first block; 2, 3 the second).
+ * Six shuffles and adds, off the multiply ports, instead of three fp32
+ * operations a weight row on them. */
+VNNI static inline __attribute__((always_inline)) __m512i
+fold4(__m512i d0, __m512i d1, __m512i d2, __m512i d3)
+{
+    __m512i e01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d0, d1), _mm512_unpackhi_epi32(d0, d1));
+    __m512i e23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d2, d3), _mm512_unpackhi_epi32(d2, d3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(e01, e23), _mm512_unpackhi_epi64(e01, e23));
+}
+
+/* The weight scales in fold4's layout: weight rows j = 0..3 (row j's
+ * scales at sc + j*nbw), blocks b and, where two, b + 1 (0 otherwise). */
+VNNI static inline __attribute__((always_inline)) __m512
+scales4(const float *sc, int nbw, int two)
+{
+    const __mmask8 m = two ? 3 : 1;
+    __m128i t0 = _mm_maskz_loadu_epi32(m, sc), t1 = _mm_maskz_loadu_epi32(m, sc + nbw);
+    __m128i t2 = _mm_maskz_loadu_epi32(m, sc + 2 * (size_t)nbw),
+            t3 = _mm_maskz_loadu_epi32(m, sc + 3 * (size_t)nbw);
+    __m128i u01 = _mm_unpacklo_epi32(t0, t1), u23 = _mm_unpacklo_epi32(t2, t3);
+    __m128i first = _mm_unpacklo_epi64(u01, u23), second = _mm_unpackhi_epi64(u01, u23);
+    return _mm512_castsi512_ps(_mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(first)),
+        _mm256_broadcastsi128_si256(second), 1));
+}
+
+/* As tile, for weight rows in groups of four (NG groups): each activation
+ * row's four integer sums folded (fold4) before the conversion, so a
+ * weight row costs a VPDPBUSD and a quarter of the fp32 work. */
+VNNI static inline __attribute__((always_inline)) void
+tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *pf)
+{
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const int8_t *q = J->q + (size_t)n * J->K;
+    const float *sc = J->sc + (size_t)n * J->nbw;
+    const uint8_t *u = J->u + (size_t)m * J->ldu;
+    const float *sx = J->sx + (size_t)m * (J->ldu / 4);
+    __m512 acc[4][2];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        _Pragma("GCC unroll 2")
+        for (int g = 0; g < NG; g++)
+            acc[i][g] = _mm512_setzero_ps();
+    for (int b = 0; b < J->nb; b += 2) {
+        const int two = b + 1 < J->nb;
+        const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
+        if (pf)
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < 4 * NG; j++)
+                _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
+        __m512i w[8], neg[8];
+        __m512 sw[2];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 4 * NG; j++) {
+            w[j] = _mm512_maskz_loadu_epi8(wmask, q + (size_t)j * J->K + b * MT_Q8_BLOCK);
+            neg[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w[j]));
+        }
+        _Pragma("GCC unroll 2")
+        for (int g = 0; g < NG; g++)
+            sw[g] = scales4(sc + (size_t)4 * g * J->nbw + b, J->nbw, two);
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < MR; i++) {
+            __m512i x = _mm512_loadu_si512(u + (size_t)i * J->ldu + b * MT_Q8_BLOCK);
+            __m512 s = _mm512_loadu_ps(sx + (size_t)i * (J->ldu / 4) + b * 8);
+            _Pragma("GCC unroll 2")
+            for (int g = 0; g < NG; g++) {
+                __m512i f = fold4(_mm512_dpbusd_epi32(neg[4 * g], x, w[4 * g]),
+                                  _mm512_dpbusd_epi32(neg[4 * g + 1], x, w[4 * g + 1]),
+                                  _mm512_dpbusd_epi32(neg[4 * g + 2], x, w[4 * g + 2]),
+                                  _mm512_dpbusd_epi32(neg[4 * g + 3], x, w[4 * g + 3]));
+                acc[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(f), _mm512_mul_ps(s, sw[g]),
+                                            acc[i][g]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        for (int g = 0; g < NG; g++) {
+            __m512 v = acc[i][g];   /* lane 4c + j: weight row j, quarter c */
+            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+            __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            float *y = J->Y + (size_t)(m + i) * J->ldy + n + 4 * g;
+            _mm_storeu_ps(y, J->beta == 0.0f ? r : _mm_add_ps(_mm_loadu_ps(y), r));
+        }
+}
+
+/* Where to prefetch for a tile of NR weight rows from n: the next tile's
+ * rows, the same columns in step (a tile of lead: NR * K bytes), or NULL
+ * for the last tile. Not cpu_q8.c's stream of PREFETCH_AHEAD bytes on:
+ * a tile reads NR rows side by side, and a lead counted along one row
+ * fell inside the tile's own rows (measured: 2-row products out of cache
+ * at 12 GB/s on one core, 20 for the float kernel). */
+static const char *ahead(const chunk_job *J, int n, int NR)
+{
+    const int8_t *next = J->q + (size_t)(n + NR) * J->K;
+    return next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
+}
+
+/* All M rows against weight rows n..n+NR: blocks of 4 rows, then the rest
+ * (the weights of the tile are read from memory by the first block, from
+ * cache by the others). */
+#define ROWS_FN(NAME, NR)                                                     \
+    VNNI static void NAME(int M, const chunk_job *J, int n)                   \
+    {                                                                         \
+        const char *pf = ahead(J, n, NR);                                     \
+        int m = 0;                                                            \
+        for (; m + 4 <= M; m += 4, pf = NULL)                                 \
+            tile(4, NR, J, m, n, pf);                                         \
+        if (M - m == 3)                                                       \
+            tile(3, NR, J, m, n, pf);                                         \
+        else if (M - m == 2)                                                  \
+            tile(2, NR, J, m, n, pf);                                         \
+        else if (M - m == 1)                                                  \
+            tile(1, NR, J, m, n, pf);                                         \
+    }
+ROWS_FN(rows_by2, 2)
+ROWS_FN(rows_by1, 1)
+
+/* The same for tile4: all M rows against weight rows n..n+4*NG. */
+#define ROWS4_FN(NAME, NG)                                                    \
+    VNNI static void NAME(int M, const chunk_job *J, int n)                   \
+    {                                                                         \
+        const char *pf = ahead(J, n, 4 * NG);                                 \
+        int m = 0;                                                            \
+        for (; m + 4 <= M; m += 4, pf = NULL)                                 \
+            tile4(4, NG, J, m, n, pf);                                        \
+        if (M - m == 3)                                                       \
+            tile4(3, NG, J, m, n, pf);                                        \
+        else if (M - m == 2)                                                  \
+            tile4(2, NG, J, m, n, pf);                                        \
+        else if (M - m == 1)                                                  \
+            tile4(1, NG, J, m, n, pf);                                        \
+    }
+ROWS4_FN(rows_by8, 2)
+ROWS4_FN(rows_by4, 1)
+
+/* One chunk, all N weight rows: one row takes 8 weight rows a tile
+ * (independent chains, streams of loads in flight; at one row the fp32
+ * work is small beside the reads), more rows blocks of up to 4 against 8
+ * or 4 weight rows folded (tile4); what is left 2 and 1 at a time. */
+VNNI static void run_chunk(int M, int N, const chunk_job *J)
+{
+    int n = 0;
+    if (M == 1)
+        for (; n + 8 <= N; n += 8)
+            tile(1, 8, J, 0, n, ahead(J, n, 8));
+    for (; n + 8 <= N; n += 8)
+        rows_by8(M, J, n);
+    for (; n + 4 <= N; n += 4)
+        rows_by4(M, J, n);
+    for (; n + 2 <= N; n += 2)
+        rows_by2(M, J, n);
+    for (; n < N; n++)
+        rows_by1(M, J, n);
+}
+
+void mt_q8_gemm_vnni(int M, int N, int K, const float *X, int ldx, const int8_t *q,
+                     const float *scale, float beta, float *Y, int ldy)
+{
+    _Alignas(64) uint8_t u[ACT_BYTES];   /* [rows][ldu] */
+    _Alignas(64) float sx[ACT_BYTES / 4]; /* [rows][ldu / 4] */
+    const int nbw = K / MT_Q8_BLOCK;
+    for (int m0 = 0; m0 < M; m0 += ROW_GROUP) {
+        const int rows = M - m0 < ROW_GROUP ? M - m0 : ROW_GROUP;
+        const int kc = (ACT_BYTES / rows) & ~63;   /* >= 512 */
+        for (int k0 = 0; k0 < K; k0 += kc) {
+            const int kn = K - k0 < kc ? K - k0 : kc, ldu = (kn + 63) & ~63;
+            quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu);
+            chunk_job J = { u, sx, ldu, q + k0, K, scale + k0 / MT_Q8_BLOCK, nbw,
+                            kn / MT_Q8_BLOCK, k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy,
+                            q + (size_t)N * K };
+            run_chunk(rows, N, &J);
+        }
+    }
+}
+
+#else
+
+int mt_q8_vnni_built(void) { return 0; }
+
+void mt_q8_gemm_vnni(int M, int N, int K, const float *X, int ldx, const int8_t *q,
+                     const float *scale, float beta, float *Y, int ldy)
+{
+    (void)M, (void)N, (void)K, (void)X, (void)ldx, (void)q, (void)scale, (void)beta, (void)Y,
+        (void)ldy;
+}
+
+#endif

@@ -1,0 +1,17 @@
+/* cpu_q8_vnni.h: the integer product of --weights q8 (cpu_q8_vnni.c), for
+ * CPUs with AVX-512 VNNI; cpu_q8.c dispatches to it (see mt_q8_gemm). */
+#ifndef MT_CPU_Q8_VNNI_H
+#define MT_CPU_Q8_VNNI_H
+
+#include <stdint.h>
+
+/* 1 where this build has the kernel (x86-64, not a fuzz build): the CPU
+ * must still be asked (cpu_q8.c does). */
+int mt_q8_vnni_built(void);
+
+/* mt_q8_gemm's contract (cpu_q8.h), with the activations X quantised in
+ * blocks of MT_Q8_BLOCK (cpu_q8_vnni.c says how and what it costs). */
+void mt_q8_gemm_vnni(int M, int N, int K, const float *X, int ldx, const int8_t *q,
+                     const float *scale, float beta, float *Y, int ldy);
+
+#endif

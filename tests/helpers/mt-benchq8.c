@@ -1,0 +1,155 @@
+/* mt-benchq8.c: the 8-bit product of --weights q8 (cpu_q8.h) by itself,
+ * its float kernels and its integer one (AVX-512 VNNI, cpu_q8_vnni.c)
+ * side by side in one process, so that the machine's drift falls on both.
+ * For each B (rows of activations): a product of B rows by an N x K
+ * matrix of 8-bit weights (default 2048 x 2048 per matrix, the stt-1b
+ * temporal's width), over enough matrices that the weights (default
+ * 256 MiB) are read from memory, not cache; split by weight rows over T
+ * threads as the CPU backend splits it. Per kernel and B: the best and the
+ * median of R rounds (each round every matrix once, kernels alternating
+ * round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
+ * over the time), and the mean CPU time a pass (cpu_ms: every thread's). Prints logfmt lines; asserts nothing.
+ *
+ * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS]
+ */
+#include "decode/cpu_q8.h"
+#include "util/clock.h"
+
+#include <sys/resource.h>
+
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int B, N, K, mats, lo, hi;
+    const float *X;     /* [B, K] */
+    const int8_t *q;    /* [mats][N, K] */
+    const float *s;     /* [mats][N, K / 32] */
+    float *Y;           /* [B, N] */
+} part;
+
+static void *run_part(void *arg)
+{
+    const part *p = arg;
+    const int nb = p->K / MT_Q8_BLOCK;
+    for (int m = 0; m < p->mats; m++)
+        mt_q8_gemm(p->B, p->hi - p->lo, p->K, p->X, p->K,
+                   p->q + ((size_t)m * p->N + p->lo) * p->K,
+                   p->s + ((size_t)m * p->N + p->lo) * nb, 0.0f, p->Y + p->lo, p->N);
+    return NULL;
+}
+
+/* The process's CPU time (every thread's, user + system), ms: on a shared
+ * machine the work a pass did, whatever share of the cores it got. */
+static double cpu_ms(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/* One pass over every matrix on T threads; ms. */
+static double pass(part *parts, int T)
+{
+    pthread_t th[16];
+    uint64_t t0 = mt_clock_ns();
+    for (int t = 1; t < T; t++)
+        if (pthread_create(&th[t], NULL, run_part, &parts[t]) != 0)
+            return -1;
+    run_part(&parts[0]);
+    for (int t = 1; t < T; t++)
+        pthread_join(th[t], NULL);
+    return (double)(mt_clock_ns() - t0) / 1e6;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, c;
+    char blist[64] = "1,2,4,8";
+    while ((c = getopt(argc, argv, "b:N:K:M:t:r:")) != -1) {
+        switch (c) {
+        case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
+        case 'N': N = atoi(optarg); break;
+        case 'K': K = atoi(optarg); break;
+        case 'M': mib = atoi(optarg); break;
+        case 't': T = atoi(optarg); break;
+        case 'r': R = atoi(optarg); break;
+        default:
+            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-N n] [-K k] [-M MiB] [-t T] [-r R]\n");
+            return 2;
+        }
+    }
+    if (N < 1 || K < MT_Q8_BLOCK || K % MT_Q8_BLOCK || mib < 1 || T < 1 || T > 16 || R < 1 ||
+        R > 1000) {
+        fprintf(stderr, "mt-benchq8: bad size (K a multiple of 32, 1..16 threads)\n");
+        return 2;
+    }
+    const int nb = K / MT_Q8_BLOCK;
+    const double mat_bytes = (double)N * K + 4.0 * N * nb;
+    int mats = (int)((double)mib * 1048576.0 / mat_bytes);
+    mats = mats < 1 ? 1 : mats;
+    /* 64-byte aligned, as the backend's streamed copy is (a row of K a
+     * multiple of 64 then starts a cache line) */
+    size_t qbytes = ((size_t)mats * N * K + 63) / 64 * 64;
+    int8_t *q = aligned_alloc(64, qbytes);
+    float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
+    float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
+    double *ms = malloc(sizeof(double) * 2 * R);
+    double cpu[2];
+    if (!q || !s || !X || !Y || !ms) {
+        fprintf(stderr, "mt-benchq8: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < (size_t)mats * N * K; i++)
+        q[i] = (int8_t)((i * 2654435761u >> 13) % 255 - 127);
+    for (size_t i = 0; i < (size_t)mats * N * nb; i++)
+        s[i] = 1e-3f * (float)(1 + i % 7);
+    for (int i = 0; i < 64 * K; i++)
+        X[i] = (float)((i * 40503u >> 7) % 2001) / 1000.0f - 1.0f;
+    const int top = mt_q8_init();
+    mt_q8_vnni_rows(1);   /* the integer kernel at every B (mt_q8_gemm hands it 4+ rows) */
+    const int levels[2] = { top >= 2 ? 2 : top, top };
+    static const char *const name[] = { "portable", "avx2", "avx512", "vnni" };
+    for (char *tok = strtok(blist, ","); tok; tok = strtok(NULL, ",")) {
+        int B = atoi(tok);
+        if (B < 1 || B > 64)
+            continue;
+        part parts[16];
+        for (int t = 0; t < T; t++)
+            parts[t] = (part){ B, N, K, mats, (int)((long)N * t / T), (int)((long)N * (t + 1) / T),
+                               X, q, s, Y };
+        for (int l = 0; l < 2; l++) {   /* warm-up */
+            mt_q8_select(levels[l]);
+            pass(parts, T);
+        }
+        cpu[0] = cpu[1] = 0;
+        for (int r = 0; r < R; r++)
+            for (int l = 0; l < 2; l++) {
+                mt_q8_select(levels[l]);
+                double c0 = cpu_ms();
+                ms[l * R + r] = pass(parts, T);
+                cpu[l] += cpu_ms() - c0;
+            }
+        for (int l = 0; l < 2; l++) {
+            qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
+            double best = ms[l * R], med = ms[l * R + R / 2];
+            printf("q8_gemm kernels=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d best_ms=%.3f "
+                   "median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
+                   name[levels[l]], B, N, K, mats, T, R, best, med,
+                   mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
+        }
+    }
+    free(q); free(s); free(X); free(Y); free(ms);
+    return 0;
+}
