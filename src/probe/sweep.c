@@ -491,9 +491,12 @@ static double wall_budget(const mt_sweep_opts *o, double period_ms)
     return o->tick_signal ? period_ms : 2 * period_ms;
 }
 
-/* Prints the wall line and returns the latency budget it was judged by. */
+/* Prints the wall line and returns the latency budget it was judged by.
+ * behind: the level that ended the run of passing levels, where that was
+ * because its client fell behind (0 otherwise): the line then says the
+ * wall was not found by the server's latency but by this host's. */
 static double print_wall(FILE *out, const mt_sweep_opts *o, int wall,
-                         double period_ms)
+                         double period_ms, int behind)
 {
     double budget = wall_budget(o, period_ms);
     const char *what = o->budget_ms > 0 ? "budget"
@@ -513,9 +516,17 @@ static double print_wall(FILE *out, const mt_sweep_opts *o, int wall,
         fprintf(out, "# wall: %d sessions (the largest level from %d up with "
                 "every session admitted and %s under the %.0f ms %s)\n",
                 wall, first, sig, budget, what);
+    else if (behind)
+        fprintf(out, "# wall: below %d session%s (the level at %d measured this "
+                "host, not the server: its client fell behind)\n", first,
+                first == 1 ? "" : "s", behind);
     else
         fprintf(out, "# wall: below %d session%s (no level kept %s under the "
                 "%.0f ms %s)\n", first, first == 1 ? "" : "s", sig, budget, what);
+    if (wall && behind)
+        fprintf(out, "# the level at %d, which ended the run, measured this host, "
+                "not the server (its client fell behind): the wall may be higher\n",
+                behind);
     return budget;
 }
 
@@ -599,7 +610,14 @@ static int check_levels(const mt_sweep_opts *o, char *err, size_t errlen)
 static int report(FILE *out, const mt_sweep_opts *o, const mt_sweep_row *rows, int n,
                   int wall, double period_ms, char *err, size_t errlen)
 {
-    double budget = print_wall(out, o, wall, period_ms);
+    int behind = 0;   /* the level after the wall, if its client fell behind */
+    for (int i = 0; i < n; i++)
+        if (rows[i].concurrency > wall) {
+            if (rows[i].send_late_p99_ms > period_ms)
+                behind = rows[i].concurrency;
+            break;
+        }
+    double budget = print_wall(out, o, wall, period_ms, behind);
     if (o->tsv_out)
         write_tsv(o->tsv_out, rows, n);
     /* no wall in the range: none drawn */
