@@ -94,27 +94,34 @@ void eng_send_output(mt_engine *e, sess *s, in_entry *q, const int16_t *pcm,
         frame_line(e, lines, s, q, 0, t_start, t_ready, met);
 }
 
-/* The text token that goes with q's output (opts.speech), beside it: not
- * an answer, so not counted; the transcript has every token the model
- * made, FILL or not. Under the lock. */
-void eng_send_text(mt_engine *e, sess *s, const in_entry *q, int32_t tok)
+/* A frame beside q's answer (its text, its extra heads' prs): not an
+ * answer, so not counted. Under the lock. */
+static void send_beside(mt_engine *e, sess *s, const in_entry *q, uint8_t type,
+                        const uint8_t *payload, uint32_t length)
 {
-    uint8_t pl[4] = { (uint8_t)tok, (uint8_t)(tok >> 8), (uint8_t)(tok >> 16),
-                      (uint8_t)(tok >> 24) };
     mt_frame f = {0};
-    f.type = MT_FRAME_TEXT;
+    f.type = type;
     f.session = s->id;
     f.seq = q->seq;
     f.t_send = eng_now(e);
     f.t_arrive = q->t_arrive;
-    f.length = 4;
-    f.payload = pl;
+    f.length = length;
+    f.payload = payload;
     eng_push_frame(e, s, &f);
 }
 
+/* The text token that goes with q's output (opts.speech), beside it; the
+ * transcript has every token the model made, FILL or not. Under the lock. */
+void eng_send_text(mt_engine *e, sess *s, const in_entry *q, int32_t tok)
+{
+    uint8_t pl[4] = { (uint8_t)tok, (uint8_t)(tok >> 8), (uint8_t)(tok >> 16),
+                      (uint8_t)(tok >> 24) };
+    send_beside(e, s, q, MT_FRAME_TEXT, pl, 4);
+}
+
 /* The extra heads' probabilities of q's step (Kyutai's Step prs), just
- * before its answer, to a session that asked (MT_FLAG_PRS): not an
- * answer, not counted. Under the lock. */
+ * before its answer, to a session that asked (MT_FLAG_PRS). Under the
+ * lock. */
 void eng_send_prs(mt_engine *e, sess *s, const in_entry *q, const float *prs, int n)
 {
     uint8_t pl[4 * MT_PRS_MAX];   /* [n] f32 LE */
@@ -122,13 +129,5 @@ void eng_send_prs(mt_engine *e, sess *s, const in_entry *q, const float *prs, in
         return;
     for (int j = 0; j < n; j++)
         mt_frame_put_f32(pl + 4 * j, prs[j]);
-    mt_frame f = {0};
-    f.type = MT_FRAME_PRS;
-    f.session = s->id;
-    f.seq = q->seq;
-    f.t_send = eng_now(e);
-    f.t_arrive = q->t_arrive;
-    f.length = 4 * (uint32_t)n;
-    f.payload = pl;
-    eng_push_frame(e, s, &f);
+    send_beside(e, s, q, MT_FRAME_PRS, pl, 4 * (uint32_t)n);
 }
