@@ -422,8 +422,19 @@ static int run_sockets(const char *path, int n, int nbad, int bad, double end_ti
                         }
                         s->sent++;
                     } else {
+                        /* The server may have ended the session (END
+                         * after a shed, REJECT) and closed before this
+                         * frame went out: its frame is still there to
+                         * read and is the session's true end, as
+                         * mt-replay's client reads it (client.c). */
+                        int werr = errno;
+                        if (werr == EPIPE || werr == ECONNRESET) {
+                            do_read(s);
+                            if (s->state >= ST_DONE)
+                                break;
+                        }
                         finish(s, s->bad == B_STOPREAD ? ST_DISCONNECTED : ST_FAILED,
-                               strerror(errno));
+                               strerror(werr));
                         break;
                     }
                     s->next_send = s->base + (uint64_t)s->sent * P;

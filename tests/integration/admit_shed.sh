@@ -33,18 +33,26 @@ FRAMES=${MT_SHED_FRAMES:-200}   # 16 s: the last session ends near 20 s
 RECOVER=2             # seconds after the drop
 
 # run NAME ADMIT-ARGS...: server + controller + clients; files $T_TMP/NAME.*
+# All three under SCHED_FIFO where permitted (t_fifo; the device sleeps,
+# the clients and the controller mostly wait): the late ticks asserted
+# are then the device's, not a neighbour's build taking the cores.
+FIFO=$(t_fifo)
+# What stops a FIFO process is a stall of the whole host (this VM stops
+# every process for 50-100 ms at a time when its cores are full); the
+# sampler, under the same policy, measures it for the busy rule below.
+t_hiccup_start $FIFO
 run() {
     local name=$1 sock=$T_TMP/$1.sock srv ctl cl; shift
     mkfifo "$T_TMP/$name.ctl" "$T_TMP/$name.out"
     tee "$T_TMP/$name.lat" <"$T_TMP/$name.out" |
-        "$A" --budget $BUDGET -p static:$N --status-every 0 "$@" >"$T_TMP/$name.ctl" 2>"$T_TMP/$name.err" &
+        $FIFO "$A" --budget $BUDGET -p static:$N --status-every 0 "$@" >"$T_TMP/$name.ctl" 2>"$T_TMP/$name.err" &
     ctl=$!; t_track $ctl
-    "$S" -s "$sock" --device "sim:$PROFILE" -m synthetic:moshi-7b --sink 4 --window 28 \
+    $FIFO "$S" -s "$sock" --device "sim:$PROFILE" -m synthetic:moshi-7b --sink 4 --window 28 \
         --max-sessions 64 --control "$T_TMP/$name.ctl" --admit-timeout 2000 \
         >"$T_TMP/$name.out" 2>"$T_TMP/$name.log" &
     srv=$!; t_track $srv
     wait_for_socket "$sock" 300 || return 1
-    timeout 60 "$FC" -s "$sock" -n "$N" --arrive-ms 100 -f "$FRAMES" --echo \
+    timeout 60 $FIFO "$FC" -s "$sock" -n "$N" --arrive-ms 100 -f "$FRAMES" --echo \
         --end-timeout 5 >"$T_TMP/$name.clients" 2>&1
     kill -TERM $srv; wait $srv; echo $? >"$T_TMP/$name.rc"
     wait $ctl
@@ -78,11 +86,20 @@ read -r bt bl bm <<<"$(late "$T_TMP/noshed.lat" 6 $DROP)"
 # a host busier than its cores (beside a build) runs the sim's ticks late
 # before any drop, and the controller sheds then: those runs measure the
 # host, and the timing checks say so instead of passing or failing
-t_host_busy && busy=1 || busy=0
+# (under SCHED_FIFO: a stall of half a frame period or more, which
+# bunches the clients' frames into steps over the period; otherwise the
+# load average at or over the core count)
+if [ -n "$FIFO" ]; then
+    host="this host stopped every process for up to $(t_hiccup_ms) ms"
+    awk -v h="$(t_hiccup_ms)" 'BEGIN { exit !(h >= 40) }' && busy=1 || busy=0
+else
+    t_host_busy && busy=1 || busy=0
+    host="this host had load $T_LOAD on $(nproc) cores"
+fi
 if [ -n "$MT_ASAN" ]; then   # host time under ASan eats the 18 ms of margin
     t_skip "before the drop on time (timing; not under ASan)"
 elif [ $busy = 1 ] && [ "$bm" -ge 5 ]; then
-    t_skip "before the drop on time: this host had load $T_LOAD on $(nproc) cores (longest run $bm late ticks)"
+    t_skip "before the drop on time: $host (longest run $bm late ticks)"
 else
     t_check "and before the drop $N sessions were on time (no run of 5+ late ticks: longest $bm; $bl of $bt late)" \
         test "$bm" -lt 5
@@ -99,7 +116,7 @@ kept=$(awk "/^tick=/ $tk"'/^tick=/ && v["t"] + 0 > '"$DROP"' + 2 { print v["acti
 t_diag "with --shed: $nshed sessions shed (first at ${first:-never} s), $kept kept; last late tick ${rec} s after the drop; late ticks from $((DROP + RECOVER)) s to $shed_end s: $sl of $st; before the drop: $(late "$T_TMP/shed.lat" 6 $DROP)"
 t_diag "$(grep 'at=end' "$T_TMP/shed.err" | tr '\n' ' ')"
 if [ $busy = 1 ] && awk -v f="${first:-0}" -v d=$DROP 'BEGIN { exit !(f < d) }'; then
-    t_check "sessions were shed ($nshed; the first at ${first:-never} s, before the drop: load $T_LOAD on $(nproc) cores)" \
+    t_check "sessions were shed ($nshed; the first at ${first:-never} s, before the drop: $host)" \
         test "$nshed" -gt 0
 else
     t_check "sessions were shed after the drop ($nshed, first at ${first:-never} s)" \
@@ -107,8 +124,8 @@ else
 fi
 if [ -n "$MT_ASAN" ]; then
     t_skip "lateness back under the budget within ${RECOVER} s (timing; not under ASan: $sl late of $st)"
-elif [ $busy = 1 ] && [ "$sm" -ge 3 ]; then
-    t_skip "lateness back under the budget within ${RECOVER} s: this host had load $T_LOAD on $(nproc) cores ($sl late of $st, longest $sm)"
+elif [ $busy = 1 ] && ! [ "$st" -gt 10 -a "$sm" -lt 3 -a $((sl * 10)) -le "$st" ]; then
+    t_skip "lateness back under the budget within ${RECOVER} s: $host ($sl late of $st, longest $sm)"
 else
     # a host stall can still delay one tick or two after the recovery
     # (two clean-clone CI runs: 1 and 2 late ticks about 4 s after the
@@ -124,8 +141,14 @@ t_check "every shed line carries a reason" \
 ids=$(awk "/^shed session=/ $tk"'/^shed session=/ { print v["session"] }' "$T_TMP/shed.lat" | tr '\n' ' ')
 bad=0
 for id in $ids; do
-    grep -q "^session=[0-9]* id=$id .*reason=\"END before our END\"" "$T_TMP/shed.clients" || bad=$((bad + 1))
-    grep -q "session $id: shed: device slower" "$T_TMP/shed.log" || bad=$((bad + 1))
+    if ! grep -q "^session=[0-9]* id=$id .*reason=\"END before our END\"" "$T_TMP/shed.clients"; then
+        bad=$((bad + 1))
+        t_diag "shed session $id, its client: $(grep "^session=[0-9]* id=$id " "$T_TMP/shed.clients")"
+    fi
+    if ! grep -q "session $id: shed: device slower" "$T_TMP/shed.log"; then
+        bad=$((bad + 1))
+        t_diag "shed session $id, the server's log: $(grep "session $id[: ]" "$T_TMP/shed.log" | tr '\n' ' ')"
+    fi
 done
 t_check "every shed session ended with END, its reason in the server's log ($bad wrong)" [ "$bad" = 0 ]
 kept_ok=$(grep -c '^session=.* state=done ok=1' "$T_TMP/shed.clients")

@@ -59,8 +59,10 @@ t_timing() { if [ -n "$MT_ASAN" ]; then echo "$2"; else echo "$1"; fi; }
 # what this host's scheduler took from any process meanwhile: a busy
 # machine moves both alike, while a server that blocks (on a stalled or
 # hostile client) still goes far past it. t_limit LIMIT prints that sum.
+# t_hiccup_start CMD... runs the sampler under CMD (as $(t_fifo): the
+# policy of what it is the baseline for).
 t_hiccup_start() {
-    /usr/bin/python3 -c '
+    "$@" /usr/bin/python3 -c '
 import os, signal, sys, time
 m, out = 0.0, sys.argv[1]
 def save():
@@ -119,6 +121,20 @@ t_host_busy() {
     T_LOAD=$(cut -d' ' -f1 /proc/loadavg)
     awk -v l="$T_LOAD" -v n="$(nproc)" 'BEGIN { exit !(l >= n) }'
 }
+# t_fifo: prints "chrt -f 10" where this process may run under SCHED_FIFO
+# (root, CAP_SYS_NICE or an rtprio limit), nothing elsewhere. A check of
+# a simulated device's tick signal (the device sleeps: no CPU to hog) run
+# under it measures the server's timing, not a neighbour's build taking
+# the cores; where it is not permitted such a check keeps its host skips.
+t_fifo() { chrt -f 10 true 2>/dev/null && echo "chrt -f 10"; }
+# t_rt_serve: mt-serve's arguments that make its step wake and run on
+# time beside a busy neighbour where SCHED_FIFO is permitted (t_fifo):
+# the I/O, tick and log threads at priority 10 and the step on the tick
+# thread alone (--threads 1: no pool workers left at the normal policy
+# for the tick to wait on). For a small model whose step takes a few ms;
+# not under ASan (MT_ASAN), whose steps are many times longer and whose
+# timing no test judges.
+t_rt_serve() { [ -z "$MT_ASAN" ] && [ -n "$(t_fifo)" ] && echo "--rt-priority 10 --threads 1"; }
 # The transport the serve/replay tests use: MT_TRANSPORT=unix (default) or
 # tcp. With tcp the server listens on its Unix socket and on a loopback TCP
 # port (so wait_for_socket still tells when it is up), and the clients

@@ -11,9 +11,14 @@ P=$MT_BIN/mt-probe
 rows() { awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ || NF == 0 { next }
     { if ('"$1"') bad = 1 } END { if (COLS_BAD) exit 2; exit bad }' "$2"; }
 t_need mt-probe mt-serve
-timeout 90 "$P" sweep --from 1 --to 3 --hold 2s --warmup 0.5s \
+# Every sweep here runs under SCHED_FIFO where permitted (t_fifo): the
+# client and the server then wake on time beside a build on every core,
+# so that the checks measure the sweep, not the neighbours. This server
+# steps on one thread (--threads 1: no pool workers spinning at that
+# priority), a few hundred microseconds a step of synthetic:tiny.
+timeout 90 $(t_fifo) "$P" sweep --from 1 --to 3 --hold 2s --warmup 0.5s \
     --plot "$T_TMP/sweep.png" --tsv "$T_TMP/rows.tsv" \
-    -- -m synthetic:tiny --device cpu >"$T_TMP/out" 2>"$T_TMP/err"
+    -- -m synthetic:tiny --device cpu --threads 1 >"$T_TMP/out" 2>"$T_TMP/err"
 rc=$?
 sed 's/^/# /' "$T_TMP/out"
 [ $rc -eq 0 ] || sed 's/^/# err: /' "$T_TMP/err"
@@ -71,7 +76,8 @@ stall_prob    = 0
 stall_ms      = 0
 seed          = 1
 EOF
-timeout 90 "$P" sweep --from 20 --to 40 --step 20 --hold 2s --warmup 0.5s --signal tick \
+t_hiccup_start $(t_fifo)
+timeout 90 $(t_fifo) "$P" sweep --from 20 --to 40 --step 20 --hold 2s --warmup 0.5s --signal tick \
     -- --device "sim:$T_TMP/flat.profile" -m synthetic:moshi-7b --sink 4 --window 28 \
     --max-sessions 64 >"$T_TMP/tick" 2>"$T_TMP/err"
 rc=$?
@@ -84,13 +90,18 @@ awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ || NF == 0 { next }
 tick_ok=$?
 grep -qE '^# wall: 20 sessions .*max\(step_ms, late_ms\).* 80 ms budget of one frame period' "$T_TMP/tick"
 wall_ok=$?
-# 20 sessions step in about 43 ms here: a host busier than its cores
-# wakes the tick thread late past the period (the sweep measured it)
+# 20 sessions step in about 43 ms here, 37 ms under the period: a host
+# that stopped every process for longer than that (the sampler beside the
+# sweep measured it: this VM does so for 50-100 ms at a time when a build
+# fills its cores, SCHED_FIFO or not) made that tick late, not the server
+slack=$(awk -F'\t' "$COLS_AWK"'cols_try("concurrency") { next } /^#/ || NF == 0 { next }
+    col("concurrency") == 20 { printf "%.0f", 80 - col("step_ms") }' "$T_TMP/tick")
+stall=$(t_hiccup_ms)
 if [ $((tick_ok + wall_ok)) != 0 ] && grep -q 'the client fell behind' "$T_TMP/tick"; then
     t_skip "--signal tick: the tick p99 at 20 under the period: $(grep -m1 -o '[0-9]* sessions: the client fell behind ([^)]*)' "$T_TMP/tick")"
     t_skip "--signal tick: the wall at 20: the same"
-elif [ $((tick_ok + wall_ok)) != 0 ] && t_host_busy; then
-    t_skip "--signal tick: the tick p99 at 20 under the period: this host had load $T_LOAD on $(nproc) cores"
+elif [ $((tick_ok + wall_ok)) != 0 ] && awk -v h="$stall" -v s="${slack:-0}" 'BEGIN { exit !(h >= s) }'; then
+    t_skip "--signal tick: the tick p99 at 20 under the period: this host stopped a sleeping process for $stall ms, over the step's $slack ms of slack"
     t_skip "--signal tick: the wall at 20: the same"
 else
     t_ok $tick_ok "--signal tick: the tick p99 column is under the period at 20, over it at 40"
@@ -99,7 +110,7 @@ fi
 # Every level passing (2 and 4 sessions step in a few ms on this device;
 # a budget of 400 ms so that a busy host's late wake-up does not name a
 # wall): no wall in the range, and the line says to raise --to.
-timeout 90 "$P" sweep --from 2 --to 4 --step 2 --hold 1s --warmup 0.5s --signal tick --budget 400 \
+timeout 90 $(t_fifo) "$P" sweep --from 2 --to 4 --step 2 --hold 1s --warmup 0.5s --signal tick --budget 400 \
     -- --device "sim:$T_TMP/flat.profile" -m synthetic:moshi-7b --sink 4 --window 28 \
     --max-sessions 64 >"$T_TMP/nowall" 2>"$T_TMP/err"
 sed 's/^/# /' "$T_TMP/nowall"
