@@ -4,6 +4,7 @@
  * --weights f16, the thread pool and OpenBLAS's settings. */
 #include "util/errmsg.h"
 #include "decode/backend_cpu_int.h"
+#include "decode/decoder.h"
 #include "decode/cpu_f16.h"
 #include "decode/cpu_q8.h"
 
@@ -59,7 +60,7 @@ static void cpu_destroy(mt_backend *b)
  * bench/bench_step.sh, see bench/RESULTS.md): up to it the f16 product,
  * which reads half the weight bytes, is faster; above it OpenBLAS's sgemm,
  * compute-bound with much better blocking than a small-M kernel, wins. */
-enum { F16_ROWS_DEFAULT = 8 };
+enum { F16_ROWS_DEFAULT = MT_WEIGHTS_ROWS_DEFAULT };
 
 /* A large buffer that steps read in long streams (the kv pool, the f16
  * weights), on 2 MiB pages where the kernel gives them on request

@@ -234,6 +234,15 @@ int mt_decoder_threads(const mt_decoder *d)
 int mt_decoder_weights_f16_rows(const mt_decoder *d) { return d->be->weights_f16_rows; }
 mt_num_format mt_decoder_weights_format(const mt_decoder *d) { return d->o.weights; }
 
+int mt_decoder_host_weight_rows(const mt_decoder *d)
+{
+    if (d->be->weights_f16_rows > 0)
+        return d->be->weights_f16_rows;
+    if (d->o.device == MT_DEV_CPU || d->o.weights == MT_FMT_F32)
+        return 0;
+    return d->o.weights_f16_rows > 0 ? d->o.weights_f16_rows : MT_WEIGHTS_ROWS_DEFAULT;
+}
+
 const char *mt_decoder_sim_label(const mt_decoder *d)
 {
     return d ? d->be->sim_label : NULL;

@@ -72,6 +72,13 @@ int  mt_decoder_threads(const mt_decoder *d);
 /* Rows up to which the backend uses f16 weight copies (--weights f16 on
  * the CPU), 0 without them. */
 int  mt_decoder_weights_f16_rows(const mt_decoder *d);
+/* Rows up to which host-side work beside the step (the depformer) uses
+ * f16 or 8-bit copies: the backend's rows where it keeps copies; on a
+ * device backend (sim, CUDA), whose host keeps none of its own,
+ * --weights' rows (mt_decoder_opts.weights_f16_rows, default
+ * MT_WEIGHTS_ROWS_DEFAULT) when --weights is not f32; else 0. */
+int  mt_decoder_host_weight_rows(const mt_decoder *d);
+enum { MT_WEIGHTS_ROWS_DEFAULT = 8 };
 /* The weights asked for (mt_decoder_opts.weights): q8 makes the depformer
  * keep 8-bit copies too. */
 mt_num_format mt_decoder_weights_format(const mt_decoder *d);

@@ -301,7 +301,7 @@ int mt_depformer_attach(mt_depformer *df, mt_decoder *dec, char *err, size_t err
     df->score = score;
     df->nthreads = T;
     df->dec = dec;
-    int rows = mt_decoder_weights_f16_rows(dec);
+    int rows = mt_decoder_host_weight_rows(dec);
     if (rows <= 0 || df->w16 || df->w8)
         return 0;
     if (mt_decoder_weights_format(dec) == MT_FMT_Q8 && kc->dim % MT_Q8_BLOCK == 0 &&

@@ -275,6 +275,54 @@ static int one_frame(const mt_kyutai_lm *lm, mt_num_format w, float *tl, float *
  * sqrt 2 more in all): measured 21e-3 and 37e-3, 47e-3 allowed.
  * The first step only: each step's input is the token sampled at the
  * step before, which q8's error may change. */
+/* A device backend keeps no host weights of its own: a depformer on the
+ * host beside a simulated (or CUDA) temporal follows --weights all the
+ * same (mt_decoder_host_weight_rows), q8 as on the CPU backend: 8-bit
+ * copies; f32: none. (Before, it stayed fp32 whatever --weights said.) */
+static void test_host_depformer_weights(void)
+{
+    static const char prof[] = "name = t-kyutai-small\nmodel = synthetic:kyutai-small\n"
+                               "memory_bytes = 80e9\nreserve_bytes = 1e9\nbandwidth = 2e12\n"
+                               "matrix_rate = 4e14\noverhead_us = 100\nweight_bytes = 2\n"
+                               "kv_bytes = 2\n";
+    char path[] = "/tmp/mt-test-kyutai-sim-XXXXXX", err[256] = "";
+    int fd = mkstemp(path);
+    int wrote = fd >= 0 && write(fd, prof, sizeof prof - 1) == (ssize_t)(sizeof prof - 1);
+    if (fd >= 0)
+        close(fd);
+    mt_kyutai_lm *lm = NULL;
+    if (!ok(wrote && mt_kyutai_load("synthetic:kyutai-small", MT_KYUTAI_HOST_SIDE, &lm, err,
+                                    sizeof err) == 0,
+            "synthetic:kyutai-small, temporal shape-only (%s)", err)) {
+        unlink(path);
+        return;
+    }
+    static const struct { mt_num_format w; const char *mode; } want[] = {
+        { MT_FMT_Q8, "pool-q8" }, { MT_FMT_F16, "pool-f16" }, { MT_FMT_F32, "pool" } };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        mt_decoder_opts o = { .device = MT_DEV_SIM, .sim_profile = path, .max_batch = 4,
+                              .threads = 2, .weights = want[i].w };
+        o.kv.policy = MT_KV_WINDOW;
+        o.kv.sink = 4;
+        o.kv.window = 60;
+        mt_decoder *d = NULL;
+        mt_depformer *df = NULL;
+        const char *mode = "-";
+        err[0] = 0;
+        if (mt_decoder_create(lm->temporal, &o, &d, err, sizeof err) == 0 &&
+            mt_depformer_create(lm, 4, &df, err, sizeof err) == 0 &&
+            mt_depformer_attach(df, d, err, sizeof err) == 0)
+            mode = mt_depformer_mode(df);
+        ok(!strcmp(mode, want[i].mode), "host depformer beside a simulated temporal, "
+           "--weights %s: %s (want %s) %s", mt_num_format_name(want[i].w), mode, want[i].mode,
+           err);
+        mt_depformer_free(df);
+        mt_decoder_free(d);
+    }
+    mt_kyutai_free(lm);
+    unlink(path);
+}
+
 static void test_q8_depformer(void)
 {
     mt_kyutai_lm *lm = NULL;
@@ -1018,6 +1066,7 @@ int main(void)
     test_against_kyutai("fused");
     test_threads_f16();
     test_q8_depformer();
+    test_host_depformer_weights();
     test_rope_layouts();
     test_bounded_vs_ring();
     test_forced_and_cuda();
