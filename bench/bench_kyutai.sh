@@ -20,7 +20,8 @@
 # Kyutai's ring (S=0 + W=750) at B = 1, 2, 4 with f16 and then 8-bit (q8)
 # weights, Mimi's encoder beside it; synthetic:moshi-2b's temporal alone
 # (-T: its whole fp32 copy is over the host limit, its temporal is not)
-# at B = 1 with q8 weights.
+# at B = 1 with q8 weights; its depformer on the host at B = 1, 2 with q8
+# weights (-D host, the temporal on a placeholder simulated device).
 # Then stt-1b's step as mt-serve's tick takes it (-L: mt_speech_step on
 # mt-serve's K/V and max batch, PCM in, q8 weights) at B = 1 to 4: served
 # lines, the Mimi encode and LM stages, the step's wall and CPU time.
@@ -43,4 +44,25 @@ for w in f16 q8; do
         -c synthetic:mimi -F 5 || exit 1
 done
 "$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1 -f 10 -S 4 -W 252 -w q8 -T || exit 1
+# synthetic:moshi-2b's depformer (16 steps of its own weights) measured on
+# this host with q8 weights: -D host beside a temporal on a throwaway
+# SIMULATED device (made-up numbers; the line's temporal_ms is that
+# device's and says device=sim:...), since the whole fp32 copy is over the
+# host limit and the depformer's side tensors alone are not.
+prof=$(mktemp "${TMPDIR:-/tmp}/moshi-2b-placeholder.XXXXXX") || exit 1
+cat >"$prof" <<'PROF'
+name = placeholder-moshi-2b
+model = synthetic:moshi-2b
+memory_bytes = 80e9
+reserve_bytes = 6e9
+bandwidth = 3e12
+matrix_rate = 780e12
+overhead_us = 400
+weight_bytes = 2
+kv_bytes = 2
+PROF
+"$TB/mt-benchkyutai" -m synthetic:moshi-2b -d "sim:$prof" -D host -b 1,2 -f 10 -S 4 -W 20 -w q8
+rc=$?
+rm -f "$prof"
+[ $rc = 0 ] || exit 1
 "$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,3,4 -f 20 -w q8 -c synthetic:mimi -L
