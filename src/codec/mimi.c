@@ -35,6 +35,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -105,6 +106,9 @@ struct mimi_batch {
     float *vt;         /* [SKINNY][vt_k]: a skinny product's columns, made rows */
     size_t vt_k;
     double stage_s[MIMI_NSTAGES];
+    double op_s[MIMI_MAX_OPS];   /* the last call's time of each op */
+    int    op_n;
+    int    old_conv;   /* mimi_batch_conv_path: the previous kernels */
     int    cpu_clock;  /* stages timed in this thread's CPU time */
     /* threads */
     const mimi_model *m;
@@ -221,6 +225,34 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
 {
     for (int i = 0; i < MIMI_NSTAGES; i++)
         out[i] = w->stage_s[i];
+}
+
+int mimi_batch_op_seconds(const mimi_batch *w, double *out, int max)
+{
+    for (int i = 0; i < w->op_n && i < max; i++)
+        out[i] = w->op_s[i];
+    return w->op_n;
+}
+
+void mimi_batch_conv_path(mimi_batch *w, int old) { w->old_conv = old != 0; }
+
+int mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len)
+{
+    static const char *kinds[] = { "conv", "convtr", "elu", "add", "transformer", "quantize",
+                                   "dequantize" };
+    const mimi_graph *g = dir ? &m->gdec : &m->genc;
+    if (i < 0 || i >= g->n)
+        return -1;
+    const mimi_op *o = &g->op[i];
+    const mimi_conv *cv = o->cv;
+    if (cv)
+        snprintf(buf, len, "%s:%d->%d:k%d:s%d:t%d", kinds[o->kind], cv->cin, cv->cout, cv->k,
+                 cv->stride, cv->tr ? cv->tin : cv->tout);
+    else if (o->kind == MIMI_OP_ELU || o->kind == MIMI_OP_ADD)
+        snprintf(buf, len, "%s:%zu", kinds[o->kind], o->n);
+    else
+        snprintf(buf, len, "%s:%d", kinds[o->kind], o->which);
+    return 0;
 }
 
 int mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen)
@@ -1126,6 +1158,7 @@ static void run_graph_call(void *arg)
         float *dst = o->dst == MIMI_BUF_IO ? pcm_out : A[o->dst];
         double t0 = now_s(w);
         mimi_rvq_span rg = mimi_rvq_group(m, o->which);
+        w->op_s[i] = 0;
         if ((o->kind == MIMI_OP_QUANTIZE || o->kind == MIMI_OP_DEQUANTIZE) && rg.n == 0)
             continue;   /* a group without codebooks */
         switch (o->kind) {
@@ -1139,8 +1172,11 @@ static void run_graph_call(void *arg)
         case MIMI_OP_QUANTIZE:    quantize(m, w, rg, B, src, codes_out); break;
         case MIMI_OP_DEQUANTIZE:  dequantize(m, w, rg, o->which, B, codes_in, dst); break;
         }
-        w->stage_s[o->stage] += now_s(w) - t0;
+        double dt = now_s(w) - t0;
+        w->stage_s[o->stage] += dt;
+        w->op_s[i] = dt;
     }
+    w->op_n = g->n;
 }
 
 int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,
