@@ -53,8 +53,10 @@ enum {
     ELT_CHUNK = 4096,   /* elementwise work item, floats (a multiple of 8) */
     ROW_TILE = 256,     /* the one-channel layer's work item, steps (a multiple of 32) */
     MAX_THREADS = 64,
-    SKINNY = DOT8_MULTI_MAX,   /* a product with at most this many vectors is
-                                  skinny (at 4, sgemm was the faster: issue 49) */
+    SKINNY = DOT8_MULTI_MAX,   /* the previous kernels: a product with at most this
+                                  many vectors is skinny (at 4, sgemm was the faster
+                                  than dot8_multi: issue 49) */
+    SKINNY_VT = MIMI_SKINNY_MAX > SKINNY ? MIMI_SKINNY_MAX : SKINNY,   /* vt's rows */
 };
 
 /* A product C [M][N] = op(A) op(B) + beta C (row-major, as cblas_sgemm)
@@ -103,12 +105,12 @@ struct mimi_batch {
     float *xrow;       /* [MAX_THREADS][xrow_floats]: the one-channel layer's padded input */
     size_t xrow_floats;
     float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
-    float *vt;         /* [SKINNY][vt_k]: a skinny product's columns, made rows */
+    float *vt;         /* [SKINNY_VT][vt_k]: a skinny product's columns, made rows */
     size_t vt_k;
     double stage_s[MIMI_NSTAGES];
     double op_s[MIMI_MAX_OPS];   /* the last call's time of each op */
     int    op_n;
-    int    old_conv;   /* mimi_batch_conv_path: the previous kernels */
+    int    old_kern;   /* mimi_batch_old_kernels: the previous kernels */
     int    cpu_clock;  /* stages timed in this thread's CPU time */
     /* threads */
     const mimi_model *m;
@@ -196,7 +198,7 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     for (int i = 0; i < 4; i++)
         k = ks[i] > k ? ks[i] : k;
     w->vt_k = k;
-    w->vt = alloc_f(k * SKINNY, &w->bytes, &bad);
+    w->vt = alloc_f(k * SKINNY_VT, &w->bytes, &bad);
     if (bad) {
         mt_set_err(err, errlen, "mimi batch of %d: out of memory", max_batch);
         mimi_batch_free(w);
@@ -234,7 +236,7 @@ int mimi_batch_op_seconds(const mimi_batch *w, double *out, int max)
     return w->op_n;
 }
 
-void mimi_batch_conv_path(mimi_batch *w, int old) { w->old_conv = old != 0; }
+void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old != 0; }
 
 int mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len)
 {
@@ -437,10 +439,26 @@ static void skinny_tile(const gemm_job *j, const float *vt, int t)
     }
 }
 
+/* A tile of a skinny product on mimi_skinny.c's kernel (up to 8 vectors),
+ * the layouts as skinny_tile's. */
+static void skinny8_tile(const gemm_job *j, const float *vt, int t)
+{
+    int o = t * j->tile, dim = j->tb ? j->N : j->M;
+    int len = dim - o < j->tile ? dim - o : j->tile, nv = j->tb ? j->M : j->N;
+    if (j->tb)
+        mimi_skinny_rows(j->B, (size_t)j->ldb, o, o + len, j->A, (size_t)j->lda, nv, j->K, j->C, 1,
+                         (size_t)j->ldc, j->beta);
+    else
+        mimi_skinny_rows(j->A, (size_t)j->lda, o, o + len, vt, (size_t)j->K, nv, j->K, j->C,
+                         (size_t)j->ldc, 1, j->beta);
+}
+
 static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
 {
     (void)tid;
-    if (j->g.skinny)
+    if (j->g.skinny == 2)
+        skinny8_tile(&j->g, w->vt, i);
+    else if (j->g.skinny)
         skinny_tile(&j->g, w->vt, i);
     else
         gemm_tile(&j->g, i);
@@ -450,7 +468,8 @@ static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
  * SKINNY vectors; B's columns fit vt); copies B's columns into w->vt. */
 static int skinny_setup(mimi_batch *w, gemm_job *j)
 {
-    if (j->ta || (j->tb ? j->M : j->N) > SKINNY || (size_t)j->K > w->vt_k)
+    int wide = !w->old_kern && mimi_skinny_ok();
+    if (j->ta || (j->tb ? j->M : j->N) > (wide ? MIMI_SKINNY_MAX : SKINNY) || (size_t)j->K > w->vt_k)
         return 0;
     if (!j->tb)
         for (int v = 0; v < j->N; v++)
@@ -458,7 +477,7 @@ static int skinny_setup(mimi_batch *w, gemm_job *j)
                 w->vt[(size_t)v * j->K + k] = j->B[(size_t)k * j->ldb + v];
     int dim = j->tb ? j->N : j->M;
     int tile = ((dim + MAX_TILES - 1) / MAX_TILES + 15) / 16 * 16;
-    j->skinny = 1;
+    j->skinny = wide ? 2 : 1;
     j->tile = tile < dim ? tile : dim;
     j->ntiles = (dim + j->tile - 1) / j->tile;
     return 1;
@@ -475,7 +494,9 @@ static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const f
     gemm_job *j = &w->job.g;
     *j = (gemm_job){ ta, tb, M, N, K, A, B, lda, ldb, ldc, beta, C, M >= N, 0, 1, 0 };
     if (skinny_setup(w, j)) {
-        if (j->ntiles == 1)
+        if (j->ntiles == 1 && j->skinny == 2)
+            skinny8_tile(j, w->vt, 0);
+        else if (j->ntiles == 1)
             skinny_tile(j, w->vt, 0);
         else
             par_run(w, it_gemm, j->ntiles);

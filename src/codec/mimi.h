@@ -163,11 +163,11 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES]);
  * and, for a convolution, cin->cout k stride steps; 0, or -1 past the end. */
 int  mimi_batch_op_seconds(const mimi_batch *w, double *out, int max);
 int  mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len);
-/* The convolution kernels: 0 the current ones (default), 1 the previous
- * path (im2col + sgemm for every convolution), kept for side-by-side
- * benchmarks. The codes are the same either way within the tests'
- * bounds (test_mimi). */
-void mimi_batch_conv_path(mimi_batch *w, int old);
+/* The kernels: 0 the current ones (default), 1 the previous ones (the
+ * products of up to 2 vectors on dot8_multi, the rest on sgemm), kept
+ * for side-by-side benchmarks (mt-benchcodec --compare). Both pass the
+ * same tests (test_mimi). */
+void mimi_batch_old_kernels(mimi_batch *w, int old);
 /* FLOPs per session-frame of each stage, encode (dir 0) or decode (1). */
 void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES]);
 

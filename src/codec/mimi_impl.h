@@ -157,6 +157,15 @@ static inline mimi_rvq_span mimi_rvq_group(const mimi_model *m, int which)
     return s;
 }
 
+/* The few-vector product (mimi_skinny.c): C at row n, vector v
+ * (C + n ldc_row + v ldc_vec) = W_n . V_v (+ beta C), rows n0..n1-1 of
+ * W [rows][ldw], nv <= MIMI_SKINNY_MAX vectors V [nv][ldv], K floats
+ * each. mimi_skinny_ok: this CPU runs it (AVX-512F). */
+enum { MIMI_SKINNY_MAX = 8 };
+int  mimi_skinny_ok(void);
+void mimi_skinny_rows(const float *W, size_t ldw, int n0, int n1, const float *V, size_t ldv, int nv,
+                      int K, float *C, size_t ldc_row, size_t ldc_vec, float beta);
+
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
 /* GELU (the erf form) in place (mimi.c). */

@@ -100,11 +100,12 @@ static double median(double *v, int n)
 }
 
 /* --compare: B sessions, F frames, each frame encoded and decoded on the
- * previous convolution kernels (mimi_batch_conv_path 1) and on the
+ * previous convolution kernels (mimi_batch_old_kernels 1) and on the
  * current ones, the order alternating frame by frame (one shared state:
  * the work does not depend on the values). Prints the medians (wall, per
  * session-frame) of each path, and with --layers the median of every
- * encode op on each (ms a frame of the batch):
+ * encode op on each (ms a frame of the batch; with one thread, its CPU
+ * time):
  *   compare B= enc_old_ms= enc_new_ms= dec_old_ms= dec_new_ms= enc_ratio=
  *   layer B= op= what= old_ms= new_ms= */
 static int compare(mimi_model *m, int B, int frames, int layers)
@@ -131,11 +132,13 @@ static int compare(mimi_model *m, int B, int frames, int layers)
     for (int b = 0; b < B; b++)
         if (!(s[b] = mimi_state_new(m, err, sizeof err)))
             goto fail;
+    if (threads == 1)
+        mimi_batch_time_cpu(w, 1);   /* the layers in this thread's CPU time */
     int nops = 0;
     for (int f = -1; f < frames; f++)
         for (int r = 0; r < 2; r++) {
             int old = (r + (f & 1)) % 2 == 0;   /* old first on even frames */
-            mimi_batch_conv_path(w, old);
+            mimi_batch_old_kernels(w, old);
             for (size_t i = 0; i < (size_t)B * fs; i++)
                 pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
             double t0 = now();
