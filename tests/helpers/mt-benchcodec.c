@@ -3,7 +3,7 @@
  * run with the same thread count, for bench/bench_codec.sh.
  *
  *   mt-benchcodec [-c SPEC] [--batches 1,8,32,64] [--frames F] [--threads T]
- *                 [--compare [--layers]]
+ *                 [--codebooks N] [--compare [--layers]]
  *
  * For each batch B: B sessions, one warm-up frame, then F frames of
  * encode and decode; the best frame's time (the machine is shared, so the
@@ -188,7 +188,7 @@ fail:
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:mimi", *batches = "1,8,32,64";
-    int frames = 3, cmp = 0, layers = 0;
+    int frames = 3, cmp = 0, layers = 0, ncb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-c") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = argv[++i];
@@ -196,8 +196,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--compare")) cmp = 1;
         else if (!strcmp(argv[i], "--layers")) layers = 1;
+        else if (!strcmp(argv[i], "--codebooks") && i + 1 < argc) ncb = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--compare [--layers]]\n");
+            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers]]\n");
             return 2;
         }
     }
@@ -211,6 +212,10 @@ int main(int argc, char **argv)
     if (mimi_load(spec, NULL, 0, &m, err, sizeof err) != 0) {
         fprintf(stderr, "mt-benchcodec: %s\n", err);
         return 1;
+    }
+    if (ncb > 0 && mimi_set_codebooks(m, ncb, err, sizeof err) != 0) {   /* stt-1b reads 32 */
+        fprintf(stderr, "mt-benchcodec: %s\n", err);
+        return 2;
     }
     if (cmp) {
         for (const char *q = batches; *q;) {
