@@ -85,6 +85,7 @@ typedef struct par_job {
     mimi_state *const *S;
     int B;
     const float *X;     /* conv input; elementwise source */
+    const float *wt;    /* the direct convolution's reordered weights */
     float *Y;           /* conv output; elementwise destination */
     size_t n0, nc, n;   /* im2col: the chunk's columns; elementwise: floats */
     int kind;           /* elementwise: 0 ELU, 1 add, 2 GELU */
@@ -111,6 +112,8 @@ struct mimi_batch {
     double op_s[MIMI_MAX_OPS];   /* the last call's time of each op */
     int    op_n;
     int    old_kern;   /* mimi_batch_old_kernels: the previous kernels */
+    float *wt[2 * MIMI_MAX_CONVS];   /* encoder's then decoder's convs: the direct
+                                        kernel's reordered weights, or NULL */
     int    cpu_clock;  /* stages timed in this thread's CPU time */
     /* threads */
     const mimi_model *m;
@@ -198,6 +201,16 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     for (int i = 0; i < 4; i++)
         k = ks[i] > k ? ks[i] : k;
     w->vt_k = k;
+    for (int i = 0; i < m->n_enc + m->n_dec; i++) {
+        const mimi_conv *cv = i < m->n_enc ? &m->enc[i] : &m->dec[i - m->n_enc];
+        size_t pad = mimi_direct_pad_floats(cv) * B;
+        if (!mimi_direct_eligible(cv) || pad > w->col_floats)
+            continue;   /* im2col + sgemm */
+        float *wt = alloc_f(mimi_direct_weight_floats(cv), &w->bytes, &bad);
+        if (wt)
+            mimi_direct_weights(cv, wt);
+        w->wt[i < m->n_enc ? i : MIMI_MAX_CONVS + i - m->n_enc] = wt;
+    }
     w->vt = alloc_f(k * SKINNY_VT, &w->bytes, &bad);
     if (bad) {
         mt_set_err(err, errlen, "mimi batch of %d: out of memory", max_batch);
@@ -218,6 +231,8 @@ void mimi_batch_free(mimi_batch *w)
     free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
     free(w->xt); free(w->rcos); free(w->rsin);
     free(w->score); free(w->r); free(w->sc); free(w->sum2); free(w->vt);
+    for (int i = 0; i < 2 * MIMI_MAX_CONVS; i++)
+        free(w->wt[i]);
     free(w);
 }
 
@@ -738,6 +753,41 @@ static void it_im2col(mimi_batch *w, const par_job *j, int ci, int tid)
     }
 }
 
+/* The direct kernel's reordered weights of cv, or NULL (not eligible) */
+static const float *direct_weights(const mimi_batch *w, const mimi_conv *cv)
+{
+    const mimi_model *m = w->m;
+    if (w->old_kern)
+        return NULL;
+    if (cv >= m->enc && cv < m->enc + m->n_enc)
+        return w->wt[cv - m->enc];
+    if (cv >= m->dec && cv < m->dec + m->n_dec)
+        return w->wt[MIMI_MAX_CONVS + (cv - m->dec)];
+    return NULL;
+}
+
+/* item (b, ci): session b's channel ci, context and input, padded into w->col */
+static void it_direct_pad(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int b = it / cv->cin, ci = it % cv->cin;
+    const size_t per = mimi_direct_pad_floats(cv), Nin = (size_t)j->B * cv->tin;
+    (void)tid;
+    mimi_direct_pad(cv, j->S[b]->x + cv->st + (size_t)ci * cv->ctx, j->X + (size_t)ci * Nin + (size_t)b * cv->tin,
+                    w->col + b * per + ci * (per / cv->cin));
+}
+
+/* item (b, channel block, step tile) of the direct convolution */
+static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int nt = (cv->tout + MIMI_DIRECT_T - 1) / MIMI_DIRECT_T, ncb = cv->cout / MIMI_DIRECT_CO;
+    const int b = it / (ncb * nt), cb = it / nt % ncb, t = it % nt;
+    (void)tid;
+    mimi_direct_tile(cv, j->wt, w->col + (size_t)b * mimi_direct_pad_floats(cv), cb, t * MIMI_DIRECT_T,
+                     j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
+}
+
 /* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
 static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
                      const float *X, float *Y)
@@ -751,14 +801,21 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
                 for (int ci = 0; ci < cin; ci++)
                     for (int j = 0; j < ctx; j++)
                         S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
-    fill_bias(Y, cv->b, cout, N);
     par_job *job = &w->job;
     job->cv = cv;
     job->S = S;
     job->B = B;
     job->X = X;
     job->Y = Y;
-    if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
+    job->wt = direct_weights(w, cv);
+    if (job->wt) {   /* mimi_conv.c, the bias its own */
+        par_run(w, it_direct_pad, B * cin);
+        par_run(w, it_direct_tile,
+                B * (cout / MIMI_DIRECT_CO) * ((tout + MIMI_DIRECT_T - 1) / MIMI_DIRECT_T));
+    } else
+        fill_bias(Y, cv->b, cout, N);
+    if (job->wt) {
+    } else if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
         par_run(w, it_conv_row, B * ((tout + ROW_TILE - 1) / ROW_TILE));
     } else if (k == 1 && st == 1) {
         par_gemm(w, 0, 0, cout, (int)N, cin, cv->w, cin, X, (int)Nin, 1.0f, Y, (int)N);

@@ -1,0 +1,118 @@
+/* mimi_conv.c: Mimi's direct convolution for the SEANet layers with a
+ * long time axis (the first levels of the encoder and the last of the
+ * decoder: few channels, up to 1920 steps a frame), AVX-512, without
+ * im2col or sgemm.
+ *
+ * There, im2col + sgemm copies each input k times into the column matrix
+ * and OpenBLAS then packs that matrix again before multiplying (its copy
+ * routines were a third of its time on these shapes, issue 49). Here each
+ * session's input is copied once, its left context before it and split
+ * into `stride` phases (padded step q = u * stride + p at P[p][u]), so
+ * the input of output step t at tap kk is P[(kk dil) % stride][t + (kk dil)
+ * / stride]: contiguous in t for any stride. A tile is 8 output channels x
+ * 48 steps (24 16-lane sums), each (input channel, tap) one broadcast
+ * weight per channel against 3 vectors of input; the weights are
+ * reordered once per batch ([cout / 8][cin][k][8]) so a tile reads them
+ * in order.
+ *
+ * The bits: an output is the bias plus its cin * k products in the order
+ * (ci, kk), whatever tile, thread or batch it is in. */
+#include "codec/mimi_impl.h"
+
+#include <string.h>
+
+enum { DC_CO = 8, DC_T = 48, DC_MARGIN = DC_T + 16 };
+
+int mimi_direct_eligible(const mimi_conv *cv)
+{
+    return !cv->tr && !cv->grouped && cv->cout % DC_CO == 0 && cv->tout >= 64 && mimi_skinny_ok();
+}
+
+/* steps a phase holds: every padded step, and room for a tile's overrun */
+static size_t phase_len(const mimi_conv *cv)
+{
+    return (size_t)(cv->ctx + cv->tin + cv->stride - 1) / cv->stride + DC_MARGIN;
+}
+
+size_t mimi_direct_pad_floats(const mimi_conv *cv)
+{
+    return (size_t)cv->cin * cv->stride * phase_len(cv);
+}
+
+size_t mimi_direct_weight_floats(const mimi_conv *cv) { return (size_t)cv->cout * cv->cin * cv->k; }
+
+void mimi_direct_weights(const mimi_conv *cv, float *wt)
+{
+    const int cin = cv->cin, k = cv->k;
+    for (int co = 0; co < cv->cout; co++)
+        for (int ci = 0; ci < cin; ci++)
+            for (int kk = 0; kk < k; kk++)
+                wt[(((size_t)(co / DC_CO) * cin + ci) * k + kk) * DC_CO + co % DC_CO] =
+                    cv->w[((size_t)co * cin + ci) * k + kk];
+}
+
+void mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, float *P)
+{
+    const int st = cv->stride, c = cv->ctx, n = c + cv->tin;
+    const size_t L = phase_len(cv);
+    for (int p = 0; p < st; p++) {
+        float *ph = P + (size_t)p * L;
+        size_t u = 0;
+        for (int q = p; q < n; q += st)
+            ph[u++] = q < c ? ctx[q] : x[q - c];
+        memset(ph + u, 0, (L - u) * sizeof *ph);
+    }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f,fma")))
+void mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
+                      size_t ldy)
+{
+    const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil;
+    const size_t L = phase_len(cv);
+    __m512 acc[DC_CO][3];
+    for (int c = 0; c < DC_CO; c++) {
+        __m512 b = _mm512_set1_ps(cv->b ? cv->b[cb * DC_CO + c] : 0.0f);
+        acc[c][0] = acc[c][1] = acc[c][2] = b;
+    }
+    const float *w = wt + (size_t)cb * cin * k * DC_CO;
+    for (int ci = 0; ci < cin; ci++) {
+        const float *Pc = P + (size_t)ci * st * L + t0;
+        for (int kk = 0; kk < k; kk++, w += DC_CO) {
+            int off = kk * dil;
+            const float *x = Pc + (size_t)(off % st) * L + off / st;
+            __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16), x2 = _mm512_loadu_ps(x + 32);
+            #pragma GCC unroll 8
+            for (int c = 0; c < DC_CO; c++) {
+                __m512 wc = _mm512_set1_ps(w[c]);
+                acc[c][0] = _mm512_fmadd_ps(wc, x0, acc[c][0]);
+                acc[c][1] = _mm512_fmadd_ps(wc, x1, acc[c][1]);
+                acc[c][2] = _mm512_fmadd_ps(wc, x2, acc[c][2]);
+            }
+        }
+    }
+    int len = cv->tout - t0 < DC_T ? cv->tout - t0 : DC_T;
+    for (int c = 0; c < DC_CO; c++) {
+        float *y = Y + (size_t)(cb * DC_CO + c) * ldy + t0;
+        for (int j = 0; j < 3; j++) {
+            int n = len - 16 * j;
+            if (n >= 16)
+                _mm512_storeu_ps(y + 16 * j, acc[c][j]);
+            else if (n > 0)
+                _mm512_mask_storeu_ps(y + 16 * j, (__mmask16)((1u << n) - 1), acc[c][j]);
+        }
+    }
+}
+
+#else
+
+void mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
+                      size_t ldy)
+{
+    (void)cv, (void)wt, (void)P, (void)cb, (void)t0, (void)Y, (void)ldy;
+}
+
+#endif
