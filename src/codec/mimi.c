@@ -687,10 +687,10 @@ static void it_direct_pad(mimi_batch *w, const par_job *j, int it, int tid)
 static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
 {
     const mimi_conv *cv = j->cv;
-    const int nt = (cv->tout + MIMI_DIRECT_T - 1) / MIMI_DIRECT_T, ncb = cv->cout / MIMI_DIRECT_CO;
+    const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T, ncb = cv->cout / mimi_direct_co(cv);
     const int b = it / (ncb * nt), cb = it / nt % ncb, t = it % nt;
     (void)tid;
-    mimi_direct_tile(cv, j->wt, w->col + (size_t)b * mimi_direct_pad_floats(cv), cb, t * MIMI_DIRECT_T,
+    mimi_direct_tile(cv, j->wt, w->col + (size_t)b * mimi_direct_pad_floats(cv), cb, t * T,
                      j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
 }
 
@@ -717,7 +717,7 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
     if (job->wt) {   /* mimi_conv.c, the bias its own */
         par_run(w, it_direct_pad, B * cin);
         par_run(w, it_direct_tile,
-                B * (cout / MIMI_DIRECT_CO) * ((tout + MIMI_DIRECT_T - 1) / MIMI_DIRECT_T));
+                B * (cout / mimi_direct_co(cv)) * ((tout + mimi_direct_t(cv) - 1) / mimi_direct_t(cv)));
     } else
         fill_bias(Y, cv->b, cout, N);
     if (job->wt) {

@@ -11,9 +11,10 @@
  * the input of output step t at tap kk is P[(kk dil) % stride][t + (kk dil)
  * / stride]: contiguous in t for any stride. A tile is 8 output channels x
  * 48 steps (24 16-lane sums), each (input channel, tap) one broadcast
- * weight per channel against 3 vectors of input; the weights are
- * reordered once per batch ([cout / 8][cin][k][8]) so a tile reads them
- * in order.
+ * weight per channel against 3 vectors of input, or at 16 to 63 steps
+ * (the deeper layers) 16 channels x 16 steps; the weights are reordered
+ * once per batch ([cout / CO][cin][k][CO]) so a tile reads them in
+ * order.
  *
  * The bits: an output is the bias plus its cin * k products in the order
  * (ci, kk), whatever tile, thread or batch it is in. */
@@ -23,9 +24,16 @@
 
 enum { DC_CO = 8, DC_T = 48, DC_MARGIN = DC_T + 16 };
 
+/* The tile's shape: 8 channels x 48 steps from 64 steps on, else 16
+ * channels x 16 steps (the deeper layers: 16 steps a frame, more
+ * channels) */
+int mimi_direct_co(const mimi_conv *cv) { return cv->tout >= 64 ? DC_CO : 2 * DC_CO; }
+int mimi_direct_t(const mimi_conv *cv) { return cv->tout >= 64 ? DC_T : 16; }
+
 int mimi_direct_eligible(const mimi_conv *cv)
 {
-    return !cv->tr && !cv->grouped && cv->cout % DC_CO == 0 && cv->tout >= 64 && mimi_skinny_ok();
+    return !cv->tr && !cv->grouped && cv->tout >= 16 && cv->cout % mimi_direct_co(cv) == 0 &&
+           mimi_skinny_ok();
 }
 
 /* steps a phase holds: every padded step, and room for a tile's overrun */
@@ -43,11 +51,11 @@ size_t mimi_direct_weight_floats(const mimi_conv *cv) { return (size_t)cv->cout 
 
 void mimi_direct_weights(const mimi_conv *cv, float *wt)
 {
-    const int cin = cv->cin, k = cv->k;
+    const int cin = cv->cin, k = cv->k, CO = mimi_direct_co(cv);
     for (int co = 0; co < cv->cout; co++)
         for (int ci = 0; ci < cin; ci++)
             for (int kk = 0; kk < k; kk++)
-                wt[(((size_t)(co / DC_CO) * cin + ci) * k + kk) * DC_CO + co % DC_CO] =
+                wt[(((size_t)(co / CO) * cin + ci) * k + kk) * CO + co % CO] =
                     cv->w[((size_t)co * cin + ci) * k + kk];
 }
 
@@ -67,10 +75,40 @@ void mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, floa
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+/* 16 channels x 16 steps: one vector of steps, 16 sums */
+__attribute__((target("avx512f,fma")))
+static void tile16(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
+                   size_t ldy)
+{
+    const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil, CO = 2 * DC_CO;
+    const size_t L = phase_len(cv);
+    __m512 acc[2 * DC_CO];
+    for (int c = 0; c < CO; c++)
+        acc[c] = _mm512_set1_ps(cv->b ? cv->b[cb * CO + c] : 0.0f);
+    const float *w = wt + (size_t)cb * cin * k * CO;
+    for (int ci = 0; ci < cin; ci++) {
+        const float *Pc = P + (size_t)ci * st * L + t0;
+        for (int kk = 0; kk < k; kk++, w += CO) {
+            int off = kk * dil;
+            __m512 x = _mm512_loadu_ps(Pc + (size_t)(off % st) * L + off / st);
+            #pragma GCC unroll 16
+            for (int c = 0; c < CO; c++)
+                acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(w[c]), x, acc[c]);
+        }
+    }
+    int len = cv->tout - t0 < 16 ? cv->tout - t0 : 16;
+    for (int c = 0; c < CO; c++)
+        _mm512_mask_storeu_ps(Y + (size_t)(cb * CO + c) * ldy + t0, (__mmask16)((1u << len) - 1), acc[c]);
+}
+
 __attribute__((target("avx512f,fma")))
 void mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
                       size_t ldy)
 {
+    if (mimi_direct_t(cv) == 16) {
+        tile16(cv, wt, P, cb, t0, Y, ldy);
+        return;
+    }
     const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil;
     const size_t L = phase_len(cv);
     __m512 acc[DC_CO][3];

@@ -167,21 +167,23 @@ void mimi_skinny_rows(const float *W, size_t ldw, int n0, int n1, const float *V
                       int K, float *C, size_t ldc_row, size_t ldc_vec, float beta);
 
 /* The direct convolution (mimi_conv.c) of the layers with a long time
- * axis: eligible (an ordinary conv, cout a multiple of 8, at least 64
- * output steps, AVX-512F); a session's padded input is
+ * axis: eligible (an ordinary conv, at least 16 output steps, cout a
+ * multiple of the tile's mimi_direct_co channels, AVX-512F); a tile is
+ * mimi_direct_co channels x mimi_direct_t steps; a session's padded input is
  * mimi_direct_pad_floats, cin channels of equal length, built by
  * mimi_direct_pad from the channel's context [ctx] and input [tin]; the
- * weights reordered by mimi_direct_weights into weight_floats; a tile is
- * output channels cb*8.. and steps t0..t0+47 of one session, written to
- * Y [cout][ldy] (the session's first step at Y). */
+ * weights reordered by mimi_direct_weights into weight_floats; tile cb,
+ * t0 is output channels cb*co.. and steps t0.. of one session, written
+ * to Y [cout][ldy] (the session's first step at Y). */
 int    mimi_direct_eligible(const mimi_conv *cv);
+int    mimi_direct_co(const mimi_conv *cv);
+int    mimi_direct_t(const mimi_conv *cv);
 size_t mimi_direct_pad_floats(const mimi_conv *cv);
 size_t mimi_direct_weight_floats(const mimi_conv *cv);
 void   mimi_direct_weights(const mimi_conv *cv, float *wt);
 void   mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, float *P);
 void   mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
                         size_t ldy);
-enum { MIMI_DIRECT_CO = 8, MIMI_DIRECT_T = 48 };
 
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
