@@ -22,7 +22,7 @@
 
 #include <string.h>
 
-enum { DC_CO = 8, DC_T = 48, DC_MARGIN = DC_T + 16 };
+enum { DC_CO = 8, DC_T = 48, DC_MARGIN = DC_T + 16, DC_KMAX = 64 /* taps */ };
 
 /* The tile's shape: 8 channels x 48 steps from 64 steps on, else 16
  * channels x 16 steps (the deeper layers: 16 steps a frame, more
@@ -33,7 +33,7 @@ int mimi_direct_t(const mimi_conv *cv) { return cv->tout >= 64 ? DC_T : 16; }
 int mimi_direct_eligible(const mimi_conv *cv)
 {
     return !cv->tr && !cv->grouped && cv->tout >= 16 && cv->cout % mimi_direct_co(cv) == 0 &&
-           mimi_skinny_ok();
+           cv->k <= DC_KMAX && mimi_skinny_ok();
 }
 
 /* steps a phase holds: every padded step, and room for a tile's overrun */
@@ -72,6 +72,16 @@ void mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, floa
     }
 }
 
+/* where tap kk's input starts in a channel's padded phases: phase
+ * (kk dil) % stride, step (kk dil) / stride (no division in the loop) */
+static void tap_offsets(const mimi_conv *cv, size_t L, size_t *offs)
+{
+    for (int kk = 0; kk < cv->k; kk++) {
+        int off = kk * cv->dil;
+        offs[kk] = (size_t)(off % cv->stride) * L + (size_t)(off / cv->stride);
+    }
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -80,17 +90,18 @@ __attribute__((target("avx512f,fma")))
 static void tile16(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
                    size_t ldy)
 {
-    const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil, CO = 2 * DC_CO;
+    const int cin = cv->cin, k = cv->k, st = cv->stride, CO = 2 * DC_CO;
     const size_t L = phase_len(cv);
     __m512 acc[2 * DC_CO];
     for (int c = 0; c < CO; c++)
         acc[c] = _mm512_set1_ps(cv->b ? cv->b[cb * CO + c] : 0.0f);
     const float *w = wt + (size_t)cb * cin * k * CO;
+    size_t offs[DC_KMAX];
+    tap_offsets(cv, L, offs);
     for (int ci = 0; ci < cin; ci++) {
         const float *Pc = P + (size_t)ci * st * L + t0;
         for (int kk = 0; kk < k; kk++, w += CO) {
-            int off = kk * dil;
-            __m512 x = _mm512_loadu_ps(Pc + (size_t)(off % st) * L + off / st);
+            __m512 x = _mm512_loadu_ps(Pc + offs[kk]);
             #pragma GCC unroll 16
             for (int c = 0; c < CO; c++)
                 acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(w[c]), x, acc[c]);
@@ -109,7 +120,7 @@ void mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int 
         tile16(cv, wt, P, cb, t0, Y, ldy);
         return;
     }
-    const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil;
+    const int cin = cv->cin, k = cv->k, st = cv->stride;
     const size_t L = phase_len(cv);
     __m512 acc[DC_CO][3];
     for (int c = 0; c < DC_CO; c++) {
@@ -117,11 +128,12 @@ void mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int 
         acc[c][0] = acc[c][1] = acc[c][2] = b;
     }
     const float *w = wt + (size_t)cb * cin * k * DC_CO;
+    size_t offs[DC_KMAX];
+    tap_offsets(cv, L, offs);
     for (int ci = 0; ci < cin; ci++) {
         const float *Pc = P + (size_t)ci * st * L + t0;
         for (int kk = 0; kk < k; kk++, w += DC_CO) {
-            int off = kk * dil;
-            const float *x = Pc + (size_t)(off % st) * L + off / st;
+            const float *x = Pc + offs[kk];
             __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16), x2 = _mm512_loadu_ps(x + 32);
             #pragma GCC unroll 8
             for (int c = 0; c < DC_CO; c++) {
