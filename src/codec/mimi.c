@@ -90,7 +90,8 @@ typedef struct par_job {
     const float *X;     /* conv input; elementwise source */
     const float *wt;    /* the direct convolution's reordered weights */
     float *Y;           /* conv output; elementwise destination */
-    size_t n0, nc, n;   /* im2col: the chunk's columns; elementwise: floats */
+    size_t n0, nc, n;   /* im2col: the chunk's columns (direct: n0 the first session);
+                           elementwise: floats */
     int kind;           /* elementwise: 0 ELU, 1 add, 2 GELU */
     /* attention */
     const mimi_tlayer *l;
@@ -206,8 +207,7 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     w->vt_k = k;
     for (int i = 0; i < m->n_enc + m->n_dec; i++) {
         const mimi_conv *cv = i < m->n_enc ? &m->enc[i] : &m->dec[i - m->n_enc];
-        size_t pad = mimi_direct_pad_floats(cv) * B;
-        if (!mimi_direct_eligible(cv) || pad > w->col_floats)
+        if (!mimi_direct_eligible(cv) || mimi_direct_pad_floats(cv) > w->col_floats)
             continue;   /* im2col + sgemm */
         float *wt = alloc_f(mimi_direct_weight_floats(cv), &w->bytes, &bad);
         if (wt)
@@ -676,11 +676,11 @@ static const float *direct_weights(const mimi_batch *w, const mimi_conv *cv)
 static void it_direct_pad(mimi_batch *w, const par_job *j, int it, int tid)
 {
     const mimi_conv *cv = j->cv;
-    const int b = it / cv->cin, ci = it % cv->cin;
+    const int lb = it / cv->cin, b = (int)j->n0 + lb, ci = it % cv->cin;
     const size_t per = mimi_direct_pad_floats(cv), Nin = (size_t)j->B * cv->tin;
     (void)tid;
     mimi_direct_pad(cv, j->S[b]->x + cv->st + (size_t)ci * cv->ctx, j->X + (size_t)ci * Nin + (size_t)b * cv->tin,
-                    w->col + b * per + ci * (per / cv->cin));
+                    w->col + lb * per + ci * (per / cv->cin));
 }
 
 /* item (b, channel block, step tile) of the direct convolution */
@@ -688,9 +688,9 @@ static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
 {
     const mimi_conv *cv = j->cv;
     const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T, ncb = cv->cout / mimi_direct_co(cv);
-    const int b = it / (ncb * nt), cb = it / nt % ncb, t = it % nt;
+    const int lb = it / (ncb * nt), b = (int)j->n0 + lb, cb = it / nt % ncb, t = it % nt;
     (void)tid;
-    mimi_direct_tile(cv, j->wt, w->col + (size_t)b * mimi_direct_pad_floats(cv), cb, t * T,
+    mimi_direct_tile(cv, j->wt, w->col + (size_t)lb * mimi_direct_pad_floats(cv), cb, t * T,
                      j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
 }
 
@@ -714,10 +714,15 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
     job->X = X;
     job->Y = Y;
     job->wt = direct_weights(w, cv);
-    if (job->wt) {   /* mimi_conv.c, the bias its own */
-        par_run(w, it_direct_pad, B * cin);
-        par_run(w, it_direct_tile,
-                B * (cout / mimi_direct_co(cv)) * ((tout + mimi_direct_t(cv) - 1) / mimi_direct_t(cv)));
+    if (job->wt) {   /* mimi_conv.c, the bias its own; as many sessions at a time as w->col holds */
+        int G = (int)(w->col_floats / mimi_direct_pad_floats(cv));
+        for (int b0 = 0; b0 < B; b0 += G) {
+            int nb = B - b0 < G ? B - b0 : G;
+            job->n0 = (size_t)b0;
+            par_run(w, it_direct_pad, nb * cin);
+            par_run(w, it_direct_tile,
+                    nb * (cout / mimi_direct_co(cv)) * ((tout + mimi_direct_t(cv) - 1) / mimi_direct_t(cv)));
+        }
     } else
         fill_bias(Y, cv->b, cout, N);
     if (job->wt) {
