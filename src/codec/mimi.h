@@ -163,10 +163,11 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES]);
  * and, for a convolution, cin->cout k stride steps; 0, or -1 past the end. */
 int  mimi_batch_op_seconds(const mimi_batch *w, double *out, int max);
 int  mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len);
-/* The kernels: 0 the current ones (default), 1 the previous ones (the
- * products of up to 2 vectors on dot8_multi, the rest on sgemm), kept
- * for side-by-side benchmarks (mt-benchcodec --compare). Both pass the
- * same tests (test_mimi). */
+/* The kernels: 0 the current ones (default: mimi_conv.c's direct
+ * convolution, mimi_skinny.c's products of up to 8 vectors), 1 the
+ * previous ones (im2col + sgemm, products of up to 2 vectors on
+ * dot8_multi), kept for side-by-side benchmarks (mt-benchcodec
+ * --compare); test_mimi checks the current ones. */
 void mimi_batch_old_kernels(mimi_batch *w, int old);
 /* FLOPs per session-frame of each stage, encode (dir 0) or decode (1). */
 void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES]);
