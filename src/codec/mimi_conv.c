@@ -66,8 +66,16 @@ void mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, floa
     for (int p = 0; p < st; p++) {
         float *ph = P + (size_t)p * L;
         size_t u = 0;
-        for (int q = p; q < n; q += st)
-            ph[u++] = q < c ? ctx[q] : x[q - c];
+        int q = p;
+        for (; q < c; q += st)   /* the context's steps, then the input's */
+            ph[u++] = ctx[q];
+        if (st == 1) {
+            memcpy(ph + u, x + (q - c), (size_t)(n - q) * sizeof *ph);
+            u += (size_t)(n - q);
+        } else {
+            for (int i = q - c; i < n - c; i += st)
+                ph[u++] = x[i];
+        }
         memset(ph + u, 0, (L - u) * sizeof *ph);
     }
 }
