@@ -107,6 +107,7 @@ static double median(double *v, int n)
  * encode op on each (ms a frame of the batch; with one thread, its CPU
  * time):
  *   compare B= enc_old_ms= enc_new_ms= dec_old_ms= dec_new_ms= enc_ratio=
+ *           workspace_bytes= (the batch's, the direct kernel's weights included)
  *   layer B= op= what= old_ms= new_ms= */
 static int compare(mimi_model *m, int B, int frames, int layers)
 {
@@ -160,7 +161,8 @@ static int compare(mimi_model *m, int B, int frames, int layers)
         }
     double eo = median(t[0], frames), en = median(t[1], frames);
     printf("compare B=%d threads=%d frames=%d enc_old_ms=%.2f enc_new_ms=%.2f dec_old_ms=%.2f dec_new_ms=%.2f "
-           "enc_ratio=%.2f\n", B, threads, frames, eo, en, median(t[2], frames), median(t[3], frames), en / eo);
+           "enc_ratio=%.2f workspace_bytes=%zu\n", B, threads, frames, eo, en, median(t[2], frames),
+           median(t[3], frames), en / eo, mimi_batch_bytes(w));
     for (int i = 0; layers && i < nops && i < MAXOPS; i++) {
         char what[96];
         mimi_op_describe(m, 0, i, what, sizeof what);
