@@ -38,7 +38,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -255,25 +254,6 @@ int mimi_batch_op_seconds(const mimi_batch *w, double *out, int max)
 }
 
 void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old != 0; }
-
-int mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len)
-{
-    static const char *kinds[] = { "conv", "convtr", "elu", "add", "transformer", "quantize",
-                                   "dequantize" };
-    const mimi_graph *g = dir ? &m->gdec : &m->genc;
-    if (i < 0 || i >= g->n)
-        return -1;
-    const mimi_op *o = &g->op[i];
-    const mimi_conv *cv = o->cv;
-    if (cv)
-        snprintf(buf, len, "%s:%d->%d:k%d:s%d:t%d", kinds[o->kind], cv->cin, cv->cout, cv->k,
-                 cv->stride, cv->tr ? cv->tin : cv->tout);
-    else if (o->kind == MIMI_OP_ELU || o->kind == MIMI_OP_ADD)
-        snprintf(buf, len, "%s:%zu", kinds[o->kind], o->n);
-    else
-        snprintf(buf, len, "%s:%d", kinds[o->kind], o->which);
-    return 0;
-}
 
 int mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen)
 {
