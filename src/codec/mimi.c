@@ -541,10 +541,7 @@ static void par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_
     par_run(w, it_elt, (int)((n + ELT_CHUNK - 1) / ELT_CHUNK));
 }
 
-/* The elementwise and attention loops use util/vec8.h's eight-float
- * vectors. */
-
-/* ---- elementwise (ELU and GELU in mimi_elt.c) ------------------------------ */
+/* ---- elementwise (ELU and GELU in mimi_elt.c; util/vec8.h's vectors) ------ */
 
 static void add_into(float *dst, const float *src, size_t n)
 {
@@ -652,26 +649,43 @@ static const float *direct_weights(const mimi_batch *w, const mimi_conv *cv)
     return NULL;
 }
 
-/* item (b, ci): session b's channel ci, context and input, padded into w->col */
+/* The direct convolution's items, few enough that claiming them (one at
+ * a time, on a shared counter) costs nothing beside their work. */
+enum { PAD_CH = 16, TILE_GROUPS = 4 };   /* channels a pad item; runs of tiles a session */
+
+/* item (b, channel group): session b's channels, context and input, padded into w->col */
 static void it_direct_pad(mimi_batch *w, const par_job *j, int it, int tid)
 {
     const mimi_conv *cv = j->cv;
-    const int lb = it / cv->cin, b = (int)j->n0 + lb, ci = it % cv->cin;
+    const int ng = (cv->cin + PAD_CH - 1) / PAD_CH, lb = it / ng, b = (int)j->n0 + lb;
     const size_t per = mimi_direct_pad_floats(cv), Nin = (size_t)j->B * cv->tin;
     (void)tid;
-    mimi_direct_pad(cv, j->S[b]->x + cv->st + (size_t)ci * cv->ctx, j->X + (size_t)ci * Nin + (size_t)b * cv->tin,
-                    w->col + lb * per + ci * (per / cv->cin));
+    for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
+        mimi_direct_pad(cv, j->S[b]->x + cv->st + (size_t)ci * cv->ctx,
+                        j->X + (size_t)ci * Nin + (size_t)b * cv->tin, w->col + lb * per + ci * (per / cv->cin));
 }
 
-/* item (b, channel block, step tile) of the direct convolution */
+/* the direct convolution's tile items of one session: channel blocks x
+ * runs of step tiles; *per_run: tiles a run */
+static int direct_items(const mimi_conv *cv, int *per_run)
+{
+    const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T;
+    *per_run = (nt + TILE_GROUPS - 1) / TILE_GROUPS;
+    return cv->cout / mimi_direct_co(cv) * ((nt + *per_run - 1) / *per_run);
+}
+
+/* item (b, channel block, run of step tiles) of the direct convolution */
 static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
 {
     const mimi_conv *cv = j->cv;
     const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T, ncb = cv->cout / mimi_direct_co(cv);
-    const int lb = it / (ncb * nt), b = (int)j->n0 + lb, cb = it / nt % ncb, t = it % nt;
+    int per_run;
+    const int nruns = direct_items(cv, &per_run) / ncb;
+    const int lb = it / (ncb * nruns), b = (int)j->n0 + lb, cb = it / nruns % ncb, r = it % nruns;
     (void)tid;
-    mimi_direct_tile(cv, j->wt, w->col + (size_t)lb * mimi_direct_pad_floats(cv), cb, t * T,
-                     j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
+    for (int t = r * per_run; t < nt && t < (r + 1) * per_run; t++)
+        mimi_direct_tile(cv, j->wt, w->col + (size_t)lb * mimi_direct_pad_floats(cv), cb, t * T,
+                         j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
 }
 
 /* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
@@ -698,10 +712,10 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
         int G = (int)(w->col_floats / mimi_direct_pad_floats(cv));
         for (int b0 = 0; b0 < B; b0 += G) {
             int nb = B - b0 < G ? B - b0 : G;
+            int per_run;
             job->n0 = (size_t)b0;
-            par_run(w, it_direct_pad, nb * cin);
-            par_run(w, it_direct_tile,
-                    nb * (cout / mimi_direct_co(cv)) * ((tout + mimi_direct_t(cv) - 1) / mimi_direct_t(cv)));
+            par_run(w, it_direct_pad, nb * ((cin + PAD_CH - 1) / PAD_CH));
+            par_run(w, it_direct_tile, nb * direct_items(cv, &per_run));
         }
     } else
         fill_bias(Y, cv->b, cout, N);
