@@ -13,6 +13,11 @@
 # on N threads of its own (mimi_batch_threads, OpenBLAS on one inside
 # it, as in mt-serve) beside OpenBLAS's sgemm on N threads; issue 49's
 # small-batch comparison: BENCH_CODEC_ARGS="--batches 1,2,8 --threads 2".
+# The last lines (issue 49 item 4): the previous kernels (im2col + sgemm,
+# dot8_multi) and the current ones (mimi_conv.c's direct convolution,
+# mimi_skinny.c's 8-vector products) alternating frame by frame at
+# B = 1, 2, 4 on 2 threads, medians (`compare` lines), and with one
+# thread each encode op's CPU time on both (`layer` lines, B = 1 and 4).
 set -u
 cd "$(dirname "$0")/.."
 H=${MT_TESTBIN:-build/tests}/mt-benchcodec
@@ -20,3 +25,5 @@ H=${MT_TESTBIN:-build/tests}/mt-benchcodec
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC') $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 # shellcheck disable=SC2086
 "$H" --batches 1,8,32,64 --frames 3 ${BENCH_CODEC_ARGS:-}
+"$H" --compare --batches 1,2,4 --frames 10 --threads 2
+"$H" --compare --layers --batches 1,4 --frames 5 --threads 1

@@ -1,6 +1,9 @@
 /* mimi.c: Mimi's streaming compute for a batch of sessions: causal
  * convolutions as im2col + one sgemm per layer (columns = every session's
- * output steps), transposed convolutions as one sgemm + overlap-add, the
+ * output steps), or, for the layers with a long time axis, mimi_conv.c's
+ * direct kernel; products of up to 8 vectors (a small batch's
+ * transformer steps, RVQ columns, last layers) on mimi_skinny.c's
+ * kernel; transposed convolutions as one sgemm + overlap-add, the
  * transformers with one sgemm per projection across the batch and
  * attention over each session's ring, the split RVQ with the distances as
  * one sgemm per codebook.
@@ -52,8 +55,10 @@ enum {
     ELT_CHUNK = 4096,   /* elementwise work item, floats (a multiple of 8) */
     ROW_TILE = 256,     /* the one-channel layer's work item, steps (a multiple of 32) */
     MAX_THREADS = 64,
-    SKINNY = DOT8_MULTI_MAX,   /* a product with at most this many vectors is
-                                  skinny (at 4, sgemm was the faster: issue 49) */
+    SKINNY = DOT8_MULTI_MAX,   /* the previous kernels: a product with at most this
+                                  many vectors is skinny (at 4, sgemm was the faster
+                                  than dot8_multi: issue 49) */
+    SKINNY_VT = MIMI_SKINNY_MAX > SKINNY ? MIMI_SKINNY_MAX : SKINNY,   /* vt's rows */
 };
 
 /* A product C [M][N] = op(A) op(B) + beta C (row-major, as cblas_sgemm)
@@ -82,8 +87,10 @@ typedef struct par_job {
     mimi_state *const *S;
     int B;
     const float *X;     /* conv input; elementwise source */
+    const float *wt;    /* the direct convolution's reordered weights */
     float *Y;           /* conv output; elementwise destination */
-    size_t n0, nc, n;   /* im2col: the chunk's columns; elementwise: floats */
+    size_t n0, nc, n;   /* im2col: the chunk's columns (direct: n0 the first session);
+                           elementwise: floats */
     int kind;           /* elementwise: 0 ELU, 1 add, 2 GELU */
     /* attention */
     const mimi_tlayer *l;
@@ -102,9 +109,14 @@ struct mimi_batch {
     float *xrow;       /* [MAX_THREADS][xrow_floats]: the one-channel layer's padded input */
     size_t xrow_floats;
     float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
-    float *vt;         /* [SKINNY][vt_k]: a skinny product's columns, made rows */
+    float *vt;         /* [SKINNY_VT][vt_k]: a skinny product's columns, made rows */
     size_t vt_k;
     double stage_s[MIMI_NSTAGES];
+    double op_s[MIMI_MAX_OPS];   /* the last call's time of each op */
+    int    op_n;
+    int    old_kern;   /* mimi_batch_old_kernels: the previous kernels */
+    float *wt[2 * MIMI_MAX_CONVS];   /* encoder's then decoder's convs: the direct
+                                        kernel's reordered weights, or NULL */
     int    cpu_clock;  /* stages timed in this thread's CPU time */
     /* threads */
     const mimi_model *m;
@@ -192,7 +204,16 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     for (int i = 0; i < 4; i++)
         k = ks[i] > k ? ks[i] : k;
     w->vt_k = k;
-    w->vt = alloc_f(k * SKINNY, &w->bytes, &bad);
+    for (int i = 0; i < m->n_enc + m->n_dec; i++) {
+        const mimi_conv *cv = i < m->n_enc ? &m->enc[i] : &m->dec[i - m->n_enc];
+        if (!mimi_direct_eligible(cv) || mimi_direct_pad_floats(cv) > w->col_floats)
+            continue;   /* im2col + sgemm */
+        float *wt = alloc_f(mimi_direct_weight_floats(cv), &w->bytes, &bad);
+        if (wt)
+            mimi_direct_weights(cv, wt);
+        w->wt[i < m->n_enc ? i : MIMI_MAX_CONVS + i - m->n_enc] = wt;
+    }
+    w->vt = alloc_f(k * SKINNY_VT, &w->bytes, &bad);
     if (bad) {
         mt_set_err(err, errlen, "mimi batch of %d: out of memory", max_batch);
         mimi_batch_free(w);
@@ -212,6 +233,8 @@ void mimi_batch_free(mimi_batch *w)
     free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
     free(w->xt); free(w->rcos); free(w->rsin);
     free(w->score); free(w->r); free(w->sc); free(w->sum2); free(w->vt);
+    for (int i = 0; i < 2 * MIMI_MAX_CONVS; i++)
+        free(w->wt[i]);
     free(w);
 }
 
@@ -222,6 +245,15 @@ void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES])
     for (int i = 0; i < MIMI_NSTAGES; i++)
         out[i] = w->stage_s[i];
 }
+
+int mimi_batch_op_seconds(const mimi_batch *w, double *out, int max)
+{
+    for (int i = 0; i < w->op_n && i < max; i++)
+        out[i] = w->op_s[i];
+    return w->op_n;
+}
+
+void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old != 0; }
 
 int mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen)
 {
@@ -405,10 +437,26 @@ static void skinny_tile(const gemm_job *j, const float *vt, int t)
     }
 }
 
+/* A tile of a skinny product on mimi_skinny.c's kernel (up to 8 vectors),
+ * the layouts as skinny_tile's. */
+static void skinny8_tile(const gemm_job *j, const float *vt, int t)
+{
+    int o = t * j->tile, dim = j->tb ? j->N : j->M;
+    int len = dim - o < j->tile ? dim - o : j->tile, nv = j->tb ? j->M : j->N;
+    if (j->tb)
+        mimi_skinny_rows(j->B, (size_t)j->ldb, o, o + len, j->A, (size_t)j->lda, nv, j->K, j->C, 1,
+                         (size_t)j->ldc, j->beta);
+    else
+        mimi_skinny_rows(j->A, (size_t)j->lda, o, o + len, vt, (size_t)j->K, nv, j->K, j->C,
+                         (size_t)j->ldc, 1, j->beta);
+}
+
 static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
 {
     (void)tid;
-    if (j->g.skinny)
+    if (j->g.skinny == 2)
+        skinny8_tile(&j->g, w->vt, i);
+    else if (j->g.skinny)
         skinny_tile(&j->g, w->vt, i);
     else
         gemm_tile(&j->g, i);
@@ -418,7 +466,8 @@ static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
  * SKINNY vectors; B's columns fit vt); copies B's columns into w->vt. */
 static int skinny_setup(mimi_batch *w, gemm_job *j)
 {
-    if (j->ta || (j->tb ? j->M : j->N) > SKINNY || (size_t)j->K > w->vt_k)
+    int wide = !w->old_kern && mimi_skinny_ok();
+    if (j->ta || (j->tb ? j->M : j->N) > (wide ? MIMI_SKINNY_MAX : SKINNY) || (size_t)j->K > w->vt_k)
         return 0;
     if (!j->tb)
         for (int v = 0; v < j->N; v++)
@@ -426,7 +475,7 @@ static int skinny_setup(mimi_batch *w, gemm_job *j)
                 w->vt[(size_t)v * j->K + k] = j->B[(size_t)k * j->ldb + v];
     int dim = j->tb ? j->N : j->M;
     int tile = ((dim + MAX_TILES - 1) / MAX_TILES + 15) / 16 * 16;
-    j->skinny = 1;
+    j->skinny = wide ? 2 : 1;
     j->tile = tile < dim ? tile : dim;
     j->ntiles = (dim + j->tile - 1) / j->tile;
     return 1;
@@ -443,7 +492,9 @@ static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const f
     gemm_job *j = &w->job.g;
     *j = (gemm_job){ ta, tb, M, N, K, A, B, lda, ldb, ldc, beta, C, M >= N, 0, 1, 0 };
     if (skinny_setup(w, j)) {
-        if (j->ntiles == 1)
+        if (j->ntiles == 1 && j->skinny == 2)
+            skinny8_tile(j, w->vt, 0);
+        else if (j->ntiles == 1)
             skinny_tile(j, w->vt, 0);
         else
             par_run(w, it_gemm, j->ntiles);
@@ -490,107 +541,7 @@ static void par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_
     par_run(w, it_elt, (int)((n + ELT_CHUNK - 1) / ELT_CHUNK));
 }
 
-/* The elementwise and attention loops use util/vec8.h's eight-float
- * vectors. */
-
-/* ---- elementwise --------------------------------------------------------- */
-
-/* ELU (alpha 1): x > 0 ? x : expm1(x), 8 lanes at a time with GCC's vector
- * extension (one AVX register in the x86-64-v3 clone chosen at load time,
- * two SSE ones in the default clone; libm's expm1f was a fifth of the
- * codec's time): x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 in two
- * parts), expm1(r) by its Taylor polynomial to r^7 (truncation 2e-9
- * relative), then expm1(x) = 2^n expm1(r) + (2^n - 1); within 2 ulp of
- * expm1f over [-87, 0] (below, -1 to the float), checked by test_mimi.
- * dst may be src. */
-/* m ? a : b, lane by lane, m all-ones or 0 */
-#define v8_sel(m, a, b) ((v8f)(((v8i)(a) & (m)) | ((v8i)(b) & ~(m))))
-
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-void mimi_elu(float *dst, const float *src, size_t n)
-{
-    const v8f lo = { -87, -87, -87, -87, -87, -87, -87, -87 }, zero = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f x = load8(src + i);
-        v8f xn = v8_sel(x < lo, lo, x);
-        xn = v8_sel(xn > zero, zero, xn);
-        v8f t = xn * 1.44269504088896341f;
-        v8f fn = (t + 12582912.0f) - 12582912.0f;   /* round to nearest */
-        v8f r = (xn - fn * 0.693145751953125f) - fn * 1.428606765330187e-06f;
-        v8f p = r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-                r * (1.0f / 720 + r * (1.0f / 5040)))))));
-        v8i e = (__builtin_convertvector(fn, v8i) + 127) << 23;
-        v8f sc = (v8f)e;
-        store8(dst + i, v8_sel(x > zero, x, sc * p + (sc - 1.0f)));
-    }
-    for (; i < n; i++)
-        dst[i] = src[i] > 0 ? src[i] : expm1f(src[i]);
-}
-
-/* e^x for x <= 0, 8 at a time: Cephes' expf (x = n ln2 + r with |r| <=
- * ln2/2, a degree-6 polynomial for e^r, 2^n put in the exponent bits),
- * relative error about 2e-7; x clamped below at -87 (2^n stays normal). */
-#define exp8(x_) ({                                                          \
-    v8f x8_ = (x_);                                                         \
-    x8_ = v8_sel(x8_ < splat8(-87.0f), splat8(-87.0f), x8_);                \
-    v8f t8_ = x8_ * splat8(1.44269504088896341f) + splat8(12582912.0f);    \
-    v8f n8_ = t8_ - splat8(12582912.0f);   /* round(x / ln2); 1.5 * 2^23 */ \
-    v8f r8_ = x8_ - n8_ * splat8(0.693359375f);                             \
-    r8_ = r8_ - n8_ * splat8(-2.12194440e-4f);                              \
-    v8f p8_ = splat8(1.9875691500e-4f);                                     \
-    p8_ = p8_ * r8_ + splat8(1.3981999507e-3f);                             \
-    p8_ = p8_ * r8_ + splat8(8.3334519073e-3f);                             \
-    p8_ = p8_ * r8_ + splat8(4.1665795894e-2f);                             \
-    p8_ = p8_ * r8_ + splat8(1.6666665459e-1f);                             \
-    p8_ = p8_ * r8_ + splat8(5.0000001201e-1f);                             \
-    p8_ = p8_ * (r8_ * r8_) + r8_ + splat8(1.0f);                           \
-    v8i e8_ = (v8i)t8_ - (v8i)splat8(12582912.0f);   /* n in the low bits */\
-    p8_ * (v8f)((e8_ + 127) << 23);                                         \
-})
-
-/* GELU (exact form): x * (1 + erf(x / sqrt 2)) / 2 in place, 8 lanes at a
- * time (libm's erff was a fortieth of the codec's time). erf(a) for
- * |a| < 0.875 is a * P(a^2), P of degree 6 (relative error 7e-10); above,
- * 1 - e^Q(|a| - 2.5) with Q of degree 9 fitting log erfc over [0.875, 4]
- * (3.8e-8 in the log), and 1 from 4 on, where erff is 1 too; both fitted
- * by least squares in float64. Within 4e-7 of the erf form times
- * max(1, |x|) over [-20, 20], checked by test_mimi. */
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-void mimi_gelu(float *x, size_t n)
-{
-    static const float P[7] = { 1.128379167e+00f, -3.761263689e-01f, 1.128374661e-01f,
-                                -2.686239949e-02f, 5.208938301e-03f, -8.238105625e-04f,
-                                8.799593722e-05f };
-    static const float Q[10] = { -7.806815278e+00f, -5.352680721e+00f, -9.438936294e-01f,
-                                 -1.085830318e-02f, 2.165130732e-03f, -4.204519530e-04f,
-                                 7.741855308e-05f, -1.314621355e-05f, 1.608188980e-06f,
-                                 -2.880277838e-08f };
-    const v8i sign = { INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN,
-                       INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f z = load8(x + i);
-        v8f a = z * splat8(0.70710678118654752f);
-        v8f t = (v8f)((v8i)a & ~sign);
-        v8f s = a * a;
-        v8f ps = splat8(P[6]);
-        for (int j = 5; j >= 0; j--)
-            ps = ps * s + splat8(P[j]);
-        ps = ps * a;
-        v8f u = v8_sel(t > splat8(4.0f), splat8(4.0f), t) - splat8(2.5f);
-        v8f q = splat8(Q[9]);
-        for (int j = 8; j >= 0; j--)
-            q = q * u + splat8(Q[j]);
-        v8f pl = splat8(1.0f) - exp8(q);
-        pl = v8_sel(t >= splat8(4.0f), splat8(1.0f), pl);
-        pl = (v8f)((v8i)pl | ((v8i)a & sign));
-        v8f e = v8_sel(t < splat8(0.875f), ps, pl);
-        store8(x + i, splat8(0.5f) * z * (splat8(1.0f) + e));
-    }
-    for (; i < n; i++)
-        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
-}
+/* ---- elementwise (ELU and GELU in mimi_elt.c; util/vec8.h's vectors) ------ */
 
 static void add_into(float *dst, const float *src, size_t n)
 {
@@ -685,6 +636,58 @@ static void it_im2col(mimi_batch *w, const par_job *j, int ci, int tid)
     }
 }
 
+/* The direct kernel's reordered weights of cv, or NULL (not eligible) */
+static const float *direct_weights(const mimi_batch *w, const mimi_conv *cv)
+{
+    const mimi_model *m = w->m;
+    if (w->old_kern)
+        return NULL;
+    if (cv >= m->enc && cv < m->enc + m->n_enc)
+        return w->wt[cv - m->enc];
+    if (cv >= m->dec && cv < m->dec + m->n_dec)
+        return w->wt[MIMI_MAX_CONVS + (cv - m->dec)];
+    return NULL;
+}
+
+/* The direct convolution's items, few enough that claiming them (one at
+ * a time, on a shared counter) costs nothing beside their work. */
+enum { PAD_CH = 16, TILE_GROUPS = 4 };   /* channels a pad item; runs of tiles a session */
+
+/* item (b, channel group): session b's channels, context and input, padded into w->col */
+static void it_direct_pad(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int ng = (cv->cin + PAD_CH - 1) / PAD_CH, lb = it / ng, b = (int)j->n0 + lb;
+    const size_t per = mimi_direct_pad_floats(cv), Nin = (size_t)j->B * cv->tin;
+    (void)tid;
+    for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
+        mimi_direct_pad(cv, j->S[b]->x + cv->st + (size_t)ci * cv->ctx,
+                        j->X + (size_t)ci * Nin + (size_t)b * cv->tin, w->col + lb * per + ci * (per / cv->cin));
+}
+
+/* the direct convolution's tile items of one session: channel blocks x
+ * runs of step tiles; *per_run: tiles a run */
+static int direct_items(const mimi_conv *cv, int *per_run)
+{
+    const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T;
+    *per_run = (nt + TILE_GROUPS - 1) / TILE_GROUPS;
+    return cv->cout / mimi_direct_co(cv) * ((nt + *per_run - 1) / *per_run);
+}
+
+/* item (b, channel block, run of step tiles) of the direct convolution */
+static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T, ncb = cv->cout / mimi_direct_co(cv);
+    int per_run;
+    const int nruns = direct_items(cv, &per_run) / ncb;
+    const int lb = it / (ncb * nruns), b = (int)j->n0 + lb, cb = it / nruns % ncb, r = it % nruns;
+    (void)tid;
+    for (int t = r * per_run; t < nt && t < (r + 1) * per_run; t++)
+        mimi_direct_tile(cv, j->wt, w->col + (size_t)lb * mimi_direct_pad_floats(cv), cb, t * T,
+                         j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
+}
+
 /* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
 static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
                      const float *X, float *Y)
@@ -698,14 +701,26 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
                 for (int ci = 0; ci < cin; ci++)
                     for (int j = 0; j < ctx; j++)
                         S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
-    fill_bias(Y, cv->b, cout, N);
     par_job *job = &w->job;
     job->cv = cv;
     job->S = S;
     job->B = B;
     job->X = X;
     job->Y = Y;
-    if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
+    job->wt = direct_weights(w, cv);
+    if (job->wt) {   /* mimi_conv.c, the bias its own; as many sessions at a time as w->col holds */
+        int G = (int)(w->col_floats / mimi_direct_pad_floats(cv));
+        for (int b0 = 0; b0 < B; b0 += G) {
+            int nb = B - b0 < G ? B - b0 : G;
+            int per_run;
+            job->n0 = (size_t)b0;
+            par_run(w, it_direct_pad, nb * ((cin + PAD_CH - 1) / PAD_CH));
+            par_run(w, it_direct_tile, nb * direct_items(cv, &per_run));
+        }
+    } else
+        fill_bias(Y, cv->b, cout, N);
+    if (job->wt) {
+    } else if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
         par_run(w, it_conv_row, B * ((tout + ROW_TILE - 1) / ROW_TILE));
     } else if (k == 1 && st == 1) {
         par_gemm(w, 0, 0, cout, (int)N, cin, cv->w, cin, X, (int)Nin, 1.0f, Y, (int)N);
@@ -1126,6 +1141,7 @@ static void run_graph_call(void *arg)
         float *dst = o->dst == MIMI_BUF_IO ? pcm_out : A[o->dst];
         double t0 = now_s(w);
         mimi_rvq_span rg = mimi_rvq_group(m, o->which);
+        w->op_s[i] = 0;
         if ((o->kind == MIMI_OP_QUANTIZE || o->kind == MIMI_OP_DEQUANTIZE) && rg.n == 0)
             continue;   /* a group without codebooks */
         switch (o->kind) {
@@ -1139,8 +1155,11 @@ static void run_graph_call(void *arg)
         case MIMI_OP_QUANTIZE:    quantize(m, w, rg, B, src, codes_out); break;
         case MIMI_OP_DEQUANTIZE:  dequantize(m, w, rg, o->which, B, codes_in, dst); break;
         }
-        w->stage_s[o->stage] += now_s(w) - t0;
+        double dt = now_s(w) - t0;
+        w->stage_s[o->stage] += dt;
+        w->op_s[i] = dt;
     }
+    w->op_n = g->n;
 }
 
 int mimi_encode(const mimi_model *m, mimi_batch *w, mimi_state *const *S, int B,

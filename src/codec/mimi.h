@@ -156,6 +156,19 @@ int mimi_decode(const mimi_model *m, mimi_batch *w, mimi_state *const *s, int B,
 void mimi_batch_time_cpu(mimi_batch *w, int on);
 enum { MIMI_ST_SEANET, MIMI_ST_TRANSFORMER, MIMI_ST_RESAMPLE, MIMI_ST_RVQ, MIMI_NSTAGES };
 void mimi_batch_stage_seconds(const mimi_batch *w, double out[MIMI_NSTAGES]);
+/* Per-op timings of the last call (seconds, the same clock as the
+ * stages), op i of the call's graph, for the benchmark's per-layer
+ * breakdown: returns the op count (at most max written to out).
+ * mimi_op_describe names op i of encode (dir 0) or decode (1): its kind
+ * and, for a convolution, cin->cout k stride steps; 0, or -1 past the end. */
+int  mimi_batch_op_seconds(const mimi_batch *w, double *out, int max);
+int  mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len);
+/* The kernels: 0 the current ones (default: mimi_conv.c's direct
+ * convolution, mimi_skinny.c's products of up to 8 vectors), 1 the
+ * previous ones (im2col + sgemm, products of up to 2 vectors on
+ * dot8_multi), kept for side-by-side benchmarks (mt-benchcodec
+ * --compare); test_mimi checks the current ones. */
+void mimi_batch_old_kernels(mimi_batch *w, int old);
 /* FLOPs per session-frame of each stage, encode (dir 0) or decode (1). */
 void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES]);
 

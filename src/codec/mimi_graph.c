@@ -1,12 +1,14 @@
 /* mimi_graph.c: builds Mimi's encode and decode graphs (mimi_impl.h), the
  * one description of the layer sequence that the CPU (mimi.c) and CUDA
- * (mimi_cuda.c) backends both walk, and costs them (mimi_stage_flops).
+ * (mimi_cuda.c) backends both walk, costs them (mimi_stage_flops) and
+ * names an op for the benchmark (mimi_op_describe).
  * mimi_model.c's walk calls the builders in the order the layers apply;
  * here the ops get their buffers: the running activation moves through
  * four ping-pong buffers (mod 4), a residual unit using the three after
  * it as scratch. */
 #include "codec/mimi_impl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static mimi_op *push(mimi_graph *g, mimi_op_kind kind, int stage)
@@ -134,3 +136,24 @@ static double total_flops(const mimi_model *m, int dir)
 
 double mimi_encode_flops(const mimi_model *m) { return total_flops(m, 0); }
 double mimi_decode_flops(const mimi_model *m) { return total_flops(m, 1); }
+
+/* ---- naming an op (the benchmark's per-layer lines) ---------------------------- */
+
+int mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len)
+{
+    static const char *kinds[] = { "conv", "convtr", "elu", "add", "transformer", "quantize",
+                                   "dequantize" };
+    const mimi_graph *g = dir ? &m->gdec : &m->genc;
+    if (i < 0 || i >= g->n)
+        return -1;
+    const mimi_op *o = &g->op[i];
+    const mimi_conv *cv = o->cv;
+    if (cv)
+        snprintf(buf, len, "%s:%d->%d:k%d:s%d:t%d", kinds[o->kind], cv->cin, cv->cout, cv->k,
+                 cv->stride, cv->tr ? cv->tin : cv->tout);
+    else if (o->kind == MIMI_OP_ELU || o->kind == MIMI_OP_ADD)
+        snprintf(buf, len, "%s:%zu", kinds[o->kind], o->n);
+    else
+        snprintf(buf, len, "%s:%d", kinds[o->kind], o->which);
+    return 0;
+}

@@ -157,6 +157,34 @@ static inline mimi_rvq_span mimi_rvq_group(const mimi_model *m, int which)
     return s;
 }
 
+/* The few-vector product (mimi_skinny.c): C at row n, vector v
+ * (C + n ldc_row + v ldc_vec) = W_n . V_v (+ beta C), rows n0..n1-1 of
+ * W [rows][ldw], nv <= MIMI_SKINNY_MAX vectors V [nv][ldv], K floats
+ * each. mimi_skinny_ok: this CPU runs it (AVX-512F). */
+enum { MIMI_SKINNY_MAX = 8 };
+int  mimi_skinny_ok(void);
+void mimi_skinny_rows(const float *W, size_t ldw, int n0, int n1, const float *V, size_t ldv, int nv,
+                      int K, float *C, size_t ldc_row, size_t ldc_vec, float beta);
+
+/* The direct convolution (mimi_conv.c) of the layers with a long time
+ * axis: eligible (an ordinary conv, at least 16 output steps, cout a
+ * multiple of the tile's mimi_direct_co channels, AVX-512F); a tile is
+ * mimi_direct_co channels x mimi_direct_t steps; a session's padded input is
+ * mimi_direct_pad_floats, cin channels of equal length, built by
+ * mimi_direct_pad from the channel's context [ctx] and input [tin]; the
+ * weights reordered by mimi_direct_weights into weight_floats; tile cb,
+ * t0 is output channels cb*co.. and steps t0.. of one session, written
+ * to Y [cout][ldy] (the session's first step at Y). */
+int    mimi_direct_eligible(const mimi_conv *cv);
+int    mimi_direct_co(const mimi_conv *cv);
+int    mimi_direct_t(const mimi_conv *cv);
+size_t mimi_direct_pad_floats(const mimi_conv *cv);
+size_t mimi_direct_weight_floats(const mimi_conv *cv);
+void   mimi_direct_weights(const mimi_conv *cv, float *wt);
+void   mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, float *P);
+void   mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
+                        size_t ldy);
+
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
 /* GELU (the erf form) in place (mimi.c). */

@@ -3,6 +3,7 @@
  * run with the same thread count, for bench/bench_codec.sh.
  *
  *   mt-benchcodec [-c SPEC] [--batches 1,8,32,64] [--frames F] [--threads T]
+ *                 [--codebooks N] [--compare [--layers]]
  *
  * For each batch B: B sessions, one warm-up frame, then F frames of
  * encode and decode; the best frame's time (the machine is shared, so the
@@ -86,17 +87,120 @@ static double sgemm_gflops(void)
     return best;
 }
 
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --compare: B sessions, F frames, each frame encoded and decoded on the
+ * previous convolution kernels (mimi_batch_old_kernels 1) and on the
+ * current ones, the order alternating frame by frame (one shared state:
+ * the work does not depend on the values). Prints the medians (wall, per
+ * session-frame) of each path, and with --layers the median of every
+ * encode op on each (ms a frame of the batch; with one thread, its CPU
+ * time):
+ *   compare B= enc_old_ms= enc_new_ms= dec_old_ms= dec_new_ms= enc_ratio=
+ *           workspace_bytes= (the batch's, the direct kernel's weights included)
+ *   layer B= op= what= old_ms= new_ms= */
+static int compare(mimi_model *m, int B, int frames, int layers)
+{
+    char err[512];
+    const mimi_config *c = mimi_model_config(m);
+    const int fs = mimi_frame_size(c), nq = c->n_q_used;
+    mimi_state **s = calloc((size_t)B, sizeof *s);
+    mimi_batch *w = mimi_batch_new(m, B, err, sizeof err);
+    float *pcm = malloc((size_t)B * fs * 4), *out = malloc((size_t)B * fs * 4);
+    int32_t *codes = malloc((size_t)B * nq * 4);
+    enum { MAXOPS = 512 };
+    double *t[4], *ops[2];   /* enc old/new, dec old/new [frames]; ops [path][op][frames] */
+    for (int i = 0; i < 4; i++)
+        t[i] = calloc((size_t)frames, sizeof(double));
+    for (int i = 0; i < 2; i++)
+        ops[i] = calloc((size_t)MAXOPS * frames, sizeof(double));
+    if (!s || !w || !pcm || !out || !codes || !t[3] || !ops[1]) {
+        fprintf(stderr, "mt-benchcodec: B=%d: %s\n", B, w ? "out of memory" : err);
+        return 1;
+    }
+    if (mimi_batch_threads(w, threads, err, sizeof err) != 0)
+        goto fail;
+    for (int b = 0; b < B; b++)
+        if (!(s[b] = mimi_state_new(m, err, sizeof err)))
+            goto fail;
+    if (threads == 1)
+        mimi_batch_time_cpu(w, 1);   /* the layers in this thread's CPU time */
+    int nops = 0;
+    for (int f = -1; f < frames; f++)
+        for (int r = 0; r < 2; r++) {
+            int old = (r + (f & 1)) % 2 == 0;   /* old first on even frames */
+            mimi_batch_old_kernels(w, old);
+            for (size_t i = 0; i < (size_t)B * fs; i++)
+                pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
+            double t0 = now();
+            if (mimi_encode(m, w, s, B, pcm, codes, err, sizeof err) != 0)
+                goto fail;
+            double t1 = now();
+            double os[MAXOPS];
+            nops = mimi_batch_op_seconds(w, os, MAXOPS);
+            if (mimi_decode(m, w, s, B, codes, out, err, sizeof err) != 0)
+                goto fail;
+            double t2 = now();
+            if (f < 0)
+                continue;   /* warm-up */
+            int p = old ? 0 : 1;
+            t[p][f] = (t1 - t0) * 1e3 / B;
+            t[2 + p][f] = (t2 - t1) * 1e3 / B;
+            for (int i = 0; i < nops && i < MAXOPS; i++)
+                ops[p][(size_t)i * frames + f] = os[i] * 1e3;
+        }
+    double eo = median(t[0], frames), en = median(t[1], frames);
+    printf("compare B=%d threads=%d frames=%d enc_old_ms=%.2f enc_new_ms=%.2f dec_old_ms=%.2f dec_new_ms=%.2f "
+           "enc_ratio=%.2f workspace_bytes=%zu\n", B, threads, frames, eo, en, median(t[2], frames),
+           median(t[3], frames), en / eo, mimi_batch_bytes(w));
+    for (int i = 0; layers && i < nops && i < MAXOPS; i++) {
+        char what[96];
+        mimi_op_describe(m, 0, i, what, sizeof what);
+        printf("layer B=%d op=%d what=%s old_ms=%.3f new_ms=%.3f\n", B, i, what,
+               median(ops[0] + (size_t)i * frames, frames), median(ops[1] + (size_t)i * frames, frames));
+    }
+    fflush(stdout);
+    for (int b = 0; b < B; b++)
+        mimi_state_free(s[b]);
+    free(s);
+    mimi_batch_free(w);
+    free(pcm);
+    free(out);
+    free(codes);
+    for (int i = 0; i < 4; i++)
+        free(t[i]);
+    free(ops[0]);
+    free(ops[1]);
+    return 0;
+fail:
+    fprintf(stderr, "mt-benchcodec: %s\n", err);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *spec = "synthetic:mimi", *batches = "1,8,32,64";
-    int frames = 3;
+    int frames = 3, cmp = 0, layers = 0, ncb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-c") && i + 1 < argc) spec = argv[++i];
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) batches = argv[++i];
         else if (!strcmp(argv[i], "--frames") && i + 1 < argc) frames = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--compare")) cmp = 1;
+        else if (!strcmp(argv[i], "--layers")) layers = 1;
+        else if (!strcmp(argv[i], "--codebooks") && i + 1 < argc) ncb = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T]\n");
+            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers]]\n");
             return 2;
         }
     }
@@ -110,6 +214,27 @@ int main(int argc, char **argv)
     if (mimi_load(spec, NULL, 0, &m, err, sizeof err) != 0) {
         fprintf(stderr, "mt-benchcodec: %s\n", err);
         return 1;
+    }
+    if (ncb > 0 && mimi_set_codebooks(m, ncb, err, sizeof err) != 0) {   /* stt-1b reads 32 */
+        fprintf(stderr, "mt-benchcodec: %s\n", err);
+        return 2;
+    }
+    if (cmp) {
+        for (const char *q = batches; *q;) {
+            int B = atoi(q);
+            if (B < 1 || B > 1024) {
+                fprintf(stderr, "mt-benchcodec: bad batch in '%s'\n", batches);
+                return 2;
+            }
+            if (compare(m, B, frames, layers) != 0)
+                return 1;
+            while (*q && *q != ',')
+                q++;
+            if (*q == ',')
+                q++;
+        }
+        mimi_free(m);
+        return 0;
     }
     const mimi_config *c = mimi_model_config(m);
     const int fs = mimi_frame_size(c), nq = c->n_q_used;

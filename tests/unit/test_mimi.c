@@ -554,6 +554,64 @@ static void test_threads(const mimi_model *m)
     mimi_batch_free(w);
 }
 
+/* The published shape's first layers with a small transformer (1 layer,
+ * ring 4: small session states), 40 sessions in one batch against each
+ * alone: past 31 sessions the direct convolution's padded inputs no
+ * longer fit the workspace together and it runs the batch in groups
+ * (mimi.c conv_fwd); the codes must be those of each session alone,
+ * the PCM within the batch test's bound (the decoder's sgemm products
+ * differ in their last bits with the column count). */
+static void test_groups(void)
+{
+    enum { B = 40, FS = 1920 };
+    char err[512] = "";
+    mimi_config c;
+    mimi_config_default(&c);
+    c.num_layers = 1;
+    c.context = 4;
+    mimi_model *m = NULL;
+    int rc = mimi_synthetic(&c, 7, &m, err, sizeof err);
+    const int nq = rc == 0 ? mimi_model_config(m)->n_q_used : 0;
+    static mimi_state *s[B], *one[1];
+    static float pcm[B * FS], out[B * FS], out1[FS];
+    static int32_t codes[B * 32], codes1[32];
+    mimi_batch *w = rc == 0 ? mimi_batch_new(m, B, err, sizeof err) : NULL;
+    mimi_batch *w1 = rc == 0 ? mimi_batch_new(m, 1, err, sizeof err) : NULL;
+    rc = w && w1 ? 0 : -1;
+    for (int b = 0; b < B && rc == 0; b++)
+        rc = (s[b] = mimi_state_new(m, err, sizeof err)) ? 0 : -1;
+    for (int i = 0; i < B * FS; i++)
+        pcm[i] = 0.3f * sinf(i * 0.013f + (float)(i / FS));
+    if (rc == 0)
+        rc = mimi_encode(m, w, s, B, pcm, codes, err, sizeof err);
+    if (rc == 0)
+        rc = mimi_decode(m, w, s, B, codes, out, err, sizeof err);
+    int cdiff = 0;
+    double md = 0, peak = 0;
+    for (int b = 0; b < B && rc == 0; b++) {
+        rc = (one[0] = mimi_state_new(m, err, sizeof err)) ? 0 : -1;
+        if (rc == 0)
+            rc = mimi_encode(m, w1, one, 1, pcm + (size_t)b * FS, codes1, err, sizeof err);
+        if (rc == 0)
+            rc = mimi_decode(m, w1, one, 1, codes + (size_t)b * nq, out1, err, sizeof err);
+        cdiff += memcmp(codes1, codes + (size_t)b * nq, (size_t)nq * sizeof *codes1) != 0;
+        for (int i = 0; i < FS; i++) {
+            md = fmax(md, fabs((double)out1[i] - out[(size_t)b * FS + i]));
+            peak = fmax(peak, fabs((double)out1[i]));
+        }
+        mimi_state_free(one[0]);
+    }
+    tap_ok(rc == 0 && cdiff == 0, "40 sessions in one batch (the direct convolution in groups): the codes "
+           "of each alone (%d sessions differ)%s%s", cdiff, rc ? ": " : "", rc ? err : "");
+    tap_ok(rc == 0 && peak > 0 && md <= 1e-5 * peak,
+           "40 sessions in one batch: PCM of each alone (max diff %.3g, peak %.3g)", md, peak);
+    for (int b = 0; b < B; b++)
+        mimi_state_free(s[b]);
+    mimi_batch_free(w);
+    mimi_batch_free(w1);
+    mimi_free(m);
+}
+
 static void test_synthetic(void)
 {
     char err[512];
@@ -653,5 +711,6 @@ int main(void)
     fixture = "mimi";
     test_refusals();
     test_synthetic();
+    test_groups();
     return tap_done();
 }
