@@ -20,6 +20,36 @@
 #include <immintrin.h>
 #endif
 
+/* The layout (cpu_q8.h): rows in groups of MT_Q8_GROUP where K is a
+ * multiple of 64 (a block pair) and the layout is on, each group's block
+ * pairs one after the other, a pair holding its 8 rows' 64 bytes; the
+ * rows past the last whole group, and every row where K is not, row by
+ * row. Offset of row n's block b (its scale at the offset / 32). */
+static int tiled_on = -1;   /* -1: not asked yet (MT_Q8_ROWMAJOR=1: off) */
+
+int mt_q8_tiled(int K)
+{
+    if (tiled_on < 0) {
+        const char *v = getenv("MT_Q8_ROWMAJOR");
+        tiled_on = !(v && *v && strcmp(v, "0") != 0);
+    }
+    return tiled_on && K % (2 * MT_Q8_BLOCK) == 0;
+}
+
+void mt_q8_layout(int tiled)
+{
+    tiled_on = tiled != 0;
+}
+
+size_t mt_q8_offset(size_t N, int K, size_t n, int b)
+{
+    const size_t n8 = N / MT_Q8_GROUP * MT_Q8_GROUP;
+    if (!mt_q8_tiled(K) || n >= n8)
+        return n * (size_t)K + (size_t)b * MT_Q8_BLOCK;
+    return n / MT_Q8_GROUP * MT_Q8_GROUP * (size_t)K + (size_t)(b / 2) * MT_Q8_GROUP * 64 +
+           n % MT_Q8_GROUP * 64 + (size_t)(b % 2) * MT_Q8_BLOCK;
+}
+
 int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
 {
     const int nb = K / MT_Q8_BLOCK;
@@ -29,7 +59,8 @@ int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
     for (size_t n = 0; n < N; n++)
         for (int b = 0; b < nb; b++) {
             const float *w = src + n * K + (size_t)b * MT_Q8_BLOCK;
-            int8_t *d = q + n * K + (size_t)b * MT_Q8_BLOCK;
+            const size_t o = mt_q8_offset(N, K, n, b);
+            int8_t *d = q + o;
             float big = 0.0f;
             for (int i = 0; i < MT_Q8_BLOCK; i++)
                 big = fmaxf(big, fabsf(w[i]));
@@ -38,7 +69,7 @@ int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
              * underflows to 0 likewise (its weights read back as 0, off by
              * less than 127 * FLT_TRUE_MIN) */
             float inv = s > 0.0f ? 1.0f / s : 0.0f;
-            scale[n * nb + b] = s;
+            scale[o / MT_Q8_BLOCK] = s;
             for (int i = 0; i < MT_Q8_BLOCK; i++) {
                 long v = lrintf(w[i] * inv);   /* nearest, ties to even */
                 d[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
@@ -47,22 +78,45 @@ int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
     return 0;
 }
 
+void mt_q8_walk(int lo, int hi, int N, int K, const int8_t *q, const float *s,
+                mt_q8_run_fn run, void *ctx)
+{
+    const size_t nb = (size_t)(K / MT_Q8_BLOCK);
+    int r = lo;
+    if (mt_q8_tiled(K)) {
+        const int n8 = N / MT_Q8_GROUP * MT_Q8_GROUP;
+        while (r < hi && r < n8) {
+            const size_t g = (size_t)(r / MT_Q8_GROUP * MT_Q8_GROUP) * K;
+            const int j = r % MT_Q8_GROUP;
+            if (j == 0 && r + MT_Q8_GROUP <= hi) {
+                run(ctx, q + g, s + g / MT_Q8_BLOCK, MT_Q8_GROUP, 64, MT_Q8_GROUP * 64, r - lo);
+                r += MT_Q8_GROUP;
+            } else {   /* a row of a group the call takes in part */
+                const size_t o = g + (size_t)j * 64;
+                run(ctx, q + o, s + o / MT_Q8_BLOCK, 1, 64, MT_Q8_GROUP * 64, r - lo);
+                r++;
+            }
+        }
+    }
+    if (r < hi)
+        run(ctx, q + (size_t)r * K, s + (size_t)r * nb, hi - r, K, 64, r - lo);
+}
+
 /* ---- portable ---------------------------------------------------------- */
 
 /* The reference: each weight read back as q * scale, one dot product per
  * (row, weight row) in fp32. */
 static void gemm_c(int M, int N, int K, const float *X, int ldx, const int8_t *q,
-                   const float *scale, float beta, float *Y, int ldy)
+                   const float *scale, int rs, int ps, float beta, float *Y, int ldy)
 {
-    const int nb = K / MT_Q8_BLOCK;
     for (int n = 0; n < N; n++)
         for (int m = 0; m < M; m++) {
             const float *x = X + (size_t)m * ldx;
-            const int8_t *w = q + (size_t)n * K;
-            const float *s = scale + (size_t)n * nb;
             float acc = 0.0f;
-            for (int k = 0; k < K; k++)
-                acc += x[k] * ((float)w[k] * s[k / MT_Q8_BLOCK]);
+            for (int k = 0; k < K; k++) {
+                const size_t o = (size_t)n * rs + (size_t)(k / 64) * ps + k % 64;
+                acc += x[k] * ((float)q[o] * scale[o / MT_Q8_BLOCK]);
+            }
             float *y = Y + (size_t)m * ldy + n;
             *y = beta == 0.0f ? acc : *y + acc;   /* beta 0 drops nan/inf too */
         }
@@ -77,8 +131,7 @@ enum { PREFETCH_AHEAD = 8192 };
 
 static inline const char *ahead(const int8_t *w, const int8_t *end)
 {
-    size_t left = (size_t)((const char *)end - (const char *)w);
-    return left > PREFETCH_AHEAD ? (const char *)w + PREFETCH_AHEAD : NULL;
+    return end - w > PREFETCH_AHEAD ? (const char *)w + PREFETCH_AHEAD : NULL;
 }
 
 /* ---- AVX-512 ------------------------------------------------------------- */
@@ -98,7 +151,7 @@ Q8_512 static inline __attribute__((always_inline)) __m512 w16(const int8_t *p, 
  * registers. */
 Q8_512 static inline __attribute__((always_inline)) void
 tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
-        const float *scale, float beta, float *Y, int ldy, const char *pf)
+        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf)
 {
     const int nb = K / MT_Q8_BLOCK;
     __m512 acc[4][8];
@@ -114,12 +167,15 @@ tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
                 _mm_prefetch(pf + o, _MM_HINT_T0);
             pf += NR * MT_Q8_BLOCK;
         }
+        /* block b of weight row j: at q + j*rs + (b/2)*ps + (b%2)*32 */
+        const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
         __m512 w0[8], w1[8];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < NR; j++) {
-            __m512 s = _mm512_set1_ps(scale[(size_t)j * nb + b]);
-            w0[j] = w16(q + (size_t)j * K + k, s);
-            w1[j] = w16(q + (size_t)j * K + k + 16, s);
+            const size_t oj = o + (size_t)j * rs;
+            __m512 s = _mm512_set1_ps(scale[oj / MT_Q8_BLOCK]);
+            w0[j] = w16(q + oj, s);
+            w1[j] = w16(q + oj + 16, s);
         }
         _Pragma("GCC unroll 4")
         for (int i = 0; i < MR; i++) {
@@ -155,7 +211,7 @@ Q8_256 static inline __attribute__((always_inline)) float hsum8(__m256 v)
  * each weight row's scale broadcast once a block. */
 Q8_256 static inline __attribute__((always_inline)) void
 tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
-        const float *scale, float beta, float *Y, int ldy, const char *pf)
+        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf)
 {
     const int nb = K / MT_Q8_BLOCK;
     __m256 acc[4][4];
@@ -170,17 +226,19 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
                 _mm_prefetch(pf + o, _MM_HINT_T0);
             pf += NR * MT_Q8_BLOCK;
         }
+        const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
         __m256 s[4];
         _Pragma("GCC unroll 4")
         for (int j = 0; j < NR; j++)
-            s[j] = _mm256_set1_ps(scale[(size_t)j * nb + b]);
+            s[j] = _mm256_set1_ps(scale[(o + (size_t)j * rs) / MT_Q8_BLOCK]);
         _Pragma("GCC unroll 4")
         for (int k = b * MT_Q8_BLOCK; k < (b + 1) * MT_Q8_BLOCK; k += 8) {
             __m256 w[4];
             _Pragma("GCC unroll 4")
             for (int j = 0; j < NR; j++)
-                w[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                         _mm_loadl_epi64((const __m128i *)(q + (size_t)j * K + k)))),
+                w[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                         (const __m128i *)(q + o + (size_t)j * rs +
+                                                           (k - b * MT_Q8_BLOCK))))),
                                      s[j]);
             _Pragma("GCC unroll 4")
             for (int i = 0; i < MR; i++) {
@@ -200,78 +258,88 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
         }
 }
 
-/* The product by tiles: one row takes NR1 weight rows a tile (independent
- * FMA chains, streams of loads in flight), two or three rows NR2; four
- * rows and more NR4 weight rows a tile, the rows in blocks of 4 and the
- * last 1 to 3 rows as one block, each tile's weights decoded once and
- * used by the blocks while they are in L1; what is left (N not a multiple
- * of the tile) by 2 weight rows, then one by one. Every (row, weight row)
- * sums its blocks in the same order in every tile, so the bits do not
- * depend on M or on the tiling (test_q8). The AVX-512 kernel's four rows
- * once took 4 x 2 tiles (and a leftover row 1 x 2 each): a call of 4 rows
- * cost 2.2 times one of 3 (bench/RESULTS.md, "stt-1b at 4 streams"). */
-#define Q8_GEMM(NAME, ATTR, TILE, NR1, NR2, NR4)                                             \
-    ATTR static void NAME(int M, int N, int K, const float *X, int ldx, const int8_t *q,       \
-                          const float *sc, float beta, float *Y, int ldy)                      \
+/* The product over a run of Nr weight rows (row n's bytes at q + n*rs,
+ * its block pairs ps apart: cpu_q8.h's layout, a group of MT_Q8_GROUP or
+ * rows one after the other) by tiles: one row takes NR1 weight rows a
+ * tile (independent FMA chains, streams of loads in flight), two or three
+ * rows NR2; four rows and more NR4 weight rows a tile, the rows in blocks
+ * of 4 and the last 1 to 3 rows as one block, each tile's weights decoded
+ * once and used by the blocks while they are in L1; what is left (Nr not
+ * a multiple of the tile) by 2 weight rows, then one by one. Every (row,
+ * weight row) sums its blocks in the same order in every tile, so the
+ * bits do not depend on M, on the tiling or on the layout (test_q8). The
+ * AVX-512 kernel's four rows once took 4 x 2 tiles (and a leftover row
+ * 1 x 2 each): a call of 4 rows cost 2.2 times one of 3 (bench/RESULTS.md,
+ * "stt-1b at 4 streams"). Rows one after the other (rs = K) are separate
+ * streams that the hardware does not fetch ahead far enough: a software
+ * prefetch PREFETCH_AHEAD bytes on; a group is one stream, fetched ahead
+ * by the hardware. */
+#define Q8_RUN(NAME, ATTR, TILE, NR1, NR2, NR4)                                              \
+    ATTR static void NAME(int M, int Nr, int K, const float *X, int ldx, const int8_t *q,      \
+                          const float *sc, int rs, int ps, float beta, float *Y, int ldy)      \
     {                                                                                          \
-        const int8_t *end = q + (size_t)N * K;                                                 \
-        const size_t nb = (size_t)(K / MT_Q8_BLOCK);                                           \
+        const int8_t *end = rs == K ? q + (size_t)Nr * K : q;   /* q: no prefetch */           \
+        const int ss = rs / MT_Q8_BLOCK;   /* scales from one row to the next */               \
         int n = 0;                                                                             \
         if (M == 1)                                                                            \
-            for (; n + NR1 <= N; n += NR1)                                                     \
-                TILE(1, NR1, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy,      \
-                     ahead(q + (size_t)n * K, end));                                           \
+            for (; n + NR1 <= Nr; n += NR1)                                                    \
+                TILE(1, NR1, K, X, ldx, q + (size_t)n * rs, sc + (size_t)n * ss, rs, ps, beta, \
+                     Y + n, ldy, ahead(q + (size_t)n * rs, end));                              \
         if (M == 2 || M == 3)                                                                  \
-            for (; n + NR2 <= N; n += NR2) {                                                   \
-                const char *pf = ahead(q + (size_t)n * K, end);                                \
+            for (; n + NR2 <= Nr; n += NR2) {                                                  \
+                const int8_t *w = q + (size_t)n * rs;                                          \
+                const float *s = sc + (size_t)n * ss;                                          \
+                const char *pf = ahead(w, end);                                                \
                 if (M == 2)                                                                    \
-                    TILE(2, NR2, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy, pf); \
+                    TILE(2, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf);               \
                 else                                                                           \
-                    TILE(3, NR2, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy, pf); \
+                    TILE(3, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf);               \
             }                                                                                  \
         if (M >= 4)                                                                            \
-            for (; n + NR4 <= N; n += NR4) {                                                   \
-                const int8_t *w = q + (size_t)n * K;                                           \
-                const float *s = sc + n * nb;                                                  \
+            for (; n + NR4 <= Nr; n += NR4) {                                                  \
+                const int8_t *w = q + (size_t)n * rs;                                          \
+                const float *s = sc + (size_t)n * ss;                                          \
                 const char *pf = ahead(w, end);                                                \
                 int m = 0;                                                                     \
                 for (; m + 4 <= M; m += 4, pf = NULL)                                          \
-                    TILE(4, NR4, K, X + (size_t)m * ldx, ldx, w, s, beta,                      \
+                    TILE(4, NR4, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,              \
                          Y + (size_t)m * ldy + n, ldy, pf);                                    \
                 const float *xm = X + (size_t)m * ldx;                                         \
                 float *ym = Y + (size_t)m * ldy + n;                                           \
                 if (M - m == 3)                                                                \
-                    TILE(3, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                    TILE(3, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL);               \
                 else if (M - m == 2)                                                           \
-                    TILE(2, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                    TILE(2, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL);               \
                 else if (M - m == 1)                                                           \
-                    TILE(1, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                    TILE(1, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL);               \
             }                                                                                  \
-        for (; n + 2 <= N; n += 2) {                                                           \
-            const int8_t *w = q + (size_t)n * K;                                               \
-            const float *s = sc + n * nb;                                                      \
+        for (; n + 2 <= Nr; n += 2) {                                                          \
+            const int8_t *w = q + (size_t)n * rs;                                              \
+            const float *s = sc + (size_t)n * ss;                                              \
             const char *pf = ahead(w, end);                                                    \
             int m = 0;                                                                         \
             for (; m + 4 <= M; m += 4, pf = NULL)                                              \
-                TILE(4, 2, K, X + (size_t)m * ldx, ldx, w, s, beta, Y + (size_t)m * ldy + n, ldy, pf); \
+                TILE(4, 2, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,                    \
+                     Y + (size_t)m * ldy + n, ldy, pf);                                        \
             for (; m < M; m++, pf = NULL)                                                      \
-                TILE(1, 2, K, X + (size_t)m * ldx, ldx, w, s, beta, Y + (size_t)m * ldy + n, ldy, pf); \
+                TILE(1, 2, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,                    \
+                     Y + (size_t)m * ldy + n, ldy, pf);                                        \
         }                                                                                      \
-        for (; n < N; n++)                                                                     \
+        for (; n < Nr; n++)                                                                    \
             for (int m = 0; m < M; m++)                                                        \
-                TILE(1, 1, K, X + (size_t)m * ldx, ldx, q + (size_t)n * K, sc + n * nb, beta,  \
-                     Y + (size_t)m * ldy + n, ldy, NULL);                                      \
+                TILE(1, 1, K, X + (size_t)m * ldx, ldx, q + (size_t)n * rs,                    \
+                     sc + (size_t)n * ss, rs, ps, beta, Y + (size_t)m * ldy + n, ldy, NULL);   \
     }
 
-Q8_GEMM(gemm512, Q8_512, tile512, 8, 4, 4)
-Q8_GEMM(gemm256, Q8_256, tile256, 4, 2, 2)
+Q8_RUN(run512, Q8_512, tile512, 8, 4, 4)
+Q8_RUN(run256, Q8_256, tile256, 4, 2, 2)
 
 #endif
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-typedef void (*q8_gemm_fn)(int, int, int, const float *, int, const int8_t *, const float *,
-                           float, float *, int);
+typedef void (*q8_run_fn)(int, int, int, const float *, int, const int8_t *, const float *,
+                          int, int, float, float *, int);
 /* Below vnni_rows rows the integer product hands the call to the best
  * float kernel. Measured out of cache (mt-benchq8, 256 MiB of weights,
  * 2026-12-06T21:10Z, load 0.3-0.6), once the float AVX-512 kernel took
@@ -284,30 +352,28 @@ typedef void (*q8_gemm_fn)(int, int, int, const float *, int, const int8_t *, co
  * count: a row's bits are the same in any call of 1-4 rows, not across
  * the threshold (test_q8). */
 static struct {
-    q8_gemm_fn gemm, small;   /* small: calls of under vnni_rows rows */
+    q8_run_fn run;   /* the float kernel (calls of under vnni_rows rows at level 3) */
     int level, vnni_rows;
-} kern = { gemm_c, gemm_c, 0, 5 };
+} kern = { gemm_c, 0, 5 };
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
 static int set_level(int max_level)
 {
-    kern.gemm = kern.small = gemm_c;
+    kern.run = gemm_c;
     kern.level = 0;
 #ifdef MT_Q8_X86
     __builtin_cpu_init();
     if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        kern.gemm = kern.small = gemm256;
+        kern.run = run256;
         kern.level = 1;
         if (max_level >= 2 && __builtin_cpu_supports("avx512f")) {
-            kern.gemm = gemm512;
+            kern.run = run512;
             kern.level = 2;
             /* the integer product (cpu_q8_vnni.c) */
-            kern.small = gemm512;
             if (max_level >= 3 && mt_q8_vnni_built() && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") &&
                 __builtin_cpu_supports("avx512vnni")) {
-                kern.gemm = mt_q8_gemm_vnni;
                 kern.level = 3;
             }
         }
@@ -341,12 +407,36 @@ int mt_q8_select(int max_level)
     return set_level(max_level);
 }
 
+/* One float call over a run of weight rows (mt_q8_walk's callback). */
+typedef struct {
+    int M, K, ldx, ldy;
+    const float *X;
+    float beta, *Y;
+} float_call;
+
+static void float_run(void *arg, const int8_t *q, const float *s, int rows, int rs, int ps,
+                      int col)
+{
+    const float_call *c = arg;
+    kern.run(c->M, rows, c->K, c->X, c->ldx, q, s, rs, ps, c->beta, c->Y + col, c->ldy);
+}
+
+void mt_q8_gemm_rows(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+                     const int8_t *q, const float *scale, float beta, float *Y, int ldy)
+{
+    mt_q8_init();
+    if (kern.level == 3 && M >= kern.vnni_rows) {
+        mt_q8_gemm_vnni(M, lo, hi, N, K, X, ldx, q, scale, beta, Y, ldy);
+        return;
+    }
+    float_call c = { M, K, ldx, ldy, X, beta, Y };
+    mt_q8_walk(lo, hi, N, K, q, scale, float_run, &c);
+}
+
 void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
                 const float *scale, float beta, float *Y, int ldy)
 {
-    mt_q8_init();
-    (kern.level == 3 && M < kern.vnni_rows ? kern.small : kern.gemm)(M, N, K, X, ldx, q, scale,
-                                                                      beta, Y, ldy);
+    mt_q8_gemm_rows(M, 0, N, N, K, X, ldx, q, scale, beta, Y, ldy);
 }
 
 void mt_q8_vnni_rows(int rows)

@@ -1,13 +1,15 @@
 /* mt-benchq8.c: the 8-bit product of --weights q8 (cpu_q8.h) by itself,
  * its float kernels and its integer one (AVX-512 VNNI, cpu_q8_vnni.c)
- * side by side in one process, so that the machine's drift falls on both.
+ * side by side in one process, so that the machine's drift falls on both,
+ * each on the two layouts of cpu_q8.h (rows one after the other, the
+ * layout before, and groups of 8 rows: layout=rows, layout=groups).
  * For each B (rows of activations): a product of B rows by an N x K
  * matrix of 8-bit weights (default 2048 x 2048 per matrix, the stt-1b
  * temporal's width), over enough matrices that the weights (default
  * 256 MiB) are read from memory, not cache; split by weight rows over T
  * threads as the CPU backend splits it. Per kernel and B: the best and the
  * median of R rounds (each round every matrix once, kernels alternating
- * round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
+ * and layouts round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
  * over the time), and the mean CPU time a pass (cpu_ms: every thread's). Prints logfmt lines; asserts nothing.
  *
  * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS]
@@ -36,9 +38,8 @@ static void *run_part(void *arg)
     const part *p = arg;
     const int nb = p->K / MT_Q8_BLOCK;
     for (int m = 0; m < p->mats; m++)
-        mt_q8_gemm(p->B, p->hi - p->lo, p->K, p->X, p->K,
-                   p->q + ((size_t)m * p->N + p->lo) * p->K,
-                   p->s + ((size_t)m * p->N + p->lo) * nb, 0.0f, p->Y + p->lo, p->N);
+        mt_q8_gemm_rows(p->B, p->lo, p->hi, p->N, p->K, p->X, p->K, p->q + (size_t)m * p->N * p->K,
+                        p->s + (size_t)m * p->N * nb, 0.0f, p->Y + p->lo, p->N);
     return NULL;
 }
 
@@ -105,8 +106,8 @@ int main(int argc, char **argv)
     int8_t *q = aligned_alloc(64, qbytes);
     float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
     float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
-    double *ms = malloc(sizeof(double) * 2 * R);
-    double cpu[2];
+    double *ms = malloc(sizeof(double) * 4 * R);
+    double cpu[4];
     if (!q || !s || !X || !Y || !ms) {
         fprintf(stderr, "mt-benchq8: out of memory\n");
         return 1;
@@ -129,24 +130,28 @@ int main(int argc, char **argv)
         for (int t = 0; t < T; t++)
             parts[t] = (part){ B, N, K, mats, (int)((long)N * t / T), (int)((long)N * (t + 1) / T),
                                X, q, s, Y };
-        for (int l = 0; l < 2; l++) {   /* warm-up */
-            mt_q8_select(levels[l]);
+        /* variant l: kernels levels[l % 2] on layout l / 2 (the bytes
+         * are arbitrary, valid in either layout) */
+        for (int l = 0; l < 4; l++) {   /* warm-up */
+            mt_q8_select(levels[l % 2]);
+            mt_q8_layout(l / 2);
             pass(parts, T);
         }
-        cpu[0] = cpu[1] = 0;
+        cpu[0] = cpu[1] = cpu[2] = cpu[3] = 0;
         for (int r = 0; r < R; r++)
-            for (int l = 0; l < 2; l++) {
-                mt_q8_select(levels[l]);
+            for (int l = 0; l < 4; l++) {
+                mt_q8_select(levels[l % 2]);
+                mt_q8_layout(l / 2);
                 double c0 = cpu_ms();
                 ms[l * R + r] = pass(parts, T);
                 cpu[l] += cpu_ms() - c0;
             }
-        for (int l = 0; l < 2; l++) {
+        for (int l = 0; l < 4; l++) {
             qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
             double best = ms[l * R], med = ms[l * R + R / 2];
-            printf("q8_gemm kernels=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d best_ms=%.3f "
-                   "median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
-                   name[levels[l]], B, N, K, mats, T, R, best, med,
+            printf("q8_gemm kernels=%s layout=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
+                   "best_ms=%.3f median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
+                   name[levels[l % 2]], l / 2 ? "groups" : "rows", B, N, K, mats, T, R, best, med,
                    mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
         }
     }

@@ -50,20 +50,20 @@ static double act_max(const float *x, int k)
 static int violations(int M, int N, int K, const float *X, const float *W, const int8_t *q,
                       const float *s, float beta, const float *y0, const float *Y, int act)
 {
-    const int nb = K / MT_Q8_BLOCK;
     int bad = 0;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             double ref = 0, bound = 0, mag = 0;
             for (int k = 0; k < K; k++) {
                 double x = X[(size_t)m * K + k], w = W[(size_t)n * K + k];
-                double sw = s[(size_t)n * nb + k / MT_Q8_BLOCK];
+                size_t o = mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) + k % MT_Q8_BLOCK;
+                double sw = s[o / MT_Q8_BLOCK];
                 ref += x * w;
                 bound += fabs(x) * sw * 0.5;
                 /* an activation within sx / 2 = max|x| / 254 of its block,
                  * times the weight as read back */
                 if (act)
-                    bound += act_max(X + (size_t)m * K, k) / 254.0 * fabs(q[(size_t)n * K + k] * sw);
+                    bound += act_max(X + (size_t)m * K, k) / 254.0 * fabs(q[o] * sw);
                 mag += fabs(x * w);
             }
             bound += K * ldexp(1.0, -22) * mag + 1e-30;
@@ -125,10 +125,12 @@ static void one_case(int M, int N, int K, int beta, int act, int *bad, int *caug
     memcpy(Y, y0, sizeof(float) * M * N);
     mt_q8_gemm(M, N, K, X, K, q, s, (float)beta, Y, N);
     *bad += violations(M, N, K, X, W, q, s, (float)beta, y0, Y, act) > 0;
-    float *row_s = s + (size_t)(N - 1) * (K / MT_Q8_BLOCK);
-    int big = 0;
-    for (int i = 1; i < K / MT_Q8_BLOCK; i++)
-        big = row_s[i] > row_s[big] ? i : big;
+    size_t big = mt_q8_offset(N, K, N - 1, 0) / MT_Q8_BLOCK;   /* the last row's */
+    for (int i = 1; i < K / MT_Q8_BLOCK; i++) {
+        size_t at = mt_q8_offset(N, K, N - 1, i) / MT_Q8_BLOCK;
+        big = s[at] > s[big] ? at : big;
+    }
+    float *row_s = s;
     row_s[big] *= 2.0f;
     memcpy(Y, y0, sizeof(float) * M * N);
     mt_q8_gemm(M, N, K, X, K, q, s, (float)beta, Y, N);
@@ -156,14 +158,22 @@ int main(void)
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == 0, "pack a finite matrix");
     int far = 0, hit_max = 0;
     for (int i = 0; i < PN * PK; i++) {
-        float s = ps[i / MT_Q8_BLOCK];
-        if (!(fabsf(pq[i] * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || pq[i] == -128)
+        size_t o = mt_q8_offset(PN, PK, i / PK, i % PK / MT_Q8_BLOCK) + i % MT_Q8_BLOCK;
+        float s = ps[o / MT_Q8_BLOCK];
+        if (!(fabsf(pq[o] * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || pq[o] == -128)
             far++;
-        hit_max += pq[i] == 127 || pq[i] == -127;
+        hit_max += pq[o] == 127 || pq[o] == -127;
     }
     is_int(far, 0, "every weight reads back within scale/2, bytes in -127..127");
     ok(hit_max >= PN * PK / MT_Q8_BLOCK - 1, "each nonzero block's largest weight is +-127");
-    ok(ps[2] == 0.0f && pq[2 * MT_Q8_BLOCK] == 0, "a zero block: scale 0, bytes 0");
+    size_t z = mt_q8_offset(PN, PK, 0, 2);   /* row 0's block 2 */
+    ok(ps[z / MT_Q8_BLOCK] == 0.0f && pq[z] == 0, "a zero block: scale 0, bytes 0");
+    /* the layout: rows 0..7 a group, block pairs of 8 rows' 64 bytes;
+     * row 8 (past the last whole group) row by row; K = 96 (not a
+     * multiple of 64) row by row */
+    ok(mt_q8_offset(PN, PK, 0, 1) == 32 && mt_q8_offset(PN, PK, 1, 0) == 64 &&
+       mt_q8_offset(PN, PK, 7, 3) == 512 + 7 * 64 + 32 && mt_q8_offset(PN, PK, 8, 1) == 8 * PK + 32 &&
+       mt_q8_offset(PN, 96, 1, 0) == 96, "the grouped layout (8 rows, block pairs)");
     pw[5] = INFINITY;
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == -1, "a matrix with inf is refused");
     pw[5] = NAN;
