@@ -151,7 +151,8 @@ Q8_512 static inline __attribute__((always_inline)) __m512 w16(const int8_t *p, 
  * registers. */
 Q8_512 static inline __attribute__((always_inline)) void
 tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
-        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf)
+        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf,
+        int pstep)
 {
     const int nb = K / MT_Q8_BLOCK;
     __m512 acc[4][8];
@@ -163,9 +164,9 @@ tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
     for (int b = 0; b < nb; b++) {
         const int k = b * MT_Q8_BLOCK;
         if (pf) {
-            for (int o = 0; o < NR * MT_Q8_BLOCK; o += 64)
+            for (int o = 0; o < pstep; o += 64)
                 _mm_prefetch(pf + o, _MM_HINT_T0);
-            pf += NR * MT_Q8_BLOCK;
+            pf += pstep;
         }
         /* block b of weight row j: at q + j*rs + (b/2)*ps + (b%2)*32 */
         const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
@@ -211,7 +212,8 @@ Q8_256 static inline __attribute__((always_inline)) float hsum8(__m256 v)
  * each weight row's scale broadcast once a block. */
 Q8_256 static inline __attribute__((always_inline)) void
 tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
-        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf)
+        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf,
+        int pstep)
 {
     const int nb = K / MT_Q8_BLOCK;
     __m256 acc[4][4];
@@ -222,9 +224,9 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
             acc[i][j] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (pf) {
-            for (int o = 0; o < NR * MT_Q8_BLOCK; o += 64)
+            for (int o = 0; o < pstep; o += 64)
                 _mm_prefetch(pf + o, _MM_HINT_T0);
-            pf += NR * MT_Q8_BLOCK;
+            pf += pstep;
         }
         const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
         __m256 s[4];
@@ -274,61 +276,74 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
  * streams that the hardware does not fetch ahead far enough: a software
  * prefetch PREFETCH_AHEAD bytes on; a group is one stream, fetched ahead
  * by the hardware. */
+/* Where the tile of weight rows from n prefetches, and how many bytes a
+ * block: rows one after the other, PREFETCH_AHEAD bytes on in the
+ * stream of rows, a tile's NR * 32 bytes a block; a group (one stream,
+ * ps / 2 bytes a block for its 8 rows), its first tile only (the others
+ * read what it fetched), PREFETCH_AHEAD bytes on: into the next group,
+ * which follows in memory (a prefetch past the call's weights is only
+ * wasted, never a fault). */
+#define PF_AT(n)                                                                               \
+    (stream ? ahead(q + (size_t)(n) * rs, end)                                                 \
+            : (n) == 0 && Nr == MT_Q8_GROUP ? (const char *)q + PREFETCH_AHEAD : NULL)
+#define PF_STEP(NR) (stream ? (NR) * MT_Q8_BLOCK : ps / 2)
+
 #define Q8_RUN(NAME, ATTR, TILE, NR1, NR2, NR4)                                              \
     ATTR static void NAME(int M, int Nr, int K, const float *X, int ldx, const int8_t *q,      \
                           const float *sc, int rs, int ps, float beta, float *Y, int ldy)      \
     {                                                                                          \
-        const int8_t *end = rs == K ? q + (size_t)Nr * K : q;   /* q: no prefetch */           \
+        const int stream = ps == 64;   /* rows one after the other */                          \
+        const int8_t *end = q + (size_t)Nr * K;                                                \
         const int ss = rs / MT_Q8_BLOCK;   /* scales from one row to the next */               \
         int n = 0;                                                                             \
         if (M == 1)                                                                            \
             for (; n + NR1 <= Nr; n += NR1)                                                    \
                 TILE(1, NR1, K, X, ldx, q + (size_t)n * rs, sc + (size_t)n * ss, rs, ps, beta, \
-                     Y + n, ldy, ahead(q + (size_t)n * rs, end));                              \
+                     Y + n, ldy, PF_AT(n), PF_STEP(NR1));                                      \
         if (M == 2 || M == 3)                                                                  \
             for (; n + NR2 <= Nr; n += NR2) {                                                  \
                 const int8_t *w = q + (size_t)n * rs;                                          \
                 const float *s = sc + (size_t)n * ss;                                          \
-                const char *pf = ahead(w, end);                                                \
+                const char *pf = PF_AT(n);                                                     \
                 if (M == 2)                                                                    \
-                    TILE(2, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf);               \
+                    TILE(2, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf, PF_STEP(NR2)); \
                 else                                                                           \
-                    TILE(3, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf);               \
+                    TILE(3, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf, PF_STEP(NR2)); \
             }                                                                                  \
         if (M >= 4)                                                                            \
             for (; n + NR4 <= Nr; n += NR4) {                                                  \
                 const int8_t *w = q + (size_t)n * rs;                                          \
                 const float *s = sc + (size_t)n * ss;                                          \
-                const char *pf = ahead(w, end);                                                \
+                const char *pf = PF_AT(n);                                                     \
                 int m = 0;                                                                     \
                 for (; m + 4 <= M; m += 4, pf = NULL)                                          \
                     TILE(4, NR4, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,              \
-                         Y + (size_t)m * ldy + n, ldy, pf);                                    \
+                         Y + (size_t)m * ldy + n, ldy, pf, PF_STEP(NR4));                      \
                 const float *xm = X + (size_t)m * ldx;                                         \
                 float *ym = Y + (size_t)m * ldy + n;                                           \
                 if (M - m == 3)                                                                \
-                    TILE(3, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL);               \
+                    TILE(3, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL, 0);            \
                 else if (M - m == 2)                                                           \
-                    TILE(2, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL);               \
+                    TILE(2, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL, 0);            \
                 else if (M - m == 1)                                                           \
-                    TILE(1, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL);               \
+                    TILE(1, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL, 0);            \
             }                                                                                  \
         for (; n + 2 <= Nr; n += 2) {                                                          \
             const int8_t *w = q + (size_t)n * rs;                                              \
             const float *s = sc + (size_t)n * ss;                                              \
-            const char *pf = ahead(w, end);                                                    \
+            const char *pf = PF_AT(n);                                                         \
             int m = 0;                                                                         \
             for (; m + 4 <= M; m += 4, pf = NULL)                                              \
                 TILE(4, 2, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,                    \
-                     Y + (size_t)m * ldy + n, ldy, pf);                                        \
+                     Y + (size_t)m * ldy + n, ldy, pf, PF_STEP(2));                            \
             for (; m < M; m++, pf = NULL)                                                      \
                 TILE(1, 2, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,                    \
-                     Y + (size_t)m * ldy + n, ldy, pf);                                        \
+                     Y + (size_t)m * ldy + n, ldy, pf, PF_STEP(2));                            \
         }                                                                                      \
         for (; n < Nr; n++)                                                                    \
             for (int m = 0; m < M; m++)                                                        \
                 TILE(1, 1, K, X + (size_t)m * ldx, ldx, q + (size_t)n * rs,                    \
-                     sc + (size_t)n * ss, rs, ps, beta, Y + (size_t)m * ldy + n, ldy, NULL);   \
+                     sc + (size_t)n * ss, rs, ps, beta, Y + (size_t)m * ldy + n, ldy, NULL, 0); \
     }
 
 Q8_RUN(run512, Q8_512, tile512, 8, 4, 4)

@@ -71,7 +71,8 @@ typedef struct {
     float         *Y;   /* row 0 of this row group, the run's first column */
     int            ldy;
     const int8_t  *end; /* rows one after the other: the run's end (prefetches
-                           stop there); NULL for a group (no prefetch) */
+                           stop there); NULL for a group */
+    int            group; /* a whole group: one stream, prefetched ahead */
 } chunk_job;
 
 /* Rows 0..M of X [.., ldx], columns 0..kc, into J's u and sx (row stride
@@ -140,7 +141,10 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
         const size_t o = (size_t)(b / 2) * J->ps;
-        if (pf)
+        if (pf && !J->end)   /* a group: its pair's lines, a lead on */
+            for (int l = 0; l < J->ps; l += 64)
+                _mm_prefetch(pf + o + l, _MM_HINT_T0);
+        else if (pf)
             _Pragma("GCC unroll 8")
             for (int j = 0; j < NR; j++)
                 _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
@@ -225,7 +229,10 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
         const size_t o = (size_t)(b / 2) * J->ps;
-        if (pf)
+        if (pf && !J->end)   /* a group: its pair's lines, a lead on */
+            for (int l = 0; l < J->ps; l += 64)
+                _mm_prefetch(pf + o + l, _MM_HINT_T0);
+        else if (pf)
             _Pragma("GCC unroll 8")
             for (int j = 0; j < 4 * NG; j++)
                 _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
@@ -266,6 +273,11 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         }
 }
 
+/* A group's lead: bytes on in its stream (into the next group, which
+ * follows in memory; a prefetch past the call's weights is wasted, never
+ * a fault). */
+enum { GROUP_AHEAD = 8192 };
+
 /* Where to prefetch for a tile of NR weight rows from n: the next tile's
  * rows, the same columns in step (a tile of lead: NR * K bytes), or NULL
  * for the last tile. Not cpu_q8.c's stream of PREFETCH_AHEAD bytes on:
@@ -274,6 +286,8 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
  * at 12 GB/s on one core, 20 for the float kernel). */
 static const char *ahead(const chunk_job *J, int n, int NR)
 {
+    if (!J->end)   /* a group: its stream GROUP_AHEAD bytes on, first tile only */
+        return J->group && n == 0 ? (const char *)J->q + GROUP_AHEAD : NULL;
     const int8_t *next = J->q + (size_t)(n + NR) * J->K;
     return J->end && next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
 }
@@ -354,7 +368,8 @@ VNNI static void chunk_run(void *arg, const int8_t *q, const float *s, int rows,
     J.rs = rs;
     J.ps = ps;
     J.Y = c->J.Y + col;
-    J.end = rs == c->J.K && ps == 64 ? J.q + (size_t)rows * c->J.K : NULL;
+    J.end = ps == 64 ? J.q + (size_t)rows * c->J.K : NULL;
+    J.group = ps != 64 && rows == MT_Q8_GROUP;
     run_chunk(c->M, rows, &J);
 }
 
@@ -371,7 +386,7 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
             quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu);
             chunk_call c = { rows, N, k0,
                              { u, sx, ldu, NULL, K, 0, 0, NULL, kn / MT_Q8_BLOCK,
-                               k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL } };
+                               k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL, 0 } };
             mt_q8_walk(lo, hi, N, K, q, scale, chunk_run, &c);
         }
     }

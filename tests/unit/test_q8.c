@@ -100,6 +100,41 @@ static int rows_unlike_alone(int M, int N, int K)
     return unlike;
 }
 
+/* Products of M rows by weight rows lo..hi of a packed [N, K] matrix,
+ * pieces [0, 5), [5, 21), [21, N) (groups of 8 taken in part), against
+ * the whole call, and the whole call on the matrix packed row by row
+ * (the layout before) against it on the grouped one: the count of
+ * products whose bits differ (want: 0 for the float kernels, whose every
+ * tile sums the same blocks in the same order) and, in *bad, of pieces
+ * outside the quantisation bound (any kernel). */
+static int pieces_unlike(int M, int N, int K, int act, int *bad)
+{
+    float *X = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
+    int8_t *q = malloc((size_t)N * K), *qr = malloc((size_t)N * K);
+    float *s = malloc(sizeof(float) * N * (K / MT_Q8_BLOCK));
+    float *sr = malloc(sizeof(float) * N * (K / MT_Q8_BLOCK));
+    float *Y = malloc(sizeof(float) * M * N), *Yp = malloc(sizeof(float) * M * N);
+    float *Yr = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++)
+        X[i] = frand();
+    fill_weights(W, N, K);
+    mt_q8_layout(0);
+    mt_q8_pack(qr, sr, W, (size_t)N, K);
+    mt_q8_gemm(M, N, K, X, K, qr, sr, 0.0f, Yr, N);
+    mt_q8_layout(1);
+    mt_q8_pack(q, s, W, (size_t)N, K);
+    mt_q8_gemm(M, N, K, X, K, q, s, 0.0f, Y, N);
+    const int cut[4] = { 0, 5, 21, N };
+    for (int p = 0; p < 3; p++)
+        mt_q8_gemm_rows(M, cut[p], cut[p + 1], N, K, X, K, q, s, 0.0f, Yp + cut[p], N);
+    *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Yp, act) > 0;
+    int unlike = 0;
+    for (int i = 0; i < M * N; i++)
+        unlike += memcmp(&Y[i], &Yp[i], sizeof(float)) != 0 || memcmp(&Y[i], &Yr[i], sizeof(float)) != 0;
+    free(X); free(W); free(q); free(qr); free(s); free(sr); free(Y); free(Yp); free(Yr);
+    return unlike;
+}
+
 /* One product M x N x K (beta 0 or 1) with the selected kernels: adds 1
  * to *bad where a product is outside the bound, and 1 to *caught where the
  * planted fault (the largest scale of the last weight row doubled: a
@@ -207,6 +242,16 @@ int main(void)
             ok(unlike == 0, "%s: each row of a batch (M 2..9, N 1..64) has the bits it has "
                "alone (%d rows differ)", level_name[level], unlike);
         }
+        int pbad = 0, punlike = 0;
+        for (int M = 1; M <= 9; M += 2)
+            for (int K = 64; K <= 576; K += 512)   /* grouped (64 | K) */
+                punlike += pieces_unlike(M, 37, K, level == 3, &pbad);
+        punlike += pieces_unlike(4, 37, 96, level == 3, &pbad);   /* row by row (K 96) */
+        ok(pbad == 0, "%s: row ranges of a grouped matrix (cut inside groups) within the bound",
+           level_name[level]);
+        if (level < 3)
+            ok(punlike == 0, "%s: row ranges and the row-by-row layout give the whole call's "
+               "bits (%d differ)", level_name[level], punlike);
         ok(bad == 0, "%s: %d products (M 1..70, N 1..64, K 32..33824, beta 0/1) within the "
                "quantisation bound of the fp32 product (%d outside)", level_name[level], cases, bad);
         /* not every case: where x . (that block's weights) is near 0 by
