@@ -408,6 +408,12 @@ static int env_set(const char *name)
 static void pick_kernels(void)
 {
     set_level(env_set("MT_Q8_PORTABLE") ? 0 : env_set("MT_Q8_FLOAT") ? 2 : 3);
+    /* benchmarks: MT_Q8_VNNI_ROWS=n moves the threshold (1..64) */
+    const char *v = getenv("MT_Q8_VNNI_ROWS");
+    char *e;
+    long n = v ? strtol(v, &e, 10) : 0;
+    if (v && *v && !*e && n >= 1 && n <= 64)
+        kern.vnni_rows = (int)n;
 }
 
 int mt_q8_init(void)

@@ -49,10 +49,12 @@ int mt_q8_vnni_built(void) { return 1; }
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 /* The quantised activations of a call live on the stack, a chunk of K at a
- * time: ACT_BYTES bytes of u (and as many of scales), rows in groups of at
- * most ROW_GROUP (so a chunk spans at least ACT_BYTES / ROW_GROUP = 512
- * columns). At M = 8 a chunk is 4096 columns, a whole hidden width. */
-enum { ACT_BYTES = 32768, ROW_GROUP = 64 };
+ * time: ACT_BYTES bytes of u (and as many of scales), rows in groups of
+ * ROW_GROUP, a chunk CHUNK_COLS columns whatever the row count, so that a
+ * row's products are summed in the same pieces in any call (test_q8: a
+ * row's bits do not depend on the batch). Up to 16 rows the weights are
+ * read once a call; a hidden width of 2048 is one chunk. */
+enum { ACT_BYTES = 32768, ROW_GROUP = 16, CHUNK_COLS = ACT_BYTES / ROW_GROUP };
 
 /* One chunk of a call: what every tile reads. */
 typedef struct {
@@ -330,16 +332,13 @@ ROWS_FN(rows_by1, 1)
 ROWS4_FN(rows_by8, 2)
 ROWS4_FN(rows_by4, 1)
 
-/* One chunk, all N weight rows: one row takes 8 weight rows a tile
- * (independent chains, streams of loads in flight; at one row the fp32
- * work is small beside the reads), more rows blocks of up to 4 against 8
- * or 4 weight rows folded (tile4); what is left 2 and 1 at a time. */
+/* One chunk, all N weight rows: the rows in blocks of up to 4 against 8
+ * or 4 weight rows folded (tile4), what is left 2 and 1 at a time; one
+ * row is tiled as any other (it once took 8 weight rows unfolded, which
+ * summed its products in another order than a batch's). */
 VNNI static void run_chunk(int M, int N, const chunk_job *J)
 {
     int n = 0;
-    if (M == 1)
-        for (; n + 8 <= N; n += 8)
-            tile(1, 8, J, 0, n, ahead(J, n, 8));
     for (; n + 8 <= N; n += 8)
         rows_by8(M, J, n);
     for (; n + 4 <= N; n += 4)
@@ -380,7 +379,7 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
     _Alignas(64) float sx[ACT_BYTES / 4]; /* [rows][ldu / 4] */
     for (int m0 = 0; m0 < M; m0 += ROW_GROUP) {
         const int rows = M - m0 < ROW_GROUP ? M - m0 : ROW_GROUP;
-        const int kc = (ACT_BYTES / rows) & ~63;   /* >= 512 */
+        const int kc = CHUNK_COLS;
         for (int k0 = 0; k0 < K; k0 += kc) {
             const int kn = K - k0 < kc ? K - k0 : kc, ldu = (kn + 63) & ~63;
             quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu);
