@@ -166,10 +166,32 @@ tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
         if (pf) {
             for (int o = 0; o < pstep; o += 64)
                 _mm_prefetch(pf + o, _MM_HINT_T0);
+            /* and their scales, which mirror the bytes (cpu_q8.h) */
+            _mm_prefetch((const char *)(scale + (pf - (const char *)q) / MT_Q8_BLOCK), _MM_HINT_T0);
             pf += pstep;
         }
         /* block b of weight row j: at q + j*rs + (b/2)*ps + (b%2)*32 */
         const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
+        if (NR == 8 && MR > 1) {
+            /* a whole group by 2 or 3 rows: each weight row's vectors
+             * used at once (the accumulators take most registers) */
+            __m512 x0[4], x1[4];
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < MR; i++) {
+                x0[i] = _mm512_loadu_ps(X + (size_t)i * ldx + k);
+                x1[i] = _mm512_loadu_ps(X + (size_t)i * ldx + k + 16);
+            }
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < NR; j++) {
+                const size_t oj = o + (size_t)j * rs;
+                __m512 s = _mm512_set1_ps(scale[oj / MT_Q8_BLOCK]);
+                __m512 v0 = w16(q + oj, s), v1 = w16(q + oj + 16, s);
+                _Pragma("GCC unroll 4")
+                for (int i = 0; i < MR; i++)
+                    acc[i][j] = _mm512_fmadd_ps(x1[i], v1, _mm512_fmadd_ps(x0[i], v0, acc[i][j]));
+            }
+            continue;
+        }
         __m512 w0[8], w1[8];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < NR; j++) {
@@ -226,6 +248,8 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
         if (pf) {
             for (int o = 0; o < pstep; o += 64)
                 _mm_prefetch(pf + o, _MM_HINT_T0);
+            /* and their scales, which mirror the bytes (cpu_q8.h) */
+            _mm_prefetch((const char *)(scale + (pf - (const char *)q) / MT_Q8_BLOCK), _MM_HINT_T0);
             pf += pstep;
         }
         const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
@@ -288,7 +312,7 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
             : (n) == 0 && Nr == MT_Q8_GROUP ? (const char *)q + PREFETCH_AHEAD : NULL)
 #define PF_STEP(NR) (stream ? (NR) * MT_Q8_BLOCK : ps / 2)
 
-#define Q8_RUN(NAME, ATTR, TILE, NR1, NR2, NR4)                                              \
+#define Q8_RUN(NAME, ATTR, TILE, NR1, NR2, NR4, G23)                                              \
     ATTR static void NAME(int M, int Nr, int K, const float *X, int ldx, const int8_t *q,      \
                           const float *sc, int rs, int ps, float beta, float *Y, int ldy)      \
     {                                                                                          \
@@ -300,6 +324,14 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
             for (; n + NR1 <= Nr; n += NR1)                                                    \
                 TILE(1, NR1, K, X, ldx, q + (size_t)n * rs, sc + (size_t)n * ss, rs, ps, beta, \
                      Y + n, ldy, PF_AT(n), PF_STEP(NR1));                                      \
+        if (G23 && !stream && Nr == MT_Q8_GROUP && (M == 2 || M == 3)) {                       \
+            const char *pf = PF_AT(0);   /* a group whole: one tile */                         \
+            if (M == 2)                                                                        \
+                TILE(2, 8, K, X, ldx, q, sc, rs, ps, beta, Y, ldy, pf, PF_STEP(8));            \
+            else                                                                               \
+                TILE(3, 8, K, X, ldx, q, sc, rs, ps, beta, Y, ldy, pf, PF_STEP(8));            \
+            n = MT_Q8_GROUP;                                                                   \
+        }                                                                                      \
         if (M == 2 || M == 3)                                                                  \
             for (; n + NR2 <= Nr; n += NR2) {                                                  \
                 const int8_t *w = q + (size_t)n * rs;                                          \
@@ -346,8 +378,8 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
                      sc + (size_t)n * ss, rs, ps, beta, Y + (size_t)m * ldy + n, ldy, NULL, 0); \
     }
 
-Q8_RUN(run512, Q8_512, tile512, 8, 4, 4)
-Q8_RUN(run256, Q8_256, tile256, 4, 2, 2)
+Q8_RUN(run512, Q8_512, tile512, 8, 4, 4, 1)
+Q8_RUN(run256, Q8_256, tile256, 4, 2, 2, 0)
 
 #endif
 

@@ -143,9 +143,12 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
         const size_t o = (size_t)(b / 2) * J->ps;
-        if (pf && !J->end)   /* a group: its pair's lines, a lead on */
+        if (pf && !J->end) {   /* a group: its pair's lines and scales, a lead on */
             for (int l = 0; l < J->ps; l += 64)
                 _mm_prefetch(pf + o + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
+                         _MM_HINT_T0);
+        }
         else if (pf)
             _Pragma("GCC unroll 8")
             for (int j = 0; j < NR; j++)
@@ -231,9 +234,12 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
         const size_t o = (size_t)(b / 2) * J->ps;
-        if (pf && !J->end)   /* a group: its pair's lines, a lead on */
+        if (pf && !J->end) {   /* a group: its pair's lines and scales, a lead on */
             for (int l = 0; l < J->ps; l += 64)
                 _mm_prefetch(pf + o + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
+                         _MM_HINT_T0);
+        }
         else if (pf)
             _Pragma("GCC unroll 8")
             for (int j = 0; j < 4 * NG; j++)
