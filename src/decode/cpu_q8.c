@@ -25,20 +25,23 @@
  * pairs one after the other, a pair holding its 8 rows' 64 bytes; the
  * rows past the last whole group, and every row where K is not, row by
  * row. Offset of row n's block b (its scale at the offset / 32). */
-static int tiled_on = -1;   /* -1: not asked yet (MT_Q8_ROWMAJOR=1: off) */
+static int tiled_on = -1;   /* -1: the kernels' (groups for the integer one) */
+
+static int kernel_level(void);
 
 int mt_q8_tiled(int K)
 {
-    if (tiled_on < 0) {
+    int on = tiled_on;
+    if (on < 0) {
         const char *v = getenv("MT_Q8_ROWMAJOR");
-        tiled_on = !(v && *v && strcmp(v, "0") != 0);
+        on = kernel_level() == 3 && !(v && *v && strcmp(v, "0") != 0);
     }
-    return tiled_on && K % (2 * MT_Q8_BLOCK) == 0;
+    return on && K % (2 * MT_Q8_BLOCK) == 0;
 }
 
 void mt_q8_layout(int tiled)
 {
-    tiled_on = tiled != 0;
+    tiled_on = tiled < 0 ? -1 : tiled != 0;
 }
 
 size_t mt_q8_offset(size_t N, int K, size_t n, int b)
@@ -401,7 +404,7 @@ typedef void (*q8_run_fn)(int, int, int, const float *, int, const int8_t *, con
 static struct {
     q8_run_fn run;   /* the float kernel (calls of under vnni_rows rows at level 3) */
     int level, vnni_rows;
-} kern = { gemm_c, 0, 5 };
+} kern = { gemm_c, 0, 1 };
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
@@ -452,6 +455,11 @@ int mt_q8_init(void)
 {
     pthread_once(&kern_once, pick_kernels);
     return kern.level;
+}
+
+static int kernel_level(void)
+{
+    return mt_q8_init();
 }
 
 int mt_q8_select(int max_level)

@@ -8,7 +8,7 @@
  * block's largest weight. 1.125 bytes a weight where f16 takes 2.
  *
  * Two products. On a CPU with AVX-512 VNNI, the integer one
- * (cpu_q8_vnni.c, for calls of 4 rows or more): the activations
+ * (cpu_q8_vnni.c, for calls of any row count): the activations
  * quantised in blocks of 32 as well
  * (scale max|x| / 127), integer dot products a block, one fp32 multiply by
  * both scales a block; it adds the activations' rounding to the error
@@ -35,13 +35,17 @@ enum { MT_Q8_BLOCK = 32, MT_Q8_GROUP = 8 };
  * group, and every row where K is not a multiple of 64, one after the
  * other. A block's scale sits at its bytes' offset / MT_Q8_BLOCK, and
  * group g starts at row 8g's row-major offset, so row n of a matrix still
- * starts at q + n*K where n is a multiple of 8. MT_Q8_ROWMAJOR=1 (read
- * once) keeps every matrix row by row, the layout before (benchmarks
- * compare the two). */
+ * starts at q + n*K where n is a multiple of 8. The layout is grouped
+ * where the integer kernel serves (mt_q8_init() 3) and row by row for
+ * the float kernels (their 4-row tiles read half a group each: no faster
+ * on groups, bench/RESULTS.md); every kernel reads both. MT_Q8_ROWMAJOR=1
+ * (read once) keeps every matrix row by row, the layout before
+ * (benchmarks compare the two). */
 int mt_q8_tiled(int K);
 /* Tests and benchmarks: the layout of matrices packed and multiplied from
- * now on (1 grouped, 0 row by row); a matrix must be multiplied under the
- * layout it was packed in. Not while a kernel may be running. */
+ * now on (1 grouped, 0 row by row, -1 the kernels' as above); a matrix
+ * must be multiplied under the layout it was packed in. Not while a
+ * kernel may be running. */
 void mt_q8_layout(int tiled);
 /* The offset of row n's block b (its bytes at q + it, its scale at
  * scale + it / MT_Q8_BLOCK) in a packed [N, K] matrix. */
@@ -57,10 +61,11 @@ int mt_q8_init(void);
  * level set. Not while a kernel may be running. */
 int mt_q8_select(int max_level);
 
-/* The integer product serves calls of at least rows rows (default 5:
- * below, the float kernels stream faster out of cache here; cpu_q8.c has
- * the figures). Tests: 1 makes it serve every call. Not while a kernel
- * may be running. */
+/* The integer product serves calls of at least rows rows (default 1:
+ * every call; on the grouped layout it streams faster than the float
+ * kernels at every row count here, cpu_q8.c has the figures; the
+ * environment's MT_Q8_VNNI_ROWS=n, 1..64, for benchmarks). Tests: not
+ * while a kernel may be running. */
 void mt_q8_vnni_rows(int rows);
 
 /* Quantises the matrix src [N, K] (K a multiple of MT_Q8_BLOCK) into

@@ -128,6 +128,7 @@ static int pieces_unlike(int M, int N, int K, int act, int *bad)
     for (int p = 0; p < 3; p++)
         mt_q8_gemm_rows(M, cut[p], cut[p + 1], N, K, X, K, q, s, 0.0f, Yp + cut[p], N);
     *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Yp, act) > 0;
+    mt_q8_layout(-1);   /* the kernels' own again */
     int unlike = 0;
     for (int i = 0; i < M * N; i++)
         unlike += memcmp(&Y[i], &Yp[i], sizeof(float)) != 0 || memcmp(&Y[i], &Yr[i], sizeof(float)) != 0;
