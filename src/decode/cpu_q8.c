@@ -391,16 +391,17 @@ Q8_RUN(run256, Q8_256, tile256, 4, 2, 2, 0)
 typedef void (*q8_run_fn)(int, int, int, const float *, int, const int8_t *, const float *,
                           int, int, float, float *, int);
 /* Below vnni_rows rows the integer product hands the call to the best
- * float kernel. Measured out of cache (mt-benchq8, 256 MiB of weights,
- * 2026-12-06T21:10Z, load 0.3-0.6), once the float AVX-512 kernel took
- * four rows in 4 x 4 tiles: one core, the float kernel streamed 16.5,
- * 20.8, 19.1 and 15.8 GB/s at 1-4 rows where the integer one reached
- * 15.8, 14.7, 13.7 and 13.2; from 5 rows the integer one leads (two
- * threads: 12.9 against 14.1 ms at 5 rows, 15.0 against 18.6 at 8; the
- * float kernel 9.8 against 11.3 at 4). The two round the activations
- * differently, and the integer kernel's chunks along K follow the row
- * count: a row's bits are the same in any call of 1-4 rows, not across
- * the threshold (test_q8). */
+ * float kernel; by default it takes every call. On the layout before
+ * (rows one after the other) the float kernel led at 1-4 rows (lead,
+ * 2026-12-06T21:10Z: 16.5, 20.8, 19.1, 15.8 GB/s against 15.8, 14.7,
+ * 13.7, 13.2 on one core). On the grouped layout (cpu_q8.h), mt-benchq8
+ * -t 1 -r 21 (256 MiB, 2048 x 2048, both layouts and both kernels
+ * alternating in one process; 2026-12-07T00:04Z, a shared machine at load
+ * 3.7-3.9), medians of three runs, GB/s: 1 row 19.4 integer on groups
+ * against 17.6 float on rows; 2 rows 19.6 against 18.6; 4 rows 18.1
+ * against 13.5; 8 rows 8.6 against 6.0 (integer on rows); bench/RESULTS.md,
+ * "The q8 weights in groups of 8 rows". One kernel at every row count
+ * also keeps a row's bits whatever the batch (test_q8). */
 static struct {
     q8_run_fn run;   /* the float kernel (calls of under vnni_rows rows at level 3) */
     int level, vnni_rows;

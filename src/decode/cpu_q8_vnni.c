@@ -26,10 +26,13 @@
  * gets scale nan (its products nan, as the fp32 product's would be); one
  * whose largest |x| is below 127 / FLT_MAX (1e-36) reads back as zeros.
  *
- * Used for calls of 5 rows or more (mt_q8_vnni_rows, cpu_q8.c): out of
- * cache it streams 10-15 GB/s a core, ahead of the float kernel (in 4 x 4
- * tiles) from 5 rows, behind it at 1-4 (bench/RESULTS.md, "The q8 product
- * on integers", and cpu_q8.c).
+ * Used for every call (mt_q8_vnni_rows, cpu_q8.c): on the grouped
+ * layout (cpu_q8.h), whose 8-row groups are one stream that a tile's
+ * first row block prefetches GROUP_AHEAD bytes on, it streams 13-23 GB/s
+ * a core out of cache at 1-4 rows, ahead of the float kernels (on rows
+ * one after the other it streamed 10-15 and trailed them at 1-4 rows:
+ * bench/RESULTS.md, "The q8 product on integers" and "The q8 weights in
+ * groups of 8 rows").
  *
  * Cost of the quantisation: each calling thread quantises the whole X
  * (M x K floats) once a call, against its share of the N x K weight bytes;
