@@ -47,6 +47,9 @@ int mt_q8_tiled(int K);
  * must be multiplied under the layout it was packed in. Not while a
  * kernel may be running. */
 void mt_q8_layout(int tiled);
+/* cpu_q8.c, when it picks the kernels: whether the integer kernel serves
+ * (the layout's default, above). */
+void mt_q8_layout_kernels(int grouped);
 /* The offset of row n's block b (its bytes at q + it, its scale at
  * scale + it / MT_Q8_BLOCK) in a packed [N, K] matrix. */
 size_t mt_q8_offset(size_t N, int K, size_t n, int b);
