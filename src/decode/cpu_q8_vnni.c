@@ -227,6 +227,9 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
     const float *sc = J->sc + n * ss;
     const uint8_t *u = J->u + (size_t)m * J->ldu;
     const float *sx = J->sx + (size_t)m * (J->ldu / 4);
+    /* scales4's lanes from rows j = 0..3's pairs (sw_j0, sw_j1) side by
+     * side: lane 4c + j takes 2j + c / 2 */
+    const __m512i group4 = _mm512_set_epi32(7, 5, 3, 1, 7, 5, 3, 1, 6, 4, 2, 0, 6, 4, 2, 0);
     __m512 acc[4][2];
     _Pragma("GCC unroll 4")
     for (int i = 0; i < MR; i++)
@@ -256,7 +259,10 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         }
         _Pragma("GCC unroll 2")
         for (int g = 0; g < NG; g++)
-            sw[g] = scales4(sc + 4 * g * ss + o / MT_Q8_BLOCK, ss, two);
+            sw[g] = ss == 2 && two   /* a group's 4 rows' pairs: 8 scales in a row */
+                        ? _mm512_permutexvar_ps(group4, _mm512_castps256_ps512(_mm256_loadu_ps(
+                                                            sc + 4 * g * ss + o / MT_Q8_BLOCK)))
+                        : scales4(sc + 4 * g * ss + o / MT_Q8_BLOCK, ss, two);
         _Pragma("GCC unroll 4")
         for (int i = 0; i < MR; i++) {
             __m512i x = _mm512_loadu_si512(u + (size_t)i * J->ldu + b * MT_Q8_BLOCK);
