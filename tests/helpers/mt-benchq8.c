@@ -12,11 +12,15 @@
  * and layouts round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
  * over the time), and the mean CPU time a pass (cpu_ms: every thread's). Prints logfmt lines; asserts nothing.
  *
- * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS]
+ * -H: the weights on 2 MiB pages (transparent huge pages asked by
+ * madvise), as the CPU backend keeps its q8 copy (backend_cpu_setup.c).
+ *
+ * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS] [-H]
  */
 #include "decode/cpu_q8.h"
 #include "util/clock.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <getopt.h>
@@ -76,9 +80,9 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, c;
+    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, c;
     char blist[64] = "1,2,4,8";
-    while ((c = getopt(argc, argv, "b:N:K:M:t:r:")) != -1) {
+    while ((c = getopt(argc, argv, "b:N:K:M:t:r:H")) != -1) {
         switch (c) {
         case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
         case 'N': N = atoi(optarg); break;
@@ -86,8 +90,9 @@ int main(int argc, char **argv)
         case 'M': mib = atoi(optarg); break;
         case 't': T = atoi(optarg); break;
         case 'r': R = atoi(optarg); break;
+        case 'H': huge = 1; break;
         default:
-            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-N n] [-K k] [-M MiB] [-t T] [-r R]\n");
+            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-N n] [-K k] [-M MiB] [-t T] [-r R] [-H]\n");
             return 2;
         }
     }
@@ -103,7 +108,19 @@ int main(int argc, char **argv)
     /* 64-byte aligned, as the backend's streamed copy is (a row of K a
      * multiple of 64 then starts a cache line) */
     size_t qbytes = ((size_t)mats * N * K + 63) / 64 * 64;
-    int8_t *q = aligned_alloc(64, qbytes);
+    int8_t *q = NULL;
+    if (huge) {
+        const size_t page = (size_t)2 << 20;
+        qbytes = (qbytes + page - 1) / page * page;
+        if (posix_memalign((void **)&q, page, qbytes) != 0)
+            q = NULL;
+#ifdef MADV_HUGEPAGE
+        if (q && madvise(q, qbytes, MADV_HUGEPAGE) != 0)
+            fprintf(stderr, "mt-benchq8: no huge pages (madvise refused): 4 KiB pages\n");
+#endif
+    } else {
+        q = aligned_alloc(64, qbytes);
+    }
     float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
     float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
     double *ms = malloc(sizeof(double) * 4 * R);
@@ -149,9 +166,10 @@ int main(int argc, char **argv)
         for (int l = 0; l < 4; l++) {
             qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
             double best = ms[l * R], med = ms[l * R + R / 2];
-            printf("q8_gemm kernels=%s layout=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
+            printf("q8_gemm kernels=%s layout=%s pages=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
                    "best_ms=%.3f median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
-                   name[levels[l % 2]], l / 2 ? "groups" : "rows", B, N, K, mats, T, R, best, med,
+                   name[levels[l % 2]], l / 2 ? "groups" : "rows", huge ? "2MiB" : "4KiB", B, N, K,
+                   mats, T, R, best, med,
                    mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
         }
     }
