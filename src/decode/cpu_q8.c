@@ -343,9 +343,11 @@ typedef void (*q8_run_fn)(int, int, int, const float *, int, const int8_t *, con
  * alternating in one process; 2026-12-07T00:04Z, a shared machine at load
  * 3.7-3.9), medians of three runs, GB/s: 1 row 19.4 integer on groups
  * against 17.6 float on rows; 2 rows 19.6 against 18.6; 4 rows 18.1
- * against 13.5; 8 rows 8.6 against 6.0 (integer on rows); bench/RESULTS.md,
- * "The q8 weights in groups of 8 rows". One kernel at every row count
- * also keeps a row's bits whatever the batch (test_q8). */
+ * against 13.5; 8 rows 8.6 against 6.0 (integer on rows). Two threads
+ * (00:25Z, load 1.5): 38, 37, 31 and 19 GB/s at 1, 2, 4 and 8 rows
+ * against 34, 31, 24 (float, rows) and 15 (integer, rows);
+ * bench/RESULTS.md, "The q8 weights in groups of 8 rows". One kernel at
+ * every row count also keeps a row's bits whatever the batch (test_q8). */
 static struct {
     q8_run_fn run;   /* the float kernel (calls of under vnni_rows rows at level 3) */
     int level, vnni_rows;
