@@ -181,8 +181,7 @@ static void gemm_cols(const cpu_backend *be, const float *X, int K, const float 
     if (N <= 0)
         return;
     if (W8 && W8->q && M <= be->f16_rows)
-        mt_q8_gemm(M, N, K, X, K, W8->q + (size_t)lo * K, W8->s + (size_t)lo * (K / MT_Q8_BLOCK),
-                   beta, Y + lo, ldy);
+        mt_q8_gemm_rows(M, lo, hi, W8->n, K, X, K, W8->q, W8->s, beta, Y + lo, ldy);
     else if (W16 && M <= be->f16_rows)
         mt_half_gemm(M, N, K, X, K, W16 + (size_t)lo * K, beta, Y + lo, ldy);
     else if (M == 1)

@@ -68,11 +68,12 @@ typedef struct layer16 {
 } layer16;
 
 /* The 8-bit copy of one matrix [N, K] (--weights q8, cpu_q8.h): bytes
- * q [N, K] and scales s [N, K / MT_Q8_BLOCK]; q NULL where the matrix stays
+ * q [N * K] and scales s [N * K / MT_Q8_BLOCK] in cpu_q8.h's layout; q NULL where the matrix stays
  * fp32 (K not a multiple of the block, or a value not finite). */
 typedef struct q8mat {
     const int8_t *q;
     const float  *s;
+    int           n;   /* rows N (the layout groups them: cpu_q8.h) */
 } q8mat;
 typedef struct layer8 {
     q8mat wq, wk, wv, wo, w_gate, w_up, w_down;

@@ -177,6 +177,7 @@ static int take_q8(q8mat *d, const float *src, size_t N, int K, int8_t **q, floa
         return 1;
     d->q = *q;
     d->s = *s;
+    d->n = (int)N;
     *q += N * (size_t)K;
     *s += N * (size_t)(K / MT_Q8_BLOCK);
     return 0;

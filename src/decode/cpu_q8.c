@@ -23,13 +23,15 @@
 int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
 {
     const int nb = K / MT_Q8_BLOCK;
+    mt_q8_init();   /* the layout follows the kernels */
     for (size_t i = 0; i < N * (size_t)K; i++)
         if (!isfinite(src[i]))
             return -1;
     for (size_t n = 0; n < N; n++)
         for (int b = 0; b < nb; b++) {
             const float *w = src + n * K + (size_t)b * MT_Q8_BLOCK;
-            int8_t *d = q + n * K + (size_t)b * MT_Q8_BLOCK;
+            const size_t o = mt_q8_offset(N, K, n, b);
+            int8_t *d = q + o;
             float big = 0.0f;
             for (int i = 0; i < MT_Q8_BLOCK; i++)
                 big = fmaxf(big, fabsf(w[i]));
@@ -38,7 +40,7 @@ int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
              * underflows to 0 likewise (its weights read back as 0, off by
              * less than 127 * FLT_TRUE_MIN) */
             float inv = s > 0.0f ? 1.0f / s : 0.0f;
-            scale[n * nb + b] = s;
+            scale[o / MT_Q8_BLOCK] = s;
             for (int i = 0; i < MT_Q8_BLOCK; i++) {
                 long v = lrintf(w[i] * inv);   /* nearest, ties to even */
                 d[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
@@ -52,17 +54,16 @@ int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
 /* The reference: each weight read back as q * scale, one dot product per
  * (row, weight row) in fp32. */
 static void gemm_c(int M, int N, int K, const float *X, int ldx, const int8_t *q,
-                   const float *scale, float beta, float *Y, int ldy)
+                   const float *scale, int rs, int ps, float beta, float *Y, int ldy)
 {
-    const int nb = K / MT_Q8_BLOCK;
     for (int n = 0; n < N; n++)
         for (int m = 0; m < M; m++) {
             const float *x = X + (size_t)m * ldx;
-            const int8_t *w = q + (size_t)n * K;
-            const float *s = scale + (size_t)n * nb;
             float acc = 0.0f;
-            for (int k = 0; k < K; k++)
-                acc += x[k] * ((float)w[k] * s[k / MT_Q8_BLOCK]);
+            for (int k = 0; k < K; k++) {
+                const size_t o = (size_t)n * rs + (size_t)(k / 64) * ps + k % 64;
+                acc += x[k] * ((float)q[o] * scale[o / MT_Q8_BLOCK]);
+            }
             float *y = Y + (size_t)m * ldy + n;
             *y = beta == 0.0f ? acc : *y + acc;   /* beta 0 drops nan/inf too */
         }
@@ -77,8 +78,7 @@ enum { PREFETCH_AHEAD = 8192 };
 
 static inline const char *ahead(const int8_t *w, const int8_t *end)
 {
-    size_t left = (size_t)((const char *)end - (const char *)w);
-    return left > PREFETCH_AHEAD ? (const char *)w + PREFETCH_AHEAD : NULL;
+    return end - w > PREFETCH_AHEAD ? (const char *)w + PREFETCH_AHEAD : NULL;
 }
 
 /* ---- AVX-512 ------------------------------------------------------------- */
@@ -98,7 +98,8 @@ Q8_512 static inline __attribute__((always_inline)) __m512 w16(const int8_t *p, 
  * registers. */
 Q8_512 static inline __attribute__((always_inline)) void
 tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
-        const float *scale, float beta, float *Y, int ldy, const char *pf)
+        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf,
+        int pstep)
 {
     const int nb = K / MT_Q8_BLOCK;
     __m512 acc[4][8];
@@ -110,16 +111,41 @@ tile512(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
     for (int b = 0; b < nb; b++) {
         const int k = b * MT_Q8_BLOCK;
         if (pf) {
-            for (int o = 0; o < NR * MT_Q8_BLOCK; o += 64)
+            for (int o = 0; o < pstep; o += 64)
                 _mm_prefetch(pf + o, _MM_HINT_T0);
-            pf += NR * MT_Q8_BLOCK;
+            /* and their scales, which mirror the bytes (cpu_q8.h) */
+            _mm_prefetch((const char *)(scale + (pf - (const char *)q) / MT_Q8_BLOCK), _MM_HINT_T0);
+            pf += pstep;
+        }
+        /* block b of weight row j: at q + j*rs + (b/2)*ps + (b%2)*32 */
+        const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
+        if (NR == 8 && MR > 1) {
+            /* a whole group by 2 or 3 rows: each weight row's vectors
+             * used at once (the accumulators take most registers) */
+            __m512 x0[4], x1[4];
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < MR; i++) {
+                x0[i] = _mm512_loadu_ps(X + (size_t)i * ldx + k);
+                x1[i] = _mm512_loadu_ps(X + (size_t)i * ldx + k + 16);
+            }
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < NR; j++) {
+                const size_t oj = o + (size_t)j * rs;
+                __m512 s = _mm512_set1_ps(scale[oj / MT_Q8_BLOCK]);
+                __m512 v0 = w16(q + oj, s), v1 = w16(q + oj + 16, s);
+                _Pragma("GCC unroll 4")
+                for (int i = 0; i < MR; i++)
+                    acc[i][j] = _mm512_fmadd_ps(x1[i], v1, _mm512_fmadd_ps(x0[i], v0, acc[i][j]));
+            }
+            continue;
         }
         __m512 w0[8], w1[8];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < NR; j++) {
-            __m512 s = _mm512_set1_ps(scale[(size_t)j * nb + b]);
-            w0[j] = w16(q + (size_t)j * K + k, s);
-            w1[j] = w16(q + (size_t)j * K + k + 16, s);
+            const size_t oj = o + (size_t)j * rs;
+            __m512 s = _mm512_set1_ps(scale[oj / MT_Q8_BLOCK]);
+            w0[j] = w16(q + oj, s);
+            w1[j] = w16(q + oj + 16, s);
         }
         _Pragma("GCC unroll 4")
         for (int i = 0; i < MR; i++) {
@@ -155,7 +181,8 @@ Q8_256 static inline __attribute__((always_inline)) float hsum8(__m256 v)
  * each weight row's scale broadcast once a block. */
 Q8_256 static inline __attribute__((always_inline)) void
 tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t *q,
-        const float *scale, float beta, float *Y, int ldy, const char *pf)
+        const float *scale, int rs, int ps, float beta, float *Y, int ldy, const char *pf,
+        int pstep)
 {
     const int nb = K / MT_Q8_BLOCK;
     __m256 acc[4][4];
@@ -166,21 +193,25 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
             acc[i][j] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (pf) {
-            for (int o = 0; o < NR * MT_Q8_BLOCK; o += 64)
+            for (int o = 0; o < pstep; o += 64)
                 _mm_prefetch(pf + o, _MM_HINT_T0);
-            pf += NR * MT_Q8_BLOCK;
+            /* and their scales, which mirror the bytes (cpu_q8.h) */
+            _mm_prefetch((const char *)(scale + (pf - (const char *)q) / MT_Q8_BLOCK), _MM_HINT_T0);
+            pf += pstep;
         }
+        const size_t o = (size_t)(b / 2) * ps + (size_t)(b % 2) * MT_Q8_BLOCK;
         __m256 s[4];
         _Pragma("GCC unroll 4")
         for (int j = 0; j < NR; j++)
-            s[j] = _mm256_set1_ps(scale[(size_t)j * nb + b]);
+            s[j] = _mm256_set1_ps(scale[(o + (size_t)j * rs) / MT_Q8_BLOCK]);
         _Pragma("GCC unroll 4")
         for (int k = b * MT_Q8_BLOCK; k < (b + 1) * MT_Q8_BLOCK; k += 8) {
             __m256 w[4];
             _Pragma("GCC unroll 4")
             for (int j = 0; j < NR; j++)
-                w[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                         _mm_loadl_epi64((const __m128i *)(q + (size_t)j * K + k)))),
+                w[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                         (const __m128i *)(q + o + (size_t)j * rs +
+                                                           (k - b * MT_Q8_BLOCK))))),
                                      s[j]);
             _Pragma("GCC unroll 4")
             for (int i = 0; i < MR; i++) {
@@ -200,114 +231,146 @@ tile256(const int MR, const int NR, int K, const float *X, int ldx, const int8_t
         }
 }
 
-/* The product by tiles: one row takes NR1 weight rows a tile (independent
- * FMA chains, streams of loads in flight), two or three rows NR2; four
- * rows and more NR4 weight rows a tile, the rows in blocks of 4 and the
- * last 1 to 3 rows as one block, each tile's weights decoded once and
- * used by the blocks while they are in L1; what is left (N not a multiple
- * of the tile) by 2 weight rows, then one by one. Every (row, weight row)
- * sums its blocks in the same order in every tile, so the bits do not
- * depend on M or on the tiling (test_q8). The AVX-512 kernel's four rows
- * once took 4 x 2 tiles (and a leftover row 1 x 2 each): a call of 4 rows
- * cost 2.2 times one of 3 (bench/RESULTS.md, "stt-1b at 4 streams"). */
-#define Q8_GEMM(NAME, ATTR, TILE, NR1, NR2, NR4)                                             \
-    ATTR static void NAME(int M, int N, int K, const float *X, int ldx, const int8_t *q,       \
-                          const float *sc, float beta, float *Y, int ldy)                      \
+/* The product over a run of Nr weight rows (row n's bytes at q + n*rs,
+ * its block pairs ps apart: cpu_q8.h's layout, a group of MT_Q8_GROUP or
+ * rows one after the other) by tiles: one row takes NR1 weight rows a
+ * tile (independent FMA chains, streams of loads in flight), two or three
+ * rows NR2; four rows and more NR4 weight rows a tile, the rows in blocks
+ * of 4 and the last 1 to 3 rows as one block, each tile's weights decoded
+ * once and used by the blocks while they are in L1; what is left (Nr not
+ * a multiple of the tile) by 2 weight rows, then one by one. Every (row,
+ * weight row) sums its blocks in the same order in every tile, so the
+ * bits do not depend on M, on the tiling or on the layout (test_q8). The
+ * AVX-512 kernel's four rows once took 4 x 2 tiles (and a leftover row
+ * 1 x 2 each): a call of 4 rows cost 2.2 times one of 3 (bench/RESULTS.md,
+ * "stt-1b at 4 streams"). Rows one after the other (rs = K) are separate
+ * streams that the hardware does not fetch ahead far enough: a software
+ * prefetch PREFETCH_AHEAD bytes on; a group is one stream, fetched ahead
+ * by the hardware. */
+/* Where the tile of weight rows from n prefetches, and how many bytes a
+ * block: rows one after the other, PREFETCH_AHEAD bytes on in the
+ * stream of rows, a tile's NR * 32 bytes a block; a group (one stream,
+ * ps / 2 bytes a block for its 8 rows), its first tile only (the others
+ * read what it fetched), PREFETCH_AHEAD bytes on: into the next group,
+ * which follows in memory (a prefetch past the call's weights is only
+ * wasted, never a fault). */
+#define PF_AT(n)                                                                               \
+    (stream ? ahead(q + (size_t)(n) * rs, end)                                                 \
+            : (n) == 0 && Nr == MT_Q8_GROUP ? (const char *)q + PREFETCH_AHEAD : NULL)
+#define PF_STEP(NR) (stream ? (NR) * MT_Q8_BLOCK : ps / 2)
+
+#define Q8_RUN(NAME, ATTR, TILE, NR1, NR2, NR4, G23)                                              \
+    ATTR static void NAME(int M, int Nr, int K, const float *X, int ldx, const int8_t *q,      \
+                          const float *sc, int rs, int ps, float beta, float *Y, int ldy)      \
     {                                                                                          \
-        const int8_t *end = q + (size_t)N * K;                                                 \
-        const size_t nb = (size_t)(K / MT_Q8_BLOCK);                                           \
+        const int stream = ps == 64;   /* rows one after the other */                          \
+        const int8_t *end = q + (size_t)Nr * K;                                                \
+        const int ss = rs / MT_Q8_BLOCK;   /* scales from one row to the next */               \
         int n = 0;                                                                             \
         if (M == 1)                                                                            \
-            for (; n + NR1 <= N; n += NR1)                                                     \
-                TILE(1, NR1, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy,      \
-                     ahead(q + (size_t)n * K, end));                                           \
+            for (; n + NR1 <= Nr; n += NR1)                                                    \
+                TILE(1, NR1, K, X, ldx, q + (size_t)n * rs, sc + (size_t)n * ss, rs, ps, beta, \
+                     Y + n, ldy, PF_AT(n), PF_STEP(NR1));                                      \
+        if (G23 && !stream && Nr == MT_Q8_GROUP && (M == 2 || M == 3)) {                       \
+            const char *pf = PF_AT(0);   /* a group whole: one tile */                         \
+            if (M == 2)                                                                        \
+                TILE(2, 8, K, X, ldx, q, sc, rs, ps, beta, Y, ldy, pf, PF_STEP(8));            \
+            else                                                                               \
+                TILE(3, 8, K, X, ldx, q, sc, rs, ps, beta, Y, ldy, pf, PF_STEP(8));            \
+            n = MT_Q8_GROUP;                                                                   \
+        }                                                                                      \
         if (M == 2 || M == 3)                                                                  \
-            for (; n + NR2 <= N; n += NR2) {                                                   \
-                const char *pf = ahead(q + (size_t)n * K, end);                                \
+            for (; n + NR2 <= Nr; n += NR2) {                                                  \
+                const int8_t *w = q + (size_t)n * rs;                                          \
+                const float *s = sc + (size_t)n * ss;                                          \
+                const char *pf = PF_AT(n);                                                     \
                 if (M == 2)                                                                    \
-                    TILE(2, NR2, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy, pf); \
+                    TILE(2, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf, PF_STEP(NR2)); \
                 else                                                                           \
-                    TILE(3, NR2, K, X, ldx, q + (size_t)n * K, sc + n * nb, beta, Y + n, ldy, pf); \
+                    TILE(3, NR2, K, X, ldx, w, s, rs, ps, beta, Y + n, ldy, pf, PF_STEP(NR2)); \
             }                                                                                  \
         if (M >= 4)                                                                            \
-            for (; n + NR4 <= N; n += NR4) {                                                   \
-                const int8_t *w = q + (size_t)n * K;                                           \
-                const float *s = sc + n * nb;                                                  \
-                const char *pf = ahead(w, end);                                                \
+            for (; n + NR4 <= Nr; n += NR4) {                                                  \
+                const int8_t *w = q + (size_t)n * rs;                                          \
+                const float *s = sc + (size_t)n * ss;                                          \
+                const char *pf = PF_AT(n);                                                     \
                 int m = 0;                                                                     \
                 for (; m + 4 <= M; m += 4, pf = NULL)                                          \
-                    TILE(4, NR4, K, X + (size_t)m * ldx, ldx, w, s, beta,                      \
-                         Y + (size_t)m * ldy + n, ldy, pf);                                    \
+                    TILE(4, NR4, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,              \
+                         Y + (size_t)m * ldy + n, ldy, pf, PF_STEP(NR4));                      \
                 const float *xm = X + (size_t)m * ldx;                                         \
                 float *ym = Y + (size_t)m * ldy + n;                                           \
                 if (M - m == 3)                                                                \
-                    TILE(3, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                    TILE(3, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL, 0);            \
                 else if (M - m == 2)                                                           \
-                    TILE(2, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                    TILE(2, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL, 0);            \
                 else if (M - m == 1)                                                           \
-                    TILE(1, NR4, K, xm, ldx, w, s, beta, ym, ldy, NULL);                       \
+                    TILE(1, NR4, K, xm, ldx, w, s, rs, ps, beta, ym, ldy, NULL, 0);            \
             }                                                                                  \
-        for (; n + 2 <= N; n += 2) {                                                           \
-            const int8_t *w = q + (size_t)n * K;                                               \
-            const float *s = sc + n * nb;                                                      \
-            const char *pf = ahead(w, end);                                                    \
+        for (; n + 2 <= Nr; n += 2) {                                                          \
+            const int8_t *w = q + (size_t)n * rs;                                              \
+            const float *s = sc + (size_t)n * ss;                                              \
+            const char *pf = PF_AT(n);                                                         \
             int m = 0;                                                                         \
             for (; m + 4 <= M; m += 4, pf = NULL)                                              \
-                TILE(4, 2, K, X + (size_t)m * ldx, ldx, w, s, beta, Y + (size_t)m * ldy + n, ldy, pf); \
+                TILE(4, 2, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,                    \
+                     Y + (size_t)m * ldy + n, ldy, pf, PF_STEP(2));                            \
             for (; m < M; m++, pf = NULL)                                                      \
-                TILE(1, 2, K, X + (size_t)m * ldx, ldx, w, s, beta, Y + (size_t)m * ldy + n, ldy, pf); \
+                TILE(1, 2, K, X + (size_t)m * ldx, ldx, w, s, rs, ps, beta,                    \
+                     Y + (size_t)m * ldy + n, ldy, pf, PF_STEP(2));                            \
         }                                                                                      \
-        for (; n < N; n++)                                                                     \
+        for (; n < Nr; n++)                                                                    \
             for (int m = 0; m < M; m++)                                                        \
-                TILE(1, 1, K, X + (size_t)m * ldx, ldx, q + (size_t)n * K, sc + n * nb, beta,  \
-                     Y + (size_t)m * ldy + n, ldy, NULL);                                      \
+                TILE(1, 1, K, X + (size_t)m * ldx, ldx, q + (size_t)n * rs,                    \
+                     sc + (size_t)n * ss, rs, ps, beta, Y + (size_t)m * ldy + n, ldy, NULL, 0); \
     }
 
-Q8_GEMM(gemm512, Q8_512, tile512, 8, 4, 4)
-Q8_GEMM(gemm256, Q8_256, tile256, 4, 2, 2)
+Q8_RUN(run512, Q8_512, tile512, 8, 4, 4, 1)
+Q8_RUN(run256, Q8_256, tile256, 4, 2, 2, 0)
 
 #endif
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-typedef void (*q8_gemm_fn)(int, int, int, const float *, int, const int8_t *, const float *,
-                           float, float *, int);
+typedef void (*q8_run_fn)(int, int, int, const float *, int, const int8_t *, const float *,
+                          int, int, float, float *, int);
 /* Below vnni_rows rows the integer product hands the call to the best
- * float kernel. Measured out of cache (mt-benchq8, 256 MiB of weights,
- * 2026-12-06T21:10Z, load 0.3-0.6), once the float AVX-512 kernel took
- * four rows in 4 x 4 tiles: one core, the float kernel streamed 16.5,
- * 20.8, 19.1 and 15.8 GB/s at 1-4 rows where the integer one reached
- * 15.8, 14.7, 13.7 and 13.2; from 5 rows the integer one leads (two
- * threads: 12.9 against 14.1 ms at 5 rows, 15.0 against 18.6 at 8; the
- * float kernel 9.8 against 11.3 at 4). The two round the activations
- * differently, and the integer kernel's chunks along K follow the row
- * count: a row's bits are the same in any call of 1-4 rows, not across
- * the threshold (test_q8). */
+ * float kernel; by default it takes every call. On the layout before
+ * (rows one after the other) the float kernel led at 1-4 rows (lead,
+ * 2026-12-06T21:10Z: 16.5, 20.8, 19.1, 15.8 GB/s against 15.8, 14.7,
+ * 13.7, 13.2 on one core). On the grouped layout (cpu_q8.h), mt-benchq8
+ * -t 1 -r 21 (256 MiB, 2048 x 2048, both layouts and both kernels
+ * alternating in one process; 2026-12-07T00:04Z, a shared machine at load
+ * 3.7-3.9), medians of three runs, GB/s: 1 row 19.4 integer on groups
+ * against 17.6 float on rows; 2 rows 19.6 against 18.6; 4 rows 18.1
+ * against 13.5; 8 rows 8.6 against 6.0 (integer on rows). Two threads
+ * (00:25Z, load 1.5): 38, 37, 31 and 19 GB/s at 1, 2, 4 and 8 rows
+ * against 34, 31, 24 (float, rows) and 15 (integer, rows);
+ * bench/RESULTS.md, "The q8 weights in groups of 8 rows". One kernel at
+ * every row count also keeps a row's bits whatever the batch (test_q8). */
 static struct {
-    q8_gemm_fn gemm, small;   /* small: calls of under vnni_rows rows */
+    q8_run_fn run;   /* the float kernel (calls of under vnni_rows rows at level 3) */
     int level, vnni_rows;
-} kern = { gemm_c, gemm_c, 0, 5 };
+} kern = { gemm_c, 0, 1 };
 
 static pthread_once_t kern_once = PTHREAD_ONCE_INIT;
 
 static int set_level(int max_level)
 {
-    kern.gemm = kern.small = gemm_c;
+    kern.run = gemm_c;
     kern.level = 0;
 #ifdef MT_Q8_X86
     __builtin_cpu_init();
     if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        kern.gemm = kern.small = gemm256;
+        kern.run = run256;
         kern.level = 1;
         if (max_level >= 2 && __builtin_cpu_supports("avx512f")) {
-            kern.gemm = gemm512;
+            kern.run = run512;
             kern.level = 2;
             /* the integer product (cpu_q8_vnni.c) */
-            kern.small = gemm512;
             if (max_level >= 3 && mt_q8_vnni_built() && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") &&
                 __builtin_cpu_supports("avx512vnni")) {
-                kern.gemm = mt_q8_gemm_vnni;
                 kern.level = 3;
             }
         }
@@ -315,6 +378,7 @@ static int set_level(int max_level)
 #else
     (void)max_level;
 #endif
+    mt_q8_layout_kernels(kern.level == 3);
     return kern.level;
 }
 
@@ -327,6 +391,12 @@ static int env_set(const char *name)
 static void pick_kernels(void)
 {
     set_level(env_set("MT_Q8_PORTABLE") ? 0 : env_set("MT_Q8_FLOAT") ? 2 : 3);
+    /* benchmarks: MT_Q8_VNNI_ROWS=n moves the threshold (1..64) */
+    const char *v = getenv("MT_Q8_VNNI_ROWS");
+    char *e;
+    long n = v ? strtol(v, &e, 10) : 0;
+    if (v && *v && !*e && n >= 1 && n <= 64)
+        kern.vnni_rows = (int)n;
 }
 
 int mt_q8_init(void)
@@ -335,18 +405,44 @@ int mt_q8_init(void)
     return kern.level;
 }
 
+
+
 int mt_q8_select(int max_level)
 {
     pthread_once(&kern_once, pick_kernels);
     return set_level(max_level);
 }
 
+/* One float call over a run of weight rows (mt_q8_walk's callback). */
+typedef struct {
+    int M, K, ldx, ldy;
+    const float *X;
+    float beta, *Y;
+} float_call;
+
+static void float_run(void *arg, const int8_t *q, const float *s, int rows, int rs, int ps,
+                      int col)
+{
+    const float_call *c = arg;
+    kern.run(c->M, rows, c->K, c->X, c->ldx, q, s, rs, ps, c->beta, c->Y + col, c->ldy);
+}
+
+void mt_q8_gemm_rows(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+                     const int8_t *q, const float *scale, float beta, float *Y, int ldy)
+{
+    mt_q8_init();
+    if (kern.level == 3 && M >= kern.vnni_rows) {
+        mt_q8_gemm_vnni(M, lo, hi, N, K, X, ldx, q, scale, beta, Y, ldy);
+        return;
+    }
+    float_call c = { M, K, ldx, ldy, X, beta, Y };
+    mt_q8_walk(lo, hi, N, K, q, scale, float_run, &c);
+}
+
 void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
                 const float *scale, float beta, float *Y, int ldy)
 {
-    mt_q8_init();
-    (kern.level == 3 && M < kern.vnni_rows ? kern.small : kern.gemm)(M, N, K, X, ldx, q, scale,
-                                                                      beta, Y, ldy);
+    mt_q8_gemm_rows(M, 0, N, N, K, X, ldx, q, scale, beta, Y, ldy);
 }
 
 void mt_q8_vnni_rows(int rows)

@@ -8,7 +8,7 @@
  * block's largest weight. 1.125 bytes a weight where f16 takes 2.
  *
  * Two products. On a CPU with AVX-512 VNNI, the integer one
- * (cpu_q8_vnni.c, for calls of 4 rows or more): the activations
+ * (cpu_q8_vnni.c, for calls of any row count): the activations
  * quantised in blocks of 32 as well
  * (scale max|x| / 127), integer dot products a block, one fp32 multiply by
  * both scales a block; it adds the activations' rounding to the error
@@ -24,7 +24,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { MT_Q8_BLOCK = 32 };
+enum { MT_Q8_BLOCK = 32, MT_Q8_GROUP = 8 };
+
+/* The layout of a packed matrix [N, K]. Where K is a multiple of 64 (a
+ * block pair), rows in groups of MT_Q8_GROUP: a group's 8 * K bytes hold
+ * its block pairs one after the other, each pair its 8 rows' 64 bytes in
+ * row order, so a kernel that takes a group's 8 rows together reads one
+ * stream (the hardware fetches it ahead; rows one after the other were 8
+ * streams of K bytes, too short for it). The rows past the last whole
+ * group, and every row where K is not a multiple of 64, one after the
+ * other. A block's scale sits at its bytes' offset / MT_Q8_BLOCK, and
+ * group g starts at row 8g's row-major offset, so row n of a matrix still
+ * starts at q + n*K where n is a multiple of 8. The layout is grouped
+ * where the integer kernel serves (mt_q8_init() 3) and row by row for
+ * the float kernels (their 4-row tiles read half a group each: no faster
+ * on groups, bench/RESULTS.md); every kernel reads both. MT_Q8_ROWMAJOR=1
+ * (read once) keeps every matrix row by row, the layout before
+ * (benchmarks compare the two). */
+int mt_q8_tiled(int K);
+/* Tests and benchmarks: the layout of matrices packed and multiplied from
+ * now on (1 grouped, 0 row by row, -1 the kernels' as above); a matrix
+ * must be multiplied under the layout it was packed in. Not while a
+ * kernel may be running. */
+void mt_q8_layout(int tiled);
+/* cpu_q8.c, when it picks the kernels: whether the integer kernel serves
+ * (the layout's default, above). */
+void mt_q8_layout_kernels(int grouped);
+/* The offset of row n's block b (its bytes at q + it, its scale at
+ * scale + it / MT_Q8_BLOCK) in a packed [N, K] matrix. */
+size_t mt_q8_offset(size_t N, int K, size_t n, int b);
 
 /* Picks the kernels (idempotent, thread-safe); returns 3 (AVX-512 VNNI,
  * the integer product), 2 (AVX-512), 1 (AVX2/FMA) or 0 (portable).
@@ -36,23 +64,39 @@ int mt_q8_init(void);
  * level set. Not while a kernel may be running. */
 int mt_q8_select(int max_level);
 
-/* The integer product serves calls of at least rows rows (default 5:
- * below, the float kernels stream faster out of cache here; cpu_q8.c has
- * the figures). Tests: 1 makes it serve every call. Not while a kernel
- * may be running. */
+/* The integer product serves calls of at least rows rows (default 1:
+ * every call; on the grouped layout it streams faster than the float
+ * kernels at every row count here, cpu_q8.c has the figures; the
+ * environment's MT_Q8_VNNI_ROWS=n, 1..64, for benchmarks). Tests: not
+ * while a kernel may be running. */
 void mt_q8_vnni_rows(int rows);
 
 /* Quantises the matrix src [N, K] (K a multiple of MT_Q8_BLOCK) into
- * q [N, K] and scale [N, K / MT_Q8_BLOCK]. Returns -1, writing nothing
+ * q [N * K] and scale [N * K / MT_Q8_BLOCK], in the layout above. Returns -1, writing nothing
  * more, where a value is not finite (inf or nan: no scale holds it). */
 int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K);
 
-/* Y[m, 0:N] = beta * Y[m, 0:N] + X[m, 0:K] . Wdq[0:N, 0:K]^T for m < M,
- * Wdq the weights read back (q * scale); X row m at X + m*ldx, weight row n
- * at q + n*K and its scales at scale + n*(K / MT_Q8_BLOCK), Y row m at
+/* Y[m, 0:hi-lo] = beta * Y[m, 0:hi-lo] + X[m, 0:K] . Wdq[lo:hi, 0:K]^T
+ * for m < M, Wdq the weights read back (q * scale) of the matrix [N, K]
+ * that mt_q8_pack made at q and scale; X row m at X + m*ldx, Y row m at
  * Y + m*ldy; beta 0 or 1. K a multiple of MT_Q8_BLOCK. Meant for small
  * M: the weights are read once. */
+void mt_q8_gemm_rows(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+                     const int8_t *q, const float *scale, float beta, float *Y, int ldy);
+/* The same over the whole matrix (lo 0, hi N). */
 void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
                 const float *scale, float beta, float *Y, int ldy);
+
+/* The kernels' walk over rows lo..hi of a packed [N, K] matrix: run(ctx,
+ * bytes, scales, rows, rs, ps, col) for each run of rows, whole groups
+ * (rows 8, rs 64, ps 512), rows of a group the call takes in part (rows
+ * 1, ps 512) and rows one after the other (rs K, ps 64); a run's row r
+ * block b at bytes + r*rs + (b/2)*ps + (b%2)*MT_Q8_BLOCK (its scale at
+ * that offset / MT_Q8_BLOCK from scales), its first row the call's
+ * column col. */
+typedef void (*mt_q8_run_fn)(void *ctx, const int8_t *q, const float *s, int rows, int rs,
+                             int ps, int col);
+void mt_q8_walk(int lo, int hi, int N, int K, const int8_t *q, const float *s,
+                mt_q8_run_fn run, void *ctx);
 
 #endif

@@ -26,10 +26,13 @@
  * gets scale nan (its products nan, as the fp32 product's would be); one
  * whose largest |x| is below 127 / FLT_MAX (1e-36) reads back as zeros.
  *
- * Used for calls of 5 rows or more (mt_q8_vnni_rows, cpu_q8.c): out of
- * cache it streams 10-15 GB/s a core, ahead of the float kernel (in 4 x 4
- * tiles) from 5 rows, behind it at 1-4 (bench/RESULTS.md, "The q8 product
- * on integers", and cpu_q8.c).
+ * Used for every call (mt_q8_vnni_rows, cpu_q8.c): on the grouped
+ * layout (cpu_q8.h), whose 8-row groups are one stream that a tile's
+ * first row block prefetches GROUP_AHEAD bytes on, it streams 13-23 GB/s
+ * a core out of cache at 1-4 rows, ahead of the float kernels (on rows
+ * one after the other it streamed 10-15 and trailed them at 1-4 rows:
+ * bench/RESULTS.md, "The q8 product on integers" and "The q8 weights in
+ * groups of 8 rows").
  *
  * Cost of the quantisation: each calling thread quantises the whole X
  * (M x K floats) once a call, against its share of the N x K weight bytes;
@@ -49,10 +52,12 @@ int mt_q8_vnni_built(void) { return 1; }
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
 /* The quantised activations of a call live on the stack, a chunk of K at a
- * time: ACT_BYTES bytes of u (and as many of scales), rows in groups of at
- * most ROW_GROUP (so a chunk spans at least ACT_BYTES / ROW_GROUP = 512
- * columns). At M = 8 a chunk is 4096 columns, a whole hidden width. */
-enum { ACT_BYTES = 32768, ROW_GROUP = 64 };
+ * time: ACT_BYTES bytes of u (and as many of scales), rows in groups of
+ * ROW_GROUP, a chunk CHUNK_COLS columns whatever the row count, so that a
+ * row's products are summed in the same pieces in any call (test_q8: a
+ * row's bits do not depend on the batch). Up to 16 rows the weights are
+ * read once a call; a hidden width of 2048 is one chunk. */
+enum { ACT_BYTES = 32768, ROW_GROUP = 16, CHUNK_COLS = ACT_BYTES / ROW_GROUP };
 
 /* One chunk of a call: what every tile reads. */
 typedef struct {
@@ -61,15 +66,18 @@ typedef struct {
                            16 floats: the first block's scale 8 times, the
                            second's 8 times (0 past the chunk's end) */
     int            ldu; /* a multiple of 64 */
-    const int8_t  *q;   /* weight row 0 at the chunk's first column; row j at q + j*K */
+    const int8_t  *q;   /* the run's weight row 0 at the chunk's first block pair;
+                           row j's pair p at q + j*rs + p*ps (cpu_q8.h's layout) */
     int            K;
-    const float   *sc;  /* weight row 0's scale at the chunk's first block; row j at sc + j*nbw */
-    int            nbw; /* blocks a weight row (K / MT_Q8_BLOCK) */
+    int            rs, ps;
+    const float   *sc;  /* the scale of the block at q + o: sc[o / MT_Q8_BLOCK] */
     int            nb;  /* blocks in this chunk */
     float          beta;
-    float         *Y;   /* row 0 of this row group, column 0 */
+    float         *Y;   /* row 0 of this row group, the run's first column */
     int            ldy;
-    const int8_t  *end; /* the weights' end (prefetches stop there) */
+    const int8_t  *end; /* rows one after the other: the run's end (prefetches
+                           stop there); NULL for a group */
+    int            group; /* a whole group: one stream, prefetched ahead */
 } chunk_job;
 
 /* Rows 0..M of X [.., ldx], columns 0..kc, into J's u and sx (row stride
@@ -123,8 +131,9 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
     const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     /* lanes 0..7 take a pair's first scale, lanes 8..15 its second */
     const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const int8_t *q = J->q + (size_t)n * J->K;
-    const float *sc = J->sc + (size_t)n * J->nbw;
+    const int8_t *q = J->q + (size_t)n * J->rs;
+    const float *sc = J->sc + (size_t)n * (J->rs / MT_Q8_BLOCK);
+    const size_t ss = (size_t)(J->rs / MT_Q8_BLOCK);   /* scales, row to row */
     const uint8_t *u = J->u + (size_t)m * J->ldu;
     const float *sx = J->sx + (size_t)m * (J->ldu / 4);
     __m512 acc[4][8];
@@ -136,7 +145,14 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
     for (int b = 0; b < J->nb; b += 2) {
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
-        if (pf)
+        const size_t o = (size_t)(b / 2) * J->ps;
+        if (pf && !J->end) {   /* a group: its pair's lines and scales, a lead on */
+            for (int l = 0; l < J->ps; l += 64)
+                _mm_prefetch(pf + o + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
+                         _MM_HINT_T0);
+        }
+        else if (pf)
             _Pragma("GCC unroll 8")
             for (int j = 0; j < NR; j++)
                 _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
@@ -144,10 +160,10 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
         __m512 sw[8];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < NR; j++) {
-            w[j] = _mm512_maskz_loadu_epi8(wmask, q + (size_t)j * J->K + b * MT_Q8_BLOCK);
+            w[j] = _mm512_maskz_loadu_epi8(wmask, q + (size_t)j * J->rs + o);
             neg[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w[j]));
             sw[j] = _mm512_permutexvar_ps(
-                halves, _mm512_maskz_loadu_ps(two ? 3 : 1, sc + (size_t)j * J->nbw + b));
+                halves, _mm512_maskz_loadu_ps(two ? 3 : 1, sc + j * ss + o / MT_Q8_BLOCK));
         }
         _Pragma("GCC unroll 4")
         for (int i = 0; i < MR; i++) {
@@ -185,14 +201,13 @@ fold4(__m512i d0, __m512i d1, __m512i d2, __m512i d3)
 }
 
 /* The weight scales in fold4's layout: weight rows j = 0..3 (row j's
- * scales at sc + j*nbw), blocks b and, where two, b + 1 (0 otherwise). */
+ * scales at sc + j*ss), blocks b and, where two, b + 1 (0 otherwise). */
 VNNI static inline __attribute__((always_inline)) __m512
-scales4(const float *sc, int nbw, int two)
+scales4(const float *sc, size_t ss, int two)
 {
     const __mmask8 m = two ? 3 : 1;
-    __m128i t0 = _mm_maskz_loadu_epi32(m, sc), t1 = _mm_maskz_loadu_epi32(m, sc + nbw);
-    __m128i t2 = _mm_maskz_loadu_epi32(m, sc + 2 * (size_t)nbw),
-            t3 = _mm_maskz_loadu_epi32(m, sc + 3 * (size_t)nbw);
+    __m128i t0 = _mm_maskz_loadu_epi32(m, sc), t1 = _mm_maskz_loadu_epi32(m, sc + ss);
+    __m128i t2 = _mm_maskz_loadu_epi32(m, sc + 2 * ss), t3 = _mm_maskz_loadu_epi32(m, sc + 3 * ss);
     __m128i u01 = _mm_unpacklo_epi32(t0, t1), u23 = _mm_unpacklo_epi32(t2, t3);
     __m128i first = _mm_unpacklo_epi64(u01, u23), second = _mm_unpackhi_epi64(u01, u23);
     return _mm512_castsi512_ps(_mm512_inserti64x4(
@@ -207,10 +222,14 @@ VNNI static inline __attribute__((always_inline)) void
 tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *pf)
 {
     const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    const int8_t *q = J->q + (size_t)n * J->K;
-    const float *sc = J->sc + (size_t)n * J->nbw;
+    const int8_t *q = J->q + (size_t)n * J->rs;
+    const size_t ss = (size_t)(J->rs / MT_Q8_BLOCK);   /* scales, row to row */
+    const float *sc = J->sc + n * ss;
     const uint8_t *u = J->u + (size_t)m * J->ldu;
     const float *sx = J->sx + (size_t)m * (J->ldu / 4);
+    /* scales4's lanes from rows j = 0..3's pairs (sw_j0, sw_j1) side by
+     * side: lane 4c + j takes 2j + c / 2 */
+    const __m512i group4 = _mm512_set_epi32(7, 5, 3, 1, 7, 5, 3, 1, 6, 4, 2, 0, 6, 4, 2, 0);
     __m512 acc[4][2];
     _Pragma("GCC unroll 4")
     for (int i = 0; i < MR; i++)
@@ -220,7 +239,14 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
     for (int b = 0; b < J->nb; b += 2) {
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
-        if (pf)
+        const size_t o = (size_t)(b / 2) * J->ps;
+        if (pf && !J->end) {   /* a group: its pair's lines and scales, a lead on */
+            for (int l = 0; l < J->ps; l += 64)
+                _mm_prefetch(pf + o + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
+                         _MM_HINT_T0);
+        }
+        else if (pf)
             _Pragma("GCC unroll 8")
             for (int j = 0; j < 4 * NG; j++)
                 _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
@@ -228,12 +254,15 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         __m512 sw[2];
         _Pragma("GCC unroll 8")
         for (int j = 0; j < 4 * NG; j++) {
-            w[j] = _mm512_maskz_loadu_epi8(wmask, q + (size_t)j * J->K + b * MT_Q8_BLOCK);
+            w[j] = _mm512_maskz_loadu_epi8(wmask, q + (size_t)j * J->rs + o);
             neg[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w[j]));
         }
         _Pragma("GCC unroll 2")
         for (int g = 0; g < NG; g++)
-            sw[g] = scales4(sc + (size_t)4 * g * J->nbw + b, J->nbw, two);
+            sw[g] = ss == 2 && two   /* a group's 4 rows' pairs: 8 scales in a row */
+                        ? _mm512_permutexvar_ps(group4, _mm512_castps256_ps512(_mm256_loadu_ps(
+                                                            sc + 4 * g * ss + o / MT_Q8_BLOCK)))
+                        : scales4(sc + 4 * g * ss + o / MT_Q8_BLOCK, ss, two);
         _Pragma("GCC unroll 4")
         for (int i = 0; i < MR; i++) {
             __m512i x = _mm512_loadu_si512(u + (size_t)i * J->ldu + b * MT_Q8_BLOCK);
@@ -261,6 +290,11 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         }
 }
 
+/* A group's lead: bytes on in its stream (into the next group, which
+ * follows in memory; a prefetch past the call's weights is wasted, never
+ * a fault). */
+enum { GROUP_AHEAD = 8192 };
+
 /* Where to prefetch for a tile of NR weight rows from n: the next tile's
  * rows, the same columns in step (a tile of lead: NR * K bytes), or NULL
  * for the last tile. Not cpu_q8.c's stream of PREFETCH_AHEAD bytes on:
@@ -269,8 +303,10 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
  * at 12 GB/s on one core, 20 for the float kernel). */
 static const char *ahead(const chunk_job *J, int n, int NR)
 {
+    if (!J->end)   /* a group: its stream GROUP_AHEAD bytes on, first tile only */
+        return J->group && n == 0 ? (const char *)J->q + GROUP_AHEAD : NULL;
     const int8_t *next = J->q + (size_t)(n + NR) * J->K;
-    return next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
+    return J->end && next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
 }
 
 /* All M rows against weight rows n..n+NR: blocks of 4 rows, then the rest
@@ -311,16 +347,13 @@ ROWS_FN(rows_by1, 1)
 ROWS4_FN(rows_by8, 2)
 ROWS4_FN(rows_by4, 1)
 
-/* One chunk, all N weight rows: one row takes 8 weight rows a tile
- * (independent chains, streams of loads in flight; at one row the fp32
- * work is small beside the reads), more rows blocks of up to 4 against 8
- * or 4 weight rows folded (tile4); what is left 2 and 1 at a time. */
+/* One chunk, all N weight rows: the rows in blocks of up to 4 against 8
+ * or 4 weight rows folded (tile4), what is left 2 and 1 at a time; one
+ * row is tiled as any other (it once took 8 weight rows unfolded, which
+ * summed its products in another order than a batch's). */
 VNNI static void run_chunk(int M, int N, const chunk_job *J)
 {
     int n = 0;
-    if (M == 1)
-        for (; n + 8 <= N; n += 8)
-            tile(1, 8, J, 0, n, ahead(J, n, 8));
     for (; n + 8 <= N; n += 8)
         rows_by8(M, J, n);
     for (; n + 4 <= N; n += 4)
@@ -331,22 +364,44 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
         rows_by1(M, J, n);
 }
 
-void mt_q8_gemm_vnni(int M, int N, int K, const float *X, int ldx, const int8_t *q,
-                     const float *scale, float beta, float *Y, int ldy)
+/* One chunk of a call (what every run of weight rows shares), for
+ * mt_q8_walk. */
+typedef struct {
+    int M, N, k0;
+    chunk_job J;   /* u, sx, ldu, K, nb, beta, ldy; Y at the call's column 0 */
+} chunk_call;
+
+VNNI static void chunk_run(void *arg, const int8_t *q, const float *s, int rows, int rs, int ps,
+                           int col)
+{
+    const chunk_call *c = arg;
+    chunk_job J = c->J;
+    const size_t o = (size_t)(c->k0 / 64) * ps;   /* the chunk's first pair */
+    J.q = q + o;
+    J.sc = s + o / MT_Q8_BLOCK;
+    J.rs = rs;
+    J.ps = ps;
+    J.Y = c->J.Y + col;
+    J.end = ps == 64 ? J.q + (size_t)rows * c->J.K : NULL;
+    J.group = ps != 64 && rows == MT_Q8_GROUP;
+    run_chunk(c->M, rows, &J);
+}
+
+void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+                     const int8_t *q, const float *scale, float beta, float *Y, int ldy)
 {
     _Alignas(64) uint8_t u[ACT_BYTES];   /* [rows][ldu] */
     _Alignas(64) float sx[ACT_BYTES / 4]; /* [rows][ldu / 4] */
-    const int nbw = K / MT_Q8_BLOCK;
     for (int m0 = 0; m0 < M; m0 += ROW_GROUP) {
         const int rows = M - m0 < ROW_GROUP ? M - m0 : ROW_GROUP;
-        const int kc = (ACT_BYTES / rows) & ~63;   /* >= 512 */
+        const int kc = CHUNK_COLS;
         for (int k0 = 0; k0 < K; k0 += kc) {
             const int kn = K - k0 < kc ? K - k0 : kc, ldu = (kn + 63) & ~63;
             quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu);
-            chunk_job J = { u, sx, ldu, q + k0, K, scale + k0 / MT_Q8_BLOCK, nbw,
-                            kn / MT_Q8_BLOCK, k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy,
-                            q + (size_t)N * K };
-            run_chunk(rows, N, &J);
+            chunk_call c = { rows, N, k0,
+                             { u, sx, ldu, NULL, K, 0, 0, NULL, kn / MT_Q8_BLOCK,
+                               k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL, 0 } };
+            mt_q8_walk(lo, hi, N, K, q, scale, chunk_run, &c);
         }
     }
 }
@@ -355,11 +410,11 @@ void mt_q8_gemm_vnni(int M, int N, int K, const float *X, int ldx, const int8_t 
 
 int mt_q8_vnni_built(void) { return 0; }
 
-void mt_q8_gemm_vnni(int M, int N, int K, const float *X, int ldx, const int8_t *q,
-                     const float *scale, float beta, float *Y, int ldy)
+void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+                     const int8_t *q, const float *scale, float beta, float *Y, int ldy)
 {
-    (void)M, (void)N, (void)K, (void)X, (void)ldx, (void)q, (void)scale, (void)beta, (void)Y,
-        (void)ldy;
+    (void)M, (void)lo, (void)hi, (void)N, (void)K, (void)X, (void)ldx, (void)q, (void)scale,
+        (void)beta, (void)Y, (void)ldy;
 }
 
 #endif

@@ -47,7 +47,7 @@ struct mt_depformer {
      * of the half ones, the same matrices */
     int8_t *w8;       /* every copy's bytes, one allocation */
     float  *w8s;      /* and their scales */
-    struct q8w { const int8_t *q; const float *s; } *in8, *lin8; /* [dep_q] */
+    struct q8w { const int8_t *q; const float *s; int n; } *in8, *lin8; /* [dep_q]; n rows */
     struct dep8 { struct q8w wqkv, wo, w_in, w_out; } *dep8;     /* [layers * dep_q] */
     /* the job posted to the threads (column mode) */
     struct dep_job {
@@ -235,6 +235,7 @@ static int take_q8(struct q8w *d, const float *src, size_t N, size_t K, int8_t *
         return -1;
     d->q = *q;
     d->s = *s;
+    d->n = (int)N;
     *q += N * K;
     *s += N * (K / MT_Q8_BLOCK);
     return 0;
@@ -375,8 +376,8 @@ static void gemm_cols(const mt_depformer *df, const struct dep_job *j, int B, in
     const size_t K = (size_t)j->K;
     float *Y = j->Y + y_off + lo;
     if (j->W8 && B <= df->f16_rows)
-        mt_q8_gemm(B, N, j->K, j->X, j->ldx, j->W8->q + (size_t)(w_off + lo) * K,
-                   j->W8->s + (size_t)(w_off + lo) * (K / MT_Q8_BLOCK), j->beta, Y, j->ldy);
+        mt_q8_gemm_rows(B, w_off + lo, w_off + hi, j->W8->n, j->K, j->X, j->ldx, j->W8->q,
+                        j->W8->s, j->beta, Y, j->ldy);
     else if (j->W16 && B <= df->f16_rows)
         mt_half_gemm(B, N, j->K, j->X, j->ldx, j->W16 + (size_t)(w_off + lo) * K, j->beta, Y,
                      j->ldy);

@@ -1,20 +1,26 @@
 /* mt-benchq8.c: the 8-bit product of --weights q8 (cpu_q8.h) by itself,
  * its float kernels and its integer one (AVX-512 VNNI, cpu_q8_vnni.c)
- * side by side in one process, so that the machine's drift falls on both.
+ * side by side in one process, so that the machine's drift falls on both,
+ * each on the two layouts of cpu_q8.h (rows one after the other, the
+ * layout before, and groups of 8 rows: layout=rows, layout=groups).
  * For each B (rows of activations): a product of B rows by an N x K
  * matrix of 8-bit weights (default 2048 x 2048 per matrix, the stt-1b
  * temporal's width), over enough matrices that the weights (default
  * 256 MiB) are read from memory, not cache; split by weight rows over T
  * threads as the CPU backend splits it. Per kernel and B: the best and the
  * median of R rounds (each round every matrix once, kernels alternating
- * round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
+ * and layouts round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
  * over the time), and the mean CPU time a pass (cpu_ms: every thread's). Prints logfmt lines; asserts nothing.
  *
- * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS]
+ * -H: the weights on 2 MiB pages (transparent huge pages asked by
+ * madvise), as the CPU backend keeps its q8 copy (backend_cpu_setup.c).
+ *
+ * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS] [-H]
  */
 #include "decode/cpu_q8.h"
 #include "util/clock.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <getopt.h>
@@ -36,9 +42,8 @@ static void *run_part(void *arg)
     const part *p = arg;
     const int nb = p->K / MT_Q8_BLOCK;
     for (int m = 0; m < p->mats; m++)
-        mt_q8_gemm(p->B, p->hi - p->lo, p->K, p->X, p->K,
-                   p->q + ((size_t)m * p->N + p->lo) * p->K,
-                   p->s + ((size_t)m * p->N + p->lo) * nb, 0.0f, p->Y + p->lo, p->N);
+        mt_q8_gemm_rows(p->B, p->lo, p->hi, p->N, p->K, p->X, p->K, p->q + (size_t)m * p->N * p->K,
+                        p->s + (size_t)m * p->N * nb, 0.0f, p->Y + p->lo, p->N);
     return NULL;
 }
 
@@ -75,9 +80,9 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, c;
+    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, c;
     char blist[64] = "1,2,4,8";
-    while ((c = getopt(argc, argv, "b:N:K:M:t:r:")) != -1) {
+    while ((c = getopt(argc, argv, "b:N:K:M:t:r:H")) != -1) {
         switch (c) {
         case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
         case 'N': N = atoi(optarg); break;
@@ -85,8 +90,9 @@ int main(int argc, char **argv)
         case 'M': mib = atoi(optarg); break;
         case 't': T = atoi(optarg); break;
         case 'r': R = atoi(optarg); break;
+        case 'H': huge = 1; break;
         default:
-            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-N n] [-K k] [-M MiB] [-t T] [-r R]\n");
+            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-N n] [-K k] [-M MiB] [-t T] [-r R] [-H]\n");
             return 2;
         }
     }
@@ -102,11 +108,23 @@ int main(int argc, char **argv)
     /* 64-byte aligned, as the backend's streamed copy is (a row of K a
      * multiple of 64 then starts a cache line) */
     size_t qbytes = ((size_t)mats * N * K + 63) / 64 * 64;
-    int8_t *q = aligned_alloc(64, qbytes);
+    int8_t *q = NULL;
+    if (huge) {
+        const size_t page = (size_t)2 << 20;
+        qbytes = (qbytes + page - 1) / page * page;
+        if (posix_memalign((void **)&q, page, qbytes) != 0)
+            q = NULL;
+#ifdef MADV_HUGEPAGE
+        if (q && madvise(q, qbytes, MADV_HUGEPAGE) != 0)
+            fprintf(stderr, "mt-benchq8: no huge pages (madvise refused): 4 KiB pages\n");
+#endif
+    } else {
+        q = aligned_alloc(64, qbytes);
+    }
     float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
     float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
-    double *ms = malloc(sizeof(double) * 2 * R);
-    double cpu[2];
+    double *ms = malloc(sizeof(double) * 4 * R);
+    double cpu[4];
     if (!q || !s || !X || !Y || !ms) {
         fprintf(stderr, "mt-benchq8: out of memory\n");
         return 1;
@@ -129,24 +147,29 @@ int main(int argc, char **argv)
         for (int t = 0; t < T; t++)
             parts[t] = (part){ B, N, K, mats, (int)((long)N * t / T), (int)((long)N * (t + 1) / T),
                                X, q, s, Y };
-        for (int l = 0; l < 2; l++) {   /* warm-up */
-            mt_q8_select(levels[l]);
+        /* variant l: kernels levels[l % 2] on layout l / 2 (the bytes
+         * are arbitrary, valid in either layout) */
+        for (int l = 0; l < 4; l++) {   /* warm-up */
+            mt_q8_select(levels[l % 2]);
+            mt_q8_layout(l / 2);
             pass(parts, T);
         }
-        cpu[0] = cpu[1] = 0;
+        cpu[0] = cpu[1] = cpu[2] = cpu[3] = 0;
         for (int r = 0; r < R; r++)
-            for (int l = 0; l < 2; l++) {
-                mt_q8_select(levels[l]);
+            for (int l = 0; l < 4; l++) {
+                mt_q8_select(levels[l % 2]);
+                mt_q8_layout(l / 2);
                 double c0 = cpu_ms();
                 ms[l * R + r] = pass(parts, T);
                 cpu[l] += cpu_ms() - c0;
             }
-        for (int l = 0; l < 2; l++) {
+        for (int l = 0; l < 4; l++) {
             qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
             double best = ms[l * R], med = ms[l * R + R / 2];
-            printf("q8_gemm kernels=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d best_ms=%.3f "
-                   "median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
-                   name[levels[l]], B, N, K, mats, T, R, best, med,
+            printf("q8_gemm kernels=%s layout=%s pages=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
+                   "best_ms=%.3f median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
+                   name[levels[l % 2]], l / 2 ? "groups" : "rows", huge ? "2MiB" : "4KiB", B, N, K,
+                   mats, T, R, best, med,
                    mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
         }
     }

@@ -50,20 +50,20 @@ static double act_max(const float *x, int k)
 static int violations(int M, int N, int K, const float *X, const float *W, const int8_t *q,
                       const float *s, float beta, const float *y0, const float *Y, int act)
 {
-    const int nb = K / MT_Q8_BLOCK;
     int bad = 0;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             double ref = 0, bound = 0, mag = 0;
             for (int k = 0; k < K; k++) {
                 double x = X[(size_t)m * K + k], w = W[(size_t)n * K + k];
-                double sw = s[(size_t)n * nb + k / MT_Q8_BLOCK];
+                size_t o = mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) + k % MT_Q8_BLOCK;
+                double sw = s[o / MT_Q8_BLOCK];
                 ref += x * w;
                 bound += fabs(x) * sw * 0.5;
                 /* an activation within sx / 2 = max|x| / 254 of its block,
                  * times the weight as read back */
                 if (act)
-                    bound += act_max(X + (size_t)m * K, k) / 254.0 * fabs(q[(size_t)n * K + k] * sw);
+                    bound += act_max(X + (size_t)m * K, k) / 254.0 * fabs(q[o] * sw);
                 mag += fabs(x * w);
             }
             bound += K * ldexp(1.0, -22) * mag + 1e-30;
@@ -100,6 +100,42 @@ static int rows_unlike_alone(int M, int N, int K)
     return unlike;
 }
 
+/* Products of M rows by weight rows lo..hi of a packed [N, K] matrix,
+ * pieces [0, 5), [5, 21), [21, N) (groups of 8 taken in part), against
+ * the whole call, and the whole call on the matrix packed row by row
+ * (the layout before) against it on the grouped one: the count of
+ * products whose bits differ (want: 0 for the float kernels, whose every
+ * tile sums the same blocks in the same order) and, in *bad, of pieces
+ * outside the quantisation bound (any kernel). */
+static int pieces_unlike(int M, int N, int K, int act, int *bad)
+{
+    float *X = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
+    int8_t *q = malloc((size_t)N * K), *qr = malloc((size_t)N * K);
+    float *s = malloc(sizeof(float) * N * (K / MT_Q8_BLOCK));
+    float *sr = malloc(sizeof(float) * N * (K / MT_Q8_BLOCK));
+    float *Y = malloc(sizeof(float) * M * N), *Yp = malloc(sizeof(float) * M * N);
+    float *Yr = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++)
+        X[i] = frand();
+    fill_weights(W, N, K);
+    mt_q8_layout(0);
+    mt_q8_pack(qr, sr, W, (size_t)N, K);
+    mt_q8_gemm(M, N, K, X, K, qr, sr, 0.0f, Yr, N);
+    mt_q8_layout(1);
+    mt_q8_pack(q, s, W, (size_t)N, K);
+    mt_q8_gemm(M, N, K, X, K, q, s, 0.0f, Y, N);
+    const int cut[4] = { 0, 5, 21, N };
+    for (int p = 0; p < 3; p++)
+        mt_q8_gemm_rows(M, cut[p], cut[p + 1], N, K, X, K, q, s, 0.0f, Yp + cut[p], N);
+    *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Yp, act) > 0;
+    mt_q8_layout(-1);   /* the kernels' own again */
+    int unlike = 0;
+    for (int i = 0; i < M * N; i++)
+        unlike += memcmp(&Y[i], &Yp[i], sizeof(float)) != 0 || memcmp(&Y[i], &Yr[i], sizeof(float)) != 0;
+    free(X); free(W); free(q); free(qr); free(s); free(sr); free(Y); free(Yp); free(Yr);
+    return unlike;
+}
+
 /* One product M x N x K (beta 0 or 1) with the selected kernels: adds 1
  * to *bad where a product is outside the bound, and 1 to *caught where the
  * planted fault (the largest scale of the last weight row doubled: a
@@ -125,10 +161,12 @@ static void one_case(int M, int N, int K, int beta, int act, int *bad, int *caug
     memcpy(Y, y0, sizeof(float) * M * N);
     mt_q8_gemm(M, N, K, X, K, q, s, (float)beta, Y, N);
     *bad += violations(M, N, K, X, W, q, s, (float)beta, y0, Y, act) > 0;
-    float *row_s = s + (size_t)(N - 1) * (K / MT_Q8_BLOCK);
-    int big = 0;
-    for (int i = 1; i < K / MT_Q8_BLOCK; i++)
-        big = row_s[i] > row_s[big] ? i : big;
+    size_t big = mt_q8_offset(N, K, N - 1, 0) / MT_Q8_BLOCK;   /* the last row's */
+    for (int i = 1; i < K / MT_Q8_BLOCK; i++) {
+        size_t at = mt_q8_offset(N, K, N - 1, i) / MT_Q8_BLOCK;
+        big = s[at] > s[big] ? at : big;
+    }
+    float *row_s = s;
     row_s[big] *= 2.0f;
     memcpy(Y, y0, sizeof(float) * M * N);
     mt_q8_gemm(M, N, K, X, K, q, s, (float)beta, Y, N);
@@ -156,14 +194,22 @@ int main(void)
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == 0, "pack a finite matrix");
     int far = 0, hit_max = 0;
     for (int i = 0; i < PN * PK; i++) {
-        float s = ps[i / MT_Q8_BLOCK];
-        if (!(fabsf(pq[i] * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || pq[i] == -128)
+        size_t o = mt_q8_offset(PN, PK, i / PK, i % PK / MT_Q8_BLOCK) + i % MT_Q8_BLOCK;
+        float s = ps[o / MT_Q8_BLOCK];
+        if (!(fabsf(pq[o] * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || pq[o] == -128)
             far++;
-        hit_max += pq[i] == 127 || pq[i] == -127;
+        hit_max += pq[o] == 127 || pq[o] == -127;
     }
     is_int(far, 0, "every weight reads back within scale/2, bytes in -127..127");
     ok(hit_max >= PN * PK / MT_Q8_BLOCK - 1, "each nonzero block's largest weight is +-127");
-    ok(ps[2] == 0.0f && pq[2 * MT_Q8_BLOCK] == 0, "a zero block: scale 0, bytes 0");
+    size_t z = mt_q8_offset(PN, PK, 0, 2);   /* row 0's block 2 */
+    ok(ps[z / MT_Q8_BLOCK] == 0.0f && pq[z] == 0, "a zero block: scale 0, bytes 0");
+    /* the layout: rows 0..7 a group, block pairs of 8 rows' 64 bytes;
+     * row 8 (past the last whole group) row by row; K = 96 (not a
+     * multiple of 64) row by row */
+    ok(mt_q8_offset(PN, PK, 0, 1) == 32 && mt_q8_offset(PN, PK, 1, 0) == 64 &&
+       mt_q8_offset(PN, PK, 7, 3) == 512 + 7 * 64 + 32 && mt_q8_offset(PN, PK, 8, 1) == 8 * PK + 32 &&
+       mt_q8_offset(PN, 96, 1, 0) == 96, "the grouped layout (8 rows, block pairs)");
     pw[5] = INFINITY;
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == -1, "a matrix with inf is refused");
     pw[5] = NAN;
@@ -185,18 +231,27 @@ int main(void)
         static const int wide[][3] = { { 1, 9, 33 * 1024 + 32 }, { 9, 5, 4128 }, { 70, 3, 4128 } };
         for (size_t w = 0; w < sizeof wide / sizeof *wide; w++, cases++)
             one_case(wide[w][0], wide[w][1], wide[w][2], (int)(w & 1), level == 3, &bad, &caught);
-        /* the float kernels: a row's bits whatever the batch; the integer
-         * kernel's chunks along K follow the row count (cpu_q8_vnni.c),
-         * so its rows are held to the bound above instead, and mt-serve
-         * uses it from 5 rows only (cpu_q8.c) */
-        if (level < 3) {
+        /* every kernel: a row's bits whatever the batch (the integer
+         * kernel's chunks along K are the same at every row count, and one
+         * row is tiled as a batch's: cpu_q8_vnni.c); K 4160: three chunks */
+        {
             int unlike = 0;
             for (int M = 2; M <= 9; M++)
                 for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
-                    unlike += rows_unlike_alone(M, Ns[b], 512);
-            ok(unlike == 0, "%s: each row of a batch (M 2..9, N 1..64) has the bits it has "
-               "alone (%d rows differ)", level_name[level], unlike);
+                    unlike += rows_unlike_alone(M, Ns[b], 512) + rows_unlike_alone(M, Ns[b], 4160);
+            ok(unlike == 0, "%s: each row of a batch (M 2..9, N 1..64, K 512, 4160) has the bits "
+               "it has alone (%d rows differ)", level_name[level], unlike);
         }
+        int pbad = 0, punlike = 0;
+        for (int M = 1; M <= 9; M += 2)
+            for (int K = 64; K <= 576; K += 512)   /* grouped (64 | K) */
+                punlike += pieces_unlike(M, 37, K, level == 3, &pbad);
+        punlike += pieces_unlike(4, 37, 96, level == 3, &pbad);   /* row by row (K 96) */
+        ok(pbad == 0, "%s: row ranges of a grouped matrix (cut inside groups) within the bound",
+           level_name[level]);
+        if (level < 3)
+            ok(punlike == 0, "%s: row ranges and the row-by-row layout give the whole call's "
+               "bits (%d differ)", level_name[level], punlike);
         ok(bad == 0, "%s: %d products (M 1..70, N 1..64, K 32..33824, beta 0/1) within the "
                "quantisation bound of the fp32 product (%d outside)", level_name[level], cases, bad);
         /* not every case: where x . (that block's weights) is near 0 by
