@@ -10,7 +10,7 @@
 #     frame's audio leaving the client to the step that consumed it being
 #     done, mt-probe(1)); the wall line says how many streams kept its p99
 #     under the budget of two frame periods (the tick's wait is up to one).
-#     Shapes: synthetic:kyutai-tiny-stt (a tiny LM on a tiny codec: the
+#     Shapes (stt-1b also with --weights q8): synthetic:kyutai-tiny-stt (a tiny LM on a tiny codec: the
 #     server's and the client's own costs, a non-trivial count) and
 #     synthetic:stt-1b (Kyutai's stt-1b-en_fr shape, Mimi at 32
 #     codebooks). No STT shape lies between them: the other small presets
@@ -71,6 +71,10 @@ serve_sweep() {
 }
 serve_sweep "synthetic:kyutai-tiny-stt" 1 41 8 -m synthetic:kyutai-tiny-stt || exit 1
 serve_sweep "synthetic:stt-1b (f16 weights)" 1 2 1 -m synthetic:stt-1b || exit 1
+# 8-bit weights: the live count issue 49 aims at (4 streams on 2 cores).
+# The wall line's default budget (two frame periods) is what one stream
+# alone shows here; the level where the p99 starts to climb is the count.
+serve_sweep "synthetic:stt-1b (q8 weights)" 1 6 1 -m synthetic:stt-1b --weights q8 || exit 1
 
 echo "--- SIMULATED: stt-1b on profiles/h100-stt-1b.profile ($(sed -n 's/^# \(UNCALIBRATED\).*/\1/p' profiles/h100-stt-1b.profile | head -1); h100-moshiko's device figures)"
 # The sessions-per-device line takes its memory bound from the profile
