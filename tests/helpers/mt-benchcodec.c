@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "codec/mimi.h"
+#include "helpers/median.h"
 
 extern void openblas_set_num_threads(int);
 
@@ -85,18 +86,6 @@ static double sgemm_gflops(void)
     free(c);
     openblas_set_num_threads(1);
     return best;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* --compare: B sessions, F frames, each frame encoded and decoded on the

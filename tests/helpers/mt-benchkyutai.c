@@ -58,6 +58,7 @@
 #include "util/clock.h"
 #include "helpers/stream_bw.h"
 #include "util/rng.h"
+#include "helpers/median.h"
 
 #include <cblas.h>
 #include <sys/resource.h>
@@ -67,18 +68,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static mt_device dev = MT_DEV_CPU;
 static const char *dev_name = "cpu", *sim_profile;

@@ -19,6 +19,7 @@
  */
 #include "decode/cpu_q8.h"
 #include "util/clock.h"
+#include "helpers/median.h"
 
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -70,12 +71,6 @@ static double pass(part *parts, int T)
     for (int t = 1; t < T; t++)
         pthread_join(th[t], NULL);
     return (double)(mt_clock_ns() - t0) / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
