@@ -120,6 +120,25 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
     }
 }
 
+/* Prefetch a block pair's weights a lead on (pf, or nothing when NULL):
+ * in a group (rows stored together, cpu_q8_layout.c) its pair's lines and
+ * scales, else the pair of each of the tile's `rows` weight rows. */
+VNNI static inline __attribute__((always_inline)) void
+prefetch_pair(const chunk_job *J, const char *pf, const int8_t *q, const float *sc, size_t o,
+              int b, const int rows)
+{
+    if (pf && !J->end) {
+        for (int l = 0; l < J->ps; l += 64)
+            _mm_prefetch(pf + o + l, _MM_HINT_T0);
+        _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
+                     _MM_HINT_T0);
+    } else if (pf) {
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < rows; j++)
+            _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
+    }
+}
+
 /* One MR x NR tile: activation rows m..m+MR of the chunk against weight
  * rows n..n+NR, a block pair (64 bytes a weight row) at a time; the weight
  * vectors, their offset sums and scales made once and used by all MR rows.
@@ -146,16 +165,7 @@ tile(const int MR, const int NR, const chunk_job *J, int m, int n, const char *p
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
         const size_t o = (size_t)(b / 2) * J->ps;
-        if (pf && !J->end) {   /* a group: its pair's lines and scales, a lead on */
-            for (int l = 0; l < J->ps; l += 64)
-                _mm_prefetch(pf + o + l, _MM_HINT_T0);
-            _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
-                         _MM_HINT_T0);
-        }
-        else if (pf)
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < NR; j++)
-                _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
+        prefetch_pair(J, pf, q, sc, o, b, NR);
         __m512i w[8], neg[8];
         __m512 sw[8];
         _Pragma("GCC unroll 8")
@@ -240,16 +250,7 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         const int two = b + 1 < J->nb;
         const __mmask64 wmask = two ? ~(__mmask64)0 : (__mmask64)0xffffffffu;
         const size_t o = (size_t)(b / 2) * J->ps;
-        if (pf && !J->end) {   /* a group: its pair's lines and scales, a lead on */
-            for (int l = 0; l < J->ps; l += 64)
-                _mm_prefetch(pf + o + l, _MM_HINT_T0);
-            _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
-                         _MM_HINT_T0);
-        }
-        else if (pf)
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 4 * NG; j++)
-                _mm_prefetch(pf + (size_t)j * J->K + b * MT_Q8_BLOCK, _MM_HINT_T0);
+        prefetch_pair(J, pf, q, sc, o, b, 4 * NG);
         __m512i w[8], neg[8];
         __m512 sw[2];
         _Pragma("GCC unroll 8")
