@@ -157,7 +157,7 @@ int mt_net_listen(const char *path, mode_t mode, mt_listener *l,
         close(fd);
         return -1;
     }
-    if (chmod(path, mode) != 0 || listen(fd, SOMAXCONN) != 0) {   /* as mt_tcp_listen */
+    if (chmod(path, mode) != 0 || listen(fd, 128) != 0) {
         mt_set_err(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
         unlink(path);
