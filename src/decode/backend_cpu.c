@@ -57,7 +57,9 @@
  *
  * 8-bit weights (--weights q8, kernels in cpu_q8.c): an 8-bit copy of
  * every matrix (32 bytes and one fp32 scale a block along K: 1.125 bytes a
- * weight), used like the f16 copy for calls of up to f16_rows rows; the
+ * weight), used for calls of up to f16_rows rows: every call where the
+ * integer product serves (mt_q8_every_row: it leads sgemm at every batch
+ * measured), else the small ones, like the f16 copy; the
  * product turns the bytes into fp32 weights in registers and multiplies
  * in fp32, so it reads 0.56 of f16's bytes and its error is the
  * quantisation's alone (at most scale/2 a weight).

@@ -231,7 +231,9 @@ static int make_weights8(cpu_backend *be, const mt_decoder_opts *o, char *err, s
                  "(a width not a multiple of %d, or a value not finite)", n ? "; " : "", kept,
                  kept == 1 ? "x" : "ces", MT_Q8_BLOCK);
     }
-    be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows : F16_ROWS_DEFAULT;
+    be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows
+                   : mt_q8_every_row()     ? MT_Q8_ALL_ROWS
+                                           : F16_ROWS_DEFAULT;
     return 0;
 }
 

@@ -445,6 +445,11 @@ void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
     mt_q8_gemm_rows(M, 0, N, N, K, X, ldx, q, scale, beta, Y, ldy);
 }
 
+int mt_q8_every_row(void)
+{
+    return mt_q8_init() == 3 && kern.vnni_rows <= 1;
+}
+
 void mt_q8_vnni_rows(int rows)
 {
     kern.vnni_rows = rows < 1 ? 1 : rows;

@@ -71,6 +71,14 @@ int mt_q8_select(int max_level);
  * while a kernel may be running. */
 void mt_q8_vnni_rows(int rows);
 
+/* Whether --weights q8's copy serves calls of every row count by default
+ * (1) or, like the f16 copy, small ones only (0): 1 where the integer
+ * product serves (mt_q8_init() 3). There it leads OpenBLAS's fp32 sgemm
+ * at 16 to 64 rows too (cpu_q8.c has the figures), and one product at
+ * every batch keeps a session's bits whatever the batch. */
+int mt_q8_every_row(void);
+enum { MT_Q8_ALL_ROWS = 1 << 30 };   /* "every row count", as a row limit */
+
 /* Quantises the matrix src [N, K] (K a multiple of MT_Q8_BLOCK) into
  * q [N * K] and scale [N * K / MT_Q8_BLOCK], in the layout above. Returns -1, writing nothing
  * more, where a value is not finite (inf or nan: no scale holds it). */

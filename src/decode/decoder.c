@@ -7,6 +7,7 @@
 #include "util/errmsg.h"
 #include "decode/decoder.h"
 #include "decode/backend.h"
+#include "decode/cpu_q8.h"
 #include "gpu/cuda_module.h"
 
 #include <stdarg.h>
@@ -240,7 +241,10 @@ int mt_decoder_host_weight_rows(const mt_decoder *d)
         return d->be->weights_f16_rows;
     if (d->o.device == MT_DEV_CPU || d->o.weights == MT_FMT_F32)
         return 0;
-    return d->o.weights_f16_rows > 0 ? d->o.weights_f16_rows : MT_WEIGHTS_ROWS_DEFAULT;
+    if (d->o.weights_f16_rows > 0)
+        return d->o.weights_f16_rows;
+    return d->o.weights == MT_FMT_Q8 && mt_q8_every_row() ? MT_Q8_ALL_ROWS
+                                                          : MT_WEIGHTS_ROWS_DEFAULT;
 }
 
 const char *mt_decoder_sim_label(const mt_decoder *d)

@@ -76,7 +76,8 @@ int  mt_decoder_weights_f16_rows(const mt_decoder *d);
  * f16 or 8-bit copies: the backend's rows where it keeps copies; on a
  * device backend (sim, CUDA), whose host keeps none of its own,
  * --weights' rows (mt_decoder_opts.weights_f16_rows, default
- * MT_WEIGHTS_ROWS_DEFAULT) when --weights is not f32; else 0. */
+ * MT_WEIGHTS_ROWS_DEFAULT, or every row count for q8 where the integer
+ * product serves: mt_q8_every_row) when --weights is not f32; else 0. */
 int  mt_decoder_host_weight_rows(const mt_decoder *d);
 enum { MT_WEIGHTS_ROWS_DEFAULT = 8 };
 /* The weights asked for (mt_decoder_opts.weights): q8 makes the depformer

@@ -412,6 +412,54 @@ static void test_q8_weights(void)
     ok(mt_num_format_parse("q8", &f) == 0 && f == MT_FMT_Q8, "parse q8");
 }
 
+/* --weights q8 where the integer product serves (mt_q8_every_row): the
+ * 8-bit copy serves steps of every batch, so a session's logits are the
+ * same bits alone and in a step of 12 sessions (above the f16 copy's 8
+ * rows, where sgemm on the fp32 matrices would round otherwise). */
+static void test_q8_every_batch(void)
+{
+    enum { BIG = 12, STEPS_B = 6 };
+    if (!mt_q8_every_row()) {
+        tap_skip("the integer q8 product is not on this CPU (AVX-512 VNNI)");
+        return;
+    }
+    char err[256] = "";
+    size_t pb32 = mt_decoder_position_bytes(&model->cfg, mt_num_format_bytes(MT_FMT_F32));
+    mt_decoder_opts o = opts_of(MT_DEV_CPU, BIG, 2, MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE,
+                                (size_t)(BIG + 1) * 3 * MT_KV_BLOCK * pb32);
+    o.kv_dtype = MT_FMT_F32;
+    o.weights = MT_FMT_Q8;
+    mt_decoder *d = NULL;
+    float *alone = calloc((size_t)STEPS * V, sizeof *alone);
+    float *lg = calloc((size_t)BIG * V, sizeof *lg);
+    int good = mt_decoder_create(model, &o, &d, err, sizeof err) == 0 && alone && lg &&
+               run_alone(d, 0, alone) == 0;
+    mt_kv_pool *pool = good ? mt_decoder_pool(d) : NULL;
+    mt_kv_seq *seq[BIG] = { 0 };
+    for (int b = 0; good && b < BIG; b++)
+        good = mt_kv_seq_open(pool, &seq[b]) == 0;
+    int unlike = 0;
+    for (int i = 0; good && i < STEPS_B; i++) {
+        int32_t tk[BIG];
+        for (int b = 0; b < BIG; b++) {
+            tk[b] = tok(b, i);
+            good &= mt_kv_reserve(pool, seq[b], 1) == 0;
+        }
+        mt_step_io io = { .tokens_in = tk, .logits = lg };
+        good = good && mt_decoder_step(d, BIG, seq, &io, err, sizeof err) == 0;
+        unlike += good && memcmp(lg, alone + (size_t)i * V, (size_t)V * sizeof *lg) != 0;
+    }
+    ok(good && unlike == 0, "q8 on the integer product: a session's logits alone and in a "
+       "step of %d sessions are the same bits (%d of %d steps differ) %s", BIG, unlike,
+       STEPS_B, err);
+    for (int b = 0; b < BIG; b++)
+        if (seq[b])
+            mt_kv_seq_close(pool, seq[b]);
+    mt_decoder_free(d);
+    free(alone);
+    free(lg);
+}
+
 /* max_batch: the decoder's limit, 65,536, is every backend's (the CUDA
  * attention tiles rows past a grid dimension's 65,535); 65,537 refused. */
 static void test_max_batch(void)
@@ -452,6 +500,7 @@ int main(void)
     test_errors();
     test_half();
     test_q8_weights();
+    test_q8_every_batch();
     test_max_batch();
     mt_model_free(model);
     return tap_done();
