@@ -92,6 +92,7 @@
 #include "decode/cpu_f16.h"
 #include "decode/cpu_q8.h"
 #include "decode/cpu_pool.h"
+#include "decode/cpu_silu.h"
 #include "util/clock.h"
 #include "util/vec8.h"
 
@@ -207,8 +208,7 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         for (int r = 0; r < be->nrows; r++) {
             float *g = be->gate + (size_t)r * be->c->ffn;
             const float *u = be->up + (size_t)r * be->c->ffn;
-            for (int i = lo; i < hi; i++)
-                g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            mt_silu_mul(g + lo, u + lo, hi > lo ? (size_t)(hi - lo) : 0);
         }
         return;
     }
@@ -285,32 +285,6 @@ VINLINE void run_prefetch(const cpu_backend *be, const kv_run *u, int kv, int g)
     for (size_t o = 0; o < bytes; o += 64)
         __builtin_prefetch(p + o);
     __builtin_prefetch(p + bytes - 1);
-}
-
-/* e^x for x <= 0 (softmax's shifted scores), 8 at a time: Cephes' expf
- * (x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for e^r, 2^n
- * put in the exponent bits), relative error about 2e-7, a few fp32 ulps.
- * x is clamped below at -87 (2^n stays normal): a weight under e^-87 =
- * 1.6e-38 comes out as 1.6e-38, nothing beside the maximum's 1. */
-VINLINE v8f exp8(v8f x)
-{
-    const v8f lo = splat8(-87.0f), magic = splat8(12582912.0f);   /* 1.5 * 2^23 */
-    v8i under = x < lo;
-    x = (v8f)(((v8i)x & ~under) | ((v8i)lo & under));
-    v8f t = x * splat8(1.44269504088896341f) + magic;   /* round(x / ln2) + magic */
-    v8f nf = t - magic;
-    v8f r = x - nf * splat8(0.693359375f);
-    r = r - nf * splat8(-2.12194440e-4f);
-    v8f p = splat8(1.9875691500e-4f);
-    p = p * r + splat8(1.3981999507e-3f);
-    p = p * r + splat8(8.3334519073e-3f);
-    p = p * r + splat8(4.1665795894e-2f);
-    p = p * r + splat8(1.6666665459e-1f);
-    p = p * r + splat8(5.0000001201e-1f);
-    p = p * (r * r) + r + splat8(1.0f);
-    v8u n = (v8u)t - (v8u)magic;          /* n in the low bits, mod 2^32 */
-    v8u two_n = (n + 127u) << 23;
-    return p * (v8f)two_n;
 }
 
 /* fp32 rows (fp32 cache or this call's qkv buffer), one kv head's group

@@ -12,10 +12,12 @@
 #include "util/errmsg.h"
 #include "decode/cpu_f16.h"
 #include "decode/cpu_q8.h"
+#include "decode/cpu_silu.h"
 #include "gpu/cuda_module.h"
 #include "decode/decoder.h"
 #include "decode/depformer.h"
 #include "decode/depformer_cuda.h"
+#include "util/vec8.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -390,14 +392,51 @@ static void gemm_cols(const mt_depformer *df, const struct dep_job *j, int B, in
 }
 
 /* Attention of rows [r0, r1) at step k of layer l over the frame's
- * positions 0..k, the new K,V written to each row's frame cache first. */
-static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *score)
+ * positions 0..k, the new K,V written to each row's frame cache first.
+ * 8 lanes at a time (util/vec8.h): a score is a dot8 over the head's
+ * width, the output the weighted rows added with axpy8. */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static void attend_rows_vec(mt_depformer *df, int l, int k, int r0, int r1, float *score)
 {
     const mt_kyutai_config *kc = &df->lm->kc;
     const int dd = kc->dep_dim, Q = kc->dep_q, nh = kc->dep_heads, hd = dd / nh;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int r = r0; r < r1; r++) {
         /* this row's frame cache: K [Q, dd] then V [Q, dd] */
+        float *kr = df->kv + (((size_t)l * df->maxb + r) * 2) * Q * dd;
+        float *vr = kr + (size_t)Q * dd;
+        const float *q = df->qkv + (size_t)r * 3 * dd;
+        memcpy(kr + (size_t)k * dd, q + dd, (size_t)dd * sizeof(float));
+        memcpy(vr + (size_t)k * dd, q + 2 * dd, (size_t)dd * sizeof(float));
+        float *o = df->att + (size_t)r * dd;
+        for (int h = 0; h < nh; h++) {
+            float m = -INFINITY, sum = 0;
+            for (int t = 0; t <= k; t++) {
+                score[t] = dot8(q + h * hd, kr + (size_t)t * dd + h * hd, hd) * scale;
+                m = score[t] > m ? score[t] : m;
+            }
+            for (int t = 0; t <= k; t++) {
+                score[t] = expf(score[t] - m);
+                sum += score[t];
+            }
+            float *oh = o + h * hd;
+            memset(oh, 0, (size_t)hd * sizeof(float));
+            for (int t = 0; t <= k; t++)
+                axpy8(oh, score[t] / sum, vr + (size_t)t * dd + h * hd, hd);
+        }
+    }
+}
+
+/* The same, one lane at a time: the depformer as it was before issue 49,
+ * kept for mt_depformer_set_serial (the benchmark's old side, -O). */
+static void attend_rows_before(mt_depformer *df, int l, int k, int r0, int r1, float *score)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int dd = kc->dep_dim, Q = kc->dep_q, nh = kc->dep_heads, hd = dd / nh;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int r = r0; r < r1; r++) {
         float *kr = df->kv + (((size_t)l * df->maxb + r) * 2) * Q * dd;
         float *vr = kr + (size_t)Q * dd;
         const float *q = df->qkv + (size_t)r * 3 * dd;
@@ -427,6 +466,14 @@ static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *s
     }
 }
 
+static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *score)
+{
+    if (df->serial)
+        attend_rows_before(df, l, k, r0, r1, score);
+    else
+        attend_rows_vec(df, l, k, r0, r1, score);
+}
+
 /* Job j over rows [r0, r0 + B) (its X, Y and prev already offset to
  * r0), as thread tid of nt: its slice of the columns, or of the rows for
  * the attention; score: this thread's [dep_q]. */
@@ -453,8 +500,11 @@ static void do_job(mt_depformer *df, const struct dep_job *j, int r0, int B, int
         gemm_cols(df, j, B, lo, hi, F, F);
         for (int r = 0; r < B; r++) {
             float *g = j->Y + (size_t)r * 2 * F;
-            for (int i = lo; i < hi; i++)
-                g[i] = g[i] / (1.0f + expf(-g[i])) * g[F + i];
+            if (df->serial)   /* as before issue 49: libm's expf a value */
+                for (int i = lo; i < hi; i++)
+                    g[i] = g[i] / (1.0f + expf(-g[i])) * g[F + i];
+            else
+                mt_silu_mul(g + lo, g + F + lo, hi > lo ? (size_t)(hi - lo) : 0);
         }
         break;
     }

@@ -320,11 +320,14 @@ VINLINE float kth_of_row(const float *l, int n, int k, float *v)
         const float t0 = kth_largest(v, SAMPLES, r);
         const v8f t8 = splat8(t0);
         int c = 0, i = 0;
+        /* branch-free within a block: a quarter of the logits pass, in no
+         * order a predictor learns (v has room for n) */
         for (; i + 8 <= n; i += 8)
             if (any8(load8(l + i) >= t8))
-                for (int j = i; j < i + 8; j++)
-                    if (l[j] >= t0)
-                        v[c++] = l[j];
+                for (int j = i; j < i + 8; j++) {
+                    v[c] = l[j];
+                    c += l[j] >= t0;
+                }
         for (; i < n; i++)
             if (l[i] >= t0)
                 v[c++] = l[i];
@@ -355,9 +358,12 @@ static void top_k_ordered(const float *l, int n, int k, float *v, int *idx)
     for (i = 0; i + 8 <= n && c < k; i += 8) {
         if (!any8(load8(l + i) >= t8))
             continue;
-        for (int j = i; j < i + 8; j++)
-            if (l[j] > t || (l[j] == t && ties-- > 0))
-                idx[c++] = j;
+        for (int j = i; j < i + 8; j++) {   /* branch-free, as in kth_of_row */
+            const int eq = l[j] == t, take = (l[j] > t) | (eq & (ties > 0));
+            ties -= eq & take;
+            idx[c] = j;      /* idx has room for n > k */
+            c += take;
+        }
     }
     for (; i < n && c < k; i++)
         if (l[i] > t || (l[i] == t && ties-- > 0))
