@@ -13,7 +13,8 @@
 #     run before each B), STAGE_ratio; frame_bound_ms is the stages' sum;
 #   depformer_old_vs_new lines: the depformer as it was before issue 49
 #     (one thread, fp32) run after the new one on the same B.
-# Then f16 weights at B = 1, 8; then the bounds alone (-P, shape-only) of
+# Then f16 weights at B = 1, 8; then q8 weights at B = 1, 8, 32, 64 with
+# the codec and the old depformer beside; then the bounds alone (-P, shape-only) of
 # Kyutai's published stt-1b (Kyutai's ring of 750 frames, f16 weights) and
 # 2B Moshi (S=4 + W=252, f16 weights) on this machine's figures.
 # Then what would make them fit (issue 49): synthetic:stt-1b measured with
@@ -37,6 +38,11 @@ echo "load $(cut -d' ' -f1-3 /proc/loadavg) at $(date -u +%FT%TZ)"
 "$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8,32,64 -f 20 -S 4 -W 60 \
     -c synthetic:mimi -F 3 -O || exit 1
 "$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8 -f 20 -S 4 -W 60 -w f16 || exit 1
+# The same frame with 8-bit weights (at every batch where the integer
+# product serves; the q8 products' bound over its own rate, q8_gops), the
+# depformer old (one thread, fp32) and new side by side again.
+"$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8,32,64 -f 20 -S 4 -W 60 -w q8 \
+    -c synthetic:mimi -F 3 -O || exit 1
 "$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,4,8 -S 0 -W 750 -w f16 -c synthetic:mimi -P || exit 1
 "$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1,2 -S 4 -W 252 -w f16 -c synthetic:mimi -P || exit 1
 for w in f16 q8; do

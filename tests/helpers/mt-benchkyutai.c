@@ -24,7 +24,10 @@
  * decoder's threads, bytes read + written, best of 8 passes of 256 MiB:
  * mt-benchstep's figure) and its FLOPs over this run's sgemm
  * (sgemm_gflops: 1024^3 on the decoder's threads, best of 3), both
- * measured again before each B; the frame's bound is the stages' sum.
+ * measured again before each B; with -w q8 where the integer product
+ * serves, the weight products' FLOPs over its own rate instead
+ * (q8_gops: 64 rows by an in-cache matrix on the same threads); the
+ * frame's bound is the stages' sum.
  * Mimi (-c SPEC: B sessions encoding B frames of PCM, decoding the
  * model's codebooks; stt shapes, dep_q 0, decode nothing) is timed on its
  * own, the median of -F frames; its bound is its FLOPs alone
@@ -58,6 +61,7 @@
 #include "util/clock.h"
 #include "helpers/stream_bw.h"
 #include "util/rng.h"
+#include "util/stats.h"
 #include "helpers/median.h"
 
 #include <cblas.h>
@@ -65,6 +69,7 @@
 #include <unistd.h>
 
 #include <getopt.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +158,89 @@ static double bound_ms(double bytes, double flops, double gbs, double gflops)
     return (a > b ? a : b) * 1e3;
 }
 
+/* The integer q8 product's rate (GOP/s, 2 a multiply-add) on T threads:
+ * 64 rows by a 1024 x 1024 matrix of 8-bit weights (1.1 MiB: in cache),
+ * each thread its half of the weight rows, best of 5. With -w q8 on a CPU
+ * where the integer product serves (mt_q8_every_row), a stage's products
+ * are bound by this, not by sgemm: its multiply-adds are 8-bit ones, up
+ * to 4 a 32-bit lane, and a bound by sgemm's rate is one a q8 stage beats
+ * (stt-1b's temporal at 4 streams ran at 0.85 of it). 0 elsewhere. */
+enum { Q8R_M = 64, Q8R_N = 1024, Q8R_K = 1024, Q8R_REPS = 10 };
+typedef struct {
+    const float *X;
+    const int8_t *q;
+    const float *s;
+    float *Y;
+    int lo, hi;
+} q8_rate_part;
+
+static void *q8_rate_thread(void *arg)
+{
+    q8_rate_part *p = arg;
+    for (int r = 0; r < Q8R_REPS; r++)   /* long enough to hide the thread's start */
+        mt_q8_gemm_rows(Q8R_M, p->lo, p->hi, Q8R_N, Q8R_K, p->X, Q8R_K, p->q, p->s, 0.0f,
+                        p->Y, Q8R_N);
+    return NULL;
+}
+
+static double q8_gops(int T)
+{
+    if (weights != MT_FMT_Q8 || !mt_q8_every_row())
+        return 0;
+    T = T < 1 ? 1 : T > 16 ? 16 : T;
+    float *X = malloc(sizeof(float) * Q8R_M * Q8R_K), *W = malloc(sizeof(float) * Q8R_N * Q8R_K);
+    float *Y = malloc(sizeof(float) * Q8R_M * Q8R_N);
+    float *sc = malloc(sizeof(float) * Q8R_N * (Q8R_K / MT_Q8_BLOCK));
+    int8_t *q = malloc((size_t)Q8R_N * Q8R_K);
+    double best = 0;
+    if (X && W && Y && sc && q) {
+        for (size_t i = 0; i < (size_t)Q8R_M * Q8R_K; i++)
+            X[i] = (float)(i % 13) * 0.1f - 0.6f;
+        for (size_t i = 0; i < (size_t)Q8R_N * Q8R_K; i++)
+            W[i] = (float)(i % 11) * 0.1f - 0.5f;
+        if (mt_q8_pack(q, sc, W, Q8R_N, Q8R_K) == 0)
+            for (int r = 0; r < 6; r++) {
+                pthread_t th[16];
+                q8_rate_part part[16];
+                int started = 0;
+                double t0 = secs();
+                for (int t = 0; t < T; t++) {
+                    /* groups of 8 weight rows whole in each part */
+                    part[t] = (q8_rate_part){ X, q, sc, Y, Q8R_N / 8 * t / T * 8,
+                                              Q8R_N / 8 * (t + 1) / T * 8 };
+                    if (t > 0 && pthread_create(&th[t], NULL, q8_rate_thread, &part[t]) == 0)
+                        started |= 1 << t;
+                    else if (t > 0)
+                        q8_rate_thread(&part[t]);
+                }
+                q8_rate_thread(&part[0]);
+                for (int t = 1; t < T; t++)
+                    if (started & (1 << t))
+                        pthread_join(th[t], NULL);
+                double g = 2.0 * Q8R_REPS * Q8R_M * Q8R_N * Q8R_K / (secs() - t0) / 1e9;
+                if (r > 0)     /* the first warms the caches */
+                    best = g > best ? g : best;
+            }
+    }
+    free(X);
+    free(W);
+    free(Y);
+    free(sc);
+    free(q);
+    return best;
+}
+
+/* A stage's bound (ms) where part of its FLOPs are the q8 products:
+ * bytes / copy against flops / sgemm + qflops / the q8 rate (qg 0: those
+ * at sgemm's rate too). */
+static double bound_q8_ms(double bytes, double flops, double qflops, double gbs, double gflops,
+                          double qg)
+{
+    double a = bytes / (gbs * 1e9),
+           b = flops / (gflops * 1e9) + (qg > 0 ? qflops / (qg * 1e9) : qflops / (gflops * 1e9));
+    return (a > b ? a : b) * 1e3;
+}
+
 /* Mimi on B sessions: the median encode and decode (ms) over F frames
  * after one of warm-up; decode of n_dec codebooks (0: none). */
 static int time_mimi(int B, int F, int n_dec, double *enc_ms, double *dec_ms, double *bytes,
@@ -230,6 +318,7 @@ static const char *q8_kernels(void)
  * 8-bit copies there, 1 byte and 4/32 of a scale a weight). */
 typedef struct lm_cost {
     double embed_b, temporal_b, temporal_f, dep_b, dep_f, sample_b;
+    double temporal_wf;   /* of temporal_f, the weight products' */
 } lm_cost;
 
 static lm_cost lm_costs(const mt_kyutai_lm *lm, int B, int S, int W, int f16_at_b)
@@ -244,7 +333,8 @@ static lm_cost lm_costs(const mt_kyutai_lm *lm, int B, int S, int W, int f16_at_
     double kv = (double)B * (S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
     c.embed_b = (double)B * (1 + kc->n_q) * D * 4;
     c.temporal_b = tp * wb + kv;
-    c.temporal_f = 2.0 * tp * B + 4.0 * B * (S + W) * D * kc->num_layers;
+    c.temporal_wf = 2.0 * tp * B;
+    c.temporal_f = c.temporal_wf + 4.0 * B * (S + W) * D * kc->num_layers;
     double dep_w = Q * (dd * D + L * (4 * dd * dd + 3 * dd * F) + (double)kc->card * dd);
     c.dep_b = dep_w * wb;
     c.dep_f = 2.0 * dep_w * B;
@@ -258,6 +348,8 @@ static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int 
 {
     const mt_kyutai_config *kc = &lm->kc;
     double gf = sgemm_gflops(T), bw = copy_gbs(T);
+    /* the q8 rate where the 8-bit copies serve this B's products */
+    double qg = B <= f16_rows_at ? q8_gops(T) : 0;
     double enc = 0, dec = 0, mb = 0, ef = 0, df = 0;
     if (codec_spec && time_mimi(B, codec_frames, kc->dep_q, &enc, &dec, &mb, &ef, &df))
         codec_spec = NULL;      /* said on stderr; the LM's figures still stand */
@@ -269,12 +361,14 @@ static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int 
      * either one's reads */
     (void)mb;
     double bd[6] = { codec_spec ? bound_ms(0, ef, bw, gf) : 0, bound_ms(c.embed_b, 0, bw, gf),
-                     bound_ms(c.temporal_b, c.temporal_f, bw, gf), bound_ms(c.dep_b, c.dep_f, bw, gf),
+                     bound_q8_ms(c.temporal_b, c.temporal_f - c.temporal_wf, c.temporal_wf, bw, gf, qg),
+                     bound_q8_ms(c.dep_b, 0, c.dep_f, bw, gf, qg),
                      bound_ms(c.sample_b, 0, bw, gf),
                      codec_spec && kc->dep_q ? bound_ms(0, df, bw, gf) : 0 };
     double tot = 0, tot_b = 0;
-    printf("frame model=%s codec=%s B=%d threads=%d q8_kernels=%s sgemm_gflops=%.1f copy_gbs=%.2f",
-           lm->temporal->cfg.name, codec_spec ? codec_spec : "none", B, T, q8_kernels(), gf, bw);
+    printf("frame model=%s codec=%s B=%d threads=%d q8_kernels=%s sgemm_gflops=%.1f "
+           "q8_gops=%.1f copy_gbs=%.2f", lm->temporal->cfg.name, codec_spec ? codec_spec : "none",
+           B, T, q8_kernels(), gf, qg, bw);
     for (int i = 0; i < 6; i++) {
         tot += ms[i];
         tot_b += bd[i];
@@ -481,7 +575,8 @@ out:
  * 3 frames of warm-up, -f frames back to back (a server behind: no tick
  * between them); per frame the stages (mt_speech_last_times), the whole
  * call's wall time and its CPU time (every thread's). A `served` line of
- * medians: what mt-serve's tick line's step_ms is made of. */
+ * medians: what mt-serve's tick line's step_ms is made of; and the step's p99
+ * (step_p99_ms, nearest rank: of 20 frames, the largest). */
 static int served_max_batch = 64;   /* -M */
 
 static int bench_served(const mt_kyutai_lm *lm, int B, int F, int threads)
@@ -554,10 +649,10 @@ static int bench_served(const mt_kyutai_lm *lm, int B, int F, int threads)
     }
     printf("served model=%s codec=%s B=%d max_batch=%d threads=%d weights=%s frames=%d "
            "enc_ms=%.2f embed_ms=%.2f temporal_ms=%.2f sample_ms=%.2f step_ms=%.2f "
-           "step_cpu_ms=%.2f\n", lm->temporal->cfg.name, codec_spec, B, served_max_batch,
-           mt_decoder_threads(d), mt_num_format_name(weights), F, median(st[0], F),
-           median(st[1], F), median(st[2], F), median(st[3], F), median(st[4], F),
-           median(st[5], F));
+           "step_cpu_ms=%.2f step_p99_ms=%.2f\n", lm->temporal->cfg.name, codec_spec, B,
+           served_max_batch, mt_decoder_threads(d), mt_num_format_name(weights), F,
+           median(st[0], F), median(st[1], F), median(st[2], F), median(st[3], F),
+           median(st[4], F), median(st[5], F), mt_stats_percentile(st[4], (size_t)F, 0.99));
     fflush(stdout);
     rc = 0;
 out:
@@ -655,12 +750,15 @@ int main(int argc, char **argv)
         int B = atoi(tok);
         if (predict_only) {
             /* the bounds alone: the shape's bytes and FLOPs over this
-             * machine's figures (the f16 rows as the CPU backend's
-             * default, 8, with -w f16) */
+             * machine's figures (the copies' rows as the CPU backend's
+             * defaults: 8 with -w f16, every row with -w q8 where the
+             * integer product serves, else 8) */
             int T = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-            print_frame(lm, B, S, W, T,
-                        weights == MT_FMT_F16 || weights == MT_FMT_Q8 ? (f16_rows ? f16_rows : 8) : 0,
-                        (double[4]){ 0, 0, 0, 0 });
+            int rows = f16_rows                                        ? f16_rows
+                       : weights == MT_FMT_Q8 && mt_q8_every_row()     ? MT_Q8_ALL_ROWS
+                       : weights == MT_FMT_F16 || weights == MT_FMT_Q8 ? MT_WEIGHTS_ROWS_DEFAULT
+                                                                       : 0;
+            print_frame(lm, B, S, W, T, rows, (double[4]){ 0, 0, 0, 0 });
             continue;
         }
         if (served) {
