@@ -30,7 +30,10 @@
  * frame's bound is the stages' sum.
  * Mimi (-c SPEC: B sessions encoding B frames of PCM, decoding the
  * model's codebooks; stt shapes, dep_q 0, decode nothing) is timed on its
- * own, the median of -F frames; its bound is its FLOPs alone
+ * own, on the decoder's threads as mt-serve runs it (until 2026-12-07 on
+ * one thread, against a bound from the sgemm on all of them: its ratios
+ * in bench/RESULTS.md before then are about twice what they would have
+ * been), the median of -F frames; its bound is its FLOPs alone
  * (mimi_encode_flops / mimi_decode_flops over the sgemm rate). -O also runs the depformer as it
  * was before issue 49 (one thread, fp32: -D serial) on the same B, after
  * the new, and prints `depformer_old_vs_new B= old_ms= new_ms= speedup=`
@@ -241,10 +244,11 @@ static double bound_q8_ms(double bytes, double flops, double qflops, double gbs,
     return (a > b ? a : b) * 1e3;
 }
 
-/* Mimi on B sessions: the median encode and decode (ms) over F frames
- * after one of warm-up; decode of n_dec codebooks (0: none). */
-static int time_mimi(int B, int F, int n_dec, double *enc_ms, double *dec_ms, double *bytes,
-                     double *enc_flops, double *dec_flops)
+/* Mimi on B sessions and T threads (the decoder's, as mt-serve gives the
+ * codec: mt_speech_codec_threads): the median encode and decode (ms) over
+ * F frames after one of warm-up; decode of n_dec codebooks (0: none). */
+static int time_mimi(int B, int F, int T, int n_dec, double *enc_ms, double *dec_ms,
+                     double *bytes, double *enc_flops, double *dec_flops)
 {
     if (predict_only)
         F = 0;              /* no frame timed: the costs alone */
@@ -266,7 +270,8 @@ static int time_mimi(int B, int F, int n_dec, double *enc_ms, double *dec_ms, do
     for (int b = 0; s && b < B; b++)
         if (!(s[b] = mimi_state_new(m, err, sizeof err)))
             goto out;
-    if (!s || !w || !pcm || !out || !codes || !te || !td)
+    if (!s || !w || !pcm || !out || !codes || !te || !td ||
+        mimi_batch_threads(w, T, err, sizeof err))
         goto out;
     for (int f = 0; f <= F && F > 0; f++) {
         for (size_t i = 0; i < (size_t)B * fs; i++)
@@ -351,7 +356,7 @@ static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int 
     /* the q8 rate where the 8-bit copies serve this B's products */
     double qg = B <= f16_rows_at ? q8_gops(T) : 0;
     double enc = 0, dec = 0, mb = 0, ef = 0, df = 0;
-    if (codec_spec && time_mimi(B, codec_frames, kc->dep_q, &enc, &dec, &mb, &ef, &df))
+    if (codec_spec && time_mimi(B, codec_frames, T, kc->dep_q, &enc, &dec, &mb, &ef, &df))
         codec_spec = NULL;      /* said on stderr; the LM's figures still stand */
     lm_cost c = lm_costs(lm, B, S, W, B <= f16_rows_at);
     const char *name[6] = { "mimi_enc", "embed", "temporal", "dep", "sample", "mimi_dec" };
