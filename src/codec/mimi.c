@@ -206,11 +206,13 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     w->vt_k = k;
     for (int i = 0; i < m->n_enc + m->n_dec; i++) {
         const mimi_conv *cv = i < m->n_enc ? &m->enc[i] : &m->dec[i - m->n_enc];
-        if (!mimi_direct_eligible(cv) || mimi_direct_pad_floats(cv) > w->col_floats)
-            continue;   /* im2col + sgemm */
-        float *wt = alloc_f(mimi_direct_weight_floats(cv), &w->bytes, &bad);
+        int trd = mimi_trd_eligible(cv) && mimi_trd_pad_floats(cv) + mimi_trd_out_floats(cv) <= w->col_floats;
+        int trs = !trd && mimi_trs_eligible(cv) && cv->tin < 16;
+        if (!trd && !trs && (!mimi_direct_eligible(cv) || mimi_direct_pad_floats(cv) > w->col_floats))
+            continue;   /* im2col + sgemm (transposed: sgemm + overlap-add) */
+        float *wt = alloc_f(mimi_direct_weight_floats(cv), &w->bytes, &bad);   /* cin*cout*k, all three */
         if (wt)
-            mimi_direct_weights(cv, wt);
+            (trd ? mimi_trd_weights : trs ? mimi_trs_weights : mimi_direct_weights)(cv, wt);
         w->wt[i < m->n_enc ? i : MIMI_MAX_CONVS + i - m->n_enc] = wt;
     }
     w->vt = alloc_f(k * SKINNY_VT, &w->bytes, &bad);
@@ -748,34 +750,57 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
             }
 }
 
-/* A transposed convolution's overlap-add of columns n0..n0+nc of Z =
- * w->col [cout*k][nc] into Y and w->part, output channels split across
- * the threads: column (b, t), row (co, kk) lands at output step t*stride +
- * kk of session b, or past the frame in its overlap. */
+/* A transposed convolution's overlap-add of w->col's columns, output
+ * channels split across the threads (mimi_tr_overlap_add) */
 static void it_overlap_add(mimi_batch *w, const par_job *jb, int co, int tid)
 {
-    const mimi_conv *cv = jb->cv;
-    const int cout = cv->cout, k = cv->k, st = cv->stride, tin = cv->tin, tout = cv->tout;
-    const size_t Nout = (size_t)jb->B * tout, n0 = jb->n0, nc = jb->nc, pctx = (size_t)cv->ctx;
     (void)tid;
-    for (int kk = 0; kk < k; kk++) {
-            const float *z = w->col + ((size_t)co * k + kk) * nc;
-            float *ybase = jb->Y + (size_t)co * Nout;
-            /* steps t < tlast land inside the frame */
-            int tlast = kk >= tout ? 0 : (tout - kk + st - 1) / st;
-            size_t j = 0;
-            for (size_t b = n0 / tin; j < nc; b++) {
-                int t0 = (int)((n0 + j) - b * tin);
-                int t1 = (int)(n0 + nc - b * tin < (size_t)tin ? n0 + nc - b * tin : (size_t)tin);
-                int ts = tlast < t0 ? t0 : tlast > t1 ? t1 : tlast;
-                float *yb = ybase + b * tout + kk;
-                for (int t = t0; t < ts; t++)
-                    yb[t * st] += z[j++];
-                float *pb = w->part + (b * cout + co) * pctx;
-                for (int t = ts; t < t1; t++)
-                    pb[t * st + kk - tout] += z[j++];
-            }
-        }
+    mimi_tr_overlap_add(jb->cv, jb->B, w->col, jb->n0, jb->nc, co, jb->Y, w->part);
+}
+
+/* mimi_convtr.c's items: trs row blocks; trd (session, channel group)
+ * pads, (session, phase, tile) tiles, (session, channel) scatters; a
+ * session's padded input then its phases' outputs in w->col */
+static void it_trs(mimi_batch *w, const par_job *j, int rb, int tid)
+{
+    (void)tid;
+    mimi_trs_block(j->cv, j->wt, j->X, (size_t)j->B * j->cv->tin, (int)j->nc, rb, w->col, j->nc);
+}
+
+static size_t trd_session_floats(const mimi_conv *cv)
+{
+    return mimi_trd_pad_floats(cv) + mimi_trd_out_floats(cv);
+}
+
+static void it_trd_pad(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int ng = (cv->cin + PAD_CH - 1) / PAD_CH, lb = it / ng;
+    const size_t per = mimi_trd_pad_floats(cv) / cv->cin, Nin = (size_t)j->B * cv->tin;
+    (void)tid;
+    for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
+        mimi_trd_pad(cv, j->X + (size_t)ci * Nin + (j->n0 + lb) * cv->tin,
+                     w->col + lb * trd_session_floats(cv) + ci * per);
+}
+
+static void it_trd_tile(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int nt = mimi_trd_phase_tiles(cv), lb = it / (nt * cv->stride);
+    float *P = w->col + lb * trd_session_floats(cv);
+    (void)tid;
+    mimi_trd_tile(cv, j->wt, P, it / nt % cv->stride, it % nt, P + mimi_trd_pad_floats(cv));
+}
+
+static void it_trd_scatter(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int lb = it / cv->cout, co = it % cv->cout;
+    const size_t b = j->n0 + lb;
+    (void)tid;
+    mimi_trd_scatter(cv, w->col + lb * trd_session_floats(cv) + mimi_trd_pad_floats(cv), co,
+                     j->Y + (size_t)co * j->B * cv->tout + b * cv->tout,
+                     w->part + (b * cv->cout + co) * cv->ctx);
 }
 
 /* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
@@ -786,33 +811,36 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
     const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
     const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
     const size_t N = (size_t)B * tin, Nout = (size_t)B * tout;
-    fill_bias(Y, cv->b, cout, Nout);
+    const float *wt = direct_weights(w, cv);
     float *part = w->part;   /* [B][cout][ctx] */
     memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
-    if (cv->grouped) {
-        for (int c = 0; c < cout; c++)
-            for (size_t n = 0; n < N; n++) {
-                size_t b = n / tin, t = n % tin;
-                float x = X[(size_t)c * N + n];
-                for (int kk = 0; kk < k; kk++) {
-                    int j = (int)t * st + kk;
-                    float v = cv->w[(size_t)c * k + kk] * x;
-                    if (j < tout)
-                        Y[(size_t)c * Nout + b * tout + j] += v;
-                    else
-                        part[(b * cout + c) * ctx + (size_t)(j - tout)] += v;
-                }
-            }
+    if (wt && cv->tin >= 16) {   /* mimi_convtr.c's phases, as many sessions as w->col holds */
+        const int G = (int)(w->col_floats / trd_session_floats(cv));
+        w->job = (par_job){ .cv = cv, .B = B, .X = X, .Y = Y, .wt = wt };
+        for (int b0 = 0; b0 < B; b0 += G) {
+            int nb = B - b0 < G ? B - b0 : G;
+            w->job.n0 = (size_t)b0;
+            par_run(w, it_trd_pad, nb * ((cin + PAD_CH - 1) / PAD_CH));
+            par_run(w, it_trd_tile, nb * st * mimi_trd_phase_tiles(cv));
+            par_run(w, it_trd_scatter, nb * cout);
+        }
+    } else if (cv->grouped) {
+        fill_bias(Y, cv->b, cout, Nout);
+        mimi_tr_grouped(cv, B, X, Y, part);
     } else {
+        fill_bias(Y, cv->b, cout, Nout);
         const size_t rows = (size_t)cout * k;
         size_t chunk = w->col_floats / rows;
         if (chunk < 1)
             chunk = 1;
         for (size_t n0 = 0; n0 < N; n0 += chunk) {
             size_t nc = N - n0 < chunk ? N - n0 : chunk;
-            /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
-            par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
-                     w->col, (int)nc);
+            w->job = (par_job){ .cv = cv, .B = B, .X = X + n0, .Y = Y, .n0 = n0, .nc = nc, .wt = wt };
+            if (wt && N <= (size_t)mimi_trs_max_cols())   /* mimi_convtr.c's few-vector product */
+                par_run(w, it_trs, mimi_trs_blocks(cv));
+            else   /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
+                par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
+                         w->col, (int)nc);
             w->job = (par_job){ .cv = cv, .B = B, .Y = Y, .n0 = n0, .nc = nc };
             par_run(w, it_overlap_add, cout);
         }

@@ -185,6 +185,36 @@ void   mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, fl
 void   mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
                         size_t ldy);
 
+/* The transposed convolutions without sgemm (mimi_convtr.c).
+ * Long time axes (trd): a phase is an ordinary conv (mimi_trd_phase) on
+ * the direct tile; a session's input padded once (trd_pad_floats), its
+ * phases' outputs O [stride][cout][tin + k/stride - 1] (trd_out_floats)
+ * from tile i < trd_phase_tiles of phase p, then trd_scatter interleaves
+ * channel co into y [tout] (with the bias) and the new overlap part [ctx].
+ * Short ones (trs): Z [cout*k][ldz] = W^T X for nc <= trs_max_cols
+ * columns of X [cin][ldx], row block rb < trs_blocks at a time. Both on
+ * weights reordered once (trd_weights, trs_weights: cin*cout*k floats).
+ * tr_overlap_add, tr_grouped: the sgemm path's (see there). */
+int    mimi_trd_eligible(const mimi_conv *cv);
+void   mimi_trd_phase(const mimi_conv *cv, mimi_conv *pc);
+size_t mimi_trd_pad_floats(const mimi_conv *cv);
+size_t mimi_trd_out_floats(const mimi_conv *cv);
+void   mimi_trd_weights(const mimi_conv *cv, float *wt);
+void   mimi_trd_pad(const mimi_conv *cv, const float *x, float *P);
+int    mimi_trd_phase_tiles(const mimi_conv *cv);
+void   mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, int i, float *O);
+void   mimi_trd_scatter(const mimi_conv *cv, const float *O, int co, float *y, float *part);
+int    mimi_trs_eligible(const mimi_conv *cv);
+int    mimi_trs_max_cols(void);
+int    mimi_trs_blocks(const mimi_conv *cv);
+size_t mimi_trs_weight_floats(const mimi_conv *cv);
+void   mimi_trs_weights(const mimi_conv *cv, float *wr);
+void   mimi_trs_block(const mimi_conv *cv, const float *wr, const float *X, size_t ldx, int nc, int rb,
+                      float *Z, size_t ldz);
+void   mimi_tr_overlap_add(const mimi_conv *cv, int B, const float *Z, size_t n0, size_t nc, int co,
+                           float *Y, float *part);
+void   mimi_tr_grouped(const mimi_conv *cv, int B, const float *X, float *Y, float *part);
+
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
 /* GELU (the erf form) in place (mimi.c). */
