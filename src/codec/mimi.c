@@ -789,7 +789,8 @@ static void it_trd_tile(mimi_batch *w, const par_job *j, int it, int tid)
     const int nt = mimi_trd_phase_tiles(cv), lb = it / (nt * cv->stride);
     float *P = w->col + lb * trd_session_floats(cv);
     (void)tid;
-    mimi_trd_tile(cv, j->wt, P, it / nt % cv->stride, it % nt, P + mimi_trd_pad_floats(cv));
+    mimi_trd_tile(cv, j->wt, P, it / nt % cv->stride, it % nt, P + mimi_trd_pad_floats(cv),
+                  w->part + (j->n0 + lb) * cv->cout * cv->ctx);
 }
 
 static void it_trd_scatter(mimi_batch *w, const par_job *j, int it, int tid)
@@ -799,8 +800,7 @@ static void it_trd_scatter(mimi_batch *w, const par_job *j, int it, int tid)
     const size_t b = j->n0 + lb;
     (void)tid;
     mimi_trd_scatter(cv, w->col + lb * trd_session_floats(cv) + mimi_trd_pad_floats(cv), co,
-                     j->Y + (size_t)co * j->B * cv->tout + b * cv->tout,
-                     w->part + (b * cv->cout + co) * cv->ctx);
+                     j->Y + (size_t)co * j->B * cv->tout + b * cv->tout);
 }
 
 /* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the

@@ -8,10 +8,12 @@
  * So phase p is a causal convolution of m taps (tap jj = m-1-j, weight
  * w[ci][co][p + (m-1-jj) s]) over the input padded with m-1 zero steps,
  * run on mimi_conv.c's direct tile (mimi_trd_*) for the layers with a
- * long time axis: each phase gives tin + m - 1 steps, the last m-1
- * landing past the frame, in the overlap the next frame adds (the
- * session's state keeps that overlap as before: partial sums without the
- * bias, [cout][k - s]). No column matrix, no packing.
+ * long time axis: each phase gives its tin steps in the frame; its m-1
+ * steps past the frame (the overlap the next frame adds: the session's
+ * state keeps it as before, partial sums without the bias, [cout][k - s])
+ * are few, so a small loop over the channels gives them (`pending`)
+ * rather than a tile of 16 or 48 steps mostly wasted. No column matrix,
+ * no packing.
  *
  * The layer with 2 input steps a frame (1024 -> 512, k 16, 33.5 MB of
  * weights) is a product of the weights by B*2 vectors at small batch:
@@ -44,7 +46,7 @@ void mimi_trd_phase(const mimi_conv *cv, mimi_conv *pc)
 {
     const int m = cv->k / cv->stride;
     *pc = (mimi_conv){ .cin = cv->cin, .cout = cv->cout, .k = m, .stride = 1, .dil = 1,
-                       .tin = cv->tin, .tout = cv->tin + m - 1, .ctx = m - 1 };
+                       .tin = cv->tin, .tout = cv->tin, .ctx = m - 1 };
 }
 
 size_t mimi_trd_pad_floats(const mimi_conv *cv)
@@ -56,7 +58,7 @@ size_t mimi_trd_pad_floats(const mimi_conv *cv)
 
 size_t mimi_trd_out_floats(const mimi_conv *cv)
 {
-    return (size_t)cv->stride * cv->cout * (size_t)(cv->tin + cv->k / cv->stride - 1);
+    return (size_t)cv->stride * cv->cout * (size_t)cv->tin;
 }
 
 /* wt: phase p's [cout / CO][cin][m][CO] at p * cout * cin * m */
@@ -84,40 +86,79 @@ void mimi_trd_pad(const mimi_conv *cv, const float *x, float *P)
     mimi_direct_pad(&pc, zeros, x, P);
 }
 
-/* tiles of one phase: channel blocks x step tiles */
+/* items of one phase: channel blocks x step tiles, then one a channel
+ * block for its steps past the frame */
 int mimi_trd_phase_tiles(const mimi_conv *cv)
 {
     mimi_conv pc;
     mimi_trd_phase(cv, &pc);
     const int T = mimi_direct_t(&pc);
-    return cv->cout / mimi_direct_co(&pc) * ((pc.tout + T - 1) / T);
+    return cv->cout / mimi_direct_co(&pc) * ((pc.tout + T - 1) / T + 1);
 }
 
-/* tile i of phase p into O [s][cout][tin + m - 1] */
-void mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, int i, float *O)
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* Channel block cb of phase p, its steps u = tin + v past the frame
+ * (v < m-1): the taps jj <= m-2-v, whose inputs are in the frame, a
+ * lane a channel; into the session's new overlap part [cout][ctx] at
+ * step v s + p. */
+__attribute__((target("avx512f,fma")))
+static void pending(const mimi_conv *cv, const mimi_conv *pc, const float *wp, const float *P, int p, int cb,
+                    float *part)
+{
+    const int m = pc->k, cin = cv->cin, CO = mimi_direct_co(pc);
+    const size_t L = mimi_direct_pad_floats(pc) / (size_t)cin;
+    const __mmask16 mk = (__mmask16)((1u << CO) - 1);
+    for (int v = 0; v + 1 < m; v++) {
+        __m512 acc = _mm512_setzero_ps();
+        const float *w = wp + (size_t)cb * cin * m * CO;
+        for (int ci = 0; ci < cin; ci++, w += m * CO) {
+            const float *x = P + (size_t)ci * L + cv->tin + v;   /* padded step u + jj */
+            for (int jj = 0; jj + 1 + v < m; jj++)
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + jj * CO), _mm512_set1_ps(x[jj]), acc);
+        }
+        float tmp[16];
+        _mm512_storeu_ps(tmp, acc);
+        for (int c = 0; c < CO; c++)
+            part[(size_t)(cb * CO + c) * cv->ctx + v * cv->stride + p] = tmp[c];
+    }
+}
+
+#else
+
+static void pending(const mimi_conv *cv, const mimi_conv *pc, const float *wp, const float *P, int p, int cb,
+                    float *part)
+{
+    (void)cv, (void)pc, (void)wp, (void)P, (void)p, (void)cb, (void)part;
+}
+
+#endif
+
+/* item i of phase p: a tile into O [s][cout][tin], or past the tiles a
+ * channel block's steps past the frame into part [cout][ctx] */
+void mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, int i, float *O, float *part)
 {
     mimi_conv pc;
     mimi_trd_phase(cv, &pc);
     const int T = mimi_direct_t(&pc), nt = (pc.tout + T - 1) / T, m = pc.k;
-    mimi_direct_tile(&pc, wt + (size_t)p * cv->cout * cv->cin * m, P, i / nt, i % nt * T,
-                     O + (size_t)p * cv->cout * pc.tout, (size_t)pc.tout);
+    const int ntiles = cv->cout / mimi_direct_co(&pc) * nt;
+    const float *wp = wt + (size_t)p * cv->cout * cv->cin * m;
+    if (i >= ntiles)
+        pending(cv, &pc, wp, P, p, i - ntiles, part);
+    else
+        mimi_direct_tile(&pc, wp, P, i / nt, i % nt * T, O + (size_t)p * cv->cout * pc.tout, (size_t)pc.tout);
 }
 
-/* channel co of a session: y [tout] = bias + the phases interleaved, its
- * steps past the frame into part [ctx] (the new overlap, no bias) */
-void mimi_trd_scatter(const mimi_conv *cv, const float *O, int co, float *y, float *part)
+/* channel co of a session: y [tout] = bias + the phases interleaved */
+void mimi_trd_scatter(const mimi_conv *cv, const float *O, int co, float *y)
 {
-    const int s = cv->stride, tp = cv->tin + cv->k / s - 1, tout = cv->tout;
+    const int s = cv->stride, tin = cv->tin;
     const float bias = cv->b ? cv->b[co] : 0.0f;
     for (int p = 0; p < s; p++) {
-        const float *o = O + ((size_t)p * cv->cout + co) * tp;
-        for (int u = 0; u < tp; u++) {
-            int t = u * s + p;
-            if (t < tout)
-                y[t] = bias + o[u];
-            else
-                part[t - tout] = o[u];
-        }
+        const float *o = O + ((size_t)p * cv->cout + co) * tin;
+        for (int u = 0; u < tin; u++)
+            y[u * s + p] = bias + o[u];
     }
 }
 

@@ -188,9 +188,10 @@ void   mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, in
 /* The transposed convolutions without sgemm (mimi_convtr.c).
  * Long time axes (trd): a phase is an ordinary conv (mimi_trd_phase) on
  * the direct tile; a session's input padded once (trd_pad_floats), its
- * phases' outputs O [stride][cout][tin + k/stride - 1] (trd_out_floats)
- * from tile i < trd_phase_tiles of phase p, then trd_scatter interleaves
- * channel co into y [tout] (with the bias) and the new overlap part [ctx].
+ * phases' outputs O [stride][cout][tin] (trd_out_floats) from item i <
+ * trd_phase_tiles of phase p (the last ones the steps past the frame,
+ * into the session's new overlap part [cout][ctx]), then trd_scatter
+ * interleaves channel co into y [tout] with the bias.
  * Short ones (trs): Z [cout*k][ldz] = W^T X for nc <= trs_max_cols
  * columns of X [cin][ldx], row block rb < trs_blocks at a time. Both on
  * weights reordered once (trd_weights, trs_weights: cin*cout*k floats).
@@ -202,8 +203,9 @@ size_t mimi_trd_out_floats(const mimi_conv *cv);
 void   mimi_trd_weights(const mimi_conv *cv, float *wt);
 void   mimi_trd_pad(const mimi_conv *cv, const float *x, float *P);
 int    mimi_trd_phase_tiles(const mimi_conv *cv);
-void   mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, int i, float *O);
-void   mimi_trd_scatter(const mimi_conv *cv, const float *O, int co, float *y, float *part);
+void   mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, int i, float *O,
+                     float *part);
+void   mimi_trd_scatter(const mimi_conv *cv, const float *O, int co, float *y);
 int    mimi_trs_eligible(const mimi_conv *cv);
 int    mimi_trs_max_cols(void);
 int    mimi_trs_blocks(const mimi_conv *cv);
