@@ -255,7 +255,7 @@ int mimi_batch_op_seconds(const mimi_batch *w, double *out, int max)
     return w->op_n;
 }
 
-void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old != 0; }
+void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old == 2 ? 2 : old != 0; }
 
 int mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen)
 {
@@ -468,7 +468,7 @@ static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
  * SKINNY vectors; B's columns fit vt); copies B's columns into w->vt. */
 static int skinny_setup(mimi_batch *w, gemm_job *j)
 {
-    int wide = !w->old_kern && mimi_skinny_ok();
+    int wide = w->old_kern != 1 && mimi_skinny_ok();
     if (j->ta || (j->tb ? j->M : j->N) > (wide ? MIMI_SKINNY_MAX : SKINNY) || (size_t)j->K > w->vt_k)
         return 0;
     if (!j->tb)
@@ -642,7 +642,7 @@ static void it_im2col(mimi_batch *w, const par_job *j, int ci, int tid)
 static const float *direct_weights(const mimi_batch *w, const mimi_conv *cv)
 {
     const mimi_model *m = w->m;
-    if (w->old_kern)
+    if (w->old_kern == 1 || (w->old_kern == 2 && cv->tr))
         return NULL;
     if (cv >= m->enc && cv < m->enc + m->n_enc)
         return w->wt[cv - m->enc];

@@ -3,7 +3,7 @@
  * run with the same thread count, for bench/bench_codec.sh.
  *
  *   mt-benchcodec [-c SPEC] [--batches 1,8,32,64] [--frames F] [--threads T]
- *                 [--codebooks N] [--compare [--layers]]
+ *                 [--codebooks N] [--compare [--layers] [--old-tr]]
  *
  * For each batch B: B sessions, one warm-up frame, then F frames of
  * encode and decode; the best frame's time (the machine is shared, so the
@@ -91,7 +91,9 @@ static double sgemm_gflops(void)
 /* --compare: B sessions, F frames, each frame encoded and decoded on the
  * previous convolution kernels (mimi_batch_old_kernels 1) and on the
  * current ones, the order alternating frame by frame (one shared state:
- * the work does not depend on the values). Prints the medians (wall, per
+ * the work does not depend on the values; with --old-tr the old side is
+ * the current kernels but the transposed convolutions on sgemm +
+ * overlap-add, i.e. before mimi_convtr.c). Prints the medians (wall, per
  * session-frame) of each path, and with --layers the median of every
  * encode op on each (ms a frame of the batch; with one thread, its CPU
  * time), then of every decode op:
@@ -99,6 +101,8 @@ static double sgemm_gflops(void)
  *           workspace_bytes= (the batch's, the direct kernel's weights included)
  *   layer B= op= what= old_ms= new_ms=    (encode)
  *   dlayer B= op= what= old_ms= new_ms=   (decode) */
+static int old_level = 1;   /* --old-tr: 2, the old side only the transposed convolutions' */
+
 static int compare(mimi_model *m, int B, int frames, int layers)
 {
     char err[512];
@@ -131,7 +135,7 @@ static int compare(mimi_model *m, int B, int frames, int layers)
     for (int f = -1; f < frames; f++)
         for (int r = 0; r < 2; r++) {
             int old = (r + (f & 1)) % 2 == 0;   /* old first on even frames */
-            mimi_batch_old_kernels(w, old);
+            mimi_batch_old_kernels(w, old ? old_level : 0);
             for (size_t i = 0; i < (size_t)B * fs; i++)
                 pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
             double t0 = now();
@@ -202,9 +206,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--compare")) cmp = 1;
         else if (!strcmp(argv[i], "--layers")) layers = 1;
+        else if (!strcmp(argv[i], "--old-tr")) old_level = 2;
         else if (!strcmp(argv[i], "--codebooks") && i + 1 < argc) ncb = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers]]\n");
+            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers] [--old-tr]]\n");
             return 2;
         }
     }
