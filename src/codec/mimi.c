@@ -3,7 +3,9 @@
  * output steps), or, for the layers with a long time axis, mimi_conv.c's
  * direct kernel; products of up to 8 vectors (a small batch's
  * transformer steps, RVQ columns, last layers) on mimi_skinny.c's
- * kernel; transposed convolutions as one sgemm + overlap-add, the
+ * kernel; transposed convolutions on mimi_convtr.c's kernels (the
+ * phases of the long ones on the direct tile, the 2-step one a
+ * few-vector product) at small batch, else one sgemm + overlap-add; the
  * transformers with one sgemm per projection across the batch and
  * attention over each session's ring, the split RVQ with the distances as
  * one sgemm per codebook.
@@ -865,51 +867,6 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
  * against the [out][in] weights (a few percent faster than the
  * channel-major product at 16 rows, in a test of the 8 layers' shapes). */
 
-/* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. */
-static void layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
-{
-    for (size_t n = 0; n < N; n++) {
-        const float *xr = x + n * d;
-        float *hr = h + n * d;
-        double mean = 0, var = 0;
-        for (int i = 0; i < d; i++)
-            mean += xr[i];
-        mean /= d;
-        for (int i = 0; i < d; i++) {
-            double v = xr[i] - mean;
-            var += v * v;
-        }
-        var /= d;
-        float inv = (float)(1.0 / sqrt(var + 1e-5));
-        for (int i = 0; i < d; i++)
-            hr[i] = ((float)(xr[i] - mean) * inv) * g[i] + bias[i];
-    }
-}
-
-/* The rotary angles of one position: cs, sn [hd/2], frequency i being
- * max_period^(-2i/hd). */
-static void rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period)
-{
-    float scale = (float)(-log(max_period) * 2 / hd);
-    for (int i = 0; i < hd / 2; i++) {
-        float a = expf((float)i * scale) * (float)pos;
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
-    }
-}
-
-/* Rotates the (2i, 2i+1) pairs of every head of one row of d. */
-static void rope_row(float *q, const float *cs, const float *sn, int d, int hd)
-{
-    for (int h = 0; h < d / hd; h++)
-        for (int i = 0; i < hd / 2; i++) {
-            float *re = q + (size_t)h * hd + 2 * i, *im = re + 1;
-            float r = *re, m = *im;
-            *re = r * cs[i] - m * sn[i];
-            *im = r * sn[i] + m * cs[i];
-        }
-}
-
 /* One session's attention, its T rows, heads h0..h1-1: out [T][d] (ld_out
  * apart) from its queries q [T] (ld_q apart) over its ring rk, rv [cap][d]
  * just written with positions pos0..pos0+T-1. Slot j holds the newest position
@@ -1009,12 +966,12 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
         for (int t = 0; t < T; t++) {
             size_t n = (size_t)b * T + t;
-            rope_table(w->rcos + n * (hd / 2), w->rsin + n * (hd / 2), hd, pos0 + t, c->max_period);
+            mimi_rope_table(w->rcos + n * (hd / 2), w->rsin + n * (hd / 2), hd, pos0 + t, c->max_period);
         }
     }
     for (int li = 0; li < c->num_layers; li++) {
         const mimi_tlayer *l = &L[li];
-        layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
+        mimi_layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
         /* qkv [N][3d]: row n = q, k, v of step n */
         par_gemm(w, 0, 1, (int)N, 3 * d, d, w->h, d, l->in_proj, d, 0.0f, w->qkv, 3 * d);
         for (int b = 0; b < B; b++) {
@@ -1024,8 +981,8 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
                 size_t n = (size_t)b * T + t;
                 float *qr = w->qkv + n * 3 * d;
                 const float *cs = w->rcos + n * (hd / 2), *sn = w->rsin + n * (hd / 2);
-                rope_row(qr, cs, sn, d, hd);
-                rope_row(qr + d, cs, sn, d, hd);
+                mimi_rope_row(qr, cs, sn, d, hd);
+                mimi_rope_row(qr + d, cs, sn, d, hd);
                 size_t slot = (size_t)((pos0 + t) % cap);
                 memcpy(rk + slot * d, qr + d, (size_t)d * sizeof *rk);
                 memcpy(rv + slot * d, qr + 2 * d, (size_t)d * sizeof *rv);
@@ -1037,7 +994,7 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
                 xt[n * d + i] += (l->ls1 ? l->ls1[i] : 1.0f) * w->h[n * d + i];
-        layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
+        mimi_layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
         par_gemm(w, 0, 1, (int)N, ff, d, w->h, d, l->l1, d, 0.0f, w->ff, ff);
         par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
         par_gemm(w, 0, 1, (int)N, d, ff, w->ff, ff, l->l2, ff, 0.0f, w->h, d);

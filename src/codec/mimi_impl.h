@@ -219,6 +219,13 @@ void   mimi_tr_grouped(const mimi_conv *cv, int B, const float *X, float *Y, flo
 
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
+/* The transformer's rows (mimi_elt.c): h [N][d] = LayerNorm(x [N][d]),
+ * gain g, bias, eps 1e-5; the rotary angles of one position cs, sn
+ * [hd/2] (frequency i max_period^(-2i/hd)); a row of d rotated by them,
+ * the (2i, 2i+1) pairs of every head. */
+void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N);
+void mimi_rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period);
+void mimi_rope_row(float *q, const float *cs, const float *sn, int d, int hd);
 /* GELU (the erf form) in place (mimi.c). */
 void mimi_gelu(float *x, size_t n);
 
