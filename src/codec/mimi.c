@@ -4,8 +4,9 @@
  * direct kernel; products of up to 8 vectors (a small batch's
  * transformer steps, RVQ columns, last layers) on mimi_skinny.c's
  * kernel; transposed convolutions on mimi_convtr.c's kernels (the
- * phases of the long ones on the direct tile, the 2-step one a
- * few-vector product) at small batch, else one sgemm + overlap-add; the
+ * phases of the long ones on the direct tile, the 2-step one a product
+ * of 8 columns at a time, up to 64 sessions), else one sgemm +
+ * overlap-add; the
  * transformers with one sgemm per projection across the batch and
  * attention over each session's ring, the split RVQ with the distances as
  * one sgemm per codebook.
@@ -838,7 +839,7 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
         for (size_t n0 = 0; n0 < N; n0 += chunk) {
             size_t nc = N - n0 < chunk ? N - n0 : chunk;
             w->job = (par_job){ .cv = cv, .B = B, .X = X + n0, .Y = Y, .n0 = n0, .nc = nc, .wt = wt };
-            if (wt && N <= (size_t)mimi_trs_max_cols())   /* mimi_convtr.c's few-vector product */
+            if (wt && N <= (size_t)mimi_trs_max_cols())   /* mimi_convtr.c's product */
                 par_run(w, it_trs, mimi_trs_blocks(cv));
             else   /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
                 par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
