@@ -17,7 +17,10 @@
 # dot8_multi) and the current ones (mimi_conv.c's direct convolution,
 # mimi_skinny.c's 8-vector products) alternating frame by frame at
 # B = 1, 2, 4 on 2 threads, medians (`compare` lines), and with one
-# thread each encode op's CPU time on both (`layer` lines, B = 1 and 4).
+# thread each encode op's CPU time on both (`layer` lines, B = 1 and 4)
+# and each decode op's (`dlayer` lines); then (helper h-mimidec) the
+# decoder's transposed convolutions before and after mimi_convtr.c alone
+# (--old-tr), 2 threads, B = 1, 2, 4.
 set -u
 cd "$(dirname "$0")/.."
 H=${MT_TESTBIN:-build/tests}/mt-benchcodec
@@ -27,3 +30,4 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC') $(nproc) cores, load $(cut -d' ' -f1-3 
 "$H" --batches 1,8,32,64 --frames 3 ${BENCH_CODEC_ARGS:-}
 "$H" --compare --batches 1,2,4 --frames 10 --threads 2
 "$H" --compare --layers --batches 1,4 --frames 5 --threads 1
+"$H" --compare --old-tr --batches 1,2,4 --frames 10 --threads 2

@@ -3,7 +3,10 @@
  * output steps), or, for the layers with a long time axis, mimi_conv.c's
  * direct kernel; products of up to 8 vectors (a small batch's
  * transformer steps, RVQ columns, last layers) on mimi_skinny.c's
- * kernel; transposed convolutions as one sgemm + overlap-add, the
+ * kernel; transposed convolutions on mimi_convtr.c's kernels (the
+ * phases of the long ones on the direct tile, the 2-step one a product
+ * of 8 columns at a time, up to 64 sessions), else one sgemm +
+ * overlap-add; the
  * transformers with one sgemm per projection across the batch and
  * attention over each session's ring, the split RVQ with the distances as
  * one sgemm per codebook.
@@ -206,11 +209,13 @@ mimi_batch *mimi_batch_new(const mimi_model *m, int max_batch, char *err, size_t
     w->vt_k = k;
     for (int i = 0; i < m->n_enc + m->n_dec; i++) {
         const mimi_conv *cv = i < m->n_enc ? &m->enc[i] : &m->dec[i - m->n_enc];
-        if (!mimi_direct_eligible(cv) || mimi_direct_pad_floats(cv) > w->col_floats)
-            continue;   /* im2col + sgemm */
-        float *wt = alloc_f(mimi_direct_weight_floats(cv), &w->bytes, &bad);
+        int trd = mimi_trd_eligible(cv) && mimi_trd_pad_floats(cv) + mimi_trd_out_floats(cv) <= w->col_floats;
+        int trs = !trd && mimi_trs_eligible(cv) && cv->tin < 16;
+        if (!trd && !trs && (!mimi_direct_eligible(cv) || mimi_direct_pad_floats(cv) > w->col_floats))
+            continue;   /* im2col + sgemm (transposed: sgemm + overlap-add) */
+        float *wt = alloc_f(mimi_direct_weight_floats(cv), &w->bytes, &bad);   /* cin*cout*k, all three */
         if (wt)
-            mimi_direct_weights(cv, wt);
+            (trd ? mimi_trd_weights : trs ? mimi_trs_weights : mimi_direct_weights)(cv, wt);
         w->wt[i < m->n_enc ? i : MIMI_MAX_CONVS + i - m->n_enc] = wt;
     }
     w->vt = alloc_f(k * SKINNY_VT, &w->bytes, &bad);
@@ -253,7 +258,7 @@ int mimi_batch_op_seconds(const mimi_batch *w, double *out, int max)
     return w->op_n;
 }
 
-void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old != 0; }
+void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old == 2 ? 2 : old != 0; }
 
 int mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen)
 {
@@ -466,7 +471,7 @@ static void it_gemm(mimi_batch *w, const par_job *j, int i, int tid)
  * SKINNY vectors; B's columns fit vt); copies B's columns into w->vt. */
 static int skinny_setup(mimi_batch *w, gemm_job *j)
 {
-    int wide = !w->old_kern && mimi_skinny_ok();
+    int wide = w->old_kern != 1 && mimi_skinny_ok();
     if (j->ta || (j->tb ? j->M : j->N) > (wide ? MIMI_SKINNY_MAX : SKINNY) || (size_t)j->K > w->vt_k)
         return 0;
     if (!j->tb)
@@ -640,7 +645,7 @@ static void it_im2col(mimi_batch *w, const par_job *j, int ci, int tid)
 static const float *direct_weights(const mimi_batch *w, const mimi_conv *cv)
 {
     const mimi_model *m = w->m;
-    if (w->old_kern)
+    if (w->old_kern == 1 || (w->old_kern == 2 && cv->tr))
         return NULL;
     if (cv >= m->enc && cv < m->enc + m->n_enc)
         return w->wt[cv - m->enc];
@@ -748,34 +753,57 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
             }
 }
 
-/* A transposed convolution's overlap-add of columns n0..n0+nc of Z =
- * w->col [cout*k][nc] into Y and w->part, output channels split across
- * the threads: column (b, t), row (co, kk) lands at output step t*stride +
- * kk of session b, or past the frame in its overlap. */
+/* A transposed convolution's overlap-add of w->col's columns, output
+ * channels split across the threads (mimi_tr_overlap_add) */
 static void it_overlap_add(mimi_batch *w, const par_job *jb, int co, int tid)
 {
-    const mimi_conv *cv = jb->cv;
-    const int cout = cv->cout, k = cv->k, st = cv->stride, tin = cv->tin, tout = cv->tout;
-    const size_t Nout = (size_t)jb->B * tout, n0 = jb->n0, nc = jb->nc, pctx = (size_t)cv->ctx;
     (void)tid;
-    for (int kk = 0; kk < k; kk++) {
-            const float *z = w->col + ((size_t)co * k + kk) * nc;
-            float *ybase = jb->Y + (size_t)co * Nout;
-            /* steps t < tlast land inside the frame */
-            int tlast = kk >= tout ? 0 : (tout - kk + st - 1) / st;
-            size_t j = 0;
-            for (size_t b = n0 / tin; j < nc; b++) {
-                int t0 = (int)((n0 + j) - b * tin);
-                int t1 = (int)(n0 + nc - b * tin < (size_t)tin ? n0 + nc - b * tin : (size_t)tin);
-                int ts = tlast < t0 ? t0 : tlast > t1 ? t1 : tlast;
-                float *yb = ybase + b * tout + kk;
-                for (int t = t0; t < ts; t++)
-                    yb[t * st] += z[j++];
-                float *pb = w->part + (b * cout + co) * pctx;
-                for (int t = ts; t < t1; t++)
-                    pb[t * st + kk - tout] += z[j++];
-            }
-        }
+    mimi_tr_overlap_add(jb->cv, jb->B, w->col, jb->n0, jb->nc, co, jb->Y, w->part);
+}
+
+/* mimi_convtr.c's items: trs row blocks; trd (session, channel group)
+ * pads, (session, phase, tile) tiles, (session, channel) scatters; a
+ * session's padded input then its phases' outputs in w->col */
+static void it_trs(mimi_batch *w, const par_job *j, int rb, int tid)
+{
+    (void)tid;
+    mimi_trs_block(j->cv, j->wt, j->X, (size_t)j->B * j->cv->tin, (int)j->nc, rb, w->col, j->nc);
+}
+
+static size_t trd_session_floats(const mimi_conv *cv)
+{
+    return mimi_trd_pad_floats(cv) + mimi_trd_out_floats(cv);
+}
+
+static void it_trd_pad(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int ng = (cv->cin + PAD_CH - 1) / PAD_CH, lb = it / ng;
+    const size_t per = mimi_trd_pad_floats(cv) / cv->cin, Nin = (size_t)j->B * cv->tin;
+    (void)tid;
+    for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
+        mimi_trd_pad(cv, j->X + (size_t)ci * Nin + (j->n0 + lb) * cv->tin,
+                     w->col + lb * trd_session_floats(cv) + ci * per);
+}
+
+static void it_trd_tile(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int nt = mimi_trd_phase_tiles(cv), lb = it / (nt * cv->stride);
+    float *P = w->col + lb * trd_session_floats(cv);
+    (void)tid;
+    mimi_trd_tile(cv, j->wt, P, it / nt % cv->stride, it % nt, P + mimi_trd_pad_floats(cv),
+                  w->part + (j->n0 + lb) * cv->cout * cv->ctx);
+}
+
+static void it_trd_scatter(mimi_batch *w, const par_job *j, int it, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const int lb = it / cv->cout, co = it % cv->cout;
+    const size_t b = j->n0 + lb;
+    (void)tid;
+    mimi_trd_scatter(cv, w->col + lb * trd_session_floats(cv) + mimi_trd_pad_floats(cv), co,
+                     j->Y + (size_t)co * j->B * cv->tout + b * cv->tout);
 }
 
 /* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
@@ -786,33 +814,36 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
     const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
     const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
     const size_t N = (size_t)B * tin, Nout = (size_t)B * tout;
-    fill_bias(Y, cv->b, cout, Nout);
+    const float *wt = direct_weights(w, cv);
     float *part = w->part;   /* [B][cout][ctx] */
     memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
-    if (cv->grouped) {
-        for (int c = 0; c < cout; c++)
-            for (size_t n = 0; n < N; n++) {
-                size_t b = n / tin, t = n % tin;
-                float x = X[(size_t)c * N + n];
-                for (int kk = 0; kk < k; kk++) {
-                    int j = (int)t * st + kk;
-                    float v = cv->w[(size_t)c * k + kk] * x;
-                    if (j < tout)
-                        Y[(size_t)c * Nout + b * tout + j] += v;
-                    else
-                        part[(b * cout + c) * ctx + (size_t)(j - tout)] += v;
-                }
-            }
+    if (wt && cv->tin >= 16) {   /* mimi_convtr.c's phases, as many sessions as w->col holds */
+        const int G = (int)(w->col_floats / trd_session_floats(cv));
+        w->job = (par_job){ .cv = cv, .B = B, .X = X, .Y = Y, .wt = wt };
+        for (int b0 = 0; b0 < B; b0 += G) {
+            int nb = B - b0 < G ? B - b0 : G;
+            w->job.n0 = (size_t)b0;
+            par_run(w, it_trd_pad, nb * ((cin + PAD_CH - 1) / PAD_CH));
+            par_run(w, it_trd_tile, nb * st * mimi_trd_phase_tiles(cv));
+            par_run(w, it_trd_scatter, nb * cout);
+        }
+    } else if (cv->grouped) {
+        fill_bias(Y, cv->b, cout, Nout);
+        mimi_tr_grouped(cv, B, X, Y, part);
     } else {
+        fill_bias(Y, cv->b, cout, Nout);
         const size_t rows = (size_t)cout * k;
         size_t chunk = w->col_floats / rows;
         if (chunk < 1)
             chunk = 1;
         for (size_t n0 = 0; n0 < N; n0 += chunk) {
             size_t nc = N - n0 < chunk ? N - n0 : chunk;
-            /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
-            par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
-                     w->col, (int)nc);
+            w->job = (par_job){ .cv = cv, .B = B, .X = X + n0, .Y = Y, .n0 = n0, .nc = nc, .wt = wt };
+            if (wt && N <= (size_t)mimi_trs_max_cols())   /* mimi_convtr.c's product */
+                par_run(w, it_trs, mimi_trs_blocks(cv));
+            else   /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
+                par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
+                         w->col, (int)nc);
             w->job = (par_job){ .cv = cv, .B = B, .Y = Y, .n0 = n0, .nc = nc };
             par_run(w, it_overlap_add, cout);
         }
@@ -836,51 +867,6 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
  * then read contiguous rows, and the projections are sgemm(NoTrans, Trans)
  * against the [out][in] weights (a few percent faster than the
  * channel-major product at 16 rows, in a test of the 8 layers' shapes). */
-
-/* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. */
-static void layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
-{
-    for (size_t n = 0; n < N; n++) {
-        const float *xr = x + n * d;
-        float *hr = h + n * d;
-        double mean = 0, var = 0;
-        for (int i = 0; i < d; i++)
-            mean += xr[i];
-        mean /= d;
-        for (int i = 0; i < d; i++) {
-            double v = xr[i] - mean;
-            var += v * v;
-        }
-        var /= d;
-        float inv = (float)(1.0 / sqrt(var + 1e-5));
-        for (int i = 0; i < d; i++)
-            hr[i] = ((float)(xr[i] - mean) * inv) * g[i] + bias[i];
-    }
-}
-
-/* The rotary angles of one position: cs, sn [hd/2], frequency i being
- * max_period^(-2i/hd). */
-static void rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period)
-{
-    float scale = (float)(-log(max_period) * 2 / hd);
-    for (int i = 0; i < hd / 2; i++) {
-        float a = expf((float)i * scale) * (float)pos;
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
-    }
-}
-
-/* Rotates the (2i, 2i+1) pairs of every head of one row of d. */
-static void rope_row(float *q, const float *cs, const float *sn, int d, int hd)
-{
-    for (int h = 0; h < d / hd; h++)
-        for (int i = 0; i < hd / 2; i++) {
-            float *re = q + (size_t)h * hd + 2 * i, *im = re + 1;
-            float r = *re, m = *im;
-            *re = r * cs[i] - m * sn[i];
-            *im = r * sn[i] + m * cs[i];
-        }
-}
 
 /* One session's attention, its T rows, heads h0..h1-1: out [T][d] (ld_out
  * apart) from its queries q [T] (ld_q apart) over its ring rk, rv [cap][d]
@@ -981,12 +967,12 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
         for (int t = 0; t < T; t++) {
             size_t n = (size_t)b * T + t;
-            rope_table(w->rcos + n * (hd / 2), w->rsin + n * (hd / 2), hd, pos0 + t, c->max_period);
+            mimi_rope_table(w->rcos + n * (hd / 2), w->rsin + n * (hd / 2), hd, pos0 + t, c->max_period);
         }
     }
     for (int li = 0; li < c->num_layers; li++) {
         const mimi_tlayer *l = &L[li];
-        layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
+        mimi_layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
         /* qkv [N][3d]: row n = q, k, v of step n */
         par_gemm(w, 0, 1, (int)N, 3 * d, d, w->h, d, l->in_proj, d, 0.0f, w->qkv, 3 * d);
         for (int b = 0; b < B; b++) {
@@ -996,8 +982,8 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
                 size_t n = (size_t)b * T + t;
                 float *qr = w->qkv + n * 3 * d;
                 const float *cs = w->rcos + n * (hd / 2), *sn = w->rsin + n * (hd / 2);
-                rope_row(qr, cs, sn, d, hd);
-                rope_row(qr + d, cs, sn, d, hd);
+                mimi_rope_row(qr, cs, sn, d, hd);
+                mimi_rope_row(qr + d, cs, sn, d, hd);
                 size_t slot = (size_t)((pos0 + t) % cap);
                 memcpy(rk + slot * d, qr + d, (size_t)d * sizeof *rk);
                 memcpy(rv + slot * d, qr + 2 * d, (size_t)d * sizeof *rv);
@@ -1009,7 +995,7 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
                 xt[n * d + i] += (l->ls1 ? l->ls1[i] : 1.0f) * w->h[n * d + i];
-        layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
+        mimi_layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
         par_gemm(w, 0, 1, (int)N, ff, d, w->h, d, l->l1, d, 0.0f, w->ff, ff);
         par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
         par_gemm(w, 0, 1, (int)N, d, ff, w->ff, ff, l->l2, ff, 0.0f, w->h, d);

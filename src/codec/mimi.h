@@ -166,8 +166,10 @@ int  mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len
 /* The kernels: 0 the current ones (default: mimi_conv.c's direct
  * convolution, mimi_skinny.c's products of up to 8 vectors), 1 the
  * previous ones (im2col + sgemm, products of up to 2 vectors on
- * dot8_multi), kept for side-by-side benchmarks (mt-benchcodec
- * --compare); test_mimi checks the current ones. */
+ * dot8_multi), 2 the current ones but the transposed convolutions on
+ * the previous sgemm + overlap-add (the kernels before mimi_convtr.c),
+ * kept for side-by-side benchmarks (mt-benchcodec --compare [--old-tr]);
+ * test_mimi checks the current ones against 1. */
 void mimi_batch_old_kernels(mimi_batch *w, int old);
 /* FLOPs per session-frame of each stage, encode (dir 0) or decode (1). */
 void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES]);

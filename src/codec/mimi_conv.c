@@ -109,6 +109,10 @@ static void tile16(const mimi_conv *cv, const float *wt, const float *P, int cb,
     for (int ci = 0; ci < cin; ci++) {
         const float *Pc = P + (size_t)ci * st * L + t0;
         for (int kk = 0; kk < k; kk++, w += CO) {
+            /* 16 steps a weight: the weights' read shows beside the FMAs
+             * (at B = 1, 6.3 MB against 50 MFLOP), so ask for them 4 KiB
+             * ahead (5-15% on these layers, issue 49) */
+            _mm_prefetch((const char *)(w + 1024), _MM_HINT_T0);
             __m512 x = _mm512_loadu_ps(Pc + offs[kk]);
             #pragma GCC unroll 16
             for (int c = 0; c < CO; c++)

@@ -1,6 +1,7 @@
 /* mimi_elt.c: Mimi's elementwise functions, ELU and GELU, 8 lanes at a
  * time with GCC's vector extension (util/vec8.h); mimi.c runs them over
- * ranges of the activations on its threads. */
+ * ranges of the activations on its threads. Also the transformer's
+ * row-wise LayerNorm and rotary embedding. */
 #include "codec/mimi_impl.h"
 
 #include <math.h>
@@ -103,4 +104,49 @@ void mimi_gelu(float *x, size_t n)
     }
     for (; i < n; i++)
         x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+/* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. */
+void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
+{
+    for (size_t n = 0; n < N; n++) {
+        const float *xr = x + n * d;
+        float *hr = h + n * d;
+        double mean = 0, var = 0;
+        for (int i = 0; i < d; i++)
+            mean += xr[i];
+        mean /= d;
+        for (int i = 0; i < d; i++) {
+            double v = xr[i] - mean;
+            var += v * v;
+        }
+        var /= d;
+        float inv = (float)(1.0 / sqrt(var + 1e-5));
+        for (int i = 0; i < d; i++)
+            hr[i] = ((float)(xr[i] - mean) * inv) * g[i] + bias[i];
+    }
+}
+
+/* The rotary angles of one position: cs, sn [hd/2], frequency i being
+ * max_period^(-2i/hd). */
+void mimi_rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period)
+{
+    float scale = (float)(-log(max_period) * 2 / hd);
+    for (int i = 0; i < hd / 2; i++) {
+        float a = expf((float)i * scale) * (float)pos;
+        cs[i] = cosf(a);
+        sn[i] = sinf(a);
+    }
+}
+
+/* Rotates the (2i, 2i+1) pairs of every head of one row of d. */
+void mimi_rope_row(float *q, const float *cs, const float *sn, int d, int hd)
+{
+    for (int h = 0; h < d / hd; h++)
+        for (int i = 0; i < hd / 2; i++) {
+            float *re = q + (size_t)h * hd + 2 * i, *im = re + 1;
+            float r = *re, m = *im;
+            *re = r * cs[i] - m * sn[i];
+            *im = r * sn[i] + m * cs[i];
+        }
 }

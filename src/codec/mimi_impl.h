@@ -185,8 +185,47 @@ void   mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, fl
 void   mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
                         size_t ldy);
 
+/* The transposed convolutions without sgemm (mimi_convtr.c).
+ * Long time axes (trd): a phase is an ordinary conv (mimi_trd_phase) on
+ * the direct tile; a session's input padded once (trd_pad_floats), its
+ * phases' outputs O [stride][cout][tin] (trd_out_floats) from item i <
+ * trd_phase_tiles of phase p (the last ones the steps past the frame,
+ * into the session's new overlap part [cout][ctx]), then trd_scatter
+ * interleaves channel co into y [tout] with the bias.
+ * Short ones (trs): Z [cout*k][ldz] = W^T X for nc <= trs_max_cols
+ * columns of X [cin][ldx], row block rb < trs_blocks at a time. Both on
+ * weights reordered once (trd_weights, trs_weights: cin*cout*k floats).
+ * tr_overlap_add, tr_grouped: the sgemm path's (see there). */
+int    mimi_trd_eligible(const mimi_conv *cv);
+void   mimi_trd_phase(const mimi_conv *cv, mimi_conv *pc);
+size_t mimi_trd_pad_floats(const mimi_conv *cv);
+size_t mimi_trd_out_floats(const mimi_conv *cv);
+void   mimi_trd_weights(const mimi_conv *cv, float *wt);
+void   mimi_trd_pad(const mimi_conv *cv, const float *x, float *P);
+int    mimi_trd_phase_tiles(const mimi_conv *cv);
+void   mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, int i, float *O,
+                     float *part);
+void   mimi_trd_scatter(const mimi_conv *cv, const float *O, int co, float *y);
+int    mimi_trs_eligible(const mimi_conv *cv);
+int    mimi_trs_max_cols(void);
+int    mimi_trs_blocks(const mimi_conv *cv);
+size_t mimi_trs_weight_floats(const mimi_conv *cv);
+void   mimi_trs_weights(const mimi_conv *cv, float *wr);
+void   mimi_trs_block(const mimi_conv *cv, const float *wr, const float *X, size_t ldx, int nc, int rb,
+                      float *Z, size_t ldz);
+void   mimi_tr_overlap_add(const mimi_conv *cv, int B, const float *Z, size_t n0, size_t nc, int co,
+                           float *Y, float *part);
+void   mimi_tr_grouped(const mimi_conv *cv, int B, const float *X, float *Y, float *part);
+
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
+/* The transformer's rows (mimi_elt.c): h [N][d] = LayerNorm(x [N][d]),
+ * gain g, bias, eps 1e-5; the rotary angles of one position cs, sn
+ * [hd/2] (frequency i max_period^(-2i/hd)); a row of d rotated by them,
+ * the (2i, 2i+1) pairs of every head. */
+void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N);
+void mimi_rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period);
+void mimi_rope_row(float *q, const float *cs, const float *sn, int d, int hd);
 /* GELU (the erf form) in place (mimi.c). */
 void mimi_gelu(float *x, size_t n);
 

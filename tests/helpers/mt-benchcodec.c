@@ -3,7 +3,7 @@
  * run with the same thread count, for bench/bench_codec.sh.
  *
  *   mt-benchcodec [-c SPEC] [--batches 1,8,32,64] [--frames F] [--threads T]
- *                 [--codebooks N] [--compare [--layers]]
+ *                 [--codebooks N] [--compare [--layers] [--old-tr]]
  *
  * For each batch B: B sessions, one warm-up frame, then F frames of
  * encode and decode; the best frame's time (the machine is shared, so the
@@ -91,13 +91,18 @@ static double sgemm_gflops(void)
 /* --compare: B sessions, F frames, each frame encoded and decoded on the
  * previous convolution kernels (mimi_batch_old_kernels 1) and on the
  * current ones, the order alternating frame by frame (one shared state:
- * the work does not depend on the values). Prints the medians (wall, per
+ * the work does not depend on the values; with --old-tr the old side is
+ * the current kernels but the transposed convolutions on sgemm +
+ * overlap-add, i.e. before mimi_convtr.c). Prints the medians (wall, per
  * session-frame) of each path, and with --layers the median of every
  * encode op on each (ms a frame of the batch; with one thread, its CPU
- * time):
+ * time), then of every decode op:
  *   compare B= enc_old_ms= enc_new_ms= dec_old_ms= dec_new_ms= enc_ratio=
  *           workspace_bytes= (the batch's, the direct kernel's weights included)
- *   layer B= op= what= old_ms= new_ms= */
+ *   layer B= op= what= old_ms= new_ms=    (encode)
+ *   dlayer B= op= what= old_ms= new_ms=   (decode) */
+static int old_level = 1;   /* --old-tr: 2, the old side only the transposed convolutions' */
+
 static int compare(mimi_model *m, int B, int frames, int layers)
 {
     char err[512];
@@ -108,12 +113,14 @@ static int compare(mimi_model *m, int B, int frames, int layers)
     float *pcm = malloc((size_t)B * fs * 4), *out = malloc((size_t)B * fs * 4);
     int32_t *codes = malloc((size_t)B * nq * 4);
     enum { MAXOPS = 512 };
-    double *t[4], *ops[2];   /* enc old/new, dec old/new [frames]; ops [path][op][frames] */
+    double *t[4], *ops[2], *dops[2];   /* enc old/new, dec old/new [frames]; (d)ops [path][op][frames] */
     for (int i = 0; i < 4; i++)
         t[i] = calloc((size_t)frames, sizeof(double));
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         ops[i] = calloc((size_t)MAXOPS * frames, sizeof(double));
-    if (!s || !w || !pcm || !out || !codes || !t[3] || !ops[1]) {
+        dops[i] = calloc((size_t)MAXOPS * frames, sizeof(double));
+    }
+    if (!s || !w || !pcm || !out || !codes || !t[3] || !ops[1] || !dops[0] || !dops[1]) {
         fprintf(stderr, "mt-benchcodec: B=%d: %s\n", B, w ? "out of memory" : err);
         return 1;
     }
@@ -124,11 +131,11 @@ static int compare(mimi_model *m, int B, int frames, int layers)
             goto fail;
     if (threads == 1)
         mimi_batch_time_cpu(w, 1);   /* the layers in this thread's CPU time */
-    int nops = 0;
+    int nops = 0, ndops = 0;
     for (int f = -1; f < frames; f++)
         for (int r = 0; r < 2; r++) {
             int old = (r + (f & 1)) % 2 == 0;   /* old first on even frames */
-            mimi_batch_old_kernels(w, old);
+            mimi_batch_old_kernels(w, old ? old_level : 0);
             for (size_t i = 0; i < (size_t)B * fs; i++)
                 pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
             double t0 = now();
@@ -140,6 +147,8 @@ static int compare(mimi_model *m, int B, int frames, int layers)
             if (mimi_decode(m, w, s, B, codes, out, err, sizeof err) != 0)
                 goto fail;
             double t2 = now();
+            double ds[MAXOPS];
+            ndops = mimi_batch_op_seconds(w, ds, MAXOPS);
             if (f < 0)
                 continue;   /* warm-up */
             int p = old ? 0 : 1;
@@ -147,6 +156,8 @@ static int compare(mimi_model *m, int B, int frames, int layers)
             t[2 + p][f] = (t2 - t1) * 1e3 / B;
             for (int i = 0; i < nops && i < MAXOPS; i++)
                 ops[p][(size_t)i * frames + f] = os[i] * 1e3;
+            for (int i = 0; i < ndops && i < MAXOPS; i++)
+                dops[p][(size_t)i * frames + f] = ds[i] * 1e3;
         }
     double eo = median(t[0], frames), en = median(t[1], frames);
     printf("compare B=%d threads=%d frames=%d enc_old_ms=%.2f enc_new_ms=%.2f dec_old_ms=%.2f dec_new_ms=%.2f "
@@ -158,6 +169,12 @@ static int compare(mimi_model *m, int B, int frames, int layers)
         printf("layer B=%d op=%d what=%s old_ms=%.3f new_ms=%.3f\n", B, i, what,
                median(ops[0] + (size_t)i * frames, frames), median(ops[1] + (size_t)i * frames, frames));
     }
+    for (int i = 0; layers && i < ndops && i < MAXOPS; i++) {
+        char what[96];
+        mimi_op_describe(m, 1, i, what, sizeof what);
+        printf("dlayer B=%d op=%d what=%s old_ms=%.3f new_ms=%.3f\n", B, i, what,
+               median(dops[0] + (size_t)i * frames, frames), median(dops[1] + (size_t)i * frames, frames));
+    }
     fflush(stdout);
     for (int b = 0; b < B; b++)
         mimi_state_free(s[b]);
@@ -168,8 +185,10 @@ static int compare(mimi_model *m, int B, int frames, int layers)
     free(codes);
     for (int i = 0; i < 4; i++)
         free(t[i]);
-    free(ops[0]);
-    free(ops[1]);
+    for (int i = 0; i < 2; i++) {
+        free(ops[i]);
+        free(dops[i]);
+    }
     return 0;
 fail:
     fprintf(stderr, "mt-benchcodec: %s\n", err);
@@ -187,9 +206,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--compare")) cmp = 1;
         else if (!strcmp(argv[i], "--layers")) layers = 1;
+        else if (!strcmp(argv[i], "--old-tr")) old_level = 2;
         else if (!strcmp(argv[i], "--codebooks") && i + 1 < argc) ncb = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers]]\n");
+            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers] [--old-tr]]\n");
             return 2;
         }
     }

@@ -612,6 +612,58 @@ static void test_groups(void)
     mimi_free(m);
 }
 
+/* The decoder's transposed convolutions on mimi_convtr.c (the phases on
+ * the direct tile, the few-vector product at 2 input steps) against the
+ * previous kernels (sgemm + overlap-add, mimi_batch_old_kernels) on the
+ * published shape's SEANet with a small transformer: 3 frames of the
+ * same codes (the overlap carried between frames) at B = 1, 4 (the
+ * product's 8 columns at once) and 7 (8, then 6), the PCM within float32
+ * rounding of each other. */
+static void test_decode_kernels(void)
+{
+    enum { NF = 3, BMAX = 7, FS = 1920 };
+    char err[512] = "";
+    mimi_config c;
+    mimi_config_default(&c);
+    c.num_layers = 1;
+    c.context = 4;
+    mimi_model *m = NULL;
+    int rc = mimi_synthetic(&c, 11, &m, err, sizeof err);
+    const int nq = rc == 0 ? mimi_model_config(m)->n_q_used : 0;
+    static int32_t codes[NF * BMAX * 32];
+    static float out[2][NF * BMAX * FS];
+    for (int i = 0; i < NF * BMAX * 32; i++)
+        codes[i] = (int32_t)((i * 2654435761u >> 7) % (unsigned)c.bins);
+    static const int Bs[] = { 1, 4, 7 };
+    for (int bi = 0; bi < 3 && rc == 0; bi++) {
+        const int B = Bs[bi];
+        for (int old = 0; old < 2 && rc == 0; old++) {
+            mimi_state *s[BMAX] = { 0 };
+            mimi_batch *w = mimi_batch_new(m, B, err, sizeof err);
+            rc = w ? 0 : -1;
+            if (w)
+                mimi_batch_old_kernels(w, old);
+            for (int b = 0; b < B && rc == 0; b++)
+                rc = (s[b] = mimi_state_new(m, err, sizeof err)) ? 0 : -1;
+            for (int f = 0; f < NF && rc == 0; f++)
+                rc = mimi_decode(m, w, s, B, codes + (size_t)f * B * nq, out[old] + (size_t)f * B * FS, err,
+                                 sizeof err);
+            for (int b = 0; b < B; b++)
+                mimi_state_free(s[b]);
+            mimi_batch_free(w);
+        }
+        double md = 0, peak = 0;
+        for (size_t i = 0; i < (size_t)NF * B * FS; i++) {
+            md = fmax(md, fabs((double)out[0][i] - out[1][i]));
+            peak = fmax(peak, fabs((double)out[1][i]));
+        }
+        tap_ok(rc == 0 && peak > 0 && md <= 1e-5 * peak,
+               "decode at B = %d, 3 frames: the transposed convolutions' kernels agree with sgemm + "
+               "overlap-add (max diff %.3g, peak %.3g)%s%s", B, md, peak, rc ? ": " : "", rc ? err : "");
+    }
+    mimi_free(m);
+}
+
 static void test_synthetic(void)
 {
     char err[512];
@@ -712,5 +764,6 @@ int main(void)
     test_refusals();
     test_synthetic();
     test_groups();
+    test_decode_kernels();
     return tap_done();
 }
