@@ -46,7 +46,9 @@ static void help_sweep(FILE *f)
 "  --budget MS         the wall's latency budget (default: two frame periods,\n"
 "                      mt-serve's default deadline: a frame waits up to a\n"
 "                      period for its tick, so one session's p99 is already\n"
-"                      about one period)\n"
+"                      about one period; over /api/asr-streaming two and\n"
+"                      a quarter, 180 ms: its lateness, on the client's\n"
+"                      clock, also holds the network both ways)\n"
 "  --signal S          what the wall is judged by: frame (the truthful\n"
 "                      per-frame p99, default) or tick (the p99 over the\n"
 "                      hold's ticks of max(step_ms, late_ms), mt-admit's\n"
@@ -60,7 +62,9 @@ static void help_sweep(FILE *f)
 "  --asr-delay S       a ws://HOST:PORT/api/asr-streaming target: the model's\n"
 "                      audio delay as mt-serve was given it (--asr-delay,\n"
 "                      default 0.5 s, stt-1b's): each latency is the step\n"
-"                      lateness, a Marker's round trip less that delay\n");
+"                      lateness, a Marker's round trip less that delay:\n"
+"                      the wait for the tick (a stream's phase, 0 to a\n"
+"                      period), the step and the network\n");
 }
 
 static const mt_cli cli_sweep = {

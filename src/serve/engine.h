@@ -191,6 +191,13 @@ int  mt_engine_take_ready(mt_engine *e, void **users, int cap);
 int  mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
                     char *err, size_t errlen);
 
+/* fn(ctx) is called on the tick thread (engine lock not held) after a
+ * round whose outputs are on the ready list when a catch-up round follows
+ * in the same tick, so that the caller's I/O thread writes them then: they
+ * do not wait out the later rounds' steps (the tick's end is the caller's
+ * own wake). Set before the first tick; NULL: none. */
+void mt_engine_set_round_out(mt_engine *e, void (*fn)(void *ctx), void *ctx);
+
 /* The next tick is due in about MT_DECODER_WAKE_NS: wakes the decoder's
  * sleeping threads ahead of it when any session is active (an idle server
  * stays asleep). Called by the thread that calls mt_engine_tick. */

@@ -132,6 +132,8 @@ struct mt_engine {
     uint32_t        next_id;
     uint64_t        next_order;
 
+    void          (*round_out)(void *ctx);  /* mt_engine_set_round_out */
+    void           *round_out_ctx;
     uint64_t      (*clock)(void *ctx);  /* never NULL: see now() */
     void           *clock_ctx;
 

@@ -120,6 +120,12 @@ static void tick_figures(mt_engine *e, mt_tick *t, uint64_t t_end)
     memset(&e->c, 0, sizeof e->c);
 }
 
+void mt_engine_set_round_out(mt_engine *e, void (*fn)(void *ctx), void *ctx)
+{
+    e->round_out = fn;
+    e->round_out_ctx = ctx;
+}
+
 int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
                    char *err, size_t errlen)
 {
@@ -155,6 +161,8 @@ int mt_engine_tick(mt_engine *e, int64_t tick, uint64_t t_tick,
         if (max_rows == 0)
             break;
         caught_up = 1;
+        if (e->round_out)       /* this round's answers out before the next */
+            e->round_out(e->round_out_ctx);
     }
     /* the fixed cost learnt from a catch-up round fades over ticks without
      * one (a round slowed by a hiccup must not block catch-up for good) */

@@ -159,6 +159,22 @@ static void wait_for_batch(mt_server *s, uint64_t now, uint64_t woke,
     (void)ppoll(pf, k, &ts, NULL);
 }
 
+/* The eventfd's value for a round's output within a tick (round_out),
+ * above any count of tick wakes (the ticker writes 1 a tick): a read whose
+ * low half is 0 held no tick, and counts none down. */
+#define ROUND_WAKE (1ull << 32)
+
+/* A catch-up round follows in this tick: the outputs of the round before
+ * it go out now (mt_engine_set_round_out), not after the later rounds'
+ * steps. Tick thread. */
+static void round_out(void *ctx)
+{
+    mt_server *s = ctx;
+    uint64_t v = ROUND_WAKE;
+    if (write(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
+        slog(s, "eventfd: %s", strerror(errno));
+}
+
 /* Events on the server's own fds (listeners, agent, signals, the ticker's
  * eventfd, control). Each ticker wake counts down *final_ticks; the last
  * one sets *stdio_done. */
@@ -190,9 +206,11 @@ static void dispatch_server_events(mt_server *s, const struct epoll_event *evs,
         } else if (t->tag == TAG_SIGNAL) {
             mt_srv_on_signal(s);
         } else if (t->tag == TAG_EVENT) {
-            uint64_t v;          /* a tick: its output is on the ready list */
+            uint64_t v = 0;      /* a tick: its output is on the ready list */
             if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
                 slog(s, "eventfd: %s", strerror(errno));
+            else if ((v & (ROUND_WAKE - 1)) == 0)
+                ;                /* a round's output only, no tick ended */
             else if (*final_ticks && --*final_ticks == 0)
                 *stdio_done = 1;
         } else if (t->tag == TAG_CONTROL) {
@@ -399,6 +417,7 @@ int mt_server_run(mt_server *s, mt_engine *e, char *err, size_t errlen)
 {
     if (server_setup(s, e, err, errlen) != 0)
         return -1;
+    mt_engine_set_round_out(e, round_out, s);
     mt_ticker *ticker = NULL;
     mt_ticker_opts to = {.eng = e, .t0 = s->o.t0, .period_ns = s->o.frame_ns,
                          .wake_fd = s->evfd, .log = s->o.log, .log_ctx = s->o.log_ctx};

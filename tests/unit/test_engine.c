@@ -503,6 +503,47 @@ static void test_catch_up_borrow(void)
     F.row_ns = 0;
 }
 
+/* What the round_out hook saw: when it was called and the real answers
+ * each of two sessions had by then. */
+static struct { int calls; uint64_t at; int real[2]; uint32_t id[2]; } R;
+
+static void on_round_out(void *ctx)
+{
+    (void)ctx;
+    R.calls++;
+    R.at = F.now;
+    for (int k = 0; k < 2; k++) {
+        drain_output(k, R.id[k]);
+        R.real[k] = S[k].real;
+    }
+}
+
+/* A tick with a catch-up round hands the first round's answers out before
+ * that round's step (issue 49: they waited for it, a step's time more
+ * for every session on time, on mt-serve's I/O thread woken only at the
+ * tick's end). Two sessions, the first a frame behind, 10 ms steps. */
+static void test_catch_up_answers_out(void)
+{
+    uint32_t queued[2] = { 2, 1 };
+    memset(&R, 0, sizeof R);
+    if (rig_sessions((rig_opts){ .catch_up = 1 }, 10 * MS, 2, queued, R.id) != 0)
+        return;
+    mt_engine_set_round_out(eng, on_round_out, NULL);
+    tick(0);
+    is_int(R.calls, 1, "one round's output handed out within the tick");
+    ok(R.at == T0 + 10 * MS && R.real[0] == 1 && R.real[1] == 1,
+       "after round 0's step (at %.1f ms), both sessions' answers are out "
+       "(%d, %d) before the catch-up round", (double)(R.at - T0) / 1e6,
+       R.real[0], R.real[1]);
+    drain_output(0, R.id[0]);
+    mt_tick t;
+    last_tick(&t);
+    ok(t.stepped == 3 && S[0].real == 2 && F.now == T0 + 20 * MS,
+       "the catch-up round then steps the late frame (stepped %lld)", (long long)t.stepped);
+    tick(1);
+    is_int(R.calls, 1, "a tick of one round: no extra hand-out (the tick's end is one)");
+}
+
 /* Two sessions in full mode on a 3-block pool: 16 positions each fill a
  * block; the 17th needs a second block each and there is one. */
 static void full_pool_scenario(mt_on_full policy, uint32_t *pa, uint32_t *pb)
@@ -984,6 +1025,7 @@ int main(void)
     test_fill();
     test_catch_up();
     test_catch_up_borrow();
+    test_catch_up_answers_out();
     test_preempt_recompute();
     test_stall();
     test_counters();
