@@ -292,6 +292,10 @@ int mt_depformer_attach(mt_depformer *df, mt_decoder *dec, char *err, size_t err
     const mt_kyutai_config *kc = &df->lm->kc;
     const int Q = kc->dep_q, L = kc->dep_layers;
     const size_t dd = (size_t)kc->dep_dim, F = (size_t)kc->dep_ffn;
+    /* beside a backend without host threads (sim, CUDA), the decoder's
+     * own: --threads of them, as on the CPU backend */
+    if (mt_decoder_host_threads(dec, err, errlen))
+        return -1;
     int T = mt_decoder_threads(dec);
     float *score = malloc((size_t)T * Q * sizeof(float));
     if (!score) {
