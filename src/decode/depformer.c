@@ -483,7 +483,9 @@ static void phase(void *ctx, int tid, int nt)
  * (its score slot; row mode, or not attached). */
 static void run_job(mt_depformer *df, struct dep_job *j, int r0, int B, int pool, int tid)
 {
-    if (pool) {
+    /* one row's attention is one thread's work: no phase (and no
+     * barrier, which waits on a loaded machine) for it */
+    if (pool && !(j->op == JOB_ATTEND && B == 1)) {
         df->job = *j;
         mt_decoder_parallel(df->dec, phase, df);
     } else {
