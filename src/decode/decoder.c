@@ -9,18 +9,24 @@
 #include "decode/backend.h"
 #include "decode/cpu_q8.h"
 #include "gpu/cuda_module.h"
+#include "util/tpool.h"
 
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct mt_decoder {
     const mt_model *m;
     mt_decoder_opts o;
     mt_kv_pool     *pool;
     mt_backend     *be;
+    /* host threads for host work beside the step (the depformer, the
+     * sampling) where the backend has none of its own (sim, CUDA):
+     * mt_decoder_host_threads; host.th NULL until started */
+    mt_pool         host;
     char            note[1024];
 };
 
@@ -201,6 +207,7 @@ void mt_decoder_free(mt_decoder *d)
 {
     if (!d)
         return;
+    mt_pool_stop(&d->host);
     if (d->be)
         d->be->destroy(d->be);
     mt_kv_pool_free(d->pool);
@@ -216,6 +223,8 @@ void mt_decoder_wake(mt_decoder *d)
 {
     if (d && d->be->wake)
         d->be->wake(d->be);
+    if (d && d->host.th)
+        mt_pool_wake(&d->host);
 }
 const char *mt_decoder_note(const mt_decoder *d) { return d->note; }
 
@@ -223,13 +232,35 @@ void mt_decoder_parallel(mt_decoder *d, mt_par_fn fn, void *ctx)
 {
     if (d->be->parallel)
         d->be->parallel(d->be, fn, ctx);
+    else if (d->host.th)
+        mt_pool_run(&d->host, fn, ctx);
     else
         fn(ctx, 0, 1);
 }
 
 int mt_decoder_threads(const mt_decoder *d)
 {
-    return d->be->parallel ? d->be->par_threads : 1;
+    return d->be->parallel ? d->be->par_threads : d->host.th ? d->host.n : 1;
+}
+
+/* The host pool's workers spin as the CPU backend's do (cpu_pool.c):
+ * through a frame's phases, and past mt_decoder_wake ahead of a tick. */
+enum { HOST_SPIN_NS = 2 * MT_DECODER_WAKE_NS };
+
+int mt_decoder_host_threads(mt_decoder *d, char *err, size_t errlen)
+{
+    if (d->be->parallel || d->host.th)
+        return 0;
+    long T = d->o.threads > 0 ? d->o.threads : sysconf(_SC_NPROCESSORS_ONLN);
+    if (T > 256)
+        T = 256;
+    if (T < 2)
+        return 0;
+    if (mt_pool_start(&d->host, (int)T, HOST_SPIN_NS, err, errlen)) {
+        memset(&d->host, 0, sizeof d->host);
+        return -1;
+    }
+    return 0;
 }
 
 int mt_decoder_weights_f16_rows(const mt_decoder *d) { return d->be->weights_f16_rows; }

@@ -64,11 +64,21 @@ double mt_decoder_attention_ms(const mt_decoder *d);
  * without it is the same step. */
 void mt_decoder_wake(mt_decoder *d);
 /* Runs fn(ctx, tid, nt) on the backend's host threads (the CPU backend's
- * pool, nt its threads) and returns when every one is done; elsewhere
- * fn(ctx, 0, 1) on the caller's thread. Not while a step runs. */
+ * pool, nt its threads) or the decoder's own (mt_decoder_host_threads)
+ * and returns when every one is done; elsewhere fn(ctx, 0, 1) on the
+ * caller's thread. Not while a step runs. */
 void mt_decoder_parallel(mt_decoder *d, mt_par_fn fn, void *ctx);
 /* The host threads mt_decoder_parallel runs on (1 without a pool). */
 int  mt_decoder_threads(const mt_decoder *d);
+/* A backend without host threads of its own (sim, CUDA) runs the host
+ * work beside its steps (a host depformer, the sampling) on the caller's
+ * thread alone; this gives the decoder a pool of mt_decoder_opts.threads
+ * host threads (0: every online core) for it, which mt_decoder_parallel,
+ * mt_decoder_threads and mt_decoder_wake use from then on. Nothing where
+ * the backend has its pool (CPU), one is started already, or one thread
+ * is asked for. Not while mt_decoder_parallel runs. 0, or -1 with err
+ * (no pool then). */
+int  mt_decoder_host_threads(mt_decoder *d, char *err, size_t errlen);
 /* Rows up to which the backend uses f16 weight copies (--weights f16 on
  * the CPU), 0 without them. */
 int  mt_decoder_weights_f16_rows(const mt_decoder *d);

@@ -294,6 +294,10 @@ int mt_depformer_attach(mt_depformer *df, mt_decoder *dec, char *err, size_t err
     const mt_kyutai_config *kc = &df->lm->kc;
     const int Q = kc->dep_q, L = kc->dep_layers;
     const size_t dd = (size_t)kc->dep_dim, F = (size_t)kc->dep_ffn;
+    /* beside a backend without host threads (sim, CUDA), the decoder's
+     * own: --threads of them, as on the CPU backend */
+    if (mt_decoder_host_threads(dec, err, errlen))
+        return -1;
     int T = mt_decoder_threads(dec);
     float *score = malloc((size_t)T * Q * sizeof(float));
     if (!score) {
@@ -529,7 +533,9 @@ static void phase(void *ctx, int tid, int nt)
  * (its score slot; row mode, or not attached). */
 static void run_job(mt_depformer *df, struct dep_job *j, int r0, int B, int pool, int tid)
 {
-    if (pool) {
+    /* one row's attention is one thread's work: no phase (and no
+     * barrier, which waits on a loaded machine) for it */
+    if (pool && !(j->op == JOB_ATTEND && B == 1)) {
         df->job = *j;
         mt_decoder_parallel(df->dec, phase, df);
     } else {

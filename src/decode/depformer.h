@@ -44,8 +44,10 @@ int  mt_depformer_is_sim(const mt_depformer *df);
  * calls of up to the same number of rows (each weight matrix, read once
  * per step for all rows, half the bytes). dec must outlive df. Without it
  * every step runs on the caller's thread alone, fp32 (what the depformer
- * did before it was attached). Nothing on CUDA. 0, or -1 with err (out of
- * memory). */
+ * did before it was attached). Beside a backend with no host threads
+ * (sim, CUDA) it starts the decoder's own (mt_decoder_host_threads), so
+ * --threads counts there too. Nothing on CUDA. 0, or -1 with err (out
+ * of memory, no threads). */
 int  mt_depformer_attach(mt_depformer *df, struct mt_decoder *dec, char *err, size_t errlen);
 /* Makes mt_depformer_attach do nothing: the depformer stays on the
  * caller's thread, fp32 (the benchmark's "before" figure). */

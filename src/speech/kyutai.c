@@ -142,9 +142,6 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
     g->tok = malloc(R * sizeof(int32_t));
     g->text = malloc(R * sizeof(int32_t));
     g->audio = malloc(R * (size_t)(kc->dep_q + 1) * sizeof(int32_t));
-    g->nthreads = mt_decoder_threads(dec);
-    g->sv = malloc((size_t)g->nthreads * V * sizeof(float));
-    g->si = malloc((size_t)g->nthreads * V * sizeof(int));
     int dev_ok = 1;
     const char *ds = getenv("MT_CUDA_DEVICE_SAMPLING");
     if (df && mt_depformer_can_frame(df) && ds && !strcmp(ds, "1")) {
@@ -156,7 +153,7 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
         dev_ok = g->s_temp && g->s_topk && g->s_greedy && g->s_rng;
     }
     if (!g->x || !g->h || !g->tlog || !g->dlog || !g->in || !g->tok || !g->text || !g->audio ||
-        !g->sv || !g->si || !dev_ok) {
+        !dev_ok) {
         mt_kyutai_gen_free(g);
         mt_set_err(err, errlen, "kyutai: out of memory");
         return -1;
@@ -171,6 +168,17 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
     /* a host depformer on the decoder's threads (and its f16 copies) */
     if (!rc && g->df)
         rc = mt_depformer_attach(g->df, dec, err, errlen);
+    /* the sampling's scratch per thread, counted once attaching has given
+     * a sim or CUDA decoder its host threads (mt_decoder_host_threads) */
+    if (!rc) {
+        g->nthreads = mt_decoder_threads(dec);
+        g->sv = malloc((size_t)g->nthreads * V * sizeof(float));
+        g->si = malloc((size_t)g->nthreads * V * sizeof(int));
+        if (!g->sv || !g->si) {
+            mt_set_err(err, errlen, "kyutai: out of memory");
+            rc = -1;
+        }
+    }
     if (rc) {
         mt_kyutai_gen_free(g);
         return -1;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { NB = 32, F = 3, QMAX = 8 };
 
@@ -40,7 +41,12 @@ static mt_kyutai_sampling settings(int b)
 typedef struct run_out {
     int32_t text[NB][F], audio[NB][F][QMAX];
     float  *tlog, *dlog;   /* [NB][F][text_card_out], [NB][F][dep_q][card] */
+    int     threads;       /* the decoder's host threads (mt_decoder_threads) */
 } run_out;
+
+/* run's device: the CPU backend, or with sim_path a simulated temporal
+ * (this profile) and the depformer on the host beside it, q8 copies */
+static const char *sim_path;
 
 /* F frames of sessions first..first+nb-1 (seeds 100 + b) together, on
  * `threads` threads; outputs by session. */
@@ -49,6 +55,12 @@ static int run(const mt_kyutai_lm *lm, int first, int nb, int threads, run_out *
     const mt_kyutai_config *kc = &lm->kc;
     const int nu = kc->n_q - kc->dep_q, Q = kc->dep_q, V = kc->text_card_out, C = kc->card;
     mt_decoder_opts opt = { .device = MT_DEV_CPU, .max_batch = nb, .threads = threads };
+    if (sim_path) {
+        opt.device = MT_DEV_SIM;
+        opt.sim_profile = sim_path;
+        opt.weights = MT_FMT_Q8;
+        opt.weights_f16_rows = NB;
+    }
     opt.kv.policy = MT_KV_WINDOW;
     opt.kv.sink = 0;
     opt.kv.window = 16;
@@ -65,6 +77,7 @@ static int run(const mt_kyutai_lm *lm, int first, int nb, int threads, run_out *
     if (!user || !tl || !dl || mt_decoder_create(lm->temporal, &opt, &d, err, sizeof err) ||
         mt_kyutai_gen_create(lm, d, nb, &g, err, sizeof err))
         goto out;
+    o->threads = mt_decoder_threads(d);
     mt_kv_pool *pool = mt_decoder_pool(d);
     for (int i = 0; i < nb; i++) {
         mt_kyutai_sampling s = settings(first + i);
@@ -196,6 +209,52 @@ static int same_tokens(const run_out *a, const run_out *b)
     return !memcmp(a->text, b->text, sizeof a->text) && !memcmp(a->audio, b->audio, sizeof a->audio);
 }
 
+/* A host depformer beside a simulated temporal (as mt-serve --device sim
+ * or CUDA runs it): the decoder's own host threads (issue 49; it ran on
+ * one thread there before, whatever --threads said), and on them the
+ * same logits, bit for bit, and the same tokens as on one thread. At B =
+ * NB the depformer splits by rows and the sampling is on the pool. */
+static void test_sim_threads(void)
+{
+    static const char prof[] = "name = t-kyutai-small\nmodel = synthetic:kyutai-small\n"
+                               "memory_bytes = 80e9\nreserve_bytes = 1e9\nbandwidth = 2e12\n"
+                               "matrix_rate = 4e14\noverhead_us = 100\nweight_bytes = 2\n"
+                               "kv_bytes = 2\n";
+    char path[] = "/tmp/mt-test-kyutai-sample-sim-XXXXXX", err[256] = "";
+    int fd = mkstemp(path);
+    int wrote = fd >= 0 && write(fd, prof, sizeof prof - 1) == (ssize_t)(sizeof prof - 1);
+    if (fd >= 0)
+        close(fd);
+    mt_kyutai_lm *lm = NULL;
+    if (!ok(wrote && mt_kyutai_load("synthetic:kyutai-small", MT_KYUTAI_HOST_SIDE, &lm, err,
+                                    sizeof err) == 0,
+            "sim: synthetic:kyutai-small, temporal shape-only (%s)", err)) {
+        if (fd >= 0)
+            unlink(path);
+        return;
+    }
+    sim_path = path;
+    run_out *t1 = new_out(&lm->kc), *t2 = new_out(&lm->kc);
+    int rc = run(lm, 0, NB, 1, t1) || run(lm, 0, NB, 2, t2);
+    if (ok(rc == 0, "sim: %d frames of %d sessions, host depformer, threads 1 and 2", F, NB)) {
+        ok(t1->threads == 1 && t2->threads == 2, "sim: the host work runs on --threads host "
+           "threads (%d and %d)", t1->threads, t2->threads);
+        size_t nd = (size_t)NB * F * lm->kc.dep_q * lm->kc.card;
+        size_t nz = 0;
+        for (size_t i = 0; i < nd; i++)
+            nz += t1->dlog[i] != 0.0f;
+        ok(nz > nd / 2 && !memcmp(t1->dlog, t2->dlog, nd * sizeof(float)),
+           "sim: the depformer's logits (%zu of %zu not 0) bit-identical on 1 and 2 threads",
+           nz, nd);
+        ok(same_tokens(t1, t2), "sim: the same tokens on 1 and 2 threads");
+    }
+    sim_path = NULL;
+    free_out(t1);
+    free_out(t2);
+    mt_kyutai_free(lm);
+    unlink(path);
+}
+
 int main(void)
 {
     char err[256] = "";
@@ -236,5 +295,6 @@ int main(void)
     free_out(b1t1);
     free_out(b1t2);
     mt_kyutai_free(lm);
+    test_sim_threads();
     return tap_done();
 }
