@@ -12,6 +12,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* A simulated device's profile for synthetic:kyutai-small (the tests'
+ * temporal shape-only beside a host depformer, mt-serve --device sim), in
+ * a new file made from path (mkstemp's template, XXXXXX last). 1 when it
+ * was written; else 0, and nothing is left at path. */
+static inline int test_sim_profile_small(char *path)
+{
+    static const char prof[] = "name = t-kyutai-small\nmodel = synthetic:kyutai-small\n"
+                               "memory_bytes = 80e9\nreserve_bytes = 1e9\nbandwidth = 2e12\n"
+                               "matrix_rate = 4e14\noverhead_us = 100\nweight_bytes = 2\n"
+                               "kv_bytes = 2\n";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return 0;
+    int wrote = write(fd, prof, sizeof prof - 1) == (ssize_t)(sizeof prof - 1);
+    if (close(fd) != 0 || !wrote) {
+        unlink(path);
+        return 0;
+    }
+    return 1;
+}
 
 /* Makes the directory $TMPDIR/NAME-XXXXXX (/tmp without TMPDIR) into dir.
  * 0; -1 after a TAP "Bail out!" line, as a test cannot go on without it. */

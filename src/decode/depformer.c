@@ -395,30 +395,55 @@ static void gemm_cols(const mt_depformer *df, const struct dep_job *j, int B, in
                     j->W + (size_t)(w_off + lo) * K, j->K, j->beta, Y, j->ldy);
 }
 
+/* Row r's frame cache at layer l, K [Q, dd] then V [Q, dd] (*kr, *vr),
+ * with step k's new K,V written to it from the qkv buffer; returns the
+ * row's q. */
+static const float *frame_cache_put(mt_depformer *df, int l, int k, int r, float **kr,
+                                    float **vr)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int dd = kc->dep_dim, Q = kc->dep_q;
+    *kr = df->kv + (((size_t)l * df->maxb + r) * 2) * Q * dd;
+    *vr = *kr + (size_t)Q * dd;
+    const float *q = df->qkv + (size_t)r * 3 * dd;
+    memcpy(*kr + (size_t)k * dd, q + dd, (size_t)dd * sizeof(float));
+    memcpy(*vr + (size_t)k * dd, q + 2 * dd, (size_t)dd * sizeof(float));
+    return q;
+}
+
+/* q . k over n floats one lane at a time: the depformer's attention as it
+ * was before issue 49 (mt_depformer_set_serial, the benchmark's old side). */
+static inline float dot_before(const float *q, const float *k, int n)
+{
+    float sc = 0;
+    for (int i = 0; i < n; i++)
+        sc += q[i] * k[i];
+    return sc;
+}
+
 /* Attention of rows [r0, r1) at step k of layer l over the frame's
  * positions 0..k, the new K,V written to each row's frame cache first.
  * 8 lanes at a time (util/vec8.h): a score is a dot8 over the head's
- * width, the output the weighted rows added with axpy8. */
+ * width, the output the weighted rows added with axpy8; in serial mode
+ * (the benchmark's old side) one lane at a time, as before issue 49. */
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-static void attend_rows_vec(mt_depformer *df, int l, int k, int r0, int r1, float *score)
+static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *score)
 {
     const mt_kyutai_config *kc = &df->lm->kc;
-    const int dd = kc->dep_dim, Q = kc->dep_q, nh = kc->dep_heads, hd = dd / nh;
+    const int dd = kc->dep_dim, nh = kc->dep_heads, hd = dd / nh, before = df->serial;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int r = r0; r < r1; r++) {
-        /* this row's frame cache: K [Q, dd] then V [Q, dd] */
-        float *kr = df->kv + (((size_t)l * df->maxb + r) * 2) * Q * dd;
-        float *vr = kr + (size_t)Q * dd;
-        const float *q = df->qkv + (size_t)r * 3 * dd;
-        memcpy(kr + (size_t)k * dd, q + dd, (size_t)dd * sizeof(float));
-        memcpy(vr + (size_t)k * dd, q + 2 * dd, (size_t)dd * sizeof(float));
+        float *kr, *vr;
+        const float *q = frame_cache_put(df, l, k, r, &kr, &vr);
         float *o = df->att + (size_t)r * dd;
         for (int h = 0; h < nh; h++) {
             float m = -INFINITY, sum = 0;
             for (int t = 0; t <= k; t++) {
-                score[t] = dot8(q + h * hd, kr + (size_t)t * dd + h * hd, hd) * scale;
+                const float *kt = kr + (size_t)t * dd + h * hd;
+                score[t] = (before ? dot_before(q + h * hd, kt, hd) : dot8(q + h * hd, kt, hd)) *
+                           scale;
                 m = score[t] > m ? score[t] : m;
             }
             for (int t = 0; t <= k; t++) {
@@ -426,56 +451,20 @@ static void attend_rows_vec(mt_depformer *df, int l, int k, int r0, int r1, floa
                 sum += score[t];
             }
             float *oh = o + h * hd;
+            if (before) {
+                for (int i = 0; i < hd; i++) {
+                    float a = 0;
+                    for (int t = 0; t <= k; t++)
+                        a += score[t] * vr[(size_t)t * dd + h * hd + i];
+                    oh[i] = a / sum;
+                }
+                continue;
+            }
             memset(oh, 0, (size_t)hd * sizeof(float));
             for (int t = 0; t <= k; t++)
                 axpy8(oh, score[t] / sum, vr + (size_t)t * dd + h * hd, hd);
         }
     }
-}
-
-/* The same, one lane at a time: the depformer as it was before issue 49,
- * kept for mt_depformer_set_serial (the benchmark's old side, -O). */
-static void attend_rows_before(mt_depformer *df, int l, int k, int r0, int r1, float *score)
-{
-    const mt_kyutai_config *kc = &df->lm->kc;
-    const int dd = kc->dep_dim, Q = kc->dep_q, nh = kc->dep_heads, hd = dd / nh;
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int r = r0; r < r1; r++) {
-        float *kr = df->kv + (((size_t)l * df->maxb + r) * 2) * Q * dd;
-        float *vr = kr + (size_t)Q * dd;
-        const float *q = df->qkv + (size_t)r * 3 * dd;
-        memcpy(kr + (size_t)k * dd, q + dd, (size_t)dd * sizeof(float));
-        memcpy(vr + (size_t)k * dd, q + 2 * dd, (size_t)dd * sizeof(float));
-        float *o = df->att + (size_t)r * dd;
-        for (int h = 0; h < nh; h++) {
-            float m = -INFINITY, sum = 0;
-            for (int t = 0; t <= k; t++) {
-                float sc = 0;
-                for (int i = 0; i < hd; i++)
-                    sc += q[h * hd + i] * kr[(size_t)t * dd + h * hd + i];
-                score[t] = sc * scale;
-                m = score[t] > m ? score[t] : m;
-            }
-            for (int t = 0; t <= k; t++) {
-                score[t] = expf(score[t] - m);
-                sum += score[t];
-            }
-            for (int i = 0; i < hd; i++) {
-                float a = 0;
-                for (int t = 0; t <= k; t++)
-                    a += score[t] * vr[(size_t)t * dd + h * hd + i];
-                o[h * hd + i] = a / sum;
-            }
-        }
-    }
-}
-
-static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *score)
-{
-    if (df->serial)
-        attend_rows_before(df, l, k, r0, r1, score);
-    else
-        attend_rows_vec(df, l, k, r0, r1, score);
 }
 
 /* Job j over rows [r0, r0 + B) (its X, Y and prev already offset to

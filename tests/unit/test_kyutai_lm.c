@@ -281,15 +281,8 @@ static int one_frame(const mt_kyutai_lm *lm, mt_num_format w, float *tl, float *
  * copies; f32: none. (Before, it stayed fp32 whatever --weights said.) */
 static void test_host_depformer_weights(void)
 {
-    static const char prof[] = "name = t-kyutai-small\nmodel = synthetic:kyutai-small\n"
-                               "memory_bytes = 80e9\nreserve_bytes = 1e9\nbandwidth = 2e12\n"
-                               "matrix_rate = 4e14\noverhead_us = 100\nweight_bytes = 2\n"
-                               "kv_bytes = 2\n";
     char path[] = "/tmp/mt-test-kyutai-sim-XXXXXX", err[256] = "";
-    int fd = mkstemp(path);
-    int wrote = fd >= 0 && write(fd, prof, sizeof prof - 1) == (ssize_t)(sizeof prof - 1);
-    if (fd >= 0)
-        close(fd);
+    int wrote = test_sim_profile_small(path);
     mt_kyutai_lm *lm = NULL;
     if (!ok(wrote && mt_kyutai_load("synthetic:kyutai-small", MT_KYUTAI_HOST_SIDE, &lm, err,
                                     sizeof err) == 0,

@@ -7,6 +7,7 @@
  * top-k 1, no top-k) taken row by row. Model: synthetic:kyutai-small's
  * card (1024) and text card (4000), so top-k 250 / 25 select. */
 #include "tap.h"
+#include "test_util.h"
 #include "decode/decoder.h"
 #include "speech/kyutai.h"
 #include "model/kyutai_lm.h"
@@ -216,20 +217,13 @@ static int same_tokens(const run_out *a, const run_out *b)
  * NB the depformer splits by rows and the sampling is on the pool. */
 static void test_sim_threads(void)
 {
-    static const char prof[] = "name = t-kyutai-small\nmodel = synthetic:kyutai-small\n"
-                               "memory_bytes = 80e9\nreserve_bytes = 1e9\nbandwidth = 2e12\n"
-                               "matrix_rate = 4e14\noverhead_us = 100\nweight_bytes = 2\n"
-                               "kv_bytes = 2\n";
     char path[] = "/tmp/mt-test-kyutai-sample-sim-XXXXXX", err[256] = "";
-    int fd = mkstemp(path);
-    int wrote = fd >= 0 && write(fd, prof, sizeof prof - 1) == (ssize_t)(sizeof prof - 1);
-    if (fd >= 0)
-        close(fd);
+    int wrote = test_sim_profile_small(path);
     mt_kyutai_lm *lm = NULL;
     if (!ok(wrote && mt_kyutai_load("synthetic:kyutai-small", MT_KYUTAI_HOST_SIDE, &lm, err,
                                     sizeof err) == 0,
             "sim: synthetic:kyutai-small, temporal shape-only (%s)", err)) {
-        if (fd >= 0)
+        if (wrote)
             unlink(path);
         return;
     }
