@@ -4,10 +4,6 @@
 #include "decode/cpu_pool.h"
 #include "decode/step.h"
 
-/* How long a worker spins before it sleeps: through the whole step, and
- * past the server's wake-up ahead of the next tick (util/tpool.c). */
-enum { SPIN_NS = 2 * MT_DECODER_WAKE_NS };
-
 static void trampoline(void *ctx, int tid, int nt)
 {
     mt_tpool *tp = ctx;
@@ -17,7 +13,7 @@ static void trampoline(void *ctx, int tid, int nt)
 int mt_tpool_start(mt_tpool *tp, int n, char *err, size_t errlen)
 {
     tp->n = n;
-    return mt_pool_start(&tp->pool, n, SPIN_NS, err, errlen);
+    return mt_pool_start(&tp->pool, n, MT_DECODER_SPIN_NS, err, errlen);
 }
 
 void mt_tpool_stop(mt_tpool *tp) { mt_pool_stop(&tp->pool); }

@@ -243,10 +243,6 @@ int mt_decoder_threads(const mt_decoder *d)
     return d->be->parallel ? d->be->par_threads : d->host.th ? d->host.n : 1;
 }
 
-/* The host pool's workers spin as the CPU backend's do (cpu_pool.c):
- * through a frame's phases, and past mt_decoder_wake ahead of a tick. */
-enum { HOST_SPIN_NS = 2 * MT_DECODER_WAKE_NS };
-
 int mt_decoder_host_threads(mt_decoder *d, char *err, size_t errlen)
 {
     if (d->be->parallel || d->host.th)
@@ -256,7 +252,7 @@ int mt_decoder_host_threads(mt_decoder *d, char *err, size_t errlen)
         T = 256;
     if (T < 2)
         return 0;
-    if (mt_pool_start(&d->host, (int)T, HOST_SPIN_NS, err, errlen)) {
+    if (mt_pool_start(&d->host, (int)T, MT_DECODER_SPIN_NS, err, errlen)) {
         memset(&d->host, 0, sizeof d->host);
         return -1;
     }

@@ -89,6 +89,10 @@ typedef struct mt_step_io {
 
 /* How long before a step mt_decoder_wake is called (decoder.h). */
 enum { MT_DECODER_WAKE_NS = 1500000 };
+/* How long a host pool's worker spins before it sleeps (the CPU backend's,
+ * cpu_pool.c, and a decoder's own host pool, decoder.c): through a whole
+ * step, and past the wake-up ahead of the next tick (util/tpool.c). */
+enum { MT_DECODER_SPIN_NS = 2 * MT_DECODER_WAKE_NS };
 
 /* A backend constructor (backend.h): builds the backend without a pool;
  * the pool is then sized from the backend's kv_elem_bytes. */

@@ -554,6 +554,17 @@ static void test_threads(const mimi_model *m)
     mimi_batch_free(w);
 }
 
+/* The published shape's SEANet with a one-layer transformer of context 4
+ * (c set to it), its random weights from seed: the batch tests' model. */
+static int small_published(mimi_config *c, uint64_t seed, mimi_model **m, char *err,
+                           size_t errlen)
+{
+    mimi_config_default(c);
+    c->num_layers = 1;
+    c->context = 4;
+    return mimi_synthetic(c, seed, m, err, errlen);
+}
+
 /* The published shape's first layers with a small transformer (1 layer,
  * ring 4: small session states), 40 sessions in one batch against each
  * alone: past 31 sessions the direct convolution's padded inputs no
@@ -566,11 +577,8 @@ static void test_groups(void)
     enum { B = 40, FS = 1920 };
     char err[512] = "";
     mimi_config c;
-    mimi_config_default(&c);
-    c.num_layers = 1;
-    c.context = 4;
     mimi_model *m = NULL;
-    int rc = mimi_synthetic(&c, 7, &m, err, sizeof err);
+    int rc = small_published(&c, 7, &m, err, sizeof err);
     const int nq = rc == 0 ? mimi_model_config(m)->n_q_used : 0;
     static mimi_state *s[B], *one[1];
     static float pcm[B * FS], out[B * FS], out1[FS];
@@ -624,11 +632,8 @@ static void test_decode_kernels(void)
     enum { NF = 3, BMAX = 7, FS = 1920 };
     char err[512] = "";
     mimi_config c;
-    mimi_config_default(&c);
-    c.num_layers = 1;
-    c.context = 4;
     mimi_model *m = NULL;
-    int rc = mimi_synthetic(&c, 11, &m, err, sizeof err);
+    int rc = small_published(&c, 11, &m, err, sizeof err);
     const int nq = rc == 0 ? mimi_model_config(m)->n_q_used : 0;
     static int32_t codes[NF * BMAX * 32];
     static float out[2][NF * BMAX * FS];
