@@ -59,10 +59,11 @@
  * every matrix (32 bytes and one fp32 scale a block along K: 1.125 bytes a
  * weight), used for calls of up to f16_rows rows: every call where the
  * integer product serves (mt_q8_every_row: it leads sgemm at every batch
- * measured), else the small ones, like the f16 copy; the
- * product turns the bytes into fp32 weights in registers and multiplies
- * in fp32, so it reads 0.56 of f16's bytes and its error is the
- * quantisation's alone (at most scale/2 a weight).
+ * measured), else the small ones, like the f16 copy. It reads 0.56 of
+ * f16's bytes. The float product turns the bytes into fp32 weights in
+ * registers and multiplies in fp32 (its error the quantisation's alone, at
+ * most scale/2 a weight); the integer one also rounds the activations
+ * (cpu_q8_vnni.c states its bound).
  *
  * Cache layout: one contiguous allocation, layer-major, addressed by
  * block id within a layer,
