@@ -23,6 +23,7 @@ rows() {
         END { if (COLS_BAD) exit 2; print n + 0 }' "$1"
 }
 cd "$T_TMP" || exit 1
+: > log  # the wait below may read it before the redirection below exists
 "$S" -s "$T_TMP/s.sock" --ws 127.0.0.1:0 -m synthetic:kyutai-tiny-stt --asr-delay 0.32 \
     --max-sessions 8 > lat 2> log &
 SRV=$!; t_track $SRV
@@ -118,6 +119,7 @@ PEOF
 # The server and the sweep under SCHED_FIFO where permitted (t_fifo,
 # t_rt_serve): the simulated step sleeps, so their timing is the tick's
 # and the network's, not a neighbour test's share of the cores.
+: > simlog  # the wait below reads it before the server's redirection may exist
 $(t_fifo) "$S" -s "$T_TMP/sim.sock" --ws 127.0.0.1:0 --device "sim:$T_TMP/slow.profile" \
     -m synthetic:kyutai-tiny-stt --max-sessions 8 $(t_rt_serve) > simlat 2> simlog &
 SIM=$!; t_track $SIM
@@ -138,16 +140,23 @@ w=$(awk '/^# wall: [0-9]+ sessions/ { print $3; exit }
 t_check "level 5 (5 x 20 ms a step, over the frame) fails: its lateness grows" \
     test "$(rows sim.out 'col("concurrency") == 5 && col("p99_ms") > 160')" -eq 1
 # The lateness's terms: a level that keeps up (2 and 3 sessions, steps of
-# about 42 and 62 ms, read from the tick lines) shows its step at least and
-# at most a period (the tick's wait: each stream's phase) plus the step plus
-# 20 ms for the network; a Marker echoed a tick late, or the delay taken off
-# wrongly, leaves these bounds.
+# about 45 and 66 ms, read from the tick lines) shows at its median its
+# step at least and at most a period (the tick's wait: each stream's phase)
+# plus the step plus 20 ms for the network (here 71-130 ms against bounds
+# of 44-145 and 65-166). A Marker echoed a tick late adds a whole period
+# to the median (about 150-210 ms), the delay taken off wrongly 160 ms or
+# more: both leave these bounds. The p99 of a two-second hold is its
+# slowest Marker, which a scheduling hiccup of a few ms moves (157 ms here
+# against a period + the step + 20 = 166): it is held to a level that
+# keeps up, under two periods and the step, and a level that falls behind
+# (5, above) grows past it.
 if t_host_busy; then
-    t_skip "levels 2 and 3: step <= lateness p50, p99 < a period + the step + 20 ms: host load $T_LOAD on $(nproc) cores"
+    t_skip "levels 2 and 3: step <= lateness p50 < a period + the step + 20 ms, p99 < two periods + the step: host load $T_LOAD on $(nproc) cores"
 else
-    t_check "levels 2 and 3: step <= lateness p50, p99 < a period + the step + 20 ms" \
+    t_check "levels 2 and 3: step <= lateness p50 < a period + the step + 20 ms, p99 < two periods + the step" \
         test "$(rows sim.out 'col("concurrency") <= 3 && col("step_ms") > 30 &&
-            col("p50_ms") >= col("step_ms") - 1 && col("p99_ms") < 80 + col("step_ms") + 20')" -eq 2
+            col("p50_ms") >= col("step_ms") - 1 && col("p50_ms") < 80 + col("step_ms") + 20 &&
+            col("p99_ms") < 160 + col("step_ms")')" -eq 2
 fi
 if t_host_busy && ! { [ -n "$w" ] && [ "$w" -ge 2 ] && [ "$w" -le 3 ]; }; then
     t_skip "the wall (${w:-none}) at 2 or 3 sessions: host load $T_LOAD on $(nproc) cores"
