@@ -47,6 +47,7 @@
 
 #include "util/clock.h"
 #include "util/errmsg.h"
+#include "decode/cpu_q8.h"
 #include "util/tpool.h"
 #include "util/vec8.h"
 
@@ -98,6 +99,7 @@ typedef struct par_job {
     /* attention */
     const mimi_tlayer *l;
     int T, dec;
+    const mimi_q8mat *q8;   /* an 8-bit product's matrix (g: its shape and tiles) */
 } par_job;
 struct mimi_batch {
     int    max_batch;
@@ -121,6 +123,8 @@ struct mimi_batch {
     float *wt[2 * MIMI_MAX_CONVS];   /* encoder's then decoder's convs: the direct
                                         kernel's reordered weights, or NULL */
     int    cpu_clock;  /* stages timed in this thread's CPU time */
+    mimi_q8 *q8;       /* the transformers' 8-bit copies (mimi_batch_weights_q8), or NULL */
+    int    q8_rows;    /* products of up to this many rows run on them */
     /* threads */
     const mimi_model *m;
     mt_pool pool;      /* pool.n threads, the caller's included; none started at 1 */
@@ -240,8 +244,23 @@ void mimi_batch_free(mimi_batch *w)
     free(w->score); free(w->r); free(w->sc); free(w->sum2); free(w->vt);
     for (int i = 0; i < 2 * MIMI_MAX_CONVS; i++)
         free(w->wt[i]);
+    mimi_q8_free(w->q8);
     free(w);
 }
+
+int mimi_batch_weights_q8(mimi_batch *w, int max_rows, char *err, size_t errlen)
+{
+    if (max_rows <= 0) {   /* the copies stay for the next call (benchmarks toggle) */
+        w->q8_rows = 0;
+        return 0;
+    }
+    if (!w->q8 && mimi_q8_make(w->m, &w->q8, err, errlen))
+        return -1;
+    w->q8_rows = max_rows;
+    return 0;
+}
+
+size_t mimi_batch_q8_bytes(const mimi_batch *w) { return mimi_q8_bytes(w->q8); }
 
 size_t mimi_batch_bytes(const mimi_batch *w) { return w->bytes; }
 
@@ -519,6 +538,38 @@ static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const f
         gemm_tile(j, 0);   /* no phase for one tile */
     else
         par_run(w, it_gemm, j->ntiles);
+}
+
+/* Tile i of an 8-bit product: weight rows (output columns) i * tile on. */
+static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
+{
+    (void)w, (void)tid;
+    const gemm_job *g = &j->g;
+    int lo = i * g->tile, hi = lo + g->tile < g->N ? lo + g->tile : g->N;
+    mt_q8_gemm_rows(g->M, lo, hi, g->N, g->K, g->A, g->lda, j->q8->q, j->q8->s, 0.0f, g->C + lo,
+                    g->ldc);
+}
+
+/* A transformer's product C [M][N] = A [M][K] . W [N][K]^T: on the 8-bit
+ * copy of W (matrix `which` of layer li) where the batch has one and M is
+ * within q8_rows, in tiles of whole 8-row groups (cpu_q8.h) by weight
+ * rows, the tiles a function of the shape alone (each output's sum is the
+ * same whatever thread takes it); else par_gemm on the fp32 W. */
+static void tr_gemm(mimi_batch *w, int dec, int li, int which, int M, int N, int K, const float *A,
+                    const float *W, float *C)
+{
+    if (!w->q8 || M > w->q8_rows) {
+        par_gemm(w, 0, 1, M, N, K, A, K, W, K, 0.0f, C, N);
+        return;
+    }
+    gemm_job *g = &w->job.g;
+    int tile = ((N + MAX_TILES - 1) / MAX_TILES + MT_Q8_GROUP - 1) / MT_Q8_GROUP * MT_Q8_GROUP;
+    *g = (gemm_job){ 0, 1, M, N, K, A, NULL, K, K, N, 0.0f, C, 0, tile, (N + tile - 1) / tile, 0 };
+    w->job.q8 = mimi_q8_mat(w->q8, dec, li, which);
+    if (g->ntiles == 1)
+        it_q8(w, &w->job, 0, 0);
+    else
+        par_run(w, it_q8, g->ntiles);
 }
 
 /* The elementwise ops, in ranges of ELT_CHUNK floats: dst = elu(src),
@@ -974,7 +1025,7 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         const mimi_tlayer *l = &L[li];
         mimi_layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
         /* qkv [N][3d]: row n = q, k, v of step n */
-        par_gemm(w, 0, 1, (int)N, 3 * d, d, w->h, d, l->in_proj, d, 0.0f, w->qkv, 3 * d);
+        tr_gemm(w, dec, li, MIMI_Q8_IN, (int)N, 3 * d, d, w->h, l->in_proj, w->qkv);
         for (int b = 0; b < B; b++) {
             int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
             float *rk = S[b]->x + l->st_k, *rv = S[b]->x + l->st_v;
@@ -991,14 +1042,14 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         }
         w->job = (par_job){ .S = S, .B = B, .l = l, .T = T, .dec = dec };
         par_run(w, it_attend, B * H);
-        par_gemm(w, 0, 1, (int)N, d, d, w->att, d, l->out_proj, d, 0.0f, w->h, d);
+        tr_gemm(w, dec, li, MIMI_Q8_OUT, (int)N, d, d, w->att, l->out_proj, w->h);
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
                 xt[n * d + i] += (l->ls1 ? l->ls1[i] : 1.0f) * w->h[n * d + i];
         mimi_layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
-        par_gemm(w, 0, 1, (int)N, ff, d, w->h, d, l->l1, d, 0.0f, w->ff, ff);
+        tr_gemm(w, dec, li, MIMI_Q8_L1, (int)N, ff, d, w->h, l->l1, w->ff);
         par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
-        par_gemm(w, 0, 1, (int)N, d, ff, w->ff, ff, l->l2, ff, 0.0f, w->h, d);
+        tr_gemm(w, dec, li, MIMI_Q8_L2, (int)N, d, ff, w->ff, l->l2, w->h);
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
                 xt[n * d + i] += (l->ls2 ? l->ls2[i] : 1.0f) * w->h[n * d + i];

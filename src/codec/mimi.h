@@ -139,6 +139,19 @@ void        mimi_batch_free(mimi_batch *w);
  * batch then runs on one). */
 int         mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen);
 int         mimi_batch_thread_count(const mimi_batch *w);
+/* The transformers' products of up to max_rows rows (a session's steps,
+ * two a frame in the published shape) on 8-bit copies of their matrices
+ * (decode/cpu_q8.h: a scale per block of 32 weights, max|w| / 127; 28 MB
+ * where fp32 is 100 MB each way, published shape), made here from the
+ * model's; max_rows 0 turns them off (the fp32 products, the default;
+ * copies made stay until the batch is freed, so that a benchmark may
+ * toggle). The
+ * results then differ from fp32 within that format's error (test_mimi
+ * states the bound it checks) and stay the same bits for any thread
+ * count. -1 with err on no memory or a weight not finite. */
+int         mimi_batch_weights_q8(mimi_batch *w, int max_rows, char *err, size_t errlen);
+/* The 8-bit copies' bytes (0 without). */
+size_t      mimi_batch_q8_bytes(const mimi_batch *w);
 size_t      mimi_batch_bytes(const mimi_batch *w);
 
 /* Encodes one frame for each of B sessions: pcm [B][frame_size] ->

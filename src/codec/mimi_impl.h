@@ -217,6 +217,25 @@ void   mimi_tr_overlap_add(const mimi_conv *cv, int B, const float *Z, size_t n0
                            float *Y, float *part);
 void   mimi_tr_grouped(const mimi_conv *cv, int B, const float *X, float *Y, float *part);
 
+/* n bytes, zeroed, 64-byte aligned, from 2 MiB up on 2 MiB pages where
+ * the kernel gives them (mimi_model.c); freed with free(). */
+void *mimi_alloc_streamed(size_t n);
+
+/* 8-bit copies of the transformers' matrices (mimi_q8.c): matrix `which`
+ * (MIMI_Q8_IN in_proj, _OUT out_proj, _L1, _L2) of layer li of the
+ * encoder's (dec 0) or decoder's (1) transformer, packed by
+ * decode/cpu_q8.h's mt_q8_pack for its mt_q8_gemm_rows. */
+enum { MIMI_Q8_IN, MIMI_Q8_OUT, MIMI_Q8_L1, MIMI_Q8_L2, MIMI_Q8_MATS };
+typedef struct mimi_q8mat {
+    const int8_t *q;   /* [rows * cols] in cpu_q8.h's layout */
+    const float  *s;   /* [rows * cols / 32]: a scale a block */
+} mimi_q8mat;
+typedef struct mimi_q8 mimi_q8;
+int  mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen);
+const mimi_q8mat *mimi_q8_mat(const mimi_q8 *q, int dec, int li, int which);
+size_t mimi_q8_bytes(const mimi_q8 *q);
+void mimi_q8_free(mimi_q8 *q);
+
 /* ELU with alpha 1, dst may be src (mimi.c). */
 void mimi_elu(float *dst, const float *src, size_t n);
 /* The transformer's rows (mimi_elt.c): h [N][d] = LayerNorm(x [N][d]),

@@ -314,7 +314,7 @@ int mimi_model_build(const mimi_config *c, int with_weights, mimi_model **out, c
  * reads faster with a TLB entry per 2 MiB than per 4 KiB. Only the whole
  * 2 MiB pages inside the buffer are advised: nothing is rounded up, so
  * the bytes counted are the bytes held. Freed with free(). */
-static void *alloc_streamed(size_t n)
+void *mimi_alloc_streamed(size_t n)
 {
     const size_t huge = (size_t)2 << 20;
     void *p = NULL;
@@ -335,7 +335,7 @@ int mimi_model_alloc(mimi_model *m, char *err, size_t errlen)
         mt_set_err(err, errlen, "mimi: %zu weights is too many", m->arena_floats);
         return -1;
     }
-    if (!(m->arena = alloc_streamed(m->arena_floats * sizeof(float) + 64))) {
+    if (!(m->arena = mimi_alloc_streamed(m->arena_floats * sizeof(float) + 64))) {
         mt_set_err(err, errlen, "mimi model: out of memory (%zu weights)", m->arena_floats);
         return -1;
     }
@@ -797,7 +797,7 @@ size_t mimi_state_bytes(const mimi_model *m)
 
 mimi_state *mimi_state_new(const mimi_model *m, char *err, size_t errlen)
 {
-    mimi_state *s = alloc_streamed(mimi_state_bytes(m));
+    mimi_state *s = mimi_alloc_streamed(mimi_state_bytes(m));
     if (!s) {
         mt_set_err(err, errlen, "mimi session state: out of memory (%zu bytes)", mimi_state_bytes(m));
         return NULL;

@@ -3,7 +3,7 @@
  * run with the same thread count, for bench/bench_codec.sh.
  *
  *   mt-benchcodec [-c SPEC] [--batches 1,8,32,64] [--frames F] [--threads T]
- *                 [--codebooks N] [--compare [--layers] [--old-tr]]
+ *                 [--codebooks N] [--compare [--layers] [--old-tr | --q8]]
  *
  * For each batch B: B sessions, one warm-up frame, then F frames of
  * encode and decode; the best frame's time (the machine is shared, so the
@@ -93,7 +93,9 @@ static double sgemm_gflops(void)
  * current ones, the order alternating frame by frame (one shared state:
  * the work does not depend on the values; with --old-tr the old side is
  * the current kernels but the transposed convolutions on sgemm +
- * overlap-add, i.e. before mimi_convtr.c). Prints the medians (wall, per
+ * overlap-add, i.e. before mimi_convtr.c; with --q8 the old side is the
+ * fp32 transformers and the new their 8-bit copies, mimi_batch_weights_q8,
+ * as mt-serve --weights q8 runs the codec). Prints the medians (wall, per
  * session-frame) of each path, and with --layers the median of every
  * encode op on each (ms a frame of the batch; with one thread, its CPU
  * time), then of every decode op:
@@ -102,6 +104,8 @@ static double sgemm_gflops(void)
  *   layer B= op= what= old_ms= new_ms=    (encode)
  *   dlayer B= op= what= old_ms= new_ms=   (decode) */
 static int old_level = 1;   /* --old-tr: 2, the old side only the transposed convolutions' */
+static int cmp_q8;          /* --q8: the old side the fp32 transformers, the new their
+                               8-bit copies (mimi_batch_weights_q8), the kernels alike */
 
 static int compare(mimi_model *m, int B, int frames, int layers)
 {
@@ -129,13 +133,18 @@ static int compare(mimi_model *m, int B, int frames, int layers)
     for (int b = 0; b < B; b++)
         if (!(s[b] = mimi_state_new(m, err, sizeof err)))
             goto fail;
+    if (cmp_q8 && mimi_batch_weights_q8(w, 1 << 30, err, sizeof err) != 0)
+        goto fail;
     if (threads == 1)
         mimi_batch_time_cpu(w, 1);   /* the layers in this thread's CPU time */
     int nops = 0, ndops = 0;
     for (int f = -1; f < frames; f++)
         for (int r = 0; r < 2; r++) {
             int old = (r + (f & 1)) % 2 == 0;   /* old first on even frames */
-            mimi_batch_old_kernels(w, old ? old_level : 0);
+            if (cmp_q8)
+                mimi_batch_weights_q8(w, old ? 0 : 1 << 30, err, sizeof err);   /* a toggle */
+            else
+                mimi_batch_old_kernels(w, old ? old_level : 0);
             for (size_t i = 0; i < (size_t)B * fs; i++)
                 pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
             double t0 = now();
@@ -207,9 +216,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--compare")) cmp = 1;
         else if (!strcmp(argv[i], "--layers")) layers = 1;
         else if (!strcmp(argv[i], "--old-tr")) old_level = 2;
+        else if (!strcmp(argv[i], "--q8")) cmp_q8 = 1;
         else if (!strcmp(argv[i], "--codebooks") && i + 1 < argc) ncb = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers] [--old-tr]]\n");
+            fprintf(stderr, "usage: mt-benchcodec [-c SPEC] [--batches LIST] [--frames F] [--threads T] [--codebooks N] [--compare [--layers] [--old-tr | --q8]]\n");
             return 2;
         }
     }

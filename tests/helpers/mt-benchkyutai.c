@@ -246,9 +246,13 @@ static double bound_q8_ms(double bytes, double flops, double qflops, double gbs,
 
 /* Mimi on B sessions and T threads (the decoder's, as mt-serve gives the
  * codec: mt_speech_codec_threads): the median encode and decode (ms) over
- * F frames after one of warm-up; decode of n_dec codebooks (0: none). */
-static int time_mimi(int B, int F, int T, int n_dec, double *enc_ms, double *dec_ms,
-                     double *bytes, double *enc_flops, double *dec_flops)
+ * F frames after one of warm-up; decode of n_dec codebooks (0: none).
+ * With -w q8, the transformers' products of up to q8_rows rows on their
+ * 8-bit copies, as mt-serve --weights q8 runs the codec (speech.c); their
+ * FLOPs (the transformers', attention's few included) in enc_q, dec_q. */
+static int time_mimi(int B, int F, int T, int n_dec, int q8_rows, double *enc_ms, double *dec_ms,
+                     double *bytes, double *enc_flops, double *dec_flops, double *enc_q,
+                     double *dec_q)
 {
     if (predict_only)
         F = 0;              /* no frame timed: the costs alone */
@@ -273,6 +277,16 @@ static int time_mimi(int B, int F, int T, int n_dec, double *enc_ms, double *dec
     if (!s || !w || !pcm || !out || !codes || !te || !td ||
         mimi_batch_threads(w, T, err, sizeof err))
         goto out;
+    *enc_q = *dec_q = 0;
+    if (weights == MT_FMT_Q8) {
+        if (mimi_batch_weights_q8(w, q8_rows, err, sizeof err))
+            goto out;
+        double fe[MIMI_NSTAGES], fd[MIMI_NSTAGES];
+        mimi_stage_flops(m, 0, fe);
+        mimi_stage_flops(m, 1, fd);
+        *enc_q = fe[MIMI_ST_TRANSFORMER] * B;
+        *dec_q = n_dec > 0 ? fd[MIMI_ST_TRANSFORMER] * B : 0;
+    }
     for (int f = 0; f <= F && F > 0; f++) {
         for (size_t i = 0; i < (size_t)B * fs; i++)
             pcm[i] = 0.3f * (float)((i * 2654435761u + (size_t)f * 977) % 2001) / 1000.0f - 0.3f;
@@ -355,21 +369,24 @@ static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int 
     double gf = sgemm_gflops(T), bw = copy_gbs(T);
     /* the q8 rate where the 8-bit copies serve this B's products */
     double qg = B <= f16_rows_at ? q8_gops(T) : 0;
-    double enc = 0, dec = 0, mb = 0, ef = 0, df = 0;
-    if (codec_spec && time_mimi(B, codec_frames, T, kc->dep_q, &enc, &dec, &mb, &ef, &df))
+    double enc = 0, dec = 0, mb = 0, ef = 0, df = 0, eq = 0, dq = 0;
+    if (codec_spec && time_mimi(B, codec_frames, T, kc->dep_q, f16_rows_at, &enc, &dec, &mb, &ef,
+                                &df, &eq, &dq))
         codec_spec = NULL;      /* said on stderr; the LM's figures still stand */
     lm_cost c = lm_costs(lm, B, S, W, B <= f16_rows_at);
     const char *name[6] = { "mimi_enc", "embed", "temporal", "dep", "sample", "mimi_dec" };
     double ms[6] = { enc, lm_ms[0], lm_ms[1], lm_ms[2], lm_ms[3], dec };
     /* the codec's bound from its FLOPs alone: its weights are both
      * directions' (mimi_param_count), so their bytes would overstate
-     * either one's reads */
+     * either one's reads; with -w q8 its transformers' over the q8 rate */
     (void)mb;
-    double bd[6] = { codec_spec ? bound_ms(0, ef, bw, gf) : 0, bound_ms(c.embed_b, 0, bw, gf),
+    double qc = eq > 0 || dq > 0 ? q8_gops(T) : 0;
+    double bd[6] = { codec_spec ? bound_q8_ms(0, ef - eq, eq, bw, gf, qc) : 0,
+                     bound_ms(c.embed_b, 0, bw, gf),
                      bound_q8_ms(c.temporal_b, c.temporal_f - c.temporal_wf, c.temporal_wf, bw, gf, qg),
                      bound_q8_ms(c.dep_b, 0, c.dep_f, bw, gf, qg),
                      bound_ms(c.sample_b, 0, bw, gf),
-                     codec_spec && kc->dep_q ? bound_ms(0, df, bw, gf) : 0 };
+                     codec_spec && kc->dep_q ? bound_q8_ms(0, df - dq, dq, bw, gf, qc) : 0 };
     double tot = 0, tot_b = 0;
     printf("frame model=%s codec=%s B=%d threads=%d q8_kernels=%s sgemm_gflops=%.1f "
            "q8_gops=%.1f copy_gbs=%.2f", lm->temporal->cfg.name, codec_spec ? codec_spec : "none",

@@ -504,13 +504,15 @@ static void test_refusals(void)
 
 /* Two frames of two sessions through a batch on `threads` threads:
  * codes [2][2][n_q_used] and pcm [2][2][1920]. 0, or -1 with err. */
-static int run_threads(const mimi_model *m, int threads, int32_t *codes, float *pcm, char *err,
-                       size_t errlen)
+static int run_threads(const mimi_model *m, int threads, int q8, int32_t *codes, float *pcm,
+                       char *err, size_t errlen)
 {
     const int nq = mimi_model_config(m)->n_q_used;
     mimi_state *s[2] = { mimi_state_new(m, err, errlen), mimi_state_new(m, err, errlen) };
     mimi_batch *w = mimi_batch_new(m, 2, err, errlen);
     int rc = s[0] && s[1] && w ? mimi_batch_threads(w, threads, err, errlen) : -1;
+    if (rc == 0 && q8)
+        rc = mimi_batch_weights_q8(w, 4, err, errlen);
     if (rc == 0 && mimi_batch_thread_count(w) != threads) {
         snprintf(err, errlen, "the batch runs %d threads, not %d", mimi_batch_thread_count(w), threads);
         rc = -1;
@@ -531,21 +533,27 @@ static int run_threads(const mimi_model *m, int threads, int32_t *codes, float *
 }
 
 /* The CPU codec splits its work by the shape alone: the same bits from
- * 1, 2 and 3 threads (published shape, where the products are tiled). */
+ * 1, 2 and 3 threads (published shape, where the products are tiled),
+ * with fp32 transformers and with their 8-bit copies. */
 static void test_threads(const mimi_model *m)
 {
     char err[512] = "";
     static int32_t codes[3][2 * 2 * 32];
     static float pcm[3][2 * 2 * 1920];
-    int rc = 0;
-    for (int t = 0; t < 3 && rc == 0; t++)
-        rc = run_threads(m, t + 1, codes[t], pcm[t], err, sizeof err);
-    tap_ok(rc == 0, "synthetic:mimi on 1, 2 and 3 threads%s%s", rc ? ": " : "", rc ? err : "");
-    tap_ok(rc == 0 && !memcmp(codes[0], codes[1], sizeof codes[0]) &&
-               !memcmp(codes[0], codes[2], sizeof codes[0]),
-           "codes identical on 1, 2 and 3 threads");
-    tap_ok(rc == 0 && !memcmp(pcm[0], pcm[1], sizeof pcm[0]) && !memcmp(pcm[0], pcm[2], sizeof pcm[0]),
-           "decoded PCM bit-identical on 1, 2 and 3 threads");
+    for (int q8 = 0; q8 < 2; q8++) {
+        const char *what = q8 ? " (8-bit transformers)" : "";
+        int rc = 0;
+        for (int t = 0; t < 3 && rc == 0; t++)
+            rc = run_threads(m, t + 1, q8, codes[t], pcm[t], err, sizeof err);
+        tap_ok(rc == 0, "synthetic:mimi on 1, 2 and 3 threads%s%s%s", what, rc ? ": " : "",
+               rc ? err : "");
+        tap_ok(rc == 0 && !memcmp(codes[0], codes[1], sizeof codes[0]) &&
+                   !memcmp(codes[0], codes[2], sizeof codes[0]),
+               "codes identical on 1, 2 and 3 threads%s", what);
+        tap_ok(rc == 0 && !memcmp(pcm[0], pcm[1], sizeof pcm[0]) &&
+                   !memcmp(pcm[0], pcm[2], sizeof pcm[0]),
+               "decoded PCM bit-identical on 1, 2 and 3 threads%s", what);
+    }
     mimi_batch *w = mimi_batch_new(m, 1, err, sizeof err);
     tap_ok(w && mimi_batch_threads(w, 0, err, sizeof err) == -1 &&
                mimi_batch_threads(w, 65, err, sizeof err) == -1 &&
@@ -669,6 +677,84 @@ static void test_decode_kernels(void)
     mimi_free(m);
 }
 
+/* NF frames of one session through batch w (fresh states): pcm in ->
+ * codes, and codes_in (or, NULL, its own codes) decoded -> out. */
+static int run_frames(const mimi_model *m, mimi_batch *w, int NF_, const float *pcm,
+                      int32_t *codes, const int32_t *codes_in, float *out, char *err, size_t errlen)
+{
+    const mimi_config *c = mimi_model_config(m);
+    const int fs = mimi_frame_size(c), nq = c->n_q_used;
+    mimi_state *se = mimi_state_new(m, err, errlen), *sd = mimi_state_new(m, err, errlen);
+    int rc = se && sd ? 0 : -1;
+    for (int f = 0; f < NF_ && rc == 0; f++) {
+        rc = mimi_encode(m, w, &se, 1, pcm + (size_t)f * fs, codes + (size_t)f * nq, err, errlen);
+        if (rc == 0)
+            rc = mimi_decode(m, w, &sd, 1, (codes_in ? codes_in : codes) + (size_t)f * nq,
+                             out + (size_t)f * fs, err, errlen);
+    }
+    mimi_state_free(se);
+    mimi_state_free(sd);
+    return rc;
+}
+
+/* --weights q8 for the codec (mimi_batch_weights_q8): the transformers'
+ * 8-bit products against the fp32 ones on the published shape, 12 frames
+ * of a voice-like signal: the same codes decoded both ways give PCM
+ * within 25 dB SNR of each other (the transformers' error through the
+ * decoder's SEANet; 35 dB here, 14 with every scale 10% off), and the
+ * encoder picks the same centroids in at least 90% of the codes (a
+ * nearest centroid near a tie may flip, so a share, not a bound: all 96
+ * here, 73 with the scales 10% off). */
+static void test_q8(const mimi_model *m)
+{
+    enum { F = 12 };
+    char err[512] = "";
+    const mimi_config *c = mimi_model_config(m);
+    const int fs = mimi_frame_size(c), nq = c->n_q_used;
+    static float pcm[F * 1920], out[2][F * 1920];
+    static int32_t codes[2][F * 32];
+    for (int i = 0; i < F * fs; i++)
+        pcm[i] = 0.25f * sinf(i * 0.031f + 2.0f * sinf(i * 0.0007f)) + 0.05f * sinf(i * 0.29f);
+    mimi_batch *w = mimi_batch_new(m, 1, err, sizeof err);
+    int rc = w ? run_frames(m, w, F, pcm, codes[0], NULL, out[0], err, sizeof err) : -1;
+    if (rc == 0)
+        rc = mimi_batch_weights_q8(w, 2, err, sizeof err);
+    tap_ok(rc == 0 && mimi_batch_q8_bytes(w) > 0 &&
+               mimi_batch_q8_bytes(w) < mimi_param_count(m) * sizeof(float) / 3,
+           "8-bit transformer copies made (%zu bytes)%s%s", w ? mimi_batch_q8_bytes(w) : 0,
+           rc ? ": " : "", rc ? err : "");
+    if (rc == 0)
+        rc = run_frames(m, w, F, pcm, codes[1], codes[0], out[1], err, sizeof err);
+    double sig = 0, noise = 0;
+    int same = 0, same_all = 0;
+    for (int i = 0; i < F * fs; i++) {
+        sig += (double)out[0][i] * out[0][i];
+        noise += ((double)out[1][i] - out[0][i]) * ((double)out[1][i] - out[0][i]);
+    }
+    for (int f = 0; f < F; f++) {
+        same += codes[0][f * nq] == codes[1][f * nq];
+        for (int k = 0; k < nq; k++)
+            same_all += codes[0][f * nq + k] == codes[1][f * nq + k];
+    }
+    double snr = noise > 0 ? 10 * log10(sig / noise) : 999;
+    tap_ok(rc == 0 && sig > 0 && snr >= 25,
+           "8-bit transformers: the same codes decode within %.1f dB SNR of fp32 (>= 25)%s%s", snr,
+           rc ? ": " : "", rc ? err : "");
+    tap_ok(rc == 0 && same_all * 10 >= F * nq * 9,
+           "8-bit transformers: fp32's codes in %d of %d (>= 90%%; the first codebook's in %d of "
+           "%d frames)", same_all, F * nq, same, F);
+    /* off again: fp32's bits (the copies kept) */
+    static float out3[F * 1920];
+    static int32_t codes3[F * 32];
+    if (rc == 0)
+        rc = mimi_batch_weights_q8(w, 0, err, sizeof err);
+    if (rc == 0)
+        rc = run_frames(m, w, F, pcm, codes3, NULL, out3, err, sizeof err);
+    tap_ok(rc == 0 && !memcmp(codes3, codes[0], sizeof codes3) && !memcmp(out3, out[0], sizeof out3),
+           "8-bit transformers off again: fp32's codes and PCM, bit for bit");
+    mimi_batch_free(w);
+}
+
 static void test_synthetic(void)
 {
     char err[512];
@@ -698,6 +784,7 @@ static void test_synthetic(void)
     mimi_state_free(s);
     mimi_batch_free(w);
     test_threads(m);
+    test_q8(m);
     mimi_free(m);
 }
 
