@@ -20,7 +20,9 @@
 # thread each encode op's CPU time on both (`layer` lines, B = 1 and 4)
 # and each decode op's (`dlayer` lines); then (helper h-mimidec) the
 # decoder's transposed convolutions before and after mimi_convtr.c alone
-# (--old-tr), 2 threads, B = 1, 2, 4.
+# (--old-tr), 2 threads, B = 1, 2, 4; then the transformers' fp32
+# matrices against their 8-bit copies (--q8, as mt-serve --weights q8
+# runs the codec), 2 threads, B = 1, 2, 4, 8, and one thread at B = 1.
 set -u
 cd "$(dirname "$0")/.."
 H=${MT_TESTBIN:-build/tests}/mt-benchcodec
@@ -31,3 +33,5 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC') $(nproc) cores, load $(cut -d' ' -f1-3 
 "$H" --compare --batches 1,2,4 --frames 10 --threads 2
 "$H" --compare --layers --batches 1,4 --frames 5 --threads 1
 "$H" --compare --old-tr --batches 1,2,4 --frames 10 --threads 2
+"$H" --compare --q8 --batches 1,2,4,8 --frames 10 --threads 2
+"$H" --compare --q8 --batches 1 --frames 10 --threads 1
