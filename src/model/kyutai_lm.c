@@ -698,9 +698,10 @@ static int load_dir(const char *dir, int flags, mt_kyutai_lm **out, char *err, s
     mt_config c;
     mt_kyutai_backbone_config(&kc, base, &c);
     uint64_t bytes = (mt_model_params(&c) + side_floats(&kc)) * 4;
-    if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
+    if (!shape_only && bytes > mt_model_host_limit()) {
         mt_set_err(err, errlen, "%s: %.1f GiB of fp32 host weights is over the %.0f GiB host "
-                 "limit", dir, bytes / 1073741824.0, MT_MODEL_HOST_LIMIT_BYTES / 1073741824.0);
+                 "limit (" MT_MODEL_HOST_LIMIT_HINT ")", dir, bytes / 1073741824.0,
+                 mt_model_host_limit() / 1073741824.0);
         return -1;
     }
     mt_kyutai_lm *lm = NULL;
@@ -778,10 +779,10 @@ static int load_synthetic(const char *spec, int flags, mt_kyutai_lm **out, char 
     mt_config c;
     mt_kyutai_backbone_config(&kc, spec, &c);
     uint64_t bytes = ((side_only ? 0 : mt_model_params(&c)) + side_floats(&kc)) * 4;
-    if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
+    if (!shape_only && bytes > mt_model_host_limit()) {
         mt_set_err(err, errlen, "%s: %.1f GiB of fp32 host weights is over the %.0f GiB host "
-                 "limit: load it shape-only (GPU or simulated device)", spec,
-                 bytes / 1073741824.0, MT_MODEL_HOST_LIMIT_BYTES / 1073741824.0);
+                 "limit: load it shape-only (GPU or simulated device; " MT_MODEL_HOST_LIMIT_HINT
+                 ")", spec, bytes / 1073741824.0, mt_model_host_limit() / 1073741824.0);
         return -1;
     }
     mt_kyutai_lm *lm = NULL;

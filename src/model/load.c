@@ -225,10 +225,10 @@ static int load_dir(const char *dir, int flags, mt_model **out, char *err,
         goto done;
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
     uint64_t bytes = mt_model_params(&c) * 4;
-    if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
+    if (!shape_only && bytes > mt_model_host_limit()) {
         mt_set_err(err, errlen, "%s: %.1f GiB of fp32 host weights is over the %.0f GiB "
-                 "host limit: use a GPU backend (shape-only load)", wpath,
-                 bytes / 1073741824.0, MT_MODEL_HOST_LIMIT_BYTES / 1073741824.0);
+                 "host limit: use a GPU backend (shape-only load; " MT_MODEL_HOST_LIMIT_HINT ")",
+                 wpath, bytes / 1073741824.0, mt_model_host_limit() / 1073741824.0);
         goto done;
     }
     if (mt_model_make(&c, shape_only, 0, &m, err, errlen) != 0)

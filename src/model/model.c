@@ -8,6 +8,7 @@
 #include "model/model.h"
 #include "model/limits.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,17 @@ int mt_model_tensor(const mt_model *m, int i, mt_tensor_ref *r)
 static uint64_t tensor_numel(const mt_tensor_ref *r)
 {
     return (uint64_t)r->shape[0] * (uint64_t)(r->ndim == 2 ? r->shape[1] : 1);
+}
+
+uint64_t mt_model_host_limit(void)
+{
+    const char *v = getenv("MT_HOST_LIMIT_GIB");
+    char *end;
+    errno = 0;
+    long g = v && *v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || errno || *end || g < 1 || g > 4096)
+        return MT_MODEL_HOST_LIMIT_BYTES;
+    return (uint64_t)g << 30;
 }
 
 uint64_t mt_model_params(const mt_config *c)

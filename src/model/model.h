@@ -150,6 +150,14 @@ const char *const *mt_model_presets(void);
  * directories) unless MT_MODEL_SHAPE_ONLY is given: such models belong on a
  * GPU backend that makes or uploads its own weights. */
 #define MT_MODEL_HOST_LIMIT_BYTES (8ull << 30)
+/* The limit in force: MT_MODEL_HOST_LIMIT_BYTES, or the environment's
+ * MT_HOST_LIMIT_GIB (a whole number, 1..4096) where it is one, for a host
+ * with the memory (the 2B Moshi's fp32 weights are 13.9 GiB, and
+ * --weights q8 makes its 8-bit copies from them); anything else there
+ * leaves the default. */
+uint64_t mt_model_host_limit(void);
+/* What the refusals add: how to raise it. */
+#define MT_MODEL_HOST_LIMIT_HINT "MT_HOST_LIMIT_GIB=N raises it on a host with the memory"
 
 /* config.json text (HuggingFace LlamaConfig + our audio fields) -> *c,
  * validated. file names the source in messages ("dir/config.json").

@@ -279,12 +279,13 @@ int mt_synthetic_load(const char *spec, int flags, mt_model **out,
         return -1;
     int shape_only = (flags & MT_MODEL_SHAPE_ONLY) != 0;
     uint64_t bytes = mt_model_params(&c) * 4;
-    if (!shape_only && bytes > MT_MODEL_HOST_LIMIT_BYTES) {
+    if (!shape_only && bytes > mt_model_host_limit()) {
         mt_set_err(err, errlen, "%s: %.1f GiB of fp32 host weights is over the "
                  "%.0f GiB host limit: use a GPU backend (shape-only load, "
-                 "weights made on the device) or a smaller preset",
+                 "weights made on the device) or a smaller preset ("
+                 MT_MODEL_HOST_LIMIT_HINT ")",
                  spec, bytes / 1073741824.0,
-                 MT_MODEL_HOST_LIMIT_BYTES / 1073741824.0);
+                 mt_model_host_limit() / 1073741824.0);
         return -1;
     }
     mt_model *m;

@@ -407,7 +407,7 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
 {
     const mt_config *c = &lm->temporal->cfg;
     char err[512] = "";
-    if (mt_model_params(c) * 4 > MT_MODEL_HOST_LIMIT_BYTES) {
+    if (mt_model_params(c) * 4 > mt_model_host_limit()) {
         fprintf(stderr, "mt-benchkyutai: -T: the temporal alone is over the host limit\n");
         return -1;
     }

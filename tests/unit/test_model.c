@@ -502,6 +502,25 @@ static void presets(void)
     ok(mt_model_load("synthetic:moshi-7b", 0, &a, err, sizeof err) == -1 && !a,
        "moshi-7b refused with host weights");
     like(err, "GPU", "refusal suggests a GPU backend");
+    like(err, "MT_HOST_LIMIT_GIB", "and says how to raise the limit");
+    /* the limit in force: the environment's whole GiB 1..4096, else 8 GiB */
+    static const struct { const char *v; uint64_t gib; } lim[] = {
+        { NULL, 8 }, { "16", 16 }, { "4096", 4096 }, { "0", 8 }, { "4097", 8 }, { "12x", 8 },
+        { "", 8 }, { "-3", 8 }, { "99999999999999999999", 8 } };
+    int lim_ok = 1;
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+        if (lim[i].v)
+            setenv("MT_HOST_LIMIT_GIB", lim[i].v, 1);
+        else
+            unsetenv("MT_HOST_LIMIT_GIB");
+        if (mt_model_host_limit() != lim[i].gib << 30) {
+            tap_diag("MT_HOST_LIMIT_GIB=%s: %llu bytes", lim[i].v ? lim[i].v : "(unset)",
+                     (unsigned long long)mt_model_host_limit());
+            lim_ok = 0;
+        }
+    }
+    unsetenv("MT_HOST_LIMIT_GIB");
+    ok(lim_ok, "MT_HOST_LIMIT_GIB: a whole 1..4096 GiB sets the host limit, anything else leaves 8");
     ok(mt_model_load("synthetic:moshi-7b", MT_MODEL_SHAPE_ONLY, &c, err, sizeof err) == 0 &&
        c->shape_only && !c->layer && c->cfg.hidden == 4096 && c->cfg.layers == 32 &&
        c->cfg.ffn == 11008 && c->cfg.has_audio, "moshi-7b shape only");
