@@ -210,8 +210,8 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int lo, hi;
         slice(j->seg[0].N, tid, nt, &lo, &hi);
         for (int s = 0; s < j->nseg; s++)
-            gemm_cols(be, be->nrows, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, lo, hi, j->seg[s].Y,
-                      j->seg[s].ldy, j->beta);
+            gemm_cols(be, be->nrows, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, lo,
+                      hi, j->seg[s].Y, j->seg[s].ldy, j->beta);
         /* SwiGLU on this thread's columns: gate = silu(gate) * up */
         for (int r = 0; r < be->nrows; r++) {
             float *g = be->gate + (size_t)r * be->c->ffn;
@@ -230,8 +230,8 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int a = lo > start ? lo - start : 0;
         int b = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
         if (a < b)
-            gemm_cols(be, be->nrows, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, a, b, j->seg[s].Y,
-                      j->seg[s].ldy, j->beta);
+            gemm_cols(be, be->nrows, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, a,
+                      b, j->seg[s].Y, j->seg[s].ldy, j->beta);
         start += j->seg[s].N;
     }
 }
@@ -854,15 +854,15 @@ static void run_heads(cpu_backend *be, const mt_step_io *io)
  * waits, and a thread descheduled on a shared machine holding up the
  * other at each of them, are most of the step. A step's rows are
  * separate sessions, whose layers depend on nothing of another row's, so
- * there each thread can take its share of the rows through every layer
- * and the head in one phase: no barrier but the step's end. Each thread
- * then reads every weight (twice the weight reads: worth it where a
- * layer's weights are small and stay in cache, not for a 2048-wide
- * model, whose step streams them once from memory), and attends its own
- * rows whole. The bits are those of the step by columns: the integer
- * q8 product gives a row the same bits in any call and any column range
- * (test_q8), attention is per (row, head) either way, and only that
- * product serves (cpu_row_split). */
+ * there each thread can take chunks of rows through every layer and the
+ * head in one phase: no barrier but the step's end. Every weight is then
+ * read once a chunk (phase_rows: 2 chunks a thread or more) rather than
+ * once a step: worth it where a layer's weights are small and stay in
+ * cache, not for a 2048-wide model, whose step streams them once from
+ * memory. The bits are those of the step by columns: the integer q8
+ * product gives a row the same bits in any call and any column range
+ * (test_q8; test_decoder compares the two ways), attention is per (row,
+ * head) either way, and only that product serves (use_row_split). */
 
 /* A layer's weights at most this many for a step by rows: kyutai-small's
  * 0.79 M (q8: 0.9 MB, its 6 layers and head 6 MB) are in; a 512-wide
@@ -978,10 +978,11 @@ static void phase_rows(cpu_backend *be, int tid, int nt)
 
 /* Whether this call steps by rows: the layers' products small
  * (ROW_SPLIT_MAX_WEIGHTS, or MT_CPU_ROW_SPLIT=1), several threads (one
- * runs the step by columns inline: the same work), one row a session (a step, not a prefill: a prefill's rows see each
- * other's K,V), the integer q8 product on every matrix (the only product
- * whose bits do not depend on the rows in a call), and no PCM out (the
- * audio head stays on run_heads). */
+ * runs the step by columns inline: the same work), one row a session (a
+ * step, not a prefill: a prefill's rows see each other's K,V; the
+ * decoder refuses a session twice in a step), the integer q8 product on
+ * every matrix (the only product whose bits do not depend on the rows in
+ * a call), and no PCM out (the audio head stays on run_heads). */
 static int use_row_split(const cpu_backend *be, const mt_step_io *io)
 {
     if (!be->row_split || be->tp.n < 2 || !be->w8 || !be->all_q8 ||
