@@ -44,6 +44,10 @@
  * alloc_streamed in backend_cpu_setup.c, which creates the backend and its
  * weight copies; backend_cpu_int.h holds the state both files share).
  * The rmsnorms and rotary passes are cheap (R x hidden) and run on thread 0 between phases.
+ * Where a layer's products are a few microseconds (small models, q8), a
+ * step of several sessions instead runs by rows: each thread takes its
+ * share of the rows through every layer in one phase (phase_rows, with
+ * the reasons there), the same bits.
  *
  * Half precision (opts kv_dtype / weights, kernels in cpu_f16.c). An f16
  * cache stores each new K,V row rounded to half (round to nearest even)
@@ -177,16 +181,19 @@ static void slice(int n, int tid, int nt, int *lo, int *hi)
 }
 
 /* Y[:, lo:hi] (+)= X . W[lo:hi, :]^T over the call's rows. */
-static void gemm_cols(const cpu_backend *be, const float *X, int K, const float *W,
+/* M: the rows multiplied, X's and Y's first; which product serves is
+ * the call's (be->nrows rows), so a step by rows (cpu_row_split) takes
+ * the product the whole call would. */
+static void gemm_cols(const cpu_backend *be, int M, const float *X, int K, const float *W,
                       const uint16_t *W16, const q8mat *W8, int lo, int hi, float *Y, int ldy,
                       float beta)
 {
-    int M = be->nrows, N = hi - lo;
+    int N = hi - lo, small = be->nrows <= be->f16_rows;
     if (N <= 0)
         return;
-    if (W8 && W8->q && M <= be->f16_rows)
+    if (W8 && W8->q && small)
         mt_q8_gemm_rows(M, lo, hi, W8->n, K, X, K, W8->q, W8->s, beta, Y + lo, ldy);
-    else if (W16 && M <= be->f16_rows)
+    else if (W16 && small)
         mt_half_gemm(M, N, K, X, K, W16 + (size_t)lo * K, beta, Y + lo, ldy);
     else if (M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, W + (size_t)lo * K, K,
@@ -203,8 +210,8 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int lo, hi;
         slice(j->seg[0].N, tid, nt, &lo, &hi);
         for (int s = 0; s < j->nseg; s++)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, lo, hi, j->seg[s].Y,
-                      j->seg[s].ldy, j->beta);
+            gemm_cols(be, be->nrows, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, lo,
+                      hi, j->seg[s].Y, j->seg[s].ldy, j->beta);
         /* SwiGLU on this thread's columns: gate = silu(gate) * up */
         for (int r = 0; r < be->nrows; r++) {
             float *g = be->gate + (size_t)r * be->c->ffn;
@@ -223,8 +230,8 @@ static void phase_gemm(cpu_backend *be, int tid, int nt)
         int a = lo > start ? lo - start : 0;
         int b = hi - start < j->seg[s].N ? hi - start : j->seg[s].N;
         if (a < b)
-            gemm_cols(be, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, a, b, j->seg[s].Y,
-                      j->seg[s].ldy, j->beta);
+            gemm_cols(be, be->nrows, j->X, j->K, j->seg[s].W, j->seg[s].W16, j->seg[s].W8, a,
+                      b, j->seg[s].Y, j->seg[s].ldy, j->beta);
         start += j->seg[s].N;
     }
 }
@@ -261,12 +268,12 @@ static int kv_runs(scratch *sc, const row *rw, int n)
 
 /* First K (kv = 0) or V (kv = 1) row of run u for kv head g: f32 in the
  * qkv buffer, f32 or f16 in the cache. */
-static inline const void *run_at(const cpu_backend *be, const kv_run *u, int kv, int g)
+static inline const void *run_at(const cpu_backend *be, int l, const kv_run *u, int kv, int g)
 {
     if (u->block < 0)
         return be->qkv + (size_t)u->at * be->qkv_dim + be->q_dim + (size_t)kv * be->kv_dim +
                (size_t)g * be->hd;
-    return (const char *)kv_at(be, u->block, be->layer, kv, g) +
+    return (const char *)kv_at(be, u->block, l, kv, g) +
            (size_t)u->at * be->hd * be->kv_elem;
 }
 
@@ -277,11 +284,11 @@ static inline const void *run_at(const cpu_backend *be, const kv_run *u, int kv,
  * for in one burst per head just before that head of the current run is
  * read; asking 1 to 6 heads ahead, or to L2 a few runs ahead, does no
  * better. */
-VINLINE void run_prefetch(const cpu_backend *be, const kv_run *u, int kv, int g)
+VINLINE void run_prefetch(const cpu_backend *be, int l, const kv_run *u, int kv, int g)
 {
     if (u->block < 0)
         return;
-    const char *p = run_at(be, u, kv, g);
+    const char *p = run_at(be, l, u, kv, g);
     size_t bytes = (size_t)u->len * be->hd * be->kv_elem;
     for (size_t o = 0; o < bytes; o += 64)
         __builtin_prefetch(p + o);
@@ -410,7 +417,7 @@ VINLINE void softmax_fold(float *s, int len, float *m, float *l, float *o, int h
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next_r)
+static void attend(cpu_backend *be, scratch *sc, int l, int r, int g0, int g1, int next_r)
 {
     const row *rw = &be->rows[r];
     const int hd = be->hd, group = be->group, nq = (g1 - g0) * group;
@@ -469,10 +476,10 @@ static void attend(cpu_backend *be, scratch *sc, int r, int g0, int g1, int next
         }
         for (int g = g0; g < g1; g++) {
             if (ahead) {
-                run_prefetch(be, ahead, 0, g);
-                run_prefetch(be, ahead, 1, g);
+                run_prefetch(be, l, ahead, 0, g);
+                run_prefetch(be, l, ahead, 1, g);
             }
-            const void *k = run_at(be, ru, 0, g), *v = run_at(be, ru, 1, g);
+            const void *k = run_at(be, l, ru, 0, g), *v = run_at(be, l, ru, 1, g);
             const float *qh = qk + (size_t)(g - g0) * group * hd;
             float *og = out + (size_t)(g - g0) * group * hd;
             int f16 = be->kv_f16 && ru->block >= 0;
@@ -529,9 +536,27 @@ static void phase_attention(cpu_backend *be, int tid, int nt)
                 break;
             int g0 = it % chunks * per;
             /* whole rows: the next item here is most likely the next row */
-            attend(be, sc, it / chunks, g0, g0 + per,
+            attend(be, sc, be->layer, it / chunks, g0, g0 + per,
                    chunks == 1 && it + 1 < hi ? it + 1 : -1);
         }
+    }
+}
+
+/* Row r's new K,V of kv head g in layer l to the cache. */
+static void store_kv(cpu_backend *be, int l, int r, int g)
+{
+    const int hd = be->hd;
+    const row *rw = &be->rows[r];
+    int64_t s = mt_kv_slot(be->pool, rw->seq, rw->pos);
+    int32_t b = rw->seq->blocks[s / MT_KV_BLOCK];
+    size_t o = (size_t)(s % MT_KV_BLOCK) * hd;
+    const float *k = be->qkv + (size_t)r * be->qkv_dim + be->q_dim + (size_t)g * hd;
+    if (be->kv_f16) {
+        mt_half_pack((uint16_t *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd);
+        mt_half_pack((uint16_t *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim, (size_t)hd);
+    } else {
+        memcpy((float *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd * sizeof(float));
+        memcpy((float *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim, (size_t)hd * sizeof(float));
     }
 }
 
@@ -540,26 +565,9 @@ static void phase_attention(cpu_backend *be, int tid, int nt)
  * x += att . wo^T on this thread's columns. */
 static void phase_store_and_oproj(cpu_backend *be, int tid, int nt)
 {
-    const mt_config *c = be->c;
-    const int hd = be->hd, l = be->layer;
-    for (int g = tid; g < c->kv_heads; g += nt) {
-        for (int r = 0; r < be->nrows; r++) {
-            const row *rw = &be->rows[r];
-            int64_t s = mt_kv_slot(be->pool, rw->seq, rw->pos);
-            int32_t b = rw->seq->blocks[s / MT_KV_BLOCK];
-            size_t o = (size_t)(s % MT_KV_BLOCK) * hd;
-            const float *k = be->qkv + (size_t)r * be->qkv_dim + be->q_dim + (size_t)g * hd;
-            if (be->kv_f16) {
-                mt_half_pack((uint16_t *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd);
-                mt_half_pack((uint16_t *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim,
-                                (size_t)hd);
-            } else {
-                memcpy((float *)kv_at(be, b, l, 0, g) + o, k, (size_t)hd * sizeof(float));
-                memcpy((float *)kv_at(be, b, l, 1, g) + o, k + be->kv_dim,
-                       (size_t)hd * sizeof(float));
-            }
-        }
-    }
+    for (int g = tid; g < be->c->kv_heads; g += nt)
+        for (int r = 0; r < be->nrows; r++)
+            store_kv(be, be->layer, r, g);
     phase_gemm(be, tid, nt);
 }
 
@@ -735,12 +743,30 @@ static void rope_rows(cpu_backend *be)
     }
 }
 
+/* Row r's q|k|v after the projections: the q/k/v biases (Qwen2) and each
+ * q and k head's RMSNorm (Qwen3), then the rotary: every q head by the
+ * query's position (its cache index in cache mode), k heads by the
+ * absolute position. */
+static void rope_row(cpu_backend *be, const mt_layer_weights *w, int r)
+{
+    const int hd = be->hd, half = be->half;
+    float *q = be->qkv + (size_t)r * be->qkv_dim;
+    if (w->bq || w->q_norm)
+        qwen_bias_norm(be, w, q);
+    for (int h = 0; h < be->c->heads; h++)
+        rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half, be->qsin + (size_t)r * half,
+                   half);
+    for (int g = 0; g < be->c->kv_heads; g++)
+        rope_apply(q + be->q_dim + (size_t)g * hd, be->rcos + (size_t)r * half,
+                   be->rsin + (size_t)r * half, half);
+}
+
 /* Layer l on x [R, hidden]: attention (its K, V into the cache) and MLP,
  * each added to x. */
 static void run_layer(cpu_backend *be, int l)
 {
     const mt_config *c = be->c;
-    const int R = be->nrows, H = c->hidden, hd = be->hd, half = be->half;
+    const int R = be->nrows, H = c->hidden;
     const mt_layer_weights *w = &be->m->layer[l];
     const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
     const layer8 *w8 = be->w8 ? &be->w8[l] : NULL;
@@ -756,20 +782,8 @@ static void run_layer(cpu_backend *be, int l)
             be->qkv + be->q_dim + be->kv_dim, be->qkv_dim);
     run_gemm(be, phase_gemm, w->attn_norm);
 
-    /* rotary: every q head by the query's position (its cache index
-     * in cache mode), k heads by the absolute position; before it, the
-     * q/k/v biases (Qwen2) and each q and k head's RMSNorm (Qwen3) */
-    for (int r = 0; r < R; r++) {
-        float *q = be->qkv + (size_t)r * be->qkv_dim;
-        if (w->bq || w->q_norm)
-            qwen_bias_norm(be, w, q);
-        for (int h = 0; h < c->heads; h++)
-            rope_apply(q + (size_t)h * hd, be->qcos + (size_t)r * half,
-                       be->qsin + (size_t)r * half, half);
-        for (int g = 0; g < c->kv_heads; g++)
-            rope_apply(q + be->q_dim + (size_t)g * hd, be->rcos + (size_t)r * half,
-                       be->rsin + (size_t)r * half, half);
-    }
+    for (int r = 0; r < R; r++)
+        rope_row(be, w, r);
 
     /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv heads) */
     for (int t = 0; t < be->tp.n; t++)
@@ -831,6 +845,164 @@ static void run_heads(cpu_backend *be, const mt_step_io *io)
     }
 }
 
+/* ---- a step by rows, for small products -------------------------------
+ *
+ * A layer above is five pool phases (q|k|v, attention, o, gate|up, down),
+ * each split by columns, every thread waiting for the others between
+ * them: 31 barriers a step for 6 layers and the head. Where the products
+ * are a few microseconds each (kyutai-small's 256-wide layers), those
+ * waits, and a thread descheduled on a shared machine holding up the
+ * other at each of them, are most of the step. A step's rows are
+ * separate sessions, whose layers depend on nothing of another row's, so
+ * there each thread can take chunks of rows through every layer and the
+ * head in one phase: no barrier but the step's end. Every weight is then
+ * read once a chunk (phase_rows: 2 chunks a thread or more) rather than
+ * once a step: worth it where a layer's weights are small and stay in
+ * cache, not for a 2048-wide model, whose step streams them once from
+ * memory. The bits are those of the step by columns: the integer q8
+ * product gives a row the same bits in any call and any column range
+ * (test_q8; test_decoder compares the two ways), attention is per (row,
+ * head) either way, and only that product serves (use_row_split). */
+
+/* A layer's weights at most this many for a step by rows: kyutai-small's
+ * 0.79 M (q8: 0.9 MB, its 6 layers and head 6 MB) are in; a 512-wide
+ * layer (3.1 M) and the 2048-wide models are not. */
+enum { ROW_SPLIT_MAX_WEIGHTS = 2 << 20 };
+
+/* Y[r0:r1, 0:N] (+)= X[r0:r1, :] . W^T: the call's product on rows r0..r1. */
+static void gemm_rows(const cpu_backend *be, const float *X, int K, const float *W,
+                      const uint16_t *W16, const q8mat *W8, int N, float *Y, int ldy,
+                      float beta, int r0, int r1)
+{
+    gemm_cols(be, r1 - r0, X + (size_t)r0 * K, K, W, W16, W8, 0, N, Y + (size_t)r0 * ldy, ldy,
+              beta);
+}
+
+static void norm_rows(cpu_backend *be, float *out, const float *w, int r0, int r1)
+{
+    const int H = be->c->hidden;
+    for (int r = r0; r < r1; r++)
+        rmsnorm(out + (size_t)r * H, be->x + (size_t)r * H, w, H, be->c->eps);
+}
+
+/* Layer l on rows r0..r1 of x: run_layer's work, the same order; returns
+ * the attention's wall time. */
+static uint64_t layer_rows(cpu_backend *be, scratch *sc, int l, int r0, int r1)
+{
+    const mt_config *c = be->c;
+    const int H = c->hidden;
+    const mt_layer_weights *w = &be->m->layer[l];
+    const layer16 *w16 = be->w16 ? &be->w16[l] : NULL;
+    const layer8 *w8 = &be->w8[l];
+    norm_rows(be, be->xn, w->attn_norm, r0, r1);
+    gemm_rows(be, be->xn, H, w->wq, w16 ? w16->wq : NULL, &w8->wq, be->q_dim, be->qkv,
+              be->qkv_dim, 0.0f, r0, r1);
+    gemm_rows(be, be->xn, H, w->wk, w16 ? w16->wk : NULL, &w8->wk, be->kv_dim,
+              be->qkv + be->q_dim, be->qkv_dim, 0.0f, r0, r1);
+    gemm_rows(be, be->xn, H, w->wv, w16 ? w16->wv : NULL, &w8->wv, be->kv_dim,
+              be->qkv + be->q_dim + be->kv_dim, be->qkv_dim, 0.0f, r0, r1);
+    for (int r = r0; r < r1; r++)
+        rope_row(be, w, r);
+    uint64_t t_att = mt_clock_ns();
+    for (int r = r0; r < r1; r++)
+        attend(be, sc, l, r, 0, c->kv_heads, r + 1 < r1 ? r + 1 : -1);
+    t_att = mt_clock_ns() - t_att;
+    for (int r = r0; r < r1; r++)
+        for (int g = 0; g < c->kv_heads; g++)
+            store_kv(be, l, r, g);
+    gemm_rows(be, be->att, be->q_dim, w->wo, w16 ? w16->wo : NULL, &w8->wo, H, be->x, H, 1.0f,
+              r0, r1);
+    norm_rows(be, be->xn, w->mlp_norm, r0, r1);
+    gemm_rows(be, be->xn, H, w->w_gate, w16 ? w16->w_gate : NULL, &w8->w_gate, c->ffn, be->gate,
+              c->ffn, 0.0f, r0, r1);
+    gemm_rows(be, be->xn, H, w->w_up, w16 ? w16->w_up : NULL, &w8->w_up, c->ffn, be->up, c->ffn,
+              0.0f, r0, r1);
+    for (int r = r0; r < r1; r++)
+        mt_silu_mul(be->gate + (size_t)r * c->ffn, be->up + (size_t)r * c->ffn, (size_t)c->ffn);
+    gemm_rows(be, be->gate, c->ffn, w->w_down, w16 ? w16->w_down : NULL, &w8->w_down, H, be->x,
+              H, 1.0f, r0, r1);
+    return t_att;
+}
+
+/* Rows r0..r1 through every layer and the text head; returns the
+ * attention's wall time. */
+static uint64_t rows_through(cpu_backend *be, scratch *sc, int r0, int r1)
+{
+    const mt_step_io *io = be->split_io;
+    const int H = be->c->hidden;
+    uint64_t att = 0;
+    for (int l = 0; l < be->c->layers; l++)
+        att += layer_rows(be, sc, l, r0, r1);
+    if (io->h_out)
+        for (int r = r0; r < r1; r++)
+            rmsnorm(io->h_out + (size_t)r * H, be->x + (size_t)r * H, be->m->norm, H,
+                    be->c->eps);
+    if (io->logits && be->m->lm_head) {
+        norm_rows(be, be->xn, be->m->norm, r0, r1);
+        gemm_rows(be, be->xn, H, be->m->lm_head, be->lm_head16, &be->lm_head8, be->c->vocab,
+                  io->logits, be->c->vocab, 0.0f, r0, r1);
+    }
+    return att;
+}
+
+/* The step's only phase: the rows in chunks (ROW_CHUNK_MAX rows at most,
+ * two a thread at least), each thread walking its contiguous share of
+ * them through its own counter and then taking what is left of the
+ * others' (phase_attention's way): a thread that starts late, its core
+ * held by another process, finds its share done by the one that ran,
+ * rather than the step waiting for it. A chunk is multiplied together
+ * (a product's weights read once for its rows: 1 row at a time costs
+ * 1.8 times a row of 8, bench/RESULTS.md). */
+enum { ROW_CHUNK_MAX = 8 };
+
+static void phase_rows(cpu_backend *be, int tid, int nt)
+{
+    const int R = be->nrows;
+    int chunk = R / (2 * nt);
+    chunk = chunk < 1 ? 1 : chunk > ROW_CHUNK_MAX ? ROW_CHUNK_MAX : chunk;
+    const int items = (R + chunk - 1) / chunk;
+    uint64_t att = 0;
+    for (int k = 0; k < nt; k++) {
+        int v = (tid + k) % nt, lo = items * v / nt, hi = items * (v + 1) / nt;
+        for (;;) {
+            int it = lo + atomic_fetch_add(&be->att_next[v].n, 1);
+            if (it >= hi)
+                break;
+            int r1 = (it + 1) * chunk < R ? (it + 1) * chunk : R;
+            att += rows_through(be, &be->scr[tid], it * chunk, r1);
+        }
+    }
+    if (tid == 0)
+        be->att_ns = att;   /* thread 0's, its rows' (the other's overlap it) */
+}
+
+/* Whether this call steps by rows: the layers' products small
+ * (ROW_SPLIT_MAX_WEIGHTS, or MT_CPU_ROW_SPLIT=1), several threads (one
+ * runs the step by columns inline: the same work), one row a session (a
+ * step, not a prefill: a prefill's rows see each other's K,V; the
+ * decoder refuses a session twice in a step), the integer q8 product on
+ * every matrix (the only product whose bits do not depend on the rows in
+ * a call), and no PCM out (the audio head stays on run_heads). */
+static int use_row_split(const cpu_backend *be, const mt_step_io *io)
+{
+    if (!be->row_split || be->tp.n < 2 || !be->w8 || !be->all_q8 ||
+        !mt_q8_every_row() || be->nrows > be->f16_rows || io->pcm_out)
+        return 0;
+    for (int r = 0; r < be->nrows; r++)
+        if (be->rows[r].first != r || be->rows[r].pos != be->rows[r].base)
+            return 0;
+    return 1;
+}
+
+void cpu_row_split_init(cpu_backend *be)
+{
+    const mt_config *c = be->c;
+    int64_t per_layer = (int64_t)c->hidden * (be->q_dim + 2 * be->kv_dim) +
+                        (int64_t)be->q_dim * c->hidden + 3 * (int64_t)c->hidden * c->ffn;
+    const char *e = getenv("MT_CPU_ROW_SPLIT");
+    be->row_split = e && *e ? atoi(e) != 0 : per_layer <= ROW_SPLIT_MAX_WEIGHTS;
+}
+
 /* Runs be->rows[0..nrows) through the model; inputs and outputs are row
  * arrays of nrows (outputs may be NULL). */
 static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t errlen)
@@ -839,6 +1011,16 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
         return -1;
     embed_rows(be, io);
     rope_rows(be);
+    if (use_row_split(be, io)) {
+        be->split_io = io;
+        for (int t = 0; t < be->tp.n; t++)
+            atomic_store(&be->att_next[t].n, 0);
+        if (be->nrows == 1)
+            phase_rows(be, 0, 1);   /* one row: on this thread, no phase to post */
+        else
+            mt_tpool_run(&be->tp, be, phase_rows);
+        return 0;
+    }
     for (int l = 0; l < be->c->layers; l++)
         run_layer(be, l);
     run_heads(be, io);

@@ -107,6 +107,12 @@ typedef struct cpu_backend {
     q8mat     lm_head8, audio_in8, audio_out8;
     int8_t   *w8_store;  /* the bytes of all of them */
     float    *w8_scales; /* their scales */
+    int       all_q8;    /* every matrix has its q8 copy (none kept in fp32) */
+    /* steps by rows (cpu_row_split, backend_cpu.c): 1 where the layers'
+     * products are small enough; MT_CPU_ROW_SPLIT=0 or 1 forces it off
+     * or on (where legal) for benchmarks and tests */
+    int       row_split;
+    const mt_step_io *split_io; /* the step by rows' inputs and outputs */
 
     /* activations, R rows; row r of a matrix [R, n] starts at r*n */
     float *x;            /* [R, hidden]   residual stream */
@@ -180,6 +186,8 @@ int  cpu_prefill(mt_backend *b, mt_kv_seq *seq, int n, const mt_step_io *io,
                  char *err, size_t errlen);
 void cpu_wake(mt_backend *b);
 void cpu_parallel(mt_backend *b, mt_par_fn fn, void *ctx);
+/* Sets row_split from the layers' size and MT_CPU_ROW_SPLIT (backend_cpu.c). */
+void cpu_row_split_init(cpu_backend *be);
 void cpu_rope_table(const cpu_backend *be, int64_t pos, float *cs, float *sn);
 
 #endif

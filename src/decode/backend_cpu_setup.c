@@ -234,6 +234,7 @@ static int make_weights8(cpu_backend *be, const mt_decoder_opts *o, char *err, s
     be->f16_rows = o->weights_f16_rows > 0 ? o->weights_f16_rows
                    : mt_q8_every_row()     ? MT_Q8_ALL_ROWS
                                            : F16_ROWS_DEFAULT;
+    be->all_q8 = !kept;
     return 0;
 }
 
@@ -419,6 +420,7 @@ int mt_cpu_backend_create(const mt_model *m, const mt_decoder_opts *o, mt_backen
         return -1;
     }
     blas_note(b);
+    cpu_row_split_init(be);
     b->par_threads = T;
     /* q8 too: the depformer follows with 8-bit copies of its own */
     b->weights_f16_rows = be->w16 || be->w8 ? be->f16_rows : 0;

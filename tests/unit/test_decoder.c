@@ -12,6 +12,7 @@
 #include "decode/decoder.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -460,6 +461,85 @@ static void test_q8_every_batch(void)
     free(lg);
 }
 
+/* A step by rows (backend_cpu.c: each thread takes its share of the rows
+ * through every layer in one phase, where the products are small) gives
+ * the bits of the step by columns: two q8 decoders on 2 threads, one
+ * made with MT_CPU_ROW_SPLIT=0 and one with =1, step sessions of
+ * different lengths (one joins each step, 5 at most: an odd split, rows
+ * past the window's wrap) and every row's logits and hidden state are
+ * compared, on an fp32 and an f16 K/V cache. */
+static int row_split_run(int split, mt_num_format kv, int nsteps, float *lg, float *h)
+{
+    enum { B = 5 };
+    const int H = model->cfg.hidden;
+    setenv("MT_CPU_ROW_SPLIT", split ? "1" : "0", 1);
+    size_t pb = mt_decoder_position_bytes(&model->cfg, mt_num_format_bytes(kv));
+    mt_decoder_opts o = opts_of(MT_DEV_CPU, B, 2, MT_KV_WINDOW, 4, 16, MT_ROPE_CACHE,
+                                (size_t)(B + 1) * 3 * MT_KV_BLOCK * pb);
+    o.kv_dtype = kv;
+    o.weights = MT_FMT_Q8;
+    char err[256] = "";
+    mt_decoder *d = NULL;
+    int rc = mt_decoder_create(model, &o, &d, err, sizeof err);
+    unsetenv("MT_CPU_ROW_SPLIT");
+    mt_kv_pool *pool = rc ? NULL : mt_decoder_pool(d);
+    mt_kv_seq *seq[B] = { 0 };
+    for (int i = 0; rc == 0 && i < nsteps; i++) {
+        int n = i + 1 < B ? i + 1 : B;
+        if (i < B)
+            rc = mt_kv_seq_open(pool, &seq[i]);
+        int32_t tk[B];
+        for (int b = 0; rc == 0 && b < n; b++) {
+            tk[b] = tok(b, i - b);
+            rc = mt_kv_reserve(pool, seq[b], 1);
+        }
+        mt_step_io io = { .tokens_in = tk, .logits = lg + (size_t)i * B * V,
+                          .h_out = h + (size_t)i * B * H };
+        rc = rc ? rc : mt_decoder_step(d, n, seq, &io, err, sizeof err);
+    }
+    if (rc)
+        tap_diag("row split %d: %s", split, err);
+    for (int b = 0; b < B; b++)
+        if (seq[b])
+            mt_kv_seq_close(pool, seq[b]);
+    mt_decoder_free(d);
+    return rc;
+}
+
+static void test_q8_row_split(void)
+{
+    enum { B = 5, N = 30 };
+    if (!mt_q8_every_row()) {
+        tap_skip("the integer q8 product is not on this CPU (AVX-512 VNNI)");
+        tap_skip("the integer q8 product is not on this CPU (AVX-512 VNNI)");
+        return;
+    }
+    const size_t nl = (size_t)N * B * V, nh = (size_t)N * B * model->cfg.hidden;
+    mt_num_format kvs[2] = { MT_FMT_F32, MT_FMT_F16 };
+    for (int k = 0; k < 2; k++) {
+        float *lg0 = calloc(nl, sizeof *lg0), *lg1 = calloc(nl, sizeof *lg1);
+        float *h0 = calloc(nh, sizeof *h0), *h1 = calloc(nh, sizeof *h1);
+        int good = lg0 && lg1 && h0 && h1 && row_split_run(0, kvs[k], N, lg0, h0) == 0 &&
+                   row_split_run(1, kvs[k], N, lg1, h1) == 0;
+        int unlike = 0;
+        for (int i = 0; good && i < N; i++) {
+            size_t n = (size_t)(i + 1 < B ? i + 1 : B);
+            unlike += memcmp(lg0 + (size_t)i * B * V, lg1 + (size_t)i * B * V,
+                             n * V * sizeof *lg0) != 0 ||
+                      memcmp(h0 + (size_t)i * B * model->cfg.hidden,
+                             h1 + (size_t)i * B * model->cfg.hidden,
+                             n * model->cfg.hidden * sizeof *h0) != 0;
+        }
+        ok(good && unlike == 0, "q8, %s K/V: the step by rows gives the step by columns' "
+           "logits and hidden states, every row (%d of %d steps differ)",
+           k ? "f16" : "fp32", unlike, N);
+        free(lg0);
+        free(lg1);
+        free(h0);
+        free(h1);
+    }
+}
+
 /* max_batch: the decoder's limit, 65,536, is every backend's (the CUDA
  * attention tiles rows past a grid dimension's 65,535); 65,537 refused. */
 static void test_max_batch(void)
@@ -501,6 +581,7 @@ int main(void)
     test_half();
     test_q8_weights();
     test_q8_every_batch();
+    test_q8_row_split();
     test_max_batch();
     mt_model_free(model);
     return tap_done();
