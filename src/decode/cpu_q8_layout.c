@@ -14,20 +14,20 @@
  * rows past the last whole group, and every row where K is not, row by
  * row. Offset of row n's block b (its scale at the offset / 32). */
 static int tiled_on = -1;     /* -1: the kernels' (below) */
-static int kernels_grouped;   /* the integer kernel serves (cpu_q8.c says) */
+static int kernels_grouped;   /* the integer kernel serves (cpu_q8.c says) and
+                                 MT_Q8_ROWMAJOR does not ask for rows */
 
 void mt_q8_layout_kernels(int grouped)
 {
-    kernels_grouped = grouped;
+    /* MT_Q8_ROWMAJOR read here, once (mt_q8_init): every product asks
+     * mt_q8_tiled, and a getenv a call was 0.3% of kyutai-small's step */
+    const char *v = getenv("MT_Q8_ROWMAJOR");
+    kernels_grouped = grouped && !(v && *v && strcmp(v, "0") != 0);
 }
 
 int mt_q8_tiled(int K)
 {
-    int on = tiled_on;
-    if (on < 0) {
-        const char *v = getenv("MT_Q8_ROWMAJOR");
-        on = kernels_grouped && !(v && *v && strcmp(v, "0") != 0);
-    }
+    int on = tiled_on < 0 ? kernels_grouped : tiled_on;
     return on && K % (2 * MT_Q8_BLOCK) == 0;
 }
 
