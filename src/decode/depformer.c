@@ -30,6 +30,8 @@
  * is large (a real depformer's depformer_in, 1024 x 4096 for Moshi); the
  * tiny test presets' products are done before the threads would wake. */
 enum { COLUMNS_MIN_WEIGHTS = 1 << 20 };
+/* Column mode: a product's columns cut in this many chunks per thread. */
+enum { DEP_CHUNKS_PER_THREAD = 4 };
 
 struct mt_depformer {
     const mt_kyutai_lm *lm;
@@ -76,7 +78,11 @@ struct mt_depformer {
      * counters, reset before the step; its k, prev and logits */
     struct dep_stage { atomic_int claim, done, ready; } *stage; /* [2 + 5 layers] */
     int   fused;      /* 0: a phase per product instead (MT_DEPFORMER_FUSED=0) */
+    int   chunks;     /* a product's columns cut in this many chunks a thread */
     size_t columns_min; /* column mode from this many depformer_in weights */
+    float *xin;       /* [dep_q][B][dd] depformer_in[k] . h of every step, made at
+                         step 0 (h is the frame's): for B up to xin_rows */
+    int   xin_rows;
     int   fused_k;
     const int32_t *fused_prev;
     float *fused_logits;
@@ -108,6 +114,7 @@ void mt_depformer_free(mt_depformer *df)
     free(df->lin8);
     free(df->dep8);
     free(df->stage);
+    free(df->xin);
     free(df);
 }
 
@@ -124,6 +131,11 @@ static mt_depformer *df_new(const mt_kyutai_lm *lm, int max_batch, char *err, si
         df->columns_min = COLUMNS_MIN_WEIGHTS;
         const char *e = getenv("MT_DEPFORMER_FUSED");
         df->fused = !(e && !strcmp(e, "0"));
+        /* more chunks balance a late thread better, fewer pay less per
+         * call (each call quantises its input afresh); benchmarks may
+         * set MT_DEPFORMER_CHUNKS (1..64) */
+        e = getenv("MT_DEPFORMER_CHUNKS");
+        df->chunks = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : DEP_CHUNKS_PER_THREAD;
     }
     return df;
 }
@@ -151,8 +163,11 @@ int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **ou
     df->kv = malloc((size_t)kc->dep_layers * R * 2 * kc->dep_q * dd * sizeof(float));
     df->score = malloc((size_t)kc->dep_q * sizeof(float));
     df->stage = calloc((size_t)n_stages(kc), sizeof *df->stage);
+    /* column mode serves batches under MT_DEPFORMER_ROWS_MIN */
+    df->xin_rows = max_batch < MT_DEPFORMER_ROWS_MIN ? max_batch : MT_DEPFORMER_ROWS_MIN;
+    df->xin = malloc((size_t)kc->dep_q * df->xin_rows * dd * sizeof(float));
     if (!df->x || !df->xn || !df->qkv || !df->att || !df->gu || !df->kv || !df->score ||
-        !df->stage) {
+        !df->stage || !df->xin) {
         mt_depformer_free(df);
         mt_set_err(err, errlen, "depformer: out of memory");
         return -1;
@@ -666,15 +681,11 @@ static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *pr
  * which chunk holds it (chunks start on SLICE_ALIGN columns, as the
  * slices do), so the logits are those of one thread, bit for bit. */
 
-/* Chunks a stage's columns are cut in per thread: more balance a late
- * thread better, fewer pay less per call (each call quantises or reads
- * its input afresh). */
-enum { CHUNKS_PER_THREAD = 4 };
-
-/* Columns per chunk of a product N wide, on nt threads. */
-static int chunk_cols(int N, int nt)
+/* Columns per chunk of a product N wide, on nt threads: cut in
+ * df->chunks per thread. */
+static int chunk_cols(const mt_depformer *df, int N, int nt)
 {
-    int per = (N + nt * CHUNKS_PER_THREAD - 1) / (nt * CHUNKS_PER_THREAD);
+    int per = (N + nt * df->chunks - 1) / (nt * df->chunks);
     return (per + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
 }
 
@@ -704,40 +715,84 @@ static void do_chunk(mt_depformer *df, const struct dep_job *j, int B, int c, in
     do_cols(df, j, B, lo, hi);
 }
 
+/* x [B, dd] = xin[k] + the embedding of each row's previous token (-1:
+ * none), as do_cols adds it; then xn = its RMSNorm for layer 0. */
+static void fused_input(mt_depformer *df, int k)
+{
+    const mt_kyutai_lm *lm = df->lm;
+    const int B = df->B, dd = lm->kc.dep_dim;
+    const float *emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
+    memcpy(df->x, df->xin + (size_t)k * B * dd, (size_t)B * dd * sizeof(float));
+    for (int r = 0; r < B; r++)
+        if (df->fused_prev[r] >= 0)
+            for (int i = 0; i < dd; i++)
+                df->x[(size_t)r * dd + i] += emb[(size_t)df->fused_prev[r] * dd + i];
+    rmsnorm_rows(df->xn, df->x, lm->dep_norm1[0], B, dd, lm->kc.eps);
+}
+
+/* Stage s's job for the fused walk, its chunk width and count: stage 0
+ * (only at step 0) is depformer_in of every step into xin, chunk c in
+ * step c / (chunks a step). */
+static struct dep_job fused_job(mt_depformer *df, int s, int c, int nt, int *cw, int *n)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const float *norm;
+    int k = df->fused_k, per = 0;
+    if (s == 0) {
+        per = (kc->dep_dim + chunk_cols(df, kc->dep_dim, nt) - 1) / chunk_cols(df, kc->dep_dim, nt);
+        k = c < 0 ? 0 : c / per;
+    }
+    struct dep_job j = stage_job(df, k, s, 0, df->fused_prev, df->fused_logits, &norm);
+    *cw = j.op == JOB_ATTEND ? 1 : chunk_cols(df, j.N, nt);
+    *n = j.op == JOB_ATTEND ? df->B : (j.N + *cw - 1) / *cw;
+    if (s == 0) {
+        *n = per * kc->dep_q;
+        j.Y = df->xin + (size_t)k * df->B * kc->dep_dim;
+        j.emb = NULL;
+    }
+    return j;
+}
+
 /* The step's phase: thread tid of nt walks every stage (fused_*: the
- * step's k, prev and logits). */
+ * step's k, prev and logits; stage 0 at step 0 only). */
 static void fused_phase(void *ctx, int tid, int nt)
 {
     mt_depformer *df = ctx;
     const mt_kyutai_config *kc = &df->lm->kc;
     const int B = df->B, ns = n_stages(kc), k = df->fused_k;
     float *score = df->score + (size_t)tid * kc->dep_q;
-    for (int s = 0; s < ns; s++) {
+    for (int s = k == 0 ? 0 : 1; s < ns; s++) {
         struct dep_stage *st = &df->stage[s];
         if (s > 0)
             wait_set(&df->stage[s - 1].ready);
-        const float *norm;
-        struct dep_job j = stage_job(df, k, s, 0, df->fused_prev, df->fused_logits, &norm);
-        int cw = j.op == JOB_ATTEND ? 1 : chunk_cols(j.N, nt);
-        int n = j.op == JOB_ATTEND ? B : (j.N + cw - 1) / cw;
+        int cw, n;
+        struct dep_job j = fused_job(df, s, -1, nt, &cw, &n);
         for (;;) {
             int c = atomic_fetch_add_explicit(&st->claim, 1, memory_order_acq_rel);
             if (c >= n)
                 break;
-            do_chunk(df, &j, B, c, cw, score);
+            if (s == 0) {   /* depformer_in of step c / per, its chunk c % per */
+                j = fused_job(df, 0, c, nt, &cw, &n);
+                do_chunk(df, &j, B, c % (n / kc->dep_q), cw, score);
+            } else {
+                do_chunk(df, &j, B, c, cw, score);
+            }
             if (atomic_fetch_add_explicit(&st->done, 1, memory_order_acq_rel) != n - 1)
                 continue;
-            if (s + 1 < ns) {   /* the last chunk: the next stage's input */
+            const float *norm = NULL;   /* the last chunk: the next stage's input */
+            if (s == 0)
+                fused_input(df, k);
+            else if (s + 1 < ns)
                 stage_job(df, k, s + 1, 0, df->fused_prev, df->fused_logits, &norm);
-                if (norm)
-                    rmsnorm_rows(df->xn, df->x, norm, B, kc->dep_dim, kc->eps);
-            }
+            if (norm)
+                rmsnorm_rows(df->xn, df->x, norm, B, kc->dep_dim, kc->eps);
             atomic_store_explicit(&st->ready, 1, memory_order_release);
         }
     }
 }
 
-/* Step k of all rows as one phase on the decoder's threads. */
+/* Step k of all rows as one phase on the decoder's threads; past step 0
+ * its input (depformer_in made at step 0) is summed and normed here. */
 static void step_fused(mt_depformer *df, int k, const int32_t *prev, float *logits)
 {
     for (int s = 0; s < n_stages(&df->lm->kc); s++) {
@@ -748,6 +803,10 @@ static void step_fused(mt_depformer *df, int k, const int32_t *prev, float *logi
     df->fused_k = k;
     df->fused_prev = prev;
     df->fused_logits = logits;
+    if (k > 0) {
+        fused_input(df, k);
+        atomic_store_explicit(&df->stage[0].ready, 1, memory_order_relaxed);
+    }
     /* the pool's post publishes the stores above to the workers */
     mt_decoder_parallel(df->dec, fused_phase, df);
 }
@@ -774,7 +833,7 @@ int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logit
         memset(logits, 0, (size_t)df->B * df->lm->kc.card * sizeof(float));
         return 0;
     }
-    if (columns_split(df) && df->fused)
+    if (columns_split(df) && df->fused && df->B <= df->xin_rows)
         step_fused(df, k, prev, logits);
     else
         step_rows(df, k, 0, df->B, prev, logits, columns_split(df), 0);
