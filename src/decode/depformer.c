@@ -1,12 +1,14 @@
 /* depformer.c: Kyutai's depformer step by step over a batch of rows
  * (depformer.h), one product per weight matrix and step for all rows (the
  * weight read once per step, not once per row), each split by output
- * columns over the decoder's threads (mt_decoder_parallel) once attached
- * (mt_depformer_attach): OpenBLAS on each thread's slice of the fp32
- * weights, or the f16 product (cpu_f16.c) on a half copy for calls of up
- * to the backbone's f16 rows (with --weights q8, the 8-bit product,
- * cpu_q8.c, on an 8-bit copy instead); or, made by mt_depformer_create_cuda, the
- * same steps forwarded to the CUDA module (depformer_cuda.h); or, made by
+ * columns over the decoder's threads once attached (mt_depformer_attach;
+ * a step is one mt_decoder_parallel phase in which the threads take the
+ * products' columns in chunks, below "one phase a step"): OpenBLAS on
+ * each thread's columns of the fp32 weights, or the f16 product
+ * (cpu_f16.c) on a half copy for calls of up to the backbone's f16 rows
+ * (with --weights q8, the 8-bit product, cpu_q8.c, on an 8-bit copy
+ * instead); or, made by mt_depformer_create_cuda, the same steps
+ * forwarded to the CUDA module (depformer_cuda.h); or, made by
  * mt_depformer_create_sim, no work at all (a simulated device's profile
  * times it). */
 #include "util/errmsg.h"
@@ -677,7 +679,9 @@ static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *pr
  * so a thread that runs late finds its chunks taken by the other and a
  * stage waits at most for a chunk in hand, not for half the product.
  * The thread that finishes a stage's last chunk makes the next stage's
- * input (its RMSNorm) and opens it. A column's value does not depend on
+ * input (its RMSNorm) and opens it. depformer_in reads only the frame's
+ * h: step 0's first stage makes it for every step, so the later steps
+ * start at their first layer. A column's value does not depend on
  * which chunk holds it (chunks start on SLICE_ALIGN columns, as the
  * slices do), so the logits are those of one thread, bit for bit. */
 

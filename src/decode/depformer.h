@@ -89,7 +89,8 @@ int  mt_depformer_frame(mt_depformer *df, const int32_t *text, const float *temp
  * weights read once per step), which is what mt_depformer_next does: one
  * pool phase a step, the threads taking each product's columns in chunks
  * and waiting for each other only between stages (MT_DEPFORMER_FUSED=0 in
- * the environment: a phase per product, as before, for benchmarks). 1 when the frame begun is for row mode. */
+ * the environment: a phase per product, as before, for benchmarks;
+ * MT_DEPFORMER_CHUNKS=n, 1..64: n chunks a thread, default 4). 1 when the frame begun is for row mode. */
 enum { MT_DEPFORMER_ROWS_MIN = 8 };
 int  mt_depformer_rows_split(const mt_depformer *df);
 /* Step k for rows [r0, r1) only, on the calling thread, which is thread
