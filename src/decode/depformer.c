@@ -1,12 +1,14 @@
 /* depformer.c: Kyutai's depformer step by step over a batch of rows
  * (depformer.h), one product per weight matrix and step for all rows (the
  * weight read once per step, not once per row), each split by output
- * columns over the decoder's threads (mt_decoder_parallel) once attached
- * (mt_depformer_attach): OpenBLAS on each thread's slice of the fp32
- * weights, or the f16 product (cpu_f16.c) on a half copy for calls of up
- * to the backbone's f16 rows (with --weights q8, the 8-bit product,
- * cpu_q8.c, on an 8-bit copy instead); or, made by mt_depformer_create_cuda, the
- * same steps forwarded to the CUDA module (depformer_cuda.h); or, made by
+ * columns over the decoder's threads once attached (mt_depformer_attach;
+ * a step is one mt_decoder_parallel phase in which the threads take the
+ * products' columns in chunks, below "one phase a step"): OpenBLAS on
+ * each thread's columns of the fp32 weights, or the f16 product
+ * (cpu_f16.c) on a half copy for calls of up to the backbone's f16 rows
+ * (with --weights q8, the 8-bit product, cpu_q8.c, on an 8-bit copy
+ * instead); or, made by mt_depformer_create_cuda, the same steps
+ * forwarded to the CUDA module (depformer_cuda.h); or, made by
  * mt_depformer_create_sim, no work at all (a simulated device's profile
  * times it). */
 #include "util/errmsg.h"
@@ -21,8 +23,17 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Column mode pays a barrier per stage: worth it only where a product
+ * is large (a real depformer's depformer_in, 1024 x 4096 for Moshi); the
+ * tiny test presets' products are done before the threads would wake. */
+enum { COLUMNS_MIN_WEIGHTS = 1 << 20 };
+/* Column mode: a product's columns cut in this many chunks per thread. */
+enum { DEP_CHUNKS_PER_THREAD = 4 };
 
 struct mt_depformer {
     const mt_kyutai_lm *lm;
@@ -65,6 +76,18 @@ struct mt_depformer {
         const int32_t *prev;
         int l, k;                 /* JOB_ATTEND: layer, step */
     } job;
+    /* column mode as one phase a step (step_fused): each stage's chunk
+     * counters, reset before the step; its k, prev and logits */
+    struct dep_stage { atomic_int claim, done, ready; } *stage; /* [2 + 5 layers] */
+    int   fused;      /* 0: a phase per product instead (MT_DEPFORMER_FUSED=0) */
+    int   chunks;     /* a product's columns cut in this many chunks a thread */
+    size_t columns_min; /* column mode from this many depformer_in weights */
+    float *xin;       /* [dep_q][B][dd] depformer_in[k] . h of every step, made at
+                         step 0 (h is the frame's): for B up to xin_rows */
+    int   xin_rows;
+    int   fused_k;
+    const int32_t *fused_prev;
+    float *fused_logits;
     const mt_dep_cuda_ops *ops;   /* CUDA: every step is the module's */
     mt_dep_cuda *g;
     char  err[256];   /* the last failed step's message */
@@ -92,8 +115,12 @@ void mt_depformer_free(mt_depformer *df)
     free(df->in8);
     free(df->lin8);
     free(df->dep8);
+    free(df->stage);
+    free(df->xin);
     free(df);
 }
+
+static int n_stages(const mt_kyutai_config *kc);
 
 /* A depformer of lm for max_batch rows, zeroed but for those two; NULL
  * with err when out of memory. */
@@ -103,6 +130,14 @@ static mt_depformer *df_new(const mt_kyutai_lm *lm, int max_batch, char *err, si
     if (df) {
         df->lm = lm;
         df->maxb = max_batch;
+        df->columns_min = COLUMNS_MIN_WEIGHTS;
+        const char *e = getenv("MT_DEPFORMER_FUSED");
+        df->fused = !(e && !strcmp(e, "0"));
+        /* more chunks balance a late thread better, fewer pay less per
+         * call (each call quantises its input afresh); benchmarks may
+         * set MT_DEPFORMER_CHUNKS (1..64) */
+        e = getenv("MT_DEPFORMER_CHUNKS");
+        df->chunks = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : DEP_CHUNKS_PER_THREAD;
     }
     return df;
 }
@@ -129,7 +164,12 @@ int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **ou
     df->gu = malloc(R * 2 * (size_t)kc->dep_ffn * sizeof(float));
     df->kv = malloc((size_t)kc->dep_layers * R * 2 * kc->dep_q * dd * sizeof(float));
     df->score = malloc((size_t)kc->dep_q * sizeof(float));
-    if (!df->x || !df->xn || !df->qkv || !df->att || !df->gu || !df->kv || !df->score) {
+    df->stage = calloc((size_t)n_stages(kc), sizeof *df->stage);
+    /* column mode serves batches under MT_DEPFORMER_ROWS_MIN */
+    df->xin_rows = max_batch < MT_DEPFORMER_ROWS_MIN ? max_batch : MT_DEPFORMER_ROWS_MIN;
+    df->xin = malloc((size_t)kc->dep_q * df->xin_rows * dd * sizeof(float));
+    if (!df->x || !df->xn || !df->qkv || !df->att || !df->gu || !df->kv || !df->score ||
+        !df->stage || !df->xin) {
         mt_depformer_free(df);
         mt_set_err(err, errlen, "depformer: out of memory");
         return -1;
@@ -359,6 +399,13 @@ const char *mt_depformer_mode(const mt_depformer *df)
 /* ---- the phases ------------------------------------------------------------ */
 
 enum { JOB_GEMM, JOB_GATE_UP, JOB_ATTEND };
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define dep_relax() _mm_pause()
+#else
+#define dep_relax() ((void)0)
+#endif
 enum { SLICE_ALIGN = 16 };   /* columns a thread's slice starts on */
 
 /* [lo, hi) of n split in nt slices aligned to SLICE_ALIGN. */
@@ -467,6 +514,34 @@ static void attend_rows(mt_depformer *df, int l, int k, int r0, int r1, float *s
     }
 }
 
+/* Columns [lo, hi) of a product job j over B rows (its X, Y and prev
+ * already offset to the first): JOB_GEMM, plus the previous token's
+ * embedding where it has one; JOB_GATE_UP, gate | up of those columns of
+ * the ffn width, then silu(gate) * up into the gate half. */
+static void do_cols(mt_depformer *df, const struct dep_job *j, int B, int lo, int hi)
+{
+    if (j->op == JOB_GEMM) {
+        gemm_cols(df, j, B, lo, hi, 0, 0);
+        if (j->emb)             /* + the previous token's embedding (-1: zero) */
+            for (int r = 0; r < B; r++)
+                if (j->prev[r] >= 0)
+                    for (int i = lo; i < hi; i++)
+                        j->Y[(size_t)r * j->ldy + i] += j->emb[(size_t)j->prev[r] * j->N + i];
+        return;
+    }
+    const int F = j->N;
+    gemm_cols(df, j, B, lo, hi, 0, 0);
+    gemm_cols(df, j, B, lo, hi, F, F);
+    for (int r = 0; r < B; r++) {
+        float *g = j->Y + (size_t)r * 2 * F;
+        if (df->serial)   /* as before issue 49: libm's expf a value */
+            for (int i = lo; i < hi; i++)
+                g[i] = g[i] / (1.0f + expf(-g[i])) * g[F + i];
+        else
+            mt_silu_mul(g + lo, g + F + lo, hi > lo ? (size_t)(hi - lo) : 0);
+    }
+}
+
 /* Job j over rows [r0, r0 + B) (its X, Y and prev already offset to
  * r0), as thread tid of nt: its slice of the columns, or of the rows for
  * the attention; score: this thread's [dep_q]. */
@@ -474,40 +549,14 @@ static void do_job(mt_depformer *df, const struct dep_job *j, int r0, int B, int
                    float *score)
 {
     int lo, hi;
-    switch (j->op) {
-    case JOB_GEMM:
-        slice(j->N, tid, nt, &lo, &hi);
-        gemm_cols(df, j, B, lo, hi, 0, 0);
-        if (j->emb)             /* + the previous token's embedding (-1: zero) */
-            for (int r = 0; r < B; r++)
-                if (j->prev[r] >= 0)
-                    for (int i = lo; i < hi; i++)
-                        j->Y[(size_t)r * j->ldy + i] += j->emb[(size_t)j->prev[r] * j->N + i];
-        break;
-    case JOB_GATE_UP: {
-        /* gate | up of this thread's slice of the ffn width, then
-         * silu(gate) * up into the gate half */
-        const int F = j->N;
-        slice(F, tid, nt, &lo, &hi);
-        gemm_cols(df, j, B, lo, hi, 0, 0);
-        gemm_cols(df, j, B, lo, hi, F, F);
-        for (int r = 0; r < B; r++) {
-            float *g = j->Y + (size_t)r * 2 * F;
-            if (df->serial)   /* as before issue 49: libm's expf a value */
-                for (int i = lo; i < hi; i++)
-                    g[i] = g[i] / (1.0f + expf(-g[i])) * g[F + i];
-            else
-                mt_silu_mul(g + lo, g + F + lo, hi > lo ? (size_t)(hi - lo) : 0);
-        }
-        break;
-    }
-    case JOB_ATTEND: {
+    if (j->op == JOB_ATTEND) {
         int per = (B + nt - 1) / nt, a = tid * per < B ? tid * per : B;
         int b = a + per < B ? a + per : B;
         attend_rows(df, j->l, j->k, r0 + a, r0 + b, score);
-        break;
+        return;
     }
-    }
+    slice(j->N, tid, nt, &lo, &hi);
+    do_cols(df, j, B, lo, hi);
 }
 
 /* The job posted to the decoder's threads (column mode). */
@@ -539,64 +588,241 @@ static struct dep_job gemm_job(const float *X, int ldx, int K, const float *W,
                              .W16 = W16, .beta = beta, .Y = Y, .ldy = ldy };
 }
 
-/* Step k for rows [r0, r1): every product over those rows at once. */
-static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
-                      float *logits, int pool, int tid)
+/* A step's stages in order: depformer_in (0), then per layer these five,
+ * then the linears (the last); each stage's products read what the stage
+ * before wrote in full (a barrier between two stages, no more). */
+enum { ST_QKV, ST_ATTEND, ST_O, ST_GATE_UP, ST_OUT, ST_PER_LAYER };
+
+static int n_stages(const mt_kyutai_config *kc) { return 2 + ST_PER_LAYER * kc->dep_layers; }
+
+/* Stage s of step k over the rows from r0 (its X, Y and prev offset to
+ * r0): its job, and in *norm the RMSNorm weights that x must go through
+ * into xn before it (NULL: none). */
+static struct dep_job stage_job(const mt_depformer *df, int k, int s, int r0,
+                                const int32_t *prev, float *logits, const float **norm)
 {
     const mt_kyutai_lm *lm = df->lm;
     const mt_kyutai_config *kc = &lm->kc;
-    const int B = r1 - r0, dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
+    const int dd = kc->dep_dim, F = kc->dep_ffn, Q = kc->dep_q;
     const size_t R = (size_t)r0;
     float *x = df->x + R * dd, *xn = df->xn + R * dd, *qkv = df->qkv + R * 3 * dd;
     float *att = df->att + R * dd, *gu = df->gu + R * 2 * F;
-
-    /* x [B, dd] = depformer_in[k] . h + the previous token's embedding */
-    struct dep_job j = gemm_job(df->h + R * kc->dim, kc->dim, kc->dim, lm->dep_in[k],
-                                df->w16 ? df->in16[k] : NULL, dd, 0.0f, x, dd);
-    j.W8 = df->w8 ? &df->in8[k] : NULL;
-    j.emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
-    j.prev = prev + r0;
-    run_job(df, &j, r0, B, pool, tid);
-
-    for (int l = 0; l < kc->dep_layers; l++) {
-        const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
-        const struct dep16 *w16 = df->w16 ? &df->dep16[(size_t)l * Q + k] : NULL;
-        const struct dep8 *w8 = df->w8 ? &df->dep8[(size_t)l * Q + k] : NULL;
-        rmsnorm_rows(xn, x, lm->dep_norm1[l], B, dd, kc->eps);
+    struct dep_job j;
+    *norm = NULL;
+    if (s == 0) {   /* x [B, dd] = depformer_in[k] . h + the previous token's embedding */
+        j = gemm_job(df->h + R * kc->dim, kc->dim, kc->dim, lm->dep_in[k],
+                     df->w16 ? df->in16[k] : NULL, dd, 0.0f, x, dd);
+        j.W8 = df->w8 ? &df->in8[k] : NULL;
+        j.emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
+        j.prev = prev + r0;
+        return j;
+    }
+    if (s == n_stages(kc) - 1) {   /* logits [B, card] = linears[k] . x */
+        j = gemm_job(x, dd, dd, lm->linears[k], df->w16 ? df->lin16[k] : NULL, kc->card,
+                     0.0f, logits + R * kc->card, kc->card);
+        j.W8 = df->w8 ? &df->lin8[k] : NULL;
+        return j;
+    }
+    const int l = (s - 1) / ST_PER_LAYER;
+    const mt_ky_dep_w *w = &lm->dep[(size_t)l * Q + k];
+    const struct dep16 *w16 = df->w16 ? &df->dep16[(size_t)l * Q + k] : NULL;
+    const struct dep8 *w8 = df->w8 ? &df->dep8[(size_t)l * Q + k] : NULL;
+    switch ((s - 1) % ST_PER_LAYER) {
+    case ST_QKV:
+        *norm = lm->dep_norm1[l];
         j = gemm_job(xn, dd, dd, w->wqkv, w16 ? w16->wqkv : NULL, 3 * dd, 0.0f, qkv, 3 * dd);
         j.W8 = w8 ? &w8->wqkv : NULL;
-        run_job(df, &j, r0, B, pool, tid);
-        j = (struct dep_job){ .op = JOB_ATTEND, .l = l, .k = k };
-        run_job(df, &j, r0, B, pool, tid);
+        return j;
+    case ST_ATTEND:
+        return (struct dep_job){ .op = JOB_ATTEND, .l = l, .k = k };
+    case ST_O:      /* x += out_proj . attention */
         j = gemm_job(att, dd, dd, w->wo, w16 ? w16->wo : NULL, dd, 1.0f, x, dd);
         j.W8 = w8 ? &w8->wo : NULL;
-        run_job(df, &j, r0, B, pool, tid);
-        rmsnorm_rows(xn, x, lm->dep_norm2[l], B, dd, kc->eps);
+        return j;
+    case ST_GATE_UP:
+        *norm = lm->dep_norm2[l];
         j = gemm_job(xn, dd, dd, w->w_in, w16 ? w16->w_in : NULL, F, 0.0f, gu, 2 * F);
         j.W8 = w8 ? &w8->w_in : NULL;
         j.op = JOB_GATE_UP;
-        run_job(df, &j, r0, B, pool, tid);
-        /* x += silu(gate) * up . linear_out^T, reading the gate halves */
+        return j;
+    default:        /* x += silu(gate) * up . linear_out^T, reading the gate halves */
         j = gemm_job(gu, 2 * F, F, w->w_out, w16 ? w16->w_out : NULL, dd, 1.0f, x, dd);
         j.W8 = w8 ? &w8->w_out : NULL;
-        run_job(df, &j, r0, B, pool, tid);
+        return j;
     }
-    j = gemm_job(x, dd, dd, lm->linears[k], df->w16 ? df->lin16[k] : NULL, kc->card, 0.0f,
-                 logits + R * kc->card, kc->card);
-    j.W8 = df->w8 ? &df->lin8[k] : NULL;
-    run_job(df, &j, r0, B, pool, tid);
 }
 
-/* Column mode pays a barrier per product: worth it only where a product
- * is large (a real depformer's depformer_in, 1024 x 4096 for Moshi); the
- * tiny test presets' products are done before the threads would wake. */
-enum { COLUMNS_MIN_WEIGHTS = 1 << 20 };
+/* Step k for rows [r0, r1): every product over those rows at once, a
+ * pool phase each (pool) or all on this thread. */
+static void step_rows(mt_depformer *df, int k, int r0, int r1, const int32_t *prev,
+                      float *logits, int pool, int tid)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int B = r1 - r0, dd = kc->dep_dim;
+    float *x = df->x + (size_t)r0 * dd, *xn = df->xn + (size_t)r0 * dd;
+    for (int s = 0; s < n_stages(kc); s++) {
+        const float *norm;
+        struct dep_job j = stage_job(df, k, s, r0, prev, logits, &norm);
+        if (norm)
+            rmsnorm_rows(xn, x, norm, B, dd, kc->eps);
+        run_job(df, &j, r0, B, pool, tid);
+    }
+}
+
+/* ---- one phase a step (column mode) ----------------------------------------
+ * A barrier per product posted through the pool costs a wake-up, and on a
+ * loaded machine a wait for a thread that is not running: a 2B Moshi
+ * frame at B = 1 was 16 x 26 of them, and two threads lost to one when
+ * another process held a core. Here a step is one pool phase: every
+ * thread walks the step's stages, taking each stage's work in chunks
+ * (columns of a product, rows of the attention) from a shared counter,
+ * so a thread that runs late finds its chunks taken by the other and a
+ * stage waits at most for a chunk in hand, not for half the product.
+ * The thread that finishes a stage's last chunk makes the next stage's
+ * input (its RMSNorm) and opens it. depformer_in reads only the frame's
+ * h: step 0's first stage makes it for every step, so the later steps
+ * start at their first layer. A column's value does not depend on
+ * which chunk holds it (chunks start on SLICE_ALIGN columns, as the
+ * slices do), so the logits are those of one thread, bit for bit. */
+
+/* Columns per chunk of a product N wide, on nt threads: cut in
+ * df->chunks per thread. */
+static int chunk_cols(const mt_depformer *df, int N, int nt)
+{
+    int per = (N + nt * df->chunks - 1) / (nt * df->chunks);
+    return (per + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
+}
+
+/* Waits until flag is set: spins, and past a short while yields the CPU
+ * at every turn (the thread with the chunk in hand may want this core). */
+static void wait_set(atomic_int *flag)
+{
+    enum { SPIN_PAUSES = 2048 };
+    for (unsigned i = 0; !atomic_load_explicit(flag, memory_order_acquire); i++) {
+        if (i < SPIN_PAUSES)
+            dep_relax();
+        else
+            sched_yield();
+    }
+}
+
+/* Chunk c of stage job j (all B rows): columns, or row c of the
+ * attention. */
+static void do_chunk(mt_depformer *df, const struct dep_job *j, int B, int c, int cw,
+                     float *score)
+{
+    if (j->op == JOB_ATTEND) {
+        attend_rows(df, j->l, j->k, c, c + 1, score);
+        return;
+    }
+    int lo = c * cw, hi = lo + cw < j->N ? lo + cw : j->N;
+    do_cols(df, j, B, lo, hi);
+}
+
+/* x [B, dd] = xin[k] + the embedding of each row's previous token (-1:
+ * none), as do_cols adds it; then xn = its RMSNorm for layer 0. */
+static void fused_input(mt_depformer *df, int k)
+{
+    const mt_kyutai_lm *lm = df->lm;
+    const int B = df->B, dd = lm->kc.dep_dim;
+    const float *emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
+    memcpy(df->x, df->xin + (size_t)k * B * dd, (size_t)B * dd * sizeof(float));
+    for (int r = 0; r < B; r++)
+        if (df->fused_prev[r] >= 0)
+            for (int i = 0; i < dd; i++)
+                df->x[(size_t)r * dd + i] += emb[(size_t)df->fused_prev[r] * dd + i];
+    rmsnorm_rows(df->xn, df->x, lm->dep_norm1[0], B, dd, lm->kc.eps);
+}
+
+/* Stage s's job for the fused walk, its chunk width and count: stage 0
+ * (only at step 0) is depformer_in of every step into xin, chunk c in
+ * step c / (chunks a step). */
+static struct dep_job fused_job(mt_depformer *df, int s, int c, int nt, int *cw, int *n)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const float *norm;
+    int k = df->fused_k, per = 0;
+    if (s == 0) {
+        per = (kc->dep_dim + chunk_cols(df, kc->dep_dim, nt) - 1) / chunk_cols(df, kc->dep_dim, nt);
+        k = c < 0 ? 0 : c / per;
+    }
+    struct dep_job j = stage_job(df, k, s, 0, df->fused_prev, df->fused_logits, &norm);
+    *cw = j.op == JOB_ATTEND ? 1 : chunk_cols(df, j.N, nt);
+    *n = j.op == JOB_ATTEND ? df->B : (j.N + *cw - 1) / *cw;
+    if (s == 0) {
+        *n = per * kc->dep_q;
+        j.Y = df->xin + (size_t)k * df->B * kc->dep_dim;
+        j.emb = NULL;
+    }
+    return j;
+}
+
+/* The step's phase: thread tid of nt walks every stage (fused_*: the
+ * step's k, prev and logits; stage 0 at step 0 only). */
+static void fused_phase(void *ctx, int tid, int nt)
+{
+    mt_depformer *df = ctx;
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int B = df->B, ns = n_stages(kc), k = df->fused_k;
+    float *score = df->score + (size_t)tid * kc->dep_q;
+    for (int s = k == 0 ? 0 : 1; s < ns; s++) {
+        struct dep_stage *st = &df->stage[s];
+        if (s > 0)
+            wait_set(&df->stage[s - 1].ready);
+        int cw, n;
+        struct dep_job j = fused_job(df, s, -1, nt, &cw, &n);
+        for (;;) {
+            int c = atomic_fetch_add_explicit(&st->claim, 1, memory_order_acq_rel);
+            if (c >= n)
+                break;
+            if (s == 0) {   /* depformer_in of step c / per, its chunk c % per */
+                j = fused_job(df, 0, c, nt, &cw, &n);
+                do_chunk(df, &j, B, c % (n / kc->dep_q), cw, score);
+            } else {
+                do_chunk(df, &j, B, c, cw, score);
+            }
+            if (atomic_fetch_add_explicit(&st->done, 1, memory_order_acq_rel) != n - 1)
+                continue;
+            const float *norm = NULL;   /* the last chunk: the next stage's input */
+            if (s == 0)
+                fused_input(df, k);
+            else if (s + 1 < ns)
+                stage_job(df, k, s + 1, 0, df->fused_prev, df->fused_logits, &norm);
+            if (norm)
+                rmsnorm_rows(df->xn, df->x, norm, B, kc->dep_dim, kc->eps);
+            atomic_store_explicit(&st->ready, 1, memory_order_release);
+        }
+    }
+}
+
+/* Step k of all rows as one phase on the decoder's threads; past step 0
+ * its input (depformer_in made at step 0) is summed and normed here. */
+static void step_fused(mt_depformer *df, int k, const int32_t *prev, float *logits)
+{
+    for (int s = 0; s < n_stages(&df->lm->kc); s++) {
+        atomic_store_explicit(&df->stage[s].claim, 0, memory_order_relaxed);
+        atomic_store_explicit(&df->stage[s].done, 0, memory_order_relaxed);
+        atomic_store_explicit(&df->stage[s].ready, 0, memory_order_relaxed);
+    }
+    df->fused_k = k;
+    df->fused_prev = prev;
+    df->fused_logits = logits;
+    if (k > 0) {
+        fused_input(df, k);
+        atomic_store_explicit(&df->stage[0].ready, 1, memory_order_relaxed);
+    }
+    /* the pool's post publishes the stores above to the workers */
+    mt_decoder_parallel(df->dec, fused_phase, df);
+}
+
 static int columns_split(const mt_depformer *df)
 {
     const mt_kyutai_config *kc = &df->lm->kc;
     return df->dec != NULL && df->nthreads > 1 &&
-           (size_t)kc->dep_dim * (size_t)kc->dim >= COLUMNS_MIN_WEIGHTS;
+           (size_t)kc->dep_dim * (size_t)kc->dim >= df->columns_min;
 }
+
+void mt_depformer_columns_from(mt_depformer *df, size_t weights) { df->columns_min = weights; }
 
 int mt_depformer_rows_split(const mt_depformer *df)
 {
@@ -611,7 +837,10 @@ int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logit
         memset(logits, 0, (size_t)df->B * df->lm->kc.card * sizeof(float));
         return 0;
     }
-    step_rows(df, k, 0, df->B, prev, logits, columns_split(df), 0);
+    if (columns_split(df) && df->fused && df->B <= df->xin_rows)
+        step_fused(df, k, prev, logits);
+    else
+        step_rows(df, k, 0, df->B, prev, logits, columns_split(df), 0);
     return 0;
 }
 

@@ -52,6 +52,10 @@ int  mt_depformer_attach(mt_depformer *df, struct mt_decoder *dec, char *err, si
 /* Makes mt_depformer_attach do nothing: the depformer stays on the
  * caller's thread, fp32 (the benchmark's "before" figure). */
 void mt_depformer_set_serial(mt_depformer *df);
+/* Tests: column mode (B < MT_DEPFORMER_ROWS_MIN on 2 or more threads)
+ * from this many depformer_in weights on (default 1 << 20: a real
+ * depformer's; the test presets' are smaller). */
+void mt_depformer_columns_from(mt_depformer *df, size_t weights);
 /* 1 when attached with f16 copies. */
 int  mt_depformer_f16(const mt_depformer *df);
 /* How it runs: "cuda", "serial" (not attached), "pool" or "pool-f16". */
@@ -82,8 +86,11 @@ int  mt_depformer_frame(mt_depformer *df, const int32_t *text, const float *temp
  * read once per thread and step), with no barrier inside the frame, so the
  * caller (kyutai.c) runs the frame's steps and samples as one parallel
  * phase; below, each product is split by columns over the threads (the
- * weights read once per step; a barrier per product), which is what
- * mt_depformer_next does. 1 when the frame begun is for row mode. */
+ * weights read once per step), which is what mt_depformer_next does: one
+ * pool phase a step, the threads taking each product's columns in chunks
+ * and waiting for each other only between stages (MT_DEPFORMER_FUSED=0 in
+ * the environment: a phase per product, as before, for benchmarks;
+ * MT_DEPFORMER_CHUNKS=n, 1..64: n chunks a thread, default 4). 1 when the frame begun is for row mode. */
 enum { MT_DEPFORMER_ROWS_MIN = 8 };
 int  mt_depformer_rows_split(const mt_depformer *df);
 /* Step k for rows [r0, r1) only, on the calling thread, which is thread
