@@ -118,11 +118,19 @@ timeout 120 "$MT_BIN/mt-replay" -s "$URL" long.wav -t words.txt \
     --token-file tok > rep.txt 2> rep.err
 t_check "mt-replay over the protocol: exit 0 ($(tail -1 rep.err))" test $? = 0
 t_check "... every frame answered" grep -q "replay_summary=1 done=1 .* missing=0" rep.txt
-sed -n "s/^[0-9.]* Word text=\\(.*\\) start_time=\\(.*\\)$/[\\2] \\1/p" good.log |
-    awk '{ $1 = sprintf("[%.2f]", substr($1, 2, length($1) - 2)); print }' > want.txt
+# The Python clients' words, each "[start] word": the real-time one's and
+# the all-at-once one's. Each is the model's answer to the same audio, but
+# how a session's last word ends depends on the host's timing at its
+# close: under ASan beside other tests the real-time client got 12 words
+# and the all-at-once one and mt-replay 11 (12 each here). So mt-replay's
+# must be one of the two, word for word and time for time.
+for c in good fast; do
+    sed -n "s/^[0-9.]* Word text=\\(.*\\) start_time=\\(.*\\)$/[\\2] \\1/p" $c.log |
+        awk '{ $1 = sprintf("[%.2f]", substr($1, 2, length($1) - 2)); print }' > want_$c.txt
+done
 cut -d' ' -f3- words.txt > got.txt
-t_check "... its transcript: the words and start times the Python client got ($(wc -l < got.txt) words)" \
-    cmp -s want.txt got.txt
+t_check "... its transcript: the words and start times a Python client got ($(wc -l < got.txt) words; the real-time one $(wc -l < want_good.txt), all at once $(wc -l < want_fast.txt))" \
+    sh -c 'test -s got.txt && { cmp -s want_good.txt got.txt || cmp -s want_fast.txt got.txt; }'
 kill $SRV; wait $SRV 2>/dev/null
 
 # admission as for any session: a full server refuses with the reason
