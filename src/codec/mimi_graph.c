@@ -118,11 +118,18 @@ void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES])
             out[g->op[i].stage] += conv_flops(g->op[i].cv);
     double d = c->d_model, T = m->enc_steps;
     /* projections and MLP, then attention over a full ring */
-    out[MIMI_ST_TRANSFORMER] = c->num_layers * T *
-        (2.0 * (4 * d * d + 2 * d * c->dim_feedforward) + 4.0 * c->context * d);
+    out[MIMI_ST_TRANSFORMER] = mimi_transformer_weight_flops(m) +
+                               c->num_layers * T * 4.0 * c->context * d;
     double qd = c->q_dimension;
     out[MIMI_ST_RVQ] = dir ? 2.0 * 2 * qd * c->dimension
                            : 2.0 * 2 * qd * c->dimension + 2.0 * c->n_q_used * c->bins * qd;
+}
+
+double mimi_transformer_weight_flops(const mimi_model *m)
+{
+    const mimi_config *c = &m->c;
+    double d = c->d_model;
+    return c->num_layers * (double)m->enc_steps * 2.0 * (4 * d * d + 2 * d * c->dim_feedforward);
 }
 
 static double total_flops(const mimi_model *m, int dir)
