@@ -59,6 +59,8 @@ enum {
     ELT_CHUNK = 4096,   /* elementwise work item, floats (a multiple of 8) */
     ROW_TILE = 256,     /* the one-channel layer's work item, steps (a multiple of 32) */
     MAX_THREADS = 64,
+    Q8_COLS = 16,       /* an 8-bit convolution's columns a product (the q8
+                           kernel reads the weights once for up to 16 rows) */
     SKINNY = DOT8_MULTI_MAX,   /* the previous kernels: a product with at most this
                                   many vectors is skinny (at 4, sgemm was the faster
                                   than dot8_multi: issue 49) */
@@ -123,8 +125,10 @@ struct mimi_batch {
     float *wt[2 * MIMI_MAX_CONVS];   /* encoder's then decoder's convs: the direct
                                         kernel's reordered weights, or NULL */
     int    cpu_clock;  /* stages timed in this thread's CPU time */
-    mimi_q8 *q8;       /* the transformers' 8-bit copies (mimi_batch_weights_q8), or NULL */
+    mimi_q8 *q8;       /* the 8-bit copies (mimi_batch_weights_q8), or NULL */
     int    q8_rows;    /* products of up to this many rows run on them */
+    float *q8x;        /* [Q8_COLS][q8 max K]: an 8-bit convolution's columns, as rows */
+    float *q8y;        /* [Q8_COLS][q8 max rows]: their products */
     /* threads */
     const mimi_model *m;
     mt_pool pool;      /* pool.n threads, the caller's included; none started at 1 */
@@ -242,6 +246,7 @@ void mimi_batch_free(mimi_batch *w)
     free(w->col); free(w->part); free(w->h); free(w->qkv); free(w->att); free(w->ff);
     free(w->xt); free(w->rcos); free(w->rsin);
     free(w->score); free(w->r); free(w->sc); free(w->sum2); free(w->vt);
+    free(w->q8x); free(w->q8y);
     for (int i = 0; i < 2 * MIMI_MAX_CONVS; i++)
         free(w->wt[i]);
     mimi_q8_free(w->q8);
@@ -254,8 +259,23 @@ int mimi_batch_weights_q8(mimi_batch *w, int max_rows, char *err, size_t errlen)
         w->q8_rows = 0;
         return 0;
     }
-    if (!w->q8 && mimi_q8_make(w->m, &w->q8, err, errlen))
-        return -1;
+    if (!w->q8) {
+        if (mimi_q8_make(w->m, &w->q8, err, errlen))
+            return -1;
+        size_t mk, mn;
+        int bad = 0;
+        mimi_q8_conv_max(w->q8, &mk, &mn);
+        w->q8x = alloc_f(mk * Q8_COLS, &w->bytes, &bad);
+        w->q8y = alloc_f(mn * Q8_COLS, &w->bytes, &bad);
+        if (bad) {
+            mimi_q8_free(w->q8);
+            free(w->q8x);
+            free(w->q8y);
+            w->q8 = NULL, w->q8x = w->q8y = NULL;
+            mt_set_err(err, errlen, "mimi: out of memory for the 8-bit convolutions' columns");
+            return -1;
+        }
+    }
     w->q8_rows = max_rows;
     return 0;
 }
@@ -550,26 +570,33 @@ static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
                     g->ldc);
 }
 
-/* A transformer's product C [M][N] = A [M][K] . W [N][K]^T: on the 8-bit
- * copy of W (matrix `which` of layer li) where the batch has one and M is
- * within q8_rows, in tiles of whole 8-row groups (cpu_q8.h) by weight
- * rows, the tiles a function of the shape alone (each output's sum is the
- * same whatever thread takes it); else par_gemm on the fp32 W. */
-static void tr_gemm(mimi_batch *w, int dec, int li, int which, int M, int N, int K, const float *A,
-                    const float *W, float *C)
+/* C [M][N] = A [M][K] . W [N][K]^T on W's 8-bit copy q8, in tiles of
+ * whole 8-row groups (cpu_q8.h) by weight rows, the tiles a function of
+ * the shape alone (each output's sum is the same whatever thread takes
+ * it). Sets w->job's g and q8 only. */
+static void q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
+                       float *C)
 {
-    if (!w->q8 || M > w->q8_rows) {
-        par_gemm(w, 0, 1, M, N, K, A, K, W, K, 0.0f, C, N);
-        return;
-    }
     gemm_job *g = &w->job.g;
     int tile = ((N + MAX_TILES - 1) / MAX_TILES + MT_Q8_GROUP - 1) / MT_Q8_GROUP * MT_Q8_GROUP;
     *g = (gemm_job){ 0, 1, M, N, K, A, NULL, K, K, N, 0.0f, C, 0, tile, (N + tile - 1) / tile, 0 };
-    w->job.q8 = mimi_q8_mat(w->q8, dec, li, which);
+    w->job.q8 = q8;
     if (g->ntiles == 1)
         it_q8(w, &w->job, 0, 0);
     else
         par_run(w, it_q8, g->ntiles);
+}
+
+/* A transformer's product C [M][N] = A [M][K] . W [N][K]^T: on the 8-bit
+ * copy of W (matrix `which` of layer li) where the batch has one and M is
+ * within q8_rows (q8_product), else par_gemm on the fp32 W. */
+static void tr_gemm(mimi_batch *w, int dec, int li, int which, int M, int N, int K, const float *A,
+                    const float *W, float *C)
+{
+    if (!w->q8 || M > w->q8_rows)
+        par_gemm(w, 0, 1, M, N, K, A, K, W, K, 0.0f, C, N);
+    else
+        q8_product(w, mimi_q8_mat(w->q8, dec, li, which), M, N, K, A, C);
 }
 
 /* The elementwise ops, in ranges of ELT_CHUNK floats: dst = elu(src),
@@ -744,6 +771,68 @@ static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
                          j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
 }
 
+/* ---- the deepest layers on 8-bit copies (mimi_q8.c) ------------------------ */
+
+/* cv's 8-bit copy where the batch has one and its product's cols columns
+ * (sessions x steps) are within q8_rows, else NULL */
+static const mimi_q8mat *conv_q8_mat(const mimi_batch *w, const mimi_conv *cv, size_t cols)
+{
+    return w->q8 && cols <= (size_t)w->q8_rows ? mimi_q8_conv(w->q8, cv) : NULL;
+}
+
+/* Item c of an 8-bit layer's chunk: input column n0 + c as row c of
+ * w->q8x. A convolution's is its im2col column, (ci, kk) the padded input
+ * at step t*stride + kk*dil of session b (the context below ctx); a
+ * transposed one's the input channels at that step. */
+static void it_q8_col(mimi_batch *w, const par_job *j, int c, int tid)
+{
+    const mimi_conv *cv = j->cv;
+    const size_t n = j->n0 + (size_t)c;
+    const int cin = cv->cin, k = cv->k, ctx = cv->ctx, tin = cv->tin;
+    const size_t Nin = (size_t)j->B * tin;
+    (void)tid;
+    if (cv->tr) {
+        float *row = w->q8x + (size_t)c * cin;
+        for (int ci = 0; ci < cin; ci++)
+            row[ci] = j->X[(size_t)ci * Nin + n];
+        return;
+    }
+    const size_t b = n / (size_t)cv->tout;
+    const int t = (int)(n % (size_t)cv->tout);
+    const float *sb = j->S[b]->x + cv->st, *xb = j->X + b * tin;
+    float *row = w->q8x + (size_t)c * cin * k;
+    for (int ci = 0; ci < cin; ci++)
+        for (int kk = 0; kk < k; kk++) {
+            int p = t * cv->stride + kk * cv->dil;
+            row[ci * k + kk] = p < ctx ? sb[(size_t)ci * ctx + p] : xb[(size_t)ci * Nin + p - ctx];
+        }
+}
+
+/* Columns n0..n0+nc (nc <= Q8_COLS) of layer w->job.cv on its copy q8:
+ * w->q8y [nc][rows] = the columns . the copy^T (rows: cout, or a
+ * transposed layer's cout * k) */
+static void q8_columns(mimi_batch *w, const mimi_q8mat *q8, size_t n0, int nc)
+{
+    const mimi_conv *cv = w->job.cv;
+    const int rows = cv->tr ? cv->cout * cv->k : cv->cout, K = cv->tr ? cv->cin : cv->cin * cv->k;
+    w->job.n0 = n0;
+    par_run(w, it_q8_col, nc);
+    q8_product(w, q8, nc, rows, K, w->q8x, w->q8y);
+}
+
+/* A convolution's Y [cout][N] (its bias in) += the product on its copy */
+static void conv_q8(mimi_batch *w, const mimi_q8mat *q8, size_t N, float *Y)
+{
+    const int cout = w->job.cv->cout;
+    for (size_t n0 = 0; n0 < N; n0 += Q8_COLS) {
+        const int nc = N - n0 < Q8_COLS ? (int)(N - n0) : Q8_COLS;
+        q8_columns(w, q8, n0, nc);
+        for (int c = 0; c < nc; c++)
+            for (int co = 0; co < cout; co++)
+                Y[(size_t)co * N + n0 + c] += w->q8y[(size_t)c * cout + co];
+    }
+}
+
 /* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
 static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
                      const float *X, float *Y)
@@ -775,7 +864,10 @@ static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
         }
     } else
         fill_bias(Y, cv->b, cout, N);
+    const mimi_q8mat *q8 = job->wt ? NULL : conv_q8_mat(w, cv, N);
     if (job->wt) {
+    } else if (q8) {
+        conv_q8(w, q8, N, Y);
     } else if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
         par_run(w, it_conv_row, B * ((tout + ROW_TILE - 1) / ROW_TILE));
     } else if (k == 1 && st == 1) {
@@ -884,13 +976,22 @@ static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S,
     } else {
         fill_bias(Y, cv->b, cout, Nout);
         const size_t rows = (size_t)cout * k;
+        const mimi_q8mat *q8 = conv_q8_mat(w, cv, N);
         size_t chunk = w->col_floats / rows;
+        if (q8 && chunk > Q8_COLS)
+            chunk = Q8_COLS;
         if (chunk < 1)
             chunk = 1;
         for (size_t n0 = 0; n0 < N; n0 += chunk) {
             size_t nc = N - n0 < chunk ? N - n0 : chunk;
             w->job = (par_job){ .cv = cv, .B = B, .X = X + n0, .Y = Y, .n0 = n0, .nc = nc, .wt = wt };
-            if (wt && N <= (size_t)mimi_trs_max_cols())   /* mimi_convtr.c's product */
+            if (q8) {   /* the 8-bit copy's [nc][rows], made [rows][nc] */
+                w->job.X = X;
+                q8_columns(w, q8, n0, (int)nc);
+                for (size_t r = 0; r < rows; r++)
+                    for (size_t c = 0; c < nc; c++)
+                        w->col[r * nc + c] = w->q8y[c * rows + r];
+            } else if (wt && N <= (size_t)mimi_trs_max_cols())   /* mimi_convtr.c's product */
                 par_run(w, it_trs, mimi_trs_blocks(cv));
             else   /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
                 par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,

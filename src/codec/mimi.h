@@ -140,9 +140,10 @@ void        mimi_batch_free(mimi_batch *w);
 int         mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen);
 int         mimi_batch_thread_count(const mimi_batch *w);
 /* The transformers' products of up to max_rows rows (a session's steps,
- * two a frame in the published shape) on 8-bit copies of their matrices
- * (decode/cpu_q8.h: a scale per block of 32 weights, max|w| / 127; 28 MB
- * where fp32 is 100 MB each way, published shape), made here from the
+ * two a frame in the published shape), and those of the SEANet layers
+ * with a few steps a frame (mimi_q8.c), on 8-bit copies of their matrices
+ * (decode/cpu_q8.h: a scale per block of 32 weights, max|w| / 127; 82 MB
+ * where fp32 is 292 MB, published shape), made here from the
  * model's; max_rows 0 turns them off (the fp32 products, the default;
  * copies made stay until the batch is freed, so that a benchmark may
  * toggle). The
@@ -190,5 +191,9 @@ void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES]);
  * of its weight products (projections and MLP; attention's are the rest):
  * the part mimi_batch_weights_q8 puts on the 8-bit product. */
 double mimi_transformer_weight_flops(const mimi_model *m);
+/* The FLOPs per session-frame, encode (dir 0) or decode (1), that
+ * mimi_batch_weights_q8 puts on the 8-bit product: the transformer's
+ * weight products and the convolutions that get copies. */
+double mimi_q8_flops(const mimi_model *m, int dir);
 
 #endif

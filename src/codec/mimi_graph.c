@@ -132,6 +132,17 @@ double mimi_transformer_weight_flops(const mimi_model *m)
     return c->num_layers * (double)m->enc_steps * 2.0 * (4 * d * d + 2 * d * c->dim_feedforward);
 }
 
+double mimi_q8_flops(const mimi_model *m, int dir)
+{
+    const mimi_graph *g = dir ? &m->gdec : &m->genc;
+    double f = mimi_transformer_weight_flops(m);
+    for (int i = 0; i < g->n; i++)
+        if ((g->op[i].kind == MIMI_OP_CONV || g->op[i].kind == MIMI_OP_CONVTR) &&
+            mimi_q8_conv_eligible(g->op[i].cv))
+            f += conv_flops(g->op[i].cv);
+    return f;
+}
+
 static double total_flops(const mimi_model *m, int dir)
 {
     double s[MIMI_NSTAGES], t = 0;

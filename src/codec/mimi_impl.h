@@ -233,6 +233,15 @@ typedef struct mimi_q8mat {
 typedef struct mimi_q8 mimi_q8;
 int  mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen);
 const mimi_q8mat *mimi_q8_mat(const mimi_q8 *q, int dec, int li, int which);
+/* The deepest SEANet layers' copies (mimi_q8.c says which and why):
+ * whether cv gets one (a few steps a frame, not grouped, K a multiple
+ * of 32), its copy or NULL, how many there are, and the largest K and
+ * rows among them (a convolution's rows cout and K cin * k, a transposed
+ * one's cout * k and cin). */
+int mimi_q8_conv_eligible(const mimi_conv *cv);
+const mimi_q8mat *mimi_q8_conv(const mimi_q8 *q, const mimi_conv *cv);
+int mimi_q8_conv_count(const mimi_q8 *q);
+void mimi_q8_conv_max(const mimi_q8 *q, size_t *max_k, size_t *max_n);
 size_t mimi_q8_bytes(const mimi_q8 *q);
 void mimi_q8_free(mimi_q8 *q);
 

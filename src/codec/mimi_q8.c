@@ -11,6 +11,16 @@
  * per block of 32 weights, max|w| / 127) and its product; the model's
  * fp32 matrices stay (the other batches, the CUDA codec and the tests
  * read them).
+ *
+ * The deepest SEANet layers too (mimi_q8_conv_eligible: a few steps a
+ * frame, so a product of a few columns by the whole matrix): at B = 1 the
+ * encoder's 512 -> 1024 k16 and 1024 -> 512 k3 and the downsample, the
+ * decoder's 512 -> 1024 k7 and 1024 -> 512 k16 transposed read 92 MB of
+ * fp32 a frame, 2.5 of Mimi's 9.4 ms (mt-benchcodec --layers, q8
+ * transformers); in 8 bits 26 MB. A convolution's copy is its im2col
+ * product's matrix, [cout][cin * k] (its weights as stored); a
+ * transposed one's is [cout * k][cin], row (co, kk) the weights that
+ * output tap takes from every input channel.
  */
 #include "codec/mimi_impl.h"
 #include "decode/cpu_q8.h"
@@ -18,9 +28,15 @@
 
 #include <stdlib.h>
 
+enum { MAX_Q8_CONVS = 16 };
+
 struct mimi_q8 {
     int layers;
     mimi_q8mat *mat;   /* [2][layers][MIMI_Q8_MATS] */
+    int nconv;
+    const mimi_conv *conv[MAX_Q8_CONVS];   /* the layers with a copy */
+    mimi_q8mat convmat[MAX_Q8_CONVS];
+    size_t max_k, max_n;   /* the largest copy's K and rows */
     int8_t *bytes;     /* every matrix's, one after the other */
     float *scales;
     size_t nbytes;
@@ -39,6 +55,53 @@ static const float *layer_mat(const mimi_model *m, const mimi_tlayer *l, int whi
     }
 }
 
+int mimi_q8_conv_eligible(const mimi_conv *cv)
+{
+    const int K = cv->tr ? cv->cin : cv->cin * cv->k;
+    return !cv->grouped && cv->cout > 1 && K % MT_Q8_BLOCK == 0 &&
+           (cv->tr ? cv->tin : cv->tout) < 16;
+}
+
+/* The layers that get a copy, in the order of mimi_model's arrays: the
+ * encoder's convolutions, the downsample, the upsample, the decoder's. */
+static int q8_convs(const mimi_model *m, const mimi_conv **cv)
+{
+    int n = 0;
+    for (int i = 0; i < m->n_enc + 2 + m->n_dec; i++) {
+        const mimi_conv *c = i < m->n_enc ? &m->enc[i] : i == m->n_enc ? &m->down
+                           : i == m->n_enc + 1 ? &m->up : &m->dec[i - m->n_enc - 2];
+        if (mimi_q8_conv_eligible(c) && n < MAX_Q8_CONVS)
+            cv[n++] = c;
+    }
+    return n;
+}
+
+/* A layer's product matrix: rows x K */
+static void conv_shape(const mimi_conv *cv, size_t *rows, size_t *K)
+{
+    *rows = cv->tr ? (size_t)cv->cout * cv->k : (size_t)cv->cout;
+    *K = cv->tr ? (size_t)cv->cin : (size_t)cv->cin * cv->k;
+}
+
+/* Packs layer cv's matrix at q, s; -1 on no memory (a transposed layer's
+ * rows are made first) or a weight not finite */
+static int pack_conv(const mimi_conv *cv, int8_t *q, float *s)
+{
+    size_t rows, K;
+    conv_shape(cv, &rows, &K);
+    if (!cv->tr)
+        return mt_q8_pack(q, s, cv->w, rows, (int)K);
+    float *t = malloc(rows * K * sizeof *t);   /* [cout * k][cin] */
+    if (!t)
+        return -1;
+    for (size_t ci = 0; ci < K; ci++)
+        for (size_t r = 0; r < rows; r++)   /* w [cin][cout][k]: row (co, kk) = co * k + kk */
+            t[r * K + ci] = cv->w[ci * rows + r];
+    int rc = mt_q8_pack(q, s, t, rows, (int)K);
+    free(t);
+    return rc;
+}
+
 int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -55,6 +118,13 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
         total += (size_t)rows * cols;
     }
     total *= 2 * (size_t)L;
+    const mimi_conv *convs[MAX_Q8_CONVS];
+    const int nconv = q8_convs(m, convs);
+    for (int i = 0; i < nconv; i++) {
+        size_t r, K;
+        conv_shape(convs[i], &r, &K);
+        total += r * K;
+    }
     mimi_q8 *q = mt_calloc_or_err(1, sizeof *q, err, errlen, "mimi q8");
     if (!q)
         return -1;
@@ -84,6 +154,22 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
                 mq->s = q->scales + o / MT_Q8_BLOCK;
                 o += (size_t)rows * cols;
             }
+    for (int i = 0; i < nconv; i++) {
+        size_t r, K;
+        conv_shape(convs[i], &r, &K);
+        if (pack_conv(convs[i], q->bytes + o, q->scales + o / MT_Q8_BLOCK)) {
+            mimi_q8_free(q);
+            mt_set_err(err, errlen, "mimi: a convolution's weight (%d -> %d, k %d) is not finite, "
+                       "or no memory to pack it", convs[i]->cin, convs[i]->cout, convs[i]->k);
+            return -1;
+        }
+        q->conv[i] = convs[i];
+        q->convmat[i] = (mimi_q8mat){ q->bytes + o, q->scales + o / MT_Q8_BLOCK };
+        q->max_k = K > q->max_k ? K : q->max_k;
+        q->max_n = r > q->max_n ? r : q->max_n;
+        o += r * K;
+    }
+    q->nconv = nconv;
     *out = q;
     return 0;
 }
@@ -91,6 +177,22 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
 const mimi_q8mat *mimi_q8_mat(const mimi_q8 *q, int dec, int li, int which)
 {
     return &q->mat[((size_t)(dec != 0) * q->layers + li) * MIMI_Q8_MATS + which];
+}
+
+const mimi_q8mat *mimi_q8_conv(const mimi_q8 *q, const mimi_conv *cv)
+{
+    for (int i = 0; q && i < q->nconv; i++)
+        if (q->conv[i] == cv)
+            return &q->convmat[i];
+    return NULL;
+}
+
+int mimi_q8_conv_count(const mimi_q8 *q) { return q ? q->nconv : 0; }
+
+void mimi_q8_conv_max(const mimi_q8 *q, size_t *max_k, size_t *max_n)
+{
+    *max_k = q ? q->max_k : 0;
+    *max_n = q ? q->max_n : 0;
 }
 
 size_t mimi_q8_bytes(const mimi_q8 *q) { return q ? q->nbytes : 0; }

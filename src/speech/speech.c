@@ -206,9 +206,9 @@ int mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder 
         }
     } else {
         sp->cw = mimi_batch_new(codec, max_batch, err, errlen);
-        /* --weights q8: the codec's transformers too, on as many rows as
-         * the decoder's 8-bit products take (every count where the
-         * integer product serves) */
+        /* --weights q8: the codec's transformers and deepest convolutions
+         * too, on as many rows as the decoder's 8-bit products take
+         * (every count where the integer product serves) */
         if (sp->cw && mt_decoder_weights_format(dec) == MT_FMT_Q8 &&
             mimi_batch_weights_q8(sp->cw, mt_decoder_weights_f16_rows(dec), err, errlen)) {
             mt_speech_free(sp);

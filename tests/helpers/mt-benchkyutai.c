@@ -247,10 +247,11 @@ static double bound_q8_ms(double bytes, double flops, double qflops, double gbs,
 /* Mimi on B sessions and T threads (the decoder's, as mt-serve gives the
  * codec: mt_speech_codec_threads): the median encode and decode (ms) over
  * F frames after one of warm-up; decode of n_dec codebooks (0: none).
- * With -w q8, the transformers' products of up to q8_rows rows on their
+ * With -w q8, the transformers' and deepest convolutions' products of up to q8_rows rows on their
  * 8-bit copies, as mt-serve --weights q8 runs the codec (speech.c); their
- * FLOPs (the transformers' weight products; attention's stay on the
- * sgemm rate) in enc_q, dec_q. */
+ * FLOPs (the transformers' weight products and the deepest
+ * convolutions', mimi_q8_flops; attention's stay on the sgemm rate) in
+ * enc_q, dec_q. */
 static int time_mimi(int B, int F, int T, int n_dec, int q8_rows, double *enc_ms, double *dec_ms,
                      double *bytes, double *enc_flops, double *dec_flops, double *enc_q,
                      double *dec_q)
@@ -283,8 +284,8 @@ static int time_mimi(int B, int F, int T, int n_dec, int q8_rows, double *enc_ms
         if (mimi_batch_weights_q8(w, q8_rows, err, sizeof err))
             goto out;
         /* the weight products only: attention stays fp32 */
-        *enc_q = mimi_transformer_weight_flops(m) * B;
-        *dec_q = n_dec > 0 ? mimi_transformer_weight_flops(m) * B : 0;
+        *enc_q = mimi_q8_flops(m, 0) * B;
+        *dec_q = n_dec > 0 ? mimi_q8_flops(m, 1) * B : 0;
     }
     for (int f = 0; f <= F && F > 0; f++) {
         for (size_t i = 0; i < (size_t)B * fs; i++)

@@ -541,7 +541,7 @@ static void test_threads(const mimi_model *m)
     static int32_t codes[3][2 * 2 * 32];
     static float pcm[3][2 * 2 * 1920];
     for (int q8 = 0; q8 < 2; q8++) {
-        const char *what = q8 ? " (8-bit transformers)" : "";
+        const char *what = q8 ? " (8-bit copies)" : "";
         int rc = 0;
         for (int t = 0; t < 3 && rc == 0; t++)
             rc = run_threads(m, t + 1, q8, codes[t], pcm[t], err, sizeof err);
@@ -721,8 +721,19 @@ static void test_q8(const mimi_model *m)
         rc = mimi_batch_weights_q8(w, 2, err, sizeof err);
     tap_ok(rc == 0 && mimi_batch_q8_bytes(w) > 0 &&
                mimi_batch_q8_bytes(w) < mimi_param_count(m) * sizeof(float) / 3,
-           "8-bit transformer copies made (%zu bytes)%s%s", w ? mimi_batch_q8_bytes(w) : 0,
+           "8-bit copies made (%zu bytes)%s%s", w ? mimi_batch_q8_bytes(w) : 0,
            rc ? ": " : "", rc ? err : "");
+    /* the published shape's layers of a few steps a frame: the encoder's
+     * 512 -> 1024 k16, 1024 -> 512 k3 and downsample, the decoder's
+     * 512 -> 1024 k7 and 1024 -> 512 k16 transposed */
+    int nconv = 0;
+    for (int i = 0; i < m->n_enc; i++)
+        nconv += mimi_q8_conv_eligible(&m->enc[i]);
+    for (int i = 0; i < m->n_dec; i++)
+        nconv += mimi_q8_conv_eligible(&m->dec[i]);
+    nconv += mimi_q8_conv_eligible(&m->down) + mimi_q8_conv_eligible(&m->up);
+    tap_ok(nconv == 5 && mimi_q8_conv(NULL, &m->down) == NULL,
+           "8-bit copies of the 5 deepest convolutions (%d eligible)", nconv);
     if (rc == 0)
         rc = run_frames(m, w, F, pcm, codes[1], codes[0], out[1], err, sizeof err);
     double sig = 0, noise = 0;
@@ -738,10 +749,10 @@ static void test_q8(const mimi_model *m)
     }
     double snr = noise > 0 ? 10 * log10(sig / noise) : 999;
     tap_ok(rc == 0 && sig > 0 && snr >= 25,
-           "8-bit transformers: the same codes decode within %.1f dB SNR of fp32 (>= 25)%s%s", snr,
+           "8-bit copies: the same codes decode within %.1f dB SNR of fp32 (>= 25)%s%s", snr,
            rc ? ": " : "", rc ? err : "");
     tap_ok(rc == 0 && same_all * 10 >= F * nq * 9,
-           "8-bit transformers: fp32's codes in %d of %d (>= 90%%; the first codebook's in %d of "
+           "8-bit copies: fp32's codes in %d of %d (>= 90%%; the first codebook's in %d of "
            "%d frames)", same_all, F * nq, same, F);
     /* off again: fp32's bits (the copies kept) */
     static float out3[F * 1920];
@@ -751,7 +762,7 @@ static void test_q8(const mimi_model *m)
     if (rc == 0)
         rc = run_frames(m, w, F, pcm, codes3, NULL, out3, err, sizeof err);
     tap_ok(rc == 0 && !memcmp(codes3, codes[0], sizeof codes3) && !memcmp(out3, out[0], sizeof out3),
-           "8-bit transformers off again: fp32's codes and PCM, bit for bit");
+           "8-bit copies off again: fp32's codes and PCM, bit for bit");
     mimi_batch_free(w);
 }
 
