@@ -9,7 +9,8 @@
  * overlap-add; the
  * transformers with one sgemm per projection across the batch and
  * attention over each session's ring, the split RVQ with the distances as
- * one sgemm per codebook.
+ * one sgemm per codebook. The convolutions' passes are mimi_seanet.c's,
+ * on the batch's inside (mimi_batch.h) and its phases here.
  *
  * Activations are [channels][session][steps] (column n = b * T + t), so a
  * batch is one matrix and one frame of B sessions costs one GEMM per
@@ -37,7 +38,7 @@
  * pool and its parallel pieces sub-phases that end when their items are
  * done (par_frame), so a thread the scheduler leaves out costs the frame
  * once, not every piece. */
-#include "codec/mimi_impl.h"
+#include "codec/mimi_batch.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -52,94 +53,7 @@
 #include "util/vec8.h"
 
 #include <sched.h>
-#include <stdatomic.h>
 
-enum {
-    MAX_TILES = 8,      /* a product in at most this many tiles */
-    ELT_CHUNK = 4096,   /* elementwise work item, floats (a multiple of 8) */
-    ROW_TILE = 256,     /* the one-channel layer's work item, steps (a multiple of 32) */
-    MAX_THREADS = 64,
-    Q8_COLS = 16,       /* an 8-bit convolution's columns a product (the q8
-                           kernel reads the weights once for up to 16 rows) */
-    SKINNY = DOT8_MULTI_MAX,   /* the previous kernels: a product with at most this
-                                  many vectors is skinny (at 4, sgemm was the faster
-                                  than dot8_multi: issue 49) */
-    SKINNY_VT = MIMI_SKINNY_MAX > SKINNY ? MIMI_SKINNY_MAX : SKINNY,   /* vt's rows */
-};
-
-/* A product C [M][N] = op(A) op(B) + beta C (row-major, as cblas_sgemm)
- * and its tiles: `split_m` rows or else columns, `tile` of them each. */
-typedef struct gemm_job {
-    int ta, tb, M, N, K;
-    const float *A, *B;
-    int lda, ldb, ldc;
-    float beta;
-    float *C;
-    int split_m, tile, ntiles;
-    int skinny;          /* the product is skinny_tile's (see there), not sgemm's */
-} gemm_job;
-
-struct mimi_batch;
-struct par_job;
-/* Work item i of a phase, run by thread tid. */
-typedef void (*par_item_fn)(struct mimi_batch *w, const struct par_job *j, int i, int tid);
-
-/* What a parallel phase works on: nitems items of fn. */
-typedef struct par_job {
-    par_item_fn fn;
-    int nitems;
-    gemm_job g;
-    const mimi_conv *cv;
-    mimi_state *const *S;
-    int B;
-    const float *X;     /* conv input; elementwise source */
-    const float *wt;    /* the direct convolution's reordered weights */
-    float *Y;           /* conv output; elementwise destination */
-    size_t n0, nc, n;   /* im2col: the chunk's columns (direct: n0 the first session);
-                           elementwise: floats */
-    int kind;           /* elementwise: 0 ELU, 1 add, 2 GELU */
-    /* attention */
-    const mimi_tlayer *l;
-    int T, dec;
-    const mimi_q8mat *q8;   /* an 8-bit product's matrix (g: its shape and tiles) */
-} par_job;
-struct mimi_batch {
-    int    max_batch;
-    size_t bytes;
-    float *act[4];     /* [max_act * max_batch] each: the SEANet ping-pong */
-    float *col;        /* [col_floats]: im2col / transposed-GEMM chunk */
-    size_t col_floats;
-    float *part;       /* [max_batch][cout][ctx]: a transposed conv's new overlap */
-    float *h, *qkv, *att, *ff, *xt;   /* transformer: [max_batch * steps][d|3d|d|ff|d] */
-    float *rcos, *rsin;  /* [max_batch * steps][head_dim / 2]: rotary angles */
-    float *score;      /* [MAX_THREADS][context]: each thread's attention scores */
-    float *xrow;       /* [MAX_THREADS][xrow_floats]: the one-channel layer's padded input */
-    size_t xrow_floats;
-    float *r, *sc, *sum2;        /* RVQ: [qd][B], [bins][B], [qd][B] */
-    float *vt;         /* [SKINNY_VT][vt_k]: a skinny product's columns, made rows */
-    size_t vt_k;
-    double stage_s[MIMI_NSTAGES];
-    double op_s[MIMI_MAX_OPS];   /* the last call's time of each op */
-    int    op_n;
-    int    old_kern;   /* mimi_batch_old_kernels: the previous kernels */
-    float *wt[2 * MIMI_MAX_CONVS];   /* encoder's then decoder's convs: the direct
-                                        kernel's reordered weights, or NULL */
-    int    cpu_clock;  /* stages timed in this thread's CPU time */
-    mimi_q8 *q8;       /* the 8-bit copies (mimi_batch_weights_q8), or NULL */
-    int    q8_rows;    /* products of up to this many rows run on them */
-    float *q8x;        /* [Q8_COLS][q8 max K]: an 8-bit convolution's columns, as rows */
-    float *q8y;        /* [Q8_COLS][q8 max rows]: their products */
-    /* threads */
-    const mimi_model *m;
-    mt_pool pool;      /* pool.n threads, the caller's included; none started at 1 */
-    par_job job;       /* the phase being prepared (thread 0's) */
-    par_job jobs[2];   /* phase k's, published, in jobs[k % 2] */
-    uint32_t seq;      /* thread 0's count of phases posted */
-    _Atomic uint64_t claim;   /* phase seq (24 bits) | items (20) | next item (20) */
-    atomic_int done;   /* items of the current phase finished */
-    atomic_int over;   /* the frame's graph is done: workers return */
-    int in_frame;      /* thread 0 is inside par_frame */
-};
 
 static double now_s(const mimi_batch *w)
 {
@@ -374,7 +288,7 @@ static void add_into(float *dst, const float *src, size_t n);
 /* Runs w->job's items fn(w, job, i, tid), i < nitems, on the frame's
  * threads (all on this one outside a frame, or for fewer than 2 items);
  * returns when all are done. */
-static void par_run(mimi_batch *w, par_item_fn fn, int nitems)
+void mimi_par_run(mimi_batch *w, par_item_fn fn, int nitems)
 {
     w->job.fn = fn;
     w->job.nitems = nitems;
@@ -530,8 +444,8 @@ static int skinny_setup(mimi_batch *w, gemm_job *j)
  * operand's dimension (rows of A, or columns of B) into at most MAX_TILES,
  * rows in multiples of 16 and columns of 64; a product under 1e5
  * multiply-adds is one tile. */
-static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const float *A, int lda,
-                     const float *B, int ldb, float beta, float *C, int ldc)
+void mimi_par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc)
 {
     gemm_job *j = &w->job.g;
     *j = (gemm_job){ ta, tb, M, N, K, A, B, lda, ldb, ldc, beta, C, M >= N, 0, 1, 0 };
@@ -541,7 +455,7 @@ static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const f
         else if (j->ntiles == 1)
             skinny_tile(j, w->vt, 0);
         else
-            par_run(w, it_gemm, j->ntiles);
+            mimi_par_run(w, it_gemm, j->ntiles);
         return;
     }
     int dim = j->split_m ? M : N, unit = j->split_m ? 16 : 64;
@@ -557,7 +471,7 @@ static void par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const f
     if (j->ntiles == 1)
         gemm_tile(j, 0);   /* no phase for one tile */
     else
-        par_run(w, it_gemm, j->ntiles);
+        mimi_par_run(w, it_gemm, j->ntiles);
 }
 
 /* Tile i of an 8-bit product: weight rows (output columns) i * tile on. */
@@ -574,8 +488,8 @@ static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
  * whole 8-row groups (cpu_q8.h) by weight rows, the tiles a function of
  * the shape alone (each output's sum is the same whatever thread takes
  * it). Sets w->job's g and q8 only. */
-static void q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
-                       float *C)
+void mimi_q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
+                     float *C)
 {
     gemm_job *g = &w->job.g;
     int tile = ((N + MAX_TILES - 1) / MAX_TILES + MT_Q8_GROUP - 1) / MT_Q8_GROUP * MT_Q8_GROUP;
@@ -584,7 +498,7 @@ static void q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K,
     if (g->ntiles == 1)
         it_q8(w, &w->job, 0, 0);
     else
-        par_run(w, it_q8, g->ntiles);
+        mimi_par_run(w, it_q8, g->ntiles);
 }
 
 /* A transformer's product C [M][N] = A [M][K] . W [N][K]^T: on the 8-bit
@@ -594,9 +508,9 @@ static void tr_gemm(mimi_batch *w, int dec, int li, int which, int M, int N, int
                     const float *W, float *C)
 {
     if (!w->q8 || M > w->q8_rows)
-        par_gemm(w, 0, 1, M, N, K, A, K, W, K, 0.0f, C, N);
+        mimi_par_gemm(w, 0, 1, M, N, K, A, K, W, K, 0.0f, C, N);
     else
-        q8_product(w, mimi_q8_mat(w->q8, dec, li, which), M, N, K, A, C);
+        mimi_q8_product(w, mimi_q8_mat(w->q8, dec, li, which), M, N, K, A, C);
 }
 
 /* The elementwise ops, in ranges of ELT_CHUNK floats: dst = elu(src),
@@ -621,7 +535,7 @@ static void par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_
     w->job.Y = dst;
     w->job.X = src;
     w->job.n = n;
-    par_run(w, it_elt, (int)((n + ELT_CHUNK - 1) / ELT_CHUNK));
+    mimi_par_run(w, it_elt, (int)((n + ELT_CHUNK - 1) / ELT_CHUNK));
 }
 
 /* ---- elementwise (ELU and GELU in mimi_elt.c; util/vec8.h's vectors) ------ */
@@ -636,7 +550,7 @@ static void add_into(float *dst, const float *src, size_t n)
 }
 
 /* Y [rows][n] = bias[row] (0 without a bias): the sgemm then adds into it */
-static void fill_bias(float *Y, const float *bias, int rows, size_t n)
+void mimi_fill_bias(float *Y, const float *bias, int rows, size_t n)
 {
     for (int r = 0; r < rows; r++) {
         float *y = Y + (size_t)r * n;
@@ -647,369 +561,6 @@ static void fill_bias(float *Y, const float *bias, int rows, size_t n)
         for (; i < n; i++)
             y[i] = v[0];
     }
-}
-
-/* ---- convolutions ----------------------------------------------------------- */
-
-/* The one-channel layer (the decoder's last), work item t = (session,
- * ROW_TILE steps): a GEMM of one row would read an im2col matrix cin*k
- * times the input's size for k flops an element, so each input row, its
- * context before it, is added in at its k shifts. */
-static void it_conv_row(mimi_batch *w, const par_job *j, int it, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const int cin = cv->cin, k = cv->k, dil = cv->dil, tin = cv->tin, tout = cv->tout, ctx_ = cv->ctx;
-    const size_t Nin = (size_t)j->B * tin;
-    const int per = (tout + ROW_TILE - 1) / ROW_TILE;
-    float *xp = w->xrow + (size_t)tid * w->xrow_floats;   /* [len + ctx]: padded input steps t0.. */
-    {
-        int b = it / per, t0 = it % per * ROW_TILE;
-        int len = tout - t0 < ROW_TILE ? tout - t0 : ROW_TILE;
-        const float *sb0 = j->S[b]->x + cv->st;
-        for (int ci = 0; ci < cin; ci++) {
-            /* xp[p] = padded input at step t0 + p: the context below ctx, X above */
-            const float *xs = j->X + (size_t)ci * Nin + (size_t)b * tin;
-            for (int p = 0; p < len + ctx_; p++) {
-                int q = t0 + p;
-                xp[p] = q < ctx_ ? sb0[(size_t)ci * ctx_ + q] : xs[q - ctx_];
-            }
-            for (int kk = 0; kk < k; kk++)
-                cblas_saxpy(len, cv->w[(size_t)ci * k + kk], xp + (size_t)kk * dil, 1,
-                            j->Y + (size_t)b * tout + t0, 1);
-        }
-    }
-}
-
-/* im2col of columns n0..n0+nc into w->col, input channels split across
- * the threads: Col [cin*k][nc], row (ci, kk), column (b, t) = padded input
- * at t*stride + kk*dil, the padding being the session's context. */
-static void it_im2col(mimi_batch *w, const par_job *j, int ci, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const int cin = cv->cin, k = cv->k, st = cv->stride, dil = cv->dil;
-    const int tin = cv->tin, tout = cv->tout, ctx_ = cv->ctx;
-    const size_t Nin = (size_t)j->B * tin, n0 = j->n0, nc = j->nc;
-    (void)tid, (void)cin;
-    {
-        const float *xs = j->X + (size_t)ci * Nin;
-        for (int kk = 0; kk < k; kk++) {
-            float *crow = w->col + ((size_t)ci * k + kk) * nc;
-            int off = kk * dil;
-            /* steps t < tsplit read the context */
-            int tsplit = off >= ctx_ ? 0 : (ctx_ - off + st - 1) / st;
-            size_t jj = 0;
-            for (size_t b = n0 / tout; jj < nc; b++) {
-                int t0 = (int)((n0 + jj) - b * tout);
-                int t1 = (int)(n0 + nc - b * tout < (size_t)tout ? n0 + nc - b * tout : (size_t)tout);
-                int ts = tsplit < t0 ? t0 : tsplit > t1 ? t1 : tsplit;
-                const float *sb = j->S[b]->x + cv->st + (size_t)ci * ctx_;
-                for (int t = t0; t < ts; t++)
-                    crow[jj++] = sb[t * st + off];
-                const float *xb = xs + b * tin;   /* step p of the padded input: xb[p - ctx] */
-                if (st == 1) {
-                    if (t1 > ts)
-                        memcpy(crow + jj, xb + (ts + off - ctx_), (size_t)(t1 - ts) * sizeof *crow);
-                    jj += (size_t)(t1 - ts);
-                } else {
-                    for (int t = ts; t < t1; t++)
-                        crow[jj++] = xb[t * st + off - ctx_];
-                }
-            }
-        }
-    }
-}
-
-/* The direct kernel's reordered weights of cv, or NULL (not eligible) */
-static const float *direct_weights(const mimi_batch *w, const mimi_conv *cv)
-{
-    const mimi_model *m = w->m;
-    if (w->old_kern == 1 || (w->old_kern == 2 && cv->tr))
-        return NULL;
-    if (cv >= m->enc && cv < m->enc + m->n_enc)
-        return w->wt[cv - m->enc];
-    if (cv >= m->dec && cv < m->dec + m->n_dec)
-        return w->wt[MIMI_MAX_CONVS + (cv - m->dec)];
-    return NULL;
-}
-
-/* The direct convolution's items, few enough that claiming them (one at
- * a time, on a shared counter) costs nothing beside their work. */
-enum { PAD_CH = 16, TILE_GROUPS = 4 };   /* channels a pad item; runs of tiles a session */
-
-/* item (b, channel group): session b's channels, context and input, padded into w->col */
-static void it_direct_pad(mimi_batch *w, const par_job *j, int it, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const int ng = (cv->cin + PAD_CH - 1) / PAD_CH, lb = it / ng, b = (int)j->n0 + lb;
-    const size_t per = mimi_direct_pad_floats(cv), Nin = (size_t)j->B * cv->tin;
-    (void)tid;
-    for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
-        mimi_direct_pad(cv, j->S[b]->x + cv->st + (size_t)ci * cv->ctx,
-                        j->X + (size_t)ci * Nin + (size_t)b * cv->tin, w->col + lb * per + ci * (per / cv->cin));
-}
-
-/* the direct convolution's tile items of one session: channel blocks x
- * runs of step tiles; *per_run: tiles a run */
-static int direct_items(const mimi_conv *cv, int *per_run)
-{
-    const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T;
-    *per_run = (nt + TILE_GROUPS - 1) / TILE_GROUPS;
-    return cv->cout / mimi_direct_co(cv) * ((nt + *per_run - 1) / *per_run);
-}
-
-/* item (b, channel block, run of step tiles) of the direct convolution */
-static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const int T = mimi_direct_t(cv), nt = (cv->tout + T - 1) / T, ncb = cv->cout / mimi_direct_co(cv);
-    int per_run;
-    const int nruns = direct_items(cv, &per_run) / ncb;
-    const int lb = it / (ncb * nruns), b = (int)j->n0 + lb, cb = it / nruns % ncb, r = it % nruns;
-    (void)tid;
-    for (int t = r * per_run; t < nt && t < (r + 1) * per_run; t++)
-        mimi_direct_tile(cv, j->wt, w->col + (size_t)lb * mimi_direct_pad_floats(cv), cb, t * T,
-                         j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
-}
-
-/* ---- the deepest layers on 8-bit copies (mimi_q8.c) ------------------------ */
-
-/* cv's 8-bit copy where the batch has one and its product's cols columns
- * (sessions x steps) are within q8_rows, else NULL */
-static const mimi_q8mat *conv_q8_mat(const mimi_batch *w, const mimi_conv *cv, size_t cols)
-{
-    return w->q8 && cols <= (size_t)w->q8_rows ? mimi_q8_conv(w->q8, cv) : NULL;
-}
-
-/* Item c of an 8-bit layer's chunk: input column n0 + c as row c of
- * w->q8x. A convolution's is its im2col column, (ci, kk) the padded input
- * at step t*stride + kk*dil of session b (the context below ctx); a
- * transposed one's the input channels at that step. */
-static void it_q8_col(mimi_batch *w, const par_job *j, int c, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const size_t n = j->n0 + (size_t)c;
-    const int cin = cv->cin, k = cv->k, ctx = cv->ctx, tin = cv->tin;
-    const size_t Nin = (size_t)j->B * tin;
-    (void)tid;
-    if (cv->tr) {
-        float *row = w->q8x + (size_t)c * cin;
-        for (int ci = 0; ci < cin; ci++)
-            row[ci] = j->X[(size_t)ci * Nin + n];
-        return;
-    }
-    const size_t b = n / (size_t)cv->tout;
-    const int t = (int)(n % (size_t)cv->tout);
-    const float *sb = j->S[b]->x + cv->st, *xb = j->X + b * tin;
-    float *row = w->q8x + (size_t)c * cin * k;
-    for (int ci = 0; ci < cin; ci++)
-        for (int kk = 0; kk < k; kk++) {
-            int p = t * cv->stride + kk * cv->dil;
-            row[ci * k + kk] = p < ctx ? sb[(size_t)ci * ctx + p] : xb[(size_t)ci * Nin + p - ctx];
-        }
-}
-
-/* Columns n0..n0+nc (nc <= Q8_COLS) of layer w->job.cv on its copy q8:
- * w->q8y [nc][rows] = the columns . the copy^T (rows: cout, or a
- * transposed layer's cout * k) */
-static void q8_columns(mimi_batch *w, const mimi_q8mat *q8, size_t n0, int nc)
-{
-    const mimi_conv *cv = w->job.cv;
-    const int rows = cv->tr ? cv->cout * cv->k : cv->cout, K = cv->tr ? cv->cin : cv->cin * cv->k;
-    w->job.n0 = n0;
-    par_run(w, it_q8_col, nc);
-    q8_product(w, q8, nc, rows, K, w->q8x, w->q8y);
-}
-
-/* A convolution's Y [cout][N] (its bias in) += the product on its copy */
-static void conv_q8(mimi_batch *w, const mimi_q8mat *q8, size_t N, float *Y)
-{
-    const int cout = w->job.cv->cout;
-    for (size_t n0 = 0; n0 < N; n0 += Q8_COLS) {
-        const int nc = N - n0 < Q8_COLS ? (int)(N - n0) : Q8_COLS;
-        q8_columns(w, q8, n0, nc);
-        for (int c = 0; c < nc; c++)
-            for (int co = 0; co < cout; co++)
-                Y[(size_t)co * N + n0 + c] += w->q8y[(size_t)c * cout + co];
-    }
-}
-
-/* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
-static void conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
-                     const float *X, float *Y)
-{
-    const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
-    const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
-    const size_t Nin = (size_t)B * tin, N = (size_t)B * tout;
-    if (cv->replicate && ctx > 0)
-        for (int b = 0; b < B; b++)
-            if (S[b]->down_first)
-                for (int ci = 0; ci < cin; ci++)
-                    for (int j = 0; j < ctx; j++)
-                        S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
-    par_job *job = &w->job;
-    job->cv = cv;
-    job->S = S;
-    job->B = B;
-    job->X = X;
-    job->Y = Y;
-    job->wt = direct_weights(w, cv);
-    if (job->wt) {   /* mimi_conv.c, the bias its own; as many sessions at a time as w->col holds */
-        int G = (int)(w->col_floats / mimi_direct_pad_floats(cv));
-        for (int b0 = 0; b0 < B; b0 += G) {
-            int nb = B - b0 < G ? B - b0 : G;
-            int per_run;
-            job->n0 = (size_t)b0;
-            par_run(w, it_direct_pad, nb * ((cin + PAD_CH - 1) / PAD_CH));
-            par_run(w, it_direct_tile, nb * direct_items(cv, &per_run));
-        }
-    } else
-        fill_bias(Y, cv->b, cout, N);
-    const mimi_q8mat *q8 = job->wt ? NULL : conv_q8_mat(w, cv, N);
-    if (job->wt) {
-    } else if (q8) {
-        conv_q8(w, q8, N, Y);
-    } else if (cout == 1 && st == 1 && (size_t)ctx + 16 <= w->xrow_floats - ROW_TILE) {
-        par_run(w, it_conv_row, B * ((tout + ROW_TILE - 1) / ROW_TILE));
-    } else if (k == 1 && st == 1) {
-        par_gemm(w, 0, 0, cout, (int)N, cin, cv->w, cin, X, (int)Nin, 1.0f, Y, (int)N);
-    } else {
-        const size_t rows = (size_t)cin * k;
-        size_t chunk = w->col_floats / rows;
-        if (chunk < 1)
-            chunk = 1;
-        for (size_t n0 = 0; n0 < N; n0 += chunk) {
-            size_t nc = N - n0 < chunk ? N - n0 : chunk;
-            job->n0 = n0;
-            job->nc = nc;
-            par_run(w, it_im2col, cin);
-            par_gemm(w, 0, 0, cout, (int)nc, (int)rows, cv->w, (int)rows, w->col, (int)nc, 1.0f,
-                     Y + n0, (int)N);
-        }
-    }
-    if (ctx > 0)   /* the new left context: the last ctx steps of state ++ X */
-        for (int b = 0; b < B; b++)
-            for (int ci = 0; ci < cin; ci++) {
-                float *sb = S[b]->x + cv->st + (size_t)ci * ctx;
-                const float *xb = X + (size_t)ci * Nin + (size_t)b * tin;
-                for (int j = 0; j < ctx; j++)
-                    sb[j] = tin + j >= ctx ? xb[tin + j - ctx] : sb[tin + j];
-            }
-}
-
-/* A transposed convolution's overlap-add of w->col's columns, output
- * channels split across the threads (mimi_tr_overlap_add) */
-static void it_overlap_add(mimi_batch *w, const par_job *jb, int co, int tid)
-{
-    (void)tid;
-    mimi_tr_overlap_add(jb->cv, jb->B, w->col, jb->n0, jb->nc, co, jb->Y, w->part);
-}
-
-/* mimi_convtr.c's items: trs row blocks; trd (session, channel group)
- * pads, (session, phase, tile) tiles, (session, channel) scatters; a
- * session's padded input then its phases' outputs in w->col */
-static void it_trs(mimi_batch *w, const par_job *j, int rb, int tid)
-{
-    (void)tid;
-    mimi_trs_block(j->cv, j->wt, j->X, (size_t)j->B * j->cv->tin, (int)j->nc, rb, w->col, j->nc);
-}
-
-static size_t trd_session_floats(const mimi_conv *cv)
-{
-    return mimi_trd_pad_floats(cv) + mimi_trd_out_floats(cv);
-}
-
-static void it_trd_pad(mimi_batch *w, const par_job *j, int it, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const int ng = (cv->cin + PAD_CH - 1) / PAD_CH, lb = it / ng;
-    const size_t per = mimi_trd_pad_floats(cv) / cv->cin, Nin = (size_t)j->B * cv->tin;
-    (void)tid;
-    for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
-        mimi_trd_pad(cv, j->X + (size_t)ci * Nin + (j->n0 + lb) * cv->tin,
-                     w->col + lb * trd_session_floats(cv) + ci * per);
-}
-
-static void it_trd_tile(mimi_batch *w, const par_job *j, int it, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const int nt = mimi_trd_phase_tiles(cv), lb = it / (nt * cv->stride);
-    float *P = w->col + lb * trd_session_floats(cv);
-    (void)tid;
-    mimi_trd_tile(cv, j->wt, P, it / nt % cv->stride, it % nt, P + mimi_trd_pad_floats(cv),
-                  w->part + (j->n0 + lb) * cv->cout * cv->ctx);
-}
-
-static void it_trd_scatter(mimi_batch *w, const par_job *j, int it, int tid)
-{
-    const mimi_conv *cv = j->cv;
-    const int lb = it / cv->cout, co = it % cv->cout;
-    const size_t b = j->n0 + lb;
-    (void)tid;
-    mimi_trd_scatter(cv, w->col + lb * trd_session_floats(cv) + mimi_trd_pad_floats(cv), co,
-                     j->Y + (size_t)co * j->B * cv->tout + b * cv->tout);
-}
-
-/* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
- * overlap pending from the last frame; the new overlap (without bias) kept. */
-static void convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
-                       const float *X, float *Y)
-{
-    const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
-    const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
-    const size_t N = (size_t)B * tin, Nout = (size_t)B * tout;
-    const float *wt = direct_weights(w, cv);
-    float *part = w->part;   /* [B][cout][ctx] */
-    memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
-    if (wt && cv->tin >= 16) {   /* mimi_convtr.c's phases, as many sessions as w->col holds */
-        const int G = (int)(w->col_floats / trd_session_floats(cv));
-        w->job = (par_job){ .cv = cv, .B = B, .X = X, .Y = Y, .wt = wt };
-        for (int b0 = 0; b0 < B; b0 += G) {
-            int nb = B - b0 < G ? B - b0 : G;
-            w->job.n0 = (size_t)b0;
-            par_run(w, it_trd_pad, nb * ((cin + PAD_CH - 1) / PAD_CH));
-            par_run(w, it_trd_tile, nb * st * mimi_trd_phase_tiles(cv));
-            par_run(w, it_trd_scatter, nb * cout);
-        }
-    } else if (cv->grouped) {
-        fill_bias(Y, cv->b, cout, Nout);
-        mimi_tr_grouped(cv, B, X, Y, part);
-    } else {
-        fill_bias(Y, cv->b, cout, Nout);
-        const size_t rows = (size_t)cout * k;
-        const mimi_q8mat *q8 = conv_q8_mat(w, cv, N);
-        size_t chunk = w->col_floats / rows;
-        if (q8 && chunk > Q8_COLS)
-            chunk = Q8_COLS;
-        if (chunk < 1)
-            chunk = 1;
-        for (size_t n0 = 0; n0 < N; n0 += chunk) {
-            size_t nc = N - n0 < chunk ? N - n0 : chunk;
-            w->job = (par_job){ .cv = cv, .B = B, .X = X + n0, .Y = Y, .n0 = n0, .nc = nc, .wt = wt };
-            if (q8) {   /* the 8-bit copy's [nc][rows], made [rows][nc] */
-                w->job.X = X;
-                q8_columns(w, q8, n0, (int)nc);
-                for (size_t r = 0; r < rows; r++)
-                    for (size_t c = 0; c < nc; c++)
-                        w->col[r * nc + c] = w->q8y[c * rows + r];
-            } else if (wt && N <= (size_t)mimi_trs_max_cols())   /* mimi_convtr.c's product */
-                par_run(w, it_trs, mimi_trs_blocks(cv));
-            else   /* Z [cout*k][nc] = W^T (W is [cin][cout*k]) x X[:, n0..] */
-                par_gemm(w, 1, 0, (int)rows, (int)nc, cin, cv->w, (int)rows, X + n0, (int)N, 0.0f,
-                         w->col, (int)nc);
-            w->job = (par_job){ .cv = cv, .B = B, .Y = Y, .n0 = n0, .nc = nc };
-            par_run(w, it_overlap_add, cout);
-        }
-    }
-    for (int b = 0; b < B; b++)
-        for (int co = 0; co < cout; co++) {
-            float *sb = S[b]->x + cv->st + (size_t)co * ctx;
-            float *y = Y + (size_t)co * Nout + (size_t)b * tout;
-            const float *pb = part + ((size_t)b * cout + co) * ctx;
-            for (int j = 0; j < ctx; j++) {
-                y[j] += sb[j];
-                sb[j] = pb[j];
-            }
-        }
 }
 
 /* ---- transformer ---------------------------------------------------------- */
@@ -1142,7 +693,7 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
             }
         }
         w->job = (par_job){ .S = S, .B = B, .l = l, .T = T, .dec = dec };
-        par_run(w, it_attend, B * H);
+        mimi_par_run(w, it_attend, B * H);
         tr_gemm(w, dec, li, MIMI_Q8_OUT, (int)N, d, d, w->att, l->out_proj, w->h);
         for (size_t n = 0; n < N; n++)
             for (int i = 0; i < d; i++)
@@ -1195,10 +746,10 @@ static void quantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int B,
     const mimi_config *c = &m->c;
     const mimi_rvq *q = g.q;
     const int qd = c->q_dimension, nq = c->n_q_used, code0 = g.code0, n = g.n;
-    par_gemm(w, 0, 0, qd, B, c->dimension, q->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
+    mimi_par_gemm(w, 0, 0, qd, B, c->dimension, q->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
     for (int i = 0; i < n; i++) {
         const float *cb = q->cb[i], *n2 = q->norm2[i];
-        par_gemm(w, 0, 0, c->bins, B, qd, cb, qd, w->r, B, 0.0f, w->sc, B);
+        mimi_par_gemm(w, 0, 0, c->bins, B, qd, cb, qd, w->r, B, 0.0f, w->sc, B);
         for (int b = 0; b < B; b++) {
             int best = 0;
             float bd = INFINITY;
@@ -1228,8 +779,8 @@ static void dequantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int 
             for (int e = 0; e < qd; e++)
                 w->sum2[(size_t)e * B + b] += cv[e];
         }
-    par_gemm(w, 0, 0, m->c.dimension, B, qd, g.q->out_proj, qd, w->sum2, B, add ? 1.0f : 0.0f,
-             lat, B);
+    mimi_par_gemm(w, 0, 0, m->c.dimension, B, qd, g.q->out_proj, qd, w->sum2, B,
+                  add ? 1.0f : 0.0f, lat, B);
 }
 
 /* One call's graph and its arguments (run_graph's). */
@@ -1283,8 +834,8 @@ static void run_graph_call(void *arg)
         if ((o->kind == MIMI_OP_QUANTIZE || o->kind == MIMI_OP_DEQUANTIZE) && rg.n == 0)
             continue;   /* a group without codebooks */
         switch (o->kind) {
-        case MIMI_OP_CONV:        conv_fwd(o->cv, w, S, B, src, dst); break;
-        case MIMI_OP_CONVTR:      convtr_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_CONV:        mimi_conv_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_CONVTR:      mimi_convtr_fwd(o->cv, w, S, B, src, dst); break;
         case MIMI_OP_ELU:         par_elt(w, 0, dst, src, o->n * B); break;
         case MIMI_OP_ADD:         par_elt(w, 1, dst, src, o->n * B); break;
         case MIMI_OP_TRANSFORMER:
