@@ -523,22 +523,45 @@ static void attend(cpu_backend *be, scratch *sc, int l, int r, int g0, int g1, i
  * thread interleaves its rows with the other's, so each reads its own
  * region of the pool (faster than one counter for all, which deals
  * alternate rows to the threads). */
+/* The shares of a phase's items (phase_attention, phase_rows): items
+ * 0..items-1 cut into nt contiguous shares, share v counted out by
+ * be->att_next[v] (shares_reset before the phase). A thread walks its
+ * own share, then takes what is left of the others' in turn. */
+typedef struct share_walk {
+    int items, tid, nt;
+    int k;   /* shares walked through: own first */
+} share_walk;
+
+static void shares_reset(cpu_backend *be)
+{
+    for (int t = 0; t < be->tp.n; t++)
+        atomic_store(&be->att_next[t].n, 0);
+}
+
+/* The walk's next item, or -1 when every share is taken; *hi: the end
+ * of the item's share. */
+static int share_next(cpu_backend *be, share_walk *w, int *hi)
+{
+    for (; w->k < w->nt; w->k++) {
+        int v = (w->tid + w->k) % w->nt, lo = w->items * v / w->nt;
+        int it = lo + atomic_fetch_add(&be->att_next[v].n, 1);
+        *hi = w->items * (v + 1) / w->nt;
+        if (it < *hi)
+            return it;
+    }
+    return -1;
+}
+
 static void phase_attention(cpu_backend *be, int tid, int nt)
 {
     scratch *sc = &be->scr[tid];
     const int chunks = be->att_chunks, per = be->c->kv_heads / chunks;
-    const int items = be->nrows * chunks;
-    for (int k = 0; k < nt; k++) {
-        int v = (tid + k) % nt, lo = items * v / nt, hi = items * (v + 1) / nt;
-        for (;;) {
-            int it = lo + atomic_fetch_add(&be->att_next[v].n, 1);
-            if (it >= hi)
-                break;
-            int g0 = it % chunks * per;
-            /* whole rows: the next item here is most likely the next row */
-            attend(be, sc, be->layer, it / chunks, g0, g0 + per,
-                   chunks == 1 && it + 1 < hi ? it + 1 : -1);
-        }
+    share_walk w = { be->nrows * chunks, tid, nt, 0 };
+    for (int it, hi; (it = share_next(be, &w, &hi)) >= 0;) {
+        int g0 = it % chunks * per;
+        /* whole rows: the next item here is most likely the next row */
+        attend(be, sc, be->layer, it / chunks, g0, g0 + per,
+               chunks == 1 && it + 1 < hi ? it + 1 : -1);
     }
 }
 
@@ -786,8 +809,7 @@ static void run_layer(cpu_backend *be, int l)
         rope_row(be, w, r);
 
     /* att [R, q_dim] = softmax(q K^T / sqrt(hd)) V per (row, kv heads) */
-    for (int t = 0; t < be->tp.n; t++)
-        atomic_store(&be->att_next[t].n, 0);
+    shares_reset(be);
     uint64_t t_att = mt_clock_ns();
     mt_tpool_run(&be->tp, be, phase_attention);
     be->att_ns += mt_clock_ns() - t_att;
@@ -960,17 +982,11 @@ static void phase_rows(cpu_backend *be, int tid, int nt)
     const int R = be->nrows;
     int chunk = R / (2 * nt);
     chunk = chunk < 1 ? 1 : chunk > ROW_CHUNK_MAX ? ROW_CHUNK_MAX : chunk;
-    const int items = (R + chunk - 1) / chunk;
+    share_walk w = { (R + chunk - 1) / chunk, tid, nt, 0 };
     uint64_t att = 0;
-    for (int k = 0; k < nt; k++) {
-        int v = (tid + k) % nt, lo = items * v / nt, hi = items * (v + 1) / nt;
-        for (;;) {
-            int it = lo + atomic_fetch_add(&be->att_next[v].n, 1);
-            if (it >= hi)
-                break;
-            int r1 = (it + 1) * chunk < R ? (it + 1) * chunk : R;
-            att += rows_through(be, &be->scr[tid], it * chunk, r1);
-        }
+    for (int it, hi; (it = share_next(be, &w, &hi)) >= 0;) {
+        int r1 = (it + 1) * chunk < R ? (it + 1) * chunk : R;
+        att += rows_through(be, &be->scr[tid], it * chunk, r1);
     }
     if (tid == 0)
         be->att_ns = att;   /* thread 0's, its rows' (the other's overlap it) */
@@ -1013,8 +1029,7 @@ static int run_rows(cpu_backend *be, const mt_step_io *io, char *err, size_t err
     rope_rows(be);
     if (use_row_split(be, io)) {
         be->split_io = io;
-        for (int t = 0; t < be->tp.n; t++)
-            atomic_store(&be->att_next[t].n, 0);
+        shares_reset(be);
         if (be->nrows == 1)
             phase_rows(be, 0, 1);   /* one row: on this thread, no phase to post */
         else

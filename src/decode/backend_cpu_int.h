@@ -133,8 +133,9 @@ typedef struct cpu_backend {
     uint64_t call;       /* run_rows calls so far (keys the scratch's visible lists) */
     int     layer;       /* layer the running phase works on */
     uint64_t att_ns;     /* this call's attention phases, wall time (attention_ms) */
-    /* [threads] each thread's counter into its share of the attention
-     * items (phase_attention), a cache line each */
+    /* [threads] each thread's counter into its share of a phase's items
+     * (backend_cpu.c's share_walk: the attention's, the rows'), a cache
+     * line each */
     struct att_counter { _Alignas(64) atomic_int n; } *att_next;
     int     att_chunks;  /* attention items per row (kv heads split in as many) */
 
