@@ -740,6 +740,38 @@ static int check_call(const mimi_model *m, const mimi_batch *w, mimi_state *cons
 
 /* Codebook group g of every session: lat [dim][B] -> codes, the
  * distances to the centroids as one sgemm per codebook. */
+/* quantize's search on the codebooks' 8-bit copies (mimi_q8_nearest: the
+ * 8-bit dots, then the centroids they cannot tell apart in double), up to
+ * Q8_COLS sessions a product; w->r [qd][B] the projected latents. At a
+ * few sessions the fp32 codebooks, 2 MB each, read every frame, were
+ * most of the RVQ's time. */
+static void quantize_q8(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int B,
+                        int32_t *codes)
+{
+    const mimi_config *c = &m->c;
+    const int qd = c->q_dimension, nq = c->n_q_used;
+    for (int i = 0; i < g.n; i++) {
+        const mimi_q8cb *cb = mimi_q8_codebook(w->q8, g.code0 > 0, i);
+        const float *cbf = g.q->cb[i];
+        for (int b0 = 0; b0 < B; b0 += Q8_COLS) {
+            const int nb = B - b0 < Q8_COLS ? B - b0 : Q8_COLS;
+            for (int j = 0; j < nb; j++)   /* the sessions' residuals as rows */
+                for (int e = 0; e < qd; e++)
+                    w->q8x[(size_t)j * qd + e] = w->r[(size_t)e * B + b0 + j];
+            mimi_q8_product(w, &cb->mat, nb, c->bins, qd, w->q8x, w->q8y);
+            for (int j = 0; j < nb; j++) {
+                const int b = b0 + j;
+                int best = mimi_q8_nearest(cb, cbf, g.q->norm2[i], c->bins, qd,
+                                           w->q8x + (size_t)j * qd, w->q8y + (size_t)j * c->bins,
+                                           w->sc, NULL);
+                codes[(size_t)b * nq + g.code0 + i] = best;
+                for (int e = 0; e < qd; e++)
+                    w->r[(size_t)e * B + b] -= cbf[(size_t)best * qd + e];
+            }
+        }
+    }
+}
+
 static void quantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int B, const float *lat,
                      int32_t *codes)
 {
@@ -747,6 +779,10 @@ static void quantize(const mimi_model *m, mimi_batch *w, mimi_rvq_span g, int B,
     const mimi_rvq *q = g.q;
     const int qd = c->q_dimension, nq = c->n_q_used, code0 = g.code0, n = g.n;
     mimi_par_gemm(w, 0, 0, qd, B, c->dimension, q->in_proj, c->dimension, lat, B, 0.0f, w->r, B);
+    if (w->q8 && B <= w->q8_rows && mimi_q8_codebook(w->q8, g.code0 > 0, n - 1)) {
+        quantize_q8(m, w, g, B, codes);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         const float *cb = q->cb[i], *n2 = q->norm2[i];
         mimi_par_gemm(w, 0, 0, c->bins, B, qd, cb, qd, w->r, B, 0.0f, w->sc, B);

@@ -140,10 +140,11 @@ void        mimi_batch_free(mimi_batch *w);
 int         mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen);
 int         mimi_batch_thread_count(const mimi_batch *w);
 /* The transformers' products of up to max_rows rows (a session's steps,
- * two a frame in the published shape), and those of the SEANet layers
- * with a few steps a frame (mimi_q8.c), on 8-bit copies of their matrices
- * (decode/cpu_q8.h: a scale per block of 32 weights, max|w| / 127; 82 MB
- * where fp32 is 292 MB, published shape), made here from the
+ * two a frame in the published shape), those of the SEANet layers with
+ * a few steps a frame and the encoder's codebook search (mimi_q8.c), on
+ * 8-bit copies of their matrices (decode/cpu_q8.h: a scale per block of
+ * 32 weights, max|w| / 127; 87 MB where fp32 is 310 MB, published
+ * shape), made here from the
  * model's; max_rows 0 turns them off (the fp32 products, the default;
  * copies made stay until the batch is freed, so that a benchmark may
  * toggle). The

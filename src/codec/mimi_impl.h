@@ -242,6 +242,28 @@ int mimi_q8_conv_eligible(const mimi_conv *cv);
 const mimi_q8mat *mimi_q8_conv(const mimi_q8 *q, const mimi_conv *cv);
 int mimi_q8_conv_count(const mimi_q8 *q);
 void mimi_q8_conv_max(const mimi_q8 *q, size_t *max_k, size_t *max_n);
+/* The encoder's RVQ codebooks on 8-bit copies: codebook i of group
+ * `group` (mimi_rvq_group) [bins][qd], with each block's largest scale
+ * sw and sw * sum|q| over its rows; NULL where it has none (or q_dimension
+ * is over MIMI_Q8_CB_BLOCKS blocks). */
+enum { MIMI_Q8_CB_BLOCKS = 64 };
+typedef struct mimi_q8cb {
+    mimi_q8mat mat;
+    float swmax[MIMI_Q8_CB_BLOCKS], swamax[MIMI_Q8_CB_BLOCKS];
+} mimi_q8cb;
+const mimi_q8cb *mimi_q8_codebook(const mimi_q8 *q, int group, int i);
+/* Packs the codebook cb [bins][qd] into q [bins * qd] and s [bins * qd /
+ * 32] (decode/cpu_q8.h) and c; -1 where qd is not a multiple of 32 of at
+ * most MIMI_Q8_CB_BLOCKS blocks, or a value is not finite. */
+int mimi_q8cb_pack(mimi_q8cb *c, int8_t *q, float *s, const float *cb, int bins, int qd);
+/* The index of the centroid nearest x [qd] (the smallest |c|^2 - 2 x.c,
+ * in double; the first of equals), given dots [bins], the 8-bit product
+ * of x by cb (decode/cpu_q8.h's integer one): only the centroids its
+ * error bound cannot rule out are compared exactly (*ncand of them, when
+ * not NULL). cbf [bins][qd] the fp32 codebook, n2 [bins] its |c|^2;
+ * work [bins] scratch. */
+int mimi_q8_nearest(const mimi_q8cb *cb, const float *cbf, const float *n2, int bins, int qd,
+                    const float *x, const float *dots, float *work, int *ncand);
 size_t mimi_q8_bytes(const mimi_q8 *q);
 void mimi_q8_free(mimi_q8 *q);
 

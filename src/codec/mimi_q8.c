@@ -21,12 +21,21 @@
  * product's matrix, [cout][cin * k] (its weights as stored); a
  * transposed one's is [cout * k][cin], row (co, kk) the weights that
  * output tap takes from every input channel.
+ *
+ * And the encoder's RVQ codebooks (2 MB of fp32 each, 8 read a frame):
+ * the nearest centroid by the 8-bit dots, then, among the centroids
+ * whose 8-bit distance lies within the product's error bound of the
+ * smallest, by double (mimi_q8_nearest), so the search loses nothing to
+ * the 8 bits; 0.38 of the fp32 search's time at B = 1 (mt-benchcodec
+ * --layers, quantize:1).
  */
 #include "codec/mimi_impl.h"
 #include "decode/cpu_q8.h"
 #include "util/errmsg.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { MAX_Q8_CONVS = 16 };
 
@@ -36,7 +45,9 @@ struct mimi_q8 {
     int nconv;
     const mimi_conv *conv[MAX_Q8_CONVS];   /* the layers with a copy */
     mimi_q8mat convmat[MAX_Q8_CONVS];
-    size_t max_k, max_n;   /* the largest copy's K and rows */
+    size_t max_k, max_n;   /* the largest conv or codebook copy's K and rows */
+    int ncb[2];            /* the encoder's codebooks with a copy, each group */
+    mimi_q8cb cb[2][64];   /* [group][codebook] */
     int8_t *bytes;     /* every matrix's, one after the other */
     float *scales;
     size_t nbytes;
@@ -102,6 +113,50 @@ static int pack_conv(const mimi_conv *cv, int8_t *q, float *s)
     return rc;
 }
 
+int mimi_q8cb_pack(mimi_q8cb *c, int8_t *q, float *s, const float *cb, int bins, int qd)
+{
+    const int nb = qd / MT_Q8_BLOCK;
+    memset(c, 0, sizeof *c);
+    if (qd % MT_Q8_BLOCK || nb > MIMI_Q8_CB_BLOCKS || mt_q8_pack(q, s, cb, (size_t)bins, qd))
+        return -1;
+    c->mat = (mimi_q8mat){ q, s };
+    for (int e = 0; e < bins; e++)
+        for (int b = 0; b < nb; b++) {
+            size_t off = mt_q8_offset((size_t)bins, qd, (size_t)e, b);
+            int a = 0;
+            for (int k = 0; k < MT_Q8_BLOCK; k++)
+                a += abs(q[off + k]);
+            float sw = s[off / MT_Q8_BLOCK];
+            c->swmax[b] = sw > c->swmax[b] ? sw : c->swmax[b];
+            c->swamax[b] = sw * (float)a > c->swamax[b] ? sw * (float)a : c->swamax[b];
+        }
+    return 0;
+}
+
+/* The encoder's codebooks, packed from byte o on (none where their
+ * width is not one mimi_q8cb_pack takes: the fp32 search then). */
+static int make_codebooks(const mimi_model *m, mimi_q8 *q, size_t o, char *err, size_t errlen)
+{
+    const int qd = m->c.q_dimension, bins = m->c.bins;
+    if (qd / MT_Q8_BLOCK > MIMI_Q8_CB_BLOCKS)
+        return 0;
+    for (int g = 0; g < 2; g++) {
+        mimi_rvq_span sp = mimi_rvq_group(m, g);
+        for (int i = 0; i < sp.n; i++) {
+            if (mimi_q8cb_pack(&q->cb[g][i], q->bytes + o, q->scales + o / MT_Q8_BLOCK,
+                               sp.q->cb[i], bins, qd)) {
+                mt_set_err(err, errlen, "mimi: a codebook's centroid is not finite");
+                return -1;
+            }
+            o += (size_t)bins * qd;
+            q->ncb[g] = i + 1;
+        }
+    }
+    q->max_k = (size_t)qd > q->max_k ? (size_t)qd : q->max_k;
+    q->max_n = (size_t)bins > q->max_n ? (size_t)bins : q->max_n;
+    return 0;
+}
+
 int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -125,6 +180,10 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
         conv_shape(convs[i], &r, &K);
         total += r * K;
     }
+    const int qd = m->c.q_dimension, bins = m->c.bins;
+    const int cbs = qd % MT_Q8_BLOCK == 0 && qd / MT_Q8_BLOCK <= MIMI_Q8_CB_BLOCKS
+                        ? m->c.n_q_used : 0;   /* codebooks copied */
+    total += (size_t)cbs * bins * qd;
     mimi_q8 *q = mt_calloc_or_err(1, sizeof *q, err, errlen, "mimi q8");
     if (!q)
         return -1;
@@ -170,6 +229,10 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
         o += r * K;
     }
     q->nconv = nconv;
+    if (cbs && make_codebooks(m, q, o, err, errlen)) {
+        mimi_q8_free(q);
+        return -1;
+    }
     *out = q;
     return 0;
 }
@@ -188,6 +251,65 @@ const mimi_q8mat *mimi_q8_conv(const mimi_q8 *q, const mimi_conv *cv)
 }
 
 int mimi_q8_conv_count(const mimi_q8 *q) { return q ? q->nconv : 0; }
+
+const mimi_q8cb *mimi_q8_codebook(const mimi_q8 *q, int group, int i)
+{
+    return q && i < q->ncb[group != 0] ? &q->cb[group != 0][i] : NULL;
+}
+
+/* The nearest centroid to x: the 8-bit dots first, each within a bound
+ * of the true dot, then the few centroids those cannot tell apart
+ * compared in double. The bound (cpu_q8_vnni.c's rounding: x_k read
+ * back within sx/2, sx = max|x| / 127; w_k within sw/2): |x.w - dot8| <=
+ * sum_b sw (sum_{k in b}|x_k| / 2 + sum_{k in b}|q_k| sx / 2), plus the
+ * fp32 sums' rounding, which a 2e-6 max|x| sw sum|q| term covers (each
+ * block's term is at most max|x| sw sum|q|, summed in at most 32 float
+ * additions: 2e-6 > 32 * 2^-24); taken with each block's largest sw and
+ * sw sum|q| over the rows, so one margin serves every centroid (and
+ * 1e-6 of the largest distance term for the distances' own rounding). A
+ * distance n2 - 2 dot8 is then within the margin of the true one, and a
+ * centroid whose distance is more than twice the margin above the
+ * smallest cannot be the nearest. */
+int mimi_q8_nearest(const mimi_q8cb *cb, const float *cbf, const float *n2, int bins, int qd,
+                    const float *x, const float *dots, float *work, int *ncand)
+{
+    const int nb = qd / MT_Q8_BLOCK;
+    float E = 0;
+    for (int b = 0; b < nb && b < MIMI_Q8_CB_BLOCKS; b++) {
+        float s1 = 0, mx = 0;
+        for (int k = b * MT_Q8_BLOCK; k < (b + 1) * MT_Q8_BLOCK; k++) {
+            s1 += fabsf(x[k]);
+            mx = fabsf(x[k]) > mx ? fabsf(x[k]) : mx;
+        }
+        E += cb->swmax[b] * s1 * 0.5f + cb->swamax[b] * (mx / 127.0f * 0.5f + 2e-6f * mx);
+    }
+    float dmin = INFINITY, big = 0;
+    for (int e = 0; e < bins; e++) {   /* work[e]: centroid e's 8-bit distance */
+        work[e] = n2[e] - 2.0f * dots[e];
+        dmin = work[e] < dmin ? work[e] : dmin;
+        float t = fabsf(n2[e]) + 2.0f * fabsf(dots[e]);
+        big = t > big ? t : big;
+    }
+    const float margin = (2.0f * E + 1e-6f * big) * 1.001f, cut = dmin + 2.0f * margin;
+    int best = 0, n = 0;
+    double bd = INFINITY;
+    for (int e = 0; e < bins; e++) {
+        if (work[e] > cut)
+            continue;
+        double dot = 0;
+        for (int k = 0; k < qd; k++)
+            dot += (double)cbf[(size_t)e * qd + k] * x[k];
+        double dist = (double)n2[e] - 2.0 * dot;
+        n++;
+        if (dist < bd) {
+            bd = dist;
+            best = e;
+        }
+    }
+    if (ncand)
+        *ncand = n;
+    return best;
+}
 
 void mimi_q8_conv_max(const mimi_q8 *q, size_t *max_k, size_t *max_n)
 {

@@ -25,6 +25,7 @@
  * centroid wins by at least 3.8e-4 (mimi) and 1.2e-2 (mimi-b) of its
  * distance (info.json: min_code_margin), far above the relative error of
  * the latent (4e-7). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@
 
 #include "codec/mimi.h"
 #include "codec/mimi_impl.h"
+#include "decode/cpu_q8.h"
 #include "model/safetensors.h"
 #include "tap.h"
 #include "test_util.h"
@@ -799,6 +801,68 @@ static void test_synthetic(void)
     mimi_free(m);
 }
 
+/* The 8-bit RVQ search (mimi_q8_nearest) against the nearest centroid in
+ * double over every centroid: random codebooks and inputs, and inputs
+ * placed halfway between two centroids (the near ties where the 8-bit
+ * dots alone pick wrong), on every product the CPU runs (mt_q8_select). */
+static void test_q8_nearest(void)
+{
+    enum { BINS = 256, QD = 64, TRIALS = 400 };
+    static float cb[BINS * QD], n2[BINS], x[QD], dots[BINS], work[BINS];
+    static int8_t q[BINS * QD];
+    static float s[BINS * QD / 32];
+    uint32_t r = 12345;
+    for (int i = 0; i < BINS * QD; i++) {
+        r = r * 1664525u + 1013904223u;
+        cb[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * (1 + i / QD % 7);
+    }
+    for (int e = 0; e < BINS; e++) {
+        double t = 0;
+        for (int k = 0; k < QD; k++)
+            t += (double)cb[e * QD + k] * cb[e * QD + k];
+        n2[e] = (float)t;
+    }
+    mimi_q8cb c;
+    int rc = 0, wrong = 0, ties_q8_wrong = 0, trials = 0, cand = 0, maxc = 0;
+    for (int level = mt_q8_init(); level >= 0 && rc == 0; level--) {
+        if (mt_q8_select(level) != level)
+            continue;
+        rc = mimi_q8cb_pack(&c, q, s, cb, BINS, QD);   /* in this level's layout */
+        for (int t = 0; t < TRIALS; t++, trials++) {
+            r = r * 1664525u + 1013904223u;
+            int a = (int)(r >> 8) % BINS, b = (int)(r >> 20) % BINS;
+            for (int k = 0; k < QD; k++) {
+                r = r * 1664525u + 1013904223u;
+                float noise = ((float)(r >> 8) / 16777216.0f - 0.5f);
+                /* even trials: halfway between a and b (a near tie) */
+                x[k] = t % 2 ? noise * 3 : 0.5f * (cb[a * QD + k] + cb[b * QD + k]) + 1e-4f * noise;
+            }
+            mt_q8_gemm(1, BINS, QD, x, QD, q, s, 0.0f, dots, BINS);
+            int n = 0, got = mimi_q8_nearest(&c, cb, n2, BINS, QD, x, dots, work, &n);
+            int want = 0, q8only = 0;
+            double bd = INFINITY, bq = INFINITY;
+            for (int e = 0; e < BINS; e++) {
+                double dot = 0;
+                for (int k = 0; k < QD; k++)
+                    dot += (double)cb[e * QD + k] * x[k];
+                if ((double)n2[e] - 2 * dot < bd)
+                    bd = (double)n2[e] - 2 * dot, want = e;
+                if (n2[e] - 2.0f * dots[e] < bq)
+                    bq = n2[e] - 2.0f * dots[e], q8only = e;
+            }
+            wrong += got != want;
+            ties_q8_wrong += q8only != want;
+            cand += n;
+            maxc = n > maxc ? n : maxc;
+        }
+    }
+    mt_q8_select(99);
+    tap_ok(rc == 0 && trials > 0 && wrong == 0,
+           "8-bit RVQ search: the nearest centroid in %d of %d trials (near ties included; the "
+           "8-bit distances alone %d wrong; %.1f candidates compared a search, at most %d)",
+           trials - wrong, trials, ties_q8_wrong, trials ? (double)cand / trials : 0.0, maxc);
+}
+
 /* the vectorized GELU against the libm form x (1 + erff(x / sqrt 2)) / 2 */
 static void test_gelu(void)
 {
@@ -858,6 +922,7 @@ int main(void)
 {
     test_elu();
     test_gelu();
+    test_q8_nearest();
     const char *r = getenv("MT_ROOT");
     snprintf(root, sizeof root, "%s", r && *r ? r : ".");
     test_fixture("mimi", 1);
