@@ -17,7 +17,8 @@
  * encoder's 512 -> 1024 k16 and 1024 -> 512 k3 and the downsample, the
  * decoder's 512 -> 1024 k7 and 1024 -> 512 k16 transposed read 92 MB of
  * fp32 a frame, 2.5 of Mimi's 9.4 ms (mt-benchcodec --layers, q8
- * transformers); in 8 bits 26 MB. A convolution's copy is its im2col
+ * transformers); in 8 bits 26 MB. And the decoder's 512 -> 256 k12
+ * transposed, 16 steps in a frame (6.3 MB). A convolution's copy is its im2col
  * product's matrix, [cout][cin * k] (its weights as stored); a
  * transposed one's is [cout * k][cin], row (co, kk) the weights that
  * output tap takes from every input channel.
@@ -69,8 +70,12 @@ static const float *layer_mat(const mimi_model *m, const mimi_tlayer *l, int whi
 int mimi_q8_conv_eligible(const mimi_conv *cv)
 {
     const int K = cv->tr ? cv->cin : cv->cin * cv->k;
+    /* a transposed layer of 16 input steps too: on the 8-bit copy at B = 1
+     * 0.29 ms where mimi_convtr.c's phases took 0.49 (the decoder's
+     * 512 -> 256 k12); a convolution of 16 steps was slower on it (0.34
+     * against 0.30 ms, 512 -> 256 k3 0.11 against 0.08) */
     return !cv->grouped && cv->cout > 1 && K % MT_Q8_BLOCK == 0 &&
-           (cv->tr ? cv->tin : cv->tout) < 16;
+           (cv->tr ? cv->tin <= 16 : cv->tout < 16);
 }
 
 /* The layers that get a copy, in the order of mimi_model's arrays: the

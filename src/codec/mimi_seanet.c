@@ -325,7 +325,7 @@ void mimi_convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, i
     const float *wt = direct_weights(w, cv);
     float *part = w->part;   /* [B][cout][ctx] */
     memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
-    if (wt && cv->tin >= 16) {   /* mimi_convtr.c's phases, as many sessions as w->col holds */
+    if (wt && cv->tin >= 16 && !conv_q8_mat(w, cv, N)) {   /* mimi_convtr.c's phases, as many sessions as w->col holds */
         const int G = (int)(w->col_floats / trd_session_floats(cv));
         w->job = (par_job){ .cv = cv, .B = B, .X = X, .Y = Y, .wt = wt };
         for (int b0 = 0; b0 < B; b0 += G) {

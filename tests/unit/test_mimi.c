@@ -727,15 +727,15 @@ static void test_q8(const mimi_model *m)
            rc ? ": " : "", rc ? err : "");
     /* the published shape's layers of a few steps a frame: the encoder's
      * 512 -> 1024 k16, 1024 -> 512 k3 and downsample, the decoder's
-     * 512 -> 1024 k7 and 1024 -> 512 k16 transposed */
+     * 512 -> 1024 k7, 1024 -> 512 k16 and 512 -> 256 k12 transposed */
     int nconv = 0;
     for (int i = 0; i < m->n_enc; i++)
         nconv += mimi_q8_conv_eligible(&m->enc[i]);
     for (int i = 0; i < m->n_dec; i++)
         nconv += mimi_q8_conv_eligible(&m->dec[i]);
     nconv += mimi_q8_conv_eligible(&m->down) + mimi_q8_conv_eligible(&m->up);
-    tap_ok(nconv == 5 && mimi_q8_conv(NULL, &m->down) == NULL,
-           "8-bit copies of the 5 deepest convolutions (%d eligible)", nconv);
+    tap_ok(nconv == 6 && mimi_q8_conv(NULL, &m->down) == NULL,
+           "8-bit copies of the 6 deepest convolutions (%d eligible)", nconv);
     if (rc == 0)
         rc = run_frames(m, w, F, pcm, codes[1], codes[0], out[1], err, sizeof err);
     double sig = 0, noise = 0;
