@@ -143,7 +143,7 @@ int         mimi_batch_thread_count(const mimi_batch *w);
  * two a frame in the published shape), those of the SEANet layers with
  * a few steps a frame and the encoder's codebook search (mimi_q8.c), on
  * 8-bit copies of their matrices (decode/cpu_q8.h: a scale per block of
- * 32 weights, max|w| / 127; 87 MB where fp32 is 310 MB, published
+ * 32 weights, max|w| / 127; 89 MB where fp32 is 317 MB, published
  * shape), made here from the
  * model's; max_rows 0 turns them off (the fp32 products, the default;
  * copies made stay until the batch is freed, so that a benchmark may
