@@ -146,6 +146,10 @@ void mt_serve_kyutai_report(const mt_serve_kyutai *k, const mt_kv_params *kv,
         snprintf(out + n, cap - n, "; codec compute %.4g GFLOP a session-frame (encode %.4g "
                  "+ decode %.4g)", (mimi_encode_flops(k->codec) + mimi_decode_flops(k->codec)) / 1e9,
                  mimi_encode_flops(k->codec) / 1e9, mimi_decode_flops(k->codec) / 1e9);
+        size_t q8 = mt_speech_codec_q8_bytes(k->sp);
+        n = strlen(out);
+        if (q8)
+            snprintf(out + n, cap - n, "; codec on 8-bit copies (%.1f MB)", (double)q8 / 1e6);
     }
     {
         /* the window in use beside the checkpoint's context: a window

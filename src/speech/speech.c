@@ -247,6 +247,11 @@ size_t mt_speech_codec_bytes(const mt_speech *sp)
     return mimi_state_bytes(sp->codec);
 }
 
+size_t mt_speech_codec_q8_bytes(const mt_speech *sp)
+{
+    return sp->cw ? mimi_batch_q8_bytes(sp->cw) : 0;
+}
+
 const char *mt_speech_codec_backend(const mt_speech *sp) { return sp->ce ? "cuda" : "cpu"; }
 
 void mt_speech_last_codes(const mt_speech *sp, const int32_t **user, const int32_t **frame)

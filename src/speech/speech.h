@@ -68,6 +68,9 @@ int  mt_speech_audio_out(const mt_speech *sp);    /* 0 for dep_q 0 */
  * the depformer's scratch and the token rings, and the codec's state. */
 size_t mt_speech_dep_bytes(const mt_speech *sp);
 size_t mt_speech_codec_bytes(const mt_speech *sp);
+/* The host codec's 8-bit copies (--weights q8), shared by every session;
+ * 0 without. */
+size_t mt_speech_codec_q8_bytes(const mt_speech *sp);
 
 /* Where the codec runs: "cuda" on a CUDA decoder (the codec's CUDA engine,
  * every session's state on the GPU), else "cpu". */

@@ -18,10 +18,10 @@ command -v espeak-ng >/dev/null || t_skip_all "espeak-ng not installed"
 cd "$T_TMP" || exit 1
 espeak-ng -w speech.wav "The model hears this, and answers." 2>/dev/null
 
-# run MODEL TAG: a server, two sessions of the speech, the server stopped
+# run MODEL TAG [ARGS]: a server, two sessions of the speech, the server stopped
 run() {
     rm -f mt.sock
-    nice -n 10 "$S" -s "$T_TMP/mt.sock" -m "$1" --threads 1 --max-sessions 4 \
+    nice -n 10 "$S" -s "$T_TMP/mt.sock" -m "$1" --threads 1 --max-sessions 4 "${@:3}" \
         > "ticks.$2" 2> "serve.$2" &
     local pid=$!
     t_track $pid
@@ -76,6 +76,19 @@ acc=$(awk '/^tick=/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] +
 read -r tin tacc tout <<<"$acc"
 [ -n "$tin" ] && [ "$tin" = "$tacc" ] && [ "$tin" -gt 40 ]
 t_ok $? "tick lines: frames in ($tin) = out + fill + miss ($tacc), real outputs $tout"
+
+# --weights q8: the LM and the codec on their 8-bit copies (the codec's
+# transformers, deepest convolutions and codebook search), every frame
+# still answered with audio
+run synthetic:kyutai-tiny-mimi q8 --weights q8
+t_check "q8: the codec on its 8-bit copies ($(grep -o 'codec on 8-bit copies ([^)]*)' serve.q8))" \
+    grep -q "codec on 8-bit copies" serve.q8
+t_check "q8: both sessions done, none missing" \
+    grep -q '^replay_summary=2 done=2 rejected=0 failed=0 .* missing=0 ' lines.q8
+t_check "q8: the model speaks (audio not all silence)" /usr/bin/python3 -c "
+import wave, array, sys
+w = wave.open('out.q8.0.wav'); a = array.array('h', w.readframes(w.getnframes()))
+sys.exit(0 if any(a) else 1)"
 
 # HELLO's seed (mt-replay --seed): the same seed twice, the same tokens;
 # another seed, other tokens (sampling at Kyutai's temperatures)
