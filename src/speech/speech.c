@@ -206,9 +206,12 @@ int mt_speech_create_with(const mt_kyutai_lm *lm, mimi_model *codec, mt_decoder 
         }
     } else {
         sp->cw = mimi_batch_new(codec, max_batch, err, errlen);
-        /* --weights q8: the codec's transformers and deepest convolutions
-         * too, on as many rows as the decoder's 8-bit products take
-         * (every count where the integer product serves) */
+        /* --weights q8: the codec's transformers, deepest convolutions and
+         * codebook search too, on products of as many rows as the
+         * decoder's 8-bit products take (a row count there too, a
+         * session's a step: MT_Q8_ALL_ROWS where the integer product
+         * serves; elsewhere the float kernels' crossover with sgemm,
+         * which is a matter of rows, whoever's they are) */
         if (sp->cw && mt_decoder_weights_format(dec) == MT_FMT_Q8 &&
             mimi_batch_weights_q8(sp->cw, mt_decoder_weights_f16_rows(dec), err, errlen)) {
             mt_speech_free(sp);
