@@ -1,7 +1,8 @@
 /* mimi_batch.h: the inside of a mimi_batch (mimi.c), shared by the files
- * that run the codec's layers on it: mimi.c (the batch, its threads, the
- * products, the transformers, the RVQ and the graph's walk) and
- * mimi_seanet.c (the convolutions' forward passes). Not for callers
+ * that run the codec's layers on it: mimi.c (the batch, the transformers,
+ * the RVQ and the graph's walk), mimi_par.c (the parallel phases, the
+ * products and the elementwise ops) and mimi_seanet.c (the convolutions'
+ * forward passes). Not for callers
  * outside src/codec: they see mimi.h's opaque batch. */
 #ifndef MT_MIMI_BATCH_H
 #define MT_MIMI_BATCH_H
@@ -114,6 +115,12 @@ void mimi_q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, c
                      float *C);
 /* Y [rows][n] = each row's bias (0 without). */
 void mimi_fill_bias(float *Y, const float *bias, int rows, size_t n);
+/* run(arg) on this thread, the batch's other threads taking the items of
+ * the phases it posts (mimi_par_run) until it returns. */
+void mimi_par_frame(mimi_batch *w, void (*run)(void *arg), void *arg);
+/* The elementwise op `kind` (0 dst = ELU(src), 1 dst += src, 2 GELU in
+ * place on dst) over n floats, in ranges across the threads. */
+void mimi_par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_t n);
 
 /* mimi_seanet.c: Y [cout][B*tout] = conv(state ++ X [cin][B*tin]), and
  * a transposed convolution's Y [cout][B*tin*stride] with the overlap

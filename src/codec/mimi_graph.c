@@ -7,6 +7,7 @@
  * four ping-pong buffers (mod 4), a residual unit using the three after
  * it as scratch. */
 #include "codec/mimi_impl.h"
+#include "decode/cpu_q8.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -130,6 +131,17 @@ double mimi_transformer_weight_flops(const mimi_model *m)
     const mimi_config *c = &m->c;
     double d = c->d_model;
     return c->num_layers * (double)m->enc_steps * 2.0 * (4 * d * d + 2 * d * c->dim_feedforward);
+}
+
+int mimi_q8_conv_eligible(const mimi_conv *cv)
+{
+    const int K = cv->tr ? cv->cin : cv->cin * cv->k;
+    /* a transposed layer of 16 input steps too: on the 8-bit copy at B = 1
+     * 0.29 ms where mimi_convtr.c's phases took 0.49 (the decoder's
+     * 512 -> 256 k12); a convolution of 16 steps was slower on it (0.34
+     * against 0.30 ms, 512 -> 256 k3 0.11 against 0.08) */
+    return !cv->grouped && cv->cout > 1 && K % MT_Q8_BLOCK == 0 &&
+           (cv->tr ? cv->tin <= 16 : cv->tout < 16);
 }
 
 double mimi_q8_flops(const mimi_model *m, int dir)

@@ -233,7 +233,8 @@ typedef struct mimi_q8mat {
 typedef struct mimi_q8 mimi_q8;
 int  mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen);
 const mimi_q8mat *mimi_q8_mat(const mimi_q8 *q, int dec, int li, int which);
-/* The deepest SEANet layers' copies (mimi_q8.c says which and why):
+/* The deepest SEANet layers' copies (mimi_q8.c says which and why; the
+ * test, mimi_q8_conv_eligible, is mimi_graph.c's, beside the costs):
  * whether cv gets one (a few steps a frame, not grouped, K a multiple
  * of 32), its copy or NULL, how many there are, and the largest K and
  * rows among them (a convolution's rows cout and K cin * k, a transposed

@@ -67,17 +67,6 @@ static const float *layer_mat(const mimi_model *m, const mimi_tlayer *l, int whi
     }
 }
 
-int mimi_q8_conv_eligible(const mimi_conv *cv)
-{
-    const int K = cv->tr ? cv->cin : cv->cin * cv->k;
-    /* a transposed layer of 16 input steps too: on the 8-bit copy at B = 1
-     * 0.29 ms where mimi_convtr.c's phases took 0.49 (the decoder's
-     * 512 -> 256 k12); a convolution of 16 steps was slower on it (0.34
-     * against 0.30 ms, 512 -> 256 k3 0.11 against 0.08) */
-    return !cv->grouped && cv->cout > 1 && K % MT_Q8_BLOCK == 0 &&
-           (cv->tr ? cv->tin <= 16 : cv->tout < 16);
-}
-
 /* The layers that get a copy, in the order of mimi_model's arrays: the
  * encoder's convolutions, the downsample, the upsample, the decoder's. */
 static int q8_convs(const mimi_model *m, const mimi_conv **cv)
