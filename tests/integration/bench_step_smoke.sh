@@ -35,6 +35,19 @@ read -r w0 f0 w2 f2 < <(awk '/^length/ { for (i = 1; i <= NF; i++) { split($i, k
 t_diag "window ${w0} -> ${w2} ms, full ${f0} -> ${f2} ms"
 t_check "full policy: frame 10,000 slower than frame 300" \
     awk -v a="$f0" -v b="$f2" 'BEGIN { exit !(a > 0 && b > 2 * a) }'
-t_check "window policy: frame 10,000 no slower than twice frame 300" \
-    awk -v a="$w0" -v b="$w2" 'BEGIN { exit !(a > 0 && b > 0 && b < 2 * a) }'
+# The window's two figures are a few hundred microseconds each; another
+# process on the two cores (make test's own lanes, CI's neighbours) once
+# took one of them past twice the other (CI, 2026-12-07: it has inflated
+# both tenfold in one run here). A window that grew with length fails
+# every run, so a failing comparison is measured once more, alone.
+window_flat() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > 0 && b > 0 && b < 2 * a) }'; }
+if ! window_flat "$w0" "$w2"; then
+    t_diag "window ${w0} -> ${w2} ms: measuring again"
+    MT_TESTBIN=$MT_TESTBIN bash "$MT_ROOT/bench/bench_step.sh" --quick --model synthetic:tiny \
+        >"$T_TMP/out2" 2>>"$T_TMP/err"
+    read -r w0 w2 < <(awk '/^length/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        w[v["frame"]] = v["window_ms"] } END { print w[300], w[10000] }' "$T_TMP/out2")
+fi
+t_check "window policy: frame 10,000 no slower than twice frame 300 (${w0} -> ${w2} ms)" \
+    window_flat "$w0" "$w2"
 t_done
