@@ -43,6 +43,8 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 #include <immintrin.h>
@@ -78,11 +80,16 @@ typedef struct {
     const int8_t  *end; /* rows one after the other: the run's end (prefetches
                            stop there); NULL for a group */
     int            group; /* a whole group: one stream, prefetched ahead */
+    /* the lane groups' kernel (cpu_q8.h's MT_Q8_LANES) reads these */
+    const int8_t  *xs;  /* [rows][ldu]: xq, signed */
+    const float   *sxb; /* [rows][ldu / 32]: a block's scale */
+    const int32_t *cb;  /* [rows][ldu / 32]: -128 * the block's sum of xq */
 } chunk_job;
 
 /* Rows 0..M of X [.., ldx], columns 0..kc, into J's u and sx (row stride
  * ldu, padded); kc a multiple of MT_Q8_BLOCK. */
-VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, float *sx, int ldu)
+VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, float *sx, int ldu,
+                          int8_t *xs, float *sxb, int32_t *cb)
 {
     const __m512 big = _mm512_set1_ps(FLT_MAX);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127),
@@ -90,6 +97,9 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
     for (int m = 0; m < M; m++) {
         uint8_t *ur = u + (size_t)m * ldu;
         float *sr = sx + (size_t)m * (ldu / 4);
+        int8_t *xr = xs + (size_t)m * ldu;
+        float *br = sxb + (size_t)m * (ldu / MT_Q8_BLOCK);
+        int32_t *cr = cb + (size_t)m * (ldu / MT_Q8_BLOCK);
         for (int k = 0; k < kc; k += MT_Q8_BLOCK) {
             const float *x = X + (size_t)m * ldx + k;
             __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
@@ -107,8 +117,14 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
             /* nearest, ties to even (the default rounding), as mt_q8_pack */
             __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vi));
             __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vi));
-            q0 = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q0, lo), hi), off);
-            q1 = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q1, lo), hi), off);
+            q0 = _mm512_min_epi32(_mm512_max_epi32(q0, lo), hi);
+            q1 = _mm512_min_epi32(_mm512_max_epi32(q1, lo), hi);
+            _mm_storeu_si128((__m128i *)(xr + k), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(xr + k + 16), _mm512_cvtepi32_epi8(q1));
+            br[k / MT_Q8_BLOCK] = s;
+            cr[k / MT_Q8_BLOCK] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            q0 = _mm512_add_epi32(q0, off);
+            q1 = _mm512_add_epi32(q1, off);
             _mm_storeu_si128((__m128i *)(ur + k), _mm512_cvtepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(ur + k + 16), _mm512_cvtepi32_epi8(q1));
             _mm256_storeu_ps(sr + k / 4, _mm256_set1_ps(s));
@@ -365,6 +381,127 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
         rows_by1(M, J, n);
 }
 
+
+/* ---- lane groups (cpu_q8.h's MT_Q8_LANES) ------------------------------ */
+
+/* How far on in a lane group's stream each block prefetches (bytes; 0:
+ * none, the hardware's prefetch alone). MT_Q8_LANES_PF=n (read once) for
+ * benchmarks. */
+enum { LANES_AHEAD = 0 };
+static int lanes_ahead = -1;
+
+/* 4 activation bytes broadcast to the 16 lanes (one VPDPBUSD's {1to16}
+ * memory operand). */
+VNNI static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* One lane group (its 16 weight rows' products in 16 lanes) against
+ * activation rows m..m+MR of the chunk: qg, sg the group's bytes and
+ * scales at the chunk's first block. A block is 8 vectors: 8 VPDPBUSDs of
+ * (w + 128) by xq broadcast 4 bytes at a time, started at -128 * sum(xq)
+ * (cb): the exact int32 sums w . xq of 16 rows; then one conversion and
+ * one FMA by sx * sw a block. Every row's sequence is the same whatever
+ * MR, the lane or the call (test_q8). */
+VNNI static inline __attribute__((always_inline)) void
+tile16(const int MR, const chunk_job *J, const int8_t *qg, const float *sg, int m, __m512 *out,
+       int pf)
+{
+    const size_t ldb = (size_t)(J->ldu / MT_Q8_BLOCK);
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int b = 0; b < J->nb; b++) {
+        const int8_t *wb = qg + (size_t)b * MT_Q8_LANE * MT_Q8_BLOCK;
+        if (pf) {
+            _Pragma("GCC unroll 8")
+            for (int l = 0; l < MT_Q8_LANE * MT_Q8_BLOCK; l += 64)
+                _mm_prefetch((const char *)wb + pf + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)(sg + MT_Q8_LANE * b + pf / MT_Q8_BLOCK), _MM_HINT_T0);
+        }
+        __m512i w[8];
+        _Pragma("GCC unroll 8")
+        for (int v = 0; v < 8; v++)
+            w[v] = _mm512_loadu_si512(wb + 64 * v);
+        const __m512 sw = _mm512_loadu_ps(sg + MT_Q8_LANE * b);
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < MR; i++) {
+            const int8_t *x = J->xs + (size_t)(m + i) * J->ldu + b * MT_Q8_BLOCK;
+            __m512i d0 = _mm512_set1_epi32(J->cb[(size_t)(m + i) * ldb + b]);
+            __m512i d1 = _mm512_setzero_si512();   /* two chains: half the latency */
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < 8; v += 2) {
+                d0 = _mm512_dpbusd_epi32(d0, w[v], bcast4(x + 4 * v));
+                d1 = _mm512_dpbusd_epi32(d1, w[v + 1], bcast4(x + 4 * v + 4));
+            }
+            __m512 sc = _mm512_mul_ps(sw, _mm512_set1_ps(J->sxb[(size_t)(m + i) * ldb + b]));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), sc, acc[i]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        out[i] = acc[i];
+}
+
+/* Lanes j0..j1 of v (weight rows of a lane group) into y[0..j1-j0], the
+ * call's beta. */
+VNNI static void store16(const chunk_job *J, float *y, __m512 v, int j0, int j1)
+{
+    if (j0 == 0 && j1 == MT_Q8_LANE) {
+        _mm512_storeu_ps(y, J->beta == 0.0f ? v : _mm512_add_ps(_mm512_loadu_ps(y), v));
+        return;
+    }
+    _Alignas(64) float t[MT_Q8_LANE];
+    _mm512_store_ps(t, v);
+    for (int l = j0; l < j1; l++)
+        y[l - j0] = J->beta == 0.0f ? t[l] : y[l - j0] + t[l];   /* beta 0 drops nan/inf */
+}
+
+/* MR activation rows from m against one lane group, stored. */
+#define LANES_FN(NAME, MR)                                                                     \
+    VNNI static void NAME(const chunk_job *J, const int8_t *qg, const float *sg, int m,        \
+                          float *y, int j0, int j1, int pf)                                    \
+    {                                                                                          \
+        __m512 v[4];                                                                           \
+        tile16(MR, J, qg, sg, m, v, pf);                                                       \
+        for (int i = 0; i < MR; i++)                                                           \
+            store16(J, y + (size_t)(m + i) * J->ldy, v[i], j0, j1);                            \
+    }
+LANES_FN(lanes_by4, 4)
+LANES_FN(lanes_by3, 3)
+LANES_FN(lanes_by2, 2)
+LANES_FN(lanes_by1, 1)
+
+/* A run of a lane group's rows (mt_q8_walk: rows rows from lane `lane`
+ * of the group at q, s, on into the groups after), this chunk's columns:
+ * each group's 16 lanes computed, the run's stored. M rows in blocks of
+ * 4, the rest as one block; the first block prefetches. */
+VNNI static void lanes_run(const chunk_job *J, int M, int k0, const int8_t *q, const float *s,
+                           int rows, int lane, float *Y)
+{
+    const size_t gs = (size_t)MT_Q8_LANE * J->K;   /* bytes from group to group */
+    const int8_t *qg = q + (size_t)k0 * MT_Q8_LANE;
+    const float *sg = s + (size_t)k0 / MT_Q8_BLOCK * MT_Q8_LANE;
+    for (int done = 0, j0 = lane; done < rows; j0 = 0, qg += gs, sg += gs / MT_Q8_BLOCK) {
+        const int j1 = j0 + rows - done < MT_Q8_LANE ? j0 + rows - done : MT_Q8_LANE;
+        float *y = Y + done;
+        int m = 0, pf = lanes_ahead;
+        for (; m + 4 <= M; m += 4, pf = 0)
+            lanes_by4(J, qg, sg, m, y, j0, j1, pf);
+        if (M - m == 3)
+            lanes_by3(J, qg, sg, m, y, j0, j1, pf);
+        else if (M - m == 2)
+            lanes_by2(J, qg, sg, m, y, j0, j1, pf);
+        else if (M - m == 1)
+            lanes_by1(J, qg, sg, m, y, j0, j1, pf);
+        done += j1 - j0;
+    }
+}
+
 /* One chunk of a call (what every run of weight rows shares), for
  * mt_q8_walk. */
 typedef struct {
@@ -376,6 +513,10 @@ VNNI static void chunk_run(void *arg, const int8_t *q, const float *s, int rows,
                            int col)
 {
     const chunk_call *c = arg;
+    if (rs == 0) {   /* a lane group */
+        lanes_run(&c->J, c->M, c->k0, q, s, rows, ps, c->J.Y + col);
+        return;
+    }
     chunk_job J = c->J;
     const size_t o = (size_t)(c->k0 / 64) * ps;   /* the chunk's first pair */
     J.q = q + o;
@@ -393,15 +534,23 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
 {
     _Alignas(64) uint8_t u[ACT_BYTES];   /* [rows][ldu] */
     _Alignas(64) float sx[ACT_BYTES / 4]; /* [rows][ldu / 4] */
+    _Alignas(64) int8_t xs[ACT_BYTES];    /* [rows][ldu] */
+    float sxb[ACT_BYTES / MT_Q8_BLOCK];   /* [rows][ldu / 32] */
+    int32_t cb[ACT_BYTES / MT_Q8_BLOCK];  /* [rows][ldu / 32] */
+    if (lanes_ahead < 0) {   /* benign race: every thread writes the same */
+        const char *v = getenv("MT_Q8_LANES_PF");
+        lanes_ahead = v && *v ? atoi(v) / 64 * 64 : LANES_AHEAD;
+    }
     for (int m0 = 0; m0 < M; m0 += ROW_GROUP) {
         const int rows = M - m0 < ROW_GROUP ? M - m0 : ROW_GROUP;
         const int kc = CHUNK_COLS;
         for (int k0 = 0; k0 < K; k0 += kc) {
             const int kn = K - k0 < kc ? K - k0 : kc, ldu = (kn + 63) & ~63;
-            quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu);
+            quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu, xs, sxb, cb);
             chunk_call c = { rows, N, k0,
                              { u, sx, ldu, NULL, K, 0, 0, NULL, kn / MT_Q8_BLOCK,
-                               k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL, 0 } };
+                               k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL, 0, xs,
+                               sxb, cb } };
             mt_q8_walk(lo, hi, N, K, q, scale, chunk_run, &c);
         }
     }

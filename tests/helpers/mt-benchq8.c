@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { NVAR = 6 };   /* (kernels, layout) variants at most */
+
 typedef struct {
     int B, N, K, mats, lo, hi;
     const float *X;     /* [B, K] */
@@ -76,10 +78,11 @@ static double pass(part *parts, int T)
 int main(int argc, char **argv)
 {
     int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, c;
-    char blist[64] = "1,2,4,8";
-    while ((c = getopt(argc, argv, "b:N:K:M:t:r:H")) != -1) {
+    char blist[64] = "1,2,4,8", llist[64] = "rows,groups,lanes";
+    while ((c = getopt(argc, argv, "b:l:N:K:M:t:r:H")) != -1) {
         switch (c) {
         case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
+        case 'l': snprintf(llist, sizeof llist, "%s", optarg); break;
         case 'N': N = atoi(optarg); break;
         case 'K': K = atoi(optarg); break;
         case 'M': mib = atoi(optarg); break;
@@ -87,7 +90,8 @@ int main(int argc, char **argv)
         case 'r': R = atoi(optarg); break;
         case 'H': huge = 1; break;
         default:
-            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-N n] [-K k] [-M MiB] [-t T] [-r R] [-H]\n");
+            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes] [-N n] [-K k] "
+                            "[-M MiB] [-t T] [-r R] [-H]\n");
             return 2;
         }
     }
@@ -118,8 +122,8 @@ int main(int argc, char **argv)
     }
     float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
     float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
-    double *ms = malloc(sizeof(double) * 4 * R);
-    double cpu[4];
+    double *ms = malloc(sizeof(double) * NVAR * R);
+    double cpu[NVAR];
     if (!q || !s || !X || !Y || !ms) {
         fprintf(stderr, "mt-benchq8: out of memory\n");
         return 1;
@@ -132,8 +136,20 @@ int main(int argc, char **argv)
         X[i] = (float)((i * 40503u >> 7) % 2001) / 1000.0f - 1.0f;
     const int top = mt_q8_init();
     mt_q8_vnni_rows(1);   /* the integer kernel at every B (mt_q8_gemm hands it 4+ rows) */
-    const int levels[2] = { top >= 2 ? 2 : top, top };
+    /* the variants: (kernels, layout) pairs, those of the layouts asked;
+     * lanes only with the integer kernel (the float ones read it through a
+     * portable loop, cpu_q8.h) */
     static const char *const name[] = { "portable", "avx2", "avx512", "vnni" };
+    static const char *const lname[] = { "rows", "groups", "lanes" };
+    int vlev[NVAR], vlay[NVAR], nv = 0;
+    for (int lay = MT_Q8_ROWS; lay <= MT_Q8_LANES; lay++) {
+        if (!strstr(llist, lname[lay]))
+            continue;
+        if (lay != MT_Q8_LANES || top < 3)
+            vlev[nv] = top >= 2 ? 2 : top, vlay[nv++] = lay;
+        if (top == 3)
+            vlev[nv] = 3, vlay[nv++] = lay;
+    }
     for (char *tok = strtok(blist, ","); tok; tok = strtok(NULL, ",")) {
         int B = atoi(tok);
         if (B < 1 || B > 64)
@@ -142,28 +158,28 @@ int main(int argc, char **argv)
         for (int t = 0; t < T; t++)
             parts[t] = (part){ B, N, K, mats, (int)((long)N * t / T), (int)((long)N * (t + 1) / T),
                                X, q, s, Y };
-        /* variant l: kernels levels[l % 2] on layout l / 2 (the bytes
-         * are arbitrary, valid in either layout) */
-        for (int l = 0; l < 4; l++) {   /* warm-up */
-            mt_q8_select(levels[l % 2]);
-            mt_q8_layout(l / 2);
+        /* the bytes are arbitrary, valid in every layout */
+        for (int l = 0; l < nv; l++) {   /* warm-up */
+            mt_q8_select(vlev[l]);
+            mt_q8_layout(vlay[l]);
             pass(parts, T);
         }
-        cpu[0] = cpu[1] = cpu[2] = cpu[3] = 0;
+        for (int l = 0; l < nv; l++)
+            cpu[l] = 0;
         for (int r = 0; r < R; r++)
-            for (int l = 0; l < 4; l++) {
-                mt_q8_select(levels[l % 2]);
-                mt_q8_layout(l / 2);
+            for (int l = 0; l < nv; l++) {
+                mt_q8_select(vlev[l]);
+                mt_q8_layout(vlay[l]);
                 double c0 = cpu_ms();
                 ms[l * R + r] = pass(parts, T);
                 cpu[l] += cpu_ms() - c0;
             }
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < nv; l++) {
             qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
             double best = ms[l * R], med = ms[l * R + R / 2];
             printf("q8_gemm kernels=%s layout=%s pages=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
                    "best_ms=%.3f median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
-                   name[levels[l % 2]], l / 2 ? "groups" : "rows", huge ? "2MiB" : "4KiB", B, N, K,
+                   name[vlev[l]], lname[vlay[l]], huge ? "2MiB" : "4KiB", B, N, K,
                    mats, T, R, best, med,
                    mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
         }

@@ -56,14 +56,14 @@ static int violations(int M, int N, int K, const float *X, const float *W, const
             double ref = 0, bound = 0, mag = 0;
             for (int k = 0; k < K; k++) {
                 double x = X[(size_t)m * K + k], w = W[(size_t)n * K + k];
-                size_t o = mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) + k % MT_Q8_BLOCK;
-                double sw = s[o / MT_Q8_BLOCK];
+                double sw = s[mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) / MT_Q8_BLOCK];
                 ref += x * w;
                 bound += fabs(x) * sw * 0.5;
                 /* an activation within sx / 2 = max|x| / 254 of its block,
                  * times the weight as read back */
                 if (act)
-                    bound += act_max(X + (size_t)m * K, k) / 254.0 * fabs(q[o] * sw);
+                    bound += act_max(X + (size_t)m * K, k) / 254.0 *
+                             fabs(mt_q8_weight(q, N, K, n, k) * sw);
                 mag += fabs(x * w);
             }
             bound += K * ldexp(1.0, -22) * mag + 1e-30;
@@ -194,16 +194,17 @@ int main(void)
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == 0, "pack a finite matrix");
     int far = 0, hit_max = 0;
     for (int i = 0; i < PN * PK; i++) {
-        size_t o = mt_q8_offset(PN, PK, i / PK, i % PK / MT_Q8_BLOCK) + i % MT_Q8_BLOCK;
-        float s = ps[o / MT_Q8_BLOCK];
-        if (!(fabsf(pq[o] * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || pq[o] == -128)
+        float s = ps[mt_q8_offset(PN, PK, i / PK, i % PK / MT_Q8_BLOCK) / MT_Q8_BLOCK];
+        int v = mt_q8_weight(pq, PN, PK, i / PK, i % PK);
+        if (!(fabsf(v * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || v < -127 || v > 127)
             far++;
-        hit_max += pq[o] == 127 || pq[o] == -127;
+        hit_max += v == 127 || v == -127;
     }
     is_int(far, 0, "every weight reads back within scale/2, bytes in -127..127");
     ok(hit_max >= PN * PK / MT_Q8_BLOCK - 1, "each nonzero block's largest weight is +-127");
     size_t z = mt_q8_offset(PN, PK, 0, 2);   /* row 0's block 2 */
-    ok(ps[z / MT_Q8_BLOCK] == 0.0f && pq[z] == 0, "a zero block: scale 0, bytes 0");
+    ok(ps[z / MT_Q8_BLOCK] == 0.0f && mt_q8_weight(pq, PN, PK, 0, 2 * MT_Q8_BLOCK) == 0,
+       "a zero block: scale 0, bytes 0");
     /* the layout: rows 0..7 a group, block pairs of 8 rows' 64 bytes;
      * row 8 (past the last whole group) row by row; K = 96 (not a
      * multiple of 64) row by row */
