@@ -387,8 +387,16 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
 /* How far on in a lane group's stream each block prefetches (bytes; 0:
  * none, the hardware's prefetch alone). MT_Q8_LANES_PF=n (read once) for
  * benchmarks. */
-enum { LANES_AHEAD = 0 };
+enum { LANES_AHEAD = 8192 };
 static int lanes_ahead = -1;
+
+void mt_q8_lanes_ahead(int bytes)
+{
+    const char *v = getenv("MT_Q8_LANES_PF");
+    if (bytes < 0)
+        bytes = v && *v ? atoi(v) : LANES_AHEAD;
+    lanes_ahead = bytes < 0 ? 0 : bytes / 64 * 64;
+}
 
 /* 4 activation bytes broadcast to the 16 lanes (one VPDPBUSD's {1to16}
  * memory operand). */
@@ -537,10 +545,8 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
     _Alignas(64) int8_t xs[ACT_BYTES];    /* [rows][ldu] */
     float sxb[ACT_BYTES / MT_Q8_BLOCK];   /* [rows][ldu / 32] */
     int32_t cb[ACT_BYTES / MT_Q8_BLOCK];  /* [rows][ldu / 32] */
-    if (lanes_ahead < 0) {   /* benign race: every thread writes the same */
-        const char *v = getenv("MT_Q8_LANES_PF");
-        lanes_ahead = v && *v ? atoi(v) / 64 * 64 : LANES_AHEAD;
-    }
+    if (lanes_ahead < 0)   /* benign race: every thread writes the same */
+        mt_q8_lanes_ahead(-1);
     for (int m0 = 0; m0 < M; m0 += ROW_GROUP) {
         const int rows = M - m0 < ROW_GROUP ? M - m0 : ROW_GROUP;
         const int kc = CHUNK_COLS;
@@ -559,6 +565,8 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
 #else
 
 int mt_q8_vnni_built(void) { return 0; }
+
+void mt_q8_lanes_ahead(int bytes) { (void)bytes; }
 
 void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy)

@@ -15,4 +15,9 @@ int mt_q8_vnni_built(void);
 void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy);
 
+/* Benchmarks: how far on in a lane group's stream (cpu_q8.h's
+ * MT_Q8_LANES) each block prefetches, bytes (0: none; -1: the default,
+ * or MT_Q8_LANES_PF). Not while a kernel may be running. */
+void mt_q8_lanes_ahead(int bytes);
+
 #endif

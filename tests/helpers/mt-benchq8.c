@@ -18,6 +18,7 @@
  * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS] [-H]
  */
 #include "decode/cpu_q8.h"
+#include "decode/cpu_q8_vnni.h"
 #include "util/clock.h"
 #include "helpers/median.h"
 
@@ -25,12 +26,13 @@
 #include <sys/resource.h>
 
 #include <getopt.h>
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { NVAR = 6 };   /* (kernels, layout) variants at most */
+enum { NVAR = 10 };   /* (kernels, layout) variants at most */
 
 typedef struct {
     int B, N, K, mats, lo, hi;
@@ -40,9 +42,39 @@ typedef struct {
     float *Y;           /* [B, N] */
 } part;
 
+/* The memory read bound in the same run: each thread's share of every
+ * matrix's bytes and scales read by 32-byte loads (layout=read). */
+static int read_only;
+static volatile uint64_t read_sink;
+
+__attribute__((target("avx2"))) static void read_part(const part *p)
+{
+    const int nb = p->K / MT_Q8_BLOCK;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (int m = 0; m < p->mats; m++) {
+        const int8_t *q = p->q + (size_t)m * p->N * p->K + (size_t)p->lo * p->K;
+        const size_t n = (size_t)(p->hi - p->lo) * p->K;
+        for (size_t i = 0; i + 128 <= n; i += 128) {
+            a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(q + i)));
+            a1 = _mm256_xor_si256(a1, _mm256_loadu_si256((const __m256i *)(q + i + 32)));
+            a2 = _mm256_xor_si256(a2, _mm256_loadu_si256((const __m256i *)(q + i + 64)));
+            a3 = _mm256_xor_si256(a3, _mm256_loadu_si256((const __m256i *)(q + i + 96)));
+        }
+        const float *s = p->s + (size_t)m * p->N * nb + (size_t)p->lo * nb;
+        for (size_t i = 0; i + 8 <= (size_t)(p->hi - p->lo) * nb; i += 8)
+            a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(s + i)));
+    }
+    a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    read_sink = (uint64_t)_mm256_extract_epi64(a0, 0);
+}
+
 static void *run_part(void *arg)
 {
     const part *p = arg;
+    if (read_only) {
+        read_part(p);
+        return NULL;
+    }
     const int nb = p->K / MT_Q8_BLOCK;
     for (int m = 0; m < p->mats; m++)
         mt_q8_gemm_rows(p->B, p->lo, p->hi, p->N, p->K, p->X, p->K, p->q + (size_t)m * p->N * p->K,
@@ -78,11 +110,12 @@ static double pass(part *parts, int T)
 int main(int argc, char **argv)
 {
     int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, c;
-    char blist[64] = "1,2,4,8", llist[64] = "rows,groups,lanes";
-    while ((c = getopt(argc, argv, "b:l:N:K:M:t:r:H")) != -1) {
+    char blist[64] = "1,2,4,8", llist[64] = "rows,groups,lanes,read", plist[64] = "-1";
+    while ((c = getopt(argc, argv, "b:l:p:N:K:M:t:r:H")) != -1) {
         switch (c) {
         case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
         case 'l': snprintf(llist, sizeof llist, "%s", optarg); break;
+        case 'p': snprintf(plist, sizeof plist, "%s", optarg); break;
         case 'N': N = atoi(optarg); break;
         case 'K': K = atoi(optarg); break;
         case 'M': mib = atoi(optarg); break;
@@ -90,7 +123,7 @@ int main(int argc, char **argv)
         case 'r': R = atoi(optarg); break;
         case 'H': huge = 1; break;
         default:
-            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes] [-N n] [-K k] "
+            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes,read] [-p PF,..] [-N n] [-K k] "
                             "[-M MiB] [-t T] [-r R] [-H]\n");
             return 2;
         }
@@ -140,15 +173,23 @@ int main(int argc, char **argv)
      * lanes only with the integer kernel (the float ones read it through a
      * portable loop, cpu_q8.h) */
     static const char *const name[] = { "portable", "avx2", "avx512", "vnni" };
-    static const char *const lname[] = { "rows", "groups", "lanes" };
-    int vlev[NVAR], vlay[NVAR], nv = 0;
+    static const char *const lname[] = { "rows", "groups", "lanes", "read" };
+    int vlev[NVAR], vlay[NVAR], vpf[NVAR], nv = 0;
+    for (int l = 0; l < NVAR; l++)
+        vpf[l] = -1;
+    if (strstr(llist, "read"))   /* the plain read of the same bytes */
+        vlev[nv] = top, vlay[nv++] = 3;
     for (int lay = MT_Q8_ROWS; lay <= MT_Q8_LANES; lay++) {
         if (!strstr(llist, lname[lay]))
             continue;
         if (lay != MT_Q8_LANES || top < 3)
             vlev[nv] = top >= 2 ? 2 : top, vlay[nv++] = lay;
-        if (top == 3)
+        if (top == 3 && lay != MT_Q8_LANES)
             vlev[nv] = 3, vlay[nv++] = lay;
+        /* lanes: one variant a prefetch distance of -p (bytes; -1 the default) */
+        for (char *pf = plist; top == 3 && lay == MT_Q8_LANES && pf && nv < NVAR;
+             pf = strchr(pf, ',') ? strchr(pf, ',') + 1 : NULL)
+            vlev[nv] = 3, vpf[nv] = atoi(pf), vlay[nv++] = lay;
     }
     for (char *tok = strtok(blist, ","); tok; tok = strtok(NULL, ",")) {
         int B = atoi(tok);
@@ -161,7 +202,9 @@ int main(int argc, char **argv)
         /* the bytes are arbitrary, valid in every layout */
         for (int l = 0; l < nv; l++) {   /* warm-up */
             mt_q8_select(vlev[l]);
-            mt_q8_layout(vlay[l]);
+            mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
+            read_only = vlay[l] == 3;
+            mt_q8_lanes_ahead(vpf[l]);
             pass(parts, T);
         }
         for (int l = 0; l < nv; l++)
@@ -169,7 +212,9 @@ int main(int argc, char **argv)
         for (int r = 0; r < R; r++)
             for (int l = 0; l < nv; l++) {
                 mt_q8_select(vlev[l]);
-                mt_q8_layout(vlay[l]);
+                mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
+                read_only = vlay[l] == 3;
+                mt_q8_lanes_ahead(vpf[l]);
                 double c0 = cpu_ms();
                 ms[l * R + r] = pass(parts, T);
                 cpu[l] += cpu_ms() - c0;
@@ -177,9 +222,9 @@ int main(int argc, char **argv)
         for (int l = 0; l < nv; l++) {
             qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
             double best = ms[l * R], med = ms[l * R + R / 2];
-            printf("q8_gemm kernels=%s layout=%s pages=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
+            printf("q8_gemm kernels=%s layout=%s pf=%d pages=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
                    "best_ms=%.3f median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
-                   name[vlev[l]], lname[vlay[l]], huge ? "2MiB" : "4KiB", B, N, K,
+                   vlay[l] == 3 ? "none" : name[vlev[l]], lname[vlay[l]], vpf[l], huge ? "2MiB" : "4KiB", B, N, K,
                    mats, T, R, best, med,
                    mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
         }
