@@ -387,7 +387,7 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
 /* How far on in a lane group's stream each block prefetches (bytes; 0:
  * none, the hardware's prefetch alone). MT_Q8_LANES_PF=n (read once) for
  * benchmarks. */
-enum { LANES_AHEAD = 8192 };
+enum { LANES_AHEAD = 16384 };
 static int lanes_ahead = -1;
 
 void mt_q8_lanes_ahead(int bytes)
