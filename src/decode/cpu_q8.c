@@ -6,6 +6,10 @@
  * multiply by the scale) and uses each for all the call's rows; the
  * products accumulate in fp32, so the kernels agree to fp32 summation
  * order and differ from the fp32 product by the quantisation alone.
+ * Rows in lane groups (cpu_q8.h's MT_Q8_LANES, the integer kernel's
+ * layout) the float levels read through a portable loop (gemm_lanes_c):
+ * correct, not fast; that layout is only chosen where the integer kernel
+ * serves every call.
  */
 #include "decode/cpu_q8.h"
 #include "decode/cpu_q8_vnni.h"

@@ -34,6 +34,39 @@
  * bench/RESULTS.md, "The q8 product on integers" and "The q8 weights in
  * groups of 8 rows").
  *
+ * Lane groups (cpu_q8.h's MT_Q8_LANES, MT_Q8_LANES=1; not the default).
+ * On groups of 8, a 64-byte weight vector is one row's 64 k: a VPDPBUSD
+ * gives 16 partial sums of one row, folded (fold4's shuffles) and
+ * corrected by -128 * sum(w) (two more instructions a weight vector),
+ * about 7 instructions a 64 bytes at one row. In a lane group a vector
+ * holds 16 rows' 4 consecutive k, stored w + 128 (unsigned): one
+ * VPDPBUSD by 4 activation bytes xq broadcast (signed) adds 16 rows'
+ * partial sums into 16 lanes, an accumulator started at -128 * the
+ * block's sum of xq (once a call and row); a block of 32 k is 8 such
+ * instructions, then one conversion and one FMA by sx * sw[16 rows]: no
+ * fold, no correction a weight vector, about 3 instructions a 64 bytes at
+ * one row. A row's arithmetic is the same sequence whatever the call's
+ * rows, tile or thread split (a call that takes part of a group computes
+ * its 16 lanes and stores its part). In cache (mt-benchq8 -M 2 -t 1,
+ * one core, 2026-12-07 09:12Z) it is 1.4-1.8 times the grouped kernel:
+ * 78 / 58 / 30 / 16 GB/s at 1 / 4 / 8 / 16 rows against 55 / 33 / 17 / 9
+ * (at 8 rows and more, one VPDPBUSD a cycle: the instruction's own
+ * bound). From memory (256 MiB, -t 2 -H, groups, lanes and the plain
+ * read alternating, three runs 09:13:55-09:14:05Z, load 1.5-1.65 with
+ * the other helpers' and the lead's work on the 2 cores), median GB/s
+ * lanes against groups (read): 1 row 20.8 / 23.1 / 27.1 against 19.8 /
+ * 19.4 / 19.9 (27.7 / 31.5 / 27.5); 2 rows 21.4 / 19.5 / 21.8 against
+ * 18.9 / 24.5 / 19.9; 4 rows 20.7 / 19.1 / 18.4 against 19.1 / 18.1 /
+ * 18.2; 8 rows 16.0 / 15.6 / 15.5 against 11.1 / 10.8 / 9.8; the CPU
+ * time a pass 8% less at 1 row, 12% at 4, 34% at 8. At 1-4 rows the
+ * difference is inside the run-to-run spread: both wait on memory, and
+ * prefetch distances (0-128 KiB, T0, T1, NTA), two lane groups a tile
+ * and the broadcast folded into VPDPBUSD made no difference there; so
+ * the grouped layout stays the default and the lanes an option (clearly
+ * ahead at 8 rows and more). Each block of a lane group prefetches its
+ * stream LANES_AHEAD bytes on (without it, 4 rows streamed at 0.75 times
+ * the rate, 09:10Z).
+ *
  * Cost of the quantisation: each calling thread quantises the whole X
  * (M x K floats) once a call, against its share of the N x K weight bytes;
  * at M = 8 and 2 threads, a few percent of the call.

@@ -12,10 +12,17 @@
  * and layouts round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
  * over the time), and the mean CPU time a pass (cpu_ms: every thread's). Prints logfmt lines; asserts nothing.
  *
+ * layout=lanes: cpu_q8.h's lane groups of 16 rows (the integer kernel
+ * only; -p lists prefetch distances in bytes, one variant each, -1 the
+ * kernel's default); layout=read: the plain read of the same bytes and
+ * scales on the same threads (the memory's rate in the same run). -l
+ * picks the layouts (default rows,groups,lanes,read).
+ *
  * -H: the weights on 2 MiB pages (transparent huge pages asked by
  * madvise), as the CPU backend keeps its q8 copy (backend_cpu_setup.c).
  *
- * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS] [-H]
+ * usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes,read] [-p PF,..] [-N 2048] [-K 2048]
+ *                   [-M MiB] [-t THREADS] [-r ROUNDS] [-H]
  */
 #include "decode/cpu_q8.h"
 #include "decode/cpu_q8_vnni.h"

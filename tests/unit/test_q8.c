@@ -6,7 +6,9 @@
  * plus fp32 summation slack (K * 2^-22 * sum |x_k w_k|). The bound is tight
  * enough to catch a wrong scale: one block's scale doubled fails it (checked
  * here in at least 95% of the cases, and planted in the kernels once by
- * hand). */
+ * hand). The lane groups' layout (cpu_q8.h's MT_Q8_LANES) at the portable
+ * and integer levels: the same bound, and a row's bits whatever the
+ * call's rows (1..20) or the row range it takes (cut inside groups). */
 #include "tap.h"
 #include "decode/cpu_q8.h"
 
