@@ -252,6 +252,7 @@ int main(void)
     /* the layout: rows 0..7 a group, block pairs of 8 rows' 64 bytes;
      * row 8 (past the last whole group) row by row; K = 96 (not a
      * multiple of 64) row by row */
+    mt_q8_layout(MT_Q8_GROUPS);   /* whatever the kernels' (MT_Q8_LANES=1) */
     ok(mt_q8_offset(PN, PK, 0, 1) == 32 && mt_q8_offset(PN, PK, 1, 0) == 64 &&
        mt_q8_offset(PN, PK, 7, 3) == 512 + 7 * 64 + 32 && mt_q8_offset(PN, PK, 8, 1) == 8 * PK + 32 &&
        mt_q8_offset(PN, 96, 1, 0) == 96, "the grouped layout (8 rows, block pairs)");
