@@ -417,10 +417,18 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
 
 /* ---- lane groups (cpu_q8.h's MT_Q8_LANES) ------------------------------ */
 
-/* How far on in a lane group's stream each block prefetches (bytes; 0:
- * none, the hardware's prefetch alone). MT_Q8_LANES_PF=n (read once) for
+/* A lane group's stream is prefetched by each block of the first tile
+ * of rows: its lines LANES_NEAR bytes on into L1 (T0), and one line
+ * LANES_AHEAD bytes on into L2 (T1). Measured (mt-benchq8 -t 1 -H, 4
+ * rows, 2026-12-07 09:18-09:20Z, load 1.6-1.7, GB/s against the plain
+ * read's 30-33): all lines 16 KiB on into L1 alone 21.9, with no
+ * prefetch 18.7, the near lines alone 18.8, the far line alone 18.8,
+ * both 25.3-25.8 (2 KiB near 22.8; far 32-128 KiB alike); at 1 row 24.7
+ * (all lines far, T0) against 28.7 (both), 34.5 the read. Far alone:
+ * the L1's misses in flight are too few to cover memory's latency; near
+ * alone: too late. MT_Q8_LANES_PF=n (read once; 0: no prefetch) for
  * benchmarks. */
-enum { LANES_AHEAD = 16384 };
+enum { LANES_NEAR = 4096, LANES_AHEAD = 32768 };
 static int lanes_ahead = -1;
 
 void mt_q8_lanes_ahead(int bytes)
@@ -458,11 +466,13 @@ tile16(const int MR, const chunk_job *J, const int8_t *qg, const float *sg, int 
         acc[i] = _mm512_setzero_ps();
     for (int b = 0; b < J->nb; b++) {
         const int8_t *wb = qg + (size_t)b * MT_Q8_LANE * MT_Q8_BLOCK;
-        if (pf) {
+        if (pf) {   /* the block LANES_NEAR on into L1, a line pf on into L2 */
             _Pragma("GCC unroll 8")
             for (int l = 0; l < MT_Q8_LANE * MT_Q8_BLOCK; l += 64)
-                _mm_prefetch((const char *)wb + pf + l, _MM_HINT_T0);
-            _mm_prefetch((const char *)(sg + MT_Q8_LANE * b + pf / MT_Q8_BLOCK), _MM_HINT_T0);
+                _mm_prefetch((const char *)wb + LANES_NEAR + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb + pf, _MM_HINT_T1);
+            _mm_prefetch((const char *)(sg + MT_Q8_LANE * b + LANES_NEAR / MT_Q8_BLOCK),
+                         _MM_HINT_T0);
         }
         __m512i w[8];
         _Pragma("GCC unroll 8")
