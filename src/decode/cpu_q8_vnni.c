@@ -28,7 +28,9 @@
  *
  * Used for every call (mt_q8_vnni_rows, cpu_q8.c): on the grouped
  * layout (cpu_q8.h), whose 8-row groups are one stream that a tile's
- * first row block prefetches GROUP_AHEAD bytes on, it streams 13-23 GB/s
+ * first row block prefetches (GROUP_NEAR, GROUP_FAR: since 2026-12-07,
+ * 1.3-1.4 times the rate from memory at 1-2 rows, 1.15 at 4, 0.9 of the
+ * plain read at 1-2 rows), it streams 13-23 GB/s
  * a core out of cache at 1-4 rows, ahead of the float kernels (on rows
  * one after the other it streamed 10-15 and trailed them at 1-4 rows:
  * bench/RESULTS.md, "The q8 product on integers" and "The q8 weights in
@@ -169,9 +171,25 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
     }
 }
 
+/* A group's leads in its stream (into the next groups, which follow in
+ * memory; a prefetch past the call's weights is wasted, never a fault):
+ * each block pair's lines and scales GROUP_NEAR bytes on into L1 (T0),
+ * and one line GROUP_FAR bytes on into L2 (T1). The far line was new on
+ * 2026-12-07 (the lead 8192 bytes, into L1 alone, before): mt-benchq8 -t
+ * 2 -H, 256 MiB, old and new alternating, 09:18:53Z, load 1.2, median
+ * GB/s at 1 / 2 / 4 / 8 rows 40.2 / 41.1 / 37.5 / 22.0 before, 56.2 /
+ * 53.1 / 43.3 / 27.3 after, the plain read 62.9 / 61.3 / 59.4 / 53.1;
+ * one thread (09:18:30Z) 20.4 / 21.5 / 19.5 before, 30.7 / 29.6 / 22.9
+ * after, the read 32.5 / 32.8 / 29.0. The lines into L1 alone leave too
+ * few misses in flight to cover memory's latency; the far line keeps
+ * the L2 fetching ahead (the lane groups' kernel, below, measured the
+ * parts one by one). */
+enum { GROUP_NEAR = 4096, GROUP_FAR = 32768 };
+
 /* Prefetch a block pair's weights a lead on (pf, or nothing when NULL):
  * in a group (rows stored together, cpu_q8_layout.c) its pair's lines and
- * scales, else the pair of each of the tile's `rows` weight rows. */
+ * scales (pf GROUP_NEAR on) and a line GROUP_FAR on, else the pair of
+ * each of the tile's `rows` weight rows. */
 VNNI static inline __attribute__((always_inline)) void
 prefetch_pair(const chunk_job *J, const char *pf, const int8_t *q, const float *sc, size_t o,
               int b, const int rows)
@@ -179,6 +197,7 @@ prefetch_pair(const chunk_job *J, const char *pf, const int8_t *q, const float *
     if (pf && !J->end) {
         for (int l = 0; l < J->ps; l += 64)
             _mm_prefetch(pf + o + l, _MM_HINT_T0);
+        _mm_prefetch(pf + o + (GROUP_FAR - GROUP_NEAR), _MM_HINT_T1);
         _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
                      _MM_HINT_T0);
     } else if (pf) {
@@ -340,11 +359,6 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         }
 }
 
-/* A group's lead: bytes on in its stream (into the next group, which
- * follows in memory; a prefetch past the call's weights is wasted, never
- * a fault). */
-enum { GROUP_AHEAD = 8192 };
-
 /* Where to prefetch for a tile of NR weight rows from n: the next tile's
  * rows, the same columns in step (a tile of lead: NR * K bytes), or NULL
  * for the last tile. Not cpu_q8.c's stream of PREFETCH_AHEAD bytes on:
@@ -353,8 +367,8 @@ enum { GROUP_AHEAD = 8192 };
  * at 12 GB/s on one core, 20 for the float kernel). */
 static const char *ahead(const chunk_job *J, int n, int NR)
 {
-    if (!J->end)   /* a group: its stream GROUP_AHEAD bytes on, first tile only */
-        return J->group && n == 0 ? (const char *)J->q + GROUP_AHEAD : NULL;
+    if (!J->end)   /* a group: its stream GROUP_NEAR bytes on, first tile only */
+        return J->group && n == 0 ? (const char *)J->q + GROUP_NEAR : NULL;
     const int8_t *next = J->q + (size_t)(n + NR) * J->K;
     return J->end && next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
 }
