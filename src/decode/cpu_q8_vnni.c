@@ -185,6 +185,13 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
  * the L2 fetching ahead (the lane groups' kernel, below, measured the
  * parts one by one). */
 enum { GROUP_NEAR = 4096, GROUP_FAR = 32768 };
+static int group_near = GROUP_NEAR, group_far = GROUP_FAR;   /* mt_q8_group_ahead */
+
+void mt_q8_group_ahead(int near, int far)
+{
+    group_near = near < 0 ? GROUP_NEAR : near / 64 * 64;
+    group_far = far < 0 ? GROUP_FAR : far / 64 * 64;
+}
 
 /* Prefetch a block pair's weights a lead on (pf, or nothing when NULL):
  * in a group (rows stored together, cpu_q8_layout.c) its pair's lines and
@@ -197,7 +204,8 @@ prefetch_pair(const chunk_job *J, const char *pf, const int8_t *q, const float *
     if (pf && !J->end) {
         for (int l = 0; l < J->ps; l += 64)
             _mm_prefetch(pf + o + l, _MM_HINT_T0);
-        _mm_prefetch(pf + o + (GROUP_FAR - GROUP_NEAR), _MM_HINT_T1);
+        if (group_far)
+            _mm_prefetch(pf + o + (group_far - group_near), _MM_HINT_T1);
         _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
                      _MM_HINT_T0);
     } else if (pf) {
@@ -368,7 +376,7 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
 static const char *ahead(const chunk_job *J, int n, int NR)
 {
     if (!J->end)   /* a group: its stream GROUP_NEAR bytes on, first tile only */
-        return J->group && n == 0 ? (const char *)J->q + GROUP_NEAR : NULL;
+        return J->group && n == 0 ? (const char *)J->q + group_near : NULL;
     const int8_t *next = J->q + (size_t)(n + NR) * J->K;
     return J->end && next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
 }
@@ -624,6 +632,8 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
 int mt_q8_vnni_built(void) { return 0; }
 
 void mt_q8_lanes_ahead(int bytes) { (void)bytes; }
+
+void mt_q8_group_ahead(int near, int far) { (void)near, (void)far; }
 
 void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy)

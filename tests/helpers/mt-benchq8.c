@@ -16,13 +16,15 @@
  * only; -p lists prefetch distances in bytes, one variant each, -1 the
  * kernel's default); layout=read: the plain read of the same bytes and
  * scales on the same threads (the memory's rate in the same run). -l
- * picks the layouts (default rows,groups,lanes,read).
+ * picks the layouts (default rows,groups,lanes,read). -O adds the
+ * integer kernel on groups with the prefetch leads before 2026-12-07
+ * (pf=-2: 8 KiB on into L1, no line into L2; cpu_q8_vnni.c).
  *
  * -H: the weights on 2 MiB pages (transparent huge pages asked by
  * madvise), as the CPU backend keeps its q8 copy (backend_cpu_setup.c).
  *
  * usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes,read] [-p PF,..] [-N 2048] [-K 2048]
- *                   [-M MiB] [-t THREADS] [-r ROUNDS] [-H]
+ *                   [-M MiB] [-t THREADS] [-r ROUNDS] [-H] [-O]
  */
 #include "decode/cpu_q8.h"
 #include "decode/cpu_q8_vnni.h"
@@ -116,9 +118,9 @@ static double pass(part *parts, int T)
 
 int main(int argc, char **argv)
 {
-    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, c;
+    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, old_pf = 0, c;
     char blist[64] = "1,2,4,8", llist[64] = "rows,groups,lanes,read", plist[64] = "-1";
-    while ((c = getopt(argc, argv, "b:l:p:N:K:M:t:r:H")) != -1) {
+    while ((c = getopt(argc, argv, "b:l:p:N:K:M:t:r:HO")) != -1) {
         switch (c) {
         case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
         case 'l': snprintf(llist, sizeof llist, "%s", optarg); break;
@@ -129,9 +131,10 @@ int main(int argc, char **argv)
         case 't': T = atoi(optarg); break;
         case 'r': R = atoi(optarg); break;
         case 'H': huge = 1; break;
+        case 'O': old_pf = 1; break;
         default:
             fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes,read] [-p PF,..] [-N n] [-K k] "
-                            "[-M MiB] [-t T] [-r R] [-H]\n");
+                            "[-M MiB] [-t T] [-r R] [-H] [-O]\n");
             return 2;
         }
     }
@@ -193,6 +196,8 @@ int main(int argc, char **argv)
             vlev[nv] = top >= 2 ? 2 : top, vlay[nv++] = lay;
         if (top == 3 && lay != MT_Q8_LANES)
             vlev[nv] = 3, vlay[nv++] = lay;
+        if (top == 3 && lay == MT_Q8_GROUPS && old_pf)   /* pf=-2: the leads before */
+            vlev[nv] = 3, vpf[nv] = -2, vlay[nv++] = lay;
         /* lanes: one variant a prefetch distance of -p (bytes; -1 the default) */
         for (char *pf = plist; top == 3 && lay == MT_Q8_LANES && pf && nv < NVAR;
              pf = strchr(pf, ',') ? strchr(pf, ',') + 1 : NULL)
@@ -211,7 +216,8 @@ int main(int argc, char **argv)
             mt_q8_select(vlev[l]);
             mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
             read_only = vlay[l] == 3;
-            mt_q8_lanes_ahead(vpf[l]);
+            mt_q8_lanes_ahead(vpf[l] < -1 ? -1 : vpf[l]);
+            mt_q8_group_ahead(vpf[l] == -2 ? 8192 : -1, vpf[l] == -2 ? 0 : -1);
             pass(parts, T);
         }
         for (int l = 0; l < nv; l++)
@@ -221,7 +227,8 @@ int main(int argc, char **argv)
                 mt_q8_select(vlev[l]);
                 mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
                 read_only = vlay[l] == 3;
-                mt_q8_lanes_ahead(vpf[l]);
+                mt_q8_lanes_ahead(vpf[l] < -1 ? -1 : vpf[l]);
+                mt_q8_group_ahead(vpf[l] == -2 ? 8192 : -1, vpf[l] == -2 ? 0 : -1);
                 double c0 = cpu_ms();
                 ms[l * R + r] = pass(parts, T);
                 cpu[l] += cpu_ms() - c0;
