@@ -379,7 +379,10 @@ typedef void (*q8_run_fn)(int, int, int, const float *, int, const int8_t *, con
  * against 13.5; 8 rows 8.6 against 6.0 (integer on rows). Two threads
  * (00:25Z, load 1.5): 38, 37, 31 and 19 GB/s at 1, 2, 4 and 8 rows
  * against 34, 31, 24 (float, rows) and 15 (integer, rows);
- * bench/RESULTS.md, "The q8 weights in groups of 8 rows". One kernel at
+ * bench/RESULTS.md, "The q8 weights in groups of 8 rows". Since
+ * 2026-12-07 the integer kernel's groups also prefetch a line 32 KiB on
+ * into L2 (cpu_q8_vnni.c): two threads, 69.8, 59.8, 51.1 GB/s at 1, 2, 4
+ * rows in a quiet spell, the plain read 71, 67, 77. One kernel at
  * every row count also keeps a row's bits whatever the batch (test_q8). */
 static struct {
     q8_run_fn run;   /* the float kernel (calls of under vnni_rows rows at level 3) */

@@ -49,25 +49,27 @@
  * fold, no correction a weight vector, about 3 instructions a 64 bytes at
  * one row. A row's arithmetic is the same sequence whatever the call's
  * rows, tile or thread split (a call that takes part of a group computes
- * its 16 lanes and stores its part). In cache (mt-benchq8 -M 2 -t 1,
- * one core, 2026-12-07 09:12Z) it is 1.4-1.8 times the grouped kernel:
- * 78 / 58 / 30 / 16 GB/s at 1 / 4 / 8 / 16 rows against 55 / 33 / 17 / 9
- * (at 8 rows and more, one VPDPBUSD a cycle: the instruction's own
- * bound). From memory (256 MiB, -t 2 -H, groups, lanes and the plain
- * read alternating, three runs 09:13:55-09:14:05Z, load 1.5-1.65 with
- * the other helpers' and the lead's work on the 2 cores), median GB/s
- * lanes against groups (read): 1 row 20.8 / 23.1 / 27.1 against 19.8 /
- * 19.4 / 19.9 (27.7 / 31.5 / 27.5); 2 rows 21.4 / 19.5 / 21.8 against
- * 18.9 / 24.5 / 19.9; 4 rows 20.7 / 19.1 / 18.4 against 19.1 / 18.1 /
- * 18.2; 8 rows 16.0 / 15.6 / 15.5 against 11.1 / 10.8 / 9.8; the CPU
- * time a pass 8% less at 1 row, 12% at 4, 34% at 8. At 1-4 rows the
- * difference is inside the run-to-run spread: both wait on memory, and
- * prefetch distances (0-128 KiB, T0, T1, NTA), two lane groups a tile
- * and the broadcast folded into VPDPBUSD made no difference there; so
- * the grouped layout stays the default and the lanes an option (clearly
- * ahead at 8 rows and more). Each block of a lane group prefetches its
- * stream LANES_AHEAD bytes on (without it, 4 rows streamed at 0.75 times
- * the rate, 09:10Z).
+ * its 16 lanes and stores its part). In cache (mt-benchq8 -M 2 -t 1, one
+ * core, 2026-12-07 09:12Z) it is 1.4-1.8 times the grouped kernel: 78 /
+ * 58 / 30 / 16 GB/s at 1 / 4 / 8 / 16 rows against 55 / 33 / 17 / 9 (at
+ * 8 rows and more one VPDPBUSD a cycle, the instruction's own bound).
+ * From memory it is not ahead at 1-2 rows: there both wait on memory,
+ * and with the far prefetch (below, GROUP_FAR) the grouped kernel comes
+ * within 0.9-1.0 of the plain read. mt-benchq8 -t 2 -H -O, 256 MiB,
+ * median GB/s, groups / lanes / read alternating in one process: in a
+ * quiet spell (09:21:00Z, load 1.6) 1 row 69.8 / 60.3 / 71.2, 2 rows
+ * 59.8 / 53.5 / 66.9, 4 rows 51.1 / 55.9 / 76.5, 8 rows 17.8 / 21.8 /
+ * 45.9; under the other sessions' load (09:20:32-38Z, three runs, load
+ * 1.3-1.7, the read 31-34) 1 row 30.5 / 29.1, 28.1 / 32.8, 34.8 / 30.7;
+ * 2 rows 24.9 / 26.6, 29.4 / 27.2, 29.9 / 26.9; 4 rows 23.6 / 25.8,
+ * 25.1 / 25.3, 22.8 / 23.3; 8 rows 13.3 / 17.5, 14.9 / 19.5, 13.8 /
+ * 16.2; at 8 / 16 / 32 rows (09:21:53Z, load 1.2, the read 53) 33.6 /
+ * 22.1 / 12.7 against 21.6 / 13.7 / 4.5. So the grouped layout stays
+ * the default (the lanes are level at 1-4 rows under load, behind at
+ * 1-2 and ahead at 4 in the quiet spell, 1.5-2.8 times from 8 rows on),
+ * the lanes an option for batches (MT_Q8_LANES=1). Two lane groups a
+ * tile and the activation broadcast folded into VPDPBUSD ({1to16})
+ * changed nothing; the prefetch leads did (LANES_NEAR, LANES_AHEAD).
  *
  * Cost of the quantisation: each calling thread quantises the whole X
  * (M x K floats) once a call, against its share of the N x K weight bytes;
