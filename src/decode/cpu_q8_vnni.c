@@ -80,6 +80,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,10 +190,19 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
 enum { GROUP_NEAR = 4096, GROUP_FAR = 32768 };
 static int group_near = GROUP_NEAR, group_far = GROUP_FAR;   /* mt_q8_group_ahead */
 
-void mt_q8_group_ahead(int near, int far)
+static void leads_from_env(void);
+static pthread_once_t leads_once = PTHREAD_ONCE_INIT;
+
+static void set_group_leads(int near, int far)
 {
     group_near = near < 0 ? GROUP_NEAR : near / 64 * 64;
     group_far = far < 0 ? GROUP_FAR : far / 64 * 64;
+}
+
+void mt_q8_group_ahead(int near, int far)
+{
+    pthread_once(&leads_once, leads_from_env);   /* the environment first */
+    set_group_leads(near, far);
 }
 
 /* Prefetch a block pair's weights a lead on (pf, or nothing when NULL):
@@ -453,14 +463,34 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
  * alone: too late. MT_Q8_LANES_PF=n (read once; 0: no prefetch) for
  * benchmarks. */
 enum { LANES_NEAR = 4096, LANES_AHEAD = 32768 };
-static int lanes_ahead = -1;
+static int lanes_ahead = LANES_AHEAD;
+
+static void set_lanes_lead(int bytes)
+{
+    lanes_ahead = bytes < 0 ? LANES_AHEAD : bytes / 64 * 64;
+}
 
 void mt_q8_lanes_ahead(int bytes)
 {
+    pthread_once(&leads_once, leads_from_env);   /* the environment first */
+    set_lanes_lead(bytes);
+}
+
+/* The prefetch leads from the environment, once (benchmarks of the real
+ * path): MT_Q8_LANES_PF=n (bytes, 0 none), MT_Q8_GROUP_PF=NEAR,FAR
+ * (bytes; 8192,0 the grouped layout's leads before 2026-12-07). */
+static void leads_from_env(void)
+{
     const char *v = getenv("MT_Q8_LANES_PF");
-    if (bytes < 0)
-        bytes = v && *v ? atoi(v) : LANES_AHEAD;
-    lanes_ahead = bytes < 0 ? 0 : bytes / 64 * 64;
+    char *e;
+    long n = v && *v ? strtol(v, &e, 10) : -1;
+    set_lanes_lead(n < 0 || n > (1 << 20) ? -1 : (int)n);
+    v = getenv("MT_Q8_GROUP_PF");
+    long near = v && *v ? strtol(v, &e, 10) : -1, far = -1;
+    if (v && *v && *e == ',')
+        far = strtol(e + 1, NULL, 10);
+    set_group_leads(near < 0 || near > (1 << 20) ? -1 : (int)near,
+                    far < 0 || far > (1 << 20) ? -1 : (int)far);
 }
 
 /* 4 activation bytes broadcast to the 16 lanes (one VPDPBUSD's {1to16}
@@ -612,8 +642,7 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
     _Alignas(64) int8_t xs[ACT_BYTES];    /* [rows][ldu] */
     float sxb[ACT_BYTES / MT_Q8_BLOCK];   /* [rows][ldu / 32] */
     int32_t cb[ACT_BYTES / MT_Q8_BLOCK];  /* [rows][ldu / 32] */
-    if (lanes_ahead < 0)   /* benign race: every thread writes the same */
-        mt_q8_lanes_ahead(-1);
+    pthread_once(&leads_once, leads_from_env);
     for (int m0 = 0; m0 < M; m0 += ROW_GROUP) {
         const int rows = M - m0 < ROW_GROUP ? M - m0 : ROW_GROUP;
         const int kc = CHUNK_COLS;
