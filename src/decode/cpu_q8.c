@@ -6,6 +6,10 @@
  * multiply by the scale) and uses each for all the call's rows; the
  * products accumulate in fp32, so the kernels agree to fp32 summation
  * order and differ from the fp32 product by the quantisation alone.
+ * Rows in lane groups (cpu_q8.h's MT_Q8_LANES, the integer kernel's
+ * layout) the float levels read through a portable loop (gemm_lanes_c):
+ * correct, not fast; that layout is only chosen where the integer kernel
+ * serves every call.
  */
 #include "decode/cpu_q8.h"
 #include "decode/cpu_q8_vnni.h"
@@ -31,7 +35,10 @@ int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
         for (int b = 0; b < nb; b++) {
             const float *w = src + n * K + (size_t)b * MT_Q8_BLOCK;
             const size_t o = mt_q8_offset(N, K, n, b);
-            int8_t *d = q + o;
+            /* lane groups: 4 bytes a vector of 64, stored + 128 */
+            const int lanes = mt_q8_in_lanes(N, K, n);
+            int8_t *d = q + (lanes ? mt_q8_byte(N, K, n, b * MT_Q8_BLOCK) : o);
+            const int step = lanes ? 64 : 4, flip = lanes ? 0x80 : 0;
             float big = 0.0f;
             for (int i = 0; i < MT_Q8_BLOCK; i++)
                 big = fmaxf(big, fabsf(w[i]));
@@ -43,7 +50,8 @@ int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
             scale[o / MT_Q8_BLOCK] = s;
             for (int i = 0; i < MT_Q8_BLOCK; i++) {
                 long v = lrintf(w[i] * inv);   /* nearest, ties to even */
-                d[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+                v = v > 127 ? 127 : v < -127 ? -127 : v;
+                d[i / 4 * step + i % 4] = (int8_t)(uint8_t)((uint8_t)(int8_t)v ^ flip);
             }
         }
     return 0;
@@ -67,6 +75,31 @@ static void gemm_c(int M, int N, int K, const float *X, int ldx, const int8_t *q
             float *y = Y + (size_t)m * ldy + n;
             *y = beta == 0.0f ? acc : *y + acc;   /* beta 0 drops nan/inf too */
         }
+}
+
+/* Rows of a lane group (cpu_q8.h; for the float levels, which have no
+ * kernel of their own for it: the layout is the integer kernel's), from
+ * lane `lane` of the group at q, s on; as gemm_c, one dot product per
+ * (row, weight row) in fp32, weights in k order. */
+static void gemm_lanes_c(int M, int Nr, int K, const float *X, int ldx, const int8_t *q,
+                         const float *scale, int lane, float beta, float *Y, int ldy)
+{
+    for (int n = 0; n < Nr; n++) {
+        const int l = lane + n;
+        const int8_t *g = q + (size_t)(l / MT_Q8_LANE) * MT_Q8_LANE * K;
+        const float *sg = scale + (size_t)(l / MT_Q8_LANE) * MT_Q8_LANE * K / MT_Q8_BLOCK;
+        const int r = l % MT_Q8_LANE;
+        for (int m = 0; m < M; m++) {
+            const float *x = X + (size_t)m * ldx;
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) {
+                const int w = (int)(uint8_t)g[(size_t)(k / 4) * 64 + r * 4 + k % 4] - 128;
+                acc += x[k] * ((float)w * sg[k / MT_Q8_BLOCK * MT_Q8_LANE + r]);
+            }
+            float *y = Y + (size_t)m * ldy + n;
+            *y = beta == 0.0f ? acc : *y + acc;
+        }
+    }
 }
 
 #ifdef MT_Q8_X86
@@ -346,7 +379,10 @@ typedef void (*q8_run_fn)(int, int, int, const float *, int, const int8_t *, con
  * against 13.5; 8 rows 8.6 against 6.0 (integer on rows). Two threads
  * (00:25Z, load 1.5): 38, 37, 31 and 19 GB/s at 1, 2, 4 and 8 rows
  * against 34, 31, 24 (float, rows) and 15 (integer, rows);
- * bench/RESULTS.md, "The q8 weights in groups of 8 rows". One kernel at
+ * bench/RESULTS.md, "The q8 weights in groups of 8 rows". Since
+ * 2026-12-07 the integer kernel's groups also prefetch a line 32 KiB on
+ * into L2 (cpu_q8_vnni.c): two threads, 69.8, 59.8, 51.1 GB/s at 1, 2, 4
+ * rows in a quiet spell, the plain read 71, 67, 77. One kernel at
  * every row count also keeps a row's bits whatever the batch (test_q8). */
 static struct {
     q8_run_fn run;   /* the float kernel (calls of under vnni_rows rows at level 3) */
@@ -378,7 +414,7 @@ static int set_level(int max_level)
 #else
     (void)max_level;
 #endif
-    mt_q8_layout_kernels(kern.level == 3);
+    mt_q8_layout_kernels(kern.level < 3 ? 0 : kern.vnni_rows <= 1 ? 2 : 1);
     return kern.level;
 }
 
@@ -390,13 +426,13 @@ static int env_set(const char *name)
 
 static void pick_kernels(void)
 {
-    set_level(env_set("MT_Q8_PORTABLE") ? 0 : env_set("MT_Q8_FLOAT") ? 2 : 3);
     /* benchmarks: MT_Q8_VNNI_ROWS=n moves the threshold (1..64) */
     const char *v = getenv("MT_Q8_VNNI_ROWS");
     char *e;
     long n = v ? strtol(v, &e, 10) : 0;
     if (v && *v && !*e && n >= 1 && n <= 64)
         kern.vnni_rows = (int)n;
+    set_level(env_set("MT_Q8_PORTABLE") ? 0 : env_set("MT_Q8_FLOAT") ? 2 : 3);
 }
 
 int mt_q8_init(void)
@@ -424,7 +460,10 @@ static void float_run(void *arg, const int8_t *q, const float *s, int rows, int 
                       int col)
 {
     const float_call *c = arg;
-    kern.run(c->M, rows, c->K, c->X, c->ldx, q, s, rs, ps, c->beta, c->Y + col, c->ldy);
+    if (rs == 0)   /* a lane group */
+        gemm_lanes_c(c->M, rows, c->K, c->X, c->ldx, q, s, ps, c->beta, c->Y + col, c->ldy);
+    else
+        kern.run(c->M, rows, c->K, c->X, c->ldx, q, s, rs, ps, c->beta, c->Y + col, c->ldy);
 }
 
 void mt_q8_gemm_rows(int M, int lo, int hi, int N, int K, const float *X, int ldx,

@@ -24,7 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { MT_Q8_BLOCK = 32, MT_Q8_GROUP = 8 };
+enum { MT_Q8_BLOCK = 32, MT_Q8_GROUP = 8, MT_Q8_LANE = 16 };
+/* The layouts (mt_q8_tiled, mt_q8_layout). */
+enum { MT_Q8_ROWS = 0, MT_Q8_GROUPS = 1, MT_Q8_LANES = 2 };
 
 /* The layout of a packed matrix [N, K]. Where K is a multiple of 64 (a
  * block pair), rows in groups of MT_Q8_GROUP: a group's 8 * K bytes hold
@@ -40,19 +42,40 @@ enum { MT_Q8_BLOCK = 32, MT_Q8_GROUP = 8 };
  * the float kernels (their 4-row tiles read half a group each: no faster
  * on groups, bench/RESULTS.md); every kernel reads both. MT_Q8_ROWMAJOR=1
  * (read once) keeps every matrix row by row, the layout before
- * (benchmarks compare the two). */
+ * (benchmarks compare the two).
+ *
+ * MT_Q8_LANES (any K): rows in lane groups of MT_Q8_LANE = 16, a group's
+ * 16 * K bytes K / 4 vectors of 64 bytes one after the other, vector v
+ * the 16 rows' weights 4v..4v+3 side by side (row r at bytes 4r..4r+3),
+ * stored w ^ 0x80 (w + 128, unsigned); block b's 16 scales side by side
+ * at the group's row-major offset / MT_Q8_BLOCK + 16 b. One VPDPBUSD of
+ * a vector by 4 activation bytes broadcast gives 16 rows' partial sums in
+ * 16 lanes: no shuffles to fold lanes and no correction a weight vector
+ * (cpu_q8_vnni.c). Only the integer kernel reads it fast (the float ones
+ * read it through a portable loop): it is chosen only where the integer
+ * kernel serves every call and MT_Q8_LANES=1 (read once) asks, and it
+ * is not the default: cpu_q8_vnni.c has the figures. The rows past the
+ * last whole lane group row by row. mt_q8_offset gives a block's scale
+ * (offset / MT_Q8_BLOCK) in every layout, its bytes sit at q + offset in
+ * the first two; mt_q8_byte and mt_q8_weight find a weight in any. */
 int mt_q8_tiled(int K);
 /* Tests and benchmarks: the layout of matrices packed and multiplied from
- * now on (1 grouped, 0 row by row, -1 the kernels' as above); a matrix
- * must be multiplied under the layout it was packed in. Not while a
- * kernel may be running. */
+ * now on (MT_Q8_ROWS, MT_Q8_GROUPS, MT_Q8_LANES; -1 the kernels' as
+ * above); a matrix must be multiplied under the layout it was packed in.
+ * Not while a kernel may be running. */
 void mt_q8_layout(int tiled);
 /* cpu_q8.c, when it picks the kernels: whether the integer kernel serves
- * (the layout's default, above). */
+ * (1) and every call (2): the layout's default, above. */
 void mt_q8_layout_kernels(int grouped);
-/* The offset of row n's block b (its bytes at q + it, its scale at
- * scale + it / MT_Q8_BLOCK) in a packed [N, K] matrix. */
+/* The offset of row n's block b in a packed [N, K] matrix: its scale at
+ * scale + it / MT_Q8_BLOCK; its bytes at q + it except in lane groups. */
 size_t mt_q8_offset(size_t N, int K, size_t n, int b);
+/* Where weight k of row n sits (q + it), in every layout; its value
+ * (-127..127; lane groups store it + 128). Whether row n is in a lane
+ * group. */
+size_t mt_q8_byte(size_t N, int K, size_t n, int k);
+int mt_q8_weight(const int8_t *q, size_t N, int K, size_t n, int k);
+int mt_q8_in_lanes(size_t N, int K, size_t n);
 
 /* Picks the kernels (idempotent, thread-safe); returns 3 (AVX-512 VNNI,
  * the integer product), 2 (AVX-512), 1 (AVX2/FMA) or 0 (portable).
@@ -101,7 +124,9 @@ void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
  * 1, ps 512) and rows one after the other (rs K, ps 64); a run's row r
  * block b at bytes + r*rs + (b/2)*ps + (b%2)*MT_Q8_BLOCK (its scale at
  * that offset / MT_Q8_BLOCK from scales), its first row the call's
- * column col. */
+ * column col. Lane groups (rs 0): bytes and scales the group's, the run
+ * rows rows from lane ps (0..15) on, into the groups after (16 * K bytes
+ * on) where rows goes past the group. */
 typedef void (*mt_q8_run_fn)(void *ctx, const int8_t *q, const float *s, int rows, int rs,
                              int ps, int col);
 void mt_q8_walk(int lo, int hi, int N, int K, const int8_t *q, const float *s,

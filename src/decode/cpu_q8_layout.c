@@ -1,6 +1,6 @@
 /* cpu_q8_layout.c: where the bytes and scales of a --weights q8 matrix
- * sit (cpu_q8.h's layout: rows in groups of 8 where the integer kernel
- * serves, else one after the other), and the walk that hands the kernels
+ * sit (cpu_q8.h's layouts: rows one after the other, groups of 8 rows
+ * and lane groups of 16 rows), and the walk that hands the kernels
  * (cpu_q8.c, cpu_q8_vnni.c) runs of rows with their strides.
  */
 #include "decode/cpu_q8.h"
@@ -8,49 +8,104 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The layout (cpu_q8.h): rows in groups of MT_Q8_GROUP where K is a
- * multiple of 64 (a block pair) and the layout is on, each group's block
- * pairs one after the other, a pair holding its 8 rows' 64 bytes; the
- * rows past the last whole group, and every row where K is not, row by
- * row. Offset of row n's block b (its scale at the offset / 32). */
+/* The layout (cpu_q8.h): MT_Q8_ROWS, MT_Q8_GROUPS (where K is a multiple
+ * of 64, each group's block pairs one after the other, a pair holding its
+ * 8 rows' 64 bytes) or MT_Q8_LANES (each lane group's K / 4 vectors of
+ * 16 rows x 4 bytes one after the other, the bytes stored w ^ 0x80); the
+ * rows past the last whole group (of 8 or 16), and every row a layout
+ * does not take, row by row. */
 static int tiled_on = -1;     /* -1: the kernels' (below) */
-static int kernels_grouped;   /* the integer kernel serves (cpu_q8.c says) and
-                                 MT_Q8_ROWMAJOR does not ask for rows */
+static int kernels_layout;    /* MT_Q8_GROUPS where the integer kernel serves
+                                 (cpu_q8.c says), MT_Q8_LANES where it serves
+                                 every call and MT_Q8_LANES=1 asks; MT_Q8_ROWS
+                                 otherwise or where MT_Q8_ROWMAJOR=1 asks */
+
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
 
 void mt_q8_layout_kernels(int grouped)
 {
-    /* MT_Q8_ROWMAJOR read here, once (mt_q8_init): every product asks
+    /* the environment read here, once (mt_q8_init): every product asks
      * mt_q8_tiled, and a getenv a call was 0.3% of kyutai-small's step */
-    const char *v = getenv("MT_Q8_ROWMAJOR");
-    kernels_grouped = grouped && !(v && *v && strcmp(v, "0") != 0);
+    kernels_layout = !grouped || env_on("MT_Q8_ROWMAJOR") ? MT_Q8_ROWS
+                     : grouped == 2 && env_on("MT_Q8_LANES") ? MT_Q8_LANES
+                                                              : MT_Q8_GROUPS;
 }
 
 int mt_q8_tiled(int K)
 {
-    int on = tiled_on < 0 ? kernels_grouped : tiled_on;
-    return on && K % (2 * MT_Q8_BLOCK) == 0;
+    int on = tiled_on < 0 ? kernels_layout : tiled_on;
+    if (on == MT_Q8_GROUPS)
+        return K % (2 * MT_Q8_BLOCK) == 0 ? MT_Q8_GROUPS : MT_Q8_ROWS;
+    return on;
 }
 
 void mt_q8_layout(int tiled)
 {
-    tiled_on = tiled < 0 ? -1 : tiled != 0;
+    tiled_on = tiled < 0 ? -1 : tiled > MT_Q8_LANES ? MT_Q8_LANES : tiled;
+}
+
+int mt_q8_in_lanes(size_t N, int K, size_t n)
+{
+    return mt_q8_tiled(K) == MT_Q8_LANES && n < N / MT_Q8_LANE * MT_Q8_LANE;
 }
 
 size_t mt_q8_offset(size_t N, int K, size_t n, int b)
 {
-    const size_t n8 = N / MT_Q8_GROUP * MT_Q8_GROUP;
-    if (!mt_q8_tiled(K) || n >= n8)
+    const int t = mt_q8_tiled(K);
+    const size_t g = t == MT_Q8_LANES ? MT_Q8_LANE : MT_Q8_GROUP, ng = N / g * g;
+    if (t == MT_Q8_ROWS || n >= ng)
         return n * (size_t)K + (size_t)b * MT_Q8_BLOCK;
-    return n / MT_Q8_GROUP * MT_Q8_GROUP * (size_t)K + (size_t)(b / 2) * MT_Q8_GROUP * 64 +
-           n % MT_Q8_GROUP * 64 + (size_t)(b % 2) * MT_Q8_BLOCK;
+    if (t == MT_Q8_LANES)   /* the scale's place; the bytes: mt_q8_byte */
+        return n / g * g * (size_t)K + (size_t)b * g * MT_Q8_BLOCK + n % g * MT_Q8_BLOCK;
+    return n / g * g * (size_t)K + (size_t)(b / 2) * g * 64 + n % g * 64 +
+           (size_t)(b % 2) * MT_Q8_BLOCK;
+}
+
+size_t mt_q8_byte(size_t N, int K, size_t n, int k)
+{
+    if (!mt_q8_in_lanes(N, K, n))
+        return mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) + (size_t)(k % MT_Q8_BLOCK);
+    return n / MT_Q8_LANE * MT_Q8_LANE * (size_t)K + (size_t)(k / 4) * 64 + n % MT_Q8_LANE * 4 +
+           (size_t)(k % 4);
+}
+
+int mt_q8_weight(const int8_t *q, size_t N, int K, size_t n, int k)
+{
+    const int8_t v = q[mt_q8_byte(N, K, n, k)];
+    return mt_q8_in_lanes(N, K, n) ? (int)(uint8_t)v - 128 : v;
+}
+
+/* Lane groups: a run from lane `lane` of the group at row r (its rows
+ * on into the next groups, 16 * K bytes on), up to hi or the last whole
+ * group; returns the row it stopped at. */
+static int walk_lanes(int r, int lo, int hi, int N, int K, const int8_t *q, const float *s,
+                      mt_q8_run_fn run, void *ctx)
+{
+    const int n16 = N / MT_Q8_LANE * MT_Q8_LANE, end = hi < n16 ? hi : n16;
+    while (r < end) {
+        const size_t g = (size_t)(r / MT_Q8_LANE * MT_Q8_LANE) * K;
+        const int j = r % MT_Q8_LANE;
+        /* a group the call enters in part by itself, then the rest */
+        const int stop = j ? (r - j + MT_Q8_LANE < end ? r - j + MT_Q8_LANE : end) : end;
+        run(ctx, q + g, s + g / MT_Q8_BLOCK, stop - r, 0, j, r - lo);
+        r = stop;
+    }
+    return r;
 }
 
 void mt_q8_walk(int lo, int hi, int N, int K, const int8_t *q, const float *s,
                 mt_q8_run_fn run, void *ctx)
 {
     const size_t nb = (size_t)(K / MT_Q8_BLOCK);
+    const int t = mt_q8_tiled(K);
     int r = lo;
-    if (mt_q8_tiled(K)) {
+    if (t == MT_Q8_LANES)
+        r = walk_lanes(r, lo, hi, N, K, q, s, run, ctx);
+    if (t == MT_Q8_GROUPS) {
         const int n8 = N / MT_Q8_GROUP * MT_Q8_GROUP;
         while (r < hi && r < n8) {
             const size_t g = (size_t)(r / MT_Q8_GROUP * MT_Q8_GROUP) * K;

@@ -28,11 +28,48 @@
  *
  * Used for every call (mt_q8_vnni_rows, cpu_q8.c): on the grouped
  * layout (cpu_q8.h), whose 8-row groups are one stream that a tile's
- * first row block prefetches GROUP_AHEAD bytes on, it streams 13-23 GB/s
+ * first row block prefetches (GROUP_NEAR, GROUP_FAR: since 2026-12-07,
+ * 1.3-1.4 times the rate from memory at 1-2 rows, 1.15 at 4, 0.9 of the
+ * plain read at 1-2 rows), it streams 13-23 GB/s
  * a core out of cache at 1-4 rows, ahead of the float kernels (on rows
  * one after the other it streamed 10-15 and trailed them at 1-4 rows:
  * bench/RESULTS.md, "The q8 product on integers" and "The q8 weights in
  * groups of 8 rows").
+ *
+ * Lane groups (cpu_q8.h's MT_Q8_LANES, MT_Q8_LANES=1; not the default).
+ * On groups of 8, a 64-byte weight vector is one row's 64 k: a VPDPBUSD
+ * gives 16 partial sums of one row, folded (fold4's shuffles) and
+ * corrected by -128 * sum(w) (two more instructions a weight vector),
+ * about 7 instructions a 64 bytes at one row. In a lane group a vector
+ * holds 16 rows' 4 consecutive k, stored w + 128 (unsigned): one
+ * VPDPBUSD by 4 activation bytes xq broadcast (signed) adds 16 rows'
+ * partial sums into 16 lanes, an accumulator started at -128 * the
+ * block's sum of xq (once a call and row); a block of 32 k is 8 such
+ * instructions, then one conversion and one FMA by sx * sw[16 rows]: no
+ * fold, no correction a weight vector, about 3 instructions a 64 bytes at
+ * one row. A row's arithmetic is the same sequence whatever the call's
+ * rows, tile or thread split (a call that takes part of a group computes
+ * its 16 lanes and stores its part). In cache (mt-benchq8 -M 2 -t 1, one
+ * core, 2026-12-07 09:12Z) it is 1.4-1.8 times the grouped kernel: 78 /
+ * 58 / 30 / 16 GB/s at 1 / 4 / 8 / 16 rows against 55 / 33 / 17 / 9 (at
+ * 8 rows and more one VPDPBUSD a cycle, the instruction's own bound).
+ * From memory it is not ahead at 1-2 rows: there both wait on memory,
+ * and with the far prefetch (below, GROUP_FAR) the grouped kernel comes
+ * within 0.9-1.0 of the plain read. mt-benchq8 -t 2 -H -O, 256 MiB,
+ * median GB/s, groups / lanes / read alternating in one process: in a
+ * quiet spell (09:21:00Z, load 1.6) 1 row 69.8 / 60.3 / 71.2, 2 rows
+ * 59.8 / 53.5 / 66.9, 4 rows 51.1 / 55.9 / 76.5, 8 rows 17.8 / 21.8 /
+ * 45.9; under the other sessions' load (09:20:32-38Z, three runs, load
+ * 1.3-1.7, the read 31-34) 1 row 30.5 / 29.1, 28.1 / 32.8, 34.8 / 30.7;
+ * 2 rows 24.9 / 26.6, 29.4 / 27.2, 29.9 / 26.9; 4 rows 23.6 / 25.8,
+ * 25.1 / 25.3, 22.8 / 23.3; 8 rows 13.3 / 17.5, 14.9 / 19.5, 13.8 /
+ * 16.2; at 8 / 16 / 32 rows (09:21:53Z, load 1.2, the read 53) 33.6 /
+ * 22.1 / 12.7 against 21.6 / 13.7 / 4.5. So the grouped layout stays
+ * the default (the lanes are level at 1-4 rows under load, behind at
+ * 1-2 and ahead at 4 in the quiet spell, 1.5-2.8 times from 8 rows on),
+ * the lanes an option for batches (MT_Q8_LANES=1). Two lane groups a
+ * tile and the activation broadcast folded into VPDPBUSD ({1to16})
+ * changed nothing; the prefetch leads did (LANES_NEAR, LANES_AHEAD).
  *
  * Cost of the quantisation: each calling thread quantises the whole X
  * (M x K floats) once a call, against its share of the N x K weight bytes;
@@ -43,6 +80,9 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 #include <immintrin.h>
@@ -78,11 +118,16 @@ typedef struct {
     const int8_t  *end; /* rows one after the other: the run's end (prefetches
                            stop there); NULL for a group */
     int            group; /* a whole group: one stream, prefetched ahead */
+    /* the lane groups' kernel (cpu_q8.h's MT_Q8_LANES) reads these */
+    const int8_t  *xs;  /* [rows][ldu]: xq, signed */
+    const float   *sxb; /* [rows][ldu / 32]: a block's scale */
+    const int32_t *cb;  /* [rows][ldu / 32]: -128 * the block's sum of xq */
 } chunk_job;
 
 /* Rows 0..M of X [.., ldx], columns 0..kc, into J's u and sx (row stride
  * ldu, padded); kc a multiple of MT_Q8_BLOCK. */
-VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, float *sx, int ldu)
+VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, float *sx, int ldu,
+                          int8_t *xs, float *sxb, int32_t *cb)
 {
     const __m512 big = _mm512_set1_ps(FLT_MAX);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127),
@@ -90,6 +135,9 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
     for (int m = 0; m < M; m++) {
         uint8_t *ur = u + (size_t)m * ldu;
         float *sr = sx + (size_t)m * (ldu / 4);
+        int8_t *xr = xs + (size_t)m * ldu;
+        float *br = sxb + (size_t)m * (ldu / MT_Q8_BLOCK);
+        int32_t *cr = cb + (size_t)m * (ldu / MT_Q8_BLOCK);
         for (int k = 0; k < kc; k += MT_Q8_BLOCK) {
             const float *x = X + (size_t)m * ldx + k;
             __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
@@ -107,8 +155,14 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
             /* nearest, ties to even (the default rounding), as mt_q8_pack */
             __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vi));
             __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vi));
-            q0 = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q0, lo), hi), off);
-            q1 = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q1, lo), hi), off);
+            q0 = _mm512_min_epi32(_mm512_max_epi32(q0, lo), hi);
+            q1 = _mm512_min_epi32(_mm512_max_epi32(q1, lo), hi);
+            _mm_storeu_si128((__m128i *)(xr + k), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(xr + k + 16), _mm512_cvtepi32_epi8(q1));
+            br[k / MT_Q8_BLOCK] = s;
+            cr[k / MT_Q8_BLOCK] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            q0 = _mm512_add_epi32(q0, off);
+            q1 = _mm512_add_epi32(q1, off);
             _mm_storeu_si128((__m128i *)(ur + k), _mm512_cvtepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(ur + k + 16), _mm512_cvtepi32_epi8(q1));
             _mm256_storeu_ps(sr + k / 4, _mm256_set1_ps(s));
@@ -120,9 +174,41 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
     }
 }
 
+/* A group's leads in its stream (into the next groups, which follow in
+ * memory; a prefetch past the call's weights is wasted, never a fault):
+ * each block pair's lines and scales GROUP_NEAR bytes on into L1 (T0),
+ * and one line GROUP_FAR bytes on into L2 (T1). The far line was new on
+ * 2026-12-07 (the lead 8192 bytes, into L1 alone, before): mt-benchq8 -t
+ * 2 -H, 256 MiB, old and new alternating, 09:18:53Z, load 1.2, median
+ * GB/s at 1 / 2 / 4 / 8 rows 40.2 / 41.1 / 37.5 / 22.0 before, 56.2 /
+ * 53.1 / 43.3 / 27.3 after, the plain read 62.9 / 61.3 / 59.4 / 53.1;
+ * one thread (09:18:30Z) 20.4 / 21.5 / 19.5 before, 30.7 / 29.6 / 22.9
+ * after, the read 32.5 / 32.8 / 29.0. The lines into L1 alone leave too
+ * few misses in flight to cover memory's latency; the far line keeps
+ * the L2 fetching ahead (the lane groups' kernel, below, measured the
+ * parts one by one). */
+enum { GROUP_NEAR = 4096, GROUP_FAR = 32768 };
+static int group_near = GROUP_NEAR, group_far = GROUP_FAR;   /* mt_q8_group_ahead */
+
+static void leads_from_env(void);
+static pthread_once_t leads_once = PTHREAD_ONCE_INIT;
+
+static void set_group_leads(int near, int far)
+{
+    group_near = near < 0 ? GROUP_NEAR : near / 64 * 64;
+    group_far = far < 0 ? GROUP_FAR : far / 64 * 64;
+}
+
+void mt_q8_group_ahead(int near, int far)
+{
+    pthread_once(&leads_once, leads_from_env);   /* the environment first */
+    set_group_leads(near, far);
+}
+
 /* Prefetch a block pair's weights a lead on (pf, or nothing when NULL):
  * in a group (rows stored together, cpu_q8_layout.c) its pair's lines and
- * scales, else the pair of each of the tile's `rows` weight rows. */
+ * scales (pf GROUP_NEAR on) and a line GROUP_FAR on, else the pair of
+ * each of the tile's `rows` weight rows. */
 VNNI static inline __attribute__((always_inline)) void
 prefetch_pair(const chunk_job *J, const char *pf, const int8_t *q, const float *sc, size_t o,
               int b, const int rows)
@@ -130,6 +216,8 @@ prefetch_pair(const chunk_job *J, const char *pf, const int8_t *q, const float *
     if (pf && !J->end) {
         for (int l = 0; l < J->ps; l += 64)
             _mm_prefetch(pf + o + l, _MM_HINT_T0);
+        if (group_far)
+            _mm_prefetch(pf + o + (group_far - group_near), _MM_HINT_T1);
         _mm_prefetch((const char *)(sc + (pf + o - (const char *)q) / MT_Q8_BLOCK),
                      _MM_HINT_T0);
     } else if (pf) {
@@ -291,11 +379,6 @@ tile4(const int MR, const int NG, const chunk_job *J, int m, int n, const char *
         }
 }
 
-/* A group's lead: bytes on in its stream (into the next group, which
- * follows in memory; a prefetch past the call's weights is wasted, never
- * a fault). */
-enum { GROUP_AHEAD = 8192 };
-
 /* Where to prefetch for a tile of NR weight rows from n: the next tile's
  * rows, the same columns in step (a tile of lead: NR * K bytes), or NULL
  * for the last tile. Not cpu_q8.c's stream of PREFETCH_AHEAD bytes on:
@@ -304,8 +387,8 @@ enum { GROUP_AHEAD = 8192 };
  * at 12 GB/s on one core, 20 for the float kernel). */
 static const char *ahead(const chunk_job *J, int n, int NR)
 {
-    if (!J->end)   /* a group: its stream GROUP_AHEAD bytes on, first tile only */
-        return J->group && n == 0 ? (const char *)J->q + GROUP_AHEAD : NULL;
+    if (!J->end)   /* a group: its stream GROUP_NEAR bytes on, first tile only */
+        return J->group && n == 0 ? (const char *)J->q + group_near : NULL;
     const int8_t *next = J->q + (size_t)(n + NR) * J->K;
     return J->end && next + (size_t)NR * J->K <= J->end ? (const char *)next : NULL;
 }
@@ -365,6 +448,165 @@ VNNI static void run_chunk(int M, int N, const chunk_job *J)
         rows_by1(M, J, n);
 }
 
+
+/* ---- lane groups (cpu_q8.h's MT_Q8_LANES) ------------------------------ */
+
+/* A lane group's stream is prefetched by each block of the first tile
+ * of rows: its lines LANES_NEAR bytes on into L1 (T0), and one line
+ * LANES_AHEAD bytes on into L2 (T1). Measured (mt-benchq8 -t 1 -H, 4
+ * rows, 2026-12-07 09:18-09:20Z, load 1.6-1.7, GB/s against the plain
+ * read's 30-33): all lines 16 KiB on into L1 alone 21.9, with no
+ * prefetch 18.7, the near lines alone 18.8, the far line alone 18.8,
+ * both 25.3-25.8 (2 KiB near 22.8; far 32-128 KiB alike); at 1 row 24.7
+ * (all lines far, T0) against 28.7 (both), 34.5 the read. Far alone:
+ * the L1's misses in flight are too few to cover memory's latency; near
+ * alone: too late. MT_Q8_LANES_PF=n (read once; 0: no prefetch) for
+ * benchmarks. */
+enum { LANES_NEAR = 4096, LANES_AHEAD = 32768 };
+static int lanes_ahead = LANES_AHEAD;
+
+static void set_lanes_lead(int bytes)
+{
+    lanes_ahead = bytes < 0 ? LANES_AHEAD : bytes / 64 * 64;
+}
+
+void mt_q8_lanes_ahead(int bytes)
+{
+    pthread_once(&leads_once, leads_from_env);   /* the environment first */
+    set_lanes_lead(bytes);
+}
+
+/* The prefetch leads from the environment, once (benchmarks of the real
+ * path): MT_Q8_LANES_PF=n (bytes, 0 none), MT_Q8_GROUP_PF=NEAR,FAR
+ * (bytes; 8192,0 the grouped layout's leads before 2026-12-07). */
+static void leads_from_env(void)
+{
+    const char *v = getenv("MT_Q8_LANES_PF");
+    char *e;
+    long n = v && *v ? strtol(v, &e, 10) : -1;
+    set_lanes_lead(n < 0 || n > (1 << 20) ? -1 : (int)n);
+    v = getenv("MT_Q8_GROUP_PF");
+    long near = v && *v ? strtol(v, &e, 10) : -1, far = -1;
+    if (v && *v && *e == ',')
+        far = strtol(e + 1, NULL, 10);
+    set_group_leads(near < 0 || near > (1 << 20) ? -1 : (int)near,
+                    far < 0 || far > (1 << 20) ? -1 : (int)far);
+}
+
+/* 4 activation bytes broadcast to the 16 lanes (one VPDPBUSD's {1to16}
+ * memory operand). */
+VNNI static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* One lane group (its 16 weight rows' products in 16 lanes) against
+ * activation rows m..m+MR of the chunk: qg, sg the group's bytes and
+ * scales at the chunk's first block. A block is 8 vectors: 8 VPDPBUSDs of
+ * (w + 128) by xq broadcast 4 bytes at a time, started at -128 * sum(xq)
+ * (cb): the exact int32 sums w . xq of 16 rows; then one conversion and
+ * one FMA by sx * sw a block. Every row's sequence is the same whatever
+ * MR, the lane or the call (test_q8). */
+VNNI static inline __attribute__((always_inline)) void
+tile16(const int MR, const chunk_job *J, const int8_t *qg, const float *sg, int m, __m512 *out,
+       int pf)
+{
+    const size_t ldb = (size_t)(J->ldu / MT_Q8_BLOCK);
+    __m512 acc[4];
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int b = 0; b < J->nb; b++) {
+        const int8_t *wb = qg + (size_t)b * MT_Q8_LANE * MT_Q8_BLOCK;
+        if (pf) {   /* the block LANES_NEAR on into L1, a line pf on into L2 */
+            _Pragma("GCC unroll 8")
+            for (int l = 0; l < MT_Q8_LANE * MT_Q8_BLOCK; l += 64)
+                _mm_prefetch((const char *)wb + LANES_NEAR + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb + pf, _MM_HINT_T1);
+            _mm_prefetch((const char *)(sg + MT_Q8_LANE * b + LANES_NEAR / MT_Q8_BLOCK),
+                         _MM_HINT_T0);
+        }
+        __m512i w[8];
+        _Pragma("GCC unroll 8")
+        for (int v = 0; v < 8; v++)
+            w[v] = _mm512_loadu_si512(wb + 64 * v);
+        const __m512 sw = _mm512_loadu_ps(sg + MT_Q8_LANE * b);
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < MR; i++) {
+            const int8_t *x = J->xs + (size_t)(m + i) * J->ldu + b * MT_Q8_BLOCK;
+            __m512i d0 = _mm512_set1_epi32(J->cb[(size_t)(m + i) * ldb + b]);
+            __m512i d1 = _mm512_setzero_si512();   /* two chains: half the latency */
+            _Pragma("GCC unroll 4")
+            for (int v = 0; v < 8; v += 2) {
+                d0 = _mm512_dpbusd_epi32(d0, w[v], bcast4(x + 4 * v));
+                d1 = _mm512_dpbusd_epi32(d1, w[v + 1], bcast4(x + 4 * v + 4));
+            }
+            __m512 sc = _mm512_mul_ps(sw, _mm512_set1_ps(J->sxb[(size_t)(m + i) * ldb + b]));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), sc, acc[i]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < MR; i++)
+        out[i] = acc[i];
+}
+
+/* Lanes j0..j1 of v (weight rows of a lane group) into y[0..j1-j0], the
+ * call's beta. */
+VNNI static void store16(const chunk_job *J, float *y, __m512 v, int j0, int j1)
+{
+    if (j0 == 0 && j1 == MT_Q8_LANE) {
+        _mm512_storeu_ps(y, J->beta == 0.0f ? v : _mm512_add_ps(_mm512_loadu_ps(y), v));
+        return;
+    }
+    _Alignas(64) float t[MT_Q8_LANE];
+    _mm512_store_ps(t, v);
+    for (int l = j0; l < j1; l++)
+        y[l - j0] = J->beta == 0.0f ? t[l] : y[l - j0] + t[l];   /* beta 0 drops nan/inf */
+}
+
+/* MR activation rows from m against one lane group, stored. */
+#define LANES_FN(NAME, MR)                                                                     \
+    VNNI static void NAME(const chunk_job *J, const int8_t *qg, const float *sg, int m,        \
+                          float *y, int j0, int j1, int pf)                                    \
+    {                                                                                          \
+        __m512 v[4];                                                                           \
+        tile16(MR, J, qg, sg, m, v, pf);                                                       \
+        for (int i = 0; i < MR; i++)                                                           \
+            store16(J, y + (size_t)(m + i) * J->ldy, v[i], j0, j1);                            \
+    }
+LANES_FN(lanes_by4, 4)
+LANES_FN(lanes_by3, 3)
+LANES_FN(lanes_by2, 2)
+LANES_FN(lanes_by1, 1)
+
+/* A run of a lane group's rows (mt_q8_walk: rows rows from lane `lane`
+ * of the group at q, s, on into the groups after), this chunk's columns:
+ * each group's 16 lanes computed, the run's stored. M rows in blocks of
+ * 4, the rest as one block; the first block prefetches. */
+VNNI static void lanes_run(const chunk_job *J, int M, int k0, const int8_t *q, const float *s,
+                           int rows, int lane, float *Y)
+{
+    const size_t gs = (size_t)MT_Q8_LANE * J->K;   /* bytes from group to group */
+    const int8_t *qg = q + (size_t)k0 * MT_Q8_LANE;
+    const float *sg = s + (size_t)k0 / MT_Q8_BLOCK * MT_Q8_LANE;
+    for (int done = 0, j0 = lane; done < rows; j0 = 0, qg += gs, sg += gs / MT_Q8_BLOCK) {
+        const int j1 = j0 + rows - done < MT_Q8_LANE ? j0 + rows - done : MT_Q8_LANE;
+        float *y = Y + done;
+        int m = 0, pf = lanes_ahead;
+        for (; m + 4 <= M; m += 4, pf = 0)
+            lanes_by4(J, qg, sg, m, y, j0, j1, pf);
+        if (M - m == 3)
+            lanes_by3(J, qg, sg, m, y, j0, j1, pf);
+        else if (M - m == 2)
+            lanes_by2(J, qg, sg, m, y, j0, j1, pf);
+        else if (M - m == 1)
+            lanes_by1(J, qg, sg, m, y, j0, j1, pf);
+        done += j1 - j0;
+    }
+}
+
 /* One chunk of a call (what every run of weight rows shares), for
  * mt_q8_walk. */
 typedef struct {
@@ -376,6 +618,10 @@ VNNI static void chunk_run(void *arg, const int8_t *q, const float *s, int rows,
                            int col)
 {
     const chunk_call *c = arg;
+    if (rs == 0) {   /* a lane group */
+        lanes_run(&c->J, c->M, c->k0, q, s, rows, ps, c->J.Y + col);
+        return;
+    }
     chunk_job J = c->J;
     const size_t o = (size_t)(c->k0 / 64) * ps;   /* the chunk's first pair */
     J.q = q + o;
@@ -393,15 +639,20 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
 {
     _Alignas(64) uint8_t u[ACT_BYTES];   /* [rows][ldu] */
     _Alignas(64) float sx[ACT_BYTES / 4]; /* [rows][ldu / 4] */
+    _Alignas(64) int8_t xs[ACT_BYTES];    /* [rows][ldu] */
+    float sxb[ACT_BYTES / MT_Q8_BLOCK];   /* [rows][ldu / 32] */
+    int32_t cb[ACT_BYTES / MT_Q8_BLOCK];  /* [rows][ldu / 32] */
+    pthread_once(&leads_once, leads_from_env);
     for (int m0 = 0; m0 < M; m0 += ROW_GROUP) {
         const int rows = M - m0 < ROW_GROUP ? M - m0 : ROW_GROUP;
         const int kc = CHUNK_COLS;
         for (int k0 = 0; k0 < K; k0 += kc) {
             const int kn = K - k0 < kc ? K - k0 : kc, ldu = (kn + 63) & ~63;
-            quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu);
+            quantise(rows, kn, X + (size_t)m0 * ldx + k0, ldx, u, sx, ldu, xs, sxb, cb);
             chunk_call c = { rows, N, k0,
                              { u, sx, ldu, NULL, K, 0, 0, NULL, kn / MT_Q8_BLOCK,
-                               k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL, 0 } };
+                               k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL, 0, xs,
+                               sxb, cb } };
             mt_q8_walk(lo, hi, N, K, q, scale, chunk_run, &c);
         }
     }
@@ -410,6 +661,10 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
 #else
 
 int mt_q8_vnni_built(void) { return 0; }
+
+void mt_q8_lanes_ahead(int bytes) { (void)bytes; }
+
+void mt_q8_group_ahead(int near, int far) { (void)near, (void)far; }
 
 void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy)

@@ -12,12 +12,22 @@
  * and layouts round by round), ms a pass and the weight-read rate (GB/s: bytes + scales
  * over the time), and the mean CPU time a pass (cpu_ms: every thread's). Prints logfmt lines; asserts nothing.
  *
+ * layout=lanes: cpu_q8.h's lane groups of 16 rows (the integer kernel
+ * only; -p lists prefetch distances in bytes, one variant each, -1 the
+ * kernel's default); layout=read: the plain read of the same bytes and
+ * scales on the same threads (the memory's rate in the same run). -l
+ * picks the layouts (default rows,groups,lanes,read). -O adds the
+ * integer kernel on groups with the prefetch leads before 2026-12-07
+ * (pf=-2: 8 KiB on into L1, no line into L2; cpu_q8_vnni.c).
+ *
  * -H: the weights on 2 MiB pages (transparent huge pages asked by
  * madvise), as the CPU backend keeps its q8 copy (backend_cpu_setup.c).
  *
- * usage: mt-benchq8 [-b 1,2,4,8] [-N 2048] [-K 2048] [-M MiB] [-t THREADS] [-r ROUNDS] [-H]
+ * usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes,read] [-p PF,..] [-N 2048] [-K 2048]
+ *                   [-M MiB] [-t THREADS] [-r ROUNDS] [-H] [-O]
  */
 #include "decode/cpu_q8.h"
+#include "decode/cpu_q8_vnni.h"
 #include "util/clock.h"
 #include "helpers/median.h"
 
@@ -25,10 +35,13 @@
 #include <sys/resource.h>
 
 #include <getopt.h>
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+enum { NVAR = 10 };   /* (kernels, layout) variants at most */
 
 typedef struct {
     int B, N, K, mats, lo, hi;
@@ -38,9 +51,39 @@ typedef struct {
     float *Y;           /* [B, N] */
 } part;
 
+/* The memory read bound in the same run: each thread's share of every
+ * matrix's bytes and scales read by 32-byte loads (layout=read). */
+static int read_only;
+static volatile uint64_t read_sink;
+
+__attribute__((target("avx2"))) static void read_part(const part *p)
+{
+    const int nb = p->K / MT_Q8_BLOCK;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (int m = 0; m < p->mats; m++) {
+        const int8_t *q = p->q + (size_t)m * p->N * p->K + (size_t)p->lo * p->K;
+        const size_t n = (size_t)(p->hi - p->lo) * p->K;
+        for (size_t i = 0; i + 128 <= n; i += 128) {
+            a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(q + i)));
+            a1 = _mm256_xor_si256(a1, _mm256_loadu_si256((const __m256i *)(q + i + 32)));
+            a2 = _mm256_xor_si256(a2, _mm256_loadu_si256((const __m256i *)(q + i + 64)));
+            a3 = _mm256_xor_si256(a3, _mm256_loadu_si256((const __m256i *)(q + i + 96)));
+        }
+        const float *s = p->s + (size_t)m * p->N * nb + (size_t)p->lo * nb;
+        for (size_t i = 0; i + 8 <= (size_t)(p->hi - p->lo) * nb; i += 8)
+            a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(s + i)));
+    }
+    a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    read_sink = (uint64_t)_mm256_extract_epi64(a0, 0);
+}
+
 static void *run_part(void *arg)
 {
     const part *p = arg;
+    if (read_only) {
+        read_part(p);
+        return NULL;
+    }
     const int nb = p->K / MT_Q8_BLOCK;
     for (int m = 0; m < p->mats; m++)
         mt_q8_gemm_rows(p->B, p->lo, p->hi, p->N, p->K, p->X, p->K, p->q + (size_t)m * p->N * p->K,
@@ -75,19 +118,23 @@ static double pass(part *parts, int T)
 
 int main(int argc, char **argv)
 {
-    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, c;
-    char blist[64] = "1,2,4,8";
-    while ((c = getopt(argc, argv, "b:N:K:M:t:r:H")) != -1) {
+    int N = 2048, K = 2048, mib = 256, T = 2, R = 15, huge = 0, old_pf = 0, c;
+    char blist[64] = "1,2,4,8", llist[64] = "rows,groups,lanes,read", plist[64] = "-1";
+    while ((c = getopt(argc, argv, "b:l:p:N:K:M:t:r:HO")) != -1) {
         switch (c) {
         case 'b': snprintf(blist, sizeof blist, "%s", optarg); break;
+        case 'l': snprintf(llist, sizeof llist, "%s", optarg); break;
+        case 'p': snprintf(plist, sizeof plist, "%s", optarg); break;
         case 'N': N = atoi(optarg); break;
         case 'K': K = atoi(optarg); break;
         case 'M': mib = atoi(optarg); break;
         case 't': T = atoi(optarg); break;
         case 'r': R = atoi(optarg); break;
         case 'H': huge = 1; break;
+        case 'O': old_pf = 1; break;
         default:
-            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-N n] [-K k] [-M MiB] [-t T] [-r R] [-H]\n");
+            fprintf(stderr, "usage: mt-benchq8 [-b 1,2,4,8] [-l rows,groups,lanes,read] [-p PF,..] [-N n] [-K k] "
+                            "[-M MiB] [-t T] [-r R] [-H] [-O]\n");
             return 2;
         }
     }
@@ -118,8 +165,8 @@ int main(int argc, char **argv)
     }
     float *s = malloc(sizeof(float) * (size_t)mats * N * nb);
     float *X = malloc(sizeof(float) * 64 * K), *Y = malloc(sizeof(float) * 64 * N);
-    double *ms = malloc(sizeof(double) * 4 * R);
-    double cpu[4];
+    double *ms = malloc(sizeof(double) * NVAR * R);
+    double cpu[NVAR];
     if (!q || !s || !X || !Y || !ms) {
         fprintf(stderr, "mt-benchq8: out of memory\n");
         return 1;
@@ -132,8 +179,30 @@ int main(int argc, char **argv)
         X[i] = (float)((i * 40503u >> 7) % 2001) / 1000.0f - 1.0f;
     const int top = mt_q8_init();
     mt_q8_vnni_rows(1);   /* the integer kernel at every B (mt_q8_gemm hands it 4+ rows) */
-    const int levels[2] = { top >= 2 ? 2 : top, top };
+    /* the variants: (kernels, layout) pairs, those of the layouts asked;
+     * lanes only with the integer kernel (the float ones read it through a
+     * portable loop, cpu_q8.h) */
     static const char *const name[] = { "portable", "avx2", "avx512", "vnni" };
+    static const char *const lname[] = { "rows", "groups", "lanes", "read" };
+    int vlev[NVAR], vlay[NVAR], vpf[NVAR], nv = 0;
+    for (int l = 0; l < NVAR; l++)
+        vpf[l] = -1;
+    if (strstr(llist, "read"))   /* the plain read of the same bytes */
+        vlev[nv] = top, vlay[nv++] = 3;
+    for (int lay = MT_Q8_ROWS; lay <= MT_Q8_LANES; lay++) {
+        if (!strstr(llist, lname[lay]))
+            continue;
+        if (lay != MT_Q8_LANES || top < 3)
+            vlev[nv] = top >= 2 ? 2 : top, vlay[nv++] = lay;
+        if (top == 3 && lay != MT_Q8_LANES)
+            vlev[nv] = 3, vlay[nv++] = lay;
+        if (top == 3 && lay == MT_Q8_GROUPS && old_pf)   /* pf=-2: the leads before */
+            vlev[nv] = 3, vpf[nv] = -2, vlay[nv++] = lay;
+        /* lanes: one variant a prefetch distance of -p (bytes; -1 the default) */
+        for (char *pf = plist; top == 3 && lay == MT_Q8_LANES && pf && nv < NVAR;
+             pf = strchr(pf, ',') ? strchr(pf, ',') + 1 : NULL)
+            vlev[nv] = 3, vpf[nv] = atoi(pf), vlay[nv++] = lay;
+    }
     for (char *tok = strtok(blist, ","); tok; tok = strtok(NULL, ",")) {
         int B = atoi(tok);
         if (B < 1 || B > 64)
@@ -142,28 +211,34 @@ int main(int argc, char **argv)
         for (int t = 0; t < T; t++)
             parts[t] = (part){ B, N, K, mats, (int)((long)N * t / T), (int)((long)N * (t + 1) / T),
                                X, q, s, Y };
-        /* variant l: kernels levels[l % 2] on layout l / 2 (the bytes
-         * are arbitrary, valid in either layout) */
-        for (int l = 0; l < 4; l++) {   /* warm-up */
-            mt_q8_select(levels[l % 2]);
-            mt_q8_layout(l / 2);
+        /* the bytes are arbitrary, valid in every layout */
+        for (int l = 0; l < nv; l++) {   /* warm-up */
+            mt_q8_select(vlev[l]);
+            mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
+            read_only = vlay[l] == 3;
+            mt_q8_lanes_ahead(vpf[l] < -1 ? -1 : vpf[l]);
+            mt_q8_group_ahead(vpf[l] == -2 ? 8192 : -1, vpf[l] == -2 ? 0 : -1);
             pass(parts, T);
         }
-        cpu[0] = cpu[1] = cpu[2] = cpu[3] = 0;
+        for (int l = 0; l < nv; l++)
+            cpu[l] = 0;
         for (int r = 0; r < R; r++)
-            for (int l = 0; l < 4; l++) {
-                mt_q8_select(levels[l % 2]);
-                mt_q8_layout(l / 2);
+            for (int l = 0; l < nv; l++) {
+                mt_q8_select(vlev[l]);
+                mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
+                read_only = vlay[l] == 3;
+                mt_q8_lanes_ahead(vpf[l] < -1 ? -1 : vpf[l]);
+                mt_q8_group_ahead(vpf[l] == -2 ? 8192 : -1, vpf[l] == -2 ? 0 : -1);
                 double c0 = cpu_ms();
                 ms[l * R + r] = pass(parts, T);
                 cpu[l] += cpu_ms() - c0;
             }
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < nv; l++) {
             qsort(ms + l * R, (size_t)R, sizeof(double), cmp_d);
             double best = ms[l * R], med = ms[l * R + R / 2];
-            printf("q8_gemm kernels=%s layout=%s pages=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
+            printf("q8_gemm kernels=%s layout=%s pf=%d pages=%s B=%d N=%d K=%d mats=%d threads=%d rounds=%d "
                    "best_ms=%.3f median_ms=%.3f best_gbs=%.2f median_gbs=%.2f cpu_ms=%.3f\n",
-                   name[levels[l % 2]], l / 2 ? "groups" : "rows", huge ? "2MiB" : "4KiB", B, N, K,
+                   vlay[l] == 3 ? "none" : name[vlev[l]], lname[vlay[l]], vpf[l], huge ? "2MiB" : "4KiB", B, N, K,
                    mats, T, R, best, med,
                    mats * mat_bytes / best / 1e6, mats * mat_bytes / med / 1e6, cpu[l] / R);
         }

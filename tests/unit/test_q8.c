@@ -6,7 +6,9 @@
  * plus fp32 summation slack (K * 2^-22 * sum |x_k w_k|). The bound is tight
  * enough to catch a wrong scale: one block's scale doubled fails it (checked
  * here in at least 95% of the cases, and planted in the kernels once by
- * hand). */
+ * hand). The lane groups' layout (cpu_q8.h's MT_Q8_LANES) at the portable
+ * and integer levels: the same bound, and a row's bits whatever the
+ * call's rows (1..20) or the row range it takes (cut inside groups). */
 #include "tap.h"
 #include "decode/cpu_q8.h"
 
@@ -56,14 +58,14 @@ static int violations(int M, int N, int K, const float *X, const float *W, const
             double ref = 0, bound = 0, mag = 0;
             for (int k = 0; k < K; k++) {
                 double x = X[(size_t)m * K + k], w = W[(size_t)n * K + k];
-                size_t o = mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) + k % MT_Q8_BLOCK;
-                double sw = s[o / MT_Q8_BLOCK];
+                double sw = s[mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) / MT_Q8_BLOCK];
                 ref += x * w;
                 bound += fabs(x) * sw * 0.5;
                 /* an activation within sx / 2 = max|x| / 254 of its block,
                  * times the weight as read back */
                 if (act)
-                    bound += act_max(X + (size_t)m * K, k) / 254.0 * fabs(q[o] * sw);
+                    bound += act_max(X + (size_t)m * K, k) / 254.0 *
+                             fabs(mt_q8_weight(q, N, K, n, k) * sw);
                 mag += fabs(x * w);
             }
             bound += K * ldexp(1.0, -22) * mag + 1e-30;
@@ -136,6 +138,48 @@ static int pieces_unlike(int M, int N, int K, int act, int *bad)
     return unlike;
 }
 
+/* The lane groups' layout (cpu_q8.h's MT_Q8_LANES): products of M rows
+ * by a packed [N, K] matrix, whole and by row ranges cut inside lane
+ * groups (thread splits of every kind), against each other: the count of
+ * products in lane groups whose bits differ (want 0 for every kernel: a
+ * lane group's 16 rows are computed together whatever part the call
+ * takes) and, in *bad, of calls with a product outside the bound. */
+static int lanes_pieces_unlike(int M, int N, int K, int act, int *bad)
+{
+    float *X = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * N * K);
+    int8_t *q = malloc((size_t)N * K);
+    float *s = malloc(sizeof(float) * N * (K / MT_Q8_BLOCK));
+    float *Y = malloc(sizeof(float) * M * N), *Yp = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++)
+        X[i] = frand();
+    fill_weights(W, N, K);
+    mt_q8_pack(q, s, W, (size_t)N, K);
+    mt_q8_gemm(M, N, K, X, K, q, s, 0.0f, Y, N);
+    *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Y, act) > 0;
+    /* cuts: in a group, across a group, at group ends, one row, the rest */
+    static const int cuts[][6] = { { 0, 5, 21, -1 }, { 0, 1, 2, 17, 31, -1 },
+                                   { 0, 16, 32, 33, -1 }, { 0, 15, -1 } };
+    int unlike = 0;
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+        memset(Yp, 0, sizeof(float) * M * N);
+        for (int p = 1, lo = 0; lo < N; p++) {
+            int hi = cuts[c][p] < 0 || cuts[c][p] > N ? N : cuts[c][p];
+            if (hi > lo)
+                mt_q8_gemm_rows(M, lo, hi, N, K, X, K, q, s, 0.0f, Yp + lo, N);
+            lo = hi > lo ? hi : lo;
+        }
+        *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Yp, act) > 0;
+        /* the rows in lane groups; those past the last whole group are
+         * the row-by-row kernel's, whose integer tiles depend on the run
+         * (the bound alone holds there) */
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N / MT_Q8_LANE * MT_Q8_LANE; n++)
+                unlike += memcmp(Y + (size_t)m * N + n, Yp + (size_t)m * N + n, sizeof(float)) != 0;
+    }
+    free(X); free(W); free(q); free(s); free(Y); free(Yp);
+    return unlike;
+}
+
 /* One product M x N x K (beta 0 or 1) with the selected kernels: adds 1
  * to *bad where a product is outside the bound, and 1 to *caught where the
  * planted fault (the largest scale of the last weight row doubled: a
@@ -194,22 +238,49 @@ int main(void)
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == 0, "pack a finite matrix");
     int far = 0, hit_max = 0;
     for (int i = 0; i < PN * PK; i++) {
-        size_t o = mt_q8_offset(PN, PK, i / PK, i % PK / MT_Q8_BLOCK) + i % MT_Q8_BLOCK;
-        float s = ps[o / MT_Q8_BLOCK];
-        if (!(fabsf(pq[o] * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || pq[o] == -128)
+        float s = ps[mt_q8_offset(PN, PK, i / PK, i % PK / MT_Q8_BLOCK) / MT_Q8_BLOCK];
+        int v = mt_q8_weight(pq, PN, PK, i / PK, i % PK);
+        if (!(fabsf(v * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || v < -127 || v > 127)
             far++;
-        hit_max += pq[o] == 127 || pq[o] == -127;
+        hit_max += v == 127 || v == -127;
     }
     is_int(far, 0, "every weight reads back within scale/2, bytes in -127..127");
     ok(hit_max >= PN * PK / MT_Q8_BLOCK - 1, "each nonzero block's largest weight is +-127");
     size_t z = mt_q8_offset(PN, PK, 0, 2);   /* row 0's block 2 */
-    ok(ps[z / MT_Q8_BLOCK] == 0.0f && pq[z] == 0, "a zero block: scale 0, bytes 0");
+    ok(ps[z / MT_Q8_BLOCK] == 0.0f && mt_q8_weight(pq, PN, PK, 0, 2 * MT_Q8_BLOCK) == 0,
+       "a zero block: scale 0, bytes 0");
     /* the layout: rows 0..7 a group, block pairs of 8 rows' 64 bytes;
      * row 8 (past the last whole group) row by row; K = 96 (not a
      * multiple of 64) row by row */
+    mt_q8_layout(MT_Q8_GROUPS);   /* whatever the kernels' (MT_Q8_LANES=1) */
     ok(mt_q8_offset(PN, PK, 0, 1) == 32 && mt_q8_offset(PN, PK, 1, 0) == 64 &&
        mt_q8_offset(PN, PK, 7, 3) == 512 + 7 * 64 + 32 && mt_q8_offset(PN, PK, 8, 1) == 8 * PK + 32 &&
        mt_q8_offset(PN, 96, 1, 0) == 96, "the grouped layout (8 rows, block pairs)");
+    /* lane groups: N 40 (rows 0..31 two groups, 32.. row by row), K 128:
+     * row 17's weight 6 in group 1's vector 1, lane 1; its block 2's
+     * scale at 16 * 128 / 32 + 2 * 16 + 1; row 33 row by row; the bytes
+     * read back as packed */
+    mt_q8_layout(MT_Q8_LANES);
+    ok(mt_q8_byte(40, PK, 17, 6) == 16 * PK + 64 + 4 + 2 && mt_q8_byte(40, PK, 0, 4) == 64 &&
+       mt_q8_offset(40, PK, 17, 2) / MT_Q8_BLOCK == 16 * PK / 32 + 2 * 16 + 1 &&
+       mt_q8_byte(40, PK, 33, 40) == 33 * PK + 40 && mt_q8_in_lanes(40, PK, 31) &&
+       !mt_q8_in_lanes(40, PK, 32), "the lane groups' layout (16 rows x 4 bytes a vector)");
+    {
+        float lw[40 * PK], ls[40 * PK / MT_Q8_BLOCK];
+        int8_t lq[40 * PK];
+        fill_weights(lw, 40, PK);
+        mt_q8_pack(lq, ls, lw, 40, PK);
+        int lfar = 0;
+        for (int i = 0; i < 40 * PK; i++) {
+            float sc = ls[mt_q8_offset(40, PK, i / PK, i % PK / MT_Q8_BLOCK) / MT_Q8_BLOCK];
+            lfar += !(fabsf(mt_q8_weight(lq, 40, PK, i / PK, i % PK) * sc - lw[i]) <=
+                      sc * 0.5f * (1 + 1e-6f));
+        }
+        ok(lfar == 0 && (uint8_t)lq[mt_q8_byte(40, PK, 0, 0)] ==
+                            (uint8_t)(mt_q8_weight(lq, 40, PK, 0, 0) + 128),
+           "lane groups: every weight reads back within scale/2, stored + 128 (%d far)", lfar);
+    }
+    mt_q8_layout(-1);
     pw[5] = INFINITY;
     ok(mt_q8_pack(pq, ps, pw, PN, PK) == -1, "a matrix with inf is refused");
     pw[5] = NAN;
@@ -259,6 +330,40 @@ int main(void)
         ok(caught * 20 >= cases * 19, "%s: a doubled scale breaks the bound in at least 95%% "
            "of the cases (%d of %d)",
            level_name[level], caught, cases);
+        /* the lane groups' layout: the integer kernel's, read by the
+         * others through a portable loop (not AVX2/AVX-512: slow and not
+         * theirs) */
+        if (level == 0 || level == 3) {
+            mt_q8_layout(MT_Q8_LANES);
+            int lbad = 0, lcases = 0, lcaught = 0, lunlike = 0, lalone = 0;
+            static const int LNs[] = { 16, 37, 64 }, LKs[] = { 32, 96, 512 };
+            for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+                for (size_t b = 0; b < sizeof LNs / sizeof *LNs; b++)
+                    for (size_t c = 0; c < sizeof LKs / sizeof *LKs; c++)
+                        for (int beta = 0; beta <= 1; beta++, lcases++)
+                            one_case(Ms[a], LNs[b], LKs[c], beta, level == 3, &lbad, &lcaught);
+            for (size_t w = 0; w < sizeof wide / sizeof *wide; w++, lcases++)
+                one_case(wide[w][0], wide[w][1] + 32, wide[w][2], (int)(w & 1), level == 3,
+                         &lbad, &lcaught);
+            ok(lbad == 0, "%s, lane groups: %d products (M 1..70, N 16..64, K 32..33824, beta "
+               "0/1) within the quantisation bound (%d outside)", level_name[level], lcases, lbad);
+            ok(lcaught * 20 >= lcases * 19, "%s, lane groups: a doubled scale breaks the bound "
+               "in at least 95%% of the cases (%d of %d)", level_name[level], lcaught, lcases);
+            for (int M = 1; M <= 9; M += 4)
+                for (int K = 96; K <= 4160; K += 4064)   /* K 96, 4160: 3 chunks */
+                    lunlike += lanes_pieces_unlike(M, 40, K, level == 3, &lbad);
+            lunlike += lanes_pieces_unlike(18, 37, 512, level == 3, &lbad);
+            ok(lunlike == 0 && lbad == 0, "%s, lane groups: row ranges cut inside and across "
+               "groups give the whole call's bits (%d rows differ, %d calls outside the bound)",
+               level_name[level], lunlike, lbad);
+            for (int M = 2; M <= (level == 3 ? 20 : 5); M++)
+                for (size_t b = 0; b < sizeof LNs / sizeof *LNs; b++)
+                    lalone += rows_unlike_alone(M, LNs[b], 512) +
+                              rows_unlike_alone(M, LNs[b], 4128);
+            ok(lalone == 0, "%s, lane groups: each row of a batch (M 2..20, N 16..64, K 512, "
+               "4128) has the bits it has alone (%d rows differ)", level_name[level], lalone);
+            mt_q8_layout(-1);
+        }
         /* an activation not finite: its row's products are not finite
          * (no scale holds it in the integer kernel), the others are */
         enum { FM = 3, FN = 5, FK = 64 };
