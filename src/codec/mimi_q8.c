@@ -117,9 +117,9 @@ int mimi_q8cb_pack(mimi_q8cb *c, int8_t *q, float *s, const float *cb, int bins,
     for (int e = 0; e < bins; e++)
         for (int b = 0; b < nb; b++) {
             size_t off = mt_q8_offset((size_t)bins, qd, (size_t)e, b);
-            int a = 0;
-            for (int k = 0; k < MT_Q8_BLOCK; k++)
-                a += abs(q[off + k]);
+            int a = 0;   /* the block's bytes, wherever the layout keeps them */
+            for (int k = b * MT_Q8_BLOCK; k < (b + 1) * MT_Q8_BLOCK; k++)
+                a += abs(mt_q8_weight(q, (size_t)bins, qd, (size_t)e, k));
             float sw = s[off / MT_Q8_BLOCK];
             c->swmax[b] = sw > c->swmax[b] ? sw : c->swmax[b];
             c->swamax[b] = sw * (float)a > c->swamax[b] ? sw * (float)a : c->swamax[b];
