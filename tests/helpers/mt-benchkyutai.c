@@ -167,7 +167,11 @@ static double bound_ms(double bytes, double flops, double gbs, double gflops)
  * where the integer product serves (mt_q8_every_row), a stage's products
  * are bound by this, not by sgemm: its multiply-adds are 8-bit ones, up
  * to 4 a 32-bit lane, and a bound by sgemm's rate is one a q8 stage beats
- * (stt-1b's temporal at 4 streams ran at 0.85 of it). 0 elsewhere. */
+ * (stt-1b's temporal at 4 streams ran at 0.85 of it). 0 elsewhere.
+ * Measured on each layout the integer product reads (cpu_q8.h: groups of
+ * 8 rows, lane groups of 16), the best of them: the machine's rate, not
+ * the default layout's (at 64 rows the lane groups are 1.5-2.8 times as
+ * fast, so a bound by the groups' rate alone was a loose one). */
 enum { Q8R_M = 64, Q8R_N = 1024, Q8R_K = 1024, Q8R_REPS = 10 };
 typedef struct {
     const float *X;
@@ -201,16 +205,21 @@ static double q8_gops(int T)
             X[i] = (float)(i % 13) * 0.1f - 0.6f;
         for (size_t i = 0; i < (size_t)Q8R_N * Q8R_K; i++)
             W[i] = (float)(i % 11) * 0.1f - 0.5f;
-        if (mt_q8_pack(q, sc, W, Q8R_N, Q8R_K) == 0)
+        for (int li = 0; li < 2; li++) {
+            const int layout = li ? MT_Q8_LANES : MT_Q8_GROUPS;
+            const int G = li ? MT_Q8_LANE : MT_Q8_GROUP;   /* rows a group */
+            mt_q8_layout(layout);
+            if (mt_q8_pack(q, sc, W, Q8R_N, Q8R_K) != 0)
+                continue;
             for (int r = 0; r < 6; r++) {
                 pthread_t th[16];
                 q8_rate_part part[16];
                 int started = 0;
                 double t0 = secs();
                 for (int t = 0; t < T; t++) {
-                    /* groups of 8 weight rows whole in each part */
-                    part[t] = (q8_rate_part){ X, q, sc, Y, Q8R_N / 8 * t / T * 8,
-                                              Q8R_N / 8 * (t + 1) / T * 8 };
+                    /* whole groups of weight rows in each part */
+                    part[t] = (q8_rate_part){ X, q, sc, Y, Q8R_N / G * t / T * G,
+                                              Q8R_N / G * (t + 1) / T * G };
                     if (t > 0 && pthread_create(&th[t], NULL, q8_rate_thread, &part[t]) == 0)
                         started |= 1 << t;
                     else if (t > 0)
@@ -224,6 +233,8 @@ static double q8_gops(int T)
                 if (r > 0)     /* the first warms the caches */
                     best = g > best ? g : best;
             }
+        }
+        mt_q8_layout(-1);   /* the kernels' own again */
     }
     free(X);
     free(W);
