@@ -188,10 +188,6 @@ int  mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len
 void mimi_batch_old_kernels(mimi_batch *w, int old);
 /* FLOPs per session-frame of each stage, encode (dir 0) or decode (1). */
 void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES]);
-/* Of the transformer's FLOPs per session-frame (either direction), those
- * of its weight products (projections and MLP; attention's are the rest):
- * the part mimi_batch_weights_q8 puts on the 8-bit product. */
-double mimi_transformer_weight_flops(const mimi_model *m);
 /* The FLOPs per session-frame, encode (dir 0) or decode (1), that
  * mimi_batch_weights_q8 puts on the 8-bit product: the transformer's
  * weight products and the convolutions that get copies. */

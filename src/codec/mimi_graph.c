@@ -108,6 +108,8 @@ static double conv_flops(const mimi_conv *cv)
     return 2.0 * cv->cout * cv->cin * cv->k * cv->tout;
 }
 
+static double transformer_weight_flops(const mimi_model *m);
+
 void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES])
 {
     const mimi_config *c = &m->c;
@@ -119,14 +121,16 @@ void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES])
             out[g->op[i].stage] += conv_flops(g->op[i].cv);
     double d = c->d_model, T = m->enc_steps;
     /* projections and MLP, then attention over a full ring */
-    out[MIMI_ST_TRANSFORMER] = mimi_transformer_weight_flops(m) +
+    out[MIMI_ST_TRANSFORMER] = transformer_weight_flops(m) +
                                c->num_layers * T * 4.0 * c->context * d;
     double qd = c->q_dimension;
     out[MIMI_ST_RVQ] = dir ? 2.0 * 2 * qd * c->dimension
                            : 2.0 * 2 * qd * c->dimension + 2.0 * c->n_q_used * c->bins * qd;
 }
 
-double mimi_transformer_weight_flops(const mimi_model *m)
+/* Of the transformer's FLOPs per session-frame (either direction), those
+ * of its weight products (projections and MLP; attention's are the rest). */
+static double transformer_weight_flops(const mimi_model *m)
 {
     const mimi_config *c = &m->c;
     double d = c->d_model;
@@ -147,7 +151,7 @@ int mimi_q8_conv_eligible(const mimi_conv *cv)
 double mimi_q8_flops(const mimi_model *m, int dir)
 {
     const mimi_graph *g = dir ? &m->gdec : &m->genc;
-    double f = mimi_transformer_weight_flops(m);
+    double f = transformer_weight_flops(m);
     for (int i = 0; i < g->n; i++)
         if ((g->op[i].kind == MIMI_OP_CONV || g->op[i].kind == MIMI_OP_CONVTR) &&
             mimi_q8_conv_eligible(g->op[i].cv))

@@ -236,12 +236,12 @@ const mimi_q8mat *mimi_q8_mat(const mimi_q8 *q, int dec, int li, int which);
 /* The deepest SEANet layers' copies (mimi_q8.c says which and why; the
  * test, mimi_q8_conv_eligible, is mimi_graph.c's, beside the costs):
  * whether cv gets one (a few steps a frame, not grouped, K a multiple
- * of 32), its copy or NULL, how many there are, and the largest K and
- * rows among them (a convolution's rows cout and K cin * k, a transposed
- * one's cout * k and cin). */
+ * of 32), its copy or NULL, and the largest K and rows among them and
+ * the codebooks' (a convolution's rows cout and K cin * k, a transposed
+ * one's cout * k and cin, a codebook's bins and q_dimension): the sizes
+ * of a batch's column buffers. */
 int mimi_q8_conv_eligible(const mimi_conv *cv);
 const mimi_q8mat *mimi_q8_conv(const mimi_q8 *q, const mimi_conv *cv);
-int mimi_q8_conv_count(const mimi_q8 *q);
 void mimi_q8_conv_max(const mimi_q8 *q, size_t *max_k, size_t *max_n);
 /* The encoder's RVQ codebooks on 8-bit copies: codebook i of group
  * `group` (mimi_rvq_group) [bins][qd], with each block's largest scale

@@ -244,8 +244,6 @@ const mimi_q8mat *mimi_q8_conv(const mimi_q8 *q, const mimi_conv *cv)
     return NULL;
 }
 
-int mimi_q8_conv_count(const mimi_q8 *q) { return q ? q->nconv : 0; }
-
 const mimi_q8cb *mimi_q8_codebook(const mimi_q8 *q, int group, int i)
 {
     return q && i < q->ncb[group != 0] ? &q->cb[group != 0][i] : NULL;
