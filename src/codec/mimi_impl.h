@@ -224,11 +224,17 @@ void *mimi_alloc_streamed(size_t n);
 /* 8-bit copies of the transformers' matrices (mimi_q8.c): matrix `which`
  * (MIMI_Q8_IN in_proj, _OUT out_proj, _L1, _L2) of layer li of the
  * encoder's (dec 0) or decoder's (1) transformer, packed by
- * decode/cpu_q8.h's mt_q8_pack for its mt_q8_gemm_rows. */
+ * decode/cpu_q8.h's mt_q8_pack for its mt_q8_gemm_rows. Each in the
+ * layout its products measured fastest on (bench/RESULTS.md,
+ * 2026-12-07): the convolutions' in lane groups (0.7-0.8 of their time on
+ * groups at B = 1 to 32), the transformers' and the codebooks' in groups
+ * (lane groups cost the transformers 5-15% at B = 1 and the codebooks,
+ * K 32, twice). */
 enum { MIMI_Q8_IN, MIMI_Q8_OUT, MIMI_Q8_L1, MIMI_Q8_L2, MIMI_Q8_MATS };
 typedef struct mimi_q8mat {
-    const int8_t *q;   /* [rows * cols] in cpu_q8.h's layout */
+    const int8_t *q;   /* [rows * cols] in cpu_q8.h's layout `layout` */
     const float  *s;   /* [rows * cols / 32]: a scale a block */
+    int layout;        /* mt_q8_layout_for's: lane groups for the convolutions */
 } mimi_q8mat;
 typedef struct mimi_q8 mimi_q8;
 int  mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen);

@@ -258,8 +258,8 @@ static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
     (void)w, (void)tid;
     const gemm_job *g = &j->g;
     int lo = i * g->tile, hi = lo + g->tile < g->N ? lo + g->tile : g->N;
-    mt_q8_gemm_rows(g->M, lo, hi, g->N, g->K, g->A, g->lda, j->q8->q, j->q8->s, 0.0f, g->C + lo,
-                    g->ldc);
+    mt_q8_gemm_rows(j->q8->layout, g->M, lo, hi, g->N, g->K, g->A, g->lda, j->q8->q, j->q8->s,
+                    0.0f, g->C + lo, g->ldc);
 }
 
 /* C [M][N] = A [M][K] . W [N][K]^T on W's 8-bit copy q8, in tiles of

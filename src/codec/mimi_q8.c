@@ -88,21 +88,21 @@ static void conv_shape(const mimi_conv *cv, size_t *rows, size_t *K)
     *K = cv->tr ? (size_t)cv->cin : (size_t)cv->cin * cv->k;
 }
 
-/* Packs layer cv's matrix at q, s; -1 on no memory (a transposed layer's
- * rows are made first) or a weight not finite */
-static int pack_conv(const mimi_conv *cv, int8_t *q, float *s)
+/* Packs layer cv's matrix at q, s in layout L; -1 on no memory (a
+ * transposed layer's rows are made first) or a weight not finite */
+static int pack_conv(const mimi_conv *cv, int L, int8_t *q, float *s)
 {
     size_t rows, K;
     conv_shape(cv, &rows, &K);
     if (!cv->tr)
-        return mt_q8_pack(q, s, cv->w, rows, (int)K);
+        return mt_q8_pack(L, q, s, cv->w, rows, (int)K);
     float *t = malloc(rows * K * sizeof *t);   /* [cout * k][cin] */
     if (!t)
         return -1;
     for (size_t ci = 0; ci < K; ci++)
         for (size_t r = 0; r < rows; r++)   /* w [cin][cout][k]: row (co, kk) = co * k + kk */
             t[r * K + ci] = cv->w[ci * rows + r];
-    int rc = mt_q8_pack(q, s, t, rows, (int)K);
+    int rc = mt_q8_pack(L, q, s, t, rows, (int)K);
     free(t);
     return rc;
 }
@@ -111,15 +111,16 @@ int mimi_q8cb_pack(mimi_q8cb *c, int8_t *q, float *s, const float *cb, int bins,
 {
     const int nb = qd / MT_Q8_BLOCK;
     memset(c, 0, sizeof *c);
-    if (qd % MT_Q8_BLOCK || nb > MIMI_Q8_CB_BLOCKS || mt_q8_pack(q, s, cb, (size_t)bins, qd))
+    const int L = mt_q8_layout_for(qd, MT_Q8_GROUPS);
+    if (qd % MT_Q8_BLOCK || nb > MIMI_Q8_CB_BLOCKS || mt_q8_pack(L, q, s, cb, (size_t)bins, qd))
         return -1;
-    c->mat = (mimi_q8mat){ q, s };
+    c->mat = (mimi_q8mat){ q, s, L };
     for (int e = 0; e < bins; e++)
         for (int b = 0; b < nb; b++) {
-            size_t off = mt_q8_offset((size_t)bins, qd, (size_t)e, b);
+            size_t off = mt_q8_offset(L, (size_t)bins, qd, (size_t)e, b);
             int a = 0;   /* the block's bytes, wherever the layout keeps them */
             for (int k = b * MT_Q8_BLOCK; k < (b + 1) * MT_Q8_BLOCK; k++)
-                a += abs(mt_q8_weight(q, (size_t)bins, qd, (size_t)e, k));
+                a += abs(mt_q8_weight(L, q, (size_t)bins, qd, (size_t)e, k));
             float sw = s[off / MT_Q8_BLOCK];
             c->swmax[b] = sw > c->swmax[b] ? sw : c->swmax[b];
             c->swamax[b] = sw * (float)a > c->swamax[b] ? sw * (float)a : c->swamax[b];
@@ -196,7 +197,9 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
         for (int li = 0; li < L; li++)
             for (int which = 0; which < MIMI_Q8_MATS; which++) {
                 const float *W = layer_mat(m, dec ? &m->dtr[li] : &m->etr[li], which, &rows, &cols);
-                if (mt_q8_pack(q->bytes + o, q->scales + o / MT_Q8_BLOCK, W, (size_t)rows, cols)) {
+                const int lay = mt_q8_layout_for(cols, MT_Q8_GROUPS);
+                if (mt_q8_pack(lay, q->bytes + o, q->scales + o / MT_Q8_BLOCK, W, (size_t)rows,
+                               cols)) {
                     mimi_q8_free(q);
                     mt_set_err(err, errlen, "mimi: a %s transformer weight (layer %d) is not finite",
                                dec ? "decoder" : "encoder", li);
@@ -205,19 +208,21 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
                 mimi_q8mat *mq = &q->mat[((size_t)dec * L + li) * MIMI_Q8_MATS + which];
                 mq->q = q->bytes + o;
                 mq->s = q->scales + o / MT_Q8_BLOCK;
+                mq->layout = lay;
                 o += (size_t)rows * cols;
             }
     for (int i = 0; i < nconv; i++) {
         size_t r, K;
         conv_shape(convs[i], &r, &K);
-        if (pack_conv(convs[i], q->bytes + o, q->scales + o / MT_Q8_BLOCK)) {
+        const int lay = mt_q8_layout_for((int)K, MT_Q8_LANES);
+        if (pack_conv(convs[i], lay, q->bytes + o, q->scales + o / MT_Q8_BLOCK)) {
             mimi_q8_free(q);
             mt_set_err(err, errlen, "mimi: a convolution's weight (%d -> %d, k %d) is not finite, "
                        "or no memory to pack it", convs[i]->cin, convs[i]->cout, convs[i]->k);
             return -1;
         }
         q->conv[i] = convs[i];
-        q->convmat[i] = (mimi_q8mat){ q->bytes + o, q->scales + o / MT_Q8_BLOCK };
+        q->convmat[i] = (mimi_q8mat){ q->bytes + o, q->scales + o / MT_Q8_BLOCK, lay };
         q->max_k = K > q->max_k ? K : q->max_k;
         q->max_n = r > q->max_n ? r : q->max_n;
         o += r * K;

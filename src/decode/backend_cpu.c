@@ -192,7 +192,7 @@ static void gemm_cols(const cpu_backend *be, int M, const float *X, int K, const
     if (N <= 0)
         return;
     if (W8 && W8->q && small)
-        mt_q8_gemm_rows(M, lo, hi, W8->n, K, X, K, W8->q, W8->s, beta, Y + lo, ldy);
+        mt_q8_gemm_rows(W8->layout, M, lo, hi, W8->n, K, X, K, W8->q, W8->s, beta, Y + lo, ldy);
     else if (W16 && small)
         mt_half_gemm(M, N, K, X, K, W16 + (size_t)lo * K, beta, Y + lo, ldy);
     else if (M == 1)

@@ -73,7 +73,8 @@ typedef struct layer16 {
 typedef struct q8mat {
     const int8_t *q;
     const float  *s;
-    int           n;   /* rows N (the layout groups them: cpu_q8.h) */
+    int           n;        /* rows N (the layout groups them: cpu_q8.h) */
+    int           layout;   /* cpu_q8.h's, a batch's (mt_q8_layout_for) */
 } q8mat;
 typedef struct layer8 {
     q8mat wq, wk, wv, wo, w_gate, w_up, w_down;

@@ -173,8 +173,10 @@ static int take_q8(q8mat *d, const float *src, size_t N, int K, int8_t **q, floa
 {
     d->q = NULL;
     d->s = NULL;
-    if (K % MT_Q8_BLOCK != 0 || mt_q8_pack(*q, *s, src, N, K) != 0)
+    const int L = mt_q8_layout_for(K, MT_Q8_LANES);
+    if (K % MT_Q8_BLOCK != 0 || mt_q8_pack(L, *q, *s, src, N, K) != 0)
         return 1;
+    d->layout = L;
     d->q = *q;
     d->s = *s;
     d->n = (int)N;

@@ -24,20 +24,25 @@
 #include <immintrin.h>
 #endif
 
-int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K)
+int mt_q8_layout_for(int K, int want)
+{
+    mt_q8_init();   /* the layout follows the kernels */
+    return mt_q8_tiled(K, want);
+}
+
+int mt_q8_pack(int L, int8_t *q, float *scale, const float *src, size_t N, int K)
 {
     const int nb = K / MT_Q8_BLOCK;
-    mt_q8_init();   /* the layout follows the kernels */
     for (size_t i = 0; i < N * (size_t)K; i++)
         if (!isfinite(src[i]))
             return -1;
     for (size_t n = 0; n < N; n++)
         for (int b = 0; b < nb; b++) {
             const float *w = src + n * K + (size_t)b * MT_Q8_BLOCK;
-            const size_t o = mt_q8_offset(N, K, n, b);
+            const size_t o = mt_q8_offset(L, N, K, n, b);
             /* lane groups: 4 bytes a vector of 64, stored + 128 */
-            const int lanes = mt_q8_in_lanes(N, K, n);
-            int8_t *d = q + (lanes ? mt_q8_byte(N, K, n, b * MT_Q8_BLOCK) : o);
+            const int lanes = mt_q8_in_lanes(L, N, K, n);
+            int8_t *d = q + (lanes ? mt_q8_byte(L, N, K, n, b * MT_Q8_BLOCK) : o);
             const int step = lanes ? 64 : 4, flip = lanes ? 0x80 : 0;
             float big = 0.0f;
             for (int i = 0; i < MT_Q8_BLOCK; i++)
@@ -466,22 +471,22 @@ static void float_run(void *arg, const int8_t *q, const float *s, int rows, int 
         kern.run(c->M, rows, c->K, c->X, c->ldx, q, s, rs, ps, c->beta, c->Y + col, c->ldy);
 }
 
-void mt_q8_gemm_rows(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+void mt_q8_gemm_rows(int L, int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy)
 {
     mt_q8_init();
     if (kern.level == 3 && M >= kern.vnni_rows) {
-        mt_q8_gemm_vnni(M, lo, hi, N, K, X, ldx, q, scale, beta, Y, ldy);
+        mt_q8_gemm_vnni(L, M, lo, hi, N, K, X, ldx, q, scale, beta, Y, ldy);
         return;
     }
     float_call c = { M, K, ldx, ldy, X, beta, Y };
-    mt_q8_walk(lo, hi, N, K, q, scale, float_run, &c);
+    mt_q8_walk(L, lo, hi, N, K, q, scale, float_run, &c);
 }
 
-void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
+void mt_q8_gemm(int L, int M, int N, int K, const float *X, int ldx, const int8_t *q,
                 const float *scale, float beta, float *Y, int ldy)
 {
-    mt_q8_gemm_rows(M, 0, N, N, K, X, ldx, q, scale, beta, Y, ldy);
+    mt_q8_gemm_rows(L, M, 0, N, N, K, X, ldx, q, scale, beta, Y, ldy);
 }
 
 int mt_q8_every_row(void)

@@ -52,30 +52,48 @@ enum { MT_Q8_ROWS = 0, MT_Q8_GROUPS = 1, MT_Q8_LANES = 2 };
  * a vector by 4 activation bytes broadcast gives 16 rows' partial sums in
  * 16 lanes: no shuffles to fold lanes and no correction a weight vector
  * (cpu_q8_vnni.c). Only the integer kernel reads it fast (the float ones
- * read it through a portable loop): it is chosen only where the integer
- * kernel serves every call and MT_Q8_LANES=1 (read once) asks, and it
- * is not the default: cpu_q8_vnni.c has the figures. The rows past the
- * last whole lane group row by row. mt_q8_offset gives a block's scale
- * (offset / MT_Q8_BLOCK) in every layout, its bytes sit at q + offset in
- * the first two; mt_q8_byte and mt_q8_weight find a weight in any. */
-int mt_q8_tiled(int K);
-/* Tests and benchmarks: the layout of matrices packed and multiplied from
- * now on (MT_Q8_ROWS, MT_Q8_GROUPS, MT_Q8_LANES; -1 the kernels' as
- * above); a matrix must be multiplied under the layout it was packed in.
- * Not while a kernel may be running. */
+ * read it through a portable loop). The integer kernel reads it twice as
+ * fast as groups at 8 to 32 rows and level at 1 and 2, but the codec's
+ * transformers (1 row a session, in tiles of 16 weight rows) ran 5-15%
+ * slower on it and its codebooks (K 32) twice as slow (bench/RESULTS.md,
+ * 2026-12-07): so each user asks for the layout its products measured
+ * fastest on (mt_q8_layout_for's `want`: the LM and the codec's
+ * convolutions lane groups, the rest groups), which it gets where the
+ * integer kernel serves every call. MT_Q8_LANES=1 (read once) puts every
+ * matrix in lane groups there, MT_Q8_LANES=0 none. The rows past the
+ * last whole lane group row by row.
+ *
+ * Every function below takes the matrix's layout L, the one it was
+ * packed in (mt_q8_layout_for's answer for its K, kept beside it; groups
+ * where K is not a multiple of 64 read as rows). mt_q8_offset gives a
+ * block's scale (offset / MT_Q8_BLOCK) in every layout, its bytes sit at
+ * q + offset in the first two; mt_q8_byte and mt_q8_weight find a weight
+ * in any. */
+/* The layout a matrix of K columns gets whose user asks for `want`
+ * (MT_Q8_GROUPS or MT_Q8_LANES): want where the kernels read it fast and
+ * K allows, else groups, else rows; MT_Q8_LANES, MT_Q8_ROWMAJOR and
+ * mt_q8_layout may override it (above). Picks the kernels first
+ * (mt_q8_init). */
+int mt_q8_layout_for(int K, int want);
+/* The same once the kernels are picked (cpu_q8.c tells this file which
+ * serve: mt_q8_layout_kernels). */
+int mt_q8_tiled(int K, int want);
+/* Tests and benchmarks: the layout mt_q8_layout_for gives every matrix
+ * from now on (MT_Q8_ROWS, MT_Q8_GROUPS, MT_Q8_LANES; -1 the kernels' as
+ * above). Not while a matrix is being packed. */
 void mt_q8_layout(int tiled);
 /* cpu_q8.c, when it picks the kernels: whether the integer kernel serves
- * (1) and every call (2): the layout's default, above. */
+ * (1) and every call (2): the layouts' defaults, above. */
 void mt_q8_layout_kernels(int grouped);
 /* The offset of row n's block b in a packed [N, K] matrix: its scale at
  * scale + it / MT_Q8_BLOCK; its bytes at q + it except in lane groups. */
-size_t mt_q8_offset(size_t N, int K, size_t n, int b);
+size_t mt_q8_offset(int L, size_t N, int K, size_t n, int b);
 /* Where weight k of row n sits (q + it), in every layout; its value
  * (-127..127; lane groups store it + 128). Whether row n is in a lane
  * group. */
-size_t mt_q8_byte(size_t N, int K, size_t n, int k);
-int mt_q8_weight(const int8_t *q, size_t N, int K, size_t n, int k);
-int mt_q8_in_lanes(size_t N, int K, size_t n);
+size_t mt_q8_byte(int L, size_t N, int K, size_t n, int k);
+int mt_q8_weight(int L, const int8_t *q, size_t N, int K, size_t n, int k);
+int mt_q8_in_lanes(int L, size_t N, int K, size_t n);
 
 /* Picks the kernels (idempotent, thread-safe); returns 3 (AVX-512 VNNI,
  * the integer product), 2 (AVX-512), 1 (AVX2/FMA) or 0 (portable).
@@ -103,19 +121,19 @@ int mt_q8_every_row(void);
 enum { MT_Q8_ALL_ROWS = 1 << 30 };   /* "every row count", as a row limit */
 
 /* Quantises the matrix src [N, K] (K a multiple of MT_Q8_BLOCK) into
- * q [N * K] and scale [N * K / MT_Q8_BLOCK], in the layout above. Returns -1, writing nothing
+ * q [N * K] and scale [N * K / MT_Q8_BLOCK], in layout L. Returns -1, writing nothing
  * more, where a value is not finite (inf or nan: no scale holds it). */
-int mt_q8_pack(int8_t *q, float *scale, const float *src, size_t N, int K);
+int mt_q8_pack(int L, int8_t *q, float *scale, const float *src, size_t N, int K);
 
 /* Y[m, 0:hi-lo] = beta * Y[m, 0:hi-lo] + X[m, 0:K] . Wdq[lo:hi, 0:K]^T
  * for m < M, Wdq the weights read back (q * scale) of the matrix [N, K]
- * that mt_q8_pack made at q and scale; X row m at X + m*ldx, Y row m at
+ * that mt_q8_pack made at q and scale in layout L; X row m at X + m*ldx, Y row m at
  * Y + m*ldy; beta 0 or 1. K a multiple of MT_Q8_BLOCK. Meant for small
  * M: the weights are read once. */
-void mt_q8_gemm_rows(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+void mt_q8_gemm_rows(int L, int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy);
 /* The same over the whole matrix (lo 0, hi N). */
-void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
+void mt_q8_gemm(int L, int M, int N, int K, const float *X, int ldx, const int8_t *q,
                 const float *scale, float beta, float *Y, int ldy);
 
 /* The kernels' walk over rows lo..hi of a packed [N, K] matrix: run(ctx,
@@ -129,7 +147,7 @@ void mt_q8_gemm(int M, int N, int K, const float *X, int ldx, const int8_t *q,
  * on) where rows goes past the group. */
 typedef void (*mt_q8_run_fn)(void *ctx, const int8_t *q, const float *s, int rows, int rs,
                              int ps, int col);
-void mt_q8_walk(int lo, int hi, int N, int K, const int8_t *q, const float *s,
+void mt_q8_walk(int L, int lo, int hi, int N, int K, const int8_t *q, const float *s,
                 mt_q8_run_fn run, void *ctx);
 
 #endif

@@ -13,31 +13,39 @@
  * 8 rows' 64 bytes) or MT_Q8_LANES (each lane group's K / 4 vectors of
  * 16 rows x 4 bytes one after the other, the bytes stored w ^ 0x80); the
  * rows past the last whole group (of 8 or 16), and every row a layout
- * does not take, row by row. */
+ * does not take, row by row. Each matrix is packed and multiplied in the
+ * layout mt_q8_layout_for gave it. */
 static int tiled_on = -1;     /* -1: the kernels' (below) */
-static int kernels_layout;    /* MT_Q8_GROUPS where the integer kernel serves
-                                 (cpu_q8.c says), MT_Q8_LANES where it serves
-                                 every call and MT_Q8_LANES=1 asks; MT_Q8_ROWS
-                                 otherwise or where MT_Q8_ROWMAJOR=1 asks */
+static int lanes_read;        /* the kernels read lane groups fast: the
+                                 integer kernel serves every call */
+static int grouped_read;      /* ... and groups: it serves (cpu_q8.c says) */
+static int lanes_env;         /* MT_Q8_LANES: -1 unset, 0 none, 1 every matrix */
 
-static int env_on(const char *name)
+static int env_is(const char *name, const char *want)
 {
     const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
+    if (!v || !*v)
+        return 0;
+    return want ? strcmp(v, want) == 0 : strcmp(v, "0") != 0;
 }
 
 void mt_q8_layout_kernels(int grouped)
 {
-    /* the environment read here, once (mt_q8_init): every product asks
-     * mt_q8_tiled, and a getenv a call was 0.3% of kyutai-small's step */
-    kernels_layout = !grouped || env_on("MT_Q8_ROWMAJOR") ? MT_Q8_ROWS
-                     : grouped == 2 && env_on("MT_Q8_LANES") ? MT_Q8_LANES
-                                                              : MT_Q8_GROUPS;
+    /* the environment read here, once (mt_q8_init) */
+    grouped_read = grouped && !env_is("MT_Q8_ROWMAJOR", NULL);
+    lanes_read = grouped_read && grouped == 2;
+    lanes_env = env_is("MT_Q8_LANES", "0") ? 0 : env_is("MT_Q8_LANES", NULL) ? 1 : -1;
 }
 
-int mt_q8_tiled(int K)
+int mt_q8_tiled(int K, int want)
 {
-    int on = tiled_on < 0 ? kernels_layout : tiled_on;
+    int on = tiled_on;
+    if (on < 0) {
+        if (lanes_read && lanes_env >= 0)
+            want = lanes_env ? MT_Q8_LANES : MT_Q8_GROUPS;
+        on = !grouped_read ? MT_Q8_ROWS
+             : want == MT_Q8_LANES && lanes_read ? MT_Q8_LANES : MT_Q8_GROUPS;
+    }
     if (on == MT_Q8_GROUPS)
         return K % (2 * MT_Q8_BLOCK) == 0 ? MT_Q8_GROUPS : MT_Q8_ROWS;
     return on;
@@ -48,14 +56,20 @@ void mt_q8_layout(int tiled)
     tiled_on = tiled < 0 ? -1 : tiled > MT_Q8_LANES ? MT_Q8_LANES : tiled;
 }
 
-int mt_q8_in_lanes(size_t N, int K, size_t n)
+/* A layout as it applies to K: groups need block pairs. */
+static int applies(int L, int K)
 {
-    return mt_q8_tiled(K) == MT_Q8_LANES && n < N / MT_Q8_LANE * MT_Q8_LANE;
+    return L == MT_Q8_GROUPS && K % (2 * MT_Q8_BLOCK) != 0 ? MT_Q8_ROWS : L;
 }
 
-size_t mt_q8_offset(size_t N, int K, size_t n, int b)
+int mt_q8_in_lanes(int L, size_t N, int K, size_t n)
 {
-    const int t = mt_q8_tiled(K);
+    return L == MT_Q8_LANES && n < N / MT_Q8_LANE * MT_Q8_LANE;
+}
+
+size_t mt_q8_offset(int L, size_t N, int K, size_t n, int b)
+{
+    const int t = applies(L, K);
     const size_t g = t == MT_Q8_LANES ? MT_Q8_LANE : MT_Q8_GROUP, ng = N / g * g;
     if (t == MT_Q8_ROWS || n >= ng)
         return n * (size_t)K + (size_t)b * MT_Q8_BLOCK;
@@ -65,18 +79,18 @@ size_t mt_q8_offset(size_t N, int K, size_t n, int b)
            (size_t)(b % 2) * MT_Q8_BLOCK;
 }
 
-size_t mt_q8_byte(size_t N, int K, size_t n, int k)
+size_t mt_q8_byte(int L, size_t N, int K, size_t n, int k)
 {
-    if (!mt_q8_in_lanes(N, K, n))
-        return mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) + (size_t)(k % MT_Q8_BLOCK);
+    if (!mt_q8_in_lanes(L, N, K, n))
+        return mt_q8_offset(L, N, K, n, k / MT_Q8_BLOCK) + (size_t)(k % MT_Q8_BLOCK);
     return n / MT_Q8_LANE * MT_Q8_LANE * (size_t)K + (size_t)(k / 4) * 64 + n % MT_Q8_LANE * 4 +
            (size_t)(k % 4);
 }
 
-int mt_q8_weight(const int8_t *q, size_t N, int K, size_t n, int k)
+int mt_q8_weight(int L, const int8_t *q, size_t N, int K, size_t n, int k)
 {
-    const int8_t v = q[mt_q8_byte(N, K, n, k)];
-    return mt_q8_in_lanes(N, K, n) ? (int)(uint8_t)v - 128 : v;
+    const int8_t v = q[mt_q8_byte(L, N, K, n, k)];
+    return mt_q8_in_lanes(L, N, K, n) ? (int)(uint8_t)v - 128 : v;
 }
 
 /* Lane groups: a run from lane `lane` of the group at row r (its rows
@@ -97,11 +111,11 @@ static int walk_lanes(int r, int lo, int hi, int N, int K, const int8_t *q, cons
     return r;
 }
 
-void mt_q8_walk(int lo, int hi, int N, int K, const int8_t *q, const float *s,
+void mt_q8_walk(int L, int lo, int hi, int N, int K, const int8_t *q, const float *s,
                 mt_q8_run_fn run, void *ctx)
 {
     const size_t nb = (size_t)(K / MT_Q8_BLOCK);
-    const int t = mt_q8_tiled(K);
+    const int t = applies(L, K);
     int r = lo;
     if (t == MT_Q8_LANES)
         r = walk_lanes(r, lo, hi, N, K, q, s, run, ctx);

@@ -634,7 +634,7 @@ VNNI static void chunk_run(void *arg, const int8_t *q, const float *s, int rows,
     run_chunk(c->M, rows, &J);
 }
 
-void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+void mt_q8_gemm_vnni(int L, int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy)
 {
     _Alignas(64) uint8_t u[ACT_BYTES];   /* [rows][ldu] */
@@ -653,7 +653,7 @@ void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ld
                              { u, sx, ldu, NULL, K, 0, 0, NULL, kn / MT_Q8_BLOCK,
                                k0 == 0 ? beta : 1.0f, Y + (size_t)m0 * ldy, ldy, NULL, 0, xs,
                                sxb, cb } };
-            mt_q8_walk(lo, hi, N, K, q, scale, chunk_run, &c);
+            mt_q8_walk(L, lo, hi, N, K, q, scale, chunk_run, &c);
         }
     }
 }
@@ -666,10 +666,10 @@ void mt_q8_lanes_ahead(int bytes) { (void)bytes; }
 
 void mt_q8_group_ahead(int near, int far) { (void)near, (void)far; }
 
-void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+void mt_q8_gemm_vnni(int L, int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy)
 {
-    (void)M, (void)lo, (void)hi, (void)N, (void)K, (void)X, (void)ldx, (void)q, (void)scale,
+    (void)L, (void)M, (void)lo, (void)hi, (void)N, (void)K, (void)X, (void)ldx, (void)q, (void)scale,
         (void)beta, (void)Y, (void)ldy;
 }
 

@@ -12,7 +12,7 @@ int mt_q8_vnni_built(void);
 /* mt_q8_gemm_rows's contract (cpu_q8.h), with the activations X
  * quantised in blocks of MT_Q8_BLOCK (cpu_q8_vnni.c says how and what it
  * costs). */
-void mt_q8_gemm_vnni(int M, int lo, int hi, int N, int K, const float *X, int ldx,
+void mt_q8_gemm_vnni(int L, int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy);
 
 /* Benchmarks: how far on in a lane group's stream (cpu_q8.h's

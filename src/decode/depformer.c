@@ -60,7 +60,7 @@ struct mt_depformer {
      * of the half ones, the same matrices */
     int8_t *w8;       /* every copy's bytes, one allocation */
     float  *w8s;      /* and their scales */
-    struct q8w { const int8_t *q; const float *s; int n; } *in8, *lin8; /* [dep_q]; n rows */
+    struct q8w { const int8_t *q; const float *s; int n, layout; } *in8, *lin8; /* [dep_q]; n rows */
     struct dep8 { struct q8w wqkv, wo, w_in, w_out; } *dep8;     /* [layers * dep_q] */
     /* the job posted to the threads (column mode) */
     struct dep_job {
@@ -273,8 +273,10 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int B, int 
  * a value is not finite. */
 static int take_q8(struct q8w *d, const float *src, size_t N, size_t K, int8_t **q, float **s)
 {
-    if (mt_q8_pack(*q, *s, src, N, (int)K))
+    const int L = mt_q8_layout_for((int)K, MT_Q8_LANES);
+    if (mt_q8_pack(L, *q, *s, src, N, (int)K))
         return -1;
+    d->layout = L;
     d->q = *q;
     d->s = *s;
     d->n = (int)N;
@@ -429,8 +431,8 @@ static void gemm_cols(const mt_depformer *df, const struct dep_job *j, int B, in
     const size_t K = (size_t)j->K;
     float *Y = j->Y + y_off + lo;
     if (j->W8 && B <= df->f16_rows)
-        mt_q8_gemm_rows(B, w_off + lo, w_off + hi, j->W8->n, j->K, j->X, j->ldx, j->W8->q,
-                        j->W8->s, j->beta, Y, j->ldy);
+        mt_q8_gemm_rows(j->W8->layout, B, w_off + lo, w_off + hi, j->W8->n, j->K, j->X, j->ldx,
+                        j->W8->q, j->W8->s, j->beta, Y, j->ldy);
     else if (j->W16 && B <= df->f16_rows)
         mt_half_gemm(B, N, j->K, j->X, j->ldx, j->W16 + (size_t)(w_off + lo) * K, j->beta, Y,
                      j->ldy);

@@ -178,15 +178,15 @@ typedef struct {
     const int8_t *q;
     const float *s;
     float *Y;
-    int lo, hi;
+    int lo, hi, layout;
 } q8_rate_part;
 
 static void *q8_rate_thread(void *arg)
 {
     q8_rate_part *p = arg;
     for (int r = 0; r < Q8R_REPS; r++)   /* long enough to hide the thread's start */
-        mt_q8_gemm_rows(Q8R_M, p->lo, p->hi, Q8R_N, Q8R_K, p->X, Q8R_K, p->q, p->s, 0.0f,
-                        p->Y, Q8R_N);
+        mt_q8_gemm_rows(p->layout, Q8R_M, p->lo, p->hi, Q8R_N, Q8R_K, p->X, Q8R_K, p->q, p->s,
+                        0.0f, p->Y, Q8R_N);
     return NULL;
 }
 
@@ -208,8 +208,7 @@ static double q8_gops(int T)
         for (int li = 0; li < 2; li++) {
             const int layout = li ? MT_Q8_LANES : MT_Q8_GROUPS;
             const int G = li ? MT_Q8_LANE : MT_Q8_GROUP;   /* rows a group */
-            mt_q8_layout(layout);
-            if (mt_q8_pack(q, sc, W, Q8R_N, Q8R_K) != 0)
+            if (mt_q8_pack(layout, q, sc, W, Q8R_N, Q8R_K) != 0)
                 continue;
             for (int r = 0; r < 6; r++) {
                 pthread_t th[16];
@@ -219,7 +218,7 @@ static double q8_gops(int T)
                 for (int t = 0; t < T; t++) {
                     /* whole groups of weight rows in each part */
                     part[t] = (q8_rate_part){ X, q, sc, Y, Q8R_N / G * t / T * G,
-                                              Q8R_N / G * (t + 1) / T * G };
+                                              Q8R_N / G * (t + 1) / T * G, layout };
                     if (t > 0 && pthread_create(&th[t], NULL, q8_rate_thread, &part[t]) == 0)
                         started |= 1 << t;
                     else if (t > 0)
@@ -234,7 +233,6 @@ static double q8_gops(int T)
                     best = g > best ? g : best;
             }
         }
-        mt_q8_layout(-1);   /* the kernels' own again */
     }
     free(X);
     free(W);

@@ -54,6 +54,7 @@ typedef struct {
 /* The memory read bound in the same run: each thread's share of every
  * matrix's bytes and scales read by 32-byte loads (layout=read). */
 static int read_only;
+static int cur_layout;   /* the variant's layout (cpu_q8.h): the bytes are read as it says */
 static volatile uint64_t read_sink;
 
 __attribute__((target("avx2"))) static void read_part(const part *p)
@@ -86,7 +87,7 @@ static void *run_part(void *arg)
     }
     const int nb = p->K / MT_Q8_BLOCK;
     for (int m = 0; m < p->mats; m++)
-        mt_q8_gemm_rows(p->B, p->lo, p->hi, p->N, p->K, p->X, p->K, p->q + (size_t)m * p->N * p->K,
+        mt_q8_gemm_rows(cur_layout, p->B, p->lo, p->hi, p->N, p->K, p->X, p->K, p->q + (size_t)m * p->N * p->K,
                         p->s + (size_t)m * p->N * nb, 0.0f, p->Y + p->lo, p->N);
     return NULL;
 }
@@ -214,7 +215,7 @@ int main(int argc, char **argv)
         /* the bytes are arbitrary, valid in every layout */
         for (int l = 0; l < nv; l++) {   /* warm-up */
             mt_q8_select(vlev[l]);
-            mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
+            cur_layout = vlay[l] < 3 ? vlay[l] : 0;
             read_only = vlay[l] == 3;
             mt_q8_lanes_ahead(vpf[l] < -1 ? -1 : vpf[l]);
             mt_q8_group_ahead(vpf[l] == -2 ? 8192 : -1, vpf[l] == -2 ? 0 : -1);
@@ -225,7 +226,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < R; r++)
             for (int l = 0; l < nv; l++) {
                 mt_q8_select(vlev[l]);
-                mt_q8_layout(vlay[l] < 3 ? vlay[l] : 0);
+                cur_layout = vlay[l] < 3 ? vlay[l] : 0;
                 read_only = vlay[l] == 3;
                 mt_q8_lanes_ahead(vpf[l] < -1 ? -1 : vpf[l]);
                 mt_q8_group_ahead(vpf[l] == -2 ? 8192 : -1, vpf[l] == -2 ? 0 : -1);

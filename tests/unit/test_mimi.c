@@ -837,7 +837,7 @@ static void test_q8_nearest(void)
                 /* even trials: halfway between a and b (a near tie) */
                 x[k] = t % 2 ? noise * 3 : 0.5f * (cb[a * QD + k] + cb[b * QD + k]) + 1e-4f * noise;
             }
-            mt_q8_gemm(1, BINS, QD, x, QD, q, s, 0.0f, dots, BINS);
+            mt_q8_gemm(c.mat.layout, 1, BINS, QD, x, QD, q, s, 0.0f, dots, BINS);
             int n = 0, got = mimi_q8_nearest(&c, cb, n2, BINS, QD, x, dots, work, &n);
             int want = 0, q8only = 0;
             double bd = INFINITY, bq = INFINITY;

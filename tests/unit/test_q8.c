@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The layout of a matrix here: the one in force (mt_q8_layout), as for a
+ * matrix that is not a batch's (cpu_q8.h). */
+#define LAY(K) mt_q8_layout_for((K), MT_Q8_GROUPS)
+
 static uint32_t rng = 4242;
 static float frand(void)
 {
@@ -58,14 +62,14 @@ static int violations(int M, int N, int K, const float *X, const float *W, const
             double ref = 0, bound = 0, mag = 0;
             for (int k = 0; k < K; k++) {
                 double x = X[(size_t)m * K + k], w = W[(size_t)n * K + k];
-                double sw = s[mt_q8_offset(N, K, n, k / MT_Q8_BLOCK) / MT_Q8_BLOCK];
+                double sw = s[mt_q8_offset(LAY(K), N, K, n, k / MT_Q8_BLOCK) / MT_Q8_BLOCK];
                 ref += x * w;
                 bound += fabs(x) * sw * 0.5;
                 /* an activation within sx / 2 = max|x| / 254 of its block,
                  * times the weight as read back */
                 if (act)
                     bound += act_max(X + (size_t)m * K, k) / 254.0 *
-                             fabs(mt_q8_weight(q, N, K, n, k) * sw);
+                             fabs(mt_q8_weight(LAY(K), q, N, K, n, k) * sw);
                 mag += fabs(x * w);
             }
             bound += K * ldexp(1.0, -22) * mag + 1e-30;
@@ -92,10 +96,10 @@ static int rows_unlike_alone(int M, int N, int K)
     for (int i = 0; i < M * K; i++)
         X[i] = frand();
     fill_weights(W, N, K);
-    mt_q8_pack(q, s, W, (size_t)N, K);
-    mt_q8_gemm(M, N, K, X, K, q, s, 0.0f, Y, N);
+    mt_q8_pack(LAY(K), q, s, W, (size_t)N, K);
+    mt_q8_gemm(LAY(K), M, N, K, X, K, q, s, 0.0f, Y, N);
     for (int m = 0; m < M; m++) {
-        mt_q8_gemm(1, N, K, X + (size_t)m * K, K, q, s, 0.0f, y1, N);
+        mt_q8_gemm(LAY(K), 1, N, K, X + (size_t)m * K, K, q, s, 0.0f, y1, N);
         unlike += memcmp(y1, Y + (size_t)m * N, sizeof(float) * N) != 0;
     }
     free(X); free(W); free(q); free(s); free(Y); free(y1);
@@ -121,14 +125,14 @@ static int pieces_unlike(int M, int N, int K, int act, int *bad)
         X[i] = frand();
     fill_weights(W, N, K);
     mt_q8_layout(0);
-    mt_q8_pack(qr, sr, W, (size_t)N, K);
-    mt_q8_gemm(M, N, K, X, K, qr, sr, 0.0f, Yr, N);
+    mt_q8_pack(LAY(K), qr, sr, W, (size_t)N, K);
+    mt_q8_gemm(LAY(K), M, N, K, X, K, qr, sr, 0.0f, Yr, N);
     mt_q8_layout(1);
-    mt_q8_pack(q, s, W, (size_t)N, K);
-    mt_q8_gemm(M, N, K, X, K, q, s, 0.0f, Y, N);
+    mt_q8_pack(LAY(K), q, s, W, (size_t)N, K);
+    mt_q8_gemm(LAY(K), M, N, K, X, K, q, s, 0.0f, Y, N);
     const int cut[4] = { 0, 5, 21, N };
     for (int p = 0; p < 3; p++)
-        mt_q8_gemm_rows(M, cut[p], cut[p + 1], N, K, X, K, q, s, 0.0f, Yp + cut[p], N);
+        mt_q8_gemm_rows(LAY(K), M, cut[p], cut[p + 1], N, K, X, K, q, s, 0.0f, Yp + cut[p], N);
     *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Yp, act) > 0;
     mt_q8_layout(-1);   /* the kernels' own again */
     int unlike = 0;
@@ -153,8 +157,8 @@ static int lanes_pieces_unlike(int M, int N, int K, int act, int *bad)
     for (int i = 0; i < M * K; i++)
         X[i] = frand();
     fill_weights(W, N, K);
-    mt_q8_pack(q, s, W, (size_t)N, K);
-    mt_q8_gemm(M, N, K, X, K, q, s, 0.0f, Y, N);
+    mt_q8_pack(LAY(K), q, s, W, (size_t)N, K);
+    mt_q8_gemm(LAY(K), M, N, K, X, K, q, s, 0.0f, Y, N);
     *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Y, act) > 0;
     /* cuts: in a group, across a group, at group ends, one row, the rest */
     static const int cuts[][6] = { { 0, 5, 21, -1 }, { 0, 1, 2, 17, 31, -1 },
@@ -165,7 +169,7 @@ static int lanes_pieces_unlike(int M, int N, int K, int act, int *bad)
         for (int p = 1, lo = 0; lo < N; p++) {
             int hi = cuts[c][p] < 0 || cuts[c][p] > N ? N : cuts[c][p];
             if (hi > lo)
-                mt_q8_gemm_rows(M, lo, hi, N, K, X, K, q, s, 0.0f, Yp + lo, N);
+                mt_q8_gemm_rows(LAY(K), M, lo, hi, N, K, X, K, q, s, 0.0f, Yp + lo, N);
             lo = hi > lo ? hi : lo;
         }
         *bad += violations(M, N, K, X, W, q, s, 0.0f, NULL, Yp, act) > 0;
@@ -201,19 +205,19 @@ static void one_case(int M, int N, int K, int beta, int act, int *bad, int *caug
     fill_weights(W, N, K);
     for (int i = 0; i < M * N; i++)
         y0[i] = beta ? 10.0f * frand() : NAN;  /* beta 0 drops nan */
-    mt_q8_pack(q, s, W, (size_t)N, K);
+    mt_q8_pack(LAY(K), q, s, W, (size_t)N, K);
     memcpy(Y, y0, sizeof(float) * M * N);
-    mt_q8_gemm(M, N, K, X, K, q, s, (float)beta, Y, N);
+    mt_q8_gemm(LAY(K), M, N, K, X, K, q, s, (float)beta, Y, N);
     *bad += violations(M, N, K, X, W, q, s, (float)beta, y0, Y, act) > 0;
-    size_t big = mt_q8_offset(N, K, N - 1, 0) / MT_Q8_BLOCK;   /* the last row's */
+    size_t big = mt_q8_offset(LAY(K), N, K, N - 1, 0) / MT_Q8_BLOCK;   /* the last row's */
     for (int i = 1; i < K / MT_Q8_BLOCK; i++) {
-        size_t at = mt_q8_offset(N, K, N - 1, i) / MT_Q8_BLOCK;
+        size_t at = mt_q8_offset(LAY(K), N, K, N - 1, i) / MT_Q8_BLOCK;
         big = s[at] > s[big] ? at : big;
     }
     float *row_s = s;
     row_s[big] *= 2.0f;
     memcpy(Y, y0, sizeof(float) * M * N);
-    mt_q8_gemm(M, N, K, X, K, q, s, (float)beta, Y, N);
+    mt_q8_gemm(LAY(K), M, N, K, X, K, q, s, (float)beta, Y, N);
     row_s[big] *= 0.5f;
     *caught += violations(M, N, K, X, W, q, s, (float)beta, y0, Y, act) > 0;
 out:
@@ -228,6 +232,23 @@ int main(void)
     mt_q8_vnni_rows(1);   /* the integer kernel at every row count */
     tap_diag("kernels: %s", level_name[top]);
 
+    /* the layout asked for: where the integer kernel serves every call,
+     * lane groups or groups of 8 (rows where K is not a multiple of 64) as
+     * asked; elsewhere never lane groups */
+    if (getenv("MT_Q8_LANES") || getenv("MT_Q8_ROWMAJOR")) {
+        tap_skip("MT_Q8_LANES or MT_Q8_ROWMAJOR set: the layouts are the environment's");
+    } else if (mt_q8_every_row()) {
+        ok(mt_q8_layout_for(512, MT_Q8_LANES) == MT_Q8_LANES &&
+           mt_q8_layout_for(96, MT_Q8_LANES) == MT_Q8_LANES &&
+           mt_q8_layout_for(512, MT_Q8_GROUPS) == MT_Q8_GROUPS &&
+           mt_q8_layout_for(96, MT_Q8_GROUPS) == MT_Q8_ROWS,
+           "the layout asked for: lane groups, or groups where K allows");
+    } else {
+        ok(mt_q8_layout_for(512, MT_Q8_LANES) == mt_q8_layout_for(512, MT_Q8_GROUPS) &&
+           mt_q8_layout_for(512, MT_Q8_GROUPS) != MT_Q8_LANES,
+           "no lane groups where the integer kernel does not serve every call");
+    }
+
     /* packing: q * scale within scale / 2 of w, |q| <= 127, max reads back */
     enum { PN = 9, PK = 128 };
     float *pw = malloc(sizeof(float) * PN * PK);
@@ -235,56 +256,56 @@ int main(void)
     float *ps = malloc(sizeof(float) * PN * PK / MT_Q8_BLOCK);
     fill_weights(pw, PN, PK);
     memset(pw + 2 * MT_Q8_BLOCK, 0, MT_Q8_BLOCK * sizeof(float));   /* a zero block */
-    ok(mt_q8_pack(pq, ps, pw, PN, PK) == 0, "pack a finite matrix");
+    ok(mt_q8_pack(LAY(PK), pq, ps, pw, PN, PK) == 0, "pack a finite matrix");
     int far = 0, hit_max = 0;
     for (int i = 0; i < PN * PK; i++) {
-        float s = ps[mt_q8_offset(PN, PK, i / PK, i % PK / MT_Q8_BLOCK) / MT_Q8_BLOCK];
-        int v = mt_q8_weight(pq, PN, PK, i / PK, i % PK);
+        float s = ps[mt_q8_offset(LAY(PK), PN, PK, i / PK, i % PK / MT_Q8_BLOCK) / MT_Q8_BLOCK];
+        int v = mt_q8_weight(LAY(PK), pq, PN, PK, i / PK, i % PK);
         if (!(fabsf(v * s - pw[i]) <= s * 0.5f * (1 + 1e-6f)) || v < -127 || v > 127)
             far++;
         hit_max += v == 127 || v == -127;
     }
     is_int(far, 0, "every weight reads back within scale/2, bytes in -127..127");
     ok(hit_max >= PN * PK / MT_Q8_BLOCK - 1, "each nonzero block's largest weight is +-127");
-    size_t z = mt_q8_offset(PN, PK, 0, 2);   /* row 0's block 2 */
-    ok(ps[z / MT_Q8_BLOCK] == 0.0f && mt_q8_weight(pq, PN, PK, 0, 2 * MT_Q8_BLOCK) == 0,
+    size_t z = mt_q8_offset(LAY(PK), PN, PK, 0, 2);   /* row 0's block 2 */
+    ok(ps[z / MT_Q8_BLOCK] == 0.0f && mt_q8_weight(LAY(PK), pq, PN, PK, 0, 2 * MT_Q8_BLOCK) == 0,
        "a zero block: scale 0, bytes 0");
     /* the layout: rows 0..7 a group, block pairs of 8 rows' 64 bytes;
      * row 8 (past the last whole group) row by row; K = 96 (not a
      * multiple of 64) row by row */
     mt_q8_layout(MT_Q8_GROUPS);   /* whatever the kernels' (MT_Q8_LANES=1) */
-    ok(mt_q8_offset(PN, PK, 0, 1) == 32 && mt_q8_offset(PN, PK, 1, 0) == 64 &&
-       mt_q8_offset(PN, PK, 7, 3) == 512 + 7 * 64 + 32 && mt_q8_offset(PN, PK, 8, 1) == 8 * PK + 32 &&
-       mt_q8_offset(PN, 96, 1, 0) == 96, "the grouped layout (8 rows, block pairs)");
+    ok(mt_q8_offset(LAY(PK), PN, PK, 0, 1) == 32 && mt_q8_offset(LAY(PK), PN, PK, 1, 0) == 64 &&
+       mt_q8_offset(LAY(PK), PN, PK, 7, 3) == 512 + 7 * 64 + 32 && mt_q8_offset(LAY(PK), PN, PK, 8, 1) == 8 * PK + 32 &&
+       mt_q8_offset(LAY(96), PN, 96, 1, 0) == 96, "the grouped layout (8 rows, block pairs)");
     /* lane groups: N 40 (rows 0..31 two groups, 32.. row by row), K 128:
      * row 17's weight 6 in group 1's vector 1, lane 1; its block 2's
      * scale at 16 * 128 / 32 + 2 * 16 + 1; row 33 row by row; the bytes
      * read back as packed */
     mt_q8_layout(MT_Q8_LANES);
-    ok(mt_q8_byte(40, PK, 17, 6) == 16 * PK + 64 + 4 + 2 && mt_q8_byte(40, PK, 0, 4) == 64 &&
-       mt_q8_offset(40, PK, 17, 2) / MT_Q8_BLOCK == 16 * PK / 32 + 2 * 16 + 1 &&
-       mt_q8_byte(40, PK, 33, 40) == 33 * PK + 40 && mt_q8_in_lanes(40, PK, 31) &&
-       !mt_q8_in_lanes(40, PK, 32), "the lane groups' layout (16 rows x 4 bytes a vector)");
+    ok(mt_q8_byte(LAY(PK), 40, PK, 17, 6) == 16 * PK + 64 + 4 + 2 && mt_q8_byte(LAY(PK), 40, PK, 0, 4) == 64 &&
+       mt_q8_offset(LAY(PK), 40, PK, 17, 2) / MT_Q8_BLOCK == 16 * PK / 32 + 2 * 16 + 1 &&
+       mt_q8_byte(LAY(PK), 40, PK, 33, 40) == 33 * PK + 40 && mt_q8_in_lanes(LAY(PK), 40, PK, 31) &&
+       !mt_q8_in_lanes(LAY(PK), 40, PK, 32), "the lane groups' layout (16 rows x 4 bytes a vector)");
     {
         float lw[40 * PK], ls[40 * PK / MT_Q8_BLOCK];
         int8_t lq[40 * PK];
         fill_weights(lw, 40, PK);
-        mt_q8_pack(lq, ls, lw, 40, PK);
+        mt_q8_pack(LAY(PK), lq, ls, lw, 40, PK);
         int lfar = 0;
         for (int i = 0; i < 40 * PK; i++) {
-            float sc = ls[mt_q8_offset(40, PK, i / PK, i % PK / MT_Q8_BLOCK) / MT_Q8_BLOCK];
-            lfar += !(fabsf(mt_q8_weight(lq, 40, PK, i / PK, i % PK) * sc - lw[i]) <=
+            float sc = ls[mt_q8_offset(LAY(PK), 40, PK, i / PK, i % PK / MT_Q8_BLOCK) / MT_Q8_BLOCK];
+            lfar += !(fabsf(mt_q8_weight(LAY(PK), lq, 40, PK, i / PK, i % PK) * sc - lw[i]) <=
                       sc * 0.5f * (1 + 1e-6f));
         }
-        ok(lfar == 0 && (uint8_t)lq[mt_q8_byte(40, PK, 0, 0)] ==
-                            (uint8_t)(mt_q8_weight(lq, 40, PK, 0, 0) + 128),
+        ok(lfar == 0 && (uint8_t)lq[mt_q8_byte(LAY(PK), 40, PK, 0, 0)] ==
+                            (uint8_t)(mt_q8_weight(LAY(PK), lq, 40, PK, 0, 0) + 128),
            "lane groups: every weight reads back within scale/2, stored + 128 (%d far)", lfar);
     }
     mt_q8_layout(-1);
     pw[5] = INFINITY;
-    ok(mt_q8_pack(pq, ps, pw, PN, PK) == -1, "a matrix with inf is refused");
+    ok(mt_q8_pack(LAY(PK), pq, ps, pw, PN, PK) == -1, "a matrix with inf is refused");
     pw[5] = NAN;
-    ok(mt_q8_pack(pq, ps, pw, PN, PK) == -1, "a matrix with nan is refused");
+    ok(mt_q8_pack(LAY(PK), pq, ps, pw, PN, PK) == -1, "a matrix with nan is refused");
     free(pw); free(pq); free(ps);
 
     static const int Ms[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 }, Ns[] = { 1, 7, 37, 64 }, Ks[] = { 32, 96, 512 };
@@ -372,10 +393,10 @@ int main(void)
         for (int i = 0; i < FM * FK; i++)
             X[i] = frand();
         fill_weights(W, FN, FK);
-        mt_q8_pack(q, s, W, FN, FK);
+        mt_q8_pack(LAY(FK), q, s, W, FN, FK);
         X[FK + 40] = INFINITY;
         X[2 * FK + 3] = NAN;
-        mt_q8_gemm(FM, FN, FK, X, FK, q, s, 0.0f, Y, FN);
+        mt_q8_gemm(LAY(FK), FM, FN, FK, X, FK, q, s, 0.0f, Y, FN);
         int fin0 = 1, nonfin12 = 1;
         for (int n = 0; n < FN; n++) {
             fin0 &= isfinite(Y[n]) != 0;
