@@ -36,7 +36,8 @@
  * bench/RESULTS.md, "The q8 product on integers" and "The q8 weights in
  * groups of 8 rows").
  *
- * Lane groups (cpu_q8.h's MT_Q8_LANES, MT_Q8_LANES=1; not the default).
+ * Lane groups (cpu_q8.h's MT_Q8_LANES: the LM's and the codec's
+ * convolutions' matrices; MT_Q8_LANES=1 every matrix).
  * On groups of 8, a 64-byte weight vector is one row's 64 k: a VPDPBUSD
  * gives 16 partial sums of one row, folded (fold4's shuffles) and
  * corrected by -128 * sum(w) (two more instructions a weight vector),
@@ -64,10 +65,12 @@
  * 2 rows 24.9 / 26.6, 29.4 / 27.2, 29.9 / 26.9; 4 rows 23.6 / 25.8,
  * 25.1 / 25.3, 22.8 / 23.3; 8 rows 13.3 / 17.5, 14.9 / 19.5, 13.8 /
  * 16.2; at 8 / 16 / 32 rows (09:21:53Z, load 1.2, the read 53) 33.6 /
- * 22.1 / 12.7 against 21.6 / 13.7 / 4.5. So the grouped layout stays
- * the default (the lanes are level at 1-4 rows under load, behind at
- * 1-2 and ahead at 4 in the quiet spell, 1.5-2.8 times from 8 rows on),
- * the lanes an option for batches (MT_Q8_LANES=1). Two lane groups a
+ * 22.1 / 12.7 against 21.6 / 13.7 / 4.5 (the lanes level at 1-4 rows
+ * under load, behind at 1-2 and ahead at 4 in the quiet spell, 1.5-2.8
+ * times from 8 rows on). On the real path each user takes the layout its
+ * products measured fastest on (cpu_q8.h's mt_q8_layout_for; RESULTS.md,
+ * "A layout a matrix"): the LM and the codec's convolutions lane groups,
+ * the codec's transformers and codebooks groups. Two lane groups a
  * tile and the activation broadcast folded into VPDPBUSD ({1to16})
  * changed nothing; the prefetch leads did (LANES_NEAR, LANES_AHEAD).
  *
