@@ -264,14 +264,18 @@ static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
 
 /* C [M][N] = A [M][K] . W [N][K]^T on W's 8-bit copy q8, in tiles of
  * whole 16-row lane groups (and so of 8-row groups: cpu_q8.h's layouts)
- * by weight rows, so no group is read by two tiles; the tiles a function
- * of the shape alone (each output's sum is the same whatever thread takes
- * it). Sets w->job's g and q8 only. */
+ * by weight rows, so no group is read by two tiles and each output's sum
+ * is the same whatever tile or thread takes it (test_mimi: the bits on
+ * 1, 2 and 3 threads). One tile a thread: the kernels stream a tile's
+ * bytes with prefetches 32 KiB ahead, and 8 tiles of a matrix (32-128
+ * KiB each for the transformers) left them at B = 1 about 18% slower
+ * than 2 (bench/RESULTS.md, 2026-12-07). Sets w->job's g and q8 only. */
 void mimi_q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
                      float *C)
 {
     gemm_job *g = &w->job.g;
-    int tile = ((N + MAX_TILES - 1) / MAX_TILES + MT_Q8_LANE - 1) / MT_Q8_LANE * MT_Q8_LANE;
+    const int parts = w->pool.n < 1 ? 1 : w->pool.n > MAX_TILES ? MAX_TILES : w->pool.n;
+    int tile = ((N + parts - 1) / parts + MT_Q8_LANE - 1) / MT_Q8_LANE * MT_Q8_LANE;
     *g = (gemm_job){ 0, 1, M, N, K, A, NULL, K, K, N, 0.0f, C, 0, tile, (N + tile - 1) / tile, 0 };
     w->job.q8 = q8;
     if (g->ntiles == 1)
