@@ -12,6 +12,7 @@
 
 #include "decode/backend.h"
 #include "decode/cpu_pool.h"
+#include "decode/cpu_q8.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -67,15 +68,10 @@ typedef struct layer16 {
     uint16_t *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
 } layer16;
 
-/* The 8-bit copy of one matrix [N, K] (--weights q8, cpu_q8.h): bytes
- * q [N * K] and scales s [N * K / MT_Q8_BLOCK] in cpu_q8.h's layout; q NULL where the matrix stays
- * fp32 (K not a multiple of the block, or a value not finite). */
-typedef struct q8mat {
-    const int8_t *q;
-    const float  *s;
-    int           n;        /* rows N (the layout groups them: cpu_q8.h) */
-    int           layout;   /* cpu_q8.h's, a batch's (mt_q8_layout_for) */
-} q8mat;
+/* The 8-bit copy of one matrix [N, K] (--weights q8, cpu_q8.h's
+ * mt_q8_mat); q NULL where the matrix stays fp32 (K not a multiple of the
+ * block, or a value not finite). */
+typedef mt_q8_mat q8mat;
 typedef struct layer8 {
     q8mat wq, wk, wv, wo, w_gate, w_up, w_down;
 } layer8;

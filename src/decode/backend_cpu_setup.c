@@ -166,23 +166,13 @@ static int make_weights16(cpu_backend *be, const mt_decoder_opts *o, char *err, 
     return 0;
 }
 
-/* One matrix [N, K] into the q8 copy at *q and *s (moved past it): left
- * fp32 (d->q NULL) where K is not a multiple of the block or a value is
- * not finite; returns 1 then, else 0. */
+/* One matrix [N, K] into the q8 copy at *q and *s (moved past it), in
+ * lane groups where the kernels read them (the LM's products measured
+ * fastest there: cpu_q8.h); left fp32 (d->q NULL) where K is not a
+ * multiple of the block or a value is not finite: returns 1 then, else 0. */
 static int take_q8(q8mat *d, const float *src, size_t N, int K, int8_t **q, float **s)
 {
-    d->q = NULL;
-    d->s = NULL;
-    const int L = mt_q8_layout_for(K, MT_Q8_LANES);
-    if (K % MT_Q8_BLOCK != 0 || mt_q8_pack(L, *q, *s, src, N, K) != 0)
-        return 1;
-    d->layout = L;
-    d->q = *q;
-    d->s = *s;
-    d->n = (int)N;
-    *q += N * (size_t)K;
-    *s += N * (size_t)(K / MT_Q8_BLOCK);
-    return 0;
+    return mt_q8_take(d, MT_Q8_LANES, src, N, K, q, s) != 0;
 }
 
 /* --weights q8: 8-bit copies (cpu_q8.h) of every matrix the step

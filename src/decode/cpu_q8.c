@@ -62,6 +62,19 @@ int mt_q8_pack(int L, int8_t *q, float *scale, const float *src, size_t N, int K
     return 0;
 }
 
+int mt_q8_take(mt_q8_mat *d, int want, const float *src, size_t N, int K, int8_t **q, float **s)
+{
+    const int L = mt_q8_layout_for(K, want);
+    *d = (mt_q8_mat){ NULL, NULL, (int)N, L };
+    if (K % MT_Q8_BLOCK != 0 || mt_q8_pack(L, *q, *s, src, N, K) != 0)
+        return -1;
+    d->q = *q;
+    d->s = *s;
+    *q += N * (size_t)K;
+    *s += N * (size_t)(K / MT_Q8_BLOCK);
+    return 0;
+}
+
 /* ---- portable ---------------------------------------------------------- */
 
 /* The reference: each weight read back as q * scale, one dot product per

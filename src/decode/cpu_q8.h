@@ -125,6 +125,20 @@ enum { MT_Q8_ALL_ROWS = 1 << 30 };   /* "every row count", as a row limit */
  * more, where a value is not finite (inf or nan: no scale holds it). */
 int mt_q8_pack(int L, int8_t *q, float *scale, const float *src, size_t N, int K);
 
+/* One packed matrix as its users keep it: bytes q, scales s, rows n and
+ * layout (q NULL where it was not packed). */
+typedef struct mt_q8_mat {
+    const int8_t *q;
+    const float  *s;
+    int           n;
+    int           layout;
+} mt_q8_mat;
+/* Packs src [N, K] at *q and *s in the layout `want` asks for
+ * (mt_q8_layout_for), moves both past it and describes it in d; returns
+ * -1, d->q NULL and nothing moved, where K is not a multiple of
+ * MT_Q8_BLOCK or a value is not finite. */
+int mt_q8_take(mt_q8_mat *d, int want, const float *src, size_t N, int K, int8_t **q, float **s);
+
 /* Y[m, 0:hi-lo] = beta * Y[m, 0:hi-lo] + X[m, 0:K] . Wdq[lo:hi, 0:K]^T
  * for m < M, Wdq the weights read back (q * scale) of the matrix [N, K]
  * that mt_q8_pack made at q and scale in layout L; X row m at X + m*ldx, Y row m at

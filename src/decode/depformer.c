@@ -60,8 +60,8 @@ struct mt_depformer {
      * of the half ones, the same matrices */
     int8_t *w8;       /* every copy's bytes, one allocation */
     float  *w8s;      /* and their scales */
-    struct q8w { const int8_t *q; const float *s; int n, layout; } *in8, *lin8; /* [dep_q]; n rows */
-    struct dep8 { struct q8w wqkv, wo, w_in, w_out; } *dep8;     /* [layers * dep_q] */
+    mt_q8_mat *in8, *lin8;                                       /* [dep_q] */
+    struct dep8 { mt_q8_mat wqkv, wo, w_in, w_out; } *dep8;      /* [layers * dep_q] */
     /* the job posted to the threads (column mode) */
     struct dep_job {
         int op;                   /* JOB_GEMM, JOB_GATE_UP, JOB_ATTEND */
@@ -69,7 +69,7 @@ struct mt_depformer {
         int ldx, K, N;
         const float *W;           /* [N, K] */
         const uint16_t *W16;      /* the same in f16, or NULL */
-        const struct q8w *W8;     /* the same in 8 bits, or NULL */
+        const mt_q8_mat *W8;      /* the same in 8 bits, or NULL */
         float beta, *Y;           /* [B, N] rows ldy apart */
         int ldy;
         const float *emb;         /* JOB_GEMM: + this table's row prev[r] */
@@ -269,20 +269,12 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int B, int 
 
 /* ---- f16 and q8 copies ------------------------------------------------------ */
 
-/* One matrix [N, K] into the q8 copy at *q, *s (moved past it); -1 where
- * a value is not finite. */
-static int take_q8(struct q8w *d, const float *src, size_t N, size_t K, int8_t **q, float **s)
+/* One matrix [N, K] into the q8 copy at *q, *s (moved past it), in lane
+ * groups where the kernels read them (cpu_q8.h); -1 where a value is
+ * not finite. */
+static int take_q8(mt_q8_mat *d, const float *src, size_t N, size_t K, int8_t **q, float **s)
 {
-    const int L = mt_q8_layout_for((int)K, MT_Q8_LANES);
-    if (mt_q8_pack(L, *q, *s, src, N, (int)K))
-        return -1;
-    d->layout = L;
-    d->q = *q;
-    d->s = *s;
-    d->n = (int)N;
-    *q += N * K;
-    *s += N * (K / MT_Q8_BLOCK);
-    return 0;
+    return mt_q8_take(d, MT_Q8_LANES, src, N, (int)K, q, s);
 }
 
 /* --weights q8 (every width a multiple of the block): 8-bit copies of
