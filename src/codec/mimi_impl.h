@@ -234,7 +234,7 @@ enum { MIMI_Q8_IN, MIMI_Q8_OUT, MIMI_Q8_L1, MIMI_Q8_L2, MIMI_Q8_MATS };
 typedef struct mimi_q8mat {
     const int8_t *q;   /* [rows * cols] in cpu_q8.h's layout `layout` */
     const float  *s;   /* [rows * cols / 32]: a scale a block */
-    int layout;        /* mt_q8_layout_for's: lane groups for the convolutions */
+    int layout;        /* mt_q8_layout_for's (above) */
 } mimi_q8mat;
 typedef struct mimi_q8 mimi_q8;
 int  mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen);

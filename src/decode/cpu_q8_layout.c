@@ -37,6 +37,12 @@ void mt_q8_layout_kernels(int grouped)
     lanes_env = env_is("MT_Q8_LANES", "0") ? 0 : env_is("MT_Q8_LANES", NULL) ? 1 : -1;
 }
 
+/* A layout as it applies to K: groups need block pairs. */
+static int applies(int L, int K)
+{
+    return L == MT_Q8_GROUPS && K % (2 * MT_Q8_BLOCK) != 0 ? MT_Q8_ROWS : L;
+}
+
 int mt_q8_tiled(int K, int want)
 {
     int on = tiled_on;
@@ -46,20 +52,12 @@ int mt_q8_tiled(int K, int want)
         on = !grouped_read ? MT_Q8_ROWS
              : want == MT_Q8_LANES && lanes_read ? MT_Q8_LANES : MT_Q8_GROUPS;
     }
-    if (on == MT_Q8_GROUPS)
-        return K % (2 * MT_Q8_BLOCK) == 0 ? MT_Q8_GROUPS : MT_Q8_ROWS;
-    return on;
+    return applies(on, K);
 }
 
 void mt_q8_layout(int tiled)
 {
     tiled_on = tiled < 0 ? -1 : tiled > MT_Q8_LANES ? MT_Q8_LANES : tiled;
-}
-
-/* A layout as it applies to K: groups need block pairs. */
-static int applies(int L, int K)
-{
-    return L == MT_Q8_GROUPS && K % (2 * MT_Q8_BLOCK) != 0 ? MT_Q8_ROWS : L;
 }
 
 int mt_q8_in_lanes(int L, size_t N, int K, size_t n)

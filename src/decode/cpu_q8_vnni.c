@@ -672,8 +672,8 @@ void mt_q8_group_ahead(int near, int far) { (void)near, (void)far; }
 void mt_q8_gemm_vnni(int L, int M, int lo, int hi, int N, int K, const float *X, int ldx,
                      const int8_t *q, const float *scale, float beta, float *Y, int ldy)
 {
-    (void)L, (void)M, (void)lo, (void)hi, (void)N, (void)K, (void)X, (void)ldx, (void)q, (void)scale,
-        (void)beta, (void)Y, (void)ldy;
+    (void)L, (void)M, (void)lo, (void)hi, (void)N, (void)K, (void)X, (void)ldx, (void)q,
+        (void)scale, (void)beta, (void)Y, (void)ldy;
 }
 
 #endif

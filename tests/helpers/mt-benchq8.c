@@ -87,7 +87,8 @@ static void *run_part(void *arg)
     }
     const int nb = p->K / MT_Q8_BLOCK;
     for (int m = 0; m < p->mats; m++)
-        mt_q8_gemm_rows(cur_layout, p->B, p->lo, p->hi, p->N, p->K, p->X, p->K, p->q + (size_t)m * p->N * p->K,
+        mt_q8_gemm_rows(cur_layout, p->B, p->lo, p->hi, p->N, p->K, p->X, p->K,
+                        p->q + (size_t)m * p->N * p->K,
                         p->s + (size_t)m * p->N * nb, 0.0f, p->Y + p->lo, p->N);
     return NULL;
 }

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The layout of a matrix here: the one in force (mt_q8_layout), as for a
- * matrix that is not a batch's (cpu_q8.h). */
+/* The layout of a matrix here: the one in force (mt_q8_layout), or
+ * groups where none is (cpu_q8.h's mt_q8_layout_for). */
 #define LAY(K) mt_q8_layout_for((K), MT_Q8_GROUPS)
 
 static uint32_t rng = 4242;
