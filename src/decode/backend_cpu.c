@@ -143,21 +143,27 @@ typedef mt_tpool_fn phase_fn;
  * scalar one (sum l takes elements l, l + 8, ...; (x * r) * w), so the
  * bits are the same in either clone and a row's do not depend on its
  * batch. */
-typedef double v8d __attribute__((vector_size(64)));
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
 
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
-    v8d p8 = { 0 };
+    v4d lo = { 0 }, hi = { 0 };   /* sums 0-3 and 4-7 (one 8-wide vector spills) */
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        v8d d = __builtin_convertvector(load8(x + i), v8d);
-        p8 += d * d;
+        v4f a, b;
+        memcpy(&a, x + i, sizeof a);
+        memcpy(&b, x + i + 4, sizeof b);
+        v4d da = __builtin_convertvector(a, v4d), db = __builtin_convertvector(b, v4d);
+        lo += da * da;
+        hi += db * db;
     }
     double p[8];
-    memcpy(p, &p8, sizeof p);
+    memcpy(p, &lo, sizeof lo);
+    memcpy(p + 4, &hi, sizeof hi);
     for (; i < n; i++)
         p[i % 8] += (double)x[i] * x[i];
     double ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
