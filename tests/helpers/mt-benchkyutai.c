@@ -463,14 +463,19 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
             st[f - (S + W + 2)] = (secs() - t0) * 1e3;
     }
     int T = mt_decoder_threads(d);
-    lm_cost k = lm_costs(lm, B, S, W, B <= mt_decoder_weights_f16_rows(d));
-    double gf = sgemm_gflops(T), bw = copy_gbs(T), bd = bound_ms(k.temporal_b, k.temporal_f, bw, gf);
+    const int small = B <= mt_decoder_weights_f16_rows(d);
+    lm_cost k = lm_costs(lm, B, S, W, small);
+    /* the frame line's bound: the weight products over the q8 rate where
+     * the 8-bit copies serve (until 2026-12-07 over sgemm's, a bound
+     * 2.8 times the frame's at B = 32 that the stage read 0.8 of) */
+    double gf = sgemm_gflops(T), bw = copy_gbs(T), qg = small ? q8_gops(T) : 0;
+    double bd = bound_q8_ms(k.temporal_b, k.temporal_f - k.temporal_wf, k.temporal_wf, bw, gf, qg);
     double ms = median(st, F);
     printf("temporal_alone model=%s B=%d S=%d W=%d weights=%s q8_kernels=%s threads=%d frames=%d "
-           "copy_gbs=%.2f sgemm_gflops=%.1f temporal_ms=%.3f temporal_bound_ms=%.3f "
+           "copy_gbs=%.2f sgemm_gflops=%.1f q8_gops=%.1f temporal_ms=%.3f temporal_bound_ms=%.3f "
            "temporal_ratio=%.2f temporal_bytes=%.0f\n", c->name, B, S, W,
-           mt_num_format_name(weights), q8_kernels(), T, F, bw, gf, ms, bd, bd > 0 ? ms / bd : 0.0,
-           k.temporal_b);
+           mt_num_format_name(weights), q8_kernels(), T, F, bw, gf, qg, ms, bd,
+           bd > 0 ? ms / bd : 0.0, k.temporal_b);
     rc = 0;
 out:
     if (rc && err[0])
