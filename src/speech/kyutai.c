@@ -568,23 +568,100 @@ static int check_user(const mt_kyutai_gen *g, int B, const int32_t *user, char *
     return 0;
 }
 
+/* The embedding row of stream k's token v (v >= 0). */
+static inline const float *emb_row(const mt_kyutai_lm *lm, int k, int32_t v)
+{
+    const size_t D = (size_t)lm->kc.dim;
+    return k == 0 ? lm->text_emb + (size_t)v * D : lm->emb[k - 1] + (size_t)v * D;
+}
+
+/* Asks for every line of row r's embedding rows (in [1 + n_q]). */
+static void embed_prefetch(const mt_kyutai_lm *lm, const int32_t *in, int nk)
+{
+    const size_t bytes = (size_t)lm->kc.dim * sizeof(float);
+    for (int k = 0; k < nk; k++)
+        if (in[k] >= 0) {
+            const char *e = (const char *)emb_row(lm, k, in[k]);
+            for (size_t o = 0; o < bytes; o += 64)
+                __builtin_prefetch(e + o);
+            __builtin_prefetch(e + bytes - 1);
+        }
+}
+
+/* x [D] = the sum of the rows of in [nk] (each >= 0; -1 none), in stream
+ * order from 0.0f, eight columns at a time (the scalar sum's order, so
+ * the same bits). */
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static void embed_sum(const mt_kyutai_lm *lm, const int32_t *in, int nk, float *x)
+{
+    const int D = lm->kc.dim;
+    int i = 0;
+    for (; i + 8 <= D; i += 8) {
+        v8f acc = splat8(0.0f);
+        for (int k = 0; k < nk; k++)
+            if (in[k] >= 0)
+                acc += load8(emb_row(lm, k, in[k]) + i);
+        store8(x + i, acc);
+    }
+    for (; i < D; i++) {
+        float acc = 0.0f;
+        for (int k = 0; k < nk; k++)
+            if (in[k] >= 0)
+                acc += emb_row(lm, k, in[k])[i];
+        x[i] = acc;
+    }
+}
+
 /* The step's input tokens g->in [B, 1 + n_q] (each stream's, delayed) and
  * their embeddings summed into g->x [B, dim]; the user's tokens go into
  * the rings only once the step has succeeded (write_rings), so a failed
- * step changes nothing. 0, or -1 with err. */
+ * step changes nothing. The embedding rows are random rows of tables of
+ * megabytes, each a miss: a row's 1 + n_q rows are asked for two rows
+ * ahead of their sum (one after the other, each waited for, the stage
+ * ran 30 times its bound at 8-32 rows). 0, or -1 with err. */
+enum { EMBED_AHEAD = 2 };
+
+/* The sums on the decoder's threads from EMBED_POOL_ROWS rows on (each
+ * thread's misses in flight its own; below, a phase's barrier costs more
+ * than the rows). */
+enum { EMBED_POOL_ROWS = 8 };
+
+struct embed_job {
+    mt_kyutai_gen *g;
+    int B;
+};
+
+static void share(int B, int tid, int nt, int *r0, int *r1);
+
+static void embed_phase(void *ctx, int tid, int nt)
+{
+    const struct embed_job *j = ctx;
+    const mt_kyutai_lm *lm = j->g->lm;
+    const int nk = 1 + lm->kc.n_q;
+    const size_t D = (size_t)lm->kc.dim;
+    int r0, r1;
+    share(j->B, tid, nt, &r0, &r1);
+    for (int r = r0; r < r1 && r < r0 + EMBED_AHEAD; r++)
+        embed_prefetch(lm, j->g->in + (size_t)r * nk, nk);
+    for (int r = r0; r < r1; r++) {
+        if (r + EMBED_AHEAD < r1)
+            embed_prefetch(lm, j->g->in + (size_t)(r + EMBED_AHEAD) * nk, nk);
+        embed_sum(lm, j->g->in + (size_t)r * nk, nk, j->g->x + (size_t)r * D);
+    }
+}
+
 static int embed_inputs(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
                         const int32_t *user, char *err, size_t errlen)
 {
     const mt_kyutai_lm *lm = g->lm;
     const mt_kyutai_config *kc = &lm->kc;
     const int nk = 1 + kc->n_q, nu = kc->n_q - kc->dep_q, Q = kc->dep_q;
-    const size_t D = (size_t)kc->dim;
     for (int r = 0; r < B; r++) {
         const mt_kyutai_sess *s = sess[r];
         int64_t t = s->offset;
         int32_t *in = g->in + (size_t)r * nk;
-        float *x = g->x + (size_t)r * D;
-        memset(x, 0, D * sizeof(float));
         for (int k = 0; k < nk; k++) {
             int32_t v;
             if (t <= kc->delays[k])
@@ -599,14 +676,13 @@ static int embed_inputs(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
                 return -1;
             }
             in[k] = v;
-            if (v < 0)
-                continue;
-            const float *e = k == 0 ? lm->text_emb + (size_t)v * D
-                                    : lm->emb[k - 1] + (size_t)v * D;
-            for (size_t i = 0; i < D; i++)
-                x[i] += e[i];
         }
     }
+    struct embed_job j = { g, B };
+    if (B >= EMBED_POOL_ROWS && g->nthreads > 1)
+        mt_decoder_parallel(g->dec, embed_phase, &j);
+    else
+        embed_phase(&j, 0, 1);
     return 0;
 }
 
