@@ -909,7 +909,7 @@ static void run_heads(cpu_backend *be, const mt_step_io *io)
  * separate sessions, whose layers depend on nothing of another row's, so
  * there each thread can take chunks of rows through every layer and the
  * head in one phase: no barrier but the step's end. Every weight is then
- * read once a chunk (phase_rows: 2 chunks a thread or more) rather than
+ * read once a chunk (phase_rows: a chunk a thread or more) rather than
  * once a step: worth it where a layer's weights are small and stay in
  * cache, not for a 2048-wide model, whose step streams them once from
  * memory. The bits are those of the step by columns: the integer q8
@@ -999,19 +999,23 @@ static uint64_t rows_through(cpu_backend *be, scratch *sc, int r0, int r1)
 }
 
 /* The step's only phase: the rows in chunks (ROW_CHUNK_MAX rows at most,
- * two a thread at least), each thread walking its contiguous share of
+ * one a thread at least), each thread walking its contiguous share of
  * them through its own counter and then taking what is left of the
  * others' (phase_attention's way): a thread that starts late, its core
  * held by another process, finds its share done by the one that ran,
  * rather than the step waiting for it. A chunk is multiplied together
  * (a product's weights read once for its rows: 1 row at a time costs
- * 1.8 times a row of 8, bench/RESULTS.md). */
-enum { ROW_CHUNK_MAX = 8 };
+ * 1.8 times a row of 8, bench/RESULTS.md); up to 16 rows the integer
+ * product reads them once a call (cpu_q8_vnni.c's ROW_GROUP). Until
+ * 2026-12-07 two chunks a thread of up to 8: at 8 rows each thread read
+ * the weights twice, and the step was 20% slower (0.46-0.57 against
+ * 0.36-0.42 ms, alternated; the same from 32 rows on). */
+enum { ROW_CHUNK_MAX = 16 };
 
 static void phase_rows(cpu_backend *be, int tid, int nt)
 {
     const int R = be->nrows;
-    int chunk = R / (2 * nt);
+    int chunk = R / nt;
     chunk = chunk < 1 ? 1 : chunk > ROW_CHUNK_MAX ? ROW_CHUNK_MAX : chunk;
     share_walk w = { (R + chunk - 1) / chunk, tid, nt, 0 };
     uint64_t att = 0;
