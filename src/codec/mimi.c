@@ -410,16 +410,12 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         w->job = (par_job){ .S = S, .B = B, .l = l, .T = T, .dec = dec };
         mimi_par_run(w, it_attend, B * H);
         tr_gemm(w, dec, li, MIMI_Q8_OUT, (int)N, d, d, w->att, l->out_proj, w->h);
-        for (size_t n = 0; n < N; n++)
-            for (int i = 0; i < d; i++)
-                xt[n * d + i] += (l->ls1 ? l->ls1[i] : 1.0f) * w->h[n * d + i];
+        mimi_residual(xt, w->h, l->ls1, d, N);
         mimi_layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
         tr_gemm(w, dec, li, MIMI_Q8_L1, (int)N, ff, d, w->h, l->l1, w->ff);
         mimi_par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
         tr_gemm(w, dec, li, MIMI_Q8_L2, (int)N, d, ff, w->ff, l->l2, w->h);
-        for (size_t n = 0; n < N; n++)
-            for (int i = 0; i < d; i++)
-                xt[n * d + i] += (l->ls2 ? l->ls2[i] : 1.0f) * w->h[n * d + i];
+        mimi_residual(xt, w->h, l->ls2, d, N);
     }
     for (int i = 0; i < d; i++)
         for (size_t n = 0; n < N; n++)

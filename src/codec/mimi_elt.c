@@ -106,24 +106,93 @@ void mimi_gelu(float *x, size_t n)
         x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
-/* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. */
+/* h [N][d] = LayerNorm(x [N][d]) with gain g and bias, eps 1e-5. The
+ * mean and the variance in double, each in 8 running sums (sum l:
+ * elements l, l + 8, ...) added in a fixed tree; the three passes eight
+ * lanes at a time in the x86-64-v3 clone. Scalar, with one chain of
+ * dependent adds a pass, the two LayerNorms were a tenth of a codec
+ * transformer layer at B = 8 (bench/RESULTS.md, 2026-12-07). */
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+/* x [8] as two four-double vectors, less m */
+#define LN_HALVES(x, m, lo, hi)                                                              \
+    do {                                                                                     \
+        v4f a_, b_;                                                                          \
+        memcpy(&a_, (x), sizeof a_);                                                         \
+        memcpy(&b_, (x) + 4, sizeof b_);                                                     \
+        (lo) = __builtin_convertvector(a_, v4d) - (m);                                       \
+        (hi) = __builtin_convertvector(b_, v4d) - (m);                                       \
+    } while (0)
+
+static double tree8(v4d lo, v4d hi)
+{
+    return ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3]));
+}
+
+__attribute__((target_clones("arch=x86-64-v3", "default")))
 void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
 {
     for (size_t n = 0; n < N; n++) {
         const float *xr = x + n * d;
         float *hr = h + n * d;
-        double mean = 0, var = 0;
-        for (int i = 0; i < d; i++)
-            mean += xr[i];
-        mean /= d;
-        for (int i = 0; i < d; i++) {
-            double v = xr[i] - mean;
-            var += v * v;
+        const v4d zero = { 0, 0, 0, 0 };
+        v4d slo = zero, shi = zero, lo, hi;
+        int i = 0;
+        for (; i + 8 <= d; i += 8) {
+            LN_HALVES(xr + i, zero, lo, hi);
+            slo += lo;
+            shi += hi;
         }
-        var /= d;
+        double tail = 0;
+        for (int k = i; k < d; k++)
+            tail += xr[k];
+        double mean = (tree8(slo, shi) + tail) / d;
+        const v4d m4 = { mean, mean, mean, mean };
+        slo = shi = zero;
+        for (i = 0; i + 8 <= d; i += 8) {
+            LN_HALVES(xr + i, m4, lo, hi);
+            slo += lo * lo;
+            shi += hi * hi;
+        }
+        tail = 0;
+        for (int k = i; k < d; k++)
+            tail += (xr[k] - mean) * (xr[k] - mean);
+        double var = (tree8(slo, shi) + tail) / d;
         float inv = (float)(1.0 / sqrt(var + 1e-5));
-        for (int i = 0; i < d; i++)
+        const v8f inv8 = splat8(inv);
+        for (i = 0; i + 8 <= d; i += 8) {
+            LN_HALVES(xr + i, m4, lo, hi);
+            v4f a = __builtin_convertvector(lo, v4f), b = __builtin_convertvector(hi, v4f);
+            v8f c;
+            memcpy(&c, &a, sizeof a);
+            memcpy((float *)&c + 4, &b, sizeof b);
+            store8(hr + i, (c * inv8) * load8(g + i) + load8(bias + i));
+        }
+        for (; i < d; i++)
             hr[i] = ((float)(xr[i] - mean) * inv) * g[i] + bias[i];
+    }
+}
+
+/* x [N][d] += ls * h [N][d] (ls NULL: 1), eight lanes at a time. */
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+void mimi_residual(float *x, const float *h, const float *ls, int d, size_t N)
+{
+    for (size_t n = 0; n < N; n++) {
+        float *xr = x + n * d;
+        const float *hr = h + n * d;
+        int i = 0;
+        if (ls) {
+            for (; i + 8 <= d; i += 8)
+                store8(xr + i, load8(xr + i) + load8(ls + i) * load8(hr + i));
+            for (; i < d; i++)
+                xr[i] += ls[i] * hr[i];
+        } else {
+            for (; i + 8 <= d; i += 8)
+                store8(xr + i, load8(xr + i) + load8(hr + i));
+            for (; i < d; i++)
+                xr[i] += hr[i];
+        }
     }
 }
 

@@ -226,10 +226,12 @@ void *mimi_alloc_streamed(size_t n);
  * encoder's (dec 0) or decoder's (1) transformer, packed by
  * decode/cpu_q8.h's mt_q8_pack for its mt_q8_gemm_rows. Each in the
  * layout its products measured fastest on (bench/RESULTS.md,
- * 2026-12-07): the convolutions' in lane groups (0.7-0.8 of their time on
- * groups at B = 1 to 32), the transformers' and the codebooks' in groups
- * (lane groups cost the transformers 5-15% at B = 1 and the codebooks,
- * K 32, twice). */
+ * 2026-12-07): the convolutions' and the transformers' in lane groups
+ * (the convolutions 0.7-0.8 of their time on groups at B = 1 to 32; the
+ * transformers as fast at B = 1 and 0.75-0.9 at B = 8, once the one-tile-
+ * a-thread split and the vector LayerNorm were in: the 5-15% they lost at
+ * B = 1 before was gone), the codebooks' in groups (K 32: lane groups
+ * twice as slow). */
 enum { MIMI_Q8_IN, MIMI_Q8_OUT, MIMI_Q8_L1, MIMI_Q8_L2, MIMI_Q8_MATS };
 typedef struct mimi_q8mat {
     const int8_t *q;   /* [rows * cols] in cpu_q8.h's layout `layout` */
@@ -281,6 +283,8 @@ void mimi_elu(float *dst, const float *src, size_t n);
  * [hd/2] (frequency i max_period^(-2i/hd)); a row of d rotated by them,
  * the (2i, 2i+1) pairs of every head. */
 void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N);
+/* x [N][d] += ls * h [N][d] (ls NULL: 1): a transformer layer's residual. */
+void mimi_residual(float *x, const float *h, const float *ls, int d, size_t N);
 void mimi_rope_table(float *cs, float *sn, int hd, int64_t pos, double max_period);
 void mimi_rope_row(float *q, const float *cs, const float *sn, int d, int hd);
 /* GELU (the erf form) in place (mimi.c). */

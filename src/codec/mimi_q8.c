@@ -197,7 +197,7 @@ int mimi_q8_make(const mimi_model *m, mimi_q8 **out, char *err, size_t errlen)
         for (int li = 0; li < L; li++)
             for (int which = 0; which < MIMI_Q8_MATS; which++) {
                 const float *W = layer_mat(m, dec ? &m->dtr[li] : &m->etr[li], which, &rows, &cols);
-                const int lay = mt_q8_layout_for(cols, MT_Q8_GROUPS);
+                const int lay = mt_q8_layout_for(cols, MT_Q8_LANES);
                 if (mt_q8_pack(lay, q->bytes + o, q->scales + o / MT_Q8_BLOCK, W, (size_t)rows,
                                cols)) {
                     mimi_q8_free(q);

@@ -54,11 +54,10 @@ enum { MT_Q8_ROWS = 0, MT_Q8_GROUPS = 1, MT_Q8_LANES = 2 };
  * (cpu_q8_vnni.c). Only the integer kernel reads it fast (the float ones
  * read it through a portable loop). The integer kernel reads it twice as
  * fast as groups at 8 to 32 rows and level at 1 and 2, but the codec's
- * transformers (1 row a session, in tiles of 16 weight rows) ran 5-15%
- * slower on it and its codebooks (K 32) twice as slow (bench/RESULTS.md,
- * 2026-12-07): so each user asks for the layout its products measured
- * fastest on (mt_q8_layout_for's `want`: the LM and the codec's
- * convolutions lane groups, the rest groups), which it gets where the
+ * codebooks (K 32) twice as slow (bench/RESULTS.md, 2026-12-07): so each
+ * user asks for the layout its products measured fastest on
+ * (mt_q8_layout_for's `want`: the LM and the codec's convolutions and
+ * transformers lane groups, the codebooks groups), which it gets where the
  * integer kernel serves every call. MT_Q8_LANES=1 (read once) puts every
  * matrix in lane groups there, MT_Q8_LANES=0 none. The rows past the
  * last whole lane group row by row.

@@ -69,8 +69,8 @@
  * under load, behind at 1-2 and ahead at 4 in the quiet spell, 1.5-2.8
  * times from 8 rows on). On the real path each user takes the layout its
  * products measured fastest on (cpu_q8.h's mt_q8_layout_for; RESULTS.md,
- * "A layout a matrix"): the LM and the codec's convolutions lane groups,
- * the codec's transformers and codebooks groups. Two lane groups a
+ * "A layout a matrix"): the LM and the codec's convolutions and
+ * transformers lane groups, the codec's codebooks groups. Two lane groups a
  * tile and the activation broadcast folded into VPDPBUSD ({1to16})
  * changed nothing; the prefetch leads did (LANES_NEAR, LANES_AHEAD).
  *
