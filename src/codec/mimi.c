@@ -412,8 +412,13 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         tr_gemm(w, dec, li, MIMI_Q8_OUT, (int)N, d, d, w->att, l->out_proj, w->h);
         mimi_residual(xt, w->h, l->ls1, d, N);
         mimi_layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
-        tr_gemm(w, dec, li, MIMI_Q8_L1, (int)N, ff, d, w->h, l->l1, w->ff);
-        mimi_par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
+        if (w->q8 && (int)N <= w->q8_rows) {
+            mimi_q8_product_gelu(w, mimi_q8_mat(w->q8, dec, li, MIMI_Q8_L1), (int)N, ff, d, w->h,
+                                 w->ff);
+        } else {
+            tr_gemm(w, dec, li, MIMI_Q8_L1, (int)N, ff, d, w->h, l->l1, w->ff);
+            mimi_par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
+        }
         tr_gemm(w, dec, li, MIMI_Q8_L2, (int)N, d, ff, w->ff, l->l2, w->h);
         mimi_residual(xt, w->h, l->ls2, d, N);
     }

@@ -63,6 +63,7 @@ typedef struct par_job {
     const mimi_tlayer *l;
     int T, dec;
     const mimi_q8mat *q8;   /* an 8-bit product's matrix (g: its shape and tiles) */
+    int gelu;               /* an 8-bit product: GELU on each tile's outputs after it */
 } par_job;
 struct mimi_batch {
     int    max_batch;
@@ -110,9 +111,12 @@ void mimi_par_run(mimi_batch *w, par_item_fn fn, int nitems);
  * on the frame's threads. */
 void mimi_par_gemm(mimi_batch *w, int ta, int tb, int M, int N, int K, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc);
-/* C [M][N] = A [M][K] . W [N][K]^T on W's 8-bit copy q8, by weight rows. */
+/* C [M][N] = A [M][K] . W [N][K]^T on W's 8-bit copy q8, by weight rows;
+ * with gelu, C = gelu(C) too (mimi_gelu's bits: N a multiple of 8). */
 void mimi_q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
                      float *C);
+void mimi_q8_product_gelu(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K,
+                          const float *A, float *C);
 /* Y [rows][n] = each row's bias (0 without). */
 void mimi_fill_bias(float *Y, const float *bias, int rows, size_t n);
 /* run(arg) on this thread, the batch's other threads taking the items of

@@ -260,6 +260,9 @@ static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
     int lo = i * g->tile, hi = lo + g->tile < g->N ? lo + g->tile : g->N;
     mt_q8_gemm_rows(j->q8->layout, g->M, lo, hi, g->N, g->K, g->A, g->lda, j->q8->q, j->q8->s,
                     0.0f, g->C + lo, g->ldc);
+    if (j->gelu)   /* the tile's outputs while in cache, a multiple of 8 a row */
+        for (int m = 0; m < g->M; m++)
+            mimi_gelu(g->C + (size_t)m * g->ldc + lo, (size_t)(hi - lo));
 }
 
 /* C [M][N] = A [M][K] . W [N][K]^T on W's 8-bit copy q8, in tiles of
@@ -270,18 +273,38 @@ static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
  * bytes with prefetches 32 KiB ahead, and 8 tiles of a matrix (32-128
  * KiB each for the transformers) left them and the RVQ search at B = 1
  * 13-18% slower than 2 (bench/RESULTS.md, 2026-12-07). Sets w->job's g and q8 only. */
-void mimi_q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
-                     float *C)
+static void q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
+                       float *C, int gelu)
 {
     gemm_job *g = &w->job.g;
     const int parts = w->pool.n < 1 ? 1 : w->pool.n > MAX_TILES ? MAX_TILES : w->pool.n;
     int tile = ((N + parts - 1) / parts + MT_Q8_LANE - 1) / MT_Q8_LANE * MT_Q8_LANE;
     *g = (gemm_job){ 0, 1, M, N, K, A, NULL, K, K, N, 0.0f, C, 0, tile, (N + tile - 1) / tile, 0 };
     w->job.q8 = q8;
+    w->job.gelu = gelu;
     if (g->ntiles == 1)
         it_q8(w, &w->job, 0, 0);
     else
         mimi_par_run(w, it_q8, g->ntiles);
+}
+
+void mimi_q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
+                     float *C)
+{
+    q8_product(w, q8, M, N, K, A, C, 0);
+}
+
+/* GELU in the product's own phase: one pool phase a layer fewer, and the
+ * outputs still in cache (a separate pass was 8 phases a transformer). */
+void mimi_q8_product_gelu(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K,
+                          const float *A, float *C)
+{
+    if (N % 8) {   /* a row's tail would take mimi_gelu's scalar path */
+        q8_product(w, q8, M, N, K, A, C, 0);
+        mimi_par_elt(w, 2, C, NULL, (size_t)M * N);
+        return;
+    }
+    q8_product(w, q8, M, N, K, A, C, 1);
 }
 
 /* The elementwise ops, in ranges of ELT_CHUNK floats: dst = elu(src),
