@@ -171,8 +171,13 @@ static double bound_ms(double bytes, double flops, double gbs, double gflops)
  * Measured on each layout the integer product reads (cpu_q8.h: groups of
  * 8 rows, lane groups of 16), the best of them: the machine's rate, not
  * the default layout's (at 64 rows the lane groups are 1.5-2.8 times as
- * fast, so a bound by the groups' rate alone was a loose one). */
-enum { Q8R_M = 64, Q8R_N = 1024, Q8R_K = 1024, Q8R_REPS = 10 };
+ * fast, so a bound by the groups' rate alone was a loose one). A round
+ * is Q8R_REPS passes on threads made for it: at 10 (2 ms a round, until
+ * 2026-12-07) the lane groups read 376-390 or 665-675 GOP/s round by
+ * round (the new thread not yet on the other core), and the best of 5
+ * was 500-625: a loose bound, which the depformer beat (0.93 at B = 64);
+ * at 60 (10 ms) 798-812 in every round. */
+enum { Q8R_M = 64, Q8R_N = 1024, Q8R_K = 1024, Q8R_REPS = 60 };
 typedef struct {
     const float *X;
     const int8_t *q;
