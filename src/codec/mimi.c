@@ -315,42 +315,18 @@ static void attend(const float *q, size_t ld_q, const float *rk, const float *rv
                     score[j] = e;
                     den += e;
                 }
+            /* the weighted sum held in registers over each range of slots
+             * (util/vec8.h: axpy8's arithmetic slot by slot, the same
+             * bits; out read and written once a range, not once a slot) */
             float *oh = orow + (size_t)h * hd;
             memset(oh, 0, (size_t)hd * sizeof *oh);
-            /* the weighted sum 64 columns at a time, held in registers
-             * over the slots (axpy8's arithmetic, the same order: the same
-             * bits; out read and written once, not once a slot) */
-            int c0 = 0;
-            for (; c0 + 64 <= hd; c0 += 64) {
-                v8f o0 = { 0 }, o1 = { 0 }, o2 = { 0 }, o3 = { 0 };
-                v8f o4 = { 0 }, o5 = { 0 }, o6 = { 0 }, o7 = { 0 };
-                for (int s = 0; s < 2; s++)
-                    for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++) {
-                        const float *vj = rv + (size_t)j * d + (size_t)h * hd + c0;
-                        const v8f a = splat8(score[j] / den);
-                        o0 += a * load8(vj);
-                        o1 += a * load8(vj + 8);
-                        o2 += a * load8(vj + 16);
-                        o3 += a * load8(vj + 24);
-                        o4 += a * load8(vj + 32);
-                        o5 += a * load8(vj + 40);
-                        o6 += a * load8(vj + 48);
-                        o7 += a * load8(vj + 56);
-                    }
-                store8(oh + c0, o0);
-                store8(oh + c0 + 8, o1);
-                store8(oh + c0 + 16, o2);
-                store8(oh + c0 + 24, o3);
-                store8(oh + c0 + 32, o4);
-                store8(oh + c0 + 40, o5);
-                store8(oh + c0 + 48, o6);
-                store8(oh + c0 + 56, o7);
+            for (int s = 0; s < 2; s++) {
+                const int j0 = s ? b0 : a0, j1 = s ? b1 : a1;
+                for (int j = j0; j < j1; j++)
+                    score[j] /= den;
+                wsum_rows(oh, hd, score + j0, rv + (size_t)j0 * d + (size_t)h * hd, (size_t)d,
+                          j1 - j0);
             }
-            if (c0 < hd)
-                for (int s = 0; s < 2; s++)
-                    for (int j = s ? b0 : a0; j < (s ? b1 : a1); j++)
-                        axpy8(oh + c0, score[j] / den, rv + (size_t)j * d + (size_t)h * hd + c0,
-                              hd - c0);
         }
     }
 }

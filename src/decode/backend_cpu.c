@@ -343,36 +343,8 @@ VINLINE void scores_f32(int group, int hd, const float *q, const float *k, int r
 VINLINE void wsum_f32(int group, int hd, const float *p, int ldp, const float *v,
                             int rows, float *out)
 {
-    for (int i = 0; i < group; i++) {
-        const float *pi = p + (size_t)i * ldp;
-        float *oi = out + (size_t)i * hd;
-        int c = 0;
-        for (; c + 32 <= hd; c += 32) {
-            v8f a0 = load8(oi + c), a1 = load8(oi + c + 8);
-            v8f a2 = load8(oi + c + 16), a3 = load8(oi + c + 24);
-            for (int t = 0; t < rows; t++) {
-                const float *vr = v + (size_t)t * hd + c;
-                v8f b = splat8(pi[t]);
-                a0 += b * load8(vr);
-                a1 += b * load8(vr + 8);
-                a2 += b * load8(vr + 16);
-                a3 += b * load8(vr + 24);
-            }
-            store8(oi + c, a0);
-            store8(oi + c + 8, a1);
-            store8(oi + c + 16, a2);
-            store8(oi + c + 24, a3);
-        }
-        for (; c + 8 <= hd; c += 8) {
-            v8f a0 = load8(oi + c);
-            for (int t = 0; t < rows; t++)
-                a0 += splat8(pi[t]) * load8(v + (size_t)t * hd + c);
-            store8(oi + c, a0);
-        }
-        for (; c < hd; c++)
-            for (int t = 0; t < rows; t++)
-                oi[c] += pi[t] * v[(size_t)t * hd + c];
-    }
+    for (int i = 0; i < group; i++)
+        wsum_rows(out + (size_t)i * hd, hd, p + (size_t)i * ldp, v, (size_t)hd, rows);
 }
 
 /* One run's scores of one q head folded into its running softmax (online

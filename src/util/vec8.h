@@ -97,6 +97,41 @@ VINLINE v8f exp8(v8f x)
     return p * (v8f)two_n;
 }
 
+/* out[0..n) += the sum over t < rows, in order, of w[t] v_t[0..n) (v_t =
+ * v + t ldv): 32 columns at a time in four accumulators held over all the
+ * rows (out read and written once a call, not once a row), then 8, then
+ * one; each column's sum in the same order (axpy8's arithmetic, row by
+ * row). */
+VINLINE void wsum_rows(float *out, int n, const float *w, const float *v, size_t ldv, int rows)
+{
+    int c = 0;
+    for (; c + 32 <= n; c += 32) {
+        v8f a0 = load8(out + c), a1 = load8(out + c + 8);
+        v8f a2 = load8(out + c + 16), a3 = load8(out + c + 24);
+        for (int t = 0; t < rows; t++) {
+            const float *vr = v + (size_t)t * ldv + c;
+            v8f b = splat8(w[t]);
+            a0 += b * load8(vr);
+            a1 += b * load8(vr + 8);
+            a2 += b * load8(vr + 16);
+            a3 += b * load8(vr + 24);
+        }
+        store8(out + c, a0);
+        store8(out + c + 8, a1);
+        store8(out + c + 16, a2);
+        store8(out + c + 24, a3);
+    }
+    for (; c + 8 <= n; c += 8) {
+        v8f a0 = load8(out + c);
+        for (int t = 0; t < rows; t++)
+            a0 += splat8(w[t]) * load8(v + (size_t)t * ldv + c);
+        store8(out + c, a0);
+    }
+    for (; c < n; c++)
+        for (int t = 0; t < rows; t++)
+            out[c] += w[t] * v[(size_t)t * ldv + c];
+}
+
 /* y += a x over n floats */
 VINLINE void axpy8(float *y, float a, const float *x, int n)
 {
