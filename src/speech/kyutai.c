@@ -575,7 +575,7 @@ static inline const float *emb_row(const mt_kyutai_lm *lm, int k, int32_t v)
     return k == 0 ? lm->text_emb + (size_t)v * D : lm->emb[k - 1] + (size_t)v * D;
 }
 
-/* Asks for every line of row r's embedding rows (in [1 + n_q]). */
+/* Asks for every line of a row's embedding rows (in [1 + n_q]: its tokens). */
 static void embed_prefetch(const mt_kyutai_lm *lm, const int32_t *in, int nk)
 {
     const size_t bytes = (size_t)lm->kc.dim * sizeof(float);
@@ -614,26 +614,18 @@ static void embed_sum(const mt_kyutai_lm *lm, const int32_t *in, int nk, float *
     }
 }
 
-/* The step's input tokens g->in [B, 1 + n_q] (each stream's, delayed) and
- * their embeddings summed into g->x [B, dim]; the user's tokens go into
- * the rings only once the step has succeeded (write_rings), so a failed
- * step changes nothing. The embedding rows are random rows of tables of
- * megabytes, each a miss: a row's 1 + n_q rows are asked for two rows
- * ahead of their sum (one after the other, each waited for, the stage
- * ran 30 times its bound at 8-32 rows). 0, or -1 with err. */
-enum { EMBED_AHEAD = 2 };
-
-/* The sums on the decoder's threads from EMBED_POOL_ROWS rows on (each
- * thread's misses in flight its own; below, a phase's barrier costs more
- * than the rows). */
-enum { EMBED_POOL_ROWS = 8 };
+/* The embedding rows are random rows of tables of megabytes, each a
+ * miss: a row's 1 + n_q rows are asked for EMBED_AHEAD rows ahead of
+ * their sum (fetched one after the other, each waited for, the stage ran
+ * 30 times its bound at 8-32 rows); the sums run on the decoder's threads
+ * from EMBED_POOL_ROWS rows on (each thread's misses in flight its own;
+ * below, a phase's barrier costs more than the rows). */
+enum { EMBED_AHEAD = 2, EMBED_POOL_ROWS = 8 };
 
 struct embed_job {
     mt_kyutai_gen *g;
     int B;
 };
-
-static void share(int B, int tid, int nt, int *r0, int *r1);
 
 static void embed_phase(void *ctx, int tid, int nt)
 {
@@ -652,6 +644,10 @@ static void embed_phase(void *ctx, int tid, int nt)
     }
 }
 
+/* The step's input tokens g->in [B, 1 + n_q] (each stream's, delayed) and
+ * their embeddings summed into g->x [B, dim]; the user's tokens go into
+ * the rings only once the step has succeeded (write_rings), so a failed
+ * step changes nothing. 0, or -1 with err. */
 static int embed_inputs(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
                         const int32_t *user, char *err, size_t errlen)
 {
