@@ -465,12 +465,15 @@ static void test_q8_every_batch(void)
  * through every layer in one phase, where the products are small) gives
  * the bits of the step by columns: two q8 decoders on 2 threads, one
  * made with MT_CPU_ROW_SPLIT=0 and one with =1, step sessions of
- * different lengths (one joins each step, 5 at most: an odd split, rows
- * past the window's wrap) and every row's logits and hidden state are
- * compared, on an fp32 and an f16 K/V cache. */
+ * different lengths (two join each step, ROW_SPLIT_B at most: an odd
+ * split, chunks of 16 rows and a short one, rows past the window's wrap)
+ * and every row's logits and hidden state are compared, on an fp32 and
+ * an f16 K/V cache. */
+enum { ROW_SPLIT_B = 37 };
+
 static int row_split_run(int split, mt_num_format kv, int nsteps, float *lg, float *h)
 {
-    enum { B = 5 };
+    enum { B = ROW_SPLIT_B };
     const int H = model->cfg.hidden;
     setenv("MT_CPU_ROW_SPLIT", split ? "1" : "0", 1);
     size_t pb = mt_decoder_position_bytes(&model->cfg, mt_num_format_bytes(kv));
@@ -484,13 +487,14 @@ static int row_split_run(int split, mt_num_format kv, int nsteps, float *lg, flo
     unsetenv("MT_CPU_ROW_SPLIT");
     mt_kv_pool *pool = rc ? NULL : mt_decoder_pool(d);
     mt_kv_seq *seq[B] = { 0 };
-    for (int i = 0; rc == 0 && i < nsteps; i++) {
-        int n = i + 1 < B ? i + 1 : B;
-        if (i < B)
-            rc = mt_kv_seq_open(pool, &seq[i]);
+    int len[B] = { 0 };
+    for (int i = 0, open = 0; rc == 0 && i < nsteps; i++) {
+        int n = 1 + 2 * i < B ? 1 + 2 * i : B;
+        for (; rc == 0 && open < n; open++)
+            rc = mt_kv_seq_open(pool, &seq[open]);
         int32_t tk[B];
         for (int b = 0; rc == 0 && b < n; b++) {
-            tk[b] = tok(b, i - b);
+            tk[b] = tok(b, len[b]++);
             rc = mt_kv_reserve(pool, seq[b], 1);
         }
         mt_step_io io = { .tokens_in = tk, .logits = lg + (size_t)i * B * V,
@@ -508,7 +512,7 @@ static int row_split_run(int split, mt_num_format kv, int nsteps, float *lg, flo
 
 static void test_q8_row_split(void)
 {
-    enum { B = 5, N = 30 };
+    enum { B = ROW_SPLIT_B, N = 30 };
     if (!mt_q8_every_row()) {
         tap_skip("the integer q8 product is not on this CPU (AVX-512 VNNI)");
         tap_skip("the integer q8 product is not on this CPU (AVX-512 VNNI)");
@@ -523,7 +527,7 @@ static void test_q8_row_split(void)
                    row_split_run(1, kvs[k], N, lg1, h1) == 0;
         int unlike = 0;
         for (int i = 0; good && i < N; i++) {
-            size_t n = (size_t)(i + 1 < B ? i + 1 : B);
+            size_t n = (size_t)(1 + 2 * i < B ? 1 + 2 * i : B);
             unlike += memcmp(lg0 + (size_t)i * B * V, lg1 + (size_t)i * B * V,
                              n * V * sizeof *lg0) != 0 ||
                       memcmp(h0 + (size_t)i * B * model->cfg.hidden,
