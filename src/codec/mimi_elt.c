@@ -125,10 +125,10 @@ typedef float v4f __attribute__((vector_size(16)));
         (hi) = __builtin_convertvector(b_, v4d) - (m);                                       \
     } while (0)
 
-static double tree8(v4d lo, v4d hi)
-{
-    return ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3]));
-}
+/* the 8 sums' fixed tree (a macro: a function taking vectors would be
+ * called across the clones' vector ABIs, as util/vec8.h says) */
+#define TREE8(lo, hi) \
+    (((lo)[0] + (lo)[1]) + ((lo)[2] + (lo)[3])) + (((hi)[0] + (hi)[1]) + ((hi)[2] + (hi)[3]))
 
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias, int d, size_t N)
@@ -147,7 +147,7 @@ void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias
         double tail = 0;
         for (int k = i; k < d; k++)
             tail += xr[k];
-        double mean = (tree8(slo, shi) + tail) / d;
+        double mean = (TREE8(slo, shi) + tail) / d;
         const v4d m4 = { mean, mean, mean, mean };
         slo = shi = zero;
         for (i = 0; i + 8 <= d; i += 8) {
@@ -158,7 +158,7 @@ void mimi_layer_norm(float *h, const float *x, const float *g, const float *bias
         tail = 0;
         for (int k = i; k < d; k++)
             tail += (xr[k] - mean) * (xr[k] - mean);
-        double var = (tree8(slo, shi) + tail) / d;
+        double var = (TREE8(slo, shi) + tail) / d;
         float inv = (float)(1.0 / sqrt(var + 1e-5));
         const v8f inv8 = splat8(inv);
         for (i = 0; i + 8 <= d; i += 8) {
