@@ -14,6 +14,8 @@
 # test` and failed `make asan` (-O1) with its output garbage. Allowed: a
 # function marked always_inline (VINLINE), or one with a target attribute
 # (directly or through a macro defined in the same file, such as VNNI).
+# GCC's -Wpsabi names such a function too, but also every always-inlined
+# helper of util/vec8.h, harmless; the build turns it off (-Wno-psabi).
 # Each line of output is one breach, "FILE:LINE NAME"; the exit status is
 # 1 if there is any.
 set -u -o pipefail
