@@ -237,14 +237,20 @@ int mimi_batch_thread_count(const mimi_batch *w) { return w->pool.n; }
 
 /* A transformer's product C [M][N] = A [M][K] . W [N][K]^T: on the 8-bit
  * copy of W (matrix `which` of layer li) where the batch has one and M is
- * within q8_rows (q8_product), else par_gemm on the fp32 W. */
+ * within q8_rows (q8_product), else par_gemm on the fp32 W; with gelu,
+ * then C = gelu(C) (in the 8-bit product's own tiles, else a pass). */
 static void tr_gemm(mimi_batch *w, int dec, int li, int which, int M, int N, int K, const float *A,
-                    const float *W, float *C)
+                    const float *W, float *C, int gelu)
 {
-    if (!w->q8 || M > w->q8_rows)
+    if (!w->q8 || M > w->q8_rows) {
         mimi_par_gemm(w, 0, 1, M, N, K, A, K, W, K, 0.0f, C, N);
-    else
+        if (gelu)
+            mimi_par_elt(w, 2, C, NULL, (size_t)M * N);
+    } else if (gelu) {
+        mimi_q8_product_gelu(w, mimi_q8_mat(w->q8, dec, li, which), M, N, K, A, C);
+    } else {
         mimi_q8_product(w, mimi_q8_mat(w->q8, dec, li, which), M, N, K, A, C);
+    }
 }
 
 /* ---- transformer ---------------------------------------------------------- */
@@ -368,7 +374,7 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         const mimi_tlayer *l = &L[li];
         mimi_layer_norm(w->h, xt, l->n1w, l->n1b, d, N);
         /* qkv [N][3d]: row n = q, k, v of step n */
-        tr_gemm(w, dec, li, MIMI_Q8_IN, (int)N, 3 * d, d, w->h, l->in_proj, w->qkv);
+        tr_gemm(w, dec, li, MIMI_Q8_IN, (int)N, 3 * d, d, w->h, l->in_proj, w->qkv, 0);
         for (int b = 0; b < B; b++) {
             int64_t pos0 = dec ? S[b]->dec_pos : S[b]->enc_pos;
             float *rk = S[b]->x + l->st_k, *rv = S[b]->x + l->st_v;
@@ -385,17 +391,11 @@ static void transformer_fwd(const mimi_model *m, const mimi_tlayer *L, mimi_batc
         }
         w->job = (par_job){ .S = S, .B = B, .l = l, .T = T, .dec = dec };
         mimi_par_run(w, it_attend, B * H);
-        tr_gemm(w, dec, li, MIMI_Q8_OUT, (int)N, d, d, w->att, l->out_proj, w->h);
+        tr_gemm(w, dec, li, MIMI_Q8_OUT, (int)N, d, d, w->att, l->out_proj, w->h, 0);
         mimi_residual(xt, w->h, l->ls1, d, N);
         mimi_layer_norm(w->h, xt, l->n2w, l->n2b, d, N);
-        if (w->q8 && (int)N <= w->q8_rows) {
-            mimi_q8_product_gelu(w, mimi_q8_mat(w->q8, dec, li, MIMI_Q8_L1), (int)N, ff, d, w->h,
-                                 w->ff);
-        } else {
-            tr_gemm(w, dec, li, MIMI_Q8_L1, (int)N, ff, d, w->h, l->l1, w->ff);
-            mimi_par_elt(w, 2, w->ff, NULL, (size_t)ff * N);
-        }
-        tr_gemm(w, dec, li, MIMI_Q8_L2, (int)N, d, ff, w->ff, l->l2, w->h);
+        tr_gemm(w, dec, li, MIMI_Q8_L1, (int)N, ff, d, w->h, l->l1, w->ff, 1);
+        tr_gemm(w, dec, li, MIMI_Q8_L2, (int)N, d, ff, w->ff, l->l2, w->h, 0);
         mimi_residual(xt, w->h, l->ls2, d, N);
     }
     for (int i = 0; i < d; i++)

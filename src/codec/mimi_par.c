@@ -272,7 +272,8 @@ static void it_q8(mimi_batch *w, const par_job *j, int i, int tid)
  * 1, 2 and 3 threads). One tile a thread: the kernels stream a tile's
  * bytes with prefetches 32 KiB ahead, and 8 tiles of a matrix (32-128
  * KiB each for the transformers) left them and the RVQ search at B = 1
- * 13-18% slower than 2 (bench/RESULTS.md, 2026-12-07). Sets w->job's g and q8 only. */
+ * 13-18% slower than 2 (bench/RESULTS.md, 2026-12-07). Sets w->job's g, q8 and gelu
+ * only. */
 static void q8_product(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int K, const float *A,
                        float *C, int gelu)
 {
