@@ -112,9 +112,6 @@ void mimi_gelu(float *x, size_t n)
  * lanes at a time in the x86-64-v3 clone. Scalar, with one chain of
  * dependent adds a pass, the two LayerNorms were a tenth of a codec
  * transformer layer at B = 8 (bench/RESULTS.md, 2026-12-07). */
-typedef double v4d __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-
 /* x [8] as two four-double vectors, less m */
 #define LN_HALVES(x, m, lo, hi)                                                              \
     do {                                                                                     \

@@ -143,9 +143,6 @@ typedef mt_tpool_fn phase_fn;
  * scalar one (sum l takes elements l, l + 8, ...; (x * r) * w), so the
  * bits are the same in either clone and a row's do not depend on its
  * batch. */
-typedef double v4d __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif

@@ -17,6 +17,9 @@
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
+/* halves of a v8f widened to double (sums exact or in double's order) */
+typedef float v4f __attribute__((vector_size(16)));
+typedef double v4d __attribute__((vector_size(32)));
 
 #define VINLINE static inline __attribute__((always_inline))
 
