@@ -537,6 +537,31 @@ static void run_graph(const mimi_model *m, const mimi_graph *g, mimi_batch *w,
     mimi_par_frame(w, run_graph_call, &gc);
 }
 
+/* Whether op i, a convolution, takes the residual's add after it into its
+ * stores: the add reads the convolution's output and nothing else does
+ * (mimi_graph_residual's scratch), and the direct kernel runs it (its
+ * stores add; the other paths write Y whole). The sum's bits are the
+ * add's: the convolution's value plus the residual's. */
+static int fused_add(const mimi_batch *w, const mimi_graph *g, int i)
+{
+    const mimi_op *o = &g->op[i], *n = i + 1 < g->n ? &g->op[i + 1] : NULL;
+    return n && n->kind == MIMI_OP_ADD && n->src == o->dst && o->dst != MIMI_BUF_IO &&
+           n->dst != MIMI_BUF_IO && n->n == (size_t)o->cv->cout * o->cv->tout &&
+           mimi_conv_direct(w, o->cv);
+}
+
+/* Whether op i, an ELU, is applied by the convolution after it as the
+ * direct kernel pads its input (mimi_direct_pad): that convolution reads
+ * its output and nothing else does (mimi_graph_conv's and
+ * mimi_graph_residual's scratch), and runs on the direct kernel. */
+static int fused_elu(const mimi_batch *w, const mimi_graph *g, int i)
+{
+    const mimi_op *o = &g->op[i], *n = i + 1 < g->n ? &g->op[i + 1] : NULL;
+    return n && n->kind == MIMI_OP_CONV && n->src == o->dst && o->src != MIMI_BUF_IO &&
+           o->dst != MIMI_BUF_IO && o->n == (size_t)n->cv->cin * n->cv->tin &&
+           mimi_conv_direct(w, n->cv);
+}
+
 static void run_graph_call(void *arg)
 {
     const graph_call *gc = arg;
@@ -550,21 +575,40 @@ static void run_graph_call(void *arg)
     const int32_t *codes_in = gc->codes_in;
     int32_t *codes_out = gc->codes_out;
     float **A = w->act;
+    int elu_in = 0;          /* the last op was an ELU the next convolution applies */
+    const float *pre = NULL; /* and its input */
     for (int i = 0; i < MIMI_NSTAGES; i++)
         w->stage_s[i] = 0;
     for (int i = 0; i < g->n; i++) {
         const mimi_op *o = &g->op[i];
         const float *src = o->src == MIMI_BUF_IO ? pcm_in : A[o->src];
         float *dst = o->dst == MIMI_BUF_IO ? pcm_out : A[o->dst];
+        if (elu_in && o->kind == MIMI_OP_CONV)   /* its input before the ELU skipped */
+            src = pre;
         double t0 = now_s(w);
+        int fused = 0;
         mimi_rvq_span rg = mimi_rvq_group(m, o->which);
         w->op_s[i] = 0;
         if ((o->kind == MIMI_OP_QUANTIZE || o->kind == MIMI_OP_DEQUANTIZE) && rg.n == 0)
             continue;   /* a group without codebooks */
         switch (o->kind) {
-        case MIMI_OP_CONV:        mimi_conv_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_CONV:
+            if (fused_add(w, g, i)) {   /* the residual's add as the kernel stores */
+                mimi_conv_fwd(o->cv, w, S, B, src, A[g->op[i + 1].dst], elu_in | MIMI_FUSE_ADD);
+                fused = 1;
+            } else {
+                mimi_conv_fwd(o->cv, w, S, B, src, dst, elu_in);
+            }
+            break;
         case MIMI_OP_CONVTR:      mimi_convtr_fwd(o->cv, w, S, B, src, dst); break;
-        case MIMI_OP_ELU:         mimi_par_elt(w, 0, dst, src, o->n * B); break;
+        case MIMI_OP_ELU:
+            if (fused_elu(w, g, i)) {   /* the convolution after it applies it */
+                elu_in = MIMI_FUSE_ELU;
+                pre = src;
+                continue;
+            }
+            mimi_par_elt(w, 0, dst, src, o->n * B);
+            break;
         case MIMI_OP_ADD:         mimi_par_elt(w, 1, dst, src, o->n * B); break;
         case MIMI_OP_TRANSFORMER:
             transformer_fwd(m, o->which ? m->dtr : m->etr, w, S, B, m->enc_steps, o->which, dst);
@@ -575,6 +619,10 @@ static void run_graph_call(void *arg)
         double dt = now_s(w) - t0;
         w->stage_s[o->stage] += dt;
         w->op_s[i] = dt;
+        if (fused)   /* the add after it is done */
+            w->op_s[++i] = 0;
+        if (o->kind == MIMI_OP_CONV)
+            elu_in = 0;
     }
     w->op_n = g->n;
 }

@@ -59,6 +59,8 @@ typedef struct par_job {
     size_t n0, nc, n;   /* im2col: the chunk's columns (direct: n0 the first session);
                            elementwise: floats */
     int kind;           /* elementwise: 0 ELU, 1 add, 2 GELU */
+    int add;            /* the direct convolution: Y += its outputs */
+    int elu;            /* the direct convolution: ELU of X is its input */
     /* attention */
     const mimi_tlayer *l;
     int T, dec;
@@ -128,9 +130,16 @@ void mimi_par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_t 
 
 /* mimi_seanet.c: Y [cout][B*tout] = conv(state ++ X [cin][B*tin]), and
  * a transposed convolution's Y [cout][B*tin*stride] with the overlap
- * pending from the last frame; the sessions' states updated. */
+ * pending from the last frame; the sessions' states updated. Where
+ * mimi_conv_direct says the direct kernel runs cv, the ops beside it
+ * fused (fuse): MIMI_FUSE_ELU, conv(state ++ ELU(X)), the ELU applied as
+ * the input is padded (the context kept is ELU's); MIMI_FUSE_ADD, Y += the
+ * conv, the residual's sum made as the kernel stores. Same bits as the
+ * ops one after the other. */
+enum { MIMI_FUSE_ELU = 1, MIMI_FUSE_ADD = 2 };
 void mimi_conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B, const float *X,
-                   float *Y);
+                   float *Y, int fuse);
+int  mimi_conv_direct(const mimi_batch *w, const mimi_conv *cv);
 void mimi_convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
                      const float *X, float *Y);
 

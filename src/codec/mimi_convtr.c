@@ -85,7 +85,7 @@ void mimi_trd_pad(const mimi_conv *cv, const float *x, float *P)
     static const float zeros[TRD_MMAX];
     mimi_conv pc;
     mimi_trd_phase(cv, &pc);
-    mimi_direct_pad(&pc, zeros, x, P);
+    mimi_direct_pad(&pc, zeros, x, P, 0);
 }
 
 /* items of one phase: channel blocks x step tiles, then one a channel
@@ -149,7 +149,7 @@ void mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, 
     if (i >= ntiles)
         pending(cv, &pc, wp, P, p, i - ntiles, part);
     else
-        mimi_direct_tile(&pc, wp, P, i / nt, i % nt * T, O + (size_t)p * cv->cout * pc.tout, (size_t)pc.tout);
+        mimi_direct_tile(&pc, wp, P, i / nt, i % nt * T, O + (size_t)p * cv->cout * pc.tout, (size_t)pc.tout, 0);
 }
 
 /* channel co of a session: y [tout] = bias + the phases interleaved */

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "util/vec8.h"
 
@@ -16,7 +17,10 @@
  * parts), expm1(r) by its Taylor polynomial to r^7 (truncation 2e-9
  * relative), then expm1(x) = 2^n expm1(r) + (2^n - 1); within 2 ulp of
  * expm1f over [-87, 0] (below, -1 to the float), checked by test_mimi.
- * dst may be src. */
+ * The last n % 8 go through the same lanes (padded), so an element's
+ * value depends on it alone, not on where a call starts or ends: the
+ * direct convolution applies it to its input as it pads it (mimi_conv.c),
+ * in other runs than the ELU pass would. dst may be src. */
 /* m ? a : b, lane by lane, m all-ones or 0 */
 #define v8_sel(m, a, b) ((v8f)(((v8i)(a) & (m)) | ((v8i)(b) & ~(m))))
 
@@ -24,9 +28,12 @@ __attribute__((target_clones("arch=x86-64-v3", "default")))
 void mimi_elu(float *dst, const float *src, size_t n)
 {
     const v8f lo = { -87, -87, -87, -87, -87, -87, -87, -87 }, zero = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8f x = load8(src + i);
+    float tail[8] = { 0 };
+    for (size_t i = 0; i < n; i += 8) {
+        const int part = n - i < 8;   /* the last n % 8: through tail[] */
+        if (part)
+            memcpy(tail, src + i, (n - i) * sizeof(float));
+        v8f x = load8(part ? tail : src + i);
         v8f xn = v8_sel(x < lo, lo, x);
         xn = v8_sel(xn > zero, zero, xn);
         v8f t = xn * 1.44269504088896341f;
@@ -36,10 +43,14 @@ void mimi_elu(float *dst, const float *src, size_t n)
                 r * (1.0f / 720 + r * (1.0f / 5040)))))));
         v8i e = (__builtin_convertvector(fn, v8i) + 127) << 23;
         v8f sc = (v8f)e;
-        store8(dst + i, v8_sel(x > zero, x, sc * p + (sc - 1.0f)));
+        v8f y = v8_sel(x > zero, x, sc * p + (sc - 1.0f));
+        if (part) {
+            store8(tail, y);
+            memcpy(dst + i, tail, (n - i) * sizeof(float));
+        } else {
+            store8(dst + i, y);
+        }
     }
-    for (; i < n; i++)
-        dst[i] = src[i] > 0 ? src[i] : expm1f(src[i]);
 }
 
 /* e^x for x <= 0, 8 at a time: Cephes' expf (x = n ln2 + r with |r| <=

@@ -171,19 +171,21 @@ void mimi_skinny_rows(const float *W, size_t ldw, int n0, int n1, const float *V
  * multiple of the tile's mimi_direct_co channels, AVX-512F); a tile is
  * mimi_direct_co channels x mimi_direct_t steps; a session's padded input is
  * mimi_direct_pad_floats, cin channels of equal length, built by
- * mimi_direct_pad from the channel's context [ctx] and input [tin]; the
+ * mimi_direct_pad from the channel's context [ctx] and input [tin] (elu:
+ * the input through ELU as it is copied, mimi_elu's bits); the
  * weights reordered by mimi_direct_weights into weight_floats; tile cb,
  * t0 is output channels cb*co.. and steps t0.. of one session, written
- * to Y [cout][ldy] (the session's first step at Y). */
+ * to Y [cout][ldy] (the session's first step at Y), or added to it (add:
+ * Y + the sum, the bits of the sum stored and then added). */
 int    mimi_direct_eligible(const mimi_conv *cv);
 int    mimi_direct_co(const mimi_conv *cv);
 int    mimi_direct_t(const mimi_conv *cv);
 size_t mimi_direct_pad_floats(const mimi_conv *cv);
 size_t mimi_direct_weight_floats(const mimi_conv *cv);
 void   mimi_direct_weights(const mimi_conv *cv, float *wt);
-void   mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, float *P);
+void   mimi_direct_pad(const mimi_conv *cv, const float *ctx, const float *x, float *P, int elu);
 void   mimi_direct_tile(const mimi_conv *cv, const float *wt, const float *P, int cb, int t0, float *Y,
-                        size_t ldy);
+                        size_t ldy, int add);
 
 /* The transposed convolutions without sgemm (mimi_convtr.c).
  * Long time axes (trd): a phase is an ordinary conv (mimi_trd_phase) on

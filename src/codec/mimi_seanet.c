@@ -110,7 +110,8 @@ static void it_direct_pad(mimi_batch *w, const par_job *j, int it, int tid)
     (void)tid;
     for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
         mimi_direct_pad(cv, j->S[b]->x + cv->st + (size_t)ci * cv->ctx,
-                        j->X + (size_t)ci * Nin + (size_t)b * cv->tin, w->col + lb * per + ci * (per / cv->cin));
+                        j->X + (size_t)ci * Nin + (size_t)b * cv->tin, w->col + lb * per + ci * (per / cv->cin),
+                        j->elu);
 }
 
 /* the direct convolution's tile items of one session: channel blocks x
@@ -133,7 +134,7 @@ static void it_direct_tile(mimi_batch *w, const par_job *j, int it, int tid)
     (void)tid;
     for (int t = r * per_run; t < nt && t < (r + 1) * per_run; t++)
         mimi_direct_tile(cv, j->wt, w->col + (size_t)lb * mimi_direct_pad_floats(cv), cb, t * T,
-                         j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout);
+                         j->Y + (size_t)b * cv->tout, (size_t)j->B * cv->tout, j->add);
 }
 
 /* ---- the deepest layers on 8-bit copies (mimi_q8.c) ------------------------ */
@@ -199,9 +200,15 @@ static void conv_q8(mimi_batch *w, const mimi_q8mat *q8, size_t N, float *Y)
 }
 
 /* Y [cout][B*tout] = conv(state ++ X [cin][B*tin]); states updated. */
-void mimi_conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
-                     const float *X, float *Y)
+int mimi_conv_direct(const mimi_batch *w, const mimi_conv *cv)
 {
+    return direct_weights(w, cv) != NULL;
+}
+
+void mimi_conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
+                     const float *X, float *Y, int fuse)
+{
+    const int elu = (fuse & MIMI_FUSE_ELU) != 0;
     const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
     const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
     const size_t Nin = (size_t)B * tin, N = (size_t)B * tout;
@@ -209,8 +216,12 @@ void mimi_conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int
         for (int b = 0; b < B; b++)
             if (S[b]->down_first)
                 for (int ci = 0; ci < cin; ci++)
-                    for (int j = 0; j < ctx; j++)
-                        S[b]->x[cv->st + (size_t)ci * ctx + j] = X[(size_t)ci * Nin + (size_t)b * tin];
+                    for (int j = 0; j < ctx; j++) {
+                        float *s = &S[b]->x[cv->st + (size_t)ci * ctx + j];
+                        *s = X[(size_t)ci * Nin + (size_t)b * tin];
+                        if (elu)
+                            mimi_elu(s, s, 1);
+                    }
     par_job *job = &w->job;
     job->cv = cv;
     job->S = S;
@@ -218,6 +229,10 @@ void mimi_conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int
     job->X = X;
     job->Y = Y;
     job->wt = direct_weights(w, cv);
+    if (fuse && !job->wt)   /* the caller asks mimi_conv_direct first */
+        return;
+    job->add = (fuse & MIMI_FUSE_ADD) != 0;
+    job->elu = elu;
     if (job->wt) {   /* mimi_conv.c, the bias its own; as many sessions at a time as w->col holds */
         int G = (int)(w->col_floats / mimi_direct_pad_floats(cv));
         for (int b0 = 0; b0 < B; b0 += G) {
@@ -256,8 +271,13 @@ void mimi_conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int
             for (int ci = 0; ci < cin; ci++) {
                 float *sb = S[b]->x + cv->st + (size_t)ci * ctx;
                 const float *xb = X + (size_t)ci * Nin + (size_t)b * tin;
-                for (int j = 0; j < ctx; j++)
-                    sb[j] = tin + j >= ctx ? xb[tin + j - ctx] : sb[tin + j];
+                const int j0 = ctx > tin ? ctx - tin : 0;   /* from X on */
+                for (int j = 0; j < j0; j++)
+                    sb[j] = sb[tin + j];
+                if (elu)   /* the context is the convolution's input: ELU's */
+                    mimi_elu(sb + j0, xb + tin + j0 - ctx, (size_t)(ctx - j0));
+                else
+                    memcpy(sb + j0, xb + tin + j0 - ctx, (size_t)(ctx - j0) * sizeof *sb);
             }
 }
 
