@@ -213,6 +213,8 @@ int mimi_batch_op_seconds(const mimi_batch *w, double *out, int max)
 
 void mimi_batch_old_kernels(mimi_batch *w, int old) { w->old_kern = old == 2 ? 2 : old != 0; }
 
+void mimi_batch_fuse(mimi_batch *w, int on) { w->no_fuse = !on; }
+
 int mimi_batch_threads(mimi_batch *w, int threads, char *err, size_t errlen)
 {
     if (threads < 1 || threads > MAX_THREADS) {
@@ -545,7 +547,7 @@ static void run_graph(const mimi_model *m, const mimi_graph *g, mimi_batch *w,
 static int fused_add(const mimi_batch *w, const mimi_graph *g, int i)
 {
     const mimi_op *o = &g->op[i], *n = i + 1 < g->n ? &g->op[i + 1] : NULL;
-    return n && n->kind == MIMI_OP_ADD && n->src == o->dst && o->dst != MIMI_BUF_IO &&
+    return !w->no_fuse && n && n->kind == MIMI_OP_ADD && n->src == o->dst && o->dst != MIMI_BUF_IO &&
            n->dst != MIMI_BUF_IO && n->n == (size_t)o->cv->cout * o->cv->tout &&
            mimi_conv_direct(w, o->cv);
 }
@@ -557,7 +559,7 @@ static int fused_add(const mimi_batch *w, const mimi_graph *g, int i)
 static int fused_elu(const mimi_batch *w, const mimi_graph *g, int i)
 {
     const mimi_op *o = &g->op[i], *n = i + 1 < g->n ? &g->op[i + 1] : NULL;
-    return n && n->kind == MIMI_OP_CONV && n->src == o->dst && o->src != MIMI_BUF_IO &&
+    return !w->no_fuse && n && n->kind == MIMI_OP_CONV && n->src == o->dst && o->src != MIMI_BUF_IO &&
            o->dst != MIMI_BUF_IO && o->n == (size_t)n->cv->cin * n->cv->tin &&
            mimi_conv_direct(w, n->cv);
 }

@@ -186,6 +186,10 @@ int  mimi_op_describe(const mimi_model *m, int dir, int i, char *buf, size_t len
  * kept for side-by-side benchmarks (mt-benchcodec --compare [--old-tr]);
  * test_mimi checks the current ones against 1. */
 void mimi_batch_old_kernels(mimi_batch *w, int old);
+/* 0: every op of the graph by itself, none fused into the direct
+ * convolution beside it (mimi_conv_fwd's MIMI_FUSE_*); 1 (default): fused.
+ * test_mimi checks that both give the same bits. */
+void mimi_batch_fuse(mimi_batch *w, int on);
 /* FLOPs per session-frame of each stage, encode (dir 0) or decode (1). */
 void mimi_stage_flops(const mimi_model *m, int dir, double out[MIMI_NSTAGES]);
 /* The FLOPs per session-frame, encode (dir 0) or decode (1), that

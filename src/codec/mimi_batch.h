@@ -86,6 +86,7 @@ struct mimi_batch {
     double op_s[MIMI_MAX_OPS];   /* the last call's time of each op */
     int    op_n;
     int    old_kern;   /* mimi_batch_old_kernels: the previous kernels */
+    int    no_fuse;    /* mimi_batch_fuse(w, 0): no op fused into a convolution */
     float *wt[2 * MIMI_MAX_CONVS];   /* encoder's then decoder's convs: the direct
                                         kernel's reordered weights, or NULL */
     int    cpu_clock;  /* stages timed in this thread's CPU time */

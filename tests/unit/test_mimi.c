@@ -504,10 +504,11 @@ static void test_refusals(void)
     tap_ok(rc == -1, "frame rate not dividing the rate refused: %s", err);
 }
 
-/* Two frames of two sessions through a batch on `threads` threads:
- * codes [2][2][n_q_used] and pcm [2][2][1920]. 0, or -1 with err. */
-static int run_threads(const mimi_model *m, int threads, int q8, int32_t *codes, float *pcm,
-                       char *err, size_t errlen)
+/* Two frames of two sessions through a batch on `threads` threads (fuse
+ * 0: no op fused into a convolution, mimi_batch_fuse): codes
+ * [2][2][n_q_used] and pcm [2][2][1920]. 0, or -1 with err. */
+static int run_threads(const mimi_model *m, int threads, int q8, int fuse, int32_t *codes,
+                       float *pcm, char *err, size_t errlen)
 {
     const int nq = mimi_model_config(m)->n_q_used;
     mimi_state *s[2] = { mimi_state_new(m, err, errlen), mimi_state_new(m, err, errlen) };
@@ -515,6 +516,8 @@ static int run_threads(const mimi_model *m, int threads, int q8, int32_t *codes,
     int rc = s[0] && s[1] && w ? mimi_batch_threads(w, threads, err, errlen) : -1;
     if (rc == 0 && q8)
         rc = mimi_batch_weights_q8(w, 4, err, errlen);
+    if (rc == 0)
+        mimi_batch_fuse(w, fuse);
     if (rc == 0 && mimi_batch_thread_count(w) != threads) {
         snprintf(err, errlen, "the batch runs %d threads, not %d", mimi_batch_thread_count(w), threads);
         rc = -1;
@@ -536,17 +539,25 @@ static int run_threads(const mimi_model *m, int threads, int q8, int32_t *codes,
 
 /* The CPU codec splits its work by the shape alone: the same bits from
  * 1, 2 and 3 threads (published shape, where the products are tiled),
- * with fp32 transformers and with their 8-bit copies. */
+ * with fp32 transformers and with their 8-bit copies; and with the ELUs
+ * and residual adds fused into the direct convolutions (the default) as
+ * with every op by itself. */
 static void test_threads(const mimi_model *m)
 {
     char err[512] = "";
-    static int32_t codes[3][2 * 2 * 32];
-    static float pcm[3][2 * 2 * 1920];
+    static int32_t codes[4][2 * 2 * 32];
+    static float pcm[4][2 * 2 * 1920];
     for (int q8 = 0; q8 < 2; q8++) {
         const char *what = q8 ? " (8-bit copies)" : "";
         int rc = 0;
         for (int t = 0; t < 3 && rc == 0; t++)
-            rc = run_threads(m, t + 1, q8, codes[t], pcm[t], err, sizeof err);
+            rc = run_threads(m, t + 1, q8, 1, codes[t], pcm[t], err, sizeof err);
+        if (rc == 0)
+            rc = run_threads(m, 2, q8, 0, codes[3], pcm[3], err, sizeof err);
+        tap_ok(rc == 0 && !memcmp(codes[1], codes[3], sizeof codes[0]) &&
+                   !memcmp(pcm[1], pcm[3], sizeof pcm[0]),
+               "ops fused into the direct convolutions or not: the same codes and PCM, bit "
+               "for bit%s", what);
         tap_ok(rc == 0, "synthetic:mimi on 1, 2 and 3 threads%s%s%s", what, rc ? ": " : "",
                rc ? err : "");
         tap_ok(rc == 0 && !memcmp(codes[0], codes[1], sizeof codes[0]) &&
