@@ -14,7 +14,8 @@
 #   depformer_old_vs_new lines: the depformer as it was before issue 49
 #     (one thread, fp32) run after the new one on the same B.
 # Then f16 weights at B = 1, 8; then q8 weights at B = 1, 8, 32, 64 with
-# the codec and the old depformer beside; then the bounds alone (-P, shape-only) of
+# the codec and the old depformer beside, and again with the K/V in f16 as
+# mt-serve keeps it (-k f16); then the bounds alone (-P, shape-only) of
 # Kyutai's published stt-1b (Kyutai's ring of 750 frames, f16 weights) and
 # 2B Moshi (S=4 + W=252, f16 weights) on this machine's figures.
 # Then what would make them fit (issue 49): synthetic:stt-1b measured with
@@ -43,6 +44,11 @@ echo "load $(cut -d' ' -f1-3 /proc/loadavg) at $(date -u +%FT%TZ)"
 # depformer old (one thread, fp32) and new side by side again.
 "$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8,32,64 -f 20 -S 4 -W 60 -w q8 \
     -c synthetic:mimi -F 3 -O || exit 1
+# and with the temporal K/V in half precision, as mt-serve keeps it by
+# default (--kv-dtype f16; the lines say kv=f16, the bound counts 2 bytes a
+# value)
+"$TB/mt-benchkyutai" -m synthetic:kyutai-small -b 1,8,32,64 -f 20 -S 4 -W 60 -w q8 -k f16 \
+    -c synthetic:mimi -F 3 || exit 1
 "$TB/mt-benchkyutai" -m synthetic:stt-1b -b 1,2,4,8 -S 0 -W 750 -w f16 -c synthetic:mimi -P || exit 1
 "$TB/mt-benchkyutai" -m synthetic:moshi-2b -b 1,2 -S 4 -W 252 -w f16 -c synthetic:mimi -P || exit 1
 # and at q8 (the bytes a frame 0.56 of f16's): whether the 2B Moshi fits

@@ -48,10 +48,15 @@
  * `temporal_alone` line, the median step of -f frames once the ring is
  * full (token inputs: the same weight reads as the frame's temporal, less
  * the codebook embeddings' sums) against the temporal's bound.
+ * -k f16 keeps the temporal K/V in half precision, as mt-serve does by
+ * default (--kv-dtype): the attention reads half the bytes, and the
+ * bound counts 2 a value (default f32, the figures before 2026-12-07;
+ * the lines say kv=). -L's served lines always run f16, as mt-serve.
  *
  * usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] [-D host|serial|cuda]
  *                       [-b 1,8,32] [-f FRAMES] [-S S] [-W W] [-t THREADS]
- *                       [-w f32|f16|q8] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES] [-O] [-P]
+ *                       [-w f32|f16|q8] [-k f32|f16] [-r F16_ROWS] [-c CODEC] [-F CODEC_FRAMES]
+ *                       [-O] [-P]
  *                       [-T] [-L [-M MAX_BATCH]]
  * Prints logfmt lines; asserts nothing. */
 #include "codec/mimi.h"
@@ -82,6 +87,8 @@ static const char *dev_name = "cpu", *sim_profile;
 static const char *dep_on;      /* -D host | cuda | serial; NULL: where the decoder runs */
 static mt_num_format weights;   /* -w f16: the backbone's and the depformer's f16 copies;
                                    -w q8: their 8-bit copies */
+static mt_num_format kv_fmt;    /* -k f16: the temporal K/V in half precision (mt-serve's
+                                   default), 2 bytes an element in its bound */
 static int f16_rows;            /* -r ROWS: the f16 product up to ROWS rows (0: default) */
 
 extern void openblas_set_num_threads(int);
@@ -363,7 +370,8 @@ static lm_cost lm_costs(const mt_kyutai_lm *lm, int B, int S, int W, int f16_at_
     lm_cost c;
     double tp = (double)mt_model_params(&lm->temporal->cfg) -
                 (double)(kc->text_card + 1) * D;   /* the token table is never read */
-    double kv = (double)B * (S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
+    double kv = (double)B * (S + W) *
+                mt_decoder_position_bytes(&lm->temporal->cfg, mt_num_format_bytes(kv_fmt));
     c.embed_b = (double)B * (1 + kc->n_q) * D * 4;
     c.temporal_b = tp * wb + kv;
     c.temporal_wf = 2.0 * tp * B;
@@ -402,9 +410,9 @@ static void print_frame(const mt_kyutai_lm *lm, int B, int S, int W, int T, int 
                      bound_ms(c.sample_b, 0, bw, gf),
                      codec_spec && kc->dep_q ? bound_q8_ms(0, df - dq, dq, bw, gf, qc) : 0 };
     double tot = 0, tot_b = 0;
-    printf("frame model=%s codec=%s B=%d threads=%d q8_kernels=%s sgemm_gflops=%.1f "
+    printf("frame model=%s codec=%s B=%d threads=%d kv=%s q8_kernels=%s sgemm_gflops=%.1f "
            "q8_gops=%.1f copy_gbs=%.2f", lm->temporal->cfg.name, codec_spec ? codec_spec : "none",
-           B, T, q8_kernels(), gf, qg, bw);
+           B, T, mt_num_format_name(kv_fmt), q8_kernels(), gf, qg, bw);
     for (int i = 0; i < 6; i++) {
         tot += ms[i];
         tot_b += bd[i];
@@ -433,7 +441,7 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
     m->seed = lm->temporal->seed;
     mt_synthetic_fill(m);
     mt_decoder_opts o = { .device = MT_DEV_CPU, .max_batch = B, .threads = threads,
-                          .weights = weights, .weights_f16_rows = f16_rows };
+                          .weights = weights, .weights_f16_rows = f16_rows, .kv_dtype = kv_fmt };
     o.kv.policy = MT_KV_WINDOW;
     o.kv.sink = S;
     o.kv.window = W;
@@ -476,10 +484,11 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
     double gf = sgemm_gflops(T), bw = copy_gbs(T), qg = small ? q8_gops(T) : 0;
     double bd = bound_q8_ms(k.temporal_b, k.temporal_f - k.temporal_wf, k.temporal_wf, bw, gf, qg);
     double ms = median(st, F);
-    printf("temporal_alone model=%s B=%d S=%d W=%d weights=%s q8_kernels=%s threads=%d frames=%d "
-           "copy_gbs=%.2f sgemm_gflops=%.1f q8_gops=%.1f temporal_ms=%.3f temporal_bound_ms=%.3f "
-           "temporal_ratio=%.2f temporal_bytes=%.0f\n", c->name, B, S, W,
-           mt_num_format_name(weights), q8_kernels(), T, F, bw, gf, qg, ms, bd,
+    printf("temporal_alone model=%s B=%d S=%d W=%d weights=%s kv=%s q8_kernels=%s threads=%d "
+           "frames=%d copy_gbs=%.2f sgemm_gflops=%.1f q8_gops=%.1f temporal_ms=%.3f "
+           "temporal_bound_ms=%.3f temporal_ratio=%.2f temporal_bytes=%.0f\n", c->name, B, S, W,
+           mt_num_format_name(weights), mt_num_format_name(kv_fmt), q8_kernels(), T, F, bw, gf,
+           qg, ms, bd,
            bd > 0 ? ms / bd : 0.0, k.temporal_b);
     rc = 0;
 out:
@@ -503,7 +512,7 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
     char err[512] = "";
     mt_decoder_opts o = { .device = dev, .max_batch = B, .threads = threads,
                           .sim_profile = sim_profile, .weights = weights,
-                          .weights_f16_rows = f16_rows };
+                          .weights_f16_rows = f16_rows, .kv_dtype = kv_fmt };
     o.kv.policy = MT_KV_WINDOW;
     o.kv.sink = S;
     o.kv.window = W;
@@ -570,7 +579,8 @@ static int bench(const mt_kyutai_lm *lm, int B, int F, int S, int W, int threads
             st[5][f - warm] = c1 - c0;
         }
     }
-    size_t kvb = (size_t)(S + W) * mt_decoder_position_bytes(&lm->temporal->cfg, 4);
+    size_t kvb = (size_t)(S + W) *
+                 mt_decoder_position_bytes(&lm->temporal->cfg, mt_num_format_bytes(kv_fmt));
     printf("kyutai device=%s depformer=%s dep_mode=%s model=%s B=%d S=%d W=%d frames=%d embed_ms=%.3f "
            "temporal_ms=%.3f depformer_ms=%.3f sample_ms=%.3f total_ms=%.3f "
            "per_frame_session_ms=%.3f frame_cpu_ms=%.3f session_kv_bytes=%zu "
@@ -720,7 +730,7 @@ int main(int argc, char **argv)
 {
     const char *model = "synthetic:kyutai-small", *bs = "1,8,32";
     int F = 40, S = 4, W = 252, threads = 0, c, old_too = 0, temporal_alone = 0, served = 0;
-    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:r:c:F:OPTLM:")) != -1) {
+    while ((c = getopt(argc, argv, "m:d:D:b:f:S:W:t:w:k:r:c:F:OPTLM:")) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'd':
@@ -759,14 +769,21 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'k':
+            if (mt_num_format_parse(optarg, &kv_fmt) || kv_fmt == MT_FMT_Q8) {
+                fprintf(stderr, "mt-benchkyutai: -k f32 or f16\n");
+                return 2;
+            }
+            break;
         case 'f': F = atoi(optarg); break;
         case 'S': S = atoi(optarg); break;
         case 'W': W = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: mt-benchkyutai [-m MODEL] [-d cpu|cuda|sim:PROFILE] "
-                            "[-D host|cuda] [-b 1,8,32] [-f FRAMES] [-S S] [-W W] "
-                            "[-t THREADS]\n");
+                            "[-D host|serial|cuda] [-b 1,8,32] [-f FRAMES] [-S S] [-W W] "
+                            "[-t THREADS] [-w f32|f16|q8] [-k f32|f16] [-r F16_ROWS] "
+                            "[-c CODEC] [-F CODEC_FRAMES] [-O] [-P] [-T] [-L [-M MAX_BATCH]]\n");
             return 2;
         }
     }
