@@ -19,6 +19,7 @@
 #include "decode/decoder.h"
 #include "decode/depformer.h"
 #include "decode/depformer_cuda.h"
+#include "util/grow.h"
 #include "util/vec8.h"
 
 #include <cblas.h>
@@ -80,14 +81,25 @@ struct mt_depformer {
      * counters, reset before the step; its k, prev and logits */
     struct dep_stage { atomic_int claim, done, ready; } *stage; /* [2 + 5 layers] */
     int   fused;      /* 0: a phase per product instead (MT_DEPFORMER_FUSED=0) */
+    int   frame_env;  /* MT_DEPFORMER_FRAME: 0 never frame mode, 1 wherever it can run,
+                         -1 (unset) mt_depformer_frame_split's choice */
     int   chunks;     /* a product's columns cut in this many chunks a thread */
     size_t columns_min; /* column mode from this many depformer_in weights */
     float *xin;       /* [dep_q][B][dd] depformer_in[k] . h of every step, made at
-                         step 0 (h is the frame's): for B up to xin_rows */
+                         step 0 (h is the frame's; column and frame modes) */
     int   xin_rows;
     int   fused_k;
     const int32_t *fused_prev;
     float *fused_logits;
+    /* frame mode (mt_depformer_run_frame): each thread's normed rows, the
+     * phase's barrier and what the frame samples with */
+    float *xnt;       /* [nthreads][maxb][dd] */
+    _Alignas(64) atomic_uint bar_gen;
+    atomic_int bar_count;
+    _Alignas(64) mt_dep_sample_fn sample;
+    void *sample_ctx;
+    int32_t *frame_tok;
+    float *frame_logits;
     const mt_dep_cuda_ops *ops;   /* CUDA: every step is the module's */
     mt_dep_cuda *g;
     char  err[256];   /* the last failed step's message */
@@ -117,6 +129,7 @@ void mt_depformer_free(mt_depformer *df)
     free(df->dep8);
     free(df->stage);
     free(df->xin);
+    free(df->xnt);
     free(df);
 }
 
@@ -136,6 +149,8 @@ static mt_depformer *df_new(const mt_kyutai_lm *lm, int max_batch, char *err, si
         /* more chunks balance a late thread better, fewer pay less per
          * call (each call quantises its input afresh); benchmarks may
          * set MT_DEPFORMER_CHUNKS (1..64) */
+        e = getenv("MT_DEPFORMER_FRAME");
+        df->frame_env = e && *e ? atoi(e) != 0 : -1;
         e = getenv("MT_DEPFORMER_CHUNKS");
         df->chunks = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : DEP_CHUNKS_PER_THREAD;
     }
@@ -157,17 +172,18 @@ int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **ou
     if (!df)
         return -1;
     size_t R = (size_t)max_batch, dd = (size_t)kc->dep_dim;
-    df->x = malloc(R * dd * sizeof(float));
-    df->xn = malloc(R * dd * sizeof(float));
-    df->qkv = malloc(R * 3 * dd * sizeof(float));
-    df->att = malloc(R * dd * sizeof(float));
-    df->gu = malloc(R * 2 * (size_t)kc->dep_ffn * sizeof(float));
+    df->x = mt_alloc_lines(R * dd * sizeof(float));
+    df->xn = mt_alloc_lines(R * dd * sizeof(float));
+    df->qkv = mt_alloc_lines(R * 3 * dd * sizeof(float));
+    df->att = mt_alloc_lines(R * dd * sizeof(float));
+    df->gu = mt_alloc_lines(R * 2 * (size_t)kc->dep_ffn * sizeof(float));
     df->kv = malloc((size_t)kc->dep_layers * R * 2 * kc->dep_q * dd * sizeof(float));
     df->score = malloc((size_t)kc->dep_q * sizeof(float));
     df->stage = calloc((size_t)n_stages(kc), sizeof *df->stage);
-    /* column mode serves batches under MT_DEPFORMER_ROWS_MIN */
-    df->xin_rows = max_batch < MT_DEPFORMER_ROWS_MIN ? max_batch : MT_DEPFORMER_ROWS_MIN;
-    df->xin = malloc((size_t)kc->dep_q * df->xin_rows * dd * sizeof(float));
+    /* column mode serves batches up to MT_DEPFORMER_ROWS_MIN, frame mode
+     * every batch */
+    df->xin_rows = max_batch;
+    df->xin = mt_alloc_lines((size_t)kc->dep_q * df->xin_rows * dd * sizeof(float));
     if (!df->x || !df->xn || !df->qkv || !df->att || !df->gu || !df->kv || !df->score ||
         !df->stage || !df->xin) {
         mt_depformer_free(df);
@@ -353,12 +369,17 @@ int mt_depformer_attach(mt_depformer *df, mt_decoder *dec, char *err, size_t err
         return -1;
     int T = mt_decoder_threads(dec);
     float *score = malloc((size_t)T * Q * sizeof(float));
-    if (!score) {
+    float *xnt = mt_alloc_lines((size_t)T * df->maxb * dd * sizeof(float));
+    if (!score || !xnt) {
+        free(score);
+        free(xnt);
         mt_set_err(err, errlen, "depformer: out of memory");
         return -1;
     }
     free(df->score);
     df->score = score;
+    free(df->xnt);
+    df->xnt = xnt;
     df->nthreads = T;
     df->dec = dec;
     int rows = mt_decoder_host_weight_rows(dec);
@@ -828,6 +849,151 @@ static void step_fused(mt_depformer *df, int k, const int32_t *prev, float *logi
     mt_decoder_parallel(df->dec, fused_phase, df);
 }
 
+/* ---- the frame as one phase (frame mode) -----------------------------------
+ * Row mode (each thread its rows through every step) reads every weight
+ * once per thread: at 8 rows each of the two threads streams kyutai-small's
+ * 28 MB of per-step weights for its 4 rows, 1.4 ms a frame, where one
+ * thread alone does 4 rows in 1.1 (the two contend for memory). Column
+ * mode reads them once, each thread its columns, but a phase per step
+ * (and one to sample) and the chunks' claims and input quantisations
+ * cost more than that saved. Here the whole frame is one phase: every
+ * product split by columns in two fixed halves (one quantisation of its
+ * input per thread), the attention, the sampling (mt_depformer_run_frame's
+ * sample, each thread its rows) and the next step's input by rows, a
+ * barrier between stages (22 a step); each thread norms every row itself
+ * into its own xn (a row of 256 is less than a barrier). The bits are
+ * those of the other modes: a column's value does not depend on the
+ * columns beside it (test_depformer). */
+
+/* Waits for every thread of nt: the last to arrive starts the next
+ * generation; the others spin, and past a while yield (the one they wait
+ * for may want this core). */
+static void frame_barrier(mt_depformer *df, int nt)
+{
+    enum { SPIN_PAUSES = 4096 };
+    unsigned gen = atomic_load_explicit(&df->bar_gen, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&df->bar_count, 1, memory_order_acq_rel) == nt - 1) {
+        atomic_store_explicit(&df->bar_count, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&df->bar_gen, 1, memory_order_acq_rel);
+        return;
+    }
+    for (unsigned i = 0; atomic_load_explicit(&df->bar_gen, memory_order_acquire) == gen; i++) {
+        if (i < SPIN_PAUSES)
+            dep_relax();
+        else
+            sched_yield();
+    }
+}
+
+/* x rows [r0, r1) of step k's input: depformer_in[k] . h (xin) + the
+ * embedding of the row's previous token (-1: none), as fused_input. */
+static void frame_input_rows(mt_depformer *df, int k, int r0, int r1)
+{
+    const mt_kyutai_lm *lm = df->lm;
+    const int dd = lm->kc.dep_dim;
+    const float *emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
+    const float *xin = df->xin + (size_t)k * df->B * dd;
+    for (int r = r0; r < r1; r++) {
+        float *x = df->x + (size_t)r * dd;
+        memcpy(x, xin + (size_t)r * dd, (size_t)dd * sizeof(float));
+        if (df->frame_tok[r] >= 0)
+            for (int i = 0; i < dd; i++)
+                x[i] += emb[(size_t)df->frame_tok[r] * dd + i];
+    }
+}
+
+/* Job j's columns of thread tid (a fixed half: one quantisation of X). */
+static void frame_cols(mt_depformer *df, struct dep_job *j, const float *xn, int tid, int nt)
+{
+    int lo, hi;
+    if (j->X == df->xn)   /* the normed input: this thread's own copy */
+        j->X = xn;
+    slice(j->N, tid, nt, &lo, &hi);
+    do_cols(df, j, df->B, lo, hi);
+}
+
+static void frame_phase(void *ctx, int tid, int nt)
+{
+    mt_depformer *df = ctx;
+    const mt_kyutai_lm *lm = df->lm;
+    const mt_kyutai_config *kc = &lm->kc;
+    const int B = df->B, dd = kc->dep_dim, Q = kc->dep_q, L = kc->dep_layers;
+    const int ns = n_stages(kc);
+    float *xn = df->xnt + (size_t)tid * df->maxb * dd, *score = df->score + (size_t)tid * Q;
+    int r0, r1;   /* this thread's rows */
+    {
+        int per = (B + nt - 1) / nt;
+        r0 = tid * per < B ? tid * per : B;
+        r1 = r0 + per < B ? r0 + per : B;
+    }
+    for (int k = 0; k < Q; k++) {   /* depformer_in of every step: xin[k] = . h */
+        const float *norm;
+        struct dep_job j = stage_job(df, k, 0, 0, df->frame_tok, df->frame_logits, &norm);
+        j.Y = df->xin + (size_t)k * B * dd;
+        j.emb = NULL;
+        frame_cols(df, &j, xn, tid, nt);
+    }
+    frame_barrier(df, nt);
+    frame_input_rows(df, 0, r0, r1);
+    frame_barrier(df, nt);
+    for (int k = 0; k < Q; k++) {
+        for (int s = 1; s < ns; s++) {
+            const float *norm;
+            struct dep_job j = stage_job(df, k, s, 0, df->frame_tok, df->frame_logits, &norm);
+            if (norm)   /* every row, into this thread's xn */
+                rmsnorm_rows(xn, df->x, norm, B, dd, kc->eps);
+            if (j.op == JOB_ATTEND)
+                attend_rows(df, j.l, j.k, r0, r1, score);
+            else
+                frame_cols(df, &j, xn, tid, nt);
+            frame_barrier(df, nt);
+        }
+        df->sample(df->sample_ctx, k, r0, r1, tid);   /* this thread's rows' tokens */
+        if (k + 1 < Q)
+            frame_input_rows(df, k + 1, r0, r1);
+        frame_barrier(df, nt);
+    }
+    (void)L;
+}
+
+static int columns_split(const mt_depformer *df);
+
+/* Frame mode where it can run (a host depformer on 2 or more threads)
+ * and row mode would read more: under MT_DEPFORMER_ROWS_MIN rows (row
+ * mode's threads would have a row or two each), or a depformer whose
+ * weights are large (columns_split: each thread would stream all of
+ * them). Measured (mt-benchkyutai -w q8, alternated, 2026-12-07):
+ * kyutai-small at B = 1 0.55 ms against 0.70-0.80 (one thread: its
+ * products were too small for column mode), B = 4 0.95 against 1.08-1.15,
+ * B = 8 1.50-1.52 against 1.28-1.39 (row mode kept), B = 32 4.9-5.0
+ * against 3.4-4.0; moshi-2b's depformer at B = 1 29.1-29.3 against
+ * 35.0-35.9 (a phase a step), B = 2 31.5 against 33.0-34.8, B = 8 47-48
+ * against 63-74 (row mode). */
+int mt_depformer_frame_split(const mt_depformer *df)
+{
+    if (df->g || df->sim || !df->dec || df->nthreads < 2 || !df->xnt || df->B > df->xin_rows ||
+        df->frame_env == 0)
+        return 0;
+    return df->frame_env == 1 || df->B < MT_DEPFORMER_ROWS_MIN || columns_split(df);
+}
+
+int mt_depformer_run_frame(mt_depformer *df, int32_t *tok, float *logits,
+                           mt_dep_sample_fn sample, void *ctx)
+{
+    if (!mt_depformer_frame_split(df)) {
+        mt_set_err(df->err, sizeof df->err, "depformer: frame mode not available here");
+        return -1;
+    }
+    df->sample = sample;
+    df->sample_ctx = ctx;
+    df->frame_tok = tok;
+    df->frame_logits = logits;
+    atomic_store_explicit(&df->bar_count, 0, memory_order_relaxed);
+    /* the pool's post publishes the stores above to the workers */
+    mt_decoder_parallel(df->dec, frame_phase, df);
+    return 0;
+}
+
 static int columns_split(const mt_depformer *df)
 {
     const mt_kyutai_config *kc = &df->lm->kc;
@@ -839,7 +1005,8 @@ void mt_depformer_columns_from(mt_depformer *df, size_t weights) { df->columns_m
 
 int mt_depformer_rows_split(const mt_depformer *df)
 {
-    return !df->g && df->dec && df->nthreads > 1 && df->B >= MT_DEPFORMER_ROWS_MIN;
+    return !df->g && df->dec && df->nthreads > 1 && df->B >= MT_DEPFORMER_ROWS_MIN &&
+           !mt_depformer_frame_split(df);
 }
 
 int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logits)
@@ -850,7 +1017,7 @@ int mt_depformer_next(mt_depformer *df, int k, const int32_t *prev, float *logit
         memset(logits, 0, (size_t)df->B * df->lm->kc.card * sizeof(float));
         return 0;
     }
-    if (columns_split(df) && df->fused && df->B <= df->xin_rows)
+    if (columns_split(df) && df->fused && df->B <= MT_DEPFORMER_ROWS_MIN)
         step_fused(df, k, prev, logits);
     else
         step_rows(df, k, 0, df->B, prev, logits, columns_split(df), 0);

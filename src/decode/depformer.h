@@ -81,18 +81,36 @@ int  mt_depformer_frame(mt_depformer *df, const int32_t *text, const float *temp
                         const int *top_k, const int *greedy, uint64_t *rng, int32_t *audio);
 
 /* Row mode. From MT_DEPFORMER_ROWS_MIN rows on, an attached host depformer
- * on 2 or more threads is run best by rows: each thread takes its share of
- * the rows through every step (its products over its rows, the weights
- * read once per thread and step), with no barrier inside the frame, so the
- * caller (kyutai.c) runs the frame's steps and samples as one parallel
- * phase; below, each product is split by columns over the threads (the
- * weights read once per step), which is what mt_depformer_next does: one
- * pool phase a step, the threads taking each product's columns in chunks
- * and waiting for each other only between stages (MT_DEPFORMER_FUSED=0 in
- * the environment: a phase per product, as before, for benchmarks;
- * MT_DEPFORMER_CHUNKS=n, 1..64: n chunks a thread, default 4). 1 when the frame begun is for row mode. */
+ * on 2 or more threads whose weights are small (kyutai-small's) is run
+ * best by rows: each thread takes its share of the rows through every
+ * step (its products over its rows, the weights read once per thread and
+ * step), with no barrier inside the frame, so the caller (kyutai.c) runs
+ * the frame's steps and samples as one parallel phase; below, and for a
+ * large depformer, frame mode (below). Step by step, mt_depformer_next
+ * splits each product by columns over the threads (the weights read once
+ * per step) where they are large: one pool phase a step, the threads
+ * taking each product's columns in chunks and waiting for each other only
+ * between stages (MT_DEPFORMER_FUSED=0 in the environment: a phase per
+ * product, as before, for benchmarks; MT_DEPFORMER_CHUNKS=n, 1..64: n
+ * chunks a thread, default 4). 1 when the frame begun is for row mode. */
 enum { MT_DEPFORMER_ROWS_MIN = 8 };
 int  mt_depformer_rows_split(const mt_depformer *df);
+/* Frame mode: the frame begun, every step and its sampling, as one phase
+ * of the decoder's threads (depformer.c, "the frame as one phase"): each
+ * product split by columns in fixed halves, the attention and the
+ * sampling by rows, a barrier between stages. sample(ctx, k, r0, r1, tid)
+ * runs on thread tid once step k's logits [B, card] are complete, and
+ * writes the tokens of rows [r0, r1) to tok [B] (step 0 reads tok as the
+ * text tokens, step k+1 as step k's). mt_depformer_frame_split: 1 when
+ * the frame begun runs best so (a host depformer attached, 2 or more
+ * threads, and under MT_DEPFORMER_ROWS_MIN rows or a large depformer;
+ * MT_DEPFORMER_FRAME=0 in the environment: never, =1: wherever it can
+ * run, for benchmarks and tests); mt_depformer_rows_split is then 0.
+ * run_frame: 0, or -1 (not available) with mt_depformer_error's message. */
+typedef void (*mt_dep_sample_fn)(void *ctx, int k, int r0, int r1, int tid);
+int  mt_depformer_frame_split(const mt_depformer *df);
+int  mt_depformer_run_frame(mt_depformer *df, int32_t *tok, float *logits,
+                            mt_dep_sample_fn sample, void *ctx);
 /* Step k for rows [r0, r1) only, on the calling thread, which is thread
  * tid of the decoder's (its scratch); prev [B] and logits [B, card] are
  * the frame's whole arrays (rows r0..r1-1 read and written). Inside an

@@ -3,6 +3,7 @@
  * Kyutai's sampling with a generator per session. */
 #include "util/errmsg.h"
 #include "util/clock.h"
+#include "util/grow.h"
 #include "util/rng.h"
 #include "speech/kyutai.h"
 #include "decode/depformer.h"
@@ -137,7 +138,7 @@ int mt_kyutai_gen_create_with(const mt_kyutai_lm *lm, mt_decoder *dec, int max_b
     g->x = malloc(R * D * sizeof(float));
     g->h = malloc(R * D * sizeof(float));
     g->tlog = malloc(R * (size_t)kc->text_card_out * sizeof(float));
-    g->dlog = malloc(R * (size_t)kc->card * sizeof(float));
+    g->dlog = mt_alloc_lines(R * (size_t)kc->card * sizeof(float));   /* column halves */
     g->in = malloc(R * (size_t)(1 + kc->n_q) * sizeof(int32_t));
     g->tok = malloc(R * sizeof(int32_t));
     g->text = malloc(R * sizeof(int32_t));
@@ -496,26 +497,35 @@ struct dep_frame {
     double sample_ns;          /* thread 0's sampling */
 };
 
-static void dep_frame_phase(void *ctx, int tid, int nt)
+/* Step k's rows [r0, r1) once its logits are made, on thread tid: their
+ * logits kept where asked, their tokens sampled into tok and audio. */
+static void dep_frame_sample(void *ctx, int k, int r0, int r1, int tid)
 {
     struct dep_frame *j = ctx;
     mt_kyutai_gen *g = j->g;
     const mt_kyutai_config *kc = &g->lm->kc;
     const int Q = kc->dep_q;
+    if (j->out->dep_logits)
+        for (int r = r0; r < r1; r++)
+            memcpy(j->out->dep_logits + ((size_t)r * Q + k) * kc->card,
+                   g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
+    uint64_t ts = mt_clock_ns();
+    sample_range(g, j->sess, k, r0, r1, tid);
+    for (int r = r0; r < r1; r++)
+        g->audio[(size_t)r * Q + k] = g->tok[r];
+    if (tid == 0)
+        j->sample_ns += (double)(mt_clock_ns() - ts);
+}
+
+static void dep_frame_phase(void *ctx, int tid, int nt)
+{
+    struct dep_frame *j = ctx;
+    mt_kyutai_gen *g = j->g;
     int r0, r1;
     share(j->B, tid, nt, &r0, &r1);
-    for (int k = 0; k < Q; k++) {
+    for (int k = 0; k < g->lm->kc.dep_q; k++) {
         mt_depformer_next_rows(g->df, k, r0, r1, g->tok, g->dlog, tid);
-        if (j->out->dep_logits)
-            for (int r = r0; r < r1; r++)
-                memcpy(j->out->dep_logits + ((size_t)r * Q + k) * kc->card,
-                       g->dlog + (size_t)r * kc->card, (size_t)kc->card * sizeof(float));
-        uint64_t ts = mt_clock_ns();
-        sample_range(g, j->sess, k, r0, r1, tid);
-        for (int r = r0; r < r1; r++)
-            g->audio[(size_t)r * Q + k] = g->tok[r];
-        if (tid == 0)
-            j->sample_ns += (double)(mt_clock_ns() - ts);
+        dep_frame_sample(j, k, r0, r1, tid);
     }
 }
 
@@ -701,6 +711,15 @@ static int depformer_frame(mt_kyutai_gen *g, int B, mt_kyutai_sess *const *sess,
     int on_device = g->dev_sample && !out->dep_logits;
     if (on_device)
         return dep_frame_device(g, sess, B, err, errlen);
+    if (mt_depformer_frame_split(g->df)) {
+        struct dep_frame j = { g, sess, out, B, 0 };
+        if (mt_depformer_run_frame(g->df, g->tok, g->dlog, dep_frame_sample, &j)) {
+            mt_set_err(err, errlen, "kyutai: %s", mt_depformer_error(g->df));
+            return -1;
+        }
+        *sample_ns = j.sample_ns;
+        return 0;
+    }
     if (mt_depformer_rows_split(g->df)) {
         struct dep_frame j = { g, sess, out, B, 0 };
         mt_decoder_parallel(g->dec, dep_frame_phase, &j);

@@ -28,3 +28,12 @@ int mt_grow(void *bufp, size_t *cap, size_t need, size_t elem, size_t first)
     *cap = nc;
     return 0;
 }
+
+void *mt_alloc_lines(size_t n)
+{
+    void *p = NULL;
+    if (n > SIZE_MAX - 63)
+        return NULL;
+    size_t lines = (n + 63) / 64 * 64;
+    return posix_memalign(&p, 64, lines ? lines : 64) == 0 ? p : NULL;
+}

@@ -3,7 +3,10 @@
  * columns taken in chunks, gives the logits of the same depformer on one
  * thread bit for bit, for every weight format (q8, f16, f32), over two
  * frames (the stage counters start again each step); and so does the
- * phase-per-product column mode it replaced (MT_DEPFORMER_FUSED=0).
+ * phase-per-product column mode it replaced (MT_DEPFORMER_FUSED=0); and
+ * frame mode (the whole frame one phase, its tokens from a sampler called
+ * on each thread's rows, mt_depformer_run_frame) at B = 1 and 2, and with
+ * q8 at 9 (the rows split 5 and 4), forced on with MT_DEPFORMER_FRAME=1.
  * Model: synthetic:kyutai-small (8 steps, 4 layers, widths of 256 and
  * 672, multiples of the q8 block), column mode forced on its small
  * depformer_in (mt_depformer_columns_from). */
@@ -17,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAXB = 2, FRAMES = 2 };
+enum { MAXB = 9, FRAMES = 2 };
 
 static mt_decoder *make_dec(const mt_kyutai_lm *lm, int threads, mt_num_format w)
 {
@@ -34,18 +37,50 @@ static mt_decoder *make_dec(const mt_kyutai_lm *lm, int threads, mt_num_format w
     return d;
 }
 
+/* Row r's token before step k of frame f: the text's at k = 0, else
+ * the audio token of step k - 1 (row 1's at step 3 a -1: no embedding). */
+static int32_t prev_token(const mt_kyutai_config *kc, int f, int k, int r)
+{
+    return r == 1 && k == 3 ? -1
+           : (k == 0 ? (7 * r + 5 * f + 1) % kc->text_card : (13 * k + 3 * r + f) % kc->card);
+}
+
+/* Frame mode's sampler: step k's logits of rows [r0, r1) kept, and the
+ * next step's tokens as prev_token makes them. */
+struct sampler {
+    const mt_kyutai_config *kc;
+    int f, B;
+    const float *logits;
+    float *out;       /* [dep_q][B][card] this frame's */
+    int32_t *tok;
+};
+
+static void sample_rows(void *ctx, int k, int r0, int r1, int tid)
+{
+    struct sampler *s = ctx;
+    const size_t card = (size_t)s->kc->card;
+    (void)tid;
+    for (int r = r0; r < r1; r++) {
+        memcpy(s->out + ((size_t)k * s->B + r) * card, s->logits + (size_t)r * card,
+               card * sizeof(float));
+        s->tok[r] = prev_token(s->kc, s->f, k + 1, r);
+    }
+}
+
 /* FRAMES frames of B rows through a depformer attached to a decoder of
- * `threads` threads (column mode forced where columns): every step's
- * logits into out [FRAMES][dep_q][B][card]; its mode into mode. */
-static int frames(const mt_kyutai_lm *lm, int threads, mt_num_format w, int columns, int B,
-                  float *out, char *mode, size_t cap)
+ * `threads` threads (column mode forced where columns; whole frames in
+ * frame mode where frame): every step's logits into out
+ * [FRAMES][dep_q][B][card]; its mode into mode. */
+static int frames(const mt_kyutai_lm *lm, int threads, mt_num_format w, int columns, int frame,
+                  int B, float *out, char *mode, size_t cap)
 {
     const mt_kyutai_config *kc = &lm->kc;
     mt_decoder *d = make_dec(lm, threads, w);
     mt_depformer *df = NULL;
     char err[256] = "";
     float *h = malloc((size_t)B * kc->dim * sizeof(float));
-    int rc = !d || !h || mt_depformer_create(lm, MAXB, &df, err, sizeof err) ||
+    float *logits = malloc((size_t)B * kc->card * sizeof(float));
+    int rc = !d || !h || !logits || mt_depformer_create(lm, MAXB, &df, err, sizeof err) ||
              mt_depformer_attach(df, d, err, sizeof err);
     if (!rc && columns)
         mt_depformer_columns_from(df, 0);
@@ -53,12 +88,20 @@ static int frames(const mt_kyutai_lm *lm, int threads, mt_num_format w, int colu
         for (size_t i = 0; i < (size_t)B * kc->dim; i++)   /* a made-up temporal output */
             h[i] = (float)((int)((i * 37 + (size_t)f * 11) % 29) - 14) / 7.0f;
         rc = mt_depformer_begin(df, B, h);
+        if (!rc && frame) {
+            int32_t tok[MAXB];
+            for (int r = 0; r < B; r++)
+                tok[r] = prev_token(kc, f, 0, r);
+            struct sampler s = { kc, f, B, logits, out + (size_t)f * kc->dep_q * B * kc->card,
+                                 tok };
+            rc = !mt_depformer_frame_split(df) ||
+                 mt_depformer_run_frame(df, tok, logits, sample_rows, &s);
+            continue;
+        }
         for (int k = 0; !rc && k < kc->dep_q; k++) {
             int32_t prev[MAXB];
-            for (int r = 0; r < B; r++)   /* row 1's step 3 embeds a -1: zero */
-                prev[r] = r == 1 && k == 3 ? -1
-                          : (k == 0 ? (7 * r + 5 * f + 1) % kc->text_card
-                                    : (13 * k + 3 * r + f) % kc->card);
+            for (int r = 0; r < B; r++)
+                prev[r] = prev_token(kc, f, k, r);
             rc = mt_depformer_next(df, k, prev,
                                    out + ((size_t)f * kc->dep_q + k) * B * kc->card);
         }
@@ -69,6 +112,7 @@ static int frames(const mt_kyutai_lm *lm, int threads, mt_num_format w, int colu
     mt_depformer_free(df);
     mt_decoder_free(d);
     free(h);
+    free(logits);
     return rc ? -1 : 0;
 }
 
@@ -79,8 +123,8 @@ static void test_columns(const mt_kyutai_lm *lm, mt_num_format w, int B, const c
     float *one = calloc(n, sizeof(float)), *two = calloc(n, sizeof(float));
     char m1[32] = "", m2[32] = "";
     setenv("MT_DEPFORMER_FUSED", fused, 1);
-    int good = one && two && frames(lm, 1, w, 0, B, one, m1, sizeof m1) == 0 &&
-               frames(lm, 2, w, 1, B, two, m2, sizeof m2) == 0;
+    int good = one && two && frames(lm, 1, w, 0, 0, B, one, m1, sizeof m1) == 0 &&
+               frames(lm, 2, w, 1, 0, B, two, m2, sizeof m2) == 0;
     size_t differ = 0, zero = 0;
     for (size_t i = 0; good && i < n; i++) {
         differ += memcmp(&one[i], &two[i], sizeof(float)) != 0;
@@ -94,6 +138,30 @@ static void test_columns(const mt_kyutai_lm *lm, mt_num_format w, int B, const c
     free(two);
 }
 
+/* Frame mode on 2 threads against the steps on one, bit for bit. */
+static void test_frame(const mt_kyutai_lm *lm, mt_num_format w, int B)
+{
+    const mt_kyutai_config *kc = &lm->kc;
+    size_t n = (size_t)FRAMES * kc->dep_q * B * kc->card;
+    float *one = calloc(n, sizeof(float)), *two = calloc(n, sizeof(float));
+    char m1[32] = "", m2[32] = "";
+    setenv("MT_DEPFORMER_FRAME", "0", 1);
+    int good = one && two && frames(lm, 1, w, 0, 0, B, one, m1, sizeof m1) == 0;
+    setenv("MT_DEPFORMER_FRAME", "1", 1);
+    good = good && frames(lm, 2, w, 0, 1, B, two, m2, sizeof m2) == 0;
+    unsetenv("MT_DEPFORMER_FRAME");
+    size_t differ = 0, zero = 0;
+    for (size_t i = 0; good && i < n; i++) {
+        differ += memcmp(&one[i], &two[i], sizeof(float)) != 0;
+        zero += one[i] == 0.0f;
+    }
+    ok(good && differ == 0 && zero < n / 100 && !strcmp(m1, m2),
+       "%s B=%d: frame mode on 2 threads gives 1 thread's logits bit for bit "
+       "(%zu of %zu differ; modes %s, %s)", mt_num_format_name(w), B, differ, n, m1, m2);
+    free(one);
+    free(two);
+}
+
 int main(void)
 {
     mt_kyutai_lm *lm = NULL;
@@ -103,8 +171,15 @@ int main(void)
         return tap_done();
     static const mt_num_format fmt[] = { MT_FMT_Q8, MT_FMT_F16, MT_FMT_F32 };
     for (size_t i = 0; i < sizeof fmt / sizeof fmt[0]; i++)
-        for (int B = 1; B <= MAXB; B++)
+        for (int B = 1; B <= 2; B++)
             test_columns(lm, fmt[i], B, "1");
+    /* at 9 rows (past the f16 rows) the f16 and f32 copies' products are
+     * OpenBLAS's sgemm, whose bits move with the columns a call has: q8's
+     * alone are the same in any column range */
+    for (size_t i = 0; i < sizeof fmt / sizeof fmt[0]; i++)
+        for (int B = 1; B <= 2; B++)
+            test_frame(lm, fmt[i], B);
+    test_frame(lm, MT_FMT_Q8, MAXB);
     test_columns(lm, MT_FMT_Q8, 1, "0");
     test_columns(lm, MT_FMT_Q8, 2, "0");
     unsetenv("MT_DEPFORMER_FUSED");
