@@ -473,8 +473,9 @@ static void sample_phase(void *ctx, int tid, int nt)
  * step k, the rows split over the decoder's threads from SAMPLE_POOL_ROWS
  * rows on: below, a row's few microseconds are less than a phase's
  * barrier, which on a loaded machine waits for a descheduled thread
- * (bench/RESULTS.md, issue 49). From there on the depformer's steps
- * sample inside its own phase (row mode), so only the text is posted. */
+ * (bench/RESULTS.md, issue 49). On 2 or more threads the depformer's
+ * steps sample inside its own phase (row mode, frame mode), so there
+ * only the text is posted. */
 enum { SAMPLE_POOL_ROWS = MT_DEPFORMER_ROWS_MIN };
 
 static void sample_rows(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, int step)
@@ -488,7 +489,9 @@ static void sample_rows(mt_kyutai_gen *g, mt_kyutai_sess *const *sess, int B, in
 
 /* The depformer's frame in row mode (mt_depformer_rows_split): each
  * thread its rows through every step, each step's tokens sampled at once,
- * no barrier until the frame's end. */
+ * no barrier until the frame's end; or in frame mode
+ * (mt_depformer_frame_split), the depformer's one phase calling
+ * dep_frame_sample on each thread's rows after each step. */
 struct dep_frame {
     mt_kyutai_gen *g;
     mt_kyutai_sess *const *sess;
