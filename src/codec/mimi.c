@@ -553,15 +553,20 @@ static int fused_add(const mimi_batch *w, const mimi_graph *g, int i)
 }
 
 /* Whether op i, an ELU, is applied by the convolution after it as the
- * direct kernel pads its input (mimi_direct_pad): that convolution reads
- * its output and nothing else does (mimi_graph_conv's and
- * mimi_graph_residual's scratch), and runs on the direct kernel. */
-static int fused_elu(const mimi_batch *w, const mimi_graph *g, int i)
+ * direct kernel pads its input (mimi_direct_pad): that convolution
+ * (ordinary or transposed) reads its output and nothing else does
+ * (mimi_graph_conv's and mimi_graph_residual's scratch), and runs on the
+ * direct kernel for these B sessions. */
+static int fused_elu(const mimi_batch *w, const mimi_graph *g, int i, int B)
 {
     const mimi_op *o = &g->op[i], *n = i + 1 < g->n ? &g->op[i + 1] : NULL;
-    return !w->no_fuse && n && n->kind == MIMI_OP_CONV && n->src == o->dst && o->src != MIMI_BUF_IO &&
-           o->dst != MIMI_BUF_IO && o->n == (size_t)n->cv->cin * n->cv->tin &&
-           mimi_conv_direct(w, n->cv);
+    if (w->no_fuse || !n || (n->kind != MIMI_OP_CONV && n->kind != MIMI_OP_CONVTR) ||
+        n->src != o->dst || o->src == MIMI_BUF_IO || o->dst == MIMI_BUF_IO ||
+        o->n != (size_t)n->cv->cin * n->cv->tin)
+        return 0;
+    return n->kind == MIMI_OP_CONV     ? mimi_conv_direct(w, n->cv)
+           : n->kind == MIMI_OP_CONVTR ? mimi_convtr_direct(w, n->cv, B)
+                                       : 0;
 }
 
 static void run_graph_call(void *arg)
@@ -585,8 +590,8 @@ static void run_graph_call(void *arg)
         const mimi_op *o = &g->op[i];
         const float *src = o->src == MIMI_BUF_IO ? pcm_in : A[o->src];
         float *dst = o->dst == MIMI_BUF_IO ? pcm_out : A[o->dst];
-        if (elu_in && o->kind == MIMI_OP_CONV)   /* its input before the ELU skipped */
-            src = pre;
+        if (elu_in && (o->kind == MIMI_OP_CONV || o->kind == MIMI_OP_CONVTR))
+            src = pre;   /* its input before the ELU skipped */
         double t0 = now_s(w);
         int fused = 0;
         mimi_rvq_span rg = mimi_rvq_group(m, o->which);
@@ -602,9 +607,9 @@ static void run_graph_call(void *arg)
                 mimi_conv_fwd(o->cv, w, S, B, src, dst, elu_in);
             }
             break;
-        case MIMI_OP_CONVTR:      mimi_convtr_fwd(o->cv, w, S, B, src, dst); break;
+        case MIMI_OP_CONVTR:      mimi_convtr_fwd(o->cv, w, S, B, src, dst, elu_in); break;
         case MIMI_OP_ELU:
-            if (fused_elu(w, g, i)) {   /* the convolution after it applies it */
+            if (fused_elu(w, g, i, B)) {   /* the convolution after it applies it */
                 elu_in = MIMI_FUSE_ELU;
                 pre = src;
                 continue;
@@ -623,7 +628,7 @@ static void run_graph_call(void *arg)
         w->op_s[i] = dt;
         if (fused)   /* the add after it is done */
             w->op_s[++i] = 0;
-        if (o->kind == MIMI_OP_CONV)
+        if (o->kind == MIMI_OP_CONV || o->kind == MIMI_OP_CONVTR)
             elu_in = 0;
     }
     w->op_n = g->n;

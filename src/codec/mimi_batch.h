@@ -132,8 +132,9 @@ void mimi_par_elt(mimi_batch *w, int kind, float *dst, const float *src, size_t 
 /* mimi_seanet.c: Y [cout][B*tout] = conv(state ++ X [cin][B*tin]), and
  * a transposed convolution's Y [cout][B*tin*stride] with the overlap
  * pending from the last frame; the sessions' states updated. Where
- * mimi_conv_direct says the direct kernel runs cv, the ops beside it
- * fused (fuse): MIMI_FUSE_ELU, conv(state ++ ELU(X)), the ELU applied as
+ * mimi_conv_direct (mimi_convtr_direct) says the direct kernel runs cv,
+ * the ops beside it fused (fuse; a transposed convolution MIMI_FUSE_ELU
+ * alone): MIMI_FUSE_ELU, conv(state ++ ELU(X)), the ELU applied as
  * the input is padded (the context kept is ELU's); MIMI_FUSE_ADD, Y += the
  * conv, the residual's sum made as the kernel stores. Same bits as the
  * ops one after the other. */
@@ -142,6 +143,10 @@ void mimi_conv_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int
                    float *Y, int fuse);
 int  mimi_conv_direct(const mimi_batch *w, const mimi_conv *cv);
 void mimi_convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
-                     const float *X, float *Y);
+                     const float *X, float *Y, int fuse);
+/* Whether the transposed convolution cv of B sessions runs on the direct
+ * tile (mimi_convtr.c's phases), where MIMI_FUSE_ELU fuses the ELU before
+ * it into its pad (its only input read: no context of inputs). */
+int  mimi_convtr_direct(const mimi_batch *w, const mimi_conv *cv, int B);
 
 #endif

@@ -80,12 +80,12 @@ void mimi_trd_weights(const mimi_conv *cv, float *wt)
     }
 }
 
-void mimi_trd_pad(const mimi_conv *cv, const float *x, float *P)
+void mimi_trd_pad(const mimi_conv *cv, const float *x, float *P, int elu)
 {
-    static const float zeros[TRD_MMAX];
+    static const float zeros[TRD_MMAX];   /* ELU(0) is 0: no context to fuse */
     mimi_conv pc;
     mimi_trd_phase(cv, &pc);
-    mimi_direct_pad(&pc, zeros, x, P, 0);
+    mimi_direct_pad(&pc, zeros, x, P, elu);
 }
 
 /* items of one phase: channel blocks x step tiles, then one a channel

@@ -203,7 +203,7 @@ void   mimi_trd_phase(const mimi_conv *cv, mimi_conv *pc);
 size_t mimi_trd_pad_floats(const mimi_conv *cv);
 size_t mimi_trd_out_floats(const mimi_conv *cv);
 void   mimi_trd_weights(const mimi_conv *cv, float *wt);
-void   mimi_trd_pad(const mimi_conv *cv, const float *x, float *P);
+void   mimi_trd_pad(const mimi_conv *cv, const float *x, float *P, int elu);
 int    mimi_trd_phase_tiles(const mimi_conv *cv);
 void   mimi_trd_tile(const mimi_conv *cv, const float *wt, const float *P, int p, int i, float *O,
                      float *part);

@@ -311,7 +311,7 @@ static void it_trd_pad(mimi_batch *w, const par_job *j, int it, int tid)
     (void)tid;
     for (int ci = it % ng * PAD_CH; ci < cv->cin && ci < (it % ng + 1) * PAD_CH; ci++)
         mimi_trd_pad(cv, j->X + (size_t)ci * Nin + (j->n0 + lb) * cv->tin,
-                     w->col + lb * trd_session_floats(cv) + ci * per);
+                     w->col + lb * trd_session_floats(cv) + ci * per, j->elu);
 }
 
 static void it_trd_tile(mimi_batch *w, const par_job *j, int it, int tid)
@@ -336,18 +336,26 @@ static void it_trd_scatter(mimi_batch *w, const par_job *j, int it, int tid)
 
 /* Y [cout][B*tin*stride] = transposed conv of X [cin][B*tin], plus the
  * overlap pending from the last frame; the new overlap (without bias) kept. */
+int mimi_convtr_direct(const mimi_batch *w, const mimi_conv *cv, int B)
+{
+    return direct_weights(w, cv) && cv->tin >= 16 && !conv_q8_mat(w, cv, (size_t)B * cv->tin);
+}
+
 void mimi_convtr_fwd(const mimi_conv *cv, mimi_batch *w, mimi_state *const *S, int B,
-                       const float *X, float *Y)
+                       const float *X, float *Y, int fuse)
 {
     const int cin = cv->cin, cout = cv->cout, k = cv->k, st = cv->stride;
     const int tin = cv->tin, tout = cv->tout, ctx = cv->ctx;
     const size_t N = (size_t)B * tin, Nout = (size_t)B * tout;
     const float *wt = direct_weights(w, cv);
     float *part = w->part;   /* [B][cout][ctx] */
+    if (fuse && !mimi_convtr_direct(w, cv, B))   /* the caller asks mimi_convtr_direct first */
+        return;
     memset(part, 0, (size_t)B * cout * ctx * sizeof(float));
-    if (wt && cv->tin >= 16 && !conv_q8_mat(w, cv, N)) {   /* mimi_convtr.c's phases, as many sessions as w->col holds */
+    if (mimi_convtr_direct(w, cv, B)) {   /* mimi_convtr.c's phases, as many sessions as w->col holds */
         const int G = (int)(w->col_floats / trd_session_floats(cv));
-        w->job = (par_job){ .cv = cv, .B = B, .X = X, .Y = Y, .wt = wt };
+        w->job = (par_job){ .cv = cv, .B = B, .X = X, .Y = Y, .wt = wt,
+                            .elu = (fuse & MIMI_FUSE_ELU) != 0 };
         for (int b0 = 0; b0 < B; b0 += G) {
             int nb = B - b0 < G ? B - b0 : G;
             w->job.n0 = (size_t)b0;
