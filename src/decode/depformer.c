@@ -79,7 +79,8 @@ struct mt_depformer {
     } job;
     /* column mode as one phase a step (step_fused): each stage's chunk
      * counters, reset before the step; its k, prev and logits */
-    struct dep_stage { atomic_int claim, done, ready; } *stage; /* [2 + 5 layers] */
+    struct dep_stage { atomic_int claim, done, ready; } *stage; /* [2 + 5 layers], frame
+                                                                    mode [frame_stages] */
     int   fused;      /* 0: a phase per product instead (MT_DEPFORMER_FUSED=0) */
     int   frame_env;  /* MT_DEPFORMER_FRAME: 0 never frame mode, 1 wherever it can run,
                          -1 (unset) mt_depformer_frame_split's choice */
@@ -91,12 +92,10 @@ struct mt_depformer {
     int   fused_k;
     const int32_t *fused_prev;
     float *fused_logits;
-    /* frame mode (mt_depformer_run_frame): each thread's normed rows, the
-     * phase's barrier and what the frame samples with */
+    /* frame mode (mt_depformer_run_frame): each thread's normed rows and
+     * what the frame samples with (its stage counters in stage[]) */
     float *xnt;       /* [nthreads][maxb][dd] */
-    _Alignas(64) atomic_uint bar_gen;
-    atomic_int bar_count;
-    _Alignas(64) mt_dep_sample_fn sample;
+    mt_dep_sample_fn sample;
     void *sample_ctx;
     int32_t *frame_tok;
     float *frame_logits;
@@ -134,6 +133,7 @@ void mt_depformer_free(mt_depformer *df)
 }
 
 static int n_stages(const mt_kyutai_config *kc);
+static int frame_stages(const mt_kyutai_config *kc);
 
 /* A depformer of lm for max_batch rows, zeroed but for those two; NULL
  * with err when out of memory. */
@@ -179,7 +179,7 @@ int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **ou
     df->gu = mt_alloc_lines(R * 2 * (size_t)kc->dep_ffn * sizeof(float));
     df->kv = malloc((size_t)kc->dep_layers * R * 2 * kc->dep_q * dd * sizeof(float));
     df->score = malloc((size_t)kc->dep_q * sizeof(float));
-    df->stage = calloc((size_t)n_stages(kc), sizeof *df->stage);
+    df->stage = calloc((size_t)frame_stages(kc), sizeof *df->stage);   /* frame mode's are more */
     /* column mode serves batches up to MT_DEPFORMER_ROWS_MIN, frame mode
      * every batch */
     df->xin_rows = max_batch;
@@ -857,33 +857,16 @@ static void step_fused(mt_depformer *df, int k, const int32_t *prev, float *logi
  * mode reads them once, each thread its columns, but a phase per step
  * (and one to sample) and the chunks' claims and input quantisations
  * cost more than that saved. Here the whole frame is one phase: every
- * product split by columns in two fixed halves (one quantisation of its
- * input per thread), the attention, the sampling (mt_depformer_run_frame's
- * sample, each thread its rows) and the next step's input by rows, a
- * barrier between stages (22 a step); each thread norms every row itself
- * into its own xn (a row of 256 is less than a barrier). The bits are
- * those of the other modes: a column's value does not depend on the
- * columns beside it (test_depformer). */
-
-/* Waits for every thread of nt: the last to arrive starts the next
- * generation; the others spin, and past a while yield (the one they wait
- * for may want this core). */
-static void frame_barrier(mt_depformer *df, int nt)
-{
-    enum { SPIN_PAUSES = 4096 };
-    unsigned gen = atomic_load_explicit(&df->bar_gen, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&df->bar_count, 1, memory_order_acq_rel) == nt - 1) {
-        atomic_store_explicit(&df->bar_count, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&df->bar_gen, 1, memory_order_acq_rel);
-        return;
-    }
-    for (unsigned i = 0; atomic_load_explicit(&df->bar_gen, memory_order_acquire) == gen; i++) {
-        if (i < SPIN_PAUSES)
-            dep_relax();
-        else
-            sched_yield();
-    }
-}
+ * product cut by columns in as many pieces as threads (one quantisation
+ * of its input a piece), the attention, the sampling
+ * (mt_depformer_run_frame's sample) and the next step's input by rows,
+ * each stage's pieces taken from its counter and the next stage begun
+ * when they are all done (22 stages a step); each thread norms every row
+ * itself into its own xn (a row of 256 is less than a wait). Pieces, not
+ * fixed halves: with a third busy thread on the two cores, fixed halves
+ * and a barrier between stages took 3.5 ms at B = 1 in one run against
+ * 0.9 on one thread. The bits are those of the other modes: a column's
+ * value does not depend on the columns beside it (test_depformer). */
 
 /* x rows [r0, r1) of step k's input: depformer_in[k] . h (xin) + the
  * embedding of the row's previous token (-1: none), as fused_input. */
@@ -902,58 +885,116 @@ static void frame_input_rows(mt_depformer *df, int k, int r0, int r1)
     }
 }
 
-/* Job j's columns of thread tid (a fixed half: one quantisation of X). */
-static void frame_cols(mt_depformer *df, struct dep_job *j, const float *xn, int tid, int nt)
+/* The frame's stages in order: 0 depformer_in of every step (piece p of
+ * step p / nt), 1 step 0's input rows, then per step its n_stages - 1
+ * (the layers' five, the linears) and its sampling (with the next step's
+ * input rows): FRAME_FIRST + k * FRAME_PER(kc) + s - 1, s = 1 ..
+ * n_stages (n_stages: the sampling). */
+enum { FRAME_FIRST = 2 };
+static int frame_per(const mt_kyutai_config *kc) { return n_stages(kc); }
+static int frame_stages(const mt_kyutai_config *kc)
 {
-    int lo, hi;
-    if (j->X == df->xn)   /* the normed input: this thread's own copy */
-        j->X = xn;
-    slice(j->N, tid, nt, &lo, &hi);
-    do_cols(df, j, df->B, lo, hi);
+    return FRAME_FIRST + kc->dep_q * frame_per(kc);
 }
 
-static void frame_phase(void *ctx, int tid, int nt)
+/* Rows [*r0, *r1) of piece c of n over B. */
+static void frame_rows(int B, int c, int n, int *r0, int *r1)
 {
-    mt_depformer *df = ctx;
-    const mt_kyutai_lm *lm = df->lm;
-    const mt_kyutai_config *kc = &lm->kc;
-    const int B = df->B, dd = kc->dep_dim, Q = kc->dep_q, L = kc->dep_layers;
-    const int ns = n_stages(kc);
-    float *xn = df->xnt + (size_t)tid * df->maxb * dd, *score = df->score + (size_t)tid * Q;
-    int r0, r1;   /* this thread's rows */
-    {
-        int per = (B + nt - 1) / nt;
-        r0 = tid * per < B ? tid * per : B;
-        r1 = r0 + per < B ? r0 + per : B;
+    int per = (B + n - 1) / n;
+    *r0 = c * per < B ? c * per : B;
+    *r1 = *r0 + per < B ? *r0 + per : B;
+}
+
+/* Waits until every piece of stage st is done: spins, and past a while
+ * yields the CPU (the thread with the piece in hand may want this core). */
+static void frame_wait(const struct dep_stage *st, int n)
+{
+    enum { SPIN_PAUSES = 2048 };
+    for (unsigned i = 0; atomic_load_explicit(&st->done, memory_order_acquire) < n; i++) {
+        if (i < SPIN_PAUSES)
+            dep_relax();
+        else
+            sched_yield();
     }
-    for (int k = 0; k < Q; k++) {   /* depformer_in of every step: xin[k] = . h */
-        const float *norm;
+}
+
+/* Piece c of n of stage g (frame_stages' numbering) on this thread: xn
+ * its normed rows, score its attention weights. */
+static void frame_piece(mt_depformer *df, int g, int c, int n, float *xn, float *score, int tid)
+{
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int B = df->B, dd = kc->dep_dim;
+    const float *norm;
+    int lo, hi;
+    if (g == 0) {   /* depformer_in of step c / n, its piece c % n */
+        int k = c / n;
         struct dep_job j = stage_job(df, k, 0, 0, df->frame_tok, df->frame_logits, &norm);
         j.Y = df->xin + (size_t)k * B * dd;
         j.emb = NULL;
-        frame_cols(df, &j, xn, tid, nt);
+        slice(j.N, c % n, n, &lo, &hi);
+        do_cols(df, &j, B, lo, hi);
+        return;
     }
-    frame_barrier(df, nt);
-    frame_input_rows(df, 0, r0, r1);
-    frame_barrier(df, nt);
-    for (int k = 0; k < Q; k++) {
-        for (int s = 1; s < ns; s++) {
-            const float *norm;
-            struct dep_job j = stage_job(df, k, s, 0, df->frame_tok, df->frame_logits, &norm);
-            if (norm)   /* every row, into this thread's xn */
-                rmsnorm_rows(xn, df->x, norm, B, dd, kc->eps);
-            if (j.op == JOB_ATTEND)
-                attend_rows(df, j.l, j.k, r0, r1, score);
-            else
-                frame_cols(df, &j, xn, tid, nt);
-            frame_barrier(df, nt);
+    if (g == 1) {
+        frame_rows(B, c, n, &lo, &hi);
+        frame_input_rows(df, 0, lo, hi);
+        return;
+    }
+    const int k = (g - FRAME_FIRST) / frame_per(kc), s = (g - FRAME_FIRST) % frame_per(kc) + 1;
+    if (s == n_stages(kc)) {   /* the sampling, then the next step's input */
+        frame_rows(B, c, n, &lo, &hi);
+        if (hi > lo)
+            df->sample(df->sample_ctx, k, lo, hi, tid);
+        if (k + 1 < kc->dep_q)
+            frame_input_rows(df, k + 1, lo, hi);
+        return;
+    }
+    struct dep_job j = stage_job(df, k, s, 0, df->frame_tok, df->frame_logits, &norm);
+    if (j.op == JOB_ATTEND) {
+        frame_rows(B, c, n, &lo, &hi);
+        attend_rows(df, j.l, j.k, lo, hi, score);
+        return;
+    }
+    if (j.X == df->xn)   /* the normed input: this thread's own copy */
+        j.X = xn;
+    slice(j.N, c, n, &lo, &hi);
+    do_cols(df, &j, B, lo, hi);
+}
+
+/* The frame's phase on thread tid of nt: every stage in order, its
+ * pieces (nt of them, dep_q * nt for stage 0) taken from its counter, so
+ * that a thread another process holds off its core finds its pieces
+ * done by the one that ran, not waited for at every stage. A thread that
+ * takes a piece of a stage whose products read the normed rows first
+ * norms every row into its own xn. */
+static void frame_phase(void *ctx, int tid, int nt)
+{
+    mt_depformer *df = ctx;
+    const mt_kyutai_config *kc = &df->lm->kc;
+    const int dd = kc->dep_dim, ng = frame_stages(kc);
+    float *xn = df->xnt + (size_t)tid * df->maxb * dd, *score = df->score + (size_t)tid * kc->dep_q;
+    for (int g = 0; g < ng; g++) {
+        struct dep_stage *st = &df->stage[g];
+        const int n = g == 0 ? kc->dep_q * nt : nt;
+        if (g > 0)
+            frame_wait(&df->stage[g - 1], g == 1 ? kc->dep_q * nt : nt);
+        int normed = g < FRAME_FIRST;
+        for (int c; (c = atomic_fetch_add_explicit(&st->claim, 1, memory_order_acq_rel)) < n;) {
+            if (!normed) {   /* once a piece is held, x is the stage's own: no later
+                                stage runs before this one is done */
+                const int k = (g - FRAME_FIRST) / frame_per(kc);
+                const int s = (g - FRAME_FIRST) % frame_per(kc) + 1;
+                const float *norm = NULL;
+                if (s < n_stages(kc))
+                    stage_job(df, k, s, 0, df->frame_tok, df->frame_logits, &norm);
+                if (norm)   /* every row, into this thread's xn */
+                    rmsnorm_rows(xn, df->x, norm, df->B, dd, kc->eps);
+                normed = 1;
+            }
+            frame_piece(df, g, c, g == 0 ? nt : n, xn, score, tid);
+            atomic_fetch_add_explicit(&st->done, 1, memory_order_acq_rel);
         }
-        df->sample(df->sample_ctx, k, r0, r1, tid);   /* this thread's rows' tokens */
-        if (k + 1 < Q)
-            frame_input_rows(df, k + 1, r0, r1);
-        frame_barrier(df, nt);
     }
-    (void)L;
 }
 
 static int columns_split(const mt_depformer *df);
@@ -988,7 +1029,10 @@ int mt_depformer_run_frame(mt_depformer *df, int32_t *tok, float *logits,
     df->sample_ctx = ctx;
     df->frame_tok = tok;
     df->frame_logits = logits;
-    atomic_store_explicit(&df->bar_count, 0, memory_order_relaxed);
+    for (int g = 0; g < frame_stages(&df->lm->kc); g++) {
+        atomic_store_explicit(&df->stage[g].claim, 0, memory_order_relaxed);
+        atomic_store_explicit(&df->stage[g].done, 0, memory_order_relaxed);
+    }
     /* the pool's post publishes the stores above to the workers */
     mt_decoder_parallel(df->dec, frame_phase, df);
     return 0;

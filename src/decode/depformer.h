@@ -97,8 +97,9 @@ enum { MT_DEPFORMER_ROWS_MIN = 8 };
 int  mt_depformer_rows_split(const mt_depformer *df);
 /* Frame mode: the frame begun, every step and its sampling, as one phase
  * of the decoder's threads (depformer.c, "the frame as one phase"): each
- * product split by columns in fixed halves, the attention and the
- * sampling by rows, a barrier between stages. sample(ctx, k, r0, r1, tid)
+ * product cut by columns in a piece a thread, the attention and the
+ * sampling by rows, each stage's pieces taken from a counter by whichever
+ * thread runs, the next begun when all are done. sample(ctx, k, r0, r1, tid)
  * runs on thread tid once step k's logits [B, card] are complete, and
  * writes the tokens of rows [r0, r1) to tok [B] (step 0 reads tok as the
  * text tokens, step k+1 as step k's). mt_depformer_frame_split: 1 when
