@@ -564,9 +564,7 @@ static int fused_elu(const mimi_batch *w, const mimi_graph *g, int i, int B)
         n->src != o->dst || o->src == MIMI_BUF_IO || o->dst == MIMI_BUF_IO ||
         o->n != (size_t)n->cv->cin * n->cv->tin)
         return 0;
-    return n->kind == MIMI_OP_CONV     ? mimi_conv_direct(w, n->cv)
-           : n->kind == MIMI_OP_CONVTR ? mimi_convtr_direct(w, n->cv, B)
-                                       : 0;
+    return n->kind == MIMI_OP_CONV ? mimi_conv_direct(w, n->cv) : mimi_convtr_direct(w, n->cv, B);
 }
 
 static void run_graph_call(void *arg)

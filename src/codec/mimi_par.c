@@ -311,7 +311,8 @@ void mimi_q8_product_gelu(mimi_batch *w, const mimi_q8mat *q8, int M, int N, int
 /* The elementwise ops, in ranges of ELT_CHUNK floats: dst = elu(src),
  * dst += src, or gelu(dst) in place. Each range is a multiple of 8 floats
  * but the last, so every element takes the same (vector or tail) path as
- * in one call over the whole. */
+ * in one call over the whole (GELU's tail is scalar; ELU's goes through
+ * the same lanes, whatever the range). */
 static void it_elt(mimi_batch *w, const par_job *j, int t, int tid)
 {
     (void)w, (void)tid;

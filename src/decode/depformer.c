@@ -88,7 +88,6 @@ struct mt_depformer {
     size_t columns_min; /* column mode from this many depformer_in weights */
     float *xin;       /* [dep_q][B][dd] depformer_in[k] . h of every step, made at
                          step 0 (h is the frame's; column and frame modes) */
-    int   xin_rows;
     int   fused_k;
     const int32_t *fused_prev;
     float *fused_logits;
@@ -180,10 +179,7 @@ int mt_depformer_create(const mt_kyutai_lm *lm, int max_batch, mt_depformer **ou
     df->kv = malloc((size_t)kc->dep_layers * R * 2 * kc->dep_q * dd * sizeof(float));
     df->score = malloc((size_t)kc->dep_q * sizeof(float));
     df->stage = calloc((size_t)frame_stages(kc), sizeof *df->stage);   /* frame mode's are more */
-    /* column mode serves batches up to MT_DEPFORMER_ROWS_MIN, frame mode
-     * every batch */
-    df->xin_rows = max_batch;
-    df->xin = mt_alloc_lines((size_t)kc->dep_q * df->xin_rows * dd * sizeof(float));
+    df->xin = mt_alloc_lines((size_t)kc->dep_q * R * dd * sizeof(float));
     if (!df->x || !df->xn || !df->qkv || !df->att || !df->gu || !df->kv || !df->score ||
         !df->stage || !df->xin) {
         mt_depformer_free(df);
@@ -576,6 +572,14 @@ static void do_cols(mt_depformer *df, const struct dep_job *j, int B, int lo, in
     }
 }
 
+/* Rows [*r0, *r1) of share c of n over B rows. */
+static void row_share(int B, int c, int n, int *r0, int *r1)
+{
+    int per = (B + n - 1) / n;
+    *r0 = c * per < B ? c * per : B;
+    *r1 = *r0 + per < B ? *r0 + per : B;
+}
+
 /* Job j over rows [r0, r0 + B) (its X, Y and prev already offset to
  * r0), as thread tid of nt: its slice of the columns, or of the rows for
  * the attention; score: this thread's [dep_q]. */
@@ -584,8 +588,8 @@ static void do_job(mt_depformer *df, const struct dep_job *j, int r0, int B, int
 {
     int lo, hi;
     if (j->op == JOB_ATTEND) {
-        int per = (B + nt - 1) / nt, a = tid * per < B ? tid * per : B;
-        int b = a + per < B ? a + per : B;
+        int a, b;
+        row_share(B, tid, nt, &a, &b);
         attend_rows(df, j->l, j->k, r0 + a, r0 + b, score);
         return;
     }
@@ -727,12 +731,13 @@ static int chunk_cols(const mt_depformer *df, int N, int nt)
     return (per + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
 }
 
-/* Waits until flag is set: spins, and past a short while yields the CPU
- * at every turn (the thread with the chunk in hand may want this core). */
-static void wait_set(atomic_int *flag)
+/* Waits until *v reaches n (a stage's ready flag 1, its done count):
+ * spins, and past a short while yields the CPU at every turn (the thread
+ * with the chunk in hand may want this core). */
+static void wait_at_least(const atomic_int *v, int n)
 {
     enum { SPIN_PAUSES = 2048 };
-    for (unsigned i = 0; !atomic_load_explicit(flag, memory_order_acquire); i++) {
+    for (unsigned i = 0; atomic_load_explicit(v, memory_order_acquire) < n; i++) {
         if (i < SPIN_PAUSES)
             dep_relax();
         else
@@ -753,19 +758,30 @@ static void do_chunk(mt_depformer *df, const struct dep_job *j, int B, int c, in
     do_cols(df, j, B, lo, hi);
 }
 
-/* x [B, dd] = xin[k] + the embedding of each row's previous token (-1:
- * none), as do_cols adds it; then xn = its RMSNorm for layer 0. */
+/* x rows [r0, r1) = xin[k] + the embedding of each row's previous token
+ * prev[r] (-1: none), as do_cols adds it (column and frame modes). */
+static void input_rows(mt_depformer *df, int k, const int32_t *prev, int r0, int r1)
+{
+    const mt_kyutai_lm *lm = df->lm;
+    const int dd = lm->kc.dep_dim;
+    const float *emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
+    const float *xin = df->xin + (size_t)k * df->B * dd;
+    for (int r = r0; r < r1; r++) {
+        float *x = df->x + (size_t)r * dd;
+        memcpy(x, xin + (size_t)r * dd, (size_t)dd * sizeof(float));
+        if (prev[r] >= 0)
+            for (int i = 0; i < dd; i++)
+                x[i] += emb[(size_t)prev[r] * dd + i];
+    }
+}
+
+/* x [B, dd] for step k of the fused walk, then xn = its RMSNorm for
+ * layer 0. */
 static void fused_input(mt_depformer *df, int k)
 {
     const mt_kyutai_lm *lm = df->lm;
-    const int B = df->B, dd = lm->kc.dep_dim;
-    const float *emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
-    memcpy(df->x, df->xin + (size_t)k * B * dd, (size_t)B * dd * sizeof(float));
-    for (int r = 0; r < B; r++)
-        if (df->fused_prev[r] >= 0)
-            for (int i = 0; i < dd; i++)
-                df->x[(size_t)r * dd + i] += emb[(size_t)df->fused_prev[r] * dd + i];
-    rmsnorm_rows(df->xn, df->x, lm->dep_norm1[0], B, dd, lm->kc.eps);
+    input_rows(df, k, df->fused_prev, 0, df->B);
+    rmsnorm_rows(df->xn, df->x, lm->dep_norm1[0], df->B, lm->kc.dep_dim, lm->kc.eps);
 }
 
 /* Stage s's job for the fused walk, its chunk width and count: stage 0
@@ -802,7 +818,7 @@ static void fused_phase(void *ctx, int tid, int nt)
     for (int s = k == 0 ? 0 : 1; s < ns; s++) {
         struct dep_stage *st = &df->stage[s];
         if (s > 0)
-            wait_set(&df->stage[s - 1].ready);
+            wait_at_least(&df->stage[s - 1].ready, 1);
         int cw, n;
         struct dep_job j = fused_job(df, s, -1, nt, &cw, &n);
         for (;;) {
@@ -868,23 +884,6 @@ static void step_fused(mt_depformer *df, int k, const int32_t *prev, float *logi
  * 0.9 on one thread. The bits are those of the other modes: a column's
  * value does not depend on the columns beside it (test_depformer). */
 
-/* x rows [r0, r1) of step k's input: depformer_in[k] . h (xin) + the
- * embedding of the row's previous token (-1: none), as fused_input. */
-static void frame_input_rows(mt_depformer *df, int k, int r0, int r1)
-{
-    const mt_kyutai_lm *lm = df->lm;
-    const int dd = lm->kc.dep_dim;
-    const float *emb = k == 0 ? lm->dep_text_emb : lm->dep_emb[k - 1];
-    const float *xin = df->xin + (size_t)k * df->B * dd;
-    for (int r = r0; r < r1; r++) {
-        float *x = df->x + (size_t)r * dd;
-        memcpy(x, xin + (size_t)r * dd, (size_t)dd * sizeof(float));
-        if (df->frame_tok[r] >= 0)
-            for (int i = 0; i < dd; i++)
-                x[i] += emb[(size_t)df->frame_tok[r] * dd + i];
-    }
-}
-
 /* The frame's stages in order: 0 depformer_in of every step (piece p of
  * step p / nt), 1 step 0's input rows, then per step its n_stages - 1
  * (the layers' five, the linears) and its sampling (with the next step's
@@ -895,27 +894,6 @@ static int frame_per(const mt_kyutai_config *kc) { return n_stages(kc); }
 static int frame_stages(const mt_kyutai_config *kc)
 {
     return FRAME_FIRST + kc->dep_q * frame_per(kc);
-}
-
-/* Rows [*r0, *r1) of piece c of n over B. */
-static void frame_rows(int B, int c, int n, int *r0, int *r1)
-{
-    int per = (B + n - 1) / n;
-    *r0 = c * per < B ? c * per : B;
-    *r1 = *r0 + per < B ? *r0 + per : B;
-}
-
-/* Waits until every piece of stage st is done: spins, and past a while
- * yields the CPU (the thread with the piece in hand may want this core). */
-static void frame_wait(const struct dep_stage *st, int n)
-{
-    enum { SPIN_PAUSES = 2048 };
-    for (unsigned i = 0; atomic_load_explicit(&st->done, memory_order_acquire) < n; i++) {
-        if (i < SPIN_PAUSES)
-            dep_relax();
-        else
-            sched_yield();
-    }
 }
 
 /* Piece c of n of stage g (frame_stages' numbering) on this thread: xn
@@ -936,22 +914,22 @@ static void frame_piece(mt_depformer *df, int g, int c, int n, float *xn, float 
         return;
     }
     if (g == 1) {
-        frame_rows(B, c, n, &lo, &hi);
-        frame_input_rows(df, 0, lo, hi);
+        row_share(B, c, n, &lo, &hi);
+        input_rows(df, 0, df->frame_tok, lo, hi);
         return;
     }
     const int k = (g - FRAME_FIRST) / frame_per(kc), s = (g - FRAME_FIRST) % frame_per(kc) + 1;
     if (s == n_stages(kc)) {   /* the sampling, then the next step's input */
-        frame_rows(B, c, n, &lo, &hi);
+        row_share(B, c, n, &lo, &hi);
         if (hi > lo)
             df->sample(df->sample_ctx, k, lo, hi, tid);
         if (k + 1 < kc->dep_q)
-            frame_input_rows(df, k + 1, lo, hi);
+            input_rows(df, k + 1, df->frame_tok, lo, hi);
         return;
     }
     struct dep_job j = stage_job(df, k, s, 0, df->frame_tok, df->frame_logits, &norm);
     if (j.op == JOB_ATTEND) {
-        frame_rows(B, c, n, &lo, &hi);
+        row_share(B, c, n, &lo, &hi);
         attend_rows(df, j.l, j.k, lo, hi, score);
         return;
     }
@@ -977,7 +955,7 @@ static void frame_phase(void *ctx, int tid, int nt)
         struct dep_stage *st = &df->stage[g];
         const int n = g == 0 ? kc->dep_q * nt : nt;
         if (g > 0)
-            frame_wait(&df->stage[g - 1], g == 1 ? kc->dep_q * nt : nt);
+            wait_at_least(&df->stage[g - 1].done, g == 1 ? kc->dep_q * nt : nt);
         int normed = g < FRAME_FIRST;
         for (int c; (c = atomic_fetch_add_explicit(&st->claim, 1, memory_order_acq_rel)) < n;) {
             if (!normed) {   /* once a piece is held, x is the stage's own: no later
@@ -1012,7 +990,7 @@ static int columns_split(const mt_depformer *df);
  * against 63-74 (row mode). */
 int mt_depformer_frame_split(const mt_depformer *df)
 {
-    if (df->g || df->sim || !df->dec || df->nthreads < 2 || !df->xnt || df->B > df->xin_rows ||
+    if (df->g || df->sim || !df->dec || df->nthreads < 2 || !df->xnt || df->B > df->maxb ||
         df->frame_env == 0)
         return 0;
     return df->frame_env == 1 || df->B < MT_DEPFORMER_ROWS_MIN || columns_split(df);
