@@ -9,6 +9,9 @@
 #include "decode/depformer.h"
 #include "util/vec8.h"
 
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,18 +280,45 @@ static inline float funkey(uint32_t k)
     return f;
 }
 
+/* The smallest and largest of v [n] (n >= 1) in *mn, *mx, by 8 lanes:
+ * each lane keeps x < m ? x : m, so a nan other than v[0] is never taken,
+ * as in one scalar pass (a zero's sign may differ: only the bisection's
+ * range starts there). */
+VINLINE void min_max(const float *v, int n, float *mn, float *mx)
+{
+    v8f lo8 = splat8(v[0]), hi8 = lo8;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f x = load8(v + i);
+        v8i lt = x < lo8, gt = x > hi8;
+        lo8 = (v8f)(((v8i)x & lt) | ((v8i)lo8 & ~lt));
+        hi8 = (v8f)(((v8i)x & gt) | ((v8i)hi8 & ~gt));
+    }
+    float a = lo8[0], b = hi8[0];
+    for (int j = 1; j < 8; j++) {
+        a = lo8[j] < a ? lo8[j] : a;
+        b = hi8[j] > b ? hi8[j] : b;
+    }
+    for (; i < n; i++) {
+        a = v[i] < a ? v[i] : a;
+        b = v[i] > b ? v[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
 /* The k-th largest (1 <= k <= n) of v [n]: a bisection over the keys
  * between v's smallest and largest, each probe one branch-free 8-lane
- * count of v >= the probe (at most 32 probes; a quickselect's partitions
- * mispredict half their branches on logits). The largest key with at
- * least k logits at or above it is the k-th largest's. */
+ * count of v >= the probe (a quickselect's partitions mispredict half
+ * their branches on logits). The largest key with at least k logits at
+ * or above it is the k-th largest's. A probe that counts exactly k has
+ * the top k above it and the k-th largest the least of them: one pass
+ * for that ends the search (about log2 n probes on logits, against 32;
+ * the same value, +0 for a zero, as the bisection to its end). */
 VINLINE float kth_largest(const float *v, int n, int k)
 {
-    float mn = v[0], mx = v[0];
-    for (int i = 1; i < n; i++) {
-        mn = v[i] < mn ? v[i] : mn;
-        mx = v[i] > mx ? v[i] : mx;
-    }
+    float mn, mx;
+    min_max(v, n, &mn, &mx);
     uint32_t lo = fkey(mn), hi = fkey(mx);
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
@@ -301,6 +331,20 @@ VINLINE float kth_largest(const float *v, int n, int k)
             c -= acc[j];
         for (; i < n; i++)
             c += v[i] >= funkey(mid);
+        if (c == k) {
+            v8f least = splat8(INFINITY);
+            for (i = 0; i + 8 <= n; i += 8) {
+                v8f x = load8(v + i);
+                v8i in = (x >= m8) & (x < least);
+                least = (v8f)(((v8i)x & in) | ((v8i)least & ~in));
+            }
+            float t = least[0];
+            for (int j = 1; j < 8; j++)
+                t = least[j] < t ? least[j] : t;
+            for (; i < n; i++)
+                t = v[i] >= funkey(mid) && v[i] < t ? v[i] : t;
+            return t == 0.0f ? 0.0f : t;
+        }
         if (c >= k)
             lo = mid;
         else
@@ -318,6 +362,95 @@ VINLINE int any8(v8i m)
     return (w[0] | w[1] | w[2] | w[3]) != 0;
 }
 
+/* The selection's two collecting passes with AVX-512's compress, where
+ * the CPU has it (sample_level 1): sixteen logits a compare, the lanes
+ * taken packed by one instruction into a register and stored whole (v
+ * and idx have room for n), where the 8-lane code went through every
+ * lane of a block with a hit (most blocks: a quarter of the logits pass
+ * in kth_of_row, top k of 1024 in top_k_ordered). The same values and
+ * indices in the same order as the 8-lane passes. */
+static int sample_level = -1;   /* -1 not yet chosen (mt_kyutai_sample_select) */
+
+#if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
+#define SAMPLE512 __attribute__((target("avx512f")))
+
+/* v [0, c) = l's logits at or above t in index order; returns c. */
+SAMPLE512 static int at_or_above_avx512(const float *l, int n, float t, float *v)
+{
+    const __m512 t16 = _mm512_set1_ps(t);
+    int c = 0, i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(l + i);
+        const __mmask16 m = _mm512_cmp_ps_mask(x, t16, _CMP_GE_OQ);
+        _mm512_storeu_ps(v + c, _mm512_maskz_compress_ps(m, x));
+        c += __builtin_popcount(m);
+    }
+    for (; i < n; i++)
+        if (l[i] >= t)
+            v[c++] = l[i];
+    return c;
+}
+
+/* idx [0, k) = the indices of l's logits above t and of the first ties
+ * equal to it, in index order (top_k_ordered's second pass); returns how
+ * many (k, but for a nan t). */
+SAMPLE512 static int top_k_collect_avx512(const float *l, int n, float t, int ties, int k,
+                                           int *idx)
+{
+    const __m512 t16 = _mm512_set1_ps(t);
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    int c = 0, i = 0;
+    for (; i + 16 <= n && c < k; i += 16) {
+        const __m512 x = _mm512_loadu_ps(l + i);
+        __mmask16 take = _mm512_cmp_ps_mask(x, t16, _CMP_GT_OQ);
+        for (unsigned eq = _mm512_cmp_ps_mask(x, t16, _CMP_EQ_OQ); eq && ties > 0; ties--) {
+            take |= (__mmask16)(eq & -eq);    /* the lowest equal lane */
+            eq &= eq - 1;
+        }
+        _mm512_storeu_si512(idx + c, _mm512_maskz_compress_epi32(
+                                         take, _mm512_add_epi32(iota, _mm512_set1_epi32(i))));
+        c += __builtin_popcount(take);
+    }
+    for (; i < n && c < k; i++)
+        if (l[i] > t || (l[i] == t && ties-- > 0))
+            idx[c++] = i;
+    return c;
+}
+
+static int sample_level_max(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
+}
+#else
+static int at_or_above_avx512(const float *l, int n, float t, float *v)
+{
+    (void)l, (void)n, (void)t, (void)v;
+    return 0;
+}
+static int top_k_collect_avx512(const float *l, int n, float t, int ties, int k, int *idx)
+{
+    (void)l, (void)n, (void)t, (void)ties, (void)k, (void)idx;
+    return 0;
+}
+static int sample_level_max(void) { return 0; }
+#endif
+
+int mt_kyutai_sample_select(int level)
+{
+    const int top = sample_level_max();
+    if (level < 0)
+        level = top;
+    __atomic_store_n(&sample_level, level < top ? level : top, __ATOMIC_RELAXED);
+    return level < top ? level : top;
+}
+
+static int sample_compress(void)
+{
+    int lv = __atomic_load_n(&sample_level, __ATOMIC_RELAXED);
+    return (lv < 0 ? mt_kyutai_sample_select(-1) : lv) == 1;
+}
+
 VINLINE float kth_of_row(const float *l, int n, int k, float *v)
 {
     enum { SAMPLES = 256 };
@@ -327,19 +460,23 @@ VINLINE float kth_of_row(const float *l, int n, int k, float *v)
         for (int i = 0; i < SAMPLES; i++)
             v[i] = l[(size_t)i * n / SAMPLES];
         const float t0 = kth_largest(v, SAMPLES, r);
-        const v8f t8 = splat8(t0);
         int c = 0, i = 0;
-        /* branch-free within a block: a quarter of the logits pass, in no
-         * order a predictor learns (v has room for n) */
-        for (; i + 8 <= n; i += 8)
-            if (any8(load8(l + i) >= t8))
-                for (int j = i; j < i + 8; j++) {
-                    v[c] = l[j];
-                    c += l[j] >= t0;
-                }
-        for (; i < n; i++)
-            if (l[i] >= t0)
-                v[c++] = l[i];
+        if (sample_compress()) {
+            c = at_or_above_avx512(l, n, t0, v);
+        } else {
+            const v8f t8 = splat8(t0);
+            /* branch-free within a block: a quarter of the logits pass, in
+             * no order a predictor learns (v has room for n) */
+            for (; i + 8 <= n; i += 8)
+                if (any8(load8(l + i) >= t8))
+                    for (int j = i; j < i + 8; j++) {
+                        v[c] = l[j];
+                        c += l[j] >= t0;
+                    }
+            for (; i < n; i++)
+                if (l[i] >= t0)
+                    v[c++] = l[i];
+        }
         if (c >= k)
             return kth_largest(v, c, k);
     }
@@ -347,11 +484,13 @@ VINLINE float kth_of_row(const float *l, int n, int k, float *v)
 }
 
 /* The top k (1 <= k < n) of l [n] under (logit descending, index
- * ascending), in index order, into idx [k]; v [n] is scratch. */
+ * ascending), in index order, into idx [k]; v [n] is scratch. Returns
+ * how many: k, or fewer where the k-th largest is nan (a row whose first
+ * logit is nan: no logit compares above it). */
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-static void top_k_ordered(const float *l, int n, int k, float *v, int *idx)
+static int top_k_ordered(const float *l, int n, int k, float *v, int *idx)
 {
     const float t = kth_of_row(l, n, k, v);
     int above = 0, i = 0;
@@ -364,6 +503,8 @@ static void top_k_ordered(const float *l, int n, int k, float *v, int *idx)
     for (; i < n; i++)
         above += l[i] > t;
     int ties = k - above, c = 0;     /* the first `ties` logits equal to t */
+    if (sample_compress())
+        return top_k_collect_avx512(l, n, t, ties, k, idx);
     for (i = 0; i + 8 <= n && c < k; i += 8) {
         if (!any8(load8(l + i) >= t8))
             continue;
@@ -377,6 +518,7 @@ static void top_k_ordered(const float *l, int n, int k, float *v, int *idx)
     for (; i < n && c < k; i++)
         if (l[i] > t || (l[i] == t && ties-- > 0))
             idx[c++] = i;
+    return c;
 }
 
 /* One draw among the candidates cand [k] (index order; NULL: all of
@@ -421,8 +563,8 @@ static int32_t sample_row(mt_rng *rng, int greedy, const float *l, int n, float 
     if (greedy || !(temp > 0.0f))
         return argmax_row(l, n);
     if (top_k_n > 0 && top_k_n < n) {
-        top_k_ordered(l, n, top_k_n, v, idx);
-        return race(l, idx, top_k_n, temp, rng);
+        const int c = top_k_ordered(l, n, top_k_n, v, idx);
+        return c > 0 ? race(l, idx, c, temp, rng) : argmax_row(l, n);
     }
     return race(l, NULL, n, temp, rng);
 }

@@ -47,6 +47,12 @@ typedef struct mt_kyutai_sampling {
 
 void mt_kyutai_sampling_default(mt_kyutai_sampling *s);
 
+/* The sampler's collecting passes: 0 the 8-lane code, 1 AVX-512's compress
+ * where the CPU has it (the default), -1 the best the CPU runs; returns
+ * the level set (the same tokens either way: test_kyutai_sample runs
+ * both). */
+int mt_kyutai_sample_select(int level);
+
 typedef struct mt_kyutai_sess mt_kyutai_sess;
 typedef struct mt_kyutai_gen mt_kyutai_gen;
 

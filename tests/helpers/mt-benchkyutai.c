@@ -47,7 +47,9 @@
  * (moshi-2b: 14.5 GB in all, 7.8 GB temporal) is measured: per B a
  * `temporal_alone` line, the median step of -f frames once the ring is
  * full (token inputs: the same weight reads as the frame's temporal, less
- * the codebook embeddings' sums) against the temporal's bound.
+ * the codebook embeddings' sums) against the temporal's bound, and
+ * attention_ms, the median of the step's attention (the decoder's
+ * mt_decoder_attention_ms: on the CPU stepping by rows, thread 0's rows).
  * -k f16 keeps the temporal K/V in half precision, as mt-serve does by
  * default (--kv-dtype): the attention reads half the bytes, and the
  * bound counts 2 a value (default f32, the figures before 2026-12-07;
@@ -453,8 +455,10 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
     int32_t *tok = calloc((size_t)B, sizeof *tok);
     float *logits = calloc((size_t)B * (c->vocab > 0 ? c->vocab : 1), sizeof *logits);
     double *st = calloc((size_t)(F > 0 ? F : 1), sizeof *st);
+    double *sa = calloc((size_t)(F > 0 ? F : 1), sizeof *sa);   /* its attention's share */
     int rc = -1, opened = 0;
-    if (!seqs || !tok || !logits || !st || mt_decoder_create(m, &o, &d, err, sizeof err))
+    if (!seqs || !tok || !logits || !st || !sa ||
+        mt_decoder_create(m, &o, &d, err, sizeof err))
         goto out;
     mt_kv_pool *pool = mt_decoder_pool(d);
     for (; opened < B; opened++)
@@ -472,8 +476,10 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
         double t0 = secs();
         if (mt_decoder_step(d, B, seqs, &io, err, sizeof err))
             goto out;
-        if (f >= S + W + 2)
+        if (f >= S + W + 2) {
             st[f - (S + W + 2)] = (secs() - t0) * 1e3;
+            sa[f - (S + W + 2)] = mt_decoder_attention_ms(d);
+        }
     }
     int T = mt_decoder_threads(d);
     const int small = B <= mt_decoder_weights_f16_rows(d);
@@ -486,10 +492,9 @@ static int bench_temporal_alone(const mt_kyutai_lm *lm, int B, int F, int S, int
     double ms = median(st, F);
     printf("temporal_alone model=%s B=%d S=%d W=%d weights=%s kv=%s q8_kernels=%s threads=%d "
            "frames=%d copy_gbs=%.2f sgemm_gflops=%.1f q8_gops=%.1f temporal_ms=%.3f "
-           "temporal_bound_ms=%.3f temporal_ratio=%.2f temporal_bytes=%.0f\n", c->name, B, S, W,
-           mt_num_format_name(weights), mt_num_format_name(kv_fmt), q8_kernels(), T, F, bw, gf,
-           qg, ms, bd,
-           bd > 0 ? ms / bd : 0.0, k.temporal_b);
+           "temporal_bound_ms=%.3f temporal_ratio=%.2f temporal_bytes=%.0f attention_ms=%.3f\n",
+           c->name, B, S, W, mt_num_format_name(weights), mt_num_format_name(kv_fmt), q8_kernels(),
+           T, F, bw, gf, qg, ms, bd, bd > 0 ? ms / bd : 0.0, k.temporal_b, median(sa, F));
     rc = 0;
 out:
     if (rc && err[0])
@@ -502,6 +507,7 @@ out:
     free(tok);
     free(logits);
     free(st);
+    free(sa);
     return rc;
 }
 

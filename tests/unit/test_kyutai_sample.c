@@ -4,7 +4,8 @@
  * candidate) fed the frame's own logits and the same seeds; a session's
  * tokens are the same at B = 1 and B = 32, on 1 thread and on 2 (each
  * session its own generator); per-row settings (greedy, temperature 0,
- * top-k 1, no top-k) taken row by row. Model: synthetic:kyutai-small's
+ * top-k 1, no top-k) taken row by row; the selection's 8-lane passes
+ * and its AVX-512 ones (mt_kyutai_sample_select) draw the same. Model: synthetic:kyutai-small's
  * card (1024) and text card (4000), so top-k 250 / 25 select. */
 #include "tap.h"
 #include "test_util.h"
@@ -283,6 +284,16 @@ int main(void)
                 differ += b32t1->audio[0][t][k] != b32t1->audio[3][t][k] ||
                           b32t1->audio[8][t][k] != b32t1->audio[16][t][k];
         ok(differ > 0, "sessions with other seeds draw other tokens");
+        /* the selection's collecting passes on 8 lanes (level 0) and with
+         * AVX-512's compress (level 1, where the CPU has it): the same */
+        const int top = mt_kyutai_sample_select(-1);
+        run_out *lv0 = new_out(&lm->kc);
+        mt_kyutai_sample_select(0);
+        int r0 = run(lm, 0, NB, 2, lv0);
+        mt_kyutai_sample_select(-1);
+        ok(r0 == 0 && same_tokens(lv0, b32t2) && ref_mismatches(lm, lv0) == 0,
+           "the 8-lane selection draws the tokens of level %d's and of the reference", top);
+        free_out(lv0);
     }
     free_out(b32t1);
     free_out(b32t2);
