@@ -523,11 +523,17 @@ static int top_k_ordered(const float *l, int n, int k, float *v, int *idx)
 
 /* One draw among the candidates cand [k] (index order; NULL: all of
  * 0..k-1): argmax p_j / E_j, p_j = exp((l_j - m) / temp), E_j = -log(1 -
- * u_j), one u_j per candidate in order. Since p_j <= 1, a candidate whose
- * E_j is at least 1 / best cannot win: its u_j is drawn (the stream stays
- * the same) but its exp and log are skipped, by a test on u_j with a
- * margin far above the rounding of exp and log; the arithmetic of those
- * evaluated is unchanged, so is the winner. */
+ * u_j), one u_j per candidate in order. A candidate that cannot win is
+ * skipped: its u_j is drawn (the stream stays the same) but its exp and
+ * log are not, by two tests with a margin (1e-9) far above the rounding
+ * of exp and log, so the arithmetic of those evaluated is unchanged, and
+ * so is the winner:
+ * - p_j <= 1, so E_j >= 1 / best loses: u_j >= 1 - exp(-1 / best);
+ * - E_j >= u_j, and p_j = exp(-y) <= 1 / T(y) for y = (m - l_j) / temp >=
+ *   0, T the exponential's series to y^4 / 24 (every term >= 0), so u_j
+ *   T(y) >= 1 / best loses too: a few multiply-adds, where p_j <= 1 alone
+ *   let through about half of the candidates until the best was found
+ *   (126 of 250 evaluated on logits of spread 3, mt-benchkyutai's). */
 static int32_t race(const float *l, const int *cand, int k, float temp, mt_rng *rng)
 {
     float m = -INFINITY;
@@ -535,13 +541,17 @@ static int32_t race(const float *l, const int *cand, int k, float temp, mt_rng *
         float x = l[cand ? cand[j] : j];
         m = x > m ? x : m;
     }
-    double bestv = -1, u_skip = 2;
+    const double inv_temp = 1.0 / temp;
+    double bestv = -1, u_skip = 2, lose = INFINITY;   /* lose: (1 + 1e-9) / best */
     int best = cand ? cand[0] : 0;
     for (int j = 0; j < k; j++) {
         double u = (double)(mt_rng_next(rng) >> 11) * 0x1.0p-53;   /* mt_rng_uniform, inline */
         if (u >= u_skip)
             continue;
         int i = cand ? cand[j] : j;
+        const double y = ((double)m - l[i]) * inv_temp;
+        if (u * (1.0 + y * (1.0 + y * (0.5 + y * (1.0 / 6 + y * (1.0 / 24))))) >= lose)
+            continue;
         double p = exp(((double)l[i] - m) / temp);
         double e = -log(1.0 - u);
         double v = p / (e > 0 ? e : 1e-300);
@@ -550,6 +560,7 @@ static int32_t race(const float *l, const int *cand, int k, float temp, mt_rng *
             best = i;
             /* E >= x(1 - 1e-9) >= 1 / bestv for every u >= u_skip */
             u_skip = bestv > 0 ? -expm1(-(1.0 / bestv) * (1.0 + 1e-9)) : 2;
+            lose = bestv > 0 ? (1.0 + 1e-9) / bestv : INFINITY;
         }
     }
     return best;
