@@ -18,6 +18,7 @@
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 #define MT_F16_X86 1
 #include <immintrin.h>
+#include "decode/cpu_reduce16.h"
 #endif
 
 /* ---- portable ---------------------------------------------------------- */
@@ -446,28 +447,7 @@ AVX512_FN static inline __attribute__((always_inline)) __m512 exp16(__m512 x)
  * 1 (46 instructions with the permute, where 16 separate reductions take
  * about 130); the rows end transposed in 4 x 4 and one permute puts them
  * in order. */
-AVX512_FN static inline __attribute__((always_inline)) __m512 sum16x16(const __m512 *a)
-{
-    __m512 c[8], e[4], g[2];
-    _Pragma("GCC unroll 8")
-    for (int i = 0; i < 8; i++)     /* c[i] = [row 2i: lanes 0-1 | row 2i+1: lanes 2-3] */
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xee));
-    _Pragma("GCC unroll 4")
-    for (int i = 0; i < 4; i++)     /* e[i]: lane j = row 4i + j, 4 partial sums */
-        e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xdd));
-    _Pragma("GCC unroll 2")
-    for (int i = 0; i < 2; i++)
-        g[i] = _mm512_add_ps(_mm512_unpacklo_ps(e[2 * i], e[2 * i + 1]),
-                             _mm512_unpackhi_ps(e[2 * i], e[2 * i + 1]));
-    __m512 z = _mm512_add_ps(
-        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(g[0]), _mm512_castps_pd(g[1]))),
-        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(g[0]), _mm512_castps_pd(g[1]))));
-    /* z[4j + p] holds row 4p + j */
-    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_ps(order, z);
-}
+REDUCE16X16(AVX512_FN, sum16x16, _mm512_add_ps)
 
 /* One run of rows <= 16 f16 K and V rows (hd a multiple of 16) for a
  * group of q heads, scores, softmax fold and weighted sum in one pass with

@@ -89,6 +89,7 @@
 
 #if defined(__x86_64__) && !defined(MT_FUZZ_BUILD)
 #include <immintrin.h>
+#include "decode/cpu_reduce16.h"
 
 int mt_q8_vnni_built(void) { return 1; }
 
@@ -127,53 +128,12 @@ typedef struct {
     const int32_t *cb;  /* [rows][ldu / 32]: -128 * the block's sum of xq */
 } chunk_job;
 
-/* Lane b of the result: the largest of a[b]'s lanes (a[b] >= 0), for 16
- * blocks at once; a transpose as it reduces (max is exact: any order). */
-VNNI static inline __attribute__((always_inline)) __m512 max16x16(const __m512 *a)
-{
-    __m512 c[8], e[4], g[2];
-    _Pragma("GCC unroll 8")
-    for (int i = 0; i < 8; i++)     /* c[i] = [block 2i: lanes 0-1 | block 2i+1: lanes 2-3] */
-        c[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xee));
-    _Pragma("GCC unroll 4")
-    for (int i = 0; i < 4; i++)     /* e[i]: lane j = block 4i + j */
-        e[i] = _mm512_max_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xdd));
-    _Pragma("GCC unroll 2")
-    for (int i = 0; i < 2; i++)
-        g[i] = _mm512_max_ps(_mm512_unpacklo_ps(e[2 * i], e[2 * i + 1]),
-                             _mm512_unpackhi_ps(e[2 * i], e[2 * i + 1]));
-    __m512 z = _mm512_max_ps(
-        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(g[0]), _mm512_castps_pd(g[1]))),
-        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(g[0]), _mm512_castps_pd(g[1]))));
-    /* z[4j + p] holds block 4p + j */
-    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_ps(order, z);
-}
-
-/* Lane b of the result: the sum of a[b]'s lanes, for 16 blocks at once
- * (integers: exact in any order). */
-VNNI static inline __attribute__((always_inline)) __m512i isum16x16(const __m512i *a)
-{
-    __m512i c[8], e[4], g[2];
-    _Pragma("GCC unroll 8")
-    for (int i = 0; i < 8; i++)
-        c[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0x44),
-                                _mm512_shuffle_i32x4(a[2 * i], a[2 * i + 1], 0xee));
-    _Pragma("GCC unroll 4")
-    for (int i = 0; i < 4; i++)
-        e[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0x88),
-                                _mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0xdd));
-    _Pragma("GCC unroll 2")
-    for (int i = 0; i < 2; i++)
-        g[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(e[2 * i], e[2 * i + 1]),
-                                _mm512_unpackhi_epi32(e[2 * i], e[2 * i + 1]));
-    __m512i z = _mm512_add_epi32(_mm512_unpacklo_epi64(g[0], g[1]),
-                                 _mm512_unpackhi_epi64(g[0], g[1]));
-    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    return _mm512_permutexvar_epi32(order, z);
-}
+/* Lane b: the largest of a[b]'s lanes (max is exact in any order); the
+ * sum of a[b]'s lanes as 32-bit integers (exact in any order too). */
+REDUCE16X16(VNNI, max16x16, _mm512_max_ps)
+#define ADD_EPI32_PS(x, y)                                                                     \
+    _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(x), _mm512_castps_si512(y)))
+REDUCE16X16(VNNI, isum16x16, ADD_EPI32_PS)
 
 /* Rows 0..M of X [.., ldx], columns 0..kc, into J's u and sx (row stride
  * ldu, padded); kc a multiple of MT_Q8_BLOCK. Sixteen blocks at a time:
@@ -188,7 +148,7 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
 {
     const __m512 big = _mm512_set1_ps(FLT_MAX), zero = _mm512_setzero_ps();
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127),
-                  off = _mm512_set1_epi32(128), zi = _mm512_setzero_si512();
+                  off = _mm512_set1_epi32(128);
     for (int m = 0; m < M; m++) {
         uint8_t *ur = u + (size_t)m * ldu;
         float *sr = sx + (size_t)m * (ldu / 4);
@@ -228,10 +188,10 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
             _mm512_storeu_ps(sv, s);
             _mm512_storeu_ps(iv, inv);
             _mm512_mask_storeu_ps(br + k0 / MT_Q8_BLOCK, live, s);
-            __m512i sum[16];
+            __m512 sum[16];   /* the blocks' 32-bit integer sums, as floats' bits */
             _Pragma("GCC unroll 16")
             for (int b = 0; b < 16; b++) {
-                sum[b] = zi;
+                sum[b] = zero;
                 if (b < nb) {
                     const int k = k0 + b * MT_Q8_BLOCK;
                     const __m512 vi = _mm512_set1_ps(iv[b]);
@@ -243,7 +203,7 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
                     q1 = _mm512_min_epi32(_mm512_max_epi32(q1, lo), hi);
                     _mm_storeu_si128((__m128i *)(xr + k), _mm512_cvtepi32_epi8(q0));
                     _mm_storeu_si128((__m128i *)(xr + k + 16), _mm512_cvtepi32_epi8(q1));
-                    sum[b] = _mm512_add_epi32(q0, q1);
+                    sum[b] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
                     q0 = _mm512_add_epi32(q0, off);
                     q1 = _mm512_add_epi32(q1, off);
                     _mm_storeu_si128((__m128i *)(ur + k), _mm512_cvtepi32_epi8(q0));
@@ -252,7 +212,8 @@ VNNI static void quantise(int M, int kc, const float *X, int ldx, uint8_t *u, fl
                 }
             }
             _mm512_mask_storeu_epi32(cr + k0 / MT_Q8_BLOCK, live,
-                                     _mm512_mullo_epi32(isum16x16(sum), _mm512_set1_epi32(-128)));
+                                     _mm512_mullo_epi32(_mm512_castps_si512(isum16x16(sum)),
+                                                        _mm512_set1_epi32(-128)));
         }
         for (int k = kc; k < ldu; k += MT_Q8_BLOCK) {   /* the odd block's pair */
             _mm256_storeu_si256((__m256i *)(ur + k), _mm256_set1_epi8((char)0x80));
