@@ -231,10 +231,11 @@ void mt_kyutai_last_times(const mt_kyutai_gen *g, mt_kyutai_times *t) { *t = g->
 
 /* ---- sampling ---------------------------------------------------------------- */
 
-/* Kyutai's sample_token on one row, at memory speed: one 8-lane pass over
- * the n logits for the maximum (greedy) or, with a top k under n, a
- * partial selection (quickselect of the k-th largest value on a copy, no
- * sort) and one 8-lane pass collecting the candidates in index order.
+/* Kyutai's sample_token on one row: one 8-lane pass over the n logits
+ * for the maximum (greedy) or, with a top k under n, a partial selection
+ * (the k-th largest value by bisection over a sample's survivors, no
+ * sort: kth_of_row) and one pass collecting the candidates in index
+ * order, then the race among them.
  * The candidates are the top k of the order (logit descending, index
  * ascending), what torch.topk's stable order keeps; their draw is in
  * index order, one uniform each from the session's generator, so the
