@@ -546,7 +546,7 @@ static int32_t race(const float *l, const int *cand, int k, float temp, mt_rng *
     double bestv = -1, u_skip = 2, lose = INFINITY;   /* lose: (1 + 1e-9) / best */
     int best = cand ? cand[0] : 0;
     for (int j = 0; j < k; j++) {
-        double u = (double)(mt_rng_next(rng) >> 11) * 0x1.0p-53;   /* mt_rng_uniform, inline */
+        double u = mt_rng_uniform(rng);
         if (u >= u_skip)
             continue;
         int i = cand ? cand[j] : j;
